@@ -1,0 +1,1 @@
+"""The dataset catalogue: synthetic JPEG corpus, image folder, random tensors."""

@@ -1,0 +1,1 @@
+"""The transform catalogue: the seed chain's transforms, their fast variants and batch forms."""
