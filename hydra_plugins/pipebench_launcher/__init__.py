@@ -1,0 +1,1 @@
+"""pipebench's Hydra launcher plugin (discovered by Hydra through the hydra_plugins namespace)."""

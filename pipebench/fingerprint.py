@@ -1,0 +1,85 @@
+"""The machine and software a result was measured on (DESIGN §3). Never environment variables."""
+
+import os
+import platform
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any, Dict, Optional
+
+import torch
+import torchvision
+
+import pipebench
+
+# cgroup v2 then v1 files that hold the CPU quota a container may use.
+CGROUP_V2_CPU_MAX = Path("/sys/fs/cgroup/cpu.max")
+CGROUP_V1_QUOTA = Path("/sys/fs/cgroup/cpu/cpu.cfs_quota_us")
+CGROUP_V1_PERIOD = Path("/sys/fs/cgroup/cpu/cpu.cfs_period_us")
+# git must answer quickly or not at all: a fingerprint is never worth a hang.
+GIT_TIMEOUT_S = 5
+
+
+def cpu_model() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def cgroup_cpu_quota() -> Optional[float]:
+    """CPUs the cgroup allows (e.g. 2.0), or None when unlimited or unreadable."""
+    try:
+        if CGROUP_V2_CPU_MAX.exists():
+            quota, period = CGROUP_V2_CPU_MAX.read_text().split()
+            return None if quota == "max" else int(quota) / int(period)
+        if CGROUP_V1_QUOTA.exists():
+            quota = int(CGROUP_V1_QUOTA.read_text())
+            return None if quota < 0 else quota / int(CGROUP_V1_PERIOD.read_text())
+    except (OSError, ValueError):
+        pass
+    return None
+
+
+def usable_cores() -> int:
+    """Cores this process may run on: the affinity mask, capped by the cgroup quota."""
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    quota = cgroup_cpu_quota()
+    return max(1, min(cores, int(quota))) if quota else cores
+
+
+def git_commit() -> Optional[str]:
+    try:
+        out = subprocess.run(
+            ["git", "rev-parse", "HEAD"], capture_output=True, text=True, timeout=GIT_TIMEOUT_S, check=False
+        )
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    return out.stdout.strip() or None
+
+
+def gpu_name() -> Optional[str]:
+    """Call only after DataLoader workers are gone: querying the device initialises CUDA (DESIGN §4)."""
+    return torch.cuda.get_device_name(0) if torch.cuda.is_available() else None
+
+
+def fingerprint(dataset_identity: Dict[str, Any], start_method: str) -> Dict[str, Any]:
+    return {
+        "pipebench": pipebench.__version__,
+        "torch": torch.__version__,
+        "torchvision": torchvision.__version__,
+        "python": sys.version.split()[0],
+        "platform": platform.platform(),
+        "hostname": platform.node(),
+        "cpu_model": cpu_model(),
+        "cpu_count": os.cpu_count(),
+        "usable_cores": usable_cores(),
+        "cgroup_cpu_quota": cgroup_cpu_quota(),
+        "gpu": gpu_name(),
+        "start_method": start_method,
+        "dataset": dataset_identity,
+        "git_commit": git_commit(),
+    }

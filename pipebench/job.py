@@ -1,0 +1,120 @@
+"""One benchmark job: build the pipeline, measure it, write result.json, refresh the sweep's tables.
+
+`run_job_task` is the Hydra task function. It runs inside a fresh process per job (the
+pipebench_subprocess launcher) or on a cluster node (submitit); it must stay importable
+by name and carry no state.
+"""
+
+import random
+import sys
+from pathlib import Path
+from typing import Any, Dict
+
+import numpy as np
+import torch
+from hydra.core.hydra_config import HydraConfig
+from omegaconf import DictConfig, OmegaConf
+
+from pipebench.build import build_loader, build_pipeline, pin_memory_effective
+from pipebench.consumers import build_consumer
+from pipebench.errors import USAGE_EXIT_STATUS, PipebenchError
+from pipebench.fingerprint import fingerprint
+from pipebench.results import PRINTED_TRANSFORM_COLUMNS, RESULT_FILE, write_invocation_summary, write_json_atomic
+from pipebench.runner import BatchStream, StepLoop, TimingSink, measure_pass, profile_steps
+from pipebench.specs import JobSpec, job_spec_from_config
+from pipebench.summarize import pass_record, rows_as_dicts, summary_row, transform_rows, worker_breakdown
+from pipebench.tables import markdown_table
+
+# Failures listed by name in result.json; the count covers all of them.
+MAX_LISTED_FAILURES = 20
+ERROR_FILE = "error.txt"
+
+
+def seed_everything(seed: int) -> None:
+    random.seed(seed)
+    np.random.seed(seed)
+    torch.manual_seed(seed)
+
+
+def _start_method(spec: JobSpec) -> str:
+    if spec.workers == 0:
+        return "none"
+    return spec.loader.multiprocessing_context or torch.multiprocessing.get_start_method()
+
+
+def measure_job(spec: JobSpec, job_dir: Path) -> Dict[str, Any]:
+    """Run every repeat of one job and return its result record (without identity fields)."""
+    seed_everything(spec.run.seed)
+    if spec.workers == 0:
+        # Workers run with one intra-op thread; so must the single-process profile (DESIGN §3).
+        torch.set_num_threads(1)
+    dataset, instrumented, collate = build_pipeline(spec)
+    loader = build_loader(spec, instrumented, collate)
+    consumer = build_consumer(spec.consumer)
+    device = torch.device("cuda") if torch.cuda.is_available() else None
+    pinned = pin_memory_effective(spec)
+    sink = TimingSink()
+    passes = []
+    skipped = []
+    for repeat in range(spec.run.repeats):
+        stream = BatchStream(loader, spec.run.on_error)
+        loop = StepLoop(stream, consumer, device, non_blocking=pinned)
+        passes.append(measure_pass(loop, spec, sink, f"repeat {repeat + 1}/{spec.run.repeats}"))
+        skipped.extend(stream.skipped)
+        stream.close()
+    artifacts: Dict[str, str] = {}
+    if spec.workers == 0 and spec.run.profile_steps > 0:
+        stream = BatchStream(loader, spec.run.on_error)
+        loop = StepLoop(stream, consumer, device, non_blocking=pinned)
+        artifacts = profile_steps(loop, instrumented, collate, spec.run.profile_steps, job_dir)
+        stream.close()
+    rows = transform_rows(sink, instrumented.steps, collate.steps)
+    identity = getattr(dataset, "identity", None)
+    return {
+        "summary": summary_row(passes, rows, len(skipped)),
+        "transforms": rows_as_dicts(rows),
+        "workers_breakdown": worker_breakdown(sink),
+        "passes": [pass_record(p) for p in passes],
+        "skipped": [f._asdict() for f in skipped[:MAX_LISTED_FAILURES]],
+        "artifacts": artifacts,
+        "pin_memory_effective": pinned,
+        "fingerprint": fingerprint(identity() if identity else {"class": type(dataset).__name__},
+                                   _start_method(spec)),
+    }
+
+
+def run_job_task(cfg: DictConfig) -> None:
+    """Hydra task function: one job, one folder. User errors exit 2 with one line."""
+    hydra_cfg = HydraConfig.get()
+    job_dir = Path(hydra_cfg.runtime.output_dir)
+    choices = dict(hydra_cfg.runtime.choices)
+    name = hydra_cfg.job.override_dirname or "default"
+    try:
+        spec = job_spec_from_config(cfg, choices)
+        record = measure_job(spec, job_dir)
+    except PipebenchError as exc:
+        (job_dir / ERROR_FILE).write_text(f"{exc}\n")
+        print(f"pipebench: error: {exc}", file=sys.stderr)
+        raise SystemExit(USAGE_EXIT_STATUS) from None
+    summary = {
+        "job": name,
+        "dataset": spec.dataset_name,
+        "transform": spec.transform_name,
+        "workers": spec.workers,
+        "batch_size": spec.loader.batch_size,
+        "consumer": spec.consumer.kind,
+        **record["summary"],
+    }
+    result = {
+        "job": name,
+        "job_num": int(hydra_cfg.job.num),
+        "overrides": list(hydra_cfg.overrides.task),
+        "config": OmegaConf.to_container(cfg, resolve=True),
+        "choices": choices,
+        **record,
+        "summary": summary,
+    }
+    write_json_atomic(job_dir / RESULT_FILE, result)
+    write_invocation_summary(job_dir.parent)
+    print(f"\n## {name}\n")
+    print(markdown_table(record["transforms"], PRINTED_TRANSFORM_COLUMNS))

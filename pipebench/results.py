@@ -1,0 +1,96 @@
+"""Result files: result.json per job, and the invocation's summary.csv / summary.md / transforms.csv.
+
+The invocation files are rebuilt from the job folders after every job, so an interrupted
+sweep always leaves every finished row on disk.
+"""
+
+import csv
+import json
+import os
+from io import StringIO
+from pathlib import Path
+from typing import Dict, List, Mapping, Optional, Sequence
+
+from pipebench.tables import markdown_table
+
+RESULT_FILE = "result.json"
+SUMMARY_CSV = "summary.csv"
+SUMMARY_MD = "summary.md"
+TRANSFORMS_CSV = "transforms.csv"
+
+# Identity columns first, then the figures a reader compares, then the detail.
+SUMMARY_COLUMNS = [
+    "job", "dataset", "transform", "workers", "batch_size", "consumer",
+    "samples_per_s", "samples_per_s_ci_low", "samples_per_s_ci_high", "speedup",
+    "step_ms_mean", "step_ms_var", "step_ms_median", "step_ms_iqr", "step_ms_p99",
+    "wait_ms_mean", "wait_ms_median", "wait_ms_p99", "starvation_pct", "accel_util_pct",
+    "pipeline_ms_per_sample", "first_batch_s", "steps", "repeats", "skipped_samples", "epochs",
+]
+# The printed comparison keeps to what fits a terminal; summary.csv has everything.
+PRINTED_COLUMNS = [
+    "job", "workers", "batch_size", "samples_per_s", "speedup", "step_ms_median", "step_ms_p99",
+    "starvation_pct", "pipeline_ms_per_sample", "first_batch_s", "skipped_samples",
+]
+TRANSFORM_COLUMNS = [
+    "job", "stage", "transform", "calls", "ms_per_call_mean", "ms_per_call_median", "ms_per_sample", "share_pct",
+]
+PRINTED_TRANSFORM_COLUMNS = TRANSFORM_COLUMNS[1:]
+
+
+def write_json_atomic(path: Path, payload: Mapping[str, object]) -> None:
+    tmp = path.with_suffix(path.suffix + ".tmp")
+    tmp.write_text(json.dumps(payload, indent=1, default=str))
+    os.replace(tmp, path)
+
+
+def _write_text_atomic(path: Path, text: str) -> None:
+    tmp = path.with_suffix(path.suffix + ".tmp")
+    tmp.write_text(text)
+    os.replace(tmp, path)
+
+
+def _csv_text(rows: Sequence[Mapping[str, object]], columns: Sequence[str]) -> str:
+    buffer = StringIO()
+    writer = csv.DictWriter(buffer, fieldnames=columns, extrasaction="ignore")
+    writer.writeheader()
+    writer.writerows(rows)
+    return buffer.getvalue()
+
+
+def load_job_results(invocation_dir: Path) -> List[Dict[str, object]]:
+    """Every finished job's result.json under an invocation folder, in job order."""
+    found = []
+    for path in invocation_dir.glob(f"*/{RESULT_FILE}"):
+        try:
+            found.append(json.loads(path.read_text()))
+        except (OSError, json.JSONDecodeError):
+            continue  # a job killed mid-write leaves no row rather than a broken one
+    return sorted(found, key=lambda r: r["job_num"])
+
+
+def with_speedup(rows: List[Dict[str, object]], baseline: Optional[str] = None) -> List[Dict[str, object]]:
+    """Add samples/s relative to the baseline job (default: the first)."""
+    if not rows:
+        return rows
+    base = next((r for r in rows if r["job"] == baseline), rows[0])
+    base_rate = float(base["samples_per_s"]) or float("nan")
+    return [{**r, "speedup": float(r["samples_per_s"]) / base_rate} for r in rows]
+
+
+def summary_rows(results: Sequence[Mapping[str, object]]) -> List[Dict[str, object]]:
+    return with_speedup([dict(r["summary"]) for r in results])
+
+
+def transform_table_rows(results: Sequence[Mapping[str, object]]) -> List[Dict[str, object]]:
+    return [{"job": r["summary"]["job"], **t} for r in results for t in r["transforms"]]
+
+
+def write_invocation_summary(invocation_dir: Path) -> str:
+    """Rebuild summary.csv, summary.md and transforms.csv from the job folders; return the markdown."""
+    results = load_job_results(invocation_dir)
+    rows = summary_rows(results)
+    markdown = markdown_table(rows, PRINTED_COLUMNS)
+    _write_text_atomic(invocation_dir / SUMMARY_CSV, _csv_text(rows, SUMMARY_COLUMNS))
+    _write_text_atomic(invocation_dir / SUMMARY_MD, markdown)
+    _write_text_atomic(invocation_dir / TRANSFORMS_CSV, _csv_text(transform_table_rows(results), TRANSFORM_COLUMNS))
+    return markdown

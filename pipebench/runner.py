@@ -1,0 +1,175 @@
+"""The measured step loop: first batch, warm-up, then a steady state timed step by step.
+
+step = wait in next(loader) + host-to-device copy + consumer step. The first batch (worker
+start-up, imports) is reported on its own and never enters the steady-state numbers.
+"""
+
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Dict, Iterator, List, Optional
+
+import numpy as np
+import torch
+from torch.utils.data import DataLoader
+from tqdm import tqdm
+
+from pipebench.errors import SampleError
+from pipebench.specs import JobSpec
+from pipebench.timed_chain import InstrumentedDataset, SampleFailure, TimedBatch, TimedCollate, set_profiling_labels
+
+NS_PER_MS = 1e6
+NS_PER_S = 1e9
+# Rows of torch.profiler's key_averages table saved beside the trace.
+PROFILE_TABLE_ROWS = 40
+
+
+@dataclass(frozen=True)
+class StepSample:
+    """One measured step, in nanoseconds."""
+
+    wait_ns: int
+    h2d_ns: int
+    compute_ns: int
+    samples: int
+    transfer_ns: int
+    worker_id: int
+
+    @property
+    def step_ns(self) -> int:
+        return self.wait_ns + self.h2d_ns + self.compute_ns
+
+
+@dataclass(frozen=True)
+class PassResult:
+    """One repeat: a fresh iteration of the loader."""
+
+    first_batch_s: float
+    warmup_steps: int
+    steps: List[StepSample]
+    wall_s: float
+    epochs: int
+
+
+@dataclass
+class TimingSink:
+    """Per-step timings of measured steps, stacked as they arrive (main process only)."""
+
+    sample_ns: List[np.ndarray] = field(default_factory=list)
+    batch_ns: List[np.ndarray] = field(default_factory=list)
+    worker_ids: List[int] = field(default_factory=list)
+
+    def add(self, batch: TimedBatch) -> None:
+        self.sample_ns.append(batch.sample_ns)
+        self.batch_ns.append(batch.batch_ns)
+        self.worker_ids.append(batch.worker_id)
+
+
+class BatchStream:
+    """Batches from the loader across epoch ends, with the bad-sample policy applied."""
+
+    def __init__(self, loader: DataLoader, on_error: str) -> None:
+        self.loader = loader
+        self.on_error = on_error
+        self.iterator: Iterator[TimedBatch] = iter(loader)
+        self.epochs = 1
+        self.skipped: List[SampleFailure] = []
+
+    def next(self) -> TimedBatch:
+        while True:
+            try:
+                batch = next(self.iterator)
+            except StopIteration:
+                self.iterator = iter(self.loader)
+                self.epochs += 1
+                continue
+            if batch.failures:
+                first = batch.failures[0]
+                if self.on_error == "fail":
+                    raise SampleError(
+                        f"sample {first.index} ({first.where}) failed in {first.step}: {first.message} "
+                        "(run.on_error=skip drops bad samples and counts them)"
+                    )
+                self.skipped.extend(batch.failures)
+            if batch.data is not None:
+                return batch
+
+    def close(self) -> None:
+        # Deleting the iterator shuts its workers down before the next repeat starts its own.
+        del self.iterator
+
+
+def _to_device(data: Any, device: Optional[torch.device], non_blocking: bool) -> Any:
+    if device is None:
+        return data
+    moved = data.to(device, non_blocking=non_blocking)
+    torch.cuda.synchronize(device)
+    return moved
+
+
+@dataclass
+class StepLoop:
+    """Runs steps against one BatchStream and records them."""
+
+    stream: BatchStream
+    consumer: Any
+    device: Optional[torch.device]
+    non_blocking: bool
+
+    def step(self, sink: Optional[TimingSink]) -> StepSample:
+        t0 = time.perf_counter_ns()
+        batch = self.stream.next()
+        t1 = time.perf_counter_ns()
+        data = _to_device(batch.data, self.device, self.non_blocking)
+        t2 = time.perf_counter_ns()
+        self.consumer.step(data, batch.labels)
+        t3 = time.perf_counter_ns()
+        if sink is not None:
+            sink.add(batch)
+        return StepSample(t1 - t0, t2 - t1, t3 - t2, int(batch.sample_ns.shape[0]), t1 - batch.done_ns,
+                          batch.worker_id)
+
+
+def measure_pass(loop: StepLoop, spec: JobSpec, sink: TimingSink, label: str) -> PassResult:
+    """First batch, warm-up, then steps until both `run.steps` and `run.min_time_s` are reached."""
+    start = time.perf_counter_ns()
+    loop.step(None)
+    first_batch_s = (time.perf_counter_ns() - start) / NS_PER_S
+    for _ in range(spec.run.warmup_steps):
+        loop.step(None)
+    steps: List[StepSample] = []
+    min_time_ns = spec.run.min_time_s * NS_PER_S
+    bar = tqdm(total=spec.run.steps, desc=label, unit="step", leave=False,
+               disable=None if spec.run.progress else True)
+    measured_ns = 0
+    samples = 0
+    while len(steps) < spec.run.steps or measured_ns < min_time_ns:
+        sample = loop.step(sink)
+        steps.append(sample)
+        measured_ns += sample.step_ns
+        samples += sample.samples
+        bar.update(1)
+        bar.set_postfix(samples_per_s=f"{samples * NS_PER_S / measured_ns:.1f}")
+    bar.close()
+    return PassResult(first_batch_s, spec.run.warmup_steps, steps, measured_ns / NS_PER_S, loop.stream.epochs)
+
+
+def profile_steps(loop: StepLoop, dataset: InstrumentedDataset, collate: TimedCollate, steps: int,
+                  job_dir: Path) -> Dict[str, str]:
+    """Run a few in-process steps under torch.profiler; save a Perfetto-loadable trace and the table."""
+    activities = [torch.profiler.ProfilerActivity.CPU]
+    if torch.cuda.is_available():
+        activities.append(torch.profiler.ProfilerActivity.CUDA)
+    set_profiling_labels(dataset, collate, True)
+    try:
+        with torch.profiler.profile(activities=activities) as prof:
+            for _ in range(steps):
+                with torch.profiler.record_function("step"):
+                    loop.step(None)
+    finally:
+        set_profiling_labels(dataset, collate, False)
+    trace = job_dir / "trace.json"
+    table = job_dir / "profile.txt"
+    prof.export_chrome_trace(str(trace))
+    table.write_text(prof.key_averages().table(sort_by="cpu_time_total", row_limit=PROFILE_TABLE_ROWS))
+    return {"trace": trace.name, "profile_table": table.name}
