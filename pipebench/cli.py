@@ -53,7 +53,7 @@ def _one_line(exc: BaseException) -> str:
     """Hydra and OmegaConf errors span many lines; users get the first line of each layer."""
     text = str(exc).split("Config search path")[0]
     lines = [line.strip() for line in text.splitlines() if line.strip()]
-    message = lines[0] if lines else type(exc).__name__
+    message = lines[0].rstrip(".") if lines else type(exc).__name__
     options = [line for line in lines[1:] if not line.startswith("Available options")]
     if "Could not find" in message and options:
         message += "; available: " + ", ".join(options)

@@ -113,15 +113,18 @@ def _validate_consumer(consumer: ConsumerSpec) -> None:
 
 def _to_plain(cfg: DictConfig) -> dict:
     """Resolve every key but `hydra` (whose job fields exist only once a job is launched)."""
-    try:
-        return {
-            key: OmegaConf.to_container(cfg[key], resolve=True, throw_on_missing=True)
-            if OmegaConf.is_config(cfg[key]) else cfg[key]
-            for key in cfg
-            if key != "hydra"
-        }
-    except OmegaConfBaseException as exc:
-        raise ConfigError(str(exc).splitlines()[0]) from exc
+    plain = {}
+    for key in cfg:
+        if key == "hydra":
+            continue
+        try:
+            node = cfg[key]
+            plain[key] = OmegaConf.to_container(node, resolve=True, throw_on_missing=True) \
+                if OmegaConf.is_config(node) else node
+        except OmegaConfBaseException as exc:
+            where = getattr(exc, "full_key", None) or key
+            raise ConfigError(f"{where}: {str(exc).splitlines()[0]}") from exc
+    return plain
 
 
 def job_spec_from_config(cfg: DictConfig, choices: Mapping[str, Optional[str]]) -> JobSpec:
