@@ -1,0 +1,98 @@
+"""A folder of the user's own images, so a benchmark can run on the data the user
+actually trains on."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from pathlib import Path
+
+import numpy as np
+from torch.utils.data import Dataset
+
+from pipebench.errors import DatasetError
+
+from .lazy_image import IMAGE_EXTENSIONS, open_rgb
+
+
+def _find_images(root: Path) -> list[str]:
+    """Relative POSIX paths of every image under root, sorted, following symlinks like
+    torchvision's ImageFolder. Hidden files and folders are skipped: they are usually
+    metadata (macOS `._x.jpg` files), not images."""
+    found = []
+    for folder, subfolders, names in os.walk(root, followlinks=True):
+        subfolders[:] = [d for d in subfolders if not d.startswith(".")]
+        for name in names:
+            if not name.startswith(".") and os.path.splitext(name)[1].lower() in IMAGE_EXTENSIONS:
+                found.append(Path(folder, name).relative_to(root).as_posix())
+    return sorted(found)
+
+
+class ImageFolderDataset(Dataset):
+    """Every image under `path` (recursive, sorted), opened lazily as RGB.
+
+    Labels: when every image sits inside a first-level subfolder, the label is the index
+    of that subfolder among the sorted subfolders that hold images, as torchvision's
+    ImageFolder does, and `num_classes` becomes their count. Otherwise labels are
+    seeded random integers in [0, num_classes).
+    """
+
+    def __init__(self, path: str | os.PathLike, num_classes: int = 10, seed: int = 0):
+        if isinstance(num_classes, bool) or not isinstance(num_classes, int) or num_classes < 1:
+            raise DatasetError(f"image_folder: num_classes must be an integer >= 1, got {num_classes!r}")
+        if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
+            raise DatasetError(f"image_folder: seed must be an integer >= 0, got {seed!r}")
+        root = Path(path).expanduser()
+        if not root.exists():
+            raise DatasetError(f"image_folder: {root} does not exist")
+        if not root.is_dir():
+            raise DatasetError(f"image_folder: {root} is not a directory")
+        relative = _find_images(root)
+        if not relative:
+            extensions = ", ".join(sorted(IMAGE_EXTENSIONS))
+            raise DatasetError(f"image_folder: {root} holds no images (looked for {extensions})")
+
+        self.root = root.resolve()
+        self.seed = seed
+        self._relative = relative
+        top_folders = [p.split("/", 1)[0] if "/" in p else None for p in relative]
+        if None in top_folders:
+            self.classes = None
+            self.num_classes = num_classes
+            self._labels = np.random.default_rng(seed).integers(0, num_classes, size=len(relative))
+        else:
+            self.classes = sorted(set(top_folders))
+            index = {name: k for k, name in enumerate(self.classes)}
+            self.num_classes = len(self.classes)
+            self._labels = np.array([index[name] for name in top_folders])
+
+    def __len__(self) -> int:
+        return len(self._relative)
+
+    def __getitem__(self, i: int):
+        return open_rgb(self.describe(i)), int(self._labels[i])
+
+    def describe(self, i: int) -> str:
+        """The image file behind sample i."""
+        return str(self.root / self._relative[i])
+
+    def identity(self) -> dict:
+        """The folder, its labelling, and a digest of sorted relative paths and file
+        sizes: cheap for big folders, and it changes when files are added, removed,
+        renamed or rewritten at another size."""
+        digest = hashlib.sha256()
+        for rel in self._relative:
+            try:
+                size = (self.root / rel).stat().st_size
+            except OSError as exc:
+                raise DatasetError(f"image_folder: cannot read {self.root / rel}: {exc.strerror or exc}") from exc
+            digest.update(f"{rel}\t{size}\n".encode())
+        return {
+            "name": "image_folder",
+            "path": str(self.root),
+            "num_images": len(self._relative),
+            "labels": "random" if self.classes is None else "folders",
+            "num_classes": self.num_classes,
+            "seed": self.seed,
+            "content_digest": digest.hexdigest(),
+        }

@@ -1,0 +1,30 @@
+"""Open images the way the seed pipeline does: lazily, so decoding is charged to the
+first transform that touches pixels, not to the dataset."""
+
+from __future__ import annotations
+
+import os
+
+from PIL import Image
+
+# The extensions torchvision's ImageFolder accepts, so a folder holds the same images
+# in both. Compared lower-case.
+IMAGE_EXTENSIONS = frozenset(
+    {".jpg", ".jpeg", ".png", ".ppm", ".bmp", ".pgm", ".tif", ".tiff", ".webp"}
+)
+
+
+def open_rgb(path: str | os.PathLike) -> Image.Image:
+    """Return the image at `path` in mode RGB.
+
+    An RGB file is returned undecoded (`PIL.Image.open` only reads the header), so the
+    decode cost lands on the first pixel access, as in the seed chain, where reordering
+    RandomCrop before PILToTensor moves the decode under RandomCrop. Any other mode
+    (L, CMYK, P, RGBA, ...) is decoded and converted here, since the transforms expect
+    three channels; reading `mode` does not decode.
+    """
+    img = Image.open(path)
+    if img.mode == "RGB":
+        return img
+    with img:
+        return img.convert("RGB")

@@ -1,0 +1,88 @@
+"""Ready-made uint8 image tensors, for transform chains measured without any decode."""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Sequence
+
+import numpy as np
+import torch
+from torch.utils.data import Dataset
+
+from pipebench.errors import DatasetError
+
+# Independent seed streams, so that changing num_distinct never reshuffles the labels.
+_POOL_STREAM = 0
+_LABEL_STREAM = 1
+
+
+def _require_int(name: str, value, minimum: int) -> int:
+    """Check a config value is an integer >= minimum; a DatasetError names the key."""
+    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+        raise DatasetError(f"random_tensors: {name} must be an integer >= {minimum}, got {value!r}")
+    return value
+
+
+class RandomTensorDataset(Dataset):
+    """`length` samples cycling over a seeded pool of `num_distinct` uint8 tensors of
+    `shape`, with seeded random labels fixed per index.
+
+    Each sample is a clone, so an in-place transform cannot corrupt the pool. The pool
+    is not pickled: each process rebuilds it from the seed on first use, so sending the
+    dataset to spawned workers costs nothing however big the pool is.
+    """
+
+    def __init__(
+        self,
+        shape: Sequence[int] = (3, 256, 256),
+        length: int = 10000,
+        num_distinct: int = 64,
+        num_classes: int = 10,
+        seed: int = 0,
+    ):
+        if isinstance(shape, (str, bytes)) or not isinstance(shape, Sequence) or not shape:
+            raise DatasetError(f"random_tensors: shape must be a non-empty list of integers >= 1, got {shape!r}")
+        for dim in shape:
+            _require_int("every dimension of shape", dim, 1)
+        self.shape = tuple(shape)
+        self.length = _require_int("length", length, 1)
+        self.num_distinct = _require_int("num_distinct", num_distinct, 1)
+        self.num_classes = _require_int("num_classes", num_classes, 1)
+        self.seed = _require_int("seed", seed, 0)
+        self._labels = np.random.default_rng([seed, _LABEL_STREAM]).integers(0, num_classes, size=length)
+        self._pool = None
+
+    def _get_pool(self) -> torch.Tensor:
+        """The pool of distinct tensors, built on first use in each process."""
+        if self._pool is None:
+            rng = np.random.default_rng([self.seed, _POOL_STREAM])
+            values = rng.integers(0, 256, size=(self.num_distinct, *self.shape), dtype=np.uint8)
+            self._pool = torch.from_numpy(values)
+        return self._pool
+
+    def __getstate__(self) -> dict:
+        return {**self.__dict__, "_pool": None}
+
+    def __len__(self) -> int:
+        return self.length
+
+    def __getitem__(self, i: int):
+        i = range(self.length)[i]
+        return self._get_pool()[i % self.num_distinct].clone(), int(self._labels[i])
+
+    def describe(self, i: int) -> str:
+        """Which pool tensor sample i is."""
+        i = range(self.length)[i]
+        return f"random tensor {i % self.num_distinct} of {self.num_distinct} (sample {i})"
+
+    def identity(self) -> dict:
+        """Parameters plus a digest of the pool's bytes (builds the pool if needed)."""
+        return {
+            "name": "random_tensors",
+            "shape": list(self.shape),
+            "length": self.length,
+            "num_distinct": self.num_distinct,
+            "num_classes": self.num_classes,
+            "seed": self.seed,
+            "content_digest": hashlib.sha256(self._get_pool().numpy().tobytes()).hexdigest(),
+        }

@@ -1,0 +1,59 @@
+"""Shared helpers: compose real pipebench configs, and run the real CLI in a subprocess."""
+
+import subprocess
+import sys
+from pathlib import Path
+from typing import List, Sequence
+
+import pytest
+from hydra import compose, initialize_config_module
+from hydra.core.config_store import ConfigStore
+
+from pipebench.cli import CONFIG_MODULE, CONFIG_NAME, HYDRA_VERSION_BASE
+from pipebench.schema import register_schema
+from pipebench.specs import JobSpec, job_spec_from_config
+
+# A decode-free chain that runs in well under a millisecond a sample, for end-to-end runs.
+TINY_DATASET = ["dataset=random_tensors", "dataset.shape=[3,32,32]", "dataset.length=512"]
+QUICK_RUN = ["run=quick", "run.progress=false", "loader.batch_size=8"]
+
+
+def compose_spec(overrides: Sequence[str]) -> JobSpec:
+    register_schema(ConfigStore.instance())
+    with initialize_config_module(config_module=CONFIG_MODULE, version_base=HYDRA_VERSION_BASE):
+        cfg = compose(CONFIG_NAME, overrides=list(overrides), return_hydra_config=True)
+        return job_spec_from_config(cfg, dict(cfg.hydra.runtime.choices))
+
+
+def run_cli(args: List[str], cwd: Path, timeout: float = 240) -> subprocess.CompletedProcess:
+    """`pipebench ...` exactly as a user types it, from the installed console script."""
+    exe = Path(sys.executable).with_name("pipebench")
+    return subprocess.run([str(exe), *args], cwd=cwd, capture_output=True, text=True, timeout=timeout)
+
+
+def results_folder(stdout: str) -> Path:
+    last = stdout.strip().splitlines()[-1]
+    assert last.startswith("results: "), f"last line was {last!r}"
+    return Path(last[len("results: "):])
+
+
+@pytest.fixture
+def user_project(tmp_path: Path) -> Path:
+    """A user's own project: a transform module and a config dir with a chain that uses it."""
+    (tmp_path / "my_transforms.py").write_text(
+        "import torch\n\n"
+        "class AddOne:\n"
+        "    def __call__(self, x):\n"
+        "        return x.to(torch.int16) + 1\n"
+    )
+    chain = tmp_path / "my_conf" / "transform"
+    chain.mkdir(parents=True)
+    (chain / "tiny.yaml").write_text(
+        "per_sample:\n"
+        "  - _target_: my_transforms.AddOne\n"
+        "  - _target_: pipebench.transforms.synthetic.BusyWait\n"
+        "    ms: 0.2\n"
+        "per_batch:\n"
+        "  - _target_: pipebench.transforms.color.BatchScale\n"
+    )
+    return tmp_path

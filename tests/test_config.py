@@ -1,0 +1,113 @@
+"""Config composition, sweep expansion and every bad-input case: one line, exit 2, no traceback."""
+
+import pytest
+
+from pipebench.build import build_transforms
+from pipebench.cli import _label, expand_sweep, main
+from pipebench.errors import ConfigError
+
+from conftest import compose_spec, run_cli
+
+CHAINS = ["yuv_mask", "yuv_mask_fast", "yuv_mask_crop_first", "yuv_mask_batched"]
+
+
+def test_defaults_compose_to_the_seed_chain():
+    spec = compose_spec([])
+    assert spec.dataset_name == "synthetic_jpeg" and spec.transform_name == "yuv_mask"
+    assert spec.dataset["length"] == 10000 and spec.dataset["width"] == 533 and spec.dataset["height"] == 800
+    assert [n["_target_"].rsplit(".", 1)[1] for n in spec.per_sample] == [
+        "PILToTensor", "RandomCrop", "RandomMask", "ConvertColor", "Scale"]
+    assert spec.per_batch == ()
+    assert spec.workers == 0 and spec.loader.batch_size == 32 and spec.consumer.kind == "none"
+
+
+@pytest.mark.parametrize("chain", CHAINS)
+def test_every_catalogue_chain_instantiates(chain):
+    spec = compose_spec([f"transform={chain}"])
+    steps = build_transforms(spec.per_sample, "per_sample") + build_transforms(spec.per_batch, "per_batch")
+    assert len(steps) == 5 and all(callable(s) for s in steps)
+
+
+def test_batched_chain_moves_color_into_the_collate():
+    spec = compose_spec(["transform=yuv_mask_batched"])
+    assert [n["_target_"].rsplit(".", 1)[1] for n in spec.per_batch] == ["BatchConvertColor", "BatchScale"]
+
+
+def test_overrides_reach_the_spec():
+    spec = compose_spec(["workers=3", "loader=seed", "run.repeats=4", "consumer=emulated"])
+    assert (spec.workers, spec.loader.batch_size, spec.run.repeats, spec.consumer.kind) == (3, 256, 4, "emulated")
+
+
+def test_an_explicit_key_beats_a_group_preset():
+    assert compose_spec(["loader=seed", "loader.batch_size=7"]).loader.batch_size == 7
+
+
+def test_sweep_expansion_matches_hydra_semantics():
+    jobs = expand_sweep(["transform=yuv_mask,yuv_mask_fast", "workers=0,2"])
+    assert sorted(map(tuple, jobs)) == sorted([
+        ("transform=yuv_mask", "workers=0"), ("transform=yuv_mask", "workers=2"),
+        ("transform=yuv_mask_fast", "workers=0"), ("transform=yuv_mask_fast", "workers=2")])
+    assert [j[0] for j in expand_sweep(["workers=range(0,3)"])] == ["workers=0", "workers=1", "workers=2"]
+    assert len(expand_sweep(["workers=choice(1,4)"])) == 2
+
+
+def test_bad_override_syntax_is_a_config_error():
+    with pytest.raises(ConfigError):
+        expand_sweep(["workers=[0"])
+
+
+def test_label_is_folder_safe():
+    assert _label(["transform=yuv_mask", "workers=0,4,8"]) == "transform-yuv_mask_workers-0+4+8"
+    assert "/" not in _label(["dataset.path=/a/b"])
+
+
+BAD_INPUTS = [
+    (["transform=nope"], "transform/nope"),
+    (["transform=yuv_mask,nope"], "transform/nope"),
+    (["nosuchkey=1"], "nosuchkey"),
+    (["loader.batchsize=3"], "batchsize"),
+    (["workers=-1"], "workers"),
+    (["workers=0,-2"], "workers"),
+    (["loader.batch_size=0"], "loader.batch_size"),
+    (["workers=abc"], "workers"),
+    (["run.on_error=maybe"], "run.on_error"),
+    (["loader.multiprocessing_context=spwan"], "multiprocessing_context"),
+    (["dataset=image_folder"], "dataset.path"),
+    (["dataset=image_folder", "dataset.path=/no/such/dir"], "/no/such/dir"),
+    (["transform.per_sample=[{_target_:no_such_module.Thing}]"], "transform.per_sample[0]"),
+]
+
+
+@pytest.mark.parametrize("args,named", BAD_INPUTS)
+def test_bad_input_is_one_line_exit_2(args, named, capsys, tmp_path):
+    status = main(["run", *args, f"results_dir={tmp_path}"])
+    err = capsys.readouterr().err.strip()
+    assert status == 2
+    assert err.startswith("pipebench: error: ") and "\n" not in err, err
+    assert named in err
+    assert not any(tmp_path.iterdir()), "nothing may be measured or written for a bad config"
+
+
+def test_empty_image_folder_is_refused(capsys, tmp_path):
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    assert main(["run", "dataset=image_folder", f"dataset.path={empty}", f"results_dir={tmp_path}"]) == 2
+    err = capsys.readouterr().err
+    assert str(empty) in err and err.count("\n") == 1
+
+
+def test_real_cli_error_has_no_traceback(tmp_path):
+    proc = run_cli(["run", "transform=nope"], cwd=tmp_path)
+    assert proc.returncode == 2
+    assert "Traceback" not in proc.stderr
+    assert proc.stderr.strip().count("\n") == 0 and "transform/nope" in proc.stderr
+
+
+def test_unknown_verb_exits_2(tmp_path):
+    proc = run_cli(["frobnicate"], cwd=tmp_path)
+    assert proc.returncode == 2 and "invalid choice" in proc.stderr
+
+
+def test_help_lists_the_run_verb(tmp_path):
+    proc = run_cli(["--help"], cwd=tmp_path)
+    assert proc.returncode == 0 and "run" in proc.stdout
