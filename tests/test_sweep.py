@@ -1,0 +1,116 @@
+"""End to end through the real CLI: a sweep gives one row per job, files parse, faults stay contained."""
+
+import csv
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from PIL import Image
+
+from conftest import QUICK_RUN, TINY_DATASET, results_folder, run_cli
+
+SUMMARY_REQUIRED = ["job", "dataset", "transform", "workers", "batch_size", "samples_per_s", "step_ms_mean",
+                    "step_ms_var", "step_ms_median", "first_batch_s"]
+TRANSFORMS_REQUIRED = ["job", "stage", "transform", "calls", "ms_per_call_mean", "ms_per_call_median", "share_pct"]
+
+
+def _csv(path: Path):
+    with path.open() as handle:
+        return list(csv.DictReader(handle))
+
+
+def test_user_chain_sweep_writes_one_row_per_job(user_project):
+    proc = run_cli(["run", "--config-dir", "my_conf", "transform=tiny", "workers=0,1", *TINY_DATASET, *QUICK_RUN,
+                    "results_dir=out"], cwd=user_project)
+    assert proc.returncode == 0, proc.stderr
+    folder = user_project / results_folder(proc.stdout)
+    assert folder.parent == user_project / "out" and "-transform-tiny_workers-0+1" in folder.name
+
+    summary = _csv(folder / "summary.csv")
+    assert [r["workers"] for r in summary] == ["0", "1"]
+    assert set(SUMMARY_REQUIRED) <= set(summary[0])
+    assert all(float(r["samples_per_s"]) > 0 and r["transform"] == "tiny" for r in summary)
+
+    rows = _csv(folder / "transforms.csv")
+    assert set(TRANSFORMS_REQUIRED) <= set(rows[0])
+    for job in (r["job"] for r in summary):
+        stages = {(r["stage"], r["transform"]) for r in rows if r["job"] == job}
+        assert {("load", "RandomTensorDataset"), ("per_sample", "AddOne"), ("per_sample", "BusyWait"),
+                ("collate", "default_collate"), ("per_batch", "BatchScale")} == stages
+        assert abs(sum(float(r["share_pct"]) for r in rows if r["job"] == job) - 100) < 1e-6
+
+    assert (folder / "summary.md").read_text().strip() in proc.stdout
+    results = [json.loads(p.read_text()) for p in sorted(folder.glob("job-*/result.json"))]
+    assert len(results) == 2
+    for result in results:
+        assert result["config"]["workers"] == result["summary"]["workers"]
+        assert {"torch", "torchvision", "python", "pipebench", "cpu_model", "usable_cores", "gpu",
+                "start_method", "dataset", "git_commit"} <= set(result["fingerprint"])
+        assert "environ" not in json.dumps(result["fingerprint"]).lower()
+        assert len(result["passes"][0]["step_ms"]) == result["summary"]["steps"]
+    assert results[1]["fingerprint"]["start_method"] in ("fork", "spawn", "forkserver")
+    trace = json.loads((folder / "job-0" / "trace.json").read_text())
+    names = {e.get("name") for e in trace["traceEvents"]}
+    assert {"per_sample/BusyWait", "collate/default_collate", "per_batch/BatchScale"} <= names
+    assert "BusyWait" in (folder / "job-0" / "profile.txt").read_text()
+    assert not (folder / "job-1" / "trace.json").exists(), "workers' labels never reach a profiler"
+
+
+def _small_images(folder: Path, count: int = 8) -> Path:
+    folder.mkdir()
+    for i in range(count):
+        Image.new("RGB", (120, 100), (40 * i, 90, 200)).save(folder / f"img{i}.jpg")
+    return folder
+
+
+def test_image_smaller_than_crop_names_the_file(tmp_path):
+    images = _small_images(tmp_path / "small")
+    proc = run_cli(["run", "dataset=image_folder", f"dataset.path={images}", "loader.shuffle=false",
+                    *QUICK_RUN, "results_dir=out"], cwd=tmp_path)
+    assert proc.returncode == 2
+    assert "Traceback" not in proc.stderr
+    error = [line for line in proc.stderr.splitlines() if line.startswith("pipebench: error:")]
+    assert len(error) == 1 and "img0.jpg" in error[0] and "crop size" in error[0]
+
+
+def test_skip_policy_counts_corrupt_images(tmp_path):
+    images = tmp_path / "mixed"
+    images.mkdir()
+    for i in range(14):
+        Image.new("RGB", (300, 300), (10 * i, 90, 200)).save(images / f"ok{i:02d}.jpg")
+    (images / "broken.jpg").write_bytes(b"\xff\xd8\xff\xe0 not really a jpeg")
+    whole = (images / "ok00.jpg").read_bytes()
+    (images / "truncated.jpg").write_bytes(whole[: len(whole) // 3])
+    args = ["run", "dataset=image_folder", f"dataset.path={images}", "transform=yuv_mask_fast", *QUICK_RUN,
+            "run.steps=8", "results_dir=out"]
+    failed = run_cli(args, cwd=tmp_path)
+    assert failed.returncode == 2 and ".jpg" in failed.stderr and "Traceback" not in failed.stderr
+    skipped = run_cli([*args, "run.on_error=skip"], cwd=tmp_path)
+    assert skipped.returncode == 0, skipped.stderr
+    row = _csv(tmp_path / results_folder(skipped.stdout) / "summary.csv")[0]
+    assert int(row["skipped_samples"]) >= 2
+
+
+def test_ctrl_c_keeps_finished_rows(user_project):
+    tmp_path = user_project
+    exe = Path(sys.executable).with_name("pipebench")
+    args = [str(exe), "run", "--config-dir", "my_conf", "transform=tiny", "workers=0,0,0", *TINY_DATASET, "run.progress=false", "run.warmup_steps=0",
+            "run.min_time_s=2", "run.profile_steps=0", "results_dir=out"]
+    proc = subprocess.Popen(args, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            start_new_session=True)
+    deadline = time.monotonic() + 120
+    summaries = []
+    while time.monotonic() < deadline and not summaries and proc.poll() is None:
+        summaries = [p for p in (tmp_path / "out").glob("*/summary.csv") if len(_csv(p)) >= 1]
+        time.sleep(0.2)
+    assert summaries, "the first job never finished"
+    os.killpg(proc.pid, signal.SIGINT)  # what a terminal's Ctrl-C does: the whole foreground group
+    stdout, stderr = proc.communicate(timeout=60)
+    assert proc.returncode == 130, stderr
+    assert "interrupted" in stderr and "Traceback" not in stderr
+    assert 1 <= len(_csv(summaries[0])) < 3
+    assert stdout.strip().splitlines()[-1].startswith("results: ")

@@ -1,0 +1,68 @@
+"""The timer charges cost to the right place: a step of known cost measures as that cost."""
+
+import dataclasses
+
+import pytest
+
+from pipebench.job import measure_job
+
+from conftest import QUICK_RUN, TINY_DATASET, compose_spec
+
+BUSY = "pipebench.transforms.synthetic.BusyWait"
+SCALE = "pipebench.transforms.color.Scale"
+# A busy-wait never ends early; preemption on a shared 2-core machine only makes it later.
+# The median shrugs off the odd preempted call, so 15% is ample and still catches misattribution.
+COST_TOLERANCE = 0.15
+
+
+def _spec(per_sample, extra=()):
+    spec = compose_spec([*TINY_DATASET, *QUICK_RUN, "run.profile_steps=0", *extra])
+    return dataclasses.replace(spec, per_sample=tuple(per_sample))
+
+
+def _rows(record):
+    return {(r["stage"], r["transform"]): r for r in record["transforms"]}
+
+
+@pytest.mark.parametrize("cost_ms", [2.0, 6.0])
+def test_known_cost_step_dominates_and_measures_its_cost(tmp_path, cost_ms):
+    spec = _spec([{"_target_": SCALE}, {"_target_": BUSY, "ms": cost_ms}, {"_target_": SCALE}])
+    record = measure_job(spec, tmp_path)
+    rows = _rows(record)
+    busy = rows[("per_sample", "BusyWait")]
+    assert busy["ms_per_call_median"] == pytest.approx(cost_ms, rel=COST_TOLERANCE)
+    assert busy["share_pct"] > 80
+    assert max(r["share_pct"] for k, r in rows.items() if k != ("per_sample", "BusyWait")) < 10
+    assert ("per_sample", "Scale#2") in rows, "repeated transforms get distinct rows"
+    assert busy["calls"] == record["summary"]["steps"] * spec.loader.batch_size
+
+
+def test_two_known_costs_split_in_proportion(tmp_path):
+    spec = _spec([{"_target_": BUSY, "ms": 1.0}, {"_target_": BUSY, "ms": 3.0}])
+    rows = _rows(measure_job(spec, tmp_path))
+    ratio = rows[("per_sample", "BusyWait#2")]["ms_per_call_median"] / rows[("per_sample", "BusyWait")]["ms_per_call_median"]
+    assert ratio == pytest.approx(3.0, rel=COST_TOLERANCE)
+
+
+def test_single_process_throughput_agrees_with_the_per_sample_sum(tmp_path):
+    """With workers=0 and no consumer, a step is the chain itself: rate ≈ 1 / per-sample time."""
+    spec = _spec([{"_target_": BUSY, "ms": 2.0}])
+    summary = measure_job(spec, tmp_path)["summary"]
+    predicted = 1000.0 / summary["pipeline_ms_per_sample"]
+    assert summary["samples_per_s"] == pytest.approx(predicted, rel=0.1)
+    assert summary["samples_per_s_ci_low"] <= summary["samples_per_s"] <= summary["samples_per_s_ci_high"]
+
+
+def test_emulated_consumer_sets_starvation(tmp_path):
+    """Data wait B·X = 8 x 2 ms against a 16 ms consumer: about half of each step is waiting."""
+    spec = _spec([{"_target_": BUSY, "ms": 2.0}], extra=["consumer=emulated", "consumer.step_ms=16"])
+    summary = measure_job(spec, tmp_path)["summary"]
+    assert summary["starvation_pct"] == pytest.approx(50, abs=10)
+    assert summary["accel_util_pct"] == pytest.approx(100 - summary["starvation_pct"], abs=2)
+
+
+def test_first_batch_is_kept_out_of_the_steady_state(tmp_path):
+    spec = _spec([{"_target_": BUSY, "ms": 0.5}], extra=["run.warmup_steps=0", "run.steps=4", "run.min_time_s=0"])
+    record = measure_job(spec, tmp_path)
+    assert len(record["passes"][0]["step_ms"]) == record["summary"]["steps"] == 4
+    assert record["summary"]["first_batch_s"] > 0
