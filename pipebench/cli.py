@@ -11,26 +11,22 @@ import re
 import sys
 import time
 from pathlib import Path
-from typing import Dict, List, Optional, Sequence, Tuple
+from typing import List, Optional, Sequence, Tuple
 
 import hydra
-from hydra import compose, initialize_config_module
 from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
-from hydra.core.config_store import ConfigStore
 from hydra.core.override_parser.overrides_parser import OverridesParser
+from hydra.core.config_store import ConfigStore
 from hydra.errors import HydraException
-from omegaconf.errors import OmegaConfBaseException
 
 from pipebench.build import build_dataset, build_transforms
+from pipebench.configs import CONFIG_MODULE, CONFIG_NAME, HYDRA_VERSION_BASE, job_spec_composer, one_line
 from pipebench.errors import USAGE_EXIT_STATUS, ConfigError, PipebenchError
 from pipebench.job import run_job_task
 from pipebench.results import SUMMARY_MD
 from pipebench.schema import register_schema
-from pipebench.specs import JobSpec, job_spec_from_config
+from pipebench.specs import JobSpec
 
-CONFIG_MODULE = "pipebench.conf"
-CONFIG_NAME = "config"
-HYDRA_VERSION_BASE = "1.3"
 # Longest label in a results folder name; the full overrides are in every result.json.
 MAX_LABEL_CHARS = 60
 INTERRUPTED_EXIT_STATUS = 130
@@ -47,20 +43,6 @@ groups: dataset=synthetic_jpeg|image_folder|random_tensors
         loader=default|seed  run=default|quick  consumer=none|emulated
 keys:   workers, results_dir, loader.*, run.*, consumer.*, dataset.*
 """
-
-
-def _one_line(exc: BaseException) -> str:
-    """Hydra and OmegaConf errors span many lines; users get the first line of each layer."""
-    text = str(exc).split("Config search path")[0]
-    lines = [line.strip() for line in text.splitlines() if line.strip()]
-    message = lines[0].rstrip(".") if lines else type(exc).__name__
-    options = [line for line in lines[1:] if not line.startswith("Available options")]
-    if "Could not find" in message and options:
-        message += "; available: " + ", ".join(options)
-    cause = exc.__cause__
-    if cause is not None and str(cause).strip():
-        message += ": " + str(cause).strip().splitlines()[0]
-    return message
 
 
 def _label(overrides: Sequence[str]) -> str:
@@ -85,7 +67,7 @@ def expand_sweep(overrides: Sequence[str]) -> List[List[str]]:
         parsed = OverridesParser.create().parse_overrides(list(overrides))
         return BasicSweeper.split_arguments(parsed, None)[0]
     except HydraException as exc:
-        raise ConfigError(_one_line(exc)) from exc
+        raise ConfigError(one_line(exc)) from exc
 
 
 def preflight(jobs: Sequence[Sequence[str]]) -> List[Tuple[JobSpec, str]]:
@@ -93,32 +75,28 @@ def preflight(jobs: Sequence[Sequence[str]]) -> List[Tuple[JobSpec, str]]:
 
     Returns each job's spec with its results_dir.
     """
-    specs = []
-    datasets_checked: Dict[str, None] = {}
-    with initialize_config_module(config_module=CONFIG_MODULE, version_base=HYDRA_VERSION_BASE, job_name="pipebench"):
+    checked = []
+    datasets_built = set()
+    with job_spec_composer() as compose_one:
         for job in jobs:
-            try:
-                cfg = compose(CONFIG_NAME, overrides=list(job), return_hydra_config=True)
-            except (HydraException, OmegaConfBaseException) as exc:
-                raise ConfigError(_one_line(exc)) from exc
-            spec = job_spec_from_config(cfg, dict(cfg.hydra.runtime.choices))
+            spec, results_dir = compose_one(job)
             build_transforms(spec.per_sample, "transform.per_sample")
             build_transforms(spec.per_batch, "transform.per_batch")
             key = repr(sorted(spec.dataset.items())) + f"|{spec.loader.batch_size}|{spec.loader.drop_last}"
-            if key not in datasets_checked:
+            if key not in datasets_built:
                 build_dataset(spec)
-                datasets_checked[key] = None
-            specs.append((spec, str(cfg.results_dir)))
-    return specs
+                datasets_built.add(key)
+            checked.append((spec, results_dir))
+    return checked
 
 
 def _hydra_entry():
+    register_schema(ConfigStore.instance())
     return hydra.main(config_path=f"pkg://{CONFIG_MODULE}", config_name=CONFIG_NAME,
                       version_base=HYDRA_VERSION_BASE)(run_job_task)
 
 
 def run_command(overrides: List[str], config_dir: Optional[str]) -> int:
-    register_schema(ConfigStore.instance())
     # User modules named by `_target_` resolve from the working directory, as with `python -m`.
     if os.getcwd() not in sys.path:
         sys.path.insert(0, os.getcwd())

@@ -6,12 +6,9 @@ from pathlib import Path
 from typing import List, Sequence
 
 import pytest
-from hydra import compose, initialize_config_module
-from hydra.core.config_store import ConfigStore
 
-from pipebench.cli import CONFIG_MODULE, CONFIG_NAME, HYDRA_VERSION_BASE
-from pipebench.schema import register_schema
-from pipebench.specs import JobSpec, job_spec_from_config
+from pipebench.configs import compose_job_spec
+from pipebench.specs import JobSpec
 
 # A decode-free chain that runs in well under a millisecond a sample, for end-to-end runs.
 TINY_DATASET = ["dataset=random_tensors", "dataset.shape=[3,32,32]", "dataset.length=512"]
@@ -19,10 +16,7 @@ QUICK_RUN = ["run=quick", "run.progress=false", "loader.batch_size=8"]
 
 
 def compose_spec(overrides: Sequence[str]) -> JobSpec:
-    register_schema(ConfigStore.instance())
-    with initialize_config_module(config_module=CONFIG_MODULE, version_base=HYDRA_VERSION_BASE):
-        cfg = compose(CONFIG_NAME, overrides=list(overrides), return_hydra_config=True)
-        return job_spec_from_config(cfg, dict(cfg.hydra.runtime.choices))
+    return compose_job_spec(overrides)
 
 
 def run_cli(args: List[str], cwd: Path, timeout: float = 240) -> subprocess.CompletedProcess:

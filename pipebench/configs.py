@@ -1,0 +1,53 @@
+"""Compose pipebench configs with Hydra's compose API, for checks and tools outside a Hydra job."""
+
+from contextlib import contextmanager
+from typing import Callable, Iterator, Sequence, Tuple
+
+from hydra import compose, initialize_config_module
+from hydra.core.config_store import ConfigStore
+from hydra.errors import HydraException
+from omegaconf.errors import OmegaConfBaseException
+
+from pipebench.errors import ConfigError
+from pipebench.schema import register_schema
+from pipebench.specs import JobSpec, job_spec_from_config
+
+CONFIG_MODULE = "pipebench.conf"
+CONFIG_NAME = "config"
+HYDRA_VERSION_BASE = "1.3"
+
+
+def one_line(exc: BaseException) -> str:
+    """Hydra and OmegaConf errors span many lines; users get the first line of each layer."""
+    text = str(exc).split("Config search path")[0]
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    message = lines[0].rstrip(".") if lines else type(exc).__name__
+    options = [line for line in lines[1:] if not line.startswith("Available options")]
+    if "Could not find" in message and options:
+        message += "; available: " + ", ".join(options)
+    cause = exc.__cause__
+    if cause is not None and str(cause).strip():
+        message += ": " + str(cause).strip().splitlines()[0]
+    return message
+
+
+@contextmanager
+def job_spec_composer() -> Iterator[Callable[[Sequence[str]], Tuple[JobSpec, str]]]:
+    """Yields compose(overrides) -> (JobSpec, results_dir); composition errors become ConfigError."""
+    register_schema(ConfigStore.instance())
+    with initialize_config_module(config_module=CONFIG_MODULE, version_base=HYDRA_VERSION_BASE,
+                                  job_name="pipebench"):
+        def compose_one(overrides: Sequence[str]) -> Tuple[JobSpec, str]:
+            try:
+                cfg = compose(CONFIG_NAME, overrides=list(overrides), return_hydra_config=True)
+            except (HydraException, OmegaConfBaseException) as exc:
+                raise ConfigError(one_line(exc)) from exc
+            return job_spec_from_config(cfg, dict(cfg.hydra.runtime.choices)), str(cfg.results_dir)
+
+        yield compose_one
+
+
+def compose_job_spec(overrides: Sequence[str]) -> JobSpec:
+    """The JobSpec for one set of overrides, as `pipebench run` would build it."""
+    with job_spec_composer() as compose_one:
+        return compose_one(overrides)[0]
