@@ -114,3 +114,18 @@ def test_ctrl_c_keeps_finished_rows(user_project):
     assert "interrupted" in stderr and "Traceback" not in stderr
     assert 1 <= len(_csv(summaries[0])) < 3
     assert stdout.strip().splitlines()[-1].startswith("results: ")
+
+
+def test_runs_from_a_source_checkout_with_spawned_workers(tmp_path):
+    """From the repo root, `pipebench` in the cwd must not hide the catalogues, even under spawn."""
+    images = tmp_path / "photos"
+    images.mkdir()
+    for i in range(8):
+        Image.new("RGB", (300, 280), (30 * i, 120, 60)).save(images / f"p{i}.jpg")
+    repo_root = Path(__file__).resolve().parents[1]
+    proc = run_cli(["run", "dataset=image_folder", f"dataset.path={images}", "transform=yuv_mask_batched",
+                    "workers=1", "loader.multiprocessing_context=spawn", *QUICK_RUN, f"results_dir={tmp_path / 'out'}"],
+                   cwd=repo_root)
+    assert proc.returncode == 0, proc.stderr
+    row = _csv(results_folder(proc.stdout) / "summary.csv")[0]
+    assert row["transform"] == "yuv_mask_batched" and float(row["samples_per_s"]) > 0
