@@ -124,7 +124,7 @@ def test_runs_from_a_source_checkout_with_spawned_workers(tmp_path):
         Image.new("RGB", (300, 280), (30 * i, 120, 60)).save(images / f"p{i}.jpg")
     repo_root = Path(__file__).resolve().parents[1]
     proc = run_cli(["run", "dataset=image_folder", f"dataset.path={images}", "transform=yuv_mask_batched",
-                    "workers=1", "loader.multiprocessing_context=spawn", *QUICK_RUN, f"results_dir={tmp_path / 'out'}"],
+                    "workers=1", "loader.multiprocessing_context=spawn", "loader.persistent_workers=true", *QUICK_RUN, f"results_dir={tmp_path / 'out'}"],
                    cwd=repo_root)
     assert proc.returncode == 0, proc.stderr
     row = _csv(results_folder(proc.stdout) / "summary.csv")[0]
