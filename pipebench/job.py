@@ -54,20 +54,23 @@ def measure_job(spec: JobSpec, job_dir: Path) -> Dict[str, Any]:
     device = torch.device("cuda") if torch.cuda.is_available() else None
     pinned = pin_memory_effective(spec)
     sink = TimingSink()
+
+    def fresh_loop() -> StepLoop:
+        """A new iteration of the loader (new workers unless persistent) with its own step loop."""
+        return StepLoop(BatchStream(loader, spec.run.on_error), consumer, device, non_blocking=pinned)
+
     passes = []
     skipped = []
     for repeat in range(spec.run.repeats):
-        stream = BatchStream(loader, spec.run.on_error)
-        loop = StepLoop(stream, consumer, device, non_blocking=pinned)
+        loop = fresh_loop()
         passes.append(measure_pass(loop, spec, sink, f"repeat {repeat + 1}/{spec.run.repeats}"))
-        skipped.extend(stream.skipped)
-        stream.close()
+        skipped.extend(loop.stream.skipped)
+        loop.stream.close()
     artifacts: Dict[str, str] = {}
     if spec.workers == 0 and spec.run.profile_steps > 0:
-        stream = BatchStream(loader, spec.run.on_error)
-        loop = StepLoop(stream, consumer, device, non_blocking=pinned)
+        loop = fresh_loop()
         artifacts = profile_steps(loop, instrumented, collate, spec.run.profile_steps, job_dir)
-        stream.close()
+        loop.stream.close()
     rows = transform_rows(sink, instrumented.steps, collate.steps)
     identity = getattr(dataset, "identity", None)
     return {
