@@ -9,7 +9,7 @@ from torch.utils.data import DataLoader, RandomSampler, SequentialSampler
 
 from pipebench.errors import ConfigError, PipebenchError
 from pipebench.specs import JobSpec
-from pipebench.timed_chain import InstrumentedDataset, TimedCollate
+from pipebench.timed_chain import InstrumentedDataset, TimedCollate, WorkerInit
 
 
 def instantiate_node(node: Mapping[str, Any], where: str) -> Any:
@@ -70,5 +70,6 @@ def build_loader(spec: JobSpec, dataset: InstrumentedDataset, collate: TimedColl
             persistent_workers=spec.loader.persistent_workers,
             multiprocessing_context=spec.loader.multiprocessing_context,
             timeout=spec.loader.timeout_s,
+            worker_init_fn=WorkerInit(spec.loader.sharing_strategy),
         )
     return DataLoader(dataset, **kwargs)

@@ -18,3 +18,7 @@ class DatasetError(PipebenchError):
 
 class SampleError(PipebenchError):
     """A sample failed to load or transform and the error policy is `fail`."""
+
+
+class WorkerError(PipebenchError):
+    """A DataLoader worker died or stayed silent past loader.timeout_s."""

@@ -7,6 +7,7 @@ by name and carry no state.
 
 import random
 import sys
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any, Dict
 
@@ -18,7 +19,8 @@ from omegaconf import DictConfig, OmegaConf
 from pipebench.build import build_loader, build_pipeline, pin_memory_effective
 from pipebench.consumers import build_consumer
 from pipebench.errors import USAGE_EXIT_STATUS, PipebenchError
-from pipebench.fingerprint import fingerprint
+from pipebench.fingerprint import fingerprint, usable_cores
+from pipebench.memory import MemorySampler
 from pipebench.results import PRINTED_TRANSFORM_COLUMNS, RESULT_FILE, write_invocation_summary, write_json_atomic
 from pipebench.runner import BatchStream, StepLoop, TimingSink, measure_pass, profile_steps
 from pipebench.specs import JobSpec, job_spec_from_config
@@ -48,35 +50,48 @@ def measure_job(spec: JobSpec, job_dir: Path) -> Dict[str, Any]:
     if spec.workers == 0:
         # Workers run with one intra-op thread; so must the single-process profile (DESIGN §3).
         torch.set_num_threads(1)
+    if spec.loader.sharing_strategy is not None:
+        torch.multiprocessing.set_sharing_strategy(spec.loader.sharing_strategy)
     dataset, instrumented, collate = build_pipeline(spec)
     loader = build_loader(spec, instrumented, collate)
-    consumer = build_consumer(spec.consumer)
-    device = torch.device("cuda") if torch.cuda.is_available() else None
+    consumer = build_consumer(spec.consumer, spec.run.seed)
     pinned = pin_memory_effective(spec)
     sink = TimingSink()
 
     def fresh_loop() -> StepLoop:
         """A new iteration of the loader (new workers unless persistent) with its own step loop."""
-        return StepLoop(BatchStream(loader, spec.run.on_error), consumer, device, non_blocking=pinned)
+        return StepLoop(BatchStream(loader, spec.run.on_error), consumer, non_blocking=pinned)
 
     passes = []
     skipped = []
-    for repeat in range(spec.run.repeats):
-        loop = fresh_loop()
-        passes.append(measure_pass(loop, spec, sink, f"repeat {repeat + 1}/{spec.run.repeats}"))
-        skipped.extend(loop.stream.skipped)
-        loop.stream.close()
+    sampler = MemorySampler()
+    sampler.start()
+    try:
+        for repeat in range(spec.run.repeats):
+            loop = fresh_loop()
+            passes.append(measure_pass(loop, spec, sink, f"repeat {repeat + 1}/{spec.run.repeats}",
+                                       mark=sampler.mark if repeat == 0 else lambda name: None))
+            skipped.extend(loop.stream.skipped)
+            loop.stream.close()
+    finally:
+        memory = sampler.stop()
     artifacts: Dict[str, str] = {}
-    if spec.workers == 0 and spec.run.profile_steps > 0:
+    if spec.workers == 0 and spec.run.profile_steps > 0 and spec.trace == "torch":
         loop = fresh_loop()
         artifacts = profile_steps(loop, instrumented, collate, spec.run.profile_steps, job_dir)
         loop.stream.close()
     rows = transform_rows(sink, instrumented.steps, collate.steps)
     identity = getattr(dataset, "identity", None)
+    cores = usable_cores()
+    summary = summary_row(passes, rows, sink, spec.workers, cores, len(skipped))
+    summary.update(rss_mb_peak=memory.rss_mb_peak, worker_pss_growth_mb=memory.worker_pss_growth_mb,
+                   shm_mb_peak=memory.shm_mb_peak)
     return {
-        "summary": summary_row(passes, rows, len(skipped)),
+        "summary": summary,
         "transforms": rows_as_dicts(rows),
-        "workers_breakdown": worker_breakdown(sink),
+        "workers_breakdown": worker_breakdown(sink, passes),
+        "memory": asdict(memory),
+        "consumer_report": consumer.report(),
         "passes": [pass_record(p) for p in passes],
         "skipped": [f._asdict() for f in skipped[:MAX_LISTED_FAILURES]],
         "artifacts": artifacts,

@@ -24,12 +24,16 @@ SUMMARY_COLUMNS = [
     "samples_per_s", "samples_per_s_ci_low", "samples_per_s_ci_high", "speedup",
     "step_ms_mean", "step_ms_var", "step_ms_median", "step_ms_iqr", "step_ms_p99",
     "wait_ms_mean", "wait_ms_median", "wait_ms_p99", "starvation_pct", "accel_util_pct",
-    "pipeline_ms_per_sample", "first_batch_s", "steps", "repeats", "skipped_samples", "epochs",
+    "h2d_ms_median", "transfer_ms_median",
+    "pipeline_ms_per_sample", "cpu_ms_per_sample", "worker_capacity_samples_per_s", "cpu_capacity_samples_per_s",
+    "first_batch_s", "worker_startup_s_max", "rss_mb_peak", "worker_pss_growth_mb", "shm_mb_peak",
+    "steps", "repeats", "skipped_samples", "epochs",
 ]
 # The printed comparison keeps to what fits a terminal; summary.csv has everything.
 PRINTED_COLUMNS = [
-    "job", "workers", "batch_size", "samples_per_s", "speedup", "step_ms_median", "step_ms_p99",
-    "starvation_pct", "pipeline_ms_per_sample", "first_batch_s", "skipped_samples",
+    "job", "workers", "consumer", "samples_per_s", "speedup", "step_ms_median", "step_ms_p99", "starvation_pct",
+    "transfer_ms_median", "cpu_ms_per_sample", "first_batch_s", "worker_startup_s_max", "rss_mb_peak",
+    "skipped_samples",
 ]
 TRANSFORM_COLUMNS = [
     "job", "stage", "transform", "calls", "ms_per_call_mean", "ms_per_call_median", "ms_per_sample", "share_pct",

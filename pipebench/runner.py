@@ -7,14 +7,14 @@ start-up, imports) is reported on its own and never enters the steady-state numb
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Dict, Iterator, List, Optional
+from typing import Any, Callable, Dict, Iterator, List, Optional
 
 import numpy as np
 import torch
 from torch.utils.data import DataLoader
 from tqdm import tqdm
 
-from pipebench.errors import SampleError
+from pipebench.errors import SampleError, WorkerError
 from pipebench.specs import JobSpec
 from pipebench.timed_chain import InstrumentedDataset, SampleFailure, TimedBatch, TimedCollate, set_profiling_labels
 
@@ -42,13 +42,15 @@ class StepSample:
 
 @dataclass(frozen=True)
 class PassResult:
-    """One repeat: a fresh iteration of the loader."""
+    """One repeat: a fresh iteration of the loader. worker_startup_s: worker id -> seconds from
+    the iterator's creation to that worker's start (empty at workers=0 and for reused workers)."""
 
     first_batch_s: float
     warmup_steps: int
     steps: List[StepSample]
     wall_s: float
     epochs: int
+    worker_startup_s: Dict[int, float]
 
 
 @dataclass
@@ -57,32 +59,60 @@ class TimingSink:
 
     sample_ns: List[np.ndarray] = field(default_factory=list)
     batch_ns: List[np.ndarray] = field(default_factory=list)
+    sample_cpu_ns: List[np.ndarray] = field(default_factory=list)
+    batch_cpu_ns: List[int] = field(default_factory=list)
     worker_ids: List[int] = field(default_factory=list)
 
     def add(self, batch: TimedBatch) -> None:
         self.sample_ns.append(batch.sample_ns)
         self.batch_ns.append(batch.batch_ns)
+        self.sample_cpu_ns.append(batch.sample_cpu_ns)
+        self.batch_cpu_ns.append(batch.batch_cpu_ns)
         self.worker_ids.append(batch.worker_id)
 
 
+def _is_worker_fault(exc: RuntimeError) -> bool:
+    """DataLoader's own words for a worker that died, was killed, or went silent past `timeout`."""
+    text = str(exc)
+    return text.startswith(("DataLoader worker", "DataLoader timed out"))
+
+
 class BatchStream:
-    """Batches from the loader across epoch ends, with the bad-sample policy applied."""
+    """Batches from the loader across epoch ends, with the bad-sample policy applied.
+
+    A worker that dies or hangs past loader.timeout_s becomes a one-line WorkerError.
+    """
 
     def __init__(self, loader: DataLoader, on_error: str) -> None:
         self.loader = loader
         self.on_error = on_error
+        self.created_ns = time.perf_counter_ns()
         self.iterator: Iterator[TimedBatch] = iter(loader)
         self.epochs = 1
         self.skipped: List[SampleFailure] = []
+        self.worker_startup_s: Dict[int, float] = {}
+
+    def _next_raw(self) -> TimedBatch:
+        try:
+            return next(self.iterator)
+        except RuntimeError as exc:
+            if not _is_worker_fault(exc):
+                raise
+            raise WorkerError(
+                f"{str(exc).splitlines()[0].rstrip('. ')} (loader.timeout_s={self.loader.timeout}; a worker "
+                "that dies without a Python error was often killed for memory: check dmesg)"
+            ) from None
 
     def next(self) -> TimedBatch:
         while True:
             try:
-                batch = next(self.iterator)
+                batch = self._next_raw()
             except StopIteration:
                 self.iterator = iter(self.loader)
                 self.epochs += 1
                 continue
+            if batch.worker_started_ns >= self.created_ns and batch.worker_id not in self.worker_startup_s:
+                self.worker_startup_s[batch.worker_id] = (batch.worker_started_ns - self.created_ns) / NS_PER_S
             if batch.failures:
                 first = batch.failures[0]
                 if self.on_error == "fail":
@@ -100,27 +130,28 @@ class BatchStream:
 
 
 def _to_device(data: Any, device: Optional[torch.device], non_blocking: bool) -> Any:
+    """The host-to-device copy, finished before returning so its time is charged to it."""
     if device is None:
         return data
     moved = data.to(device, non_blocking=non_blocking)
-    torch.cuda.synchronize(device)
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
     return moved
 
 
 @dataclass
 class StepLoop:
-    """Runs steps against one BatchStream and records them."""
+    """Runs steps against one BatchStream and records them. Batches go to `consumer.device`."""
 
     stream: BatchStream
     consumer: Any
-    device: Optional[torch.device]
     non_blocking: bool
 
     def step(self, sink: Optional[TimingSink]) -> StepSample:
         t0 = time.perf_counter_ns()
         batch = self.stream.next()
         t1 = time.perf_counter_ns()
-        data = _to_device(batch.data, self.device, self.non_blocking)
+        data = _to_device(batch.data, self.consumer.device, self.non_blocking)
         t2 = time.perf_counter_ns()
         self.consumer.step(data, batch.labels)
         t3 = time.perf_counter_ns()
@@ -130,8 +161,13 @@ class StepLoop:
                           batch.worker_id)
 
 
-def measure_pass(loop: StepLoop, spec: JobSpec, sink: TimingSink, label: str) -> PassResult:
-    """First batch, warm-up, then steps until both `run.steps` and `run.min_time_s` are reached."""
+def measure_pass(loop: StepLoop, spec: JobSpec, sink: TimingSink, label: str,
+                 mark: Callable[[str], None] = lambda name: None) -> PassResult:
+    """First batch, warm-up, then steps until both `run.steps` and `run.min_time_s` are reached.
+
+    `mark` is called with "first_measured" and "last_measured" around the steady state, so a
+    memory sampler can take exact readings there.
+    """
     start = time.perf_counter_ns()
     loop.step(None)
     first_batch_s = (time.perf_counter_ns() - start) / NS_PER_S
@@ -143,6 +179,7 @@ def measure_pass(loop: StepLoop, spec: JobSpec, sink: TimingSink, label: str) ->
                disable=None if spec.run.progress else True)
     measured_ns = 0
     samples = 0
+    mark("first_measured")
     while len(steps) < spec.run.steps or measured_ns < min_time_ns:
         sample = loop.step(sink)
         steps.append(sample)
@@ -150,8 +187,10 @@ def measure_pass(loop: StepLoop, spec: JobSpec, sink: TimingSink, label: str) ->
         samples += sample.samples
         bar.update(1)
         bar.set_postfix(samples_per_s=f"{samples * NS_PER_S / measured_ns:.1f}")
+    mark("last_measured")
     bar.close()
-    return PassResult(first_batch_s, spec.run.warmup_steps, steps, measured_ns / NS_PER_S, loop.stream.epochs)
+    return PassResult(first_batch_s, spec.run.warmup_steps, steps, measured_ns / NS_PER_S, loop.stream.epochs,
+                      dict(loop.stream.worker_startup_s))
 
 
 def profile_steps(loop: StepLoop, dataset: InstrumentedDataset, collate: TimedCollate, steps: int,

@@ -34,6 +34,9 @@ class LoaderConfig:
     drop_last: bool = True
     # A worker silent this long is reported as hung; generous, as 8 workers share 2 cores.
     timeout_s: float = 120.0
+    # How workers hand tensors to the main process: file_descriptor (torch's default on
+    # Linux) or file_system. null keeps torch's default.
+    sharing_strategy: Optional[str] = None
 
 
 @dataclass
@@ -55,10 +58,19 @@ class RunConfig:
 
 @dataclass
 class ConsumerConfig:
-    """What eats the batches: `none` (loader only) or `emulated` (sleeps step_ms, like an accelerator)."""
+    """What eats the batches: `none` (loader only), `emulated` (sleeps like an accelerator), `toy_cnn`."""
 
-    kind: str = "none"
-    step_ms: float = 0.0
+    kind: str = "emulated"
+    # 30 ms: the seed article's GPU compute per step (18% of 1.3 s at batch 256, so ~0.9 ms a
+    # sample) scaled to the default batch of 32. Scale it with loader.batch_size.
+    step_ms: float = 30.0
+    # emulated: fixed, normal (spread_ms = standard deviation) or uniform (± spread_ms).
+    distribution: str = "fixed"
+    spread_ms: float = 0.0
+    # toy_cnn: the seed's SGD settings, and where to run (auto = CUDA when present).
+    lr: float = 0.001
+    momentum: float = 0.9
+    device: str = "auto"
 
 
 @dataclass
@@ -71,6 +83,9 @@ class PipebenchConfig:
     run: RunConfig = field(default_factory=RunConfig)
     consumer: ConsumerConfig = field(default_factory=ConsumerConfig)
     workers: int = 0
+    # torch: a torch.profiler trace of a few extra steps at workers=0; viztracer: one
+    # Perfetto trace of the main process and every worker; none: no trace.
+    trace: str = "torch"
     results_dir: str = DEFAULT_RESULTS_DIR
 
 

@@ -15,7 +15,11 @@ from pipebench.errors import ConfigError
 # The start methods torch.multiprocessing accepts for DataLoader workers.
 START_METHODS = ("fork", "spawn", "forkserver")
 ON_ERROR_POLICIES = ("fail", "skip")
-CONSUMER_KINDS = ("none", "emulated")
+CONSUMER_KINDS = ("none", "emulated", "toy_cnn")
+STEP_DISTRIBUTIONS = ("fixed", "normal", "uniform")
+CONSUMER_DEVICES = ("auto", "cpu", "cuda")
+SHARING_STRATEGIES = ("file_descriptor", "file_system")
+TRACE_KINDS = ("none", "torch", "viztracer")
 
 
 @dataclass(frozen=True)
@@ -28,6 +32,7 @@ class LoaderSpec:
     shuffle: bool
     drop_last: bool
     timeout_s: float
+    sharing_strategy: Optional[str]
 
 
 @dataclass(frozen=True)
@@ -46,6 +51,11 @@ class RunSpec:
 class ConsumerSpec:
     kind: str
     step_ms: float
+    distribution: str
+    spread_ms: float
+    lr: float
+    momentum: float
+    device: str
 
 
 @dataclass(frozen=True)
@@ -59,6 +69,7 @@ class JobSpec:
     run: RunSpec
     consumer: ConsumerSpec
     workers: int
+    trace: str
     dataset_name: str
     transform_name: str
 
@@ -89,6 +100,11 @@ def _validate_loader(loader: LoaderSpec) -> None:
         f"loader.multiprocessing_context must be one of {', '.join(START_METHODS)} or null, "
         f"got {loader.multiprocessing_context!r}",
     )
+    _require(
+        loader.sharing_strategy in (None, *SHARING_STRATEGIES),
+        f"loader.sharing_strategy must be one of {', '.join(SHARING_STRATEGIES)} or null, "
+        f"got {loader.sharing_strategy!r}",
+    )
 
 
 def _validate_run(run: RunSpec) -> None:
@@ -109,6 +125,16 @@ def _validate_consumer(consumer: ConsumerSpec) -> None:
         f"consumer.kind must be one of {', '.join(CONSUMER_KINDS)}, got {consumer.kind!r}",
     )
     _require(consumer.step_ms >= 0, f"consumer.step_ms must be >= 0, got {consumer.step_ms}")
+    _require(consumer.spread_ms >= 0, f"consumer.spread_ms must be >= 0, got {consumer.spread_ms}")
+    _require(
+        consumer.distribution in STEP_DISTRIBUTIONS,
+        f"consumer.distribution must be one of {', '.join(STEP_DISTRIBUTIONS)}, got {consumer.distribution!r}",
+    )
+    _require(
+        consumer.device in CONSUMER_DEVICES,
+        f"consumer.device must be one of {', '.join(CONSUMER_DEVICES)}, got {consumer.device!r}",
+    )
+    _require(consumer.lr > 0, f"consumer.lr must be > 0, got {consumer.lr}")
 
 
 def _to_plain(cfg: DictConfig) -> dict:
@@ -134,6 +160,8 @@ def job_spec_from_config(cfg: DictConfig, choices: Mapping[str, Optional[str]]) 
     """
     plain = _to_plain(cfg)
     _require(plain["workers"] >= 0, f"workers must be >= 0, got {plain['workers']}")
+    _require(plain["trace"] in TRACE_KINDS,
+             f"trace must be one of {', '.join(TRACE_KINDS)}, got {plain['trace']!r}")
     _require(
         isinstance(plain["dataset"], dict) and "_target_" in plain["dataset"],
         "dataset must be a mapping with a `_target_`",
@@ -152,6 +180,7 @@ def job_spec_from_config(cfg: DictConfig, choices: Mapping[str, Optional[str]]) 
         run=run,
         consumer=consumer,
         workers=plain["workers"],
+        trace=plain["trace"],
         dataset_name=str(choices.get("dataset") or "custom"),
         transform_name=str(choices.get("transform") or "custom"),
     )

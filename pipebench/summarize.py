@@ -51,19 +51,31 @@ def transform_rows(sink: TimingSink, sample_steps: Sequence[StepName], batch_ste
     ]
 
 
-def worker_breakdown(sink: TimingSink) -> Dict[str, Dict[str, float]]:
-    """Per worker: batches and samples it made and its mean instrumented time per sample."""
+def worker_breakdown(sink: TimingSink, passes: Sequence[PassResult]) -> Dict[str, Dict[str, float]]:
+    """Per worker: batches and samples it made, its wall and CPU time per sample, its start-up."""
     out: Dict[str, Dict[str, float]] = {}
     for worker in sorted(set(sink.worker_ids)):
         picks = [i for i, w in enumerate(sink.worker_ids) if w == worker]
-        sample_ns = np.concatenate([sink.sample_ns[i] for i in picks], axis=0)
-        batch_ns = sum(float(sink.batch_ns[i].sum()) for i in picks)
+        n_samples = sum(sink.sample_ns[i].shape[0] for i in picks)
+        wall_ns = sum(float(sink.sample_ns[i].sum() + sink.batch_ns[i].sum()) for i in picks)
+        cpu_ns = sum(float(sink.sample_cpu_ns[i].sum() + sink.batch_cpu_ns[i]) for i in picks)
+        startups = [p.worker_startup_s[worker] for p in passes if worker in p.worker_startup_s]
         out[str(worker)] = {
             "batches": len(picks),
-            "samples": int(sample_ns.shape[0]),
-            "ms_per_sample": float((sample_ns.sum() + batch_ns) / NS_PER_MS / sample_ns.shape[0]),
+            "samples": int(n_samples),
+            "ms_per_sample": wall_ns / NS_PER_MS / n_samples,
+            "cpu_ms_per_sample": cpu_ns / NS_PER_MS / n_samples,
+            "startup_s": max(startups) if startups else float("nan"),
         }
     return out
+
+
+def cpu_ms_per_sample(sink: TimingSink) -> float:
+    """Thread CPU time of the whole pipeline per sample: what a core must spend, contention aside."""
+    if not sink.sample_cpu_ns:
+        return float("nan")
+    samples = sum(a.shape[0] for a in sink.sample_cpu_ns)
+    return float((sum(a.sum() for a in sink.sample_cpu_ns) + sum(sink.batch_cpu_ns)) / NS_PER_MS / samples)
 
 
 def _throughput_interval(samples: np.ndarray, step_ns: np.ndarray) -> tuple:
@@ -84,8 +96,15 @@ def _throughput_interval(samples: np.ndarray, step_ns: np.ndarray) -> tuple:
     return float(result.confidence_interval.low), float(result.confidence_interval.high)
 
 
-def summary_row(passes: Sequence[PassResult], rows: Sequence[TransformRow], skipped: int) -> Dict[str, float]:
-    """Steady-state figures over every repeat's measured steps; the first batch stays apart."""
+def summary_row(passes: Sequence[PassResult], rows: Sequence[TransformRow], sink: TimingSink, workers: int,
+                usable_cores: int, skipped: int) -> Dict[str, float]:
+    """Steady-state figures over every repeat's measured steps; the first batch stays apart.
+
+    Two capacity figures check the per-transform numbers against the measured rate:
+    `worker_capacity_samples_per_s` = W / wall time per sample inside a worker (what W busy
+    workers produce, time-slicing included), and `cpu_capacity_samples_per_s` = min(W, cores) /
+    CPU time per sample (what the machine could produce at best).
+    """
     steps = [s for p in passes for s in p.steps]
     step_ns = np.array([s.step_ns for s in steps], dtype=np.float64)
     wait_ns = np.array([s.wait_ns for s in steps], dtype=np.float64)
@@ -94,6 +113,10 @@ def summary_row(passes: Sequence[PassResult], rows: Sequence[TransformRow], skip
     step = distribution(step_ns / NS_PER_MS)
     wait = distribution(wait_ns / NS_PER_MS)
     low, high = _throughput_interval(samples, step_ns)
+    pipeline_ms = float(sum(r.ms_per_sample for r in rows))
+    cpu_ms = cpu_ms_per_sample(sink)
+    producers = max(workers, 1)
+    startups = [s for p in passes for s in p.worker_startup_s.values()]
     return {
         "samples_per_s": float(samples.sum() * NS_PER_S / step_ns.sum()),
         "samples_per_s_ci_low": low,
@@ -108,8 +131,14 @@ def summary_row(passes: Sequence[PassResult], rows: Sequence[TransformRow], skip
         "wait_ms_p99": wait.p99,
         "starvation_pct": float(100.0 * wait_ns.sum() / step_ns.sum()),
         "accel_util_pct": float(100.0 * compute_ns.sum() / step_ns.sum()),
-        "pipeline_ms_per_sample": float(sum(r.ms_per_sample for r in rows)),
+        "h2d_ms_median": float(np.median([s.h2d_ns for s in steps]) / NS_PER_MS),
+        "transfer_ms_median": float(np.median([s.transfer_ns for s in steps]) / NS_PER_MS),
+        "pipeline_ms_per_sample": pipeline_ms,
+        "cpu_ms_per_sample": cpu_ms,
+        "worker_capacity_samples_per_s": producers * 1000.0 / pipeline_ms,
+        "cpu_capacity_samples_per_s": min(producers, usable_cores) * 1000.0 / cpu_ms,
         "first_batch_s": float(np.median([p.first_batch_s for p in passes])),
+        "worker_startup_s_max": max(startups) if startups else float("nan"),
         "steps": len(steps),
         "repeats": len(passes),
         "skipped_samples": skipped,

@@ -18,7 +18,8 @@ def test_defaults_compose_to_the_seed_chain():
     assert [n["_target_"].rsplit(".", 1)[1] for n in spec.per_sample] == [
         "PILToTensor", "RandomCrop", "RandomMask", "ConvertColor", "Scale"]
     assert spec.per_batch == ()
-    assert spec.workers == 0 and spec.loader.batch_size == 32 and spec.consumer.kind == "none"
+    assert spec.workers == 0 and spec.loader.batch_size == 32 and spec.consumer.kind == "emulated"
+    assert spec.consumer.step_ms == 30.0 and spec.trace == "torch"
 
 
 @pytest.mark.parametrize("chain", CHAINS)
@@ -72,6 +73,11 @@ BAD_INPUTS = [
     (["workers=abc"], "workers"),
     (["run.on_error=maybe"], "run.on_error"),
     (["loader.multiprocessing_context=spwan"], "multiprocessing_context"),
+    (["loader.sharing_strategy=shm"], "loader.sharing_strategy"),
+    (["consumer=gpu"], "consumer/gpu"),
+    (["consumer.distribution=poisson"], "consumer.distribution"),
+    (["consumer.step_ms=-5"], "consumer.step_ms"),
+    (["trace=perfetto"], "trace"),
     (["dataset=image_folder"], "dataset.path"),
     (["dataset=image_folder", "dataset.path=/no/such/dir"], "/no/such/dir"),
     (["transform.per_sample=[{_target_:no_such_module.Thing}]"], "transform.per_sample[0]"),
