@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import List, Optional, Sequence, Tuple
 
 import hydra
+# BasicSweeper's own expansion, so the jobs checked up front are exactly the jobs Hydra runs.
 from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
 from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra.core.config_store import ConfigStore
@@ -23,13 +24,13 @@ from pipebench.build import build_dataset, build_transforms
 from pipebench.configs import CONFIG_MODULE, CONFIG_NAME, HYDRA_VERSION_BASE, job_spec_composer, one_line
 from pipebench.errors import USAGE_EXIT_STATUS, ConfigError, PipebenchError
 from pipebench.job import run_job_task
+from pipebench.job_process import INTERRUPTED_EXIT_STATUS
 from pipebench.results import SUMMARY_MD
 from pipebench.schema import register_schema
 from pipebench.specs import JobSpec
 
 # Longest label in a results folder name; the full overrides are in every result.json.
 MAX_LABEL_CHARS = 60
-INTERRUPTED_EXIT_STATUS = 130
 
 RUN_EPILOG = """\
 examples:
@@ -40,8 +41,8 @@ examples:
 
 groups: dataset=synthetic_jpeg|image_folder|random_tensors
         transform=yuv_mask|yuv_mask_fast|yuv_mask_crop_first|yuv_mask_batched
-        loader=default|seed  run=default|quick  consumer=none|emulated
-keys:   workers, results_dir, loader.*, run.*, consumer.*, dataset.*
+        loader=default|seed  run=default|quick  consumer=emulated|none|toy_cnn
+keys:   workers, trace=torch|viztracer|none, results_dir, loader.*, run.*, consumer.*, dataset.*
 """
 
 
