@@ -77,7 +77,7 @@ def test_image_smaller_than_crop_names_the_file(tmp_path):
     assert len(error) == 1 and "img0.jpg" in error[0] and "crop size" in error[0]
 
 
-def test_skip_policy_counts_corrupt_images(tmp_path):
+def test_skip_counts_bad_images_and_a_failing_job_keeps_earlier_rows(tmp_path):
     images = tmp_path / "mixed"
     images.mkdir()
     for i in range(14):
@@ -85,14 +85,16 @@ def test_skip_policy_counts_corrupt_images(tmp_path):
     (images / "broken.jpg").write_bytes(b"\xff\xd8\xff\xe0 not really a jpeg")
     whole = (images / "ok00.jpg").read_bytes()
     (images / "truncated.jpg").write_bytes(whole[: len(whole) // 3])
-    args = ["run", "dataset=image_folder", f"dataset.path={images}", "transform=yuv_mask_fast", *QUICK_RUN,
-            "run.steps=8", "results_dir=out"]
-    failed = run_cli(args, cwd=tmp_path)
-    assert failed.returncode == 2 and ".jpg" in failed.stderr and "Traceback" not in failed.stderr
-    skipped = run_cli([*args, "run.on_error=skip"], cwd=tmp_path)
-    assert skipped.returncode == 0, skipped.stderr
-    row = _csv(tmp_path / results_folder(skipped.stdout) / "summary.csv")[0]
-    assert int(row["skipped_samples"]) >= 2
+    proc = run_cli(["run", "dataset=image_folder", f"dataset.path={images}", "transform=yuv_mask_fast",
+                    "run.on_error=skip,fail", "consumer=none", *QUICK_RUN, "run.steps=8", "results_dir=out"],
+                   cwd=tmp_path)
+    assert proc.returncode == 2
+    assert "Traceback" not in proc.stderr
+    error = [line for line in proc.stderr.splitlines() if line.startswith("pipebench: error:")]
+    assert len(error) == 1 and (".jpg" in error[0])
+    rows = _csv(tmp_path / results_folder(proc.stdout) / "summary.csv")
+    assert len(rows) == 1, "the skip job's row survives the fail job"
+    assert "on_error=skip" in rows[0]["job"] and int(rows[0]["skipped_samples"]) >= 2
 
 
 def test_ctrl_c_keeps_finished_rows(user_project):
