@@ -1,6 +1,6 @@
 """Turn a JobSpec into live objects: the dataset, the instrumented chains and the DataLoader."""
 
-from typing import Any, Callable, List, Mapping, Sequence, Tuple
+from typing import Any, Callable, List, Mapping, Optional, Sequence, Tuple
 
 import torch
 from hydra.errors import InstantiationException
@@ -51,8 +51,12 @@ def pin_memory_effective(spec: JobSpec) -> bool:
     return spec.loader.pin_memory and torch.cuda.is_available()
 
 
-def build_loader(spec: JobSpec, dataset: InstrumentedDataset, collate: TimedCollate) -> DataLoader:
-    """A DataLoader as the user asked for it; worker-only arguments are dropped at workers=0."""
+def build_loader(spec: JobSpec, dataset: InstrumentedDataset, collate: TimedCollate,
+                 trace_session: Optional[Any] = None) -> DataLoader:
+    """A DataLoader as the user asked for it; worker-only arguments are dropped at workers=0.
+
+    `trace_session` (a viztrace.VizTraceSession) makes every worker start its own recorder.
+    """
     generator = torch.Generator().manual_seed(spec.run.seed)
     sampler = RandomSampler(dataset, generator=generator) if spec.loader.shuffle else SequentialSampler(dataset)
     kwargs = dict(
@@ -70,6 +74,6 @@ def build_loader(spec: JobSpec, dataset: InstrumentedDataset, collate: TimedColl
             persistent_workers=spec.loader.persistent_workers,
             multiprocessing_context=spec.loader.multiprocessing_context,
             timeout=spec.loader.timeout_s,
-            worker_init_fn=WorkerInit(spec.loader.sharing_strategy),
+            worker_init_fn=WorkerInit(spec.loader.sharing_strategy, trace_session),
         )
     return DataLoader(dataset, **kwargs)

@@ -9,7 +9,7 @@ import random
 import sys
 from dataclasses import asdict
 from pathlib import Path
-from typing import Any, Dict
+from typing import Any, Dict, Optional
 
 import numpy as np
 import torch
@@ -26,6 +26,8 @@ from pipebench.runner import BatchStream, StepLoop, TimingSink, measure_pass, pr
 from pipebench.specs import JobSpec, job_spec_from_config
 from pipebench.summarize import pass_record, rows_as_dicts, summary_row, transform_rows, worker_breakdown
 from pipebench.tables import markdown_table
+from pipebench.timed_chain import InstrumentedDataset, TimedCollate
+from pipebench.viztrace import TRACE_FILE as VIZTRACE_FILE, VizTraceSession
 
 # Failures listed by name in result.json; the count covers all of them.
 MAX_LISTED_FAILURES = 20
@@ -42,6 +44,34 @@ def _start_method(spec: JobSpec) -> str:
     if spec.workers == 0:
         return "none"
     return spec.loader.multiprocessing_context or torch.multiprocessing.get_start_method()
+
+
+def _traced_steps(spec: JobSpec, session: VizTraceSession, instrumented: InstrumentedDataset,
+                  collate: TimedCollate, consumer: Any, pinned: bool) -> None:
+    loader = build_loader(spec, instrumented, collate, trace_session=session)
+    loop = StepLoop(BatchStream(loader, spec.run.on_error), consumer, non_blocking=pinned)
+    # The loop is not a start_main target: the session would keep it, and through it the loader.
+    loop.trace = session.start_main(instrumented, collate)
+    try:
+        for _ in range(spec.run.profile_steps):
+            loop.step(None)
+    finally:
+        loop.stream.close()
+    # Returning drops the last reference to the loader, so persistent workers (which the loader
+    # itself keeps) shut down here too, and every worker exits cleanly and writes its last part.
+
+
+def viztrace_pass(spec: JobSpec, instrumented: InstrumentedDataset, collate: TimedCollate, consumer: Any,
+                  pinned: bool, job_dir: Path) -> Dict[str, Any]:
+    """`run.profile_steps` extra steps on a fresh loader (fresh workers), traced by every process
+    into `job_dir/viztrace.json`. Runs after the measured repeats, so it never touches them.
+    Returns the session's summary (processes, slices, workers that did not close cleanly)."""
+    session = VizTraceSession(mode="sparse")
+    try:
+        _traced_steps(spec, session, instrumented, collate, consumer, pinned)
+    finally:
+        session.finish(job_dir)  # bounded: never waits past the session's finish_timeout_s
+    return session.summary
 
 
 def measure_job(spec: JobSpec, job_dir: Path) -> Dict[str, Any]:
@@ -76,10 +106,14 @@ def measure_job(spec: JobSpec, job_dir: Path) -> Dict[str, Any]:
     finally:
         memory = sampler.stop()
     artifacts: Dict[str, str] = {}
+    traced: Optional[Dict[str, Any]] = None
     if spec.workers == 0 and spec.run.profile_steps > 0 and spec.trace == "torch":
         loop = fresh_loop()
         artifacts = profile_steps(loop, instrumented, collate, spec.run.profile_steps, job_dir)
         loop.stream.close()
+    if spec.run.profile_steps > 0 and spec.trace == "viztracer":
+        traced = viztrace_pass(spec, instrumented, collate, consumer, pinned, job_dir)
+        artifacts = {"viztrace": VIZTRACE_FILE}
     rows = transform_rows(sink, instrumented.steps, collate.steps)
     identity = getattr(dataset, "identity", None)
     cores = usable_cores()
@@ -95,6 +129,7 @@ def measure_job(spec: JobSpec, job_dir: Path) -> Dict[str, Any]:
         "passes": [pass_record(p) for p in passes],
         "skipped": [f._asdict() for f in skipped[:MAX_LISTED_FAILURES]],
         "artifacts": artifacts,
+        "viztrace": traced,
         "pin_memory_effective": pinned,
         "fingerprint": fingerprint(identity() if identity else {"class": type(dataset).__name__},
                                    _start_method(spec)),

@@ -139,13 +139,23 @@ def _to_device(data: Any, device: Optional[torch.device], non_blocking: bool) ->
     return moved
 
 
+# Slice names of the main loop's own parts of a step in a viztrace timeline.
+MAIN_WAIT_SLICE = "main/wait"
+MAIN_H2D_SLICE = "main/h2d"
+MAIN_STEP_SLICE = "main/step"
+
+
 @dataclass
 class StepLoop:
-    """Runs steps against one BatchStream and records them. Batches go to `consumer.device`."""
+    """Runs steps against one BatchStream and records them. Batches go to `consumer.device`.
+
+    `trace`: the main process's viztrace recorder (set by `VizTraceSession.start_main`), or None.
+    """
 
     stream: BatchStream
     consumer: Any
     non_blocking: bool
+    trace: Optional[Any] = None
 
     def step(self, sink: Optional[TimingSink]) -> StepSample:
         t0 = time.perf_counter_ns()
@@ -157,6 +167,11 @@ class StepLoop:
         t3 = time.perf_counter_ns()
         if sink is not None:
             sink.add(batch)
+        rec = self.trace
+        if rec is not None:
+            rec.add(MAIN_WAIT_SLICE, t0, t1)
+            rec.add(MAIN_H2D_SLICE, t1, t2)
+            rec.add(MAIN_STEP_SLICE, t2, t3)
         return StepSample(t1 - t0, t2 - t1, t3 - t2, int(batch.sample_ns.shape[0]), t1 - batch.done_ns,
                           batch.worker_id)
 

@@ -31,16 +31,23 @@ merges every part with VizTracer's ``ReportBuilder`` into ``viztrace.json``. A k
 at most its last ``flush_interval_s`` of slices (and, in full mode, its function calls), and no
 step of this ever waits without a deadline.
 
+There is no module-level state. A process's recorder hangs on the pipeline objects of that
+process, as their ``trace`` attribute (None: not tracing): the main process's InstrumentedDataset,
+TimedCollate and StepLoop get the main recorder from ``start_main``, and each worker's own copy of
+the dataset gets the worker's recorder from ``worker_init`` (the worker's collate finds it there,
+through ``get_worker_info().dataset``). The flush signal's handler and the exit finaliser are bound
+to the worker's recorder. The session is picklable; a recorder never is (the chain objects drop it
+from their pickled state).
+
 Wiring, for the job (all of it in the main process unless said otherwise)::
 
     session = VizTraceSession(mode="sparse")          # picklable: hand it to the workers
-    session.start_main()
-    loader = DataLoader(..., worker_init_fn=session)  # or call session.worker_init(worker_id)
-    ...                                               # the timed chain calls viztrace.emit(...)
+    loader = DataLoader(dataset, ..., worker_init_fn=WorkerInit(..., session))
+    rec = session.start_main(dataset, collate, loop)  # sets .trace on each; returns the recorder
+    ...                                               # each step: rec.add(name, start_ns, end_ns)
     path = session.finish(job_dir)                    # after the last traced step
 
-``emit(name, start_ns, end_ns)`` is a no-op in a process with no recorder, so the chain can call it
-unconditionally.
+``worker_init_fn=session`` also works: it sets the worker's recorder on the worker's dataset.
 """
 
 import json
@@ -55,7 +62,7 @@ import time
 from dataclasses import dataclass, field
 from multiprocessing.util import Finalize
 from pathlib import Path
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import psutil
 
@@ -96,62 +103,30 @@ class VizTraceError(PipebenchError):
 
 
 # --------------------------------------------------------------------------------------------
-# The per-process recorder: process-local runtime state, like torch's own `_worker_info`. It is
-# never pickled; each process makes its own (start_main / worker_init) from the picklable session.
+# The per-process recorder: process-local runtime state, never pickled. The main process makes its
+# own in start_main(); each worker makes its own in worker_init(). Both hang it on the pipeline
+# objects of that process (their `trace` attribute), never on a module global.
 # --------------------------------------------------------------------------------------------
 
-_recorder: Optional["_Recorder"] = None
 _get_ident = threading.get_ident
 
 
-def emit(name: str, start_ns: int, end_ns: int) -> None:
-    """Record one slice [start_ns, end_ns) (time.perf_counter_ns stamps) on the calling thread.
-
-    A no-op when this process has no recorder, so the timed chain may call it unconditionally.
-    """
-    rec = _recorder
-    if rec is not None:
-        rec.add(name, start_ns, end_ns)
-
-
-def recorder() -> Optional["_Recorder"]:
-    """This process's recorder, or None. Hoist it out of a hot loop and call `.add` directly."""
-    return _recorder
+def _stop_inherited(recorders: Any) -> None:
+    """In a forked child: a recorder copied from the parent would never be saved and would
+    attribute the parent's events to the child; in full mode its profiler hook is still running
+    in this thread, so stop it."""
+    pid = os.getpid()
+    for rec in recorders:
+        if isinstance(rec, Recorder) and rec.pid != pid and rec.tracer is not None:
+            try:
+                rec.tracer.stop()
+            except Exception:  # never let tracing break a worker
+                pass
 
 
-class span:
-    """Context manager: one slice around a block, for code that does not time itself (the main
-    loop's wait / copy / consumer step). A no-op without a recorder, apart from two clock reads."""
-
-    __slots__ = ("name", "start")
-
-    def __init__(self, name: str) -> None:
-        self.name = name
-        self.start = 0
-
-    def __enter__(self) -> "span":
-        self.start = time.perf_counter_ns()
-        return self
-
-    def __exit__(self, *exc: Any) -> None:
-        emit(self.name, self.start, time.perf_counter_ns())
-
-
-def _forget_inherited_recorder() -> None:
-    """In a forked child: the parent's recorder (and its profiler hook, in full mode) is a copy that
-    would never be saved and would attribute the parent's events to the child; drop it."""
-    global _recorder
-    rec = _recorder
-    _recorder = None
-    if rec is not None and rec.tracer is not None:
-        try:
-            rec.tracer.stop()
-        except Exception:  # never let tracing break a worker
-            pass
-
-
-if hasattr(os, "register_at_fork"):
-    os.register_at_fork(after_in_child=_forget_inherited_recorder)
+def _attach(targets: Sequence[Any], rec: Optional["Recorder"]) -> None:
+    for target in targets:
+        target.trace = rec
 
 
 def _process_create_time(pid: int) -> Optional[float]:
@@ -171,7 +146,7 @@ def _write_atomic(path: Path, data: bytes) -> None:
     os.replace(tmp, path)
 
 
-class _Recorder:
+class Recorder:
     """Slices of one process, written to `work_dir` in parts at defined points."""
 
     def __init__(self, session: "VizTraceSession", role: str, worker_id: Optional[int]) -> None:
@@ -193,6 +168,10 @@ class _Recorder:
         self.tracer = None
         if session.mode == "full":
             self.tracer = _make_tracer(session, role)
+
+    def __reduce__(self):
+        raise TypeError("a viztrace recorder belongs to one process and is never pickled; "
+                        "drop it from the pickled state (the chain objects do, in __getstate__)")
 
     # The hot path: one tuple per slice (about 0.25 us). The thread is named by its ident, which
     # is cheap to read; flush() maps it to the OS thread id (get_native_id() is a syscall).
@@ -264,6 +243,10 @@ class _Recorder:
         if restart:
             tracer.start()
 
+    def on_flush_signal(self, signum: int, frame: Any) -> None:
+        """The FLUSH_SIGNAL handler of a worker, bound to that worker's recorder."""
+        self.answer_request()
+
     def answer_request(self) -> None:
         """A flush asked for by finish(): write everything, then say so in the marker. If the
         request lands inside a flush, that flush answers it when it is done."""
@@ -306,18 +289,6 @@ def _make_tracer(session: "VizTraceSession", role: str):
     )
 
 
-def _on_flush_signal(signum: int, frame: Any) -> None:
-    rec = _recorder
-    if rec is not None:
-        rec.answer_request()
-
-
-def _close_worker_recorder() -> None:
-    rec = _recorder
-    if rec is not None:
-        rec.close()
-
-
 # --------------------------------------------------------------------------------------------
 # The session: plain, picklable settings shared by the main process and the workers.
 # --------------------------------------------------------------------------------------------
@@ -347,41 +318,78 @@ class VizTraceSession:
         if self.work_dir is None:
             self.work_dir = tempfile.mkdtemp(prefix="pipebench-viztrace-")
         Path(self.work_dir).mkdir(parents=True, exist_ok=True)
+        self._main: Optional[Recorder] = None  # the main process's recorder, between start_main and finish
+        self._targets: List[Any] = []  # the main-process objects start_main() hung it on
+
+    # A recorder is process-local: the session travels to spawn/forkserver workers without it.
+    def __getstate__(self) -> Dict[str, Any]:
+        state = self.__dict__.copy()
+        state["_main"] = None
+        state["_targets"] = []
+        return state
+
+    def __setstate__(self, state: Dict[str, Any]) -> None:
+        self.__dict__.update(state)
 
     # -- main process ------------------------------------------------------------------------
 
-    def start_main(self) -> None:
-        """Start recording in the main process (and, in full mode, start its VizTracer)."""
-        global _recorder
+    def start_main(self, *targets: Any) -> "Recorder":
+        """Start recording in the main process (and, in full mode, start its VizTracer).
+
+        The recorder is set as the `trace` attribute of every target (the main process's
+        InstrumentedDataset and TimedCollate, the StepLoop) and returned; finish() takes it off
+        them again. A DataLoader forked after this inherits the targets with this recorder; the
+        worker init replaces it with the worker's own before the worker loads anything.
+        """
         if os.getpid() != self.main_pid:
             raise VizTraceError("start_main() must run in the process that made the session")
+        if self._main is not None:
+            raise VizTraceError("start_main() already ran for this session")
         if self.mode == "full" and sys.getprofile() is not None:
             raise VizTraceError("trace=viztracer full mode needs Python's profiler hook, but another profiler "
                                 "(or the viztracer CLI) already holds it; use the sparse mode or run without it")
-        rec = _Recorder(self, "main", None)
-        _recorder = rec
+        rec = Recorder(self, "main", None)
+        self._main = rec
+        self._targets = list(targets)
+        _attach(targets, rec)
         if rec.tracer is not None:
             rec.tracer.start()
+        return rec
 
-    def worker_init(self, worker_id: int) -> None:
-        """DataLoader `worker_init_fn` body: start this worker's recorder. Never raises: a worker
-        that cannot trace still loads data, and finish() reports it as missing."""
-        global _recorder
+    def worker_init(self, worker_id: int, *targets: Any) -> Optional["Recorder"]:
+        """DataLoader `worker_init_fn` body: start this worker's recorder and set it as the `trace`
+        attribute of every target (by default the worker's own dataset copy, when called inside a
+        DataLoader worker). Returns the recorder, or None when this worker cannot trace. Never
+        raises: a worker that cannot trace still loads data, and finish() reports it as missing.
+        """
+        if not targets:
+            from torch.utils.data import get_worker_info
+
+            info = get_worker_info()
+            targets = (info.dataset,) if info is not None else ()
+        # A forked worker holds the parent's recorder (on the session and on the targets): take it
+        # off before anything else, so not one sample is recorded into the parent's copy.
+        inherited = [self._main, *(getattr(target, "trace", None) for target in targets)]
+        if self._main is not None and self._main.pid != os.getpid():
+            self._main = None
+            self._targets = []
+        _attach(targets, None)
+        _stop_inherited(inherited)
         try:
-            _forget_inherited_recorder()
-            rec = _Recorder(self, f"worker {worker_id}", worker_id)
+            rec = Recorder(self, f"worker {worker_id}", worker_id)
             if FLUSH_SIGNAL is not None and threading.current_thread() is threading.main_thread():
-                signal.signal(FLUSH_SIGNAL, _on_flush_signal)
+                signal.signal(FLUSH_SIGNAL, rec.on_flush_signal)
             # Runs in multiprocessing's exit path after the worker loop returns (a clean shutdown);
             # a worker killed by its parent skips it and keeps only its periodic parts.
-            Finalize(None, _close_worker_recorder, exitpriority=100)
-            _recorder = rec
-            rec.open_marker()  # last: finish() only signals workers whose handler is in place
+            Finalize(None, rec.close, exitpriority=100)
+            rec.open_marker()  # finish() only signals workers that have a marker: the handler is in place
             if rec.tracer is not None:
                 rec.tracer.start()
         except Exception as exc:  # tracing must never break the benchmark
-            _recorder = None
             print(f"pipebench: viztracer disabled in worker {worker_id}: {exc}", file=sys.stderr)
+            return None
+        _attach(targets, rec)
+        return rec
 
     __call__ = worker_init
 
@@ -392,17 +400,19 @@ class VizTraceSession:
         Workers still alive (persistent workers) are asked to flush and keep running; anything they
         record afterwards is not in the trace. Returns the path of `job_dir/viztrace.json`.
         """
-        global _recorder
         if os.getpid() != self.main_pid:
             raise VizTraceError("finish() must run in the process that made the session")
         if self.summary:
             raise VizTraceError("finish() already ran for this session")
-        rec = _recorder
-        if rec is not None and rec.pid == self.main_pid:
+        rec, self._main = self._main, None
+        if rec is not None:
+            for target in self._targets:
+                if getattr(target, "trace", None) is rec:
+                    target.trace = None
+            self._targets = []
             rec.close()
             if rec.tracer is not None:
                 rec.tracer.stop()
-            _recorder = None
         deadline = time.monotonic() + (self.finish_timeout_s if timeout_s is None else timeout_s)
         workers = self._settle_workers(deadline)
         out = Path(job_dir) / TRACE_FILE

@@ -18,7 +18,9 @@ import torch
 from torch.utils.data import DataLoader, Dataset
 
 from pipebench import viztrace
-from pipebench.viztrace import TRACE_FILE, VizTraceSession, emit, span
+from pipebench.timed_chain import InstrumentedDataset, TimedCollate, WorkerInit
+from pipebench.transforms.synthetic import BusyWait
+from pipebench.viztrace import TRACE_FILE, Recorder, VizTraceSession
 
 SAMPLES = 32
 BATCH = 8
@@ -36,40 +38,49 @@ def _busy(us: float) -> None:
 
 
 class TracedTiny(Dataset):
-    """A little work per sample in three timed steps, each emitted as one slice, as the timed
-    chain does. Returns the pid that made the sample, so the test knows the real workers."""
+    """A little work per sample in three timed steps, each recorded as one slice into the recorder
+    on this object (`trace`), as the timed chain does. Returns the pid that made the sample, so the
+    test knows the real workers."""
+
+    trace = None
 
     def __len__(self) -> int:
         return SAMPLES
 
     def __getitem__(self, index: int):
+        rec = self.trace
+        assert rec is None or rec.pid == os.getpid(), "a worker must never record into an inherited recorder"
         t0 = time.perf_counter_ns()
         x = torch.full((64,), float(index))
         t1 = time.perf_counter_ns()
-        emit(STEPS[0], t0, t1)
         _busy(200)
         x = x * 2
         t2 = time.perf_counter_ns()
-        emit(STEPS[1], t1, t2)
         x = x / 255
         t3 = time.perf_counter_ns()
-        emit(STEPS[2], t2, t3)
+        if rec is not None:
+            rec.add(STEPS[0], t0, t1)
+            rec.add(STEPS[1], t1, t2)
+            rec.add(STEPS[2], t2, t3)
         return x, os.getpid()
 
 
-def _consume(loader: DataLoader, epochs: int = 1) -> set:
+def _consume(loader: DataLoader, rec: Recorder, epochs: int = 1) -> set:
     pids = set()
     for _ in range(epochs):
         for data, made_by in loader:
-            with span(MAIN_STEP):
-                data.sum()
+            t0 = time.perf_counter_ns()
+            data.sum()
+            rec.add(MAIN_STEP, t0, time.perf_counter_ns())
             pids.update(made_by.tolist())
     return pids
 
 
-def _loader(session: VizTraceSession, context: str, persistent: bool = False) -> DataLoader:
-    return DataLoader(TracedTiny(), batch_size=BATCH, num_workers=WORKERS, multiprocessing_context=context,
-                      worker_init_fn=session, persistent_workers=persistent)
+def _loader(session: VizTraceSession, context: str, persistent: bool = False,
+            dataset: Dataset = None) -> DataLoader:
+    # worker_init_fn=session: each worker sets its own recorder on its copy of the dataset.
+    return DataLoader(dataset or TracedTiny(), batch_size=BATCH, num_workers=WORKERS,
+                      multiprocessing_context=context, worker_init_fn=session, persistent_workers=persistent)
 
 
 def _load_trace(path: Path) -> dict:
@@ -112,24 +123,24 @@ def _assert_main_and_workers(trace: dict, worker_pids: set, samples_per_worker_t
 
 @pytest.fixture
 def session(tmp_path):
-    made = []
-
     def make(**kwargs):
-        s = VizTraceSession(work_dir=str(tmp_path / "parts"), **kwargs)
-        made.append(s)
-        return s
+        return VizTraceSession(work_dir=str(tmp_path / "parts"), **kwargs)
 
-    yield make
-    viztrace._recorder = None  # never leak a recorder into the next test
+    return make
 
 
 def test_fork_workers_merge_into_one_trace(session, tmp_path):
     s = session()
-    s.start_main()
-    pids = _consume(_loader(s, "fork"))
+    dataset = TracedTiny()
+    # The main recorder is on the dataset before the fork: each worker inherits it and must swap
+    # in its own before its first sample (TracedTiny asserts it records into its own process's).
+    rec = s.start_main(dataset)
+    assert dataset.trace is rec
+    pids = _consume(_loader(s, "fork", dataset=dataset), rec)
     started = time.monotonic()
     path = s.finish(tmp_path)
     assert time.monotonic() - started < NO_HANG_S
+    assert dataset.trace is None, "finish() takes the recorder off the objects start_main() set it on"
     trace = _load_trace(path)
     _assert_main_and_workers(trace, pids, SAMPLES)
     assert s.summary["workers_not_closed"] == {}, "non-persistent workers exit cleanly and write their last part"
@@ -141,9 +152,9 @@ def test_fork_workers_merge_into_one_trace(session, tmp_path):
 
 def test_persistent_workers_are_flushed_without_waiting_for_exit(session, tmp_path):
     s = session()
-    s.start_main()
+    rec = s.start_main()
     loader = _loader(s, "fork", persistent=True)
-    pids = _consume(loader, epochs=2)
+    pids = _consume(loader, rec, epochs=2)
     started = time.monotonic()
     path = s.finish(tmp_path)  # the workers are still alive, blocked on their index queues
     elapsed = time.monotonic() - started
@@ -154,17 +165,61 @@ def test_persistent_workers_are_flushed_without_waiting_for_exit(session, tmp_pa
     del loader  # workers shut down now and try a last flush into the removed folder: no error
 
 
-def test_spawn_workers_are_traced(session, tmp_path):
+class TinyBase(Dataset):
+    """The user's dataset under the real timed chain."""
+
+    def __len__(self) -> int:
+        return SAMPLES
+
+    def __getitem__(self, index: int):
+        return torch.full((16,), float(index)), index
+
+
+def test_spawn_workers_trace_the_real_chain(session, tmp_path):
+    """The real chain objects under spawn: the dataset, collate and worker init are pickled to the
+    workers without any recorder, and each worker's collate finds the worker's own recorder."""
     s = session()
-    s.start_main()
-    pids = _consume(_loader(s, "spawn"))
-    _assert_main_and_workers(_load_trace(s.finish(tmp_path)), pids, SAMPLES)
+    dataset = InstrumentedDataset(TinyBase(), [BusyWait(0.05)])
+    collate = TimedCollate([])
+    rec = s.start_main(dataset, collate)
+    loader = DataLoader(dataset, batch_size=BATCH, num_workers=WORKERS, multiprocessing_context="spawn",
+                        collate_fn=collate, worker_init_fn=WorkerInit(None, s))
+    worker_ids = set()
+    for batch in loader:
+        t0 = time.perf_counter_ns()
+        worker_ids.add(batch.worker_id)
+        rec.add(MAIN_STEP, t0, time.perf_counter_ns())
+    slices = _step_slices(_load_trace(s.finish(tmp_path)))
+    main_pid = os.getpid()
+    workers = set(slices) - {main_pid}
+    assert worker_ids == {0, 1} and len(workers) == WORKERS
+    assert set(slices[main_pid]) == {MAIN_STEP}, "the main process loaded nothing"
+    for name, count in (("load/TinyBase", SAMPLES), ("per_sample/BusyWait", SAMPLES),
+                        ("collate/default_collate", SAMPLES // BATCH)):
+        assert sum(slices[pid][name] for pid in workers) == count, name
+
+
+def test_chain_records_one_slice_per_step_in_the_main_process(session, tmp_path):
+    """workers=0: the main-process objects trace into the recorder start_main() put on them, and
+    the results are the same as with trace off."""
+    s = session()
+    dataset = InstrumentedDataset(TinyBase(), [BusyWait(0.0), BusyWait(0.0)])
+    collate = TimedCollate([])
+    plain = collate([dataset[i] for i in range(BATCH)])
+    s.start_main(dataset, collate)
+    traced = collate([dataset[i] for i in range(BATCH)])
+    assert torch.equal(plain.data, traced.data) and plain.sample_ns.shape == traced.sample_ns.shape
+    slices = _step_slices(_load_trace(s.finish(tmp_path)))[os.getpid()]
+    assert slices == Counter({"load/TinyBase": BATCH, "per_sample/BusyWait": BATCH,
+                              "per_sample/BusyWait#2": BATCH, "collate/default_collate": 1})
+    assert dataset.trace is None and collate.trace is None
 
 
 def test_full_mode_adds_function_calls_from_every_process(session, tmp_path):
     s = session(mode="full", tracer_entries=50_000)
-    s.start_main()
-    pids = _consume(_loader(s, "fork"))
+    dataset = TracedTiny()
+    rec = s.start_main(dataset)  # the workers fork with the main's profiler hook running: they stop it
+    pids = _consume(_loader(s, "fork", dataset=dataset), rec)
     trace = _load_trace(s.finish(tmp_path))
     _assert_main_and_workers(trace, pids, SAMPLES)
     calls = defaultdict(set)
@@ -177,13 +232,13 @@ def test_full_mode_adds_function_calls_from_every_process(session, tmp_path):
 
 
 def _killed_worker(s: VizTraceSession, kept: int, lost: int) -> None:
-    s.worker_init(0)
+    rec = s.worker_init(0)
     now = time.perf_counter_ns()
     for i in range(kept):
-        emit("kept", now + i, now + i + 1)
-    viztrace.recorder().flush()  # what the periodic flush does every flush_interval_s
+        rec.add("kept", now + i, now + i + 1)
+    rec.flush()  # what the periodic flush does every flush_interval_s
     for i in range(lost):
-        emit("lost", now + i, now + i + 1)
+        rec.add("lost", now + i, now + i + 1)
     os._exit(0)  # what torch's worker SIGTERM handler does: no finalisers, no last flush
 
 
@@ -225,14 +280,21 @@ def test_finish_never_waits_past_its_deadline(session, tmp_path):
         child.join(5)
 
 
-def test_session_pickles_and_emit_without_a_recorder_is_a_no_op(session):
+def test_recorders_never_travel_in_pickles(session, tmp_path):
     s = session(flush_interval_s=0.5)
+    dataset = InstrumentedDataset(TinyBase(), [BusyWait(0.0)])
+    collate = TimedCollate([])
+    rec = s.start_main(dataset, collate)
+    with pytest.raises(TypeError, match="never pickled"):
+        pickle.dumps(rec)
     clone = pickle.loads(pickle.dumps(s))
-    assert clone.work_dir == s.work_dir and clone.flush_interval_s == 0.5
-    assert viztrace.recorder() is None
-    emit("nothing", 0, 1)
-    with span("nothing"):
-        pass
+    assert clone.work_dir == s.work_dir and clone.flush_interval_s == 0.5 and clone._main is None
+    for obj in (dataset, collate, WorkerInit(None, s)):
+        pickle.loads(pickle.dumps(obj))
+    assert pickle.loads(pickle.dumps(dataset)).trace is None
+    assert pickle.loads(pickle.dumps(collate)).trace is None
+    assert dataset.trace is rec and collate.trace is rec, "pickling leaves the originals alone"
+    s.finish(tmp_path)
 
 
 def test_bad_mode_is_one_line_error():
