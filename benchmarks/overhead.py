@@ -37,7 +37,8 @@ def harness_rate(spec: JobSpec, steps: int, warmup: int) -> float:
 
 
 def plain_rate(spec: JobSpec, steps: int, warmup: int) -> float:
-    return plain_loop(spec, steps, warmup).samples_per_s
+    run = dataclasses.replace(spec.run, warmup_steps=warmup)
+    return plain_loop(dataclasses.replace(spec, run=run), steps).samples_per_s
 
 
 def main(argv: Optional[List[str]] = None) -> None:

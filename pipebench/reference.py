@@ -12,6 +12,7 @@ import torch
 from torch.utils.data import DataLoader, Dataset, RandomSampler, SequentialSampler
 
 from pipebench.build import build_dataset, build_transforms
+from pipebench.runner import warmup_steps
 from pipebench.specs import JobSpec
 
 
@@ -38,8 +39,12 @@ class PlainMeasurement:
     starvation_pct: float
 
 
-def plain_loop(spec: JobSpec, steps: int, warmup: int) -> PlainMeasurement:
-    """Time `steps` steps of a plain loop; an emulated consumer sleeps `consumer.step_ms` per step."""
+def plain_loop(spec: JobSpec, steps: int) -> PlainMeasurement:
+    """Time `steps` steps of a plain loop; an emulated consumer sleeps `consumer.step_ms` per step.
+
+    It warms up exactly as the harness does, so the two are compared on the same steady state.
+    """
+    warmup = warmup_steps(spec)
     dataset = PlainDataset(build_dataset(spec), build_transforms(spec.per_sample, "per_sample"))
     batch_transforms = build_transforms(spec.per_batch, "per_batch")
     generator = torch.Generator().manual_seed(spec.run.seed)

@@ -24,7 +24,7 @@ SUMMARY_COLUMNS = [
     "samples_per_s", "samples_per_s_ci_low", "samples_per_s_ci_high", "speedup",
     "step_ms_mean", "step_ms_var", "step_ms_median", "step_ms_iqr", "step_ms_p99",
     "wait_ms_mean", "wait_ms_median", "wait_ms_p99", "starvation_pct", "accel_util_pct",
-    "h2d_ms_median", "transfer_ms_median",
+    "h2d_ms_median", "transfer_ms_median", "ready_next_ms_median", "ready_steps_pct",
     "pipeline_ms_per_sample", "cpu_ms_per_sample", "worker_capacity_samples_per_s", "cpu_capacity_samples_per_s",
     "first_batch_s", "worker_startup_s_max", "rss_mb_peak", "worker_pss_growth_mb", "shm_mb_peak",
     "steps", "repeats", "skipped_samples", "epochs",
@@ -32,7 +32,7 @@ SUMMARY_COLUMNS = [
 # The printed comparison keeps to what fits a terminal; summary.csv has everything.
 PRINTED_COLUMNS = [
     "job", "workers", "consumer", "samples_per_s", "speedup", "step_ms_median", "step_ms_p99", "starvation_pct",
-    "transfer_ms_median", "cpu_ms_per_sample", "first_batch_s", "worker_startup_s_max", "rss_mb_peak",
+    "transfer_ms_median", "ready_next_ms_median", "cpu_ms_per_sample", "first_batch_s", "worker_startup_s_max", "rss_mb_peak",
     "skipped_samples",
 ]
 TRANSFORM_COLUMNS = [

@@ -43,6 +43,7 @@ class LoaderConfig:
 class RunConfig:
     """How long to measure: warm-up, then at least `steps` steps and `min_time_s` seconds, `repeats` times."""
 
+    # With workers, warm-up also drains the workers x prefetch_factor batches queued at start-up.
     warmup_steps: int = 3
     steps: int = 20
     min_time_s: float = 5.0

@@ -96,6 +96,10 @@ def _throughput_interval(samples: np.ndarray, step_ns: np.ndarray) -> tuple:
     return float(result.confidence_interval.low), float(result.confidence_interval.high)
 
 
+def _median_ms(values_ns: Sequence[int]) -> float:
+    return float(np.median(values_ns) / NS_PER_MS) if len(values_ns) else float("nan")
+
+
 def summary_row(passes: Sequence[PassResult], rows: Sequence[TransformRow], sink: TimingSink, workers: int,
                 usable_cores: int, skipped: int) -> Dict[str, float]:
     """Steady-state figures over every repeat's measured steps; the first batch stays apart.
@@ -133,6 +137,8 @@ def summary_row(passes: Sequence[PassResult], rows: Sequence[TransformRow], sink
         "accel_util_pct": float(100.0 * compute_ns.sum() / step_ns.sum()),
         "h2d_ms_median": float(np.median([s.h2d_ns for s in steps]) / NS_PER_MS),
         "transfer_ms_median": float(np.median([s.transfer_ns for s in steps]) / NS_PER_MS),
+        "ready_next_ms_median": _median_ms([s.wait_ns for s in steps if s.ready]),
+        "ready_steps_pct": float(100.0 * sum(s.ready for s in steps) / len(steps)),
         "pipeline_ms_per_sample": pipeline_ms,
         "cpu_ms_per_sample": cpu_ms,
         "worker_capacity_samples_per_s": producers * 1000.0 / pipeline_ms,

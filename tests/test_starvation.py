@@ -47,7 +47,7 @@ def _spec(x_ms, workers, y_ms):
 def test_meter_matches_a_plain_loop(case, tmp_path):
     x_ms, workers, y_ms, analytic = CASES[case]
     spec = _spec(x_ms, workers, y_ms)
-    plain = plain_loop(spec, STEPS, WARMUP)
+    plain = plain_loop(spec, STEPS)
     summary = measure_job(spec, tmp_path)["summary"]
     analytic_step_ms = max(y_ms, BATCH * x_ms / workers)
     print(f"\n{case}: pipebench {summary['samples_per_s']:.0f} samples/s, {summary['starvation_pct']:.1f}% starved; "
@@ -55,6 +55,9 @@ def test_meter_matches_a_plain_loop(case, tmp_path):
           f"analytic {BATCH * 1000 / analytic_step_ms:.0f}, {analytic:.0f}%")
     assert summary["samples_per_s"] == pytest.approx(plain.samples_per_s, rel=RATE_TOLERANCE)
     assert summary["starvation_pct"] == pytest.approx(plain.starvation_pct, abs=STARVATION_TOLERANCE_POINTS)
+    if case == "compute_bound":  # batches wait for the consumer: next() only pays delivery
+        assert summary["ready_steps_pct"] > 50
+        assert summary["ready_next_ms_median"] <= summary["wait_ms_median"] + 1e-9
     if case in ANALYTIC_CHECKED:
         assert summary["starvation_pct"] == pytest.approx(analytic, abs=STARVATION_TOLERANCE_POINTS)
     assert summary["accel_util_pct"] + summary["starvation_pct"] <= 100.5
@@ -71,6 +74,7 @@ def test_per_worker_timings_merge_and_explain_the_rate(tmp_path):
         assert worker["cpu_ms_per_sample"] == pytest.approx(1.0, rel=0.3)
         assert 0 < worker["startup_s"] < 30
     summary = record["summary"]
+    assert record["passes"][0]["warmup_steps"] == max(WARMUP, 2 * spec.loader.prefetch_factor)
     assert summary["worker_startup_s_max"] == max(w["startup_s"] for w in workers.values())
     # Data-bound with no consumer: the loader runs as fast as two busy workers can produce.
     assert summary["samples_per_s"] == pytest.approx(summary["worker_capacity_samples_per_s"], rel=0.25)
