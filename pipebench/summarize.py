@@ -160,6 +160,7 @@ def pass_record(result: PassResult) -> Dict[str, object]:
         "wall_s": result.wall_s,
         "epochs": result.epochs,
         "samples": [s.samples for s in result.steps],
+        "gap_ms": [s.gap_ns / NS_PER_MS for s in result.steps],
         "wait_ms": [s.wait_ns / NS_PER_MS for s in result.steps],
         "h2d_ms": [s.h2d_ns / NS_PER_MS for s in result.steps],
         "compute_ms": [s.compute_ns / NS_PER_MS for s in result.steps],
