@@ -1,7 +1,8 @@
 """The measured step loop: first batch, warm-up, then a steady state timed step by step.
 
-step = wait in next(loader) + host-to-device copy + consumer step. The first batch (worker
-start-up, imports) is reported on its own and never enters the steady-state numbers.
+step = the loop's own gap since the last step + wait in next(loader) + host-to-device copy +
+consumer step. The first batch (worker start-up, imports) is reported on its own and never
+enters the steady-state numbers.
 """
 
 import time
