@@ -65,7 +65,7 @@ def _default_cache_root() -> Path:
     return base / "pipebench" / "synthetic_jpeg"
 
 
-def _draw_picture(rng: np.random.Generator, width: int, height: int) -> Image.Image:
+def draw_picture(rng: np.random.Generator, width: int, height: int) -> Image.Image:
     """One colourful picture: smooth gradients, translucent shapes, texture and grain."""
     grid_h, grid_w = rng.integers(*_BACKGROUND_GRID, size=2)
     grid = rng.integers(0, 256, size=(grid_h, grid_w, 3), dtype=np.uint8)
@@ -170,7 +170,7 @@ class SyntheticJpegDataset(Dataset):
             for k in range(self.num_images):
                 rng = np.random.default_rng([self.seed, _IMAGE_STREAM, k])
                 buf = io.BytesIO()
-                _draw_picture(rng, self.width, self.height).save(buf, "JPEG", quality=self.quality)
+                draw_picture(rng, self.width, self.height).save(buf, "JPEG", quality=self.quality)
                 data = buf.getvalue()
                 name = f"{k:05d}.jpg"
                 (tmp / name).write_bytes(data)

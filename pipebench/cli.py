@@ -3,6 +3,8 @@
 `pipebench run transform=a,b workers=0,4` needs no `--multirun`: the CLI parses the overrides
 with Hydra's own parser, checks every job of the sweep up front (one-line errors, exit 2,
 before anything is measured), then hands the sweep to Hydra with pipebench's launcher.
+`rounds=N` repeats the whole sweep round-robin, and `calibrate=true` times the calibration
+workload first; `pipebench baseline update` stores a results folder as a nightly baseline.
 """
 
 import argparse
@@ -20,8 +22,12 @@ from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra.core.config_store import ConfigStore
 from hydra.errors import HydraException
 
+from pipebench.baseline import BASELINES_DIR, DEFAULT_BASELINE_NAME, update_baseline
 from pipebench.build import build_dataset, build_transforms
-from pipebench.configs import CONFIG_MODULE, CONFIG_NAME, HYDRA_VERSION_BASE, job_spec_composer, one_line
+from pipebench.calibration import run_calibration, write_calibration
+from pipebench.compare import DEFAULT_THRESHOLD, compare_main
+from pipebench.configs import (CONFIG_MODULE, CONFIG_NAME, HYDRA_VERSION_BASE, job_spec_composer, one_line,
+                               sweep_settings)
 from pipebench.errors import USAGE_EXIT_STATUS, ConfigError, PipebenchError
 from pipebench.job import run_job_task
 from pipebench.job_process import INTERRUPTED_EXIT_STATUS
@@ -31,6 +37,14 @@ from pipebench.specs import JobSpec
 
 # Longest label in a results folder name; the full overrides are in every result.json.
 MAX_LABEL_CHARS = 60
+# The rounds sweep goes first: BasicSweeper varies its first list slowest, so every job runs
+# once before any job runs again, and drift hits every job alike.
+ROUND_SWEEP = "run.round=range(0,{rounds})"
+# The CLI folds the config's sweeper params (suite=nightly) into the command line after the
+# rounds sweep; Hydra must not prepend them a second time.
+CLEAR_SWEEPER_PARAMS = "hydra.sweeper.params=null"
+# Keys that describe the whole invocation, so every job of a sweep must agree on them.
+INVOCATION_KEYS = ("rounds", "calibrate")
 
 RUN_EPILOG = """\
 examples:
@@ -42,7 +56,9 @@ examples:
 groups: dataset=synthetic_jpeg|image_folder|random_tensors
         transform=yuv_mask|yuv_mask_fast|yuv_mask_crop_first|yuv_mask_batched
         loader=default|seed  run=default|quick  consumer=emulated|none|toy_cnn
-keys:   workers, trace=torch|viztracer|none, results_dir, loader.*, run.*, consumer.*, dataset.*
+keys:   workers, trace=torch|viztracer|none, results_dir, rounds, calibrate, loader.*, run.*, consumer.*,
+        dataset.*
+suites: suite=nightly   the nightly regression sweep (every chain, workers 0 and 2, 5 rounds)
 """
 
 
@@ -69,6 +85,33 @@ def expand_sweep(overrides: Sequence[str]) -> List[List[str]]:
         return BasicSweeper.split_arguments(parsed, None)[0]
     except HydraException as exc:
         raise ConfigError(one_line(exc)) from exc
+
+
+def sweep_overrides(overrides: Sequence[str]) -> List[str]:
+    """The whole sweep as overrides: the rounds sweep, then the config's sweeper params, then the user's.
+
+    The order mirrors BasicSweeper (its params before the command line; a later override of
+    the same key replaces the values in place), so `expand_sweep` of the result is exactly
+    the list of jobs that will run, suite=nightly included.
+    """
+    settings = sweep_settings(expand_sweep(overrides)[0])
+    rounds = [ROUND_SWEEP.format(rounds=settings.rounds)] if settings.rounds > 1 else []
+    return [*rounds, *settings.params, *overrides]
+
+
+def _check_invocation_keys(checked: Sequence[Tuple[JobSpec, str]]) -> None:
+    for key in INVOCATION_KEYS:
+        values = {getattr(spec, key) for spec, _ in checked}
+        if len(values) > 1:
+            raise ConfigError(f"{key} applies to the whole invocation and cannot be swept, got {sorted(values)}")
+
+
+def _calibrate(invocation_dir: Path) -> None:
+    invocation_dir.mkdir(parents=True, exist_ok=True)
+    print("calibration: timing the fixed decode + transform workload", flush=True)
+    calibration = run_calibration()
+    path = write_calibration(invocation_dir, calibration)
+    print(f"calibration: {calibration.score_s * 1000:.1f} ms a repetition (median) -> {path}", flush=True)
 
 
 def preflight(jobs: Sequence[Sequence[str]]) -> List[Tuple[JobSpec, str]]:
@@ -105,11 +148,15 @@ def run_command(overrides: List[str], config_dir: Optional[str]) -> int:
         if not Path(config_dir).is_dir():
             raise ConfigError(f"--config-dir {config_dir}: no such directory")
         overrides = [f"hydra.searchpath=[{_quote('file://' + str(Path(config_dir).resolve()))}]", *overrides]
-    jobs = expand_sweep(overrides)
-    checked = preflight(jobs)
-    results_dir = checked[0][1]
+    swept = sweep_overrides(overrides)
+    checked = preflight(expand_sweep(swept))
+    _check_invocation_keys(checked)
+    first_spec, results_dir = checked[0]
     invocation_dir = Path(results_dir) / f"{time.strftime('%Y%m%d-%H%M%S')}-{_label(overrides)}"
-    sys.argv = ["pipebench", "--multirun", *overrides, f"hydra.sweep.dir={_quote(str(invocation_dir))}"]
+    if first_spec.calibrate:
+        _calibrate(invocation_dir)
+    sys.argv = ["pipebench", "--multirun", *swept, CLEAR_SWEEPER_PARAMS,
+                f"hydra.sweep.dir={_quote(str(invocation_dir))}"]
     status = 0
     try:
         _hydra_entry()()
@@ -140,6 +187,30 @@ def build_parser() -> argparse.ArgumentParser:
     )
     run.add_argument("--config-dir", "-cd", help="a directory of your own configs, searched after pipebench's")
     run.add_argument("overrides", nargs="*", help="Hydra overrides, e.g. transform=yuv_mask workers=0,4,8")
+    compare = verbs.add_parser(
+        "compare", help="compare two results folders; exit 1 on a regression, 2 if they cannot be compared",
+        description="Per job: the ratio of samples/s (current / baseline) with a bootstrap interval over the "
+                    "repeats and rounds, a Mann-Whitney test, the change in starvation and a verdict. A "
+                    "regression must be significant AND larger than --threshold. Ratios are also normalised "
+                    "by the calibration workload when both folders have calibration.json.",
+    )
+    compare.add_argument("baseline", metavar="BASELINE", help="a results folder (or its summary.csv)")
+    compare.add_argument("current", metavar="CURRENT", help="a results folder (or its summary.csv)")
+    compare.add_argument("--threshold", type=float, default=DEFAULT_THRESHOLD,
+                         help=f"smallest relative change that counts (default: {DEFAULT_THRESHOLD})")
+    compare.add_argument("--allow-mismatch", action="store_true",
+                         help="compare even when torch, CPU, cores, dataset or config differ (the output says so)")
+    compare.add_argument("--out", help="also write compare.md and compare.csv into this folder")
+    baseline = verbs.add_parser("baseline", help="manage the stored baselines that nightly runs are compared with")
+    actions = baseline.add_subparsers(dest="action", metavar="ACTION", required=True)
+    update = actions.add_parser(
+        "update", help="replace a stored baseline with a results folder",
+        description="Copy a results folder's summary.csv, calibration.json and job-*/result.json (no traces) "
+                    "into BASELINES_DIR/NAME, replacing what was there. Commit the result deliberately.",
+    )
+    update.add_argument("results", metavar="RESULTS_DIR", help="an invocation folder written by `pipebench run`")
+    update.add_argument("--name", default=DEFAULT_BASELINE_NAME, help=f"baseline name (default: {DEFAULT_BASELINE_NAME})")
+    update.add_argument("--baselines-dir", default=BASELINES_DIR, help=f"where baselines live (default: {BASELINES_DIR})")
     return parser
 
 
@@ -148,6 +219,14 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     try:
         if args.verb == "run":
             return run_command(list(args.overrides), args.config_dir)
+        if args.verb == "compare":
+            return compare_main(args.baseline, args.current, args.threshold, args.allow_mismatch, args.out)
+        if args.verb == "baseline":
+            done = update_baseline(Path(args.results), Path(args.baselines_dir), args.name)
+            print(f"{'replaced' if done.replaced else 'created'} baseline {done.target} from {args.results}:")
+            print("\n".join(f"  {rel}" for rel in done.files))
+            print(f"commit {done.target} to make it the baseline that CI compares with")
+            return 0
     except PipebenchError as exc:
         print(f"pipebench: error: {exc}", file=sys.stderr)
         return USAGE_EXIT_STATUS

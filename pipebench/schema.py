@@ -48,6 +48,8 @@ class RunConfig:
     steps: int = 20
     min_time_s: float = 5.0
     repeats: int = 1
+    # Which interleaved round this job belongs to; the CLI sweeps it when `rounds` > 1.
+    round: int = 0
     seed: int = 0
     # Extra steps under torch.profiler when workers=0, after the measured ones, so the
     # profiler's own overhead never lands in the measured numbers.
@@ -88,6 +90,13 @@ class PipebenchConfig:
     # Perfetto trace of the main process and every worker; none: no trace.
     trace: str = "torch"
     results_dir: str = DEFAULT_RESULTS_DIR
+    # Run every job of the sweep this many times, round-robin (all jobs once, then all again),
+    # so drift on a shared machine hits every job alike. Each round is a fresh job process.
+    rounds: int = 1
+    # Time a fixed decode + transform micro-benchmark once per invocation (calibration.json),
+    # so a machine that got slower overall is told apart from a slower pipeline. Off by
+    # default: it costs a few seconds per `pipebench run`; suite=nightly turns it on.
+    calibrate: bool = False
 
 
 def register_schema(store: ConfigStore) -> None:

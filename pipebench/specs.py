@@ -41,6 +41,7 @@ class RunSpec:
     steps: int
     min_time_s: float
     repeats: int
+    round: int
     seed: int
     profile_steps: int
     on_error: str
@@ -70,6 +71,8 @@ class JobSpec:
     consumer: ConsumerSpec
     workers: int
     trace: str
+    rounds: int
+    calibrate: bool
     dataset_name: str
     transform_name: str
 
@@ -112,6 +115,7 @@ def _validate_run(run: RunSpec) -> None:
     _require(run.steps >= 1, f"run.steps must be >= 1, got {run.steps}")
     _require(run.min_time_s >= 0, f"run.min_time_s must be >= 0, got {run.min_time_s}")
     _require(run.repeats >= 1, f"run.repeats must be >= 1, got {run.repeats}")
+    _require(run.round >= 0, f"run.round must be >= 0, got {run.round}")
     _require(run.profile_steps >= 0, f"run.profile_steps must be >= 0, got {run.profile_steps}")
     _require(
         run.on_error in ON_ERROR_POLICIES,
@@ -160,6 +164,7 @@ def job_spec_from_config(cfg: DictConfig, choices: Mapping[str, Optional[str]]) 
     """
     plain = _to_plain(cfg)
     _require(plain["workers"] >= 0, f"workers must be >= 0, got {plain['workers']}")
+    _require(plain["rounds"] >= 1, f"rounds must be >= 1, got {plain['rounds']}")
     _require(plain["trace"] in TRACE_KINDS,
              f"trace must be one of {', '.join(TRACE_KINDS)}, got {plain['trace']!r}")
     _require(
@@ -181,6 +186,8 @@ def job_spec_from_config(cfg: DictConfig, choices: Mapping[str, Optional[str]]) 
         consumer=consumer,
         workers=plain["workers"],
         trace=plain["trace"],
+        rounds=plain["rounds"],
+        calibrate=plain["calibrate"],
         dataset_name=str(choices.get("dataset") or "custom"),
         transform_name=str(choices.get("transform") or "custom"),
     )

@@ -139,7 +139,7 @@ def test_synthetic_pictures_are_colourful(tmp_path):
 def test_synthetic_cache_is_built_once(tmp_path, monkeypatch):
     first = small_synthetic(tmp_path)
     before = file_state(first.cache_path)
-    monkeypatch.setattr(synthetic_jpeg, "_draw_picture", None)  # any redraw would fail
+    monkeypatch.setattr(synthetic_jpeg, "draw_picture", None)  # any redraw would fail
     second = small_synthetic(tmp_path, length=50, num_classes=3)  # same images
     assert second.cache_path == first.cache_path
     assert file_state(second.cache_path) == before

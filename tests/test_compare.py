@@ -1,0 +1,230 @@
+"""`pipebench compare`: verdicts on synthetic results folders, and one real end-to-end slowdown."""
+
+import copy
+import json
+import sys
+from pathlib import Path
+from typing import Dict, Optional, Sequence
+
+import numpy as np
+import pytest
+
+from pipebench.compare import (CALIBRATION_FILE, CLAIMED_FALSE_ALARM_RATE, DEFAULT_THRESHOLD, EXIT_INCOMPARABLE,
+                               EXIT_OK, EXIT_REGRESSION, FASTER, INCOMPARABLE, NO_CHANGE, NOISY, SLOWER, JobRuns,
+                               Run, compare_main, compare_runs, job_key, load_run, write_comparison)
+
+from conftest import TINY_DATASET, results_folder, run_cli
+
+JOB = "transform=yuv_mask,workers=0"
+BASE_RATE = 1000.0  # samples/s
+STEPS, BATCH = 8, 32
+FINGERPRINT = {"torch": "2.4.0", "cpu_model": "AMD EPYC", "usable_cores": 2, "cpu_count": 2,
+               "dataset": {"name": "random_tensors", "length": 512}, "git_commit": "abc"}
+CONFIG = {"transform": {"per_sample": [{"_target_": "BusyWait", "ms": 1.0}]}, "workers": 0,
+          "run": {"repeats": 5, "progress": True}, "results_dir": "results"}
+
+
+def _pass(rate: float, starvation: float) -> Dict[str, list]:
+    step_ms = BATCH * 1000.0 / rate
+    return {"samples": [BATCH] * STEPS, "step_ms": [step_ms] * STEPS, "wait_ms": [step_ms * starvation] * STEPS}
+
+
+def write_run(folder: Path, rates: Dict[str, Sequence[float]], fingerprint: Optional[dict] = None,
+              config: Optional[dict] = None, calibration_s: Optional[float] = None, starvation: float = 0.5) -> Path:
+    """A results folder with one result.json a job, one pass per rate."""
+    for num, (label, job_rates) in enumerate(rates.items()):
+        job_dir = folder / f"job-{num}"
+        job_dir.mkdir(parents=True)
+        record = {"job": label, "job_num": num, "config": config or CONFIG, "fingerprint": fingerprint or FINGERPRINT,
+                  "summary": {}, "passes": [_pass(r, starvation) for r in job_rates]}
+        (job_dir / "result.json").write_text(json.dumps(record))
+    (folder / "summary.csv").write_text("job\n")
+    if calibration_s is not None:
+        (folder / CALIBRATION_FILE).write_text(json.dumps({"score_s": calibration_s, "samples_s": [calibration_s] * 5}))
+    return folder
+
+
+def noisy_rates(rng: np.random.Generator, mean: float, cv: float, n: int) -> list:
+    return list(mean * (1 + cv * rng.standard_normal(n)))
+
+
+def memory_run(rates: Sequence[float]) -> Run:
+    job = JobRuns(JOB, tuple(rates), tuple(50.0 for _ in rates), CONFIG, FINGERPRINT)
+    return Run(Path("mem"), {JOB: job}, None)
+
+
+@pytest.mark.parametrize("cv,min_no_change", [(0.04, 0.9), (0.05, 0.7)])
+def test_aa_false_alarm_rate_within_claim(cv, min_no_change):
+    """200 A/A comparisons at 5 repeats: false faster/slower <= the claimed rate; the rest mostly `no change`.
+
+    Measured over 2000 draws: 0% false verdicts at 4% CV (96% no change), 0.25% at 5% CV (79% no change).
+    """
+    rng = np.random.default_rng(1)
+    verdicts = [compare_runs(memory_run(noisy_rates(rng, BASE_RATE, cv, 5)),
+                             memory_run(noisy_rates(rng, BASE_RATE, cv, 5))).jobs[0].verdict for _ in range(200)]
+    false_alarms = sum(v in (FASTER, SLOWER) for v in verdicts) / len(verdicts)
+    assert false_alarms <= CLAIMED_FALSE_ALARM_RATE
+    assert verdicts.count(NO_CHANGE) / len(verdicts) >= min_no_change
+
+
+def test_injected_slowdown_is_slower_and_exits_1(tmp_path, capsys):
+    rng = np.random.default_rng(2)
+    base = write_run(tmp_path / "base", {JOB: noisy_rates(rng, BASE_RATE, 0.04, 5)})
+    cur = write_run(tmp_path / "cur", {JOB: noisy_rates(rng, 0.8 * BASE_RATE, 0.04, 5)})
+    job = compare_runs(load_run(str(base)), load_run(str(cur))).jobs[0]
+    assert job.verdict == SLOWER and job.ci_high < 1 and job.ratio == pytest.approx(0.8, abs=0.06)
+    assert compare_main(str(base / "summary.csv"), str(cur), DEFAULT_THRESHOLD, False, str(tmp_path / "out")) == EXIT_REGRESSION
+    out = capsys.readouterr().out
+    assert "1 slower" in out and "| slower |" in out
+    csv_text = (tmp_path / "out" / "compare.csv").read_text()
+    assert csv_text.startswith("job,") and ",slower," in csv_text
+
+
+def test_speedup_is_faster_and_exits_0(tmp_path):
+    rng = np.random.default_rng(3)
+    base = write_run(tmp_path / "base", {JOB: noisy_rates(rng, BASE_RATE, 0.03, 5)})
+    cur = write_run(tmp_path / "cur", {JOB: noisy_rates(rng, 1.3 * BASE_RATE, 0.03, 5)})
+    assert compare_runs(load_run(str(base)), load_run(str(cur))).jobs[0].verdict == FASTER
+    assert compare_main(str(base), str(cur), DEFAULT_THRESHOLD, False, None) == EXIT_OK
+
+
+@pytest.mark.parametrize("field,change", [
+    ("torch", {"fingerprint": {"torch": "2.5.0"}}),
+    ("cpu_model", {"fingerprint": {"cpu_model": "Intel Xeon"}}),
+    ("usable_cores", {"fingerprint": {"usable_cores": 4}}),
+    ("dataset", {"fingerprint": {"dataset": {"name": "random_tensors", "length": 1024}}}),
+    ("config.transform.per_sample.0.ms", {"config": {"transform": {"per_sample": [{"_target_": "BusyWait",
+                                                                                    "ms": 2.0}]}}}),
+])
+def test_mismatch_exits_2_naming_the_field(tmp_path, capsys, field, change):
+    fingerprint = {**FINGERPRINT, **change.get("fingerprint", {})}
+    config = {**CONFIG, **change.get("config", {})}
+    base = write_run(tmp_path / "base", {JOB: [BASE_RATE] * 5})
+    cur = write_run(tmp_path / "cur", {JOB: [BASE_RATE] * 5}, fingerprint=fingerprint, config=config)
+    assert compare_main(str(base), str(cur), DEFAULT_THRESHOLD, False, None) == EXIT_INCOMPARABLE
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("pipebench: error:") and field in err[0]
+    assert compare_runs(load_run(str(base)), load_run(str(cur))).jobs[0].verdict == INCOMPARABLE
+
+
+def test_allow_mismatch_compares_and_says_so(tmp_path, capsys):
+    base = write_run(tmp_path / "base", {JOB: [BASE_RATE] * 5})
+    cur = write_run(tmp_path / "cur", {JOB: [BASE_RATE] * 5}, fingerprint={**FINGERPRINT, "torch": "2.5.0"})
+    assert compare_main(str(base), str(cur), DEFAULT_THRESHOLD, True, None) == EXIT_OK
+    out = capsys.readouterr().out
+    assert "WARNING: fingerprint mismatch, compared anyway" in out and "torch" in out
+    assert "| no change |" in out
+
+
+def test_ignored_config_keys_and_other_fingerprint_fields_do_not_mismatch(tmp_path):
+    config = copy.deepcopy(CONFIG)
+    config["run"]["progress"], config["results_dir"] = False, "elsewhere"
+    base = write_run(tmp_path / "base", {JOB: [BASE_RATE] * 5})
+    cur = write_run(tmp_path / "cur", {JOB: [BASE_RATE] * 5}, config=config,
+                    fingerprint={**FINGERPRINT, "git_commit": "def"})
+    assert compare_runs(load_run(str(base)), load_run(str(cur))).mismatch == ()
+
+
+def test_noisy_run_is_noisy_not_a_verdict():
+    """CV 25% with 3 repeats a side: never faster/slower, and `noisy` in most draws."""
+    rng = np.random.default_rng(4)
+    verdicts = [compare_runs(memory_run(noisy_rates(rng, BASE_RATE, 0.25, 3)),
+                             memory_run(noisy_rates(rng, BASE_RATE, 0.25, 3))).jobs[0].verdict for _ in range(50)]
+    assert FASTER not in verdicts and SLOWER not in verdicts
+    assert verdicts.count(NOISY) >= 40
+
+
+def test_calibration_removes_a_uniformly_slower_machine(tmp_path):
+    """Current machine 10% slower overall: raw ratio 0.9, normalised 1.0, verdict `no change`."""
+    rng = np.random.default_rng(5)
+    base_rates = noisy_rates(rng, BASE_RATE, 0.01, 5)
+    base = write_run(tmp_path / "base", {JOB: base_rates}, calibration_s=0.100)
+    cur = write_run(tmp_path / "cur", {JOB: [0.9 * r for r in base_rates]}, calibration_s=0.100 / 0.9)
+    comparison = compare_runs(load_run(str(base)), load_run(str(cur)))
+    job = comparison.jobs[0]
+    assert job.ratio == pytest.approx(0.9) and job.normalised_ratio == pytest.approx(1.0)
+    assert comparison.normalised and job.verdict == NO_CHANGE
+    # A real 20% pipeline slowdown on that slower machine still reads as `slower`.
+    cur2 = write_run(tmp_path / "cur2", {JOB: [0.9 * 0.8 * r for r in noisy_rates(rng, BASE_RATE, 0.01, 5)]},
+                     calibration_s=0.100 / 0.9)
+    assert compare_runs(load_run(str(base)), load_run(str(cur2))).jobs[0].verdict == SLOWER
+
+
+def test_without_calibration_normalised_is_unavailable_and_raw_drives_verdict(tmp_path):
+    base = write_run(tmp_path / "base", {JOB: [BASE_RATE * f for f in (1.0, 1.01, 0.99, 1.0, 1.02)]},
+                     calibration_s=0.1)
+    cur = write_run(tmp_path / "cur", {JOB: [0.9 * BASE_RATE * f for f in (0.8, 0.81, 0.79, 0.8, 0.82)]})
+    comparison = compare_runs(load_run(str(base)), load_run(str(cur)))
+    assert not comparison.normalised and np.isnan(comparison.jobs[0].normalised_ratio)
+    assert comparison.jobs[0].verdict == SLOWER
+    md, _ = write_comparison(comparison, str(tmp_path / "out"))
+    assert "Normalised ratios unavailable" in md.read_text()
+
+
+def test_rounds_merge_into_one_job_with_more_repeats(tmp_path):
+    assert job_key("run.round=2,transform=x") == "transform=x"
+    assert job_key("dataset.shape=[3,32,32],run.round=10,workers=0") == "dataset.shape=[3,32,32],workers=0"
+    config = copy.deepcopy(CONFIG)
+    config["run"]["round"] = 1
+    base = write_run(tmp_path / "base", {f"run.round={k},{JOB}": [BASE_RATE] * 2 for k in range(3)}, config=config)
+    run = load_run(str(base))
+    assert list(run.jobs) == [JOB] and len(run.jobs[JOB].samples_per_s) == 6
+    cur = write_run(tmp_path / "cur", {JOB: [BASE_RATE] * 5})
+    assert compare_runs(run, load_run(str(cur))).mismatch == ()
+
+
+def test_starvation_change_in_points(tmp_path):
+    base = write_run(tmp_path / "base", {JOB: [BASE_RATE] * 5}, starvation=0.40)
+    cur = write_run(tmp_path / "cur", {JOB: [BASE_RATE] * 5}, starvation=0.55)
+    assert compare_runs(load_run(str(base)), load_run(str(cur))).jobs[0].starvation_change_pts == pytest.approx(15.0)
+
+
+def test_job_in_one_run_only_is_incomparable(tmp_path, capsys):
+    base = write_run(tmp_path / "base", {JOB: [BASE_RATE] * 5, "workers=4": [BASE_RATE] * 5})
+    cur = write_run(tmp_path / "cur", {JOB: [BASE_RATE] * 5})
+    verdicts = {j.job: j.verdict for j in compare_runs(load_run(str(base)), load_run(str(cur))).jobs}
+    assert verdicts == {JOB: NO_CHANGE, "workers=4": INCOMPARABLE}
+    assert compare_main(str(base), str(cur), DEFAULT_THRESHOLD, False, None) == EXIT_OK
+
+
+@pytest.mark.parametrize("case", ["unreadable", "no_common_jobs"])
+def test_incomparable_input_exits_2(tmp_path, capsys, case):
+    base = write_run(tmp_path / "base", {JOB: [BASE_RATE] * 5})
+    if case == "unreadable":
+        cur = tmp_path / "missing"
+    else:
+        cur = write_run(tmp_path / "cur", {"workers=4": [BASE_RATE] * 5})
+    assert compare_main(str(base), str(cur), DEFAULT_THRESHOLD, False, None) == EXIT_INCOMPARABLE
+    assert capsys.readouterr().err.startswith("pipebench: error:")
+
+
+def _chain_config_dir(root: Path, ms: float) -> Path:
+    chain = root / "transform"
+    chain.mkdir(parents=True)
+    (chain / "cmp_chain.yaml").write_text(
+        f"per_sample:\n  - _target_: pipebench.transforms.synthetic.BusyWait\n    ms: {ms}\nper_batch: []\n")
+    return root
+
+
+def test_real_runs_flag_a_25pct_slower_transform(tmp_path, capsys):
+    """Two real runs with the same overrides; only the config dir's BusyWait cost differs (1.0 vs 1.25 ms).
+
+    The job's config then differs, as it must: compare refuses it naming exactly that key (torch, CPU,
+    cores and dataset agree between two real runs), and with --allow-mismatch calls it `slower`.
+    """
+    assert Path(sys.executable).with_name("pipebench").exists()
+    overrides = [*TINY_DATASET, "transform=cmp_chain", "consumer=none", "workers=0", "loader.batch_size=16",
+                 "run.repeats=5", "run.steps=8", "run.min_time_s=0", "run.warmup_steps=1", "run.profile_steps=0",
+                 "run.progress=false", "trace=none"]
+    folders = []
+    for name, ms in (("base", 1.0), ("cur", 1.25)):
+        conf = _chain_config_dir(tmp_path / f"conf_{name}", ms)
+        proc = run_cli(["run", "--config-dir", str(conf), *overrides, f"results_dir={tmp_path / name}"], tmp_path)
+        assert proc.returncode == 0, proc.stderr
+        folders.append(str(results_folder(proc.stdout)))
+    assert compare_main(*folders, DEFAULT_THRESHOLD, False, None) == EXIT_INCOMPARABLE
+    err = capsys.readouterr().err
+    assert "config.transform.per_sample.0.ms" in err and "torch" not in err and "dataset" not in err
+    assert compare_main(*folders, DEFAULT_THRESHOLD, True, None) == EXIT_REGRESSION
+    out = capsys.readouterr().out
+    assert "| slower |" in out and "compared anyway" in out

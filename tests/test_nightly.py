@@ -1,0 +1,112 @@
+"""Nightly CI support: interleaved rounds, the calibration workload, suite=nightly, baseline update."""
+
+import csv
+import json
+import sys
+
+import pytest
+
+from conftest import QUICK_RUN, TINY_DATASET, compose_spec, results_folder, run_cli
+from pipebench import calibration
+from pipebench.baseline import update_baseline
+from pipebench.cli import expand_sweep, main, sweep_overrides
+from pipebench.configs import job_spec_composer
+from pipebench.errors import ConfigError
+from pipebench.transforms.synthetic import BusyWait
+
+# Small enough for a unit test, big enough for a median: ~0.3 s of decode + chain.
+TEST_PLAN = calibration.CalibrationPlan(repetitions=7, samples_per_repetition=4, warmup=1)
+NIGHTLY_TRANSFORMS = ["yuv_mask", "yuv_mask_fast", "yuv_mask_crop_first", "yuv_mask_batched"]
+
+
+def _values(job, key):
+    return next(item.split("=", 1)[1] for item in job if item.startswith(f"{key}="))
+
+
+def test_rounds_sweep_round_robin():
+    jobs = expand_sweep(sweep_overrides(["rounds=3", "workers=0,1"]))
+    assert [(_values(j, "run.round"), _values(j, "workers")) for j in jobs] == [
+        ("0", "0"), ("0", "1"), ("1", "0"), ("1", "1"), ("2", "0"), ("2", "1")]
+    assert expand_sweep(sweep_overrides(["workers=0,1"])) == [["workers=0"], ["workers=1"]]
+
+
+@pytest.mark.parametrize("override, key", [("rounds=0", "rounds"), ("run.round=-1", "run.round")])
+def test_rounds_validated(override, key):
+    with pytest.raises(ConfigError, match=key):
+        compose_spec([override])
+
+
+def test_suite_nightly_expands_and_validates_every_job():
+    jobs = expand_sweep(sweep_overrides(["suite=nightly", "results_dir=results/nightly"]))
+    assert len(jobs) == 3 * len(NIGHTLY_TRANSFORMS) * 2
+    rounds = [int(_values(j, "run.round")) for j in jobs]
+    assert rounds == sorted(rounds), "rounds vary slowest, so drift hits every job alike"
+    with job_spec_composer() as compose_one:
+        specs = [compose_one(job)[0] for job in jobs[: len(jobs) // 3]]
+    assert [(s.transform_name, s.workers) for s in specs] == [(t, w) for t in NIGHTLY_TRANSFORMS for w in (0, 2)]
+    assert all(s.calibrate and s.rounds == 3 and s.trace == "none" and s.consumer.kind == "emulated"
+               and s.dataset_name == "synthetic_jpeg" for s in specs)
+    # A command-line override still wins over the suite, in place.
+    assert len(expand_sweep(sweep_overrides(["suite=nightly", "workers=1"]))) == 3 * len(NIGHTLY_TRANSFORMS)
+
+
+def test_sweeping_an_invocation_key_is_one_line_error(capsys, monkeypatch):
+    monkeypatch.setattr(sys, "path", list(sys.path))  # run puts the working directory on sys.path
+    assert main(["run", "calibrate=true,false", *TINY_DATASET, *QUICK_RUN]) == 2  # fails before any job starts
+    assert "calibrate applies to the whole invocation" in capsys.readouterr().err
+
+
+def test_calibration_is_sane_and_tracks_a_slowdown(monkeypatch):
+    base = calibration.run_calibration(TEST_PLAN)
+    assert len(base.samples_s) == TEST_PLAN.repetitions
+    assert 0 < min(base.samples_s) <= base.score_s <= max(base.samples_s) < 5
+    assert base.fingerprint["workload_version"] == calibration.WORKLOAD_VERSION
+    # Extra CPU work equal to the measured cost of a sample should double the score.
+    extra_ms = base.score_s / TEST_PLAN.samples_per_repetition * 1000
+    chain = calibration.seed_chain
+    monkeypatch.setattr(calibration, "seed_chain", lambda: [*chain(), BusyWait(extra_ms)])
+    slowed = calibration.run_calibration(TEST_PLAN)
+    assert 1.6 < slowed.score_s / base.score_s < 2.6
+
+
+@pytest.fixture(scope="module")
+def tiny_rounds_run(tmp_path_factory):
+    """A real 2-round run of one job with calibration (2 job processes), on random tensors, no transforms.
+
+    The round-robin order of a bigger sweep is test_rounds_sweep_round_robin's: the CLI runs exactly that list.
+    """
+    cwd = tmp_path_factory.mktemp("rounds")
+    proc = run_cli(["run", "rounds=2", "calibrate=true", "trace=none", "transform.per_sample=[]",
+                    *TINY_DATASET, *QUICK_RUN, "results_dir=out"], cwd=cwd)
+    assert proc.returncode == 0, proc.stderr
+    return cwd / results_folder(proc.stdout)
+
+
+def test_real_run_has_a_row_per_round_and_writes_calibration(tiny_rounds_run):
+    assert "-rounds-2_calibrate-true" in tiny_rounds_run.name
+    with (tiny_rounds_run / "summary.csv").open() as handle:
+        rows = list(csv.DictReader(handle))
+    assert ["run.round=0" in rows[0]["job"], "run.round=1" in rows[1]["job"]] == [True, True] and len(rows) == 2
+    saved = json.loads((tiny_rounds_run / calibration.CALIBRATION_FILE).read_text())
+    assert len(saved["samples_s"]) == calibration.CalibrationPlan().repetitions
+    assert 0 < saved["score_s"] < 5 and saved["fingerprint"]["usable_cores"] >= 1
+
+
+def test_baseline_update_replaces_with_compare_inputs_only(tiny_rounds_run, tmp_path, capsys):
+    target = tmp_path / "baselines" / "nightly"
+    target.mkdir(parents=True)
+    (target / "stale.txt").write_text("old")
+    (tiny_rounds_run / "job-0" / "trace.json").write_text("{}")  # traces never go into a baseline
+    assert main(["baseline", "update", str(tiny_rounds_run), "--baselines-dir", str(tmp_path / "baselines")]) == 0
+    out = capsys.readouterr().out
+    assert f"replaced baseline {target}" in out and "job-1/result.json" in out
+    copied = sorted(str(p.relative_to(target)) for p in target.rglob("*") if p.is_file())
+    assert copied == sorted(["summary.csv", "calibration.json", "job-0/result.json", "job-1/result.json"])
+    assert list((tmp_path / "baselines").iterdir()) == [target], "no staging folder left behind"
+    assert update_baseline(tiny_rounds_run, tmp_path / "baselines", "other").replaced is False
+
+
+def test_baseline_update_cli_refuses_a_folder_without_results(tmp_path, capsys):
+    assert main(["baseline", "update", str(tmp_path), "--baselines-dir", str(tmp_path / "b")]) == 2
+    assert "no summary.csv" in capsys.readouterr().err
+    assert not (tmp_path / "b" / "nightly").exists()
