@@ -12,8 +12,12 @@ Verdict rule for one job, in the manner of asv (significant *and* larger than a 
 - `incomparable`: the job is in one run only, or its fingerprint differs and the
   mismatch was not allowed.
 
-The ratio that drives the verdict is the calibration-normalised one when both runs carry
-a calibration.json, the raw one otherwise.
+When both runs carry a calibration.json the rule is applied to the raw and to the
+calibration-normalised ratio, and a change is called only where the two agree; where one
+says `no change` the job reads `no change`, otherwise `noisy`. A machine 10% slower overall
+(raw `slower`, normalised `no change`) is no pipeline regression, and a calibration that
+happened to catch a quick or a slow moment (measured here: 10% between two runs of the same
+code, while the pipeline held still) cannot invent one either.
 """
 
 import csv
@@ -254,6 +258,13 @@ def verdict(ratio: float, ci_low: float, ci_high: float, p_value: float, thresho
     return NO_CHANGE
 
 
+def _agreed(raw: str, normalised: str) -> str:
+    """One verdict from the raw and the calibration-normalised one (module docstring)."""
+    if raw == normalised:
+        return raw
+    return NO_CHANGE if NO_CHANGE in (raw, normalised) else NOISY
+
+
 def _one_sided(label: str, baseline: Optional[JobRuns], current: Optional[JobRuns]) -> JobComparison:
     """A job present in one run only: `incomparable`, with the side it has."""
     nan = float("nan")
@@ -269,11 +280,16 @@ def compare_job(baseline: JobRuns, current: JobRuns, threshold: float, factor: O
     """Ratio, CI, p-value and verdict for one job present in both runs."""
     b, c = np.asarray(baseline.samples_per_s), np.asarray(current.samples_per_s)
     ratio = float(np.median(c) / np.median(b))
-    scale = 1.0 if factor is None else factor
-    low, high = _ratio_ci(b, c, factors, rng)
-    # Scaling current by the (constant) calibration factor tests the normalised ratio.
-    p = float(mannwhitneyu(c * scale, b, alternative="two-sided").pvalue)
-    verdict_ = INCOMPARABLE if mismatch and not allow_mismatch else verdict(ratio * scale, low, high, p, threshold)
+    low, high = _ratio_ci(b, c, np.ones(N_BOOTSTRAP), rng)
+    p = float(mannwhitneyu(c, b, alternative="two-sided").pvalue)
+    verdict_ = verdict(ratio, low, high, p, threshold)
+    if factor is not None:
+        norm_low, norm_high = _ratio_ci(b, c, factors, rng)
+        # Scaling current by the (constant) calibration factor tests the normalised ratio.
+        norm_p = float(mannwhitneyu(c * factor, b, alternative="two-sided").pvalue)
+        verdict_ = _agreed(verdict_, verdict(ratio * factor, norm_low, norm_high, norm_p, threshold))
+    if mismatch and not allow_mismatch:
+        verdict_ = INCOMPARABLE
     starvation = float(np.median(current.starvation_pct) - np.median(baseline.starvation_pct))
     return JobComparison(baseline.label, float(np.median(b)), float(np.median(c)), ratio, low, high,
                          ratio * factor if factor is not None else float("nan"), starvation, p, verdict_,
@@ -282,7 +298,7 @@ def compare_job(baseline: JobRuns, current: JobRuns, threshold: float, factor: O
 
 def compare_runs(baseline: Run, current: Run, threshold: float = DEFAULT_THRESHOLD,
                  allow_mismatch: bool = False) -> Comparison:
-    """Compare every job of two runs. The CI is of the normalised ratio when both runs are calibrated."""
+    """Compare every job of two runs. The CI and p shown are the raw ratio's."""
     factor = _calibration_factor(baseline.calibration, current.calibration)
     rng = np.random.default_rng(BOOTSTRAP_SEED)
     factors = _bootstrap_factors(rng, baseline.calibration, current.calibration)
@@ -307,7 +323,7 @@ def render_markdown(comparison: Comparison) -> str:
     """A pull-request comment: a verdict-count header, a mismatch warning if any, one row a job."""
     counts = ", ".join(f"{n} {v}" for v, n in comparison.counts().items() if n)
     lines = [f"**pipebench compare**: {counts} (threshold {comparison.threshold:.0%}, "
-             f"verdicts on {'calibration-normalised' if comparison.normalised else 'raw'} ratios)", ""]
+             f"verdicts on {'raw and calibration-normalised ratios agreeing' if comparison.normalised else 'raw ratios'})", ""]
     if comparison.mismatch:
         state = "compared anyway (--allow-mismatch)" if comparison.allow_mismatch else "not compared"
         lines += [f"> **WARNING: fingerprint mismatch, {state}:** {', '.join(comparison.mismatch)}", ""]

@@ -150,6 +150,16 @@ def test_calibration_removes_a_uniformly_slower_machine(tmp_path):
     assert compare_runs(load_run(str(base)), load_run(str(cur2))).jobs[0].verdict == SLOWER
 
 
+def test_a_calibration_glitch_cannot_invent_a_regression(tmp_path):
+    """Measured here: two runs of the same code, the calibration 10% quicker in the second."""
+    rates = [BASE_RATE * f for f in (1.0, 1.02, 0.99, 1.01, 0.98)]
+    base = write_run(tmp_path / "base", {JOB: rates}, calibration_s=0.100)
+    cur = write_run(tmp_path / "cur", {JOB: [0.97 * r for r in rates]}, calibration_s=0.090)
+    job = compare_runs(load_run(str(base)), load_run(str(cur))).jobs[0]
+    assert job.normalised_ratio < 0.9, "the normalised ratio alone would call it slower"
+    assert job.verdict == NO_CHANGE
+
+
 def test_without_calibration_normalised_is_unavailable_and_raw_drives_verdict(tmp_path):
     base = write_run(tmp_path / "base", {JOB: [BASE_RATE * f for f in (1.0, 1.01, 0.99, 1.0, 1.02)]},
                      calibration_s=0.1)
