@@ -17,6 +17,8 @@ from pipebench.transforms.synthetic import BusyWait
 # Small enough for a unit test, big enough for a median: ~0.3 s of decode + chain.
 TEST_PLAN = calibration.CalibrationPlan(repetitions=7, samples_per_repetition=4, warmup=1)
 NIGHTLY_TRANSFORMS = ["yuv_mask", "yuv_mask_fast", "yuv_mask_crop_first", "yuv_mask_batched"]
+# Five, not three: with 3 vs 3 samples a two-sided Mann-Whitney p cannot go below 0.1.
+NIGHTLY_ROUNDS = 5
 
 
 def _values(job, key):
@@ -38,16 +40,16 @@ def test_rounds_validated(override, key):
 
 def test_suite_nightly_expands_and_validates_every_job():
     jobs = expand_sweep(sweep_overrides(["suite=nightly", "results_dir=results/nightly"]))
-    assert len(jobs) == 3 * len(NIGHTLY_TRANSFORMS) * 2
+    assert len(jobs) == NIGHTLY_ROUNDS * len(NIGHTLY_TRANSFORMS) * 2
     rounds = [int(_values(j, "run.round")) for j in jobs]
     assert rounds == sorted(rounds), "rounds vary slowest, so drift hits every job alike"
     with job_spec_composer() as compose_one:
-        specs = [compose_one(job)[0] for job in jobs[: len(jobs) // 3]]
+        specs = [compose_one(job)[0] for job in jobs[: len(jobs) // NIGHTLY_ROUNDS]]  # round 0
     assert [(s.transform_name, s.workers) for s in specs] == [(t, w) for t in NIGHTLY_TRANSFORMS for w in (0, 2)]
-    assert all(s.calibrate and s.rounds == 3 and s.trace == "none" and s.consumer.kind == "emulated"
+    assert all(s.calibrate and s.rounds == NIGHTLY_ROUNDS and s.trace == "none" and s.consumer.kind == "emulated"
                and s.dataset_name == "synthetic_jpeg" for s in specs)
     # A command-line override still wins over the suite, in place.
-    assert len(expand_sweep(sweep_overrides(["suite=nightly", "workers=1"]))) == 3 * len(NIGHTLY_TRANSFORMS)
+    assert len(expand_sweep(sweep_overrides(["suite=nightly", "workers=1"]))) == NIGHTLY_ROUNDS * len(NIGHTLY_TRANSFORMS)
 
 
 def test_sweeping_an_invocation_key_is_one_line_error(capsys, monkeypatch):
