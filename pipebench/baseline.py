@@ -11,9 +11,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Tuple
 
-from pipebench.calibration import CALIBRATION_FILE
 from pipebench.errors import ConfigError
-from pipebench.results import RESULT_FILE, SUMMARY_CSV
+from pipebench.results import CALIBRATION_FILE, RESULT_FILE, SUMMARY_CSV
 
 # Relative to the working directory: the repository root in CI. The repo's .gitignore ignores
 # results/* but not results/baselines/, so what lands here can be committed.

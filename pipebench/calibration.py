@@ -20,11 +20,10 @@ from torchvision.transforms import PILToTensor, RandomCrop
 
 from pipebench.datasets.synthetic_jpeg import draw_picture
 from pipebench.fingerprint import cpu_model, usable_cores
-from pipebench.results import write_json_atomic
+from pipebench.results import CALIBRATION_FILE, write_json_atomic
 from pipebench.transforms.color import ConvertColor, Scale
 from pipebench.transforms.mask import FastRandomMask
 
-CALIBRATION_FILE = "calibration.json"
 # Bump whenever the workload below changes: scores of different workloads do not compare.
 WORKLOAD_VERSION = 1
 # The seed's photo (DESIGN §1): 533x800 RGB at JPEG quality 90, cropped to 256.

@@ -33,6 +33,7 @@ import numpy as np
 from scipy.stats import mannwhitneyu
 
 from pipebench.errors import PipebenchError
+from pipebench.results import CALIBRATION_FILE
 
 # Half the 20% slowdown the nightly must catch, asv's default factor (1.1), and about 2.5x
 # the spread of a ratio of two 5-repeat medians at 5% CV (~4%): large enough not to cry
@@ -54,7 +55,6 @@ FINGERPRINT_FIELDS = ("torch", "cpu_model", "usable_cores", "dataset")
 # Config keys that legitimately differ between two runs of the same job: where results go,
 # progress bars, and how many rounds the invocation ran (each round is one more sample).
 CONFIG_IGNORED = ("run.round", "results_dir", "run.progress", "rounds", "calibrate")
-CALIBRATION_FILE = "calibration.json"
 ROUND_COMPONENT = re.compile(r"(?:^|,)run\.round=\d+(?=,|$)")
 
 FASTER, SLOWER, NO_CHANGE, NOISY, INCOMPARABLE = "faster", "slower", "no change", "noisy", "incomparable"

@@ -17,6 +17,8 @@ RESULT_FILE = "result.json"
 SUMMARY_CSV = "summary.csv"
 SUMMARY_MD = "summary.md"
 TRANSFORMS_CSV = "transforms.csv"
+# Written at the invocation root by `calibrate=true`; read by compare and baseline update.
+CALIBRATION_FILE = "calibration.json"
 
 # Identity columns first, then the figures a reader compares, then the detail.
 SUMMARY_COLUMNS = [

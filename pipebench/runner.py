@@ -225,8 +225,9 @@ def measure_pass(loop: StepLoop, spec: JobSpec, sink: TimingSink, label: str,
         steps.append(sample)
         measured_ns += sample.step_ns
         samples += sample.samples
-        bar.update(1)
-        bar.set_postfix(samples_per_s=f"{samples * NS_PER_S / measured_ns:.1f}")
+        if not bar.disable:
+            bar.update(1)
+            bar.set_postfix(samples_per_s=f"{samples * NS_PER_S / measured_ns:.1f}")
     mark("last_measured")
     bar.close()
     return PassResult(first_batch_s, warmup, steps, measured_ns / NS_PER_S, loop.stream.epochs,

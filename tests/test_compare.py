@@ -9,9 +9,11 @@ from typing import Dict, Optional, Sequence
 import numpy as np
 import pytest
 
-from pipebench.compare import (CALIBRATION_FILE, CLAIMED_FALSE_ALARM_RATE, DEFAULT_THRESHOLD, EXIT_INCOMPARABLE,
+from pipebench.compare import (CLAIMED_FALSE_ALARM_RATE, DEFAULT_THRESHOLD, EXIT_INCOMPARABLE,
                                EXIT_OK, EXIT_REGRESSION, FASTER, INCOMPARABLE, NO_CHANGE, NOISY, SLOWER, JobRuns,
                                Run, compare_main, compare_runs, job_key, load_run, write_comparison)
+
+from pipebench.results import CALIBRATION_FILE
 
 from conftest import TINY_DATASET, results_folder, run_cli
 

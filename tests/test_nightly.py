@@ -12,6 +12,7 @@ from pipebench.baseline import update_baseline
 from pipebench.cli import expand_sweep, main, sweep_overrides
 from pipebench.configs import job_spec_composer
 from pipebench.errors import ConfigError
+from pipebench.results import CALIBRATION_FILE
 from pipebench.transforms.synthetic import BusyWait
 
 # Small enough for a unit test, big enough for a median: ~0.3 s of decode + chain.
@@ -89,7 +90,7 @@ def test_real_run_has_a_row_per_round_and_writes_calibration(tiny_rounds_run):
     with (tiny_rounds_run / "summary.csv").open() as handle:
         rows = list(csv.DictReader(handle))
     assert ["run.round=0" in rows[0]["job"], "run.round=1" in rows[1]["job"]] == [True, True] and len(rows) == 2
-    saved = json.loads((tiny_rounds_run / calibration.CALIBRATION_FILE).read_text())
+    saved = json.loads((tiny_rounds_run / CALIBRATION_FILE).read_text())
     assert len(saved["samples_s"]) == calibration.CalibrationPlan().repetitions
     assert 0 < saved["score_s"] < 5 and saved["fingerprint"]["usable_cores"] >= 1
 
