@@ -95,10 +95,15 @@ class GpuSession:
         elif name == LAST_MEASURED:
             self._util_report = self.util.stop()
 
-    def profile(self, loop: Any, job_dir: Path) -> None:
-        """Extra steps on `loop` (its consumer a LabelledConsumer): the GPU trace, then the sync probe."""
+    def profile(self, loop: Any, job_dir: Path, warmup: int) -> None:
+        """Extra steps on `loop` (its consumer a LabelledConsumer): the GPU trace, then the sync probe.
+
+        The first batch and `warmup` steps run unprofiled, so worker start-up stays out of the trace.
+        """
         if not self.on_cuda:
             return
+        for _ in range(warmup + 1):
+            loop.step(None)
         activities = [torch.profiler.ProfilerActivity.CPU, torch.profiler.ProfilerActivity.CUDA]
         with torch.profiler.profile(activities=activities) as prof:
             for _ in range(GPU_TRACE_STEPS):

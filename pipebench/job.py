@@ -23,7 +23,7 @@ from pipebench.fingerprint import fingerprint, usable_cores
 from pipebench.gpu_probe import GpuSession, LabelledConsumer
 from pipebench.memory import MemorySampler
 from pipebench.results import PRINTED_TRANSFORM_COLUMNS, RESULT_FILE, write_invocation_summary, write_json_atomic
-from pipebench.runner import BatchStream, StepLoop, TimingSink, measure_pass, profile_steps
+from pipebench.runner import BatchStream, StepLoop, TimingSink, measure_pass, profile_steps, warmup_steps
 from pipebench.specs import JobSpec, job_spec_from_config
 from pipebench.summarize import pass_record, rows_as_dicts, summary_row, transform_rows, worker_breakdown
 from pipebench.tables import markdown_table
@@ -120,7 +120,7 @@ def measure_job(spec: JobSpec, job_dir: Path) -> Dict[str, Any]:
         loop.stream.close()
     if gpu.on_cuda:
         loop = StepLoop(BatchStream(loader, spec.run.on_error), LabelledConsumer(consumer), non_blocking=pinned)
-        gpu.profile(loop, job_dir)
+        gpu.profile(loop, job_dir, warmup_steps(spec))
         loop.stream.close()
     if spec.run.profile_steps > 0 and spec.trace == "viztracer":
         traced = viztrace_pass(spec, instrumented, collate, consumer, pinned, job_dir)
