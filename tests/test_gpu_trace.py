@@ -102,6 +102,8 @@ def test_recorded_masked_loss_traces_show_syncs_only_for_the_sync_variant():
     sync = syncs_from_trace(load_trace(_recorded("masked_loss_sync_trace.json")))
     fixed = syncs_from_trace(load_trace(_recorded("masked_loss_fixed_trace.json")))
     assert sync.steps > 0 and sync.per_step >= 1 and fixed.steps > 0 and fixed.syncs == 0
+    expected = json.loads(_recorded("expected.json").read_text())
+    assert sync.per_step == expected["masked_loss_sync"]["syncs_per_step"]
     names = " ".join(sync.ops)
     assert "nonzero" in names and "unique" in names, sync.ops
 
