@@ -5,7 +5,7 @@ Over the measured steps (cheap readings only, so the steps stay honest):
 - NVML utilisation from a background thread (`GpuUtilSampler`), beside `accel_util_pct`;
 - reserved memory after each step and allocator counters at the first/last step (`AllocatorTracker`).
 
-After them, on extra steps (as the torch.profiler trace at workers=0 is):
+After them, on extra steps (as the torch.profiler trace at workers=0 is; none when run.profile_steps=0):
 - a short torch.profiler CPU+CUDA trace (`gpu_trace.json`) -> GPU busy %, HTA's idle breakdown
   (`gpu_idle`) and the syncs in the consumer step, named by op (`sync_detect`);
 - the same consumer step on one held batch under torch.cuda.set_sync_debug_mode("warn"), a
@@ -134,8 +134,11 @@ class GpuSession:
         notes = []
         if not self.on_cuda:
             notes.append(_not_on_cuda_note())
-        elif util.note:
-            notes.append(f"gpu_util_pct {util.note}")
+        else:
+            if util.note:
+                notes.append(f"gpu_util_pct {util.note}")
+            if not self._profiled:
+                notes.append("no GPU trace (run.profile_steps=0): sync and idle columns not measured")
         idle, syncs = self._profiled.get("idle"), self._profiled.get("syncs")
         return {
             "h2d_gpu_ms_median": _median(self.copier.gpu_ms),

@@ -118,7 +118,7 @@ def measure_job(spec: JobSpec, job_dir: Path) -> Dict[str, Any]:
         loop = fresh_loop()
         artifacts = profile_steps(loop, instrumented, collate, spec.run.profile_steps, job_dir)
         loop.stream.close()
-    if gpu.on_cuda:
+    if gpu.on_cuda and spec.run.profile_steps > 0:
         loop = StepLoop(BatchStream(loader, spec.run.on_error), LabelledConsumer(consumer), non_blocking=pinned)
         gpu.profile(loop, job_dir, warmup_steps(spec))
         loop.stream.close()
