@@ -20,9 +20,10 @@ from pipebench.build import build_loader, build_pipeline, pin_memory_effective
 from pipebench.consumers import build_consumer
 from pipebench.errors import USAGE_EXIT_STATUS, PipebenchError
 from pipebench.fingerprint import fingerprint, usable_cores
+from pipebench.gpu_probe import GpuSession, LabelledConsumer
 from pipebench.memory import MemorySampler
 from pipebench.results import PRINTED_TRANSFORM_COLUMNS, RESULT_FILE, write_invocation_summary, write_json_atomic
-from pipebench.runner import BatchStream, StepLoop, TimingSink, measure_pass, profile_steps
+from pipebench.runner import BatchStream, StepLoop, TimingSink, measure_pass, profile_steps, warmup_steps
 from pipebench.specs import JobSpec, job_spec_from_config
 from pipebench.summarize import pass_record, rows_as_dicts, summary_row, transform_rows, worker_breakdown
 from pipebench.tables import markdown_table
@@ -87,10 +88,16 @@ def measure_job(spec: JobSpec, job_dir: Path) -> Dict[str, Any]:
     consumer = build_consumer(spec.consumer, spec.run.seed)
     pinned = pin_memory_effective(spec)
     sink = TimingSink()
+    gpu = GpuSession(consumer)
 
     def fresh_loop() -> StepLoop:
         """A new iteration of the loader (new workers unless persistent) with its own step loop."""
-        return StepLoop(BatchStream(loader, spec.run.on_error), consumer, non_blocking=pinned)
+        return StepLoop(BatchStream(loader, spec.run.on_error), consumer, non_blocking=pinned, copier=gpu.copier,
+                        after_measured=gpu.alloc.record)
+
+    def marks(name: str) -> None:
+        sampler.mark(name)
+        gpu.mark(name)
 
     passes = []
     skipped = []
@@ -100,7 +107,7 @@ def measure_job(spec: JobSpec, job_dir: Path) -> Dict[str, Any]:
         for repeat in range(spec.run.repeats):
             loop = fresh_loop()
             passes.append(measure_pass(loop, spec, sink, f"repeat {repeat + 1}/{spec.run.repeats}",
-                                       mark=sampler.mark if repeat == 0 else lambda name: None))
+                                       mark=marks if repeat == 0 else lambda name: None))
             skipped.extend(loop.stream.skipped)
             loop.stream.close()
     finally:
@@ -111,6 +118,10 @@ def measure_job(spec: JobSpec, job_dir: Path) -> Dict[str, Any]:
         loop = fresh_loop()
         artifacts = profile_steps(loop, instrumented, collate, spec.run.profile_steps, job_dir)
         loop.stream.close()
+    if gpu.on_cuda and spec.run.profile_steps > 0:
+        loop = StepLoop(BatchStream(loader, spec.run.on_error), LabelledConsumer(consumer), non_blocking=pinned)
+        gpu.profile(loop, job_dir, warmup_steps(spec))
+        loop.stream.close()
     if spec.run.profile_steps > 0 and spec.trace == "viztracer":
         traced = viztrace_pass(spec, instrumented, collate, consumer, pinned, job_dir)
         artifacts = {"viztrace": VIZTRACE_FILE}
@@ -120,6 +131,7 @@ def measure_job(spec: JobSpec, job_dir: Path) -> Dict[str, Any]:
     summary = summary_row(passes, rows, sink, spec.workers, cores, len(skipped))
     summary.update(rss_mb_peak=memory.rss_mb_peak, worker_pss_growth_mb=memory.worker_pss_growth_mb,
                    shm_mb_peak=memory.shm_mb_peak)
+    summary.update(pin_memory=pinned, **gpu.columns())
     return {
         "summary": summary,
         "transforms": rows_as_dicts(rows),
@@ -131,6 +143,7 @@ def measure_job(spec: JobSpec, job_dir: Path) -> Dict[str, Any]:
         "artifacts": artifacts,
         "viztrace": traced,
         "pin_memory_effective": pinned,
+        "gpu": gpu.record(),
         "fingerprint": fingerprint(identity() if identity else {"class": type(dataset).__name__},
                                    _start_method(spec)),
     }
