@@ -26,7 +26,7 @@ from pipebench.baseline import BASELINES_DIR, DEFAULT_BASELINE_NAME, update_base
 from pipebench.build import build_dataset, build_transforms
 from pipebench.calibration import run_calibration, write_calibration
 from pipebench.compare import DEFAULT_THRESHOLD, compare_main
-from pipebench.comparison import identity, override_pairs, select_job
+from pipebench.comparison import identity, select_job
 from pipebench.configs import (CONFIG_MODULE, CONFIG_NAME, HYDRA_VERSION_BASE, job_spec_composer, one_line,
                                sweep_settings)
 from pipebench.errors import USAGE_EXIT_STATUS, ConfigError, PipebenchError
@@ -129,8 +129,7 @@ def _check_baseline(selector: Optional[str], jobs: Sequence[Sequence[str]],
                                "consumer": spec.consumer.kind})
         if names not in named:
             named.append(names)
-    labels = [",".join(f"{k}={v}" for k, v in override_pairs(job).items()) or "default" for job in jobs]
-    select_job(selector, named, list(dict.fromkeys(labels)))
+    select_job(selector, named)
 
 
 def _final_report(invocation_dir: Path, baseline: Optional[str]) -> None:

@@ -63,6 +63,11 @@ def canonical(value: object) -> str:
     return str(value)
 
 
+def _canonical_text(text: str) -> str:
+    """Hydra's sweeper writes parsed booleans back as True/False; spell them as configs do."""
+    return {"true": "true", "false": "false", "none": "null", "null": "null"}.get(text.lower(), text)
+
+
 def override_pairs(overrides: Sequence[str]) -> Dict[str, str]:
     """KEY -> VALUE of a job's overrides, without hydra.* and the keys in NOT_AXES."""
     pairs: Dict[str, str] = {}
@@ -70,7 +75,7 @@ def override_pairs(overrides: Sequence[str]) -> Dict[str, str]:
         key, sep, value = item.partition("=")
         key = key.lstrip("+~")
         if sep and not key.startswith(HYDRA_PREFIX) and key not in NOT_AXES:
-            pairs[key] = value
+            pairs[key] = _canonical_text(value)
     return pairs
 
 
@@ -215,7 +220,7 @@ def _split_pairs(selector: str) -> List[Tuple[str, str]]:
         key, sep, value = part.strip().partition("=")
         if not sep or not key:
             raise ConfigError(f"--baseline {selector!r}: name a job by KEY=VALUE pairs, e.g. workers=0")
-        pairs.append((key.lstrip("+~"), value))
+        pairs.append((key.lstrip("+~"), _canonical_text(value)))
     return pairs
 
 
@@ -223,14 +228,22 @@ def _names_match(names: Mapping[str, str], key: str, value: str) -> bool:
     return any(v == value and key in (k, k.split(".")[-1], AXIS_NAMES.get(k)) for k, v in names.items())
 
 
-def select_job(selector: Optional[str], named: Sequence[Mapping[str, str]], labels: Sequence[str]) -> int:
+def _distinct_labels(named: Sequence[Mapping[str, str]]) -> List[str]:
+    """Each job as the KEY=VALUE pairs that tell it apart from the others."""
+    keys = [k for k in dict.fromkeys(k for names in named for k in names)
+            if len({names.get(k) for names in named}) > 1]
+    return [",".join(f"{k}={names.get(k, '')}" for k in keys) or "default" for names in named]
+
+
+def select_job(selector: Optional[str], named: Sequence[Mapping[str, str]]) -> int:
     """Index of the one job the selector names (0 when there is no selector); ConfigError otherwise."""
     if selector is None:
         return 0
     pairs = _split_pairs(selector)
     hits = [i for i, names in enumerate(named) if all(_names_match(names, k, v) for k, v in pairs)]
     if len(hits) != 1:
-        raise ConfigError(f"--baseline {selector!r} matches {len(hits)} jobs, not 1; jobs: " + "; ".join(labels))
+        raise ConfigError(f"--baseline {selector!r} matches {len(hits)} jobs, not 1; jobs: "
+                          + "; ".join(_distinct_labels(named)))
     return hits[0]
 
 
@@ -246,7 +259,7 @@ def build_table(rows: Sequence[ComparisonRow], baseline: Optional[str] = None) -
     if not rows:
         raise ConfigError("no finished jobs to compare")
     axes = swept_axes(rows)
-    base = select_job(baseline, [r.names for r in rows], [row_label(r, axes) for r in rows])
+    base = select_job(baseline, [r.names for r in rows])
     rates = [r.rate.value if math.isfinite(r.rate.value) else -math.inf for r in rows]
     return ComparisonTable(tuple(rows), axes, base, int(np.argmax(rates)))
 

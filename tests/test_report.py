@@ -13,8 +13,8 @@ import pytest
 from torch.utils.benchmark.utils.common import Measurement, TaskSpec
 
 from pipebench.cli import main
-from pipebench.comparison import (BEST_MARK, NEAR_BEST_MARK, ROUNDS_SPREAD, build_table, comparison_csv,
-                                  comparison_markdown, group_rows, swept_axes)
+from pipebench.comparison import (BEST_MARK, NEAR_BEST_MARK, ROUNDS_SPREAD, build_table, comparison_markdown,
+                                  group_rows, override_pairs, swept_axes)
 from pipebench.errors import ConfigError
 from pipebench.noise_figures import compare_half_width, format_column, significant_figures
 from pipebench.plots import (THROUGHPUT_PNG, THROUGHPUT_TITLE, TRANSFORMS_PNG, TRANSFORMS_TITLE, throughput_figure,
@@ -102,6 +102,9 @@ def test_axis_columns_are_the_overrides_that_differ():
     assert swept_axes(rows) == ("transform", "workers")  # suite is constant, results_dir never an axis
     header = _table_cells(comparison_markdown(build_table(rows)))[0]
     assert header[:2] == ["transform", "workers"] and "suite" not in header and "job" not in header
+    # Hydra's sweeper writes booleans back as True/False; the table spells them as configs do.
+    assert override_pairs(["loader.pin_memory=True", "run.round=3", "hydra.verbose=true"]) == {
+        "loader.pin_memory": "true"}
 
 
 def test_best_row_marked_and_near_best_within_noise():
