@@ -8,6 +8,7 @@ invocation, or `--fresh`, starts a new folder.
 
 import json
 import time
+from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Mapping, Optional, Sequence, Tuple
@@ -47,8 +48,10 @@ def job_already_done(job_dir: Path, overrides: Sequence[str]) -> bool:
 
 
 def count_done(folder: Path, jobs: Sequence[Sequence[str]]) -> int:
-    finished = {tuple(r.get("overrides") or ()) for r in load_job_results(folder)}
-    return sum(task_overrides(job) in finished for job in jobs)
+    """Jobs with a finished result in folder; a sweep may list the same job twice (workers=0,0)."""
+    finished = Counter(tuple(r.get("overrides") or ()) for r in load_job_results(folder))
+    wanted = Counter(task_overrides(job) for job in jobs)
+    return sum(min(n, finished[overrides]) for overrides, n in wanted.items())
 
 
 def _read(path: Path) -> Optional[dict]:

@@ -81,3 +81,6 @@ def test_only_the_latest_incomplete_invocation_of_the_same_sweep_is_resumed(tmp_
     new.mkdir()
     assert choose_invocation(tmp_path, new, ["workers=0,1"], jobs, fresh=True).folder.name == f"{new.name}-2"
     assert json.loads((tmp_path / "a" / INVOCATION_FILE).read_text())["jobs"] == jobs
+    twice = [["workers=0"], ["workers=0"]]  # one of two identical jobs finished: not complete
+    _fake_run(tmp_path / "dup" / "c", twice, done=1)
+    assert choose_invocation(tmp_path / "dup", new, ["workers=0,1"], twice, fresh=False).done == 1
