@@ -4,6 +4,7 @@ import csv
 import json
 import os
 import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -16,10 +17,12 @@ from pipebench.report import COMPARISON_CSV, COMPARISON_MD
 from pipebench.results import RESULT_FILE, write_json_atomic
 from pipebench.resume import INVOCATION_FILE, choose_invocation, record_invocation
 
-# Three jobs, each a fresh process of a few seconds: time to interrupt after the first one.
-SWEEP = ["run", "--config-dir", "my_conf", "transform=tiny", "workers=0", "loader.batch_size=4,8,16",
-         "loader.pin_memory=false", *TINY_DATASET, "run.progress=false", "run.warmup_steps=0",
-         "run.min_time_s=0.5", "run.profile_steps=0", "results_dir=out"]
+# One usable core (taskset) makes workers=auto the three jobs 0, 1 and 2, each a fresh process of a
+# few seconds: time to interrupt after the first. Without taskset the same jobs are listed.
+TASKSET = ["taskset", "-c", "0"] if shutil.which("taskset") else []
+SWEEP = ["run", "--config-dir", "my_conf", "transform=tiny", "workers=auto" if TASKSET else "workers=0,1,2",
+         "loader.prefetch_factor=3", "loader.persistent_workers=true", *TINY_DATASET, "loader.batch_size=8",
+         "run.progress=false", "run.warmup_steps=0", "run.min_time_s=0.5", "run.profile_steps=0", "results_dir=out"]
 JOBS = 3
 
 
@@ -27,10 +30,10 @@ def _finished(out: Path):
     return sorted(out.glob(f"*/job-*/{RESULT_FILE}"))
 
 
-def test_interrupted_sweep_resumes_without_remeasuring(user_project):
+def test_interrupted_auto_sweep_resumes_without_remeasuring(user_project):
     exe = Path(sys.executable).with_name("pipebench")
-    proc = subprocess.Popen([str(exe), *SWEEP], cwd=user_project, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            text=True, start_new_session=True)
+    proc = subprocess.Popen([*TASKSET, str(exe), *SWEEP], cwd=user_project, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, start_new_session=True)
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline and not _finished(user_project / "out") and proc.poll() is None:
         time.sleep(0.2)
@@ -38,25 +41,31 @@ def test_interrupted_sweep_resumes_without_remeasuring(user_project):
     stdout, stderr = proc.communicate(timeout=60)
     assert proc.returncode == 130, stderr
     folder = user_project / results_folder(stdout)
+    assert "workers-0+1+2" in folder.name, "workers=auto was expanded before the folder was named"
     before = {p: p.stat().st_mtime_ns for p in _finished(user_project / "out")}
     assert 1 <= len(before) < JOBS and all(p.parent.parent == folder for p in before)
 
-    again = run_cli([*SWEEP[:1], "--baseline", "batch_size=8,pin_memory=False", *SWEEP[1:]], cwd=user_project)
+    again = run_cli([*SWEEP[:1], "--baseline", "workers=1", *SWEEP[1:]], cwd=user_project, prefix=TASKSET)
     assert again.returncode == 0, again.stderr
     assert results_folder(again.stdout) == results_folder(stdout), "the same folder is reused"
     assert f"resuming {results_folder(stdout)}: {len(before)} of {JOBS} jobs already done" in again.stdout
     assert again.stdout.count("(already done, skipped)") == len(before)
     assert {p: p.stat().st_mtime_ns for p in before} == before, "finished jobs are not measured again"
-    assert len(_finished(user_project / "out")) == JOBS
 
+    results = sorted((json.loads(p.read_text()) for p in _finished(user_project / "out")), key=lambda r: r["job_num"])
+    assert [r["summary"]["workers"] for r in results] == [0, 1, 2]
+    assert [r["fingerprint"]["start_method"] for r in results][0] == "none"
+    assert all(r["config"]["loader"]["prefetch_factor"] == 3 for r in results)
+    if TASKSET:
+        assert all(r["fingerprint"]["usable_cores"] == 1 for r in results)
     table = (folder / COMPARISON_MD).read_text()
-    assert table in again.stdout
+    assert table in again.stdout and "against `workers=1`" in table
     header = [c.strip() for c in table.splitlines()[0].strip("|").split("|")]
-    assert header[0] == "batch_size" and "pin_memory" not in header, "a constant key is no axis"
+    assert header[0] == "workers" and "prefetch_factor" not in header, "a constant key is no axis"
     rows = list(csv.DictReader((folder / COMPARISON_CSV).open()))
-    assert [(r["loader.batch_size"], r["baseline"]) for r in rows] == [("4", "False"), ("8", "True"), ("16", "False")]
-    assert re.search(rf"plot {THROUGHPUT_PNG}: skipped: needs at least two worker counts", again.stdout)
-    assert (folder / TRANSFORMS_PNG).is_file() and not (folder / THROUGHPUT_PNG).exists()
+    assert [(r["workers"], r["baseline"]) for r in rows] == [("0", "False"), ("1", "True"), ("2", "False")]
+    assert re.search(rf"plot {THROUGHPUT_PNG}: written", again.stdout)
+    assert (folder / THROUGHPUT_PNG).is_file() and (folder / TRANSFORMS_PNG).is_file()
 
 
 def _fake_run(folder: Path, jobs, done: int) -> None:

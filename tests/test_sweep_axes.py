@@ -1,20 +1,15 @@
 """Sweep axes: workers=auto, Hydra's range() and choice(), and every loader.* key reaching the DataLoader."""
 
-import json
-import shutil
 import sys
-from pathlib import Path
 
 import pytest
 
-from conftest import QUICK_RUN, TINY_DATASET, results_folder, run_cli
+from conftest import QUICK_RUN, TINY_DATASET
 from pipebench import cli
 from pipebench.build import build_loader, build_pipeline
 from pipebench.cli import expand_sweep, sweep_overrides
 from pipebench.comparison import identity
 from pipebench.configs import job_spec_composer
-from pipebench.plots import THROUGHPUT_PNG
-from pipebench.report import COMPARISON_MD
 from pipebench.sweep_axes import expand_auto_workers, worker_ladder
 
 # Loader keys a user sweeps, each with two values that differ from the defaults' and each other.
@@ -80,25 +75,3 @@ def test_each_loader_axis_sweeps_into_the_dataloader(key):
                 assert loader.multiprocessing_context.get_start_method() == value
             elif field != "pin_memory":  # pinning needs an accelerator; the spec keeps the request
                 assert getattr(loader, field) == chosen
-
-
-@pytest.mark.skipif(shutil.which("taskset") is None, reason="needs taskset to fake a one-core machine")
-def test_workers_auto_end_to_end_on_one_core(user_project):
-    """On one usable core workers=auto runs 0, 1 and 2 workers; the table and the plot show them."""
-    proc = run_cli(["run", "--config-dir", "my_conf", "transform=tiny", "workers=auto",
-                    "loader.multiprocessing_context=fork", "loader.prefetch_factor=3",
-                    "loader.persistent_workers=true", *TINY_DATASET, *QUICK_RUN, "run.profile_steps=0",
-                    "results_dir=out"], cwd=user_project, prefix=["taskset", "-c", "0"])
-    assert proc.returncode == 0, proc.stderr
-    assert "[job 3/3]" in proc.stdout and "[job 4/" not in proc.stdout
-    folder = user_project / results_folder(proc.stdout)
-    assert "workers-0+1+2" in folder.name
-    results = sorted((json.loads(p.read_text()) for p in folder.glob("job-*/result.json")),
-                     key=lambda r: r["job_num"])
-    assert [r["summary"]["workers"] for r in results] == [0, 1, 2]
-    assert all(r["fingerprint"]["usable_cores"] == 1 for r in results)
-    assert [r["fingerprint"]["start_method"] for r in results] == ["none", "fork", "fork"]
-    assert all(r["config"]["loader"]["prefetch_factor"] == 3 for r in results)
-    table = (folder / COMPARISON_MD).read_text()
-    assert table.splitlines()[0].split("|")[1].strip() == "workers" and table in proc.stdout
-    assert (folder / THROUGHPUT_PNG).stat().st_size > 0
