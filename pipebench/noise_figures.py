@@ -5,9 +5,11 @@ median, derives its significant figures from it (at least 1, at most 4), rounds 
 own figures, and prints a whole column with the fewest decimals any of its values earned, so the
 column lines up and no value claims digits its noise cannot back. pipebench does the same with
 one change: Compare keeps floor(log10(median / interval)) figures, which can drop a digit the
-noise supports (242 ± 5.5 becomes "200", a 17% error from a 2% noise); pipebench keeps the digits
-down to the place of the interval's leading digit (242 ± 5.5 -> "242", 242 ± 12 -> "240"), the
-usual rounding of a measurement to its uncertainty.
+noise supports (242 ± 5.5 becomes "200", a 17% error from a 2% noise). pipebench rounds a value
+to its interval the way the Particle Data Group rounds a measurement to its error: read the
+interval's three leading digits; from 100 to 354 keep two digits of the interval, otherwise one,
+and keep the value's digits down to that place (242 ± 5.5 -> "242", 242 ± 40 -> "240",
+154 ± 107 -> "150", where a one-digit rule would print "200").
 """
 
 import math
@@ -23,16 +25,22 @@ MIN_SIGNIFICANT_FIGURES, MAX_SIGNIFICANT_FIGURES = 1, 4
 COMPARE_Z = 1.645
 # Quartiles bounding the points that estimate that interval, as Compare takes them.
 LOWER_QUARTER, UPPER_QUARTER = 0.25, 0.75
+# The PDG rule: an interval whose three leading digits are below 355 keeps two digits (a leading
+# 1 or low 3 loses too much as one digit: 107 -> 100), from 355 up one digit.
+TWO_DIGIT_LIMIT = 355
 
 
 def significant_figures(value: float, half_width: float) -> int:
-    """Figures of `value` down to the place of the leading digit of ± half_width, clamped to [1, 4].
+    """Figures of `value` down to the last place the PDG rule keeps of ± half_width, clamped to [1, 4].
 
     An unknown (NaN) or zero interval gets the maximum, as Compare's minimum interval does.
     """
     if not (math.isfinite(value) and value != 0 and math.isfinite(half_width) and half_width > 0):
         return MAX_SIGNIFICANT_FIGURES
-    figures = math.floor(math.log10(abs(value))) - math.floor(math.log10(half_width)) + 1
+    exponent = math.floor(math.log10(half_width))
+    leading = half_width / 10.0 ** (exponent - 2)  # the three leading digits, 100 <= leading < 1000
+    last_place = exponent - 1 if leading < TWO_DIGIT_LIMIT else exponent
+    figures = math.floor(math.log10(abs(value))) - last_place + 1
     return int(min(max(figures, MIN_SIGNIFICANT_FIGURES), MAX_SIGNIFICANT_FIGURES))
 
 

@@ -55,7 +55,9 @@ def _column(markdown: str, title: str) -> List[str]:
 
 @pytest.mark.parametrize("value, half_width, figures", [
     (242.0, 5.5, 3),      # noise in the units: keep them
-    (242.0, 12.0, 2),     # noise in the tens: 240
+    (242.0, 40.0, 2),     # noise in the tens: 240
+    (242.0, 12.0, 3),     # 12 keeps two digits (PDG rule), so the units stay
+    (154.0, 107.0, 2),    # 150, not the 200 a one-digit rule gives
     (1234.5, 0.01, 4),    # never more than four
     (5.0, 20.0, 1),       # noise larger than the value: still one figure
     (0.0123, 0.0004, 3),
@@ -118,8 +120,8 @@ def test_baseline_selection_by_key_value_pairs():
     assert build_table(rows).baseline == 0
     table = build_table(rows, "transform=b,workers=0")
     assert table.baseline == 2 and table.speedup(2) == 1.0
-    # b,2 (185 +- 20 against 150 +- 3) earns one decimal only, and the column shares it.
-    assert _column(comparison_markdown(table), "speedup") == ["0.7", "1.2", "1.0", "1.2"]
+    # a,2 (180 +- 5 against 150 +- 3) earns two decimals (1.20 +- 0.041), and the column shares them.
+    assert _column(comparison_markdown(table), "speedup") == ["0.67", "1.20", "1.00", "1.23"]
     assert "against `transform=b,workers=0`" in comparison_markdown(table)
     with pytest.raises(ConfigError, match="matches 2 jobs, not 1.*transform=a,workers=0"):
         build_table(rows, "workers=0")
