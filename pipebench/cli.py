@@ -26,14 +26,19 @@ from pipebench.baseline import BASELINES_DIR, DEFAULT_BASELINE_NAME, update_base
 from pipebench.build import build_dataset, build_transforms
 from pipebench.calibration import run_calibration, write_calibration
 from pipebench.compare import DEFAULT_THRESHOLD, compare_main
+from pipebench.comparison import identity, select_job
 from pipebench.configs import (CONFIG_MODULE, CONFIG_NAME, HYDRA_VERSION_BASE, job_spec_composer, one_line,
                                sweep_settings)
 from pipebench.errors import USAGE_EXIT_STATUS, ConfigError, PipebenchError
+from pipebench.fingerprint import usable_cores
 from pipebench.job import run_job_task
 from pipebench.job_process import INTERRUPTED_EXIT_STATUS
-from pipebench.results import SUMMARY_MD
+from pipebench.report import print_summary, report_main, write_report
+from pipebench.results import CALIBRATION_FILE, SUMMARY_MD, load_job_results
+from pipebench.resume import choose_invocation, record_invocation
 from pipebench.schema import register_schema
 from pipebench.specs import JobSpec
+from pipebench.sweep_axes import expand_auto_workers
 
 # Longest label in a results folder name; the full overrides are in every result.json.
 MAX_LABEL_CHARS = 60
@@ -52,12 +57,18 @@ examples:
   pipebench run transform=yuv_mask,yuv_mask_fast workers=0,2   a 4-job sweep, one table
   pipebench run dataset=image_folder dataset.path=/data/imgs loader.batch_size=64
   pipebench run --config-dir my_conf transform=my_chain  your own configs and transforms
+  pipebench run workers=auto loader.batch_size=32,64   0 up to 2x the usable cores, times two batch sizes
+  pipebench run --baseline workers=0 workers=0,2,4      speedups against the workers=0 job
+  pipebench report results/<folder> [more folders --out merged]   tables and plots again, or merged
 
 groups: dataset=synthetic_jpeg|image_folder|random_tensors
         transform=yuv_mask|yuv_mask_fast|yuv_mask_crop_first|yuv_mask_batched
         loader=default|seed  run=default|quick  consumer=emulated|none|toy_cnn
-keys:   workers, trace=torch|viztracer|none, results_dir, rounds, calibrate, loader.*, run.*, consumer.*,
-        dataset.*
+keys:   workers (a number, a list, range(0,9,2) or auto), trace=torch|viztracer|none, results_dir, rounds,
+        calibrate, loader.* (batch_size, prefetch_factor, pin_memory, persistent_workers,
+        multiprocessing_context=fork|spawn|forkserver, ...), run.*, consumer.*, dataset.*
+sweeps: any key takes a comma list, range(start,stop[,step]) or choice(a,b,...)
+resume: re-running the same command resumes its latest unfinished folder (--fresh starts anew)
 suites: suite=nightly   the nightly regression sweep (every chain, workers 0 and 2, 5 rounds)
 """
 
@@ -106,6 +117,35 @@ def _check_invocation_keys(checked: Sequence[Tuple[JobSpec, str]]) -> None:
             raise ConfigError(f"{key} applies to the whole invocation and cannot be swept, got {sorted(values)}")
 
 
+def _check_baseline(selector: Optional[str], jobs: Sequence[Sequence[str]],
+                    checked: Sequence[Tuple[JobSpec, str]]) -> None:
+    """`--baseline` must name exactly one job of the sweep (its rounds together) before anything runs."""
+    if selector is None:
+        return
+    named: List[dict] = []
+    for job, (spec, _) in zip(jobs, checked):
+        names = identity(job, {"dataset": spec.dataset_name, "transform": spec.transform_name,
+                               "workers": spec.workers, "batch_size": spec.loader.batch_size,
+                               "consumer": spec.consumer.kind})
+        if names not in named:
+            named.append(names)
+    select_job(selector, named)
+
+
+def _final_report(invocation_dir: Path, baseline: Optional[str]) -> None:
+    """comparison.md/.csv, plots and report.md from the finished jobs, and the table on the terminal."""
+    if not load_job_results(invocation_dir):
+        return
+    try:
+        inputs = write_report([str(invocation_dir)], invocation_dir, baseline)
+    except ConfigError as exc:  # the baseline job did not finish
+        print(f"pipebench: {exc}; speedup against the first job instead", file=sys.stderr)
+        inputs = write_report([str(invocation_dir)], invocation_dir, None)
+    print("\n## comparison\n")
+    print_summary(inputs)
+    print(f"every column: {invocation_dir / SUMMARY_MD}")
+
+
 def _calibrate(invocation_dir: Path) -> None:
     invocation_dir.mkdir(parents=True, exist_ok=True)
     print("calibration: timing the fixed decode + transform workload", flush=True)
@@ -140,7 +180,8 @@ def _hydra_entry():
                       version_base=HYDRA_VERSION_BASE)(run_job_task)
 
 
-def run_command(overrides: List[str], config_dir: Optional[str]) -> int:
+def run_command(overrides: List[str], config_dir: Optional[str], baseline: Optional[str] = None,
+                fresh: bool = False) -> int:
     # User modules named by `_target_` resolve from the working directory, as with `python -m`.
     if os.getcwd() not in sys.path:
         sys.path.insert(0, os.getcwd())
@@ -148,12 +189,21 @@ def run_command(overrides: List[str], config_dir: Optional[str]) -> int:
         if not Path(config_dir).is_dir():
             raise ConfigError(f"--config-dir {config_dir}: no such directory")
         overrides = [f"hydra.searchpath=[{_quote('file://' + str(Path(config_dir).resolve()))}]", *overrides]
+    # Expanded here, so the checks below, the label and invocation.json all see the real jobs.
+    overrides = expand_auto_workers(overrides, usable_cores())
     swept = sweep_overrides(overrides)
-    checked = preflight(expand_sweep(swept))
+    jobs = expand_sweep(swept)
+    checked = preflight(jobs)
     _check_invocation_keys(checked)
+    _check_baseline(baseline, jobs, checked)
     first_spec, results_dir = checked[0]
-    invocation_dir = Path(results_dir) / f"{time.strftime('%Y%m%d-%H%M%S')}-{_label(overrides)}"
-    if first_spec.calibrate:
+    choice = choose_invocation(Path(results_dir), Path(results_dir) / f"{time.strftime('%Y%m%d-%H%M%S')}-{_label(overrides)}",
+                               swept, jobs, fresh)
+    invocation_dir = choice.folder
+    if choice.resumed:
+        print(f"resuming {invocation_dir}: {choice.done} of {choice.total} jobs already done", flush=True)
+    record_invocation(invocation_dir, swept, jobs, overrides)
+    if first_spec.calibrate and not (invocation_dir / CALIBRATION_FILE).is_file():
         _calibrate(invocation_dir)
     sys.argv = ["pipebench", "--multirun", *swept, CLEAR_SWEEPER_PARAMS,
                 f"hydra.sweep.dir={_quote(str(invocation_dir))}"]
@@ -165,10 +215,7 @@ def run_command(overrides: List[str], config_dir: Optional[str]) -> int:
     except KeyboardInterrupt:
         print("\npipebench: interrupted; finished jobs are kept", file=sys.stderr)
         status = INTERRUPTED_EXIT_STATUS
-    summary = invocation_dir / SUMMARY_MD
-    if summary.exists():
-        print("\n## summary\n")
-        print(summary.read_text())
+    _final_report(invocation_dir, baseline)
     print(f"results: {invocation_dir}")
     return status
 
@@ -186,7 +233,23 @@ def build_parser() -> argparse.ArgumentParser:
         epilog=RUN_EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     run.add_argument("--config-dir", "-cd", help="a directory of your own configs, searched after pipebench's")
+    run.add_argument("--baseline", metavar="JOB",
+                     help="the job speedups are measured against, as KEY=VALUE[,KEY=VALUE] pairs that name one "
+                          "job, e.g. workers=0 (default: the first job)")
+    run.add_argument("--fresh", action="store_true",
+                     help="start a new results folder even if an identical earlier run was interrupted")
     run.add_argument("overrides", nargs="*", help="Hydra overrides, e.g. transform=yuv_mask workers=0,4,8")
+    report = verbs.add_parser(
+        "report", help="rebuild the comparison table, plots and report.md from saved results; merge folders",
+        description="Read every job-*/result.json under each DIR and write comparison.md, comparison.csv, "
+                    "the PNG plots and report.md. One row per job (rounds grouped); several folders merge into "
+                    "one table, with a host column when they come from different machines.",
+    )
+    report.add_argument("dirs", nargs="+", metavar="DIR", help="results folders written by `pipebench run`")
+    report.add_argument("--out", help="where to write (default: the DIR itself; required with several DIRs)")
+    report.add_argument("--baseline", metavar="JOB",
+                        help="the job speedups are measured against, as KEY=VALUE[,KEY=VALUE] pairs that name one "
+                             "row, e.g. workers=0 or host=ci,workers=0 (default: the first row)")
     compare = verbs.add_parser(
         "compare", help="compare two results folders; exit 1 on a regression, 2 if they cannot be compared",
         description="Per job: the ratio of samples/s (current / baseline) with a bootstrap interval over the "
@@ -218,7 +281,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         if args.verb == "run":
-            return run_command(list(args.overrides), args.config_dir)
+            return run_command(list(args.overrides), args.config_dir, args.baseline, args.fresh)
+        if args.verb == "report":
+            return report_main(args.dirs, args.out, args.baseline)
         if args.verb == "compare":
             return compare_main(args.baseline, args.current, args.threshold, args.allow_mismatch, args.out)
         if args.verb == "baseline":
