@@ -7,9 +7,10 @@ section (e.g. a diagnosis) is one more function appended to that tuple.
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Mapping, Optional, Sequence, Tuple
+from typing import Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
 from pipebench.comparison import HOST, ComparisonTable, build_table, comparison_csv, comparison_markdown, group_rows
+from pipebench.diagnosis import diagnose, render_diagnosis
 from pipebench.errors import ConfigError
 from pipebench.plots import PlotOutcome, write_plots
 from pipebench.results import RESULT_FILE, load_job_results
@@ -79,8 +80,22 @@ def plots_section(inputs: ReportInputs) -> str:
     return "\n".join(lines) + "\n"
 
 
+def diagnosis_section(inputs: ReportInputs) -> str:
+    """The analytic model beside the measurement, and what to do; one diagnosis per machine, since the
+    model's core budget is a machine's."""
+    by_host: Dict[str, List[Mapping[str, object]]] = {}
+    for run in inputs.runs:
+        for result in run.results:
+            by_host.setdefault(str(result.get("fingerprint", {}).get("hostname")), []).append(result)
+    if len(by_host) == 1:
+        return render_diagnosis(diagnose(next(iter(by_host.values()))))
+    return "\n".join(render_diagnosis(diagnose(results)).replace("## diagnosis", f"## diagnosis: host {host}", 1)
+                     for host, results in sorted(by_host.items()))
+
+
 # In report order. Append a builder here to add a section to every report.
-REPORT_SECTIONS: Tuple[SectionBuilder, ...] = (sources_section, comparison_section, plots_section)
+REPORT_SECTIONS: Tuple[SectionBuilder, ...] = (sources_section, comparison_section, plots_section,
+                                               diagnosis_section)
 
 
 def build_report_markdown(inputs: ReportInputs, sections: Sequence[SectionBuilder] = REPORT_SECTIONS) -> str:
@@ -101,10 +116,12 @@ def write_report(dirs: Sequence[str], out_dir: Path, baseline: Optional[str] = N
 
 
 def print_summary(inputs: ReportInputs) -> None:
-    """What the terminal shows: the comparison table and one line per plot."""
+    """What the terminal shows: the comparison table, one line per plot, then the diagnosis."""
     print(comparison_markdown(inputs.table))
     for plot in inputs.plots:
         print(f"plot {plot.name}: {plot.note}")
+    print()
+    print(diagnosis_section(inputs))
     print(f"report: {inputs.out_dir / REPORT_MD}")
 
 

@@ -220,3 +220,12 @@ def test_report_bad_input_is_one_line_exit_2(tmp_path, capsys):
         assert len(err) == 1 and err[0].startswith("pipebench: error: ")
     shutil.copytree(NIGHTLY, tmp_path / "copy")
     assert main(["report", str(tmp_path / "copy"), "--baseline", "workers=9"]) == 2
+
+
+def test_report_ends_with_the_diagnosis(tmp_path):
+    """The committed nightly baseline: report.md carries the model beside the measurement and the advice."""
+    write_report([str(Path(__file__).parent.parent / "results" / "baselines" / "nightly")], tmp_path)
+    text = (tmp_path / REPORT_MD).read_text()
+    assert "## diagnosis" in text and "### what to do" in text
+    assert "Dominant cost in transform=yuv_mask,suite=nightly: RandomMask" in text
+    assert "predicted_samples_per_s" in text
