@@ -13,7 +13,7 @@ import re
 import sys
 import time
 from pathlib import Path
-from typing import List, Optional, Sequence, Tuple
+from typing import Callable, List, Optional, Sequence, Tuple
 
 import hydra
 # BasicSweeper's own expansion, so the jobs checked up front are exactly the jobs Hydra runs.
@@ -29,6 +29,7 @@ from pipebench.compare import DEFAULT_THRESHOLD, compare_main
 from pipebench.configs import (CONFIG_MODULE, CONFIG_NAME, HYDRA_VERSION_BASE, job_spec_composer, one_line,
                                sweep_settings)
 from pipebench.errors import USAGE_EXIT_STATUS, ConfigError, PipebenchError
+from pipebench.explore import DEFAULT_ROUNDS, NoVariants, plan_exploration, write_explore_table
 from pipebench.job import run_job_task
 from pipebench.job_process import INTERRUPTED_EXIT_STATUS
 from pipebench.results import SUMMARY_MD
@@ -59,6 +60,19 @@ groups: dataset=synthetic_jpeg|image_folder|random_tensors
 keys:   workers, trace=torch|viztracer|none, results_dir, rounds, calibrate, loader.*, run.*, consumer.*,
         dataset.*
 suites: suite=nightly   the nightly regression sweep (every chain, workers 0 and 2, 5 rounds)
+"""
+
+EXPLORE_EPILOG = f"""\
+examples:
+  pipebench explore transform=yuv_mask                  the seed chain's variants at workers=0
+  pipebench explore transform=yuv_mask workers=2 rounds=5
+  pipebench explore --config-dir my_conf transform=my_chain   your chain; your transforms declare `movement`
+
+moves:  crop_first (a crop ahead of pointwise steps and PIL->tensor), fast (a declared fast_form),
+        per_batch (trailing steps with a batch_form into the collate), and their combinations
+checks: identical / close (float tolerance) / same distribution (KS test) / not equivalent / fails
+writes: variants.json, equivalence.md|csv, variants/transform/*.yaml, explore.md|csv, and what `run` writes
+default: rounds={DEFAULT_ROUNDS} (interleaved) and trace=none, unless given
 """
 
 
@@ -140,19 +154,33 @@ def _hydra_entry():
                       version_base=HYDRA_VERSION_BASE)(run_job_task)
 
 
-def run_command(overrides: List[str], config_dir: Optional[str]) -> int:
-    # User modules named by `_target_` resolve from the working directory, as with `python -m`.
+def _import_from_cwd() -> None:
+    """User modules named by `_target_` resolve from the working directory, as with `python -m`."""
     if os.getcwd() not in sys.path:
         sys.path.insert(0, os.getcwd())
-    if config_dir is not None:
-        if not Path(config_dir).is_dir():
-            raise ConfigError(f"--config-dir {config_dir}: no such directory")
-        overrides = [f"hydra.searchpath=[{_quote('file://' + str(Path(config_dir).resolve()))}]", *overrides]
+
+
+def _search_path(config_dir: Optional[str], extra: Sequence[Path] = ()) -> List[str]:
+    """A `hydra.searchpath` override for the user's --config-dir and any extra config folders, or none."""
+    if config_dir is not None and not Path(config_dir).is_dir():
+        raise ConfigError(f"--config-dir {config_dir}: no such directory")
+    paths = [*([Path(config_dir)] if config_dir is not None else []), *extra]
+    if not paths:
+        return []
+    return [f"hydra.searchpath=[{','.join(_quote('file://' + str(p.resolve())) for p in paths)}]"]
+
+
+def run_command(overrides: List[str], config_dir: Optional[str], search_paths: Sequence[Path] = (),
+                invocation_dir: Optional[Path] = None, epilogue: Optional[Callable[[Path], None]] = None) -> int:
+    """Check and run a sweep. `explore` adds config folders, names the folder it has already
+    started, and prints its own table after the summary (`epilogue`)."""
+    _import_from_cwd()
+    overrides = [*_search_path(config_dir, search_paths), *overrides]
     swept = sweep_overrides(overrides)
     checked = preflight(expand_sweep(swept))
     _check_invocation_keys(checked)
     first_spec, results_dir = checked[0]
-    invocation_dir = Path(results_dir) / f"{time.strftime('%Y%m%d-%H%M%S')}-{_label(overrides)}"
+    invocation_dir = invocation_dir or Path(results_dir) / f"{time.strftime('%Y%m%d-%H%M%S')}-{_label(overrides)}"
     if first_spec.calibrate:
         _calibrate(invocation_dir)
     sys.argv = ["pipebench", "--multirun", *swept, CLEAR_SWEEPER_PARAMS,
@@ -169,8 +197,25 @@ def run_command(overrides: List[str], config_dir: Optional[str]) -> int:
     if summary.exists():
         print("\n## summary\n")
         print(summary.read_text())
+    if epilogue is not None:
+        epilogue(invocation_dir)
     print(f"results: {invocation_dir}")
     return status
+
+
+def explore_command(overrides: List[str], config_dir: Optional[str]) -> int:
+    """Generate the chain's variants, check their equivalence, then measure them all in one sweep."""
+    _import_from_cwd()
+    plan = plan_exploration(overrides, expand_sweep([*_search_path(config_dir), *overrides])[0])
+    if isinstance(plan, NoVariants):
+        print(f"pipebench explore: no variants of transform={plan.base}: {'; '.join(plan.reasons)}")
+        return 0
+    print("".join(f"not applied: {reason}\n" for reason in plan.not_applied), end="")
+    measured = [item for item in plan.checked if item.measured]
+    print(f"explore: measuring {len(measured)} chains, interleaved, in one sweep", flush=True)
+    return run_command(list(plan.overrides), config_dir, search_paths=[plan.search_path],
+                       invocation_dir=plan.invocation_dir,
+                       epilogue=lambda folder: print(f"## explore\n\n{write_explore_table(folder, plan)}"))
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -187,6 +232,16 @@ def build_parser() -> argparse.ArgumentParser:
     )
     run.add_argument("--config-dir", "-cd", help="a directory of your own configs, searched after pipebench's")
     run.add_argument("overrides", nargs="*", help="Hydra overrides, e.g. transform=yuv_mask workers=0,4,8")
+    explore = verbs.add_parser(
+        "explore", help="find a chain's faster variants, check they compute the same thing, measure them all",
+        description="Move steps of one transform chain as its transforms declare (crop first, fast forms, "
+                    "per-batch forms), check each variant for equivalence with the chain on the same seeds, "
+                    "then measure every variant side by side in one interleaved sweep. Other overrides pass "
+                    "through as with `run`.",
+        epilog=EXPLORE_EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    explore.add_argument("--config-dir", "-cd", help="a directory of your own configs, searched after pipebench's")
+    explore.add_argument("overrides", nargs="*", help="Hydra overrides, e.g. transform=yuv_mask workers=2")
     compare = verbs.add_parser(
         "compare", help="compare two results folders; exit 1 on a regression, 2 if they cannot be compared",
         description="Per job: the ratio of samples/s (current / baseline) with a bootstrap interval over the "
@@ -219,6 +274,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     try:
         if args.verb == "run":
             return run_command(list(args.overrides), args.config_dir)
+        if args.verb == "explore":
+            return explore_command(list(args.overrides), args.config_dir)
         if args.verb == "compare":
             return compare_main(args.baseline, args.current, args.threshold, args.allow_mismatch, args.out)
         if args.verb == "baseline":

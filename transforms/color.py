@@ -45,6 +45,8 @@ class _YUVParams(_NoArgs):
 class BatchConvertColor(_YUVParams):
     """RGB to YUV for a [B, 3, H, W] batch as one ``torch.bmm``; returns float32."""
 
+    movement = Movement(accepts=TENSOR_ONLY, pointwise=True)
+
     def __call__(self, batch: torch.Tensor) -> torch.Tensor:
         _check_shape(self, batch, ndim=4, rgb=True)
         size, _, height, width = batch.shape
@@ -74,6 +76,8 @@ def _scale(img: torch.Tensor) -> torch.Tensor:
 
 class BatchScale(_NoArgs):
     """Divide a [B, C, H, W] batch by 255, giving float32 in [0, 1]."""
+
+    movement = Movement(accepts=TENSOR_ONLY, pointwise=True)
 
     def __call__(self, batch: torch.Tensor) -> torch.Tensor:
         _check_shape(self, batch, ndim=4, rgb=False)

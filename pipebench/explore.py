@@ -1,0 +1,255 @@
+"""`pipebench explore`: find a chain's variants, check them, and lay out one interleaved sweep.
+
+Before anything is measured: every variant's chain is written as a Hydra transform config
+under `<invocation>/variants/transform/<name>.yaml` (a search path the sweep adds), checked
+for equivalence with the base chain, and recorded in `variants.json`, `equivalence.md` and
+`equivalence.csv`. The CLI then sweeps `transform=<base>,<variant>,...` through the same path
+as `pipebench run`, and `explore_table` joins the measured rows with the variants.
+"""
+
+import csv
+import json
+import re
+import statistics
+import time
+from dataclasses import dataclass
+from io import StringIO
+from pathlib import Path
+from typing import Dict, List, Mapping, Optional, Sequence, Tuple, Union
+
+import yaml
+from hydra.core.override_parser.overrides_parser import OverridesParser
+from hydra.errors import HydraException
+
+from pipebench.build import build_dataset
+from pipebench.configs import job_spec_composer, one_line
+from pipebench.equivalence import EQUIVALENT_VERDICTS, FAILS, Equivalence, check
+from pipebench.errors import ConfigError
+from pipebench.results import load_job_results, write_json_atomic
+from pipebench.tables import markdown_table
+from pipebench.variants import Chain, Variant, explore
+
+# Interleaved rounds by default: variants of one chain often differ by 10-30%, about the
+# round-to-round spread of one job on a shared machine, so one round cannot rank them. Three
+# rounds give a median that one disturbed round cannot move, at 3x the time of one sweep.
+DEFAULT_ROUNDS = 3
+# Defaults explore adds unless the command line sets the key: the rounds above, and no
+# profiler trace (its extra steps cost time per job; `pipebench run` profiles one chain).
+EXPLORE_DEFAULTS = (("rounds", str(DEFAULT_ROUNDS)), ("trace", "none"))
+VARIANTS_DIR = "variants"
+VARIANTS_JSON = "variants.json"
+EQUIVALENCE_MD = "equivalence.md"
+EQUIVALENCE_CSV = "equivalence.csv"
+EXPLORE_MD = "explore.md"
+EXPLORE_CSV = "explore.csv"
+BASE_VERDICT = "base"
+EQUIVALENCE_COLUMNS = ["variant", "moves", "verdict", "detail"]
+EXPLORE_COLUMNS = ["variant", "setting", "verdict", "rounds", "samples_per_s", "samples_per_s_min",
+                   "samples_per_s_max", "speedup"]
+# Overrides that every row of one variant shares or that name the variant: not part of a "setting".
+ROW_KEYS_IGNORED = ("transform", "run.round")
+
+
+@dataclass(frozen=True)
+class Checked:
+    variant: Variant
+    # None for the base chain, which is the reference.
+    equivalence: Optional[Equivalence]
+
+    @property
+    def verdict(self) -> str:
+        return BASE_VERDICT if self.equivalence is None else self.equivalence.verdict
+
+    @property
+    def measured(self) -> bool:
+        return self.verdict != FAILS
+
+
+@dataclass(frozen=True)
+class Plan:
+    """What explore will measure: the sweep overrides, where the variant configs live, the verdicts."""
+
+    invocation_dir: Path
+    search_path: Path
+    overrides: Tuple[str, ...]
+    checked: Tuple[Checked, ...]
+    not_applied: Tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class NoVariants:
+    """No move applies to the chain: nothing to explore, and why."""
+
+    base: str
+    reasons: Tuple[str, ...]
+
+
+def _key(override: str) -> str:
+    return override.partition("=")[0].lstrip("+~")
+
+
+def check_overrides(overrides: Sequence[str]) -> None:
+    """explore moves one named chain: no transform sweep and no `transform.*` edits (indices shift)."""
+    try:
+        parsed = OverridesParser.create().parse_overrides(list(overrides))
+    except HydraException as exc:
+        raise ConfigError(one_line(exc)) from exc
+    for override in parsed:
+        key = override.get_key_element().lstrip("+~")
+        if key == "transform" and override.is_sweep_override():
+            raise ConfigError(f"explore takes one chain, got a sweep: {override.input_line}; explore each on its own")
+        if key.startswith("transform."):
+            raise ConfigError(f"explore cannot apply {override.input_line} to variants (their steps move); "
+                              "put the edited chain in a config file and pass transform=NAME")
+
+
+def _folder_safe(name: str) -> str:
+    return re.sub(r"[^A-Za-z0-9_.+-]", "", name) or "chain"
+
+
+def _write_variant_configs(folder: Path, variants: Sequence[Variant]) -> None:
+    folder.mkdir(parents=True, exist_ok=True)
+    for variant in variants:
+        header = f"# pipebench explore: {variant.name}\n" + "".join(f"# - {c}\n" for c in variant.changes)
+        (folder / f"{variant.name}.yaml").write_text(header + yaml.safe_dump(variant.chain.as_config(),
+                                                                             sort_keys=False))
+
+
+def _equivalence_rows(checked: Sequence[Checked]) -> List[Dict[str, object]]:
+    rows = []
+    for item in checked:
+        eq = item.equivalence
+        rows.append({"variant": item.variant.name, "moves": "+".join(item.variant.moves) or "-",
+                     "verdict": item.verdict, "equivalent": eq.equivalent if eq else True,
+                     "test": eq.test if eq else "", "p_value": eq.p_value if eq else None,
+                     "max_abs_diff": eq.max_abs_diff if eq else None,
+                     "detail": eq.detail if eq else "the chain as configured; every variant is checked against it"})
+    return rows
+
+
+def _csv_text(rows: Sequence[Mapping[str, object]]) -> str:
+    buffer = StringIO()
+    writer = csv.DictWriter(buffer, fieldnames=list(rows[0]))
+    writer.writeheader()
+    writer.writerows(rows)
+    return buffer.getvalue()
+
+
+def write_variant_files(invocation_dir: Path, checked: Sequence[Checked], not_applied: Sequence[str]) -> str:
+    """variants.json, equivalence.md and equivalence.csv; returns the markdown table."""
+    rows = _equivalence_rows(checked)
+    payload = {
+        "base": checked[0].variant.name,
+        "not_applied": list(not_applied),
+        "variants": [{"name": item.variant.name, "moves": list(item.variant.moves),
+                      "changes": list(item.variant.changes), "chain": item.variant.chain.as_config(),
+                      "draws_per_batch": list(item.variant.draws_per_batch), "measured": item.measured,
+                      "equivalence": {k: row[k] for k in ("verdict", "equivalent", "test", "p_value",
+                                                          "max_abs_diff", "detail")}}
+                     for item, row in zip(checked, rows)],
+    }
+    write_json_atomic(invocation_dir / VARIANTS_JSON, payload)
+    markdown = markdown_table(rows, EQUIVALENCE_COLUMNS)
+    (invocation_dir / EQUIVALENCE_MD).write_text(markdown)
+    (invocation_dir / EQUIVALENCE_CSV).write_text(_csv_text(rows))
+    return markdown
+
+
+def plan_exploration(overrides: Sequence[str], first_job: Sequence[str]) -> Union[Plan, NoVariants]:
+    """Generate and check the variants of the chain `first_job` composes to, and write them down.
+
+    When no move applies nothing is written, and the answer says why.
+    """
+    check_overrides(overrides)
+    with job_spec_composer() as compose_one:
+        spec, results_dir = compose_one(first_job)
+    found = explore(spec.transform_name, Chain(spec.per_sample, spec.per_batch))
+    if len(found.variants) == 1:
+        return NoVariants(found.base.name, found.not_applied)
+    dataset = build_dataset(spec)
+
+    def fetch(n: int) -> list:
+        return [dataset[i % len(dataset)][0] for i in range(n)]
+
+    checked = [Checked(found.base, None)]
+    for variant in found.variants[1:]:
+        print(f"explore: checking {variant.name}", flush=True)
+        checked.append(Checked(variant, check(found.base.chain, variant, fetch, spec.run.seed)))
+    invocation_dir = Path(results_dir) / f"{time.strftime('%Y%m%d-%H%M%S')}-explore-{_folder_safe(found.base.name)}"
+    search_path = invocation_dir / VARIANTS_DIR
+    _write_variant_configs(search_path / "transform", found.variants[1:])
+    markdown = write_variant_files(invocation_dir, checked, found.not_applied)
+    print(f"\n## equivalence with {found.base.name}\n\n{markdown}")
+    given = {_key(o) for o in overrides}
+    kept = [o for o in overrides if _key(o) != "transform"]
+    defaults = [f"{key}={value}" for key, value in EXPLORE_DEFAULTS if key not in given]
+    names = ",".join(item.variant.name for item in checked if item.measured)
+    return Plan(invocation_dir, search_path, (*kept, *defaults, f"transform={names}"), tuple(checked),
+                found.not_applied)
+
+
+def _settings(results: Sequence[Mapping[str, object]]) -> List[str]:
+    """Each job's setting: the overrides that vary across the sweep, besides the chain and the round."""
+    per_job = [{_key(o): o for o in r["overrides"] if _key(o) not in ROW_KEYS_IGNORED} for r in results]
+    varying = sorted({k for job in per_job for k in job if len({other.get(k) for other in per_job}) > 1})
+    return [",".join(job[k] for k in varying if k in job) for job in per_job]
+
+
+def explore_rows(invocation_dir: Path, plan: Plan) -> List[Dict[str, object]]:
+    """One row per variant and setting: median samples/s over the rounds and speedup over the base."""
+    results = load_job_results(invocation_dir)
+    rates: Dict[Tuple[str, str], List[float]] = {}
+    for result, setting in zip(results, _settings(results)):
+        rates.setdefault((setting, str(result["summary"]["transform"])), []).append(
+            float(result["summary"]["samples_per_s"]))
+    base = plan.checked[0].variant.name
+    rows = []
+    for setting in dict.fromkeys(setting for setting, _ in rates):
+        base_rates = rates.get((setting, base))
+        base_median = statistics.median(base_rates) if base_rates else float("nan")
+        for item in plan.checked:
+            measured = rates.get((setting, item.variant.name))
+            if not measured:
+                continue
+            median = statistics.median(measured)
+            rows.append({"variant": item.variant.name, "setting": setting or "-", "verdict": item.verdict,
+                         "rounds": len(measured), "samples_per_s": median, "samples_per_s_min": min(measured),
+                         "samples_per_s_max": max(measured), "speedup": median / base_median})
+    return rows
+
+
+def conclusions(rows: Sequence[Mapping[str, object]], plan: Plan) -> List[str]:
+    """Per setting, in plain words: the fastest equivalent chain, whether its rounds clear the
+    base chain's (every round faster than every base round), and what to change to get it."""
+    changes = {item.variant.name: item.variant.changes for item in plan.checked}
+    base = plan.checked[0].variant.name
+    lines = []
+    for setting in dict.fromkeys(r["setting"] for r in rows):
+        group = [r for r in rows if r["setting"] == setting]
+        where = "" if setting == "-" else f" at {setting}"
+        allowed = [r for r in group if r["verdict"] in (BASE_VERDICT, *EQUIVALENT_VERDICTS)]
+        best = max(allowed, key=lambda r: r["samples_per_s"])
+        reference = next((r for r in group if r["variant"] == base), None)
+        if reference is None or best is reference:
+            lines.append(f"no equivalent variant ran faster than {base}{where}")
+        else:
+            clear = best["rounds"] > 1 and best["samples_per_s_min"] > reference["samples_per_s_max"]
+            lines.append(f"fastest equivalent chain{where}: {best['variant']}, {best['speedup']:.2f}x {base} "
+                         f"(median samples/s of {best['rounds']} interleaved rounds; "
+                         + ("every round faster than every round of the base)" if clear else
+                            "its rounds overlap the base's, so the gain is not resolved)")
+                         + "; to get it: " + "; ".join(changes[str(best["variant"])]))
+        lines += [f"{r['variant']} ran faster still ({r['speedup']:.2f}x) but is {r['verdict']}"
+                  for r in group if r not in allowed and r["samples_per_s"] > best["samples_per_s"]]
+    return lines
+
+
+def write_explore_table(invocation_dir: Path, plan: Plan) -> str:
+    """explore.csv and explore.md (the table and its conclusions); returns the markdown."""
+    rows = explore_rows(invocation_dir, plan)
+    if not rows:
+        return "(no variant was measured)\n"
+    markdown = markdown_table(rows, EXPLORE_COLUMNS) + "\n" + "\n".join(conclusions(rows, plan)) + "\n"
+    (invocation_dir / EXPLORE_CSV).write_text(_csv_text(rows))
+    (invocation_dir / EXPLORE_MD).write_text(markdown)
+    return markdown
