@@ -29,13 +29,18 @@ from pipebench.results import load_job_results, write_json_atomic
 from pipebench.tables import markdown_table
 from pipebench.variants import Chain, Variant, explore
 
-# Interleaved rounds by default: variants of one chain often differ by 10-30%, about the
-# round-to-round spread of one job on a shared machine, so one round cannot rank them. Three
-# rounds give a median that one disturbed round cannot move, at 3x the time of one sweep.
+# Three interleaved rounds by default: variants of one chain often differ by 10-30%, about the
+# round-to-round spread of one job on a shared machine, so one round cannot rank them. With
+# three a side, "every round of a variant beat every round of the base" has a 1 in 20 chance
+# under no difference (the exact one-sided Mann-Whitney p); five (as the nightly) would take
+# the seed chain's 8 variants past five minutes.
 DEFAULT_ROUNDS = 3
-# Defaults explore adds unless the command line sets the key: the rounds above, and no
-# profiler trace (its extra steps cost time per job; `pipebench run` profiles one chain).
-EXPLORE_DEFAULTS = (("rounds", str(DEFAULT_ROUNDS)), ("trace", "none"))
+# Defaults explore adds unless the command line sets the key (or its group: `run=quick` keeps
+# its own budget): the rounds above; a shorter job (>= 10 steps and >= 2 s after warm-up), as
+# more rounds of short jobs resist drift better than fewer long ones; and no profiler trace,
+# whose extra steps cost time per job (`pipebench run` profiles one chain).
+EXPLORE_DEFAULTS = (("rounds", str(DEFAULT_ROUNDS)), ("run.steps", "10"), ("run.min_time_s", "2"),
+                    ("trace", "none"))
 VARIANTS_DIR = "variants"
 VARIANTS_JSON = "variants.json"
 EQUIVALENCE_MD = "equivalence.md"
@@ -182,7 +187,8 @@ def plan_exploration(overrides: Sequence[str], first_job: Sequence[str]) -> Unio
     print(f"\n## equivalence with {found.base.name}\n\n{markdown}")
     given = {_key(o) for o in overrides}
     kept = [o for o in overrides if _key(o) != "transform"]
-    defaults = [f"{key}={value}" for key, value in EXPLORE_DEFAULTS if key not in given]
+    defaults = [f"{key}={value}" for key, value in EXPLORE_DEFAULTS
+                if key not in given and key.partition(".")[0] not in given]
     names = ",".join(item.variant.name for item in checked if item.measured)
     return Plan(invocation_dir, search_path, (*kept, *defaults, f"transform={names}"), tuple(checked),
                 found.not_applied)
@@ -233,11 +239,14 @@ def conclusions(rows: Sequence[Mapping[str, object]], plan: Plan) -> List[str]:
         if reference is None or best is reference:
             lines.append(f"no equivalent variant ran faster than {base}{where}")
         else:
-            clear = best["rounds"] > 1 and best["samples_per_s_min"] > reference["samples_per_s_max"]
+            if min(best["rounds"], reference["rounds"]) < 2:
+                resolved = "one round, so the gain is not resolved"
+            elif best["samples_per_s_min"] > reference["samples_per_s_max"]:
+                resolved = "every round faster than every round of the base"
+            else:
+                resolved = "its rounds overlap the base's, so the gain is not resolved"
             lines.append(f"fastest equivalent chain{where}: {best['variant']}, {best['speedup']:.2f}x {base} "
-                         f"(median samples/s of {best['rounds']} interleaved rounds; "
-                         + ("every round faster than every round of the base)" if clear else
-                            "its rounds overlap the base's, so the gain is not resolved)")
+                         f"(median samples/s of {best['rounds']} interleaved round{'s' * (best['rounds'] != 1)}; {resolved})"
                          + "; to get it: " + "; ".join(changes[str(best["variant"])]))
         lines += [f"{r['variant']} ran faster still ({r['speedup']:.2f}x) but is {r['verdict']}"
                   for r in group if r not in allowed and r["samples_per_s"] > best["samples_per_s"]]

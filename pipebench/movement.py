@@ -146,12 +146,13 @@ def describe(movement: Optional[Movement]) -> str:
 def accepted_kinds(movements: Iterable[Optional[Movement]]) -> Iterable[Optional[FrozenSet[str]]]:
     """For each position of a chain, the kinds that may arrive there (None when unknown).
 
-    The chain's input is whatever its first step accepts; each step passes on its output kind.
-    An undeclared step makes everything after it unknown.
+    A declared step can only be reached by kinds it accepts (the chain as given runs), and
+    passes on its output kind; after an undeclared step the kind is unknown until the next
+    declared step.
     """
     kinds: Optional[FrozenSet[str]] = None
-    for i, movement in enumerate(movements):
-        if i == 0 and movement is not None:
-            kinds = movement.accepts
+    for movement in movements:
+        if movement is not None:
+            kinds = movement.accepts if kinds is None else kinds & movement.accepts
         yield kinds
         kinds = movement.output_kind(kinds) if (movement is not None and kinds is not None) else None
