@@ -5,6 +5,7 @@ with Hydra's own parser, checks every job of the sweep up front (one-line errors
 before anything is measured), then hands the sweep to Hydra with pipebench's launcher.
 `rounds=N` repeats the whole sweep round-robin, and `calibrate=true` times the calibration
 workload first; `pipebench baseline update` stores a results folder as a nightly baseline.
+`pipebench explore transform=NAME` generates a chain's variants and measures them in one sweep.
 """
 
 import argparse

@@ -8,7 +8,6 @@ as `pipebench run`, and `explore_table` joins the measured rows with the variant
 """
 
 import csv
-import json
 import re
 import statistics
 import time
@@ -17,9 +16,9 @@ from io import StringIO
 from pathlib import Path
 from typing import Dict, List, Mapping, Optional, Sequence, Tuple, Union
 
-import yaml
 from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra.errors import HydraException
+from omegaconf import OmegaConf
 
 from pipebench.build import build_dataset
 from pipebench.configs import job_spec_composer, one_line
@@ -116,8 +115,7 @@ def _write_variant_configs(folder: Path, variants: Sequence[Variant]) -> None:
     folder.mkdir(parents=True, exist_ok=True)
     for variant in variants:
         header = f"# pipebench explore: {variant.name}\n" + "".join(f"# - {c}\n" for c in variant.changes)
-        (folder / f"{variant.name}.yaml").write_text(header + yaml.safe_dump(variant.chain.as_config(),
-                                                                             sort_keys=False))
+        (folder / f"{variant.name}.yaml").write_text(header + OmegaConf.to_yaml(variant.chain.as_config()))
 
 
 def _equivalence_rows(checked: Sequence[Checked]) -> List[Dict[str, object]]:
@@ -236,7 +234,9 @@ def conclusions(rows: Sequence[Mapping[str, object]], plan: Plan) -> List[str]:
         allowed = [r for r in group if r["verdict"] in (BASE_VERDICT, *EQUIVALENT_VERDICTS)]
         best = max(allowed, key=lambda r: r["samples_per_s"])
         reference = next((r for r in group if r["variant"] == base), None)
-        if reference is None or best is reference:
+        if reference is None:
+            lines.append(f"{base} was not measured{where}: nothing to compare with")
+        elif best is reference:
             lines.append(f"no equivalent variant ran faster than {base}{where}")
         else:
             if min(best["rounds"], reference["rounds"]) < 2:

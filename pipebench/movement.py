@@ -130,19 +130,6 @@ def declared_movement(node: Mapping[str, Any]) -> Optional[Movement]:
     return declared
 
 
-def describe(movement: Optional[Movement]) -> str:
-    """One short phrase, for tables and messages."""
-    if movement is None:
-        return "declares nothing (never moves)"
-    kinds = "+".join(k for k in KINDS if k in movement.accepts)
-    flags = [name for name in ("crop", "pointwise", "random") if getattr(movement, name)]
-    if movement.returns:
-        flags.append(f"returns {movement.returns}")
-    flags += [f"{name}={target.rsplit('.', 1)[-1]}" for name, target in
-              (("batch_form", movement.batch_form), ("fast_form", movement.fast_form)) if target]
-    return ", ".join([f"accepts {kinds}", *flags])
-
-
 def accepted_kinds(movements: Iterable[Optional[Movement]]) -> Iterable[Optional[FrozenSet[str]]]:
     """For each position of a chain, the kinds that may arrive there (None when unknown).
 
