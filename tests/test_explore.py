@@ -7,6 +7,10 @@ import pytest
 
 from conftest import QUICK_RUN, TINY_DATASET, results_folder, run_cli
 
+from pipebench.equivalence import IDENTICAL, NOT_EQUIVALENT, Equivalence
+from pipebench.explore import Checked, Plan, conclusions, explore_rows
+from pipebench.variants import Chain, Variant
+
 # Scale is pointwise, so the crop may move ahead of it; the trailing BusyWait has no per-batch
 # form, so nothing moves into the collate. Two chains x two rounds: four quick jobs.
 CHAIN = ("per_sample:\n"
@@ -88,3 +92,39 @@ def test_bad_input_is_one_line_and_exit_2(tmp_path, args, message):
     assert proc.stderr.startswith("pipebench: error: ") and message in proc.stderr, proc.stderr
     assert len(proc.stderr.strip().splitlines()) == 1
     assert not (tmp_path / "out").exists()
+
+
+def _job(folder, num, transform, rnd, rate, cpu):
+    job = folder / f"job-{num}"
+    job.mkdir(parents=True)
+    job.joinpath("result.json").write_text(json.dumps({
+        "job_num": num, "overrides": [f"run.round={rnd}", "rounds=3", f"transform={transform}"],
+        "summary": {"transform": transform, "samples_per_s": rate, "cpu_ms_per_sample": cpu}}))
+
+
+def test_explore_table_takes_medians_over_rounds_and_says_what_to_change(tmp_path):
+    base = Variant("c", (), (), Chain(()))
+    quick = Variant("c+fast", ("fast",), ("replace Slow with Fast",), Chain(()))
+    lean = Variant("c+crop_first", ("crop_first",), ("move Crop ahead of Scale",), Chain(()))
+    loose = Variant("c+per_batch", ("per_batch",), ("run Gain once per batch as BatchGain",), Chain(()))
+    verdicts = {"c+fast": IDENTICAL, "c+crop_first": IDENTICAL, "c+per_batch": NOT_EQUIVALENT}
+    plan = Plan(tmp_path, tmp_path, (), (Checked(base, None),) + tuple(
+        Checked(v, Equivalence(verdicts[v.name], "")) for v in (quick, lean, loose)), ())
+    # Three rounds, interleaved; round 1 ran on a busy machine (every rate low, CPU barely moved).
+    measured = {"c": [(100, 6.0), (60, 6.2), (104, 6.1)], "c+fast": [(150, 4.0), (90, 4.3), (149, 4.1)],
+                "c+crop_first": [(120, 3.0), (70, 3.1), (100, 3.2)], "c+per_batch": [(300, 2.0)] * 3}
+    num = 0
+    for rnd in range(3):
+        for name, values in measured.items():
+            _job(tmp_path, num, name, rnd, *values[rnd])
+            num += 1
+    rows = explore_rows(tmp_path, plan)
+    assert [(r["variant"], r["rounds"], r["samples_per_s"], r["cpu_ms_per_sample"]) for r in rows] == [
+        ("c", 3, 100, 6.1), ("c+fast", 3, 149, 4.1), ("c+crop_first", 3, 100, 3.1), ("c+per_batch", 3, 300, 2.0)]
+    assert rows[1]["speedup"] == pytest.approx(1.49) and rows[2]["cpu_speedup"] == pytest.approx(6.1 / 3.1)
+    lines = conclusions(rows, plan)
+    assert lines[0] == ("fastest equivalent chain: c+fast, 1.49x the samples/s of c (median of 3 interleaved "
+                        "rounds; its rounds overlap the base's, so not resolved); to get it: replace Slow with Fast")
+    assert lines[1].startswith("least CPU a sample: c+crop_first, 3.1 ms against 6.1 ms for c (1.97x less; "
+                               "every round below every round of the base); to get it: move Crop ahead of Scale")
+    assert lines[2] == "c+per_batch ran faster still (3.00x) but is not equivalent"
