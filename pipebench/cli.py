@@ -30,7 +30,7 @@ from pipebench.compare import DEFAULT_THRESHOLD, compare_main
 from pipebench.configs import (CONFIG_MODULE, CONFIG_NAME, HYDRA_VERSION_BASE, job_spec_composer, one_line,
                                sweep_settings)
 from pipebench.errors import USAGE_EXIT_STATUS, ConfigError, PipebenchError
-from pipebench.explore import DEFAULT_ROUNDS, NoVariants, plan_exploration, write_explore_table
+from pipebench.explore import EXPLORE_DEFAULTS, NoVariants, plan_exploration, write_explore_table
 from pipebench.job import run_job_task
 from pipebench.job_process import INTERRUPTED_EXIT_STATUS
 from pipebench.results import SUMMARY_MD
@@ -73,7 +73,7 @@ moves:  crop_first (a crop ahead of pointwise steps and PIL->tensor), fast (a de
         per_batch (trailing steps with a batch_form into the collate), and their combinations
 checks: identical / close (float tolerance) / same distribution (KS test) / not equivalent / fails
 writes: variants.json, equivalence.md|csv, variants/transform/*.yaml, explore.md|csv, and what `run` writes
-default: rounds={DEFAULT_ROUNDS} (interleaved) and trace=none, unless given
+defaults: {' '.join(f"{k}={v}" for k, v in EXPLORE_DEFAULTS)} (interleaved rounds of short jobs), unless given
 """
 
 
