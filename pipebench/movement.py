@@ -105,9 +105,12 @@ def _locate(target: str) -> Any:
     """
     parts = target.split(".")
     for cut in range(len(parts) - 1, 0, -1):
+        module = ".".join(parts[:cut])
         try:
-            obj = importlib.import_module(".".join(parts[:cut]))
-        except ModuleNotFoundError:
+            obj = importlib.import_module(module)
+        except ModuleNotFoundError as exc:
+            if exc.name and not (module + ".").startswith(exc.name + "."):
+                raise  # the module exists but imports something missing: say that, not "not found"
             continue
         for name in parts[cut:]:
             obj = getattr(obj, name)
