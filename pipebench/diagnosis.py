@@ -104,10 +104,19 @@ def workers_to_feed(costs: ChainCosts) -> Optional[int]:
     return needed if feeds else None
 
 
-def chain_label(result: Mapping) -> str:
-    """A job's chain: its overrides less the worker count and the round; the transform name if none."""
-    overrides = [o for o in result.get("overrides", []) if o.split("=", 1)[0].lstrip("+~") not in NON_CHAIN_KEYS]
-    return ",".join(overrides) or str(result["summary"]["transform"])
+def _chain_overrides(result: Mapping) -> Dict[str, str]:
+    pairs = (o.split("=", 1) for o in result.get("overrides", []) if "=" in o)
+    return {key.lstrip("+~"): value for key, value in pairs if key.lstrip("+~") not in NON_CHAIN_KEYS}
+
+
+def chain_labels(results: Sequence[Mapping]) -> List[str]:
+    """Each job's chain: the overrides that differ between the jobs, less the worker count and the
+    round (settings every job shares say nothing); `transform=NAME` when nothing differs."""
+    overrides = [_chain_overrides(r) for r in results]
+    keys = sorted({k for o in overrides for k in o})
+    differing = [k for k in keys if len({o.get(k) for o in overrides}) > 1]
+    return [",".join(f"{k}={o[k]}" for k in differing if k in o) or f"transform={r['summary']['transform']}"
+            for o, r in zip(overrides, results)]
 
 
 def _consumer_ms(result: Mapping) -> float:
@@ -137,8 +146,8 @@ def chain_costs(results: Sequence[Mapping]) -> ChainCosts:
 
 def _group(results: Sequence[Mapping]) -> Dict[str, List[Mapping]]:
     groups: Dict[str, List[Mapping]] = {}
-    for result in results:
-        groups.setdefault(chain_label(result), []).append(result)
+    for label, result in zip(chain_labels(results), results):
+        groups.setdefault(label, []).append(result)
     return groups
 
 
@@ -175,19 +184,27 @@ def _advice_workers(base: str, costs: ChainCosts) -> List[str]:
 
 
 def _advice_variants(base: str, costs: Mapping[str, ChainCosts]) -> List[str]:
+    """The chains that beat the base's CPU cost a sample, best first; the ones that don't, in one line.
+
+    CPU time, not wall time: it is what the cores' budget is spent on, and other load on a shared
+    machine moves it far less than it moves wall time.
+    """
     base_costs = costs[base]
-    lines = []
-    for chain, other in costs.items():
-        if chain == base:
-            continue
-        speedup = base_costs.ms_per_sample / other.ms_per_sample
-        verdict = "pays" if speedup >= WORTHWHILE_SPEEDUP else "does not pay"
-        best = max(predict(other, w).samples_per_s for w in range(0, 2 * other.usable_cores + 1))
-        lines.append(f"{chain} {verdict}: {format_value(other.ms_per_sample)} ms a sample against "
-                     f"{format_value(base_costs.ms_per_sample)} ({format_value(speedup)}x); "
-                     f"predicted best {format_value(best)} samples/s on this machine.")
-    if not lines:
+    speedups = {chain: base_costs.cpu_ms_per_sample / other.cpu_ms_per_sample
+                for chain, other in costs.items() if chain != base}
+    if not speedups:
         return ["Reordering and batching: only one chain was measured; `pipebench explore` measures the variants."]
+    lines = []
+    for chain in sorted((c for c in speedups if speedups[c] >= WORTHWHILE_SPEEDUP), key=speedups.get, reverse=True):
+        other = costs[chain]
+        best = max(predict(other, w).samples_per_s for w in range(0, 2 * other.usable_cores + 1))
+        lines.append(f"{chain} pays: {format_value(other.cpu_ms_per_sample)} ms of CPU a sample against "
+                     f"{format_value(base_costs.cpu_ms_per_sample)} for {base} ({speedups[chain]:.2f}x); "
+                     f"predicted best {format_value(best)} samples/s on this machine.")
+    losers = [c for c in speedups if speedups[c] < WORTHWHILE_SPEEDUP]
+    if losers:
+        lines.append("Does not pay (under " f"{format_value(WORTHWHILE_SPEEDUP)}x cheaper a sample than {base}): "
+                     + ", ".join(f"{c} ({speedups[c]:.2f}x)" for c in losers) + ".")
     return lines
 
 

@@ -85,11 +85,21 @@ def test_diagnosis_names_the_dominant_step_the_core_limit_and_the_better_variant
     text = render_diagnosis(diagnosis)
     assert "Dominant cost in transform=slow: Mask, 5 ms" in text
     assert "Workers cannot fix this" in text and "250 samples/s" in text
-    assert "transform=fast pays" in text and "(2x)" in text
+    assert "transform=fast pays" in text and "(2.00x)" in text
     rows = {(r.chain, r.workers): r for r in diagnosis.rows}
     assert rows[("transform=slow", 2)].predicted.samples_per_s == pytest.approx(250.0)
     assert rows[("transform=slow", 2)].gap == pytest.approx(240 / 250 - 1)
     assert "nothing beyond 15%" in text
+
+
+def test_chains_are_named_by_what_differs_and_losers_share_a_line():
+    results = [_result("slow", 0, 85.0, 70.0, 8.0), _result("same", 0, 85.0, 70.0, 8.1),
+               _result("fast", 0, 130.0, 55.0, 4.0)]
+    for result in results:  # a setting every job shares names no chain
+        result["overrides"].append("run.steps=10")
+    text = render_diagnosis(diagnose(results))
+    assert "run.steps" not in text
+    assert "Does not pay (under 1.05x cheaper a sample than transform=slow): transform=same (0.99x)." in text
 
 
 def test_a_gap_beyond_the_noise_is_called_unexplained_with_the_candidates():

@@ -227,5 +227,5 @@ def test_report_ends_with_the_diagnosis(tmp_path):
     write_report([str(Path(__file__).parent.parent / "results" / "baselines" / "nightly")], tmp_path)
     text = (tmp_path / REPORT_MD).read_text()
     assert "## diagnosis" in text and "### what to do" in text
-    assert "Dominant cost in transform=yuv_mask,suite=nightly: RandomMask" in text
+    assert "Dominant cost in transform=yuv_mask: RandomMask" in text
     assert "predicted_samples_per_s" in text
