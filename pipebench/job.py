@@ -29,6 +29,9 @@ from pipebench.tables import markdown_table
 from pipebench.timed_chain import InstrumentedDataset, TimedCollate
 from pipebench.viztrace import TRACE_FILE as VIZTRACE_FILE, VizTraceSession
 
+# The multi-rank columns of a single-process job: one rank, no peer to wait for (multirank.py
+# fills them for distributed.nproc > 1).
+SINGLE_PROCESS_FIELDS = {"ranks": 1, "straggler_ratio": 1.0, "collective_wait_ms_mean": 0.0}
 # Failures listed by name in result.json; the count covers all of them.
 MAX_LISTED_FAILURES = 20
 ERROR_FILE = "error.txt"
@@ -115,7 +118,6 @@ def measure_job(spec: JobSpec, job_dir: Path) -> Dict[str, Any]:
         traced = viztrace_pass(spec, instrumented, collate, consumer, pinned, job_dir)
         artifacts = {"viztrace": VIZTRACE_FILE}
     rows = transform_rows(sink, instrumented.steps, collate.steps)
-    identity = getattr(dataset, "identity", None)
     cores = usable_cores()
     summary = summary_row(passes, rows, sink, spec.workers, cores, len(skipped))
     summary.update(rss_mb_peak=memory.rss_mb_peak, worker_pss_growth_mb=memory.worker_pss_growth_mb,
@@ -131,9 +133,23 @@ def measure_job(spec: JobSpec, job_dir: Path) -> Dict[str, Any]:
         "artifacts": artifacts,
         "viztrace": traced,
         "pin_memory_effective": pinned,
-        "fingerprint": fingerprint(identity() if identity else {"class": type(dataset).__name__},
-                                   _start_method(spec)),
+        "fingerprint": job_fingerprint(spec, dataset),
     }
+
+
+def job_fingerprint(spec: JobSpec, dataset: Any) -> Dict[str, Any]:
+    """The fingerprint of a job on this host; call once the loader's workers are gone."""
+    identity = getattr(dataset, "identity", None)
+    return fingerprint(identity() if identity else {"class": type(dataset).__name__}, _start_method(spec))
+
+
+def measure(spec: JobSpec, job_dir: Path) -> Dict[str, Any]:
+    """One job's record: in this process, or on `distributed.nproc` ranks through torchrun."""
+    if spec.distributed.nproc > 1:
+        from pipebench.multirank import measure_multirank  # multirank's ranks import this module
+
+        return measure_multirank(spec, job_dir)
+    return measure_job(spec, job_dir)
 
 
 def run_job_task(cfg: DictConfig) -> None:
@@ -144,7 +160,7 @@ def run_job_task(cfg: DictConfig) -> None:
     name = hydra_cfg.job.override_dirname or "default"
     try:
         spec = job_spec_from_config(cfg, choices)
-        record = measure_job(spec, job_dir)
+        record = measure(spec, job_dir)
     except PipebenchError as exc:
         (job_dir / ERROR_FILE).write_text(f"{exc}\n")
         print(f"pipebench: error: {exc}", file=sys.stderr)
@@ -156,6 +172,7 @@ def run_job_task(cfg: DictConfig) -> None:
         "workers": spec.workers,
         "batch_size": spec.loader.batch_size,
         "consumer": spec.consumer.kind,
+        **SINGLE_PROCESS_FIELDS,
         **record["summary"],
     }
     result = {

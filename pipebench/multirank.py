@@ -1,0 +1,182 @@
+"""A multi-rank job (`distributed.nproc` > 1): start the ranks with torchrun, then merge what they measured.
+
+The job process pickles the JobSpec into the job folder and runs
+`python -m torch.distributed.run --standalone --nproc_per_node N -m pipebench.ranks JOB_DIR`
+(torchrun's c10d rendezvous on localhost picks a free port; nothing leaves the machine). If a
+rank fails, torchrun stops the others; if they hang, `distributed.job_timeout_s` stops the whole
+group. Either way the job ends with one line naming the rank, and the sweep goes on.
+"""
+
+import json
+import os
+import pickle
+import signal
+import statistics
+import subprocess
+import sys
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any, Dict, List, Sequence
+
+import torch
+
+from pipebench.coverage import check_coverage, merge_logs
+from pipebench.errors import ConfigError, PipebenchError
+from pipebench.fingerprint import usable_cores
+from pipebench.ranks import RANK_ERROR, RANK_RESULT, RANKS_MODULE, TASK_FILE, RankTask
+from pipebench.specs import JobSpec
+
+# torchrun's and the ranks' own output (tracebacks of a failed rank) go here, not to the console.
+RANKS_LOG = "ranks.log"
+# After the job timeout: SIGTERM the whole group, then SIGKILL what is left this long after.
+KILL_GRACE_S = 10
+# Per-rank figures kept in result.json's `ranks` breakdown.
+RANK_FIELDS = ("samples_per_s", "starvation_pct", "wait_ms_median", "wait_ms_p99", "step_ms_median",
+               "busy_ms_mean", "collective_ms_mean", "collective_ms_p99", "cpu_ms_per_sample", "steps", "epochs")
+
+
+class DistributedError(PipebenchError):
+    """A rank failed or the ranks did not finish in time."""
+
+
+def resolve_backend(requested: str, nproc: int) -> str:
+    """auto -> nccl when every rank can have a GPU of its own, else gloo (DESIGN: gloo on CPU)."""
+    gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    if requested == "auto":
+        return "nccl" if gpus >= nproc else "gloo"
+    if requested == "nccl" and gpus < nproc:
+        raise ConfigError(f"distributed.backend=nccl needs a GPU per rank: {nproc} ranks, {gpus} GPU(s) here")
+    return requested
+
+
+def loader_processes(spec: JobSpec) -> int:
+    """Processes that load data at once: each rank's workers, or the rank itself at workers=0."""
+    return spec.distributed.nproc * max(spec.workers, 1)
+
+
+def oversubscription_warning(spec: JobSpec, cores: int) -> str:
+    """A warning line when ranks x workers outnumber the usable cores, else ''."""
+    busy = loader_processes(spec)
+    if busy <= cores:
+        return ""
+    return (f"pipebench: warning: {spec.distributed.nproc} ranks x {max(spec.workers, 1)} loader processes = "
+            f"{busy} on {cores} usable cores; they will time-slice, so per-rank rates fall and ranks straggle")
+
+
+def torchrun_command(nproc: int, job_dir: Path) -> List[str]:
+    return [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={nproc}",
+            "--max_restarts=0", "-m", RANKS_MODULE, str(job_dir)]
+
+
+def _rank_failure(job_dir: Path, status: int) -> str:
+    """The first rank error written (the cause; later ones are usually peers losing it)."""
+    errors = sorted(job_dir.glob(RANK_ERROR.format(rank="*")), key=lambda p: p.stat().st_mtime)
+    if not errors:
+        return f"torchrun exited with status {status} before any rank reported (see {job_dir / RANKS_LOG})"
+    rank = errors[0].stem.split("-")[1]
+    return f"rank {rank} failed: {errors[0].read_text().strip()} (full output in {job_dir / RANKS_LOG})"
+
+
+def launch_ranks(spec: JobSpec, backend: str, job_dir: Path) -> List[Dict[str, Any]]:
+    """Run the ranks to completion; return their records in rank order. Raises DistributedError."""
+    (job_dir / TASK_FILE).write_bytes(pickle.dumps(RankTask(spec, backend)))
+    env = dict(os.environ)
+    env.setdefault("OMP_NUM_THREADS", "1")  # what torchrun would set, without its warning
+    timeout = spec.distributed.job_timeout_s
+    with (job_dir / RANKS_LOG).open("wb") as log:
+        proc = subprocess.Popen(torchrun_command(spec.distributed.nproc, job_dir), stdout=log,
+                                stderr=subprocess.STDOUT, env=env, start_new_session=True)
+        try:
+            status = proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            _stop_group(proc)
+            raise DistributedError(f"the {spec.distributed.nproc} ranks did not finish within "
+                                   f"distributed.job_timeout_s={timeout:g}; stopped them") from None
+        except BaseException:  # Ctrl-C: take the ranks and their workers down too
+            _stop_group(proc)
+            raise
+    if status != 0:
+        raise DistributedError(_rank_failure(job_dir, status))
+    return [json.loads((job_dir / RANK_RESULT.format(rank=r)).read_text()) for r in range(spec.distributed.nproc)]
+
+
+def _stop_group(proc: subprocess.Popen) -> None:
+    """SIGTERM torchrun's session (torchrun, ranks, their workers), SIGKILL after a grace period."""
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        try:
+            os.killpg(proc.pid, sig)
+        except ProcessLookupError:
+            return
+        try:
+            proc.wait(timeout=KILL_GRACE_S)
+            return
+        except subprocess.TimeoutExpired:
+            continue
+
+
+def coverage_of(records: Sequence[Dict[str, Any]], spec: JobSpec):
+    """The exactly-once check over every rank's index log. An epoch of a repeat is complete when
+    every rank went past it; drop_last can explain up to `droppable` misses an epoch."""
+    logs = [{(e["repeat"], e["epoch"]): e["indices"] for e in r["indices"]} for r in records]
+    complete = {(repeat, epoch)
+                for repeat in range(spec.run.repeats)
+                for epoch in range(1, min(r["epochs_reached"][repeat] for r in records))}
+    length = records[0]["dataset_length"]
+    world, batch = spec.distributed.nproc, spec.loader.batch_size
+    shards = world * max(spec.workers, 1)
+    droppable = shards * (batch - 1) if spec.loader.drop_last else 0
+    return check_coverage(merge_logs(logs), length, complete, droppable)
+
+
+def aggregate(records: Sequence[Dict[str, Any]]) -> Dict[str, Any]:
+    """The job's row from its ranks: total samples/s, mean and max starvation, straggler ratio
+    (slowest rank's busy time a step over the median rank's), collective wait. The other step
+    columns are rank 0's."""
+    summaries = [r["summary"] for r in records]
+    busy = [s["busy_ms_mean"] for s in summaries]
+    starvation = [s["starvation_pct"] for s in summaries]
+    row = {k: v for k, v in summaries[0].items() if k not in ("busy_ms_mean", "collective_ms_mean", "collective_ms_p99")}
+    row.update(
+        samples_per_s=sum(s["samples_per_s"] for s in summaries),
+        samples_per_s_ci_low=sum(s["samples_per_s_ci_low"] for s in summaries),
+        samples_per_s_ci_high=sum(s["samples_per_s_ci_high"] for s in summaries),
+        starvation_pct=statistics.fmean(starvation),
+        starvation_pct_max=max(starvation),
+        ranks=len(records),
+        straggler_ratio=max(busy) / statistics.median(busy),
+        collective_wait_ms_mean=statistics.fmean(s["collective_ms_mean"] for s in summaries),
+        steps=sum(s["steps"] for s in summaries),
+    )
+    return row
+
+
+def measure_multirank(spec: JobSpec, job_dir: Path) -> Dict[str, Any]:
+    """Run one job on `distributed.nproc` ranks; return its record, shaped like measure_job's."""
+    backend = resolve_backend(spec.distributed.backend, spec.distributed.nproc)
+    cores = usable_cores()
+    warning = oversubscription_warning(spec, cores)
+    if warning:
+        print(warning, file=sys.stderr, flush=True)
+    print(f"[ranks] {spec.distributed.nproc} ranks ({backend}) via torchrun; output in {job_dir / RANKS_LOG}",
+          flush=True)
+    records = launch_ranks(spec, backend, job_dir)
+    coverage = coverage_of(records, spec)
+    print(coverage.describe(), flush=True)
+    summary = aggregate(records)
+    summary.update(duplicate_samples=coverage.duplicates, missed_samples=coverage.missing)
+    return {
+        "summary": summary,
+        "transforms": records[0]["transforms"],
+        "ranks": [{"rank": r["rank"], **{k: r["summary"][k] for k in RANK_FIELDS}} for r in records],
+        "distributed": {
+            "nproc": spec.distributed.nproc,
+            "backend": backend,
+            "usable_cores": cores,
+            "loader_processes": loader_processes(spec),
+            "oversubscribed": bool(warning),
+            "coverage": {**asdict(coverage), "exactly_once": coverage.exactly_once},
+        },
+        "rank_transforms": {str(r["rank"]): r["transforms"] for r in records},
+        "passes": [{"rank": r["rank"], **p} for r in records for p in r["passes"]],
+        "fingerprint": records[0]["fingerprint"],
+    }
