@@ -10,24 +10,30 @@ group. Either way the job ends with one line naming the rank, and the sweep goes
 import json
 import os
 import pickle
+import re
 import signal
 import statistics
 import subprocess
 import sys
 from dataclasses import asdict
 from pathlib import Path
-from typing import Any, Dict, List, Sequence
+from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import torch
 
 from pipebench.coverage import check_coverage, merge_logs
 from pipebench.errors import ConfigError, PipebenchError
 from pipebench.fingerprint import usable_cores
-from pipebench.ranks import RANK_ERROR, RANK_RESULT, RANKS_MODULE, TASK_FILE, RankTask
+from pipebench.ranks import RANK_ERROR, RANK_RESULT, RANK_TIMINGS, RANKS_MODULE, TASK_FILE, RankTask, load_timings
+from pipebench.runner import TimingSink
 from pipebench.specs import JobSpec
+from pipebench.summarize import rows_as_dicts, transform_rows
+from pipebench.timed_chain import StepName
 
 # torchrun's and the ranks' own output (tracebacks of a failed rank) go here, not to the console.
 RANKS_LOG = "ranks.log"
+# torchrun's failure summary names the first rank that failed and its exit code.
+ROOT_CAUSE = re.compile(r"Root Cause \(first observed failure\):.*?rank\s*:\s*(\d+).*?exitcode\s*:\s*(-?\d+)", re.S)
 # After the job timeout: SIGTERM the whole group, then SIGKILL what is left this long after.
 KILL_GRACE_S = 10
 # Per-rank figures kept in result.json's `ranks` breakdown.
@@ -68,13 +74,26 @@ def torchrun_command(nproc: int, job_dir: Path) -> List[str]:
             "--max_restarts=0", "-m", RANKS_MODULE, str(job_dir)]
 
 
+def root_cause(log_text: str) -> Optional[Tuple[int, int]]:
+    """(rank, exit code) of torchrun's "Root Cause (first observed failure)", if it wrote one."""
+    found = ROOT_CAUSE.search(log_text)
+    return (int(found.group(1)), int(found.group(2))) if found else None
+
+
 def _rank_failure(job_dir: Path, status: int) -> str:
-    """The first rank error written (the cause; later ones are usually peers losing it)."""
+    """One line: the rank that failed first (torchrun's root cause, else the first error file
+    written) and its own error line; peers that lost it only report broken connections."""
+    log = job_dir / RANKS_LOG
+    cause = root_cause(log.read_text(errors="replace"))
     errors = sorted(job_dir.glob(RANK_ERROR.format(rank="*")), key=lambda p: p.stat().st_mtime)
-    if not errors:
-        return f"torchrun exited with status {status} before any rank reported (see {job_dir / RANKS_LOG})"
-    rank = errors[0].stem.split("-")[1]
-    return f"rank {rank} failed: {errors[0].read_text().strip()} (full output in {job_dir / RANKS_LOG})"
+    if cause is None and errors:
+        cause = (int(errors[0].stem.split("-")[1]), status)
+    if cause is None:
+        return f"torchrun exited with status {status} before any rank started (see {log})"
+    rank, code = cause
+    error = job_dir / RANK_ERROR.format(rank=rank)
+    what = error.read_text().strip() if error.exists() else "it exited without a Python error (killed, crashed or os._exit)"
+    return f"rank {rank} failed (exit code {code}): {what} (full output in {log})"
 
 
 def launch_ranks(spec: JobSpec, backend: str, job_dir: Path) -> List[Dict[str, Any]]:
@@ -128,6 +147,18 @@ def coverage_of(records: Sequence[Dict[str, Any]], spec: JobSpec):
     return check_coverage(merge_logs(logs), length, complete, droppable)
 
 
+def pooled_transforms(records: Sequence[Dict[str, Any]], job_dir: Path) -> List[Dict[str, Any]]:
+    """The per-transform table over every rank's samples, as if one process had made them all."""
+    pooled = TimingSink()
+    for record in records:
+        sink = load_timings(job_dir / RANK_TIMINGS.format(rank=record["rank"]))
+        pooled.sample_ns.extend(sink.sample_ns)
+        pooled.batch_ns.extend(sink.batch_ns)
+    names = records[0]["step_names"]
+    return rows_as_dicts(transform_rows(pooled, [StepName(*n) for n in names["sample"]],
+                                        [StepName(*n) for n in names["batch"]]))
+
+
 def aggregate(records: Sequence[Dict[str, Any]]) -> Dict[str, Any]:
     """The job's row from its ranks: total samples/s, mean and max starvation, straggler ratio
     (slowest rank's busy time a step over the median rank's), collective wait. The other step
@@ -166,7 +197,7 @@ def measure_multirank(spec: JobSpec, job_dir: Path) -> Dict[str, Any]:
     summary.update(duplicate_samples=coverage.duplicates, missed_samples=coverage.missing)
     return {
         "summary": summary,
-        "transforms": records[0]["transforms"],
+        "transforms": pooled_transforms(records, job_dir),
         "ranks": [{"rank": r["rank"], **{k: r["summary"][k] for k in RANK_FIELDS}} for r in records],
         "distributed": {
             "nproc": spec.distributed.nproc,

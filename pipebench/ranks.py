@@ -36,6 +36,8 @@ RANKS_MODULE = "pipebench.ranks"
 TASK_FILE = "rank_task.pkl"
 RANK_RESULT = "rank-{rank}.json"
 RANK_ERROR = "rank-{rank}.error"
+# This rank's per-sample and per-batch stage timings, for the job's pooled transform table.
+RANK_TIMINGS = "rank-{rank}-timings.npz"
 # Elements in the per-step all-reduce: a token, not a gradient; what it measures is the wait.
 SYNC_ELEMENTS = 16
 # Exit status of a rank that crashed (not a user error).
@@ -103,8 +105,18 @@ def rank_summary(passes: list, sink: TimingSink, rows: list, spec: JobSpec, skip
     return summary
 
 
-def measure_rank(spec: JobSpec, rank: int, world: int, device: torch.device) -> Dict[str, Any]:
-    """Every repeat of the job on this rank; returns the rank's record."""
+def save_timings(path: Path, sink: TimingSink) -> None:
+    np.savez(path, sample_ns=np.concatenate(sink.sample_ns), batch_ns=np.stack(sink.batch_ns))
+
+
+def load_timings(path: Path) -> TimingSink:
+    """A sink holding a saved rank's timings (one block), enough for `transform_rows`."""
+    with np.load(path) as saved:
+        return TimingSink(sample_ns=[saved["sample_ns"]], batch_ns=list(saved["batch_ns"]))
+
+
+def measure_rank(spec: JobSpec, rank: int, world: int, device: torch.device, job_dir: Path) -> Dict[str, Any]:
+    """Every repeat of the job on this rank; returns the rank's record and saves its timings."""
     seed_everything(spec.run.seed + rank)  # own random crops per rank; the sampler shares the seed
     torch.set_num_threads(1)  # ranks share the cores with each other's workers
     if spec.loader.sharing_strategy is not None:
@@ -125,6 +137,7 @@ def measure_rank(spec: JobSpec, rank: int, world: int, device: torch.device) -> 
         epochs.append(loop.stream.epochs)
         loop.stream.close()
     rows = transform_rows(sink, instrumented.steps, collate.steps)
+    save_timings(job_dir / RANK_TIMINGS.format(rank=rank), sink)
     return {
         "rank": rank,
         "world_size": world,
@@ -132,6 +145,7 @@ def measure_rank(spec: JobSpec, rank: int, world: int, device: torch.device) -> 
         "transforms": rows_as_dicts(rows),
         "passes": [pass_record(p) for p in passes],
         "epochs_reached": epochs,
+        "step_names": {"sample": instrumented.steps, "batch": collate.steps},
         "dataset_length": len(dataset),
         "indices": sync.log(),
         # Rank 0's is the job's: the host it ran on is what lets results from many hosts merge.
@@ -150,7 +164,7 @@ def main(argv: Optional[List[str]] = None) -> int:
             _pin_gpu(int(os.environ["LOCAL_RANK"]))
             device = torch.device("cuda")
         dist.init_process_group(task.backend, timeout=timedelta(seconds=spec.distributed.collective_timeout_s))
-        record = measure_rank(spec, rank, world, device)
+        record = measure_rank(spec, rank, world, device, job_dir)
         write_json_atomic(job_dir / RANK_RESULT.format(rank=rank), record)
     except PipebenchError as exc:
         (job_dir / RANK_ERROR.format(rank=rank)).write_text(f"{exc}\n")

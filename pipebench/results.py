@@ -38,6 +38,8 @@ PRINTED_COLUMNS = [
     "transfer_ms_median", "ready_next_ms_median", "cpu_ms_per_sample", "first_batch_s", "worker_startup_s_max", "rss_mb_peak",
     "skipped_samples",
 ]
+# Printed after PRINTED_COLUMNS when any job of the invocation ran on several ranks.
+PRINTED_MULTIRANK_COLUMNS = ["ranks", "straggler_ratio", "collective_wait_ms_mean"]
 TRANSFORM_COLUMNS = [
     "job", "stage", "transform", "calls", "ms_per_call_mean", "ms_per_call_median", "ms_per_sample", "share_pct",
 ]
@@ -96,7 +98,8 @@ def write_invocation_summary(invocation_dir: Path) -> str:
     """Rebuild summary.csv, summary.md and transforms.csv from the job folders; return the markdown."""
     results = load_job_results(invocation_dir)
     rows = summary_rows(results)
-    markdown = markdown_table(rows, PRINTED_COLUMNS)
+    multirank = any(int(r.get("ranks") or 1) > 1 for r in rows)
+    markdown = markdown_table(rows, PRINTED_COLUMNS + (PRINTED_MULTIRANK_COLUMNS if multirank else []))
     _write_text_atomic(invocation_dir / SUMMARY_CSV, _csv_text(rows, SUMMARY_COLUMNS))
     _write_text_atomic(invocation_dir / SUMMARY_MD, markdown)
     _write_text_atomic(invocation_dir / TRANSFORMS_CSV, _csv_text(transform_table_rows(results), TRANSFORM_COLUMNS))
