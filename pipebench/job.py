@@ -15,9 +15,11 @@ import numpy as np
 import torch
 from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig, OmegaConf
+from torch.utils.data import IterableDataset
 
 from pipebench.build import build_loader, build_pipeline, pin_memory_effective
 from pipebench.consumers import build_consumer
+from pipebench.coverage import IndexLog, check_coverage, complete_epochs, droppable_per_epoch
 from pipebench.errors import USAGE_EXIT_STATUS, PipebenchError
 from pipebench.fingerprint import fingerprint, usable_cores
 from pipebench.memory import MemorySampler
@@ -97,14 +99,19 @@ def measure_job(spec: JobSpec, job_dir: Path) -> Dict[str, Any]:
 
     passes = []
     skipped = []
+    index_log = IndexLog()  # for the exactly-once check (pipebench.coverage)
+    epochs = []
     sampler = MemorySampler()
     sampler.start()
     try:
         for repeat in range(spec.run.repeats):
+            index_log.repeat = repeat
             loop = fresh_loop()
+            loop.after_step = index_log
             passes.append(measure_pass(loop, spec, sink, f"repeat {repeat + 1}/{spec.run.repeats}",
                                        mark=sampler.mark if repeat == 0 else lambda name: None))
             skipped.extend(loop.stream.skipped)
+            epochs.append(loop.stream.epochs)
             loop.stream.close()
     finally:
         memory = sampler.stop()
@@ -122,8 +129,14 @@ def measure_job(spec: JobSpec, job_dir: Path) -> Dict[str, Any]:
     summary = summary_row(passes, rows, sink, spec.workers, cores, len(skipped))
     summary.update(rss_mb_peak=memory.rss_mb_peak, worker_pss_growth_mb=memory.worker_pss_growth_mb,
                    shm_mb_peak=memory.shm_mb_peak)
+    # A map-style dataset is split by the sampler in this process; a stream by each worker's copy.
+    shards = max(spec.workers, 1) if isinstance(dataset, IterableDataset) else 1
+    coverage = check_coverage(index_log.mapping(), len(dataset), complete_epochs([epochs]),
+                              droppable_per_epoch(shards, spec.loader.batch_size, spec.loader.drop_last))
+    summary.update(duplicate_samples=coverage.duplicates, missed_samples=coverage.missing)
     return {
         "summary": summary,
+        "coverage": coverage.as_dict(),
         "transforms": rows_as_dicts(rows),
         "workers_breakdown": worker_breakdown(sink, passes),
         "memory": asdict(memory),

@@ -15,13 +15,13 @@ import signal
 import statistics
 import subprocess
 import sys
-from dataclasses import asdict
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import torch
 
-from pipebench.coverage import check_coverage, merge_logs
+from pipebench.coverage import (CoverageReport, check_coverage, complete_epochs, droppable_per_epoch, log_from_json,
+                                merge_logs)
 from pipebench.errors import ConfigError, PipebenchError
 from pipebench.fingerprint import usable_cores
 from pipebench.ranks import RANK_ERROR, RANK_RESULT, RANK_TIMINGS, RANKS_MODULE, TASK_FILE, RankTask, load_timings
@@ -133,18 +133,13 @@ def _stop_group(proc: subprocess.Popen) -> None:
             continue
 
 
-def coverage_of(records: Sequence[Dict[str, Any]], spec: JobSpec):
-    """The exactly-once check over every rank's index log. An epoch of a repeat is complete when
-    every rank went past it; drop_last can explain up to `droppable` misses an epoch."""
-    logs = [{(e["repeat"], e["epoch"]): e["indices"] for e in r["indices"]} for r in records]
-    complete = {(repeat, epoch)
-                for repeat in range(spec.run.repeats)
-                for epoch in range(1, min(r["epochs_reached"][repeat] for r in records))}
-    length = records[0]["dataset_length"]
-    world, batch = spec.distributed.nproc, spec.loader.batch_size
-    shards = world * max(spec.workers, 1)
-    droppable = shards * (batch - 1) if spec.loader.drop_last else 0
-    return check_coverage(merge_logs(logs), length, complete, droppable)
+def coverage_of(records: Sequence[Dict[str, Any]], spec: JobSpec) -> CoverageReport:
+    """The exactly-once check over every rank's index log."""
+    # A map-style dataset is split by the ranks' samplers; a stream by every copy of it.
+    shards = spec.distributed.nproc * (max(spec.workers, 1) if records[0]["iterable"] else 1)
+    return check_coverage(merge_logs(log_from_json(r["indices"]) for r in records), records[0]["dataset_length"],
+                          complete_epochs([r["epochs_reached"] for r in records]),
+                          droppable_per_epoch(shards, spec.loader.batch_size, spec.loader.drop_last))
 
 
 def pooled_transforms(records: Sequence[Dict[str, Any]], job_dir: Path) -> List[Dict[str, Any]]:
@@ -205,8 +200,8 @@ def measure_multirank(spec: JobSpec, job_dir: Path) -> Dict[str, Any]:
             "usable_cores": cores,
             "loader_processes": loader_processes(spec),
             "oversubscribed": bool(warning),
-            "coverage": {**asdict(coverage), "exactly_once": coverage.exactly_once},
         },
+        "coverage": coverage.as_dict(),
         "rank_transforms": {str(r["rank"]): r["transforms"] for r in records},
         "passes": [{"rank": r["rank"], **p} for r in records for p in r["passes"]],
         "fingerprint": records[0]["fingerprint"],

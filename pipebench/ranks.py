@@ -20,9 +20,11 @@ from typing import Any, Dict, List, Optional
 import numpy as np
 import torch
 import torch.distributed as dist
+from torch.utils.data import IterableDataset
 
 from pipebench.build import build_loader, build_pipeline, pin_memory_effective
 from pipebench.consumers import build_consumer
+from pipebench.coverage import IndexLog
 from pipebench.errors import USAGE_EXIT_STATUS, PipebenchError
 from pipebench.fingerprint import usable_cores
 from pipebench.job import job_fingerprint, seed_everything
@@ -52,30 +54,21 @@ class RankTask:
     backend: str
 
 
-class CollectiveSync:
-    """StepLoop's `after_step`: log the batch's sample indices by (repeat, epoch), then all-reduce.
-
-    The log feeds the exactly-once check (pipebench.coverage); appending a small array costs
-    microseconds against the all-reduce's tens to hundreds.
-    """
+class CollectiveSync(IndexLog):
+    """StepLoop's `after_step`: log the batch's sample indices (pipebench.coverage), then all-reduce."""
 
     def __init__(self, device: torch.device) -> None:
+        super().__init__()
         self.device = device
-        self.repeat = 0
-        self.indices: Dict[tuple, List[np.ndarray]] = {}
         self.tensor: Optional[torch.Tensor] = None
 
     def __call__(self, batch: TimedBatch, epoch: int) -> None:
-        self.indices.setdefault((self.repeat, epoch), []).append(batch.indices)
+        super().__call__(batch, epoch)
         if self.tensor is None:  # made on first use: after the loader's workers have started
             self.tensor = torch.zeros(SYNC_ELEMENTS, device=self.device)
         dist.all_reduce(self.tensor)
         if self.device.type == "cuda":
             torch.cuda.synchronize(self.device)  # NCCL returns once queued; the wait is the sync
-
-    def log(self) -> List[Dict[str, Any]]:
-        return [{"repeat": r, "epoch": e, "indices": np.concatenate(parts).tolist()}
-                for (r, e), parts in sorted(self.indices.items())]
 
 
 def agree_to_continue(want: bool) -> bool:
@@ -147,7 +140,8 @@ def measure_rank(spec: JobSpec, rank: int, world: int, device: torch.device, job
         "epochs_reached": epochs,
         "step_names": {"sample": instrumented.steps, "batch": collate.steps},
         "dataset_length": len(dataset),
-        "indices": sync.log(),
+        "iterable": isinstance(dataset, IterableDataset),
+        "indices": sync.as_json(),
         # Rank 0's is the job's: the host it ran on is what lets results from many hosts merge.
         "fingerprint": job_fingerprint(spec, dataset),
     }

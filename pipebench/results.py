@@ -30,7 +30,7 @@ SUMMARY_COLUMNS = [
     "pipeline_ms_per_sample", "cpu_ms_per_sample", "worker_capacity_samples_per_s", "cpu_capacity_samples_per_s",
     "first_batch_s", "worker_startup_s_max", "rss_mb_peak", "worker_pss_growth_mb", "shm_mb_peak",
     "steps", "repeats", "skipped_samples", "epochs",
-    "ranks", "straggler_ratio", "collective_wait_ms_mean",
+    "ranks", "straggler_ratio", "collective_wait_ms_mean", "duplicate_samples", "missed_samples",
 ]
 # The printed comparison keeps to what fits a terminal; summary.csv has everything.
 PRINTED_COLUMNS = [

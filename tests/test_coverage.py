@@ -7,6 +7,7 @@ from pipebench.build import build_loader, build_pipeline
 from pipebench.coverage import check_coverage, merge_logs
 from pipebench.datasets.random_tensors import RandomTensorDataset
 from pipebench.datasets.sharded_stream import ShardedStream, shard_of
+from pipebench.job import measure_job
 from pipebench.runner import BatchStream
 
 from conftest import compose_spec
@@ -99,3 +100,16 @@ def test_stream_identity_names_its_source():
     identity = stream.identity()
     assert identity["name"] == "sharded_stream" and identity["shard"] is False
     assert identity["source"]["name"] == "random_tensors"
+
+
+@pytest.mark.parametrize("shard", [True, False])
+def test_single_process_job_checks_its_workers_too(tmp_path, shard):
+    spec = compose_spec([*STREAM, f"dataset.shard={shard}", "workers=2", "consumer=none", "run=quick",
+                         "run.progress=false", "trace=none"])
+    record = measure_job(spec, tmp_path)
+    coverage = record["coverage"]
+    assert coverage["complete_epochs"] >= 1
+    if shard:
+        assert coverage["exactly_once"], coverage
+    else:  # each of the 2 workers reads the whole stream: every index twice an epoch
+        assert record["summary"]["duplicate_samples"] >= coverage["length"] * coverage["complete_epochs"]

@@ -69,7 +69,7 @@ def test_two_ranks_balanced_and_straggler(rank_project):
         assert summary["ranks"] == 2
         assert summary["samples_per_s"] == pytest.approx(sum(r["samples_per_s"] for r in result["ranks"]))
         assert summary["starvation_pct_max"] == max(r["starvation_pct"] for r in result["ranks"])
-        coverage = result["distributed"]["coverage"]
+        coverage = result["coverage"]
         assert coverage["exactly_once"] and coverage["complete_epochs"] >= 1, coverage
         assert result["distributed"]["backend"] == "gloo"
         assert result["fingerprint"]["hostname"]
@@ -106,7 +106,7 @@ def test_unsharded_iterable_is_caught(rank_project):
                    cwd=rank_project)
     assert proc.returncode == 0, proc.stderr
     (unsharded,) = _results(rank_project / results_folder(proc.stdout))
-    coverage = unsharded["distributed"]["coverage"]
+    coverage = unsharded["coverage"]
     # Every copy (2 ranks x 2 workers) reads the whole stream: each index read 4 times an epoch.
     assert coverage["complete_epochs"] == 0 or coverage["duplicates"] >= 3 * coverage["length"], coverage
     assert unsharded["summary"]["duplicate_samples"] == coverage["duplicates"] > 0
