@@ -53,12 +53,17 @@ def _results(folder: Path):
     return [json.loads(p.read_text()) for p in sorted(folder.glob("job-*/result.json"))]
 
 
-def test_two_ranks_balanced_and_straggler(rank_project):
-    proc = run_cli(["run", "--config-dir", "conf", "transform=balanced,straggler", "workers=0", *SMALL, *QUICK_RUN,
-                    *TWO_RANKS], cwd=rank_project)
-    assert proc.returncode == 0, proc.stderr
+def test_two_ranks_balanced_straggler_and_a_rank_that_dies(rank_project):
+    # One sweep (one CLI start-up): two good jobs, then one whose rank 1 dies at its first sample.
+    proc = run_cli(["run", "--config-dir", "conf", "transform=balanced,straggler,dieonrank1", "workers=0", *SMALL,
+                    *QUICK_RUN, *TWO_RANKS], cwd=rank_project)
+    assert proc.returncode == 2
+    errors = [line for line in proc.stderr.splitlines() if line.startswith("pipebench: error:")]
+    assert len(errors) == 1, proc.stderr
+    assert "rank 1 failed (exit code 3): it exited without a Python error" in errors[0]
+    assert "Traceback" not in proc.stderr
     folder = rank_project / results_folder(proc.stdout)
-    balanced, straggler = _results(folder)
+    balanced, straggler = _results(folder)  # the rows measured before the failure are kept
 
     for result in (balanced, straggler):
         assert [r["rank"] for r in result["ranks"]] == [0, 1]
@@ -117,18 +122,8 @@ def test_unsharded_iterable_is_caught(rank_project):
     assert unsharded["distributed"]["oversubscribed"] == oversubscribed
 
 
-def test_a_rank_that_dies_fails_the_job_in_one_line(rank_project):
-    proc = run_cli(["run", "--config-dir", "conf", "transform=dieonrank1", "workers=0", *SMALL, *QUICK_RUN,
-                    *TWO_RANKS], cwd=rank_project)
-    assert proc.returncode == 2
-    errors = [line for line in proc.stderr.splitlines() if line.startswith("pipebench: error:")]
-    assert len(errors) == 1, proc.stderr
-    assert "rank 1 failed (exit code 3): it exited without a Python error" in errors[0]
-    assert "Traceback" not in proc.stderr
-
-
 def test_hung_ranks_are_stopped_at_the_job_timeout(rank_project, monkeypatch):
-    # In-process (the CLI's one-line path is covered above): the ranks import faults.py from here.
+    # In-process (the CLI's one-line failure path is covered above): the ranks import faults.py from here.
     monkeypatch.chdir(rank_project)
     monkeypatch.syspath_prepend(str(rank_project))
     monkeypatch.setenv("PYTHONPATH", str(rank_project))
