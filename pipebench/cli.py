@@ -59,6 +59,9 @@ groups: dataset=synthetic_jpeg|image_folder|random_tensors
 keys:   workers, trace=torch|viztracer|none, results_dir, rounds, calibrate, loader.*, run.*, consumer.*,
         dataset.*
 suites: suite=nightly   the nightly regression sweep (every chain, workers 0 and 2, 5 rounds)
+ranks:  distributed.nproc=2   each job on 2 torchrun ranks (DistributedSampler, all-reduce each step);
+        distributed.backend=auto|gloo|nccl, dataset=sharded_stream (an IterableDataset sharded by rank)
+cluster: --config-dir examples/slurm hydra/launcher=pipebench_slurm   (pip install ".[slurm]")
 """
 
 
