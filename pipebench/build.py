@@ -32,6 +32,9 @@ def build_transforms(nodes: Sequence[Mapping[str, Any]], where: str) -> List[Cal
 
 def build_dataset(spec: JobSpec) -> Any:
     dataset = instantiate_node(spec.dataset, "dataset")
+    if isinstance(dataset, IterableDataset) and not hasattr(dataset, "__len__"):
+        raise ConfigError(f"dataset ({spec.dataset.get('_target_')}): an IterableDataset must define __len__, "
+                          "the number of samples in an epoch (pipebench checks each is read once)")
     if len(dataset) < spec.loader.batch_size and spec.loader.drop_last:
         raise ConfigError(
             f"dataset has {len(dataset)} samples, fewer than loader.batch_size={spec.loader.batch_size} "

@@ -157,7 +157,7 @@ def pooled_transforms(records: Sequence[Dict[str, Any]], job_dir: Path) -> List[
 def aggregate(records: Sequence[Dict[str, Any]]) -> Dict[str, Any]:
     """The job's row from its ranks: total samples/s, mean and max starvation, straggler ratio
     (slowest rank's busy time a step over the median rank's), collective wait. The other step
-    columns are rank 0's."""
+    columns are rank 0's (`steps` too: the ranks step together)."""
     summaries = [r["summary"] for r in records]
     busy = [s["busy_ms_mean"] for s in summaries]
     starvation = [s["starvation_pct"] for s in summaries]
@@ -171,7 +171,6 @@ def aggregate(records: Sequence[Dict[str, Any]]) -> Dict[str, Any]:
         ranks=len(records),
         straggler_ratio=max(busy) / statistics.median(busy),
         collective_wait_ms_mean=statistics.fmean(s["collective_ms_mean"] for s in summaries),
-        steps=sum(s["steps"] for s in summaries),
     )
     return row
 

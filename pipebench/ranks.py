@@ -70,13 +70,13 @@ class CollectiveSync(IndexLog):
         if self.device.type == "cuda":
             torch.cuda.synchronize(self.device)  # NCCL returns once queued; the wait is the sync
 
-
-def agree_to_continue(want: bool) -> bool:
-    """Every rank steps until all of them are done (steps and min_time_s are judged per rank,
-    and a rank that stopped alone would leave the others waiting at the all-reduce)."""
-    flag = torch.tensor([1 if want else 0], dtype=torch.int32)
-    dist.all_reduce(flag, op=dist.ReduceOp.MAX)
-    return bool(flag.item())
+    def agree(self, want_more: bool) -> bool:
+        """measure_pass's `agree`: every rank steps until all of them are done (steps and
+        min_time_s are judged per rank, and a rank that stopped alone would leave the others
+        waiting at the all-reduce). On this rank's device, as NCCL reduces only GPU tensors."""
+        flag = torch.tensor([1 if want_more else 0], dtype=torch.int32, device=self.device)
+        dist.all_reduce(flag, op=dist.ReduceOp.MAX)
+        return bool(flag.item())
 
 
 def _pin_gpu(local_rank: int) -> None:
@@ -125,7 +125,7 @@ def measure_rank(spec: JobSpec, rank: int, world: int, device: torch.device, job
         sync.repeat = repeat
         loop = StepLoop(BatchStream(loader, spec.run.on_error), consumer, non_blocking=pinned, after_step=sync)
         passes.append(measure_pass(loop, spec, sink, f"rank {rank} repeat {repeat + 1}/{spec.run.repeats}",
-                                   agree=agree_to_continue))
+                                   agree=sync.agree))
         skipped.extend(loop.stream.skipped)
         epochs.append(loop.stream.epochs)
         loop.stream.close()

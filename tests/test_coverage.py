@@ -1,10 +1,14 @@
 """The exactly-once check, and the catalogue's sharded IterableDataset measured against it."""
 
-import pytest
-from torch.utils.data import DistributedSampler
+from dataclasses import replace
 
-from pipebench.build import build_loader, build_pipeline
+import pytest
+import torch
+from torch.utils.data import DistributedSampler, IterableDataset
+
+from pipebench.build import build_dataset, build_loader, build_pipeline
 from pipebench.coverage import check_coverage, merge_logs
+from pipebench.errors import ConfigError
 from pipebench.datasets.random_tensors import RandomTensorDataset
 from pipebench.datasets.sharded_stream import ShardedStream, shard_of
 from pipebench.job import measure_job
@@ -113,3 +117,14 @@ def test_single_process_job_checks_its_workers_too(tmp_path, shard):
         assert coverage["exactly_once"], coverage
     else:  # each of the 2 workers reads the whole stream: every index twice an epoch
         assert record["summary"]["duplicate_samples"] >= coverage["length"] * coverage["complete_epochs"]
+
+
+class NoLenStream(IterableDataset):
+    def __iter__(self):
+        yield 0, torch.zeros(3), 0
+
+
+def test_stream_without_len_is_a_config_error():
+    spec = replace(compose_spec([]), dataset={"_target_": f"{__name__}.NoLenStream"})
+    with pytest.raises(ConfigError, match="must define __len__"):
+        build_dataset(spec)

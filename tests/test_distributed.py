@@ -9,7 +9,7 @@ import pytest
 
 from pipebench.fingerprint import usable_cores
 from pipebench.multirank import (KILL_GRACE_S, DistributedError, aggregate, measure_multirank,
-                                 oversubscription_warning, resolve_backend)
+                                 oversubscription_warning, resolve_backend, root_cause)
 from pipebench.specs import DistributedSpec
 
 from conftest import QUICK_RUN, compose_spec, results_folder, run_cli
@@ -137,6 +137,28 @@ def test_hung_ranks_are_stopped_at_the_job_timeout(rank_project, monkeypatch):
     assert time.monotonic() - started < 12 + 2 * KILL_GRACE_S
 
 
+TORCHRUN_FAILURE = """\
+Failures:
+[1]:
+  time      : 2026-11-22_13:05:37
+  rank      : 0 (local_rank: 0)
+  exitcode  : -15 (pid: 9958)  (SIGTERM)
+------------------------------------------------------------
+Root Cause (first observed failure):
+[0]:
+  time      : 2026-11-22_13:05:37
+  host      : localhost
+  rank      : 1 (local_rank: 1)
+  exitcode  : 3 (pid: 9959)
+"""
+
+
+def test_root_cause_is_torchruns_first_failure():
+    # torchrun 2.x's summary (abridged): the SIGTERMed peer is listed first, the cause after it.
+    assert root_cause(TORCHRUN_FAILURE) == (1, 3)
+    assert root_cause("no summary here") is None
+
+
 def test_oversubscription_warning_counts_ranks_times_workers():
     spec = compose_spec(["distributed.nproc=2", "workers=3"])
     assert "2 ranks x 3 loader processes = 6 on 4 usable cores" in oversubscription_warning(spec, 4)
@@ -169,5 +191,5 @@ def test_aggregate_straggler_ratio_is_slowest_over_median():
     row = aggregate([rank(10, 5, 100, 20), rank(10, 4, 100, 30), rank(15, 0, 90, 60)])
     assert row["straggler_ratio"] == 1.5 and row["collective_wait_ms_mean"] == 3.0
     assert row["samples_per_s"] == 290 and row["starvation_pct"] == pytest.approx(110 / 3)
-    assert row["starvation_pct_max"] == 60 and row["ranks"] == 3 and row["steps"] == 30
+    assert row["starvation_pct_max"] == 60 and row["ranks"] == 3 and row["steps"] == 10
     assert "busy_ms_mean" not in row
