@@ -4,7 +4,8 @@ The job process pickles the JobSpec into the job folder and runs
 `python -m torch.distributed.run --standalone --nproc_per_node N -m pipebench.ranks JOB_DIR`
 (torchrun's c10d rendezvous on localhost picks a free port; nothing leaves the machine). If a
 rank fails, torchrun stops the others; if they hang, `distributed.job_timeout_s` stops the whole
-group. Either way the job ends with one line naming the rank, and the sweep goes on.
+group. Either way the job ends with one line naming the rank, and the sweep stops there with
+every row measured before it kept, rather than hanging.
 """
 
 import json
@@ -202,6 +203,9 @@ def measure_multirank(spec: JobSpec, job_dir: Path) -> Dict[str, Any]:
         },
         "coverage": coverage.as_dict(),
         "rank_transforms": {str(r["rank"]): r["transforms"] for r in records},
-        "passes": [{"rank": r["rank"], **p} for r in records for p in r["passes"]],
+        # Rank 0's raw steps, where tools that read one process's passes (compare) look: the ranks
+        # step together, so its rate is the total over nproc. Every rank's are in rank_passes.
+        "passes": records[0]["passes"],
+        "rank_passes": {str(r["rank"]): r["passes"] for r in records},
         "fingerprint": records[0]["fingerprint"],
     }
