@@ -41,7 +41,8 @@ class StepSample:
     # The batch was finished before next() was called: the whole wait was delivery overhead
     # (queue, unpickling, shared-memory rebuild), none of it waiting for work.
     ready: bool
-    # Multi-rank runs: time in the end-of-step all-reduce, i.e. waiting for the slowest rank.
+    # Time in StepLoop.after_step: in multi-rank runs the end-of-step all-reduce (waiting for
+    # the slowest rank); in a single process only the index log for the exactly-once check (µs).
     collective_ns: int = 0
 
     @property
