@@ -28,6 +28,8 @@ import torch
 from torch import nn
 
 from pipebench.errors import ConfigError
+from pipebench.gpu_timing import CudaPhaseTimer, HostPhaseTimer
+from pipebench.masked_loss import MASKED_LOSSES
 from pipebench.specs import ConsumerSpec
 
 NS_PER_MS = 1_000_000
@@ -218,41 +220,6 @@ def _resolve_device(requested: str) -> torch.device:
     return torch.device("cpu")
 
 
-class _HostPhaseTimer:
-    """Times step phases with perf_counter_ns; right on the CPU, where every op is synchronous."""
-
-    name = "perf_counter"
-
-    def __init__(self) -> None:
-        self._marks: List[int] = []
-
-    def mark(self) -> None:
-        self._marks.append(time.perf_counter_ns())
-
-    def finish(self) -> List[float]:
-        marks, self._marks = self._marks, []
-        return [(b - a) / NS_PER_MS for a, b in zip(marks, marks[1:])]
-
-
-class _CudaPhaseTimer:
-    """Times step phases with CUDA events (GPU-side time); `finish` waits for the step's work."""
-
-    name = "cuda_event"
-
-    def __init__(self, phases: int) -> None:
-        self._events = [torch.cuda.Event(enable_timing=True) for _ in range(phases + 1)]
-        self._next = 0
-
-    def mark(self) -> None:
-        self._events[self._next].record()
-        self._next += 1
-
-    def finish(self) -> List[float]:
-        self._events[self._next - 1].synchronize()
-        events, self._next = self._events[:self._next], 0
-        return [a.elapsed_time(b) for a, b in zip(events, events[1:])]
-
-
 class ToyCnnConsumer:
     """Trains the seed's CNN for real: CrossEntropyLoss and SGD(lr, momentum).
 
@@ -260,6 +227,8 @@ class ToyCnnConsumer:
     touched. Weights are drawn from `seed` without disturbing the global torch RNG. Batches may
     come as uint8 (scaled by 1/255) or float; they are converted to float32 on the device.
     """
+
+    kind = "toy_cnn"
 
     def __init__(self, spec: ConsumerSpec, seed: int) -> None:
         self.device = _resolve_device(spec.device)
@@ -287,7 +256,7 @@ class ToyCnnConsumer:
         self._model = model.to(self.device).train()
         self._optimizer = torch.optim.SGD(self._model.parameters(), lr=self.lr, momentum=self.momentum)
         cuda = self.device.type == "cuda"
-        self._timer = _CudaPhaseTimer(len(TOY_CNN_PHASES)) if cuda else _HostPhaseTimer()
+        self._timer = CudaPhaseTimer(len(TOY_CNN_PHASES)) if cuda else HostPhaseTimer()
 
     def _inputs(self, data: Any, labels: Any):
         x = torch.as_tensor(data).to(self.device, non_blocking=True)
@@ -304,7 +273,7 @@ class ToyCnnConsumer:
         timer.mark()
         x, y = self._inputs(data, labels)
         timer.mark()
-        loss = self._loss_fn(model(x), y)
+        loss = self.loss(model(x), y)
         timer.mark()
         loss.backward()
         timer.mark()
@@ -322,11 +291,15 @@ class ToyCnnConsumer:
                 self._phase_ms[phase].append(ms)
         self._last_loss = loss
 
+    def loss(self, logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+        """The training loss; the `forward` phase's time includes it."""
+        return self._loss_fn(logits, labels)
+
     def report(self) -> Dict[str, Any]:
         """Device, size, timer, per-phase ms (mean/median, first step apart) and first/last loss."""
         model = self._model
         return {
-            "kind": "toy_cnn",
+            "kind": self.kind,
             "device": str(self.device),
             "lr": self.lr,
             "momentum": self.momentum,
@@ -341,6 +314,22 @@ class ToyCnnConsumer:
         }
 
 
+class MaskedLossConsumer(ToyCnnConsumer):
+    """The toy CNN trained with the seed's masked, class-balanced loss (pipebench.masked_loss).
+
+    `kind` masked_loss_sync computes it with nonzero / unique / boolean-mask indexing (host-device
+    syncs on CUDA); masked_loss_fixed with torch.where / sort-based counts / ignore_index (none).
+    """
+
+    def __init__(self, spec: ConsumerSpec, seed: int) -> None:
+        super().__init__(spec, seed)
+        self.kind = spec.kind
+        self._masked_loss = MASKED_LOSSES[spec.kind]
+
+    def loss(self, logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+        return self._masked_loss(logits, labels)
+
+
 def build_consumer(spec: ConsumerSpec, seed: int) -> Consumer:
     """The consumer `spec` names; `seed` makes its random draws (step times, weights) reproducible."""
     if spec.kind == "none":
@@ -349,4 +338,7 @@ def build_consumer(spec: ConsumerSpec, seed: int) -> Consumer:
         return EmulatedConsumer(StepTimeDistribution(spec.distribution, spec.step_ms, spec.spread_ms), seed)
     if spec.kind == "toy_cnn":
         return ToyCnnConsumer(spec, seed)
-    raise ConfigError(f"consumer.kind must be none, emulated or toy_cnn, got {spec.kind!r}")
+    if spec.kind in MASKED_LOSSES:
+        return MaskedLossConsumer(spec, seed)
+    raise ConfigError(f"consumer.kind must be none, emulated, toy_cnn or one of {', '.join(MASKED_LOSSES)}, "
+                      f"got {spec.kind!r}")

@@ -22,9 +22,10 @@ from pipebench.consumers import build_consumer
 from pipebench.coverage import IndexLog, check_coverage, complete_epochs, droppable_per_epoch
 from pipebench.errors import USAGE_EXIT_STATUS, PipebenchError
 from pipebench.fingerprint import fingerprint, usable_cores
+from pipebench.gpu_probe import GpuSession, LabelledConsumer
 from pipebench.memory import MemorySampler
 from pipebench.results import PRINTED_TRANSFORM_COLUMNS, RESULT_FILE, write_invocation_summary, write_json_atomic
-from pipebench.runner import BatchStream, StepLoop, TimingSink, measure_pass, profile_steps
+from pipebench.runner import BatchStream, StepLoop, TimingSink, measure_pass, profile_steps, warmup_steps
 from pipebench.specs import JobSpec, job_spec_from_config
 from pipebench.summarize import pass_record, rows_as_dicts, summary_row, transform_rows, worker_breakdown
 from pipebench.tables import markdown_table
@@ -92,10 +93,16 @@ def measure_job(spec: JobSpec, job_dir: Path) -> Dict[str, Any]:
     consumer = build_consumer(spec.consumer, spec.run.seed)
     pinned = pin_memory_effective(spec)
     sink = TimingSink()
+    gpu = GpuSession(consumer)
 
     def fresh_loop() -> StepLoop:
         """A new iteration of the loader (new workers unless persistent) with its own step loop."""
-        return StepLoop(BatchStream(loader, spec.run.on_error), consumer, non_blocking=pinned)
+        return StepLoop(BatchStream(loader, spec.run.on_error), consumer, non_blocking=pinned, copier=gpu.copier,
+                        after_measured=gpu.alloc.record)
+
+    def marks(name: str) -> None:
+        sampler.mark(name)
+        gpu.mark(name)
 
     passes = []
     skipped = []
@@ -109,7 +116,7 @@ def measure_job(spec: JobSpec, job_dir: Path) -> Dict[str, Any]:
             loop = fresh_loop()
             loop.after_step = index_log
             passes.append(measure_pass(loop, spec, sink, f"repeat {repeat + 1}/{spec.run.repeats}",
-                                       mark=sampler.mark if repeat == 0 else lambda name: None))
+                                       mark=marks if repeat == 0 else lambda name: None))
             skipped.extend(loop.stream.skipped)
             epochs.append(loop.stream.epochs)
             loop.stream.close()
@@ -120,6 +127,10 @@ def measure_job(spec: JobSpec, job_dir: Path) -> Dict[str, Any]:
     if spec.workers == 0 and spec.run.profile_steps > 0 and spec.trace == "torch":
         loop = fresh_loop()
         artifacts = profile_steps(loop, instrumented, collate, spec.run.profile_steps, job_dir)
+        loop.stream.close()
+    if gpu.on_cuda and spec.run.profile_steps > 0:
+        loop = StepLoop(BatchStream(loader, spec.run.on_error), LabelledConsumer(consumer), non_blocking=pinned)
+        gpu.profile(loop, job_dir, warmup_steps(spec))
         loop.stream.close()
     if spec.run.profile_steps > 0 and spec.trace == "viztracer":
         traced = viztrace_pass(spec, instrumented, collate, consumer, pinned, job_dir)
@@ -134,6 +145,7 @@ def measure_job(spec: JobSpec, job_dir: Path) -> Dict[str, Any]:
     coverage = check_coverage(index_log.mapping(), len(dataset), complete_epochs([epochs]),
                               droppable_per_epoch(shards, spec.loader.batch_size, spec.loader.drop_last))
     summary.update(duplicate_samples=coverage.duplicates, missed_samples=coverage.missing)
+    summary.update(pin_memory=pinned, **gpu.columns())
     return {
         "summary": summary,
         "coverage": coverage.as_dict(),
@@ -146,6 +158,7 @@ def measure_job(spec: JobSpec, job_dir: Path) -> Dict[str, Any]:
         "artifacts": artifacts,
         "viztrace": traced,
         "pin_memory_effective": pinned,
+        "gpu": gpu.record(),
         "fingerprint": job_fingerprint(spec, dataset),
     }
 

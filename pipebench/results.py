@@ -11,6 +11,7 @@ from io import StringIO
 from pathlib import Path
 from typing import Dict, List, Mapping, Optional, Sequence
 
+from pipebench.gpu_report import gpu_markdown
 from pipebench.tables import markdown_table
 
 RESULT_FILE = "result.json"
@@ -30,6 +31,10 @@ SUMMARY_COLUMNS = [
     "pipeline_ms_per_sample", "cpu_ms_per_sample", "worker_capacity_samples_per_s", "cpu_capacity_samples_per_s",
     "first_batch_s", "worker_startup_s_max", "rss_mb_peak", "worker_pss_growth_mb", "shm_mb_peak",
     "steps", "repeats", "skipped_samples", "epochs",
+    # GPU-side truth (pipebench.gpu_probe): empty cells where not measured, `gpu_notes` says why.
+    "pin_memory", "consumer_ms_median", "h2d_gpu_ms_median", "gpu_util_pct", "syncs_per_step", "sync_ops",
+    "sync_wait_ms_per_step", "gpu_busy_pct", "idle_host_wait_pct", "idle_kernel_wait_pct", "idle_other_pct",
+    "reserved_mb_peak", "alloc_retries", "device_frees", "reserved_oscillating", "gpu_notes",
     "ranks", "straggler_ratio", "collective_wait_ms_mean", "duplicate_samples", "missed_samples",
 ]
 # The printed comparison keeps to what fits a terminal; summary.csv has everything.
@@ -98,6 +103,10 @@ def write_invocation_summary(invocation_dir: Path) -> str:
     """Rebuild summary.csv, summary.md and transforms.csv from the job folders; return the markdown."""
     results = load_job_results(invocation_dir)
     rows = summary_rows(results)
+    markdown = markdown_table(rows, PRINTED_COLUMNS)
+    extra = gpu_markdown(rows)
+    if extra:
+        markdown += "\n" + extra
     multirank = any(int(r.get("ranks") or 1) > 1 for r in rows)
     markdown = markdown_table(rows, PRINTED_COLUMNS + (PRINTED_MULTIRANK_COLUMNS if multirank else []))
     _write_text_atomic(invocation_dir / SUMMARY_CSV, _csv_text(rows, SUMMARY_COLUMNS))

@@ -16,6 +16,7 @@ from torch.utils.data import DataLoader
 from tqdm import tqdm
 
 from pipebench.errors import SampleError, WorkerError
+from pipebench.gpu_timing import DeviceCopy
 from pipebench.specs import JobSpec
 from pipebench.timed_chain import InstrumentedDataset, SampleFailure, TimedBatch, TimedCollate, set_profiling_labels
 
@@ -142,16 +143,6 @@ class BatchStream:
         del self.iterator
 
 
-def _to_device(data: Any, device: Optional[torch.device], non_blocking: bool) -> Any:
-    """The host-to-device copy, finished before returning so its time is charged to it."""
-    if device is None:
-        return data
-    moved = data.to(device, non_blocking=non_blocking)
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
-    return moved
-
-
 # Slice names of the main loop's own parts of a step in a viztrace timeline.
 MAIN_WAIT_SLICE = "main/wait"
 MAIN_H2D_SLICE = "main/h2d"
@@ -163,6 +154,9 @@ class StepLoop:
     """Runs steps against one BatchStream and records them. Batches go to `consumer.device`.
 
     `trace`: the main process's viztrace recorder (set by `VizTraceSession.start_main`), or None.
+    `copier` makes the host-to-device copy (finished before it returns; GPU-timed on CUDA).
+    `after_measured`, when set, is called after each measured step (e.g. to read allocator
+    state); its cost lands in the next step's gap, as the loop's own.
     `after_step(batch, epoch)`: run after the consumer step and timed as the step's collective
     (a multi-rank run's all-reduce, which waits for the slowest rank), or None.
     """
@@ -171,6 +165,8 @@ class StepLoop:
     consumer: Any
     non_blocking: bool
     trace: Optional[Any] = None
+    copier: DeviceCopy = field(default_factory=DeviceCopy)
+    after_measured: Optional[Callable[[], None]] = None
     after_step: Optional[Callable[[TimedBatch, int], None]] = None
     # When the previous step's bookkeeping ended; None until a step has run.
     last_end_ns: Optional[int] = None
@@ -180,7 +176,7 @@ class StepLoop:
         gap = t0 - self.last_end_ns if self.last_end_ns is not None else 0
         batch = self.stream.next()
         t1 = time.perf_counter_ns()
-        data = _to_device(batch.data, self.consumer.device, self.non_blocking)
+        data = self.copier.copy(batch.data, self.consumer.device, self.non_blocking, record=sink is not None)
         t2 = time.perf_counter_ns()
         self.consumer.step(data, batch.labels)
         t3 = time.perf_counter_ns()
@@ -192,6 +188,8 @@ class StepLoop:
         self.last_end_ns = t4
         if sink is not None:
             sink.add(batch)
+            if self.after_measured is not None:
+                self.after_measured()
         rec = self.trace
         if rec is not None:
             rec.add(MAIN_WAIT_SLICE, t0, t1)

@@ -15,7 +15,7 @@ from pipebench.errors import ConfigError
 # The start methods torch.multiprocessing accepts for DataLoader workers.
 START_METHODS = ("fork", "spawn", "forkserver")
 ON_ERROR_POLICIES = ("fail", "skip")
-CONSUMER_KINDS = ("none", "emulated", "toy_cnn")
+CONSUMER_KINDS = ("none", "emulated", "toy_cnn", "masked_loss_sync", "masked_loss_fixed")
 STEP_DISTRIBUTIONS = ("fixed", "normal", "uniform")
 CONSUMER_DEVICES = ("auto", "cpu", "cuda")
 SHARING_STRATEGIES = ("file_descriptor", "file_system")

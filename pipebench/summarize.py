@@ -135,6 +135,7 @@ def summary_row(passes: Sequence[PassResult], rows: Sequence[TransformRow], sink
         "wait_ms_p99": wait.p99,
         "starvation_pct": float(100.0 * wait_ns.sum() / step_ns.sum()),
         "accel_util_pct": float(100.0 * compute_ns.sum() / step_ns.sum()),
+        "consumer_ms_median": float(np.median(compute_ns) / NS_PER_MS),
         "h2d_ms_median": float(np.median([s.h2d_ns for s in steps]) / NS_PER_MS),
         "transfer_ms_median": float(np.median([s.transfer_ns for s in steps]) / NS_PER_MS),
         "ready_next_ms_median": _median_ms([s.wait_ns for s in steps if s.ready]),

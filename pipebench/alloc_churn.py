@@ -1,0 +1,98 @@
+"""CUDA caching-allocator churn: reserved memory per measured step, cudaFree/retry counts, oscillation.
+
+Varying tensor shapes defeat the caching allocator: it cannot reuse its cached blocks, frees
+them (cudaFree, a device-wide sync) and maps new ones, so reserved memory goes up and down.
+`AllocatorTracker` reads torch.cuda.memory_reserved() after every measured step (a cheap
+counter read) and torch.cuda.memory_stats() only at the first and last measured step (it builds
+a dict of ~100 entries). Without CUDA it records nothing and says so.
+"""
+
+from dataclasses import dataclass
+from typing import List, Optional, Sequence
+
+import torch
+
+BYTES_PER_MB = 1 << 20
+# A step-to-step change of reserved memory smaller than this share of the peak is jitter, not a
+# swing: the allocator rounds segments to 2 MiB (20 MiB for large ones), so a 5% floor keeps
+# rounding noise from reading as oscillation while a freed-and-remapped batch buffer still counts.
+OSCILLATION_MIN_SWING_FRACTION = 0.05
+# Direction reversals (up then down, or down then up) of significant swings that make a series
+# "oscillating": one reversal is a spike, two a spike and recovery; three or more is a cycle.
+OSCILLATION_MIN_REVERSALS = 3
+# memory_stats() counters read at the marks; their growth over the measured steps is reported.
+STAT_KEYS = ("num_alloc_retries", "num_device_alloc", "num_device_free")
+
+
+def reversals(series: Sequence[float], min_swing_fraction: float = OSCILLATION_MIN_SWING_FRACTION) -> int:
+    """Sign changes between consecutive significant step-to-step changes of `series`.
+
+    A change is significant when |change| >= min_swing_fraction x max(series); smaller ones are
+    dropped before the signs are compared.
+    """
+    if len(series) < 3:
+        return 0
+    floor = min_swing_fraction * max(abs(v) for v in series)
+    signs = [1 if b > a else -1 for a, b in zip(series, series[1:]) if abs(b - a) >= floor and b != a]
+    return sum(1 for s, t in zip(signs, signs[1:]) if s != t)
+
+
+def is_oscillating(series: Sequence[float], min_reversals: int = OSCILLATION_MIN_REVERSALS,
+                   min_swing_fraction: float = OSCILLATION_MIN_SWING_FRACTION) -> bool:
+    """The oscillation rule: at least `min_reversals` reversals of significant swings."""
+    return reversals(series, min_swing_fraction) >= min_reversals
+
+
+@dataclass(frozen=True)
+class AllocatorReport:
+    """Reserved memory over the measured steps and the allocator counters' growth (None: not measured)."""
+
+    reserved_mb: List[float]
+    reserved_mb_peak: Optional[float]
+    reversals: Optional[int]
+    oscillating: Optional[bool]
+    alloc_retries: Optional[int]
+    device_allocs: Optional[int]
+    device_frees: Optional[int]
+    note: Optional[str]
+
+
+class AllocatorTracker:
+    """Records allocator state over the measured steps of a consumer running on `device`.
+
+    `mark(name)` at the first/last measured step reads the counters; `record()` after each
+    measured step reads reserved memory. Both do nothing unless `device` is a CUDA device.
+    """
+
+    def __init__(self, device: Optional[torch.device]):
+        self.active = device is not None and device.type == "cuda"
+        self.device = device
+        self._reserved: List[int] = []
+        self._stats = {}
+
+    def mark(self, name: str) -> None:
+        if self.active:
+            stats = torch.cuda.memory_stats(self.device)
+            self._stats[name] = {key: int(stats.get(key, 0)) for key in STAT_KEYS}
+
+    def record(self) -> None:
+        if self.active:
+            self._reserved.append(torch.cuda.memory_reserved(self.device))
+
+    def report(self, first: str = "first_measured", last: str = "last_measured") -> AllocatorReport:
+        if not self.active:
+            return AllocatorReport([], None, None, None, None, None, None, "not measured: no CUDA consumer")
+        mb = [r / BYTES_PER_MB for r in self._reserved]
+        a, b = self._stats.get(first), self._stats.get(last)
+        growth = {key: (b[key] - a[key]) if a and b else None for key in STAT_KEYS}
+        turns = reversals(mb)
+        return AllocatorReport(
+            reserved_mb=mb,
+            reserved_mb_peak=max(mb) if mb else None,
+            reversals=turns,
+            oscillating=is_oscillating(mb),
+            alloc_retries=growth["num_alloc_retries"],
+            device_allocs=growth["num_device_alloc"],
+            device_frees=growth["num_device_free"],
+            note=None,
+        )

@@ -1,0 +1,93 @@
+"""Read a torch.profiler Chrome trace into the few event kinds the GPU analyses need.
+
+torch.profiler (Kineto) writes complete events (`"ph": "X"`, `ts`/`dur` in microseconds):
+
+- GPU activity: `cat` "kernel", "gpu_memcpy" or "gpu_memset", with `args.stream`, `args.device`
+  and `args.correlation` (pid is the device, tid the stream);
+- the host calls that launched them: `cat` "cuda_runtime" (cudaLaunchKernel, cudaMemcpyAsync,
+  cudaStreamSynchronize, ...) or "cuda_driver" (cuLaunchKernel), with the same `args.correlation`;
+- host operators: `cat` "cpu_op" (aten::nonzero, ...) and labels: `cat` "user_annotation"
+  (record_function), on the host thread that ran them.
+
+Times are kept in nanoseconds (integers), as Holistic Trace Analysis converts them.
+"""
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence, Union
+
+NS_PER_US = 1000
+# GPU-side categories that occupy a stream; HTA 0.6.1's idle breakdown takes the same set
+# (kernels, copies and memsets; never its synthetic "cuda_sync" category).
+GPU_CATEGORIES = frozenset({"kernel", "Kernel", "gpu_memcpy", "Memcpy", "gpu_memset", "Memset"})
+# Host-side categories whose events carry the correlation id of the GPU work they enqueue.
+LAUNCH_CATEGORIES = frozenset({"cuda_runtime", "cuda_driver", "Runtime", "Driver"})
+CPU_OP_CATEGORY = "cpu_op"
+ANNOTATION_CATEGORY = "user_annotation"
+
+
+@dataclass(frozen=True)
+class TraceEvent:
+    """One complete ("X") event, times in ns."""
+
+    cat: str
+    name: str
+    start_ns: int
+    dur_ns: int
+    pid: Any
+    tid: Any
+    args: Mapping[str, Any]
+
+    @property
+    def end_ns(self) -> int:
+        return self.start_ns + self.dur_ns
+
+    @property
+    def stream(self) -> Optional[int]:
+        return self.args.get("stream")
+
+    @property
+    def correlation(self) -> Optional[int]:
+        return self.args.get("correlation")
+
+    def contains(self, other: "TraceEvent") -> bool:
+        return self.start_ns <= other.start_ns and other.end_ns <= self.end_ns
+
+
+def _to_ns(value: Any) -> int:
+    return int(round(float(value) * NS_PER_US))
+
+
+def parse_events(raw: Iterable[Mapping[str, Any]]) -> List[TraceEvent]:
+    """The complete events of a Chrome trace, sorted by start; flow, metadata and counters dropped."""
+    events = [
+        TraceEvent(str(e.get("cat", "")), str(e.get("name", "")), _to_ns(e["ts"]), _to_ns(e.get("dur", 0)),
+                   e.get("pid"), e.get("tid"), e.get("args") or {})
+        for e in raw
+        if e.get("ph") == "X" and "ts" in e
+    ]
+    return sorted(events, key=lambda e: (e.start_ns, -e.dur_ns))
+
+
+def load_trace(source: Union[str, Path, Mapping[str, Any], Sequence[Mapping[str, Any]]]) -> List[TraceEvent]:
+    """A trace file, a loaded trace object ({"traceEvents": [...]}) or a bare event list."""
+    if isinstance(source, (str, Path)):
+        source = json.loads(Path(source).read_text())
+    raw = source.get("traceEvents", []) if isinstance(source, Mapping) else source
+    return parse_events(raw)
+
+
+def gpu_events(events: Sequence[TraceEvent]) -> List[TraceEvent]:
+    """Kernels, copies and memsets that ran on a stream."""
+    return [e for e in events if e.cat in GPU_CATEGORIES and e.stream is not None]
+
+
+def launches_by_correlation(events: Sequence[TraceEvent]) -> Dict[int, TraceEvent]:
+    """Host launch call (runtime or driver) for each correlation id."""
+    return {e.correlation: e for e in events if e.cat in LAUNCH_CATEGORIES and e.correlation is not None}
+
+
+def windows(events: Sequence[TraceEvent], label: str) -> List[TraceEvent]:
+    """The host-side user annotations (record_function) named `label`, in time order."""
+    return [e for e in events if e.cat == ANNOTATION_CATEGORY and e.name == label]

@@ -1,0 +1,74 @@
+"""The allocator-churn rule on synthetic reserved-memory series, and the tracker without CUDA."""
+
+import pytest
+import torch
+
+from pipebench.alloc_churn import (
+    OSCILLATION_MIN_REVERSALS,
+    OSCILLATION_MIN_SWING_FRACTION,
+    AllocatorTracker,
+    is_oscillating,
+    reversals,
+)
+
+NEEDS_CUDA = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+MB = 1 << 20
+
+
+@pytest.mark.parametrize("series, turns, oscillating", [
+    ([100.0] * 10, 0, False),                                        # steady state
+    ([100, 120, 140, 160, 180, 200], 0, False),                      # warm-up growth
+    ([100, 101, 100, 101, 100, 101, 100], 0, False),                 # 1% rounding jitter: under the 5% floor
+    ([100, 200, 100, 100, 100], 1, False),                           # one spike and its release
+    ([100, 200, 100, 200], 2, False),                                # two reversals: not yet a cycle
+    ([100, 200, 100, 200, 100], 3, True),                            # cudaMalloc / cudaFree every step
+    ([100, 160, 150, 90, 95, 170, 100], 3, True),                    # noisy cycle: 160->150 and 90->95 are jitter
+])
+def test_reversals_and_the_oscillation_rule(series, turns, oscillating):
+    assert reversals(series) == turns
+    assert is_oscillating(series) is oscillating
+
+
+def test_the_rule_follows_its_named_constants():
+    saw = [100, 200, 100, 200, 100]
+    assert OSCILLATION_MIN_REVERSALS == 3 and OSCILLATION_MIN_SWING_FRACTION == 0.05
+    assert not is_oscillating(saw, min_reversals=4)
+    # Swings of 100 on a peak of 200 are 50%: a 60% floor calls them jitter.
+    assert reversals(saw, min_swing_fraction=0.6) == 0
+
+
+def test_short_series_never_oscillate():
+    assert reversals([]) == 0 and reversals([1.0, 2.0]) == 0
+
+
+def test_tracker_without_cuda_records_nothing_and_says_why():
+    for device in (None, torch.device("cpu")):
+        tracker = AllocatorTracker(device)
+        tracker.mark("first_measured")
+        tracker.record()
+        tracker.mark("last_measured")
+        report = tracker.report()
+        assert report.reserved_mb == [] and report.reserved_mb_peak is None and report.oscillating is None
+        assert report.alloc_retries is None and report.device_frees is None
+        assert report.note == "not measured: no CUDA consumer"
+    assert not torch.cuda.is_initialized()
+
+
+@NEEDS_CUDA
+def test_tracker_sees_the_cache_released_and_refilled_on_cuda():
+    """Allocating a 64 MiB block then emptying the cache, 4 times: reserved memory saws, frees counted."""
+    device = torch.device("cuda")
+    torch.cuda.empty_cache()
+    tracker = AllocatorTracker(device)
+    tracker.mark("first_measured")
+    for _ in range(4):
+        block = torch.empty(64 * MB, dtype=torch.uint8, device=device)
+        tracker.record()
+        del block
+        torch.cuda.empty_cache()
+        tracker.record()
+    tracker.mark("last_measured")
+    report = tracker.report()
+    assert len(report.reserved_mb) == 8 and report.reserved_mb_peak >= 64
+    assert report.oscillating is True and report.reversals >= OSCILLATION_MIN_REVERSALS
+    assert report.device_frees >= 4 and report.device_allocs >= 4 and report.alloc_retries == 0

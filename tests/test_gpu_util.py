@@ -1,0 +1,81 @@
+"""The NVML utilisation sampler: its thread, its notes when there is nothing to read, and a real GPU."""
+
+import time
+from types import SimpleNamespace
+
+import pytest
+import torch
+
+from pipebench import gpu_util
+from pipebench.gpu_util import GpuUtilSampler
+
+NEEDS_CUDA = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+
+
+class FakeNvml:
+    """Stands in for pynvml: utilisation readings from a list, then an error."""
+
+    class NVMLError(Exception):
+        pass
+
+    def __init__(self, readings):
+        self.readings = list(readings)
+        self.calls = 0
+
+    def nvmlDeviceGetUtilizationRates(self, handle):
+        self.calls += 1
+        if not self.readings:
+            raise self.NVMLError("gone")
+        return SimpleNamespace(gpu=self.readings.pop(0), memory=0)
+
+
+def test_sampler_collects_readings_on_its_thread_until_stopped(monkeypatch):
+    fake = FakeNvml([10, 30, 50, 70])
+    monkeypatch.setattr(gpu_util, "_open_nvml", lambda: (fake, "handle"))
+    sampler = GpuUtilSampler(interval_s=0.01)
+    sampler.start()
+    deadline = time.monotonic() + 5
+    while fake.calls <= 4 and time.monotonic() < deadline:  # the 5th call raises
+        time.sleep(0.01)
+    report = sampler.stop()
+    assert report.samples == [10, 30, 50, 70] and report.mean_pct == 40
+    assert report.note == "NVML stopped answering (gone)"
+
+
+def test_sampler_stopped_before_its_first_reading_says_so(monkeypatch):
+    monkeypatch.setattr(gpu_util, "_open_nvml", lambda: (FakeNvml([50]), "handle"))
+    sampler = GpuUtilSampler(interval_s=60)
+    sampler.start()
+    report = sampler.stop()
+    assert report.samples == [] and report.mean_pct is None and "before the first NVML sample" in report.note
+
+
+def test_disabled_sampler_reads_nothing(monkeypatch):
+    monkeypatch.setattr(gpu_util, "_open_nvml", lambda: pytest.fail("must not open NVML"))
+    sampler = GpuUtilSampler(enabled=False)
+    sampler.start()
+    assert sampler.stop().note == "not measured: no CUDA consumer"
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the machine without CUDA")
+def test_without_cuda_the_report_is_empty_with_a_note():
+    sampler = GpuUtilSampler(interval_s=0.01)
+    sampler.start()
+    report = sampler.stop()
+    assert report.samples == [] and report.mean_pct is None and report.note == "not measured: no CUDA"
+
+
+@NEEDS_CUDA
+def test_real_nvml_reads_a_busy_gpu():
+    pytest.importorskip("pynvml", reason="pip install 'pipebench[gpu]' for NVML")
+    x = torch.randn(4096, 4096, device="cuda")
+    sampler = GpuUtilSampler(interval_s=0.05)
+    sampler.start()
+    end = time.monotonic() + 2.0
+    while time.monotonic() < end:
+        x = x @ x
+        x = x / x.norm()
+    torch.cuda.synchronize()
+    report = sampler.stop()
+    assert report.note is None and len(report.samples) >= 10
+    assert max(report.samples) > 50, report.samples
