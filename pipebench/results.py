@@ -103,12 +103,11 @@ def write_invocation_summary(invocation_dir: Path) -> str:
     """Rebuild summary.csv, summary.md and transforms.csv from the job folders; return the markdown."""
     results = load_job_results(invocation_dir)
     rows = summary_rows(results)
-    markdown = markdown_table(rows, PRINTED_COLUMNS)
+    multirank = any(int(r.get("ranks") or 1) > 1 for r in rows)
+    markdown = markdown_table(rows, PRINTED_COLUMNS + (PRINTED_MULTIRANK_COLUMNS if multirank else []))
     extra = gpu_markdown(rows)
     if extra:
         markdown += "\n" + extra
-    multirank = any(int(r.get("ranks") or 1) > 1 for r in rows)
-    markdown = markdown_table(rows, PRINTED_COLUMNS + (PRINTED_MULTIRANK_COLUMNS if multirank else []))
     _write_text_atomic(invocation_dir / SUMMARY_CSV, _csv_text(rows, SUMMARY_COLUMNS))
     _write_text_atomic(invocation_dir / SUMMARY_MD, markdown)
     _write_text_atomic(invocation_dir / TRANSFORMS_CSV, _csv_text(transform_table_rows(results), TRANSFORM_COLUMNS))
