@@ -42,6 +42,10 @@ RANK_FIELDS = ("samples_per_s", "starvation_pct", "wait_ms_median", "wait_ms_p99
                "busy_ms_mean", "collective_ms_mean", "collective_ms_p99", "cpu_ms_per_sample", "steps", "epochs")
 
 
+# The GPU-side columns (pipebench.gpu_probe) are read by single-process jobs only.
+GPU_NOTE = "not measured: multi-rank job"
+
+
 class DistributedError(PipebenchError):
     """A rank failed or the ranks did not finish in time."""
 
@@ -189,7 +193,7 @@ def measure_multirank(spec: JobSpec, job_dir: Path) -> Dict[str, Any]:
     coverage = coverage_of(records, spec)
     print(coverage.describe(), flush=True)
     summary = aggregate(records)
-    summary.update(duplicate_samples=coverage.duplicates, missed_samples=coverage.missing)
+    summary.update(duplicate_samples=coverage.duplicates, missed_samples=coverage.missing, gpu_notes=GPU_NOTE)
     return {
         "summary": summary,
         "transforms": pooled_transforms(records, job_dir),
