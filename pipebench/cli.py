@@ -5,6 +5,7 @@ with Hydra's own parser, checks every job of the sweep up front (one-line errors
 before anything is measured), then hands the sweep to Hydra with pipebench's launcher.
 `rounds=N` repeats the whole sweep round-robin, and `calibrate=true` times the calibration
 workload first; `pipebench baseline update` stores a results folder as a nightly baseline.
+`pipebench explore transform=NAME` generates a chain's variants and measures them in one sweep.
 """
 
 import argparse
@@ -13,7 +14,7 @@ import re
 import sys
 import time
 from pathlib import Path
-from typing import List, Optional, Sequence, Tuple
+from typing import Callable, List, Optional, Sequence, Tuple
 
 import hydra
 # BasicSweeper's own expansion, so the jobs checked up front are exactly the jobs Hydra runs.
@@ -26,14 +27,20 @@ from pipebench.baseline import BASELINES_DIR, DEFAULT_BASELINE_NAME, update_base
 from pipebench.build import build_dataset, build_transforms
 from pipebench.calibration import run_calibration, write_calibration
 from pipebench.compare import DEFAULT_THRESHOLD, compare_main
+from pipebench.comparison import identity, select_job
 from pipebench.configs import (CONFIG_MODULE, CONFIG_NAME, HYDRA_VERSION_BASE, job_spec_composer, one_line,
                                sweep_settings)
 from pipebench.errors import USAGE_EXIT_STATUS, ConfigError, PipebenchError
+from pipebench.fingerprint import usable_cores
+from pipebench.explore import EXPLORE_DEFAULTS, NoVariants, plan_exploration, write_explore_table
 from pipebench.job import run_job_task
 from pipebench.job_process import INTERRUPTED_EXIT_STATUS
-from pipebench.results import SUMMARY_MD
+from pipebench.report import print_summary, report_main, write_report
+from pipebench.results import CALIBRATION_FILE, SUMMARY_MD, load_job_results
+from pipebench.resume import choose_invocation, record_invocation
 from pipebench.schema import register_schema
 from pipebench.specs import JobSpec
+from pipebench.sweep_axes import expand_auto_workers
 
 # Longest label in a results folder name; the full overrides are in every result.json.
 MAX_LABEL_CHARS = 60
@@ -52,16 +59,35 @@ examples:
   pipebench run transform=yuv_mask,yuv_mask_fast workers=0,2   a 4-job sweep, one table
   pipebench run dataset=image_folder dataset.path=/data/imgs loader.batch_size=64
   pipebench run --config-dir my_conf transform=my_chain  your own configs and transforms
+  pipebench run workers=auto loader.batch_size=32,64   0 up to 2x the usable cores, times two batch sizes
+  pipebench run --baseline workers=0 workers=0,2,4      speedups against the workers=0 job
+  pipebench report results/<folder> [more folders --out merged]   tables and plots again, or merged
 
 groups: dataset=synthetic_jpeg|image_folder|random_tensors
         transform=yuv_mask|yuv_mask_fast|yuv_mask_crop_first|yuv_mask_batched
         loader=default|seed  run=default|quick  consumer=emulated|none|toy_cnn
-keys:   workers, trace=torch|viztracer|none, results_dir, rounds, calibrate, loader.*, run.*, consumer.*,
-        dataset.*
+keys:   workers (a number, a list, range(0,9,2) or auto), trace=torch|viztracer|none, results_dir, rounds,
+        calibrate, loader.* (batch_size, prefetch_factor, pin_memory, persistent_workers,
+        multiprocessing_context=fork|spawn|forkserver, ...), run.*, consumer.*, dataset.*
+sweeps: any key takes a comma list, range(start,stop[,step]) or choice(a,b,...)
+resume: re-running the same command resumes its latest unfinished folder (--fresh starts anew)
 suites: suite=nightly   the nightly regression sweep (every chain, workers 0 and 2, 5 rounds)
 ranks:  distributed.nproc=2   each job on 2 torchrun ranks (DistributedSampler, all-reduce each step);
         distributed.backend=auto|gloo|nccl, dataset=sharded_stream (an IterableDataset sharded by rank)
 cluster: --config-dir examples/slurm hydra/launcher=pipebench_slurm   (pip install ".[slurm]")
+"""
+
+EXPLORE_EPILOG = f"""\
+examples:
+  pipebench explore transform=yuv_mask                  the seed chain's variants at workers=0
+  pipebench explore transform=yuv_mask workers=2 rounds=5
+  pipebench explore --config-dir my_conf transform=my_chain   your chain; your transforms declare `movement`
+
+moves:  crop_first (a crop ahead of pointwise steps and PIL->tensor), fast (a declared fast_form),
+        per_batch (trailing steps with a batch_form into the collate), and their combinations
+checks: identical / close (float tolerance) / same distribution (KS test) / not equivalent / fails
+writes: variants.json, equivalence.md|csv, variants/transform/*.yaml, explore.md|csv, and what `run` writes
+defaults: {' '.join(f"{k}={v}" for k, v in EXPLORE_DEFAULTS)} (interleaved rounds of short jobs), unless given
 """
 
 
@@ -109,6 +135,35 @@ def _check_invocation_keys(checked: Sequence[Tuple[JobSpec, str]]) -> None:
             raise ConfigError(f"{key} applies to the whole invocation and cannot be swept, got {sorted(values)}")
 
 
+def _check_baseline(selector: Optional[str], jobs: Sequence[Sequence[str]],
+                    checked: Sequence[Tuple[JobSpec, str]]) -> None:
+    """`--baseline` must name exactly one job of the sweep (its rounds together) before anything runs."""
+    if selector is None:
+        return
+    named: List[dict] = []
+    for job, (spec, _) in zip(jobs, checked):
+        names = identity(job, {"dataset": spec.dataset_name, "transform": spec.transform_name,
+                               "workers": spec.workers, "batch_size": spec.loader.batch_size,
+                               "consumer": spec.consumer.kind})
+        if names not in named:
+            named.append(names)
+    select_job(selector, named)
+
+
+def _final_report(invocation_dir: Path, baseline: Optional[str]) -> None:
+    """comparison.md/.csv, plots and report.md from the finished jobs, and the table on the terminal."""
+    if not load_job_results(invocation_dir):
+        return
+    try:
+        inputs = write_report([str(invocation_dir)], invocation_dir, baseline)
+    except ConfigError as exc:  # the baseline job did not finish
+        print(f"pipebench: {exc}; speedup against the first job instead", file=sys.stderr)
+        inputs = write_report([str(invocation_dir)], invocation_dir, None)
+    print("\n## comparison\n")
+    print_summary(inputs)
+    print(f"every column: {invocation_dir / SUMMARY_MD}")
+
+
 def _calibrate(invocation_dir: Path) -> None:
     invocation_dir.mkdir(parents=True, exist_ok=True)
     print("calibration: timing the fixed decode + transform workload", flush=True)
@@ -143,20 +198,46 @@ def _hydra_entry():
                       version_base=HYDRA_VERSION_BASE)(run_job_task)
 
 
-def run_command(overrides: List[str], config_dir: Optional[str]) -> int:
-    # User modules named by `_target_` resolve from the working directory, as with `python -m`.
+def _import_from_cwd() -> None:
+    """User modules named by `_target_` resolve from the working directory, as with `python -m`."""
     if os.getcwd() not in sys.path:
         sys.path.insert(0, os.getcwd())
-    if config_dir is not None:
-        if not Path(config_dir).is_dir():
-            raise ConfigError(f"--config-dir {config_dir}: no such directory")
-        overrides = [f"hydra.searchpath=[{_quote('file://' + str(Path(config_dir).resolve()))}]", *overrides]
+
+
+def _search_path(config_dir: Optional[str], extra: Sequence[Path] = ()) -> List[str]:
+    """A `hydra.searchpath` override for the user's --config-dir and any extra config folders, or none."""
+    if config_dir is not None and not Path(config_dir).is_dir():
+        raise ConfigError(f"--config-dir {config_dir}: no such directory")
+    paths = [*([Path(config_dir)] if config_dir is not None else []), *extra]
+    if not paths:
+        return []
+    return [f"hydra.searchpath=[{','.join(_quote('file://' + str(p.resolve())) for p in paths)}]"]
+
+
+def run_command(overrides: List[str], config_dir: Optional[str], baseline: Optional[str] = None,
+                fresh: bool = False, search_paths: Sequence[Path] = (), invocation_dir: Optional[Path] = None,
+                epilogue: Optional[Callable[[Path], None]] = None) -> int:
+    """Check and run a sweep. `explore` adds config folders, names the folder it has already
+    started (so it is never resumed), and prints its own table after the report (`epilogue`)."""
+    _import_from_cwd()
+    overrides = [*_search_path(config_dir, search_paths), *overrides]
+    # Expanded here, so the checks below, the label and invocation.json all see the real jobs.
+    overrides = expand_auto_workers(overrides, usable_cores())
     swept = sweep_overrides(overrides)
-    checked = preflight(expand_sweep(swept))
+    jobs = expand_sweep(swept)
+    checked = preflight(jobs)
     _check_invocation_keys(checked)
+    _check_baseline(baseline, jobs, checked)
     first_spec, results_dir = checked[0]
-    invocation_dir = Path(results_dir) / f"{time.strftime('%Y%m%d-%H%M%S')}-{_label(overrides)}"
-    if first_spec.calibrate:
+    if invocation_dir is None:
+        choice = choose_invocation(Path(results_dir),
+                                   Path(results_dir) / f"{time.strftime('%Y%m%d-%H%M%S')}-{_label(overrides)}",
+                                   swept, jobs, fresh)
+        invocation_dir = choice.folder
+        if choice.resumed:
+            print(f"resuming {invocation_dir}: {choice.done} of {choice.total} jobs already done", flush=True)
+    record_invocation(invocation_dir, swept, jobs, overrides)
+    if first_spec.calibrate and not (invocation_dir / CALIBRATION_FILE).is_file():
         _calibrate(invocation_dir)
     sys.argv = ["pipebench", "--multirun", *swept, CLEAR_SWEEPER_PARAMS,
                 f"hydra.sweep.dir={_quote(str(invocation_dir))}"]
@@ -168,12 +249,26 @@ def run_command(overrides: List[str], config_dir: Optional[str]) -> int:
     except KeyboardInterrupt:
         print("\npipebench: interrupted; finished jobs are kept", file=sys.stderr)
         status = INTERRUPTED_EXIT_STATUS
-    summary = invocation_dir / SUMMARY_MD
-    if summary.exists():
-        print("\n## summary\n")
-        print(summary.read_text())
+    _final_report(invocation_dir, baseline)
+    if epilogue is not None:
+        epilogue(invocation_dir)
     print(f"results: {invocation_dir}")
     return status
+
+
+def explore_command(overrides: List[str], config_dir: Optional[str]) -> int:
+    """Generate the chain's variants, check their equivalence, then measure them all in one sweep."""
+    _import_from_cwd()
+    plan = plan_exploration(overrides, expand_sweep([*_search_path(config_dir), *overrides])[0])
+    if isinstance(plan, NoVariants):
+        print(f"pipebench explore: no variants of transform={plan.base}: {'; '.join(plan.reasons)}")
+        return 0
+    print("".join(f"not applied: {reason}\n" for reason in plan.not_applied), end="")
+    measured = [item for item in plan.checked if item.measured]
+    print(f"explore: measuring {len(measured)} chains, interleaved, in one sweep", flush=True)
+    return run_command(list(plan.overrides), config_dir, search_paths=[plan.search_path],
+                       invocation_dir=plan.invocation_dir,
+                       epilogue=lambda folder: print(f"## explore\n\n{write_explore_table(folder, plan)}"))
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -189,7 +284,33 @@ def build_parser() -> argparse.ArgumentParser:
         epilog=RUN_EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     run.add_argument("--config-dir", "-cd", help="a directory of your own configs, searched after pipebench's")
+    run.add_argument("--baseline", metavar="JOB",
+                     help="the job speedups are measured against, as KEY=VALUE[,KEY=VALUE] pairs that name one "
+                          "job, e.g. workers=0 (default: the first job)")
+    run.add_argument("--fresh", action="store_true",
+                     help="start a new results folder even if an identical earlier run was interrupted")
     run.add_argument("overrides", nargs="*", help="Hydra overrides, e.g. transform=yuv_mask workers=0,4,8")
+    report = verbs.add_parser(
+        "report", help="rebuild the comparison table, plots and report.md from saved results; merge folders",
+        description="Read every job-*/result.json under each DIR and write comparison.md, comparison.csv, "
+                    "the PNG plots and report.md. One row per job (rounds grouped); several folders merge into "
+                    "one table, with a host column when they come from different machines.",
+    )
+    report.add_argument("dirs", nargs="+", metavar="DIR", help="results folders written by `pipebench run`")
+    report.add_argument("--out", help="where to write (default: the DIR itself; required with several DIRs)")
+    report.add_argument("--baseline", metavar="JOB",
+                        help="the job speedups are measured against, as KEY=VALUE[,KEY=VALUE] pairs that name one "
+                             "row, e.g. workers=0 or host=ci,workers=0 (default: the first row)")
+    explore = verbs.add_parser(
+        "explore", help="find a chain's faster variants, check they compute the same thing, measure them all",
+        description="Move steps of one transform chain as its transforms declare (crop first, fast forms, "
+                    "per-batch forms), check each variant for equivalence with the chain on the same seeds, "
+                    "then measure every variant side by side in one interleaved sweep. Other overrides pass "
+                    "through as with `run`.",
+        epilog=EXPLORE_EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    explore.add_argument("--config-dir", "-cd", help="a directory of your own configs, searched after pipebench's")
+    explore.add_argument("overrides", nargs="*", help="Hydra overrides, e.g. transform=yuv_mask workers=2")
     compare = verbs.add_parser(
         "compare", help="compare two results folders; exit 1 on a regression, 2 if they cannot be compared",
         description="Per job: the ratio of samples/s (current / baseline) with a bootstrap interval over the "
@@ -221,7 +342,11 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         if args.verb == "run":
-            return run_command(list(args.overrides), args.config_dir)
+            return run_command(list(args.overrides), args.config_dir, args.baseline, args.fresh)
+        if args.verb == "report":
+            return report_main(args.dirs, args.out, args.baseline)
+        if args.verb == "explore":
+            return explore_command(list(args.overrides), args.config_dir)
         if args.verb == "compare":
             return compare_main(args.baseline, args.current, args.threshold, args.allow_mismatch, args.out)
         if args.verb == "baseline":

@@ -243,8 +243,10 @@ def prediction_table_rows(diagnosis: Diagnosis) -> List[Dict[str, object]]:
     return [{
         "chain": r.chain, "workers": r.workers,
         "predicted_samples_per_s": r.predicted.samples_per_s, "measured_samples_per_s": r.measured_samples_per_s,
-        "gap_pct": 100.0 * r.gap,
-        "predicted_starvation_pct": r.predicted.starvation_pct, "measured_starvation_pct": r.measured_starvation_pct,
+        # Percentages to one decimal: the machine's run-to-run noise is several percent.
+        "gap_pct": round(100.0 * r.gap, 1),
+        "predicted_starvation_pct": round(r.predicted.starvation_pct, 1),
+        "measured_starvation_pct": round(r.measured_starvation_pct, 1),
         "bound": r.predicted.bound,
     } for r in diagnosis.rows]
 

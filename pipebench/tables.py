@@ -21,12 +21,12 @@ def format_value(value: object) -> str:
     return str(value)
 
 
-def markdown_table(rows: Sequence[Mapping[str, object]], columns: Sequence[str]) -> str:
-    """A GitHub-flavoured markdown table; numbers right-aligned."""
+def markdown_table(rows: Sequence[Mapping[str, object]], columns: Sequence[str], right: Sequence[str] = ()) -> str:
+    """A GitHub-flavoured markdown table; numbers, and the columns named in `right`, right-aligned."""
     if not rows:
         return "(no rows)\n"
     cells = [[format_value(row.get(c)) for c in columns] for row in rows]
-    numeric = [all(isinstance(row.get(c), (int, float)) and not isinstance(row.get(c), bool)
+    numeric = [c in right or all(isinstance(row.get(c), (int, float)) and not isinstance(row.get(c), bool)
                    for row in rows) for c in columns]
     widths = [max(len(c), *(len(r[i]) for r in cells)) for i, c in enumerate(columns)]
 

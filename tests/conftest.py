@@ -19,10 +19,11 @@ def compose_spec(overrides: Sequence[str]) -> JobSpec:
     return compose_job_spec(overrides)
 
 
-def run_cli(args: List[str], cwd: Path, timeout: float = 240) -> subprocess.CompletedProcess:
-    """`pipebench ...` exactly as a user types it, from the installed console script."""
+def run_cli(args: List[str], cwd: Path, timeout: float = 240, prefix: Sequence[str] = ()) -> subprocess.CompletedProcess:
+    """`pipebench ...` exactly as a user types it, from the installed console script (after `prefix`,
+    e.g. taskset)."""
     exe = Path(sys.executable).with_name("pipebench")
-    return subprocess.run([str(exe), *args], cwd=cwd, capture_output=True, text=True, timeout=timeout)
+    return subprocess.run([*prefix, str(exe), *args], cwd=cwd, capture_output=True, text=True, timeout=timeout)
 
 
 def results_folder(stdout: str) -> Path:

@@ -43,7 +43,7 @@ def test_user_chain_sweep_writes_one_row_per_job(user_project):
                 ("collate", "default_collate"), ("per_batch", "BatchScale")} == stages
         assert abs(sum(float(r["share_pct"]) for r in rows if r["job"] == job) - 100) < 1e-6
 
-    assert (folder / "summary.md").read_text().strip() in proc.stdout
+    assert (folder / "comparison.md").read_text().strip() in proc.stdout
     results = [json.loads(p.read_text()) for p in sorted(folder.glob("job-*/result.json"))]
     assert len(results) == 2
     for result in results:

@@ -7,6 +7,8 @@ step 4: one batched matmul per batch instead of one matmul per sample).
 
 import torch
 
+from pipebench.movement import TENSOR_ONLY, Movement
+
 # RGB to YUV (BT.601 full range, as in JPEG/JFIF): yuv = RGB_TO_YUV_MATRIX @ rgb + YUV_OFFSET,
 # with rgb in [0, 255]. Tuples, so the module holds nothing mutable.
 RGB_TO_YUV_MATRIX = (
@@ -43,6 +45,8 @@ class _YUVParams(_NoArgs):
 class BatchConvertColor(_YUVParams):
     """RGB to YUV for a [B, 3, H, W] batch as one ``torch.bmm``; returns float32."""
 
+    movement = Movement(accepts=TENSOR_ONLY, pointwise=True)
+
     def __call__(self, batch: torch.Tensor) -> torch.Tensor:
         _check_shape(self, batch, ndim=4, rgb=True)
         size, _, height, width = batch.shape
@@ -56,6 +60,7 @@ class ConvertColor(_YUVParams):
     """RGB to YUV for one [3, H, W] image (uint8 or float); returns float32."""
 
     batch_form = BatchConvertColor
+    movement = Movement(accepts=TENSOR_ONLY, pointwise=True, batch_form=batch_form)
 
     def __call__(self, img: torch.Tensor) -> torch.Tensor:
         _check_shape(self, img, ndim=3, rgb=True)
@@ -72,6 +77,8 @@ def _scale(img: torch.Tensor) -> torch.Tensor:
 class BatchScale(_NoArgs):
     """Divide a [B, C, H, W] batch by 255, giving float32 in [0, 1]."""
 
+    movement = Movement(accepts=TENSOR_ONLY, pointwise=True)
+
     def __call__(self, batch: torch.Tensor) -> torch.Tensor:
         _check_shape(self, batch, ndim=4, rgb=False)
         return _scale(batch)
@@ -81,6 +88,7 @@ class Scale(_NoArgs):
     """Divide one [C, H, W] image by 255, giving float32 in [0, 1]."""
 
     batch_form = BatchScale
+    movement = Movement(accepts=TENSOR_ONLY, pointwise=True, batch_form=batch_form)
 
     def __call__(self, img: torch.Tensor) -> torch.Tensor:
         _check_shape(self, img, ndim=3, rgb=False)

@@ -9,6 +9,8 @@ import numpy as np
 import torch
 from scipy.signal import convolve2d
 
+from pipebench.movement import TENSOR_ONLY, Movement
+
 # The 4-neighbour cross that dilates the drawn mask: a pixel is masked when it or one
 # of its up/down/left/right neighbours was drawn. Read-only, so it cannot be mutated.
 CROSS_KERNEL = np.array([[0, 1, 0], [1, 1, 1], [0, 1, 0]], dtype=np.uint8)
@@ -47,6 +49,9 @@ class _CrossMask:
 class FastRandomMask(_CrossMask):
     """RandomMask with the dilation done by OR-ing the five shifted views of a padded mask."""
 
+    # Tensor only; the dilation reads neighbours, so no crop may move ahead of it.
+    movement = Movement(accepts=TENSOR_ONLY, random=True)
+
     @staticmethod
     def dilate(mask: torch.Tensor) -> torch.Tensor:
         """Cross dilation of a bool [H, W] tensor with torch boolean ops (pixels off the edge count as False)."""
@@ -67,6 +72,7 @@ class RandomMask(_CrossMask):
     """
 
     fast_form = FastRandomMask
+    movement = Movement(accepts=TENSOR_ONLY, random=True, fast_form=fast_form)
 
     @staticmethod
     def dilate(mask: torch.Tensor) -> torch.Tensor:

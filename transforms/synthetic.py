@@ -4,11 +4,15 @@ unchanged after spending a set time, either on the CPU (BusyWait) or idle (Sleep
 import math
 import time
 
+from pipebench.movement import BOTH, Movement
 from pipebench.rank_info import rank_and_world
 
 
 class _Delay:
     """Shared part: validate and hold the delay in milliseconds."""
+
+    # The identity on any input, so a crop may move ahead of it (its cost does not shrink).
+    movement = Movement(accepts=BOTH, pointwise=True)
 
     def __init__(self, ms: float):
         ms = float(ms)

@@ -22,6 +22,7 @@ from hydra.types import HydraContext, TaskFunction
 from omegaconf import DictConfig, open_dict
 
 from pipebench.job_process import JOB_PROCESS_MODULE, JobPayload
+from pipebench.resume import job_already_done
 
 log = logging.getLogger(__name__)
 
@@ -65,12 +66,17 @@ class SubprocessLauncher(Launcher):
         runs: List[JobReturn] = []
         for offset, overrides in enumerate(job_overrides):
             idx = initial_job_idx + offset
-            print(f"[job {idx + 1}/{total}] {' '.join(filter_overrides(overrides)) or 'defaults'}", flush=True)
             sweep_config = self.hydra_context.config_loader.load_sweep_config(self.config, list(overrides))
             with open_dict(sweep_config):
                 sweep_config.hydra.job.id = idx
                 sweep_config.hydra.job.num = idx
-            self._run_in_subprocess(sweep_config)
+            # A resumed sweep (pipebench.resume) skips the jobs an interrupted run already finished.
+            done = job_already_done(sweep_dir / str(sweep_config.hydra.sweep.subdir),
+                                    list(sweep_config.hydra.overrides.task))
+            print(f"[job {idx + 1}/{total}] {' '.join(filter_overrides(overrides)) or 'defaults'}"
+                  f"{' (already done, skipped)' if done else ''}", flush=True)
+            if not done:
+                self._run_in_subprocess(sweep_config)
             runs.append(JobReturn(overrides=list(overrides), cfg=sweep_config, status=JobStatus.COMPLETED,
                                   _return_value=None))
         return runs

@@ -1,0 +1,130 @@
+"""`pipebench explore` end to end through the real CLI, on a tiny decode-free dataset."""
+
+import csv
+import json
+
+import pytest
+
+from conftest import QUICK_RUN, TINY_DATASET, results_folder, run_cli
+
+from pipebench.equivalence import IDENTICAL, NOT_EQUIVALENT, Equivalence
+from pipebench.explore import Checked, Plan, conclusions, explore_rows
+from pipebench.variants import Chain, Variant
+
+# Scale is pointwise, so the crop may move ahead of it; the trailing BusyWait has no per-batch
+# form, so nothing moves into the collate. Two chains x two rounds: four quick jobs.
+CHAIN = ("per_sample:\n"
+         "  - _target_: pipebench.transforms.color.Scale\n"
+         "  - _target_: torchvision.transforms.RandomCrop\n"
+         "    size: 16\n"
+         "  - _target_: pipebench.transforms.synthetic.BusyWait\n"
+         "    ms: 0\n"
+         "per_batch: []\n")
+
+
+@pytest.fixture
+def chain_project(tmp_path):
+    folder = tmp_path / "conf" / "transform"
+    folder.mkdir(parents=True)
+    (folder / "scaled.yaml").write_text(CHAIN)
+    (folder / "cropped.yaml").write_text("per_sample:\n  - _target_: torchvision.transforms.CenterCrop\n"
+                                         "    size: 16\nper_batch: []\n")
+    return tmp_path
+
+
+def _csv(path):
+    with path.open() as handle:
+        return list(csv.DictReader(handle))
+
+
+def test_explore_measures_every_variant_interleaved(chain_project):
+    proc = run_cli(["explore", "--config-dir", "conf", "transform=scaled", *TINY_DATASET, *QUICK_RUN, "rounds=2",
+                    "results_dir=out"], cwd=chain_project)
+    assert proc.returncode == 0, proc.stderr
+    folder = chain_project / results_folder(proc.stdout)
+    assert folder.name.endswith("-explore-scaled")
+    variants = json.loads((folder / "variants.json").read_text())
+    assert variants["base"] == "scaled"
+    assert [v["name"] for v in variants["variants"]] == ["scaled", "scaled+crop_first"]
+    moved = variants["variants"][1]
+    assert moved["moves"] == ["crop_first"] and moved["changes"] == ["move RandomCrop ahead of Scale"]
+    assert [n["_target_"].rsplit(".", 1)[-1] for n in moved["chain"]["per_sample"]] == ["RandomCrop", "Scale", "BusyWait"]
+    assert moved["equivalence"]["verdict"] == "identical" and moved["equivalence"]["equivalent"] is True
+    assert variants["not_applied"] == ["fast: no transform in the chain declares a fast_form",
+                                       "per_batch: the last per-sample transform, BusyWait, declares no batch_form"]
+    assert (folder / "variants" / "transform" / "scaled+crop_first.yaml").exists()
+    assert [r["verdict"] for r in _csv(folder / "equivalence.csv")] == ["base", "identical"]
+    # Printed before anything was measured.
+    assert proc.stdout.index("## equivalence with scaled") < proc.stdout.index("[job 1/4]")
+
+    # One result per variant and round, interleaved: every variant once before any runs again.
+    summary = _csv(folder / "summary.csv")
+    assert [r["transform"] for r in summary] == ["scaled", "scaled+crop_first"] * 2
+    assert all(float(r["samples_per_s"]) > 0 for r in summary)
+    results = sorted(folder.glob("job-*/result.json"))
+    chains = [json.loads(p.read_text())["config"]["transform"]["per_sample"][0]["_target_"] for p in results]
+    assert chains == ["pipebench.transforms.color.Scale", "torchvision.transforms.RandomCrop"] * 2
+
+    table = _csv(folder / "explore.csv")
+    assert [(r["variant"], r["rounds"], r["verdict"]) for r in table] == [
+        ("scaled", "2", "base"), ("scaled+crop_first", "2", "identical")]
+    assert float(table[0]["speedup"]) == 1.0
+    assert "## explore" in proc.stdout and (folder / "explore.md").read_text().strip() in proc.stdout
+
+
+def test_nothing_to_move_says_why_and_measures_nothing(chain_project):
+    proc = run_cli(["explore", "--config-dir", "conf", "transform=cropped", *TINY_DATASET, "results_dir=out"],
+                   cwd=chain_project)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.startswith("pipebench explore: no variants of transform=cropped: crop_first: "
+                                  "CenterCrop is already first;")
+    assert not (chain_project / "out").exists()
+
+
+@pytest.mark.parametrize("args, message", [
+    (["transform=yuv_mask,yuv_mask_fast"], "explore takes one chain, got a sweep: transform=yuv_mask,yuv_mask_fast"),
+    (["transform.per_sample.1.size=128"], "explore cannot apply transform.per_sample.1.size=128 to variants"),
+    (["transform=nope"], "Could not find 'transform/nope'"),
+])
+def test_bad_input_is_one_line_and_exit_2(tmp_path, args, message):
+    proc = run_cli(["explore", *args, "results_dir=out"], cwd=tmp_path)
+    assert proc.returncode == 2
+    assert proc.stderr.startswith("pipebench: error: ") and message in proc.stderr, proc.stderr
+    assert len(proc.stderr.strip().splitlines()) == 1
+    assert not (tmp_path / "out").exists()
+
+
+def _job(folder, num, transform, rnd, rate, cpu):
+    job = folder / f"job-{num}"
+    job.mkdir(parents=True)
+    job.joinpath("result.json").write_text(json.dumps({
+        "job_num": num, "overrides": [f"run.round={rnd}", "rounds=3", f"transform={transform}"],
+        "summary": {"transform": transform, "samples_per_s": rate, "cpu_ms_per_sample": cpu}}))
+
+
+def test_explore_table_takes_medians_over_rounds_and_says_what_to_change(tmp_path):
+    base = Variant("c", (), (), Chain(()))
+    quick = Variant("c+fast", ("fast",), ("replace Slow with Fast",), Chain(()))
+    lean = Variant("c+crop_first", ("crop_first",), ("move Crop ahead of Scale",), Chain(()))
+    loose = Variant("c+per_batch", ("per_batch",), ("run Gain once per batch as BatchGain",), Chain(()))
+    verdicts = {"c+fast": IDENTICAL, "c+crop_first": IDENTICAL, "c+per_batch": NOT_EQUIVALENT}
+    plan = Plan(tmp_path, tmp_path, (), (Checked(base, None),) + tuple(
+        Checked(v, Equivalence(verdicts[v.name], "")) for v in (quick, lean, loose)), ())
+    # Three rounds, interleaved; round 1 ran on a busy machine (every rate low, CPU barely moved).
+    measured = {"c": [(100, 6.0), (60, 6.2), (104, 6.1)], "c+fast": [(150, 4.0), (90, 4.3), (149, 4.1)],
+                "c+crop_first": [(120, 3.0), (70, 3.1), (100, 3.2)], "c+per_batch": [(300, 2.0)] * 3}
+    num = 0
+    for rnd in range(3):
+        for name, values in measured.items():
+            _job(tmp_path, num, name, rnd, *values[rnd])
+            num += 1
+    rows = explore_rows(tmp_path, plan)
+    assert [(r["variant"], r["rounds"], r["samples_per_s"], r["cpu_ms_per_sample"]) for r in rows] == [
+        ("c", 3, 100, 6.1), ("c+fast", 3, 149, 4.1), ("c+crop_first", 3, 100, 3.1), ("c+per_batch", 3, 300, 2.0)]
+    assert rows[1]["speedup"] == pytest.approx(1.49) and rows[2]["cpu_speedup"] == pytest.approx(6.1 / 3.1)
+    lines = conclusions(rows, plan)
+    assert lines[0] == ("fastest equivalent chain: c+fast, 1.49x the samples/s of c (median of 3 interleaved "
+                        "rounds; its rounds overlap the base's, so not resolved); to get it: replace Slow with Fast")
+    assert lines[1].startswith("least CPU a sample: c+crop_first, 3.1 ms against 6.1 ms for c (1.97x less; "
+                               "every round below every round of the base); to get it: move Crop ahead of Scale")
+    assert lines[2] == "c+per_batch ran faster still (3.00x) but is not equivalent"

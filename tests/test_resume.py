@@ -1,0 +1,95 @@
+"""Resume: re-running an interrupted sweep skips its finished jobs; a finished one, or --fresh, starts anew."""
+
+import csv
+import json
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from conftest import TINY_DATASET, results_folder, run_cli
+from pipebench.plots import THROUGHPUT_PNG, TRANSFORMS_PNG
+from pipebench.report import COMPARISON_CSV, COMPARISON_MD
+from pipebench.results import RESULT_FILE, write_json_atomic
+from pipebench.resume import INVOCATION_FILE, choose_invocation, record_invocation
+
+# One usable core (taskset) makes workers=auto the three jobs 0, 1 and 2, each a fresh process of a
+# few seconds: time to interrupt after the first. Without taskset the same jobs are listed.
+TASKSET = ["taskset", "-c", "0"] if shutil.which("taskset") else []
+SWEEP = ["run", "--config-dir", "my_conf", "transform=tiny", "workers=auto" if TASKSET else "workers=0,1,2",
+         "loader.prefetch_factor=3", "loader.persistent_workers=true", *TINY_DATASET, "loader.batch_size=8",
+         "run.progress=false", "run.warmup_steps=0", "run.min_time_s=0.5", "run.profile_steps=0", "results_dir=out"]
+JOBS = 3
+
+
+def _finished(out: Path):
+    return sorted(out.glob(f"*/job-*/{RESULT_FILE}"))
+
+
+def test_interrupted_auto_sweep_resumes_without_remeasuring(user_project):
+    exe = Path(sys.executable).with_name("pipebench")
+    proc = subprocess.Popen([*TASKSET, str(exe), *SWEEP], cwd=user_project, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, start_new_session=True)
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and not _finished(user_project / "out") and proc.poll() is None:
+        time.sleep(0.2)
+    os.killpg(proc.pid, signal.SIGINT)  # Ctrl-C, as a terminal sends it to the whole group
+    stdout, stderr = proc.communicate(timeout=60)
+    assert proc.returncode == 130, stderr
+    folder = user_project / results_folder(stdout)
+    assert "workers-0+1+2" in folder.name, "workers=auto was expanded before the folder was named"
+    before = {p: p.stat().st_mtime_ns for p in _finished(user_project / "out")}
+    assert 1 <= len(before) < JOBS and all(p.parent.parent == folder for p in before)
+
+    again = run_cli([*SWEEP[:1], "--baseline", "workers=1", *SWEEP[1:]], cwd=user_project, prefix=TASKSET)
+    assert again.returncode == 0, again.stderr
+    assert results_folder(again.stdout) == results_folder(stdout), "the same folder is reused"
+    assert f"resuming {results_folder(stdout)}: {len(before)} of {JOBS} jobs already done" in again.stdout
+    assert again.stdout.count("(already done, skipped)") == len(before)
+    assert {p: p.stat().st_mtime_ns for p in before} == before, "finished jobs are not measured again"
+
+    results = sorted((json.loads(p.read_text()) for p in _finished(user_project / "out")), key=lambda r: r["job_num"])
+    assert [r["summary"]["workers"] for r in results] == [0, 1, 2]
+    assert [r["fingerprint"]["start_method"] for r in results][0] == "none"
+    assert all(r["config"]["loader"]["prefetch_factor"] == 3 for r in results)
+    if TASKSET:
+        assert all(r["fingerprint"]["usable_cores"] == 1 for r in results)
+    table = (folder / COMPARISON_MD).read_text()
+    assert table in again.stdout and "against `workers=1`" in table
+    header = [c.strip() for c in table.splitlines()[0].strip("|").split("|")]
+    assert header[0] == "workers" and "prefetch_factor" not in header, "a constant key is no axis"
+    rows = list(csv.DictReader((folder / COMPARISON_CSV).open()))
+    assert [(r["workers"], r["baseline"]) for r in rows] == [("0", "False"), ("1", "True"), ("2", "False")]
+    assert re.search(rf"plot {THROUGHPUT_PNG}: written", again.stdout)
+    assert (folder / THROUGHPUT_PNG).is_file() and (folder / TRANSFORMS_PNG).is_file()
+
+
+def _fake_run(folder: Path, jobs, done: int) -> None:
+    record_invocation(folder, ["workers=0,1"], jobs, ["workers=0,1"])
+    for i, job in enumerate(jobs[:done]):
+        (folder / f"job-{i}").mkdir()
+        write_json_atomic(folder / f"job-{i}" / RESULT_FILE, {"job": ",".join(job), "job_num": i, "overrides": job})
+
+
+def test_only_the_latest_incomplete_invocation_of_the_same_sweep_is_resumed(tmp_path):
+    jobs = [["workers=0"], ["workers=1"]]
+    new = tmp_path / "20990101-000000-new"
+    assert not choose_invocation(tmp_path, new, ["workers=0,1"], jobs, fresh=False).resumed
+    _fake_run(tmp_path / "a", jobs, done=1)
+    choice = choose_invocation(tmp_path, new, ["workers=0,1"], jobs, fresh=False)
+    assert (choice.folder, choice.done, choice.total, choice.resumed) == (tmp_path / "a", 1, 2, True)
+    assert choose_invocation(tmp_path, new, ["workers=0,1"], jobs, fresh=True).folder == new
+    assert choose_invocation(tmp_path, new, ["workers=0,2"], jobs, fresh=False).folder == new, "another sweep"
+    time.sleep(0.01)
+    _fake_run(tmp_path / "b", jobs, done=2)  # a later, finished run of the same sweep
+    assert choose_invocation(tmp_path, new, ["workers=0,1"], jobs, fresh=False).folder == new
+    new.mkdir()
+    assert choose_invocation(tmp_path, new, ["workers=0,1"], jobs, fresh=True).folder.name == f"{new.name}-2"
+    assert json.loads((tmp_path / "a" / INVOCATION_FILE).read_text())["jobs"] == jobs
+    twice = [["workers=0"], ["workers=0"]]  # one of two identical jobs finished: not complete
+    _fake_run(tmp_path / "dup" / "c", twice, done=1)
+    assert choose_invocation(tmp_path / "dup", new, ["workers=0,1"], twice, fresh=False).done == 1
