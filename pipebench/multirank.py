@@ -180,6 +180,13 @@ def aggregate(records: Sequence[Dict[str, Any]]) -> Dict[str, Any]:
     return row
 
 
+def aggregate_line(row: Dict[str, Any]) -> str:
+    """The job's multi-rank figures in one line, printed as the job ends."""
+    return (f"ranks: {row['ranks']} ranks, {row['samples_per_s']:.1f} samples/s in total, starvation "
+            f"{row['starvation_pct']:.1f}% mean / {row['starvation_pct_max']:.1f}% max, straggler ratio "
+            f"{row['straggler_ratio']:.3f}, {row['collective_wait_ms_mean']:.1f} ms a step waiting at the all-reduce")
+
+
 def measure_multirank(spec: JobSpec, job_dir: Path) -> Dict[str, Any]:
     """Run one job on `distributed.nproc` ranks; return its record, shaped like measure_job's."""
     backend = resolve_backend(spec.distributed.backend, spec.distributed.nproc)
@@ -193,6 +200,7 @@ def measure_multirank(spec: JobSpec, job_dir: Path) -> Dict[str, Any]:
     coverage = coverage_of(records, spec)
     print(coverage.describe(), flush=True)
     summary = aggregate(records)
+    print(aggregate_line(summary), flush=True)
     summary.update(duplicate_samples=coverage.duplicates, missed_samples=coverage.missing, gpu_notes=GPU_NOTE)
     return {
         "summary": summary,

@@ -81,6 +81,7 @@ def test_two_ranks_balanced_straggler_and_a_rank_that_dies(rank_project):
         assert set(result["rank_passes"]) == {"0", "1"} and result["passes"] == result["rank_passes"]["0"]
         assert len(result["passes"][0]["collective_ms"]) == summary["steps"]
     assert "coverage: every index exactly once" in proc.stdout
+    assert f"straggler ratio {straggler['summary']['straggler_ratio']:.3f}" in proc.stdout
 
     # The slow rank's extra work shows as its busy time and as its peer's wait at the all-reduce.
     slow, fast = straggler["ranks"][1], straggler["ranks"][0]
