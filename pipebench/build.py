@@ -8,8 +8,8 @@ from hydra.utils import instantiate
 from torch.utils.data import DataLoader, DistributedSampler, IterableDataset, RandomSampler, SequentialSampler
 
 from pipebench.errors import ConfigError, PipebenchError
-from pipebench.specs import JobSpec
 from pipebench.rank_info import rank_and_world
+from pipebench.specs import JobSpec
 from pipebench.timed_chain import InstrumentedDataset, TimedCollate, WorkerInit
 from pipebench.timed_iterable import InstrumentedIterable
 
