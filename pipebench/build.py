@@ -5,11 +5,13 @@ from typing import Any, Callable, List, Mapping, Optional, Sequence, Tuple
 import torch
 from hydra.errors import InstantiationException
 from hydra.utils import instantiate
-from torch.utils.data import DataLoader, RandomSampler, SequentialSampler
+from torch.utils.data import DataLoader, DistributedSampler, IterableDataset, RandomSampler, SequentialSampler
 
 from pipebench.errors import ConfigError, PipebenchError
+from pipebench.rank_info import rank_and_world
 from pipebench.specs import JobSpec
 from pipebench.timed_chain import InstrumentedDataset, TimedCollate, WorkerInit
+from pipebench.timed_iterable import InstrumentedIterable
 
 
 def instantiate_node(node: Mapping[str, Any], where: str) -> Any:
@@ -30,6 +32,9 @@ def build_transforms(nodes: Sequence[Mapping[str, Any]], where: str) -> List[Cal
 
 def build_dataset(spec: JobSpec) -> Any:
     dataset = instantiate_node(spec.dataset, "dataset")
+    if isinstance(dataset, IterableDataset) and not hasattr(dataset, "__len__"):
+        raise ConfigError(f"dataset ({spec.dataset.get('_target_')}): an IterableDataset must define __len__, "
+                          "the number of samples in an epoch (pipebench checks each is read once)")
     if len(dataset) < spec.loader.batch_size and spec.loader.drop_last:
         raise ConfigError(
             f"dataset has {len(dataset)} samples, fewer than loader.batch_size={spec.loader.batch_size} "
@@ -41,7 +46,8 @@ def build_dataset(spec: JobSpec) -> Any:
 def build_pipeline(spec: JobSpec) -> Tuple[Any, InstrumentedDataset, TimedCollate]:
     """The user's dataset, wrapped so every step of the chain is timed where it runs."""
     dataset = build_dataset(spec)
-    instrumented = InstrumentedDataset(dataset, build_transforms(spec.per_sample, "transform.per_sample"))
+    wrapper = InstrumentedIterable if isinstance(dataset, IterableDataset) else InstrumentedDataset
+    instrumented = wrapper(dataset, build_transforms(spec.per_sample, "transform.per_sample"))
     collate = TimedCollate(build_transforms(spec.per_batch, "transform.per_batch"))
     return dataset, instrumented, collate
 
@@ -51,14 +57,26 @@ def pin_memory_effective(spec: JobSpec) -> bool:
     return spec.loader.pin_memory and torch.cuda.is_available()
 
 
+def build_sampler(spec: JobSpec, dataset: InstrumentedDataset) -> Optional[Any]:
+    """None for an iterable dataset (it shards itself); a DistributedSampler in a multi-rank run
+    (same seed on every rank, so the shares are disjoint); else random or sequential order."""
+    if isinstance(dataset, IterableDataset):
+        return None
+    rank, world = rank_and_world()
+    if world > 1:
+        return DistributedSampler(dataset, num_replicas=world, rank=rank, shuffle=spec.loader.shuffle,
+                                  seed=spec.run.seed, drop_last=spec.loader.drop_last)
+    generator = torch.Generator().manual_seed(spec.run.seed)
+    return RandomSampler(dataset, generator=generator) if spec.loader.shuffle else SequentialSampler(dataset)
+
+
 def build_loader(spec: JobSpec, dataset: InstrumentedDataset, collate: TimedCollate,
                  trace_session: Optional[Any] = None) -> DataLoader:
     """A DataLoader as the user asked for it; worker-only arguments are dropped at workers=0.
 
     `trace_session` (a viztrace.VizTraceSession) makes every worker start its own recorder.
     """
-    generator = torch.Generator().manual_seed(spec.run.seed)
-    sampler = RandomSampler(dataset, generator=generator) if spec.loader.shuffle else SequentialSampler(dataset)
+    sampler = build_sampler(spec, dataset)
     kwargs = dict(
         batch_size=spec.loader.batch_size,
         sampler=sampler,

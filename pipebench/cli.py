@@ -72,6 +72,9 @@ keys:   workers (a number, a list, range(0,9,2) or auto), trace=torch|viztracer|
 sweeps: any key takes a comma list, range(start,stop[,step]) or choice(a,b,...)
 resume: re-running the same command resumes its latest unfinished folder (--fresh starts anew)
 suites: suite=nightly   the nightly regression sweep (every chain, workers 0 and 2, 5 rounds)
+ranks:  distributed.nproc=2   each job on 2 torchrun ranks (DistributedSampler, all-reduce each step);
+        distributed.backend=auto|gloo|nccl, dataset=sharded_stream (an IterableDataset sharded by rank)
+cluster: --config-dir examples/slurm hydra/launcher=pipebench_slurm   (pip install ".[slurm]")
 """
 
 EXPLORE_EPILOG = f"""\

@@ -15,9 +15,11 @@ import numpy as np
 import torch
 from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig, OmegaConf
+from torch.utils.data import IterableDataset
 
 from pipebench.build import build_loader, build_pipeline, pin_memory_effective
 from pipebench.consumers import build_consumer
+from pipebench.coverage import IndexLog, check_coverage, complete_epochs, droppable_per_epoch
 from pipebench.errors import USAGE_EXIT_STATUS, PipebenchError
 from pipebench.fingerprint import fingerprint, usable_cores
 from pipebench.gpu_probe import GpuSession, LabelledConsumer
@@ -30,6 +32,9 @@ from pipebench.tables import markdown_table
 from pipebench.timed_chain import InstrumentedDataset, TimedCollate
 from pipebench.viztrace import TRACE_FILE as VIZTRACE_FILE, VizTraceSession
 
+# The multi-rank columns of a single-process job: one rank, no peer to wait for (multirank.py
+# fills them for distributed.nproc > 1).
+SINGLE_PROCESS_FIELDS = {"ranks": 1, "straggler_ratio": 1.0, "collective_wait_ms_mean": 0.0}
 # Failures listed by name in result.json; the count covers all of them.
 MAX_LISTED_FAILURES = 20
 ERROR_FILE = "error.txt"
@@ -101,14 +106,19 @@ def measure_job(spec: JobSpec, job_dir: Path) -> Dict[str, Any]:
 
     passes = []
     skipped = []
+    index_log = IndexLog()  # for the exactly-once check (pipebench.coverage)
+    epochs = []
     sampler = MemorySampler()
     sampler.start()
     try:
         for repeat in range(spec.run.repeats):
+            index_log.repeat = repeat
             loop = fresh_loop()
+            loop.after_step = index_log
             passes.append(measure_pass(loop, spec, sink, f"repeat {repeat + 1}/{spec.run.repeats}",
                                        mark=marks if repeat == 0 else lambda name: None))
             skipped.extend(loop.stream.skipped)
+            epochs.append(loop.stream.epochs)
             loop.stream.close()
     finally:
         memory = sampler.stop()
@@ -126,14 +136,19 @@ def measure_job(spec: JobSpec, job_dir: Path) -> Dict[str, Any]:
         traced = viztrace_pass(spec, instrumented, collate, consumer, pinned, job_dir)
         artifacts = {"viztrace": VIZTRACE_FILE}
     rows = transform_rows(sink, instrumented.steps, collate.steps)
-    identity = getattr(dataset, "identity", None)
     cores = usable_cores()
     summary = summary_row(passes, rows, sink, spec.workers, cores, len(skipped))
     summary.update(rss_mb_peak=memory.rss_mb_peak, worker_pss_growth_mb=memory.worker_pss_growth_mb,
                    shm_mb_peak=memory.shm_mb_peak)
+    # A map-style dataset is split by the sampler in this process; a stream by each worker's copy.
+    shards = max(spec.workers, 1) if isinstance(dataset, IterableDataset) else 1
+    coverage = check_coverage(index_log.mapping(), len(dataset), complete_epochs([epochs]),
+                              droppable_per_epoch(shards, spec.loader.batch_size, spec.loader.drop_last))
+    summary.update(duplicate_samples=coverage.duplicates, missed_samples=coverage.missing)
     summary.update(pin_memory=pinned, **gpu.columns())
     return {
         "summary": summary,
+        "coverage": coverage.as_dict(),
         "transforms": rows_as_dicts(rows),
         "workers_breakdown": worker_breakdown(sink, passes),
         "memory": asdict(memory),
@@ -144,9 +159,23 @@ def measure_job(spec: JobSpec, job_dir: Path) -> Dict[str, Any]:
         "viztrace": traced,
         "pin_memory_effective": pinned,
         "gpu": gpu.record(),
-        "fingerprint": fingerprint(identity() if identity else {"class": type(dataset).__name__},
-                                   _start_method(spec)),
+        "fingerprint": job_fingerprint(spec, dataset),
     }
+
+
+def job_fingerprint(spec: JobSpec, dataset: Any) -> Dict[str, Any]:
+    """The fingerprint of a job on this host; call once the loader's workers are gone."""
+    identity = getattr(dataset, "identity", None)
+    return fingerprint(identity() if identity else {"class": type(dataset).__name__}, _start_method(spec))
+
+
+def measure(spec: JobSpec, job_dir: Path) -> Dict[str, Any]:
+    """One job's record: in this process, or on `distributed.nproc` ranks through torchrun."""
+    if spec.distributed.nproc > 1:
+        from pipebench.multirank import measure_multirank  # multirank's ranks import this module
+
+        return measure_multirank(spec, job_dir)
+    return measure_job(spec, job_dir)
 
 
 def run_job_task(cfg: DictConfig) -> None:
@@ -157,7 +186,7 @@ def run_job_task(cfg: DictConfig) -> None:
     name = hydra_cfg.job.override_dirname or "default"
     try:
         spec = job_spec_from_config(cfg, choices)
-        record = measure_job(spec, job_dir)
+        record = measure(spec, job_dir)
     except PipebenchError as exc:
         (job_dir / ERROR_FILE).write_text(f"{exc}\n")
         print(f"pipebench: error: {exc}", file=sys.stderr)
@@ -169,6 +198,7 @@ def run_job_task(cfg: DictConfig) -> None:
         "workers": spec.workers,
         "batch_size": spec.loader.batch_size,
         "consumer": spec.consumer.kind,
+        **SINGLE_PROCESS_FIELDS,
         **record["summary"],
     }
     result = {

@@ -35,6 +35,7 @@ SUMMARY_COLUMNS = [
     "pin_memory", "consumer_ms_median", "h2d_gpu_ms_median", "gpu_util_pct", "syncs_per_step", "sync_ops",
     "sync_wait_ms_per_step", "gpu_busy_pct", "idle_host_wait_pct", "idle_kernel_wait_pct", "idle_other_pct",
     "reserved_mb_peak", "alloc_retries", "device_frees", "reserved_oscillating", "gpu_notes",
+    "ranks", "straggler_ratio", "collective_wait_ms_mean", "duplicate_samples", "missed_samples",
 ]
 # The printed comparison keeps to what fits a terminal; summary.csv has everything.
 PRINTED_COLUMNS = [
@@ -42,6 +43,8 @@ PRINTED_COLUMNS = [
     "transfer_ms_median", "ready_next_ms_median", "cpu_ms_per_sample", "first_batch_s", "worker_startup_s_max", "rss_mb_peak",
     "skipped_samples",
 ]
+# Printed after PRINTED_COLUMNS when any job of the invocation ran on several ranks.
+PRINTED_MULTIRANK_COLUMNS = ["ranks", "straggler_ratio", "collective_wait_ms_mean"]
 TRANSFORM_COLUMNS = [
     "job", "stage", "transform", "calls", "ms_per_call_mean", "ms_per_call_median", "ms_per_sample", "share_pct",
 ]
@@ -100,7 +103,8 @@ def write_invocation_summary(invocation_dir: Path) -> str:
     """Rebuild summary.csv, summary.md and transforms.csv from the job folders; return the markdown."""
     results = load_job_results(invocation_dir)
     rows = summary_rows(results)
-    markdown = markdown_table(rows, PRINTED_COLUMNS)
+    multirank = any(int(r.get("ranks") or 1) > 1 for r in rows)
+    markdown = markdown_table(rows, PRINTED_COLUMNS + (PRINTED_MULTIRANK_COLUMNS if multirank else []))
     extra = gpu_markdown(rows)
     if extra:
         markdown += "\n" + extra

@@ -42,10 +42,13 @@ class StepSample:
     # The batch was finished before next() was called: the whole wait was delivery overhead
     # (queue, unpickling, shared-memory rebuild), none of it waiting for work.
     ready: bool
+    # Time in StepLoop.after_step: in multi-rank runs the end-of-step all-reduce (waiting for
+    # the slowest rank); in a single process only the index log for the exactly-once check (µs).
+    collective_ns: int = 0
 
     @property
     def step_ns(self) -> int:
-        return self.gap_ns + self.wait_ns + self.h2d_ns + self.compute_ns
+        return self.gap_ns + self.wait_ns + self.h2d_ns + self.compute_ns + self.collective_ns
 
 
 @dataclass(frozen=True)
@@ -116,8 +119,11 @@ class BatchStream:
             try:
                 batch = self._next_raw()
             except StopIteration:
-                self.iterator = iter(self.loader)
                 self.epochs += 1
+                set_epoch = getattr(self.loader.sampler, "set_epoch", None)
+                if set_epoch is not None:  # a DistributedSampler reshuffles per epoch only when told
+                    set_epoch(self.epochs - 1)
+                self.iterator = iter(self.loader)
                 continue
             if batch.worker_started_ns >= self.created_ns and batch.worker_id not in self.worker_startup_s:
                 self.worker_startup_s[batch.worker_id] = (batch.worker_started_ns - self.created_ns) / NS_PER_S
@@ -151,6 +157,8 @@ class StepLoop:
     `copier` makes the host-to-device copy (finished before it returns; GPU-timed on CUDA).
     `after_measured`, when set, is called after each measured step (e.g. to read allocator
     state); its cost lands in the next step's gap, as the loop's own.
+    `after_step(batch, epoch)`: run after the consumer step and timed as the step's collective
+    (a multi-rank run's all-reduce, which waits for the slowest rank), or None.
     """
 
     stream: BatchStream
@@ -159,6 +167,7 @@ class StepLoop:
     trace: Optional[Any] = None
     copier: DeviceCopy = field(default_factory=DeviceCopy)
     after_measured: Optional[Callable[[], None]] = None
+    after_step: Optional[Callable[[TimedBatch, int], None]] = None
     # When the previous step's bookkeeping ended; None until a step has run.
     last_end_ns: Optional[int] = None
 
@@ -171,9 +180,12 @@ class StepLoop:
         t2 = time.perf_counter_ns()
         self.consumer.step(data, batch.labels)
         t3 = time.perf_counter_ns()
+        if self.after_step is not None:
+            self.after_step(batch, self.stream.epochs)
+        t4 = time.perf_counter_ns()
         # Everything from here to the next step's start (records, freeing this batch's shared
         # memory when the locals die) is the main loop's own cost: the next step's gap.
-        self.last_end_ns = t3
+        self.last_end_ns = t4
         if sink is not None:
             sink.add(batch)
             if self.after_measured is not None:
@@ -184,7 +196,7 @@ class StepLoop:
             rec.add(MAIN_H2D_SLICE, t1, t2)
             rec.add(MAIN_STEP_SLICE, t2, t3)
         return StepSample(gap, t1 - t0, t2 - t1, t3 - t2, int(batch.sample_ns.shape[0]), t1 - batch.done_ns,
-                          batch.worker_id, batch.done_ns < t0)
+                          batch.worker_id, batch.done_ns < t0, t4 - t3)
 
 
 def warmup_steps(spec: JobSpec) -> int:
@@ -198,11 +210,13 @@ def warmup_steps(spec: JobSpec) -> int:
 
 
 def measure_pass(loop: StepLoop, spec: JobSpec, sink: TimingSink, label: str,
-                 mark: Callable[[str], None] = lambda name: None) -> PassResult:
+                 mark: Callable[[str], None] = lambda name: None,
+                 agree: Optional[Callable[[bool], bool]] = None) -> PassResult:
     """First batch, warm-up, then steps until both `run.steps` and `run.min_time_s` are reached.
 
     `mark` is called with "first_measured" and "last_measured" around the steady state, so a
-    memory sampler can take exact readings there.
+    memory sampler can take exact readings there. `agree(want_more)` turns this process's wish
+    to go on into a decision shared with other ranks; its time is no step's.
     """
     start = time.perf_counter_ns()
     loop.step(None)
@@ -218,7 +232,13 @@ def measure_pass(loop: StepLoop, spec: JobSpec, sink: TimingSink, label: str,
     samples = 0
     mark("first_measured")
     loop.last_end_ns = time.perf_counter_ns()  # the mark's own cost is not the pipeline's
-    while len(steps) < spec.run.steps or measured_ns < min_time_ns:
+    while True:
+        want_more = len(steps) < spec.run.steps or measured_ns < min_time_ns
+        if agree is not None:
+            want_more = agree(want_more)
+            loop.last_end_ns = time.perf_counter_ns()
+        if not want_more:
+            break
         sample = loop.step(sink)
         steps.append(sample)
         measured_ns += sample.step_ns

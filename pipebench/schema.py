@@ -77,6 +77,22 @@ class ConsumerConfig:
 
 
 @dataclass
+class DistributedConfig:
+    """Multi-rank loading: `nproc` ranks started by torchrun on this node, each with its own
+    DistributedSampler and DataLoader workers, meeting at an all-reduce after every step."""
+
+    # 1: the ordinary single-process job. More: torchrun --standalone --nproc_per_node=nproc.
+    nproc: int = 1
+    # auto: nccl when every rank can have its own GPU, else gloo (the CPU backend).
+    backend: str = "auto"
+    # A rank that waits this long at the all-reduce fails (a peer hung or died): the process
+    # group's timeout. Generous: ranks x workers may far outnumber cores while measuring.
+    collective_timeout_s: float = 300.0
+    # The whole multi-rank run is stopped after this long, whatever the ranks are doing.
+    job_timeout_s: float = 3600.0
+
+
+@dataclass
 class PipebenchConfig:
     """The whole job. `dataset` and each chain entry are `_target_` nodes, so users can plug their own."""
 
@@ -97,6 +113,7 @@ class PipebenchConfig:
     # so a machine that got slower overall is told apart from a slower pipeline. Off by
     # default: it costs a few seconds per `pipebench run`; suite=nightly turns it on.
     calibrate: bool = False
+    distributed: DistributedConfig = field(default_factory=DistributedConfig)
 
 
 def register_schema(store: ConfigStore) -> None:

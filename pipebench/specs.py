@@ -20,6 +20,7 @@ STEP_DISTRIBUTIONS = ("fixed", "normal", "uniform")
 CONSUMER_DEVICES = ("auto", "cpu", "cuda")
 SHARING_STRATEGIES = ("file_descriptor", "file_system")
 TRACE_KINDS = ("none", "torch", "viztracer")
+DISTRIBUTED_BACKENDS = ("auto", "gloo", "nccl")
 
 
 @dataclass(frozen=True)
@@ -60,6 +61,14 @@ class ConsumerSpec:
 
 
 @dataclass(frozen=True)
+class DistributedSpec:
+    nproc: int
+    backend: str
+    collective_timeout_s: float
+    job_timeout_s: float
+
+
+@dataclass(frozen=True)
 class JobSpec:
     """Everything one job needs. `dataset` and the chains stay `_target_` dicts until built."""
 
@@ -75,6 +84,7 @@ class JobSpec:
     calibrate: bool
     dataset_name: str
     transform_name: str
+    distributed: DistributedSpec
 
 
 def _require(ok: bool, message: str) -> None:
@@ -141,6 +151,17 @@ def _validate_consumer(consumer: ConsumerSpec) -> None:
     _require(consumer.lr > 0, f"consumer.lr must be > 0, got {consumer.lr}")
 
 
+def _validate_distributed(distributed: DistributedSpec) -> None:
+    _require(distributed.nproc >= 1, f"distributed.nproc must be >= 1, got {distributed.nproc}")
+    _require(
+        distributed.backend in DISTRIBUTED_BACKENDS,
+        f"distributed.backend must be one of {', '.join(DISTRIBUTED_BACKENDS)}, got {distributed.backend!r}",
+    )
+    _require(distributed.collective_timeout_s > 0,
+             f"distributed.collective_timeout_s must be > 0, got {distributed.collective_timeout_s}")
+    _require(distributed.job_timeout_s > 0, f"distributed.job_timeout_s must be > 0, got {distributed.job_timeout_s}")
+
+
 def _to_plain(cfg: DictConfig) -> dict:
     """Resolve every key but `hydra` (whose job fields exist only once a job is launched)."""
     plain = {}
@@ -177,6 +198,8 @@ def job_spec_from_config(cfg: DictConfig, choices: Mapping[str, Optional[str]]) 
     _validate_loader(loader)
     _validate_run(run)
     _validate_consumer(consumer)
+    distributed = DistributedSpec(**plain["distributed"])
+    _validate_distributed(distributed)
     return JobSpec(
         dataset=plain["dataset"],
         per_sample=_check_target_nodes(plain["transform"]["per_sample"], "transform.per_sample"),
@@ -190,4 +213,5 @@ def job_spec_from_config(cfg: DictConfig, choices: Mapping[str, Optional[str]]) 
         calibrate=plain["calibrate"],
         dataset_name=str(choices.get("dataset") or "custom"),
         transform_name=str(choices.get("transform") or "custom"),
+        distributed=distributed,
     )

@@ -168,6 +168,7 @@ def pass_record(result: PassResult) -> Dict[str, object]:
         "step_ms": [s.step_ns / NS_PER_MS for s in result.steps],
         "transfer_ms": [s.transfer_ns / NS_PER_MS for s in result.steps],
         "worker_id": [s.worker_id for s in result.steps],
+        "collective_ms": [s.collective_ns / NS_PER_MS for s in result.steps],
     }
 
 

@@ -76,6 +76,9 @@ class TimedBatch(NamedTuple):
     worker_id: int
     worker_started_ns: int
     done_ns: int
+    # The dataset index of every sample in `data`, in order, for the exactly-once check of
+    # multi-rank runs (pipebench.coverage); it rides back the same way the timings do.
+    indices: np.ndarray = np.zeros(0, np.int64)
 
 
 def _label(enabled: bool, name: str):
@@ -138,7 +141,7 @@ class InstrumentedDataset(Dataset):
                 timings[step] = time.perf_counter_ns() - start
         except Exception as exc:  # a bad sample must not kill the worker: the policy decides
             return SampleFailure(index, self.describe(index), self.steps[step].name, _first_line(exc))
-        return sample, target, timings, time.thread_time_ns() - cpu_start
+        return sample, target, timings, time.thread_time_ns() - cpu_start, index
 
     def _getitem_observed(self, index: int):
         """The same, with a profiler label around each step and/or one trace slice per step."""
@@ -172,11 +175,11 @@ class InstrumentedDataset(Dataset):
                     rec.add(names[step], start, end)
         except Exception as exc:
             return SampleFailure(index, self.describe(index), self.steps[step].name, _first_line(exc))
-        return sample, target, timings, time.thread_time_ns() - cpu_start
+        return sample, target, timings, time.thread_time_ns() - cpu_start, index
 
 
 class TimedCollate:
-    """Collates (sample, target, timings) triples, then runs the per-batch chain, timing both.
+    """Collates (sample, target, timings, cpu_ns, index) items, then runs the per-batch chain, timing both.
 
     In a worker it traces into the recorder on the worker's dataset copy (`get_worker_info().dataset
     .trace`); in the main process (workers=0) into its own `trace`, set by `start_main`.
@@ -209,14 +212,16 @@ class TimedCollate:
             worker_id, started_ns, rec = MAIN_PROCESS_WORKER, 0, self.trace
 
         def batch(data: Any, labels: Any, sample_ns: np.ndarray, sample_cpu_ns: np.ndarray,
-                  failed: Tuple[SampleFailure, ...]) -> TimedBatch:
+                  failed: Tuple[SampleFailure, ...], indices: np.ndarray) -> TimedBatch:
             return TimedBatch(data, labels, sample_ns, batch_ns, sample_cpu_ns, time.thread_time_ns() - cpu_start,
-                              failed, worker_id, started_ns, time.perf_counter_ns())
+                              failed, worker_id, started_ns, time.perf_counter_ns(), indices)
 
         if not good:
-            return batch(None, None, np.zeros((0, len(self.steps)), np.int64), np.zeros(0, np.int64), failures)
+            return batch(None, None, np.zeros((0, len(self.steps)), np.int64), np.zeros(0, np.int64), failures,
+                         np.zeros(0, np.int64))
         sample_ns = np.stack([item[2] for item in good])
         sample_cpu_ns = np.array([item[3] for item in good], dtype=np.int64)
+        indices = np.array([item[4] for item in good], dtype=np.int64)
         names = self.labels
         step = 0
         try:
@@ -238,8 +243,8 @@ class TimedCollate:
         except Exception as exc:  # the whole batch is bad; the policy in the main process decides
             lost = SampleFailure(BATCH_FAILURE_INDEX, f"a batch of {len(good)} samples", self.steps[step].name,
                                  _first_line(exc))
-            return batch(None, None, sample_ns[:0], sample_cpu_ns[:0], failures + (lost,) * len(good))
-        return batch(data, labels, sample_ns, sample_cpu_ns, failures)
+            return batch(None, None, sample_ns[:0], sample_cpu_ns[:0], failures + (lost,) * len(good), indices[:0])
+        return batch(data, labels, sample_ns, sample_cpu_ns, failures, indices)
 
 
 class WorkerInit:

@@ -39,7 +39,9 @@ def result_json(folder: Path, consumer: str):
 
 
 def test_gpu_columns_are_appended_to_the_summary():
-    tail = SUMMARY_COLUMNS[-len(GPU_COLUMNS) - 3:]
+    # Appended after the original columns (the multi-rank columns came after them in the merge).
+    start = SUMMARY_COLUMNS.index("epochs") + 1
+    tail = SUMMARY_COLUMNS[start:start + len(GPU_COLUMNS) + 3]
     assert tail[:2] == ["pin_memory", "consumer_ms_median"] and tail[-1] == "gpu_notes"
     assert tail[2:-1] == GPU_COLUMNS
 

@@ -5,6 +5,7 @@ import math
 import time
 
 from pipebench.movement import BOTH, Movement
+from pipebench.rank_info import rank_and_world
 
 
 class _Delay:
@@ -49,3 +50,18 @@ class Sleep(_Delay):
     def __call__(self, sample):
         time.sleep(self.ms / 1000.0)
         return sample
+
+
+class RankBusyWait(BusyWait):
+    """BusyWait ``ms`` only in multi-rank run rank ``rank`` (pass-through elsewhere): a
+    deliberate straggler, for seeing what one slow rank costs the others at the all-reduce."""
+
+    def __init__(self, ms: float, rank: int = 1):
+        super().__init__(ms)
+        self.rank = int(rank)
+
+    def __call__(self, sample):
+        return super().__call__(sample) if rank_and_world()[0] == self.rank else sample
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}(ms={self.ms}, rank={self.rank})"

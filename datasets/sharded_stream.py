@@ -1,0 +1,57 @@
+"""A streaming (IterableDataset) view of any map-style dataset, sharded by rank and by worker.
+
+Stream-style datasets (tar shards, record files, a database cursor) decide for themselves which
+samples a process reads, so DistributedSampler cannot help them: each copy of the stream must
+take its own disjoint share, one share per (rank, DataLoader worker). This dataset shows the
+correct way: shard `k` of `ranks x workers` reads indices k, k + n, k + 2n, ... of the source.
+`shard=false` reproduces the classic bug (every copy reads everything) that pipebench's
+exactly-once check reports as duplicates.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Iterator, Tuple
+
+from torch.utils.data import IterableDataset, get_worker_info
+
+from pipebench.rank_info import rank_and_world
+
+
+def shard_of(rank: int, world: int, worker: int, workers: int) -> Tuple[int, int]:
+    """(this copy's shard, number of shards): rank-major, so each rank's workers are adjacent."""
+    return rank * workers + worker, world * workers
+
+
+class ShardedStream(IterableDataset):
+    """Yields `(index, sample, target)` for this process's share of `source`, in index order.
+
+    `source` is any map-style dataset (a `_target_` node in the config, built by Hydra).
+    Rank and world size come from torchrun's environment, the worker from `get_worker_info()`,
+    both read when iteration starts, so they are right in every process whatever the start method.
+    """
+
+    def __init__(self, source: Any, shard: bool = True):
+        self.source = source
+        self.shard = bool(shard)
+
+    def __len__(self) -> int:
+        return len(self.source)
+
+    def __iter__(self) -> Iterator[Tuple[int, Any, Any]]:
+        start, step = 0, 1
+        if self.shard:
+            rank, world = rank_and_world()
+            info = get_worker_info()
+            worker, workers = (info.id, info.num_workers) if info is not None else (0, 1)
+            start, step = shard_of(rank, world, worker, workers)
+        for index in range(start, len(self.source), step):
+            yield (index, *self.source[index])
+
+    def describe(self, index: int) -> str:
+        describe = getattr(self.source, "describe", None)
+        return describe(index) if describe is not None and index >= 0 else f"sample {index}"
+
+    def identity(self) -> dict:
+        identity = getattr(self.source, "identity", None)
+        source = identity() if identity is not None else {"class": type(self.source).__name__}
+        return {"name": "sharded_stream", "shard": self.shard, "source": source}

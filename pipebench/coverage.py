@@ -1,0 +1,136 @@
+"""Did every sample index arrive exactly once per epoch, across every rank and worker?
+
+Each rank logs the indices of every batch it received (they ride back beside the batch, as the
+timings do) together with the epoch the batch belonged to. Pooling the logs of all ranks, an
+epoch that every rank finished must hold each index of the dataset exactly once: a duplicate
+means two ranks or two workers read the same sample (a missing DistributedSampler, an
+IterableDataset not sharded with `get_worker_info()`), a miss means a sample nobody read. The
+last, unfinished epoch can only be checked for duplicates.
+"""
+
+from collections import Counter
+from dataclasses import asdict, dataclass
+from typing import Dict, Hashable, Iterable, List, Mapping, Sequence, Tuple
+
+# Indices listed by value in the report; the counts cover all of them.
+MAX_LISTED_INDICES = 10
+
+
+@dataclass(frozen=True)
+class CoverageReport:
+    """Totals over the checked epochs. `complete_epochs` were checked for duplicates and misses,
+    `partial_epochs` (begun but unfinished when measuring stopped) for duplicates only.
+
+    `droppable`: how many misses per epoch drop_last may explain (the tail that does not fill
+    a last batch on every rank), so a reader can tell a sampler bug from a known loss."""
+
+    length: int
+    complete_epochs: int
+    partial_epochs: int
+    samples_seen: int
+    duplicates: int
+    missing: int
+    droppable: int
+    duplicate_examples: Tuple[int, ...]
+    missing_examples: Tuple[int, ...]
+
+    @property
+    def exactly_once(self) -> bool:
+        return self.duplicates == 0 and self.missing == 0
+
+    def as_dict(self) -> dict:
+        return {**asdict(self), "exactly_once": self.exactly_once}
+
+    def describe(self) -> str:
+        """One line for the job's output."""
+        checked = f"{self.complete_epochs} complete + {self.partial_epochs} partial epoch(s)"
+        if self.exactly_once:
+            return f"coverage: every index exactly once ({checked}, {self.samples_seen} samples)"
+        parts = []
+        if self.duplicates:
+            parts.append(f"{self.duplicates} duplicate reads (e.g. {list(self.duplicate_examples)})")
+        if self.missing:
+            parts.append(f"{self.missing} missed indices (e.g. {list(self.missing_examples)}; "
+                         f"drop_last can explain up to {self.droppable} per epoch)")
+        return f"coverage: {'; '.join(parts)} ({checked})"
+
+
+class IndexLog:
+    """A StepLoop `after_step` hook (or part of one): the sample indices of every batch a process
+    received, by (repeat, epoch). Appending a small array costs about a microsecond a step."""
+
+    def __init__(self) -> None:
+        self.repeat = 0
+        self.parts: Dict[Tuple[int, int], list] = {}
+
+    def __call__(self, batch, epoch: int) -> None:
+        self.parts.setdefault((self.repeat, epoch), []).append(batch.indices)
+
+    def mapping(self) -> Dict[Tuple[int, int], List[int]]:
+        return {key: [int(i) for part in parts for i in part] for key, parts in sorted(self.parts.items())}
+
+    def as_json(self) -> List[dict]:
+        return [{"repeat": r, "epoch": e, "indices": indices} for (r, e), indices in self.mapping().items()]
+
+
+def log_from_json(entries: Sequence[Mapping]) -> Dict[Tuple[int, int], List[int]]:
+    return {(e["repeat"], e["epoch"]): e["indices"] for e in entries}
+
+
+def complete_epochs(epochs_reached: Sequence[Sequence[int]]) -> set:
+    """(repeat, epoch) keys every process went past. `epochs_reached[p][r]`: the epoch process p
+    was in when repeat r stopped (epochs count from 1, as BatchStream counts them)."""
+    repeats = min(len(reached) for reached in epochs_reached)
+    return {(r, e) for r in range(repeats) for e in range(1, min(reached[r] for reached in epochs_reached))}
+
+
+def droppable_per_epoch(shards: int, batch_size: int, drop_last: bool) -> int:
+    """An upper bound on the samples drop_last may leave unread an epoch: under a batch per shard
+    (a rank's sampler share, or each copy of a stream), DistributedSampler's tail included."""
+    return shards * batch_size if drop_last else 0
+
+
+def merge_logs(logs: Iterable[Mapping[Hashable, Sequence[int]]]) -> Dict[Hashable, List[int]]:
+    """Pool per-rank logs (epoch key -> indices) into one epoch key -> indices mapping.
+    An epoch key is anything hashable and sortable, e.g. (repeat, epoch)."""
+    pooled: Dict[Hashable, List[int]] = {}
+    for log in logs:
+        for epoch, indices in log.items():
+            pooled.setdefault(epoch, []).extend(int(i) for i in indices)
+    return pooled
+
+
+def check_coverage(epochs: Mapping[Hashable, Sequence[int]], length: int, complete: Iterable[Hashable],
+                   droppable: int = 0) -> CoverageReport:
+    """Check pooled indices per epoch against `range(length)`.
+
+    `complete`: the epochs every rank finished (checked for misses too); any other epoch in
+    `epochs` is partial. Indices outside the dataset count as duplicates: they are reads that
+    an exactly-once epoch cannot hold.
+    """
+    complete = set(complete)
+    duplicates = missing = seen = 0
+    dup_examples: List[int] = []
+    miss_examples: List[int] = []
+    for epoch in sorted(epochs):
+        counts = Counter(epochs[epoch])
+        seen += sum(counts.values())
+        extra = sorted(i for i, n in counts.items() if n > 1 or not 0 <= i < length)
+        duplicates += sum(counts[i] - (1 if 0 <= i < length else 0) for i in extra)
+        dup_examples.extend(extra[:MAX_LISTED_INDICES - len(dup_examples)])
+        if epoch in complete:
+            absent = [i for i in range(length) if i not in counts]
+            missing += len(absent)
+            miss_examples.extend(absent[:MAX_LISTED_INDICES - len(miss_examples)])
+    checked = set(epochs)
+    return CoverageReport(
+        length=length,
+        complete_epochs=len(checked & complete),
+        partial_epochs=len(checked - complete),
+        samples_seen=seen,
+        duplicates=duplicates,
+        missing=missing,
+        droppable=droppable,
+        duplicate_examples=tuple(dup_examples),
+        missing_examples=tuple(miss_examples),
+    )

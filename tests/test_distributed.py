@@ -1,0 +1,198 @@
+"""Multi-rank jobs through the real CLI and torchrun: per-rank rows, aggregates, exactly-once, failures."""
+
+import csv
+import json
+import time
+from pathlib import Path
+
+import pytest
+
+from pipebench.fingerprint import usable_cores
+from pipebench.multirank import (KILL_GRACE_S, DistributedError, aggregate, measure_multirank,
+                                 oversubscription_warning, resolve_backend, root_cause)
+from pipebench.specs import DistributedSpec
+
+from conftest import QUICK_RUN, compose_spec, results_folder, run_cli
+
+TWO_RANKS = ["distributed.nproc=2", "results_dir=out"]
+# 64 samples / 2 ranks / 8 a batch = 4 steps a rank per epoch: a quick run spans several epochs.
+SMALL = ["dataset=random_tensors", "dataset.shape=[3,32,32]", "dataset.length=64"]
+# The straggler's extra CPU a sample on rank 1; x 8 samples = 32 ms a step against ~35 ms.
+STRAGGLE_MS = 4.0
+
+
+@pytest.fixture
+def rank_project(tmp_path: Path) -> Path:
+    """Chains of known cost, a balanced one and one whose rank 1 is slower, plus faulty ones."""
+    (tmp_path / "faults.py").write_text(
+        "import os, time\n\n"
+        "class DieOnRank1:\n"
+        "    def __call__(self, x):\n"
+        "        if os.environ.get('RANK') == '1':\n"
+        "            os._exit(3)\n"
+        "        return x\n\n"
+        "class HangOnRank1:\n"
+        "    def __call__(self, x):\n"
+        "        while os.environ.get('RANK') == '1':\n"
+        "            time.sleep(1)\n"
+        "        return x\n"
+    )
+    chains = tmp_path / "conf" / "transform"
+    chains.mkdir(parents=True)
+    busy = "  - _target_: pipebench.transforms.synthetic.BusyWait\n    ms: 0.2\n"
+    (chains / "balanced.yaml").write_text(f"per_sample:\n{busy}")
+    (chains / "straggler.yaml").write_text(
+        f"per_sample:\n{busy}  - _target_: pipebench.transforms.synthetic.RankBusyWait\n"
+        f"    ms: {STRAGGLE_MS}\n    rank: 1\n")
+    for name in ("DieOnRank1", "HangOnRank1"):
+        (chains / f"{name.lower()}.yaml").write_text(f"per_sample:\n  - _target_: faults.{name}\n")
+    return tmp_path
+
+
+def _results(folder: Path):
+    return [json.loads(p.read_text()) for p in sorted(folder.glob("job-*/result.json"))]
+
+
+def test_two_ranks_balanced_straggler_and_a_rank_that_dies(rank_project):
+    # One sweep (one CLI start-up): two good jobs, then one whose rank 1 dies at its first sample.
+    proc = run_cli(["run", "--config-dir", "conf", "transform=balanced,straggler,dieonrank1", "workers=0", *SMALL,
+                    *QUICK_RUN, *TWO_RANKS], cwd=rank_project)
+    assert proc.returncode == 2
+    errors = [line for line in proc.stderr.splitlines() if line.startswith("pipebench: error:")]
+    assert len(errors) == 1, proc.stderr
+    assert "rank 1 failed (exit code 3): it exited without a Python error" in errors[0]
+    assert "Traceback" not in proc.stderr
+    folder = rank_project / results_folder(proc.stdout)
+    balanced, straggler = _results(folder)  # the rows measured before the failure are kept
+
+    for result in (balanced, straggler):
+        assert [r["rank"] for r in result["ranks"]] == [0, 1]
+        for row in result["ranks"]:
+            assert row["samples_per_s"] > 0 and 0 <= row["starvation_pct"] <= 100
+            assert row["wait_ms_p99"] >= row["wait_ms_median"] >= 0
+        summary = result["summary"]
+        assert summary["ranks"] == 2
+        assert summary["samples_per_s"] == pytest.approx(sum(r["samples_per_s"] for r in result["ranks"]))
+        assert summary["starvation_pct_max"] == max(r["starvation_pct"] for r in result["ranks"])
+        coverage = result["coverage"]
+        assert coverage["exactly_once"] and coverage["complete_epochs"] >= 1, coverage
+        assert result["distributed"]["backend"] == "gloo"
+        assert result["fingerprint"]["hostname"]
+        assert set(result["rank_passes"]) == {"0", "1"} and result["passes"] == result["rank_passes"]["0"]
+        assert len(result["passes"][0]["collective_ms"]) == summary["steps"]
+    assert "coverage: every index exactly once" in proc.stdout
+    assert f"straggler ratio {straggler['summary']['straggler_ratio']:.3f}" in proc.stdout
+
+    # The slow rank's extra work shows as its busy time and as its peer's wait at the all-reduce.
+    slow, fast = straggler["ranks"][1], straggler["ranks"][0]
+    assert slow["busy_ms_mean"] - fast["busy_ms_mean"] > 0.5 * 8 * STRAGGLE_MS
+    assert fast["collective_ms_mean"] - slow["collective_ms_mean"] > 0.5 * 8 * STRAGGLE_MS
+    assert straggler["summary"]["straggler_ratio"] > balanced["summary"]["straggler_ratio"] + 0.1
+    assert (straggler["summary"]["collective_wait_ms_mean"]
+            > balanced["summary"]["collective_wait_ms_mean"] + 0.25 * 8 * STRAGGLE_MS)
+    # The pooled transform table holds both ranks' samples (equal counts, as the ranks step together),
+    # so the straggler's cost is the mean of the two ranks' own figures.
+    pooled = {t["transform"]: t for t in straggler["transforms"]}
+    own = [{t["transform"]: t for t in straggler["rank_transforms"][r]} for r in ("0", "1")]
+    assert pooled["RankBusyWait"]["calls"] == own[0]["RankBusyWait"]["calls"] + own[1]["RankBusyWait"]["calls"]
+    assert pooled["RankBusyWait"]["ms_per_sample"] == pytest.approx(
+        (own[0]["RankBusyWait"]["ms_per_sample"] + own[1]["RankBusyWait"]["ms_per_sample"]) / 2, rel=1e-6)
+    assert own[1]["RankBusyWait"]["ms_per_sample"] > 0.9 * STRAGGLE_MS > 10 * own[0]["RankBusyWait"]["ms_per_sample"]
+
+    with (folder / "summary.csv").open() as handle:
+        rows = list(csv.DictReader(handle))
+    assert [r["ranks"] for r in rows] == ["2", "2"]
+    assert all(float(r["straggler_ratio"]) >= 1 and float(r["collective_wait_ms_mean"]) > 0 for r in rows)
+    assert "straggler_ratio" in (folder / "summary.md").read_text()
+
+
+def test_unsharded_iterable_is_caught(rank_project):
+    stream = ["dataset=sharded_stream", "dataset.source.shape=[3,32,32]", "dataset.source.length=64",
+              "transform=balanced", "workers=2"]
+    # The sharded stream's exactly-once reads are checked in-process in test_coverage.py.
+    proc = run_cli(["run", "--config-dir", "conf", "dataset.shard=false", *stream, *QUICK_RUN, *TWO_RANKS],
+                   cwd=rank_project)
+    assert proc.returncode == 0, proc.stderr
+    (unsharded,) = _results(rank_project / results_folder(proc.stdout))
+    coverage = unsharded["coverage"]
+    # Every copy (2 ranks x 2 workers) reads the whole stream: each index read 4 times an epoch.
+    assert coverage["complete_epochs"] == 0 or coverage["duplicates"] >= 3 * coverage["length"], coverage
+    assert unsharded["summary"]["duplicate_samples"] == coverage["duplicates"] > 0
+    assert "duplicate reads" in proc.stdout
+    # 2 ranks x 2 workers: more loader processes than cores on this 2-core machine, not on a big one.
+    oversubscribed = 4 > usable_cores()
+    assert ("ranks x 2 loader processes = 4" in proc.stderr) == oversubscribed
+    assert unsharded["distributed"]["oversubscribed"] == oversubscribed
+
+
+def test_hung_ranks_are_stopped_at_the_job_timeout(rank_project, monkeypatch):
+    # In-process (the CLI's one-line failure path is covered above): the ranks import faults.py from here.
+    monkeypatch.chdir(rank_project)
+    monkeypatch.syspath_prepend(str(rank_project))
+    monkeypatch.setenv("PYTHONPATH", str(rank_project))
+    spec = compose_spec(["hydra.searchpath=[file://conf]", "transform=hangonrank1", "workers=0", *SMALL, *QUICK_RUN,
+                         "distributed.nproc=2", "distributed.job_timeout_s=12"])
+    job_dir = rank_project / "job"
+    job_dir.mkdir()
+    started = time.monotonic()
+    with pytest.raises(DistributedError, match="did not finish within distributed.job_timeout_s=12; stopped them"):
+        measure_multirank(spec, job_dir)
+    assert time.monotonic() - started < 12 + 2 * KILL_GRACE_S
+
+
+TORCHRUN_FAILURE = """\
+Failures:
+[1]:
+  time      : 2026-11-22_13:05:37
+  rank      : 0 (local_rank: 0)
+  exitcode  : -15 (pid: 9958)  (SIGTERM)
+------------------------------------------------------------
+Root Cause (first observed failure):
+[0]:
+  time      : 2026-11-22_13:05:37
+  host      : localhost
+  rank      : 1 (local_rank: 1)
+  exitcode  : 3 (pid: 9959)
+"""
+
+
+def test_root_cause_is_torchruns_first_failure():
+    # torchrun 2.x's summary (abridged): the SIGTERMed peer is listed first, the cause after it.
+    assert root_cause(TORCHRUN_FAILURE) == (1, 3)
+    assert root_cause("no summary here") is None
+
+
+def test_oversubscription_warning_counts_ranks_times_workers():
+    spec = compose_spec(["distributed.nproc=2", "workers=3"])
+    assert "2 ranks x 3 loader processes = 6 on 4 usable cores" in oversubscription_warning(spec, 4)
+    assert oversubscription_warning(spec, 6) == ""
+    assert "= 2 on 1 usable cores" in oversubscription_warning(compose_spec(["distributed.nproc=2"]), 1)
+
+
+def test_backend_choice():
+    assert resolve_backend("gloo", 2) == "gloo"
+    # This suite runs without a GPU per rank: auto falls back to the CPU backend, nccl is refused.
+    assert resolve_backend("auto", 64) == "gloo"
+    with pytest.raises(Exception, match="needs a GPU per rank"):
+        resolve_backend("nccl", 64)
+
+
+def test_distributed_config_is_checked():
+    assert compose_spec(["distributed.nproc=4"]).distributed == DistributedSpec(4, "auto", 300.0, 3600.0)
+    for bad, message in [("distributed.nproc=0", "distributed.nproc must be >= 1"),
+                         ("distributed.backend=mpi", "distributed.backend must be one of")]:
+        with pytest.raises(Exception, match=message):
+            compose_spec([bad])
+
+
+def test_aggregate_straggler_ratio_is_slowest_over_median():
+    def rank(busy, collective, rate, starvation):
+        return {"summary": {"busy_ms_mean": busy, "collective_ms_mean": collective, "collective_ms_p99": collective,
+                            "samples_per_s": rate, "samples_per_s_ci_low": rate - 1, "samples_per_s_ci_high": rate + 1,
+                            "starvation_pct": starvation, "steps": 10}}
+
+    row = aggregate([rank(10, 5, 100, 20), rank(10, 4, 100, 30), rank(15, 0, 90, 60)])
+    assert row["straggler_ratio"] == 1.5 and row["collective_wait_ms_mean"] == 3.0
+    assert row["samples_per_s"] == 290 and row["starvation_pct"] == pytest.approx(110 / 3)
+    assert row["starvation_pct_max"] == 60 and row["ranks"] == 3 and row["steps"] == 10
+    assert "busy_ms_mean" not in row
