@@ -51,7 +51,11 @@ BEST_MARK, NEAR_BEST_MARK = "★", "≈"
 # Fingerprint fields that tell two hosts apart in a merged report.
 HOST_FIELDS = ("hostname", "cpu_model", "usable_cores", "gpu")
 CSV_FIXED = ("host", "run", "job", "rounds", "samples_per_s", "spread_low", "spread_high", "spread_kind",
-             "significant_figures", "speedup", "starvation_pct", "best", "near_best", "baseline")
+             "significant_figures", "speedup", "starvation_pct", "best", "near_best", "baseline", "ranks",
+             "straggler_ratio", "collective_wait_ms_mean")
+# Multi-rank figures the table shows when any job ran several ranks (distributed.nproc > 1):
+# summary key -> (column title, decimals). A straggler ratio past 1.1 is visible at 2 decimals.
+RANK_COLUMNS = {"straggler_ratio": ("straggler", 2), "collective_wait_ms_mean": ("all-reduce wait ms", 1)}
 
 
 def canonical(value: object) -> str:
@@ -125,6 +129,11 @@ class ComparisonRow:
     @property
     def rounds(self) -> int:
         return len(self.results)
+
+    def summary_median(self, key: str, default: float) -> float:
+        """The median over rounds of a summary figure; `default` for results written without it."""
+        values = [float(r["summary"].get(key, default)) for r in self.results]
+        return float(np.median(values))
 
     def value(self, key: str) -> str:
         """This job's value of an override key, read from its config when it was not overridden."""
@@ -305,6 +314,7 @@ def comparison_markdown(table: ComparisonTable) -> str:
     spread_title = _spread_title(table)
     titles = {key: axis_title(key, table.axes) for key in table.axes} or {"job": "job"}
     show_rounds = any(r.rounds > 1 for r in table.rows)
+    show_ranks = any(r.summary_median("ranks", 1) > 1 for r in table.rows)
     speedups = _speedup_cells(table)
     cells = []
     for i, row in enumerate(table.rows):
@@ -318,10 +328,14 @@ def comparison_markdown(table: ComparisonTable) -> str:
         })
         if show_rounds:
             cell["rounds"] = str(row.rounds)
+        if show_ranks:
+            cell.update({title: f"{row.summary_median(key, 0.0):.{decimals_}f}"
+                         for key, (title, decimals_) in RANK_COLUMNS.items()})
         cells.append(cell)
-    numeric = ["samples/s", spread_title, "speedup", "starvation %", "rounds"]
+    rank_titles = [title for title, _ in RANK_COLUMNS.values()] if show_ranks else []
+    numeric = ["samples/s", spread_title, "speedup", "starvation %", "rounds", *rank_titles]
     numeric += [title for title in titles.values() if all(_is_number(c[title]) for c in cells)]
-    columns = [*titles.values(), *numeric[:4], *(["rounds"] if show_rounds else []), "best"]
+    columns = [*titles.values(), *numeric[:4], *rank_titles, *(["rounds"] if show_rounds else []), "best"]
     base_label = row_label(table.rows[table.baseline], table.axes)
     notes = [
         f"speedup: samples/s against `{base_label}`. {BEST_MARK}: highest samples/s; {NEAR_BEST_MARK}: its spread "
@@ -344,5 +358,6 @@ def comparison_csv(table: ComparisonTable) -> str:
         writer.writerow([row.host, row.folder.name, *(row.value(a) for a in axes), row.label, row.rounds,
                          rate.value, rate.low, rate.high, rate.kind,
                          significant_figures(rate.value, rate.half_width), table.speedup(i), row.starvation_pct,
-                         i == table.best, table.near_best(i), i == table.baseline])
+                         i == table.best, table.near_best(i), i == table.baseline, row.summary_median("ranks", 1),
+                         row.summary_median("straggler_ratio", 1.0), row.summary_median("collective_wait_ms_mean", 0.0)])
     return buffer.getvalue()

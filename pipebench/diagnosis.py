@@ -10,6 +10,8 @@ usable cores:
   C / (c_cpu + s_cpu/B), the cores' budget once the consumer's own CPU share s_cpu is paid
   (zero for a consumer that sleeps or runs on a GPU), and the consumer eats at most B/s.
   Throughput is the least of the three; starvation is 1 − throughput / consumer rate.
+- R ranks (distributed.nproc): each rank has its own loader and consumer, so the per-rank
+  limits multiply by R, while the cores' budget is shared by all of them.
 
 What the model leaves out (collate and IPC delivery, pin-memory, the main loop's own
 bookkeeping, page cache) is what the gap between prediction and measurement is made of, so
@@ -25,7 +27,7 @@ import numpy as np
 from pipebench.tables import format_value, markdown_table
 
 # Overrides that never define a chain: the axis the model predicts along, and repetition.
-NON_CHAIN_KEYS = ("workers", "run.round", "results_dir")
+NON_CHAIN_KEYS = ("workers", "distributed.nproc", "run.round", "results_dir")
 # A measurement within this of the prediction is explained by the model; shared 2-core machines
 # wobble by up to ~15% between back-to-back runs (benchmarks/overhead.py's A/A spread).
 EXPLAINED_WITHIN = 0.15
@@ -59,6 +61,7 @@ class Prediction:
 @dataclass(frozen=True)
 class PredictedRow:
     chain: str
+    ranks: int
     workers: int
     predicted: Prediction
     measured_samples_per_s: float
@@ -78,20 +81,20 @@ class Diagnosis:
     advice: Tuple[str, ...]
 
 
-def predict(costs: ChainCosts, workers: int) -> Prediction:
-    """Samples/s and starvation % of `costs` with `workers` DataLoader workers (see the module doc)."""
+def predict(costs: ChainCosts, workers: int, ranks: int = 1) -> Prediction:
+    """Samples/s (all ranks together) and starvation % of `costs` with `workers` DataLoader workers
+    in each of `ranks` ranks (see the module doc)."""
     batch, c, s = costs.batch_size, costs.ms_per_sample, costs.consumer_ms
-    if workers == 0:
-        step_ms = batch * c + s
-        return Prediction(1000.0 * batch / step_ms, 100.0 * batch * c / step_ms, "serial")
-    limits = {
-        "consumer": batch / s if s > 0 else math.inf,
-        "workers": workers / c,
-        "cores": costs.usable_cores / (costs.cpu_ms_per_sample + costs.consumer_cpu_ms / batch),
+    cores = costs.usable_cores / (costs.cpu_ms_per_sample + costs.consumer_cpu_ms / batch)
+    consumer = ranks * batch / s if s > 0 else math.inf
+    limits = {"serial": ranks * batch / (batch * c + s)} if workers == 0 else {
+        "consumer": consumer,
+        "workers": ranks * workers / c,
     }
+    limits["cores"] = cores
     bound = min(limits, key=limits.get)
     rate = limits[bound]  # samples a ms
-    starvation = 100.0 * (1.0 - rate * s / batch) if s > 0 else 100.0
+    starvation = 100.0 * (1.0 - rate / consumer) if s > 0 else 100.0
     return Prediction(1000.0 * rate, max(starvation, 0.0), bound)
 
 
@@ -125,8 +128,10 @@ def _consumer_ms(result: Mapping) -> float:
 
 
 def chain_costs(results: Sequence[Mapping]) -> ChainCosts:
-    """One chain's costs, from its workers=0 jobs (median over rounds), else its CPU time in workers."""
-    serial = [r for r in results if r["summary"]["workers"] == 0]
+    """One chain's costs, from its single-rank workers=0 jobs (median over rounds), else any workers=0
+    job's, else its CPU time in workers."""
+    serial = [r for r in results if r["summary"]["workers"] == 0 and _ranks(r) == 1] or \
+        [r for r in results if r["summary"]["workers"] == 0]
     picked = serial or list(results)
     wall_key = "pipeline_ms_per_sample" if serial else "cpu_ms_per_sample"
     first = picked[0]
@@ -142,6 +147,10 @@ def chain_costs(results: Sequence[Mapping]) -> ChainCosts:
         usable_cores=int(first["fingerprint"]["usable_cores"]),
         source="workers=0" if serial else f"CPU time in workers={first['summary']['workers']}",
     )
+
+
+def _ranks(result: Mapping) -> int:
+    return int(result["summary"].get("ranks", 1))
 
 
 def _group(results: Sequence[Mapping]) -> Dict[str, List[Mapping]]:
@@ -227,7 +236,11 @@ def _advice_unexplained(rows: Sequence[PredictedRow], results: Sequence[Mapping]
         candidates.append("cores that are SMT siblings or shared with other tenants (the model counts each "
                           "usable core as a whole one)")
     candidates.append("the collate and the main loop's bookkeeping")
-    named = ", ".join(f"{r.chain} at workers={r.workers} ({format_value(100 * r.gap)}%)" for r in off)
+    if any(r.ranks > 1 for r in off):
+        candidates.append("waiting at the all-reduce for the slowest rank (see straggler_ratio and "
+                          "collective_wait_ms_mean)")
+    named = ", ".join(f"{r.chain} at {f'ranks={r.ranks} ' if r.ranks > 1 else ''}workers={r.workers} "
+                      f"({format_value(100 * r.gap)}%)" for r in off)
     return [f"Unexplained: {named} differ from the model by more than {format_value(100 * EXPLAINED_WITHIN)}%. "
             f"The model leaves out {'; '.join(candidates)}."]
 
@@ -238,10 +251,10 @@ def diagnose(results: Sequence[Mapping]) -> Diagnosis:
     costs = {chain: chain_costs(jobs) for chain, jobs in groups.items()}
     rows = []
     for chain, jobs in groups.items():
-        for workers in sorted({j["summary"]["workers"] for j in jobs}):
-            same = [j["summary"] for j in jobs if j["summary"]["workers"] == workers]
+        for ranks, workers in sorted({(_ranks(j), j["summary"]["workers"]) for j in jobs}):
+            same = [j["summary"] for j in jobs if (_ranks(j), j["summary"]["workers"]) == (ranks, workers)]
             rows.append(PredictedRow(
-                chain=chain, workers=workers, predicted=predict(costs[chain], workers),
+                chain=chain, ranks=ranks, workers=workers, predicted=predict(costs[chain], workers, ranks),
                 measured_samples_per_s=float(np.median([s["samples_per_s"] for s in same])),
                 measured_starvation_pct=float(np.median([s["starvation_pct"] for s in same])),
                 jobs=len(same),
@@ -252,13 +265,13 @@ def diagnose(results: Sequence[Mapping]) -> Diagnosis:
     return Diagnosis(rows=tuple(rows), costs=tuple(costs.items()), advice=tuple(advice))
 
 
-PREDICTION_COLUMNS = ["chain", "workers", "predicted_samples_per_s", "measured_samples_per_s", "gap_pct",
+PREDICTION_COLUMNS = ["chain", "ranks", "workers", "predicted_samples_per_s", "measured_samples_per_s", "gap_pct",
                       "predicted_starvation_pct", "measured_starvation_pct", "bound"]
 
 
 def prediction_table_rows(diagnosis: Diagnosis) -> List[Dict[str, object]]:
     return [{
-        "chain": r.chain, "workers": r.workers,
+        "chain": r.chain, "ranks": r.ranks, "workers": r.workers,
         "predicted_samples_per_s": r.predicted.samples_per_s, "measured_samples_per_s": r.measured_samples_per_s,
         # Percentages to one decimal: the machine's run-to-run noise is several percent.
         "gap_pct": round(100.0 * r.gap, 1),
@@ -278,9 +291,10 @@ def render_diagnosis(diagnosis: Diagnosis) -> str:
         "## diagnosis\n",
         "Model: workers=0 runs B·c + s a step; with W workers the rate is the least of W/c, "
         "cores/(c_cpu + consumer CPU/B) and the consumer's B/s (c, c_cpu = wall and CPU ms a sample at "
-        "workers=0; s = consumer ms a step).\n",
+        "workers=0; s = consumer ms a step). R ranks multiply the per-rank limits and share the cores.\n",
         markdown_table(cost_rows, list(cost_rows[0])),
-        markdown_table(prediction_table_rows(diagnosis), PREDICTION_COLUMNS),
+        markdown_table(prediction_table_rows(diagnosis), [c for c in PREDICTION_COLUMNS if c != "ranks" or any(
+            r.ranks > 1 for r in diagnosis.rows)]),
         "### what to do\n",
         "\n".join(f"{i}. {line}" for i, line in enumerate(diagnosis.advice, 1)) + "\n",
     ]

@@ -12,8 +12,9 @@ from typing import Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 from pipebench.comparison import HOST, ComparisonTable, build_table, comparison_csv, comparison_markdown, group_rows
 from pipebench.diagnosis import diagnose, render_diagnosis
 from pipebench.errors import ConfigError
+from pipebench.gpu_report import gpu_markdown
 from pipebench.plots import PlotOutcome, write_plots
-from pipebench.results import RESULT_FILE, load_job_results
+from pipebench.results import RESULT_FILE, load_job_results, summary_rows
 
 COMPARISON_MD = "comparison.md"
 COMPARISON_CSV = "comparison.csv"
@@ -93,8 +94,13 @@ def diagnosis_section(inputs: ReportInputs) -> str:
                      for host, results in sorted(by_host.items()))
 
 
+def gpu_section(inputs: ReportInputs) -> Optional[str]:
+    """The masked-loss pair (syncs a step, step-time ratio) and what the GPU did, when the runs have them."""
+    return gpu_markdown(summary_rows([r for run in inputs.runs for r in run.results])) or None
+
+
 # In report order. Append a builder here to add a section to every report.
-REPORT_SECTIONS: Tuple[SectionBuilder, ...] = (sources_section, comparison_section, plots_section,
+REPORT_SECTIONS: Tuple[SectionBuilder, ...] = (sources_section, comparison_section, plots_section, gpu_section,
                                                diagnosis_section)
 
 
@@ -120,6 +126,9 @@ def print_summary(inputs: ReportInputs) -> None:
     print(comparison_markdown(inputs.table))
     for plot in inputs.plots:
         print(f"plot {plot.name}: {plot.note}")
+    gpu = gpu_section(inputs)
+    if gpu:
+        print(f"\n{gpu}")
     print()
     print(diagnosis_section(inputs))
     print(f"report: {inputs.out_dir / REPORT_MD}")

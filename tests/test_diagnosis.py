@@ -54,6 +54,15 @@ def test_io_bound_chains_scale_past_the_cores():
     assert predict(io_bound, 4).samples_per_s > predict(_costs(8.0, 10.0), 4).samples_per_s
 
 
+def test_ranks_multiply_their_own_limits_and_share_the_cores():
+    costs = _costs(6.5, 30.0, batch=32)  # the seed chain's figures on 2 cores
+    two = predict(costs, 0, ranks=2)
+    assert two.bound == "serial" and two.samples_per_s == pytest.approx(2 * 32000 / (32 * 6.5 + 30))
+    four = predict(costs, 0, ranks=4)  # four serial ranks would want 538/s; 2 cores give 308
+    assert four.bound == "cores" and four.samples_per_s == pytest.approx(2000 / 6.5)
+    assert predict(costs, 1, ranks=2).samples_per_s == pytest.approx(2000 / 6.5)
+
+
 def test_workers_to_feed_or_none_when_cores_cannot():
     assert workers_to_feed(_costs(2.0, 30.0)) == 1
     assert workers_to_feed(_costs(6.0, 30.0, cores=4)) == 2  # 8 x 6 / 30 = 1.6 -> 2

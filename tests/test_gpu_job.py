@@ -96,7 +96,7 @@ def test_masked_loss_pair_on_the_cpu_reports_the_ratio_and_no_sync_count(tmp_pat
     assert "## masked loss" in markdown and "not measured: no CUDA" in markdown
     ratio = float(rows["masked_loss_sync"]["consumer_ms_median"]) / float(rows["masked_loss_fixed"]["consumer_ms_median"])
     assert f"{ratio:.4g}" in markdown
-    assert "## masked loss" in proc.stdout  # the CLI prints summary.md
+    assert "## masked loss" in proc.stdout  # the report's GPU section, printed at the end of the run
 
 
 @NEEDS_CUDA
