@@ -34,6 +34,9 @@ EXPLAINED_WITHIN = 0.15
 # A variant must beat the base chain's per-sample cost by this much to be worth recommending;
 # below it the difference is within the per-transform timings' own run-to-run noise.
 WORTHWHILE_SPEEDUP = 1.05
+# CPU a sample inside workers this much above the single-process figure is worth naming: below
+# it the difference is within the per-sample timings' run-to-run noise.
+WORKER_CPU_INFLATION = 1.05
 # Consumers that spend main-process CPU while they run (the others sleep or wait on a GPU).
 CPU_CONSUMERS = {("toy_cnn", "cpu")}
 
@@ -66,6 +69,7 @@ class PredictedRow:
     predicted: Prediction
     measured_samples_per_s: float
     measured_starvation_pct: float
+    measured_cpu_ms_per_sample: float
     jobs: int
 
     @property
@@ -217,7 +221,23 @@ def _advice_variants(base: str, costs: Mapping[str, ChainCosts]) -> List[str]:
     return lines
 
 
-def _advice_unexplained(rows: Sequence[PredictedRow], results: Sequence[Mapping]) -> List[str]:
+def _inflated_cpu(off: Sequence[PredictedRow], costs: Mapping[str, ChainCosts]) -> List[str]:
+    """Measured evidence first: rows whose samples cost more CPU inside workers than in one process."""
+    lines = []
+    for row in off:
+        base = costs[row.chain]
+        ratio = row.measured_cpu_ms_per_sample / base.cpu_ms_per_sample
+        if row.workers > 0 and ratio >= WORKER_CPU_INFLATION:
+            ceiling = 1000.0 * base.usable_cores / row.measured_cpu_ms_per_sample
+            lines.append(f"{row.chain} at workers={row.workers}: a sample took {format_value(row.measured_cpu_ms_per_sample)}"
+                         f" ms of CPU inside workers against {format_value(base.cpu_ms_per_sample)} in one process "
+                         f"(+{100 * (ratio - 1):.0f}%: contended caches and memory bandwidth, time-sliced collates); "
+                         f"at that cost the cores allow {format_value(ceiling)} samples/s.")
+    return lines
+
+
+def _advice_unexplained(rows: Sequence[PredictedRow], results: Sequence[Mapping],
+                        costs: Mapping[str, ChainCosts]) -> List[str]:
     off = [r for r in rows if abs(r.gap) > EXPLAINED_WITHIN]
     if not off:
         return [f"Unexplained: nothing beyond {format_value(100 * EXPLAINED_WITHIN)}%; the model accounts for "
@@ -241,8 +261,8 @@ def _advice_unexplained(rows: Sequence[PredictedRow], results: Sequence[Mapping]
                           "collective_wait_ms_mean)")
     named = ", ".join(f"{r.chain} at {f'ranks={r.ranks} ' if r.ranks > 1 else ''}workers={r.workers} "
                       f"({format_value(100 * r.gap)}%)" for r in off)
-    return [f"Unexplained: {named} differ from the model by more than {format_value(100 * EXPLAINED_WITHIN)}%. "
-            f"The model leaves out {'; '.join(candidates)}."]
+    return [f"Off the model by more than {format_value(100 * EXPLAINED_WITHIN)}%: {named}. "
+            f"The model leaves out {'; '.join(candidates)}.", *_inflated_cpu(off, costs)]
 
 
 def diagnose(results: Sequence[Mapping]) -> Diagnosis:
@@ -257,11 +277,12 @@ def diagnose(results: Sequence[Mapping]) -> Diagnosis:
                 chain=chain, ranks=ranks, workers=workers, predicted=predict(costs[chain], workers, ranks),
                 measured_samples_per_s=float(np.median([s["samples_per_s"] for s in same])),
                 measured_starvation_pct=float(np.median([s["starvation_pct"] for s in same])),
+                measured_cpu_ms_per_sample=float(np.median([s["cpu_ms_per_sample"] for s in same])),
                 jobs=len(same),
             ))
     base = next(iter(groups))
     advice = [*_advice_dominant(base, groups[base]), *_advice_workers(base, costs[base]),
-              *_advice_variants(base, costs), *_advice_unexplained(rows, results)]
+              *_advice_variants(base, costs), *_advice_unexplained(rows, results, costs)]
     return Diagnosis(rows=tuple(rows), costs=tuple(costs.items()), advice=tuple(advice))
 
 

@@ -114,8 +114,16 @@ def test_chains_are_named_by_what_differs_and_losers_share_a_line():
 def test_a_gap_beyond_the_noise_is_called_unexplained_with_the_candidates():
     results = [_result("slow", 0, 85.0, 70.0, 8.0), _result("slow", 2, 150.0, 40.0, 8.0)]
     text = render_diagnosis(diagnose(results))
-    assert "Unexplained: transform=slow at workers=2 (-40%)" in text
+    assert "Off the model by more than 15%: transform=slow at workers=2 (-40%)" in text
     assert "queue + IPC" in text
+
+
+def test_cpu_inflation_inside_workers_is_named_with_its_ceiling():
+    results = [_result("slow", 0, 85.0, 70.0, 8.0), _result("slow", 2, 200.0, 40.0, 8.0)]
+    results[1]["summary"]["cpu_ms_per_sample"] = 10.0  # 25% more CPU a sample inside workers
+    text = render_diagnosis(diagnose(results))
+    assert "a sample took 10 ms of CPU inside workers against 8 in one process (+25%" in text
+    assert "the cores allow 200 samples/s" in text
 
 
 def _known_cost_spec(workers):
