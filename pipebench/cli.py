@@ -256,15 +256,18 @@ def run_command(overrides: List[str], config_dir: Optional[str], baseline: Optio
     return status
 
 
-def explore_command(overrides: List[str], config_dir: Optional[str]) -> int:
+def explore_command(overrides: List[str], config_dir: Optional[str], fresh: bool = False) -> int:
     """Generate the chain's variants, check their equivalence, then measure them all in one sweep."""
     _import_from_cwd()
-    plan = plan_exploration(overrides, expand_sweep([*_search_path(config_dir), *overrides])[0])
+    plan = plan_exploration(overrides, expand_sweep([*_search_path(config_dir), *overrides])[0], fresh)
     if isinstance(plan, NoVariants):
         print(f"pipebench explore: no variants of transform={plan.base}: {'; '.join(plan.reasons)}")
         return 0
     print("".join(f"not applied: {reason}\n" for reason in plan.not_applied), end="")
     measured = [item for item in plan.checked if item.measured]
+    if plan.resumed is not None:
+        print(f"resuming {plan.invocation_dir}: {plan.resumed.done} of {plan.resumed.total} jobs already done",
+              flush=True)
     print(f"explore: measuring {len(measured)} chains, interleaved, in one sweep", flush=True)
     return run_command(list(plan.overrides), config_dir, search_paths=[plan.search_path],
                        invocation_dir=plan.invocation_dir,
@@ -310,6 +313,8 @@ def build_parser() -> argparse.ArgumentParser:
         epilog=EXPLORE_EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     explore.add_argument("--config-dir", "-cd", help="a directory of your own configs, searched after pipebench's")
+    explore.add_argument("--fresh", action="store_true",
+                         help="start a new results folder even if an identical earlier exploration was interrupted")
     explore.add_argument("overrides", nargs="*", help="Hydra overrides, e.g. transform=yuv_mask workers=2")
     compare = verbs.add_parser(
         "compare", help="compare two results folders; exit 1 on a regression, 2 if they cannot be compared",
@@ -346,7 +351,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         if args.verb == "report":
             return report_main(args.dirs, args.out, args.baseline)
         if args.verb == "explore":
-            return explore_command(list(args.overrides), args.config_dir)
+            return explore_command(list(args.overrides), args.config_dir, args.fresh)
         if args.verb == "compare":
             return compare_main(args.baseline, args.current, args.threshold, args.allow_mismatch, args.out)
         if args.verb == "baseline":

@@ -24,7 +24,10 @@ from pipebench.build import build_dataset
 from pipebench.configs import job_spec_composer, one_line
 from pipebench.equivalence import EQUIVALENT_VERDICTS, FAILS, Equivalence, check
 from pipebench.errors import ConfigError
+from pipebench.fingerprint import usable_cores
 from pipebench.results import load_job_results, write_json_atomic
+from pipebench.resume import INVOCATION_FILE, InvocationChoice, latest_unfinished
+from pipebench.sweep_axes import expand_auto_workers
 from pipebench.tables import markdown_table
 from pipebench.variants import Chain, Variant, explore
 
@@ -41,6 +44,8 @@ DEFAULT_ROUNDS = 3
 EXPLORE_DEFAULTS = (("rounds", str(DEFAULT_ROUNDS)), ("run.steps", "10"), ("run.min_time_s", "2"),
                     ("trace", "none"))
 VARIANTS_DIR = "variants"
+# The override run_command puts in front of a sweep to add config folders.
+SEARCH_PATH_KEY = "hydra.searchpath="
 VARIANTS_JSON = "variants.json"
 EQUIVALENCE_MD = "equivalence.md"
 EQUIVALENCE_CSV = "equivalence.csv"
@@ -78,6 +83,7 @@ class Plan:
     overrides: Tuple[str, ...]
     checked: Tuple[Checked, ...]
     not_applied: Tuple[str, ...]
+    resumed: Optional[InvocationChoice] = None
 
 
 @dataclass(frozen=True)
@@ -158,10 +164,24 @@ def write_variant_files(invocation_dir: Path, checked: Sequence[Checked], not_ap
     return markdown
 
 
-def plan_exploration(overrides: Sequence[str], first_job: Sequence[str]) -> Union[Plan, NoVariants]:
+def unfinished_exploration(results_dir: Path, base: str, overrides: Sequence[str]) -> Optional[InvocationChoice]:
+    """The latest explore folder of this chain whose sweep was `overrides` and whose jobs are not all done.
+
+    Its recorded command is the sweep with the config search path in front; that path names the
+    folder itself, so it is left out of the match.
+    """
+    wanted = expand_auto_workers(list(overrides), usable_cores())
+    return latest_unfinished(
+        results_dir.glob(f"*-explore-{_folder_safe(base)}*/{INVOCATION_FILE}"),
+        lambda record: [c for c in record.get("command", []) if not c.startswith(SEARCH_PATH_KEY)] == wanted)
+
+
+def plan_exploration(overrides: Sequence[str], first_job: Sequence[str], fresh: bool = False
+                     ) -> Union[Plan, NoVariants]:
     """Generate and check the variants of the chain `first_job` composes to, and write them down.
 
-    When no move applies nothing is written, and the answer says why.
+    When no move applies nothing is written, and the answer says why. An interrupted exploration
+    of the same chain and settings is resumed in its own folder unless `fresh`.
     """
     check_overrides(overrides)
     with job_spec_composer() as compose_one:
@@ -178,18 +198,20 @@ def plan_exploration(overrides: Sequence[str], first_job: Sequence[str]) -> Unio
     for variant in found.variants[1:]:
         print(f"explore: checking {variant.name}", flush=True)
         checked.append(Checked(variant, check(found.base.chain, variant, fetch, spec.run.seed)))
-    invocation_dir = Path(results_dir) / f"{time.strftime('%Y%m%d-%H%M%S')}-explore-{_folder_safe(found.base.name)}"
-    search_path = invocation_dir / VARIANTS_DIR
-    _write_variant_configs(search_path / "transform", found.variants[1:])
-    markdown = write_variant_files(invocation_dir, checked, found.not_applied)
-    print(f"\n## equivalence with {found.base.name}\n\n{markdown}")
     given = {_key(o) for o in overrides}
     kept = [o for o in overrides if _key(o) != "transform"]
     defaults = [f"{key}={value}" for key, value in EXPLORE_DEFAULTS
                 if key not in given and key.partition(".")[0] not in given]
     names = ",".join(item.variant.name for item in checked if item.measured)
-    return Plan(invocation_dir, search_path, (*kept, *defaults, f"transform={names}"), tuple(checked),
-                found.not_applied)
+    swept = (*kept, *defaults, f"transform={names}")
+    resumed = None if fresh else unfinished_exploration(Path(results_dir), found.base.name, swept)
+    invocation_dir = resumed.folder if resumed is not None else \
+        Path(results_dir) / f"{time.strftime('%Y%m%d-%H%M%S')}-explore-{_folder_safe(found.base.name)}"
+    search_path = invocation_dir / VARIANTS_DIR
+    _write_variant_configs(search_path / "transform", found.variants[1:])
+    markdown = write_variant_files(invocation_dir, checked, found.not_applied)
+    print(f"\n## equivalence with {found.base.name}\n\n{markdown}")
+    return Plan(invocation_dir, search_path, swept, tuple(checked), found.not_applied, resumed)
 
 
 def _settings(results: Sequence[Mapping[str, object]]) -> List[str]:

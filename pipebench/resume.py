@@ -11,7 +11,7 @@ import time
 from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Mapping, Optional, Sequence, Tuple
+from typing import Callable, Iterable, Mapping, Optional, Sequence, Tuple
 
 from pipebench.results import RESULT_FILE, load_job_results, write_json_atomic
 
@@ -61,15 +61,6 @@ def _read(path: Path) -> Optional[dict]:
         return None
 
 
-def _latest_matching(results_dir: Path, swept: Sequence[str]) -> Optional[Path]:
-    found = []
-    for path in results_dir.glob(f"*/{INVOCATION_FILE}"):
-        record = _read(path)
-        if record is not None and record.get("swept") == list(swept):
-            found.append((float(record.get("created", 0.0)), path.parent))
-    return max(found)[1] if found else None
-
-
 def _unused(folder: Path) -> Path:
     """folder, or folder-2, folder-3, ... when two runs start within the same second."""
     candidate, n = folder, 1
@@ -79,15 +70,25 @@ def _unused(folder: Path) -> Path:
     return candidate
 
 
+def latest_unfinished(records: Iterable[Path], matches: Callable[[Mapping[str, object]], bool]
+                      ) -> Optional[InvocationChoice]:
+    """Of the invocation.json files given, the latest that `matches`, if its jobs are not all done."""
+    found = [(float(record.get("created", 0.0)), path.parent, record)
+             for path in records for record in [_read(path)] if record is not None and matches(record)]
+    if not found:
+        return None
+    _, folder, record = max(found, key=lambda item: item[0])
+    jobs = record.get("jobs") or []
+    done = count_done(folder, jobs)
+    return InvocationChoice(folder, done, len(jobs), resumed=True) if done < len(jobs) else None
+
+
 def choose_invocation(results_dir: Path, new_folder: Path, swept: Sequence[str], jobs: Sequence[Sequence[str]],
                       fresh: bool) -> InvocationChoice:
     """The latest incomplete invocation of the same sweep, else a new folder (always new with fresh)."""
-    latest = None if fresh else _latest_matching(results_dir, swept)
-    if latest is not None:
-        done = count_done(latest, jobs)
-        if done < len(jobs):
-            return InvocationChoice(latest, done, len(jobs), resumed=True)
-    return InvocationChoice(_unused(new_folder), 0, len(jobs), resumed=False)
+    latest = None if fresh else latest_unfinished(results_dir.glob(f"*/{INVOCATION_FILE}"),
+                                                  lambda record: record.get("swept") == list(swept))
+    return latest or InvocationChoice(_unused(new_folder), 0, len(jobs), resumed=False)
 
 
 def record_invocation(folder: Path, swept: Sequence[str], jobs: Sequence[Sequence[str]],

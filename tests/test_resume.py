@@ -93,3 +93,24 @@ def test_only_the_latest_incomplete_invocation_of_the_same_sweep_is_resumed(tmp_
     twice = [["workers=0"], ["workers=0"]]  # one of two identical jobs finished: not complete
     _fake_run(tmp_path / "dup" / "c", twice, done=1)
     assert choose_invocation(tmp_path / "dup", new, ["workers=0,1"], twice, fresh=False).done == 1
+
+
+def test_an_interrupted_exploration_of_the_same_chain_and_settings_is_found(tmp_path):
+    from pipebench.explore import unfinished_exploration
+
+    swept = ("rounds=2", "transform=yuv_mask,yuv_mask+fast")
+    jobs = [["run.round=0", "transform=yuv_mask"], ["run.round=0", "transform=yuv_mask+fast"]]
+    folder = tmp_path / "20990101-000000-explore-yuv_mask"
+    folder.mkdir()
+    search_path = f"hydra.searchpath=['file://{folder}/variants']"  # names the folder, so never matched on
+    record_invocation(folder, ["x"], jobs, [search_path, *swept])
+    (folder / "job-0").mkdir()
+    write_json_atomic(folder / "job-0" / RESULT_FILE, {"job": "a", "job_num": 0, "overrides": jobs[0]})
+
+    found = unfinished_exploration(tmp_path, "yuv_mask", swept)
+    assert found is not None and (found.folder, found.done, found.total) == (folder, 1, 2)
+    assert unfinished_exploration(tmp_path, "yuv_mask", ("rounds=3", *swept[1:])) is None, "other settings"
+    assert unfinished_exploration(tmp_path, "yuv_mask_fast", swept) is None, "another chain"
+    (folder / "job-1").mkdir()
+    write_json_atomic(folder / "job-1" / RESULT_FILE, {"job": "b", "job_num": 1, "overrides": jobs[1]})
+    assert unfinished_exploration(tmp_path, "yuv_mask", swept) is None, "a finished exploration starts anew"
