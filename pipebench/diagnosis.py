@@ -85,17 +85,21 @@ class Diagnosis:
     advice: Tuple[str, ...]
 
 
+def _rate(amount: float, cost_ms: float) -> float:
+    """amount / cost_ms in samples a ms; a cost too small to time limits nothing."""
+    return amount / cost_ms if cost_ms > 0 else math.inf
+
+
 def predict(costs: ChainCosts, workers: int, ranks: int = 1) -> Prediction:
     """Samples/s (all ranks together) and starvation % of `costs` with `workers` DataLoader workers
     in each of `ranks` ranks (see the module doc)."""
     batch, c, s = costs.batch_size, costs.ms_per_sample, costs.consumer_ms
-    cores = costs.usable_cores / (costs.cpu_ms_per_sample + costs.consumer_cpu_ms / batch)
-    consumer = ranks * batch / s if s > 0 else math.inf
-    limits = {"serial": ranks * batch / (batch * c + s)} if workers == 0 else {
+    consumer = _rate(ranks * batch, s)
+    limits = {"serial": _rate(ranks * batch, batch * c + s)} if workers == 0 else {
         "consumer": consumer,
-        "workers": ranks * workers / c,
+        "workers": _rate(ranks * workers, c),
     }
-    limits["cores"] = cores
+    limits["cores"] = _rate(costs.usable_cores, costs.cpu_ms_per_sample + costs.consumer_cpu_ms / batch)
     bound = min(limits, key=limits.get)
     rate = limits[bound]  # samples a ms
     starvation = 100.0 * (1.0 - rate / consumer) if s > 0 else 100.0

@@ -63,6 +63,11 @@ def test_ranks_multiply_their_own_limits_and_share_the_cores():
     assert predict(costs, 1, ranks=2).samples_per_s == pytest.approx(2000 / 6.5)
 
 
+def test_a_pipeline_too_cheap_to_time_is_bound_by_the_consumer():
+    got = predict(_costs(0.0, 30.0), 2)
+    assert got.bound == "consumer" and got.samples_per_s == pytest.approx(8000 / 30)
+
+
 def test_workers_to_feed_or_none_when_cores_cannot():
     assert workers_to_feed(_costs(2.0, 30.0)) == 1
     assert workers_to_feed(_costs(6.0, 30.0, cores=4)) == 2  # 8 x 6 / 30 = 1.6 -> 2
