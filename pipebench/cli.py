@@ -63,9 +63,10 @@ examples:
   pipebench run --baseline workers=0 workers=0,2,4      speedups against the workers=0 job
   pipebench report results/<folder> [more folders --out merged]   tables and plots again, or merged
 
-groups: dataset=synthetic_jpeg|image_folder|random_tensors
+groups: dataset=synthetic_jpeg|image_folder|random_tensors|sharded_stream
         transform=yuv_mask|yuv_mask_fast|yuv_mask_crop_first|yuv_mask_batched
-        loader=default|seed  run=default|quick  consumer=emulated|none|toy_cnn
+        loader=default|seed  run=default|quick
+        consumer=emulated|none|toy_cnn|masked_loss_sync|masked_loss_fixed
 keys:   workers (a number, a list, range(0,9,2) or auto), trace=torch|viztracer|none, results_dir, rounds,
         calibrate, loader.* (batch_size, prefetch_factor, pin_memory, persistent_workers,
         multiprocessing_context=fork|spawn|forkserver, ...), run.*, consumer.*, dataset.*
