@@ -56,8 +56,8 @@ class CoverageReport:
 
 
 class IndexLog:
-    """A StepLoop `after_step` hook (or part of one): the sample indices of every batch a process
-    received, by (repeat, epoch). Appending a small array costs about a microsecond a step."""
+    """A StepLoop `on_batch` hook: the sample indices of every batch a process received, by
+    (repeat, epoch). Appending a small array costs about a microsecond a step."""
 
     def __init__(self) -> None:
         self.repeat = 0

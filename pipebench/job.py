@@ -114,7 +114,7 @@ def measure_job(spec: JobSpec, job_dir: Path) -> Dict[str, Any]:
         for repeat in range(spec.run.repeats):
             index_log.repeat = repeat
             loop = fresh_loop()
-            loop.after_step = index_log
+            loop.on_batch = index_log
             passes.append(measure_pass(loop, spec, sink, f"repeat {repeat + 1}/{spec.run.repeats}",
                                        mark=marks if repeat == 0 else lambda name: None))
             skipped.extend(loop.stream.skipped)

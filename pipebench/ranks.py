@@ -54,16 +54,14 @@ class RankTask:
     backend: str
 
 
-class CollectiveSync(IndexLog):
-    """StepLoop's `after_step`: log the batch's sample indices (pipebench.coverage), then all-reduce."""
+class CollectiveSync:
+    """StepLoop's `after_step`: the all-reduce that stands in for the gradient sync."""
 
     def __init__(self, device: torch.device) -> None:
-        super().__init__()
         self.device = device
         self.tensor: Optional[torch.Tensor] = None
 
     def __call__(self, batch: TimedBatch, epoch: int) -> None:
-        super().__call__(batch, epoch)
         if self.tensor is None:  # made on first use: after the loader's workers have started
             self.tensor = torch.zeros(SYNC_ELEMENTS, device=self.device)
         dist.all_reduce(self.tensor)
@@ -120,10 +118,12 @@ def measure_rank(spec: JobSpec, rank: int, world: int, device: torch.device, job
     pinned = pin_memory_effective(spec)
     sink = TimingSink()
     sync = CollectiveSync(device)
+    index_log = IndexLog()  # for the exactly-once check across ranks (pipebench.coverage)
     passes, skipped, epochs = [], [], []
     for repeat in range(spec.run.repeats):
-        sync.repeat = repeat
-        loop = StepLoop(BatchStream(loader, spec.run.on_error), consumer, non_blocking=pinned, after_step=sync)
+        index_log.repeat = repeat
+        loop = StepLoop(BatchStream(loader, spec.run.on_error), consumer, non_blocking=pinned, on_batch=index_log,
+                        after_step=sync)
         passes.append(measure_pass(loop, spec, sink, f"rank {rank} repeat {repeat + 1}/{spec.run.repeats}",
                                    agree=sync.agree))
         skipped.extend(loop.stream.skipped)
@@ -141,7 +141,7 @@ def measure_rank(spec: JobSpec, rank: int, world: int, device: torch.device, job
         "step_names": {"sample": instrumented.steps, "batch": collate.steps},
         "dataset_length": len(dataset),
         "iterable": isinstance(dataset, IterableDataset),
-        "indices": sync.as_json(),
+        "indices": index_log.as_json(),
         # Rank 0's is the job's: the host it ran on is what lets results from many hosts merge.
         "fingerprint": job_fingerprint(spec, dataset),
     }

@@ -42,8 +42,8 @@ class StepSample:
     # The batch was finished before next() was called: the whole wait was delivery overhead
     # (queue, unpickling, shared-memory rebuild), none of it waiting for work.
     ready: bool
-    # Time in StepLoop.after_step: in multi-rank runs the end-of-step all-reduce (waiting for
-    # the slowest rank); in a single process only the index log for the exactly-once check (µs).
+    # Time in StepLoop.after_step: a multi-rank run's end-of-step all-reduce (waiting for the
+    # slowest rank); 0 in a single process.
     collective_ns: int = 0
 
     @property
@@ -157,6 +157,8 @@ class StepLoop:
     `copier` makes the host-to-device copy (finished before it returns; GPU-timed on CUDA).
     `after_measured`, when set, is called after each measured step (e.g. to read allocator
     state); its cost lands in the next step's gap, as the loop's own.
+    `on_batch(batch, epoch)`, when set, sees every batch (warm-up included; e.g. the index log of
+    the exactly-once check); it is the loop's own bookkeeping too, so its cost lands in the next gap.
     `after_step(batch, epoch)`: run after the consumer step and timed as the step's collective
     (a multi-rank run's all-reduce, which waits for the slowest rank), or None.
     """
@@ -167,6 +169,7 @@ class StepLoop:
     trace: Optional[Any] = None
     copier: DeviceCopy = field(default_factory=DeviceCopy)
     after_measured: Optional[Callable[[], None]] = None
+    on_batch: Optional[Callable[[TimedBatch, int], None]] = None
     after_step: Optional[Callable[[TimedBatch, int], None]] = None
     # When the previous step's bookkeeping ended; None until a step has run.
     last_end_ns: Optional[int] = None
@@ -186,6 +189,8 @@ class StepLoop:
         # Everything from here to the next step's start (records, freeing this batch's shared
         # memory when the locals die) is the main loop's own cost: the next step's gap.
         self.last_end_ns = t4
+        if self.on_batch is not None:
+            self.on_batch(batch, self.stream.epochs)
         if sink is not None:
             sink.add(batch)
             if self.after_measured is not None:
