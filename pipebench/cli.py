@@ -10,7 +10,6 @@ workload first; `pipebench baseline update` stores a results folder as a nightly
 
 import argparse
 import os
-import re
 import sys
 import time
 from pathlib import Path
@@ -36,7 +35,7 @@ from pipebench.explore import EXPLORE_DEFAULTS, NoVariants, plan_exploration, wr
 from pipebench.job import run_job_task
 from pipebench.job_process import INTERRUPTED_EXIT_STATUS
 from pipebench.report import print_summary, report_main, write_report
-from pipebench.results import CALIBRATION_FILE, SUMMARY_MD, load_job_results
+from pipebench.results import CALIBRATION_FILE, SUMMARY_MD, folder_safe, load_job_results
 from pipebench.resume import choose_invocation, record_invocation
 from pipebench.schema import register_schema
 from pipebench.specs import JobSpec
@@ -100,7 +99,7 @@ def _label(overrides: Sequence[str]) -> str:
         if key.startswith(("hydra.", "results_dir")):
             continue
         parts.append(f"{key.split('.')[-1].lstrip('+~')}-{value.replace(',', '+')}")
-    label = re.sub(r"[^A-Za-z0-9_.+-]", "", "_".join(parts))[:MAX_LABEL_CHARS]
+    label = folder_safe("_".join(parts))[:MAX_LABEL_CHARS]
     return label or "default"
 
 

@@ -8,7 +8,6 @@ as `pipebench run`, and `explore_table` joins the measured rows with the variant
 """
 
 import csv
-import re
 import statistics
 import time
 from dataclasses import dataclass
@@ -25,7 +24,7 @@ from pipebench.configs import job_spec_composer, one_line
 from pipebench.equivalence import EQUIVALENT_VERDICTS, FAILS, Equivalence, check
 from pipebench.errors import ConfigError
 from pipebench.fingerprint import usable_cores
-from pipebench.results import load_job_results, write_json_atomic
+from pipebench.results import folder_safe, load_job_results, write_json_atomic
 from pipebench.resume import INVOCATION_FILE, InvocationChoice, latest_unfinished
 from pipebench.sweep_axes import expand_auto_workers
 from pipebench.tables import markdown_table
@@ -114,7 +113,7 @@ def check_overrides(overrides: Sequence[str]) -> None:
 
 
 def _folder_safe(name: str) -> str:
-    return re.sub(r"[^A-Za-z0-9_.+-]", "", name) or "chain"
+    return folder_safe(name) or "chain"
 
 
 def _write_variant_configs(folder: Path, variants: Sequence[Variant]) -> None:

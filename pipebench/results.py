@@ -7,6 +7,7 @@ sweep always leaves every finished row on disk.
 import csv
 import json
 import os
+import re
 from io import StringIO
 from pathlib import Path
 from typing import Dict, List, Mapping, Optional, Sequence
@@ -49,6 +50,11 @@ TRANSFORM_COLUMNS = [
     "job", "stage", "transform", "calls", "ms_per_call_mean", "ms_per_call_median", "ms_per_sample", "share_pct",
 ]
 PRINTED_TRANSFORM_COLUMNS = TRANSFORM_COLUMNS[1:]
+
+
+def folder_safe(text: str) -> str:
+    """`text` with every character a folder name should not carry removed."""
+    return re.sub(r"[^A-Za-z0-9_.+-]", "", text)
 
 
 def write_json_atomic(path: Path, payload: Mapping[str, object]) -> None:
