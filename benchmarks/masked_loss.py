@@ -13,7 +13,7 @@ import argparse
 import torch
 from torch.utils import benchmark
 
-from pipebench.masked_loss import masked_loss_fixed, masked_loss_sync
+from pipebench.pipeline.masked_loss import masked_loss_fixed, masked_loss_sync
 
 CLASSES = 10
 

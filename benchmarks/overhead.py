@@ -1,7 +1,7 @@
 """Overhead of pipebench's full meter against a plain hand-written DataLoader loop.
 
 The harness side is the real job code (`measure_job`: timed chain inside workers, per-step
-records, memory sampler, consumer); the plain side is `pipebench.reference.plain_loop`. Both
+records, memory sampler, consumer); the plain side is `pipebench.measure.reference.plain_loop`. Both
 read the same dataset through the same chain with the same sampler seed, DataLoader settings
 and consumer. Each round runs plain, harness, plain, so drift hits both alike, and the two
 plain runs give an A/A figure: the noise floor below which no overhead can be resolved on
@@ -20,10 +20,10 @@ from typing import List, Optional
 
 import torch
 
-from pipebench.configs import compose_job_spec
-from pipebench.job import measure_job
-from pipebench.reference import plain_loop
-from pipebench.specs import JobSpec
+from pipebench.config.compose import compose_job_spec
+from pipebench.config.specs import JobSpec
+from pipebench.measure.job import measure_job
+from pipebench.measure.reference import plain_loop
 
 # Issues #2 and #3's target: the harness costs at most this much throughput.
 TARGET_OVERHEAD_PCT = 3.0

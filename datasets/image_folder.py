@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 from torch.utils.data import Dataset
 
-from pipebench.errors import DatasetError
+from pipebench.base.errors import DatasetError
 
 from .lazy_image import IMAGE_EXTENSIONS, open_rgb
 

@@ -9,7 +9,7 @@ import numpy as np
 import torch
 from torch.utils.data import Dataset
 
-from pipebench.errors import DatasetError
+from pipebench.base.errors import DatasetError
 
 # Independent seed streams, so that changing num_distinct never reshuffles the labels.
 _POOL_STREAM = 0

@@ -14,7 +14,7 @@ from typing import Any, Iterator, Tuple
 
 from torch.utils.data import IterableDataset, get_worker_info
 
-from pipebench.rank_info import rank_and_world
+from pipebench.pipeline.rank_info import rank_and_world
 
 
 def shard_of(rank: int, world: int, worker: int, workers: int) -> Tuple[int, int]:

@@ -16,7 +16,7 @@ import numpy as np
 from PIL import Image, ImageDraw, ImageFilter
 from torch.utils.data import Dataset
 
-from pipebench.errors import DatasetError
+from pipebench.base.errors import DatasetError
 
 from .lazy_image import open_rgb
 

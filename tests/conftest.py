@@ -7,8 +7,8 @@ from typing import List, Sequence
 
 import pytest
 
-from pipebench.configs import compose_job_spec
-from pipebench.specs import JobSpec
+from pipebench.config.compose import compose_job_spec
+from pipebench.config.specs import JobSpec
 
 # A decode-free chain that runs in well under a millisecond a sample, for end-to-end runs.
 TINY_DATASET = ["dataset=random_tensors", "dataset.shape=[3,32,32]", "dataset.length=512"]

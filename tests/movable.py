@@ -3,7 +3,7 @@ some declare nothing. Importable as `movable` (the tests folder is on sys.path).
 
 import torch
 
-from pipebench.movement import BOTH, TENSOR_ONLY, Movement
+from pipebench.pipeline.movement import BOTH, TENSOR_ONLY, Movement
 
 
 class TensorCrop:

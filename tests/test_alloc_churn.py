@@ -3,7 +3,7 @@
 import pytest
 import torch
 
-from pipebench.alloc_churn import (
+from pipebench.measure.gpu.alloc_churn import (
     OSCILLATION_MIN_REVERSALS,
     OSCILLATION_MIN_SWING_FRACTION,
     AllocatorTracker,

@@ -9,10 +9,10 @@ import cloudpickle
 from hydra import compose, initialize_config_module
 from hydra.core.config_store import ConfigStore
 
-from pipebench.configs import CONFIG_MODULE, CONFIG_NAME, HYDRA_VERSION_BASE
-from pipebench.job import run_job_task
-from pipebench.ranks import RankTask
-from pipebench.schema import register_schema
+from pipebench.config.compose import CONFIG_MODULE, CONFIG_NAME, HYDRA_VERSION_BASE
+from pipebench.cli.job_task import run_job_task
+from pipebench.measure.distributed.ranks import RankTask
+from pipebench.config.schema import register_schema
 
 from conftest import QUICK_RUN, TINY_DATASET, compose_spec, results_folder, run_cli
 

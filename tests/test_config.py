@@ -2,9 +2,10 @@
 
 import pytest
 
-from pipebench.build import build_transforms
-from pipebench.cli import _label, expand_sweep, main
-from pipebench.errors import ConfigError
+from pipebench.pipeline.build import build_transforms
+from pipebench.cli.main import main
+from pipebench.cli.run import _label, expand_sweep
+from pipebench.base.errors import ConfigError
 
 from conftest import compose_spec, run_cli
 

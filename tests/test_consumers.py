@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 import torch
 
-from pipebench.consumers import (
+from pipebench.pipeline.consumers import (
     Consumer,
     EmulatedConsumer,
     NoConsumer,
@@ -19,8 +19,8 @@ from pipebench.consumers import (
     ToyCnnConsumer,
     build_consumer,
 )
-from pipebench.errors import ConfigError
-from pipebench.specs import ConsumerSpec
+from pipebench.base.errors import ConfigError
+from pipebench.config.specs import ConsumerSpec
 
 NEEDS_CUDA = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 # Enough draws that the sample mean/std sit well inside the tolerances below (SE ~ 0.04 ms).
@@ -61,8 +61,8 @@ def test_devices_follow_the_kind():
 
 CONSTRUCT_ALL_KINDS = (
     "import torch\n"
-    "from pipebench.consumers import build_consumer\n"
-    "from pipebench.specs import ConsumerSpec\n"
+    "from pipebench.pipeline.consumers import build_consumer\n"
+    "from pipebench.config.specs import ConsumerSpec\n"
     "for kind in ('none', 'emulated', 'toy_cnn'):\n"
     "    build_consumer(ConsumerSpec(kind, 1.0, 'fixed', 0.0, 0.001, 0.9, 'auto'), 0)\n"
     "print(torch.cuda.is_initialized())\n"

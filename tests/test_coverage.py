@@ -6,13 +6,13 @@ import pytest
 import torch
 from torch.utils.data import DistributedSampler, IterableDataset
 
-from pipebench.build import build_dataset, build_loader, build_pipeline
-from pipebench.coverage import check_coverage, merge_logs
-from pipebench.errors import ConfigError
+from pipebench.pipeline.build import build_dataset, build_loader, build_pipeline
+from pipebench.measure.coverage import check_coverage, merge_logs
+from pipebench.base.errors import ConfigError
 from pipebench.datasets.random_tensors import RandomTensorDataset
 from pipebench.datasets.sharded_stream import ShardedStream, shard_of
-from pipebench.job import measure_job
-from pipebench.runner import BatchStream
+from pipebench.measure.job import measure_job
+from pipebench.measure.runner import BatchStream
 
 from conftest import compose_spec
 

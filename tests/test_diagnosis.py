@@ -4,8 +4,8 @@ import dataclasses
 
 import pytest
 
-from pipebench.diagnosis import ChainCosts, diagnose, predict, render_diagnosis, workers_to_feed
-from pipebench.job import measure_job
+from pipebench.report.diagnosis import ChainCosts, diagnose, predict, render_diagnosis, workers_to_feed
+from pipebench.measure.job import measure_job
 
 from conftest import TINY_DATASET, compose_spec
 

@@ -7,10 +7,10 @@ from pathlib import Path
 
 import pytest
 
-from pipebench.fingerprint import usable_cores
-from pipebench.multirank import (KILL_GRACE_S, DistributedError, aggregate, measure_multirank,
+from pipebench.measure.fingerprint import usable_cores
+from pipebench.measure.distributed.multirank import (KILL_GRACE_S, DistributedError, aggregate, measure_multirank,
                                  oversubscription_warning, resolve_backend, root_cause)
-from pipebench.specs import DistributedSpec
+from pipebench.config.specs import DistributedSpec
 
 from conftest import QUICK_RUN, compose_spec, results_folder, run_cli
 

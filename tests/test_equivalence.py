@@ -4,9 +4,9 @@ import numpy as np
 import torch
 from PIL import Image
 
-from pipebench.equivalence import (ALPHA, CLOSE, FAILS, IDENTICAL, NOT_EQUIVALENT, SAME_DISTRIBUTION, TEST_NAME,
+from pipebench.explore.equivalence import (ALPHA, CLOSE, FAILS, IDENTICAL, NOT_EQUIVALENT, SAME_DISTRIBUTION, TEST_NAME,
                                    check)
-from pipebench.variants import Chain, Variant, explore
+from pipebench.explore.variants import Chain, Variant, explore
 
 TV = "torchvision.transforms"
 # Small pictures keep the seed chain's checks fast; the crop still shrinks them.

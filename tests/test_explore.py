@@ -7,9 +7,9 @@ import pytest
 
 from conftest import QUICK_RUN, TINY_DATASET, results_folder, run_cli
 
-from pipebench.equivalence import IDENTICAL, NOT_EQUIVALENT, Equivalence
-from pipebench.explore import Checked, Plan, conclusions, explore_rows
-from pipebench.variants import Chain, Variant
+from pipebench.explore.equivalence import IDENTICAL, NOT_EQUIVALENT, Equivalence
+from pipebench.explore.plan import Checked, Plan, conclusions, explore_rows
+from pipebench.explore.variants import Chain, Variant
 
 # Scale is pointwise, so the crop may move ahead of it; the trailing BusyWait has no per-batch
 # form, so nothing moves into the collate. Two chains x two rounds: four quick jobs.

@@ -6,8 +6,8 @@ import time
 
 import pytest
 
-from pipebench.errors import WorkerError
-from pipebench.job import measure_job
+from pipebench.base.errors import WorkerError
+from pipebench.measure.job import measure_job
 
 from conftest import QUICK_RUN, TINY_DATASET, compose_spec
 

@@ -6,8 +6,8 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from pipebench import gpu_util
-from pipebench.gpu_util import GpuUtilSampler
+from pipebench.measure.gpu import util as gpu_util
+from pipebench.measure.gpu.util import GpuUtilSampler
 
 NEEDS_CUDA = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 

@@ -14,7 +14,7 @@ import numpy as np
 import psutil
 import pytest
 
-from pipebench.memory import FIRST_MEASURED, LAST_MEASURED, MemorySampler
+from pipebench.measure.memory import FIRST_MEASURED, LAST_MEASURED, MemorySampler
 
 FORK = multiprocessing.get_context("fork")
 

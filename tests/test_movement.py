@@ -2,8 +2,8 @@
 
 import pytest
 
-from pipebench.errors import ConfigError
-from pipebench.movement import (BOTH, PIL, PIL_ONLY, TENSOR, TENSOR_ONLY, TORCHVISION_MOVEMENT, Movement,
+from pipebench.base.errors import ConfigError
+from pipebench.pipeline.movement import (BOTH, PIL, PIL_ONLY, TENSOR, TENSOR_ONLY, TORCHVISION_MOVEMENT, Movement,
                                 accepted_kinds, declared_movement)
 from pipebench.transforms.color import BatchConvertColor, BatchScale, ConvertColor, Scale
 from pipebench.transforms.mask import FastRandomMask, RandomMask
@@ -48,7 +48,7 @@ def test_user_classes_declare_or_stay_put():
     assert _declared("movable.TensorCrop", size=4) == Movement(accepts=TENSOR_ONLY, crop=True)
     assert _declared("movable.Undeclared") is None
     assert _declared("torchvision.transforms.Lambda") is None
-    with pytest.raises(ConfigError, match="must be a pipebench.movement.Movement"):
+    with pytest.raises(ConfigError, match="must be a pipebench.pipeline.movement.Movement"):
         _declared("movable.NotAMovement")
     with pytest.raises(ConfigError, match="cannot import"):
         _declared("no_such_module.Thing")

@@ -7,12 +7,13 @@ import sys
 import pytest
 
 from conftest import QUICK_RUN, TINY_DATASET, compose_spec, results_folder, run_cli
-from pipebench import calibration
-from pipebench.baseline import update_baseline
-from pipebench.cli import expand_sweep, main, sweep_overrides
-from pipebench.configs import job_spec_composer
-from pipebench.errors import ConfigError
-from pipebench.results import CALIBRATION_FILE
+from pipebench.measure import calibration
+from pipebench.record.baseline import update_baseline
+from pipebench.cli.main import main
+from pipebench.cli.run import expand_sweep, sweep_overrides
+from pipebench.config.compose import job_spec_composer
+from pipebench.base.errors import ConfigError
+from pipebench.record.results import CALIBRATION_FILE
 from pipebench.transforms.synthetic import BusyWait
 
 # Small enough for a unit test, big enough for a median: ~0.3 s of decode + chain.

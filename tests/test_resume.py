@@ -12,10 +12,11 @@ import time
 from pathlib import Path
 
 from conftest import TINY_DATASET, results_folder, run_cli
-from pipebench.plots import THROUGHPUT_PNG, TRANSFORMS_PNG
-from pipebench.report import COMPARISON_CSV, COMPARISON_MD
-from pipebench.results import RESULT_FILE, write_json_atomic
-from pipebench.resume import INVOCATION_FILE, choose_invocation, record_invocation
+from pipebench.report.plots import THROUGHPUT_PNG, TRANSFORMS_PNG
+from pipebench.report.writer import COMPARISON_CSV, COMPARISON_MD
+from pipebench.base.io import write_json_atomic
+from pipebench.record.results import RESULT_FILE
+from pipebench.record.resume import INVOCATION_FILE, choose_invocation, record_invocation
 
 # One usable core (taskset) makes workers=auto the three jobs 0, 1 and 2, each a fresh process of a
 # few seconds: time to interrupt after the first. Without taskset the same jobs are listed.
@@ -96,7 +97,7 @@ def test_only_the_latest_incomplete_invocation_of_the_same_sweep_is_resumed(tmp_
 
 
 def test_an_interrupted_exploration_of_the_same_chain_and_settings_is_found(tmp_path):
-    from pipebench.explore import unfinished_exploration
+    from pipebench.explore.plan import unfinished_exploration
 
     swept = ("rounds=2", "transform=yuv_mask,yuv_mask+fast")
     jobs = [["run.round=0", "transform=yuv_mask"], ["run.round=0", "transform=yuv_mask+fast"]]

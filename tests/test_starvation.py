@@ -10,8 +10,8 @@ import dataclasses
 
 import pytest
 
-from pipebench.job import measure_job
-from pipebench.reference import plain_loop
+from pipebench.measure.job import measure_job
+from pipebench.measure.reference import plain_loop
 
 from conftest import TINY_DATASET, compose_spec
 

@@ -5,12 +5,13 @@ import sys
 import pytest
 
 from conftest import QUICK_RUN, TINY_DATASET
-from pipebench import cli
-from pipebench.build import build_loader, build_pipeline
-from pipebench.cli import expand_sweep, sweep_overrides
-from pipebench.comparison import identity
-from pipebench.configs import job_spec_composer
-from pipebench.sweep_axes import expand_auto_workers, worker_ladder
+from pipebench.cli import main as cli_main
+from pipebench.cli import run as cli
+from pipebench.pipeline.build import build_loader, build_pipeline
+from pipebench.cli.run import expand_sweep, sweep_overrides
+from pipebench.report.comparison import identity
+from pipebench.config.compose import job_spec_composer
+from pipebench.config.sweep_axes import expand_auto_workers, worker_ladder
 
 # Loader keys a user sweeps, each with two values that differ from the defaults' and each other.
 LOADER_AXES = {
@@ -40,7 +41,7 @@ def test_auto_workers_expand_before_the_up_front_checks(monkeypatch):
     monkeypatch.setattr(cli, "usable_cores", lambda: 3)
     monkeypatch.setattr(cli, "preflight", fake_preflight)
     monkeypatch.setattr(sys, "path", list(sys.path))  # run puts the working directory on sys.path
-    assert cli.main(["run", "workers=auto", *TINY_DATASET]) == 2
+    assert cli_main.main(["run", "workers=auto", *TINY_DATASET]) == 2
     assert [identity(job, {})["workers"] for job in seen] == ["0", "1", "2", "3", "4", "6"]
 
 

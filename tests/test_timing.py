@@ -4,7 +4,7 @@ import dataclasses
 
 import pytest
 
-from pipebench.job import measure_job
+from pipebench.measure.job import measure_job
 
 from conftest import QUICK_RUN, TINY_DATASET, compose_spec
 

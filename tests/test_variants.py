@@ -2,7 +2,7 @@
 
 from conftest import compose_spec
 
-from pipebench.variants import Chain, crop_first, explore, short_name
+from pipebench.explore.variants import Chain, crop_first, explore, short_name
 
 TV = "torchvision.transforms"
 MASK = "pipebench.transforms.mask"

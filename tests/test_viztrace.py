@@ -17,10 +17,10 @@ import pytest
 import torch
 from torch.utils.data import DataLoader, Dataset
 
-from pipebench import viztrace
-from pipebench.timed_chain import InstrumentedDataset, TimedCollate, WorkerInit
+from pipebench.measure import viztrace
+from pipebench.pipeline.timed_chain import InstrumentedDataset, TimedCollate, WorkerInit
 from pipebench.transforms.synthetic import BusyWait
-from pipebench.viztrace import TRACE_FILE, Recorder, VizTraceSession
+from pipebench.measure.viztrace import TRACE_FILE, Recorder, VizTraceSession
 
 SAMPLES = 32
 BATCH = 8

@@ -8,8 +8,8 @@ import dataclasses
 import json
 from collections import defaultdict
 
-from pipebench.job import measure_job
-from pipebench.viztrace import CATEGORY, TRACE_FILE
+from pipebench.measure.job import measure_job
+from pipebench.measure.viztrace import CATEGORY, TRACE_FILE
 
 from conftest import QUICK_RUN, TINY_DATASET, compose_spec
 

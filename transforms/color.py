@@ -7,7 +7,7 @@ step 4: one batched matmul per batch instead of one matmul per sample).
 
 import torch
 
-from pipebench.movement import TENSOR_ONLY, Movement
+from pipebench.pipeline.movement import TENSOR_ONLY, Movement
 
 # RGB to YUV (BT.601 full range, as in JPEG/JFIF): yuv = RGB_TO_YUV_MATRIX @ rgb + YUV_OFFSET,
 # with rgb in [0, 255]. Tuples, so the module holds nothing mutable.

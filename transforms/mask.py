@@ -9,7 +9,7 @@ import numpy as np
 import torch
 from scipy.signal import convolve2d
 
-from pipebench.movement import TENSOR_ONLY, Movement
+from pipebench.pipeline.movement import TENSOR_ONLY, Movement
 
 # The 4-neighbour cross that dilates the drawn mask: a pixel is masked when it or one
 # of its up/down/left/right neighbours was drawn. Read-only, so it cannot be mutated.

@@ -4,8 +4,8 @@ unchanged after spending a set time, either on the CPU (BusyWait) or idle (Sleep
 import math
 import time
 
-from pipebench.movement import BOTH, Movement
-from pipebench.rank_info import rank_and_world
+from pipebench.pipeline.movement import BOTH, Movement
+from pipebench.pipeline.rank_info import rank_and_world
 
 
 class _Delay:

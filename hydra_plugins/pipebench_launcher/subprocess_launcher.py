@@ -16,13 +16,19 @@ from typing import List, Optional, Sequence
 
 from hydra.core.config_store import ConfigStore
 from hydra.core.singleton import Singleton
-from hydra.core.utils import JobReturn, JobStatus, configure_log, filter_overrides, setup_globals
+from hydra.core.utils import (
+    JobReturn,
+    JobStatus,
+    configure_log,
+    filter_overrides,
+    setup_globals,
+)
 from hydra.plugins.launcher import Launcher
 from hydra.types import HydraContext, TaskFunction
 from omegaconf import DictConfig, open_dict
 
-from pipebench.job_process import JOB_PROCESS_MODULE, JobPayload
-from pipebench.resume import job_already_done
+from pipebench.measure.job_process import JOB_PROCESS_MODULE, JobPayload
+from pipebench.record.resume import job_already_done
 
 log = logging.getLogger(__name__)
 
@@ -70,7 +76,7 @@ class SubprocessLauncher(Launcher):
             with open_dict(sweep_config):
                 sweep_config.hydra.job.id = idx
                 sweep_config.hydra.job.num = idx
-            # A resumed sweep (pipebench.resume) skips the jobs an interrupted run already finished.
+            # A resumed sweep (pipebench.record.resume) skips the jobs an interrupted run already finished.
             done = job_already_done(sweep_dir / str(sweep_config.hydra.sweep.subdir),
                                     list(sweep_config.hydra.overrides.task))
             print(f"[job {idx + 1}/{total}] {' '.join(filter_overrides(overrides)) or 'defaults'}"

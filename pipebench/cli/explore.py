@@ -1,0 +1,65 @@
+"""The `explore` verb: derive a chain's variants, check their equivalence, measure them all in one sweep."""
+
+import argparse
+from typing import List, Optional
+
+from pipebench.cli.common_args import add_config_dir, add_fresh, add_overrides
+from pipebench.cli.run import expand_sweep, import_from_cwd, run_command, search_path
+from pipebench.explore.plan import (
+    EXPLORE_DEFAULTS,
+    NoVariants,
+    plan_exploration,
+    write_explore_table,
+)
+
+__all__ = ["add_parser", "explore_command", "main"]
+
+EXPLORE_EPILOG = f"""\
+examples:
+  pipebench explore transform=yuv_mask                  the seed chain's variants at workers=0
+  pipebench explore transform=yuv_mask workers=2 rounds=5
+  pipebench explore --config-dir my_conf transform=my_chain   your chain; your transforms declare `movement`
+
+moves:  crop_first (a crop ahead of pointwise steps and PIL->tensor), fast (a declared fast_form),
+        per_batch (trailing steps with a batch_form into the collate), and their combinations
+checks: identical / close (float tolerance) / same distribution (KS test) / not equivalent / fails
+writes: variants.json, equivalence.md|csv, variants/transform/*.yaml, explore.md|csv, and what `run` writes
+defaults: {' '.join(f"{k}={v}" for k, v in EXPLORE_DEFAULTS)} (interleaved rounds of short jobs), unless given
+"""
+
+
+
+def explore_command(overrides: List[str], config_dir: Optional[str], fresh: bool = False) -> int:
+    """Generate the chain's variants, check their equivalence, then measure them all in one sweep."""
+    import_from_cwd()
+    plan = plan_exploration(overrides, expand_sweep([*search_path(config_dir), *overrides])[0], fresh)
+    if isinstance(plan, NoVariants):
+        print(f"pipebench explore: no variants of transform={plan.base}: {'; '.join(plan.reasons)}")
+        return 0
+    print("".join(f"not applied: {reason}\n" for reason in plan.not_applied), end="")
+    measured = [item for item in plan.checked if item.measured]
+    if plan.resumed is not None:
+        print(f"resuming {plan.invocation_dir}: {plan.resumed.done} of {plan.resumed.total} jobs already done",
+              flush=True)
+    print(f"explore: measuring {len(measured)} chains, interleaved, in one sweep", flush=True)
+    return run_command(list(plan.overrides), config_dir, search_paths=[plan.search_path],
+                       invocation_dir=plan.invocation_dir,
+                       epilogue=lambda folder: print(f"## explore\n\n{write_explore_table(folder, plan)}"))
+
+
+def add_parser(verbs: "argparse._SubParsersAction") -> None:
+    parser = verbs.add_parser(
+        "explore", help="find a chain's faster variants, check they compute the same thing, measure them all",
+        description="Move steps of one transform chain as its transforms declare (crop first, fast forms, "
+                    "per-batch forms), check each variant for equivalence with the chain on the same seeds, "
+                    "then measure every variant side by side in one interleaved sweep. Other overrides pass "
+                    "through as with `run`.",
+        epilog=EXPLORE_EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    add_config_dir(parser)
+    add_fresh(parser, "exploration")
+    add_overrides(parser, "transform=yuv_mask workers=2")
+
+
+def main(args: argparse.Namespace) -> int:
+    return explore_command(list(args.overrides), args.config_dir, args.fresh)

@@ -1,0 +1,67 @@
+"""The Hydra task function: one job, one folder, one result.json, and the sweep's tables refreshed.
+
+`run_job_task` runs inside a fresh process per job (the pipebench_subprocess launcher) or on a
+cluster node (submitit). Launchers pickle it by reference, so it stays importable by name and
+carries no state; it lives apart from the verbs so a job process imports only what a job needs.
+"""
+
+import sys
+from pathlib import Path
+
+from hydra.core.hydra_config import HydraConfig
+from omegaconf import DictConfig, OmegaConf
+
+from pipebench.base.errors import USAGE_EXIT_STATUS, PipebenchError
+from pipebench.base.io import write_json_atomic
+from pipebench.base.tables import markdown_table
+from pipebench.config.specs import job_spec_from_config
+from pipebench.measure.job import SINGLE_PROCESS_FIELDS, measure
+from pipebench.record.results import (
+    PRINTED_TRANSFORM_COLUMNS,
+    RESULT_FILE,
+    write_invocation_tables,
+)
+from pipebench.report.summary import write_summary_markdown
+
+__all__ = ["run_job_task"]
+
+# A job's user error, one line, beside where its result.json would be.
+ERROR_FILE = "error.txt"
+
+
+def run_job_task(cfg: DictConfig) -> None:
+    """Hydra task function: one job, one folder. User errors exit 2 with one line."""
+    hydra_cfg = HydraConfig.get()
+    job_dir = Path(hydra_cfg.runtime.output_dir)
+    choices = dict(hydra_cfg.runtime.choices)
+    name = hydra_cfg.job.override_dirname or "default"
+    try:
+        spec = job_spec_from_config(cfg, choices)
+        record = measure(spec, job_dir)
+    except PipebenchError as exc:
+        (job_dir / ERROR_FILE).write_text(f"{exc}\n")
+        print(f"pipebench: error: {exc}", file=sys.stderr)
+        raise SystemExit(USAGE_EXIT_STATUS) from None
+    summary = {
+        "job": name,
+        "dataset": spec.dataset_name,
+        "transform": spec.transform_name,
+        "workers": spec.workers,
+        "batch_size": spec.loader.batch_size,
+        "consumer": spec.consumer.kind,
+        **SINGLE_PROCESS_FIELDS,
+        **record["summary"],
+    }
+    result = {
+        "job": name,
+        "job_num": int(hydra_cfg.job.num),
+        "overrides": list(hydra_cfg.overrides.task),
+        "config": OmegaConf.to_container(cfg, resolve=True),
+        "choices": choices,
+        **record,
+        "summary": summary,
+    }
+    write_json_atomic(job_dir / RESULT_FILE, result)
+    write_summary_markdown(job_dir.parent, write_invocation_tables(job_dir.parent))
+    print(f"\n## {name}\n")
+    print(markdown_table(record["transforms"], PRINTED_TRANSFORM_COLUMNS))

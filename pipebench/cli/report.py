@@ -1,0 +1,35 @@
+"""The `report` verb: the comparison table, plots and report.md again from saved results, or merged."""
+
+import argparse
+from pathlib import Path
+from typing import Optional, Sequence
+
+from pipebench.base.errors import ConfigError
+from pipebench.cli.common_args import add_baseline_job
+from pipebench.report.writer import print_summary, write_report
+
+__all__ = ["add_parser", "main", "report_main"]
+
+
+def report_main(dirs: Sequence[str], out: Optional[str], baseline: Optional[str]) -> int:
+    """Several folders need --out; one folder gets its report written into it."""
+    if out is None and len(dirs) > 1:
+        raise ConfigError("merging several folders needs --out OUT for the merged report")
+    print_summary(write_report(dirs, Path(out) if out is not None else Path(dirs[0]), baseline))
+    return 0
+
+
+def add_parser(verbs: "argparse._SubParsersAction") -> None:
+    parser = verbs.add_parser(
+        "report", help="rebuild the comparison table, plots and report.md from saved results; merge folders",
+        description="Read every job-*/result.json under each DIR and write comparison.md, comparison.csv, "
+                    "the PNG plots and report.md. One row per job (rounds grouped); several folders merge into "
+                    "one table, with a host column when they come from different machines.",
+    )
+    parser.add_argument("dirs", nargs="+", metavar="DIR", help="results folders written by `pipebench run`")
+    parser.add_argument("--out", help="where to write (default: the DIR itself; required with several DIRs)")
+    add_baseline_job(parser, "row, e.g. workers=0 or host=ci,workers=0", "row")
+
+
+def main(args: argparse.Namespace) -> int:
+    return report_main(args.dirs, args.out, args.baseline)

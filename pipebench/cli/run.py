@@ -1,0 +1,281 @@
+"""The `run` verb: check every job of a sweep up front, then hand it to Hydra with pipebench's launcher.
+
+`pipebench run transform=a,b workers=0,4` needs no `--multirun`: the overrides are parsed with
+Hydra's own parser, every job is composed and checked before anything is measured (one-line
+errors, exit 2), `rounds=N` repeats the whole sweep round-robin, and `calibrate=true` times the
+calibration workload first. `explore` runs its variants through `run_command` too.
+"""
+
+import argparse
+import os
+import sys
+import time
+from pathlib import Path
+from typing import Callable, List, Optional, Sequence, Tuple
+
+import hydra
+
+# BasicSweeper's own expansion, so the jobs checked up front are exactly the jobs Hydra runs.
+from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
+from hydra.core.config_store import ConfigStore
+from hydra.core.override_parser.overrides_parser import OverridesParser
+from hydra.core.plugins import Plugins
+from hydra.errors import HydraException
+
+from hydra_plugins.pipebench_launcher.subprocess_launcher import SubprocessLauncher
+from pipebench.base.errors import ConfigError
+from pipebench.base.io import folder_safe
+from pipebench.cli.common_args import (
+    add_baseline_job,
+    add_config_dir,
+    add_fresh,
+    add_overrides,
+)
+from pipebench.cli.job_task import run_job_task
+from pipebench.config.compose import (
+    CONFIG_MODULE,
+    CONFIG_NAME,
+    HYDRA_VERSION_BASE,
+    job_spec_composer,
+    one_line,
+    sweep_settings,
+)
+from pipebench.config.schema import register_schema
+from pipebench.config.specs import JobSpec
+from pipebench.config.sweep_axes import expand_auto_workers
+from pipebench.measure.calibration import run_calibration
+from pipebench.measure.fingerprint import usable_cores
+from pipebench.measure.job_process import INTERRUPTED_EXIT_STATUS
+from pipebench.pipeline.build import build_dataset, build_transforms
+from pipebench.record.results import (
+    CALIBRATION_FILE,
+    SUMMARY_MD,
+    load_job_results,
+    write_calibration,
+)
+from pipebench.record.resume import choose_invocation, record_invocation
+from pipebench.report.comparison import identity, select_job
+from pipebench.report.writer import print_summary, write_report
+
+__all__ = ["add_parser", "expand_sweep", "import_from_cwd", "main", "preflight", "run_command", "search_path", "sweep_overrides"]
+
+# Longest label in a results folder name; the full overrides are in every result.json.
+MAX_LABEL_CHARS = 60
+# The rounds sweep goes first: BasicSweeper varies its first list slowest, so every job runs
+# once before any job runs again, and drift hits every job alike.
+ROUND_SWEEP = "run.round=range(0,{rounds})"
+# The CLI folds the config's sweeper params (suite=nightly) into the command line after the
+# rounds sweep; Hydra must not prepend them a second time.
+CLEAR_SWEEPER_PARAMS = "hydra.sweeper.params=null"
+# Keys that describe the whole invocation, so every job of a sweep must agree on them.
+INVOCATION_KEYS = ("rounds", "calibrate")
+
+RUN_EPILOG = """\
+examples:
+  pipebench run transform=yuv_mask workers=0            profile the seed chain in one process
+  pipebench run transform=yuv_mask,yuv_mask_fast workers=0,2   a 4-job sweep, one table
+  pipebench run dataset=image_folder dataset.path=/data/imgs loader.batch_size=64
+  pipebench run --config-dir my_conf transform=my_chain  your own configs and transforms
+  pipebench run workers=auto loader.batch_size=32,64   0 up to 2x the usable cores, times two batch sizes
+  pipebench run --baseline workers=0 workers=0,2,4      speedups against the workers=0 job
+  pipebench report results/<folder> [more folders --out merged]   tables and plots again, or merged
+
+groups: dataset=synthetic_jpeg|image_folder|random_tensors|sharded_stream
+        transform=yuv_mask|yuv_mask_fast|yuv_mask_crop_first|yuv_mask_batched
+        loader=default|seed  run=default|quick
+        consumer=emulated|none|toy_cnn|masked_loss_sync|masked_loss_fixed
+keys:   workers (a number, a list, range(0,9,2) or auto), trace=torch|viztracer|none, results_dir, rounds,
+        calibrate, loader.* (batch_size, prefetch_factor, pin_memory, persistent_workers,
+        multiprocessing_context=fork|spawn|forkserver, ...), run.*, consumer.*, dataset.*
+sweeps: any key takes a comma list, range(start,stop[,step]) or choice(a,b,...)
+resume: re-running the same command resumes its latest unfinished folder (--fresh starts anew)
+suites: suite=nightly   the nightly regression sweep (every chain, workers 0 and 2, 5 rounds)
+ranks:  distributed.nproc=2   each job on 2 torchrun ranks (DistributedSampler, all-reduce each step);
+        distributed.backend=auto|gloo|nccl, dataset=sharded_stream (an IterableDataset sharded by rank)
+cluster: --config-dir examples/slurm hydra/launcher=pipebench_slurm   (pip install ".[slurm]")
+"""
+
+
+def _label(overrides: Sequence[str]) -> str:
+    """A folder-safe label from the overrides, e.g. `transform-yuv_mask_workers-0+4+8`."""
+    parts = []
+    for item in overrides:
+        key, _, value = item.partition("=")
+        if key.startswith(("hydra.", "results_dir")):
+            continue
+        parts.append(f"{key.split('.')[-1].lstrip('+~')}-{value.replace(',', '+')}")
+    label = folder_safe("_".join(parts))[:MAX_LABEL_CHARS]
+    return label or "default"
+
+
+def _quote(value: str) -> str:
+    return "'" + value.replace("\\", "\\\\").replace("'", "\\'") + "'"
+
+
+def expand_sweep(overrides: Sequence[str]) -> List[List[str]]:
+    """Every job's overrides, expanded the way Hydra's BasicSweeper does (comma lists, range, choice)."""
+    try:
+        parsed = OverridesParser.create().parse_overrides(list(overrides))
+        return BasicSweeper.split_arguments(parsed, None)[0]
+    except HydraException as exc:
+        raise ConfigError(one_line(exc)) from exc
+
+
+def sweep_overrides(overrides: Sequence[str]) -> List[str]:
+    """The whole sweep as overrides: the rounds sweep, then the config's sweeper params, then the user's.
+
+    The order mirrors BasicSweeper (its params before the command line; a later override of
+    the same key replaces the values in place), so `expand_sweep` of the result is exactly
+    the list of jobs that will run, suite=nightly included.
+    """
+    settings = sweep_settings(expand_sweep(overrides)[0])
+    rounds = [ROUND_SWEEP.format(rounds=settings.rounds)] if settings.rounds > 1 else []
+    return [*rounds, *settings.params, *overrides]
+
+
+def _check_invocation_keys(checked: Sequence[Tuple[JobSpec, str]]) -> None:
+    for key in INVOCATION_KEYS:
+        values = {getattr(spec, key) for spec, _ in checked}
+        if len(values) > 1:
+            raise ConfigError(f"{key} applies to the whole invocation and cannot be swept, got {sorted(values)}")
+
+
+def _check_baseline(selector: Optional[str], jobs: Sequence[Sequence[str]],
+                    checked: Sequence[Tuple[JobSpec, str]]) -> None:
+    """`--baseline` must name exactly one job of the sweep (its rounds together) before anything runs."""
+    if selector is None:
+        return
+    named: List[dict] = []
+    for job, (spec, _) in zip(jobs, checked):
+        names = identity(job, {"dataset": spec.dataset_name, "transform": spec.transform_name,
+                               "workers": spec.workers, "batch_size": spec.loader.batch_size,
+                               "consumer": spec.consumer.kind})
+        if names not in named:
+            named.append(names)
+    select_job(selector, named)
+
+
+def _final_report(invocation_dir: Path, baseline: Optional[str]) -> None:
+    """comparison.md/.csv, plots and report.md from the finished jobs, and the table on the terminal."""
+    if not load_job_results(invocation_dir):
+        return
+    try:
+        inputs = write_report([str(invocation_dir)], invocation_dir, baseline)
+    except ConfigError as exc:  # the baseline job did not finish
+        print(f"pipebench: {exc}; speedup against the first job instead", file=sys.stderr)
+        inputs = write_report([str(invocation_dir)], invocation_dir, None)
+    print("\n## comparison\n")
+    print_summary(inputs)
+    print(f"every column: {invocation_dir / SUMMARY_MD}")
+
+
+def _calibrate(invocation_dir: Path) -> None:
+    invocation_dir.mkdir(parents=True, exist_ok=True)
+    print("calibration: timing the fixed decode + transform workload", flush=True)
+    calibration = run_calibration()
+    path = write_calibration(invocation_dir, calibration)
+    print(f"calibration: {calibration.score_s * 1000:.1f} ms a repetition (median) -> {path}", flush=True)
+
+
+def preflight(jobs: Sequence[Sequence[str]]) -> List[Tuple[JobSpec, str]]:
+    """Compose and check every job, and build each distinct dataset once, before measuring anything.
+
+    Returns each job's spec with its results_dir.
+    """
+    checked = []
+    datasets_built = set()
+    with job_spec_composer() as compose_one:
+        for job in jobs:
+            spec, results_dir = compose_one(job)
+            build_transforms(spec.per_sample, "transform.per_sample")
+            build_transforms(spec.per_batch, "transform.per_batch")
+            key = repr(sorted(spec.dataset.items())) + f"|{spec.loader.batch_size}|{spec.loader.drop_last}"
+            if key not in datasets_built:
+                build_dataset(spec)
+                datasets_built.add(key)
+            checked.append((spec, results_dir))
+    return checked
+
+
+def _hydra_entry():
+    register_schema(ConfigStore.instance())
+    # Hydra's plugin scan walks hydra_plugins.__path__, which setuptools' editable finder does not
+    # extend; registering the launcher (its import stored its config) works under every install.
+    Plugins.instance().register(SubprocessLauncher)
+    return hydra.main(config_path=f"pkg://{CONFIG_MODULE}", config_name=CONFIG_NAME,
+                      version_base=HYDRA_VERSION_BASE)(run_job_task)
+
+
+def import_from_cwd() -> None:
+    """User modules named by `_target_` resolve from the working directory, as with `python -m`."""
+    if os.getcwd() not in sys.path:
+        sys.path.insert(0, os.getcwd())
+
+
+def search_path(config_dir: Optional[str], extra: Sequence[Path] = ()) -> List[str]:
+    """A `hydra.searchpath` override for the user's --config-dir and any extra config folders, or none."""
+    if config_dir is not None and not Path(config_dir).is_dir():
+        raise ConfigError(f"--config-dir {config_dir}: no such directory")
+    paths = [*([Path(config_dir)] if config_dir is not None else []), *extra]
+    if not paths:
+        return []
+    return [f"hydra.searchpath=[{','.join(_quote('file://' + str(p.resolve())) for p in paths)}]"]
+
+
+def run_command(overrides: List[str], config_dir: Optional[str], baseline: Optional[str] = None,
+                fresh: bool = False, search_paths: Sequence[Path] = (), invocation_dir: Optional[Path] = None,
+                epilogue: Optional[Callable[[Path], None]] = None) -> int:
+    """Check and run a sweep. `explore` adds config folders, names the folder it has already
+    started (so it is never resumed), and prints its own table after the report (`epilogue`)."""
+    import_from_cwd()
+    overrides = [*search_path(config_dir, search_paths), *overrides]
+    # Expanded here, so the checks below, the label and invocation.json all see the real jobs.
+    overrides = expand_auto_workers(overrides, usable_cores())
+    swept = sweep_overrides(overrides)
+    jobs = expand_sweep(swept)
+    checked = preflight(jobs)
+    _check_invocation_keys(checked)
+    _check_baseline(baseline, jobs, checked)
+    first_spec, results_dir = checked[0]
+    if invocation_dir is None:
+        choice = choose_invocation(Path(results_dir),
+                                   Path(results_dir) / f"{time.strftime('%Y%m%d-%H%M%S')}-{_label(overrides)}",
+                                   swept, jobs, fresh)
+        invocation_dir = choice.folder
+        if choice.resumed:
+            print(f"resuming {invocation_dir}: {choice.done} of {choice.total} jobs already done", flush=True)
+    record_invocation(invocation_dir, swept, jobs, overrides)
+    if first_spec.calibrate and not (invocation_dir / CALIBRATION_FILE).is_file():
+        _calibrate(invocation_dir)
+    sys.argv = ["pipebench", "--multirun", *swept, CLEAR_SWEEPER_PARAMS,
+                f"hydra.sweep.dir={_quote(str(invocation_dir))}"]
+    status = 0
+    try:
+        _hydra_entry()()
+    except SystemExit as exc:
+        status = exc.code if isinstance(exc.code, int) else 1
+    except KeyboardInterrupt:
+        print("\npipebench: interrupted; finished jobs are kept", file=sys.stderr)
+        status = INTERRUPTED_EXIT_STATUS
+    _final_report(invocation_dir, baseline)
+    if epilogue is not None:
+        epilogue(invocation_dir)
+    print(f"results: {invocation_dir}")
+    return status
+
+
+def add_parser(verbs: "argparse._SubParsersAction") -> None:
+    parser = verbs.add_parser(
+        "run", help="run a benchmark job, or a sweep when any override is a comma list",
+        description="Run jobs from Hydra overrides. A comma list, range() or choice() sweeps; "
+                    "each job runs in a fresh process, one after another.",
+        epilog=RUN_EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    add_config_dir(parser)
+    add_baseline_job(parser, "job, e.g. workers=0", "job")
+    add_fresh(parser, "run")
+    add_overrides(parser, "transform=yuv_mask workers=0,4,8")
+
+
+def main(args: argparse.Namespace) -> int:
+    return run_command(list(args.overrides), args.config_dir, args.baseline, args.fresh)

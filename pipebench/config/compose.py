@@ -1,0 +1,82 @@
+"""Compose pipebench configs with Hydra's compose API, for checks and tools outside a Hydra job."""
+
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Callable, Iterator, Sequence, Tuple
+
+from hydra import compose, initialize_config_module
+from hydra.core.config_store import ConfigStore
+from hydra.errors import HydraException
+from omegaconf import DictConfig
+from omegaconf.errors import OmegaConfBaseException
+
+from pipebench.base.errors import ConfigError
+from pipebench.config.schema import register_schema
+from pipebench.config.specs import JobSpec, job_spec_from_config
+
+CONFIG_MODULE = "pipebench.conf"
+CONFIG_NAME = "config"
+HYDRA_VERSION_BASE = "1.3"
+
+
+def one_line(exc: BaseException) -> str:
+    """Hydra and OmegaConf errors span many lines; users get the first line of each layer."""
+    text = str(exc).split("Config search path")[0]
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    message = lines[0].rstrip(".") if lines else type(exc).__name__
+    options = [line for line in lines[1:] if not line.startswith("Available options")]
+    if "Could not find" in message and options:
+        message += "; available: " + ", ".join(options)
+    cause = exc.__cause__
+    if cause is not None and str(cause).strip():
+        message += ": " + str(cause).strip().splitlines()[0]
+    return message
+
+
+@dataclass(frozen=True)
+class SweepSettings:
+    """What a composed config says about the sweep as a whole, rather than about one job."""
+
+    rounds: int
+    # `hydra.sweeper.params` (e.g. from suite=nightly) as `key=value` overrides, in file order.
+    params: Tuple[str, ...]
+
+
+@contextmanager
+def _composer() -> Iterator[Callable[[Sequence[str]], DictConfig]]:
+    """Yields compose(overrides) -> the config with its `hydra` node; errors become ConfigError."""
+    register_schema(ConfigStore.instance())
+    with initialize_config_module(config_module=CONFIG_MODULE, version_base=HYDRA_VERSION_BASE,
+                                  job_name="pipebench"):
+        def compose_cfg(overrides: Sequence[str]) -> DictConfig:
+            try:
+                return compose(CONFIG_NAME, overrides=list(overrides), return_hydra_config=True)
+            except (HydraException, OmegaConfBaseException) as exc:
+                raise ConfigError(one_line(exc)) from exc
+
+        yield compose_cfg
+
+
+@contextmanager
+def job_spec_composer() -> Iterator[Callable[[Sequence[str]], Tuple[JobSpec, str]]]:
+    """Yields compose(overrides) -> (JobSpec, results_dir); composition errors become ConfigError."""
+    with _composer() as compose_cfg:
+        def compose_one(overrides: Sequence[str]) -> Tuple[JobSpec, str]:
+            cfg = compose_cfg(overrides)
+            return job_spec_from_config(cfg, dict(cfg.hydra.runtime.choices)), str(cfg.results_dir)
+
+        yield compose_one
+
+
+def sweep_settings(overrides: Sequence[str]) -> SweepSettings:
+    """The rounds and sweeper params of the config one job's overrides compose to."""
+    with _composer() as compose_cfg:
+        cfg = compose_cfg(overrides)
+    params = cfg.hydra.sweeper.params or {}
+    return SweepSettings(rounds=int(cfg.rounds), params=tuple(f"{k}={v}" for k, v in params.items()))
+
+
+def compose_job_spec(overrides: Sequence[str]) -> JobSpec:
+    """The JobSpec for one set of overrides, as `pipebench run` would build it."""
+    with job_spec_composer() as compose_one:
+        return compose_one(overrides)[0]

@@ -1,0 +1,156 @@
+"""Does a variant compute what the base chain computes? Measured on real samples, never assumed.
+
+First the same-seed check: both chains on the same inputs, each batch under the same seeds;
+equal outputs are `identical`, equal within float tolerance (a reordered float computation)
+`close`. Otherwise, if a step is random (or declares nothing, so might be), a two-sample
+Kolmogorov-Smirnov test on per-sample statistics across many seeds decides between `same
+distribution` and `not equivalent`. A random transform moved into the collate makes one draw
+per batch instead of one per sample: always `not equivalent`, whatever the test says.
+"""
+
+from dataclasses import dataclass
+from typing import Any, Callable, List, Optional, Sequence, Tuple
+
+import numpy as np
+import torch
+from scipy.stats import ks_2samp
+from torch.utils.data import default_collate
+
+from pipebench.explore.variants import Chain, Variant
+from pipebench.measure.setup import seed_everything
+from pipebench.pipeline.build import build_transforms
+from pipebench.pipeline.movement import declared_movement
+
+IDENTICAL = "identical"
+CLOSE = "close"
+SAME_DISTRIBUTION = "same distribution"
+NOT_EQUIVALENT = "not equivalent"
+FAILS = "fails"
+EQUIVALENT_VERDICTS = (IDENTICAL, CLOSE, SAME_DISTRIBUTION)
+
+# Same-seed check: this many batches, each under its own seed, of BATCH_SIZE samples (enough
+# to exercise the collate and per-batch steps; a mismatch shows on the first pixel it touches).
+SAME_SEED_BATCHES = 3
+BATCH_SIZE = 4
+# float32 carries ~7 significant digits; a reordered sum (per-sample matmul vs one bmm) on
+# pixel values up to 255 differs by ~1e-5. Both tolerances sit well above that and far below
+# one grey level (1/255 after Scale).
+RTOL = 1e-5
+ATOL = 1e-4
+# Distribution test: seeds per chain (independent: the variant's seeds follow the base's), so
+# SEEDS x BATCH_SIZE per-sample statistics a side. At 400 a side the KS test detects a shift of
+# about 0.12 standard deviations at alpha.
+DISTRIBUTION_SEEDS = 100
+# Family-wise: the smallest p over the statistics, Bonferroni-corrected, must reach ALPHA to
+# call a difference. 0.01 keeps a false "not equivalent" rare across a dozen variants.
+ALPHA = 0.01
+STATISTICS = ("mean", "std")
+TEST_NAME = "two-sample Kolmogorov-Smirnov (scipy.stats.ks_2samp)"
+
+Fetch = Callable[[int], List[Any]]
+
+
+@dataclass(frozen=True)
+class Equivalence:
+    verdict: str
+    detail: str
+    # Set when the distribution test ran: its name and Bonferroni-corrected p.
+    test: str = ""
+    p_value: Optional[float] = None
+    max_abs_diff: Optional[float] = None
+
+    @property
+    def equivalent(self) -> bool:
+        return self.verdict in EQUIVALENT_VERDICTS
+
+
+@dataclass(frozen=True)
+class _Built:
+    per_sample: Tuple[Callable, ...]
+    per_batch: Tuple[Callable, ...]
+
+    @classmethod
+    def of(cls, chain: Chain) -> "_Built":
+        return cls(tuple(build_transforms(chain.per_sample, "transform.per_sample")),
+                   tuple(build_transforms(chain.per_batch, "transform.per_batch")))
+
+    def __call__(self, inputs: Sequence[Any], seed: int) -> torch.Tensor:
+        """One batch, as the loader makes it: per-sample steps, default_collate, per-batch steps."""
+        seed_everything(seed)
+        samples = []
+        for sample in inputs:
+            for step in self.per_sample:
+                sample = step(sample)
+            samples.append(sample)
+        batch = default_collate(samples)
+        for step in self.per_batch:
+            batch = step(batch)
+        return batch
+
+
+def _may_be_random(chain: Chain) -> bool:
+    movements = [declared_movement(n) for n in (*chain.per_sample, *chain.per_batch)]
+    return any(m is None or m.random for m in movements)
+
+
+def _compare(base: torch.Tensor, other: torch.Tensor) -> Tuple[str, Optional[float]]:
+    """(IDENTICAL / CLOSE / a reason they differ, max |diff| where shapes agree)."""
+    if base.shape != other.shape:
+        return f"shape {tuple(other.shape)} instead of {tuple(base.shape)}", None
+    if base.dtype != other.dtype:
+        return f"dtype {other.dtype} instead of {base.dtype}", None
+    if torch.equal(base, other):
+        return IDENTICAL, 0.0
+    diff = float((base.double() - other.double()).abs().max())
+    if torch.allclose(base.double(), other.double(), rtol=RTOL, atol=ATOL):
+        return CLOSE, diff
+    return f"outputs differ (max |diff| {diff:.3g})", diff
+
+
+def _statistics(batch: torch.Tensor) -> np.ndarray:
+    """[samples, STATISTICS]: each output sample's mean and standard deviation."""
+    flat = batch.reshape(batch.shape[0], -1).double()
+    return torch.stack([flat.mean(dim=1), flat.std(dim=1)], dim=1).numpy()
+
+
+def _distribution_test(base: _Built, variant: _Built, fetch: Fetch, seed: int) -> Tuple[float, str]:
+    """Bonferroni-corrected p that per-sample statistics come from one distribution, and a note."""
+    ours = np.concatenate([_statistics(base(fetch(BATCH_SIZE), seed + s)) for s in range(DISTRIBUTION_SEEDS)])
+    theirs = np.concatenate([_statistics(variant(fetch(BATCH_SIZE), seed + DISTRIBUTION_SEEDS + s))
+                             for s in range(DISTRIBUTION_SEEDS)])
+    pvalues = [float(ks_2samp(ours[:, k], theirs[:, k]).pvalue) for k in range(len(STATISTICS))]
+    p = min(1.0, len(pvalues) * min(pvalues))
+    note = (f"{TEST_NAME} on per-sample {' and '.join(STATISTICS)}, {DISTRIBUTION_SEEDS} seeds x "
+            f"{BATCH_SIZE} samples a side: p={p:.3g} (Bonferroni over {len(pvalues)}; alpha {ALPHA})")
+    return p, note
+
+
+def check(base_chain: Chain, variant: Variant, fetch: Fetch, seed: int) -> Equivalence:
+    """The variant's verdict against the base chain; `fetch(n)` returns n fresh input samples."""
+    base = _Built.of(base_chain)
+    try:
+        built = _Built.of(variant.chain)
+        outcomes = []
+        for k in range(SAME_SEED_BATCHES):
+            # Fresh inputs for each chain: a transform that works in place must not feed the other.
+            outcomes.append(_compare(base(fetch(BATCH_SIZE), seed + k), built(fetch(BATCH_SIZE), seed + k)))
+    except Exception as exc:  # a user's transform may fail in any way; the verdict says how
+        return Equivalence(FAILS, f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}")
+    same_seed = f"{SAME_SEED_BATCHES} seeds x {BATCH_SIZE} samples"
+    reasons = [o for o, _ in outcomes if o not in (IDENTICAL, CLOSE)]
+    diffs = [d for _, d in outcomes if d is not None]
+    max_diff = max(diffs) if diffs else None
+    measured = "same outputs under the same seed" if not reasons else reasons[0] + " under the same seed"
+    if variant.draws_per_batch:
+        return Equivalence(NOT_EQUIVALENT, f"{', '.join(variant.draws_per_batch)} makes one random draw per batch "
+                           f"instead of one per sample ({measured}, {same_seed})", max_abs_diff=max_diff)
+    if not reasons:
+        if all(o == IDENTICAL for o, _ in outcomes):
+            return Equivalence(IDENTICAL, f"{measured} ({same_seed})", max_abs_diff=0.0)
+        return Equivalence(CLOSE, f"equal within rtol={RTOL:g}, atol={ATOL:g}, max |diff| {max_diff:.3g} "
+                           f"({same_seed})", max_abs_diff=max_diff)
+    if not (_may_be_random(base_chain) or _may_be_random(variant.chain)):
+        return Equivalence(NOT_EQUIVALENT, f"deterministic chain, {measured} ({same_seed})", max_abs_diff=max_diff)
+    p, note = _distribution_test(base, built, fetch, seed)
+    verdict = SAME_DISTRIBUTION if p >= ALPHA else NOT_EQUIVALENT
+    return Equivalence(verdict, f"{measured}; {note}", test=TEST_NAME, p_value=p, max_abs_diff=max_diff)

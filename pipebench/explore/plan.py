@@ -1,0 +1,303 @@
+"""`pipebench explore`: find a chain's variants, check them, and lay out one interleaved sweep.
+
+Before anything is measured: every variant's chain is written as a Hydra transform config
+under `<invocation>/variants/transform/<name>.yaml` (a search path the sweep adds), checked
+for equivalence with the base chain, and recorded in `variants.json`, `equivalence.md` and
+`equivalence.csv`. The CLI then sweeps `transform=<base>,<variant>,...` through the same path
+as `pipebench run`, and `explore_table` joins the measured rows with the variants.
+"""
+
+import csv
+import statistics
+import time
+from dataclasses import dataclass
+from io import StringIO
+from pathlib import Path
+from typing import Dict, List, Mapping, Optional, Sequence, Tuple, Union
+
+from hydra.core.override_parser.overrides_parser import OverridesParser
+from hydra.errors import HydraException
+from omegaconf import OmegaConf
+
+from pipebench.base.errors import ConfigError
+from pipebench.base.io import folder_safe, write_json_atomic
+from pipebench.base.tables import markdown_table
+from pipebench.config.compose import job_spec_composer, one_line
+from pipebench.config.sweep_axes import expand_auto_workers
+from pipebench.explore.equivalence import EQUIVALENT_VERDICTS, FAILS, Equivalence, check
+from pipebench.explore.variants import Chain, Variant, explore
+from pipebench.measure.fingerprint import usable_cores
+from pipebench.pipeline.build import build_dataset
+from pipebench.record.results import load_job_results
+from pipebench.record.resume import INVOCATION_FILE, InvocationChoice, latest_unfinished
+
+# Three interleaved rounds by default: variants of one chain often differ by 10-30%, about the
+# round-to-round spread of one job on a shared machine, so one round cannot rank them. With
+# three a side, "every round of a variant beat every round of the base" has a 1 in 20 chance
+# under no difference (the exact one-sided Mann-Whitney p); five (as the nightly) would take
+# the seed chain's 8 variants past five minutes.
+DEFAULT_ROUNDS = 3
+# Defaults explore adds unless the command line sets the key (or its group: `run=quick` keeps
+# its own budget): the rounds above; a shorter job (>= 10 steps and >= 2 s after warm-up), as
+# more rounds of short jobs resist drift better than fewer long ones; and no profiler trace,
+# whose extra steps cost time per job (`pipebench run` profiles one chain).
+EXPLORE_DEFAULTS = (("rounds", str(DEFAULT_ROUNDS)), ("run.steps", "10"), ("run.min_time_s", "2"),
+                    ("trace", "none"))
+VARIANTS_DIR = "variants"
+# The override run_command puts in front of a sweep to add config folders.
+SEARCH_PATH_KEY = "hydra.searchpath="
+VARIANTS_JSON = "variants.json"
+EQUIVALENCE_MD = "equivalence.md"
+EQUIVALENCE_CSV = "equivalence.csv"
+EXPLORE_MD = "explore.md"
+EXPLORE_CSV = "explore.csv"
+BASE_VERDICT = "base"
+EQUIVALENCE_COLUMNS = ["variant", "moves", "verdict", "detail"]
+EXPLORE_COLUMNS = ["variant", "setting", "verdict", "rounds", "samples_per_s", "samples_per_s_min",
+                   "samples_per_s_max", "speedup", "cpu_ms_per_sample", "cpu_speedup"]
+# Overrides that every row of one variant shares or that name the variant: not part of a "setting".
+ROW_KEYS_IGNORED = ("transform", "run.round")
+
+
+@dataclass(frozen=True)
+class Checked:
+    variant: Variant
+    # None for the base chain, which is the reference.
+    equivalence: Optional[Equivalence]
+
+    @property
+    def verdict(self) -> str:
+        return BASE_VERDICT if self.equivalence is None else self.equivalence.verdict
+
+    @property
+    def measured(self) -> bool:
+        return self.verdict != FAILS
+
+
+@dataclass(frozen=True)
+class Plan:
+    """What explore will measure: the sweep overrides, where the variant configs live, the verdicts."""
+
+    invocation_dir: Path
+    search_path: Path
+    overrides: Tuple[str, ...]
+    checked: Tuple[Checked, ...]
+    not_applied: Tuple[str, ...]
+    resumed: Optional[InvocationChoice] = None
+
+
+@dataclass(frozen=True)
+class NoVariants:
+    """No move applies to the chain: nothing to explore, and why."""
+
+    base: str
+    reasons: Tuple[str, ...]
+
+
+def _key(override: str) -> str:
+    return override.partition("=")[0].lstrip("+~")
+
+
+def check_overrides(overrides: Sequence[str]) -> None:
+    """explore moves one named chain: no transform sweep and no `transform.*` edits (indices shift)."""
+    try:
+        parsed = OverridesParser.create().parse_overrides(list(overrides))
+    except HydraException as exc:
+        raise ConfigError(one_line(exc)) from exc
+    for override in parsed:
+        key = override.get_key_element().lstrip("+~")
+        if key == "transform" and override.is_sweep_override():
+            raise ConfigError(f"explore takes one chain, got a sweep: {override.input_line}; explore each on its own")
+        if key.startswith("transform."):
+            raise ConfigError(f"explore cannot apply {override.input_line} to variants (their steps move); "
+                              "put the edited chain in a config file and pass transform=NAME")
+
+
+def _folder_safe(name: str) -> str:
+    return folder_safe(name) or "chain"
+
+
+def _write_variant_configs(folder: Path, variants: Sequence[Variant]) -> None:
+    folder.mkdir(parents=True, exist_ok=True)
+    for variant in variants:
+        header = f"# pipebench explore: {variant.name}\n" + "".join(f"# - {c}\n" for c in variant.changes)
+        (folder / f"{variant.name}.yaml").write_text(header + OmegaConf.to_yaml(variant.chain.as_config()))
+
+
+def _equivalence_rows(checked: Sequence[Checked]) -> List[Dict[str, object]]:
+    rows = []
+    for item in checked:
+        eq = item.equivalence
+        rows.append({"variant": item.variant.name, "moves": "+".join(item.variant.moves) or "-",
+                     "verdict": item.verdict, "equivalent": eq.equivalent if eq else True,
+                     "test": eq.test if eq else "", "p_value": eq.p_value if eq else None,
+                     "max_abs_diff": eq.max_abs_diff if eq else None,
+                     "detail": eq.detail if eq else "the chain as configured; every variant is checked against it"})
+    return rows
+
+
+def _csv_text(rows: Sequence[Mapping[str, object]]) -> str:
+    buffer = StringIO()
+    writer = csv.DictWriter(buffer, fieldnames=list(rows[0]))
+    writer.writeheader()
+    writer.writerows(rows)
+    return buffer.getvalue()
+
+
+def write_variant_files(invocation_dir: Path, checked: Sequence[Checked], not_applied: Sequence[str]) -> str:
+    """variants.json, equivalence.md and equivalence.csv; returns the markdown table."""
+    rows = _equivalence_rows(checked)
+    payload = {
+        "base": checked[0].variant.name,
+        "not_applied": list(not_applied),
+        "variants": [{"name": item.variant.name, "moves": list(item.variant.moves),
+                      "changes": list(item.variant.changes), "chain": item.variant.chain.as_config(),
+                      "draws_per_batch": list(item.variant.draws_per_batch), "measured": item.measured,
+                      "equivalence": {k: row[k] for k in ("verdict", "equivalent", "test", "p_value",
+                                                          "max_abs_diff", "detail")}}
+                     for item, row in zip(checked, rows)],
+    }
+    write_json_atomic(invocation_dir / VARIANTS_JSON, payload)
+    markdown = markdown_table(rows, EQUIVALENCE_COLUMNS)
+    (invocation_dir / EQUIVALENCE_MD).write_text(markdown)
+    (invocation_dir / EQUIVALENCE_CSV).write_text(_csv_text(rows))
+    return markdown
+
+
+def unfinished_exploration(results_dir: Path, base: str, overrides: Sequence[str]) -> Optional[InvocationChoice]:
+    """The latest explore folder of this chain whose sweep was `overrides` and whose jobs are not all done.
+
+    Its recorded command is the sweep with the config search path in front; that path names the
+    folder itself, so it is left out of the match.
+    """
+    wanted = expand_auto_workers(list(overrides), usable_cores())
+    return latest_unfinished(
+        results_dir.glob(f"*-explore-{_folder_safe(base)}*/{INVOCATION_FILE}"),
+        lambda record: [c for c in record.get("command", []) if not c.startswith(SEARCH_PATH_KEY)] == wanted)
+
+
+def plan_exploration(overrides: Sequence[str], first_job: Sequence[str], fresh: bool = False
+                     ) -> Union[Plan, NoVariants]:
+    """Generate and check the variants of the chain `first_job` composes to, and write them down.
+
+    When no move applies nothing is written, and the answer says why. An interrupted exploration
+    of the same chain and settings is resumed in its own folder unless `fresh`.
+    """
+    check_overrides(overrides)
+    with job_spec_composer() as compose_one:
+        spec, results_dir = compose_one(first_job)
+    found = explore(spec.transform_name, Chain(spec.per_sample, spec.per_batch))
+    if len(found.variants) == 1:
+        return NoVariants(found.base.name, found.not_applied)
+    dataset = build_dataset(spec)
+
+    def fetch(n: int) -> list:
+        return [dataset[i % len(dataset)][0] for i in range(n)]
+
+    checked = [Checked(found.base, None)]
+    for variant in found.variants[1:]:
+        print(f"explore: checking {variant.name}", flush=True)
+        checked.append(Checked(variant, check(found.base.chain, variant, fetch, spec.run.seed)))
+    given = {_key(o) for o in overrides}
+    kept = [o for o in overrides if _key(o) != "transform"]
+    defaults = [f"{key}={value}" for key, value in EXPLORE_DEFAULTS
+                if key not in given and key.partition(".")[0] not in given]
+    names = ",".join(item.variant.name for item in checked if item.measured)
+    swept = (*kept, *defaults, f"transform={names}")
+    resumed = None if fresh else unfinished_exploration(Path(results_dir), found.base.name, swept)
+    invocation_dir = resumed.folder if resumed is not None else \
+        Path(results_dir) / f"{time.strftime('%Y%m%d-%H%M%S')}-explore-{_folder_safe(found.base.name)}"
+    search_path = invocation_dir / VARIANTS_DIR
+    _write_variant_configs(search_path / "transform", found.variants[1:])
+    markdown = write_variant_files(invocation_dir, checked, found.not_applied)
+    print(f"\n## equivalence with {found.base.name}\n\n{markdown}")
+    return Plan(invocation_dir, search_path, swept, tuple(checked), found.not_applied, resumed)
+
+
+def _settings(results: Sequence[Mapping[str, object]]) -> List[str]:
+    """Each job's setting: the overrides that vary across the sweep, besides the chain and the round."""
+    per_job = [{_key(o): o for o in r["overrides"] if _key(o) not in ROW_KEYS_IGNORED} for r in results]
+    varying = sorted({k for job in per_job for k in job if len({other.get(k) for other in per_job}) > 1})
+    return [",".join(job[k] for k in varying if k in job) for job in per_job]
+
+
+def explore_rows(invocation_dir: Path, plan: Plan) -> List[Dict[str, object]]:
+    """One row per variant and setting: medians over the rounds (samples/s, and the CPU a sample
+    costs, which other load on a shared machine barely moves) and ratios over the base chain."""
+    results = load_job_results(invocation_dir)
+    measured: Dict[Tuple[str, str], List[Mapping[str, object]]] = {}
+    for result, setting in zip(results, _settings(results)):
+        measured.setdefault((setting, str(result["summary"]["transform"])), []).append(result["summary"])
+    base = plan.checked[0].variant.name
+    rows = []
+    for setting in dict.fromkeys(setting for setting, _ in measured):
+        base_rows = measured.get((setting, base), [])
+        base_rate = statistics.median(float(r["samples_per_s"]) for r in base_rows) if base_rows else float("nan")
+        base_cpu = statistics.median(float(r["cpu_ms_per_sample"]) for r in base_rows) if base_rows else float("nan")
+        for item in plan.checked:
+            summaries = measured.get((setting, item.variant.name))
+            if not summaries:
+                continue
+            rates = [float(r["samples_per_s"]) for r in summaries]
+            cpus = [float(r["cpu_ms_per_sample"]) for r in summaries]
+            rows.append({"variant": item.variant.name, "setting": setting or "-", "verdict": item.verdict,
+                         "rounds": len(summaries), "samples_per_s": statistics.median(rates),
+                         "samples_per_s_min": min(rates), "samples_per_s_max": max(rates),
+                         "speedup": statistics.median(rates) / base_rate,
+                         "cpu_ms_per_sample": statistics.median(cpus), "cpu_ms_min": min(cpus),
+                         "cpu_ms_max": max(cpus), "cpu_speedup": base_cpu / statistics.median(cpus)})
+    return rows
+
+
+def _resolved(best: Mapping[str, object], reference: Mapping[str, object], cleared: bool, word: str) -> str:
+    if min(best["rounds"], reference["rounds"]) < 2:
+        return "one round, so not resolved"
+    if cleared:
+        return f"every round {word} every round of the base"
+    return "its rounds overlap the base's, so not resolved"
+
+
+def conclusions(rows: Sequence[Mapping[str, object]], plan: Plan) -> List[str]:
+    """Per setting, in plain words: the fastest equivalent chain and the one that costs the least CPU
+    a sample, whether their rounds clear the base chain's, and what to change to get them."""
+    changes = {item.variant.name: item.variant.changes for item in plan.checked}
+    base = plan.checked[0].variant.name
+    lines = []
+    for setting in dict.fromkeys(r["setting"] for r in rows):
+        group = [r for r in rows if r["setting"] == setting]
+        where = "" if setting == "-" else f" at {setting}"
+        reference = next((r for r in group if r["variant"] == base), None)
+        if reference is None:
+            lines.append(f"{base} was not measured{where}: nothing to compare with")
+            continue
+        allowed = [r for r in group if r["verdict"] in (BASE_VERDICT, *EQUIVALENT_VERDICTS)]
+        fastest = max(allowed, key=lambda r: r["samples_per_s"])
+        leanest = min(allowed, key=lambda r: r["cpu_ms_per_sample"])
+        rate_cleared = fastest["samples_per_s_min"] > reference["samples_per_s_max"]
+        if fastest is reference:
+            lines.append(f"no equivalent variant ran faster than {base}{where}")
+        else:
+            lines.append(f"fastest equivalent chain{where}: {fastest['variant']}, {fastest['speedup']:.2f}x the "
+                         f"samples/s of {base} (median of {fastest['rounds']} interleaved rounds; "
+                         f"{_resolved(fastest, reference, rate_cleared, 'faster than')}); to get it: "
+                         + "; ".join(changes[str(fastest["variant"])]))
+        if leanest is not reference and (leanest is not fastest or not rate_cleared):
+            cpu_cleared = leanest["cpu_ms_max"] < reference["cpu_ms_min"]
+            lines.append(f"least CPU a sample{where}: {leanest['variant']}, {leanest['cpu_ms_per_sample']:.3g} ms "
+                         f"against {reference['cpu_ms_per_sample']:.3g} ms for {base} ({leanest['cpu_speedup']:.2f}x "
+                         f"less; {_resolved(leanest, reference, cpu_cleared, 'below')}); to get it: "
+                         + "; ".join(changes[str(leanest["variant"])]))
+        lines += [f"{r['variant']} ran faster still ({r['speedup']:.2f}x) but is {r['verdict']}"
+                  for r in group if r not in allowed and r["samples_per_s"] > fastest["samples_per_s"]]
+    return lines
+
+
+def write_explore_table(invocation_dir: Path, plan: Plan) -> str:
+    """explore.csv and explore.md (the table and its conclusions); returns the markdown."""
+    rows = explore_rows(invocation_dir, plan)
+    if not rows:
+        return "(no variant was measured)\n"
+    markdown = markdown_table(rows, EXPLORE_COLUMNS) + "\n" + "\n".join(conclusions(rows, plan)) + "\n"
+    (invocation_dir / EXPLORE_CSV).write_text(_csv_text(rows))
+    (invocation_dir / EXPLORE_MD).write_text(markdown)
+    return markdown

@@ -1,0 +1,195 @@
+"""Generate a chain's variants from what its transforms declare (pipebench.pipeline.movement).
+
+Three moves, each legal only where the declarations say so:
+- crop_first: a crop moves ahead of the pointwise steps before it (PIL->tensor conversion
+  included), as long as it accepts what arrives there; a step that is not pointwise, or
+  declares nothing, stops it;
+- fast: every transform with a fast_form is replaced by it;
+- per_batch: trailing per-sample transforms with a batch_form move into the collate.
+Every combination is tried, moves applied in that order; a combination is kept only if each
+of its moves changed something and the chain differs from every earlier variant.
+"""
+
+import itertools
+import json
+from dataclasses import dataclass, field
+from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
+
+from pipebench.pipeline.movement import Movement, accepted_kinds, declared_movement
+
+CROP_FIRST = "crop_first"
+FAST = "fast"
+PER_BATCH = "per_batch"
+# Canonical order: names list moves in it, and combinations apply them in it.
+MOVES = (CROP_FIRST, FAST, PER_BATCH)
+NAME_SEPARATOR = "+"
+
+Node = Mapping[str, Any]
+
+
+def short_name(node: Node) -> str:
+    """`torchvision.transforms.RandomCrop` -> `RandomCrop`."""
+    return str(node["_target_"]).rsplit(".", 1)[-1]
+
+
+@dataclass(frozen=True)
+class Chain:
+    """A transform config: `_target_` nodes per sample, then per batch."""
+
+    per_sample: Tuple[Node, ...]
+    per_batch: Tuple[Node, ...] = ()
+
+    def as_config(self) -> Dict[str, List[Dict[str, Any]]]:
+        """The body of a Hydra `transform/<name>.yaml`."""
+        return {"per_sample": [dict(n) for n in self.per_sample], "per_batch": [dict(n) for n in self.per_batch]}
+
+    def key(self) -> str:
+        """Equal for equal chains, so variants that yield the same chain can be dropped."""
+        return json.dumps(self.as_config(), sort_keys=True, default=str)
+
+
+@dataclass(frozen=True)
+class Moved:
+    """What one move did to a chain: nothing (with the reason) or a new chain and its changes in words."""
+
+    chain: Chain
+    changes: Tuple[str, ...] = ()
+    reason: str = ""
+    # Random transforms that now make one draw per batch instead of one per sample.
+    draws_per_batch: Tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class Variant:
+    name: str
+    moves: Tuple[str, ...]
+    changes: Tuple[str, ...]
+    chain: Chain
+    draws_per_batch: Tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class Exploration:
+    """The base chain first, then its variants; `not_applied` says why each inapplicable move is."""
+
+    variants: Tuple[Variant, ...]
+    not_applied: Tuple[str, ...] = field(default=())
+
+    @property
+    def base(self) -> Variant:
+        return self.variants[0]
+
+
+def crop_first(chain: Chain) -> Moved:
+    """Move each crop ahead of the pointwise steps before it, as far as its declarations allow."""
+    steps = list(chain.per_sample)
+    movements = [declared_movement(n) for n in steps]
+    kinds = list(accepted_kinds(movements))  # crops keep the kind, so these stay valid as crops move
+    changes, reasons = [], []
+    crops = [i for i, m in enumerate(movements) if m is not None and m.crop]
+    if not crops:
+        return Moved(chain, reason="crop_first: no per-sample transform declares itself a crop")
+    for i in crops:
+        crop, name = movements[i], short_name(steps[i])
+        target = i
+        while target > 0:
+            before, before_name = movements[target - 1], short_name(steps[target - 1])
+            arriving = kinds[target - 1]
+            if before is None:
+                reasons.append(f"{name} cannot move ahead of {before_name}, which declares nothing")
+            elif not before.pointwise:
+                reasons.append(f"{name} cannot move ahead of {before_name}, which is not pointwise")
+            elif arriving is None or not arriving <= crop.accepts:
+                what = "an input of unknown kind" if arriving is None else "+".join(sorted(arriving))
+                reasons.append(f"{name} cannot move ahead of {before_name}: it does not accept {what}")
+            else:
+                target -= 1
+                continue
+            break
+        if target < i:
+            passed = ", ".join(short_name(n) for n in steps[target:i])
+            changes.append(f"move {name} ahead of {passed}")
+            steps.insert(target, steps.pop(i))
+            movements.insert(target, movements.pop(i))
+        elif target == 0:
+            reasons.append(f"{name} is already first")
+    return Moved(Chain(tuple(steps), chain.per_batch), tuple(changes),
+                 "" if changes else "crop_first: " + "; ".join(reasons))
+
+
+def _with_target(node: Node, target: str) -> Dict[str, Any]:
+    return {**node, "_target_": target}
+
+
+def fast(chain: Chain) -> Moved:
+    """Replace every transform that declares a fast_form by it (same arguments)."""
+    changes = []
+    sample_nodes: List[Node] = []
+    batch_nodes: List[Node] = []
+    for nodes, out in ((chain.per_sample, sample_nodes), (chain.per_batch, batch_nodes)):
+        for node in nodes:
+            movement = declared_movement(node)
+            if movement is not None and movement.fast_form:
+                replaced = _with_target(node, movement.fast_form)
+                changes.append(f"replace {short_name(node)} with {short_name(replaced)}")
+                node = replaced
+            out.append(node)
+    return Moved(Chain(tuple(sample_nodes), tuple(batch_nodes)), tuple(changes),
+                 "" if changes else "fast: no transform in the chain declares a fast_form")
+
+
+def per_batch(chain: Chain) -> Moved:
+    """Move trailing per-sample transforms that declare a batch_form into the collate, ahead of
+    the existing per-batch steps."""
+    steps = list(chain.per_sample)
+    moved: List[Node] = []
+    random_moved: List[str] = []
+    while steps:
+        movement: Optional[Movement] = declared_movement(steps[-1])
+        if movement is None or not movement.batch_form:
+            break
+        node = steps.pop()
+        moved.insert(0, _with_target(node, movement.batch_form))
+        if movement.random:
+            random_moved.insert(0, short_name(node))
+    if not moved:
+        last = short_name(chain.per_sample[-1]) if chain.per_sample else None
+        why = "there are no per-sample transforms" if last is None else f"the last per-sample transform, {last}, " \
+              "declares no batch_form"
+        return Moved(chain, reason=f"per_batch: {why}")
+    changes = tuple(f"run {short_name(n)} once per batch as {short_name(b)}"
+                    for n, b in zip(chain.per_sample[len(steps):], moved))
+    return Moved(Chain(tuple(steps), (*moved, *chain.per_batch)), changes, draws_per_batch=tuple(random_moved))
+
+
+MOVE_FUNCTIONS: Mapping[str, Callable[[Chain], Moved]] = {CROP_FIRST: crop_first, FAST: fast, PER_BATCH: per_batch}
+
+
+def _apply(chain: Chain, moves: Sequence[str]) -> Optional[Moved]:
+    """Apply moves in order; None when one of them changes nothing (that combination adds nothing)."""
+    changes: List[str] = []
+    draws: List[str] = []
+    for move in moves:
+        done = MOVE_FUNCTIONS[move](chain)
+        if not done.changes:
+            return None
+        chain = done.chain
+        changes += done.changes
+        draws += done.draws_per_batch
+    return Moved(chain, tuple(changes), draws_per_batch=tuple(draws))
+
+
+def explore(name: str, chain: Chain) -> Exploration:
+    """The base chain and every distinct variant: single moves first, then pairs, then all three."""
+    variants = [Variant(name, (), (), chain)]
+    seen = {chain.key()}
+    for size in range(1, len(MOVES) + 1):
+        for moves in itertools.combinations(MOVES, size):
+            done = _apply(chain, moves)
+            if done is None or done.chain.key() in seen:
+                continue
+            seen.add(done.chain.key())
+            variants.append(Variant(NAME_SEPARATOR.join((name, *moves)), moves, done.changes, done.chain,
+                                    done.draws_per_batch))
+    not_applied = tuple(done.reason for done in (MOVE_FUNCTIONS[m](chain) for m in MOVES) if not done.changes)
+    return Exploration(tuple(variants), not_applied)

@@ -1,0 +1,104 @@
+"""The calibration workload: a small fixed decode + transform micro-benchmark, timed once per invocation.
+
+It runs in the CLI process before the jobs and lands in `<invocation>/calibration.json`.
+Its score tracks how fast the machine is right now at exactly the kind of work pipebench
+measures, so `compare` can tell "the machine got 10% slower" from "the pipeline got slower".
+"""
+
+import io
+import statistics
+import sys
+import time
+from dataclasses import asdict, dataclass
+from typing import Any, Callable, List, Mapping, Tuple
+
+import numpy as np
+import torch
+from PIL import Image
+from torchvision.transforms import PILToTensor, RandomCrop
+
+from pipebench.datasets.synthetic_jpeg import draw_picture
+from pipebench.measure.fingerprint import cpu_model, usable_cores
+from pipebench.transforms.color import ConvertColor, Scale
+from pipebench.transforms.mask import FastRandomMask
+
+# Bump whenever the workload below changes: scores of different workloads do not compare.
+WORKLOAD_VERSION = 1
+# The seed's photo (DESIGN §1): 533x800 RGB at JPEG quality 90, cropped to 256.
+IMAGE_WIDTH = 533
+IMAGE_HEIGHT = 800
+JPEG_QUALITY = 90
+CROP_SIZE = 256
+MASK_RATIO = 0.25
+
+
+@dataclass(frozen=True)
+class CalibrationPlan:
+    """How much work: `warmup` untimed then `repetitions` timed blocks of `samples_per_repetition` samples."""
+
+    # ~4 ms a sample on the project's 2-core machine: 30 x 12 samples is ~1.5 s timed, enough
+    # repetitions for a stable median, short enough to run before every nightly suite.
+    repetitions: int = 30
+    samples_per_repetition: int = 12
+    # First calls pay for lazy imports and allocator growth.
+    warmup: int = 2
+    seed: int = 0
+
+
+@dataclass(frozen=True)
+class Calibration:
+    """Seconds per repetition: the median (`score_s`) and every timed repetition."""
+
+    score_s: float
+    samples_s: Tuple[float, ...]
+    fingerprint: Mapping[str, Any]
+
+
+def synthetic_jpeg(seed: int) -> bytes:
+    """The fixed test photo, drawn and encoded in memory (no dataset cache involved)."""
+    buffer = io.BytesIO()
+    draw_picture(np.random.default_rng(seed), IMAGE_WIDTH, IMAGE_HEIGHT).save(buffer, "JPEG", quality=JPEG_QUALITY)
+    return buffer.getvalue()
+
+
+def seed_chain() -> List[Callable[[Any], Any]]:
+    """The seed's per-sample chain with the fast dilation; decode happens in PILToTensor."""
+    return [PILToTensor(), RandomCrop(CROP_SIZE), FastRandomMask(MASK_RATIO), ConvertColor(), Scale()]
+
+
+def _one_repetition(jpeg: bytes, chain: List[Callable[[Any], Any]], samples: int) -> float:
+    start = time.perf_counter()
+    for _ in range(samples):
+        sample = Image.open(io.BytesIO(jpeg))
+        for transform in chain:
+            sample = transform(sample)
+    return time.perf_counter() - start
+
+
+def run_calibration(plan: CalibrationPlan = CalibrationPlan()) -> Calibration:
+    """Time the workload on one intra-op thread (as DataLoader workers run), leaving torch's
+    thread count and global RNG as they were."""
+    jpeg = synthetic_jpeg(plan.seed)
+    chain = seed_chain()
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(plan.seed)
+            for _ in range(plan.warmup):
+                _one_repetition(jpeg, chain, plan.samples_per_repetition)
+            samples = tuple(_one_repetition(jpeg, chain, plan.samples_per_repetition)
+                            for _ in range(plan.repetitions))
+    finally:
+        torch.set_num_threads(threads)
+    fingerprint = {
+        "workload_version": WORKLOAD_VERSION,
+        "workload": f"decode {IMAGE_WIDTH}x{IMAGE_HEIGHT} q{JPEG_QUALITY} + "
+                    + ", ".join(type(t).__name__ for t in chain),
+        "plan": asdict(plan),
+        "torch": torch.__version__,
+        "python": sys.version.split()[0],
+        "cpu_model": cpu_model(),
+        "usable_cores": usable_cores(),
+    }
+    return Calibration(score_s=statistics.median(samples), samples_s=samples, fingerprint=fingerprint)

@@ -1,0 +1,237 @@
+"""A multi-rank job (`distributed.nproc` > 1): start the ranks with torchrun, then merge what they measured.
+
+The job process pickles the JobSpec into the job folder and runs
+`python -m torch.distributed.run --standalone --nproc_per_node N -m pipebench.measure.distributed.ranks JOB_DIR`
+(torchrun's c10d rendezvous on localhost picks a free port; nothing leaves the machine). If a
+rank fails, torchrun stops the others; if they hang, `distributed.job_timeout_s` stops the whole
+group. Either way the job ends with one line naming the rank, and the sweep stops there with
+every row measured before it kept, rather than hanging.
+"""
+
+import json
+import os
+import pickle
+import re
+import signal
+import statistics
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any, Dict, List, Optional, Sequence, Tuple
+
+import torch
+
+from pipebench.base.errors import ConfigError, PipebenchError
+from pipebench.config.specs import JobSpec
+from pipebench.measure.coverage import (
+    CoverageReport,
+    check_coverage,
+    complete_epochs,
+    droppable_per_epoch,
+    log_from_json,
+    merge_logs,
+)
+from pipebench.measure.distributed.ranks import (
+    RANK_ERROR,
+    RANK_RESULT,
+    RANK_TIMINGS,
+    RANKS_MODULE,
+    TASK_FILE,
+    RankTask,
+    load_timings,
+)
+from pipebench.measure.fingerprint import usable_cores
+from pipebench.measure.runner import TimingSink
+from pipebench.measure.summarize import rows_as_dicts, transform_rows
+from pipebench.pipeline.timed_chain import StepName
+
+# torchrun's and the ranks' own output (tracebacks of a failed rank) go here, not to the console.
+RANKS_LOG = "ranks.log"
+# torchrun's failure summary names the first rank that failed and its exit code.
+ROOT_CAUSE = re.compile(r"Root Cause \(first observed failure\):.*?rank\s*:\s*(\d+).*?exitcode\s*:\s*(-?\d+)", re.S)
+# After the job timeout: SIGTERM the whole group, then SIGKILL what is left this long after.
+KILL_GRACE_S = 10
+# Per-rank figures kept in result.json's `ranks` breakdown.
+RANK_FIELDS = ("samples_per_s", "starvation_pct", "wait_ms_median", "wait_ms_p99", "step_ms_median",
+               "busy_ms_mean", "collective_ms_mean", "collective_ms_p99", "cpu_ms_per_sample", "steps", "epochs")
+
+
+# The GPU-side columns (pipebench.measure.gpu.session) are read by single-process jobs only.
+GPU_NOTE = "not measured: multi-rank job"
+
+
+class DistributedError(PipebenchError):
+    """A rank failed or the ranks did not finish in time."""
+
+
+def resolve_backend(requested: str, nproc: int) -> str:
+    """auto -> nccl when every rank can have a GPU of its own, else gloo (DESIGN: gloo on CPU)."""
+    gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    if requested == "auto":
+        return "nccl" if gpus >= nproc else "gloo"
+    if requested == "nccl" and gpus < nproc:
+        raise ConfigError(f"distributed.backend=nccl needs a GPU per rank: {nproc} ranks, {gpus} GPU(s) here")
+    return requested
+
+
+def loader_processes(spec: JobSpec) -> int:
+    """Processes that load data at once: each rank's workers, or the rank itself at workers=0."""
+    return spec.distributed.nproc * max(spec.workers, 1)
+
+
+def oversubscription_warning(spec: JobSpec, cores: int) -> str:
+    """A warning line when ranks x workers outnumber the usable cores, else ''."""
+    busy = loader_processes(spec)
+    if busy <= cores:
+        return ""
+    return (f"pipebench: warning: {spec.distributed.nproc} ranks x {max(spec.workers, 1)} loader processes = "
+            f"{busy} on {cores} usable cores; they will time-slice, so per-rank rates fall and ranks straggle")
+
+
+def torchrun_command(nproc: int, job_dir: Path) -> List[str]:
+    return [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={nproc}",
+            "--max_restarts=0", "-m", RANKS_MODULE, str(job_dir)]
+
+
+def root_cause(log_text: str) -> Optional[Tuple[int, int]]:
+    """(rank, exit code) of torchrun's "Root Cause (first observed failure)", if it wrote one."""
+    found = ROOT_CAUSE.search(log_text)
+    return (int(found.group(1)), int(found.group(2))) if found else None
+
+
+def _rank_failure(job_dir: Path, status: int) -> str:
+    """One line: the rank that failed first (torchrun's root cause, else the first error file
+    written) and its own error line; peers that lost it only report broken connections."""
+    log = job_dir / RANKS_LOG
+    cause = root_cause(log.read_text(errors="replace"))
+    errors = sorted(job_dir.glob(RANK_ERROR.format(rank="*")), key=lambda p: p.stat().st_mtime)
+    if cause is None and errors:
+        cause = (int(errors[0].stem.split("-")[1]), status)
+    if cause is None:
+        return f"torchrun exited with status {status} before any rank started (see {log})"
+    rank, code = cause
+    error = job_dir / RANK_ERROR.format(rank=rank)
+    what = error.read_text().strip() if error.exists() else "it exited without a Python error (killed, crashed or os._exit)"
+    return f"rank {rank} failed (exit code {code}): {what} (full output in {log})"
+
+
+def launch_ranks(spec: JobSpec, backend: str, job_dir: Path) -> List[Dict[str, Any]]:
+    """Run the ranks to completion; return their records in rank order. Raises DistributedError."""
+    (job_dir / TASK_FILE).write_bytes(pickle.dumps(RankTask(spec, backend)))
+    env = dict(os.environ)
+    env.setdefault("OMP_NUM_THREADS", "1")  # what torchrun would set, without its warning
+    timeout = spec.distributed.job_timeout_s
+    with (job_dir / RANKS_LOG).open("wb") as log:
+        proc = subprocess.Popen(torchrun_command(spec.distributed.nproc, job_dir), stdout=log,
+                                stderr=subprocess.STDOUT, env=env, start_new_session=True)
+        try:
+            status = proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            _stop_group(proc)
+            raise DistributedError(f"the {spec.distributed.nproc} ranks did not finish within "
+                                   f"distributed.job_timeout_s={timeout:g}; stopped them") from None
+        except BaseException:  # Ctrl-C: take the ranks and their workers down too
+            _stop_group(proc)
+            raise
+    if status != 0:
+        raise DistributedError(_rank_failure(job_dir, status))
+    return [json.loads((job_dir / RANK_RESULT.format(rank=r)).read_text()) for r in range(spec.distributed.nproc)]
+
+
+def _stop_group(proc: subprocess.Popen) -> None:
+    """SIGTERM torchrun's session (torchrun, ranks, their workers), SIGKILL after a grace period."""
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        try:
+            os.killpg(proc.pid, sig)
+        except ProcessLookupError:
+            return
+        try:
+            proc.wait(timeout=KILL_GRACE_S)
+            return
+        except subprocess.TimeoutExpired:
+            continue
+
+
+def coverage_of(records: Sequence[Dict[str, Any]], spec: JobSpec) -> CoverageReport:
+    """The exactly-once check over every rank's index log."""
+    # A map-style dataset is split by the ranks' samplers; a stream by every copy of it.
+    shards = spec.distributed.nproc * (max(spec.workers, 1) if records[0]["iterable"] else 1)
+    return check_coverage(merge_logs(log_from_json(r["indices"]) for r in records), records[0]["dataset_length"],
+                          complete_epochs([r["epochs_reached"] for r in records]),
+                          droppable_per_epoch(shards, spec.loader.batch_size, spec.loader.drop_last))
+
+
+def pooled_transforms(records: Sequence[Dict[str, Any]], job_dir: Path) -> List[Dict[str, Any]]:
+    """The per-transform table over every rank's samples, as if one process had made them all."""
+    pooled = TimingSink()
+    for record in records:
+        sink = load_timings(job_dir / RANK_TIMINGS.format(rank=record["rank"]))
+        pooled.sample_ns.extend(sink.sample_ns)
+        pooled.batch_ns.extend(sink.batch_ns)
+    names = records[0]["step_names"]
+    return rows_as_dicts(transform_rows(pooled, [StepName(*n) for n in names["sample"]],
+                                        [StepName(*n) for n in names["batch"]]))
+
+
+def aggregate(records: Sequence[Dict[str, Any]]) -> Dict[str, Any]:
+    """The job's row from its ranks: total samples/s, mean and max starvation, straggler ratio
+    (slowest rank's busy time a step over the median rank's), collective wait. The other step
+    columns are rank 0's (`steps` too: the ranks step together)."""
+    summaries = [r["summary"] for r in records]
+    busy = [s["busy_ms_mean"] for s in summaries]
+    starvation = [s["starvation_pct"] for s in summaries]
+    row = {k: v for k, v in summaries[0].items() if k not in ("busy_ms_mean", "collective_ms_mean", "collective_ms_p99")}
+    row.update(
+        samples_per_s=sum(s["samples_per_s"] for s in summaries),
+        samples_per_s_ci_low=sum(s["samples_per_s_ci_low"] for s in summaries),
+        samples_per_s_ci_high=sum(s["samples_per_s_ci_high"] for s in summaries),
+        starvation_pct=statistics.fmean(starvation),
+        starvation_pct_max=max(starvation),
+        ranks=len(records),
+        straggler_ratio=max(busy) / statistics.median(busy),
+        collective_wait_ms_mean=statistics.fmean(s["collective_ms_mean"] for s in summaries),
+    )
+    return row
+
+
+def aggregate_line(row: Dict[str, Any]) -> str:
+    """The job's multi-rank figures in one line, printed as the job ends."""
+    return (f"ranks: {row['ranks']} ranks, {row['samples_per_s']:.1f} samples/s in total, starvation "
+            f"{row['starvation_pct']:.1f}% mean / {row['starvation_pct_max']:.1f}% max, straggler ratio "
+            f"{row['straggler_ratio']:.3f}, {row['collective_wait_ms_mean']:.1f} ms a step waiting at the all-reduce")
+
+
+def measure_multirank(spec: JobSpec, job_dir: Path) -> Dict[str, Any]:
+    """Run one job on `distributed.nproc` ranks; return its record, shaped like measure_job's."""
+    backend = resolve_backend(spec.distributed.backend, spec.distributed.nproc)
+    cores = usable_cores()
+    warning = oversubscription_warning(spec, cores)
+    if warning:
+        print(warning, file=sys.stderr, flush=True)
+    print(f"[ranks] {spec.distributed.nproc} ranks ({backend}) via torchrun; output in {job_dir / RANKS_LOG}",
+          flush=True)
+    records = launch_ranks(spec, backend, job_dir)
+    coverage = coverage_of(records, spec)
+    print(coverage.describe(), flush=True)
+    summary = aggregate(records)
+    print(aggregate_line(summary), flush=True)
+    summary.update(duplicate_samples=coverage.duplicates, missed_samples=coverage.missing, gpu_notes=GPU_NOTE)
+    return {
+        "summary": summary,
+        "transforms": pooled_transforms(records, job_dir),
+        "ranks": [{"rank": r["rank"], **{k: r["summary"][k] for k in RANK_FIELDS}} for r in records],
+        "distributed": {
+            "nproc": spec.distributed.nproc,
+            "backend": backend,
+            "usable_cores": cores,
+            "loader_processes": loader_processes(spec),
+            "oversubscribed": bool(warning),
+        },
+        "coverage": coverage.as_dict(),
+        "rank_transforms": {str(r["rank"]): r["transforms"] for r in records},
+        # Rank 0's raw steps, where tools that read one process's passes (compare) look: the ranks
+        # step together, so its rate is the total over nproc. Every rank's are in rank_passes.
+        "passes": records[0]["passes"],
+        "rank_passes": {str(r["rank"]): r["passes"] for r in records},
+        "fingerprint": records[0]["fingerprint"],
+    }

@@ -1,0 +1,189 @@
+"""One rank of a multi-rank job: `torchrun ... -m pipebench.measure.distributed.ranks JOB_DIR`, started by pipebench.measure.distributed.multirank.
+
+Every rank reads the same pickled RankTask from the job folder, joins the process group,
+measures its own DistributedSampler loader (its own DataLoader workers) with the ordinary step
+loop, and ends each step with an all-reduce of a small tensor, standing in for the gradient
+sync of data-parallel training: a slow rank stalls the others there, and the time each rank
+spends in it is its collective wait. It writes `rank-N.json`, or on failure one line in
+`rank-N.error`.
+"""
+
+import os
+import pickle
+import sys
+import traceback
+from dataclasses import dataclass, replace
+from datetime import timedelta
+from pathlib import Path
+from typing import Any, Dict, List, Optional
+
+import numpy as np
+import torch
+import torch.distributed as dist
+from torch.utils.data import IterableDataset
+
+from pipebench.base.errors import USAGE_EXIT_STATUS, PipebenchError
+from pipebench.base.io import write_json_atomic
+from pipebench.config.specs import JobSpec
+from pipebench.measure.coverage import IndexLog
+from pipebench.measure.fingerprint import usable_cores
+from pipebench.measure.runner import (
+    NS_PER_MS,
+    BatchStream,
+    StepLoop,
+    TimingSink,
+    measure_pass,
+)
+from pipebench.measure.setup import job_fingerprint, seed_everything
+from pipebench.measure.summarize import (
+    pass_record,
+    rows_as_dicts,
+    summary_row,
+    transform_rows,
+)
+from pipebench.pipeline.build import build_loader, build_pipeline, pin_memory_effective
+from pipebench.pipeline.consumers import build_consumer
+from pipebench.pipeline.timed_chain import TimedBatch
+
+RANKS_MODULE = "pipebench.measure.distributed.ranks"
+TASK_FILE = "rank_task.pkl"
+RANK_RESULT = "rank-{rank}.json"
+RANK_ERROR = "rank-{rank}.error"
+# This rank's per-sample and per-batch stage timings, for the job's pooled transform table.
+RANK_TIMINGS = "rank-{rank}-timings.npz"
+# Elements in the per-step all-reduce: a token, not a gradient; what it measures is the wait.
+SYNC_ELEMENTS = 16
+# Exit status of a rank that crashed (not a user error).
+CRASH_EXIT_STATUS = 1
+
+
+@dataclass(frozen=True)
+class RankTask:
+    """What every rank needs: the job and the backend the job process resolved."""
+
+    spec: JobSpec
+    backend: str
+
+
+class CollectiveSync:
+    """StepLoop's `after_step`: the all-reduce that stands in for the gradient sync."""
+
+    def __init__(self, device: torch.device) -> None:
+        self.device = device
+        self.tensor: Optional[torch.Tensor] = None
+
+    def __call__(self, batch: TimedBatch, epoch: int) -> None:
+        if self.tensor is None:  # made on first use: after the loader's workers have started
+            self.tensor = torch.zeros(SYNC_ELEMENTS, device=self.device)
+        dist.all_reduce(self.tensor)
+        if self.device.type == "cuda":
+            torch.cuda.synchronize(self.device)  # NCCL returns once queued; the wait is the sync
+
+    def agree(self, want_more: bool) -> bool:
+        """measure_pass's `agree`: every rank steps until all of them are done (steps and
+        min_time_s are judged per rank, and a rank that stopped alone would leave the others
+        waiting at the all-reduce). On this rank's device, as NCCL reduces only GPU tensors."""
+        flag = torch.tensor([1 if want_more else 0], dtype=torch.int32, device=self.device)
+        dist.all_reduce(flag, op=dist.ReduceOp.MAX)
+        return bool(flag.item())
+
+
+def _pin_gpu(local_rank: int) -> None:
+    """Give this rank its own GPU before CUDA starts: with one visible device, `cuda` means it."""
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+    devices = visible.split(",") if visible else [str(i) for i in range(local_rank + 1)]
+    os.environ["CUDA_VISIBLE_DEVICES"] = devices[local_rank]
+
+
+def rank_summary(passes: list, sink: TimingSink, rows: list, spec: JobSpec, skipped: int) -> Dict[str, float]:
+    """The ordinary summary row of this rank, plus its collective wait and its own busy time a
+    step (the step without the all-reduce: what the straggler ratio compares)."""
+    steps = [s for p in passes for s in p.steps]
+    summary = summary_row(passes, rows, sink, spec.workers, usable_cores(), skipped)
+    collective = np.array([s.collective_ns for s in steps], dtype=np.float64) / NS_PER_MS
+    busy = np.array([s.step_ns - s.collective_ns for s in steps], dtype=np.float64) / NS_PER_MS
+    summary.update(collective_ms_mean=float(collective.mean()), collective_ms_p99=float(np.percentile(collective, 99)),
+                   busy_ms_mean=float(busy.mean()))
+    return summary
+
+
+def save_timings(path: Path, sink: TimingSink) -> None:
+    np.savez(path, sample_ns=np.concatenate(sink.sample_ns), batch_ns=np.stack(sink.batch_ns))
+
+
+def load_timings(path: Path) -> TimingSink:
+    """A sink holding a saved rank's timings (one block), enough for `transform_rows`."""
+    with np.load(path) as saved:
+        return TimingSink(sample_ns=[saved["sample_ns"]], batch_ns=list(saved["batch_ns"]))
+
+
+def measure_rank(spec: JobSpec, rank: int, world: int, device: torch.device, job_dir: Path) -> Dict[str, Any]:
+    """Every repeat of the job on this rank; returns the rank's record and saves its timings."""
+    seed_everything(spec.run.seed + rank)  # own random crops per rank; the sampler shares the seed
+    torch.set_num_threads(1)  # ranks share the cores with each other's workers
+    if spec.loader.sharing_strategy is not None:
+        torch.multiprocessing.set_sharing_strategy(spec.loader.sharing_strategy)
+    dataset, instrumented, collate = build_pipeline(spec)
+    loader = build_loader(spec, instrumented, collate)
+    consumer = build_consumer(spec.consumer, spec.run.seed + rank)
+    pinned = pin_memory_effective(spec)
+    sink = TimingSink()
+    sync = CollectiveSync(device)
+    index_log = IndexLog()  # for the exactly-once check across ranks (pipebench.measure.coverage)
+    passes, skipped, epochs = [], [], []
+    for repeat in range(spec.run.repeats):
+        index_log.repeat = repeat
+        loop = StepLoop(BatchStream(loader, spec.run.on_error), consumer, non_blocking=pinned, on_batch=index_log,
+                        after_step=sync)
+        passes.append(measure_pass(loop, spec, sink, f"rank {rank} repeat {repeat + 1}/{spec.run.repeats}",
+                                   agree=sync.agree))
+        skipped.extend(loop.stream.skipped)
+        epochs.append(loop.stream.epochs)
+        loop.stream.close()
+    rows = transform_rows(sink, instrumented.steps, collate.steps)
+    save_timings(job_dir / RANK_TIMINGS.format(rank=rank), sink)
+    return {
+        "rank": rank,
+        "world_size": world,
+        "summary": rank_summary(passes, sink, rows, spec, len(skipped)),
+        "transforms": rows_as_dicts(rows),
+        "passes": [pass_record(p) for p in passes],
+        "epochs_reached": epochs,
+        "step_names": {"sample": instrumented.steps, "batch": collate.steps},
+        "dataset_length": len(dataset),
+        "iterable": isinstance(dataset, IterableDataset),
+        "indices": index_log.as_json(),
+        # Rank 0's is the job's: the host it ran on is what lets results from many hosts merge.
+        "fingerprint": job_fingerprint(spec, dataset),
+    }
+
+
+def main(argv: Optional[List[str]] = None) -> int:
+    job_dir = Path((argv or sys.argv[1:])[0])
+    rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
+    try:
+        task: RankTask = pickle.loads((job_dir / TASK_FILE).read_bytes())
+        spec = task.spec if rank == 0 else replace(task.spec, run=replace(task.spec.run, progress=False))
+        device = torch.device("cpu")
+        if task.backend == "nccl":
+            _pin_gpu(int(os.environ["LOCAL_RANK"]))
+            device = torch.device("cuda")
+        dist.init_process_group(task.backend, timeout=timedelta(seconds=spec.distributed.collective_timeout_s))
+        record = measure_rank(spec, rank, world, device, job_dir)
+        write_json_atomic(job_dir / RANK_RESULT.format(rank=rank), record)
+    except PipebenchError as exc:
+        (job_dir / RANK_ERROR.format(rank=rank)).write_text(f"{exc}\n")
+        return USAGE_EXIT_STATUS
+    except Exception as exc:  # a crash: one line for the job's error, the traceback for the log
+        text = str(exc).strip().splitlines()
+        (job_dir / RANK_ERROR.format(rank=rank)).write_text(f"{type(exc).__name__}: {text[0] if text else ''}\n")
+        traceback.print_exc()
+        return CRASH_EXIT_STATUS
+    finally:
+        if dist.is_initialized():
+            dist.destroy_process_group()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

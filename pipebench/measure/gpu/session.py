@@ -1,0 +1,182 @@
+"""GPU-side truth for one job: what the GPU did while the loader fed it.
+
+Over the measured steps (cheap readings only, so the steps stay honest):
+- the host-to-device copy, GPU-timed by CUDA events (`DeviceCopy`), beside the host time;
+- NVML utilisation from a background thread (`GpuUtilSampler`), beside `accel_util_pct`;
+- reserved memory after each step and allocator counters at the first/last step (`AllocatorTracker`).
+
+After them, on extra steps (as the torch.profiler trace at workers=0 is; none when run.profile_steps=0):
+- a short torch.profiler CPU+CUDA trace (`gpu_trace.json`) -> GPU busy %, HTA's idle breakdown
+  (`gpu_idle`) and the syncs in the consumer step, named by op (`sync_detect`);
+- the same consumer step on one held batch under torch.cuda.set_sync_debug_mode("warn"), a
+  second, independent sync count located by source line.
+
+When the consumer is not on CUDA, nothing here touches CUDA, every GPU column stays empty and
+`gpu_notes` says why. Construction never touches CUDA (DataLoader workers may fork after it).
+"""
+
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any, Dict, List, Optional
+
+import numpy as np
+import torch
+
+from pipebench.base.gpu_timing import DeviceCopy
+from pipebench.measure.gpu.alloc_churn import AllocatorTracker
+from pipebench.measure.gpu.idle import idle_breakdown
+from pipebench.measure.gpu.sync_detect import (
+    CONSUMER_LABEL,
+    NO_CUDA_NOTE,
+    SyncCount,
+    count_sync_warnings,
+    syncs_from_trace,
+)
+from pipebench.measure.gpu.trace import load_trace, windows
+from pipebench.measure.gpu.util import GpuUtilSampler
+from pipebench.measure.memory import FIRST_MEASURED, LAST_MEASURED
+
+# Steps in the GPU trace: a short trace, as HTA's guidance asks, yet several gaps per stream.
+GPU_TRACE_STEPS = 5
+# Consumer steps run under set_sync_debug_mode("warn"): the count is per step, so a few suffice.
+SYNC_PROBE_STEPS = 3
+GPU_TRACE_FILE = "gpu_trace.json"
+# record_function label around each whole step (wait + copy + consumer) in the GPU trace.
+STEP_LABEL = "pipebench/step"
+
+
+def _on_cuda(consumer: Any) -> bool:
+    device = getattr(consumer, "device", None)
+    return device is not None and device.type == "cuda"
+
+
+def _not_on_cuda_note() -> str:
+    return "consumer not on CUDA" if torch.cuda.is_available() else NO_CUDA_NOTE
+
+
+class LabelledConsumer:
+    """A consumer whose steps are labelled CONSUMER_LABEL for the profiler; keeps the last batch."""
+
+    def __init__(self, consumer: Any):
+        self.consumer = consumer
+        self.device = consumer.device
+        self.last_batch: Optional[tuple] = None
+
+    def step(self, data: Any, labels: Any) -> None:
+        self.last_batch = (data, labels)
+        with torch.profiler.record_function(CONSUMER_LABEL):
+            self.consumer.step(data, labels)
+
+    def report(self) -> Dict[str, Any]:
+        return self.consumer.report()
+
+
+def _median(values: List[float]) -> Optional[float]:
+    return float(np.median(values)) if values else None
+
+
+def _ops_text(count: SyncCount) -> Optional[str]:
+    """'aten::nonzero x1; aten::unique x1': each op's syncs per step."""
+    parts = [f"{name} x{n / count.steps:g}" for name, n in sorted(count.ops.items())]
+    return "; ".join(parts) or None
+
+
+class GpuSession:
+    """Collects the GPU-side figures of one job; see the module docstring."""
+
+    def __init__(self, consumer: Any):
+        self.consumer = consumer
+        self.on_cuda = _on_cuda(consumer)
+        self.copier = DeviceCopy()
+        self.util = GpuUtilSampler(enabled=self.on_cuda)
+        self.alloc = AllocatorTracker(consumer.device if self.on_cuda else None)
+        self._util_report = None
+        self._profiled: Dict[str, Any] = {}
+
+    def mark(self, name: str) -> None:
+        """The step loop's first/last measured-step marks: start and stop the readings."""
+        self.alloc.mark(name)
+        if name == FIRST_MEASURED:
+            self.util.start()
+        elif name == LAST_MEASURED:
+            self._util_report = self.util.stop()
+
+    def profile(self, loop: Any, job_dir: Path, warmup: int) -> None:
+        """Extra steps on `loop` (its consumer a LabelledConsumer): the GPU trace, then the sync probe.
+
+        The first batch and `warmup` steps run unprofiled, so worker start-up stays out of the trace.
+        """
+        if not self.on_cuda:
+            return
+        for _ in range(warmup + 1):
+            loop.step(None)
+        activities = [torch.profiler.ProfilerActivity.CPU, torch.profiler.ProfilerActivity.CUDA]
+        with torch.profiler.profile(activities=activities) as prof:
+            for _ in range(GPU_TRACE_STEPS):
+                with torch.profiler.record_function(STEP_LABEL):
+                    loop.step(None)
+        path = job_dir / GPU_TRACE_FILE
+        prof.export_chrome_trace(str(path))
+        events = load_trace(path)
+        steps = windows(events, STEP_LABEL)
+        idle = idle_breakdown(events, (steps[0].start_ns, steps[-1].end_ns) if steps else None)
+        data, labels = loop.consumer.last_batch
+        self._profiled = {
+            "trace": path.name,
+            "idle": idle,
+            "syncs": syncs_from_trace(events),
+            "syncs_live": count_sync_warnings(lambda: self.consumer.step(data, labels), SYNC_PROBE_STEPS),
+        }
+
+    def _util(self):
+        if self._util_report is None:  # no last mark (an interrupted pass): stop now
+            self._util_report = self.util.stop()
+        return self._util_report
+
+    def columns(self) -> Dict[str, Any]:
+        """The summary cells: figures where measured, None (an empty cell) where not, and why."""
+        util = self._util()
+        alloc = self.alloc.report(FIRST_MEASURED, LAST_MEASURED)
+        notes = []
+        if not self.on_cuda:
+            notes.append(_not_on_cuda_note())
+        else:
+            if util.note:
+                notes.append(f"gpu_util_pct {util.note}")
+            if not self._profiled:
+                notes.append("no GPU trace (run.profile_steps=0): sync and idle columns not measured")
+        idle, syncs = self._profiled.get("idle"), self._profiled.get("syncs")
+        return {
+            "h2d_gpu_ms_median": _median(self.copier.gpu_ms),
+            "gpu_util_pct": util.mean_pct,
+            "syncs_per_step": syncs.per_step if syncs else None,
+            "sync_ops": _ops_text(syncs) if syncs else None,
+            "sync_wait_ms_per_step": syncs.wait_ms / syncs.steps if syncs and syncs.steps else None,
+            "gpu_busy_pct": idle.gpu_busy_pct if idle else None,
+            "idle_host_wait_pct": idle.idle_pct["host_wait"] if idle else None,
+            "idle_kernel_wait_pct": idle.idle_pct["kernel_wait"] if idle else None,
+            "idle_other_pct": idle.idle_pct["other"] if idle else None,
+            "reserved_mb_peak": alloc.reserved_mb_peak,
+            "alloc_retries": alloc.alloc_retries,
+            "device_frees": alloc.device_frees,
+            "reserved_oscillating": alloc.oscillating,
+            "gpu_notes": "; ".join(notes) or None,
+        }
+
+    def record(self) -> Dict[str, Any]:
+        """result.json's `gpu` section: everything behind the columns, raw series included."""
+        util = self._util()
+        live = self._profiled.get("syncs_live")
+        idle = self._profiled.get("idle")
+        return {
+            "on_cuda": self.on_cuda,
+            "h2d_gpu_ms": list(self.copier.gpu_ms),
+            "util": {"samples_pct": util.samples, "interval_s": util.interval_s, "note": util.note},
+            "allocator": asdict(self.alloc.report(FIRST_MEASURED, LAST_MEASURED)),
+            "trace": self._profiled.get("trace"),
+            "trace_steps": GPU_TRACE_STEPS if self._profiled else 0,
+            "idle": asdict(idle) if idle else None,
+            "syncs_trace": asdict(self._profiled["syncs"]) if self._profiled else None,
+            "syncs_live": {**asdict(live), "per_step": live.per_step} if live else None,
+            "note": None if self.on_cuda else _not_on_cuda_note(),
+        }

@@ -1,0 +1,168 @@
+"""One benchmark job: build the pipeline, measure it, and return its record.
+
+Writing the record and printing it belong to the task function (pipebench.cli.job_task).
+"""
+
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any, Dict, Optional
+
+import torch
+from torch.utils.data import IterableDataset
+
+from pipebench.config.specs import JobSpec
+from pipebench.measure.coverage import (
+    IndexLog,
+    check_coverage,
+    complete_epochs,
+    droppable_per_epoch,
+)
+from pipebench.measure.distributed.multirank import measure_multirank
+from pipebench.measure.fingerprint import usable_cores
+from pipebench.measure.gpu.session import GpuSession, LabelledConsumer
+from pipebench.measure.memory import MemorySampler
+from pipebench.measure.runner import (
+    BatchStream,
+    StepLoop,
+    TimingSink,
+    measure_pass,
+    profile_steps,
+    warmup_steps,
+)
+from pipebench.measure.setup import job_fingerprint, seed_everything
+from pipebench.measure.summarize import (
+    pass_record,
+    rows_as_dicts,
+    summary_row,
+    transform_rows,
+    worker_breakdown,
+)
+from pipebench.measure.viztrace import TRACE_FILE as VIZTRACE_FILE
+from pipebench.measure.viztrace import VizTraceSession
+from pipebench.pipeline.build import build_loader, build_pipeline, pin_memory_effective
+from pipebench.pipeline.consumers import build_consumer
+from pipebench.pipeline.timed_chain import InstrumentedDataset, TimedCollate
+
+# The multi-rank columns of a single-process job: one rank, no peer to wait for (multirank.py
+# fills them for distributed.nproc > 1).
+SINGLE_PROCESS_FIELDS = {"ranks": 1, "straggler_ratio": 1.0, "collective_wait_ms_mean": 0.0}
+# Failures listed by name in result.json; the count covers all of them.
+MAX_LISTED_FAILURES = 20
+
+
+def _traced_steps(spec: JobSpec, session: VizTraceSession, instrumented: InstrumentedDataset,
+                  collate: TimedCollate, consumer: Any, pinned: bool) -> None:
+    loader = build_loader(spec, instrumented, collate, trace_session=session)
+    loop = StepLoop(BatchStream(loader, spec.run.on_error), consumer, non_blocking=pinned)
+    # The loop is not a start_main target: the session would keep it, and through it the loader.
+    loop.trace = session.start_main(instrumented, collate)
+    try:
+        for _ in range(spec.run.profile_steps):
+            loop.step(None)
+    finally:
+        loop.stream.close()
+    # Returning drops the last reference to the loader, so persistent workers (which the loader
+    # itself keeps) shut down here too, and every worker exits cleanly and writes its last part.
+
+
+def viztrace_pass(spec: JobSpec, instrumented: InstrumentedDataset, collate: TimedCollate, consumer: Any,
+                  pinned: bool, job_dir: Path) -> Dict[str, Any]:
+    """`run.profile_steps` extra steps on a fresh loader (fresh workers), traced by every process
+    into `job_dir/viztrace.json`. Runs after the measured repeats, so it never touches them.
+    Returns the session's summary (processes, slices, workers that did not close cleanly)."""
+    session = VizTraceSession(mode="sparse")
+    try:
+        _traced_steps(spec, session, instrumented, collate, consumer, pinned)
+    finally:
+        session.finish(job_dir)  # bounded: never waits past the session's finish_timeout_s
+    return session.summary
+
+
+def measure_job(spec: JobSpec, job_dir: Path) -> Dict[str, Any]:
+    """Run every repeat of one job and return its result record (without identity fields)."""
+    seed_everything(spec.run.seed)
+    if spec.workers == 0:
+        # Workers run with one intra-op thread; so must the single-process profile (DESIGN §3).
+        torch.set_num_threads(1)
+    if spec.loader.sharing_strategy is not None:
+        torch.multiprocessing.set_sharing_strategy(spec.loader.sharing_strategy)
+    dataset, instrumented, collate = build_pipeline(spec)
+    loader = build_loader(spec, instrumented, collate)
+    consumer = build_consumer(spec.consumer, spec.run.seed)
+    pinned = pin_memory_effective(spec)
+    sink = TimingSink()
+    gpu = GpuSession(consumer)
+
+    def fresh_loop() -> StepLoop:
+        """A new iteration of the loader (new workers unless persistent) with its own step loop."""
+        return StepLoop(BatchStream(loader, spec.run.on_error), consumer, non_blocking=pinned, copier=gpu.copier,
+                        after_measured=gpu.alloc.record)
+
+    def marks(name: str) -> None:
+        sampler.mark(name)
+        gpu.mark(name)
+
+    passes = []
+    skipped = []
+    index_log = IndexLog()  # for the exactly-once check (pipebench.measure.coverage)
+    epochs = []
+    sampler = MemorySampler()
+    sampler.start()
+    try:
+        for repeat in range(spec.run.repeats):
+            index_log.repeat = repeat
+            loop = fresh_loop()
+            loop.on_batch = index_log
+            passes.append(measure_pass(loop, spec, sink, f"repeat {repeat + 1}/{spec.run.repeats}",
+                                       mark=marks if repeat == 0 else lambda name: None))
+            skipped.extend(loop.stream.skipped)
+            epochs.append(loop.stream.epochs)
+            loop.stream.close()
+    finally:
+        memory = sampler.stop()
+    artifacts: Dict[str, str] = {}
+    traced: Optional[Dict[str, Any]] = None
+    if spec.workers == 0 and spec.run.profile_steps > 0 and spec.trace == "torch":
+        loop = fresh_loop()
+        artifacts = profile_steps(loop, instrumented, collate, spec.run.profile_steps, job_dir)
+        loop.stream.close()
+    if gpu.on_cuda and spec.run.profile_steps > 0:
+        loop = StepLoop(BatchStream(loader, spec.run.on_error), LabelledConsumer(consumer), non_blocking=pinned)
+        gpu.profile(loop, job_dir, warmup_steps(spec))
+        loop.stream.close()
+    if spec.run.profile_steps > 0 and spec.trace == "viztracer":
+        traced = viztrace_pass(spec, instrumented, collate, consumer, pinned, job_dir)
+        artifacts = {"viztrace": VIZTRACE_FILE}
+    rows = transform_rows(sink, instrumented.steps, collate.steps)
+    cores = usable_cores()
+    summary = summary_row(passes, rows, sink, spec.workers, cores, len(skipped))
+    summary.update(rss_mb_peak=memory.rss_mb_peak, worker_pss_growth_mb=memory.worker_pss_growth_mb,
+                   shm_mb_peak=memory.shm_mb_peak)
+    # A map-style dataset is split by the sampler in this process; a stream by each worker's copy.
+    shards = max(spec.workers, 1) if isinstance(dataset, IterableDataset) else 1
+    coverage = check_coverage(index_log.mapping(), len(dataset), complete_epochs([epochs]),
+                              droppable_per_epoch(shards, spec.loader.batch_size, spec.loader.drop_last))
+    summary.update(duplicate_samples=coverage.duplicates, missed_samples=coverage.missing)
+    summary.update(pin_memory=pinned, **gpu.columns())
+    return {
+        "summary": summary,
+        "coverage": coverage.as_dict(),
+        "transforms": rows_as_dicts(rows),
+        "workers_breakdown": worker_breakdown(sink, passes),
+        "memory": asdict(memory),
+        "consumer_report": consumer.report(),
+        "passes": [pass_record(p) for p in passes],
+        "skipped": [f._asdict() for f in skipped[:MAX_LISTED_FAILURES]],
+        "artifacts": artifacts,
+        "viztrace": traced,
+        "pin_memory_effective": pinned,
+        "gpu": gpu.record(),
+        "fingerprint": job_fingerprint(spec, dataset),
+    }
+
+
+def measure(spec: JobSpec, job_dir: Path) -> Dict[str, Any]:
+    """One job's record: in this process, or on `distributed.nproc` ranks through torchrun."""
+    if spec.distributed.nproc > 1:
+        return measure_multirank(spec, job_dir)
+    return measure_job(spec, job_dir)

@@ -1,0 +1,284 @@
+"""The measured step loop: first batch, warm-up, then a steady state timed step by step.
+
+step = the loop's own gap since the last step + wait in next(loader) + host-to-device copy +
+consumer step. The first batch (worker start-up, imports) is reported on its own and never
+enters the steady-state numbers.
+"""
+
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Dict, Iterator, List, Optional
+
+import numpy as np
+import torch
+from torch.utils.data import DataLoader
+from tqdm import tqdm
+
+from pipebench.base.errors import SampleError, WorkerError
+from pipebench.base.gpu_timing import DeviceCopy
+from pipebench.config.specs import JobSpec
+from pipebench.pipeline.timed_chain import (
+    InstrumentedDataset,
+    SampleFailure,
+    TimedBatch,
+    TimedCollate,
+    set_profiling_labels,
+)
+
+NS_PER_MS = 1e6
+NS_PER_S = 1e9
+# Rows of torch.profiler's key_averages table saved beside the trace.
+PROFILE_TABLE_ROWS = 40
+
+
+@dataclass(frozen=True)
+class StepSample:
+    """One measured step, in nanoseconds. Steps are contiguous: `gap_ns` is the main loop's own
+    time since the previous step ended (bookkeeping, freeing the previous batch's shared
+    memory), so Σ step_ns is the wall time of the measured window, as a plain loop sees it."""
+
+    gap_ns: int
+    wait_ns: int
+    h2d_ns: int
+    compute_ns: int
+    samples: int
+    transfer_ns: int
+    worker_id: int
+    # The batch was finished before next() was called: the whole wait was delivery overhead
+    # (queue, unpickling, shared-memory rebuild), none of it waiting for work.
+    ready: bool
+    # Time in StepLoop.after_step: a multi-rank run's end-of-step all-reduce (waiting for the
+    # slowest rank); 0 in a single process.
+    collective_ns: int = 0
+
+    @property
+    def step_ns(self) -> int:
+        return self.gap_ns + self.wait_ns + self.h2d_ns + self.compute_ns + self.collective_ns
+
+
+@dataclass(frozen=True)
+class PassResult:
+    """One repeat: a fresh iteration of the loader. worker_startup_s: worker id -> seconds from
+    the iterator's creation to that worker's start (empty at workers=0 and for reused workers)."""
+
+    first_batch_s: float
+    warmup_steps: int
+    steps: List[StepSample]
+    wall_s: float
+    epochs: int
+    worker_startup_s: Dict[int, float]
+
+
+@dataclass
+class TimingSink:
+    """Per-step timings of measured steps, stacked as they arrive (main process only)."""
+
+    sample_ns: List[np.ndarray] = field(default_factory=list)
+    batch_ns: List[np.ndarray] = field(default_factory=list)
+    sample_cpu_ns: List[np.ndarray] = field(default_factory=list)
+    batch_cpu_ns: List[int] = field(default_factory=list)
+    worker_ids: List[int] = field(default_factory=list)
+
+    def add(self, batch: TimedBatch) -> None:
+        self.sample_ns.append(batch.sample_ns)
+        self.batch_ns.append(batch.batch_ns)
+        self.sample_cpu_ns.append(batch.sample_cpu_ns)
+        self.batch_cpu_ns.append(batch.batch_cpu_ns)
+        self.worker_ids.append(batch.worker_id)
+
+
+def _is_worker_fault(exc: RuntimeError) -> bool:
+    """DataLoader's own words for a worker that died, was killed, or went silent past `timeout`."""
+    text = str(exc)
+    return text.startswith(("DataLoader worker", "DataLoader timed out"))
+
+
+class BatchStream:
+    """Batches from the loader across epoch ends, with the bad-sample policy applied.
+
+    A worker that dies or hangs past loader.timeout_s becomes a one-line WorkerError.
+    """
+
+    def __init__(self, loader: DataLoader, on_error: str) -> None:
+        self.loader = loader
+        self.on_error = on_error
+        self.created_ns = time.perf_counter_ns()
+        self.iterator: Iterator[TimedBatch] = iter(loader)
+        self.epochs = 1
+        self.skipped: List[SampleFailure] = []
+        self.worker_startup_s: Dict[int, float] = {}
+
+    def _next_raw(self) -> TimedBatch:
+        try:
+            return next(self.iterator)
+        except RuntimeError as exc:
+            if not _is_worker_fault(exc):
+                raise
+            raise WorkerError(
+                f"{str(exc).splitlines()[0].rstrip('. ')} (loader.timeout_s={self.loader.timeout}; a worker "
+                "that dies without a Python error was often killed for memory: check dmesg)"
+            ) from None
+
+    def next(self) -> TimedBatch:
+        while True:
+            try:
+                batch = self._next_raw()
+            except StopIteration:
+                self.epochs += 1
+                set_epoch = getattr(self.loader.sampler, "set_epoch", None)
+                if set_epoch is not None:  # a DistributedSampler reshuffles per epoch only when told
+                    set_epoch(self.epochs - 1)
+                self.iterator = iter(self.loader)
+                continue
+            if batch.worker_started_ns >= self.created_ns and batch.worker_id not in self.worker_startup_s:
+                self.worker_startup_s[batch.worker_id] = (batch.worker_started_ns - self.created_ns) / NS_PER_S
+            if batch.failures:
+                first = batch.failures[0]
+                if self.on_error == "fail":
+                    raise SampleError(
+                        f"sample {first.index} ({first.where}) failed in {first.step}: {first.message} "
+                        "(run.on_error=skip drops bad samples and counts them)"
+                    )
+                self.skipped.extend(batch.failures)
+            if batch.data is not None:
+                return batch
+
+    def close(self) -> None:
+        # Deleting the iterator shuts its workers down before the next repeat starts its own.
+        del self.iterator
+
+
+# Slice names of the main loop's own parts of a step in a viztrace timeline.
+MAIN_WAIT_SLICE = "main/wait"
+MAIN_H2D_SLICE = "main/h2d"
+MAIN_STEP_SLICE = "main/step"
+
+
+@dataclass
+class StepLoop:
+    """Runs steps against one BatchStream and records them. Batches go to `consumer.device`.
+
+    `trace`: the main process's viztrace recorder (set by `VizTraceSession.start_main`), or None.
+    `copier` makes the host-to-device copy (finished before it returns; GPU-timed on CUDA).
+    `after_measured`, when set, is called after each measured step (e.g. to read allocator
+    state); its cost lands in the next step's gap, as the loop's own.
+    `on_batch(batch, epoch)`, when set, sees every batch (warm-up included; e.g. the index log of
+    the exactly-once check); it is the loop's own bookkeeping too, so its cost lands in the next gap.
+    `after_step(batch, epoch)`: run after the consumer step and timed as the step's collective
+    (a multi-rank run's all-reduce, which waits for the slowest rank), or None.
+    """
+
+    stream: BatchStream
+    consumer: Any
+    non_blocking: bool
+    trace: Optional[Any] = None
+    copier: DeviceCopy = field(default_factory=DeviceCopy)
+    after_measured: Optional[Callable[[], None]] = None
+    on_batch: Optional[Callable[[TimedBatch, int], None]] = None
+    after_step: Optional[Callable[[TimedBatch, int], None]] = None
+    # When the previous step's bookkeeping ended; None until a step has run.
+    last_end_ns: Optional[int] = None
+
+    def step(self, sink: Optional[TimingSink]) -> StepSample:
+        t0 = time.perf_counter_ns()
+        gap = t0 - self.last_end_ns if self.last_end_ns is not None else 0
+        batch = self.stream.next()
+        t1 = time.perf_counter_ns()
+        data = self.copier.copy(batch.data, self.consumer.device, self.non_blocking, record=sink is not None)
+        t2 = time.perf_counter_ns()
+        self.consumer.step(data, batch.labels)
+        t3 = time.perf_counter_ns()
+        if self.after_step is not None:
+            self.after_step(batch, self.stream.epochs)
+        t4 = time.perf_counter_ns()
+        # Everything from here to the next step's start (records, freeing this batch's shared
+        # memory when the locals die) is the main loop's own cost: the next step's gap.
+        self.last_end_ns = t4
+        if self.on_batch is not None:
+            self.on_batch(batch, self.stream.epochs)
+        if sink is not None:
+            sink.add(batch)
+            if self.after_measured is not None:
+                self.after_measured()
+        rec = self.trace
+        if rec is not None:
+            rec.add(MAIN_WAIT_SLICE, t0, t1)
+            rec.add(MAIN_H2D_SLICE, t1, t2)
+            rec.add(MAIN_STEP_SLICE, t2, t3)
+        return StepSample(gap, t1 - t0, t2 - t1, t3 - t2, int(batch.sample_ns.shape[0]), t1 - batch.done_ns,
+                          batch.worker_id, batch.done_ns < t0, t4 - t3)
+
+
+def warmup_steps(spec: JobSpec) -> int:
+    """run.warmup_steps, but never fewer than the batches workers can queue during start-up.
+
+    All workers start together and, while the first batch is awaited, fill up to
+    workers x prefetch_factor batches. Measuring before that backlog is drained credits
+    start-up work to the steady state: 8 workers on 2 cores read 13% above the CPU's capacity.
+    """
+    return max(spec.run.warmup_steps, spec.workers * spec.loader.prefetch_factor)
+
+
+def measure_pass(loop: StepLoop, spec: JobSpec, sink: TimingSink, label: str,
+                 mark: Callable[[str], None] = lambda name: None,
+                 agree: Optional[Callable[[bool], bool]] = None) -> PassResult:
+    """First batch, warm-up, then steps until both `run.steps` and `run.min_time_s` are reached.
+
+    `mark` is called with "first_measured" and "last_measured" around the steady state, so a
+    memory sampler can take exact readings there. `agree(want_more)` turns this process's wish
+    to go on into a decision shared with other ranks; its time is no step's.
+    """
+    start = time.perf_counter_ns()
+    loop.step(None)
+    first_batch_s = (time.perf_counter_ns() - start) / NS_PER_S
+    warmup = warmup_steps(spec)
+    for _ in range(warmup):
+        loop.step(None)
+    steps: List[StepSample] = []
+    min_time_ns = spec.run.min_time_s * NS_PER_S
+    bar = tqdm(total=spec.run.steps, desc=label, unit="step", leave=False,
+               disable=None if spec.run.progress else True)
+    measured_ns = 0
+    samples = 0
+    mark("first_measured")
+    loop.last_end_ns = time.perf_counter_ns()  # the mark's own cost is not the pipeline's
+    while True:
+        want_more = len(steps) < spec.run.steps or measured_ns < min_time_ns
+        if agree is not None:
+            want_more = agree(want_more)
+            loop.last_end_ns = time.perf_counter_ns()
+        if not want_more:
+            break
+        sample = loop.step(sink)
+        steps.append(sample)
+        measured_ns += sample.step_ns
+        samples += sample.samples
+        if not bar.disable:
+            bar.update(1)
+            bar.set_postfix(samples_per_s=f"{samples * NS_PER_S / measured_ns:.1f}")
+    mark("last_measured")
+    bar.close()
+    return PassResult(first_batch_s, warmup, steps, measured_ns / NS_PER_S, loop.stream.epochs,
+                      dict(loop.stream.worker_startup_s))
+
+
+def profile_steps(loop: StepLoop, dataset: InstrumentedDataset, collate: TimedCollate, steps: int,
+                  job_dir: Path) -> Dict[str, str]:
+    """Run a few in-process steps under torch.profiler; save a Perfetto-loadable trace and the table."""
+    activities = [torch.profiler.ProfilerActivity.CPU]
+    if torch.cuda.is_available():
+        activities.append(torch.profiler.ProfilerActivity.CUDA)
+    set_profiling_labels(dataset, collate, True)
+    try:
+        with torch.profiler.profile(activities=activities) as prof:
+            for _ in range(steps):
+                with torch.profiler.record_function("step"):
+                    loop.step(None)
+    finally:
+        set_profiling_labels(dataset, collate, False)
+    trace = job_dir / "trace.json"
+    table = job_dir / "profile.txt"
+    prof.export_chrome_trace(str(trace))
+    table.write_text(prof.key_averages().table(sort_by="cpu_time_total", row_limit=PROFILE_TABLE_ROWS))
+    return {"trace": trace.name, "profile_table": table.name}

@@ -1,0 +1,176 @@
+"""Turn raw step samples and stage timings into the summary row and the per-transform rows."""
+
+from dataclasses import asdict, dataclass
+from typing import Dict, List, Sequence
+
+import numpy as np
+from scipy import stats as scipy_stats
+
+from pipebench.base.stats import distribution
+from pipebench.measure.runner import NS_PER_MS, NS_PER_S, PassResult, TimingSink
+from pipebench.pipeline.timed_chain import StepName
+
+# Bootstrap resamples for the samples/s interval: enough for a stable 95% bound, still < 0.1 s.
+BOOTSTRAP_RESAMPLES = 2000
+CONFIDENCE_LEVEL = 0.95
+
+
+@dataclass(frozen=True)
+class TransformRow:
+    stage: str
+    transform: str
+    calls: int
+    ms_per_call_mean: float
+    ms_per_call_median: float
+    ms_per_sample: float
+    share_pct: float
+
+
+def transform_rows(sink: TimingSink, sample_steps: Sequence[StepName], batch_steps: Sequence[StepName]
+                   ) -> List[TransformRow]:
+    """One row per step. share_pct is of all instrumented time, so the rows add up to 100."""
+    if not sink.sample_ns:
+        return []
+    per_sample = np.concatenate(sink.sample_ns, axis=0)  # [n_samples, n_sample_steps]
+    per_batch = np.stack(sink.batch_ns)  # [n_batches, n_batch_steps]
+    n_samples = per_sample.shape[0]
+    columns = [(name, per_sample[:, i]) for i, name in enumerate(sample_steps)]
+    columns += [(name, per_batch[:, i]) for i, name in enumerate(batch_steps)]
+    total_ns = float(sum(col.sum() for _, col in columns)) or 1.0
+    return [
+        TransformRow(
+            stage=name.stage,
+            transform=name.name,
+            calls=int(col.size),
+            ms_per_call_mean=float(col.mean() / NS_PER_MS),
+            ms_per_call_median=float(np.median(col) / NS_PER_MS),
+            ms_per_sample=float(col.sum() / NS_PER_MS / n_samples),
+            share_pct=float(100.0 * col.sum() / total_ns),
+        )
+        for name, col in columns
+    ]
+
+
+def worker_breakdown(sink: TimingSink, passes: Sequence[PassResult]) -> Dict[str, Dict[str, float]]:
+    """Per worker: batches and samples it made, its wall and CPU time per sample, its start-up."""
+    out: Dict[str, Dict[str, float]] = {}
+    for worker in sorted(set(sink.worker_ids)):
+        picks = [i for i, w in enumerate(sink.worker_ids) if w == worker]
+        n_samples = sum(sink.sample_ns[i].shape[0] for i in picks)
+        wall_ns = sum(float(sink.sample_ns[i].sum() + sink.batch_ns[i].sum()) for i in picks)
+        cpu_ns = sum(float(sink.sample_cpu_ns[i].sum() + sink.batch_cpu_ns[i]) for i in picks)
+        startups = [p.worker_startup_s[worker] for p in passes if worker in p.worker_startup_s]
+        out[str(worker)] = {
+            "batches": len(picks),
+            "samples": int(n_samples),
+            "ms_per_sample": wall_ns / NS_PER_MS / n_samples,
+            "cpu_ms_per_sample": cpu_ns / NS_PER_MS / n_samples,
+            "startup_s": max(startups) if startups else float("nan"),
+        }
+    return out
+
+
+def cpu_ms_per_sample(sink: TimingSink) -> float:
+    """Thread CPU time of the whole pipeline per sample: what a core must spend, contention aside."""
+    if not sink.sample_cpu_ns:
+        return float("nan")
+    samples = sum(a.shape[0] for a in sink.sample_cpu_ns)
+    return float((sum(a.sum() for a in sink.sample_cpu_ns) + sum(sink.batch_cpu_ns)) / NS_PER_MS / samples)
+
+
+def _throughput_interval(samples: np.ndarray, step_ns: np.ndarray) -> tuple:
+    """A bootstrap interval of Σ samples / Σ step time over the measured steps."""
+    if samples.size < 3 or np.all(step_ns == step_ns[0]):
+        rate = samples.sum() * NS_PER_S / step_ns.sum()
+        return float(rate), float(rate)
+    result = scipy_stats.bootstrap(
+        (samples, step_ns),
+        lambda s, t, axis=-1: s.sum(axis=axis) * NS_PER_S / t.sum(axis=axis),
+        paired=True,
+        vectorized=True,
+        n_resamples=BOOTSTRAP_RESAMPLES,
+        confidence_level=CONFIDENCE_LEVEL,
+        method="percentile",
+        random_state=0,
+    )
+    return float(result.confidence_interval.low), float(result.confidence_interval.high)
+
+
+def _median_ms(values_ns: Sequence[int]) -> float:
+    return float(np.median(values_ns) / NS_PER_MS) if len(values_ns) else float("nan")
+
+
+def summary_row(passes: Sequence[PassResult], rows: Sequence[TransformRow], sink: TimingSink, workers: int,
+                usable_cores: int, skipped: int) -> Dict[str, float]:
+    """Steady-state figures over every repeat's measured steps; the first batch stays apart.
+
+    Two capacity figures check the per-transform numbers against the measured rate:
+    `worker_capacity_samples_per_s` = W / wall time per sample inside a worker (what W busy
+    workers produce, time-slicing included), and `cpu_capacity_samples_per_s` = min(W, cores) /
+    CPU time per sample (what the machine could produce at best).
+    """
+    steps = [s for p in passes for s in p.steps]
+    step_ns = np.array([s.step_ns for s in steps], dtype=np.float64)
+    wait_ns = np.array([s.wait_ns for s in steps], dtype=np.float64)
+    compute_ns = np.array([s.compute_ns for s in steps], dtype=np.float64)
+    samples = np.array([s.samples for s in steps], dtype=np.float64)
+    step = distribution(step_ns / NS_PER_MS)
+    wait = distribution(wait_ns / NS_PER_MS)
+    low, high = _throughput_interval(samples, step_ns)
+    pipeline_ms = float(sum(r.ms_per_sample for r in rows))
+    cpu_ms = cpu_ms_per_sample(sink)
+    producers = max(workers, 1)
+    startups = [s for p in passes for s in p.worker_startup_s.values()]
+    return {
+        "samples_per_s": float(samples.sum() * NS_PER_S / step_ns.sum()),
+        "samples_per_s_ci_low": low,
+        "samples_per_s_ci_high": high,
+        "step_ms_mean": step.mean,
+        "step_ms_var": step.var,
+        "step_ms_median": step.median,
+        "step_ms_iqr": step.iqr,
+        "step_ms_p99": step.p99,
+        "wait_ms_mean": wait.mean,
+        "wait_ms_median": wait.median,
+        "wait_ms_p99": wait.p99,
+        "starvation_pct": float(100.0 * wait_ns.sum() / step_ns.sum()),
+        "accel_util_pct": float(100.0 * compute_ns.sum() / step_ns.sum()),
+        "consumer_ms_median": float(np.median(compute_ns) / NS_PER_MS),
+        "h2d_ms_median": float(np.median([s.h2d_ns for s in steps]) / NS_PER_MS),
+        "transfer_ms_median": float(np.median([s.transfer_ns for s in steps]) / NS_PER_MS),
+        "ready_next_ms_median": _median_ms([s.wait_ns for s in steps if s.ready]),
+        "ready_steps_pct": float(100.0 * sum(s.ready for s in steps) / len(steps)),
+        "pipeline_ms_per_sample": pipeline_ms,
+        "cpu_ms_per_sample": cpu_ms,
+        "worker_capacity_samples_per_s": producers * 1000.0 / pipeline_ms,
+        "cpu_capacity_samples_per_s": min(producers, usable_cores) * 1000.0 / cpu_ms,
+        "first_batch_s": float(np.median([p.first_batch_s for p in passes])),
+        "worker_startup_s_max": max(startups) if startups else float("nan"),
+        "steps": len(steps),
+        "repeats": len(passes),
+        "skipped_samples": skipped,
+        "epochs": max(p.epochs for p in passes),
+    }
+
+
+def pass_record(result: PassResult) -> Dict[str, object]:
+    """Raw per-step samples of one repeat, in ms, for result.json."""
+    return {
+        "first_batch_s": result.first_batch_s,
+        "warmup_steps": result.warmup_steps,
+        "wall_s": result.wall_s,
+        "epochs": result.epochs,
+        "samples": [s.samples for s in result.steps],
+        "gap_ms": [s.gap_ns / NS_PER_MS for s in result.steps],
+        "wait_ms": [s.wait_ns / NS_PER_MS for s in result.steps],
+        "h2d_ms": [s.h2d_ns / NS_PER_MS for s in result.steps],
+        "compute_ms": [s.compute_ns / NS_PER_MS for s in result.steps],
+        "step_ms": [s.step_ns / NS_PER_MS for s in result.steps],
+        "transfer_ms": [s.transfer_ns / NS_PER_MS for s in result.steps],
+        "worker_id": [s.worker_id for s in result.steps],
+        "collective_ms": [s.collective_ns / NS_PER_MS for s in result.steps],
+    }
+
+
+def rows_as_dicts(rows: Sequence[TransformRow]) -> List[Dict[str, object]]:
+    return [asdict(r) for r in rows]

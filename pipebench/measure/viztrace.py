@@ -1,0 +1,519 @@
+"""One Perfetto-loadable timeline of the main process and every DataLoader worker (trace=viztracer).
+
+Why this module exists, in three facts measured against VizTracer 1.1.1 (see the report in the
+issue for the evidence):
+
+* An inline ``VizTracer(...)`` follows only the process (and the threads) it was started in. A
+  forked DataLoader worker inherits the running profiler hook and a copy of the parent's buffer,
+  so it pays the tracing cost, but nobody ever saves that copy; spawn/forkserver workers are not
+  traced at all. Only the ``viztracer`` CLI follows children, through ``install_all_hooks``
+  (fork hooks, patched ``spawnv_passfds``, a ``Finalize`` per child that saves at exit), and it
+  merges the per-process files with ``ReportBuilder`` once every child has exited.
+* A DataLoader worker that is shut down by its parent gets SIGTERM, and torch's worker SIGTERM
+  handler calls ``_exit(0)`` when the signal comes from the parent: no Python finaliser runs, so a
+  tracer that saves "at exit" loses everything. Persistent workers reach exactly that path at
+  interpreter exit (``_shutdown_workers`` is a no-op once Python is exiting), and a worker whose
+  exit-save takes longer than DataLoader's 5 s join is killed the same way.
+* VizTracer's custom duration events (``log_event``, ``add_raw``) are Python dicts serialised one
+  by one through ``json``: about 8 µs per ``log_event`` and 9 to 16 µs per event to save. One
+  slice per step per sample must cost far less than that to be the default.
+
+So each process keeps its own recorder, created by ``VizTraceSession.start_main()`` in the main
+process and by ``VizTraceSession.worker_init(worker_id)`` (the DataLoader ``worker_init_fn``) in
+each worker. The default ``sparse`` mode records one slice per timed step, taken from the
+``perf_counter_ns`` stamps the timed chain already has (CLOCK_MONOTONIC, which is VizTracer's own
+time base on Linux, so VizTracer's events and ours line up). Every process writes its slices to a
+private folder in parts at defined points: every ``flush_interval_s``, at a clean exit
+(``multiprocessing.util.Finalize``) and on request (SIGUSR2 from ``finish``). ``full`` mode (opt-in)
+also runs a bounded VizTracer (ring buffer, stack-depth cut, no C calls) in every process and dumps
+its buffer at a clean exit and on request. ``finish`` waits a bounded time for the workers, then
+merges every part with VizTracer's ``ReportBuilder`` into ``viztrace.json``. A killed worker loses
+at most its last ``flush_interval_s`` of slices (and, in full mode, its function calls), and no
+step of this ever waits without a deadline.
+
+There is no module-level state. A process's recorder hangs on the pipeline objects of that
+process, as their ``trace`` attribute (None: not tracing): the main process's InstrumentedDataset,
+TimedCollate and StepLoop get the main recorder from ``start_main``, and each worker's own copy of
+the dataset gets the worker's recorder from ``worker_init`` (the worker's collate finds it there,
+through ``get_worker_info().dataset``). The flush signal's handler and the exit finaliser are bound
+to the worker's recorder. The session is picklable; a recorder never is (the chain objects drop it
+from their pickled state).
+
+Wiring, for the job (all of it in the main process unless said otherwise)::
+
+    session = VizTraceSession(mode="sparse")          # picklable: hand it to the workers
+    loader = DataLoader(dataset, ..., worker_init_fn=WorkerInit(..., session))
+    rec = session.start_main(dataset, collate, loop)  # sets .trace on each; returns the recorder
+    ...                                               # each step: rec.add(name, start_ns, end_ns)
+    path = session.finish(job_dir)                    # after the last traced step
+
+``worker_init_fn=session`` also works: it sets the worker's recorder on the worker's dataset.
+"""
+
+import json
+import os
+import pickle
+import shutil
+import signal
+import sys
+import tempfile
+import threading
+import time
+from dataclasses import dataclass, field
+from multiprocessing.util import Finalize
+from pathlib import Path
+from typing import Any, Dict, List, Optional, Sequence, Tuple
+
+import psutil
+
+from pipebench.base.errors import PipebenchError
+
+TRACE_FILE = "viztrace.json"
+MODES = ("sparse", "full")
+# Slice category in the trace, so Perfetto can filter pipebench's step slices from VizTracer's.
+CATEGORY = "pipebench"
+
+# A worker writes what it has at least this often, so a worker killed by its parent (torch's
+# SIGTERM handler _exit()s without running finalisers) loses at most this much of its timeline.
+# One flush of a second of slices costs well under a millisecond.
+DEFAULT_FLUSH_INTERVAL_S = 1.0
+# How long finish() waits for live workers to answer a flush request and for exiting workers to
+# write their last part. Twice DataLoader's own 5 s join, which is what a healthy exit takes.
+DEFAULT_FINISH_TIMEOUT_S = 10.0
+# Slices kept per process; beyond it they are counted as dropped, not stored. About 130 bytes of
+# JSON each, so the merged trace stays loadable in the Perfetto UI.
+DEFAULT_MAX_EVENTS = 250_000
+# full mode: VizTracer's ring buffer per process (it keeps the newest entries when it wraps), a
+# stack-depth cut that keeps the worker loop, the dataset and the transforms but drops deep library
+# internals, and no C functions (they multiply the event count and the per-call cost).
+DEFAULT_TRACER_ENTRIES = 300_000
+DEFAULT_MAX_STACK_DEPTH = 30
+# The signal finish() sends a live worker to make it write what it has (persistent workers).
+FLUSH_SIGNAL = getattr(signal, "SIGUSR2", None)
+# How often finish() looks at the workers' markers while it waits.
+POLL_S = 0.05
+
+_MARKER_SUFFIX = ".open"
+_PART_SUFFIX = ".pkl"
+_VIZ_SUFFIX = ".viz.json"
+
+
+class VizTraceError(PipebenchError):
+    """trace=viztracer cannot run here; the message says why in one line."""
+
+
+# --------------------------------------------------------------------------------------------
+# The per-process recorder: process-local runtime state, never pickled. The main process makes its
+# own in start_main(); each worker makes its own in worker_init(). Both hang it on the pipeline
+# objects of that process (their `trace` attribute), never on a module global.
+# --------------------------------------------------------------------------------------------
+
+_get_ident = threading.get_ident
+
+
+def _stop_inherited(recorders: Any) -> None:
+    """In a forked child: a recorder copied from the parent would never be saved and would
+    attribute the parent's events to the child; in full mode its profiler hook is still running
+    in this thread, so stop it."""
+    pid = os.getpid()
+    for rec in recorders:
+        if isinstance(rec, Recorder) and rec.pid != pid and rec.tracer is not None:
+            try:
+                rec.tracer.stop()
+            except Exception:  # never let tracing break a worker
+                pass
+
+
+def _attach(targets: Sequence[Any], rec: Optional["Recorder"]) -> None:
+    for target in targets:
+        target.trace = rec
+
+
+def _process_create_time(pid: int) -> Optional[float]:
+    try:
+        proc = psutil.Process(pid)
+        if proc.status() == psutil.STATUS_ZOMBIE:
+            return None
+        return proc.create_time()
+    except (psutil.Error, OSError):
+        return None
+
+
+def _write_atomic(path: Path, data: bytes) -> None:
+    tmp = path.with_name(path.name + ".tmp")
+    with open(tmp, "wb") as f:
+        f.write(data)
+    os.replace(tmp, path)
+
+
+class Recorder:
+    """Slices of one process, written to `work_dir` in parts at defined points."""
+
+    def __init__(self, session: "VizTraceSession", role: str, worker_id: Optional[int]) -> None:
+        self.pid = os.getpid()
+        self.role = role
+        self.worker_id = worker_id
+        self.tag = "main" if worker_id is None else f"w{worker_id}"
+        self.work_dir = Path(session.work_dir)
+        self.max_events = session.max_events
+        self.events: List[Tuple[str, int, int, int]] = []
+        self.kept = 0
+        self.dropped = 0
+        self.seq = 0
+        self.closed = False
+        self._busy = False
+        self._requested = False
+        self.interval_ns = int(session.flush_interval_s * 1e9)
+        self.next_flush_ns = time.perf_counter_ns() + self.interval_ns
+        self.tracer = None
+        if session.mode == "full":
+            self.tracer = _make_tracer(session, role)
+
+    def __reduce__(self):
+        raise TypeError("a viztrace recorder belongs to one process and is never pickled; "
+                        "drop it from the pickled state (the chain objects do, in __getstate__)")
+
+    # The hot path: one tuple per slice (about 0.25 us). The thread is named by its ident, which
+    # is cheap to read; flush() maps it to the OS thread id (get_native_id() is a syscall).
+    def add(self, name: str, start_ns: int, end_ns: int) -> None:
+        self.events.append((name, start_ns, end_ns, _get_ident()))
+        if end_ns >= self.next_flush_ns:
+            self.flush()
+
+    @property
+    def marker(self) -> Path:
+        return self.work_dir / f"{self.tag}-{self.pid}{_MARKER_SUFFIX}"
+
+    def open_marker(self) -> None:
+        """Announce a live worker to finish(): who it is, to signal it safely, and its last flush."""
+        self._write_marker(flushed_ns=0)
+
+    def _write_marker(self, flushed_ns: int) -> None:
+        info = {"pid": self.pid, "worker_id": self.worker_id, "role": self.role,
+                "create_time": _process_create_time(self.pid), "flushed_ns": flushed_ns}
+        _write_atomic(self.marker, json.dumps(info).encode())
+
+    def flush(self, final: bool = False, full_tracer: bool = False) -> None:
+        """Write the slices gathered so far as one part (and the VizTracer buffer if asked)."""
+        if os.getpid() != self.pid or self.closed:
+            return  # an inherited copy, or already closed: nothing of ours to write
+        if self._busy:  # re-entered from the flush signal's handler: answer_request() handles it
+            return
+        self._busy = True
+        try:
+            self.next_flush_ns = time.perf_counter_ns() + self.interval_ns
+            n = len(self.events)
+            if n or final:
+                chunk = self.events[:n]
+                # Same list object, so an add() interrupted by the flush signal keeps its slice.
+                del self.events[:n]
+                room = max(0, self.max_events - self.kept)
+                if n > room:
+                    self.dropped += n - room
+                    chunk = chunk[:room]
+                self.kept += len(chunk)
+                live = [t for t in threading.enumerate() if t.native_id is not None]
+                # ident -> OS thread id; a thread gone since its slices falls back to the process id.
+                tids = {t.ident: t.native_id for t in live}
+                chunk = [(name, start, end, tids.get(ident, self.pid)) for name, start, end, ident in chunk]
+                threads = {t.native_id: t.name for t in live}
+                part = {"pid": self.pid, "role": self.role, "worker_id": self.worker_id,
+                        "events": chunk, "threads": threads, "dropped": self.dropped}
+                path = self.work_dir / f"{self.tag}-{self.pid}-{self.seq:06d}{_PART_SUFFIX}"
+                self.seq += 1
+                _write_atomic(path, pickle.dumps(part, protocol=pickle.HIGHEST_PROTOCOL))
+            if self.tracer is not None and (final or full_tracer):
+                self._dump_tracer(restart=not final)
+        except Exception:
+            pass  # the folder is gone (finish() already merged), the disk is full...: never raise
+        finally:
+            self._busy = False
+        if self._requested and not final:
+            self._requested = False
+            self.answer_request()
+
+    def _dump_tracer(self, restart: bool) -> None:
+        tracer = self.tracer
+        tracer.stop()
+        path = self.work_dir / f"{self.tag}-{self.pid}-{self.seq:06d}{_VIZ_SUFFIX}"
+        self.seq += 1
+        tmp = path.with_name(path.name + ".tmp")
+        tracer.dump(str(tmp))  # VizTracer's C writer: well under a microsecond per entry
+        os.replace(tmp, path)
+        if restart:
+            tracer.start()
+
+    def on_flush_signal(self, signum: int, frame: Any) -> None:
+        """The FLUSH_SIGNAL handler of a worker, bound to that worker's recorder."""
+        self.answer_request()
+
+    def answer_request(self) -> None:
+        """A flush asked for by finish(): write everything, then say so in the marker. If the
+        request lands inside a flush, that flush answers it when it is done."""
+        if os.getpid() != self.pid or self.closed:
+            return
+        if self._busy:
+            self._requested = True
+            return
+        self.flush(full_tracer=True)
+        try:
+            self._write_marker(flushed_ns=time.perf_counter_ns())
+        except OSError:
+            pass
+
+    def close(self) -> None:
+        """Last flush of this process; removes the marker so finish() stops waiting for it."""
+        if os.getpid() != self.pid or self.closed:
+            return
+        self.flush(final=True)
+        self.closed = True
+        try:
+            self.marker.unlink()
+        except OSError:
+            pass
+
+
+def _make_tracer(session: "VizTraceSession", role: str):
+    from viztracer import VizTracer  # imported only where full mode is used
+
+    return VizTracer(
+        tracer_entries=session.tracer_entries,
+        verbose=0,
+        max_stack_depth=session.max_stack_depth,
+        ignore_c_function=True,
+        ignore_frozen=True,
+        log_func_args=False,
+        log_func_retval=False,
+        register_global=False,
+        process_name=f"pipebench {role}",
+    )
+
+
+# --------------------------------------------------------------------------------------------
+# The session: plain, picklable settings shared by the main process and the workers.
+# --------------------------------------------------------------------------------------------
+
+
+@dataclass
+class VizTraceSession:
+    """One traced job. Picklable (plain fields only), so it can ride to spawn/forkserver workers
+    as, or inside, the DataLoader's `worker_init_fn`; calling it is `worker_init`."""
+
+    mode: str = "sparse"
+    work_dir: Optional[str] = None
+    flush_interval_s: float = DEFAULT_FLUSH_INTERVAL_S
+    finish_timeout_s: float = DEFAULT_FINISH_TIMEOUT_S
+    max_events: int = DEFAULT_MAX_EVENTS
+    tracer_entries: int = DEFAULT_TRACER_ENTRIES
+    max_stack_depth: int = DEFAULT_MAX_STACK_DEPTH
+    main_pid: int = field(default_factory=os.getpid)
+    # Filled by finish(): what was merged, and which workers lost part of their timeline.
+    summary: Dict[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if self.mode not in MODES:
+            raise VizTraceError(f"viztracer trace mode must be one of {', '.join(MODES)}, got {self.mode!r}")
+        if self.flush_interval_s <= 0 or self.finish_timeout_s < 0 or self.max_events <= 0:
+            raise VizTraceError("viztracer flush_interval_s and max_events must be > 0, finish_timeout_s >= 0")
+        if self.work_dir is None:
+            self.work_dir = tempfile.mkdtemp(prefix="pipebench-viztrace-")
+        Path(self.work_dir).mkdir(parents=True, exist_ok=True)
+        self._main: Optional[Recorder] = None  # the main process's recorder, between start_main and finish
+        self._targets: List[Any] = []  # the main-process objects start_main() hung it on
+
+    # A recorder is process-local: the session travels to spawn/forkserver workers without it.
+    def __getstate__(self) -> Dict[str, Any]:
+        state = self.__dict__.copy()
+        state["_main"] = None
+        state["_targets"] = []
+        return state
+
+    def __setstate__(self, state: Dict[str, Any]) -> None:
+        self.__dict__.update(state)
+
+    # -- main process ------------------------------------------------------------------------
+
+    def start_main(self, *targets: Any) -> "Recorder":
+        """Start recording in the main process (and, in full mode, start its VizTracer).
+
+        The recorder is set as the `trace` attribute of every target (the main process's
+        InstrumentedDataset and TimedCollate, the StepLoop) and returned; finish() takes it off
+        them again. A DataLoader forked after this inherits the targets with this recorder; the
+        worker init replaces it with the worker's own before the worker loads anything.
+        """
+        if os.getpid() != self.main_pid:
+            raise VizTraceError("start_main() must run in the process that made the session")
+        if self._main is not None:
+            raise VizTraceError("start_main() already ran for this session")
+        if self.mode == "full" and sys.getprofile() is not None:
+            raise VizTraceError("trace=viztracer full mode needs Python's profiler hook, but another profiler "
+                                "(or the viztracer CLI) already holds it; use the sparse mode or run without it")
+        rec = Recorder(self, "main", None)
+        self._main = rec
+        self._targets = list(targets)
+        _attach(targets, rec)
+        if rec.tracer is not None:
+            rec.tracer.start()
+        return rec
+
+    def worker_init(self, worker_id: int, *targets: Any) -> Optional["Recorder"]:
+        """DataLoader `worker_init_fn` body: start this worker's recorder and set it as the `trace`
+        attribute of every target (by default the worker's own dataset copy, when called inside a
+        DataLoader worker). Returns the recorder, or None when this worker cannot trace. Never
+        raises: a worker that cannot trace still loads data, and finish() reports it as missing.
+        """
+        if not targets:
+            from torch.utils.data import get_worker_info
+
+            info = get_worker_info()
+            targets = (info.dataset,) if info is not None else ()
+        # A forked worker holds the parent's recorder (on the session and on the targets): take it
+        # off before anything else, so not one sample is recorded into the parent's copy.
+        inherited = [self._main, *(getattr(target, "trace", None) for target in targets)]
+        if self._main is not None and self._main.pid != os.getpid():
+            self._main = None
+            self._targets = []
+        _attach(targets, None)
+        _stop_inherited(inherited)
+        try:
+            rec = Recorder(self, f"worker {worker_id}", worker_id)
+            if FLUSH_SIGNAL is not None and threading.current_thread() is threading.main_thread():
+                signal.signal(FLUSH_SIGNAL, rec.on_flush_signal)
+            # Runs in multiprocessing's exit path after the worker loop returns (a clean shutdown);
+            # a worker killed by its parent skips it and keeps only its periodic parts.
+            Finalize(None, rec.close, exitpriority=100)
+            rec.open_marker()  # finish() only signals workers that have a marker: the handler is in place
+            if rec.tracer is not None:
+                rec.tracer.start()
+        except Exception as exc:  # tracing must never break the benchmark
+            print(f"pipebench: viztracer disabled in worker {worker_id}: {exc}", file=sys.stderr)
+            return None
+        _attach(targets, rec)
+        return rec
+
+    __call__ = worker_init
+
+    def finish(self, job_dir: Path, timeout_s: Optional[float] = None) -> Path:
+        """Stop the main recorder, collect the workers' parts (bounded wait), merge, clean up.
+
+        Call it after the last traced step, ideally after the loader's workers were shut down.
+        Workers still alive (persistent workers) are asked to flush and keep running; anything they
+        record afterwards is not in the trace. Returns the path of `job_dir/viztrace.json`.
+        """
+        if os.getpid() != self.main_pid:
+            raise VizTraceError("finish() must run in the process that made the session")
+        if self.summary:
+            raise VizTraceError("finish() already ran for this session")
+        rec, self._main = self._main, None
+        if rec is not None:
+            for target in self._targets:
+                if getattr(target, "trace", None) is rec:
+                    target.trace = None
+            self._targets = []
+            rec.close()
+            if rec.tracer is not None:
+                rec.tracer.stop()
+        deadline = time.monotonic() + (self.finish_timeout_s if timeout_s is None else timeout_s)
+        workers = self._settle_workers(deadline)
+        out = Path(job_dir) / TRACE_FILE
+        merged = self._merge(out, workers)
+        shutil.rmtree(self.work_dir, ignore_errors=True)
+        self.summary = merged
+        return out
+
+    def _settle_workers(self, deadline: float) -> Dict[int, str]:
+        """Wait, never past `deadline`, until every worker has written its last part: it exited
+        cleanly (marker gone), answered a flush request (alive), or is dead (killed: its periodic
+        parts remain). Returns pid -> state for the workers that did not exit cleanly."""
+        work = Path(self.work_dir)
+        asked_ns = time.perf_counter_ns()
+        signalled: Dict[int, bool] = {}
+        states: Dict[int, str] = {}
+        while True:
+            pending = []
+            for marker in work.glob(f"*{_MARKER_SUFFIX}"):
+                try:
+                    info = json.loads(marker.read_text())
+                except (OSError, ValueError):
+                    continue  # removed or replaced while we read it; look again next round
+                pid = info["pid"]
+                created = _process_create_time(pid)
+                if created is None or (info["create_time"] is not None and abs(created - info["create_time"]) > 0.05):
+                    states[pid] = "killed: slices after its last periodic flush are lost"
+                    continue
+                if info["flushed_ns"] >= asked_ns:
+                    states[pid] = "alive: flushed on request"
+                    continue
+                pending.append(pid)
+                if not signalled.get(pid) and FLUSH_SIGNAL is not None:
+                    try:
+                        os.kill(pid, FLUSH_SIGNAL)
+                    except OSError:
+                        pass
+                    signalled[pid] = True
+            if not pending:
+                return states
+            if time.monotonic() >= deadline:
+                for pid in pending:
+                    states[pid] = "no answer before the deadline: only its periodic parts are in the trace"
+                return states
+            time.sleep(POLL_S)
+
+    def _merge(self, out: Path, worker_states: Dict[int, str]) -> Dict[str, Any]:
+        from viztracer.report_builder import ReportBuilder
+
+        work = Path(self.work_dir)
+        processes: Dict[int, Dict[str, Any]] = {}
+        events: List[Dict[str, Any]] = []
+        for path in sorted(work.glob(f"*{_PART_SUFFIX}")):
+            try:
+                part = pickle.loads(path.read_bytes())
+            except Exception:
+                continue
+            pid = part["pid"]
+            proc = processes.setdefault(pid, {"role": part["role"], "worker_id": part["worker_id"],
+                                              "slices": 0, "dropped": 0, "threads": {}})
+            proc["slices"] += len(part["events"])
+            proc["dropped"] = max(proc["dropped"], part["dropped"])
+            proc["threads"].update(part["threads"])
+            for name, start, end, tid in part["events"]:
+                events.append({"ph": "X", "cat": CATEGORY, "name": name, "pid": pid, "tid": tid,
+                               "ts": start / 1000.0, "dur": (end - start) / 1000.0})
+        viz_parts = []
+        for path in sorted(work.glob(f"*{_VIZ_SUFFIX}")):
+            try:
+                data = json.loads(path.read_text())
+            except (OSError, ValueError):
+                continue
+            # "B" entries are calls still open when the buffer was dumped: no duration, no end.
+            data["traceEvents"] = [e for e in data.get("traceEvents", []) if e.get("ph") != "B"]
+            viz_parts.append(data)
+        header = self._metadata_events(processes)
+        other = {
+            "pipebench_viztrace": {
+                "mode": self.mode,
+                "main_pid": self.main_pid,
+                "processes": {str(pid): {k: v for k, v in p.items() if k != "threads"}
+                              for pid, p in sorted(processes.items())},
+                "workers_not_closed": {str(pid): state for pid, state in sorted(worker_states.items())},
+            }
+        }
+        first = {"traceEvents": header + events, "otherData": other, "viztracer_metadata": {}}
+        builder = ReportBuilder([first, *viz_parts], verbose=0)
+        tmp = out.with_name(".viztrace.partial.json")  # ReportBuilder picks the format by suffix
+        builder.save(output_file=str(tmp), file_info=False)
+        os.replace(tmp, out)
+        return other["pipebench_viztrace"]
+
+    def _metadata_events(self, processes: Dict[int, Dict[str, Any]]) -> List[Dict[str, Any]]:
+        """Process and thread names, main process first, workers by id."""
+        meta = []
+        for pid, proc in processes.items():
+            is_main = proc["worker_id"] is None
+            meta.append({"ph": "M", "name": "process_name", "pid": pid, "tid": pid,
+                         "args": {"name": f"pipebench {proc['role']}"}})
+            meta.append({"ph": "M", "name": "process_sort_index", "pid": pid, "tid": pid,
+                         "args": {"sort_index": 0 if is_main else 1 + proc["worker_id"]}})
+            for tid, name in proc["threads"].items():
+                meta.append({"ph": "M", "name": "thread_name", "pid": pid, "tid": tid, "args": {"name": name}})
+        return meta

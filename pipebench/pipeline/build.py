@@ -1,0 +1,103 @@
+"""Turn a JobSpec into live objects: the dataset, the instrumented chains and the DataLoader."""
+
+from typing import Any, Callable, List, Mapping, Optional, Sequence, Tuple
+
+import torch
+from hydra.errors import InstantiationException
+from hydra.utils import instantiate
+from torch.utils.data import (
+    DataLoader,
+    DistributedSampler,
+    IterableDataset,
+    RandomSampler,
+    SequentialSampler,
+)
+
+from pipebench.base.errors import ConfigError, PipebenchError
+from pipebench.config.specs import JobSpec
+from pipebench.pipeline.rank_info import rank_and_world
+from pipebench.pipeline.timed_chain import InstrumentedDataset, TimedCollate, WorkerInit
+from pipebench.pipeline.timed_iterable import InstrumentedIterable
+
+
+def instantiate_node(node: Mapping[str, Any], where: str) -> Any:
+    """Instantiate one `_target_` node; a bad target or argument becomes a one-line ConfigError."""
+    try:
+        return instantiate(dict(node), _convert_="all")
+    except InstantiationException as exc:
+        cause = exc.__cause__
+        if isinstance(cause, PipebenchError):
+            raise cause from exc
+        detail = str(cause).splitlines()[0] if cause is not None else str(exc).splitlines()[0]
+        raise ConfigError(f"{where} ({node.get('_target_')}): {detail}") from exc
+
+
+def build_transforms(nodes: Sequence[Mapping[str, Any]], where: str) -> List[Callable]:
+    return [instantiate_node(node, f"{where}[{i}]") for i, node in enumerate(nodes)]
+
+
+def build_dataset(spec: JobSpec) -> Any:
+    dataset = instantiate_node(spec.dataset, "dataset")
+    if isinstance(dataset, IterableDataset) and not hasattr(dataset, "__len__"):
+        raise ConfigError(f"dataset ({spec.dataset.get('_target_')}): an IterableDataset must define __len__, "
+                          "the number of samples in an epoch (pipebench checks each is read once)")
+    if len(dataset) < spec.loader.batch_size and spec.loader.drop_last:
+        raise ConfigError(
+            f"dataset has {len(dataset)} samples, fewer than loader.batch_size={spec.loader.batch_size} "
+            "with loader.drop_last=true: no batch would ever be made"
+        )
+    return dataset
+
+
+def build_pipeline(spec: JobSpec) -> Tuple[Any, InstrumentedDataset, TimedCollate]:
+    """The user's dataset, wrapped so every step of the chain is timed where it runs."""
+    dataset = build_dataset(spec)
+    wrapper = InstrumentedIterable if isinstance(dataset, IterableDataset) else InstrumentedDataset
+    instrumented = wrapper(dataset, build_transforms(spec.per_sample, "transform.per_sample"))
+    collate = TimedCollate(build_transforms(spec.per_batch, "transform.per_batch"))
+    return dataset, instrumented, collate
+
+
+def pin_memory_effective(spec: JobSpec) -> bool:
+    """Pinning needs an accelerator; without one DataLoader warns and does nothing useful."""
+    return spec.loader.pin_memory and torch.cuda.is_available()
+
+
+def build_sampler(spec: JobSpec, dataset: InstrumentedDataset) -> Optional[Any]:
+    """None for an iterable dataset (it shards itself); a DistributedSampler in a multi-rank run
+    (same seed on every rank, so the shares are disjoint); else random or sequential order."""
+    if isinstance(dataset, IterableDataset):
+        return None
+    rank, world = rank_and_world()
+    if world > 1:
+        return DistributedSampler(dataset, num_replicas=world, rank=rank, shuffle=spec.loader.shuffle,
+                                  seed=spec.run.seed, drop_last=spec.loader.drop_last)
+    generator = torch.Generator().manual_seed(spec.run.seed)
+    return RandomSampler(dataset, generator=generator) if spec.loader.shuffle else SequentialSampler(dataset)
+
+
+def build_loader(spec: JobSpec, dataset: InstrumentedDataset, collate: TimedCollate,
+                 trace_session: Optional[Any] = None) -> DataLoader:
+    """A DataLoader as the user asked for it; worker-only arguments are dropped at workers=0.
+
+    `trace_session` (a viztrace.VizTraceSession) makes every worker start its own recorder.
+    """
+    sampler = build_sampler(spec, dataset)
+    kwargs = dict(
+        batch_size=spec.loader.batch_size,
+        sampler=sampler,
+        drop_last=spec.loader.drop_last,
+        collate_fn=collate,
+        num_workers=spec.workers,
+        pin_memory=pin_memory_effective(spec),
+    )
+    if spec.workers > 0:
+        # DataLoader rejects these with num_workers=0 (DESIGN §4).
+        kwargs.update(
+            prefetch_factor=spec.loader.prefetch_factor,
+            persistent_workers=spec.loader.persistent_workers,
+            multiprocessing_context=spec.loader.multiprocessing_context,
+            timeout=spec.loader.timeout_s,
+            worker_init_fn=WorkerInit(spec.loader.sharing_strategy, trace_session),
+        )
+    return DataLoader(dataset, **kwargs)

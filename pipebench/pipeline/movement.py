@@ -1,0 +1,148 @@
+"""How a transform may move in a chain: the small protocol `pipebench explore` reads.
+
+A transform class declares `movement = Movement(...)`: which inputs it accepts (PIL images,
+tensors or both), whether it converts between them, whether it is a crop, whether it is
+pointwise (a crop commutes with it), whether it is random, and its per-batch and faster
+forms. torchvision's classes cannot carry the attribute, so `TORCHVISION_MOVEMENT` declares
+them, keyed by `_target_`. A transform that declares nothing never moves, and nothing moves
+past it.
+"""
+
+import importlib
+from dataclasses import dataclass
+from typing import Any, Callable, FrozenSet, Iterable, Mapping, Optional, Union
+
+from pipebench.base.errors import ConfigError
+
+PIL = "pil"
+TENSOR = "tensor"
+KINDS = (PIL, TENSOR)
+# The attribute a transform class declares its Movement under.
+MOVEMENT_ATTR = "movement"
+
+Form = Union[None, str, type]
+
+
+def target_of(form: Form) -> Optional[str]:
+    """A class or a dotted path, as the `_target_` string a config node names it by."""
+    if form is None or isinstance(form, str):
+        return form
+    return f"{form.__module__}.{form.__qualname__}"
+
+
+@dataclass(frozen=True)
+class Movement:
+    """What a transform declares about itself. Forms are classes or `_target_` strings; they take
+    the same keyword arguments as the transform itself."""
+
+    # Input kinds it accepts: a subset of KINDS.
+    accepts: FrozenSet[str]
+    # The kind it returns when it converts (PILToTensor: TENSOR); None: the kind it was given.
+    returns: Optional[str] = None
+    # Output is a sub-rectangle of the input, pixel values untouched (so it may move earlier).
+    crop: bool = False
+    # Each output pixel depends only on the same input pixel, so crop-then-this equals
+    # this-then-crop and a crop may move ahead of it. A neighbourhood op (a dilation) is not.
+    pointwise: bool = False
+    # Draws from an RNG: an equivalent variant must give the same distribution, not the same values.
+    random: bool = False
+    # The same computation on a [B, ...] batch, for the collate.
+    batch_form: Form = None
+    # A faster transform that computes the same thing.
+    fast_form: Form = None
+
+    def __post_init__(self):
+        accepts = frozenset([self.accepts] if isinstance(self.accepts, str) else self.accepts)
+        unknown = sorted(accepts.union([self.returns] if self.returns else []).difference(KINDS))
+        if unknown or not accepts:
+            raise ValueError(f"Movement: accepts/returns must be drawn from {KINDS}, got {sorted(accepts)}, "
+                             f"{self.returns!r}")
+        object.__setattr__(self, "accepts", accepts)
+        object.__setattr__(self, "batch_form", target_of(self.batch_form))
+        object.__setattr__(self, "fast_form", target_of(self.fast_form))
+
+    def output_kind(self, given: FrozenSet[str]) -> FrozenSet[str]:
+        """The kinds that may come out, given the kinds that may come in."""
+        return frozenset([self.returns]) if self.returns else given
+
+
+BOTH = frozenset(KINDS)
+PIL_ONLY = frozenset([PIL])
+TENSOR_ONLY = frozenset([TENSOR])
+
+
+def _random_crop(node: Mapping[str, Any]) -> Movement:
+    # Padding fills new pixels before later pointwise steps would have changed them (a fill of 0
+    # becomes 128 after RGB->YUV), so a padding RandomCrop is not a pure crop.
+    pads = bool(node.get("padding")) or bool(node.get("pad_if_needed"))
+    return Movement(accepts=BOTH, crop=not pads, random=True)
+
+
+# torchvision.transforms (v1) classes, keyed by `_target_`. A value is a Movement or a function of
+# the config node (for declarations that depend on arguments).
+TORCHVISION_MOVEMENT: Mapping[str, Union[Movement, Callable[[Mapping[str, Any]], Movement]]] = {
+    "torchvision.transforms.PILToTensor": Movement(accepts=PIL_ONLY, returns=TENSOR, pointwise=True),
+    # Also scales to [0, 1]: still one pixel in, one pixel out.
+    "torchvision.transforms.ToTensor": Movement(accepts=PIL_ONLY, returns=TENSOR, pointwise=True),
+    "torchvision.transforms.RandomCrop": _random_crop,
+    "torchvision.transforms.CenterCrop": Movement(accepts=BOTH, crop=True),
+    # Shrinks, but interpolates neighbours: neither a crop nor pointwise.
+    "torchvision.transforms.Resize": Movement(accepts=BOTH),
+    "torchvision.transforms.ConvertImageDtype": Movement(accepts=TENSOR_ONLY, pointwise=True),
+    "torchvision.transforms.Normalize": Movement(accepts=TENSOR_ONLY, pointwise=True),
+    "torchvision.transforms.Grayscale": Movement(accepts=BOTH, pointwise=True),
+    # Flips move pixels: a crop before a flip picks a mirrored window.
+    "torchvision.transforms.RandomHorizontalFlip": Movement(accepts=BOTH, random=True),
+    "torchvision.transforms.RandomVerticalFlip": Movement(accepts=BOTH, random=True),
+}
+
+
+def _locate(target: str) -> Any:
+    """The object a dotted `_target_` names (module, then attributes), as Hydra resolves it.
+
+    importlib rather than hydra.utils: catalogue transforms import this module, and workers
+    started by spawn should not pay for importing Hydra.
+    """
+    parts = target.split(".")
+    for cut in range(len(parts) - 1, 0, -1):
+        module = ".".join(parts[:cut])
+        try:
+            obj = importlib.import_module(module)
+        except ModuleNotFoundError as exc:
+            if exc.name and not (module + ".").startswith(exc.name + "."):
+                raise  # the module exists but imports something missing: say that, not "not found"
+            continue
+        for name in parts[cut:]:
+            obj = getattr(obj, name)
+        return obj
+    raise ImportError(f"no module found in {target!r}")
+
+
+def declared_movement(node: Mapping[str, Any]) -> Optional[Movement]:
+    """The Movement a `_target_` node declares (registry first, then the class attribute), or None."""
+    target = node["_target_"]
+    entry = TORCHVISION_MOVEMENT.get(target)
+    if entry is not None:
+        return entry if isinstance(entry, Movement) else entry(node)
+    try:
+        declared = getattr(_locate(target), MOVEMENT_ATTR, None)
+    except (ImportError, AttributeError) as exc:
+        raise ConfigError(f"{target}: cannot import it to read its movement: {str(exc).splitlines()[0]}") from exc
+    if declared is not None and not isinstance(declared, Movement):
+        raise ConfigError(f"{target}.{MOVEMENT_ATTR} must be a pipebench.pipeline.movement.Movement, got {declared!r}")
+    return declared
+
+
+def accepted_kinds(movements: Iterable[Optional[Movement]]) -> Iterable[Optional[FrozenSet[str]]]:
+    """For each position of a chain, the kinds that may arrive there (None when unknown).
+
+    A declared step can only be reached by kinds it accepts (the chain as given runs), and
+    passes on its output kind; after an undeclared step the kind is unknown until the next
+    declared step.
+    """
+    kinds: Optional[FrozenSet[str]] = None
+    for movement in movements:
+        if movement is not None:
+            kinds = movement.accepts if kinds is None else kinds & movement.accepts
+        yield kinds
+        kinds = movement.output_kind(kinds) if (movement is not None and kinds is not None) else None

@@ -1,0 +1,277 @@
+"""The instrumented pipeline: every step is timed where it runs, and the timings ride with the batch.
+
+The Dataset wrapper times the load and each per-sample transform with `perf_counter_ns`; the
+collate times itself and each per-batch transform, and returns the timings beside the batch.
+So per-transform numbers exist for any `num_workers` with no IPC beyond the batch itself.
+`record_function` labels are added only while a profiler is recording (workers=0), and one
+viztrace slice per step only while a recorder is set (`trace=viztracer`, see pipebench.measure.viztrace);
+with neither, __getitem__ takes a plain path that does nothing per step beyond the clock reads.
+"""
+
+import time
+from contextlib import nullcontext
+from typing import Any, Callable, List, NamedTuple, Optional, Sequence, Tuple
+
+import numpy as np
+import torch
+from torch.utils.data import Dataset, default_collate, get_worker_info
+
+LOAD_STAGE = "load"
+PER_SAMPLE_STAGE = "per_sample"
+COLLATE_STAGE = "collate"
+PER_BATCH_STAGE = "per_batch"
+COLLATE_NAME = "default_collate"
+# Worker id recorded for batches made in the main process (num_workers=0).
+MAIN_PROCESS_WORKER = -1
+# Sample index reported when a per-batch step fails: no single sample is to blame.
+BATCH_FAILURE_INDEX = -1
+# Attribute WorkerInit sets on a worker's dataset copy: the worker's perf_counter_ns at start.
+WORKER_STARTED_ATTR = "_pipebench_worker_started_ns"
+
+
+class StepName(NamedTuple):
+    """One timed step: its stage and a name unique within the chain."""
+
+    stage: str
+    name: str
+
+
+def step_names(steps: Sequence[Callable], stage: str) -> List[StepName]:
+    """Name steps by class; repeats get `#2`, `#3` so every row of the table is distinct."""
+    seen: dict = {}
+    names = []
+    for step in steps:
+        base = type(step).__name__
+        seen[base] = seen.get(base, 0) + 1
+        names.append(StepName(stage, base if seen[base] == 1 else f"{base}#{seen[base]}"))
+    return names
+
+
+class SampleFailure(NamedTuple):
+    """A sample that raised; travels in place of the sample so the main process applies the policy."""
+
+    index: int
+    where: str
+    step: str
+    message: str
+
+
+class TimedBatch(NamedTuple):
+    """A collated batch plus the timings of everything that made it.
+
+    sample_ns: [n_samples, n_per_sample_steps] int64 wall time (load first); batch_ns:
+    [1 + n_per_batch] wall time of the collate and per-batch steps. sample_cpu_ns / batch_cpu_ns:
+    the thread CPU time of the same work, which oversubscribed workers cannot inflate.
+    done_ns and worker_started_ns are perf_counter_ns stamps taken in the worker; on Linux that
+    clock is CLOCK_MONOTONIC, shared by all processes, so the main loop can subtract its own.
+    """
+
+    data: Any
+    labels: Any
+    sample_ns: np.ndarray
+    batch_ns: np.ndarray
+    sample_cpu_ns: np.ndarray
+    batch_cpu_ns: int
+    failures: Tuple[SampleFailure, ...]
+    worker_id: int
+    worker_started_ns: int
+    done_ns: int
+    # The dataset index of every sample in `data`, in order, for the exactly-once check of
+    # multi-rank runs (pipebench.measure.coverage); it rides back the same way the timings do.
+    indices: np.ndarray = np.zeros(0, np.int64)
+
+
+def _label(enabled: bool, name: str):
+    return torch.profiler.record_function(name) if enabled else nullcontext()
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()
+    return f"{type(exc).__name__}: {text[0] if text else ''}".rstrip(": ")
+
+
+def _step_labels(steps: Sequence[StepName]) -> List[str]:
+    """`stage/name` per step: the profiler label and the trace slice name, made once."""
+    return [f"{step.stage}/{step.name}" for step in steps]
+
+
+class InstrumentedDataset(Dataset):
+    """Wraps a dataset: loads sample i, runs the per-sample chain, returns timings with the sample.
+
+    `trace` is this process's viztrace recorder, or None (not tracing): the main process's object
+    gets it from `VizTraceSession.start_main`, a worker's copy from the worker init. It is never
+    pickled. `profiling` turns on torch.profiler labels (workers=0 profiled steps).
+    """
+
+    def __init__(self, base: Dataset, transforms: Sequence[Callable]) -> None:
+        self.base = base
+        self.transforms = list(transforms)
+        load_name = StepName(LOAD_STAGE, type(base).__name__)
+        self.steps = [load_name, *step_names(self.transforms, PER_SAMPLE_STAGE)]
+        self.labels = _step_labels(self.steps)
+        self.profiling = False
+        self.trace: Optional[Any] = None
+
+    def __getstate__(self) -> dict:
+        state = self.__dict__.copy()
+        state["trace"] = None  # a recorder belongs to one process; the worker init sets its own
+        return state
+
+    def __len__(self) -> int:
+        return len(self.base)
+
+    def describe(self, index: int) -> str:
+        describe = getattr(self.base, "describe", None)
+        return describe(index) if describe is not None else f"sample {index}"
+
+    def __getitem__(self, index: int):
+        if self.trace is not None or self.profiling:
+            return self._getitem_observed(index)
+        # The plain path: nothing but the clock reads the timings need.
+        timings = np.zeros(len(self.steps), dtype=np.int64)
+        step = 0
+        cpu_start = time.thread_time_ns()
+        try:
+            start = time.perf_counter_ns()
+            sample, target = self.base[index]
+            timings[0] = time.perf_counter_ns() - start
+            for step, transform in enumerate(self.transforms, start=1):
+                start = time.perf_counter_ns()
+                sample = transform(sample)
+                timings[step] = time.perf_counter_ns() - start
+        except Exception as exc:  # a bad sample must not kill the worker: the policy decides
+            return SampleFailure(index, self.describe(index), self.steps[step].name, _first_line(exc))
+        return sample, target, timings, time.thread_time_ns() - cpu_start, index
+
+    def _getitem_observed(self, index: int):
+        """The same, with a profiler label around each step and/or one trace slice per step."""
+        timings = np.zeros(len(self.steps), dtype=np.int64)
+        rec = self.trace
+        profiling = self.profiling
+        names = self.labels
+        step = 0
+        cpu_start = time.thread_time_ns()
+        try:
+            start = time.perf_counter_ns()
+            if profiling:
+                with _label(True, names[0]):
+                    sample, target = self.base[index]
+            else:  # tracing only: no context manager per step
+                sample, target = self.base[index]
+            end = time.perf_counter_ns()
+            timings[0] = end - start
+            if rec is not None:
+                rec.add(names[0], start, end)
+            for step, transform in enumerate(self.transforms, start=1):
+                start = time.perf_counter_ns()
+                if profiling:
+                    with _label(True, names[step]):
+                        sample = transform(sample)
+                else:
+                    sample = transform(sample)
+                end = time.perf_counter_ns()
+                timings[step] = end - start
+                if rec is not None:
+                    rec.add(names[step], start, end)
+        except Exception as exc:
+            return SampleFailure(index, self.describe(index), self.steps[step].name, _first_line(exc))
+        return sample, target, timings, time.thread_time_ns() - cpu_start, index
+
+
+class TimedCollate:
+    """Collates (sample, target, timings, cpu_ns, index) items, then runs the per-batch chain, timing both.
+
+    In a worker it traces into the recorder on the worker's dataset copy (`get_worker_info().dataset
+    .trace`); in the main process (workers=0) into its own `trace`, set by `start_main`.
+    """
+
+    def __init__(self, transforms: Sequence[Callable]) -> None:
+        self.transforms = list(transforms)
+        self.steps = [StepName(COLLATE_STAGE, COLLATE_NAME), *step_names(self.transforms, PER_BATCH_STAGE)]
+        self.labels = _step_labels(self.steps)
+        self.profiling = False
+        self.trace: Optional[Any] = None
+
+    def __getstate__(self) -> dict:
+        state = self.__dict__.copy()
+        state["trace"] = None
+        return state
+
+    def __call__(self, items: List[Any]) -> TimedBatch:
+        cpu_start = time.thread_time_ns()
+        failures = tuple(item for item in items if isinstance(item, SampleFailure))
+        good = [item for item in items if not isinstance(item, SampleFailure)]
+        batch_ns = np.zeros(len(self.steps), dtype=np.int64)
+        info = get_worker_info()
+        if info is not None:
+            worker_id = info.id
+            started_ns = getattr(info.dataset, WORKER_STARTED_ATTR, 0)
+            # Not self.trace: a forked worker's copy of this object still holds the main's recorder.
+            rec = getattr(info.dataset, "trace", None)
+        else:
+            worker_id, started_ns, rec = MAIN_PROCESS_WORKER, 0, self.trace
+
+        def batch(data: Any, labels: Any, sample_ns: np.ndarray, sample_cpu_ns: np.ndarray,
+                  failed: Tuple[SampleFailure, ...], indices: np.ndarray) -> TimedBatch:
+            return TimedBatch(data, labels, sample_ns, batch_ns, sample_cpu_ns, time.thread_time_ns() - cpu_start,
+                              failed, worker_id, started_ns, time.perf_counter_ns(), indices)
+
+        if not good:
+            return batch(None, None, np.zeros((0, len(self.steps)), np.int64), np.zeros(0, np.int64), failures,
+                         np.zeros(0, np.int64))
+        sample_ns = np.stack([item[2] for item in good])
+        sample_cpu_ns = np.array([item[3] for item in good], dtype=np.int64)
+        indices = np.array([item[4] for item in good], dtype=np.int64)
+        names = self.labels
+        step = 0
+        try:
+            start = time.perf_counter_ns()
+            with _label(self.profiling, names[0]):
+                data, labels = default_collate([(item[0], item[1]) for item in good])
+            end = time.perf_counter_ns()
+            batch_ns[0] = end - start
+            if rec is not None:
+                rec.add(names[0], start, end)
+            for step, transform in enumerate(self.transforms, start=1):
+                start = time.perf_counter_ns()
+                with _label(self.profiling, names[step]):
+                    data = transform(data)
+                end = time.perf_counter_ns()
+                batch_ns[step] = end - start
+                if rec is not None:
+                    rec.add(names[step], start, end)
+        except Exception as exc:  # the whole batch is bad; the policy in the main process decides
+            lost = SampleFailure(BATCH_FAILURE_INDEX, f"a batch of {len(good)} samples", self.steps[step].name,
+                                 _first_line(exc))
+            return batch(None, None, sample_ns[:0], sample_cpu_ns[:0], failures + (lost,) * len(good), indices[:0])
+        return batch(data, labels, sample_ns, sample_cpu_ns, failures, indices)
+
+
+class WorkerInit:
+    """DataLoader `worker_init_fn`: stamps the worker's start, applies the sharing strategy and,
+    when a viztrace session is given, starts the worker's recorder on its dataset copy.
+
+    The stamp and the recorder land on the worker's own copy of the dataset, so the collate finds
+    them there: no globals, and it pickles under spawn (the session is picklable).
+    """
+
+    def __init__(self, sharing_strategy: Optional[str], trace_session: Optional[Any] = None) -> None:
+        self.sharing_strategy = sharing_strategy
+        self.trace_session = trace_session
+
+    def __call__(self, worker_id: int) -> None:
+        dataset = get_worker_info().dataset
+        setattr(dataset, WORKER_STARTED_ATTR, time.perf_counter_ns())
+        if self.sharing_strategy is not None:
+            torch.multiprocessing.set_sharing_strategy(self.sharing_strategy)
+        if self.trace_session is not None:
+            # Last, and before the worker loads anything: replaces the recorder a forked worker
+            # inherited from the main process with the worker's own.
+            self.trace_session.worker_init(worker_id, dataset)
+
+
+def set_profiling_labels(dataset: InstrumentedDataset, collate: TimedCollate, enabled: bool) -> None:
+    """Turn `record_function` labels on for in-process (workers=0) profiled steps."""
+    dataset.profiling = enabled
+    collate.profiling = enabled
+

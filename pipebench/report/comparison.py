@@ -1,0 +1,368 @@
+"""The comparison table: one row per job, a column per swept axis, samples/s with its spread,
+speedup against a baseline job, starvation, and the best row marked.
+
+A job's rounds (`rounds=N`, override `run.round=K`) make one row: the median of their samples/s
+and the IQR across them. A single-round job shows its bootstrap 95% CI over the measured steps.
+Figures are rounded to what that noise supports (pipebench.base.noise_figures).
+
+Naming a job (for `--baseline`): comma-separated KEY=VALUE pairs that together match exactly one
+row, e.g. `workers=0` or `transform=yuv_mask,workers=0`. Keys are the job's overrides (a job's
+label, minus `run.round`, is such a list), their short names (`batch_size`, `start_method`), the
+fields every job has (dataset, transform, workers, batch_size, consumer), and `host` / `run`
+(the results folder's name) when reports merge several folders.
+"""
+
+import csv
+import io
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Dict, List, Mapping, Optional, Sequence, Tuple
+
+import numpy as np
+
+from pipebench.base.errors import ConfigError
+from pipebench.base.noise_figures import (
+    MAX_SIGNIFICANT_FIGURES,
+    compare_half_width,
+    format_column,
+    ratio_figures,
+    significant_figures,
+)
+from pipebench.base.tables import markdown_table
+from pipebench.record.results import job_key
+
+# Override keys that never make a column: which round a job was, where it wrote, progress bars.
+NOT_AXES = ("run.round", "results_dir", "run.progress")
+HYDRA_PREFIX = "hydra."
+# Columns whose override key reads better under another name (the DataLoader calls it a
+# multiprocessing context; users call it the start method).
+AXIS_NAMES = {"loader.multiprocessing_context": "start_method"}
+# Fields every job's summary has, and the override keys that set each: a field becomes a column
+# when it differs between rows and no override column already shows it (e.g. merged folders).
+IDENTITY_FIELDS = {
+    "dataset": ("dataset",),
+    "transform": ("transform",),
+    "workers": ("workers",),
+    "batch_size": ("loader.batch_size", "loader"),
+    "consumer": ("consumer", "consumer.kind"),
+}
+HOST, RUN = "host", "run"
+CI_SPREAD, ROUNDS_SPREAD = "95% CI", "IQR over rounds"
+# Starvation is a share of step time; between two runs of one job it moves by more than a tenth
+# of a point on any shared machine, so one decimal is all it can carry.
+STARVATION_DECIMALS = 1
+BEST_MARK, NEAR_BEST_MARK = "★", "≈"
+# Fingerprint fields that tell two hosts apart in a merged report.
+HOST_FIELDS = ("hostname", "cpu_model", "usable_cores", "gpu")
+CSV_FIXED = ("host", "run", "job", "rounds", "samples_per_s", "spread_low", "spread_high", "spread_kind",
+             "significant_figures", "speedup", "starvation_pct", "best", "near_best", "baseline", "ranks",
+             "straggler_ratio", "collective_wait_ms_mean")
+# Multi-rank figures the table shows when any job ran several ranks (distributed.nproc > 1):
+# summary key -> (column title, decimals). A straggler ratio past 1.1 is visible at 2 decimals.
+RANK_COLUMNS = {"straggler_ratio": ("straggler", 2), "collective_wait_ms_mean": ("all-reduce wait ms", 1)}
+
+
+def canonical(value: object) -> str:
+    """A config value as an override would spell it (true, null, 8)."""
+    if isinstance(value, bool):
+        return str(value).lower()
+    if value is None:
+        return "null"
+    return str(value)
+
+
+def _canonical_text(text: str) -> str:
+    """Hydra's sweeper writes parsed booleans back as True/False; spell them as configs do."""
+    return {"true": "true", "false": "false", "none": "null", "null": "null"}.get(text.lower(), text)
+
+
+def override_pairs(overrides: Sequence[str]) -> Dict[str, str]:
+    """KEY -> VALUE of a job's overrides, without hydra.* and the keys in NOT_AXES."""
+    pairs: Dict[str, str] = {}
+    for item in overrides:
+        key, sep, value = item.partition("=")
+        key = key.lstrip("+~")
+        if sep and not key.startswith(HYDRA_PREFIX) and key not in NOT_AXES:
+            pairs[key] = _canonical_text(value)
+    return pairs
+
+
+def identity(overrides: Sequence[str], fields: Mapping[str, object]) -> Dict[str, str]:
+    """Every KEY -> VALUE a user can name a job by: its overrides, then the IDENTITY_FIELDS."""
+    named = override_pairs(overrides)
+    for name in IDENTITY_FIELDS:
+        named.setdefault(name, canonical(fields.get(name)))
+    return named
+
+
+@dataclass(frozen=True)
+class Spread:
+    """A central samples/s figure, the interval shown beside it, and the half-width that sets its figures."""
+
+    value: float
+    low: float
+    high: float
+    kind: str
+    half_width: float
+
+
+def measured_rate(results: Sequence[Mapping[str, object]]) -> Spread:
+    """One round: its samples/s and bootstrap CI. Several: median and IQR across rounds."""
+    summaries = [r["summary"] for r in results]
+    if len(summaries) == 1:
+        s = summaries[0]
+        low, high = float(s["samples_per_s_ci_low"]), float(s["samples_per_s_ci_high"])
+        return Spread(float(s["samples_per_s"]), low, high, CI_SPREAD, (high - low) / 2)
+    rates = np.array([float(s["samples_per_s"]) for s in summaries])
+    low, median, high = np.percentile(rates, [25, 50, 75])
+    return Spread(float(median), float(low), float(high), ROUNDS_SPREAD, compare_half_width(rates))
+
+
+@dataclass(frozen=True)
+class ComparisonRow:
+    """One job of one results folder, its rounds together."""
+
+    label: str
+    folder: Path
+    host: str
+    names: Mapping[str, str]
+    rate: Spread
+    starvation_pct: float
+    results: Tuple[Mapping[str, object], ...] = field(repr=False)
+
+    @property
+    def rounds(self) -> int:
+        return len(self.results)
+
+    def summary_median(self, key: str, default: float) -> float:
+        """The median over rounds of a summary figure; `default` for results written without it."""
+        values = [float(r["summary"].get(key, default)) for r in self.results]
+        return float(np.median(values))
+
+    def value(self, key: str) -> str:
+        """This job's value of an override key, read from its config when it was not overridden."""
+        if key in self.names:
+            return self.names[key]
+        first = self.results[0]
+        choices = first.get("choices") or {}
+        if key in choices:
+            return canonical(choices[key])
+        node: object = first.get("config") or {}
+        for part in key.split("."):
+            if not isinstance(node, Mapping) or part not in node:
+                return ""
+            node = node[part]
+        return canonical(node)
+
+
+@dataclass(frozen=True)
+class ComparisonTable:
+    rows: Tuple[ComparisonRow, ...]
+    axes: Tuple[str, ...]
+    baseline: int
+    best: int
+
+    def speedup(self, i: int) -> float:
+        return self.rows[i].rate.value / self.rows[self.baseline].rate.value
+
+    def near_best(self, i: int) -> bool:
+        """Not the best, but its interval overlaps the best's: the difference is within the noise."""
+        best = self.rows[self.best].rate
+        rate = self.rows[i].rate
+        return i != self.best and rate.high >= best.low and rate.low <= best.high
+
+
+def _host_labels(fingerprints: Sequence[Tuple[object, ...]]) -> Dict[Tuple[object, ...], str]:
+    """hostname, or hostname/cores/cpu where two different machines share a hostname."""
+    distinct = list(dict.fromkeys(fingerprints))
+    names = [str(f[0]) for f in distinct]
+    return {f: (str(f[0]) if names.count(str(f[0])) == 1 else f"{f[0]}/{f[2]}c/{f[1]}") for f in distinct}
+
+
+def group_rows(runs: Sequence[Tuple[Path, Sequence[Mapping[str, object]]]]) -> List[ComparisonRow]:
+    """Rows from (folder, result records) pairs: rounds of one job in one folder make one row."""
+    grouped: Dict[Tuple[Path, str], List[Mapping[str, object]]] = {}
+    for folder, results in runs:
+        for result in results:
+            grouped.setdefault((folder, job_key(str(result["job"]))), []).append(result)
+    fingerprint = {key: tuple(rs[0].get("fingerprint", {}).get(f) for f in HOST_FIELDS)
+                   for key, rs in grouped.items()}
+    hosts = _host_labels(list(fingerprint.values()))
+    rows = []
+    for (folder, label), results in grouped.items():
+        names = identity(results[0].get("overrides") or (), results[0]["summary"])
+        host = hosts[fingerprint[(folder, label)]]
+        names.update({HOST: host, RUN: folder.name})
+        rows.append(ComparisonRow(label, folder, host, names, measured_rate(results),
+                                  float(np.median([float(r["summary"]["starvation_pct"]) for r in results])),
+                                  tuple(results)))
+    return rows
+
+
+def swept_axes(rows: Sequence[ComparisonRow]) -> Tuple[str, ...]:
+    """The override keys whose values differ between rows, in the order the overrides name them;
+    then `host` / `run` where needed to keep rows apart, and identity fields no column shows yet."""
+    keys = [k for row in rows for r in row.results[:1] for k in override_pairs(r.get("overrides") or ())]
+    axes = [k for k in dict.fromkeys(keys) if len({row.value(k) for row in rows}) > 1]
+    for name, setters in IDENTITY_FIELDS.items():
+        if not any(s in axes for s in setters) and len({row.names[name] for row in rows}) > 1:
+            axes.append(name)
+    if len({row.host for row in rows}) > 1:
+        axes.insert(0, HOST)
+    if len({(row.host, row.label) for row in rows}) < len(rows):
+        axes.insert(0, RUN)
+    return tuple(axes)
+
+
+def _split_pairs(selector: str) -> List[Tuple[str, str]]:
+    """KEY=VALUE pairs split on the commas outside brackets (values may be lists)."""
+    parts, depth, current = [], 0, ""
+    for char in selector:
+        if char in "[(":
+            depth += 1
+        elif char in "])":
+            depth -= 1
+        if char == "," and depth == 0:
+            parts.append(current)
+            current = ""
+        else:
+            current += char
+    parts.append(current)
+    pairs = []
+    for part in parts:
+        key, sep, value = part.strip().partition("=")
+        if not sep or not key:
+            raise ConfigError(f"--baseline {selector!r}: name a job by KEY=VALUE pairs, e.g. workers=0")
+        pairs.append((key.lstrip("+~"), _canonical_text(value)))
+    return pairs
+
+
+def _names_match(names: Mapping[str, str], key: str, value: str) -> bool:
+    return any(v == value and key in (k, k.split(".")[-1], AXIS_NAMES.get(k)) for k, v in names.items())
+
+
+def _distinct_labels(named: Sequence[Mapping[str, str]]) -> List[str]:
+    """Each job as the KEY=VALUE pairs that tell it apart from the others."""
+    keys = [k for k in dict.fromkeys(k for names in named for k in names)
+            if len({names.get(k) for names in named}) > 1]
+    return [",".join(f"{k}={names.get(k, '')}" for k in keys) or "default" for names in named]
+
+
+def select_job(selector: Optional[str], named: Sequence[Mapping[str, str]]) -> int:
+    """Index of the one job the selector names (0 when there is no selector); ConfigError otherwise."""
+    if selector is None:
+        return 0
+    pairs = _split_pairs(selector)
+    hits = [i for i, names in enumerate(named) if all(_names_match(names, k, v) for k, v in pairs)]
+    if len(hits) != 1:
+        raise ConfigError(f"--baseline {selector!r} matches {len(hits)} jobs, not 1; jobs: "
+                          + "; ".join(_distinct_labels(named)))
+    return hits[0]
+
+
+def row_label(row: ComparisonRow, axes: Sequence[str]) -> str:
+    """The row as KEY=VALUE pairs: its axis values, or its whole job label when nothing was swept."""
+    if not axes:
+        return row.label
+    return ",".join(f"{axis_title(a, axes)}={row.value(a)}" for a in axes)
+
+
+def build_table(rows: Sequence[ComparisonRow], baseline: Optional[str] = None) -> ComparisonTable:
+    """The table over rows, with the baseline the selector names (default: the first row)."""
+    if not rows:
+        raise ConfigError("no finished jobs to compare")
+    axes = swept_axes(rows)
+    base = select_job(baseline, [r.names for r in rows])
+    rates = [r.rate.value if math.isfinite(r.rate.value) else -math.inf for r in rows]
+    return ComparisonTable(tuple(rows), axes, base, int(np.argmax(rates)))
+
+
+def axis_title(key: str, axes: Sequence[str]) -> str:
+    """A column's header: AXIS_NAMES, else the key's last part unless two axes share it."""
+    if key in AXIS_NAMES:
+        return AXIS_NAMES[key]
+    short = key.split(".")[-1]
+    return short if sum(a.split(".")[-1] == short for a in axes) == 1 else key
+
+
+def _is_number(text: str) -> bool:
+    try:
+        float(text)
+    except ValueError:
+        return False
+    return True
+
+
+def _relative(spread: Spread) -> float:
+    return spread.half_width / spread.value if spread.value else float("nan")
+
+
+def _speedup_cells(table: ComparisonTable) -> List[str]:
+    base = table.rows[table.baseline].rate
+    speedups = [table.speedup(i) for i in range(len(table.rows))]
+    figures = [MAX_SIGNIFICANT_FIGURES if i == table.baseline else ratio_figures(s, [_relative(r.rate), _relative(base)])
+               for i, (s, r) in enumerate(zip(speedups, table.rows))]
+    return format_column(speedups, figures)[0]
+
+
+def _spread_title(table: ComparisonTable) -> str:
+    kinds = {r.rate.kind for r in table.rows}
+    return f"spread ({kinds.pop()})" if len(kinds) == 1 else "spread"
+
+
+def comparison_markdown(table: ComparisonTable) -> str:
+    """The table, then a few lines that say what the spread, speedup and marks mean."""
+    rates = [r.rate for r in table.rows]
+    figures = [significant_figures(r.value, r.half_width) for r in rates]
+    rate_cells, decimals = format_column([r.value for r in rates], figures)
+    spread_title = _spread_title(table)
+    titles = {key: axis_title(key, table.axes) for key in table.axes} or {"job": "job"}
+    show_rounds = any(r.rounds > 1 for r in table.rows)
+    show_ranks = any(r.summary_median("ranks", 1) > 1 for r in table.rows)
+    speedups = _speedup_cells(table)
+    cells = []
+    for i, row in enumerate(table.rows):
+        cell = {title: row.label if key == "job" else row.value(key) for key, title in titles.items()}
+        cell.update({
+            "samples/s": rate_cells[i],
+            spread_title: f"{row.rate.low:.{decimals}f}–{row.rate.high:.{decimals}f}",
+            "speedup": speedups[i],
+            "starvation %": f"{row.starvation_pct:.{STARVATION_DECIMALS}f}",
+            "best": BEST_MARK if i == table.best else (NEAR_BEST_MARK if table.near_best(i) else ""),
+        })
+        if show_rounds:
+            cell["rounds"] = str(row.rounds)
+        if show_ranks:
+            cell.update({title: f"{row.summary_median(key, 0.0):.{decimals_}f}"
+                         for key, (title, decimals_) in RANK_COLUMNS.items()})
+        cells.append(cell)
+    rank_titles = [title for title, _ in RANK_COLUMNS.values()] if show_ranks else []
+    numeric = ["samples/s", spread_title, "speedup", "starvation %", "rounds", *rank_titles]
+    numeric += [title for title in titles.values() if all(_is_number(c[title]) for c in cells)]
+    columns = [*titles.values(), *numeric[:4], *rank_titles, *(["rounds"] if show_rounds else []), "best"]
+    base_label = row_label(table.rows[table.baseline], table.axes)
+    notes = [
+        f"speedup: samples/s against `{base_label}`. {BEST_MARK}: highest samples/s; {NEAR_BEST_MARK}: its spread "
+        "overlaps the best's, so the difference is within the noise.",
+        "spread: the bootstrap 95% CI over a job's measured steps, or with several rounds the IQR across rounds "
+        "(samples/s is then the median round). Figures are rounded to the digits that noise supports, as "
+        "torch.utils.benchmark.Compare does.",
+    ]
+    return markdown_table(cells, columns, right=numeric) + "\n" + "\n".join(notes) + "\n"
+
+
+def comparison_csv(table: ComparisonTable) -> str:
+    """Every row at full precision, axis columns under their full override keys."""
+    buffer = io.StringIO()
+    writer = csv.writer(buffer, lineterminator="\n")
+    axes = [a for a in table.axes if a not in (HOST, RUN)]
+    writer.writerow([*CSV_FIXED[:2], *axes, *CSV_FIXED[2:]])
+    for i, row in enumerate(table.rows):
+        rate = row.rate
+        writer.writerow([row.host, row.folder.name, *(row.value(a) for a in axes), row.label, row.rounds,
+                         rate.value, rate.low, rate.high, rate.kind,
+                         significant_figures(rate.value, rate.half_width), table.speedup(i), row.starvation_pct,
+                         i == table.best, table.near_best(i), i == table.baseline, row.summary_median("ranks", 1),
+                         row.summary_median("straggler_ratio", 1.0), row.summary_median("collective_wait_ms_mean", 0.0)])
+    return buffer.getvalue()

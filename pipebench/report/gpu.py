@@ -1,0 +1,66 @@
+"""The GPU tables under the summary: the masked-loss pair (syncs and step-time ratio) and GPU time use.
+
+The pair table matches each `consumer=masked_loss_sync` row with the `masked_loss_fixed` row of
+the same dataset, transform, workers, batch size and pinning (round by round when rounds > 1),
+and divides their step times: consumer time (the training step alone) and the whole step.
+"""
+
+from collections import defaultdict
+from typing import Dict, List, Mapping, Optional, Sequence
+
+from pipebench.base.tables import markdown_table
+from pipebench.pipeline.masked_loss import MASKED_LOSSES
+
+SYNC_KIND, FIXED_KIND = tuple(MASKED_LOSSES)
+PAIR_COLUMNS = [
+    "sync_job", "fixed_job", "syncs_per_step_sync", "syncs_per_step_fixed", "consumer_ms_sync", "consumer_ms_fixed",
+    "consumer_ms_ratio", "step_ms_ratio", "gpu_notes",
+]
+# Rows that show what the GPU did; printed only when some job ran on CUDA.
+GPU_COLUMNS = [
+    "job", "pin_memory", "h2d_ms_median", "h2d_gpu_ms_median", "accel_util_pct", "gpu_util_pct", "gpu_busy_pct",
+    "idle_host_wait_pct", "idle_kernel_wait_pct", "idle_other_pct", "syncs_per_step", "reserved_mb_peak",
+    "alloc_retries", "reserved_oscillating",
+]
+PAIR_KEYS = ("dataset", "transform", "workers", "batch_size", "pin_memory")
+
+
+def _ratio(a: Optional[float], b: Optional[float]) -> Optional[float]:
+    return a / b if a is not None and b else None
+
+
+def masked_loss_pairs(rows: Sequence[Mapping[str, object]]) -> List[Dict[str, object]]:
+    """One row per (sync, fixed) pair of jobs that differ only in the masked-loss variant."""
+    by_kind: Dict[str, Dict[tuple, List[Mapping[str, object]]]] = {SYNC_KIND: defaultdict(list),
+                                                                   FIXED_KIND: defaultdict(list)}
+    for row in rows:
+        if row.get("consumer") in by_kind:
+            by_kind[row["consumer"]][tuple(row.get(k) for k in PAIR_KEYS)].append(row)
+    pairs = []
+    for key, syncs in by_kind[SYNC_KIND].items():
+        for s, f in zip(syncs, by_kind[FIXED_KIND].get(key, [])):
+            pairs.append({
+                "sync_job": s["job"],
+                "fixed_job": f["job"],
+                "syncs_per_step_sync": s.get("syncs_per_step"),
+                "syncs_per_step_fixed": f.get("syncs_per_step"),
+                "consumer_ms_sync": s.get("consumer_ms_median"),
+                "consumer_ms_fixed": f.get("consumer_ms_median"),
+                "consumer_ms_ratio": _ratio(s.get("consumer_ms_median"), f.get("consumer_ms_median")),
+                "step_ms_ratio": _ratio(s.get("step_ms_median"), f.get("step_ms_median")),
+                "gpu_notes": s.get("gpu_notes"),
+            })
+    return pairs
+
+
+def gpu_markdown(rows: Sequence[Mapping[str, object]]) -> str:
+    """The GPU sections for summary.md: empty when there is nothing GPU-related to show."""
+    parts = []
+    pairs = masked_loss_pairs(rows)
+    if pairs:
+        parts.append("## masked loss: syncs per step and step-time ratio (sync / fixed)\n\n"
+                     + markdown_table(pairs, PAIR_COLUMNS))
+    on_gpu = [r for r in rows if r.get("h2d_gpu_ms_median") is not None or r.get("gpu_busy_pct") is not None]
+    if on_gpu:
+        parts.append("## GPU\n\n" + markdown_table(on_gpu, GPU_COLUMNS))
+    return "\n".join(parts)

@@ -1,0 +1,34 @@
+"""summary.md: the sweep's summary table as a person reads it, with the GPU tables under it.
+
+Rebuilt after every job from the rows record wrote to summary.csv, so the two never disagree.
+"""
+
+from pathlib import Path
+from typing import Mapping, Sequence
+
+from pipebench.base.io import write_text_atomic
+from pipebench.base.tables import markdown_table
+from pipebench.record.results import SUMMARY_MD
+from pipebench.report.gpu import gpu_markdown
+
+__all__ = ["PRINTED_COLUMNS", "PRINTED_MULTIRANK_COLUMNS", "write_summary_markdown"]
+
+# The printed comparison keeps to what fits a terminal; summary.csv has everything.
+PRINTED_COLUMNS = [
+    "job", "workers", "consumer", "samples_per_s", "speedup", "step_ms_median", "step_ms_p99", "starvation_pct",
+    "transfer_ms_median", "ready_next_ms_median", "cpu_ms_per_sample", "first_batch_s", "worker_startup_s_max", "rss_mb_peak",
+    "skipped_samples",
+]
+# Printed after PRINTED_COLUMNS when any job of the invocation ran on several ranks.
+PRINTED_MULTIRANK_COLUMNS = ["ranks", "straggler_ratio", "collective_wait_ms_mean"]
+
+
+def write_summary_markdown(invocation_dir: Path, rows: Sequence[Mapping[str, object]]) -> str:
+    """Write summary.md from the invocation's summary rows; return the markdown."""
+    multirank = any(int(r.get("ranks") or 1) > 1 for r in rows)
+    markdown = markdown_table(rows, PRINTED_COLUMNS + (PRINTED_MULTIRANK_COLUMNS if multirank else []))
+    extra = gpu_markdown(rows)
+    if extra:
+        markdown += "\n" + extra
+    write_text_atomic(invocation_dir / SUMMARY_MD, markdown)
+    return markdown

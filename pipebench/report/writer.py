@@ -1,0 +1,141 @@
+"""`pipebench report DIR [DIR ...]`: the comparison table, plots and report.md, from saved result.json files.
+
+`pipebench run` calls the same `write_report` on its invocation folder when it ends. The report
+is a list of section builders (REPORT_SECTIONS), each ReportInputs -> markdown or None, so a new
+section (e.g. a diagnosis) is one more function appended to that tuple.
+"""
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable, Dict, List, Mapping, Optional, Sequence, Tuple
+
+from pipebench.base.errors import ConfigError
+from pipebench.record.results import RESULT_FILE, load_job_results, summary_rows
+from pipebench.report.comparison import (
+    HOST,
+    ComparisonTable,
+    build_table,
+    comparison_csv,
+    comparison_markdown,
+    group_rows,
+)
+from pipebench.report.diagnosis import diagnose, render_diagnosis
+from pipebench.report.gpu import gpu_markdown
+from pipebench.report.plots import PlotOutcome, write_plots
+
+COMPARISON_MD = "comparison.md"
+COMPARISON_CSV = "comparison.csv"
+REPORT_MD = "report.md"
+
+
+@dataclass(frozen=True)
+class LoadedRun:
+    """One results folder and its finished jobs' result.json records, in job order."""
+
+    folder: Path
+    results: Tuple[Mapping[str, object], ...]
+
+
+@dataclass(frozen=True)
+class ReportInputs:
+    """Everything a report section may draw on."""
+
+    runs: Tuple[LoadedRun, ...]
+    table: ComparisonTable
+    plots: Tuple[PlotOutcome, ...]
+    out_dir: Path
+
+
+SectionBuilder = Callable[[ReportInputs], Optional[str]]
+
+
+def load_runs(dirs: Sequence[str]) -> Tuple[LoadedRun, ...]:
+    """Read each results folder; a missing folder or one without results is a ConfigError."""
+    runs = []
+    for name in dirs:
+        folder = Path(name)
+        if not folder.is_dir():
+            raise ConfigError(f"{name}: not a folder")
+        results = load_job_results(folder)
+        if not results:
+            raise ConfigError(f"{name}: no results (no */{RESULT_FILE}); pass a folder `pipebench run` "
+                              "printed as `results:`")
+        runs.append(LoadedRun(folder, tuple(results)))
+    if len({run.folder.resolve() for run in runs}) < len(runs):
+        raise ConfigError("the same results folder is named twice")
+    return tuple(runs)
+
+
+def sources_section(inputs: ReportInputs) -> str:
+    lines = ["# pipebench report", ""]
+    for run in inputs.runs:
+        hosts = sorted({str(r.get("fingerprint", {}).get("hostname")) for r in run.results})
+        lines.append(f"- `{run.folder}`: {len(run.results)} finished job runs on {', '.join(hosts)}")
+    if HOST in inputs.table.axes:
+        lines += ["", "The folders come from different machines (see the `host` column): compare rows across hosts "
+                      "with care."]
+    return "\n".join(lines) + "\n"
+
+
+def comparison_section(inputs: ReportInputs) -> str:
+    return "## Comparison\n\n" + comparison_markdown(inputs.table)
+
+
+def plots_section(inputs: ReportInputs) -> str:
+    lines = ["## Plots", ""]
+    for plot in inputs.plots:
+        lines.append(f"![{plot.title}]({plot.name})" if plot.written else f"- {plot.name}: {plot.note}")
+    return "\n".join(lines) + "\n"
+
+
+def diagnosis_section(inputs: ReportInputs) -> str:
+    """The analytic model beside the measurement, and what to do; one diagnosis per machine, since the
+    model's core budget is a machine's."""
+    by_host: Dict[str, List[Mapping[str, object]]] = {}
+    for run in inputs.runs:
+        for result in run.results:
+            by_host.setdefault(str(result.get("fingerprint", {}).get("hostname")), []).append(result)
+    if len(by_host) == 1:
+        return render_diagnosis(diagnose(next(iter(by_host.values()))))
+    return "\n".join(render_diagnosis(diagnose(results)).replace("## diagnosis", f"## diagnosis: host {host}", 1)
+                     for host, results in sorted(by_host.items()))
+
+
+def gpu_section(inputs: ReportInputs) -> Optional[str]:
+    """The masked-loss pair (syncs a step, step-time ratio) and what the GPU did, when the runs have them."""
+    return gpu_markdown(summary_rows([r for run in inputs.runs for r in run.results])) or None
+
+
+# In report order. Append a builder here to add a section to every report.
+REPORT_SECTIONS: Tuple[SectionBuilder, ...] = (sources_section, comparison_section, plots_section, gpu_section,
+                                               diagnosis_section)
+
+
+def build_report_markdown(inputs: ReportInputs, sections: Sequence[SectionBuilder] = REPORT_SECTIONS) -> str:
+    """The whole report.md: every section that has something to say, in order."""
+    return "\n".join(text for text in (build(inputs) for build in sections) if text)
+
+
+def write_report(dirs: Sequence[str], out_dir: Path, baseline: Optional[str] = None) -> ReportInputs:
+    """Load the folders, then write comparison.md/.csv, the plots and report.md into out_dir."""
+    runs = load_runs(dirs)
+    table = build_table(group_rows([(run.folder, run.results) for run in runs]), baseline)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    (out_dir / COMPARISON_MD).write_text(comparison_markdown(table))
+    (out_dir / COMPARISON_CSV).write_text(comparison_csv(table))
+    inputs = ReportInputs(runs, table, write_plots(table, out_dir), out_dir)
+    (out_dir / REPORT_MD).write_text(build_report_markdown(inputs))
+    return inputs
+
+
+def print_summary(inputs: ReportInputs) -> None:
+    """What the terminal shows: the comparison table, one line per plot, then the diagnosis."""
+    print(comparison_markdown(inputs.table))
+    for plot in inputs.plots:
+        print(f"plot {plot.name}: {plot.note}")
+    gpu = gpu_section(inputs)
+    if gpu:
+        print(f"\n{gpu}")
+    print()
+    print(diagnosis_section(inputs))
+    print(f"report: {inputs.out_dir / REPORT_MD}")

@@ -1,0 +1,112 @@
+"""The package's stages import one way: a module imports its own stage or a lower one, never a higher one.
+
+Data flows config → pipeline → measure → record → report → regress → explore, with `base` under all
+and `cli` on top. Every import counts, function-level ones included, and no two modules may import
+each other through any chain (a cycle).
+"""
+
+import ast
+from pathlib import Path
+from typing import Dict, Iterator, List, Set, Tuple
+
+REPO = Path(__file__).resolve().parents[1]
+PACKAGE = REPO / "pipebench"
+# Lowest first. The catalogues sit at the repo top but install as pipebench.datasets / .transforms;
+# they are built by the pipeline stage, so they rank with it.
+STAGES = ("base", "config", "pipeline", "datasets", "transforms", "measure", "record", "report", "regress",
+          "explore", "cli")
+STAGE_RANK = {"base": 0, "config": 1, "pipeline": 2, "datasets": 2, "transforms": 2, "measure": 3, "record": 4,
+              "report": 5, "regress": 6, "explore": 7, "cli": 8}
+CATALOGUES = {"datasets": REPO / "datasets", "transforms": REPO / "transforms"}
+
+
+def _modules(package: Path = PACKAGE, catalogues: Dict[str, Path] = CATALOGUES) -> Iterator[Tuple[str, Path]]:
+    for stage in STAGES:
+        folder = catalogues.get(stage, package / stage)
+        for path in sorted(folder.rglob("*.py")):
+            parts = path.relative_to(folder).with_suffix("").parts
+            if parts[-1] == "__init__":
+                parts = parts[:-1]
+            yield ".".join(("pipebench", stage) + parts), path
+
+
+def _imports(path: Path) -> Set[str]:
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            found.add(node.module)
+            found.update(f"{node.module}.{alias.name}" for alias in node.names)
+        elif isinstance(node, ast.Import):
+            found.update(alias.name for alias in node.names)
+    return {name for name in found if name.startswith("pipebench.")}
+
+
+def _graph(package: Path = PACKAGE, catalogues: Dict[str, Path] = CATALOGUES) -> Dict[str, Set[str]]:
+    modules = dict(_modules(package, catalogues))
+    return {name: {target for target in _imports(path) if target in modules} for name, path in modules.items()}
+
+
+def _stage(module: str) -> str:
+    return module.split(".")[1]
+
+
+def test_every_stage_folder_exists_and_holds_modules():
+    names = [name for name, _ in _modules()]
+    assert {_stage(name) for name in names} == set(STAGES)
+    assert len(names) > 40
+    strays = [p.name for p in PACKAGE.glob("*.py") if p.name != "__init__.py"]
+    assert strays == [], "every module belongs to a stage's folder"
+
+
+def _upward(graph: Dict[str, Set[str]]) -> List[str]:
+    return sorted(f"{source} -> {target}" for source, targets in graph.items() for target in targets
+                  if STAGE_RANK[_stage(target)] > STAGE_RANK[_stage(source)])
+
+
+def _cycles(graph: Dict[str, Set[str]]) -> List[str]:
+    cycles: List[str] = []
+
+    def visit(node: str, path: Tuple[str, ...]) -> None:
+        for target in graph[node]:
+            if target in path:
+                cycles.append(" -> ".join(path[path.index(target):] + (target,)))
+            elif target not in done:
+                visit(target, path + (target,))
+        done.add(node)
+
+    done: Set[str] = set()
+    for start in sorted(graph):
+        if start not in done:
+            visit(start, (start,))
+    return cycles
+
+
+def test_no_module_imports_a_higher_stage():
+    assert _upward(_graph()) == []
+
+
+def test_no_import_cycles():
+    assert _cycles(_graph()) == []
+
+
+def test_no_stage_imports_the_cli_and_cli_init_is_empty():
+    """A job process that loads cli/run.py must not import every verb."""
+    assert (PACKAGE / "cli" / "__init__.py").read_text().strip() == ""
+    offenders = [source for source, targets in _graph().items() if _stage(source) != "cli"
+                 for target in targets if _stage(target) == "cli"]
+    assert offenders == []
+
+
+def test_the_checker_finds_a_planted_upward_import_and_cycle(tmp_path):
+    """The checks can fail: a measure module importing report, and a cycle inside record, are caught."""
+    package = tmp_path / "pipebench"
+    for stage in STAGES:
+        (package / stage).mkdir(parents=True)
+        (package / stage / "__init__.py").write_text("")
+    (package / "measure" / "job.py").write_text("def f():\n    from pipebench.report.tables import x\n")
+    (package / "report" / "tables.py").write_text("x = 1\n")
+    (package / "record" / "a.py").write_text("from pipebench.record import b\n")
+    (package / "record" / "b.py").write_text("import pipebench.record.a\n")
+    graph = _graph(package, {"datasets": package / "datasets", "transforms": package / "transforms"})
+    assert _upward(graph) == ["pipebench.measure.job -> pipebench.report.tables"]
+    assert len(_cycles(graph)) == 1 and "pipebench.record.a" in _cycles(graph)[0]
