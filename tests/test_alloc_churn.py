@@ -45,7 +45,7 @@ def test_tracker_without_cuda_records_nothing_and_says_why():
     for device in (None, torch.device("cpu")):
         tracker = AllocatorTracker(device)
         tracker.mark("first_measured")
-        tracker.record()
+        tracker.sample()
         tracker.mark("last_measured")
         report = tracker.report()
         assert report.reserved_mb == [] and report.reserved_mb_peak is None and report.oscillating is None
@@ -63,10 +63,10 @@ def test_tracker_sees_the_cache_released_and_refilled_on_cuda():
     tracker.mark("first_measured")
     for _ in range(4):
         block = torch.empty(64 * MB, dtype=torch.uint8, device=device)
-        tracker.record()
+        tracker.sample()
         del block
         torch.cuda.empty_cache()
-        tracker.record()
+        tracker.sample()
     tracker.mark("last_measured")
     report = tracker.report()
     assert len(report.reserved_mb) == 8 and report.reserved_mb_peak >= 64

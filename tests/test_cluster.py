@@ -6,15 +6,14 @@ import pickle
 from pathlib import Path
 
 import cloudpickle
+from conftest import QUICK_RUN, TINY_DATASET, compose_spec, results_folder, run_cli
 from hydra import compose, initialize_config_module
 from hydra.core.config_store import ConfigStore
 
-from pipebench.config.compose import CONFIG_MODULE, CONFIG_NAME, HYDRA_VERSION_BASE
 from pipebench.cli.job_task import run_job_task
-from pipebench.measure.distributed.ranks import RankTask
+from pipebench.config.compose import CONFIG_MODULE, CONFIG_NAME, HYDRA_VERSION_BASE
 from pipebench.config.schema import register_schema
-
-from conftest import QUICK_RUN, TINY_DATASET, compose_spec, results_folder, run_cli
+from pipebench.measure.distributed.ranks import RankTask
 
 SLURM_EXAMPLE = Path(__file__).resolve().parent.parent / "examples" / "slurm"
 TENSOR_CHAIN = ["transform.per_sample=[]", "transform.per_batch=[{_target_: pipebench.transforms.color.BatchScale}]"]

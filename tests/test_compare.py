@@ -8,16 +8,27 @@ from typing import Dict, Optional, Sequence
 
 import numpy as np
 import pytest
-
-from pipebench.regress.compare import (CLAIMED_FALSE_ALARM_RATE, DEFAULT_THRESHOLD, EXIT_INCOMPARABLE,
-                               EXIT_OK, EXIT_REGRESSION, FASTER, INCOMPARABLE, NO_CHANGE, NOISY, SLOWER, JobRuns,
-                               Run, compare_runs, load_run, write_comparison)
-from pipebench.cli.compare import compare_main
-from pipebench.record.results import job_key
-
-from pipebench.record.results import CALIBRATION_FILE
-
 from conftest import TINY_DATASET, results_folder, run_cli
+
+from pipebench.cli.compare import compare_main
+from pipebench.record.results import CALIBRATION_FILE, job_key
+from pipebench.regress.compare import (
+    CLAIMED_FALSE_ALARM_RATE,
+    DEFAULT_THRESHOLD,
+    EXIT_INCOMPARABLE,
+    EXIT_OK,
+    EXIT_REGRESSION,
+    FASTER,
+    INCOMPARABLE,
+    NO_CHANGE,
+    NOISY,
+    SLOWER,
+    JobRuns,
+    Run,
+    compare_runs,
+    load_run,
+    write_comparison,
+)
 
 JOB = "transform=yuv_mask,workers=0"
 BASE_RATE = 1000.0  # samples/s

@@ -1,13 +1,12 @@
 """Config composition, sweep expansion and every bad-input case: one line, exit 2, no traceback."""
 
 import pytest
+from conftest import compose_spec, run_cli
 
-from pipebench.pipeline.build import build_transforms
+from pipebench.base.errors import ConfigError
 from pipebench.cli.main import main
 from pipebench.cli.run import _label, expand_sweep
-from pipebench.base.errors import ConfigError
-
-from conftest import compose_spec, run_cli
+from pipebench.pipeline.build import build_transforms
 
 CHAINS = ["yuv_mask", "yuv_mask_fast", "yuv_mask_crop_first", "yuv_mask_batched"]
 

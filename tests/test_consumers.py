@@ -10,6 +10,8 @@ import numpy as np
 import pytest
 import torch
 
+from pipebench.base.errors import ConfigError
+from pipebench.config.specs import ConsumerSpec
 from pipebench.pipeline.consumers import (
     Consumer,
     EmulatedConsumer,
@@ -19,8 +21,6 @@ from pipebench.pipeline.consumers import (
     ToyCnnConsumer,
     build_consumer,
 )
-from pipebench.base.errors import ConfigError
-from pipebench.config.specs import ConsumerSpec
 
 NEEDS_CUDA = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 # Enough draws that the sample mean/std sit well inside the tolerances below (SE ~ 0.04 ms).

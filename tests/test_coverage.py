@@ -4,17 +4,16 @@ from dataclasses import replace
 
 import pytest
 import torch
+from conftest import compose_spec
 from torch.utils.data import DistributedSampler, IterableDataset
 
-from pipebench.pipeline.build import build_dataset, build_loader, build_pipeline
-from pipebench.measure.coverage import check_coverage, merge_logs
 from pipebench.base.errors import ConfigError
 from pipebench.datasets.random_tensors import RandomTensorDataset
 from pipebench.datasets.sharded_stream import ShardedStream, shard_of
+from pipebench.measure.coverage import check_coverage, merge_logs
 from pipebench.measure.job import measure_job
 from pipebench.measure.runner import BatchStream
-
-from conftest import compose_spec
+from pipebench.pipeline.build import build_dataset, build_loader, build_pipeline
 
 
 def test_exactly_once_over_pooled_ranks():

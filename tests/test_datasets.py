@@ -11,12 +11,12 @@ import pytest
 import torch
 from PIL import Image
 
+from pipebench.base.errors import DatasetError
 from pipebench.datasets import synthetic_jpeg
 from pipebench.datasets.image_folder import ImageFolderDataset
 from pipebench.datasets.lazy_image import IMAGE_EXTENSIONS, open_rgb
 from pipebench.datasets.random_tensors import RandomTensorDataset
 from pipebench.datasets.synthetic_jpeg import SyntheticJpegDataset
-from pipebench.base.errors import DatasetError
 
 # Small pictures keep the cache builds in these tests to a few milliseconds each.
 SMALL = dict(num_images=6, width=48, height=32)

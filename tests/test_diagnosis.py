@@ -3,11 +3,16 @@
 import dataclasses
 
 import pytest
-
-from pipebench.report.diagnosis import ChainCosts, diagnose, predict, render_diagnosis, workers_to_feed
-from pipebench.measure.job import measure_job
-
 from conftest import TINY_DATASET, compose_spec
+
+from pipebench.measure.job import measure_job
+from pipebench.report.diagnosis import (
+    ChainCosts,
+    diagnose,
+    predict,
+    render_diagnosis,
+    workers_to_feed,
+)
 
 BUSY = "pipebench.transforms.synthetic.BusyWait"
 # The model leaves out batch delivery from workers (about 2 ms a batch here, see

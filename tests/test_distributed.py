@@ -6,13 +6,19 @@ import time
 from pathlib import Path
 
 import pytest
-
-from pipebench.measure.fingerprint import usable_cores
-from pipebench.measure.distributed.multirank import (KILL_GRACE_S, DistributedError, aggregate, measure_multirank,
-                                 oversubscription_warning, resolve_backend, root_cause)
-from pipebench.config.specs import DistributedSpec
-
 from conftest import QUICK_RUN, compose_spec, results_folder, run_cli
+
+from pipebench.config.specs import DistributedSpec
+from pipebench.measure.distributed.multirank import (
+    KILL_GRACE_S,
+    DistributedError,
+    aggregate,
+    measure_multirank,
+    oversubscription_warning,
+    resolve_backend,
+    root_cause,
+)
+from pipebench.measure.fingerprint import usable_cores
 
 TWO_RANKS = ["distributed.nproc=2", "results_dir=out"]
 # 64 samples / 2 ranks / 8 a batch = 4 steps a rank per epoch: a quick run spans several epochs.

@@ -4,8 +4,16 @@ import numpy as np
 import torch
 from PIL import Image
 
-from pipebench.explore.equivalence import (ALPHA, CLOSE, FAILS, IDENTICAL, NOT_EQUIVALENT, SAME_DISTRIBUTION, TEST_NAME,
-                                   check)
+from pipebench.explore.equivalence import (
+    ALPHA,
+    CLOSE,
+    FAILS,
+    IDENTICAL,
+    NOT_EQUIVALENT,
+    SAME_DISTRIBUTION,
+    TEST_NAME,
+    check,
+)
 from pipebench.explore.variants import Chain, Variant, explore
 
 TV = "torchvision.transforms"

@@ -4,7 +4,6 @@ import csv
 import json
 
 import pytest
-
 from conftest import QUICK_RUN, TINY_DATASET, results_folder, run_cli
 
 from pipebench.explore.equivalence import IDENTICAL, NOT_EQUIVALENT, Equivalence

@@ -5,11 +5,10 @@ import os
 import time
 
 import pytest
+from conftest import QUICK_RUN, TINY_DATASET, compose_spec
 
 from pipebench.base.errors import WorkerError
 from pipebench.measure.job import measure_job
-
-from conftest import QUICK_RUN, TINY_DATASET, compose_spec
 
 
 class DieInWorker:

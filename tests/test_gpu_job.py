@@ -7,14 +7,14 @@ from pathlib import Path
 
 import pytest
 import torch
-
 from conftest import QUICK_RUN, TINY_DATASET, results_folder, run_cli
-from pipebench.pipeline.consumers import build_consumer
-from pipebench.measure.gpu.session import GPU_TRACE_FILE, GpuSession, LabelledConsumer
-from pipebench.measure.gpu.trace import CPU_OP_CATEGORY, load_trace, windows
-from pipebench.record.results import SUMMARY_COLUMNS
+
 from pipebench.config.specs import ConsumerSpec
+from pipebench.measure.gpu.session import GPU_TRACE_FILE, GpuSession, LabelledConsumer
 from pipebench.measure.gpu.sync_detect import CONSUMER_LABEL
+from pipebench.measure.gpu.trace import CPU_OP_CATEGORY, load_trace, windows
+from pipebench.pipeline.consumers import build_consumer
+from pipebench.record.results import SUMMARY_COLUMNS
 
 NEEDS_CUDA = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 NO_CUDA_ONLY = pytest.mark.skipif(torch.cuda.is_available(), reason="checks the machine without CUDA")

@@ -12,10 +12,19 @@ from pathlib import Path
 
 import pytest
 
-from pipebench.measure.gpu.idle import CONSECUTIVE_KERNEL_DELAY_NS, classify_gaps, idle_breakdown
-from pipebench.measure.gpu.trace import gpu_events, launches_by_correlation, load_trace, windows
+from pipebench.measure.gpu.idle import (
+    CONSECUTIVE_KERNEL_DELAY_NS,
+    classify_gaps,
+    idle_breakdown,
+)
 from pipebench.measure.gpu.session import STEP_LABEL
 from pipebench.measure.gpu.sync_detect import CONSUMER_LABEL, syncs_from_trace
+from pipebench.measure.gpu.trace import (
+    gpu_events,
+    launches_by_correlation,
+    load_trace,
+    windows,
+)
 
 FIXTURES = Path(__file__).parent / "fixtures" / "gpu"
 RECORDED = FIXTURES / "recorded"

@@ -7,10 +7,15 @@ import pytest
 import torch
 from torch.nn import functional as F
 
-from pipebench.pipeline.consumers import MaskedLossConsumer, build_consumer
-from pipebench.pipeline.masked_loss import IGNORE_INDEX, KEEP_CLASSES, masked_loss_fixed, masked_loss_sync
 from pipebench.config.specs import CONSUMER_KINDS, ConsumerSpec
 from pipebench.measure.gpu.sync_detect import count_sync_warnings
+from pipebench.pipeline.consumers import MaskedLossConsumer, build_consumer
+from pipebench.pipeline.masked_loss import (
+    IGNORE_INDEX,
+    KEEP_CLASSES,
+    masked_loss_fixed,
+    masked_loss_sync,
+)
 
 NEEDS_CUDA = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 CLASSES = 10

@@ -14,7 +14,8 @@ import numpy as np
 import psutil
 import pytest
 
-from pipebench.measure.memory import FIRST_MEASURED, LAST_MEASURED, MemorySampler
+from pipebench.measure.memory import MemorySampler
+from pipebench.measure.meter import FIRST_MEASURED, LAST_MEASURED
 
 FORK = multiprocessing.get_context("fork")
 

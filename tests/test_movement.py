@@ -3,9 +3,23 @@
 import pytest
 
 from pipebench.base.errors import ConfigError
-from pipebench.pipeline.movement import (BOTH, PIL, PIL_ONLY, TENSOR, TENSOR_ONLY, TORCHVISION_MOVEMENT, Movement,
-                                accepted_kinds, declared_movement)
-from pipebench.transforms.color import BatchConvertColor, BatchScale, ConvertColor, Scale
+from pipebench.pipeline.movement import (
+    BOTH,
+    PIL,
+    PIL_ONLY,
+    TENSOR,
+    TENSOR_ONLY,
+    TORCHVISION_MOVEMENT,
+    Movement,
+    accepted_kinds,
+    declared_movement,
+)
+from pipebench.transforms.color import (
+    BatchConvertColor,
+    BatchScale,
+    ConvertColor,
+    Scale,
+)
 from pipebench.transforms.mask import FastRandomMask, RandomMask
 
 MASK = "pipebench.transforms.mask"

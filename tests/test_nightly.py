@@ -5,14 +5,14 @@ import json
 import sys
 
 import pytest
-
 from conftest import QUICK_RUN, TINY_DATASET, compose_spec, results_folder, run_cli
-from pipebench.measure import calibration
-from pipebench.record.baseline import update_baseline
+
+from pipebench.base.errors import ConfigError
 from pipebench.cli.main import main
 from pipebench.cli.run import expand_sweep, sweep_overrides
 from pipebench.config.compose import job_spec_composer
-from pipebench.base.errors import ConfigError
+from pipebench.measure import calibration
+from pipebench.record.baseline import update_baseline
 from pipebench.record.results import CALIBRATION_FILE
 from pipebench.transforms.synthetic import BusyWait
 

@@ -12,14 +12,39 @@ import numpy as np
 import pytest
 from torch.utils.benchmark.utils.common import Measurement, TaskSpec
 
-from pipebench.cli.main import main
-from pipebench.report.comparison import (BEST_MARK, NEAR_BEST_MARK, ROUNDS_SPREAD, build_table, comparison_markdown,
-                                  group_rows, override_pairs, swept_axes)
 from pipebench.base.errors import ConfigError
-from pipebench.base.noise_figures import compare_half_width, format_column, significant_figures
-from pipebench.report.plots import (THROUGHPUT_PNG, THROUGHPUT_TITLE, TRANSFORMS_PNG, TRANSFORMS_TITLE, throughput_figure,
-                             transforms_figure, write_plots)
-from pipebench.report.writer import COMPARISON_CSV, COMPARISON_MD, REPORT_MD, load_runs, write_report
+from pipebench.base.noise_figures import (
+    compare_half_width,
+    format_column,
+    significant_figures,
+)
+from pipebench.cli.main import main
+from pipebench.report.comparison import (
+    BEST_MARK,
+    NEAR_BEST_MARK,
+    ROUNDS_SPREAD,
+    build_table,
+    comparison_markdown,
+    group_rows,
+    override_pairs,
+    swept_axes,
+)
+from pipebench.report.plots import (
+    THROUGHPUT_PNG,
+    THROUGHPUT_TITLE,
+    TRANSFORMS_PNG,
+    TRANSFORMS_TITLE,
+    throughput_figure,
+    transforms_figure,
+    write_plots,
+)
+from pipebench.report.writer import (
+    COMPARISON_CSV,
+    COMPARISON_MD,
+    REPORT_MD,
+    load_runs,
+    write_report,
+)
 
 REPO = Path(__file__).resolve().parents[1]
 NIGHTLY = REPO / "results" / "baselines" / "nightly"

@@ -12,11 +12,16 @@ import time
 from pathlib import Path
 
 from conftest import TINY_DATASET, results_folder, run_cli
-from pipebench.report.plots import THROUGHPUT_PNG, TRANSFORMS_PNG
-from pipebench.report.writer import COMPARISON_CSV, COMPARISON_MD
+
 from pipebench.base.io import write_json_atomic
 from pipebench.record.results import RESULT_FILE
-from pipebench.record.resume import INVOCATION_FILE, choose_invocation, record_invocation
+from pipebench.record.resume import (
+    INVOCATION_FILE,
+    choose_invocation,
+    record_invocation,
+)
+from pipebench.report.plots import THROUGHPUT_PNG, TRANSFORMS_PNG
+from pipebench.report.writer import COMPARISON_CSV, COMPARISON_MD
 
 # One usable core (taskset) makes workers=auto the three jobs 0, 1 and 2, each a fresh process of a
 # few seconds: time to interrupt after the first. Without taskset the same jobs are listed.

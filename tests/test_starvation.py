@@ -9,11 +9,10 @@ the meter must match is a plain loop over the same chain, run right beside it.
 import dataclasses
 
 import pytest
+from conftest import TINY_DATASET, compose_spec
 
 from pipebench.measure.job import measure_job
 from pipebench.measure.reference import plain_loop
-
-from conftest import TINY_DATASET, compose_spec
 
 BUSY = "pipebench.transforms.synthetic.BusyWait"
 BATCH = 8

@@ -9,9 +9,8 @@ import sys
 import time
 from pathlib import Path
 
-from PIL import Image
-
 from conftest import QUICK_RUN, TINY_DATASET, results_folder, run_cli
+from PIL import Image
 
 SUMMARY_REQUIRED = ["job", "dataset", "transform", "workers", "batch_size", "samples_per_s", "step_ms_mean",
                     "step_ms_var", "step_ms_median", "first_batch_s"]

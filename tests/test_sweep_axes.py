@@ -3,15 +3,15 @@
 import sys
 
 import pytest
-
 from conftest import QUICK_RUN, TINY_DATASET
+
 from pipebench.cli import main as cli_main
 from pipebench.cli import run as cli
-from pipebench.pipeline.build import build_loader, build_pipeline
 from pipebench.cli.run import expand_sweep, sweep_overrides
-from pipebench.report.comparison import identity
 from pipebench.config.compose import job_spec_composer
 from pipebench.config.sweep_axes import expand_auto_workers, worker_ladder
+from pipebench.pipeline.build import build_loader, build_pipeline
+from pipebench.report.comparison import identity
 
 # Loader keys a user sweeps, each with two values that differ from the defaults' and each other.
 LOADER_AXES = {

@@ -3,10 +3,9 @@
 import dataclasses
 
 import pytest
+from conftest import QUICK_RUN, TINY_DATASET, compose_spec
 
 from pipebench.measure.job import measure_job
-
-from conftest import QUICK_RUN, TINY_DATASET, compose_spec
 
 BUSY = "pipebench.transforms.synthetic.BusyWait"
 SCALE = "pipebench.transforms.color.Scale"

@@ -9,7 +9,12 @@ import torch
 from PIL import Image
 from torchvision.transforms import PILToTensor, RandomCrop
 
-from pipebench.transforms.color import BatchConvertColor, BatchScale, ConvertColor, Scale
+from pipebench.transforms.color import (
+    BatchConvertColor,
+    BatchScale,
+    ConvertColor,
+    Scale,
+)
 from pipebench.transforms.mask import FastRandomMask, RandomMask
 from pipebench.transforms.synthetic import BusyWait, Sleep
 

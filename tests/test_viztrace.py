@@ -18,9 +18,9 @@ import torch
 from torch.utils.data import DataLoader, Dataset
 
 from pipebench.measure import viztrace
+from pipebench.measure.viztrace import TRACE_FILE, Recorder, VizTraceSession
 from pipebench.pipeline.timed_chain import InstrumentedDataset, TimedCollate, WorkerInit
 from pipebench.transforms.synthetic import BusyWait
-from pipebench.measure.viztrace import TRACE_FILE, Recorder, VizTraceSession
 
 SAMPLES = 32
 BATCH = 8

@@ -8,10 +8,10 @@ import dataclasses
 import json
 from collections import defaultdict
 
+from conftest import QUICK_RUN, TINY_DATASET, compose_spec
+
 from pipebench.measure.job import measure_job
 from pipebench.measure.viztrace import CATEGORY, TRACE_FILE
-
-from conftest import QUICK_RUN, TINY_DATASET, compose_spec
 
 BUSY = {"_target_": "pipebench.transforms.synthetic.BusyWait", "ms": 0.2}
 TORCH_TRACE_FILE = "trace.json"

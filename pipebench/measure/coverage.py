@@ -10,7 +10,17 @@ last, unfinished epoch can only be checked for duplicates.
 
 from collections import Counter
 from dataclasses import asdict, dataclass
-from typing import Dict, Hashable, Iterable, List, Mapping, Sequence, Tuple
+from typing import (
+    Any,
+    Dict,
+    Hashable,
+    Iterable,
+    List,
+    Mapping,
+    Optional,
+    Sequence,
+    Tuple,
+)
 
 # Indices listed by value in the report; the counts cover all of them.
 MAX_LISTED_INDICES = 10
@@ -57,14 +67,46 @@ class CoverageReport:
 
 class IndexLog:
     """A StepLoop `on_batch` hook: the sample indices of every batch a process received, by
-    (repeat, epoch). Appending a small array costs about a microsecond a step."""
+    (repeat, epoch). Appending a small array costs about a microsecond a step.
 
-    def __init__(self) -> None:
+    As a Meter it checks its own log: give it the dataset's `length` and the misses drop_last
+    may explain (`droppable`). Ranks build it without a length; their logs are pooled instead
+    (`merge_logs`)."""
+
+    key = "coverage"
+
+    def __init__(self, length: Optional[int] = None, droppable: int = 0) -> None:
         self.repeat = 0
         self.parts: Dict[Tuple[int, int], list] = {}
+        self.length = length
+        self.droppable = droppable
+        # The epoch each repeat had reached at its last batch: BatchStream counts an epoch only
+        # when it returns that epoch's first batch, so this equals the stream's own count.
+        self.reached: Dict[int, int] = {}
+        self._report: Optional[CoverageReport] = None
 
     def __call__(self, batch, epoch: int) -> None:
         self.parts.setdefault((self.repeat, epoch), []).append(batch.indices)
+        self.reached[self.repeat] = epoch
+
+    def start(self) -> None:
+        """Nothing: the log fills as batches arrive."""
+
+    def mark(self, name: str) -> None:
+        """Nothing: every batch counts, warm-up included, since every read is a read."""
+
+    def stop(self) -> None:
+        if self.length is not None:
+            reached = [self.reached.get(r, 0) for r in range(max(self.reached, default=-1) + 1)]
+            self._report = check_coverage(self.mapping(), self.length, complete_epochs([reached]), self.droppable)
+
+    def columns(self) -> Dict[str, Optional[int]]:
+        report = self._report
+        return {"duplicate_samples": report.duplicates if report else None,
+                "missed_samples": report.missing if report else None}
+
+    def record(self) -> Dict[str, Any]:
+        return self._report.as_dict() if self._report else {}
 
     def mapping(self) -> Dict[Tuple[int, int], List[int]]:
         return {key: [int(i) for part in parts for i in part] for key, parts in sorted(self.parts.items())}

@@ -3,24 +3,19 @@
 Writing the record and printing it belong to the task function (pipebench.cli.job_task).
 """
 
-from dataclasses import asdict
 from pathlib import Path
-from typing import Any, Dict, Optional
+from typing import Any, Dict, Optional, Tuple
 
 import torch
 from torch.utils.data import IterableDataset
 
 from pipebench.config.specs import JobSpec
-from pipebench.measure.coverage import (
-    IndexLog,
-    check_coverage,
-    complete_epochs,
-    droppable_per_epoch,
-)
+from pipebench.measure.coverage import IndexLog, droppable_per_epoch
 from pipebench.measure.distributed.multirank import measure_multirank
 from pipebench.measure.fingerprint import usable_cores
 from pipebench.measure.gpu.session import GpuSession, LabelledConsumer
 from pipebench.measure.memory import MemorySampler
+from pipebench.measure.meter import Meter
 from pipebench.measure.runner import (
     BatchStream,
     StepLoop,
@@ -92,34 +87,36 @@ def measure_job(spec: JobSpec, job_dir: Path) -> Dict[str, Any]:
     pinned = pin_memory_effective(spec)
     sink = TimingSink()
     gpu = GpuSession(consumer)
+    # A map-style dataset is split by the sampler in this process; a stream by each worker's copy.
+    shards = max(spec.workers, 1) if isinstance(dataset, IterableDataset) else 1
+    index_log = IndexLog(len(dataset), droppable_per_epoch(shards, spec.loader.batch_size, spec.loader.drop_last))
+    meters: Tuple[Meter, ...] = (MemorySampler(), index_log, gpu)
 
     def fresh_loop() -> StepLoop:
         """A new iteration of the loader (new workers unless persistent) with its own step loop."""
         return StepLoop(BatchStream(loader, spec.run.on_error), consumer, non_blocking=pinned, copier=gpu.copier,
-                        after_measured=gpu.alloc.record)
+                        after_measured=gpu.alloc.sample)
 
-    def marks(name: str) -> None:
-        sampler.mark(name)
-        gpu.mark(name)
+    def mark(name: str) -> None:
+        for meter in meters:
+            meter.mark(name)
 
     passes = []
     skipped = []
-    index_log = IndexLog()  # for the exactly-once check (pipebench.measure.coverage)
-    epochs = []
-    sampler = MemorySampler()
-    sampler.start()
+    for meter in meters:
+        meter.start()
     try:
         for repeat in range(spec.run.repeats):
             index_log.repeat = repeat
             loop = fresh_loop()
             loop.on_batch = index_log
             passes.append(measure_pass(loop, spec, sink, f"repeat {repeat + 1}/{spec.run.repeats}",
-                                       mark=marks if repeat == 0 else lambda name: None))
+                                       mark=mark if repeat == 0 else lambda name: None))
             skipped.extend(loop.stream.skipped)
-            epochs.append(loop.stream.epochs)
             loop.stream.close()
     finally:
-        memory = sampler.stop()
+        for meter in reversed(meters):
+            meter.stop()
     artifacts: Dict[str, str] = {}
     traced: Optional[Dict[str, Any]] = None
     if spec.workers == 0 and spec.run.profile_steps > 0 and spec.trace == "torch":
@@ -136,27 +133,20 @@ def measure_job(spec: JobSpec, job_dir: Path) -> Dict[str, Any]:
     rows = transform_rows(sink, instrumented.steps, collate.steps)
     cores = usable_cores()
     summary = summary_row(passes, rows, sink, spec.workers, cores, len(skipped))
-    summary.update(rss_mb_peak=memory.rss_mb_peak, worker_pss_growth_mb=memory.worker_pss_growth_mb,
-                   shm_mb_peak=memory.shm_mb_peak)
-    # A map-style dataset is split by the sampler in this process; a stream by each worker's copy.
-    shards = max(spec.workers, 1) if isinstance(dataset, IterableDataset) else 1
-    coverage = check_coverage(index_log.mapping(), len(dataset), complete_epochs([epochs]),
-                              droppable_per_epoch(shards, spec.loader.batch_size, spec.loader.drop_last))
-    summary.update(duplicate_samples=coverage.duplicates, missed_samples=coverage.missing)
-    summary.update(pin_memory=pinned, **gpu.columns())
+    summary.update(pin_memory=pinned)
+    for meter in meters:
+        summary.update(meter.columns())
     return {
         "summary": summary,
-        "coverage": coverage.as_dict(),
+        **{meter.key: meter.record() for meter in meters},
         "transforms": rows_as_dicts(rows),
         "workers_breakdown": worker_breakdown(sink, passes),
-        "memory": asdict(memory),
         "consumer_report": consumer.report(),
         "passes": [pass_record(p) for p in passes],
         "skipped": [f._asdict() for f in skipped[:MAX_LISTED_FAILURES]],
         "artifacts": artifacts,
         "viztrace": traced,
         "pin_memory_effective": pinned,
-        "gpu": gpu.record(),
         "fingerprint": job_fingerprint(spec, dataset),
     }
 

@@ -16,10 +16,12 @@ import os
 import shutil
 import threading
 import time
-from dataclasses import dataclass
-from typing import Dict, List, Mapping, Optional, Tuple
+from dataclasses import asdict, dataclass
+from typing import Any, Dict, List, Mapping, Optional, Tuple
 
 import psutil
+
+from pipebench.measure.meter import FIRST_MEASURED, LAST_MEASURED
 
 # MiB, the unit top, free and ps use for memory.
 BYTES_PER_MB = 1 << 20
@@ -39,10 +41,6 @@ MAX_CPU_FRACTION = 0.01
 # How long stop() waits for a sample in progress. A sample takes tens of ms. The thread is a
 # daemon, so a stuck /proc read can never hold the benchmark after this.
 JOIN_TIMEOUT_S = 5.0
-
-# The marks the step loop sets. Growth is measured between them.
-FIRST_MEASURED = "first_measured"
-LAST_MEASURED = "last_measured"
 
 SHM_PATH = "/dev/shm"
 
@@ -163,7 +161,7 @@ def _growth(tracks: List[_Track]) -> Optional[float]:
 
 
 class MemorySampler:
-    """Sample RSS/PSS of this process and its children, and /dev/shm, on a daemon thread.
+    """Sample RSS/PSS of this process and its children, and /dev/shm, on a daemon thread (a Meter).
 
     Use start()/stop(), or `with MemorySampler() as mem: ...` followed by `mem.stop()` for the
     report. The with block stops the thread even on an exception. start() and stop() each take
@@ -194,7 +192,9 @@ class MemorySampler:
         self._pss_sum_peak: Optional[int] = None
         self._shm_start: Optional[int] = None
         self._shm_peak: Optional[int] = None
+        self._report: Optional[MemoryReport] = None
 
+    key = "memory"
     def __enter__(self) -> "MemorySampler":
         self.start()
         return self
@@ -223,14 +223,15 @@ class MemorySampler:
         self._sample(name)
 
     def stop(self, names: Optional[Mapping[int, str]] = None) -> MemoryReport:
-        """Stop the thread and report. `names` relabels children by pid (e.g. DataLoader worker ids)."""
+        """Stop the thread and report (kept for columns() and record()). `names` relabels children
+        by pid (e.g. DataLoader worker ids)."""
         self._halt()
         names = names or {}
         with self._lock:
             tracks = list(self._tracks.items())
             main = [t for pid, t in tracks if pid == self._pid]
             children = [t for pid, t in tracks if pid != self._pid]
-            return MemoryReport(
+            self._report = MemoryReport(
                 interval_s=self.interval_s,
                 duration_s=self._duration_s,
                 samples=self._samples,
@@ -254,6 +255,18 @@ class MemorySampler:
                     for pid, t in tracks
                 ),
             )
+            return self._report
+
+    def columns(self) -> Dict[str, Optional[float]]:
+        report = self._report
+        return {
+            "rss_mb_peak": report.rss_mb_peak if report else None,
+            "worker_pss_growth_mb": report.worker_pss_growth_mb if report else None,
+            "shm_mb_peak": report.shm_mb_peak if report else None,
+        }
+
+    def record(self) -> Dict[str, Any]:
+        return asdict(self._report) if self._report else {}
 
     def _halt(self) -> None:
         """Stop the thread and take the final sample, once."""

@@ -18,6 +18,7 @@ from tqdm import tqdm
 from pipebench.base.errors import SampleError, WorkerError
 from pipebench.base.gpu_timing import DeviceCopy
 from pipebench.config.specs import JobSpec
+from pipebench.measure.meter import FIRST_MEASURED, LAST_MEASURED
 from pipebench.pipeline.timed_chain import (
     InstrumentedDataset,
     SampleFailure,
@@ -225,7 +226,7 @@ def measure_pass(loop: StepLoop, spec: JobSpec, sink: TimingSink, label: str,
                  agree: Optional[Callable[[bool], bool]] = None) -> PassResult:
     """First batch, warm-up, then steps until both `run.steps` and `run.min_time_s` are reached.
 
-    `mark` is called with "first_measured" and "last_measured" around the steady state, so a
+    `mark` is called with FIRST_MEASURED and LAST_MEASURED around the steady state, so a
     memory sampler can take exact readings there. `agree(want_more)` turns this process's wish
     to go on into a decision shared with other ranks; its time is no step's.
     """
@@ -241,7 +242,7 @@ def measure_pass(loop: StepLoop, spec: JobSpec, sink: TimingSink, label: str,
                disable=None if spec.run.progress else True)
     measured_ns = 0
     samples = 0
-    mark("first_measured")
+    mark(FIRST_MEASURED)
     loop.last_end_ns = time.perf_counter_ns()  # the mark's own cost is not the pipeline's
     while True:
         want_more = len(steps) < spec.run.steps or measured_ns < min_time_ns
@@ -257,7 +258,7 @@ def measure_pass(loop: StepLoop, spec: JobSpec, sink: TimingSink, label: str,
         if not bar.disable:
             bar.update(1)
             bar.set_postfix(samples_per_s=f"{samples * NS_PER_S / measured_ns:.1f}")
-    mark("last_measured")
+    mark(LAST_MEASURED)
     bar.close()
     return PassResult(first_batch_s, warmup, steps, measured_ns / NS_PER_S, loop.stream.epochs,
                       dict(loop.stream.worker_startup_s))

@@ -7,10 +7,12 @@ counter read) and torch.cuda.memory_stats() only at the first and last measured 
 a dict of ~100 entries). Without CUDA it records nothing and says so.
 """
 
-from dataclasses import dataclass
-from typing import List, Optional, Sequence
+from dataclasses import asdict, dataclass
+from typing import Any, Dict, List, Optional, Sequence
 
 import torch
+
+from pipebench.measure.meter import FIRST_MEASURED, LAST_MEASURED
 
 BYTES_PER_MB = 1 << 20
 # A step-to-step change of reserved memory smaller than this share of the peak is jitter, not a
@@ -58,11 +60,14 @@ class AllocatorReport:
 
 
 class AllocatorTracker:
-    """Records allocator state over the measured steps of a consumer running on `device`.
+    """A Meter of allocator state over the measured steps of a consumer running on `device`.
 
-    `mark(name)` at the first/last measured step reads the counters; `record()` after each
-    measured step reads reserved memory. Both do nothing unless `device` is a CUDA device.
+    `mark(name)` at the first/last measured step reads the counters; `sample()` after each
+    measured step (the step loop's `after_measured`) reads reserved memory. Both do nothing
+    unless `device` is a CUDA device.
     """
+
+    key = "allocator"
 
     def __init__(self, device: Optional[torch.device]):
         self.active = device is not None and device.type == "cuda"
@@ -75,11 +80,25 @@ class AllocatorTracker:
             stats = torch.cuda.memory_stats(self.device)
             self._stats[name] = {key: int(stats.get(key, 0)) for key in STAT_KEYS}
 
-    def record(self) -> None:
+    def start(self) -> None:
+        """Nothing: the counters are read at the marks."""
+
+    def stop(self) -> None:
+        """Nothing to join: every reading is taken in the step loop's own thread."""
+
+    def sample(self) -> None:
         if self.active:
             self._reserved.append(torch.cuda.memory_reserved(self.device))
 
-    def report(self, first: str = "first_measured", last: str = "last_measured") -> AllocatorReport:
+    def columns(self) -> Dict[str, Any]:
+        report = self.report()
+        return {"reserved_mb_peak": report.reserved_mb_peak, "alloc_retries": report.alloc_retries,
+                "device_frees": report.device_frees, "reserved_oscillating": report.oscillating}
+
+    def record(self) -> Dict[str, Any]:
+        return asdict(self.report())
+
+    def report(self, first: str = FIRST_MEASURED, last: str = LAST_MEASURED) -> AllocatorReport:
         if not self.active:
             return AllocatorReport([], None, None, None, None, None, None, "not measured: no CUDA consumer")
         mb = [r / BYTES_PER_MB for r in self._reserved]

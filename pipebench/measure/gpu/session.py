@@ -34,7 +34,6 @@ from pipebench.measure.gpu.sync_detect import (
 )
 from pipebench.measure.gpu.trace import load_trace, windows
 from pipebench.measure.gpu.util import GpuUtilSampler
-from pipebench.measure.memory import FIRST_MEASURED, LAST_MEASURED
 
 # Steps in the GPU trace: a short trace, as HTA's guidance asks, yet several gaps per stream.
 GPU_TRACE_STEPS = 5
@@ -82,7 +81,9 @@ def _ops_text(count: SyncCount) -> Optional[str]:
 
 
 class GpuSession:
-    """Collects the GPU-side figures of one job; see the module docstring."""
+    """Collects the GPU-side figures of one job (a Meter made of meters); see the module docstring."""
+
+    key = "gpu"
 
     def __init__(self, consumer: Any):
         self.consumer = consumer
@@ -90,16 +91,22 @@ class GpuSession:
         self.copier = DeviceCopy()
         self.util = GpuUtilSampler(enabled=self.on_cuda)
         self.alloc = AllocatorTracker(consumer.device if self.on_cuda else None)
-        self._util_report = None
         self._profiled: Dict[str, Any] = {}
+        self._parts = (self.util, self.alloc)
+
+    def start(self) -> None:
+        for part in self._parts:
+            part.start()
 
     def mark(self, name: str) -> None:
         """The step loop's first/last measured-step marks: start and stop the readings."""
-        self.alloc.mark(name)
-        if name == FIRST_MEASURED:
-            self.util.start()
-        elif name == LAST_MEASURED:
-            self._util_report = self.util.stop()
+        for part in self._parts:
+            part.mark(name)
+
+    def stop(self) -> None:
+        """Ends NVML sampling even when a pass was interrupted before its last mark."""
+        for part in reversed(self._parts):
+            part.stop()
 
     def profile(self, loop: Any, job_dir: Path, warmup: int) -> None:
         """Extra steps on `loop` (its consumer a LabelledConsumer): the GPU trace, then the sync probe.
@@ -128,15 +135,9 @@ class GpuSession:
             "syncs_live": count_sync_warnings(lambda: self.consumer.step(data, labels), SYNC_PROBE_STEPS),
         }
 
-    def _util(self):
-        if self._util_report is None:  # no last mark (an interrupted pass): stop now
-            self._util_report = self.util.stop()
-        return self._util_report
-
     def columns(self) -> Dict[str, Any]:
         """The summary cells: figures where measured, None (an empty cell) where not, and why."""
-        util = self._util()
-        alloc = self.alloc.report(FIRST_MEASURED, LAST_MEASURED)
+        util = self.util.stop()
         notes = []
         if not self.on_cuda:
             notes.append(_not_on_cuda_note())
@@ -148,7 +149,7 @@ class GpuSession:
         idle, syncs = self._profiled.get("idle"), self._profiled.get("syncs")
         return {
             "h2d_gpu_ms_median": _median(self.copier.gpu_ms),
-            "gpu_util_pct": util.mean_pct,
+            **self.util.columns(),
             "syncs_per_step": syncs.per_step if syncs else None,
             "sync_ops": _ops_text(syncs) if syncs else None,
             "sync_wait_ms_per_step": syncs.wait_ms / syncs.steps if syncs and syncs.steps else None,
@@ -156,23 +157,19 @@ class GpuSession:
             "idle_host_wait_pct": idle.idle_pct["host_wait"] if idle else None,
             "idle_kernel_wait_pct": idle.idle_pct["kernel_wait"] if idle else None,
             "idle_other_pct": idle.idle_pct["other"] if idle else None,
-            "reserved_mb_peak": alloc.reserved_mb_peak,
-            "alloc_retries": alloc.alloc_retries,
-            "device_frees": alloc.device_frees,
-            "reserved_oscillating": alloc.oscillating,
+            **self.alloc.columns(),
             "gpu_notes": "; ".join(notes) or None,
         }
 
     def record(self) -> Dict[str, Any]:
         """result.json's `gpu` section: everything behind the columns, raw series included."""
-        util = self._util()
         live = self._profiled.get("syncs_live")
         idle = self._profiled.get("idle")
         return {
             "on_cuda": self.on_cuda,
             "h2d_gpu_ms": list(self.copier.gpu_ms),
-            "util": {"samples_pct": util.samples, "interval_s": util.interval_s, "note": util.note},
-            "allocator": asdict(self.alloc.report(FIRST_MEASURED, LAST_MEASURED)),
+            "util": self.util.record(),
+            "allocator": self.alloc.record(),
             "trace": self._profiled.get("trace"),
             "trace_steps": GPU_TRACE_STEPS if self._profiled else 0,
             "idle": asdict(idle) if idle else None,

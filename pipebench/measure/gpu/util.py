@@ -13,9 +13,11 @@ starts. Without CUDA, or without NVML, it records nothing and the report says wh
 import os
 import threading
 from dataclasses import dataclass
-from typing import List, Optional
+from typing import Any, Dict, List, Optional
 
 import torch
+
+from pipebench.measure.meter import FIRST_MEASURED, LAST_MEASURED
 
 # 0.1 s: shorter than NVML's own sample period on every GPU, so no period is missed, and
 # ~10 NVML calls a second cost nothing next to a training step.
@@ -58,10 +60,13 @@ def _open_nvml():
 
 
 class GpuUtilSampler:
-    """start() ... stop() -> GpuUtilReport. Samples NVML utilisation every `interval_s` in between.
+    """A Meter: samples NVML utilisation every `interval_s` from the FIRST_MEASURED mark to the
+    LAST_MEASURED mark (or stop()), so warm-up never dilutes it. stop() returns the GpuUtilReport.
 
     `enabled=False` (the consumer is not on CUDA) records nothing.
     """
+
+    key = "gpu_util"
 
     def __init__(self, interval_s: float = DEFAULT_INTERVAL_S, enabled: bool = True):
         self.interval_s = interval_s
@@ -70,9 +75,19 @@ class GpuUtilSampler:
         self._stop = threading.Event()
         self._thread: Optional[threading.Thread] = None
         self._note: Optional[str] = None if enabled else "not measured: no CUDA consumer"
+        self._report: Optional[GpuUtilReport] = None
 
     def start(self) -> None:
-        if not self._enabled:
+        """Nothing: sampling spans the measured steps only, from the FIRST_MEASURED mark."""
+
+    def mark(self, name: str) -> None:
+        if name == FIRST_MEASURED:
+            self._begin()
+        elif name == LAST_MEASURED:
+            self.stop()
+
+    def _begin(self) -> None:
+        if not self._enabled or self._thread is not None or self._report is not None:
             return
         nvml, handle = _open_nvml()
         if nvml is None:
@@ -91,10 +106,21 @@ class GpuUtilSampler:
                 return
 
     def stop(self) -> GpuUtilReport:
+        """End sampling (idempotent) and return the report."""
+        if self._report is not None:
+            return self._report
         if self._thread is not None:
             self._stop.set()
             self._thread.join(JOIN_TIMEOUT_S)
             self._thread = None
             if not self._samples and self._note is None:
                 self._note = "not measured: the steps ended before the first NVML sample"
-        return GpuUtilReport(list(self._samples), self.interval_s, self._note)
+        self._report = GpuUtilReport(list(self._samples), self.interval_s, self._note)
+        return self._report
+
+    def columns(self) -> Dict[str, Optional[float]]:
+        return {"gpu_util_pct": self.stop().mean_pct}
+
+    def record(self) -> Dict[str, Any]:
+        report = self.stop()
+        return {"samples_pct": report.samples, "interval_s": report.interval_s, "note": report.note}

@@ -1,0 +1,35 @@
+"""The meter protocol: what every instrument around the measured window offers the job.
+
+A meter is built before the loader's workers start, started before the first repeat, marked
+at the first and last measured step of the first repeat, and stopped once the repeats end
+(also when they fail). Then the job reads its summary cells and its result.json section.
+Adding a meter means one class with these five methods and one entry in the job's tuple.
+A meter never fails a job for "not available": it leaves None cells and says why.
+"""
+
+from typing import Any, Mapping, Optional, Protocol, runtime_checkable
+
+__all__ = ["FIRST_MEASURED", "LAST_MEASURED", "Meter"]
+
+# The step loop's marks: the first and the last measured step of the first repeat.
+FIRST_MEASURED, LAST_MEASURED = "first_measured", "last_measured"
+
+
+@runtime_checkable
+class Meter(Protocol):
+    key: str  # its section of result.json: "memory", "coverage", "gpu"
+
+    def start(self) -> None:
+        """Before the first repeat. Creates no CUDA context: workers may fork later."""
+
+    def mark(self, name: str) -> None:
+        """FIRST_MEASURED or LAST_MEASURED; a meter may ignore either."""
+
+    def stop(self) -> object:
+        """Idempotent; joins threads and takes the last readings. Callers ignore what it returns."""
+
+    def columns(self) -> Mapping[str, Optional[Any]]:
+        """The summary cells this meter owns; None is an empty cell (not measured)."""
+
+    def record(self) -> Mapping[str, Any]:
+        """JSON-ready detail for result.json[key]."""
