@@ -10,7 +10,8 @@ import torch
 from conftest import QUICK_RUN, TINY_DATASET, results_folder, run_cli
 
 from pipebench.config.specs import ConsumerSpec
-from pipebench.measure.gpu.session import GPU_TRACE_FILE, GpuSession, LabelledConsumer
+from pipebench.measure.gpu.session import (GPU_TRACE_FILE, GpuSession, LabelledConsumer, trace_steps,
+                                           trace_window_note)
 from pipebench.measure.gpu.sync_detect import CONSUMER_LABEL
 from pipebench.measure.gpu.trace import CPU_OP_CATEGORY, load_trace, windows
 from pipebench.pipeline.consumers import build_consumer
@@ -21,8 +22,8 @@ NO_CUDA_ONLY = pytest.mark.skipif(torch.cuda.is_available(), reason="checks the 
 # random_tensors straight into the consumer: no image transforms, 32x32 images for the toy CNN.
 NO_CHAIN = ["transform.per_sample=[]", "transform.per_batch=[]"]
 GPU_COLUMNS = ["h2d_gpu_ms_median", "gpu_util_pct", "syncs_per_step", "sync_ops", "sync_wait_ms_per_step",
-               "gpu_busy_pct", "idle_host_wait_pct", "idle_kernel_wait_pct", "idle_other_pct", "reserved_mb_peak",
-               "alloc_retries", "device_frees", "reserved_oscillating"]
+               "gpu_busy_pct", "trace_accel_util_pct", "idle_host_wait_pct", "idle_kernel_wait_pct", "idle_other_pct",
+               "reserved_mb_peak", "alloc_retries", "device_frees", "reserved_oscillating"]
 
 
 def summary_csv(folder: Path):
@@ -133,3 +134,11 @@ def test_on_cuda_the_jobs_report_gpu_timings_syncs_idle_and_allocator(tmp_path):
     compute_ms = [c for p in result["passes"] for c in p["compute_ms"]]
     assert sum(phases[p]["mean"] for p in phases) <= sum(compute_ms) / len(compute_ms)
     assert "## GPU" in (folder / "summary.md").read_text()
+
+
+def test_the_gpu_trace_spans_whole_worker_cycles_and_says_when_it_is_not_the_window():
+    """Five steps at 8 workers fell inside one burst of ready batches on an H100 (89.6% busy
+    against 23-25% for the job): the trace now spans whole cycles, and a gap is flagged."""
+    assert [trace_steps(c) for c in (1, 3, 8, 16)] == [5, 6, 16, 32]
+    assert "89.6" not in (trace_window_note(24.0, 89.6) or "") and "90%" in trace_window_note(24.0, 89.6)
+    assert trace_window_note(24.0, 30.0) is None and trace_window_note(None, 50.0) is None

@@ -1,9 +1,10 @@
 """Summary statistics of per-step samples: the median and a spread, with mean and variance kept too."""
 
 from dataclasses import dataclass
-from typing import Sequence
+from typing import Sequence, Tuple
 
 import numpy as np
+from scipy import stats as scipy_stats
 
 # Percentiles that bound the IQR, and the tail users ask about for stalls.
 LOWER_QUARTILE, UPPER_QUARTILE, TAIL_PERCENTILE = 25, 75, 99
@@ -46,3 +47,65 @@ def distribution(values: Sequence[float]) -> Distribution:
         min=float(data.min()),
         max=float(data.max()),
     )
+
+
+# Resamples of the studentized block bootstrap: the t quantiles settle well below 1% by 2000.
+BLOCK_BOOTSTRAP_RESAMPLES = 2000
+# Fewer whole blocks than this and the bootstrap's own t distribution is too coarse to read a
+# 2.5% tail from; the batch-means t interval (the same studentized ratio, t quantiles from
+# theory) takes over, and below two blocks there is no spread to estimate at all.
+MIN_BOOTSTRAP_BLOCKS = 4
+MIN_BLOCKS = 2
+BOOTSTRAP_SEED = 0
+
+
+@dataclass(frozen=True)
+class RatioInterval:
+    """Σ numerator / Σ denominator over whole blocks, and its interval. `blocks`: how many."""
+
+    value: float
+    low: float
+    high: float
+    blocks: int
+
+
+def _ratio_and_se(numer: np.ndarray, denom: np.ndarray) -> Tuple[np.ndarray, np.ndarray]:
+    """Ratio of sums over the last axis and its delta-method standard error (the linearised ratio)."""
+    ratio = numer.sum(axis=-1) / denom.sum(axis=-1)
+    residual = (numer - ratio[..., None] * denom) / denom.mean(axis=-1)[..., None]
+    return ratio, residual.std(axis=-1, ddof=1) / np.sqrt(numer.shape[-1])
+
+
+def block_ratio_interval(numer_blocks: np.ndarray, denom_blocks: np.ndarray,
+                         confidence: float = 0.95) -> RatioInterval:
+    """An interval of Σ numer / Σ denom from per-block sums, by a studentized block bootstrap.
+
+    Steps of a loader are not independent: W workers started together deliver W batches, then
+    the loop waits a whole cycle. Summed over whole cycles (the blocks), the series is close to
+    independent, so resampling blocks follows run-to-run variation where resampling steps reads
+    10x too narrow or too wide. The studentized (bootstrap-t) interval keeps its coverage with
+    as few as 8 blocks, where the percentile interval falls to ~87% (tests/test_block_bootstrap.py).
+    """
+    numer = np.asarray(numer_blocks, dtype=np.float64)
+    denom = np.asarray(denom_blocks, dtype=np.float64)
+    n = numer.size
+    if n == 0:
+        nan = float("nan")
+        return RatioInterval(nan, nan, nan, 0)
+    value = float(numer.sum() / denom.sum())
+    if n < MIN_BLOCKS:
+        return RatioInterval(value, float("nan"), float("nan"), n)
+    se0 = float(_ratio_and_se(numer[None], denom[None])[1][0])
+    tail = (1 - confidence) / 2
+    if se0 == 0:
+        return RatioInterval(value, value, value, n)
+    if n < MIN_BOOTSTRAP_BLOCKS:
+        q = float(scipy_stats.t.ppf(1 - tail, n - 1))
+        return RatioInterval(value, value - q * se0, value + q * se0, n)
+    rng = np.random.default_rng(BOOTSTRAP_SEED)
+    picks = rng.integers(0, n, size=(BLOCK_BOOTSTRAP_RESAMPLES, n))
+    ratios, ses = _ratio_and_se(numer[picks], denom[picks])
+    usable = ses > 0
+    t_stats = (ratios[usable] - value) / ses[usable]
+    q_low, q_high = np.percentile(t_stats, [100 * tail, 100 * (1 - tail)])
+    return RatioInterval(value, value - float(q_high) * se0, value - float(q_low) * se0, n)

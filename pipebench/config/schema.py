@@ -46,7 +46,14 @@ class RunConfig:
     # With workers, warm-up also drains the workers x prefetch_factor batches queued at start-up.
     warmup_steps: int = 3
     steps: int = 20
+    # The window is at least this many whole worker cycles (W steps each): a starved loop gets W
+    # batches, then waits a whole cycle, so its rate is periodic in W. Eight whole cycles keep the
+    # block bootstrap's interval honest (it resamples cycles; fewer blocks read too narrow) and
+    # cost ~20 s at 16 workers, batch 256 on an H100 host.
+    worker_cycles: int = 8
     min_time_s: float = 5.0
+    # A budget that caps the window when whole cycles take too long; the row says it was capped.
+    max_time_s: float = 120.0
     repeats: int = 1
     # Which interleaved round this job belongs to; the CLI sweeps it when `rounds` > 1.
     round: int = 0

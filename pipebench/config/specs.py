@@ -40,7 +40,9 @@ class LoaderSpec:
 class RunSpec:
     warmup_steps: int
     steps: int
+    worker_cycles: int
     min_time_s: float
+    max_time_s: float
     repeats: int
     round: int
     seed: int
@@ -123,7 +125,9 @@ def _validate_loader(loader: LoaderSpec) -> None:
 def _validate_run(run: RunSpec) -> None:
     _require(run.warmup_steps >= 0, f"run.warmup_steps must be >= 0, got {run.warmup_steps}")
     _require(run.steps >= 1, f"run.steps must be >= 1, got {run.steps}")
+    _require(run.worker_cycles >= 1, f"run.worker_cycles must be >= 1, got {run.worker_cycles}")
     _require(run.min_time_s >= 0, f"run.min_time_s must be >= 0, got {run.min_time_s}")
+    _require(run.max_time_s > 0, f"run.max_time_s must be > 0, got {run.max_time_s}")
     _require(run.repeats >= 1, f"run.repeats must be >= 1, got {run.repeats}")
     _require(run.round >= 0, f"run.round must be >= 0, got {run.round}")
     _require(run.profile_steps >= 0, f"run.profile_steps must be >= 0, got {run.profile_steps}")

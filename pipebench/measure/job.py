@@ -13,16 +13,18 @@ from pipebench.config.specs import JobSpec
 from pipebench.measure.coverage import IndexLog, droppable_per_epoch
 from pipebench.measure.distributed.multirank import measure_multirank
 from pipebench.measure.fingerprint import usable_cores
-from pipebench.measure.gpu.session import GpuSession, LabelledConsumer
+from pipebench.measure.gpu.session import GpuSession, LabelledConsumer, trace_window_note
 from pipebench.measure.memory import MemorySampler
 from pipebench.measure.meter import Meter
 from pipebench.measure.runner import (
     BatchStream,
     StepLoop,
+    cycle_steps,
     TimingSink,
     measure_pass,
     profile_steps,
     warmup_steps,
+    window_steps,
 )
 from pipebench.measure.setup import job_fingerprint, seed_everything
 from pipebench.measure.summarize import (
@@ -71,6 +73,14 @@ def viztrace_pass(spec: JobSpec, instrumented: InstrumentedDataset, collate: Tim
     finally:
         session.finish(job_dir)  # bounded: never waits past the session's finish_timeout_s
     return session.summary
+
+
+def _epoch_size(spec: JobSpec, dataset: Any, loader: Any) -> Tuple[Optional[int], Optional[int]]:
+    """Batches and samples in one epoch of a map-style dataset; (None, None) for a stream."""
+    if isinstance(dataset, IterableDataset):
+        return None, None
+    batches = len(loader)
+    return batches, batches * spec.loader.batch_size if spec.loader.drop_last else len(dataset)
 
 
 def measure_job(spec: JobSpec, job_dir: Path) -> Dict[str, Any]:
@@ -125,17 +135,24 @@ def measure_job(spec: JobSpec, job_dir: Path) -> Dict[str, Any]:
         loop.stream.close()
     if gpu.on_cuda and spec.run.profile_steps > 0:
         loop = StepLoop(BatchStream(loader, spec.run.on_error), LabelledConsumer(consumer), non_blocking=pinned)
-        gpu.profile(loop, job_dir, warmup_steps(spec))
+        gpu.profile(loop, job_dir, warmup_steps(spec), cycle_steps(spec.workers))
         loop.stream.close()
     if spec.run.profile_steps > 0 and spec.trace == "viztracer":
         traced = viztrace_pass(spec, instrumented, collate, consumer, pinned, job_dir)
         artifacts = {"viztrace": VIZTRACE_FILE}
     rows = transform_rows(sink, instrumented.steps, collate.steps)
     cores = usable_cores()
-    summary = summary_row(passes, rows, sink, spec.workers, cores, len(skipped))
+    batches_per_epoch, samples_per_epoch = _epoch_size(spec, dataset, loader)
+    summary = summary_row(passes, rows, sink, spec.workers, cores, len(skipped),
+                          persistent=spec.workers > 0 and spec.loader.persistent_workers,
+                          samples_per_epoch=samples_per_epoch, batches_per_epoch=batches_per_epoch,
+                          target_steps=window_steps(spec))
     summary.update(pin_memory=pinned)
     for meter in meters:
         summary.update(meter.columns())
+    mismatch = trace_window_note(summary["accel_util_pct"], summary["trace_accel_util_pct"])
+    if mismatch is not None:
+        summary["gpu_notes"] = "; ".join(filter(None, (summary["gpu_notes"], mismatch)))
     return {
         "summary": summary,
         **{meter.key: meter.record() for meter in meters},

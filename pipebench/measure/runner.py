@@ -52,6 +52,8 @@ class StepSample:
     # Time in StepLoop.after_step: a multi-rank run's end-of-step all-reduce (waiting for the
     # slowest rank); 0 in a single process.
     collective_ns: int = 0
+    # The loader epoch the batch belongs to (counted from 1, as BatchStream counts them).
+    epoch: int = 1
 
     @property
     def step_ns(self) -> int:
@@ -61,7 +63,9 @@ class StepSample:
 @dataclass(frozen=True)
 class PassResult:
     """One repeat: a fresh iteration of the loader. worker_startup_s: worker id -> seconds from
-    the iterator's creation to that worker's start (empty at workers=0 and for reused workers)."""
+    the iterator's creation to that worker's start (empty at workers=0 and for reused workers).
+    `start_epoch`: the epoch of the last warm-up batch, so an epoch end between warm-up and the
+    first measured step is seen too. `stop_reason`: why the window ended (WINDOW_* below)."""
 
     first_batch_s: float
     warmup_steps: int
@@ -69,6 +73,8 @@ class PassResult:
     wall_s: float
     epochs: int
     worker_startup_s: Dict[int, float]
+    start_epoch: int = 1
+    stop_reason: str = "window"
 
 
 @dataclass
@@ -208,7 +214,7 @@ class StepLoop:
             rec.add(MAIN_H2D_SLICE, t1, t2)
             rec.add(MAIN_STEP_SLICE, t2, t3)
         return StepSample(gap, t1 - t0, t2 - t1, t3 - t2, int(batch.sample_ns.shape[0]), t1 - batch.done_ns,
-                          batch.worker_id, batch.done_ns < t0, t4 - t3)
+                          batch.worker_id, batch.done_ns < t0, t4 - t3, self.stream.epochs)
 
 
 def warmup_steps(spec: JobSpec) -> int:
@@ -221,14 +227,35 @@ def warmup_steps(spec: JobSpec) -> int:
     return max(spec.run.warmup_steps, spec.workers * spec.loader.prefetch_factor)
 
 
+def cycle_steps(workers: int) -> int:
+    """Steps in one worker cycle: W workers started together deliver W batches, then all wait."""
+    return max(workers, 1)
+
+
+def window_steps(spec: JobSpec) -> int:
+    """The fewest measured steps: run.steps, and with workers at least `run.worker_cycles` whole
+    worker cycles (in one process steps do not come in cycles, and run.steps rules alone)."""
+    if spec.workers == 0:
+        return spec.run.steps
+    cycle = cycle_steps(spec.workers)
+    wanted = max(spec.run.steps, spec.run.worker_cycles * cycle)
+    return -(-wanted // cycle) * cycle
+
+
+# Why a pass's window ended: it had its steps and time in whole cycles, or hit run.max_time_s.
+WINDOW_COMPLETE, WINDOW_TIME_CAP = "window", "time cap"
+
+
 def measure_pass(loop: StepLoop, spec: JobSpec, sink: TimingSink, label: str,
                  mark: Callable[[str], None] = lambda name: None,
                  agree: Optional[Callable[[bool], bool]] = None) -> PassResult:
-    """First batch, warm-up, then steps until both `run.steps` and `run.min_time_s` are reached.
+    """First batch, warm-up, then whole worker cycles until `window_steps` and `run.min_time_s`
+    are both reached, or `run.max_time_s` has passed.
 
-    `mark` is called with FIRST_MEASURED and LAST_MEASURED around the steady state, so a
-    memory sampler can take exact readings there. `agree(want_more)` turns this process's wish
-    to go on into a decision shared with other ranks; its time is no step's.
+    A starved loop's steps repeat with the worker cycle, so a window of whole cycles has no
+    phase bias. `mark` is called with FIRST_MEASURED and LAST_MEASURED around the steady state,
+    so a memory sampler can take exact readings there. `agree(want_more)` turns this process's
+    wish to go on into a decision shared with other ranks; its time is no step's.
     """
     start = time.perf_counter_ns()
     loop.step(None)
@@ -236,16 +263,23 @@ def measure_pass(loop: StepLoop, spec: JobSpec, sink: TimingSink, label: str,
     warmup = warmup_steps(spec)
     for _ in range(warmup):
         loop.step(None)
+    start_epoch = loop.stream.epochs
     steps: List[StepSample] = []
     min_time_ns = spec.run.min_time_s * NS_PER_S
-    bar = tqdm(total=spec.run.steps, desc=label, unit="step", leave=False,
+    max_time_ns = spec.run.max_time_s * NS_PER_S
+    target = window_steps(spec)
+    cycle = cycle_steps(spec.workers)
+    bar = tqdm(total=target, desc=label, unit="step", leave=False,
                disable=None if spec.run.progress else True)
     measured_ns = 0
     samples = 0
+    stop_reason = WINDOW_COMPLETE
     mark(FIRST_MEASURED)
     loop.last_end_ns = time.perf_counter_ns()  # the mark's own cost is not the pipeline's
     while True:
-        want_more = len(steps) < spec.run.steps or measured_ns < min_time_ns
+        want_more = len(steps) < target or measured_ns < min_time_ns or len(steps) % cycle != 0
+        if want_more and steps and measured_ns >= max_time_ns:
+            want_more, stop_reason = False, WINDOW_TIME_CAP
         if agree is not None:
             want_more = agree(want_more)
             loop.last_end_ns = time.perf_counter_ns()
@@ -261,7 +295,7 @@ def measure_pass(loop: StepLoop, spec: JobSpec, sink: TimingSink, label: str,
     mark(LAST_MEASURED)
     bar.close()
     return PassResult(first_batch_s, warmup, steps, measured_ns / NS_PER_S, loop.stream.epochs,
-                      dict(loop.stream.worker_startup_s))
+                      dict(loop.stream.worker_startup_s), start_epoch, stop_reason)
 
 
 def profile_steps(loop: StepLoop, dataset: InstrumentedDataset, collate: TimedCollate, steps: int,

@@ -1,17 +1,21 @@
 """Turn raw step samples and stage timings into the summary row and the per-transform rows."""
 
 from dataclasses import asdict, dataclass
-from typing import Dict, List, Sequence
+from typing import Dict, List, Optional, Sequence
 
 import numpy as np
-from scipy import stats as scipy_stats
 
-from pipebench.base.stats import distribution
+from pipebench.base.stats import block_ratio_interval, distribution
 from pipebench.measure.runner import NS_PER_MS, NS_PER_S, PassResult, TimingSink
+from pipebench.measure.window import (
+    Window,
+    epoch_cost,
+    epoch_rate,
+    split_window,
+    window_note,
+)
 from pipebench.pipeline.timed_chain import StepName
 
-# Bootstrap resamples for the samples/s interval: enough for a stable 95% bound, still < 0.1 s.
-BOOTSTRAP_RESAMPLES = 2000
 CONFIDENCE_LEVEL = 0.95
 
 
@@ -78,22 +82,11 @@ def cpu_ms_per_sample(sink: TimingSink) -> float:
     return float((sum(a.sum() for a in sink.sample_cpu_ns) + sum(sink.batch_cpu_ns)) / NS_PER_MS / samples)
 
 
-def _throughput_interval(samples: np.ndarray, step_ns: np.ndarray) -> tuple:
-    """A bootstrap interval of Σ samples / Σ step time over the measured steps."""
-    if samples.size < 3 or np.all(step_ns == step_ns[0]):
-        rate = samples.sum() * NS_PER_S / step_ns.sum()
-        return float(rate), float(rate)
-    result = scipy_stats.bootstrap(
-        (samples, step_ns),
-        lambda s, t, axis=-1: s.sum(axis=axis) * NS_PER_S / t.sum(axis=axis),
-        paired=True,
-        vectorized=True,
-        n_resamples=BOOTSTRAP_RESAMPLES,
-        confidence_level=CONFIDENCE_LEVEL,
-        method="percentile",
-        random_state=0,
-    )
-    return float(result.confidence_interval.low), float(result.confidence_interval.high)
+def _rate_interval(window: Window, samples: np.ndarray, step_ns: np.ndarray):
+    """samples/s over the steady blocks, with the block bootstrap's interval over whole cycles."""
+    sample_blocks = np.array([samples[a:b].sum() for a, b in window.blocks])
+    time_blocks = np.array([step_ns[a:b].sum() for a, b in window.blocks]) / NS_PER_S
+    return block_ratio_interval(sample_blocks, time_blocks, CONFIDENCE_LEVEL)
 
 
 def _median_ms(values_ns: Sequence[int]) -> float:
@@ -101,30 +94,46 @@ def _median_ms(values_ns: Sequence[int]) -> float:
 
 
 def summary_row(passes: Sequence[PassResult], rows: Sequence[TransformRow], sink: TimingSink, workers: int,
-                usable_cores: int, skipped: int) -> Dict[str, float]:
-    """Steady-state figures over every repeat's measured steps; the first batch stays apart.
+                usable_cores: int, skipped: int, persistent: bool = False, samples_per_epoch: Optional[int] = None,
+                batches_per_epoch: Optional[int] = None, target_steps: int = 0) -> Dict[str, object]:
+    """Steady-state figures over whole worker cycles of every repeat; the first batch and the
+    cycles that start at an epoch end stay apart (measure/window.py), and are reported as the
+    epoch's restart cost and the epoch-effective rate.
 
     Two capacity figures check the per-transform numbers against the measured rate:
     `worker_capacity_samples_per_s` = W / wall time per sample inside a worker (what W busy
     workers produce, time-slicing included), and `cpu_capacity_samples_per_s` = min(W, cores) /
     CPU time per sample (what the machine could produce at best).
     """
-    steps = [s for p in passes for s in p.steps]
-    step_ns = np.array([s.step_ns for s in steps], dtype=np.float64)
+    window = split_window(passes, workers)
+    all_step_ns = np.array([s.step_ns for s in window.steps], dtype=np.float64)
+    all_samples = np.array([s.samples for s in window.steps], dtype=np.float64)
+    rate = _rate_interval(window, all_samples, all_step_ns)
+    steady = window.steady_indices()
+    if steady.size == 0:  # fewer steps than one cycle: every step, no interval
+        steady = np.arange(len(window.steps))
+    steps = [window.steps[i] for i in steady]
+    step_ns = all_step_ns[steady]
     wait_ns = np.array([s.wait_ns for s in steps], dtype=np.float64)
     compute_ns = np.array([s.compute_ns for s in steps], dtype=np.float64)
-    samples = np.array([s.samples for s in steps], dtype=np.float64)
+    samples = all_samples[steady]
     step = distribution(step_ns / NS_PER_MS)
     wait = distribution(wait_ns / NS_PER_MS)
-    low, high = _throughput_interval(samples, step_ns)
+    steady_rate = float(samples.sum() * NS_PER_S / step_ns.sum())
+    cost = epoch_cost(window, passes, workers, persistent)
     pipeline_ms = float(sum(r.ms_per_sample for r in rows))
     cpu_ms = cpu_ms_per_sample(sink)
     producers = max(workers, 1)
     startups = [s for p in passes for s in p.worker_startup_s.values()]
     return {
-        "samples_per_s": float(samples.sum() * NS_PER_S / step_ns.sum()),
-        "samples_per_s_ci_low": low,
-        "samples_per_s_ci_high": high,
+        "samples_per_s": steady_rate,
+        "samples_per_s_ci_low": rate.low,
+        "samples_per_s_ci_high": rate.high,
+        "ci_cycles": rate.blocks,
+        "samples_per_s_epoch": epoch_rate(steady_rate, samples_per_epoch, cost),
+        "epoch_restart_s": cost.restart_s,
+        "epoch_restart_source": cost.source,
+        "epoch_boundaries_in_window": len(window.boundary_cycles),
         "step_ms_mean": step.mean,
         "step_ms_var": step.var,
         "step_ms_median": step.median,
@@ -142,14 +151,15 @@ def summary_row(passes: Sequence[PassResult], rows: Sequence[TransformRow], sink
         "ready_steps_pct": float(100.0 * sum(s.ready for s in steps) / len(steps)),
         "pipeline_ms_per_sample": pipeline_ms,
         "cpu_ms_per_sample": cpu_ms,
-        "worker_capacity_samples_per_s": producers * 1000.0 / pipeline_ms,
+        "worker_capacity_samples_per_s": producers * 1000.0 / pipeline_ms if pipeline_ms > 0 else float("nan"),
         "cpu_capacity_samples_per_s": min(producers, usable_cores) * 1000.0 / cpu_ms,
         "first_batch_s": float(np.median([p.first_batch_s for p in passes])),
         "worker_startup_s_max": max(startups) if startups else float("nan"),
-        "steps": len(steps),
+        "steps": len(window.steps),
         "repeats": len(passes),
         "skipped_samples": skipped,
         "epochs": max(p.epochs for p in passes),
+        "window_note": window_note(window, passes, batches_per_epoch, target_steps),
     }
 
 
@@ -169,6 +179,9 @@ def pass_record(result: PassResult) -> Dict[str, object]:
         "transfer_ms": [s.transfer_ns / NS_PER_MS for s in result.steps],
         "worker_id": [s.worker_id for s in result.steps],
         "collective_ms": [s.collective_ns / NS_PER_MS for s in result.steps],
+        "epoch": [s.epoch for s in result.steps],
+        "start_epoch": result.start_epoch,
+        "stop_reason": result.stop_reason,
     }
 
 

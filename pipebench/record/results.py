@@ -25,7 +25,8 @@ CALIBRATION_FILE = "calibration.json"
 # Identity columns first, then the figures a reader compares, then the detail.
 SUMMARY_COLUMNS = [
     "job", "dataset", "transform", "workers", "batch_size", "consumer",
-    "samples_per_s", "samples_per_s_ci_low", "samples_per_s_ci_high", "speedup",
+    "samples_per_s", "samples_per_s_ci_low", "samples_per_s_ci_high", "speedup", "ci_cycles",
+    "samples_per_s_epoch", "epoch_restart_s", "epoch_restart_source", "epoch_boundaries_in_window",
     "step_ms_mean", "step_ms_var", "step_ms_median", "step_ms_iqr", "step_ms_p99",
     "wait_ms_mean", "wait_ms_median", "wait_ms_p99", "starvation_pct", "accel_util_pct",
     "h2d_ms_median", "transfer_ms_median", "ready_next_ms_median", "ready_steps_pct",
@@ -34,9 +35,11 @@ SUMMARY_COLUMNS = [
     "steps", "repeats", "skipped_samples", "epochs",
     # GPU-side truth (pipebench.measure.gpu.session): empty cells where not measured, `gpu_notes` says why.
     "pin_memory", "consumer_ms_median", "h2d_gpu_ms_median", "gpu_util_pct", "syncs_per_step", "sync_ops",
-    "sync_wait_ms_per_step", "gpu_busy_pct", "idle_host_wait_pct", "idle_kernel_wait_pct", "idle_other_pct",
+    "sync_wait_ms_per_step", "gpu_busy_pct", "trace_accel_util_pct", "idle_host_wait_pct", "idle_kernel_wait_pct", "idle_other_pct",
     "reserved_mb_peak", "alloc_retries", "device_frees", "reserved_oscillating", "gpu_notes",
     "ranks", "straggler_ratio", "collective_wait_ms_mean", "duplicate_samples", "missed_samples",
+    # Why the measured window is not a plain steady state (epoch ends, a time cap); empty when it is.
+    "window_note",
 ]
 TRANSFORM_COLUMNS = [
     "job", "stage", "transform", "calls", "ms_per_call_mean", "ms_per_call_median", "ms_per_sample", "share_pct",

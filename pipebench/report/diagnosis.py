@@ -24,6 +24,7 @@ from typing import Dict, List, Mapping, Optional, Sequence, Tuple
 
 import numpy as np
 
+from pipebench.base.noise_figures import compare_half_width
 from pipebench.base.tables import format_value, markdown_table
 
 # Overrides that never define a chain: the axis the model predicts along, and repetition.
@@ -31,9 +32,17 @@ NON_CHAIN_KEYS = ("workers", "distributed.nproc", "run.round", "results_dir")
 # A measurement within this of the prediction is explained by the model; shared 2-core machines
 # wobble by up to ~15% between back-to-back runs (benchmarks/overhead.py's A/A spread).
 EXPLAINED_WITHIN = 0.15
-# A variant must beat the base chain's per-sample cost by this much to be worth recommending;
-# below it the difference is within the per-transform timings' own run-to-run noise.
-WORTHWHILE_SPEEDUP = 1.05
+# The least relative noise of a CPU ms a sample measured once (no rounds to show its spread):
+# per-transform timings of one job move by up to ~5% between back-to-back runs on this machine.
+CPU_COST_NOISE_FLOOR = 0.05
+# A median's ~95% interval is ±1.57·IQR/√n (the notched box plot of McGill, Tukey and Larsen).
+MEDIAN_NOTCH = 1.57
+# The axes a variant can differ along, and the override prefixes that name each; the first match
+# wins, so a chain that differs in its transforms is judged as a chain whatever else differs.
+AXIS_CHAIN, AXIS_CONSUMER, AXIS_PIN_MEMORY, AXIS_LOADER = "chain", "consumer", "pin_memory", "loader"
+AXIS_PREFIXES = ((AXIS_CHAIN, ("transform", "dataset")), (AXIS_CONSUMER, ("consumer",)),
+                 (AXIS_PIN_MEMORY, ("loader.pin_memory",)), (AXIS_LOADER, ("loader", "distributed")))
+PAYS, DOES_NOT_PAY, WITHIN_NOISE = "pays", "does not pay", "within noise"
 # CPU a sample inside workers this much above the single-process figure is worth naming: below
 # it the difference is within the per-sample timings' run-to-run noise.
 WORKER_CPU_INFLATION = 1.05
@@ -200,29 +209,151 @@ def _advice_workers(base: str, costs: ChainCosts) -> List[str]:
             f"{format_value(target_ms)} ms, or add cores; workers beyond {costs.usable_cores} only time-slice."]
 
 
-def _advice_variants(base: str, costs: Mapping[str, ChainCosts]) -> List[str]:
-    """The chains that beat the base's CPU cost a sample, best first; the ones that don't, in one line.
+@dataclass(frozen=True)
+class Figure:
+    """One figure of a chain that a swept axis moves: its value and relative ~95% half-width."""
 
-    CPU time, not wall time: it is what the cores' budget is spent on, and other load on a shared
-    machine moves it far less than it moves wall time.
+    name: str
+    value: float
+    noise: float
+    lower_is_better: bool
+
+
+def _noise_of_rounds(values: Sequence[float], floor: float) -> float:
+    """Relative half-width from the spread across rounds, never below `floor`."""
+    median = float(np.median(values))
+    spread = compare_half_width(values) / median if len(values) > 1 and median else float("nan")
+    return max(spread, floor) if math.isfinite(spread) else floor
+
+
+def _per_step_figure(name: str, results: Sequence[Mapping], series) -> Optional[Figure]:
+    """The median of a per-step series over every measured step, with its notch half-width."""
+    values = np.array([v for r in results for p in r.get("passes", []) for v in series(p)], dtype=np.float64)
+    if values.size == 0:
+        return None
+    median = float(np.median(values))
+    iqr = float(np.subtract(*np.percentile(values, [75, 25])))
+    noise = MEDIAN_NOTCH * iqr / math.sqrt(values.size) / median if median > 0 else float("nan")
+    return Figure(name, median, noise if math.isfinite(noise) else 0.0, lower_is_better=True)
+
+
+def _cpu_figure(results: Sequence[Mapping]) -> Figure:
+    serial = [r for r in results if r["summary"]["workers"] == 0] or list(results)
+    values = [float(r["summary"]["cpu_ms_per_sample"]) for r in serial]
+    return Figure("CPU ms a sample", float(np.median(values)), _noise_of_rounds(values, CPU_COST_NOISE_FLOOR), True)
+
+
+def _rate_figure(results: Sequence[Mapping], workers: int) -> Figure:
+    same = [r["summary"] for r in results if r["summary"]["workers"] == workers]
+    rates = [float(s["samples_per_s"]) for s in same]
+    if len(rates) > 1:
+        noise = _noise_of_rounds(rates, 0.0)
+    else:
+        low, high = float(same[0].get("samples_per_s_ci_low", "nan")), float(same[0].get("samples_per_s_ci_high", "nan"))
+        noise = (high - low) / 2 / rates[0] if rates[0] and math.isfinite(high - low) else float("nan")
+    return Figure(f"samples/s at workers={workers}", float(np.median(rates)), noise, lower_is_better=False)
+
+
+def swept_axis(keys: Sequence[str]) -> str:
+    """Which axis two chains differ along, by the first AXIS_PREFIXES entry any differing key matches."""
+    for axis, prefixes in AXIS_PREFIXES:
+        if any(key == prefix or key.startswith(prefix + ".") for key in keys for prefix in prefixes):
+            return axis
+    return AXIS_CHAIN
+
+
+def axis_figures(axis: str, base: Sequence[Mapping], other: Sequence[Mapping]) -> List[Tuple[Figure, Figure]]:
+    """(base, other) figures that `axis` moves; see the table in the module doc of `_advice_variants`."""
+    if axis == AXIS_CONSUMER:
+        pairs = [tuple(_per_step_figure("consumer ms a step", rs, lambda p: p.get("compute_ms", []))
+                       for rs in (base, other))]
+    elif axis == AXIS_PIN_MEMORY:
+        pairs = [tuple(_per_step_figure(name, rs, series) for rs in (base, other)) for name, series in (
+            ("H2D ms a step", lambda p: p.get("h2d_ms", [])),
+            ("main-process ms a step", lambda p: [g + h for g, h in zip(p.get("gap_ms", []), p.get("h2d_ms", []))]))]
+    elif axis == AXIS_LOADER:
+        common = sorted({r["summary"]["workers"] for r in base} & {r["summary"]["workers"] for r in other})
+        pairs = [(_rate_figure(base, common[-1]), _rate_figure(other, common[-1]))] if common else []
+    else:
+        pairs = [(_cpu_figure(base), _cpu_figure(other))]
+    return [(b, o) for b, o in pairs if b is not None and o is not None]
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """How much better `other` is (>1: better), and whether that clears both sides' noise."""
+
+    figure: str
+    base: float
+    other: float
+    ratio: float
+    noise: float
+
+    @property
+    def claim(self) -> str:
+        if not math.isfinite(self.noise) or abs(self.ratio - 1) <= self.noise:
+            return WITHIN_NOISE
+        return PAYS if self.ratio > 1 else DOES_NOT_PAY
+
+    def text(self) -> str:
+        return (f"{self.figure} {format_value(self.other)} against {format_value(self.base)} ({self.ratio:.2f}x, "
+                f"noise ±{100 * self.noise:.0f}%)")
+
+
+def verdict(base: Figure, other: Figure) -> Verdict:
+    """`other` against `base`; the noise is the two sides' relative half-widths in quadrature."""
+    ratio = base.value / other.value if base.lower_is_better else other.value / base.value
+    return Verdict(base.name, base.value, other.value, ratio, math.hypot(base.noise, other.noise))
+
+
+def _advice_variants(base: str, groups: Mapping[str, Sequence[Mapping]], costs: Mapping[str, ChainCosts]) -> List[str]:
+    """Each chain against the base, by the figure its swept axis moves, with a claim only above the noise.
+
+    | swept axis | compared by |
+    | consumer | consumer ms a step (and syncs a step where measured) |
+    | loader.pin_memory | H2D ms and the main process's own ms a step |
+    | other loader settings | samples/s at the largest worker count both ran |
+    | transform chain, dataset | CPU ms a sample (what the cores' budget is spent on; load moves it least) |
     """
-    base_costs = costs[base]
-    speedups = {chain: base_costs.cpu_ms_per_sample / other.cpu_ms_per_sample
-                for chain, other in costs.items() if chain != base}
-    if not speedups:
+    others = [chain for chain in groups if chain != base]
+    if not others:
         return ["Reordering and batching: only one chain was measured; `pipebench explore` measures the variants."]
-    lines = []
-    for chain in sorted((c for c in speedups if speedups[c] >= WORTHWHILE_SPEEDUP), key=speedups.get, reverse=True):
-        other = costs[chain]
-        best = max(predict(other, w).samples_per_s for w in range(0, 2 * other.usable_cores + 1))
-        lines.append(f"{chain} pays: {format_value(other.cpu_ms_per_sample)} ms of CPU a sample against "
-                     f"{format_value(base_costs.cpu_ms_per_sample)} for {base} ({speedups[chain]:.2f}x); "
-                     f"predicted best {format_value(best)} samples/s on this machine.")
-    losers = [c for c in speedups if speedups[c] < WORTHWHILE_SPEEDUP]
-    if losers:
-        lines.append("Does not pay (under " f"{format_value(WORTHWHILE_SPEEDUP)}x cheaper a sample than {base}): "
-                     + ", ".join(f"{c} ({speedups[c]:.2f}x)" for c in losers) + ".")
+    paying, losing, unclear = [], [], []
+    base_keys = _chain_overrides(groups[base][0])
+    for chain in others:
+        keys = _chain_overrides(groups[chain][0])
+        axis = swept_axis([k for k in set(base_keys) | set(keys) if base_keys.get(k) != keys.get(k)])
+        verdicts = [verdict(b, o) for b, o in axis_figures(axis, groups[base], groups[chain])]
+        if not verdicts:
+            continue
+        claims = {v.claim for v in verdicts}
+        detail = "; ".join(v.text() for v in verdicts) + _syncs_text(axis, groups[base], groups[chain])
+        if PAYS in claims and DOES_NOT_PAY not in claims:
+            best = ""
+            if axis == AXIS_CHAIN:
+                other = costs[chain]
+                rate = max(predict(other, w).samples_per_s for w in range(0, 2 * other.usable_cores + 1))
+                best = f"; predicted best {format_value(rate)} samples/s on this machine"
+            paying.append((verdicts[0].ratio, f"{chain} pays against {base}: {detail}{best}."))
+        elif DOES_NOT_PAY in claims and PAYS not in claims:
+            losing.append(f"{chain} does not pay against {base}: {detail}.")
+        else:
+            unclear.append(f"{chain} ({detail})")
+    lines = [text for _, text in sorted(paying, key=lambda item: item[0], reverse=True)] + losing
+    if unclear:
+        lines.append(f"Within the noise against {base}, so no claim: " + ", ".join(unclear) + ".")
     return lines
+
+
+def _syncs_text(axis: str, base: Sequence[Mapping], other: Sequence[Mapping]) -> str:
+    """Syncs a step beside a consumer's time, where the GPU probe measured them (exact counts, no noise)."""
+    if axis != AXIS_CONSUMER:
+        return ""
+    counts = [np.median([r["summary"]["syncs_per_step"] for r in rs]) if all(
+        r["summary"].get("syncs_per_step") is not None for r in rs) else None for rs in (base, other)]
+    if None in counts:
+        return ""
+    return f"; syncs a step {format_value(float(counts[1]))} against {format_value(float(counts[0]))}"
 
 
 def _inflated_cpu(off: Sequence[PredictedRow], costs: Mapping[str, ChainCosts]) -> List[str]:
@@ -286,7 +417,7 @@ def diagnose(results: Sequence[Mapping]) -> Diagnosis:
             ))
     base = next(iter(groups))
     advice = [*_advice_dominant(base, groups[base]), *_advice_workers(base, costs[base]),
-              *_advice_variants(base, costs), *_advice_unexplained(rows, results, costs)]
+              *_advice_variants(base, groups, costs), *_advice_unexplained(rows, results, costs)]
     return Diagnosis(rows=tuple(rows), costs=tuple(costs.items()), advice=tuple(advice))
 
 

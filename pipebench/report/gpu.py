@@ -19,7 +19,7 @@ PAIR_COLUMNS = [
 # Rows that show what the GPU did; printed only when some job ran on CUDA.
 GPU_COLUMNS = [
     "job", "pin_memory", "h2d_ms_median", "h2d_gpu_ms_median", "accel_util_pct", "gpu_util_pct", "gpu_busy_pct",
-    "idle_host_wait_pct", "idle_kernel_wait_pct", "idle_other_pct", "syncs_per_step", "reserved_mb_peak",
+    "trace_accel_util_pct", "idle_host_wait_pct", "idle_kernel_wait_pct", "idle_other_pct", "syncs_per_step", "reserved_mb_peak",
     "alloc_retries", "reserved_oscillating",
 ]
 PAIR_KEYS = ("dataset", "transform", "workers", "batch_size", "pin_memory")

@@ -1,0 +1,143 @@
+"""The measured window as training sees it: whole worker cycles of steady state, and the epoch ends.
+
+W workers started together deliver W batches, then the loop waits a whole cycle, so any W
+consecutive steps hold one cycle's time. The steady state is cut into such blocks. An epoch end
+inside the window restarts non-persistent workers: the cycle that starts at the epoch's first
+batch holds the restart (and the short steps after it borrow from that wait), so that whole
+cycle is kept apart, never mixed into the steady rate, and its excess over a steady cycle is the
+restart cost an epoch pays.
+"""
+
+from dataclasses import dataclass
+from typing import List, Optional, Sequence, Tuple
+
+import numpy as np
+
+from pipebench.measure.runner import (
+    NS_PER_S,
+    WINDOW_TIME_CAP,
+    PassResult,
+    StepSample,
+    cycle_steps,
+)
+
+__all__ = ["RESTART_SOURCES", "EpochCost", "Window", "epoch_cost", "epoch_rate", "split_window", "window_note"]
+
+# Where an epoch's restart cost came from: epoch ends measured inside the window; the pass's own
+# first batch (a restart is a fresh start of the same workers, less one batch's work); nothing to
+# restart (persistent workers keep running, workers=0 has none).
+RESTART_MEASURED, RESTART_FIRST_BATCH, RESTART_PERSISTENT, RESTART_NO_WORKERS = (
+    "measured", "first batch", "persistent workers", "no workers")
+RESTART_SOURCES = (RESTART_MEASURED, RESTART_FIRST_BATCH, RESTART_PERSISTENT, RESTART_NO_WORKERS)
+
+
+@dataclass(frozen=True)
+class Window:
+    """Measured steps of every pass, concatenated; [start, end) ranges into them.
+
+    `blocks`: whole worker cycles of steady state. `boundary_cycles`: the cycle that starts at
+    each epoch end (shorter when the window ended inside it). `crossed`: True when the epoch
+    ends left no steady block, so the blocks hold every whole cycle, restarts included."""
+
+    steps: Tuple[StepSample, ...]
+    cycle: int
+    blocks: Tuple[Tuple[int, int], ...]
+    boundary_cycles: Tuple[Tuple[int, int], ...]
+    crossed: bool
+
+    def steady_indices(self) -> np.ndarray:
+        return np.array([i for start, end in self.blocks for i in range(start, end)], dtype=np.int64)
+
+
+def _blocks(start: int, end: int, cycle: int) -> List[Tuple[int, int]]:
+    return [(b, b + cycle) for b in range(start, end - cycle + 1, cycle)]
+
+
+def split_window(passes: Sequence[PassResult], workers: int) -> Window:
+    """Cut each pass's steps into steady cycles and epoch-end cycles."""
+    cycle = cycle_steps(workers)
+    steps: List[StepSample] = []
+    blocks: List[Tuple[int, int]] = []
+    boundaries: List[Tuple[int, int]] = []
+    every_cycle: List[Tuple[int, int]] = []
+    for result in passes:
+        offset = len(steps)
+        steps.extend(result.steps)
+        segment_start = offset
+        previous_epoch = result.start_epoch
+        position = offset
+        end = len(steps)
+        while position < end:
+            if steps[position].epoch != previous_epoch:
+                blocks.extend(_blocks(segment_start, position, cycle))
+                boundaries.append((position, min(position + cycle, end)))
+                previous_epoch = steps[position].epoch
+                position = segment_start = min(position + cycle, end)
+                # The boundary cycle may itself hold a further epoch end (epochs shorter than a
+                # cycle); the next segment then starts at the epoch in force after it.
+                previous_epoch = steps[position - 1].epoch
+                continue
+            position += 1
+        blocks.extend(_blocks(segment_start, end, cycle))
+        every_cycle.extend(_blocks(offset, end, cycle))
+    crossed = not blocks and bool(boundaries)
+    return Window(tuple(steps), cycle, tuple(every_cycle if crossed else blocks), tuple(boundaries), crossed)
+
+
+@dataclass(frozen=True)
+class EpochCost:
+    """What an epoch end costs beyond steady cycles, in seconds (None: not known), and from where."""
+
+    restart_s: Optional[float]
+    source: str
+
+
+def epoch_cost(window: Window, passes: Sequence[PassResult], workers: int, persistent: bool) -> EpochCost:
+    """The restart cost of an epoch: a boundary cycle's time minus a steady cycle's.
+
+    Measured where epoch ends fell inside the window (the median over them); else estimated from
+    each pass's first batch, which is the same fresh start of the workers plus one cycle's work.
+    """
+    if workers == 0:
+        return EpochCost(0.0, RESTART_NO_WORKERS)
+    steady = window.steady_indices()
+    if steady.size == 0:
+        return EpochCost(None, RESTART_MEASURED)
+    step_ns = np.array([s.step_ns for s in window.steps], dtype=np.float64)
+    steady_step_ns = float(step_ns[steady].mean())
+    whole = [(a, b) for a, b in window.boundary_cycles if b - a == window.cycle]
+    if whole and not window.crossed:
+        excess = [float(step_ns[a:b].sum()) - window.cycle * steady_step_ns for a, b in whole]
+        return EpochCost(max(float(np.median(excess)), 0.0) / NS_PER_S, RESTART_MEASURED)
+    if persistent:
+        return EpochCost(0.0, RESTART_PERSISTENT)
+    first = float(np.median([p.first_batch_s for p in passes]))
+    return EpochCost(max(first - window.cycle * steady_step_ns / NS_PER_S, 0.0), RESTART_FIRST_BATCH)
+
+
+def epoch_rate(steady_rate: float, samples_per_epoch: Optional[int], cost: EpochCost) -> Optional[float]:
+    """Samples an epoch / (its steady time + the restart cost): what an epoch really delivers."""
+    if samples_per_epoch is None or cost.restart_s is None or not steady_rate > 0:
+        return None
+    return samples_per_epoch / (samples_per_epoch / steady_rate + cost.restart_s)
+
+
+def window_note(window: Window, passes: Sequence[PassResult], batches_per_epoch: Optional[int],
+                target_steps: int) -> Optional[str]:
+    """One line when the window is not the plain steady state it should be; None when it is."""
+    notes = []
+    if window.boundary_cycles:
+        epoch = f"an epoch is {batches_per_epoch} batches; " if batches_per_epoch else ""
+        if window.crossed:
+            notes.append(f"{epoch}every cycle of the window crossed an epoch end, so samples/s includes "
+                         f"{len(window.boundary_cycles)} restart(s); use a longer dataset")
+        else:
+            left_out = sum(b - a for a, b in window.boundary_cycles)
+            notes.append(f"{epoch}the window crossed {len(window.boundary_cycles)} epoch end(s): samples/s is the "
+                         f"steady state between them ({left_out} restart steps left out; samples_per_s_epoch "
+                         "counts them)")
+    capped = [p for p in passes if p.stop_reason == WINDOW_TIME_CAP]
+    if capped:
+        steps = min(len(p.steps) for p in capped)
+        notes.append(f"window capped by run.max_time_s at {steps} steps (wanted {target_steps})")
+    return "; ".join(notes) or None

@@ -1,0 +1,97 @@
+"""The measured window on step series of known truth: epoch ends are found, kept apart from the
+steady state, and priced; the rate over whole cycles is the true one."""
+
+import pytest
+
+from pipebench.measure.runner import WINDOW_TIME_CAP, PassResult, StepSample, TimingSink
+from pipebench.measure.summarize import summary_row
+from pipebench.measure.window import (
+    RESTART_FIRST_BATCH,
+    RESTART_MEASURED,
+    RESTART_PERSISTENT,
+    epoch_cost,
+    epoch_rate,
+    split_window,
+    window_note,
+)
+
+MS = 1_000_000
+BATCH = 8
+CYCLE_MS = 100
+READY_MS = 1
+RESTART_MS = 300
+
+
+def step(ms, epoch):
+    return StepSample(0, int(ms * MS), 0, 0, BATCH, 0, 0, False, 0, epoch)
+
+
+def starved_pass(workers, cycles, epoch_every=None, first_batch_s=0.4, start_epoch=1):
+    """Cycles of one long wait and W-1 ready batches; every `epoch_every` batches an epoch ends,
+    and its first cycle waits RESTART_MS more (non-persistent workers starting again)."""
+    steps, epoch, count = [], start_epoch, 0
+    for _ in range(cycles):
+        for k in range(workers):
+            if epoch_every and count and count % epoch_every == 0:
+                epoch += 1
+                restart = RESTART_MS
+            else:
+                restart = 0
+            long = k == 0
+            steps.append(step((CYCLE_MS - (workers - 1) * READY_MS if long else READY_MS) + restart, epoch))
+            count += 1
+    return PassResult(first_batch_s, 0, steps, 0.0, epoch, {}, start_epoch)
+
+
+def test_whole_cycles_without_epoch_ends_give_the_true_rate():
+    result = starved_pass(4, 8)
+    window = split_window([result], 4)
+    assert len(window.blocks) == 8 and window.boundary_cycles == ()
+    row = summary_row([result], [], TimingSink(), 4, 4, 0)
+    assert row["samples_per_s"] == pytest.approx(4 * BATCH / (CYCLE_MS / 1000))
+    assert row["samples_per_s_ci_low"] == pytest.approx(row["samples_per_s_ci_high"])
+    assert row["epoch_boundaries_in_window"] == 0 and row["window_note"] is None
+
+
+def test_an_epoch_end_is_left_out_of_the_steady_rate_and_priced():
+    result = starved_pass(4, 12, epoch_every=20)  # epoch ends after batches 20 and 40
+    window = split_window([result], 4)
+    assert window.boundary_cycles == ((20, 24), (40, 44))
+    cost = epoch_cost(window, [result], 4, persistent=False)
+    assert cost.source == RESTART_MEASURED and cost.restart_s == pytest.approx(RESTART_MS / 1000)
+    row = summary_row([result], [], TimingSink(), 4, 4, 0, samples_per_epoch=20 * BATCH, batches_per_epoch=20)
+    steady = 4 * BATCH / (CYCLE_MS / 1000)
+    assert row["samples_per_s"] == pytest.approx(steady)
+    epoch_seconds = 20 * BATCH / steady + RESTART_MS / 1000
+    assert row["samples_per_s_epoch"] == pytest.approx(20 * BATCH / epoch_seconds)
+    assert row["epoch_boundaries_in_window"] == 2
+    assert "crossed 2 epoch end(s)" in row["window_note"] and "an epoch is 20 batches" in row["window_note"]
+
+
+def test_an_epoch_end_between_warm_up_and_the_window_is_seen():
+    result = starved_pass(2, 6, start_epoch=1)
+    shifted = PassResult(0.4, 0, [step(s.wait_ns / MS, 2) for s in result.steps], 0.0, 2, {}, start_epoch=1)
+    assert split_window([shifted], 2).boundary_cycles == ((0, 2),)
+
+
+def test_without_an_epoch_end_the_restart_comes_from_the_first_batch_or_is_none():
+    result = starved_pass(4, 8, first_batch_s=0.45)
+    window = split_window([result], 4)
+    cost = epoch_cost(window, [result], 4, persistent=False)
+    assert cost.source == RESTART_FIRST_BATCH and cost.restart_s == pytest.approx(0.45 - CYCLE_MS / 1000)
+    assert epoch_cost(window, [result], 4, persistent=True).source == RESTART_PERSISTENT
+    assert epoch_rate(100.0, None, cost) is None
+
+
+def test_epochs_shorter_than_a_cycle_say_so():
+    result = starved_pass(4, 3, epoch_every=2)
+    window = split_window([result], 4)
+    assert window.crossed and window.blocks
+    assert "every cycle of the window crossed an epoch end" in window_note(window, [result], 2, 12)
+
+
+def test_a_time_capped_window_says_so():
+    result = starved_pass(2, 2)
+    capped = PassResult(0.4, 0, result.steps, 0.0, 1, {}, 1, WINDOW_TIME_CAP)
+    note = window_note(split_window([capped], 2), [capped], None, 16)
+    assert note == "window capped by run.max_time_s at 4 steps (wanted 16)"
