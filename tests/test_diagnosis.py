@@ -206,3 +206,15 @@ def test_a_loader_setting_is_judged_by_samples_per_s_and_noise_blocks_a_claim():
     text = render_diagnosis(diagnose([base, other]))
     assert "Within the noise against loader.prefetch_factor=2, so no claim: loader.prefetch_factor=4 " \
            "(samples/s at workers=8 830 against 800 (1.04x" in text
+
+
+def test_a_costly_epoch_restart_names_persistent_workers():
+    costly = _result("seed", 16, 1450.0, 60.0, 8.0)
+    costly["summary"].update(samples_per_s_epoch=1100.0, epoch_restart_s=1.9)
+    cheap = _result("seed", 8, 800.0, 75.0, 8.0)
+    cheap["summary"].update(samples_per_s_epoch=790.0, epoch_restart_s=0.1)
+    text = render_diagnosis(diagnose([costly, cheap]))
+    assert "at workers=16: restarting the workers at each epoch end costs 1.9 s, 24% of an epoch" in text
+    assert "loader.persistent_workers=true keeps them" in text and "at workers=8: restarting" not in text
+    costly["config"] = {"loader": {"persistent_workers": True}}
+    assert "restarting the workers" not in render_diagnosis(diagnose([costly, cheap]))

@@ -65,3 +65,5 @@ def run_job_task(cfg: DictConfig) -> None:
     write_summary_markdown(job_dir.parent, write_invocation_tables(job_dir.parent))
     print(f"\n## {name}\n")
     print(markdown_table(record["transforms"], PRINTED_TRANSFORM_COLUMNS))
+    if summary.get("window_note"):
+        print(f"note: {summary['window_note']}")

@@ -43,6 +43,9 @@ AXIS_CHAIN, AXIS_CONSUMER, AXIS_PIN_MEMORY, AXIS_LOADER = "chain", "consumer", "
 AXIS_PREFIXES = ((AXIS_CHAIN, ("transform", "dataset")), (AXIS_CONSUMER, ("consumer",)),
                  (AXIS_PIN_MEMORY, ("loader.pin_memory",)), (AXIS_LOADER, ("loader", "distributed")))
 PAYS, DOES_NOT_PAY, WITHIN_NOISE = "pays", "does not pay", "within noise"
+# Restarting non-persistent workers at every epoch end is worth a line once it costs this share
+# of an epoch: below it the restart hides within a run's noise.
+RESTART_SHARE_WORTH_NAMING = 0.05
 # CPU a sample inside workers this much above the single-process figure is worth naming: below
 # it the difference is within the per-sample timings' run-to-run noise.
 WORKER_CPU_INFLATION = 1.05
@@ -356,6 +359,28 @@ def _syncs_text(axis: str, base: Sequence[Mapping], other: Sequence[Mapping]) ->
     return f"; syncs a step {format_value(float(counts[1]))} against {format_value(float(counts[0]))}"
 
 
+def _advice_epochs(results: Sequence[Mapping]) -> List[str]:
+    """Jobs whose workers restart at every epoch end for more than RESTART_SHARE_WORTH_NAMING of an epoch."""
+    lines = []
+    for label, result in zip(chain_labels(results), results):
+        summary = result["summary"]
+        steady, epoch = summary.get("samples_per_s"), summary.get("samples_per_s_epoch")
+        if summary["workers"] == 0 or not steady or epoch is None or not math.isfinite(float(epoch)):
+            continue
+        share = 1.0 - float(epoch) / float(steady)
+        if share > RESTART_SHARE_WORTH_NAMING and not _persistent(result):
+            lines.append(f"{label} at workers={summary['workers']}: restarting the workers at each epoch end costs "
+                         f"{format_value(float(summary['epoch_restart_s']))} s, {100 * share:.0f}% of an epoch "
+                         f"({format_value(float(epoch))} samples/s an epoch against {format_value(float(steady))} "
+                         "between ends); loader.persistent_workers=true keeps them.")
+    return lines
+
+
+def _persistent(result: Mapping) -> bool:
+    loader = (result.get("config") or {}).get("loader") or {}
+    return bool(loader.get("persistent_workers"))
+
+
 def _inflated_cpu(off: Sequence[PredictedRow], costs: Mapping[str, ChainCosts]) -> List[str]:
     """Measured evidence first: rows whose samples cost more CPU inside workers than in one process."""
     lines = []
@@ -417,7 +442,8 @@ def diagnose(results: Sequence[Mapping]) -> Diagnosis:
             ))
     base = next(iter(groups))
     advice = [*_advice_dominant(base, groups[base]), *_advice_workers(base, costs[base]),
-              *_advice_variants(base, groups, costs), *_advice_unexplained(rows, results, costs)]
+              *_advice_variants(base, groups, costs), *_advice_epochs(results),
+              *_advice_unexplained(rows, results, costs)]
     return Diagnosis(rows=tuple(rows), costs=tuple(costs.items()), advice=tuple(advice))
 
 
