@@ -95,3 +95,16 @@ def test_a_time_capped_window_says_so():
     capped = PassResult(0.4, 0, result.steps, 0.0, 1, {}, 1, WINDOW_TIME_CAP)
     note = window_note(split_window([capped], 2), [capped], None, 16)
     assert note == "window capped by run.max_time_s at 4 steps (wanted 16)"
+
+
+def test_bootstrap_blocks_group_whole_cycles_to_a_time_span_and_never_cross_an_epoch_end():
+    import numpy as np
+    from pipebench.measure.window import bootstrap_blocks
+
+    result = starved_pass(2, 30, epoch_every=24)  # 100 ms cycles; an epoch end after batch 24
+    window = split_window([result], 2)
+    step_ns = np.array([s.step_ns for s in window.steps], dtype=float)
+    blocks = bootstrap_blocks(window, step_ns, 0.3e9, 4)  # 3 cycles a block
+    assert all(len(b) == 6 for b in blocks)
+    assert all(b[-1] - b[0] == 5 for b in blocks)  # consecutive steps: no block spans the epoch end
+    assert len(bootstrap_blocks(window, step_ns, 10e9, 4)) >= 4  # lowered to keep enough blocks

@@ -13,14 +13,18 @@ from pipebench.config.specs import JobSpec
 from pipebench.measure.coverage import IndexLog, droppable_per_epoch
 from pipebench.measure.distributed.multirank import measure_multirank
 from pipebench.measure.fingerprint import usable_cores
-from pipebench.measure.gpu.session import GpuSession, LabelledConsumer, trace_window_note
+from pipebench.measure.gpu.session import (
+    GpuSession,
+    LabelledConsumer,
+    trace_window_note,
+)
 from pipebench.measure.memory import MemorySampler
 from pipebench.measure.meter import Meter
 from pipebench.measure.runner import (
     BatchStream,
     StepLoop,
-    cycle_steps,
     TimingSink,
+    cycle_steps,
     measure_pass,
     profile_steps,
     warmup_steps,

@@ -9,6 +9,7 @@ from pipebench.base.stats import block_ratio_interval, distribution
 from pipebench.measure.runner import NS_PER_MS, NS_PER_S, PassResult, TimingSink
 from pipebench.measure.window import (
     Window,
+    bootstrap_blocks,
     epoch_cost,
     epoch_rate,
     split_window,
@@ -17,6 +18,14 @@ from pipebench.measure.window import (
 from pipebench.pipeline.timed_chain import StepName
 
 CONFIDENCE_LEVEL = 0.95
+# A bootstrap block spans whole worker cycles and at least this long: the load of a shared
+# machine drifts on sub-second to second scales, so step times a cycle apart are not
+# independent. Measured on the 2-core machine (benchmarks/noise_check.py, 10 fresh runs):
+# blocks of one cycle gave single-run half-widths 0.28-0.42x the run-to-run spread, blocks of
+# >= 0.5 s 0.43-0.59x, of >= 1 s 1.3-2.8x (with 4 blocks in a 5 s window).
+BLOCK_MIN_S = 1.0
+# ... but never so long that fewer blocks than this remain: the bootstrap needs several.
+MIN_TIME_BLOCKS = 8
 
 
 @dataclass(frozen=True)
@@ -83,9 +92,11 @@ def cpu_ms_per_sample(sink: TimingSink) -> float:
 
 
 def _rate_interval(window: Window, samples: np.ndarray, step_ns: np.ndarray):
-    """samples/s over the steady blocks, with the block bootstrap's interval over whole cycles."""
-    sample_blocks = np.array([samples[a:b].sum() for a, b in window.blocks])
-    time_blocks = np.array([step_ns[a:b].sum() for a, b in window.blocks]) / NS_PER_S
+    """samples/s over the steady blocks, with the block bootstrap's interval over blocks of whole
+    cycles that each span at least BLOCK_MIN_S (machine load varies on that scale too)."""
+    blocks = bootstrap_blocks(window, step_ns, BLOCK_MIN_S * NS_PER_S, MIN_TIME_BLOCKS)
+    sample_blocks = np.array([samples[list(b)].sum() for b in blocks])
+    time_blocks = np.array([step_ns[list(b)].sum() for b in blocks]) / NS_PER_S
     return block_ratio_interval(sample_blocks, time_blocks, CONFIDENCE_LEVEL)
 
 
@@ -129,7 +140,7 @@ def summary_row(passes: Sequence[PassResult], rows: Sequence[TransformRow], sink
         "samples_per_s": steady_rate,
         "samples_per_s_ci_low": rate.low,
         "samples_per_s_ci_high": rate.high,
-        "ci_cycles": rate.blocks,
+        "ci_blocks": rate.blocks,
         "samples_per_s_epoch": epoch_rate(steady_rate, samples_per_epoch, cost),
         "epoch_restart_s": cost.restart_s,
         "epoch_restart_source": cost.source,

@@ -21,7 +21,8 @@ from pipebench.measure.runner import (
     cycle_steps,
 )
 
-__all__ = ["RESTART_SOURCES", "EpochCost", "Window", "epoch_cost", "epoch_rate", "split_window", "window_note"]
+__all__ = ["RESTART_SOURCES", "EpochCost", "Window", "bootstrap_blocks", "epoch_cost", "epoch_rate", "split_window",
+           "window_note"]
 
 # Where an epoch's restart cost came from: epoch ends measured inside the window; the pass's own
 # first batch (a restart is a fresh start of the same workers, less one batch's work); nothing to
@@ -82,6 +83,26 @@ def split_window(passes: Sequence[PassResult], workers: int) -> Window:
         every_cycle.extend(_blocks(offset, end, cycle))
     crossed = not blocks and bool(boundaries)
     return Window(tuple(steps), cycle, tuple(every_cycle if crossed else blocks), tuple(boundaries), crossed)
+
+
+def bootstrap_blocks(window: Window, step_ns: np.ndarray, min_block_ns: float, min_blocks: int
+                     ) -> List[Tuple[int, ...]]:
+    """The steady cycles grouped into blocks of k consecutive cycles (step indices each): k the
+    fewest cycles that span `min_block_ns`, lowered until at least `min_blocks` blocks remain.
+    A block never spans an epoch end, so each is a stretch of consecutive time."""
+    segments: List[List[range]] = []
+    for a, b in window.blocks:
+        if not segments or segments[-1][-1].stop != a:
+            segments.append([])
+        segments[-1].append(range(a, b))
+    if not segments:
+        return []
+    cycle_ns = float(np.mean([step_ns[a:b].sum() for a, b in window.blocks]))
+    k = max(1, int(np.ceil(min_block_ns / cycle_ns)))
+    while k > 1 and sum(len(segment) // k for segment in segments) < min_blocks:
+        k -= 1
+    return [tuple(i for cycle in segment[start:start + k] for i in cycle)
+            for segment in segments for start in range(0, len(segment) - k + 1, k)]
 
 
 @dataclass(frozen=True)

@@ -25,7 +25,7 @@ CALIBRATION_FILE = "calibration.json"
 # Identity columns first, then the figures a reader compares, then the detail.
 SUMMARY_COLUMNS = [
     "job", "dataset", "transform", "workers", "batch_size", "consumer",
-    "samples_per_s", "samples_per_s_ci_low", "samples_per_s_ci_high", "speedup", "ci_cycles",
+    "samples_per_s", "samples_per_s_ci_low", "samples_per_s_ci_high", "speedup", "ci_blocks",
     "samples_per_s_epoch", "epoch_restart_s", "epoch_restart_source", "epoch_boundaries_in_window",
     "step_ms_mean", "step_ms_var", "step_ms_median", "step_ms_iqr", "step_ms_p99",
     "wait_ms_mean", "wait_ms_median", "wait_ms_p99", "starvation_pct", "accel_util_pct",

@@ -345,7 +345,8 @@ def comparison_markdown(table: ComparisonTable) -> str:
     notes = [
         f"speedup: samples/s against `{base_label}`. {BEST_MARK}: highest samples/s; {NEAR_BEST_MARK}: its spread "
         "overlaps the best's, so the difference is within the noise.",
-        "spread: the 95% CI of a block bootstrap over a job's whole worker cycles, or with several rounds the IQR across rounds "
+        "spread: the 95% CI of a block bootstrap over a job's whole worker cycles (the noise inside one run; "
+        "rounds=N adds the run-to-run part), or with several rounds the IQR across rounds "
         "(samples/s is then the median round). Figures are rounded to the digits that noise supports, as "
         "torch.utils.benchmark.Compare does.",
     ]
