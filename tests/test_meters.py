@@ -14,6 +14,7 @@ from pipebench.measure.gpu.session import GpuSession
 from pipebench.measure.gpu.util import GpuUtilSampler
 from pipebench.measure.memory import MemorySampler
 from pipebench.measure.meter import FIRST_MEASURED, LAST_MEASURED, Meter
+from pipebench.measure.storage_io import StorageReadMeter
 from pipebench.pipeline.consumers import build_consumer
 from pipebench.record.results import SUMMARY_COLUMNS
 
@@ -28,6 +29,7 @@ METERS = {
     "allocator": lambda: AllocatorTracker(None),
     "coverage": lambda: IndexLog(length=4),
     "gpu": lambda: GpuSession(_cpu_consumer()),
+    "storage_io": StorageReadMeter,
 }
 
 
@@ -46,11 +48,11 @@ def test_each_meter_follows_the_protocol(name):
 
 
 def test_the_job_meters_own_disjoint_columns_and_sections():
-    meters = [METERS[name]() for name in ("memory", "coverage", "gpu")]
+    meters = [METERS[name]() for name in ("memory", "storage_io", "coverage", "gpu")]
     keys = [meter.key for meter in meters]
-    columns = [set(meter.columns()) for meter in meters]
+    columns = [name for meter in meters for name in meter.columns()]
     assert len(set(keys)) == len(keys)
-    assert not (columns[0] & columns[1] or columns[0] & columns[2] or columns[1] & columns[2])
+    assert len(set(columns)) == len(columns)
 
 
 def test_a_class_without_the_methods_is_not_a_meter():
@@ -80,3 +82,32 @@ def test_the_index_log_finds_a_miss_in_a_finished_epoch():
 def test_a_meter_that_was_never_stopped_leaves_empty_cells():
     assert MemorySampler().columns() == {"rss_mb_peak": None, "worker_pss_growth_mb": None, "shm_mb_peak": None}
     assert IndexLog(length=3).columns() == {"duplicate_samples": None, "missed_samples": None}
+
+
+def test_storage_reads_are_counted_only_when_they_miss_the_page_cache(tmp_path):
+    """Known truth: a file read through the page cache fetches nothing from storage; the same
+    file with its pages dropped (posix_fadvise DONTNEED) is fetched again, all of it."""
+    import os
+
+    path = tmp_path / "blob"
+    size = 8 << 20
+    path.write_bytes(os.urandom(size))
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+        os.read(fd, size)  # now cached
+        meter = StorageReadMeter()
+        meter.mark(FIRST_MEASURED)
+        os.pread(fd, size, 0)
+        meter.mark(LAST_MEASURED)
+        assert meter.columns()["storage_read_mb"] < 1
+        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+        cold = StorageReadMeter()
+        cold.mark(FIRST_MEASURED)
+        os.pread(fd, size, 0)
+        cold.mark(LAST_MEASURED)
+    finally:
+        os.close(fd)
+    if cold.columns()["storage_read_mb"] == 0:
+        pytest.skip("tmp_path lives in memory (tmpfs): nothing is ever fetched from storage")
+    assert cold.columns()["storage_read_mb"] >= 0.9 * size / (1 << 20)

@@ -31,6 +31,7 @@ from pipebench.measure.runner import (
     window_steps,
 )
 from pipebench.measure.setup import job_fingerprint, seed_everything
+from pipebench.measure.storage_io import StorageReadMeter
 from pipebench.measure.summarize import (
     pass_record,
     rows_as_dicts,
@@ -104,7 +105,7 @@ def measure_job(spec: JobSpec, job_dir: Path) -> Dict[str, Any]:
     # A map-style dataset is split by the sampler in this process; a stream by each worker's copy.
     shards = max(spec.workers, 1) if isinstance(dataset, IterableDataset) else 1
     index_log = IndexLog(len(dataset), droppable_per_epoch(shards, spec.loader.batch_size, spec.loader.drop_last))
-    meters: Tuple[Meter, ...] = (MemorySampler(), index_log, gpu)
+    meters: Tuple[Meter, ...] = (MemorySampler(), StorageReadMeter(), index_log, gpu)
 
     def fresh_loop() -> StepLoop:
         """A new iteration of the loader (new workers unless persistent) with its own step loop."""
