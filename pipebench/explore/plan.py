@@ -7,11 +7,9 @@ for equivalence with the base chain, and recorded in `variants.json`, `equivalen
 as `pipebench run`, and `explore_table` joins the measured rows with the variants.
 """
 
-import csv
 import statistics
 import time
 from dataclasses import dataclass
-from io import StringIO
 from pathlib import Path
 from typing import Dict, List, Mapping, Optional, Sequence, Tuple, Union
 
@@ -19,6 +17,7 @@ from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra.errors import HydraException
 from omegaconf import OmegaConf
 
+from pipebench.base.csv_cells import csv_text
 from pipebench.base.errors import ConfigError
 from pipebench.base.io import folder_safe, write_json_atomic
 from pipebench.base.tables import markdown_table
@@ -136,14 +135,6 @@ def _equivalence_rows(checked: Sequence[Checked]) -> List[Dict[str, object]]:
     return rows
 
 
-def _csv_text(rows: Sequence[Mapping[str, object]]) -> str:
-    buffer = StringIO()
-    writer = csv.DictWriter(buffer, fieldnames=list(rows[0]))
-    writer.writeheader()
-    writer.writerows(rows)
-    return buffer.getvalue()
-
-
 def write_variant_files(invocation_dir: Path, checked: Sequence[Checked], not_applied: Sequence[str]) -> str:
     """variants.json, equivalence.md and equivalence.csv; returns the markdown table."""
     rows = _equivalence_rows(checked)
@@ -160,7 +151,7 @@ def write_variant_files(invocation_dir: Path, checked: Sequence[Checked], not_ap
     write_json_atomic(invocation_dir / VARIANTS_JSON, payload)
     markdown = markdown_table(rows, EQUIVALENCE_COLUMNS)
     (invocation_dir / EQUIVALENCE_MD).write_text(markdown)
-    (invocation_dir / EQUIVALENCE_CSV).write_text(_csv_text(rows))
+    (invocation_dir / EQUIVALENCE_CSV).write_text(csv_text(rows, list(rows[0])))
     return markdown
 
 
@@ -298,6 +289,6 @@ def write_explore_table(invocation_dir: Path, plan: Plan) -> str:
     if not rows:
         return "(no variant was measured)\n"
     markdown = markdown_table(rows, EXPLORE_COLUMNS) + "\n" + "\n".join(conclusions(rows, plan)) + "\n"
-    (invocation_dir / EXPLORE_CSV).write_text(_csv_text(rows))
+    (invocation_dir / EXPLORE_CSV).write_text(csv_text(rows, list(rows[0])))
     (invocation_dir / EXPLORE_MD).write_text(markdown)
     return markdown

@@ -5,14 +5,13 @@ sweep always leaves every finished row on disk. summary.md is the report stage's
 (`pipebench.report.summary`).
 """
 
-import csv
 import json
 import re
 from dataclasses import asdict
-from io import StringIO
 from pathlib import Path
 from typing import Any, Dict, List, Mapping, Optional, Sequence
 
+from pipebench.base.csv_cells import csv_text
 from pipebench.base.io import write_json_atomic, write_text_atomic
 
 RESULT_FILE = "result.json"
@@ -60,14 +59,6 @@ def write_calibration(invocation_dir: Path, calibration: Any) -> Path:
     return path
 
 
-def _csv_text(rows: Sequence[Mapping[str, object]], columns: Sequence[str]) -> str:
-    buffer = StringIO()
-    writer = csv.DictWriter(buffer, fieldnames=columns, extrasaction="ignore")
-    writer.writeheader()
-    writer.writerows(rows)
-    return buffer.getvalue()
-
-
 def load_job_results(invocation_dir: Path) -> List[Dict[str, object]]:
     """Every finished job's result.json under an invocation folder, in job order."""
     found = []
@@ -100,6 +91,6 @@ def write_invocation_tables(invocation_dir: Path) -> List[Dict[str, object]]:
     """Rebuild summary.csv and transforms.csv from the job folders; return the summary rows."""
     results = load_job_results(invocation_dir)
     rows = summary_rows(results)
-    write_text_atomic(invocation_dir / SUMMARY_CSV, _csv_text(rows, SUMMARY_COLUMNS))
-    write_text_atomic(invocation_dir / TRANSFORMS_CSV, _csv_text(transform_table_rows(results), TRANSFORM_COLUMNS))
+    write_text_atomic(invocation_dir / SUMMARY_CSV, csv_text(rows, SUMMARY_COLUMNS))
+    write_text_atomic(invocation_dir / TRANSFORMS_CSV, csv_text(transform_table_rows(results), TRANSFORM_COLUMNS))
     return rows

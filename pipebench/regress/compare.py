@@ -20,8 +20,6 @@ happened to catch a quick or a slow moment (measured here: 10% between two runs 
 code, while the pipeline held still) cannot invent one either.
 """
 
-import csv
-import io
 import json
 from dataclasses import dataclass
 from pathlib import Path
@@ -30,6 +28,7 @@ from typing import Dict, List, Mapping, Optional, Sequence, Tuple
 import numpy as np
 from scipy.stats import mannwhitneyu
 
+from pipebench.base.csv_cells import csv_table
 from pipebench.base.errors import PipebenchError
 from pipebench.record.results import CALIBRATION_FILE, job_key
 
@@ -335,14 +334,10 @@ def render_markdown(comparison: Comparison) -> str:
 
 def render_csv(comparison: Comparison) -> str:
     """One row a job, CSV_COLUMNS."""
-    buffer = io.StringIO()
-    writer = csv.writer(buffer, lineterminator="\n")
-    writer.writerow(CSV_COLUMNS)
-    for j in comparison.jobs:
-        writer.writerow([j.job, j.baseline_samples_per_s, j.current_samples_per_s, j.ratio, j.ci_low, j.ci_high,
-                         j.normalised_ratio, j.starvation_change_pts, j.p_value, j.verdict,
-                         j.baseline_repeats, j.current_repeats, ";".join(j.mismatch)])
-    return buffer.getvalue()
+    return csv_table(CSV_COLUMNS, ([j.job, j.baseline_samples_per_s, j.current_samples_per_s, j.ratio, j.ci_low,
+                                    j.ci_high, j.normalised_ratio, j.starvation_change_pts, j.p_value, j.verdict,
+                                    j.baseline_repeats, j.current_repeats, ";".join(j.mismatch)]
+                                   for j in comparison.jobs))
 
 
 def write_comparison(comparison: Comparison, out_dir: str) -> Tuple[Path, Path]:
