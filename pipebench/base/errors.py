@@ -1,5 +1,7 @@
 """User-facing errors: each one becomes a single line on stderr and exit status 2."""
 
+import sys
+
 # Exit status for a user mistake (bad config, bad data), as argparse uses.
 USAGE_EXIT_STATUS = 2
 
@@ -22,3 +24,17 @@ class SampleError(PipebenchError):
 
 class WorkerError(PipebenchError):
     """A DataLoader worker died or stayed silent past loader.timeout_s."""
+
+
+def warn(message: str) -> None:
+    """One line on stderr about something pipebench works around (a damaged file it will not use)."""
+    print(f"pipebench: {message}", file=sys.stderr, flush=True)
+
+
+def error_line(exc: Exception) -> str:
+    """A user-facing error as one line; an OSError (read-only folder, a file where a folder belongs)
+    names its file(s) and what the system said."""
+    if isinstance(exc, OSError) and exc.strerror:
+        names = " -> ".join(str(name) for name in (exc.filename, exc.filename2) if name is not None)
+        return f"{names}: {exc.strerror}" if names else exc.strerror
+    return str(exc)
