@@ -18,16 +18,20 @@ def result_record(num: int, overrides: Sequence[str] = (), rates: Sequence[float
     """One job: a pass a rate (steps of `batch` samples at that rate), its summary from those passes,
     then `summary`'s keys on top (a rate given there must agree with `rates`)."""
     passes = [{"samples": [batch] * steps, "step_ms": [batch * 1000.0 / rate] * steps,
-               "wait_ms": [batch * 1000.0 / rate * starvation] * steps} for rate in rates]
+               "wait_ms": [batch * 1000.0 / rate * starvation] * steps,
+               "compute_ms": [batch * 1000.0 / rate * (1 - starvation)] * steps, "h2d_ms": [0.0] * steps}
+              for rate in rates]
     step_ms = [ms for one in passes for ms in one["step_ms"]]
     rate = 1000.0 * batch * len(step_ms) / sum(step_ms)
     label = job if job is not None else ",".join(overrides) or "default"
     row = {"job": label, "dataset": "random_tensors", "transform": "chain", "workers": 0, "batch_size": batch,
            "consumer": "none", "samples_per_s": rate, "samples_per_s_ci_low": rate * (1 - INTERVAL),
            "samples_per_s_ci_high": rate * (1 + INTERVAL), "step_ms_mean": sum(step_ms) / len(step_ms),
-           "starvation_pct": 100.0 * starvation, "steps": len(step_ms), **(summary or {})}
+           "starvation_pct": 100.0 * starvation, "steps": len(step_ms), "cpu_ms_per_sample": 1.0,
+           "pipeline_ms_per_sample": 1.0, "transfer_ms_median": 0.0, "ready_next_ms_median": 0.0, **(summary or {})}
     return {"job": label, "job_num": num, "overrides": list(overrides), "config": dict(config or {}), "choices": {},
-            "summary": row, "transforms": [], "passes": passes, "fingerprint": dict(fingerprint or {})}
+            "summary": row, "transforms": [], "passes": passes,
+            "fingerprint": {"usable_cores": 2, **(fingerprint or {})}}
 
 
 def write_record(folder: Path, record: Mapping[str, object]) -> Path:

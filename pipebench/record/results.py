@@ -68,17 +68,18 @@ PRINTED_TRANSFORM_COLUMNS = TRANSFORM_COLUMNS[1:]
 TEXT_SUMMARY_COLUMNS = ("job", "dataset", "transform", "consumer", "pin_memory", "sync_ops", "gpu_notes",
                         "reserved_oscillating")
 NUMERIC_SUMMARY = {column: optional(NUMBER) for column in SUMMARY_COLUMNS if column not in TEXT_SUMMARY_COLUMNS}
-# What every reader of result.json uses (report, compare, diagnosis, explore, resume).
+# What the readers of result.json index without a default (report, diagnosis, compare, explore, resume).
 RESULT_FIELDS = {"job": TEXT, "job_num": WHOLE, "overrides": TEXTS, "config": OBJECT, "summary": OBJECT,
                  "transforms": list_of(OBJECT), "passes": list_of(OBJECT), "fingerprint": OBJECT}
-SUMMARY_FIELDS = {"samples_per_s": NUMBER, "samples_per_s_ci_low": NUMBER, "samples_per_s_ci_high": NUMBER,
-                  "step_ms_mean": NUMBER, "starvation_pct": NUMBER, "steps": WHOLE, "workers": WHOLE,
-                  "batch_size": WHOLE}
-TRANSFORM_FIELDS = {"stage": TEXT, "transform": TEXT, "ms_per_sample": NUMBER}
+SUMMARY_FIELDS = {"job": TEXT, "workers": WHOLE, "batch_size": WHOLE, "steps": WHOLE,
+                  **{key: NUMBER for key in ("samples_per_s", "samples_per_s_ci_low", "samples_per_s_ci_high",
+                                             "step_ms_mean", "starvation_pct", "cpu_ms_per_sample",
+                                             "pipeline_ms_per_sample", "transfer_ms_median", "ready_next_ms_median")}}
+FINGERPRINT_FIELDS = {"usable_cores": WHOLE}
+TRANSFORM_FIELDS = {"stage": TEXT, "transform": TEXT, "ms_per_sample": NUMBER, "share_pct": NUMBER}
 NUMERIC_TRANSFORM = {column: NUMBER for column in TRANSFORM_COLUMNS[3:]}
-# A pass's per-step lists: the first three are required (compare's rates, the checks below).
-PASS_FIELDS = {"samples": list_of(NUMBER), "step_ms": list_of(NUMBER), "wait_ms": list_of(NUMBER)}
-PASS_EXTRA = {"h2d_ms": list_of(NUMBER), "compute_ms": list_of(NUMBER), "transfer_ms": list_of(NUMBER)}
+# A pass's per-step lists that readers use (compare's rates, the diagnosis's consumer time, the checks below).
+PASS_FIELDS = {key: list_of(NUMBER) for key in ("samples", "step_ms", "wait_ms", "compute_ms", "h2d_ms")}
 # The summary is computed from the same float64 step times result.json stores in `passes`, so the
 # two agree to rounding (3e-16 measured on the committed nightly baseline); a millionth leaves room
 # for the JSON round trip and still catches any hand edit of a figure.
@@ -132,7 +133,6 @@ def _check_passes(passes: Sequence[Mapping[str, Any]], batch_size: int, where: s
         raise Malformed(f"{where} holds no pass")
     for i, one in enumerate(passes):
         check_fields(one, PASS_FIELDS, f"{where}.{i}.")
-        check_fields(one, PASS_EXTRA, f"{where}.{i}.", required=False)
         if len({len(one[key]) for key in PASS_FIELDS}) > 1:
             raise Malformed(f"{where}.{i} has step lists of different lengths")
         if any(not 0 <= n <= batch_size for n in one["samples"]):
@@ -164,6 +164,7 @@ def _check_result(data: Dict[str, object]) -> None:
     summary = data["summary"]
     check_fields(summary, SUMMARY_FIELDS, "summary.")
     check_fields(summary, NUMERIC_SUMMARY, "summary.", required=False)
+    check_fields(data["fingerprint"], FINGERPRINT_FIELDS, "fingerprint.")
     for i, row in enumerate(data["transforms"]):
         check_fields(row, TRANSFORM_FIELDS, f"transforms.{i}.")
         check_fields(row, NUMERIC_TRANSFORM, f"transforms.{i}.", required=False)

@@ -119,8 +119,10 @@ def _parse(raw: bytes) -> object:
     try:
         return json.loads(text)
     except json.JSONDecodeError as exc:
-        if exc.pos >= len(text.rstrip()):
-            raise Malformed(f"truncated JSON (it ends at line {exc.lineno} column {exc.colno})") from None
+        # A cut file stops mid-value, or right after an inner value where more was due.
+        stripped = text.rstrip()
+        if exc.pos >= len(stripped) or not stripped.endswith(("}", "]")):
+            raise Malformed(f"truncated JSON (it stops after {len(stripped)} characters, unclosed)") from None
         raise Malformed(f"not JSON ({exc.msg} at line {exc.lineno} column {exc.colno})") from None
     except RecursionError:
         raise Malformed("not JSON pipebench wrote (nested too deeply)") from None
