@@ -24,6 +24,7 @@ from hydra.core.hydra_config import HydraConfig
 from stored_results import result_record, write_record
 
 from pipebench.base.csv_cells import csv_table, csv_text, safe_cell
+from pipebench.base.errors import printable
 from pipebench.cli.main import main
 from pipebench.config.compose import CONFIG_MODULE, CONFIG_NAME, HYDRA_VERSION_BASE
 from pipebench.config.schema import register_schema
@@ -188,6 +189,17 @@ def test_report_and_compare_name_a_damaged_result_on_one_line_and_exit_2(tmp_pat
         err = capsys.readouterr().err
         assert len(err.strip().splitlines()) == 1 and err.startswith("pipebench: error: "), err
         assert str(damaged) in err and kind in err, err
+
+
+def test_a_planted_name_or_value_with_a_newline_stays_one_line(tmp_path, capsys):
+    _two_jobs(tmp_path)
+    odd = write_record(tmp_path, result_record(0, ["workers=0"])).parent.rename(tmp_path / "job-0\nforged: line")
+    (odd / RESULT_FILE).write_text('{"job": "x\n')
+    assert main(["report", str(tmp_path)]) == 2
+    err = capsys.readouterr().err
+    assert len(err.strip().splitlines()) == 1 and "job-0\\nforged: line" in err, err
+    stored = stored_job(tmp_path / "job-1", ["workers=1"], {"a\nb": 1})
+    assert "a\\nb" in printable(stored.reason) and "\n" not in printable(stored.reason)
 
 
 def test_a_file_without_a_version_is_version_1_and_writers_stamp_it(tmp_path):

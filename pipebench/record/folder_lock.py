@@ -34,7 +34,7 @@ def folder_lock(folder: Path) -> Iterator[None]:
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
-            holder = os.pread(fd, 32, 0).decode(errors="replace").strip() or "unknown"
+            holder = "".join(ch for ch in os.pread(fd, 32, 0).decode(errors="replace") if ch.isdigit()) or "unknown"
             raise FolderBusy(f"{folder} is in use by another pipebench run (process {holder} holds {path}); "
                              "wait for it, or pass --fresh for a new folder") from None
         os.ftruncate(fd, 0)

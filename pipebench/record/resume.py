@@ -46,6 +46,8 @@ INVOCATION_FILE = "invocation.json"
 REJECTED_FILE = "result.rejected.json"
 # Hydra keeps `hydra.*` overrides out of a job's task overrides (result.json "overrides").
 HYDRA_PREFIX = "hydra."
+# The longest stored value a message shows.
+SHOWN_CHARS = 80
 INVOCATION_FIELDS = {"command": TEXTS, "swept": TEXTS, "jobs": list_of(TEXTS, "an array of string arrays"),
                      "created": NUMBER}
 
@@ -74,7 +76,13 @@ def task_overrides(job: Sequence[str]) -> Tuple[str, ...]:
 
 
 def _shown(flat: Mapping[str, object], key: str) -> str:
-    return repr(flat[key]) if key in flat else "absent"
+    return _brief(flat[key]) if key in flat else "absent"
+
+
+def _brief(value: object) -> str:
+    """A stored value for a message: its repr, cut short (a damaged file may hold anything)."""
+    text = repr(value)
+    return text if len(text) <= SHOWN_CHARS else text[:SHOWN_CHARS] + "..."
 
 
 def _config_difference(stored: Mapping[str, object], wanted: Mapping[str, object]) -> str:
@@ -101,7 +109,7 @@ def stored_job(job_dir: Path, overrides: Sequence[str], config: Mapping[str, obj
     except (DamagedFile, NewerFile) as exc:
         return StoredJob(False, str(exc))
     if tuple(result["overrides"]) != tuple(overrides):
-        return StoredJob(False, f"{path}: stored for other overrides ({' '.join(result['overrides'])})")
+        return StoredJob(False, f"{path}: stored for other overrides {_brief(result['overrides'])}")
     difference = _config_difference(result["config"], config)
     return StoredJob(not difference, f"{path}: {difference}" if difference else "")
 
