@@ -9,6 +9,7 @@ from typing import Dict, Optional, Sequence
 import numpy as np
 import pytest
 from conftest import TINY_DATASET, results_folder, run_cli
+from stored_results import result_record, write_record
 
 from pipebench.cli.compare import compare_main
 from pipebench.record.results import CALIBRATION_FILE, job_key
@@ -39,20 +40,12 @@ CONFIG = {"transform": {"per_sample": [{"_target_": "BusyWait", "ms": 1.0}]}, "w
           "run": {"repeats": 5, "progress": True}, "results_dir": "results"}
 
 
-def _pass(rate: float, starvation: float) -> Dict[str, list]:
-    step_ms = BATCH * 1000.0 / rate
-    return {"samples": [BATCH] * STEPS, "step_ms": [step_ms] * STEPS, "wait_ms": [step_ms * starvation] * STEPS}
-
-
 def write_run(folder: Path, rates: Dict[str, Sequence[float]], fingerprint: Optional[dict] = None,
               config: Optional[dict] = None, calibration_s: Optional[float] = None, starvation: float = 0.5) -> Path:
     """A results folder with one result.json a job, one pass per rate."""
     for num, (label, job_rates) in enumerate(rates.items()):
-        job_dir = folder / f"job-{num}"
-        job_dir.mkdir(parents=True)
-        record = {"job": label, "job_num": num, "config": config or CONFIG, "fingerprint": fingerprint or FINGERPRINT,
-                  "summary": {}, "passes": [_pass(r, starvation) for r in job_rates]}
-        (job_dir / "result.json").write_text(json.dumps(record))
+        write_record(folder, result_record(num, rates=job_rates, batch=BATCH, steps=STEPS, starvation=starvation,
+                                           config=config or CONFIG, fingerprint=fingerprint or FINGERPRINT, job=label))
     (folder / "summary.csv").write_text("job\n")
     if calibration_s is not None:
         (folder / CALIBRATION_FILE).write_text(json.dumps({"score_s": calibration_s, "samples_s": [calibration_s] * 5}))

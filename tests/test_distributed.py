@@ -2,6 +2,7 @@
 
 import csv
 import json
+import os
 import time
 from pathlib import Path
 
@@ -135,7 +136,8 @@ def test_hung_ranks_are_stopped_at_the_job_timeout(rank_project, monkeypatch):
     # In-process (the CLI's one-line failure path is covered above): the ranks import faults.py from here.
     monkeypatch.chdir(rank_project)
     monkeypatch.syspath_prepend(str(rank_project))
-    monkeypatch.setenv("PYTHONPATH", str(rank_project))
+    # Ahead of, not instead of, the caller's PYTHONPATH: the ranks must import the same pipebench as this test.
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join(filter(None, (str(rank_project), os.environ.get("PYTHONPATH")))))
     spec = compose_spec(["hydra.searchpath=[file://conf]", "transform=hangonrank1", "workers=0", *SMALL, *QUICK_RUN,
                          "distributed.nproc=2", "distributed.job_timeout_s=12"])
     job_dir = rank_project / "job"

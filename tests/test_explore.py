@@ -5,6 +5,7 @@ import json
 
 import pytest
 from conftest import QUICK_RUN, TINY_DATASET, results_folder, run_cli
+from stored_results import result_record, write_record
 
 from pipebench.explore.equivalence import IDENTICAL, NOT_EQUIVALENT, Equivalence
 from pipebench.explore.plan import Checked, Plan, conclusions, explore_rows
@@ -94,11 +95,9 @@ def test_bad_input_is_one_line_and_exit_2(tmp_path, args, message):
 
 
 def _job(folder, num, transform, rnd, rate, cpu):
-    job = folder / f"job-{num}"
-    job.mkdir(parents=True)
-    job.joinpath("result.json").write_text(json.dumps({
-        "job_num": num, "overrides": [f"run.round={rnd}", "rounds=3", f"transform={transform}"],
-        "summary": {"transform": transform, "samples_per_s": rate, "cpu_ms_per_sample": cpu}}))
+    write_record(folder, result_record(num, [f"run.round={rnd}", "rounds=3", f"transform={transform}"], rates=[rate],
+                                       summary={"transform": transform, "samples_per_s": rate,
+                                                "cpu_ms_per_sample": cpu}))
 
 
 def test_explore_table_takes_medians_over_rounds_and_says_what_to_change(tmp_path):
@@ -107,7 +106,7 @@ def test_explore_table_takes_medians_over_rounds_and_says_what_to_change(tmp_pat
     lean = Variant("c+crop_first", ("crop_first",), ("move Crop ahead of Scale",), Chain(()))
     loose = Variant("c+per_batch", ("per_batch",), ("run Gain once per batch as BatchGain",), Chain(()))
     verdicts = {"c+fast": IDENTICAL, "c+crop_first": IDENTICAL, "c+per_batch": NOT_EQUIVALENT}
-    plan = Plan(tmp_path, tmp_path, (), (Checked(base, None),) + tuple(
+    plan = Plan(tmp_path, (), (Checked(base, None),) + tuple(
         Checked(v, Equivalence(verdicts[v.name], "")) for v in (quick, lean, loose)), ())
     # Three rounds, interleaved; round 1 ran on a busy machine (every rate low, CPU barely moved).
     measured = {"c": [(100, 6.0), (60, 6.2), (104, 6.1)], "c+fast": [(150, 4.0), (90, 4.3), (149, 4.1)],

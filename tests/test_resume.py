@@ -12,8 +12,8 @@ import time
 from pathlib import Path
 
 from conftest import TINY_DATASET, results_folder, run_cli
+from stored_results import result_record, write_record
 
-from pipebench.base.io import write_json_atomic
 from pipebench.record.results import RESULT_FILE
 from pipebench.record.resume import (
     INVOCATION_FILE,
@@ -77,24 +77,23 @@ def test_interrupted_auto_sweep_resumes_without_remeasuring(user_project):
 def _fake_run(folder: Path, jobs, done: int) -> None:
     record_invocation(folder, ["workers=0,1"], jobs, ["workers=0,1"])
     for i, job in enumerate(jobs[:done]):
-        (folder / f"job-{i}").mkdir()
-        write_json_atomic(folder / f"job-{i}" / RESULT_FILE, {"job": ",".join(job), "job_num": i, "overrides": job})
+        write_record(folder, result_record(i, job))
 
 
 def test_only_the_latest_incomplete_invocation_of_the_same_sweep_is_resumed(tmp_path):
     jobs = [["workers=0"], ["workers=1"]]
     new = tmp_path / "20990101-000000-new"
-    assert not choose_invocation(tmp_path, new, ["workers=0,1"], jobs, fresh=False).resumed
+    fresh = choose_invocation(tmp_path, new, ["workers=0,1"], jobs, fresh=False)
+    assert (fresh.folder, fresh.resumed) == (new, False) and new.is_dir(), "a new folder is created at once"
     _fake_run(tmp_path / "a", jobs, done=1)
     choice = choose_invocation(tmp_path, new, ["workers=0,1"], jobs, fresh=False)
     assert (choice.folder, choice.done, choice.total, choice.resumed) == (tmp_path / "a", 1, 2, True)
-    assert choose_invocation(tmp_path, new, ["workers=0,1"], jobs, fresh=True).folder == new
-    assert choose_invocation(tmp_path, new, ["workers=0,2"], jobs, fresh=False).folder == new, "another sweep"
+    assert choose_invocation(tmp_path, new, ["workers=0,1"], jobs, fresh=True).folder.name == f"{new.name}-2"
+    assert choose_invocation(tmp_path, new, ["workers=0,2"], jobs, fresh=False).folder.name == f"{new.name}-3", \
+        "another sweep"
     time.sleep(0.01)
     _fake_run(tmp_path / "b", jobs, done=2)  # a later, finished run of the same sweep
-    assert choose_invocation(tmp_path, new, ["workers=0,1"], jobs, fresh=False).folder == new
-    new.mkdir()
-    assert choose_invocation(tmp_path, new, ["workers=0,1"], jobs, fresh=True).folder.name == f"{new.name}-2"
+    assert choose_invocation(tmp_path, new, ["workers=0,1"], jobs, fresh=False).folder.name == f"{new.name}-4"
     assert json.loads((tmp_path / "a" / INVOCATION_FILE).read_text())["jobs"] == jobs
     twice = [["workers=0"], ["workers=0"]]  # one of two identical jobs finished: not complete
     _fake_run(tmp_path / "dup" / "c", twice, done=1)
@@ -110,13 +109,11 @@ def test_an_interrupted_exploration_of_the_same_chain_and_settings_is_found(tmp_
     folder.mkdir()
     search_path = f"hydra.searchpath=['file://{folder}/variants']"  # names the folder, so never matched on
     record_invocation(folder, ["x"], jobs, [search_path, *swept])
-    (folder / "job-0").mkdir()
-    write_json_atomic(folder / "job-0" / RESULT_FILE, {"job": "a", "job_num": 0, "overrides": jobs[0]})
+    write_record(folder, result_record(0, jobs[0]))
 
     found = unfinished_exploration(tmp_path, "yuv_mask", swept)
     assert found is not None and (found.folder, found.done, found.total) == (folder, 1, 2)
     assert unfinished_exploration(tmp_path, "yuv_mask", ("rounds=3", *swept[1:])) is None, "other settings"
     assert unfinished_exploration(tmp_path, "yuv_mask_fast", swept) is None, "another chain"
-    (folder / "job-1").mkdir()
-    write_json_atomic(folder / "job-1" / RESULT_FILE, {"job": "b", "job_num": 1, "overrides": jobs[1]})
+    write_record(folder, result_record(1, jobs[1]))
     assert unfinished_exploration(tmp_path, "yuv_mask", swept) is None, "a finished exploration starts anew"

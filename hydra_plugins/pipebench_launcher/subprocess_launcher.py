@@ -78,7 +78,7 @@ class SubprocessLauncher(Launcher):
                 sweep_config.hydra.job.num = idx
             # A resumed sweep (pipebench.record.resume) skips the jobs an interrupted run already finished.
             done = job_already_done(sweep_dir / str(sweep_config.hydra.sweep.subdir),
-                                    list(sweep_config.hydra.overrides.task))
+                                    list(sweep_config.hydra.overrides.task), sweep_config)
             print(f"[job {idx + 1}/{total}] {' '.join(filter_overrides(overrides)) or 'defaults'}"
                   f"{' (already done, skipped)' if done else ''}", flush=True)
             if not done:

@@ -1,5 +1,8 @@
 """User-facing errors: each one becomes a single line on stderr and exit status 2."""
 
+import re
+import sys
+
 # Exit status for a user mistake (bad config, bad data), as argparse uses.
 USAGE_EXIT_STATUS = 2
 
@@ -22,3 +25,26 @@ class SampleError(PipebenchError):
 
 class WorkerError(PipebenchError):
     """A DataLoader worker died or stayed silent past loader.timeout_s."""
+
+
+# Control characters: a file or folder name, or a value read from a damaged file, may hold a newline.
+CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+
+
+def printable(text: str) -> str:
+    """`text` with control characters escaped (a newline shows as \\n), so it stays one line."""
+    return CONTROL.sub(lambda found: repr(found.group())[1:-1], text)
+
+
+def warn(message: str) -> None:
+    """One line on stderr about something pipebench works around (a damaged file it will not use)."""
+    print(f"pipebench: {printable(message)}", file=sys.stderr, flush=True)
+
+
+def error_line(exc: Exception) -> str:
+    """A user-facing error as one line; an OSError (read-only folder, a file where a folder belongs)
+    names its file(s) and what the system said."""
+    if isinstance(exc, OSError) and exc.strerror:
+        names = " -> ".join(str(name) for name in (exc.filename, exc.filename2) if name is not None)
+        return printable(f"{names}: {exc.strerror}" if names else exc.strerror)
+    return printable(str(exc))

@@ -12,7 +12,7 @@ import tempfile
 from pathlib import Path
 from typing import Mapping
 
-__all__ = ["folder_safe", "write_json_atomic", "write_text_atomic"]
+__all__ = ["folder_safe", "write_bytes_atomic", "write_json_atomic", "write_text_atomic"]
 
 
 def folder_safe(text: str) -> str:
@@ -20,16 +20,21 @@ def folder_safe(text: str) -> str:
     return re.sub(r"[^A-Za-z0-9_.+-]", "", text)
 
 
-def write_text_atomic(path: Path, text: str) -> None:
-    """Write `text` to `path` so readers see the old file or the new one, never a part."""
+def write_bytes_atomic(path: Path, data: bytes) -> None:
+    """Write `data` to `path` so readers see the old file or the new one, never a part. A symlink
+    planted at `path` is replaced, never followed."""
     handle, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
-        with os.fdopen(handle, "w") as out:
-            out.write(text)
+        with os.fdopen(handle, "wb") as out:
+            out.write(data)
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
+
+
+def write_text_atomic(path: Path, text: str) -> None:
+    write_bytes_atomic(path, text.encode("utf-8"))
 
 
 def write_json_atomic(path: Path, payload: Mapping[str, object]) -> None:

@@ -4,7 +4,7 @@ import argparse
 import sys
 from typing import Optional
 
-from pipebench.base.errors import PipebenchError
+from pipebench.base.errors import PipebenchError, error_line
 from pipebench.regress.compare import (
     DEFAULT_THRESHOLD,
     EXIT_INCOMPARABLE,
@@ -31,12 +31,12 @@ def compare_main(baseline: str, current: str, threshold: float = DEFAULT_THRESHO
         if comparison.mismatch and not allow_mismatch:
             raise CompareError(f"fingerprints differ in {', '.join(comparison.mismatch)} "
                                "(--allow-mismatch compares anyway)")
-    except PipebenchError as exc:
-        print(f"pipebench: error: {exc}", file=sys.stderr)
+        if out_dir is not None:
+            write_comparison(comparison, out_dir)
+    except (PipebenchError, OSError) as exc:
+        print(f"pipebench: error: {error_line(exc)}", file=sys.stderr)
         return EXIT_INCOMPARABLE
     print(render_markdown(comparison), end="")
-    if out_dir is not None:
-        write_comparison(comparison, out_dir)
     return EXIT_REGRESSION if comparison.counts()[SLOWER] else EXIT_OK
 
 

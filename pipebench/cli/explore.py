@@ -10,7 +10,9 @@ from pipebench.explore.plan import (
     NoVariants,
     plan_exploration,
     write_explore_table,
+    write_plan,
 )
+from pipebench.record.folder_lock import folder_lock
 
 __all__ = ["add_parser", "explore_command", "main"]
 
@@ -23,7 +25,8 @@ examples:
 moves:  crop_first (a crop ahead of pointwise steps and PIL->tensor), fast (a declared fast_form),
         per_batch (trailing steps with a batch_form into the collate), and their combinations
 checks: identical / close (float tolerance) / same distribution (KS test) / not equivalent / fails
-writes: variants.json, equivalence.md|csv, variants/transform/*.yaml, explore.md|csv, and what `run` writes
+writes: variants.json, equivalence.md|csv, variants/transform/*.yaml (to read; never read back),
+        explore.md|csv, and what `run` writes
 defaults: {' '.join(f"{k}={v}" for k, v in EXPLORE_DEFAULTS)} (interleaved rounds of short jobs), unless given
 """
 
@@ -36,15 +39,16 @@ def explore_command(overrides: List[str], config_dir: Optional[str], fresh: bool
     if isinstance(plan, NoVariants):
         print(f"pipebench explore: no variants of transform={plan.base}: {'; '.join(plan.reasons)}")
         return 0
-    print("".join(f"not applied: {reason}\n" for reason in plan.not_applied), end="")
-    measured = [item for item in plan.checked if item.measured]
-    if plan.resumed is not None:
-        print(f"resuming {plan.invocation_dir}: {plan.resumed.done} of {plan.resumed.total} jobs already done",
-              flush=True)
-    print(f"explore: measuring {len(measured)} chains, interleaved, in one sweep", flush=True)
-    return run_command(list(plan.overrides), config_dir, search_paths=[plan.search_path],
-                       invocation_dir=plan.invocation_dir,
-                       epilogue=lambda folder: print(f"## explore\n\n{write_explore_table(folder, plan)}"))
+    with folder_lock(plan.invocation_dir):
+        print(f"\n## equivalence with {plan.checked[0].variant.name}\n\n{write_plan(plan)}")
+        print("".join(f"not applied: {reason}\n" for reason in plan.not_applied), end="")
+        measured = [item for item in plan.checked if item.measured]
+        if plan.resumed is not None:
+            print(f"resuming {plan.invocation_dir}: {plan.resumed.done} of {plan.resumed.total} jobs already done",
+                  flush=True)
+        print(f"explore: measuring {len(measured)} chains, interleaved, in one sweep", flush=True)
+        return run_command(list(plan.overrides), config_dir, invocation_dir=plan.invocation_dir,
+                           epilogue=lambda folder: print(f"## explore\n\n{write_explore_table(folder, plan)}"))
 
 
 def add_parser(verbs: "argparse._SubParsersAction") -> None:

@@ -12,14 +12,14 @@ from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig, OmegaConf
 
 from pipebench.base.errors import USAGE_EXIT_STATUS, PipebenchError
-from pipebench.base.io import write_json_atomic
+from pipebench.base.io import write_text_atomic
 from pipebench.base.tables import markdown_table
 from pipebench.config.specs import job_spec_from_config
 from pipebench.measure.job import SINGLE_PROCESS_FIELDS, measure
 from pipebench.record.results import (
     PRINTED_TRANSFORM_COLUMNS,
-    RESULT_FILE,
     write_invocation_tables,
+    write_result,
 )
 from pipebench.report.summary import write_summary_markdown
 
@@ -39,7 +39,7 @@ def run_job_task(cfg: DictConfig) -> None:
         spec = job_spec_from_config(cfg, choices)
         record = measure(spec, job_dir)
     except PipebenchError as exc:
-        (job_dir / ERROR_FILE).write_text(f"{exc}\n")
+        write_text_atomic(job_dir / ERROR_FILE, f"{exc}\n")
         print(f"pipebench: error: {exc}", file=sys.stderr)
         raise SystemExit(USAGE_EXIT_STATUS) from None
     summary = {
@@ -61,7 +61,7 @@ def run_job_task(cfg: DictConfig) -> None:
         **record,
         "summary": summary,
     }
-    write_json_atomic(job_dir / RESULT_FILE, result)
+    write_result(job_dir, result)
     write_summary_markdown(job_dir.parent, write_invocation_tables(job_dir.parent))
     print(f"\n## {name}\n")
     print(markdown_table(record["transforms"], PRINTED_TRANSFORM_COLUMNS))

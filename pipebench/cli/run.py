@@ -53,6 +53,7 @@ from pipebench.record.results import (
     load_job_results,
     write_calibration,
 )
+from pipebench.record.folder_lock import folder_lock
 from pipebench.record.resume import choose_invocation, record_invocation
 from pipebench.report.comparison import identity, select_job
 from pipebench.report.writer import print_summary, write_report
@@ -170,7 +171,6 @@ def _final_report(invocation_dir: Path, baseline: Optional[str]) -> None:
 
 
 def _calibrate(invocation_dir: Path) -> None:
-    invocation_dir.mkdir(parents=True, exist_ok=True)
     print("calibration: timing the fixed decode + transform workload", flush=True)
     calibration = run_calibration()
     path = write_calibration(invocation_dir, calibration)
@@ -212,40 +212,21 @@ def import_from_cwd() -> None:
         sys.path.insert(0, os.getcwd())
 
 
-def search_path(config_dir: Optional[str], extra: Sequence[Path] = ()) -> List[str]:
-    """A `hydra.searchpath` override for the user's --config-dir and any extra config folders, or none."""
-    if config_dir is not None and not Path(config_dir).is_dir():
-        raise ConfigError(f"--config-dir {config_dir}: no such directory")
-    paths = [*([Path(config_dir)] if config_dir is not None else []), *extra]
-    if not paths:
+def search_path(config_dir: Optional[str]) -> List[str]:
+    """A `hydra.searchpath` override for the user's --config-dir, or none. Nothing pipebench stored
+    ever goes on the search path: explore's variants reach Hydra through its ConfigStore."""
+    if config_dir is None:
         return []
-    return [f"hydra.searchpath=[{','.join(_quote('file://' + str(p.resolve())) for p in paths)}]"]
+    if not Path(config_dir).is_dir():
+        raise ConfigError(f"--config-dir {config_dir}: no such directory")
+    return [f"hydra.searchpath=[{_quote('file://' + str(Path(config_dir).resolve()))}]"]
 
 
-def run_command(overrides: List[str], config_dir: Optional[str], baseline: Optional[str] = None,
-                fresh: bool = False, search_paths: Sequence[Path] = (), invocation_dir: Optional[Path] = None,
-                epilogue: Optional[Callable[[Path], None]] = None) -> int:
-    """Check and run a sweep. `explore` adds config folders, names the folder it has already
-    started (so it is never resumed), and prints its own table after the report (`epilogue`)."""
-    import_from_cwd()
-    overrides = [*search_path(config_dir, search_paths), *overrides]
-    # Expanded here, so the checks below, the label and invocation.json all see the real jobs.
-    overrides = expand_auto_workers(overrides, usable_cores())
-    swept = sweep_overrides(overrides)
-    jobs = expand_sweep(swept)
-    checked = preflight(jobs)
-    _check_invocation_keys(checked)
-    _check_baseline(baseline, jobs, checked)
-    first_spec, results_dir = checked[0]
-    if invocation_dir is None:
-        choice = choose_invocation(Path(results_dir),
-                                   Path(results_dir) / f"{time.strftime('%Y%m%d-%H%M%S')}-{_label(overrides)}",
-                                   swept, jobs, fresh)
-        invocation_dir = choice.folder
-        if choice.resumed:
-            print(f"resuming {invocation_dir}: {choice.done} of {choice.total} jobs already done", flush=True)
-    record_invocation(invocation_dir, swept, jobs, overrides)
-    if first_spec.calibrate and not (invocation_dir / CALIBRATION_FILE).is_file():
+def _run_sweep(invocation_dir: Path, swept: Sequence[str], jobs: Sequence[Sequence[str]], command: Sequence[str],
+               calibrate: bool, baseline: Optional[str], epilogue: Optional[Callable[[Path], None]]) -> int:
+    """Run the checked sweep in invocation_dir, whose lock the caller holds, then report."""
+    record_invocation(invocation_dir, swept, jobs, command)
+    if calibrate and not (invocation_dir / CALIBRATION_FILE).is_file():
         _calibrate(invocation_dir)
     sys.argv = ["pipebench", "--multirun", *swept, CLEAR_SWEEPER_PARAMS,
                 f"hydra.sweep.dir={_quote(str(invocation_dir))}"]
@@ -262,6 +243,33 @@ def run_command(overrides: List[str], config_dir: Optional[str], baseline: Optio
         epilogue(invocation_dir)
     print(f"results: {invocation_dir}")
     return status
+
+
+def run_command(overrides: List[str], config_dir: Optional[str], baseline: Optional[str] = None,
+                fresh: bool = False, invocation_dir: Optional[Path] = None,
+                epilogue: Optional[Callable[[Path], None]] = None) -> int:
+    """Check and run a sweep in a folder of its own, locked while it runs (a second run on it stops
+    with one line). `explore` names the folder it has already started and locked (so it is never
+    resumed), and prints its own table after the report (`epilogue`)."""
+    import_from_cwd()
+    overrides = [*search_path(config_dir), *overrides]
+    # Expanded here, so the checks below, the label and invocation.json all see the real jobs.
+    overrides = expand_auto_workers(overrides, usable_cores())
+    swept = sweep_overrides(overrides)
+    jobs = expand_sweep(swept)
+    checked = preflight(jobs)
+    _check_invocation_keys(checked)
+    _check_baseline(baseline, jobs, checked)
+    first_spec, results_dir = checked[0]
+    if invocation_dir is not None:
+        return _run_sweep(invocation_dir, swept, jobs, overrides, first_spec.calibrate, baseline, epilogue)
+    choice = choose_invocation(Path(results_dir),
+                               Path(results_dir) / f"{time.strftime('%Y%m%d-%H%M%S')}-{_label(overrides)}",
+                               swept, jobs, fresh)
+    with folder_lock(choice.folder):
+        if choice.resumed:
+            print(f"resuming {choice.folder}: {choice.done} of {choice.total} jobs already done", flush=True)
+        return _run_sweep(choice.folder, swept, jobs, overrides, first_spec.calibrate, baseline, epilogue)
 
 
 def add_parser(verbs: "argparse._SubParsersAction") -> None:

@@ -1,26 +1,29 @@
 """`pipebench explore`: find a chain's variants, check them, and lay out one interleaved sweep.
 
-Before anything is measured: every variant's chain is written as a Hydra transform config
-under `<invocation>/variants/transform/<name>.yaml` (a search path the sweep adds), checked
-for equivalence with the base chain, and recorded in `variants.json`, `equivalence.md` and
-`equivalence.csv`. The CLI then sweeps `transform=<base>,<variant>,...` through the same path
-as `pipebench run`, and `explore_table` joins the measured rows with the variants.
+Before anything is measured: every variant's chain is checked for equivalence with the base
+chain and registered as a `transform/<name>` config in Hydra's ConfigStore, in memory; for the
+reader, each is also written to `<invocation>/variants/transform/<name>.yaml` and recorded in
+`variants.json`, `equivalence.md` and `equivalence.csv`. Nothing in the folder is read back:
+resuming an interrupted exploration regenerates the variants from the base chain and the moves
+(deterministic), so a file planted there is never composed, instantiated or run. The CLI then
+sweeps `transform=<base>,<variant>,...` through the same path as `pipebench run`, and
+`explore_table` joins the measured rows with the variants.
 """
 
-import csv
 import statistics
 import time
 from dataclasses import dataclass
-from io import StringIO
 from pathlib import Path
 from typing import Dict, List, Mapping, Optional, Sequence, Tuple, Union
 
+from hydra.core.config_store import ConfigStore
 from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra.errors import HydraException
 from omegaconf import OmegaConf
 
+from pipebench.base.csv_cells import csv_text
 from pipebench.base.errors import ConfigError
-from pipebench.base.io import folder_safe, write_json_atomic
+from pipebench.base.io import folder_safe, write_json_atomic, write_text_atomic
 from pipebench.base.tables import markdown_table
 from pipebench.config.compose import job_spec_composer, one_line
 from pipebench.config.sweep_axes import expand_auto_workers
@@ -29,7 +32,8 @@ from pipebench.explore.variants import Chain, Variant, explore
 from pipebench.measure.fingerprint import usable_cores
 from pipebench.pipeline.build import build_dataset
 from pipebench.record.results import load_job_results
-from pipebench.record.resume import INVOCATION_FILE, InvocationChoice, latest_unfinished
+from pipebench.record.resume import INVOCATION_FILE, InvocationChoice, latest_unfinished, new_folder
+from pipebench.record.stored import versioned
 
 # Three interleaved rounds by default: variants of one chain often differ by 10-30%, about the
 # round-to-round spread of one job on a shared machine, so one round cannot rank them. With
@@ -43,9 +47,13 @@ DEFAULT_ROUNDS = 3
 # whose extra steps cost time per job (`pipebench run` profiles one chain).
 EXPLORE_DEFAULTS = (("rounds", str(DEFAULT_ROUNDS)), ("run.steps", "10"), ("run.min_time_s", "2"),
                     ("trace", "none"))
+# Written for the reader (a variant to copy into one's own configs), never read back.
 VARIANTS_DIR = "variants"
-# The override run_command puts in front of a sweep to add config folders.
+# The override run_command puts in front of a sweep for --config-dir (and, before variants went
+# to the ConfigStore, for the folder's own variants/).
 SEARCH_PATH_KEY = "hydra.searchpath="
+TRANSFORM_GROUP = "transform"
+CONFIG_PROVIDER = "pipebench explore"
 VARIANTS_JSON = "variants.json"
 EQUIVALENCE_MD = "equivalence.md"
 EQUIVALENCE_CSV = "equivalence.csv"
@@ -76,10 +84,9 @@ class Checked:
 
 @dataclass(frozen=True)
 class Plan:
-    """What explore will measure: the sweep overrides, where the variant configs live, the verdicts."""
+    """What explore will measure: its folder, the sweep overrides, the variants and their verdicts."""
 
     invocation_dir: Path
-    search_path: Path
     overrides: Tuple[str, ...]
     checked: Tuple[Checked, ...]
     not_applied: Tuple[str, ...]
@@ -121,7 +128,16 @@ def _write_variant_configs(folder: Path, variants: Sequence[Variant]) -> None:
     folder.mkdir(parents=True, exist_ok=True)
     for variant in variants:
         header = f"# pipebench explore: {variant.name}\n" + "".join(f"# - {c}\n" for c in variant.changes)
-        (folder / f"{variant.name}.yaml").write_text(header + OmegaConf.to_yaml(variant.chain.as_config()))
+        write_text_atomic(folder / f"{variant.name}.yaml", header + OmegaConf.to_yaml(variant.chain.as_config()))
+
+
+def register_variant_configs(plan: "Plan") -> None:
+    """Each variant as `transform=<name>`, from the chains just generated, in Hydra's ConfigStore:
+    the sweep composes them in memory, and the job processes get them with Hydra's own state."""
+    store = ConfigStore.instance()
+    for item in plan.checked[1:]:
+        store.store(group=TRANSFORM_GROUP, name=item.variant.name, node=item.variant.chain.as_config(),
+                    provider=CONFIG_PROVIDER)
 
 
 def _equivalence_rows(checked: Sequence[Checked]) -> List[Dict[str, object]]:
@@ -134,14 +150,6 @@ def _equivalence_rows(checked: Sequence[Checked]) -> List[Dict[str, object]]:
                      "max_abs_diff": eq.max_abs_diff if eq else None,
                      "detail": eq.detail if eq else "the chain as configured; every variant is checked against it"})
     return rows
-
-
-def _csv_text(rows: Sequence[Mapping[str, object]]) -> str:
-    buffer = StringIO()
-    writer = csv.DictWriter(buffer, fieldnames=list(rows[0]))
-    writer.writeheader()
-    writer.writerows(rows)
-    return buffer.getvalue()
 
 
 def write_variant_files(invocation_dir: Path, checked: Sequence[Checked], not_applied: Sequence[str]) -> str:
@@ -157,18 +165,18 @@ def write_variant_files(invocation_dir: Path, checked: Sequence[Checked], not_ap
                                                           "max_abs_diff", "detail")}}
                      for item, row in zip(checked, rows)],
     }
-    write_json_atomic(invocation_dir / VARIANTS_JSON, payload)
+    write_json_atomic(invocation_dir / VARIANTS_JSON, versioned(payload))
     markdown = markdown_table(rows, EQUIVALENCE_COLUMNS)
-    (invocation_dir / EQUIVALENCE_MD).write_text(markdown)
-    (invocation_dir / EQUIVALENCE_CSV).write_text(_csv_text(rows))
+    write_text_atomic(invocation_dir / EQUIVALENCE_MD, markdown)
+    write_text_atomic(invocation_dir / EQUIVALENCE_CSV, csv_text(rows, list(rows[0])))
     return markdown
 
 
 def unfinished_exploration(results_dir: Path, base: str, overrides: Sequence[str]) -> Optional[InvocationChoice]:
     """The latest explore folder of this chain whose sweep was `overrides` and whose jobs are not all done.
 
-    Its recorded command is the sweep with the config search path in front; that path names the
-    folder itself, so it is left out of the match.
+    Its recorded command is the sweep with any config search path in front (--config-dir's, and in
+    folders from before the ConfigStore, the folder's own variants/), left out of the match.
     """
     wanted = expand_auto_workers(list(overrides), usable_cores())
     return latest_unfinished(
@@ -178,10 +186,11 @@ def unfinished_exploration(results_dir: Path, base: str, overrides: Sequence[str
 
 def plan_exploration(overrides: Sequence[str], first_job: Sequence[str], fresh: bool = False
                      ) -> Union[Plan, NoVariants]:
-    """Generate and check the variants of the chain `first_job` composes to, and write them down.
+    """Generate and check the variants of the chain `first_job` composes to, and pick their folder:
+    an interrupted exploration of the same chain and settings (unless `fresh`), else a new one,
+    created now. `write_plan` writes into it.
 
-    When no move applies nothing is written, and the answer says why. An interrupted exploration
-    of the same chain and settings is resumed in its own folder unless `fresh`.
+    When no move applies nothing is created, and the answer says why.
     """
     check_overrides(overrides)
     with job_spec_composer() as compose_one:
@@ -205,13 +214,18 @@ def plan_exploration(overrides: Sequence[str], first_job: Sequence[str], fresh: 
     names = ",".join(item.variant.name for item in checked if item.measured)
     swept = (*kept, *defaults, f"transform={names}")
     resumed = None if fresh else unfinished_exploration(Path(results_dir), found.base.name, swept)
-    invocation_dir = resumed.folder if resumed is not None else \
-        Path(results_dir) / f"{time.strftime('%Y%m%d-%H%M%S')}-explore-{_folder_safe(found.base.name)}"
-    search_path = invocation_dir / VARIANTS_DIR
-    _write_variant_configs(search_path / "transform", found.variants[1:])
-    markdown = write_variant_files(invocation_dir, checked, found.not_applied)
-    print(f"\n## equivalence with {found.base.name}\n\n{markdown}")
-    return Plan(invocation_dir, search_path, swept, tuple(checked), found.not_applied, resumed)
+    invocation_dir = resumed.folder if resumed is not None else new_folder(
+        Path(results_dir) / f"{time.strftime('%Y%m%d-%H%M%S')}-explore-{_folder_safe(found.base.name)}")
+    return Plan(invocation_dir, swept, tuple(checked), found.not_applied, resumed)
+
+
+def write_plan(plan: Plan) -> str:
+    """Register the variants for the sweep and write what explore found into its folder (whose lock
+    the caller holds); returns the equivalence table."""
+    register_variant_configs(plan)
+    _write_variant_configs(plan.invocation_dir / VARIANTS_DIR / TRANSFORM_GROUP,
+                           [item.variant for item in plan.checked[1:]])
+    return write_variant_files(plan.invocation_dir, plan.checked, plan.not_applied)
 
 
 def _settings(results: Sequence[Mapping[str, object]]) -> List[str]:
@@ -298,6 +312,6 @@ def write_explore_table(invocation_dir: Path, plan: Plan) -> str:
     if not rows:
         return "(no variant was measured)\n"
     markdown = markdown_table(rows, EXPLORE_COLUMNS) + "\n" + "\n".join(conclusions(rows, plan)) + "\n"
-    (invocation_dir / EXPLORE_CSV).write_text(_csv_text(rows))
-    (invocation_dir / EXPLORE_MD).write_text(markdown)
+    write_text_atomic(invocation_dir / EXPLORE_CSV, csv_text(rows, list(rows[0])))
+    write_text_atomic(invocation_dir / EXPLORE_MD, markdown)
     return markdown

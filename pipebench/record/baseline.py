@@ -12,14 +12,18 @@ from pathlib import Path
 from typing import Tuple
 
 from pipebench.base.errors import ConfigError
-from pipebench.record.results import CALIBRATION_FILE, RESULT_FILE, SUMMARY_CSV
+from pipebench.record.results import (
+    CALIBRATION_FILE,
+    JOB_RESULT_GLOB,
+    SUMMARY_CSV,
+    load_job_results,
+    read_calibration,
+)
 
 # Relative to the working directory: the repository root in CI. The repo's .gitignore ignores
 # results/* but not results/baselines/, so what lands here can be committed.
 BASELINES_DIR = "results/baselines"
 DEFAULT_BASELINE_NAME = "nightly"
-# What compare reads. Traces and markdown are left out: they are large, and regenerable.
-JOB_RESULT_GLOB = f"job-*/{RESULT_FILE}"
 
 
 @dataclass(frozen=True)
@@ -40,6 +44,9 @@ def _files_to_copy(results: Path) -> Tuple[str, ...]:
     if not (results / CALIBRATION_FILE).is_file():
         raise ConfigError(f"{results}: no {CALIBRATION_FILE}; baselines need a run with calibrate=true "
                           "(suite=nightly sets it)")
+    # A damaged file must not become what every later night is compared with.
+    load_job_results(results)
+    read_calibration(results / CALIBRATION_FILE)
     return (SUMMARY_CSV, CALIBRATION_FILE, *jobs)
 
 

@@ -2,20 +2,40 @@
 
 The invocation files are rebuilt from the job folders after every job, so an interrupted
 sweep always leaves every finished row on disk. summary.md is the report stage's
-(`pipebench.report.summary`).
+(`pipebench.report.summary`). Every reader of result.json or calibration.json goes through
+`read_result` / `read_calibration` (pipebench.record.stored): a damaged file is named, never
+skipped in silence, and a row whose figures contradict each other counts as damaged.
 """
 
-import csv
-import json
+import math
 import re
-from dataclasses import asdict
-from io import StringIO
+from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any, Dict, List, Mapping, Optional, Sequence
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
+from pipebench.base.csv_cells import csv_text
+from pipebench.base.errors import warn
 from pipebench.base.io import write_json_atomic, write_text_atomic
+from pipebench.record.stored import (
+    NUMBER,
+    OBJECT,
+    TEXT,
+    TEXTS,
+    WHOLE,
+    DamagedFile,
+    Malformed,
+    check_fields,
+    finite_positive,
+    list_of,
+    optional,
+    read_stored,
+    versioned,
+)
 
 RESULT_FILE = "result.json"
+# The launcher names job folders job-<num> (conf/config.yaml, hydra.sweep.subdir); nothing else
+# in an invocation folder is read as a result.
+JOB_RESULT_GLOB = f"job-*/{RESULT_FILE}"
 SUMMARY_CSV = "summary.csv"
 SUMMARY_MD = "summary.md"
 TRANSFORMS_CSV = "transforms.csv"
@@ -48,6 +68,29 @@ TRANSFORM_COLUMNS = [
 PRINTED_TRANSFORM_COLUMNS = TRANSFORM_COLUMNS[1:]
 
 
+# Summary cells that are not figures; every other summary column holds a number or null.
+TEXT_SUMMARY_COLUMNS = ("job", "dataset", "transform", "consumer", "pin_memory", "sync_ops", "gpu_notes",
+                        "reserved_oscillating")
+NUMERIC_SUMMARY = {**{column: optional(NUMBER) for column in SUMMARY_COLUMNS if column not in TEXT_SUMMARY_COLUMNS},
+                   "ranks": optional(WHOLE)}
+# What the readers of result.json index without a default (report, diagnosis, compare, explore, resume).
+RESULT_FIELDS = {"job": TEXT, "job_num": WHOLE, "overrides": TEXTS, "config": OBJECT, "summary": OBJECT,
+                 "transforms": list_of(OBJECT), "passes": list_of(OBJECT), "fingerprint": OBJECT}
+SUMMARY_FIELDS = {"job": TEXT, "workers": WHOLE, "batch_size": WHOLE, "steps": WHOLE,
+                  **{key: NUMBER for key in ("samples_per_s", "samples_per_s_ci_low", "samples_per_s_ci_high",
+                                             "step_ms_mean", "starvation_pct", "cpu_ms_per_sample",
+                                             "pipeline_ms_per_sample", "transfer_ms_median", "ready_next_ms_median")}}
+FINGERPRINT_FIELDS = {"usable_cores": WHOLE}
+TRANSFORM_FIELDS = {"stage": TEXT, "transform": TEXT, "ms_per_sample": NUMBER, "share_pct": NUMBER}
+NUMERIC_TRANSFORM = {column: NUMBER for column in TRANSFORM_COLUMNS[3:]}
+# A pass's per-step lists that readers use (compare's rates, the diagnosis's consumer time, the checks below).
+PASS_FIELDS = {key: list_of(NUMBER) for key in ("samples", "step_ms", "wait_ms", "compute_ms", "h2d_ms")}
+# The summary is computed from the same float64 step times result.json stores in `passes`, so the
+# two agree to rounding (3e-16 measured on the committed nightly baseline); a millionth leaves room
+# for the JSON round trip and still catches any hand edit of a figure.
+AGREEMENT = 1e-6
+
+
 # A job label's `run.round=K` component: rounds of one job share everything else.
 ROUND_COMPONENT = re.compile(r"(?:^|,)run\.round=\d+(?=,|$)")
 
@@ -60,27 +103,128 @@ def job_key(label: str) -> str:
 def write_calibration(invocation_dir: Path, calibration: Any) -> Path:
     """Store a calibration (a dataclass from pipebench.measure.calibration) at the invocation root."""
     path = invocation_dir / CALIBRATION_FILE
-    write_json_atomic(path, asdict(calibration))
+    write_json_atomic(path, versioned(asdict(calibration)))
     return path
 
 
-def _csv_text(rows: Sequence[Mapping[str, object]], columns: Sequence[str]) -> str:
-    buffer = StringIO()
-    writer = csv.DictWriter(buffer, fieldnames=columns, extrasaction="ignore")
-    writer.writeheader()
-    writer.writerows(rows)
-    return buffer.getvalue()
+def _check_calibration(data: Dict[str, object]) -> None:
+    check_fields(data, {"score_s": NUMBER, "samples_s": list_of(NUMBER)})
+    if not all(finite_positive(s) for s in (data["score_s"], *data["samples_s"])):
+        raise Malformed("score_s and samples_s must be finite seconds above 0")
+
+
+def read_calibration(path: Path) -> Dict[str, object]:
+    """calibration.json, checked: a positive score and its samples."""
+    return read_stored(path, _check_calibration)
+
+
+def _agree(value: float, expected: float) -> bool:
+    return abs(value - expected) <= AGREEMENT * abs(expected)
+
+
+def _pass_rates(result: Mapping[str, Any]) -> List[List[Mapping[str, Any]]]:
+    """The pass lists whose rates add up to samples_per_s: the job's, or one a rank (multi-rank)."""
+    if int(result["summary"].get("ranks") or 1) == 1:
+        return [result["passes"]]
+    check_fields(result, {"rank_passes": OBJECT})
+    ranks = result["rank_passes"]
+    check_fields(ranks, {rank: list_of(OBJECT) for rank in ranks}, "rank_passes.")
+    return list(ranks.values())
+
+
+def _check_passes(passes: Sequence[Mapping[str, Any]], batch_size: int, where: str) -> float:
+    """Each pass's step lists; returns the rate they give (samples/s)."""
+    if not passes:
+        raise Malformed(f"{where} holds no pass")
+    for i, one in enumerate(passes):
+        check_fields(one, PASS_FIELDS, f"{where}.{i}.")
+        if len({len(one[key]) for key in PASS_FIELDS}) > 1:
+            raise Malformed(f"{where}.{i} has step lists of different lengths")
+        if any(not 0 <= n <= batch_size for n in one["samples"]):
+            raise Malformed(f"{where}.{i}.samples holds a batch outside 0..batch_size ({batch_size})")
+        if not finite_positive(sum(one["step_ms"])):
+            raise Malformed(f"{where}.{i}.step_ms add up to {sum(one['step_ms']):g} ms: no time was measured")
+    return 1000.0 * sum(sum(one["samples"]) for one in passes) / sum(sum(one["step_ms"]) for one in passes)
+
+
+def _check_row(result: Mapping[str, Any]) -> None:
+    """The summary's own figures agree with each other and with the raw steps beside them."""
+    summary = result["summary"]
+    rate, low, high = (summary[k] for k in ("samples_per_s", "samples_per_s_ci_low", "samples_per_s_ci_high"))
+    if not finite_positive(rate):
+        raise Malformed(f"summary.samples_per_s is {rate!r}, not a finite number above 0")
+    if not (math.isfinite(low) and math.isfinite(high) and low * (1 - AGREEMENT) <= rate <= high * (1 + AGREEMENT)):
+        raise Malformed(f"summary.samples_per_s {rate:g} lies outside its own interval {low:g}..{high:g}")
+    measured = sum(_check_passes(passes, summary["batch_size"], "passes") for passes in _pass_rates(result))
+    if not _agree(rate, measured):
+        raise Malformed(f"summary.samples_per_s {rate:g} disagrees with its passes ({measured:g} samples/s)")
+    step_ms = [ms for one in result["passes"] for ms in one["step_ms"]]
+    if summary["steps"] != len(step_ms) or not _agree(summary["step_ms_mean"], sum(step_ms) / len(step_ms)):
+        raise Malformed(f"summary step stats (steps {summary['steps']}, step_ms_mean {summary['step_ms_mean']:g}) "
+                        f"disagree with its passes ({len(step_ms)} steps)")
+
+
+def _check_result(data: Dict[str, object]) -> None:
+    check_fields(data, RESULT_FIELDS)
+    summary = data["summary"]
+    check_fields(summary, SUMMARY_FIELDS, "summary.")
+    check_fields(summary, NUMERIC_SUMMARY, "summary.", required=False)
+    check_fields(data["fingerprint"], FINGERPRINT_FIELDS, "fingerprint.")
+    for i, row in enumerate(data["transforms"]):
+        check_fields(row, TRANSFORM_FIELDS, f"transforms.{i}.")
+        check_fields(row, NUMERIC_TRANSFORM, f"transforms.{i}.", required=False)
+    _check_row(data)
+
+
+def read_result(path: Path) -> Dict[str, object]:
+    """One job's result.json, checked (pipebench.record.stored). Raises DamagedFile or NewerFile."""
+    return read_stored(path, _check_result)
+
+
+def write_result(job_dir: Path, result: Mapping[str, object]) -> None:
+    write_json_atomic(job_dir / RESULT_FILE, versioned(result))
+
+
+@dataclass(frozen=True)
+class ResultScan:
+    """An invocation folder's results in job order, and the files that were damaged."""
+
+    results: Tuple[Dict[str, object], ...]
+    damaged: Tuple[DamagedFile, ...]
+
+
+def scan_job_results(invocation_dir: Path) -> ResultScan:
+    """Every job's result.json; damaged ones apart. A newer file raises NewerFile."""
+    results, damaged = [], []
+    for path in sorted(invocation_dir.glob(JOB_RESULT_GLOB)):
+        try:
+            results.append(read_result(path))
+        except DamagedFile as exc:
+            damaged.append(exc)
+    return ResultScan(tuple(sorted(results, key=lambda r: r["job_num"])), tuple(damaged))
 
 
 def load_job_results(invocation_dir: Path) -> List[Dict[str, object]]:
-    """Every finished job's result.json under an invocation folder, in job order."""
-    found = []
-    for path in invocation_dir.glob(f"*/{RESULT_FILE}"):
-        try:
-            found.append(json.loads(path.read_text()))
-        except (OSError, json.JSONDecodeError):
-            continue  # a job killed mid-write leaves no row rather than a broken one
-    return sorted(found, key=lambda r: r["job_num"])
+    """Every finished job's result.json in job order; the first damaged one raises DamagedFile."""
+    scan = scan_job_results(invocation_dir)
+    if scan.damaged:
+        raise scan.damaged[0]
+    return list(scan.results)
+
+
+def flat_config(value: object, prefix: str = "") -> Dict[str, object]:
+    """A resolved config as dotted keys (`transform.per_sample.1.size`) to plain values; an empty
+    list stays a value, an empty mapping has no keys."""
+    if isinstance(value, Mapping):
+        items = [(str(k), v) for k, v in value.items()]
+    elif isinstance(value, list) and value:
+        items = [(str(i), v) for i, v in enumerate(value)]
+    else:
+        return {prefix.rstrip("."): value}
+    flat: Dict[str, object] = {}
+    for key, item in items:
+        flat.update(flat_config(item, f"{prefix}{key}."))
+    return flat
 
 
 def with_speedup(rows: List[Dict[str, object]], baseline: Optional[str] = None) -> List[Dict[str, object]]:
@@ -101,9 +245,15 @@ def transform_table_rows(results: Sequence[Mapping[str, object]]) -> List[Dict[s
 
 
 def write_invocation_tables(invocation_dir: Path) -> List[Dict[str, object]]:
-    """Rebuild summary.csv and transforms.csv from the job folders; return the summary rows."""
-    results = load_job_results(invocation_dir)
-    rows = summary_rows(results)
-    write_text_atomic(invocation_dir / SUMMARY_CSV, _csv_text(rows, SUMMARY_COLUMNS))
-    write_text_atomic(invocation_dir / TRANSFORMS_CSV, _csv_text(transform_table_rows(results), TRANSFORM_COLUMNS))
+    """Rebuild summary.csv and transforms.csv from the job folders; return the summary rows.
+
+    Runs after every job, while a resumed sweep may still hold a damaged result it has yet to
+    run again: that file is left out of the tables, with a line saying so.
+    """
+    scan = scan_job_results(invocation_dir)
+    for damaged in scan.damaged:
+        warn(f"{damaged}; left out of {SUMMARY_CSV} until its job runs again")
+    rows = summary_rows(scan.results)
+    write_text_atomic(invocation_dir / SUMMARY_CSV, csv_text(rows, SUMMARY_COLUMNS))
+    write_text_atomic(invocation_dir / TRANSFORMS_CSV, csv_text(transform_table_rows(scan.results), TRANSFORM_COLUMNS))
     return rows

@@ -2,23 +2,54 @@
 
 Re-running the identical command (same overrides, same results_dir) finds the latest invocation
 folder that recorded the same sweep; if it is incomplete, the run reuses it and the launcher
-skips every job whose folder already holds a result.json with the same overrides. A finished
-invocation, or `--fresh`, starts a new folder.
+skips every job whose folder already holds a sound result.json of the same overrides and the
+same resolved config. A finished invocation, or `--fresh`, starts a new folder.
+
+Resume reads JSON only, through pipebench.record.stored. A stored job it cannot trust (damaged,
+a row whose figures contradict each other, other overrides, another resolved config: a
+transform's YAML edited between the runs) runs again, with one line saying why.
 """
 
+import copy
 import json
+import os
 import time
 from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Iterable, Mapping, Optional, Sequence, Tuple
 
+from hydra.core.hydra_config import HydraConfig
+from omegaconf import DictConfig, OmegaConf, open_dict, read_write
+
+from pipebench.base.errors import warn
 from pipebench.base.io import write_json_atomic
-from pipebench.record.results import RESULT_FILE, load_job_results
+from pipebench.record.results import (
+    RESULT_FILE,
+    flat_config,
+    read_result,
+    scan_job_results,
+)
+from pipebench.record.stored import (
+    NUMBER,
+    TEXTS,
+    DamagedFile,
+    NewerFile,
+    check_fields,
+    list_of,
+    read_stored,
+    versioned,
+)
 
 INVOCATION_FILE = "invocation.json"
+# Where a stored result that resume will not keep goes: out of every table, still there to inspect.
+REJECTED_FILE = "result.rejected.json"
 # Hydra keeps `hydra.*` overrides out of a job's task overrides (result.json "overrides").
 HYDRA_PREFIX = "hydra."
+# The longest stored value a message shows.
+SHOWN_CHARS = 80
+INVOCATION_FIELDS = {"command": TEXTS, "swept": TEXTS, "jobs": list_of(TEXTS, "an array of string arrays"),
+                     "created": NUMBER}
 
 
 @dataclass(frozen=True)
@@ -31,65 +62,149 @@ class InvocationChoice:
     resumed: bool
 
 
+@dataclass(frozen=True)
+class StoredJob:
+    """Whether a job folder holds a result the sweep can keep, and if it holds one it cannot, why."""
+
+    done: bool
+    reason: str = ""
+
+
 def task_overrides(job: Sequence[str]) -> Tuple[str, ...]:
     """A job's overrides as its result.json records them."""
     return tuple(o for o in job if not o.startswith(HYDRA_PREFIX))
 
 
-def same_job(result: Mapping[str, object], overrides: Sequence[str]) -> bool:
-    return tuple(result.get("overrides") or ()) == tuple(overrides)
+def _shown(flat: Mapping[str, object], key: str) -> str:
+    return _brief(flat[key]) if key in flat else "absent"
 
 
-def job_already_done(job_dir: Path, overrides: Sequence[str]) -> bool:
-    """True when job_dir holds a readable result.json of a job with exactly these overrides."""
+def _brief(value: object) -> str:
+    """A stored value for a message: its repr, cut short (a damaged file may hold anything)."""
+    text = repr(value)
+    return text if len(text) <= SHOWN_CHARS else text[:SHOWN_CHARS] + "..."
+
+
+def _config_difference(stored: Mapping[str, object], wanted: Mapping[str, object]) -> str:
+    """'' when equal, else the first differing dotted key with both values (and how many more differ).
+
+    Values are compared as JSON text, so a NaN equals a NaN.
+    """
+    old, new = flat_config(stored), flat_config(wanted)
+    keys = [k for k in sorted(set(old) | set(new))
+            if k not in old or k not in new or json.dumps(old[k]) != json.dumps(new[k])]
+    if not keys:
+        return ""
+    more = f" and {len(keys) - 1} more key(s)" if len(keys) > 1 else ""
+    return f"stored config differs at {keys[0]} (stored {_shown(old, keys[0])}, now {_shown(new, keys[0])}){more}"
+
+
+def stored_job(job_dir: Path, overrides: Sequence[str], config: Mapping[str, object]) -> StoredJob:
+    """Done when job_dir's result.json is sound and of exactly these overrides and this resolved config."""
+    path = job_dir / RESULT_FILE
+    if not path.exists():
+        return StoredJob(False)
     try:
-        return same_job(json.loads((job_dir / RESULT_FILE).read_text()), overrides)
-    except (OSError, ValueError):
-        return False
+        result = read_result(path)
+    except (DamagedFile, NewerFile) as exc:
+        return StoredJob(False, str(exc))
+    if tuple(result["overrides"]) != tuple(overrides):
+        return StoredJob(False, f"{path}: stored for other overrides {_brief(result['overrides'])}")
+    difference = _config_difference(result["config"], config)
+    return StoredJob(not difference, f"{path}: {difference}" if difference else "")
+
+
+def task_config(sweep_config: DictConfig, job_dir: Path) -> dict:
+    """The config a job will run, as result.json stores it: without its `hydra` node, resolved the
+    way Hydra's run_job resolves it (HydraConfig set, the job's output_dir filled in), JSON values."""
+    full = copy.deepcopy(sweep_config)
+    with read_write(full.hydra.runtime), open_dict(full.hydra.runtime):
+        full.hydra.runtime.output_dir = os.path.abspath(job_dir)
+    hydra_config = HydraConfig.instance()
+    before = hydra_config.cfg
+    hydra_config.set_config(full)
+    try:
+        task = copy.deepcopy(full)
+        with read_write(task), open_dict(task):
+            del task["hydra"]
+        return json.loads(json.dumps(OmegaConf.to_container(task, resolve=True), default=str))
+    finally:
+        hydra_config.cfg = before
+
+
+def job_already_done(job_dir: Path, overrides: Sequence[str], sweep_config: DictConfig) -> bool:
+    """The launcher's question before each job. `sweep_config` is the job's composed config (with its
+    `hydra` node), as the launcher is about to run it.
+
+    A stored result it cannot keep is moved aside to result.rejected.json, so no table mixes it in
+    even if the job fails this time, and gets one line.
+    """
+    stored = stored_job(job_dir, overrides, task_config(sweep_config, job_dir))
+    if stored.reason:
+        os.replace(job_dir / RESULT_FILE, job_dir / REJECTED_FILE)
+        warn(f"{stored.reason}; moved to {REJECTED_FILE}, running the job again")
+    return stored.done
 
 
 def count_done(folder: Path, jobs: Sequence[Sequence[str]]) -> int:
-    """Jobs with a finished result in folder; a sweep may list the same job twice (workers=0,0)."""
-    finished = Counter(tuple(r.get("overrides") or ()) for r in load_job_results(folder))
+    """Jobs with a sound result in folder; a sweep may list the same job twice (workers=0,0).
+
+    Damaged results count as not done (their jobs run again); a newer one raises NewerFile.
+    """
+    finished = Counter(tuple(r["overrides"]) for r in scan_job_results(folder).results)
     wanted = Counter(task_overrides(job) for job in jobs)
     return sum(min(n, finished[overrides]) for overrides, n in wanted.items())
 
 
-def _read(path: Path) -> Optional[dict]:
-    try:
-        return json.loads(path.read_text())
-    except (OSError, ValueError):
-        return None
+def read_invocation(path: Path) -> dict:
+    """invocation.json, checked (pipebench.record.stored)."""
+    return read_stored(path, lambda data: check_fields(data, INVOCATION_FIELDS))
 
 
-def _unused(folder: Path) -> Path:
-    """folder, or folder-2, folder-3, ... when two runs start within the same second."""
-    candidate, n = folder, 1
-    while candidate.exists():
-        n += 1
-        candidate = folder.with_name(f"{folder.name}-{n}")
-    return candidate
+def _readable(paths: Iterable[Path]) -> Iterable[Tuple[Path, dict]]:
+    for path in paths:
+        try:
+            yield path, read_invocation(path)
+        except (DamagedFile, NewerFile) as exc:
+            warn(f"{exc}; that folder is not resumed")
 
 
 def latest_unfinished(records: Iterable[Path], matches: Callable[[Mapping[str, object]], bool]
                       ) -> Optional[InvocationChoice]:
     """Of the invocation.json files given, the latest that `matches`, if its jobs are not all done."""
-    found = [(float(record.get("created", 0.0)), path.parent, record)
-             for path in records for record in [_read(path)] if record is not None and matches(record)]
+    found = [(float(record["created"]), path.parent, record)
+             for path, record in _readable(records) if matches(record)]
     if not found:
         return None
     _, folder, record = max(found, key=lambda item: item[0])
-    jobs = record.get("jobs") or []
-    done = count_done(folder, jobs)
+    jobs = record["jobs"]
+    try:
+        done = count_done(folder, jobs)
+    except NewerFile as exc:
+        raise NewerFile(f"{exc}, or pass --fresh to start a new folder") from None
     return InvocationChoice(folder, done, len(jobs), resumed=True) if done < len(jobs) else None
 
 
-def choose_invocation(results_dir: Path, new_folder: Path, swept: Sequence[str], jobs: Sequence[Sequence[str]],
+def new_folder(folder: Path) -> Path:
+    """Create folder, or folder-2, folder-3, ... when that name is taken (two runs started within the
+    same second): creation is exclusive, so two runs never share one."""
+    folder.parent.mkdir(parents=True, exist_ok=True)
+    candidate, n = folder, 1
+    while True:
+        try:
+            candidate.mkdir()
+            return candidate
+        except FileExistsError:
+            n += 1
+            candidate = folder.with_name(f"{folder.name}-{n}")
+
+
+def choose_invocation(results_dir: Path, new_folder_name: Path, swept: Sequence[str], jobs: Sequence[Sequence[str]],
                       fresh: bool) -> InvocationChoice:
-    """The latest incomplete invocation of the same sweep, else a new folder (always new with fresh)."""
+    """The latest incomplete invocation of the same sweep, else a new folder, created now (always new with fresh)."""
     latest = None if fresh else latest_unfinished(results_dir.glob(f"*/{INVOCATION_FILE}"),
-                                                  lambda record: record.get("swept") == list(swept))
-    return latest or InvocationChoice(_unused(new_folder), 0, len(jobs), resumed=False)
+                                                  lambda record: record["swept"] == list(swept))
+    return latest or InvocationChoice(new_folder(new_folder_name), 0, len(jobs), resumed=False)
 
 
 def record_invocation(folder: Path, swept: Sequence[str], jobs: Sequence[Sequence[str]],
@@ -99,5 +214,5 @@ def record_invocation(folder: Path, swept: Sequence[str], jobs: Sequence[Sequenc
     if path.is_file():
         return
     folder.mkdir(parents=True, exist_ok=True)
-    write_json_atomic(path, {"command": list(command), "swept": list(swept),
-                             "jobs": [list(job) for job in jobs], "created": time.time()})
+    write_json_atomic(path, versioned({"command": list(command), "swept": list(swept),
+                                       "jobs": [list(job) for job in jobs], "created": time.time()}))

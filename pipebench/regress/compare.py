@@ -20,18 +20,25 @@ happened to catch a quick or a slow moment (measured here: 10% between two runs 
 code, while the pipeline held still) cannot invent one either.
 """
 
-import csv
-import io
-import json
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Dict, List, Mapping, Optional, Sequence, Tuple
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
 import numpy as np
 from scipy.stats import mannwhitneyu
 
+from pipebench.base.csv_cells import csv_table
 from pipebench.base.errors import PipebenchError
-from pipebench.record.results import CALIBRATION_FILE, job_key
+from pipebench.base.io import write_text_atomic
+from pipebench.record.results import (
+    CALIBRATION_FILE,
+    JOB_RESULT_GLOB,
+    SUMMARY_CSV,
+    flat_config,
+    job_key,
+    load_job_results,
+    read_calibration,
+)
 
 # Half the 20% slowdown the nightly must catch, asv's default factor (1.1), and about 2.5x
 # the spread of a ratio of two 5-repeat medians at 5% CV (~4%): large enough not to cry
@@ -65,7 +72,7 @@ CSV_COLUMNS = ("job", "baseline_samples_per_s", "current_samples_per_s", "ratio"
 
 
 class CompareError(PipebenchError):
-    """The two runs cannot be compared: unreadable folder, mismatched fingerprints, no common jobs."""
+    """The two runs cannot be compared: not a results folder, mismatched fingerprints, no common jobs."""
 
 
 @dataclass(frozen=True)
@@ -139,23 +146,9 @@ def _pass_starvation(p: Mapping[str, Sequence[float]]) -> float:
     return 100.0 * float(sum(p["wait_ms"])) / float(sum(p["step_ms"]))
 
 
-def _flatten(value: object, prefix: str = "") -> Dict[str, object]:
-    if isinstance(value, Mapping):
-        out: Dict[str, object] = {}
-        for k, v in value.items():
-            out.update(_flatten(v, f"{prefix}{k}."))
-        return out
-    if isinstance(value, list):
-        out = {}
-        for i, v in enumerate(value):
-            out.update(_flatten(v, f"{prefix}{i}."))
-        return out or {prefix.rstrip("."): []}
-    return {prefix.rstrip("."): value}
-
-
 def comparable_config(config: Mapping[str, object]) -> Dict[str, object]:
     """The resolved config as dotted keys, minus the keys that may differ between runs."""
-    return {k: v for k, v in _flatten(config).items()
+    return {k: v for k, v in flat_config(config).items()
             if not any(k == ign or k.startswith(ign + ".") for ign in CONFIG_IGNORED)}
 
 
@@ -163,28 +156,23 @@ def _load_calibration(folder: Path) -> Optional[Calibration]:
     path = folder / CALIBRATION_FILE
     if not path.is_file():
         return None
-    try:
-        data = json.loads(path.read_text())
-        return Calibration(float(data["score_s"]), tuple(float(s) for s in data.get("samples_s", [])))
-    except (OSError, ValueError, KeyError, TypeError) as exc:
-        raise CompareError(f"{path}: unreadable calibration ({exc})") from exc
+    data = read_calibration(path)
+    return Calibration(float(data["score_s"]), tuple(float(s) for s in data["samples_s"]))
 
 
 def load_run(path: str) -> Run:
-    """Read a results folder (or its summary.csv): every job's per-repeat samples/s and starvation."""
+    """Read a results folder (or its summary.csv): every job's per-repeat samples/s and starvation.
+
+    Pass step times are positive and results whole: `read_result` refuses any other file.
+    """
     folder = Path(path)
-    if folder.name == "summary.csv" or folder.is_file():
+    if folder.name == SUMMARY_CSV or folder.is_file():
         folder = folder.parent
-    files = sorted(folder.glob("job-*/result.json"))
-    if not folder.is_dir() or not files:
-        raise CompareError(f"{path}: not a results folder (no job-*/result.json)")
-    grouped: Dict[str, List[dict]] = {}
-    for f in files:
-        try:
-            record = json.loads(f.read_text())
-            grouped.setdefault(job_key(record["job"]), []).append(record)
-        except (OSError, ValueError, KeyError, TypeError) as exc:
-            raise CompareError(f"{f}: unreadable result ({exc})") from exc
+    if not folder.is_dir() or not any(folder.glob(JOB_RESULT_GLOB)):
+        raise CompareError(f"{path}: not a results folder (no {JOB_RESULT_GLOB})")
+    grouped: Dict[str, List[Mapping[str, Any]]] = {}
+    for record in load_job_results(folder):
+        grouped.setdefault(job_key(str(record["job"])), []).append(record)
     jobs = {}
     for label, records in grouped.items():
         passes = [p for r in records for p in r["passes"]]
@@ -335,14 +323,10 @@ def render_markdown(comparison: Comparison) -> str:
 
 def render_csv(comparison: Comparison) -> str:
     """One row a job, CSV_COLUMNS."""
-    buffer = io.StringIO()
-    writer = csv.writer(buffer, lineterminator="\n")
-    writer.writerow(CSV_COLUMNS)
-    for j in comparison.jobs:
-        writer.writerow([j.job, j.baseline_samples_per_s, j.current_samples_per_s, j.ratio, j.ci_low, j.ci_high,
-                         j.normalised_ratio, j.starvation_change_pts, j.p_value, j.verdict,
-                         j.baseline_repeats, j.current_repeats, ";".join(j.mismatch)])
-    return buffer.getvalue()
+    return csv_table(CSV_COLUMNS, ([j.job, j.baseline_samples_per_s, j.current_samples_per_s, j.ratio, j.ci_low,
+                                    j.ci_high, j.normalised_ratio, j.starvation_change_pts, j.p_value, j.verdict,
+                                    j.baseline_repeats, j.current_repeats, ";".join(j.mismatch)]
+                                   for j in comparison.jobs))
 
 
 def write_comparison(comparison: Comparison, out_dir: str) -> Tuple[Path, Path]:
@@ -350,6 +334,6 @@ def write_comparison(comparison: Comparison, out_dir: str) -> Tuple[Path, Path]:
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     md, csv_path = out / "compare.md", out / "compare.csv"
-    md.write_text(render_markdown(comparison))
-    csv_path.write_text(render_csv(comparison))
+    write_text_atomic(md, render_markdown(comparison))
+    write_text_atomic(csv_path, render_csv(comparison))
     return md, csv_path

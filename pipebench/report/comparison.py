@@ -12,8 +12,6 @@ fields every job has (dataset, transform, workers, batch_size, consumer), and `h
 (the results folder's name) when reports merge several folders.
 """
 
-import csv
-import io
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -21,6 +19,7 @@ from typing import Dict, List, Mapping, Optional, Sequence, Tuple
 
 import numpy as np
 
+from pipebench.base.csv_cells import csv_table
 from pipebench.base.errors import ConfigError
 from pipebench.base.noise_figures import (
     MAX_SIGNIFICANT_FIGURES,
@@ -355,15 +354,11 @@ def comparison_markdown(table: ComparisonTable) -> str:
 
 def comparison_csv(table: ComparisonTable) -> str:
     """Every row at full precision, axis columns under their full override keys."""
-    buffer = io.StringIO()
-    writer = csv.writer(buffer, lineterminator="\n")
     axes = [a for a in table.axes if a not in (HOST, RUN)]
-    writer.writerow([*CSV_FIXED[:2], *axes, *CSV_FIXED[2:]])
-    for i, row in enumerate(table.rows):
-        rate = row.rate
-        writer.writerow([row.host, row.folder.name, *(row.value(a) for a in axes), row.label, row.rounds,
-                         rate.value, rate.low, rate.high, rate.kind,
-                         significant_figures(rate.value, rate.half_width), table.speedup(i), row.starvation_pct,
-                         i == table.best, table.near_best(i), i == table.baseline, row.summary_median("ranks", 1),
-                         row.summary_median("straggler_ratio", 1.0), row.summary_median("collective_wait_ms_mean", 0.0)])
-    return buffer.getvalue()
+    return csv_table([*CSV_FIXED[:2], *axes, *CSV_FIXED[2:]], (
+        [row.host, row.folder.name, *(row.value(a) for a in axes), row.label, row.rounds,
+         row.rate.value, row.rate.low, row.rate.high, row.rate.kind,
+         significant_figures(row.rate.value, row.rate.half_width), table.speedup(i), row.starvation_pct,
+         i == table.best, table.near_best(i), i == table.baseline, row.summary_median("ranks", 1),
+         row.summary_median("straggler_ratio", 1.0), row.summary_median("collective_wait_ms_mean", 0.0)]
+        for i, row in enumerate(table.rows)))

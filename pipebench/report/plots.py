@@ -5,6 +5,7 @@ state is touched and nothing needs a display. A plot the data cannot support is 
 one-line note.
 """
 
+import io
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Dict, List, Tuple, Union
@@ -14,6 +15,7 @@ from matplotlib import colormaps
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
+from pipebench.base.io import write_bytes_atomic
 from pipebench.report.comparison import HOST, ComparisonRow, ComparisonTable, axis_title
 
 THROUGHPUT_PNG = "throughput_vs_workers.png"
@@ -149,6 +151,8 @@ def write_plots(table: ComparisonTable, out_dir: Path) -> Tuple[PlotOutcome, ...
         if isinstance(figure, str):
             outcomes.append(PlotOutcome(name, title, False, figure))
             continue
-        figure.savefig(out_dir / name, dpi=DPI)
+        png = io.BytesIO()
+        figure.savefig(png, format="png", dpi=DPI)
+        write_bytes_atomic(out_dir / name, png.getvalue())
         outcomes.append(PlotOutcome(name, title, True, f"written: {out_dir / name}"))
     return tuple(outcomes)

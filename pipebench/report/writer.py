@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
 from pipebench.base.errors import ConfigError
+from pipebench.base.io import write_text_atomic
 from pipebench.record.results import RESULT_FILE, load_job_results, summary_rows
 from pipebench.report.comparison import (
     HOST,
@@ -121,10 +122,10 @@ def write_report(dirs: Sequence[str], out_dir: Path, baseline: Optional[str] = N
     runs = load_runs(dirs)
     table = build_table(group_rows([(run.folder, run.results) for run in runs]), baseline)
     out_dir.mkdir(parents=True, exist_ok=True)
-    (out_dir / COMPARISON_MD).write_text(comparison_markdown(table))
-    (out_dir / COMPARISON_CSV).write_text(comparison_csv(table))
+    write_text_atomic(out_dir / COMPARISON_MD, comparison_markdown(table))
+    write_text_atomic(out_dir / COMPARISON_CSV, comparison_csv(table))
     inputs = ReportInputs(runs, table, write_plots(table, out_dir), out_dir)
-    (out_dir / REPORT_MD).write_text(build_report_markdown(inputs))
+    write_text_atomic(out_dir / REPORT_MD, build_report_markdown(inputs))
     return inputs
 
 

@@ -1,7 +1,8 @@
 """A multi-rank job (`distributed.nproc` > 1): start the ranks with torchrun, then merge what they measured.
 
-The job process pickles the JobSpec into the job folder and runs
-`python -m torch.distributed.run --standalone --nproc_per_node N -m pipebench.measure.distributed.ranks JOB_DIR`
+The job process pickles the JobSpec into a private temporary folder (never the results folder,
+which is data: nothing there is unpickled) and runs
+`python -m torch.distributed.run --standalone --nproc_per_node N -m pipebench.measure.distributed.ranks JOB_DIR TASK`
 (torchrun's c10d rendezvous on localhost picks a free port; nothing leaves the machine). If a
 rank fails, torchrun stops the others; if they hang, `distributed.job_timeout_s` stops the whole
 group. Either way the job ends with one line naming the rank, and the sweep stops there with
@@ -16,6 +17,7 @@ import signal
 import statistics
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
@@ -88,9 +90,9 @@ def oversubscription_warning(spec: JobSpec, cores: int) -> str:
             f"{busy} on {cores} usable cores; they will time-slice, so per-rank rates fall and ranks straggle")
 
 
-def torchrun_command(nproc: int, job_dir: Path) -> List[str]:
+def torchrun_command(nproc: int, job_dir: Path, task: Path) -> List[str]:
     return [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={nproc}",
-            "--max_restarts=0", "-m", RANKS_MODULE, str(job_dir)]
+            "--max_restarts=0", "-m", RANKS_MODULE, str(job_dir), str(task)]
 
 
 def root_cause(log_text: str) -> Optional[Tuple[int, int]]:
@@ -117,12 +119,14 @@ def _rank_failure(job_dir: Path, status: int) -> str:
 
 def launch_ranks(spec: JobSpec, backend: str, job_dir: Path) -> List[Dict[str, Any]]:
     """Run the ranks to completion; return their records in rank order. Raises DistributedError."""
-    (job_dir / TASK_FILE).write_bytes(pickle.dumps(RankTask(spec, backend)))
     env = dict(os.environ)
     env.setdefault("OMP_NUM_THREADS", "1")  # what torchrun would set, without its warning
     timeout = spec.distributed.job_timeout_s
-    with (job_dir / RANKS_LOG).open("wb") as log:
-        proc = subprocess.Popen(torchrun_command(spec.distributed.nproc, job_dir), stdout=log,
+    # mkdtemp's folder is the user's alone (mode 0700): no one else can plant a task there.
+    with tempfile.TemporaryDirectory(prefix="pipebench-ranks-") as private, (job_dir / RANKS_LOG).open("wb") as log:
+        task = Path(private) / TASK_FILE
+        task.write_bytes(pickle.dumps(RankTask(spec, backend)))
+        proc = subprocess.Popen(torchrun_command(spec.distributed.nproc, job_dir, task), stdout=log,
                                 stderr=subprocess.STDOUT, env=env, start_new_session=True)
         try:
             status = proc.wait(timeout=timeout)

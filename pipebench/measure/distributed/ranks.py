@@ -1,6 +1,7 @@
-"""One rank of a multi-rank job: `torchrun ... -m pipebench.measure.distributed.ranks JOB_DIR`, started by pipebench.measure.distributed.multirank.
+"""One rank of a multi-rank job: `torchrun ... -m pipebench.measure.distributed.ranks JOB_DIR TASK`, started by pipebench.measure.distributed.multirank.
 
-Every rank reads the same pickled RankTask from the job folder, joins the process group,
+Every rank reads the same pickled RankTask from TASK (in the job process's private temporary
+folder, never the results folder), joins the process group,
 measures its own DistributedSampler loader (its own DataLoader workers) with the ordinary step
 loop, and ends each step with an all-reduce of a small tensor, standing in for the gradient
 sync of data-parallel training: a slow rank stalls the others there, and the time each rank
@@ -159,10 +160,10 @@ def measure_rank(spec: JobSpec, rank: int, world: int, device: torch.device, job
 
 
 def main(argv: Optional[List[str]] = None) -> int:
-    job_dir = Path((argv or sys.argv[1:])[0])
+    job_dir, task_path = (Path(arg) for arg in (argv or sys.argv[1:])[:2])
     rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
     try:
-        task: RankTask = pickle.loads((job_dir / TASK_FILE).read_bytes())
+        task: RankTask = pickle.loads(task_path.read_bytes())
         spec = task.spec if rank == 0 else replace(task.spec, run=replace(task.spec.run, progress=False))
         device = torch.device("cpu")
         if task.backend == "nccl":
