@@ -70,7 +70,7 @@ PRINTED_TRANSFORM_COLUMNS = TRANSFORM_COLUMNS[1:]
 
 # Summary cells that are not figures; every other summary column holds a number or null.
 TEXT_SUMMARY_COLUMNS = ("job", "dataset", "transform", "consumer", "pin_memory", "sync_ops", "gpu_notes",
-                        "reserved_oscillating")
+                        "reserved_oscillating", "epoch_restart_source", "window_note")
 NUMERIC_SUMMARY = {**{column: optional(NUMBER) for column in SUMMARY_COLUMNS if column not in TEXT_SUMMARY_COLUMNS},
                    "ranks": optional(WHOLE)}
 # What the readers of result.json index without a default (report, diagnosis, compare, explore, resume).
