@@ -142,6 +142,8 @@ class Outcome:
     orphans: int
     seconds: float
     stderr: str
+    # stdout's last line names the results folder, as after any sweep that started measuring.
+    results_line: bool
 
 
 @dataclass(frozen=True)
@@ -158,6 +160,8 @@ class FaultCase:
     rows: int
     # The fault transform's action and the `workers` value of the job it acts in, if any.
     fault: Optional[Tuple[str, int]] = None
+    # pipebench says where the results are, last: it stopped on its own, after measuring began.
+    results_line: bool = False
 
 
 def _rows(project: Path) -> int:
@@ -191,8 +195,9 @@ def run_case(case: FaultCase, project: Path) -> Outcome:
     finally:
         run.clean_up()
     stderr = run.stderr.read_text()
+    last = (run.stdout.read_text().strip().splitlines() or [""])[-1]
     return Outcome(status, _clean_line(stderr, case.line), _rows(project), orphans,
-                   time.monotonic() - run.started, stderr)
+                   time.monotonic() - run.started, stderr, last.startswith("results: "))
 
 
 # --- what a case does to the running sweep --------------------------------------------------
@@ -231,29 +236,29 @@ TWO_JOBS = ("workers=0,2",)
 INTERRUPTED = r"^pipebench: interrupted"
 CASES = (
     FaultCase("SIGINT to pipebench's group mid-job", TWO_JOBS, signal_pipebench(signal.SIGINT, True, 2), 130,
-              INTERRUPTED, rows=1, fault=("sleep", 2)),
+              INTERRUPTED, rows=1, fault=("sleep", 2), results_line=True),
     FaultCase("SIGTERM to pipebench mid-job", TWO_JOBS, signal_pipebench(signal.SIGTERM, False, 2), 143,
-              r"^pipebench: terminated \(SIGTERM\)", rows=1, fault=("sleep", 2)),
+              r"^pipebench: terminated \(SIGTERM\)", rows=1, fault=("sleep", 2), results_line=True),
     FaultCase("SIGKILL to pipebench mid-job", TWO_JOBS, signal_pipebench(signal.SIGKILL, False, 2), -signal.SIGKILL,
               None, rows=1, fault=("sleep", 2)),
     FaultCase("SIGKILL to a job process", ("workers=0,1",), kill_marked, 1,
               r"^pipebench: error: job 1/2 .*: killed by SIGKILL: often the out-of-memory killer; check `dmesg`.*"
-              r"the sweep goes on$", rows=1, fault=("sleep", 0)),
+              r"the sweep goes on$", rows=1, fault=("sleep", 0), results_line=True),
     FaultCase("SIGKILL to a job process, run.on_job_error=stop", ("workers=0,1", "run.on_job_error=stop"),
               kill_marked, 1, r"^pipebench: error: job 1/2 .*: killed by SIGKILL.*stopping the sweep", rows=0,
-              fault=("sleep", 0)),
+              fault=("sleep", 0), results_line=True),
     FaultCase("SIGKILL to a DataLoader worker", ("workers=1",), kill_marked, 2,
-              r"^pipebench: error: DataLoader worker \(pid.*\) (is killed by signal: Killed|exited unexpectedly).*dmesg", rows=0,
-              fault=("sleep", 1)),
+              r"^pipebench: error: DataLoader worker \(pid.*\) (is killed by signal: Killed|exited unexpectedly)"
+              r".*dmesg", rows=0, fault=("sleep", 1), results_line=True),
+    FaultCase("Ctrl-C as the job process starts", ("workers=0",), interrupt_at_job_start, 130, INTERRUPTED,
+              rows=0, results_line=True),
     FaultCase("transform spinning at workers=0", ("workers=0", "run.step_timeout_s=2"), None, 2,
               r"^pipebench: error: per_sample/Fault on random tensor \d+ of \d+ \(sample \d+\) ran past "
-              r"run.step_timeout_s=2; stopped the job", rows=0, fault=("spin", 0)),
+              r"run.step_timeout_s=2; stopped the job", rows=0, fault=("spin", 0), results_line=True),
     FaultCase("unknown _target_ module", ("transform.per_sample=[{_target_: nope.Nope}]",), None, 2,
               r"^pipebench: error: transform.per_sample\[0\] \(nope.Nope\): .*No module named 'nope'.*installed\?$",
               rows=0),
     FaultCase("consumer.step_ms=inf", ("consumer.step_ms=inf",), None, 2,
               r"^pipebench: error: consumer.step_ms must be a finite number, got inf$", rows=0),
-    FaultCase("Ctrl-C as the job process starts", ("workers=0",), interrupt_at_job_start, 130, INTERRUPTED,
-              rows=0),
     FaultCase("Ctrl-C as Hydra starts", ("workers=0",), interrupt_at_hydra_start, 130, INTERRUPTED, rows=0),
 )

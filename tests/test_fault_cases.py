@@ -12,3 +12,4 @@ def test_fault_case(case, tmp_path):
     assert outcome.clean_line, outcome.stderr
     assert outcome.rows == case.rows, outcome.stderr
     assert outcome.orphans == 0, "processes outlived the sweep"
+    assert outcome.results_line or not case.results_line, "the results folder is named last"
