@@ -241,6 +241,8 @@ CASES = (
               r"^pipebench: terminated \(SIGTERM\)", rows=1, fault=("sleep", 2), results_line=True),
     FaultCase("SIGKILL to pipebench mid-job", TWO_JOBS, signal_pipebench(signal.SIGKILL, False, 2), -signal.SIGKILL,
               None, rows=1, fault=("sleep", 2)),
+    FaultCase("SIGKILL to pipebench mid multi-rank job", ("workers=1", "distributed.nproc=2"),
+              signal_pipebench(signal.SIGKILL, False, 2), -signal.SIGKILL, None, rows=0, fault=("sleep", 1)),
     FaultCase("SIGKILL to a job process", ("workers=0,1",), kill_marked, 1,
               r"^pipebench: error: job 1/2 .*: killed by SIGKILL: often the out-of-memory killer; check `dmesg`.*"
               r"the sweep goes on$", rows=1, fault=("sleep", 0), results_line=True),

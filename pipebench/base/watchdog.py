@@ -62,7 +62,8 @@ class Unwatched:
 
 class Watchdog(Unwatched):
     """Interrupts the main thread when an armed step runs past `limit_s`, the setting `key` (see the
-    module doc). Enter and leave it in the main thread (it installs a signal handler there).
+    module doc). It watches when entered in the main thread, which alone can take a signal handler;
+    entered in another thread it does nothing.
     """
 
     def __init__(self, limit_s: float, key: str, on_stuck: Callable[[str], None],
@@ -82,6 +83,8 @@ class Watchdog(Unwatched):
         self._main_thread = 0
 
     def __enter__(self) -> "Watchdog":
+        if threading.current_thread() is not threading.main_thread():
+            return self  # only the main thread takes signal handlers: unwatched, as before
         self._main_thread = threading.get_ident()
         self._previous_handler = signal.signal(INTERRUPT_SIGNAL, self._interrupt)
         self._thread = threading.Thread(target=self._watch, name="pipebench-watchdog", daemon=True)
@@ -90,6 +93,8 @@ class Watchdog(Unwatched):
 
     def __exit__(self, *exc_info) -> None:
         self._armed = None
+        if self._thread is None:
+            return
         self._stopping = True
         self._wake.set()
         self._thread.join()
