@@ -15,8 +15,10 @@ import pytest
 from conftest import QUICK_RUN, TINY_DATASET, compose_spec
 from fault_transforms import ARMED
 
+from hydra_plugins.pipebench_launcher.subprocess_launcher import failure_reason
 from pipebench.base.errors import ConfigError, StepTimeoutError, WorkerError
 from pipebench.base.watchdog import StepOverrun, Watchdog
+from pipebench.cli.main import main
 from pipebench.measure.job import measure_job
 from pipebench.measure.runner import BatchStream, StepLoop, worker_faults_named
 from pipebench.pipeline.build import build_loader, build_pipeline
@@ -167,3 +169,18 @@ def test_values_that_would_hang_or_overflow_are_refused_up_front(overrides, name
     with pytest.raises(ConfigError) as caught:
         compose_spec(overrides)
     assert named in str(caught.value) and "\n" not in str(caught.value)
+
+
+def test_on_job_error_applies_to_the_whole_sweep(capsys, tmp_path):
+    assert main(["run", "run.on_job_error=continue,stop", *TINY_DATASET, f"results_dir={tmp_path}"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("pipebench: error: run.on_job_error applies to the whole invocation") and "\n" not in err
+
+
+def test_a_job_killed_by_a_signal_is_named_with_its_usual_cause(tmp_path):
+    assert failure_reason(-signal.SIGKILL, tmp_path) == (
+        "killed by SIGKILL: often the out-of-memory killer; check `dmesg` or `journalctl -k`", False)
+    assert failure_reason(-signal.SIGSEGV, tmp_path)[0].startswith("killed by SIGSEGV: a crash in native code")
+    (tmp_path / "error.txt").write_text("dataset: no images\n")
+    assert failure_reason(2, tmp_path) == ("dataset: no images", True)
+    assert failure_reason(1, tmp_path) == ("exited with status 1; its output above says why", False)
