@@ -5,6 +5,7 @@ test_fault_cases.py.
 """
 
 import dataclasses
+import faulthandler
 import os
 import signal
 import subprocess
@@ -27,6 +28,16 @@ from pipebench.pipeline.consumers import NoConsumer
 # What a watched step may overrun by before the test calls the watchdog late: start-up of the
 # job (a DataLoader, a dataset pool) plus scheduling on a loaded 2-core machine.
 WATCHDOG_SLACK_S = 15
+# A test whose watchdog failed would spin forever: past this, faulthandler dumps every thread and
+# ends the test process, so the suite is bounded even then.
+HANG_BOUND_S = 120
+
+
+@pytest.fixture
+def bounded():
+    faulthandler.dump_traceback_later(HANG_BOUND_S, exit=True)
+    yield
+    faulthandler.cancel_dump_traceback_later()
 
 
 class DieInWorker:
@@ -77,7 +88,7 @@ class KillWorkerThenSleep:
         time.sleep(30)
 
 
-def test_worker_death_during_the_consumer_step_is_a_worker_error(tmp_path):
+def test_worker_death_during_the_consumer_step_is_a_worker_error(tmp_path, bounded):
     spec = _spec([_fault(tmp_path, "pass")])
     _, instrumented, collate = build_pipeline(spec)
     loop = StepLoop(BatchStream(build_loader(spec, instrumented, collate), "fail"), KillWorkerThenSleep(tmp_path),
@@ -90,7 +101,7 @@ def test_worker_death_during_the_consumer_step_is_a_worker_error(tmp_path):
 
 
 @pytest.mark.parametrize("action", ["spin", "sleep"])
-def test_hung_transform_in_process_is_stopped_naming_it_and_its_sample(tmp_path, action):
+def test_hung_transform_in_process_is_stopped_naming_it_and_its_sample(tmp_path, action, bounded):
     spec = _spec([_fault(tmp_path, action)], ["workers=0", "run.step_timeout_s=1"])
     start = time.monotonic()
     with pytest.raises(StepTimeoutError) as caught:
@@ -108,7 +119,7 @@ class SlowConsumer:
         time.sleep(30)
 
 
-def test_consumer_step_past_the_limit_is_stopped(tmp_path):
+def test_consumer_step_past_the_limit_is_stopped(tmp_path, bounded):
     spec = _spec([], ["workers=0"])
     _, instrumented, collate = build_pipeline(spec)
     loop = StepLoop(BatchStream(build_loader(spec, instrumented, collate), "fail"), SlowConsumer(),
@@ -118,7 +129,7 @@ def test_consumer_step_past_the_limit_is_stopped(tmp_path):
             loop.step(None)
 
 
-def test_watchdog_leaves_steps_within_the_limit_alone():
+def test_watchdog_leaves_steps_within_the_limit_alone(bounded):
     with Watchdog(0.3, "limit", on_stuck=print) as watchdog:
         for _ in range(5):
             watchdog.arm("a short step")

@@ -48,12 +48,16 @@ def test_interrupted_auto_sweep_resumes_without_remeasuring(user_project):
     exe = Path(sys.executable).with_name("pipebench")
     proc = subprocess.Popen([*TASKSET, str(exe), *SWEEP], cwd=user_project, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True, start_new_session=True)
-    deadline = time.monotonic() + CASE_TIMEOUT_S
-    while time.monotonic() < deadline and not markers_written(markers) and proc.poll() is None:
-        time.sleep(0.05)
-    assert markers_written(markers), "the last job never reached its hanging transform"
-    os.killpg(proc.pid, signal.SIGINT)  # Ctrl-C, as a terminal sends it to the whole group
-    stdout, stderr = proc.communicate(timeout=60)
+    try:
+        deadline = time.monotonic() + CASE_TIMEOUT_S
+        while time.monotonic() < deadline and not markers_written(markers) and proc.poll() is None:
+            time.sleep(0.05)
+        assert markers_written(markers), "the last job never reached its hanging transform"
+        os.killpg(proc.pid, signal.SIGINT)  # Ctrl-C, as a terminal sends it to the whole group
+        stdout, stderr = proc.communicate(timeout=60)
+    finally:  # its job process and workers die with it (pipebench.base.lifeline)
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
     assert proc.returncode == 130, stderr
     folder = user_project / results_folder(stdout)
     assert "workers-0+1+2" in folder.name, "workers=auto was expanded before the folder was named"
