@@ -17,7 +17,14 @@ from PIL import Image, ImageDraw, ImageFilter
 from torch.utils.data import Dataset
 
 from pipebench.base.errors import DatasetError
+from pipebench.config.limits import (
+    MAX_DATASET_LENGTH,
+    MAX_DISTINCT_SAMPLES,
+    MAX_IMAGE_SIDE,
+    MAX_SEED,
+)
 
+from .checks import require_int
 from .lazy_image import open_rgb
 
 # Bump whenever the picture generator changes, so caches built by older code are
@@ -47,14 +54,8 @@ _GRAIN_SIGMA = 5.0  # grey levels of per-pixel luminance noise, like sensor grai
 _MANIFEST = "manifest.json"
 
 
-def _require_int(name: str, value, minimum: int, maximum: int | None = None) -> int:
-    """Check a config value is an integer in range; a DatasetError names the key."""
-    bounds = f">= {minimum}" if maximum is None else f"in [{minimum}, {maximum}]"
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise DatasetError(f"synthetic_jpeg: {name} must be an integer {bounds}, got {value!r}")
-    if value < minimum or (maximum is not None and value > maximum):
-        raise DatasetError(f"synthetic_jpeg: {name} must be an integer {bounds}, got {value}")
-    return value
+def _require_int(name: str, value, minimum: int, maximum: int) -> int:
+    return require_int("synthetic_jpeg", name, value, minimum, maximum)
 
 
 def _default_cache_root() -> Path:
@@ -120,13 +121,13 @@ class SyntheticJpegDataset(Dataset):
         seed: int = 0,
         cache_dir: str | os.PathLike | None = None,
     ):
-        self.length = _require_int("length", length, 1)
-        self.num_images = _require_int("num_images", num_images, 1)
-        self.width = _require_int("width", width, 1)
-        self.height = _require_int("height", height, 1)
+        self.length = _require_int("length", length, 1, MAX_DATASET_LENGTH)
+        self.num_images = _require_int("num_images", num_images, 1, MAX_DISTINCT_SAMPLES)
+        self.width = _require_int("width", width, 1, MAX_IMAGE_SIDE)
+        self.height = _require_int("height", height, 1, MAX_IMAGE_SIDE)
         self.quality = _require_int("quality", quality, 1, MAX_QUALITY)
-        self.num_classes = _require_int("num_classes", num_classes, 1)
-        self.seed = _require_int("seed", seed, 0)
+        self.num_classes = _require_int("num_classes", num_classes, 1, MAX_DATASET_LENGTH)
+        self.seed = _require_int("seed", seed, 0, MAX_SEED)
 
         image_params = {
             "generator": GENERATOR_VERSION,

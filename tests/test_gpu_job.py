@@ -10,8 +10,13 @@ import torch
 from conftest import QUICK_RUN, TINY_DATASET, results_folder, run_cli
 
 from pipebench.config.specs import ConsumerSpec
-from pipebench.measure.gpu.session import (GPU_TRACE_FILE, GpuSession, LabelledConsumer, trace_steps,
-                                           trace_window_note)
+from pipebench.measure.gpu.session import (
+    GPU_TRACE_FILE,
+    GpuSession,
+    LabelledConsumer,
+    trace_steps,
+    trace_window_note,
+)
 from pipebench.measure.gpu.sync_detect import CONSUMER_LABEL
 from pipebench.measure.gpu.trace import CPU_OP_CATEGORY, load_trace, windows
 from pipebench.pipeline.consumers import build_consumer

@@ -48,7 +48,11 @@ from pipebench.record.resume import (
     stored_job,
     task_config,
 )
-from pipebench.record.stored import RESULTS_SCHEMA_VERSION, SCHEMA_VERSION_KEY, NewerFile
+from pipebench.record.stored import (
+    RESULTS_SCHEMA_VERSION,
+    SCHEMA_VERSION_KEY,
+    NewerFile,
+)
 
 PACKAGE = Path(__file__).resolve().parents[1] / "pipebench"
 MARKER = "MARKER"

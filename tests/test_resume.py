@@ -12,6 +12,8 @@ import time
 from pathlib import Path
 
 from conftest import TINY_DATASET, results_folder, run_cli
+from fault_kit import CASE_TIMEOUT_S, fault_node, install_faults, markers_written
+from fault_transforms import ARMED
 from stored_results import result_record, write_record
 
 from pipebench.record.results import RESULT_FILE
@@ -23,13 +25,15 @@ from pipebench.record.resume import (
 from pipebench.report.plots import THROUGHPUT_PNG, TRANSFORMS_PNG
 from pipebench.report.writer import COMPARISON_CSV, COMPARISON_MD
 
-# One usable core (taskset) makes workers=auto the three jobs 0, 1 and 2, each a fresh process of a
-# few seconds: time to interrupt after the first. Without taskset the same jobs are listed.
+# One usable core (taskset) makes workers=auto the three jobs 0, 1 and 2. Without taskset the same jobs are listed.
 TASKSET = ["taskset", "-c", "0"] if shutil.which("taskset") else []
-SWEEP = ["run", "--config-dir", "my_conf", "transform=tiny", "workers=auto" if TASKSET else "workers=0,1,2",
+SWEEP = ["run", "--config-dir", "my_conf", "transform=tiny_gated", "workers=auto" if TASKSET else "workers=0,1,2",
          "loader.prefetch_factor=3", "loader.persistent_workers=true", *TINY_DATASET, "loader.batch_size=8",
          "run.progress=false", "run.warmup_steps=0", "run.min_time_s=0.5", "run.profile_steps=0", "results_dir=out"]
 JOBS = 3
+# The last job (workers=2): its workers hang in a Fault until Ctrl-C, so exactly the jobs before it
+# are finished when the interrupt lands, however slow the machine (no guessed sleep decides it).
+HUNG_WORKERS = 2
 
 
 def _finished(out: Path):
@@ -37,20 +41,30 @@ def _finished(out: Path):
 
 
 def test_interrupted_auto_sweep_resumes_without_remeasuring(user_project):
+    markers = install_faults(user_project)
+    chains = user_project / "my_conf" / "transform"
+    (chains / "tiny_gated.yaml").write_text((chains / "tiny.yaml").read_text().replace(
+        "per_batch:", fault_node(markers, "sleep", HUNG_WORKERS) + "per_batch:"))
     exe = Path(sys.executable).with_name("pipebench")
     proc = subprocess.Popen([*TASKSET, str(exe), *SWEEP], cwd=user_project, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True, start_new_session=True)
-    deadline = time.monotonic() + 120
-    while time.monotonic() < deadline and not _finished(user_project / "out") and proc.poll() is None:
-        time.sleep(0.2)
-    os.killpg(proc.pid, signal.SIGINT)  # Ctrl-C, as a terminal sends it to the whole group
-    stdout, stderr = proc.communicate(timeout=60)
+    try:
+        deadline = time.monotonic() + CASE_TIMEOUT_S
+        while time.monotonic() < deadline and not markers_written(markers) and proc.poll() is None:
+            time.sleep(0.05)
+        assert markers_written(markers), "the last job never reached its hanging transform"
+        os.killpg(proc.pid, signal.SIGINT)  # Ctrl-C, as a terminal sends it to the whole group
+        stdout, stderr = proc.communicate(timeout=60)
+    finally:  # its job process and workers die with it (pipebench.base.lifeline)
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
     assert proc.returncode == 130, stderr
     folder = user_project / results_folder(stdout)
     assert "workers-0+1+2" in folder.name, "workers=auto was expanded before the folder was named"
     before = {p: p.stat().st_mtime_ns for p in _finished(user_project / "out")}
-    assert 1 <= len(before) < JOBS and all(p.parent.parent == folder for p in before)
+    assert len(before) == JOBS - 1 and all(p.parent.parent == folder for p in before)
 
+    (markers / ARMED).unlink()  # the resumed run's last job passes its samples through
     again = run_cli([*SWEEP[:1], "--baseline", "workers=1", *SWEEP[1:]], cwd=user_project, prefix=TASKSET)
     assert again.returncode == 0, again.stderr
     assert results_folder(again.stdout) == results_folder(stdout), "the same folder is reused"

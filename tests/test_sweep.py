@@ -2,11 +2,6 @@
 
 import csv
 import json
-import os
-import signal
-import subprocess
-import sys
-import time
 from pathlib import Path
 
 from conftest import QUICK_RUN, TINY_DATASET, results_folder, run_cli
@@ -94,27 +89,6 @@ def test_skip_counts_bad_images_and_a_failing_job_keeps_earlier_rows(tmp_path):
     rows = _csv(tmp_path / results_folder(proc.stdout) / "summary.csv")
     assert len(rows) == 1, "the skip job's row survives the fail job"
     assert "on_error=skip" in rows[0]["job"] and int(rows[0]["skipped_samples"]) >= 2
-
-
-def test_ctrl_c_keeps_finished_rows(user_project):
-    tmp_path = user_project
-    exe = Path(sys.executable).with_name("pipebench")
-    args = [str(exe), "run", "--config-dir", "my_conf", "transform=tiny", "workers=0,0,0", *TINY_DATASET, "run.progress=false", "run.warmup_steps=0",
-            "run.min_time_s=2", "run.profile_steps=0", "results_dir=out"]
-    proc = subprocess.Popen(args, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            start_new_session=True)
-    deadline = time.monotonic() + 120
-    summaries = []
-    while time.monotonic() < deadline and not summaries and proc.poll() is None:
-        summaries = [p for p in (tmp_path / "out").glob("*/summary.csv") if len(_csv(p)) >= 1]
-        time.sleep(0.2)
-    assert summaries, "the first job never finished"
-    os.killpg(proc.pid, signal.SIGINT)  # what a terminal's Ctrl-C does: the whole foreground group
-    stdout, stderr = proc.communicate(timeout=60)
-    assert proc.returncode == 130, stderr
-    assert "interrupted" in stderr and "Traceback" not in stderr
-    assert 1 <= len(_csv(summaries[0])) < 3
-    assert stdout.strip().splitlines()[-1].startswith("results: ")
 
 
 def test_runs_from_a_source_checkout_with_spawned_workers(tmp_path):

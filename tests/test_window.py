@@ -99,6 +99,7 @@ def test_a_time_capped_window_says_so():
 
 def test_bootstrap_blocks_group_whole_cycles_to_a_time_span_and_never_cross_an_epoch_end():
     import numpy as np
+
     from pipebench.measure.window import bootstrap_blocks
 
     result = starved_pass(2, 30, epoch_every=24)  # 100 ms cycles; an epoch end after batch 24

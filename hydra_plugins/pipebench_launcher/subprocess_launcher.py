@@ -4,15 +4,27 @@ Fresh processes keep page cache, allocator and thread state from leaking between
 running them one at a time keeps jobs from competing for the same cores (DESIGN §2).
 Hydra's BasicLauncher runs every job in one process, and submitit_local starts them all at
 once, so neither fits a benchmark. Swap in `hydra/launcher=submitit_slurm` for a cluster.
+
+Every process dies with its sweep: each job process runs in a process group of its own, which
+this launcher kills on the way out however it leaves (Ctrl-C, SIGTERM, an error), and the job
+process and its workers die by the kernel's parent-death signal if `pipebench` is killed
+outright (pipebench.base.lifeline). A terminal's Ctrl-C therefore reaches only `pipebench`,
+which prints the one line. A job that fails does not end the sweep unless
+`run.on_job_error=stop`: a job killed by a signal gets one line naming the job, the signal and
+its usual cause, and when the sweep ends `SweepIncomplete` lists every job that did not finish.
+pipebench launches a sweep as one batch; under `hydra.sweeper.max_batch_size` a batch with a
+failure ends the sweep.
 """
 
 import logging
+import os
 import pickle
+import signal
 import subprocess
 import sys
 from dataclasses import dataclass
 from pathlib import Path
-from typing import List, Optional, Sequence
+from typing import List, Optional, Sequence, Tuple
 
 from hydra.core.config_store import ConfigStore
 from hydra.core.singleton import Singleton
@@ -27,11 +39,29 @@ from hydra.plugins.launcher import Launcher
 from hydra.types import HydraContext, TaskFunction
 from omegaconf import DictConfig, open_dict
 
-from pipebench.measure.job_process import JOB_PROCESS_MODULE, JobPayload
+from pipebench.base.errors import (
+    ERROR_FILE,
+    INTERRUPTED_EXIT_STATUS,
+    USAGE_EXIT_STATUS,
+    JobFailure,
+    SweepIncomplete,
+    printable,
+)
+from pipebench.measure.job_process import JobPayload, job_process_command
 from pipebench.record.resume import job_already_done
 
 log = logging.getLogger(__name__)
 
+# What usually sends each signal that ends a job process, for the job's one line.
+SIGNAL_CAUSES = {
+    signal.SIGKILL: "often the out-of-memory killer; check `dmesg` or `journalctl -k`",
+    signal.SIGSEGV: "a crash in native code (a C extension, torch, or a library they load)",
+    signal.SIGBUS: "often shared memory (/dev/shm) too small for the batches workers hand over",
+    signal.SIGABRT: "native code aborted (a failed assertion in a C or C++ library)",
+    signal.SIGTERM: "stopped by another process (a scheduler's time limit, or `kill`)",
+    signal.SIGINT: "interrupted",
+    signal.SIGXCPU: "a CPU time limit (`ulimit -t`)",
+}
 
 
 @dataclass
@@ -46,8 +76,44 @@ ConfigStore.instance().store(
 )
 
 
-class JobProcessFailed(SystemExit):
-    """A job process exited non-zero; it has already printed its own one-line reason."""
+def signal_name(number: int) -> str:
+    try:
+        return signal.Signals(number).name
+    except ValueError:
+        return f"signal {number}"
+
+
+def failure_reason(status: int, job_dir: Path) -> Tuple[str, bool]:
+    """Why a job process exited with `status` (negative: the signal that killed it), and whether
+    that is a user error the job named itself."""
+    if status < 0:
+        cause = SIGNAL_CAUSES.get(-status)
+        return f"killed by {signal_name(-status)}" + (f": {cause}" if cause else ""), False
+    if status == USAGE_EXIT_STATUS:
+        try:
+            reason = (job_dir / ERROR_FILE).read_text().strip()
+        except OSError:
+            reason = ""
+        return printable(reason) or "a user error (exit status 2; its line is above)", True
+    if status == INTERRUPTED_EXIT_STATUS:
+        return "interrupted on its own (exit status 130)", False
+    return f"exited with status {status}; its output above says why", False
+
+
+def _kill_group(pgid: int) -> None:
+    try:
+        os.killpg(pgid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+
+
+def _wait_unreaped(proc: subprocess.Popen) -> None:
+    """Wait for the job process to end but leave it unreaped, so its pid, which names its process
+    group, cannot be reused before the group is killed."""
+    if hasattr(os, "waitid"):
+        os.waitid(os.P_PID, proc.pid, os.WEXITED | os.WNOWAIT)
+    else:
+        proc.wait()
 
 
 class SubprocessLauncher(Launcher):
@@ -63,6 +129,7 @@ class SubprocessLauncher(Launcher):
         self.task_function = task_function
 
     def launch(self, job_overrides: Sequence[Sequence[str]], initial_job_idx: int) -> Sequence[JobReturn]:
+        """Run the jobs one after another; raise SweepIncomplete at the end if any did not finish."""
         assert self.config is not None and self.hydra_context is not None and self.task_function is not None
         setup_globals()
         configure_log(self.config.hydra.hydra_logging, self.config.hydra.verbose)
@@ -70,31 +137,58 @@ class SubprocessLauncher(Launcher):
         sweep_dir.mkdir(parents=True, exist_ok=True)
         total = initial_job_idx + len(job_overrides)
         runs: List[JobReturn] = []
+        failures: List[JobFailure] = []
+        not_run: List[str] = []
+        stop_at_first = False
         for offset, overrides in enumerate(job_overrides):
             idx = initial_job_idx + offset
+            job = f"{idx + 1}/{total} {' '.join(filter_overrides(overrides)) or 'defaults'}"
+            if stop_at_first:
+                not_run.append(job)
+                continue
             sweep_config = self.hydra_context.config_loader.load_sweep_config(self.config, list(overrides))
             with open_dict(sweep_config):
                 sweep_config.hydra.job.id = idx
                 sweep_config.hydra.job.num = idx
+            job_dir = sweep_dir / str(sweep_config.hydra.sweep.subdir)
             # A resumed sweep (pipebench.record.resume) skips the jobs an interrupted run already finished.
-            done = job_already_done(sweep_dir / str(sweep_config.hydra.sweep.subdir),
-                                    list(sweep_config.hydra.overrides.task), sweep_config)
-            print(f"[job {idx + 1}/{total}] {' '.join(filter_overrides(overrides)) or 'defaults'}"
-                  f"{' (already done, skipped)' if done else ''}", flush=True)
-            if not done:
-                self._run_in_subprocess(sweep_config)
+            done = job_already_done(job_dir, list(sweep_config.hydra.overrides.task), sweep_config)
+            print(f"[job {job}]{' (already done, skipped)' if done else ''}", flush=True)
+            status = 0 if done else self._run_job_process(sweep_config)
+            if status != 0:
+                reason, user_error = failure_reason(status, job_dir)
+                failures.append(JobFailure(job, reason, user_error))
+                stop_at_first = sweep_config.run.on_job_error == "stop"
+                if not user_error:  # a job that exited 2 has printed its own line
+                    then = "stopping the sweep (run.on_job_error=stop)" if stop_at_first else "the sweep goes on"
+                    print(f"pipebench: error: job {job}: {reason}; {then}", file=sys.stderr, flush=True)
+                continue
             runs.append(JobReturn(overrides=list(overrides), cfg=sweep_config, status=JobStatus.COMPLETED,
                                   _return_value=None))
+        if failures:
+            raise SweepIncomplete(tuple(failures), tuple(not_run), total)
         return runs
 
-    def _run_in_subprocess(self, sweep_config: DictConfig) -> None:
-        """Run one job to completion in a new interpreter; its results land in its job folder."""
+    def _run_job_process(self, sweep_config: DictConfig) -> int:
+        """Run one job to completion in a new interpreter and process group; return its exit status.
+
+        Its results land in its job folder. However this returns or raises, the job's whole
+        process group is killed first, so nothing the job started outlives it.
+        """
         state = Singleton.get_state()
         # Resolvers are closures that pickle cannot carry; the job process registers Hydra's own.
         del state["omegaconf_resolvers"]
-        payload = JobPayload(self.hydra_context, sweep_config, self.task_function, state)
-        status = subprocess.run(
-            [self.python, "-m", JOB_PROCESS_MODULE], input=pickle.dumps(payload), check=False
-        ).returncode
-        if status != 0:
-            raise JobProcessFailed(status)
+        payload = pickle.dumps(JobPayload(self.hydra_context, sweep_config, self.task_function, state))
+        proc = subprocess.Popen(job_process_command(self.python, os.getpid()), stdin=subprocess.PIPE,
+                                start_new_session=True)
+        try:
+            try:
+                with proc.stdin:
+                    proc.stdin.write(payload)
+            except BrokenPipeError:  # it died before reading its job; the exit status says how
+                pass
+            _wait_unreaped(proc)
+        finally:
+            _kill_group(proc.pid)
+            proc.wait()
+        return proc.returncode

@@ -1,10 +1,26 @@
-"""User-facing errors: each one becomes a single line on stderr and exit status 2."""
+"""User-facing errors: each one becomes a single line on stderr and exit status 2.
+
+Stopping from outside is no error but ends the same way, in one line: Ctrl-C exits 130 and
+SIGTERM 143 (128 + the signal's number, as shells report a process a signal ended).
+"""
 
 import re
 import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import List, Optional, Tuple
+
+from pipebench.base.io import write_text_atomic
 
 # Exit status for a user mistake (bad config, bad data), as argparse uses.
 USAGE_EXIT_STATUS = 2
+# A job's user error, one line, beside where its result.json would be; the launcher reads it
+# back to list the failed jobs when the sweep ends.
+ERROR_FILE = "error.txt"
+# Exit status of a sweep with a job that crashed or was killed, rather than one the user can fix.
+CRASH_EXIT_STATUS = 1
+INTERRUPTED_EXIT_STATUS = 128 + 2
+TERMINATED_EXIT_STATUS = 128 + 15
 
 
 class PipebenchError(Exception):
@@ -48,3 +64,53 @@ def error_line(exc: Exception) -> str:
         names = " -> ".join(str(name) for name in (exc.filename, exc.filename2) if name is not None)
         return printable(f"{names}: {exc.strerror}" if names else exc.strerror)
     return printable(str(exc))
+
+
+class StepTimeoutError(PipebenchError):
+    """A step in the main process (a transform at workers=0, a consumer step) ran past run.step_timeout_s."""
+
+
+class Terminated(BaseException):
+    """SIGTERM reached pipebench. It unwinds like Ctrl-C's KeyboardInterrupt, so no `except
+    Exception` stops it and every `finally` (the job's process group kill) runs."""
+
+
+@dataclass(frozen=True)
+class JobFailure:
+    """A job that did not finish: `job` names it (`2/3 workers=1`), `reason` says why in one line."""
+
+    job: str
+    reason: str
+    # The job named a mistake the user can fix (it exited with USAGE_EXIT_STATUS).
+    user_error: bool
+
+
+class SweepIncomplete(SystemExit):
+    """Jobs failed, and with run.on_job_error=stop the rest did not run. The exit status is 2 when
+    every failure was a user error its job named, 1 when any job crashed or was killed.
+
+    The launcher raises it and the CLI catches it; it lives here, not in the launcher, because
+    Hydra's plugin scan loads the launcher module a second time, with classes of its own.
+    """
+
+    def __init__(self, failures: Tuple[JobFailure, ...], not_run: Tuple[str, ...], total: int) -> None:
+        super().__init__(USAGE_EXIT_STATUS if all(f.user_error for f in failures) else CRASH_EXIT_STATUS)
+        self.failures = failures
+        self.not_run = not_run
+        self.total = total
+
+    def lines(self) -> List[str]:
+        """The closing list: a headline, then one line a job."""
+        head = f"pipebench: {len(self.failures)} of {self.total} jobs failed"
+        if self.not_run:
+            head += f" and {len(self.not_run)} did not run (run.on_job_error=stop)"
+        return [f"{head}; the tables hold the jobs that finished, and the same command again retries the rest:",
+                *(f"  job {f.job}: {f.reason}" for f in self.failures),
+                *(f"  job {job}: not run" for job in self.not_run)]
+
+
+def report_error(message: str, job_dir: Optional[Path] = None) -> None:
+    """The one line on stderr; in a job, also left in the job folder for the sweep's closing list."""
+    if job_dir is not None:
+        write_text_atomic(job_dir / ERROR_FILE, f"{message}\n")
+    print(f"pipebench: error: {message}", file=sys.stderr, flush=True)

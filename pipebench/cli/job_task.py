@@ -5,14 +5,12 @@ cluster node (submitit). Launchers pickle it by reference, so it stays importabl
 carries no state; it lives apart from the verbs so a job process imports only what a job needs.
 """
 
-import sys
 from pathlib import Path
 
 from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig, OmegaConf
 
-from pipebench.base.errors import USAGE_EXIT_STATUS, PipebenchError
-from pipebench.base.io import write_text_atomic
+from pipebench.base.errors import USAGE_EXIT_STATUS, PipebenchError, report_error
 from pipebench.base.tables import markdown_table
 from pipebench.config.specs import job_spec_from_config
 from pipebench.measure.job import SINGLE_PROCESS_FIELDS, measure
@@ -25,9 +23,6 @@ from pipebench.report.summary import write_summary_markdown
 
 __all__ = ["run_job_task"]
 
-# A job's user error, one line, beside where its result.json would be.
-ERROR_FILE = "error.txt"
-
 
 def run_job_task(cfg: DictConfig) -> None:
     """Hydra task function: one job, one folder. User errors exit 2 with one line."""
@@ -39,8 +34,7 @@ def run_job_task(cfg: DictConfig) -> None:
         spec = job_spec_from_config(cfg, choices)
         record = measure(spec, job_dir)
     except PipebenchError as exc:
-        write_text_atomic(job_dir / ERROR_FILE, f"{exc}\n")
-        print(f"pipebench: error: {exc}", file=sys.stderr)
+        report_error(str(exc), job_dir)
         raise SystemExit(USAGE_EXIT_STATUS) from None
     summary = {
         "job": name,

@@ -2,41 +2,69 @@
 
 Each verb module has `add_parser(verbs)` and `main(args) -> int`; argparse stays here, at the
 edge, and a user error anywhere below, or a file-system error (a read-only results folder, a file
-where a folder belongs), becomes one line and exit status 2.
+where a folder belongs), becomes one line and exit status 2. Stopping it is one line too, at any
+moment: Ctrl-C exits 130 and SIGTERM 143. So that this holds while the verbs import torch and
+Hydra (seconds), they are imported inside `main`, and this module imports nothing heavy.
 """
 
 import argparse
+import signal
 import sys
-from typing import Optional, Sequence
+from types import ModuleType
+from typing import Optional, Sequence, Tuple
 
-from pipebench.base.errors import USAGE_EXIT_STATUS, PipebenchError, error_line
-from pipebench.cli import baseline, compare, explore, report, run
+from pipebench.base.errors import (
+    INTERRUPTED_EXIT_STATUS,
+    TERMINATED_EXIT_STATUS,
+    USAGE_EXIT_STATUS,
+    PipebenchError,
+    Terminated,
+    error_line,
+)
 
-__all__ = ["VERBS", "build_parser", "main"]
-
-# Workflow order: help lists the verbs as a user meets them.
-VERBS = (run, explore, report, compare, baseline)
+__all__ = ["build_parser", "main", "verbs"]
 
 
-def build_parser() -> argparse.ArgumentParser:
+def verbs() -> Tuple[ModuleType, ...]:
+    """The verb modules in workflow order, so help lists them as a user meets them."""
+    from pipebench.cli import baseline, compare, explore, report, run
+
+    return (run, explore, report, compare, baseline)
+
+
+def build_parser(modules: Sequence[ModuleType]) -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="pipebench",
         description="Benchmark PyTorch data-input pipelines: per-transform profiles, throughput, starvation.",
     )
-    verbs = parser.add_subparsers(dest="verb", metavar="VERB", required=True)
-    for verb in VERBS:
-        verb.add_parser(verbs)
+    subparsers = parser.add_subparsers(dest="verb", metavar="VERB", required=True)
+    for verb in modules:
+        verb.add_parser(subparsers)
     return parser
 
 
+def _terminate(signum: int, frame) -> None:
+    raise Terminated()
+
+
 def main(argv: Optional[Sequence[str]] = None) -> int:
-    args = build_parser().parse_args(argv)
-    verb = next(v for v in VERBS if v.__name__.rsplit(".", 1)[-1] == args.verb)
+    previous = signal.signal(signal.SIGTERM, _terminate)
     try:
+        modules = verbs()
+        args = build_parser(modules).parse_args(argv)
+        verb = next(v for v in modules if v.__name__.rsplit(".", 1)[-1] == args.verb)
         return verb.main(args)
     except (PipebenchError, OSError) as exc:
         print(f"pipebench: error: {error_line(exc)}", file=sys.stderr)
         return USAGE_EXIT_STATUS
+    except KeyboardInterrupt:
+        print("\npipebench: interrupted", file=sys.stderr)
+        return INTERRUPTED_EXIT_STATUS
+    except Terminated:
+        print("\npipebench: terminated (SIGTERM)", file=sys.stderr)
+        return TERMINATED_EXIT_STATUS
+    finally:
+        signal.signal(signal.SIGTERM, previous)
 
 
 if __name__ == "__main__":

@@ -23,7 +23,13 @@ from hydra.core.plugins import Plugins
 from hydra.errors import HydraException
 
 from hydra_plugins.pipebench_launcher.subprocess_launcher import SubprocessLauncher
-from pipebench.base.errors import ConfigError
+from pipebench.base.errors import (
+    INTERRUPTED_EXIT_STATUS,
+    TERMINATED_EXIT_STATUS,
+    ConfigError,
+    SweepIncomplete,
+    Terminated,
+)
 from pipebench.base.io import folder_safe
 from pipebench.cli.common_args import (
     add_baseline_job,
@@ -45,15 +51,14 @@ from pipebench.config.specs import JobSpec
 from pipebench.config.sweep_axes import expand_auto_workers
 from pipebench.measure.calibration import run_calibration
 from pipebench.measure.fingerprint import usable_cores
-from pipebench.measure.job_process import INTERRUPTED_EXIT_STATUS
 from pipebench.pipeline.build import build_dataset, build_transforms
+from pipebench.record.folder_lock import folder_lock
 from pipebench.record.results import (
     CALIBRATION_FILE,
     SUMMARY_MD,
     load_job_results,
     write_calibration,
 )
-from pipebench.record.folder_lock import folder_lock
 from pipebench.record.resume import choose_invocation, record_invocation
 from pipebench.report.comparison import identity, select_job
 from pipebench.report.writer import print_summary, write_report
@@ -69,7 +74,7 @@ ROUND_SWEEP = "run.round=range(0,{rounds})"
 # rounds sweep; Hydra must not prepend them a second time.
 CLEAR_SWEEPER_PARAMS = "hydra.sweeper.params=null"
 # Keys that describe the whole invocation, so every job of a sweep must agree on them.
-INVOCATION_KEYS = ("rounds", "calibrate")
+INVOCATION_KEYS = ("rounds", "calibrate", "run.on_job_error")
 
 RUN_EPILOG = """\
 examples:
@@ -134,9 +139,17 @@ def sweep_overrides(overrides: Sequence[str]) -> List[str]:
     return [*rounds, *settings.params, *overrides]
 
 
+def _spec_value(spec: JobSpec, key: str) -> object:
+    """The value of a dotted config key (`run.on_job_error`) in a spec."""
+    value: object = spec
+    for part in key.split("."):
+        value = getattr(value, part)
+    return value
+
+
 def _check_invocation_keys(checked: Sequence[Tuple[JobSpec, str]]) -> None:
     for key in INVOCATION_KEYS:
-        values = {getattr(spec, key) for spec, _ in checked}
+        values = {_spec_value(spec, key) for spec, _ in checked}
         if len(values) > 1:
             raise ConfigError(f"{key} applies to the whole invocation and cannot be swept, got {sorted(values)}")
 
@@ -231,16 +244,24 @@ def _run_sweep(invocation_dir: Path, swept: Sequence[str], jobs: Sequence[Sequen
     sys.argv = ["pipebench", "--multirun", *swept, CLEAR_SWEEPER_PARAMS,
                 f"hydra.sweep.dir={_quote(str(invocation_dir))}"]
     status = 0
+    incomplete: List[str] = []
     try:
         _hydra_entry()()
+    except SweepIncomplete as exc:  # jobs failed; the finished ones are reported all the same
+        status, incomplete = exc.code, exc.lines()
     except SystemExit as exc:
         status = exc.code if isinstance(exc.code, int) else 1
     except KeyboardInterrupt:
         print("\npipebench: interrupted; finished jobs are kept", file=sys.stderr)
         status = INTERRUPTED_EXIT_STATUS
+    except Terminated:
+        print("\npipebench: terminated (SIGTERM); finished jobs are kept", file=sys.stderr)
+        status = TERMINATED_EXIT_STATUS
     _final_report(invocation_dir, baseline)
     if epilogue is not None:
         epilogue(invocation_dir)
+    for line in incomplete:
+        print(line, file=sys.stderr)
     print(f"results: {invocation_dir}")
     return status
 

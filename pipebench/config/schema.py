@@ -67,6 +67,16 @@ class RunConfig:
     # fail: stop at the first bad sample, naming it. skip: drop it, count it, go on.
     on_error: str = "fail"
     progress: bool = True
+    # continue: a job that fails is listed when the sweep ends and the next job runs; stop: the
+    # sweep stops at the first failed job. Either way finished rows are kept and the sweep exits
+    # non-zero (pipebench's own launcher; a cluster launcher runs every job regardless).
+    on_job_error: str = "continue"
+    # The longest one step's own work in the main process may take: making the batch at
+    # workers=0 (load, transforms, collate), and the consumer step at any worker count. A step
+    # past it is interrupted and the job ends naming the transform and sample it was on. Waiting
+    # for workers is loader.timeout_s's to bound, so this is apart from it. As generous as
+    # loader.timeout_s: the seed chain at batch 256 takes ~4 s a step at workers=0 here.
+    step_timeout_s: float = 120.0
 
 
 @dataclass

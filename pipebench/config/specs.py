@@ -4,17 +4,31 @@ Configs are resolved to plain Python here, before anything reaches a Dataset or 
 DictConfig access in a hot loop is slow, and plain values pickle cheaply under spawn.
 """
 
+import math
 from dataclasses import dataclass
-from typing import Any, Mapping, Optional, Tuple
+from typing import Any, Mapping, Optional, Tuple, Union
 
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
 from pipebench.base.errors import ConfigError
+from pipebench.config.limits import (
+    MAX_BATCH_SIZE,
+    MAX_PREFETCH_FACTOR,
+    MAX_PROFILE_STEPS,
+    MAX_RANKS,
+    MAX_REPEATS,
+    MAX_SEED,
+    MAX_STEP_MS,
+    MAX_STEPS,
+    MAX_TIMEOUT_S,
+    MAX_WORKERS,
+)
 
 # The start methods torch.multiprocessing accepts for DataLoader workers.
 START_METHODS = ("fork", "spawn", "forkserver")
 ON_ERROR_POLICIES = ("fail", "skip")
+ON_JOB_ERROR_POLICIES = ("continue", "stop")
 CONSUMER_KINDS = ("none", "emulated", "toy_cnn", "masked_loss_sync", "masked_loss_fixed")
 STEP_DISTRIBUTIONS = ("fixed", "normal", "uniform")
 CONSUMER_DEVICES = ("auto", "cpu", "cuda")
@@ -49,6 +63,8 @@ class RunSpec:
     profile_steps: int
     on_error: str
     progress: bool
+    on_job_error: str
+    step_timeout_s: float
 
 
 @dataclass(frozen=True)
@@ -104,66 +120,62 @@ def _check_target_nodes(nodes: Any, where: str) -> Tuple[Mapping[str, Any], ...]
     return tuple(nodes)
 
 
+def _bounded(key: str, value: Union[int, float], minimum: float, maximum: float, above: bool = False) -> None:
+    """`key` is a finite number from `minimum` (excluded when `above`) to `maximum` (pipebench.config.limits)."""
+    _require(not (isinstance(value, float) and not math.isfinite(value)), f"{key} must be a finite number, got {value}")
+    low_ok = value > minimum if above else value >= minimum
+    _require(low_ok and value <= maximum,
+             f"{key} must be {'>' if above else '>='} {minimum:g} and <= {maximum:g}, got {value!r}")
+
+
+def _one_of(key: str, value: Any, allowed: Tuple[Optional[str], ...]) -> None:
+    named = ", ".join(a for a in allowed if a is not None) + (" or null" if None in allowed else "")
+    _require(value in allowed, f"{key} must be one of {named}, got {value!r}")
+
+
 def _validate_loader(loader: LoaderSpec) -> None:
-    _require(loader.batch_size >= 1, f"loader.batch_size must be >= 1, got {loader.batch_size}")
-    _require(
-        loader.prefetch_factor >= 1, f"loader.prefetch_factor must be >= 1, got {loader.prefetch_factor}"
-    )
-    _require(loader.timeout_s >= 0, f"loader.timeout_s must be >= 0, got {loader.timeout_s}")
-    _require(
-        loader.multiprocessing_context in (None, *START_METHODS),
-        f"loader.multiprocessing_context must be one of {', '.join(START_METHODS)} or null, "
-        f"got {loader.multiprocessing_context!r}",
-    )
-    _require(
-        loader.sharing_strategy in (None, *SHARING_STRATEGIES),
-        f"loader.sharing_strategy must be one of {', '.join(SHARING_STRATEGIES)} or null, "
-        f"got {loader.sharing_strategy!r}",
-    )
+    _bounded("loader.batch_size", loader.batch_size, 1, MAX_BATCH_SIZE)
+    _bounded("loader.prefetch_factor", loader.prefetch_factor, 1, MAX_PREFETCH_FACTOR)
+    # 0 would let a hung worker hang the sweep: DataLoader reads it as "wait forever".
+    _bounded("loader.timeout_s", loader.timeout_s, 0, MAX_TIMEOUT_S, above=True)
+    _one_of("loader.multiprocessing_context", loader.multiprocessing_context, (*START_METHODS, None))
+    _one_of("loader.sharing_strategy", loader.sharing_strategy, (*SHARING_STRATEGIES, None))
 
 
 def _validate_run(run: RunSpec) -> None:
-    _require(run.warmup_steps >= 0, f"run.warmup_steps must be >= 0, got {run.warmup_steps}")
-    _require(run.steps >= 1, f"run.steps must be >= 1, got {run.steps}")
-    _require(run.worker_cycles >= 1, f"run.worker_cycles must be >= 1, got {run.worker_cycles}")
-    _require(run.min_time_s >= 0, f"run.min_time_s must be >= 0, got {run.min_time_s}")
-    _require(run.max_time_s > 0, f"run.max_time_s must be > 0, got {run.max_time_s}")
-    _require(run.repeats >= 1, f"run.repeats must be >= 1, got {run.repeats}")
-    _require(run.round >= 0, f"run.round must be >= 0, got {run.round}")
-    _require(run.profile_steps >= 0, f"run.profile_steps must be >= 0, got {run.profile_steps}")
-    _require(
-        run.on_error in ON_ERROR_POLICIES,
-        f"run.on_error must be one of {', '.join(ON_ERROR_POLICIES)}, got {run.on_error!r}",
-    )
+    _bounded("run.warmup_steps", run.warmup_steps, 0, MAX_STEPS)
+    _bounded("run.steps", run.steps, 1, MAX_STEPS)
+    _bounded("run.worker_cycles", run.worker_cycles, 1, MAX_STEPS)
+    _bounded("run.min_time_s", run.min_time_s, 0, MAX_TIMEOUT_S)
+    _bounded("run.max_time_s", run.max_time_s, 0, MAX_TIMEOUT_S, above=True)
+    _bounded("run.repeats", run.repeats, 1, MAX_REPEATS)
+    _bounded("run.round", run.round, 0, MAX_REPEATS)
+    _bounded("run.seed", run.seed, 0, MAX_SEED)
+    _bounded("run.profile_steps", run.profile_steps, 0, MAX_PROFILE_STEPS)
+    _bounded("run.step_timeout_s", run.step_timeout_s, 0, MAX_TIMEOUT_S, above=True)
+    _one_of("run.on_error", run.on_error, ON_ERROR_POLICIES)
+    _one_of("run.on_job_error", run.on_job_error, ON_JOB_ERROR_POLICIES)
 
 
-def _validate_consumer(consumer: ConsumerSpec) -> None:
-    _require(
-        consumer.kind in CONSUMER_KINDS,
-        f"consumer.kind must be one of {', '.join(CONSUMER_KINDS)}, got {consumer.kind!r}",
-    )
-    _require(consumer.step_ms >= 0, f"consumer.step_ms must be >= 0, got {consumer.step_ms}")
-    _require(consumer.spread_ms >= 0, f"consumer.spread_ms must be >= 0, got {consumer.spread_ms}")
-    _require(
-        consumer.distribution in STEP_DISTRIBUTIONS,
-        f"consumer.distribution must be one of {', '.join(STEP_DISTRIBUTIONS)}, got {consumer.distribution!r}",
-    )
-    _require(
-        consumer.device in CONSUMER_DEVICES,
-        f"consumer.device must be one of {', '.join(CONSUMER_DEVICES)}, got {consumer.device!r}",
-    )
-    _require(consumer.lr > 0, f"consumer.lr must be > 0, got {consumer.lr}")
+def _validate_consumer(consumer: ConsumerSpec, step_timeout_s: float) -> None:
+    _one_of("consumer.kind", consumer.kind, CONSUMER_KINDS)
+    _bounded("consumer.step_ms", consumer.step_ms, 0, MAX_STEP_MS)
+    _bounded("consumer.spread_ms", consumer.spread_ms, 0, MAX_STEP_MS)
+    # The watchdog would stop every step of an emulated consumer asked to sleep this long.
+    _require(consumer.kind != "emulated" or consumer.step_ms + consumer.spread_ms < step_timeout_s * 1000,
+             f"consumer.step_ms + consumer.spread_ms must stay below run.step_timeout_s, got "
+             f"{consumer.step_ms + consumer.spread_ms:g} ms against {step_timeout_s:g} s")
+    _one_of("consumer.distribution", consumer.distribution, STEP_DISTRIBUTIONS)
+    _one_of("consumer.device", consumer.device, CONSUMER_DEVICES)
+    _require(math.isfinite(consumer.lr) and consumer.lr > 0, f"consumer.lr must be a finite number > 0, got {consumer.lr}")
+    _require(math.isfinite(consumer.momentum), f"consumer.momentum must be a finite number, got {consumer.momentum}")
 
 
 def _validate_distributed(distributed: DistributedSpec) -> None:
-    _require(distributed.nproc >= 1, f"distributed.nproc must be >= 1, got {distributed.nproc}")
-    _require(
-        distributed.backend in DISTRIBUTED_BACKENDS,
-        f"distributed.backend must be one of {', '.join(DISTRIBUTED_BACKENDS)}, got {distributed.backend!r}",
-    )
-    _require(distributed.collective_timeout_s > 0,
-             f"distributed.collective_timeout_s must be > 0, got {distributed.collective_timeout_s}")
-    _require(distributed.job_timeout_s > 0, f"distributed.job_timeout_s must be > 0, got {distributed.job_timeout_s}")
+    _bounded("distributed.nproc", distributed.nproc, 1, MAX_RANKS)
+    _one_of("distributed.backend", distributed.backend, DISTRIBUTED_BACKENDS)
+    _bounded("distributed.collective_timeout_s", distributed.collective_timeout_s, 0, MAX_TIMEOUT_S, above=True)
+    _bounded("distributed.job_timeout_s", distributed.job_timeout_s, 0, MAX_TIMEOUT_S, above=True)
 
 
 def _to_plain(cfg: DictConfig) -> dict:
@@ -188,10 +200,9 @@ def job_spec_from_config(cfg: DictConfig, choices: Mapping[str, Optional[str]]) 
     `choices` are Hydra's runtime group choices (`transform` -> `yuv_mask`), used as row labels.
     """
     plain = _to_plain(cfg)
-    _require(plain["workers"] >= 0, f"workers must be >= 0, got {plain['workers']}")
-    _require(plain["rounds"] >= 1, f"rounds must be >= 1, got {plain['rounds']}")
-    _require(plain["trace"] in TRACE_KINDS,
-             f"trace must be one of {', '.join(TRACE_KINDS)}, got {plain['trace']!r}")
+    _bounded("workers", plain["workers"], 0, MAX_WORKERS)
+    _bounded("rounds", plain["rounds"], 1, MAX_REPEATS)
+    _one_of("trace", plain["trace"], TRACE_KINDS)
     _require(
         isinstance(plain["dataset"], dict) and "_target_" in plain["dataset"],
         "dataset must be a mapping with a `_target_`",
@@ -201,7 +212,7 @@ def job_spec_from_config(cfg: DictConfig, choices: Mapping[str, Optional[str]]) 
     consumer = ConsumerSpec(**plain["consumer"])
     _validate_loader(loader)
     _validate_run(run)
-    _validate_consumer(consumer)
+    _validate_consumer(consumer, run.step_timeout_s)
     distributed = DistributedSpec(**plain["distributed"])
     _validate_distributed(distributed)
     return JobSpec(

@@ -32,7 +32,12 @@ from pipebench.explore.variants import Chain, Variant, explore
 from pipebench.measure.fingerprint import usable_cores
 from pipebench.pipeline.build import build_dataset
 from pipebench.record.results import load_job_results
-from pipebench.record.resume import INVOCATION_FILE, InvocationChoice, latest_unfinished, new_folder
+from pipebench.record.resume import (
+    INVOCATION_FILE,
+    InvocationChoice,
+    latest_unfinished,
+    new_folder,
+)
 from pipebench.record.stored import versioned
 
 # Three interleaved rounds by default: variants of one chain often differ by 10-30%, about the

@@ -9,6 +9,8 @@ from typing import Any, Dict, Optional, Tuple
 import torch
 from torch.utils.data import IterableDataset
 
+from pipebench.base.errors import report_error
+from pipebench.base.watchdog import Unwatched, Watchdog
 from pipebench.config.specs import JobSpec
 from pipebench.measure.coverage import IndexLog, droppable_per_epoch
 from pipebench.measure.distributed.multirank import measure_multirank
@@ -29,6 +31,7 @@ from pipebench.measure.runner import (
     profile_steps,
     warmup_steps,
     window_steps,
+    worker_faults_named,
 )
 from pipebench.measure.setup import job_fingerprint, seed_everything
 from pipebench.measure.storage_io import StorageReadMeter
@@ -48,6 +51,8 @@ from pipebench.pipeline.timed_chain import InstrumentedDataset, TimedCollate
 # The multi-rank columns of a single-process job: one rank, no peer to wait for (multirank.py
 # fills them for distributed.nproc > 1).
 SINGLE_PROCESS_FIELDS = {"ranks": 1, "straggler_ratio": 1.0, "collective_wait_ms_mean": 0.0}
+# The setting a step's watchdog enforces, named in its error line.
+STEP_TIMEOUT_KEY = "run.step_timeout_s"
 # Failures listed by name in result.json; the count covers all of them.
 MAX_LISTED_FAILURES = 20
 
@@ -89,7 +94,17 @@ def _epoch_size(spec: JobSpec, dataset: Any, loader: Any) -> Tuple[Optional[int]
 
 
 def measure_job(spec: JobSpec, job_dir: Path) -> Dict[str, Any]:
-    """Run every repeat of one job and return its result record (without identity fields)."""
+    """Run every repeat of one job and return its result record (without identity fields).
+
+    A worker that dies or goes silent, whenever it does, ends the job with one WorkerError line;
+    a step whose own work runs past run.step_timeout_s, with one StepTimeoutError line.
+    """
+    watchdog = Watchdog(spec.run.step_timeout_s, STEP_TIMEOUT_KEY, on_stuck=lambda line: report_error(line, job_dir))
+    with worker_faults_named(spec.loader.timeout_s), watchdog:
+        return _measure_job(spec, job_dir, watchdog)
+
+
+def _measure_job(spec: JobSpec, job_dir: Path, watchdog: Unwatched) -> Dict[str, Any]:
     seed_everything(spec.run.seed)
     if spec.workers == 0:
         # Workers run with one intra-op thread; so must the single-process profile (DESIGN §3).
@@ -110,7 +125,7 @@ def measure_job(spec: JobSpec, job_dir: Path) -> Dict[str, Any]:
     def fresh_loop() -> StepLoop:
         """A new iteration of the loader (new workers unless persistent) with its own step loop."""
         return StepLoop(BatchStream(loader, spec.run.on_error), consumer, non_blocking=pinned, copier=gpu.copier,
-                        after_measured=gpu.alloc.sample)
+                        after_measured=gpu.alloc.sample, watchdog=watchdog)
 
     def mark(name: str) -> None:
         for meter in meters:

@@ -1,22 +1,27 @@
 """Entry point of one job process started by the pipebench_subprocess launcher.
 
-It reads the pickled job from stdin and runs it through Hydra's own `run_job`, so the job
-folder, logging and callbacks are exactly Hydra's. The exit status is the whole answer.
+    python -m pipebench.measure.job_process LAUNCHER_PID < pickled JobPayload
+
+It ties its life to the launcher's first (pipebench.base.lifeline), then reads the pickled job
+from stdin and runs it through Hydra's own `run_job`, so the job folder, logging and callbacks
+are exactly Hydra's. The exit status is the whole answer: 0 done, 2 a user error it has printed
+and left in the job folder (pipebench.base.errors.ERROR_FILE), 130 interrupted, anything else a crash.
 """
 
 import pickle
 import sys
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, List, Optional, Sequence
 
 from hydra.core.singleton import Singleton
 from hydra.core.utils import run_job, setup_globals
 from hydra.types import HydraContext, TaskFunction
 from omegaconf import DictConfig
 
+from pipebench.base.errors import INTERRUPTED_EXIT_STATUS
+from pipebench.base.lifeline import die_with_parent, parent_is
+
 JOB_PROCESS_MODULE = "pipebench.measure.job_process"
-# Status for Ctrl-C (128 + SIGINT), as shells report it.
-INTERRUPTED_EXIT_STATUS = 130
 
 
 @dataclass(frozen=True)
@@ -27,12 +32,19 @@ class JobPayload:
     singleton_state: Any
 
 
-def main() -> int:
-    payload: JobPayload = pickle.load(sys.stdin.buffer)
-    setup_globals()
-    resolvers = Singleton.get_state()["omegaconf_resolvers"]
-    Singleton.set_state({**payload.singleton_state, "omegaconf_resolvers": resolvers})
+def job_process_command(python: str, launcher_pid: int) -> List[str]:
+    """The command line of a job process that dies with `launcher_pid`."""
+    return [python, "-m", JOB_PROCESS_MODULE, str(launcher_pid)]
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    launcher_pid = int((sys.argv[1:] if argv is None else argv)[0])
+    die_with_parent(parent_is(launcher_pid))
     try:
+        payload: JobPayload = pickle.load(sys.stdin.buffer)
+        setup_globals()
+        resolvers = Singleton.get_state()["omegaconf_resolvers"]
+        Singleton.set_state({**payload.singleton_state, "omegaconf_resolvers": resolvers})
         job_return = run_job(
             hydra_context=payload.hydra_context,
             task_function=payload.task_function,
@@ -41,7 +53,7 @@ def main() -> int:
             job_subdir_key="hydra.sweep.subdir",
         )
         job_return.return_value  # re-raises a crash in the job, with its traceback
-    except KeyboardInterrupt:
+    except KeyboardInterrupt:  # only when sent to this process alone: the launcher says so
         return INTERRUPTED_EXIT_STATUS
     return 0
 

@@ -6,6 +6,7 @@ enters the steady-state numbers.
 """
 
 import time
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Dict, Iterator, List, Optional
@@ -15,8 +16,9 @@ import torch
 from torch.utils.data import DataLoader
 from tqdm import tqdm
 
-from pipebench.base.errors import SampleError, WorkerError
+from pipebench.base.errors import SampleError, StepTimeoutError, WorkerError
 from pipebench.base.gpu_timing import DeviceCopy
+from pipebench.base.watchdog import StepOverrun, Unwatched
 from pipebench.config.specs import JobSpec
 from pipebench.measure.meter import FIRST_MEASURED, LAST_MEASURED
 from pipebench.pipeline.timed_chain import (
@@ -95,16 +97,36 @@ class TimingSink:
         self.worker_ids.append(batch.worker_id)
 
 
-def _is_worker_fault(exc: RuntimeError) -> bool:
-    """DataLoader's own words for a worker that died, was killed, or went silent past `timeout`."""
+def worker_error(exc: RuntimeError, timeout_s: float) -> Optional[WorkerError]:
+    """DataLoader's own words for a worker that died, was killed or went silent past `timeout`, as
+    one line; None for any other error."""
     text = str(exc)
-    return text.startswith(("DataLoader worker", "DataLoader timed out"))
+    if not text.startswith(("DataLoader worker", "DataLoader timed out")):
+        return None
+    hint = (f"loader.timeout_s={timeout_s:g}" if text.startswith("DataLoader timed out") else
+            "a worker that dies without a Python error was often killed for memory: check `dmesg`")
+    return WorkerError(f"{text.splitlines()[0].rstrip('. ')} ({hint})")
+
+
+@contextmanager
+def worker_faults_named(timeout_s: float) -> Iterator[None]:
+    """A dead or silent worker becomes one WorkerError line wherever the main thread is when torch
+    reports it: blocked in next(), or anywhere else, as torch's SIGCHLD handler raises it in the
+    middle of whatever runs (a consumer's sleep, a meter, the loop's bookkeeping)."""
+    try:
+        yield
+    except RuntimeError as exc:
+        error = worker_error(exc, timeout_s)
+        if error is None:
+            raise
+        raise error from None
 
 
 class BatchStream:
     """Batches from the loader across epoch ends, with the bad-sample policy applied.
 
-    A worker that dies or hangs past loader.timeout_s becomes a one-line WorkerError.
+    `in_process`: the batches are made in this process (workers=0), where a step's watchdog
+    covers making them.
     """
 
     def __init__(self, loader: DataLoader, on_error: str) -> None:
@@ -115,22 +137,12 @@ class BatchStream:
         self.epochs = 1
         self.skipped: List[SampleFailure] = []
         self.worker_startup_s: Dict[int, float] = {}
-
-    def _next_raw(self) -> TimedBatch:
-        try:
-            return next(self.iterator)
-        except RuntimeError as exc:
-            if not _is_worker_fault(exc):
-                raise
-            raise WorkerError(
-                f"{str(exc).splitlines()[0].rstrip('. ')} (loader.timeout_s={self.loader.timeout}; a worker "
-                "that dies without a Python error was often killed for memory: check dmesg)"
-            ) from None
+        self.in_process = loader.num_workers == 0
 
     def next(self) -> TimedBatch:
         while True:
             try:
-                batch = self._next_raw()
+                batch = next(self.iterator)
             except StopIteration:
                 self.epochs += 1
                 set_epoch = getattr(self.loader.sampler, "set_epoch", None)
@@ -156,6 +168,9 @@ class BatchStream:
         del self.iterator
 
 
+# What the watchdog names when a step overruns outside any transform (the sampler, the collate's caller).
+MAKING_BATCH = "making a batch in the main process"
+CONSUMING_BATCH = "the consumer step (with the copy to its device)"
 # Slice names of the main loop's own parts of a step in a viztrace timeline.
 MAIN_WAIT_SLICE = "main/wait"
 MAIN_H2D_SLICE = "main/h2d"
@@ -174,6 +189,9 @@ class StepLoop:
     the exactly-once check); it is the loop's own bookkeeping too, so its cost lands in the next gap.
     `after_step(batch, epoch)`: run after the consumer step and timed as the step's collective
     (a multi-rank run's all-reduce, which waits for the slowest rank), or None.
+    `watchdog` (pipebench.base.watchdog) bounds the step's own work in this process: making the
+    batch when the stream is in-process, then the copy and the consumer step. A step that runs
+    past it ends in a StepTimeoutError naming the transform and sample, or the consumer.
     """
 
     stream: BatchStream
@@ -184,21 +202,31 @@ class StepLoop:
     after_measured: Optional[Callable[[], None]] = None
     on_batch: Optional[Callable[[TimedBatch, int], None]] = None
     after_step: Optional[Callable[[TimedBatch, int], None]] = None
+    watchdog: Unwatched = field(default_factory=Unwatched)
     # When the previous step's bookkeeping ended; None until a step has run.
     last_end_ns: Optional[int] = None
 
     def step(self, sink: Optional[TimingSink]) -> StepSample:
+        watchdog = self.watchdog
         t0 = time.perf_counter_ns()
         gap = t0 - self.last_end_ns if self.last_end_ns is not None else 0
-        batch = self.stream.next()
-        t1 = time.perf_counter_ns()
-        data = self.copier.copy(batch.data, self.consumer.device, self.non_blocking, record=sink is not None)
-        t2 = time.perf_counter_ns()
-        self.consumer.step(data, batch.labels)
-        t3 = time.perf_counter_ns()
-        if self.after_step is not None:
-            self.after_step(batch, self.stream.epochs)
-        t4 = time.perf_counter_ns()
+        try:
+            if self.stream.in_process:
+                watchdog.arm(MAKING_BATCH)
+            batch = self.stream.next()
+            watchdog.arm(CONSUMING_BATCH)
+            t1 = time.perf_counter_ns()
+            data = self.copier.copy(batch.data, self.consumer.device, self.non_blocking, record=sink is not None)
+            t2 = time.perf_counter_ns()
+            self.consumer.step(data, batch.labels)
+            t3 = time.perf_counter_ns()
+            if self.after_step is not None:
+                self.after_step(batch, self.stream.epochs)
+            t4 = time.perf_counter_ns()
+        except StepOverrun as exc:
+            raise StepTimeoutError(f"{exc}; stopped the job (raise it if the step is only slow)") from None
+        finally:
+            watchdog.disarm()  # its cost lands in the next step's gap, the loop's own
         # Everything from here to the next step's start (records, freeing this batch's shared
         # memory when the locals die) is the main loop's own cost: the next step's gap.
         self.last_end_ns = t4

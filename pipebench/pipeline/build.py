@@ -20,6 +20,13 @@ from pipebench.pipeline.timed_chain import InstrumentedDataset, TimedCollate, Wo
 from pipebench.pipeline.timed_iterable import InstrumentedIterable
 
 
+def _joined(text: str) -> str:
+    """A message that spans lines, whole on one: Hydra's "Error loading 'x.Y':" is followed by the
+    import error and a hint on lines of their own."""
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    return " ".join(line if line.endswith(":") or i == len(lines) - 1 else f"{line};" for i, line in enumerate(lines))
+
+
 def instantiate_node(node: Mapping[str, Any], where: str) -> Any:
     """Instantiate one `_target_` node; a bad target or argument becomes a one-line ConfigError."""
     try:
@@ -28,8 +35,8 @@ def instantiate_node(node: Mapping[str, Any], where: str) -> Any:
         cause = exc.__cause__
         if isinstance(cause, PipebenchError):
             raise cause from exc
-        detail = str(cause).splitlines()[0] if cause is not None else str(exc).splitlines()[0]
-        raise ConfigError(f"{where} ({node.get('_target_')}): {detail}") from exc
+        raise ConfigError(f"{where} ({node.get('_target_')}): {_joined(str(cause if cause is not None else exc))}") \
+            from exc
 
 
 def build_transforms(nodes: Sequence[Mapping[str, Any]], where: str) -> List[Callable]:

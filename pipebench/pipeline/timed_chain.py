@@ -16,6 +16,9 @@ import numpy as np
 import torch
 from torch.utils.data import Dataset, default_collate, get_worker_info
 
+from pipebench.base.lifeline import die_with_parent, multiprocessing_parent_alive
+from pipebench.base.watchdog import StepOverrun
+
 LOAD_STAGE = "load"
 PER_SAMPLE_STAGE = "per_sample"
 COLLATE_STAGE = "collate"
@@ -90,6 +93,11 @@ def _first_line(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {text[0] if text else ''}".rstrip(": ")
 
 
+def overrun_at(exc: StepOverrun, step: StepName, where: str) -> StepOverrun:
+    """The watchdog's interrupt, naming the step of the chain it stopped and the sample it was on."""
+    return exc.at(f"{step.stage}/{step.name} on {where}")
+
+
 def _step_labels(steps: Sequence[StepName]) -> List[str]:
     """`stage/name` per step: the profiler label and the trace slice name, made once."""
     return [f"{step.stage}/{step.name}" for step in steps]
@@ -139,6 +147,8 @@ class InstrumentedDataset(Dataset):
                 start = time.perf_counter_ns()
                 sample = transform(sample)
                 timings[step] = time.perf_counter_ns() - start
+        except StepOverrun as exc:
+            raise overrun_at(exc, self.steps[step], self.describe(index)) from None
         except Exception as exc:  # a bad sample must not kill the worker: the policy decides
             return SampleFailure(index, self.describe(index), self.steps[step].name, _first_line(exc))
         return sample, target, timings, time.thread_time_ns() - cpu_start, index
@@ -173,6 +183,8 @@ class InstrumentedDataset(Dataset):
                 timings[step] = end - start
                 if rec is not None:
                     rec.add(names[step], start, end)
+        except StepOverrun as exc:
+            raise overrun_at(exc, self.steps[step], self.describe(index)) from None
         except Exception as exc:
             return SampleFailure(index, self.describe(index), self.steps[step].name, _first_line(exc))
         return sample, target, timings, time.thread_time_ns() - cpu_start, index
@@ -240,6 +252,8 @@ class TimedCollate:
                 batch_ns[step] = end - start
                 if rec is not None:
                     rec.add(names[step], start, end)
+        except StepOverrun as exc:
+            raise overrun_at(exc, self.steps[step], f"a batch of {len(good)} samples") from None
         except Exception as exc:  # the whole batch is bad; the policy in the main process decides
             lost = SampleFailure(BATCH_FAILURE_INDEX, f"a batch of {len(good)} samples", self.steps[step].name,
                                  _first_line(exc))
@@ -248,8 +262,13 @@ class TimedCollate:
 
 
 class WorkerInit:
-    """DataLoader `worker_init_fn`: stamps the worker's start, applies the sharing strategy and,
-    when a viztrace session is given, starts the worker's recorder on its dataset copy.
+    """DataLoader `worker_init_fn`: ties the worker's life to the job process's, stamps the worker's
+    start, applies the sharing strategy and, when a viztrace session is given, starts the worker's
+    recorder on its dataset copy.
+
+    torch's own check for a dead parent runs only between batches (every 5 s when idle, never
+    inside a long transform) and under forkserver watches the forkserver, so a job process killed
+    outright would leave its workers running; the kernel's parent-death signal does not.
 
     The stamp and the recorder land on the worker's own copy of the dataset, so the collate finds
     them there: no globals, and it pickles under spawn (the session is picklable).
@@ -260,6 +279,7 @@ class WorkerInit:
         self.trace_session = trace_session
 
     def __call__(self, worker_id: int) -> None:
+        die_with_parent(multiprocessing_parent_alive)
         dataset = get_worker_info().dataset
         setattr(dataset, WORKER_STARTED_ATTR, time.perf_counter_ns())
         if self.sharing_strategy is not None:

@@ -13,10 +13,12 @@ from typing import Iterator
 import numpy as np
 from torch.utils.data import IterableDataset
 
+from pipebench.base.watchdog import StepOverrun
 from pipebench.pipeline.timed_chain import (
     InstrumentedDataset,
     SampleFailure,
     _first_line,
+    overrun_at,
 )
 
 # Index reported when pulling the next item from the stream fails: the stream never said which.
@@ -50,6 +52,8 @@ class InstrumentedIterable(InstrumentedDataset, IterableDataset):
                     start = time.perf_counter_ns()
                     sample = transform(sample)
                     timings[step] = time.perf_counter_ns() - start
+            except StepOverrun as exc:
+                raise overrun_at(exc, self.steps[step], self.describe(index)) from None
             except Exception as exc:  # the policy in the main process decides, as for map-style
                 yield SampleFailure(index, self.describe(index), self.steps[step].name, _first_line(exc))
                 continue

@@ -5,8 +5,8 @@ which is data: nothing there is unpickled) and runs
 `python -m torch.distributed.run --standalone --nproc_per_node N -m pipebench.measure.distributed.ranks JOB_DIR TASK`
 (torchrun's c10d rendezvous on localhost picks a free port; nothing leaves the machine). If a
 rank fails, torchrun stops the others; if they hang, `distributed.job_timeout_s` stops the whole
-group. Either way the job ends with one line naming the rank, and the sweep stops there with
-every row measured before it kept, rather than hanging.
+group. Either way the job ends with one line naming the rank, rather than hanging, and the sweep
+goes on (run.on_job_error) with every row measured before it kept.
 """
 
 import json
@@ -24,6 +24,7 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 import torch
 
 from pipebench.base.errors import ConfigError, PipebenchError
+from pipebench.base.lifeline import tied_command
 from pipebench.config.specs import JobSpec
 from pipebench.measure.coverage import (
     CoverageReport,
@@ -91,8 +92,10 @@ def oversubscription_warning(spec: JobSpec, cores: int) -> str:
 
 
 def torchrun_command(nproc: int, job_dir: Path, task: Path) -> List[str]:
-    return [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={nproc}",
-            "--max_restarts=0", "-m", RANKS_MODULE, str(job_dir), str(task)]
+    """torchrun tied to this process (pipebench.base.lifeline): it starts in a session of its own, so
+    only the parent-death signal takes it and its ranks down if this job process is killed outright."""
+    return tied_command([sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={nproc}",
+                         "--max_restarts=0", "-m", RANKS_MODULE, str(job_dir), str(task)])
 
 
 def root_cause(log_text: str) -> Optional[Tuple[int, int]]:

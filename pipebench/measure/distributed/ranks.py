@@ -25,6 +25,7 @@ from torch.utils.data import IterableDataset
 
 from pipebench.base.errors import USAGE_EXIT_STATUS, PipebenchError
 from pipebench.base.io import write_json_atomic
+from pipebench.base.lifeline import TIED_PID_ENV, die_with_parent, parent_is
 from pipebench.config.specs import JobSpec
 from pipebench.measure.coverage import IndexLog
 from pipebench.measure.fingerprint import usable_cores
@@ -34,6 +35,7 @@ from pipebench.measure.runner import (
     StepLoop,
     TimingSink,
     measure_pass,
+    worker_faults_named,
 )
 from pipebench.measure.setup import job_fingerprint, seed_everything
 from pipebench.measure.summarize import (
@@ -162,6 +164,8 @@ def measure_rank(spec: JobSpec, rank: int, world: int, device: torch.device, job
 def main(argv: Optional[List[str]] = None) -> int:
     job_dir, task_path = (Path(arg) for arg in (argv or sys.argv[1:])[:2])
     rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
+    # torchrun, tied to the job process (multirank.torchrun_command), is this rank's parent.
+    die_with_parent(parent_is(int(os.environ.get(TIED_PID_ENV, os.getppid()))))
     try:
         task: RankTask = pickle.loads(task_path.read_bytes())
         spec = task.spec if rank == 0 else replace(task.spec, run=replace(task.spec.run, progress=False))
@@ -170,7 +174,8 @@ def main(argv: Optional[List[str]] = None) -> int:
             _pin_gpu(int(os.environ["LOCAL_RANK"]))
             device = torch.device("cuda")
         dist.init_process_group(task.backend, timeout=timedelta(seconds=spec.distributed.collective_timeout_s))
-        record = measure_rank(spec, rank, world, device, job_dir)
+        with worker_faults_named(spec.loader.timeout_s):
+            record = measure_rank(spec, rank, world, device, job_dir)
         write_json_atomic(job_dir / RANK_RESULT.format(rank=rank), record)
     except PipebenchError as exc:
         (job_dir / RANK_ERROR.format(rank=rank)).write_text(f"{exc}\n")

@@ -1,0 +1,266 @@
+"""Fault cases against the real `pipebench` command: start a sweep, wait for an event, hurt it, and
+measure what came of it (the exit status, the one line, the rows kept, the processes left).
+
+Every wait is for an event (a marker file a Fault transform writes from inside the job, a job
+process appearing, a file the CLI writes), never for a guessed time, so a loaded machine makes
+a case slower but not different. test_fault_cases.py asserts each case once;
+benchmarks/fault_matrix.py runs each many times and tabulates the rates.
+"""
+
+import csv
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable, List, Optional, Tuple
+
+import fault_transforms
+import psutil
+
+from pipebench.record.resume import INVOCATION_FILE
+
+# The issue's target: every process a run started is gone this long after `pipebench` ends.
+ORPHAN_DEADLINE_S = 2.0
+# The longest one case may take: CLI start-up, two short jobs and the fault, on a loaded 2-core machine.
+CASE_TIMEOUT_S = 240.0
+# How often a case looks for the event it waits on.
+POLL_S = 0.02
+# Set in the environment of `pipebench`, so every process it starts inherits it: orphans are
+# found by it, wherever they were reparented.
+RUN_MARK_ENV = "PIPEBENCH_FAULT_RUN"
+MARKERS = "markers"
+CONF = "conf"
+FAULT_CHAIN = "fault"
+RESULTS = "out"
+# Small, fast jobs: a decode-free dataset, three measured steps, no profile, no consumer time.
+FAST_JOB = ("dataset=random_tensors", "dataset.shape=[3,32,32]", "dataset.length=512", "run=quick",
+            "run.progress=false", "run.warmup_steps=0", "run.min_time_s=0", "run.steps=3", "run.profile_steps=0",
+            "loader.batch_size=8", "consumer=none", f"results_dir={RESULTS}")
+JOB_PROCESS_MODULE = "pipebench.measure.job_process"
+
+
+def install_faults(project: Path) -> Path:
+    """Put fault_transforms.py in `project` and arm it; returns the marker folder."""
+    shutil.copy(fault_transforms.__file__, project / "fault_transforms.py")
+    markers = project / MARKERS
+    markers.mkdir(exist_ok=True)
+    (markers / fault_transforms.ARMED).touch()
+    return markers
+
+
+def fault_node(markers: Path, action: str, when: int) -> str:
+    """A chain entry (YAML) that runs `action` in the job with workers == `when`."""
+    return (f"  - _target_: fault_transforms.Fault\n    marker_dir: {markers}\n    action: {action}\n"
+            f"    key: ${{workers}}\n    when: {when}\n")
+
+
+def markers_written(markers: Path) -> List[int]:
+    """Pids of the processes that are inside a Fault now."""
+    return sorted(int(p.name) for p in markers.iterdir() if p.name.isdigit())
+
+
+def marked_processes(mark: str) -> List[psutil.Process]:
+    """Live processes (zombies are dead) carrying this run's mark in their environment."""
+    found = []
+    for proc in psutil.process_iter():
+        try:
+            if proc.environ().get(RUN_MARK_ENV) == mark and proc.status() != psutil.STATUS_ZOMBIE:
+                found.append(proc)
+        except (psutil.NoSuchProcess, psutil.AccessDenied):
+            continue
+    return found
+
+
+class CaseTimeout(AssertionError):
+    """The event a case waited on never came."""
+
+
+class Run:
+    """One `pipebench run` in its own session, its output in files, every process it starts marked."""
+
+    def __init__(self, project: Path, args: Tuple[str, ...]) -> None:
+        self.project = project
+        self.mark = uuid.uuid4().hex
+        self.started = time.monotonic()
+        self.stdout = project / f"stdout-{self.mark}.txt"
+        self.stderr = project / f"stderr-{self.mark}.txt"
+        exe = Path(sys.executable).with_name("pipebench")
+        with self.stdout.open("w") as out, self.stderr.open("w") as err:
+            self.proc = subprocess.Popen([str(exe), "run", *args], cwd=project, stdout=out, stderr=err,
+                                         env={**os.environ, RUN_MARK_ENV: self.mark}, start_new_session=True)
+
+    def wait_for(self, ready: Callable[[], object], what: str) -> object:
+        """Poll until `ready()` is true; fail if pipebench ends first or the case's time runs out."""
+        while time.monotonic() - self.started < CASE_TIMEOUT_S:
+            value = ready()
+            if value:
+                return value
+            if self.proc.poll() is not None:
+                raise CaseTimeout(f"pipebench ended (status {self.proc.returncode}) before {what}")
+            time.sleep(POLL_S)
+        raise CaseTimeout(f"no {what} within {CASE_TIMEOUT_S:g} s")
+
+    def job_process(self) -> Optional[psutil.Process]:
+        try:
+            children = psutil.Process(self.proc.pid).children()
+        except psutil.NoSuchProcess:
+            return None
+        return next((c for c in children if JOB_PROCESS_MODULE in " ".join(c.cmdline())), None)
+
+    def finish(self) -> Tuple[int, int]:
+        """Wait for pipebench, then ORPHAN_DEADLINE_S for its processes; (exit status, processes left)."""
+        status = self.proc.wait(timeout=max(1.0, CASE_TIMEOUT_S - (time.monotonic() - self.started)))
+        deadline = time.monotonic() + ORPHAN_DEADLINE_S
+        while marked_processes(self.mark) and time.monotonic() < deadline:
+            time.sleep(POLL_S)
+        return status, len(marked_processes(self.mark))
+
+    def clean_up(self) -> None:
+        """Kill whatever is left, so a failed case leaves nothing behind."""
+        for proc in [*marked_processes(self.mark)]:
+            proc.kill()
+        try:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
+        self.proc.wait()
+
+
+@dataclass(frozen=True)
+class Outcome:
+    status: int
+    # Exactly one line of stderr is the case's line (none for a SIGKILLed pipebench), no other
+    # error line, and no traceback.
+    clean_line: bool
+    rows: int
+    orphans: int
+    seconds: float
+    stderr: str
+    # stdout's last line names the results folder, as after any sweep that started measuring.
+    results_line: bool
+
+
+@dataclass(frozen=True)
+class FaultCase:
+    """One way to hurt a sweep, and what must come of it."""
+
+    name: str
+    overrides: Tuple[str, ...]
+    # What the case does to the running sweep; None: nothing, the config alone is the fault.
+    hurt: Optional[Callable[[Run, Path], None]]
+    status: int
+    # A regex for the one line on stderr; None: pipebench cannot say anything (it was SIGKILLed).
+    line: Optional[str]
+    rows: int
+    # The fault transform's action and the `workers` value of the job it acts in, if any.
+    fault: Optional[Tuple[str, int]] = None
+    # pipebench says where the results are, last: it stopped on its own, after measuring began.
+    results_line: bool = False
+
+
+def _rows(project: Path) -> int:
+    return sum(len(list(csv.DictReader(p.open()))) for p in (project / RESULTS).glob("*/summary.csv"))
+
+
+def _clean_line(stderr: str, line: Optional[str]) -> bool:
+    if "Traceback" in stderr:
+        return False
+    errors = re.findall(r"^pipebench: error:.*$", stderr, re.M)
+    if line is None:
+        return not errors
+    matched = re.findall(line, stderr, re.M)
+    return len(matched) == 1 and all(re.match(line, e) for e in errors)
+
+
+def run_case(case: FaultCase, project: Path) -> Outcome:
+    """Run `case` once in `project` (an empty folder) and measure the outcome."""
+    markers = install_faults(project)
+    args = list(case.overrides)
+    if case.fault is not None:
+        chain = project / CONF / "transform"
+        chain.mkdir(parents=True, exist_ok=True)
+        (chain / f"{FAULT_CHAIN}.yaml").write_text("per_sample:\n" + fault_node(markers, *case.fault))
+        args = ["--config-dir", CONF, f"transform={FAULT_CHAIN}", *args]
+    run = Run(project, (*args, *FAST_JOB))
+    try:
+        if case.hurt is not None:
+            case.hurt(run, markers)
+        status, orphans = run.finish()
+    finally:
+        run.clean_up()
+    stderr = run.stderr.read_text()
+    last = (run.stdout.read_text().strip().splitlines() or [""])[-1]
+    return Outcome(status, _clean_line(stderr, case.line), _rows(project), orphans,
+                   time.monotonic() - run.started, stderr, last.startswith("results: "))
+
+
+# --- what a case does to the running sweep --------------------------------------------------
+
+
+def signal_pipebench(sig: int, group: bool, workers: int) -> Callable[[Run, Path], None]:
+    """Once `workers` processes are inside the Fault, send `sig` to pipebench (to its whole process
+    group when `group`, as a terminal's Ctrl-C does)."""
+
+    def hurt(run: Run, markers: Path) -> None:
+        run.wait_for(lambda: len(markers_written(markers)) >= workers, f"{workers} processes inside the fault")
+        (os.killpg if group else os.kill)(run.proc.pid, sig)
+
+    return hurt
+
+
+def kill_marked(run: Run, markers: Path) -> None:
+    """SIGKILL the process inside the Fault (the job process at workers=0, else a worker)."""
+    pid = run.wait_for(lambda: markers_written(markers), "a process inside the fault")[0]
+    os.kill(pid, signal.SIGKILL)
+
+
+def interrupt_at_job_start(run: Run, markers: Path) -> None:
+    """Ctrl-C the moment a job process exists (it is starting Python, or unpickling its job)."""
+    run.wait_for(run.job_process, "a job process")
+    os.killpg(run.proc.pid, signal.SIGINT)
+
+
+def interrupt_at_hydra_start(run: Run, markers: Path) -> None:
+    """Ctrl-C once the sweep's folder is recorded, while pipebench starts Hydra."""
+    run.wait_for(lambda: list((run.project / RESULTS).glob(f"*/{INVOCATION_FILE}")), "the sweep's folder")
+    os.killpg(run.proc.pid, signal.SIGINT)
+
+
+TWO_JOBS = ("workers=0,2",)
+INTERRUPTED = r"^pipebench: interrupted"
+CASES = (
+    FaultCase("SIGINT to pipebench's group mid-job", TWO_JOBS, signal_pipebench(signal.SIGINT, True, 2), 130,
+              INTERRUPTED, rows=1, fault=("sleep", 2), results_line=True),
+    FaultCase("SIGTERM to pipebench mid-job", TWO_JOBS, signal_pipebench(signal.SIGTERM, False, 2), 143,
+              r"^pipebench: terminated \(SIGTERM\)", rows=1, fault=("sleep", 2), results_line=True),
+    FaultCase("SIGKILL to pipebench mid-job", TWO_JOBS, signal_pipebench(signal.SIGKILL, False, 2), -signal.SIGKILL,
+              None, rows=1, fault=("sleep", 2)),
+    FaultCase("SIGKILL to pipebench mid multi-rank job", ("workers=1", "distributed.nproc=2"),
+              signal_pipebench(signal.SIGKILL, False, 2), -signal.SIGKILL, None, rows=0, fault=("sleep", 1)),
+    FaultCase("SIGKILL to a job process", ("workers=0,1",), kill_marked, 1,
+              r"^pipebench: error: job 1/2 .*: killed by SIGKILL: often the out-of-memory killer; check `dmesg`.*"
+              r"the sweep goes on$", rows=1, fault=("sleep", 0), results_line=True),
+    FaultCase("SIGKILL to a job process, run.on_job_error=stop", ("workers=0,1", "run.on_job_error=stop"),
+              kill_marked, 1, r"^pipebench: error: job 1/2 .*: killed by SIGKILL.*stopping the sweep", rows=0,
+              fault=("sleep", 0), results_line=True),
+    FaultCase("SIGKILL to a DataLoader worker", ("workers=1",), kill_marked, 2,
+              r"^pipebench: error: DataLoader worker \(pid.*\) (is killed by signal: Killed|exited unexpectedly)"
+              r".*dmesg", rows=0, fault=("sleep", 1), results_line=True),
+    FaultCase("Ctrl-C as the job process starts", ("workers=0",), interrupt_at_job_start, 130, INTERRUPTED,
+              rows=0, results_line=True),
+    FaultCase("transform spinning at workers=0", ("workers=0", "run.step_timeout_s=2"), None, 2,
+              r"^pipebench: error: per_sample/Fault on random tensor \d+ of \d+ \(sample \d+\) ran past "
+              r"run.step_timeout_s=2; stopped the job", rows=0, fault=("spin", 0), results_line=True),
+    FaultCase("unknown _target_ module", ("transform.per_sample=[{_target_: nope.Nope}]",), None, 2,
+              r"^pipebench: error: transform.per_sample\[0\] \(nope.Nope\): .*No module named 'nope'.*installed\?$",
+              rows=0),
+    FaultCase("consumer.step_ms=inf", ("consumer.step_ms=inf",), None, 2,
+              r"^pipebench: error: consumer.step_ms must be a finite number, got inf$", rows=0),
+    FaultCase("Ctrl-C as Hydra starts", ("workers=0",), interrupt_at_hydra_start, 130, INTERRUPTED, rows=0),
+)

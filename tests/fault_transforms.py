@@ -1,0 +1,46 @@
+"""A transform that misbehaves on cue, for the fault tests and benchmarks/fault_matrix.py.
+
+`Fault` acts only in the job where `key == when` (a config gives `key: ${workers}`, so one job of a
+sweep misbehaves and the others pass their samples through), and only while the file ARMED exists
+in `marker_dir` (a test disarms it before resuming the sweep it interrupted). When it acts it first
+writes a marker file named after its pid: a test waits for that event (this process is inside the
+transform now) instead of sleeping for a guessed time, and knows whom to kill.
+
+The kit copies this file into a user project, where `_target_: fault_transforms.Fault` finds it.
+"""
+
+import os
+import time
+from pathlib import Path
+
+# While this file exists in marker_dir, Fault acts.
+ARMED = "armed"
+# What Fault does: sleep (blocked in time.sleep), spin (a pure-Python busy loop), exit (the
+# process ends without a Python error, as a worker the OOM killer took), pass (marker only).
+ACTIONS = ("sleep", "spin", "exit", "pass")
+# One sleep longer than any test: only a kill or the watchdog ends it.
+HANG_S = 3600.0
+
+
+class Fault:
+    def __init__(self, marker_dir: str, action: str, key=None, when=None) -> None:
+        if action not in ACTIONS:
+            raise ValueError(f"action must be one of {', '.join(ACTIONS)}, got {action!r}")
+        self.marker_dir = Path(marker_dir)
+        self.action = action
+        self.active = key == when
+
+    def _armed(self) -> bool:
+        return (self.marker_dir / ARMED).exists()
+
+    def __call__(self, sample):
+        if not (self.active and self._armed()):
+            return sample
+        (self.marker_dir / str(os.getpid())).touch()
+        if self.action == "exit":
+            os._exit(3)
+        if self.action == "sleep":
+            time.sleep(HANG_S)
+        while self.action == "spin":
+            pass
+        return sample
