@@ -142,7 +142,8 @@ class SubprocessLauncher(Launcher):
         stop_at_first = False
         for offset, overrides in enumerate(job_overrides):
             idx = initial_job_idx + offset
-            job = f"{idx + 1}/{total} {' '.join(filter_overrides(overrides)) or 'defaults'}"
+            number, names = f"{idx + 1}/{total}", " ".join(filter_overrides(overrides)) or "defaults"
+            job = f"{number} {names}"
             if stop_at_first:
                 not_run.append(job)
                 continue
@@ -153,7 +154,7 @@ class SubprocessLauncher(Launcher):
             job_dir = sweep_dir / str(sweep_config.hydra.sweep.subdir)
             # A resumed sweep (pipebench.record.resume) skips the jobs an interrupted run already finished.
             done = job_already_done(job_dir, list(sweep_config.hydra.overrides.task), sweep_config)
-            print(f"[job {job}]{' (already done, skipped)' if done else ''}", flush=True)
+            print(f"[job {number}] {names}{' (already done, skipped)' if done else ''}", flush=True)
             status = 0 if done else self._run_job_process(sweep_config)
             if status != 0:
                 reason, user_error = failure_reason(status, job_dir)

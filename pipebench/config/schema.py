@@ -51,10 +51,7 @@ class RunConfig:
     # block bootstrap's interval honest (it resamples cycles; fewer blocks read too narrow) and
     # cost ~20 s at 16 workers, batch 256 on an H100 host.
     worker_cycles: int = 8
-    # 10 s: the interval's blocks span >= 1 s each (machine load drifts on that scale), and it
-    # takes about ten of them for the interval to follow run-to-run variation
-    # (benchmarks/noise_check.py).
-    min_time_s: float = 10.0
+    min_time_s: float = 5.0
     # A budget that caps the window when whole cycles take too long; the row says it was capped.
     max_time_s: float = 120.0
     repeats: int = 1

@@ -36,7 +36,7 @@ from pipebench.measure.runner import (
 from pipebench.measure.setup import job_fingerprint, seed_everything
 from pipebench.measure.storage_io import StorageReadMeter
 from pipebench.measure.summarize import (
-    pass_record,
+    pass_records,
     rows_as_dicts,
     summary_row,
     transform_rows,
@@ -179,7 +179,7 @@ def _measure_job(spec: JobSpec, job_dir: Path, watchdog: Unwatched) -> Dict[str,
         "transforms": rows_as_dicts(rows),
         "workers_breakdown": worker_breakdown(sink, passes),
         "consumer_report": consumer.report(),
-        "passes": [pass_record(p) for p in passes],
+        "passes": pass_records(passes, spec.workers),
         "skipped": [f._asdict() for f in skipped[:MAX_LISTED_FAILURES]],
         "artifacts": artifacts,
         "viztrace": traced,

@@ -13,6 +13,7 @@ from pipebench.measure.window import (
     epoch_cost,
     epoch_rate,
     split_window,
+    steady_masks,
     window_note,
 )
 from pipebench.pipeline.timed_chain import StepName
@@ -22,7 +23,9 @@ CONFIDENCE_LEVEL = 0.95
 # machine drifts on sub-second to second scales, so step times a cycle apart are not
 # independent. Measured on the 2-core machine (benchmarks/noise_check.py, 10 fresh runs):
 # blocks of one cycle gave single-run half-widths 0.28-0.42x the run-to-run spread, blocks of
-# >= 0.5 s 0.43-0.59x, of >= 1 s 1.3-2.8x (with 4 blocks in a 5 s window).
+# >= 0.5 s 0.43-0.59x, of >= 1 s 1.3-2.8x (with 4 blocks in a 5 s window). Under heavier load
+# from other tenants the run-to-run spread grew 2-3x and no within-run block size kept up:
+# only rounds (separate, interleaved processes) measure that part.
 BLOCK_MIN_S = 1.0
 # ... but never so long that fewer blocks than this remain: the bootstrap needs several.
 MIN_TIME_BLOCKS = 8
@@ -172,6 +175,11 @@ def summary_row(passes: Sequence[PassResult], rows: Sequence[TransformRow], sink
         "epochs": max(p.epochs for p in passes),
         "window_note": window_note(window, passes, batches_per_epoch, target_steps),
     }
+
+
+def pass_records(passes: Sequence[PassResult], workers: int) -> List[Dict[str, object]]:
+    """Every repeat's raw steps for result.json, each step marked steady or not (`summary_row`'s rule)."""
+    return [{**pass_record(result), "steady": mask} for result, mask in zip(passes, steady_masks(passes, workers))]
 
 
 def pass_record(result: PassResult) -> Dict[str, object]:

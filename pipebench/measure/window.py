@@ -22,7 +22,7 @@ from pipebench.measure.runner import (
 )
 
 __all__ = ["RESTART_SOURCES", "EpochCost", "Window", "bootstrap_blocks", "epoch_cost", "epoch_rate", "split_window",
-           "window_note"]
+           "steady_masks", "window_note"]
 
 # Where an epoch's restart cost came from: epoch ends measured inside the window; the pass's own
 # first batch (a restart is a fresh start of the same workers, less one batch's work); nothing to
@@ -103,6 +103,18 @@ def bootstrap_blocks(window: Window, step_ns: np.ndarray, min_block_ns: float, m
         k -= 1
     return [tuple(i for cycle in segment[start:start + k] for i in cycle)
             for segment in segments for start in range(0, len(segment) - k + 1, k)]
+
+
+def steady_masks(passes: Sequence[PassResult], workers: int) -> List[List[bool]]:
+    """Per pass, which measured steps the steady rate counts (every step when none is steady),
+    so result.json's raw steps give back `samples_per_s` to whoever checks it."""
+    window = split_window(passes, workers)
+    steady = set(window.steady_indices().tolist()) or set(range(len(window.steps)))
+    masks, offset = [], 0
+    for result in passes:
+        masks.append([offset + i in steady for i in range(len(result.steps))])
+        offset += len(result.steps)
+    return masks
 
 
 @dataclass(frozen=True)

@@ -144,7 +144,14 @@ def _check_passes(passes: Sequence[Mapping[str, Any]], batch_size: int, where: s
             raise Malformed(f"{where}.{i}.samples holds a batch outside 0..batch_size ({batch_size})")
         if not finite_positive(sum(one["step_ms"])):
             raise Malformed(f"{where}.{i}.step_ms add up to {sum(one['step_ms']):g} ms: no time was measured")
-    return 1000.0 * sum(sum(one["samples"]) for one in passes) / sum(sum(one["step_ms"]) for one in passes)
+    counted = [[bool(flag) for flag in one.get("steady", [True] * len(one["samples"]))] for one in passes]
+    if any(len(flags) != len(one["samples"]) for flags, one in zip(counted, passes)):
+        raise Malformed(f"{where} has a steady list of another length than its steps")
+    samples = sum(n for one, flags in zip(passes, counted) for n, steady in zip(one["samples"], flags) if steady)
+    step_ms = sum(ms for one, flags in zip(passes, counted) for ms, steady in zip(one["step_ms"], flags) if steady)
+    if not finite_positive(step_ms):
+        raise Malformed(f"{where} marks no step as steady")
+    return 1000.0 * samples / step_ms
 
 
 def _check_row(result: Mapping[str, Any]) -> None:
@@ -153,13 +160,18 @@ def _check_row(result: Mapping[str, Any]) -> None:
     rate, low, high = (summary[k] for k in ("samples_per_s", "samples_per_s_ci_low", "samples_per_s_ci_high"))
     if not finite_positive(rate):
         raise Malformed(f"summary.samples_per_s is {rate!r}, not a finite number above 0")
-    if not (math.isfinite(low) and math.isfinite(high) and low * (1 - AGREEMENT) <= rate <= high * (1 + AGREEMENT)):
+    # Too few blocks for an interval leave both bounds NaN; the raw steps below still check the rate.
+    has_interval = not (math.isnan(low) and math.isnan(high))
+    if has_interval and not (math.isfinite(low) and math.isfinite(high)
+                             and low * (1 - AGREEMENT) <= rate <= high * (1 + AGREEMENT)):
         raise Malformed(f"summary.samples_per_s {rate:g} lies outside its own interval {low:g}..{high:g}")
     measured = sum(_check_passes(passes, summary["batch_size"], "passes") for passes in _pass_rates(result))
     if not _agree(rate, measured):
         raise Malformed(f"summary.samples_per_s {rate:g} disagrees with its passes ({measured:g} samples/s)")
-    step_ms = [ms for one in result["passes"] for ms in one["step_ms"]]
-    if summary["steps"] != len(step_ms) or not _agree(summary["step_ms_mean"], sum(step_ms) / len(step_ms)):
+    all_steps = sum(len(one["step_ms"]) for one in result["passes"])
+    step_ms = [ms for one in result["passes"]
+               for ms, steady in zip(one["step_ms"], one.get("steady", [True] * len(one["step_ms"]))) if steady]
+    if summary["steps"] != all_steps or not _agree(summary["step_ms_mean"], sum(step_ms) / len(step_ms)):
         raise Malformed(f"summary step stats (steps {summary['steps']}, step_ms_mean {summary['step_ms_mean']:g}) "
                         f"disagree with its passes ({len(step_ms)} steps)")
 

@@ -39,7 +39,7 @@ from pipebench.measure.runner import (
 )
 from pipebench.measure.setup import job_fingerprint, seed_everything
 from pipebench.measure.summarize import (
-    pass_record,
+    pass_records,
     rows_as_dicts,
     summary_row,
     transform_rows,
@@ -150,7 +150,7 @@ def measure_rank(spec: JobSpec, rank: int, world: int, device: torch.device, job
         "world_size": world,
         "summary": rank_summary(passes, sink, rows, spec, len(skipped)),
         "transforms": rows_as_dicts(rows),
-        "passes": [pass_record(p) for p in passes],
+        "passes": pass_records(passes, spec.workers),
         "epochs_reached": epochs,
         "step_names": {"sample": instrumented.steps, "batch": collate.steps},
         "dataset_length": len(dataset),
