@@ -53,6 +53,11 @@ class SyncCount:
     def per_step(self) -> float:
         return self.syncs / self.steps if self.steps else float("nan")
 
+    def ops_text(self) -> Optional[str]:
+        """Each op path's syncs per step, as summary.csv's `sync_ops` shows them: 'aten::nonzero x1; ...'."""
+        parts = [f"{name} x{n / self.steps:g}" for name, n in sorted(self.ops.items())]
+        return "; ".join(parts) or None
+
 
 def _op_path(ops: Sequence[TraceEvent]) -> str:
     outer, inner = ops[0].name, ops[-1].name
