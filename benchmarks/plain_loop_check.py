@@ -97,7 +97,8 @@ def main(argv: Optional[List[str]] = None) -> int:
     parser.add_argument("--gpu", action="store_true", default=torch.cuda.is_available(),
                         help="toy_cnn on CUDA with persistent workers (the default when CUDA is available)")
     parser.add_argument("--workers", type=int, nargs=2, help="the two worker counts (CPU: 1 2, GPU: 4 8)")
-    parser.add_argument("--rounds", type=int, default=3, help="ABAB rounds per worker count")
+    # Five: on a shared machine a burst of load can spoil a round or two, and the medians must outlast it.
+    parser.add_argument("--rounds", type=int, default=5, help="ABAB rounds per worker count")
     parser.add_argument("--steps", type=int, default=30, help="measured steps in each loop")
     parser.add_argument("--warmup", type=int, default=3, help="warm-up steps (at least workers x prefetch)")
     parser.add_argument("overrides", nargs="*", help="more config overrides, after the mode's settings")
