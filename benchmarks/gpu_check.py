@@ -1,57 +1,141 @@
-"""On a GPU machine, in one step: run the GPU benchmarks, record trace fixtures, run the GPU tests.
+"""On a GPU machine, in one step: the GPU benchmarks, trace fixtures recorded, then the GPU tests.
 
-    python benchmarks/gpu_check.py            # full runs (a few minutes on a 16-core GPU box)
-    python benchmarks/gpu_check.py --quick    # run=quick: a smoke test of the same commands
+    python benchmarks/gpu_check.py                    # parts 1-4: under 5 minutes on a 16-core H100 host
+    python benchmarks/gpu_check.py --quick            # part 2 at run=quick, then part 4 without its
+                                                      # 4-job end-to-end test: under 2 minutes
+    python benchmarks/gpu_check.py --update-fixtures  # also copy the recordings into tests/fixtures/gpu/recorded/
 
-1. The seed chain (`loader=seed`, batch 256) feeding the toy CNN at workers=0,4,8,16.
-2. The masked-loss pair at workers=4: syncs per step and the step-time ratio.
-3. The toy CNN at workers=4 with pin_memory true and false: the pinned / pageable H2D split.
-4. Copies three of the runs' gpu_trace.json, trimmed to the events and fields the analyses read,
-   into tests/fixtures/gpu/recorded/ with expected.json (what the runs reported), so
-   tests/test_gpu_trace.py checks the analyses against real recordings from then on.
-5. Runs the GPU-related tests (the CUDA-only ones no longer skip).
+Every part writes its files into the output folder (--out, else $OUT, else results/gpu_check/) as
+soon as it ends, so a run cut short keeps every part it finished:
 
-Prints each run's tables (the `pipebench run` output) and the test summary. Commit the
-recorded fixtures afterwards.
+1. seed: the seed chain feeding the toy CNN at workers 0 and 8: real starvation on a GPU.
+2. gpu: the fast chain at workers=4, pinned, into masked_loss_sync, masked_loss_fixed and toy_cnn:
+   syncs per step, the pair's step-time ratio, GPU busy % and idle breakdown. Their three
+   gpu_trace.json, trimmed to the events and fields the analyses read, go to fixtures/ with
+   expected.json (what the jobs reported); tests/test_gpu_trace.py checks the analyses against such
+   a recording on any machine.
+3. pageable: part 2's toy CNN with pin_memory=false; pinning/ merges it with part 2 (`pipebench
+   report`): pinned against pageable host-to-device copies.
+4. tests: the GPU test files, which no longer skip (tests.txt).
+
+A part `pipebench run`s as a user types it: its transcript is <part>.txt, its tables and plots are
+in <part>/ (the job folders, traces included, stay under results/gpu_check/). timings.json: each
+part's seconds, rewritten as each part ends.
+
+Budget, from the first H100 run (2026-11-22): 8 jobs at batch 256 with the default run settings took
+7.5 minutes, about a minute a job: some 15-25 s of start-up (process, CUDA context, profiler) and
+the rest steps of 0.4 to 2.8 s, many of them warm-up (workers x prefetch) and profiled steps
+beyond the 20 measured. Here 6 jobs at batch 64 (steps 4x shorter) measure 10 steps after 2
+warm-up and profile 1: about 2.5 minutes; the tests about 2 (their end-to-end test runs 4 tiny jobs).
 """
 
 import argparse
 import csv
+import gzip
 import json
+import os
+import shutil
 import subprocess
 import sys
+import time
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Dict, List
+from typing import Dict, List, Optional, Sequence, Tuple
 
 import torch
 
 ROOT = Path(__file__).resolve().parent.parent
 RECORDED = ROOT / "tests" / "fixtures" / "gpu" / "recorded"
-RESULTS_DIR = "results/gpu_check"
+RESULTS_DIR = ROOT / "results" / "gpu_check"
 # Categories and args the analyses read; everything else is dropped to keep fixtures small.
 KEEP_CATEGORIES = {"kernel", "gpu_memcpy", "gpu_memset", "cuda_runtime", "cuda_driver", "cpu_op", "user_annotation"}
 KEEP_ARGS = {"stream", "correlation", "device", "External id", "bytes"}
-RUNS = {
-    "seed_toy_cnn": ["transform=yuv_mask", "loader=seed", "consumer=toy_cnn", "workers=0,4,8,16"],
-    "masked_loss": ["transform=yuv_mask_fast", "loader=seed", "consumer=masked_loss_sync,masked_loss_fixed",
-                    "workers=4"],
-    "pinning": ["transform=yuv_mask_fast", "loader=seed", "consumer=toy_cnn", "workers=4",
-                "loader.pin_memory=true,false"],
-}
-GPU_TESTS = ["tests/test_gpu_trace.py", "tests/test_gpu_job.py", "tests/test_masked_loss.py",
-             "tests/test_alloc_churn.py", "tests/test_gpu_util.py", "tests/test_consumers.py"]
+# summary.csv columns written to expected.json: what tests/test_gpu_trace.py checks the analyses against.
+EXPECTED_NUMBERS = ("gpu_busy_pct", "syncs_per_step", "idle_host_wait_pct", "idle_kernel_wait_pct", "idle_other_pct",
+                    "sync_wait_ms_per_step")
+# Measured, warm-up (at least workers x prefetch) and profiled steps of a full run, at batch 64, not
+# the seed's 256: a workers=0 step of the seed chain took 2.8 s at 256 on the H100 host.
+FULL_RUN = ("run.warmup_steps=2", "run.steps=10", "run.min_time_s=1", "run.profile_steps=1", "run.progress=false",
+            "loader.batch_size=64")
+QUICK_RUN = ("run=quick", "run.progress=false", "loader.batch_size=32")
+GPU_TESTS = ("tests/test_gpu_trace.py", "tests/test_gpu_job.py", "tests/test_masked_loss.py",
+             "tests/test_alloc_churn.py", "tests/test_gpu_util.py", "tests/test_consumers.py")
+# The slowest GPU test (4 tiny jobs through the CLI); --quick leaves it out.
+END_TO_END_TEST = "tests/test_gpu_job.py::test_on_cuda_the_jobs_report_gpu_timings_syncs_idle_and_allocator"
+# Files of a results folder worth keeping beside the transcript (the traces stay in the job folders).
+PUBLISHED_SUFFIXES = (".csv", ".md", ".png")
 
 
-def run(overrides: List[str], quick: bool) -> Path:
-    """`pipebench run` as a user types it; its output streams through; returns the results folder."""
-    exe = Path(sys.executable).with_name("pipebench")
-    args = [str(exe), "run", *overrides, f"results_dir={RESULTS_DIR}", *(["run=quick"] if quick else [])]
-    print("$ " + " ".join(["pipebench", *args[1:]]), flush=True)
-    proc = subprocess.run(args, cwd=ROOT, stdout=subprocess.PIPE, text=True)
-    print(proc.stdout, flush=True)
-    if proc.returncode != 0:
-        raise SystemExit(f"gpu_check: `pipebench run` exited {proc.returncode}")
-    return ROOT / proc.stdout.strip().splitlines()[-1].removeprefix("results: ")
+@dataclass(frozen=True)
+class Part:
+    """One `pipebench run`: its name (its files' names in the output folder) and overrides."""
+
+    name: str
+    overrides: Tuple[str, ...]
+
+
+SEED = Part("seed", ("transform=yuv_mask", "loader=seed", "consumer=toy_cnn", "workers=0,8"))
+GPU = Part("gpu", ("transform=yuv_mask_fast", "loader=seed", "consumer=masked_loss_sync,masked_loss_fixed,toy_cnn",
+                   "workers=4", "loader.pin_memory=true"))
+PAGEABLE = Part("pageable", ("transform=yuv_mask_fast", "loader=seed", "consumer=toy_cnn", "workers=4",
+                             "loader.pin_memory=false"))
+# Which recorded job each fixture comes from (all in part 2).
+FIXTURE_JOBS = ("masked_loss_sync", "masked_loss_fixed", "toy_cnn")
+
+
+class Timings:
+    """Each part's wall seconds, in timings.json, rewritten as each part ends."""
+
+    def __init__(self, out: Path) -> None:
+        self.path = out / "timings.json"
+        self.seconds: Dict[str, float] = {}
+        self.start = time.perf_counter()
+
+    def done(self, part: str, started: float) -> None:
+        self.seconds[part] = round(time.perf_counter() - started, 1)
+        self.seconds["total"] = round(time.perf_counter() - self.start, 1)
+        self.path.write_text(json.dumps(self.seconds, indent=1) + "\n")
+        print(f"gpu_check: {part} done in {self.seconds[part]:.0f} s ({self.seconds['total']:.0f} s in all)",
+              flush=True)
+
+
+def tee(command: Sequence[str], transcript: Path) -> Tuple[int, str]:
+    """Run `command` from the checkout; its output streams to the console and into `transcript`."""
+    print("$ " + " ".join(command), flush=True)
+    lines = []
+    with open(transcript, "w") as log, subprocess.Popen(command, cwd=ROOT, stdout=subprocess.PIPE,
+                                                        stderr=subprocess.STDOUT, text=True) as proc:
+        for line in proc.stdout:
+            sys.stdout.write(line)
+            log.write(line)
+            log.flush()
+            lines.append(line)
+    return proc.returncode, "".join(lines)
+
+
+def pipebench(args: Sequence[str], transcript: Path) -> str:
+    """The installed console script, as a user runs it; exits on failure, else returns its output."""
+    status, output = tee([str(Path(sys.executable).with_name("pipebench")), *args], transcript)
+    if status != 0:
+        raise SystemExit(f"gpu_check: `pipebench {args[0]}` exited {status}; see {transcript}")
+    return output
+
+
+def publish(folder: Path, dest: Path) -> None:
+    """Copy a results folder's tables and plots (not its job folders) into `dest`."""
+    dest.mkdir(parents=True, exist_ok=True)
+    for path in folder.iterdir():
+        if path.is_file() and path.suffix in PUBLISHED_SUFFIXES:
+            shutil.copy2(path, dest / path.name)
+
+
+def run_part(part: Part, settings: Sequence[str], out: Path) -> Path:
+    """`pipebench run` the part, then publish its tables; returns its results folder."""
+    output = pipebench(["run", *part.overrides, *settings, f"results_dir={RESULTS_DIR}"], out / f"{part.name}.txt")
+    folder = Path(output.strip().splitlines()[-1].removeprefix("results: "))
+    folder = folder if folder.is_absolute() else ROOT / folder
+    publish(folder, out / part.name)
+    return folder
 
 
 def trimmed(trace_path: Path) -> Dict[str, object]:
@@ -66,48 +150,78 @@ def trimmed(trace_path: Path) -> Dict[str, object]:
             "traceEvents": events}
 
 
-def job(folder: Path, **match: str) -> Dict[str, object]:
-    """The summary row and job folder of the job whose summary matches `match`."""
+def job(folder: Path, consumer: str) -> Tuple[Dict[str, str], Path]:
+    """The summary row and job folder of the `consumer` job under `folder`."""
     with open(folder / "summary.csv") as f:
-        rows = list(csv.DictReader(f))
+        rows = {row["job"]: row for row in csv.DictReader(f)}
     for path in sorted(folder.glob("job-*/result.json")):
         summary = json.loads(path.read_text())["summary"]
-        if all(str(summary.get(k)) == v for k, v in match.items()):
-            row = next(r for r in rows if r["job"] == summary["job"])
-            return {"row": row, "dir": path.parent}
-    raise SystemExit(f"gpu_check: no job with {match} under {folder}")
+        if summary["consumer"] == consumer:
+            return rows[summary["job"]], path.parent
+    raise SystemExit(f"gpu_check: no {consumer} job under {folder}")
 
 
-def record_fixtures(masked: Path, pinning: Path) -> None:
-    RECORDED.mkdir(parents=True, exist_ok=True)
+def _number(text: str) -> Optional[float]:
+    return float(text) if text else None
+
+
+def record_fixtures(folder: Path, dest: Path) -> None:
+    """The three jobs' trimmed traces (gzipped) and what they reported, into `dest`."""
+    dest.mkdir(parents=True, exist_ok=True)
     expected = {}
-    picks = {
-        "masked_loss_sync": job(masked, consumer="masked_loss_sync"),
-        "masked_loss_fixed": job(masked, consumer="masked_loss_fixed"),
-        "toy_cnn": job(pinning, consumer="toy_cnn", pin_memory="True"),
-    }
-    for name, picked in picks.items():
-        out = RECORDED / f"{name}_trace.json"
-        out.write_text(json.dumps(trimmed(picked["dir"] / "gpu_trace.json")))
-        row = picked["row"]
-        expected[name] = {"gpu_busy_pct": float(row["gpu_busy_pct"]), "syncs_per_step": float(row["syncs_per_step"]),
+    for name in FIXTURE_JOBS:
+        row, job_dir = job(folder, name)
+        out = dest / f"{name}_trace.json.gz"
+        # mtime=0: the same trace gives the same bytes, so a re-recording diffs only where it differs.
+        out.write_bytes(gzip.compress(json.dumps(trimmed(job_dir / "gpu_trace.json")).encode(), mtime=0))
+        expected[name] = {**{key: _number(row[key]) for key in EXPECTED_NUMBERS}, "sync_ops": row["sync_ops"],
                           "source_job": row["job"]}
-        print(f"recorded {out.relative_to(ROOT)} ({out.stat().st_size // 1024} KiB)")
-    (RECORDED / "expected.json").write_text(json.dumps(expected, indent=1) + "\n")
+        print(f"recorded {out} ({out.stat().st_size // 1024} KiB)", flush=True)
+    (dest / "expected.json").write_text(json.dumps(expected, indent=1) + "\n")
 
 
-def main() -> None:
+def run_tests(out: Path, quick: bool) -> int:
+    pytest = [str(Path(sys.executable).with_name("pytest")), "-q", "-p", "no:cacheprovider", *GPU_TESTS,
+              *(["--deselect", END_TO_END_TEST] if quick else [])]
+    status, _ = tee(pytest, out / "tests.txt")
+    return status
+
+
+def main(argv: Optional[List[str]] = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--quick", action="store_true", help="run=quick for every run (a smoke test)")
-    args = parser.parse_args()
+    parser.add_argument("--quick", action="store_true", help="part 2 at run=quick, and the tests but the 4-job one")
+    parser.add_argument("--update-fixtures", action="store_true",
+                        help=f"copy the recorded fixtures into {RECORDED.relative_to(ROOT)} (commit them)")
+    parser.add_argument("--out", type=Path, help="output folder (default: $OUT, else results/gpu_check)")
+    args = parser.parse_args(argv)
     if not torch.cuda.is_available():
         print("pipebench: error: gpu_check needs a CUDA device (torch.cuda.is_available() is False)", file=sys.stderr)
-        raise SystemExit(2)
-    folders = {name: run(overrides, args.quick) for name, overrides in RUNS.items()}
-    record_fixtures(folders["masked_loss"], folders["pinning"])
-    tests = subprocess.run([str(Path(sys.executable).with_name("pytest")), "-q", *GPU_TESTS], cwd=ROOT)
-    raise SystemExit(tests.returncode)
+        return 2
+    out = (args.out or Path(os.environ.get("OUT") or RESULTS_DIR)).resolve()
+    out.mkdir(parents=True, exist_ok=True)
+    timings = Timings(out)
+    settings = QUICK_RUN if args.quick else FULL_RUN
+    if not args.quick:
+        started = time.perf_counter()
+        run_part(SEED, settings, out)
+        timings.done(SEED.name, started)
+    started = time.perf_counter()
+    gpu = run_part(GPU, settings, out)
+    record_fixtures(gpu, out / "fixtures")
+    if args.update_fixtures:
+        shutil.copytree(out / "fixtures", RECORDED, dirs_exist_ok=True)
+        print(f"updated {RECORDED}: commit it", flush=True)
+    timings.done(GPU.name, started)
+    if not args.quick:
+        started = time.perf_counter()
+        pageable = run_part(PAGEABLE, settings, out)
+        pipebench(["report", str(gpu), str(pageable), "--out", str(out / "pinning")], out / "pinning.txt")
+        timings.done(PAGEABLE.name, started)
+    started = time.perf_counter()
+    status = run_tests(out, args.quick)
+    timings.done("tests", started)
+    return status
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

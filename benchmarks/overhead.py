@@ -12,33 +12,16 @@ this machine. Prints medians over rounds.
 """
 
 import argparse
-import dataclasses
 import statistics
-import tempfile
-from pathlib import Path
 from typing import List, Optional
 
 import torch
 
 from pipebench.config.compose import compose_job_spec
-from pipebench.config.specs import JobSpec
-from pipebench.measure.job import measure_job
-from pipebench.measure.reference import plain_loop
+from pipebench.measure.reference import harness_loop, plain_loop, window_spec
 
 # Issues #2 and #3's target: the harness costs at most this much throughput.
 TARGET_OVERHEAD_PCT = 3.0
-
-
-def harness_rate(spec: JobSpec, steps: int, warmup: int) -> float:
-    run = dataclasses.replace(spec.run, steps=steps, warmup_steps=warmup, min_time_s=0.0, repeats=1,
-                              profile_steps=0, progress=False)
-    with tempfile.TemporaryDirectory() as job_dir:
-        return measure_job(dataclasses.replace(spec, run=run), Path(job_dir))["summary"]["samples_per_s"]
-
-
-def plain_rate(spec: JobSpec, steps: int, warmup: int) -> float:
-    run = dataclasses.replace(spec.run, warmup_steps=warmup)
-    return plain_loop(dataclasses.replace(spec, run=run), steps).samples_per_s
 
 
 def main(argv: Optional[List[str]] = None) -> None:
@@ -54,11 +37,10 @@ def main(argv: Optional[List[str]] = None) -> None:
     print("| workers | plain samples/s | pipebench samples/s | overhead % | A/A plain vs plain % |")
     print("|---:|---:|---:|---:|---:|")
     for workers in args.workers:
-        spec = compose_job_spec([*args.overrides, f"workers={workers}"])
+        spec = window_spec(compose_job_spec([*args.overrides, f"workers={workers}"]), args.steps, args.warmup)
         plain, timed, spread = [], [], []
         for _ in range(args.rounds):
-            first, timed_rate, second = (measure(spec, args.steps, args.warmup)
-                                         for measure in (plain_rate, harness_rate, plain_rate))
+            first, timed_rate, second = (measure(spec).samples_per_s for measure in (plain_loop, harness_loop, plain_loop))
             plain.append((first + second) / 2)
             timed.append(timed_rate)
             spread.append(abs(first - second) / plain[-1] * 100)

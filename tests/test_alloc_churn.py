@@ -41,17 +41,26 @@ def test_short_series_never_oscillate():
     assert reversals([]) == 0 and reversals([1.0, 2.0]) == 0
 
 
-def test_tracker_without_cuda_records_nothing_and_says_why():
+def test_tracker_without_cuda_records_nothing_and_says_why(monkeypatch):
+    # Whether CUDA is initialised depends on what ran earlier in this process; what the tracker
+    # promises is that it calls no CUDA API at all, so every one it could reach fails the test.
+    def touched(*args, **kwargs):
+        raise AssertionError("the tracker called CUDA without a CUDA device")
+
+    for name in ("memory_stats", "memory_reserved", "init", "_lazy_init"):
+        monkeypatch.setattr(torch.cuda, name, touched)
     for device in (None, torch.device("cpu")):
         tracker = AllocatorTracker(device)
+        tracker.start()
         tracker.mark("first_measured")
         tracker.sample()
         tracker.mark("last_measured")
+        tracker.stop()
         report = tracker.report()
         assert report.reserved_mb == [] and report.reserved_mb_peak is None and report.oscillating is None
         assert report.alloc_retries is None and report.device_frees is None
         assert report.note == "not measured: no CUDA consumer"
-    assert not torch.cuda.is_initialized()
+        assert set(tracker.columns().values()) == {None}
 
 
 @NEEDS_CUDA

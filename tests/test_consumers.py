@@ -202,6 +202,9 @@ def test_toy_cnn_overfits_a_tiny_batch_on_cpu():
     assert (report["device"], report["timer"], report["input_size"], report["blocks"]) == ("cpu", "perf_counter", 16, 4)
     for phase in ("forward", "backward", "optimizer"):
         assert report["phases_ms"][phase]["n"] == 29 and report["phases_ms"][phase]["mean"] > 0
+    # The phases are readings inside the host-timed region of the same steps.
+    assert report["timed_ms"]["n"] == 29
+    assert sum(p["mean"] for p in report["phases_ms"].values()) <= report["timed_ms"]["mean"]
 
 
 def test_toy_cnn_weights_follow_the_seed_and_take_float_input():
@@ -230,6 +233,8 @@ def test_toy_cnn_on_cuda_is_timed_with_cuda_events():
     for phase in ("forward", "backward", "optimizer"):
         summary = report["phases_ms"][phase]
         assert summary["n"] == 2 and summary["mean"] > 0 and summary["median"] > 0
+    # GPU time between events recorded inside the host-timed region, which waits for the last one.
+    assert sum(p["mean"] for p in report["phases_ms"].values()) <= report["timed_ms"]["mean"]
 
 
 @NEEDS_CUDA

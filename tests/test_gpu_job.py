@@ -105,14 +105,18 @@ def test_masked_loss_pair_on_the_cpu_reports_the_ratio_and_no_sync_count(tmp_pat
     assert "## masked loss" in proc.stdout  # the report's GPU section, printed at the end of the run
 
 
+def _cuda_run(tmp_path: Path, *overrides: str) -> Path:
+    proc = run_cli(["run", *TINY_DATASET, *NO_CHAIN, *QUICK_RUN, "workers=2", *overrides], cwd=tmp_path, timeout=600)
+    assert proc.returncode == 0, proc.stderr
+    return tmp_path / results_folder(proc.stdout)
+
+
 @NEEDS_CUDA
 def test_on_cuda_the_jobs_report_gpu_timings_syncs_idle_and_allocator(tmp_path):
-    proc = run_cli(["run", *TINY_DATASET, *NO_CHAIN, *QUICK_RUN, "workers=2",
-                    "consumer=masked_loss_sync,masked_loss_fixed,toy_cnn", "loader.pin_memory=true,false"],
-                   cwd=tmp_path, timeout=600)
-    assert proc.returncode == 0, proc.stderr
-    folder = tmp_path / results_folder(proc.stdout)
-    rows = summary_csv(folder)
+    # Four jobs, not the six of a consumer x pin_memory sweep: only the toy CNN is read unpinned.
+    pinned = _cuda_run(tmp_path, "consumer=masked_loss_sync,masked_loss_fixed,toy_cnn", "loader.pin_memory=true")
+    pageable = _cuda_run(tmp_path, "consumer=toy_cnn", "loader.pin_memory=false")
+    rows = {**summary_csv(pinned), **summary_csv(pageable)}
     sync, fixed = rows["masked_loss_sync+pinned"], rows["masked_loss_fixed+pinned"]
     assert float(sync["syncs_per_step"]) >= 3 and float(fixed["syncs_per_step"]) == 0
     assert "nonzero" in sync["sync_ops"] and "unique" in sync["sync_ops"] and fixed["sync_ops"] == ""
@@ -128,17 +132,22 @@ def test_on_cuda_the_jobs_report_gpu_timings_syncs_idle_and_allocator(tmp_path):
             assert 0 <= float(row["gpu_util_pct"]) <= 100
         else:
             assert "NVML" in row["gpu_notes"]
-    job_dir, result = result_json(folder, "toy_cnn")
+    job_dir, result = result_json(pinned, "toy_cnn")
     assert (job_dir / GPU_TRACE_FILE).exists()
-    live = {kind: result_json(folder, kind)[1]["gpu"]["syncs_live"] for kind in ("masked_loss_sync", "masked_loss_fixed")}
+    live = {kind: result_json(pinned, kind)[1]["gpu"]["syncs_live"] for kind in ("masked_loss_sync", "masked_loss_fixed")}
     assert live["masked_loss_sync"]["per_step"] >= 3 and live["masked_loss_fixed"]["syncs"] == 0
-    # CUDA-event phase times are positive and, summed, fit inside the host-timed consumer step.
     phases = result["consumer_report"]["phases_ms"]
     assert result["consumer_report"]["timer"] == "cuda_event"
     assert all(phases[p]["median"] > 0 for p in ("forward", "backward", "optimizer"))
-    compute_ms = [c for p in result["passes"] for c in p["compute_ms"]]
-    assert sum(phases[p]["mean"] for p in phases) <= sum(compute_ms) / len(compute_ms)
-    assert "## GPU" in (folder / "summary.md").read_text()
+    # CUDA-event phases run on the GPU after the host recorded the first event and before its wait
+    # for the last returned, so over the same steps they sum to at most the host-timed region.
+    # Not the job's compute_ms: that covers the measured steps only, while the phases also cover
+    # warm-up and the CUPTI-profiled steps after them, which run slower (on the H100 that read
+    # 3.15 ms of phases against a 2.99 ms measured mean).
+    timed = result["consumer_report"]["timed_ms"]
+    assert all(phases[p]["n"] == timed["n"] for p in phases)
+    assert sum(phases[p]["mean"] for p in phases) <= timed["mean"]
+    assert "## GPU" in (pinned / "summary.md").read_text()
 
 
 def test_the_gpu_trace_spans_whole_worker_cycles_and_says_when_it_is_not_the_window():

@@ -117,6 +117,17 @@ def test_table_rounds_each_row_to_its_own_noise():
     assert _column(markdown, "spread (95% CI)") == ["1234–1235", "1194–1274"]
 
 
+def test_a_single_job_is_named_by_its_fields_without_speedup_or_best():
+    overrides = ["dataset=random_tensors", "dataset.shape=[3,32,32]", "loader.batch_size=32", "workers=4"]
+    table = build_table(group_rows([(Path("run"), [_result(0, overrides, 253.2, 0.9, workers=4)])]))
+    markdown = comparison_markdown(table)
+    header, row = _table_cells(markdown)
+    assert header == ["dataset", "transform", "workers", "batch_size", "consumer", "samples/s", "spread (95% CI)",
+                      "starvation %"]
+    assert row[:5] == ["random_tensors", "chain", "4", "32", "emulated"]
+    assert "speedup" not in markdown and BEST_MARK not in markdown and "dataset.shape" not in markdown
+
+
 def _sweep_results() -> List[Dict[str, object]]:
     rates = {("a", 0): (100.0, 2.0), ("a", 2): (180.0, 5.0), ("b", 0): (150.0, 3.0), ("b", 2): (185.0, 20.0)}
     return [_result(i, ["suite=fixed", f"transform={t}", f"workers={w}", "results_dir=out"], rate, hw,

@@ -35,6 +35,19 @@ CASES = {
 ANALYTIC_CHECKED = {"data_bound"}
 
 
+# The plain loop against a pipeline whose cost is known: (X ms a sample, W workers, Y ms consumer).
+KNOWN_COST = {
+    "serial": (6.0, 0, 80.0),  # each step loads 8 samples (48 ms), then the consumer's 80: 128 ms, 48 waiting
+    "data_bound": (16.0, 1, 40.0),  # one worker makes a batch every 128 ms; the 40 ms step hides in it: 88 waiting
+}
+KNOWN_COST_STEPS = 12
+# The truth leaves out each batch's collate and, with a worker, its trip to the main process:
+# measured on this 2-core machine, ~1.5 ms a batch in one process and ~3.5 ms with a worker. At
+# 128 ms a step that is under 3%, inside these tolerances; a wrong clock is far outside them.
+PLAIN_RATE_TOLERANCE = 0.06
+PLAIN_STARVATION_TOLERANCE_POINTS = 4
+
+
 def _spec(x_ms, workers, y_ms):
     spec = compose_spec([*TINY_DATASET, f"workers={workers}", f"loader.batch_size={BATCH}", "consumer=emulated",
                          f"consumer.step_ms={y_ms}", "run.progress=false", "run.profile_steps=0",
@@ -46,7 +59,7 @@ def _spec(x_ms, workers, y_ms):
 def test_meter_matches_a_plain_loop(case, tmp_path):
     x_ms, workers, y_ms, analytic = CASES[case]
     spec = _spec(x_ms, workers, y_ms)
-    plain = plain_loop(spec, STEPS)
+    plain = plain_loop(spec)
     summary = measure_job(spec, tmp_path)["summary"]
     analytic_step_ms = max(y_ms, BATCH * x_ms / workers)
     print(f"\n{case}: pipebench {summary['samples_per_s']:.0f} samples/s, {summary['starvation_pct']:.1f}% starved; "
@@ -79,3 +92,17 @@ def test_per_worker_timings_merge_and_explain_the_rate(tmp_path):
     assert summary["samples_per_s"] == pytest.approx(summary["worker_capacity_samples_per_s"], rel=0.25)
     rows = {r["transform"]: r for r in record["transforms"]}
     assert rows["BusyWait"]["calls"] == summary["steps"] * BATCH
+
+
+@pytest.mark.parametrize("case", sorted(KNOWN_COST))
+def test_the_plain_loop_reads_a_pipeline_of_known_cost(case):
+    x_ms, workers, y_ms = KNOWN_COST[case]
+    load_ms = BATCH * x_ms / max(workers, 1)
+    step_ms = load_ms + y_ms if workers == 0 else max(load_ms, y_ms)
+    wait_ms = step_ms - y_ms
+    spec = _spec(x_ms, workers, y_ms)
+    plain = plain_loop(dataclasses.replace(spec, run=dataclasses.replace(spec.run, steps=KNOWN_COST_STEPS)))
+    print(f"\n{case}: plain {plain.samples_per_s:.1f} samples/s, {plain.starvation_pct:.1f}% starved; "
+          f"truth {BATCH * 1000 / step_ms:.1f}, {100 * wait_ms / step_ms:.1f}%")
+    assert plain.samples_per_s == pytest.approx(BATCH * 1000 / step_ms, rel=PLAIN_RATE_TOLERANCE)
+    assert plain.starvation_pct == pytest.approx(100 * wait_ms / step_ms, abs=PLAIN_STARVATION_TOLERANCE_POINTS)

@@ -13,7 +13,9 @@ from omegaconf import DictConfig, OmegaConf
 from pipebench.base.errors import USAGE_EXIT_STATUS, PipebenchError, report_error
 from pipebench.base.tables import markdown_table
 from pipebench.config.specs import job_spec_from_config
+from pipebench.measure.fingerprint import usable_cores
 from pipebench.measure.job import SINGLE_PROCESS_FIELDS, measure
+from pipebench.measure.setup import oversubscription_note, quiet_torch_output
 from pipebench.record.results import (
     PRINTED_TRANSFORM_COLUMNS,
     write_invocation_tables,
@@ -30,8 +32,12 @@ def run_job_task(cfg: DictConfig) -> None:
     job_dir = Path(hydra_cfg.runtime.output_dir)
     choices = dict(hydra_cfg.runtime.choices)
     name = hydra_cfg.job.override_dirname or "default"
+    quiet_torch_output()
     try:
         spec = job_spec_from_config(cfg, choices)
+        note = oversubscription_note(spec, usable_cores())
+        if note:
+            print(note, flush=True)
         record = measure(spec, job_dir)
     except PipebenchError as exc:
         report_error(str(exc), job_dir)

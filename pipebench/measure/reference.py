@@ -1,19 +1,39 @@
-"""A plain, hand-written DataLoader loop: the yardstick pipebench's own meters are checked against.
+"""A plain, hand-written training loop: the yardstick pipebench's own measurement is checked against.
 
-It reads the same dataset through the same chain with the same DataLoader settings, but with
-no timed chain, no per-step records and no collate wrapper: what a user would write by hand.
+It reads the same dataset through the same chain with the same DataLoader settings (batch,
+sampler seed, workers, prefetch, pinning, persistent workers, start method) and feeds the same
+kind of consumer, but with its own DataLoader, its own collate and its own two clocks (the wait
+in next() and the wall time of the steps): no timed chain, no per-step records, no meter. What a
+user would write by hand. `harness_loop` is pipebench's own job measurement of the same window.
 """
 
+import dataclasses
+import tempfile
 import time
 from dataclasses import dataclass
-from typing import Callable, Sequence
+from pathlib import Path
+from typing import Any, Callable, Optional, Sequence, Tuple
 
 import torch
-from torch.utils.data import DataLoader, Dataset, RandomSampler, SequentialSampler
+from torch import nn
+from torch.utils.data import (
+    DataLoader,
+    Dataset,
+    RandomSampler,
+    SequentialSampler,
+    default_collate,
+)
 
+from pipebench.base.errors import ConfigError
 from pipebench.config.specs import JobSpec
+from pipebench.measure.job import measure_job
 from pipebench.measure.runner import warmup_steps
-from pipebench.pipeline.build import build_dataset, build_transforms
+from pipebench.pipeline.build import (
+    build_dataset,
+    build_transforms,
+    pin_memory_effective,
+)
+from pipebench.pipeline.consumers import ToyCNN
 
 
 class PlainDataset(Dataset):
@@ -33,41 +53,146 @@ class PlainDataset(Dataset):
         return sample, label
 
 
+class PlainCollate:
+    """default_collate, then the batch transforms: in the worker, where pipebench's collate runs them."""
+
+    def __init__(self, transforms: Sequence[Callable]) -> None:
+        self.transforms = list(transforms)
+
+    def __call__(self, samples):
+        data, labels = default_collate(samples)
+        for transform in self.transforms:
+            data = transform(data)
+        return data, labels
+
+
 @dataclass(frozen=True)
-class PlainMeasurement:
+class LoopMeasurement:
+    """A loop's throughput and its share of step time spent waiting in next(loader)."""
+
     samples_per_s: float
     starvation_pct: float
 
 
-def plain_loop(spec: JobSpec, steps: int) -> PlainMeasurement:
-    """Time `steps` steps of a plain loop; an emulated consumer sleeps `consumer.step_ms` per step.
+class PlainSleep:
+    """The emulated accelerator, by hand: the batch onto the device (when there is one), then a sleep."""
 
-    It warms up exactly as the harness does, so the two are compared on the same steady state.
+    def __init__(self, step_ms: float, device: Optional[torch.device], non_blocking: bool) -> None:
+        self.sleep_s = step_ms / 1000.0
+        self.device = device
+        self.non_blocking = non_blocking
+
+    def __call__(self, data: torch.Tensor, labels: torch.Tensor) -> None:
+        if self.device is not None:
+            data.to(self.device, non_blocking=self.non_blocking)
+            torch.cuda.synchronize()
+        time.sleep(self.sleep_s)
+
+
+class PlainTraining:
+    """The toy CNN trained by hand (CrossEntropyLoss, SGD), built on the first batch.
+
+    On CUDA each step ends in torch.cuda.synchronize(): a loop that times its steps must wait
+    for the kernels it launched, or it times the launches.
     """
-    warmup = warmup_steps(spec)
+
+    def __init__(self, lr: float, momentum: float, device: torch.device, non_blocking: bool) -> None:
+        self.lr = lr
+        self.momentum = momentum
+        self.device = device
+        self.non_blocking = non_blocking
+        self.loss_fn = nn.CrossEntropyLoss()
+        self.model: Optional[ToyCNN] = None
+        self.optimizer: Optional[torch.optim.Optimizer] = None
+
+    def __call__(self, data: torch.Tensor, labels: torch.Tensor) -> None:
+        if self.model is None:
+            self.model = ToyCNN(int(data.shape[-1])).to(self.device).train()
+            self.optimizer = torch.optim.SGD(self.model.parameters(), lr=self.lr, momentum=self.momentum)
+        x = data.to(self.device, non_blocking=self.non_blocking)
+        x = x.float().div_(255) if x.dtype == torch.uint8 else x.float()
+        y = labels.to(self.device, non_blocking=self.non_blocking).long()
+        loss = self.loss_fn(self.model(x), y)
+        self.optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        self.optimizer.step()
+        if self.device.type == "cuda":
+            torch.cuda.synchronize()
+
+
+def _plain_consumer(spec: JobSpec, non_blocking: bool) -> Callable[[torch.Tensor, torch.Tensor], None]:
+    """none, emulated or toy_cnn, on the device pipebench's consumer of that kind would use."""
+    kind = spec.consumer.kind
+    cuda = torch.device("cuda") if torch.cuda.is_available() else None
+    if kind == "none":
+        return lambda data, labels: None
+    if kind == "emulated":
+        return PlainSleep(spec.consumer.step_ms, cuda, non_blocking)
+    if kind == "toy_cnn":
+        device = torch.device("cpu") if spec.consumer.device == "cpu" or cuda is None else cuda
+        return PlainTraining(spec.consumer.lr, spec.consumer.momentum, device, non_blocking)
+    raise ConfigError(f"the plain loop feeds consumer none, emulated or toy_cnn, not {kind!r}")
+
+
+def plain_loader(spec: JobSpec) -> DataLoader:
+    """The DataLoader a user would write for `spec`: same dataset, chain, sampler seed and settings."""
     dataset = PlainDataset(build_dataset(spec), build_transforms(spec.per_sample, "per_sample"))
-    batch_transforms = build_transforms(spec.per_batch, "per_batch")
     generator = torch.Generator().manual_seed(spec.run.seed)
     sampler = RandomSampler(dataset, generator=generator) if spec.loader.shuffle else SequentialSampler(dataset)
-    extra = dict(prefetch_factor=spec.loader.prefetch_factor) if spec.workers else {}
-    loader = DataLoader(dataset, batch_size=spec.loader.batch_size, sampler=sampler, drop_last=True,
-                        num_workers=spec.workers, **extra)
-    sleep_s = spec.consumer.step_ms / 1000.0 if spec.consumer.kind == "emulated" else 0.0
-    iterator = iter(loader)
-    for _ in range(1 + warmup):
-        next(iterator)
-        time.sleep(sleep_s)
+    extra = dict(prefetch_factor=spec.loader.prefetch_factor, persistent_workers=spec.loader.persistent_workers,
+                 multiprocessing_context=spec.loader.multiprocessing_context,
+                 timeout=spec.loader.timeout_s) if spec.workers else {}
+    return DataLoader(dataset, batch_size=spec.loader.batch_size, sampler=sampler, drop_last=spec.loader.drop_last,
+                      collate_fn=PlainCollate(build_transforms(spec.per_batch, "per_batch")),
+                      num_workers=spec.workers, pin_memory=pin_memory_effective(spec), **extra)
+
+
+def plain_loop(spec: JobSpec) -> LoopMeasurement:
+    """Time `run.steps` steps of a plain loop after the harness's own warm-up (first batch, then
+    `warmup_steps(spec)`), so the two are compared on the same steady state. An epoch's end
+    starts the next one, inside the timed steps, as a `for` loop over epochs would."""
+    loader = plain_loader(spec)
+    consume = _plain_consumer(spec, non_blocking=pin_memory_effective(spec))
+    epoch = iter(loader)
+
+    def next_batch() -> Tuple[Any, Any]:
+        nonlocal epoch
+        try:
+            return next(epoch)
+        except StopIteration:
+            epoch = iter(loader)
+            return next(epoch)
+
+    for _ in range(1 + warmup_steps(spec)):
+        consume(*next_batch())
     samples = 0
-    wait = 0.0
+    wait_s = 0.0
     start = time.perf_counter()
-    for _ in range(steps):
+    for _ in range(spec.run.steps):
         before = time.perf_counter()
-        data, _labels = next(iterator)
-        for transform in batch_transforms:
-            data = transform(data)
-        wait += time.perf_counter() - before
-        time.sleep(sleep_s)
-        samples += data.shape[0]
+        data, labels = next_batch()
+        wait_s += time.perf_counter() - before
+        consume(data, labels)
+        samples += len(labels)
+        # Free the batch (its shared memory, with workers) before the next wait starts: the time
+        # blocked in next() is the wait for data, not the release of the last batch. The step's
+        # wall time still pays for it, as pipebench's step loop pays for it in its own gap.
+        del data, labels
     elapsed = time.perf_counter() - start
-    del iterator
-    return PlainMeasurement(samples / elapsed, 100.0 * wait / elapsed)
+    del epoch
+    return LoopMeasurement(samples / elapsed, 100.0 * wait_s / elapsed)
+
+
+def window_spec(spec: JobSpec, steps: int, warmup: int) -> JobSpec:
+    """`spec` measured over exactly `steps` steps after `warmup`: one repeat, no time floor, no
+    profiled steps, no progress bar (both loops run the same window)."""
+    run = dataclasses.replace(spec.run, steps=steps, warmup_steps=warmup, min_time_s=0.0, repeats=1,
+                              profile_steps=0, progress=False)
+    return dataclasses.replace(spec, run=run)
+
+
+def harness_loop(spec: JobSpec) -> LoopMeasurement:
+    """pipebench's own job measurement (`measure_job`, in this process) of `spec`."""
+    with tempfile.TemporaryDirectory() as job_dir:
+        summary = measure_job(spec, Path(job_dir))["summary"]
+    return LoopMeasurement(summary["samples_per_s"], summary["starvation_pct"])

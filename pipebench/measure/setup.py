@@ -1,10 +1,13 @@
-"""What every measuring process does the same way: seed the generators, and fingerprint the job.
+"""What every measuring process does the same way: seed the generators, fingerprint the job,
+and leave the console to pipebench (torch's own chatter silenced, one note in its place).
 
 The job process and each torchrun rank both import this, so neither imports the other.
 """
 
+import os
 import random
-from typing import Any, Dict
+import warnings
+from typing import Any, Dict, Optional
 
 import numpy as np
 import torch
@@ -12,7 +15,17 @@ import torch
 from pipebench.config.specs import JobSpec
 from pipebench.measure.fingerprint import fingerprint
 
-__all__ = ["job_fingerprint", "seed_everything", "start_method"]
+__all__ = ["job_fingerprint", "oversubscription_note", "quiet_torch_output", "seed_everything", "start_method"]
+
+# kineto (torch.profiler's C++ side) writes a log line to stderr when its severity reaches this
+# level. Its severities run up to USDT = 5 in torch 2.14 (the `profiler_start` / `profiler_stop`
+# markers), ERROR = 4 (`gpuGetDeviceCount failed` without a GPU); torch lowers the level to
+# ERROR only when KINETO_LOG_LEVEL is unset. 100 is above every severity kineto has.
+KINETO_QUIET_LEVEL = "100"
+KINETO_LOG_LEVEL_ENV = "KINETO_LOG_LEVEL"
+# torch's DataLoader warns with this, at construction and again at each new iterator, when its
+# workers outnumber the CPUs it may use; the job prints `oversubscription_note` once instead.
+WORKER_COUNT_WARNING = r"This DataLoader will create \d+ worker processes in total"
 
 
 def seed_everything(seed: int) -> None:
@@ -32,3 +45,24 @@ def job_fingerprint(spec: JobSpec, dataset: Any) -> Dict[str, Any]:
     """The fingerprint of a job on this host; call once the loader's workers are gone."""
     identity = getattr(dataset, "identity", None)
     return fingerprint(identity() if identity else {"class": type(dataset).__name__}, start_method(spec))
+
+
+def quiet_torch_output() -> None:
+    """Silence kineto's C++ log lines and torch's worker-count warning in this process.
+
+    kineto reads KINETO_LOG_LEVEL when the first profiler starts, so this must run before one
+    does; a level the user set is kept (e.g. KINETO_LOG_LEVEL=0 to debug the profiler).
+    """
+    os.environ.setdefault(KINETO_LOG_LEVEL_ENV, KINETO_QUIET_LEVEL)
+    warnings.filterwarnings("ignore", message=WORKER_COUNT_WARNING, category=UserWarning)
+
+
+def oversubscription_note(spec: JobSpec, cores: int) -> Optional[str]:
+    """One line when a single-process job's workers outnumber the usable cores, else None.
+
+    A multi-rank job warns about ranks x workers itself (measure.distributed.multirank).
+    """
+    if spec.distributed.nproc > 1 or spec.workers <= cores:
+        return None
+    return f"note: {spec.workers} workers on {cores} usable core{'s' if cores != 1 else ''}: " \
+           "workers beyond the cores time-slice"

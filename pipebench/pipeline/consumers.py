@@ -241,6 +241,7 @@ class ToyCnnConsumer:
         self._timer: Any = None
         self._first_step_ms: Optional[float] = None
         self._phase_ms: Dict[str, List[float]] = {phase: [] for phase in TOY_CNN_PHASES}
+        self._timed_ms: List[float] = []
         self._first_loss: Optional[torch.Tensor] = None
         self._last_loss: Optional[torch.Tensor] = None
 
@@ -270,6 +271,7 @@ class ToyCnnConsumer:
         if first:
             self._build(data)
         timer, model, optimizer = self._timer, self._model, self._optimizer
+        timed_start = time.perf_counter_ns()
         timer.mark()
         x, y = self._inputs(data, labels)
         timer.mark()
@@ -281,6 +283,7 @@ class ToyCnnConsumer:
         optimizer.zero_grad(set_to_none=True)
         timer.mark()
         phase_ms = timer.finish()  # on CUDA: waits for this step's kernels
+        timed_ms = (time.perf_counter_ns() - timed_start) / NS_PER_MS
         loss = loss.detach()
         if first:
             # Model build, CUDA context and first-call kernels selection: reported apart.
@@ -289,6 +292,7 @@ class ToyCnnConsumer:
         else:
             for phase, ms in zip(TOY_CNN_PHASES, phase_ms):
                 self._phase_ms[phase].append(ms)
+            self._timed_ms.append(timed_ms)
         self._last_loss = loss
 
     def loss(self, logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
@@ -296,7 +300,16 @@ class ToyCnnConsumer:
         return self._loss_fn(logits, labels)
 
     def report(self) -> Dict[str, Any]:
-        """Device, size, timer, per-phase ms (mean/median, first step apart) and first/last loss."""
+        """Device, size, timer, per-phase ms (mean/median, first step apart) and first/last loss.
+
+        `phases_ms` and `timed_ms` cover the same steps: every step but the first, so warm-up and
+        the profiled steps after the measured ones too (under CUPTI a launch-bound step runs
+        slower). Compare them with each other, not with the job's measured steps. `timed_ms` is
+        the host time from the first phase mark to the end of the wait for the last: a CUDA
+        event runs on the GPU after the host recorded it, and the wait returns after the last
+        one ran, so the phases of a step sum to at most its `timed_ms` (on the CPU the marks are
+        host clock readings inside the same region).
+        """
         model = self._model
         return {
             "kind": self.kind,
@@ -309,6 +322,7 @@ class ToyCnnConsumer:
             "timer": self._timer.name if self._timer is not None else None,
             "first_step_ms": self._first_step_ms,
             "phases_ms": {phase: _summary_ms(ms) for phase, ms in self._phase_ms.items()},
+            "timed_ms": _summary_ms(self._timed_ms),
             "loss_first": float(self._first_loss) if self._first_loss is not None else None,
             "loss_last": float(self._last_loss) if self._last_loss is not None else None,
         }

@@ -311,18 +311,24 @@ def _spread_title(table: ComparisonTable) -> str:
 
 
 def comparison_markdown(table: ComparisonTable) -> str:
-    """The table, then a few lines that say what the spread, speedup and marks mean."""
+    """The table, then a few lines that say what the spread, speedup and marks mean.
+
+    With nothing swept, the job is named by the fields every job has (dataset, transform,
+    workers, batch size, consumer) rather than its whole override string; a single job has no
+    speedup or best row to show.
+    """
     rates = [r.rate for r in table.rows]
     figures = [significant_figures(r.value, r.half_width) for r in rates]
     rate_cells, decimals = format_column([r.value for r in rates], figures)
     spread_title = _spread_title(table)
-    titles = {key: axis_title(key, table.axes) for key in table.axes} or {"job": "job"}
+    titles = {key: axis_title(key, table.axes) for key in table.axes} or {name: name for name in IDENTITY_FIELDS}
+    compared = len(table.rows) > 1
     show_rounds = any(r.rounds > 1 for r in table.rows)
     show_ranks = any(r.summary_median("ranks", 1) > 1 for r in table.rows)
     speedups = _speedup_cells(table)
     cells = []
     for i, row in enumerate(table.rows):
-        cell = {title: row.label if key == "job" else row.value(key) for key, title in titles.items()}
+        cell = {title: row.value(key) for key, title in titles.items()}
         cell.update({
             "samples/s": rate_cells[i],
             spread_title: f"{row.rate.low:.{decimals}f}–{row.rate.high:.{decimals}f}",
@@ -339,16 +345,19 @@ def comparison_markdown(table: ComparisonTable) -> str:
     rank_titles = [title for title, _ in RANK_COLUMNS.values()] if show_ranks else []
     numeric = ["samples/s", spread_title, "speedup", "starvation %", "rounds", *rank_titles]
     numeric += [title for title in titles.values() if all(_is_number(c[title]) for c in cells)]
-    columns = [*titles.values(), *numeric[:4], *rank_titles, *(["rounds"] if show_rounds else []), "best"]
-    base_label = row_label(table.rows[table.baseline], table.axes)
+    figures_shown = ["samples/s", spread_title, *(["speedup"] if compared else []), "starvation %"]
+    columns = [*titles.values(), *figures_shown, *rank_titles, *(["rounds"] if show_rounds else []),
+               *(["best"] if compared else [])]
     notes = [
-        f"speedup: samples/s against `{base_label}`. {BEST_MARK}: highest samples/s; {NEAR_BEST_MARK}: its spread "
-        "overlaps the best's, so the difference is within the noise.",
         "spread: the 95% CI of a block bootstrap over a job's whole worker cycles (the noise inside one run; "
         "rounds=N adds the run-to-run part), or with several rounds the IQR across rounds "
         "(samples/s is then the median round). Figures are rounded to the digits that noise supports, as "
         "torch.utils.benchmark.Compare does.",
     ]
+    if compared:
+        base_label = row_label(table.rows[table.baseline], table.axes)
+        notes.insert(0, f"speedup: samples/s against `{base_label}`. {BEST_MARK}: highest samples/s; {NEAR_BEST_MARK}: "
+                        "its spread overlaps the best's, so the difference is within the noise.")
     return markdown_table(cells, columns, right=numeric) + "\n" + "\n".join(notes) + "\n"
 
 

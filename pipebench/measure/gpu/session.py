@@ -28,7 +28,6 @@ from pipebench.measure.gpu.idle import idle_breakdown
 from pipebench.measure.gpu.sync_detect import (
     CONSUMER_LABEL,
     NO_CUDA_NOTE,
-    SyncCount,
     count_sync_warnings,
     syncs_from_trace,
 )
@@ -94,12 +93,6 @@ def trace_window_note(job_accel_pct: Optional[float], trace_accel_pct: Optional[
 
 def _median(values: List[float]) -> Optional[float]:
     return float(np.median(values)) if values else None
-
-
-def _ops_text(count: SyncCount) -> Optional[str]:
-    """'aten::nonzero x1; aten::unique x1': each op's syncs per step."""
-    parts = [f"{name} x{n / count.steps:g}" for name, n in sorted(count.ops.items())]
-    return "; ".join(parts) or None
 
 
 class GpuSession:
@@ -178,7 +171,7 @@ class GpuSession:
             "h2d_gpu_ms_median": _median(self.copier.gpu_ms),
             **self.util.columns(),
             "syncs_per_step": syncs.per_step if syncs else None,
-            "sync_ops": _ops_text(syncs) if syncs else None,
+            "sync_ops": syncs.ops_text() if syncs else None,
             "sync_wait_ms_per_step": syncs.wait_ms / syncs.steps if syncs and syncs.steps else None,
             "gpu_busy_pct": idle.gpu_busy_pct if idle else None,
             "trace_accel_util_pct": self._profiled.get("trace_accel_util_pct"),

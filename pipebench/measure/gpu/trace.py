@@ -9,9 +9,11 @@ torch.profiler (Kineto) writes complete events (`"ph": "X"`, `ts`/`dur` in micro
 - host operators: `cat` "cpu_op" (aten::nonzero, ...) and labels: `cat` "user_annotation"
   (record_function), on the host thread that ran them.
 
-Times are kept in nanoseconds (integers), as Holistic Trace Analysis converts them.
+Times are kept in nanoseconds (integers), as Holistic Trace Analysis converts them. A trace
+file may be gzipped (`.json.gz`, as torch.profiler writes when the export path ends in `.gz`).
 """
 
+import gzip
 import json
 from dataclasses import dataclass
 from pathlib import Path
@@ -71,9 +73,11 @@ def parse_events(raw: Iterable[Mapping[str, Any]]) -> List[TraceEvent]:
 
 
 def load_trace(source: Union[str, Path, Mapping[str, Any], Sequence[Mapping[str, Any]]]) -> List[TraceEvent]:
-    """A trace file, a loaded trace object ({"traceEvents": [...]}) or a bare event list."""
+    """A trace file (.json or .json.gz), a loaded trace object ({"traceEvents": [...]}) or a bare event list."""
     if isinstance(source, (str, Path)):
-        source = json.loads(Path(source).read_text())
+        path = Path(source)
+        text = gzip.decompress(path.read_bytes()).decode() if path.suffix == ".gz" else path.read_text()
+        source = json.loads(text)
     raw = source.get("traceEvents", []) if isinstance(source, Mapping) else source
     return parse_events(raw)
 

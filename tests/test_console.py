@@ -1,0 +1,52 @@
+"""What a user reads in the terminal: pipebench's own lines, not torch's C++ logs and warnings."""
+
+import dataclasses
+import os
+import re
+import warnings
+
+from conftest import QUICK_RUN, TINY_DATASET, compose_spec, run_cli
+
+from pipebench.measure.fingerprint import usable_cores
+from pipebench.measure.setup import oversubscription_note, quiet_torch_output
+
+NO_CHAIN = ["transform.per_sample=[]", "transform.per_batch=[]"]
+# What torch prints on its own on a machine without a GPU: kineto's C++ log lines at the
+# profiler's start and stop (workers=0 profiles), and DataLoader's worker-count UserWarning.
+TORCH_NOISE = ("USDT:", "profiler_start", "profiler_stop", "gpuGetDeviceCount", "This DataLoader will create",
+               "UserWarning", "check_worker_number_rationality")
+NOTE = re.compile(r"^note: (\d+) workers on (\d+) usable cores?: workers beyond the cores time-slice$", re.M)
+
+
+def test_a_tiny_run_prints_one_note_for_too_many_workers_and_none_of_torchs_lines(tmp_path):
+    """workers=0 runs the torch profiler; one worker more than the cores makes torch warn."""
+    cores = usable_cores()
+    proc = run_cli(["run", *TINY_DATASET, *NO_CHAIN, *QUICK_RUN, f"workers=0,{cores + 1}"], cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    output = proc.stdout + proc.stderr
+    assert [noise for noise in TORCH_NOISE if noise in output] == [], proc.stderr
+    assert NOTE.findall(output) == [(str(cores + 1), str(cores))]
+    assert proc.stderr == ""
+    # The note comes with its job, right after the job's start line.
+    lines = proc.stdout.splitlines()
+    assert lines[lines.index(NOTE.search(output).group(0)) - 1].startswith("[job 2/2]")
+
+
+def test_the_note_names_workers_and_cores_only_when_workers_outnumber_them():
+    spec = compose_spec([*TINY_DATASET, "workers=4"])
+    assert oversubscription_note(spec, 4) is None
+    assert oversubscription_note(spec, 1) == "note: 4 workers on 1 usable core: workers beyond the cores time-slice"
+    assert oversubscription_note(spec, 2).startswith("note: 4 workers on 2 usable cores:")
+
+
+def test_a_multi_rank_job_leaves_the_note_to_its_own_warning():
+    spec = compose_spec([*TINY_DATASET, "workers=4"])
+    ranks = dataclasses.replace(spec, distributed=dataclasses.replace(spec.distributed, nproc=2))
+    assert oversubscription_note(ranks, 2) is None
+
+
+def test_quieting_keeps_a_kineto_level_the_user_set(monkeypatch):
+    monkeypatch.setenv("KINETO_LOG_LEVEL", "0")
+    with warnings.catch_warnings():
+        quiet_torch_output()
+    assert os.environ["KINETO_LOG_LEVEL"] == "0"
