@@ -26,7 +26,6 @@ def test_a_tiny_run_prints_one_note_for_too_many_workers_and_none_of_torchs_line
     output = proc.stdout + proc.stderr
     assert [noise for noise in TORCH_NOISE if noise in output] == [], proc.stderr
     assert NOTE.findall(output) == [(str(cores + 1), str(cores))]
-    assert proc.stderr == ""
     # The note comes with its job, right after the job's start line.
     lines = proc.stdout.splitlines()
     assert lines[lines.index(NOTE.search(output).group(0)) - 1].startswith("[job 2/2]")
