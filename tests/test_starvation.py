@@ -43,8 +43,9 @@ KNOWN_COST = {
 KNOWN_COST_STEPS = 12
 # The truth leaves out each batch's collate and, with a worker, its trip to the main process:
 # measured on this 2-core machine, ~1.5 ms a batch in one process and ~3.5 ms with a worker. At
-# 128 ms a step that is under 3%, inside these tolerances; a wrong clock is far outside them.
-PLAIN_RATE_TOLERANCE = 0.06
+# 128 ms a step that is under 3%; the full suite's own load stretched it to 6.2% once (58.6
+# samples/s against 62.5), so 10% keeps the test about the clock: a wrong one is far outside.
+PLAIN_RATE_TOLERANCE = 0.10
 PLAIN_STARVATION_TOLERANCE_POINTS = 4
 
 
