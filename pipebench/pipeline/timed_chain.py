@@ -88,6 +88,10 @@ def _label(enabled: bool, name: str):
     return torch.profiler.record_function(name) if enabled else nullcontext()
 
 
+class StreamEnd(Exception):
+    """An iterable dataset has no more items (its StopIteration, which must not read as a bad sample)."""
+
+
 def _first_line(exc: BaseException) -> str:
     text = str(exc).strip().splitlines()
     return f"{type(exc).__name__}: {text[0] if text else ''}".rstrip(": ")
@@ -135,23 +139,33 @@ class InstrumentedDataset(Dataset):
     def __getitem__(self, index: int):
         if self.trace is not None or self.profiling:
             return self._getitem_observed(index)
-        # The plain path: nothing but the clock reads the timings need.
+        return self.timed_item(index, lambda: (index, *self.base[index]))
+
+    def timed_item(self, index: int, load: Callable[[], Tuple[int, Any, Any]]):
+        """`load()` -> (index, sample, target), then every transform, each timed by the clock alone.
+
+        Returns the timed item, or a SampleFailure naming the step (a bad sample must not kill
+        the worker: the policy in the main process decides). `index` names the sample until
+        `load` says which one it was. StreamEnd passes through: a stream has run out.
+        """
         timings = np.zeros(len(self.steps), dtype=np.int64)
         step = 0
         cpu_start = time.thread_time_ns()
         try:
             start = time.perf_counter_ns()
-            sample, target = self.base[index]
+            index, sample, target = load()
             timings[0] = time.perf_counter_ns() - start
             for step, transform in enumerate(self.transforms, start=1):
                 start = time.perf_counter_ns()
                 sample = transform(sample)
                 timings[step] = time.perf_counter_ns() - start
-        except StepOverrun as exc:
-            raise overrun_at(exc, self.steps[step], self.describe(index)) from None
-        except Exception as exc:  # a bad sample must not kill the worker: the policy decides
+        except (StreamEnd, StepOverrun) as exc:
+            if isinstance(exc, StepOverrun):
+                raise overrun_at(exc, self.steps[step], self.describe(index)) from None
+            raise
+        except Exception as exc:
             return SampleFailure(index, self.describe(index), self.steps[step].name, _first_line(exc))
-        return sample, target, timings, time.thread_time_ns() - cpu_start, index
+        return sample, target, timings, time.thread_time_ns() - cpu_start, int(index)
 
     def _getitem_observed(self, index: int):
         """The same, with a profiler label around each step and/or one trace slice per step."""

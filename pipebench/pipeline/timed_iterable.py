@@ -7,19 +7,11 @@ the stream takes. Items have the same shape as InstrumentedDataset's, so TimedCo
 step loop handle both alike. Profiler labels and viztrace slices are not emitted per step here.
 """
 
-import time
 from typing import Iterator
 
-import numpy as np
 from torch.utils.data import IterableDataset
 
-from pipebench.base.watchdog import StepOverrun
-from pipebench.pipeline.timed_chain import (
-    InstrumentedDataset,
-    SampleFailure,
-    _first_line,
-    overrun_at,
-)
+from pipebench.pipeline.timed_chain import InstrumentedDataset, StreamEnd
 
 # Index reported when pulling the next item from the stream fails: the stream never said which.
 UNKNOWN_INDEX = -1
@@ -37,24 +29,15 @@ class InstrumentedIterable(InstrumentedDataset, IterableDataset):
 
     def __iter__(self) -> Iterator:
         source = iter(self.base)
-        while True:
-            timings = np.zeros(len(self.steps), dtype=np.int64)
-            index, step = UNKNOWN_INDEX, 0
-            cpu_start = time.thread_time_ns()
+
+        def pull():
             try:
-                start = time.perf_counter_ns()
-                try:
-                    index, sample, target = next(source)
-                except StopIteration:
-                    return
-                timings[0] = time.perf_counter_ns() - start
-                for step, transform in enumerate(self.transforms, start=1):
-                    start = time.perf_counter_ns()
-                    sample = transform(sample)
-                    timings[step] = time.perf_counter_ns() - start
-            except StepOverrun as exc:
-                raise overrun_at(exc, self.steps[step], self.describe(index)) from None
-            except Exception as exc:  # the policy in the main process decides, as for map-style
-                yield SampleFailure(index, self.describe(index), self.steps[step].name, _first_line(exc))
-                continue
-            yield sample, target, timings, time.thread_time_ns() - cpu_start, int(index)
+                return next(source)
+            except StopIteration:
+                raise StreamEnd from None
+
+        while True:
+            try:
+                yield self.timed_item(UNKNOWN_INDEX, pull)
+            except StreamEnd:
+                return
