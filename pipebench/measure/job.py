@@ -34,6 +34,7 @@ from pipebench.measure.runner import (
     worker_faults_named,
 )
 from pipebench.measure.setup import job_fingerprint, seed_everything
+from pipebench.measure.host_load import HostLoadMeter
 from pipebench.measure.storage_io import StorageReadMeter
 from pipebench.measure.summarize import (
     pass_records,
@@ -120,7 +121,8 @@ def _measure_job(spec: JobSpec, job_dir: Path, watchdog: Unwatched) -> Dict[str,
     # A map-style dataset is split by the sampler in this process; a stream by each worker's copy.
     shards = max(spec.workers, 1) if isinstance(dataset, IterableDataset) else 1
     index_log = IndexLog(len(dataset), droppable_per_epoch(shards, spec.loader.batch_size, spec.loader.drop_last))
-    meters: Tuple[Meter, ...] = (MemorySampler(), StorageReadMeter(), index_log, gpu)
+    host_load = HostLoadMeter()
+    meters: Tuple[Meter, ...] = (MemorySampler(), StorageReadMeter(), host_load, index_log, gpu)
 
     def fresh_loop() -> StepLoop:
         """A new iteration of the loader (new workers unless persistent) with its own step loop."""
@@ -170,6 +172,9 @@ def _measure_job(spec: JobSpec, job_dir: Path, watchdog: Unwatched) -> Dict[str,
     summary.update(pin_memory=pinned)
     for meter in meters:
         summary.update(meter.columns())
+    busy_host = host_load.record()["note"]
+    if busy_host is not None:
+        summary["window_note"] = "; ".join(filter(None, (summary["window_note"], busy_host)))
     mismatch = trace_window_note(summary["accel_util_pct"], summary["trace_accel_util_pct"])
     if mismatch is not None:
         summary["gpu_notes"] = "; ".join(filter(None, (summary["gpu_notes"], mismatch)))

@@ -52,7 +52,7 @@ SUMMARY_COLUMNS = [
     "h2d_ms_median", "transfer_ms_median", "ready_next_ms_median", "ready_steps_pct",
     "pipeline_ms_per_sample", "cpu_ms_per_sample", "worker_capacity_samples_per_s", "cpu_capacity_samples_per_s",
     "first_batch_s", "worker_startup_s_max", "rss_mb_peak", "worker_pss_growth_mb", "shm_mb_peak",
-    "storage_read_mb", "storage_read_mb_per_s",
+    "storage_read_mb", "storage_read_mb_per_s", "host_other_cpu_cores", "host_steal_pct",
     "steps", "repeats", "skipped_samples", "epochs",
     # GPU-side truth (pipebench.measure.gpu.session): empty cells where not measured, `gpu_notes` says why.
     "pin_memory", "consumer_ms_median", "h2d_gpu_ms_median", "gpu_util_pct", "syncs_per_step", "sync_ops",
