@@ -8,6 +8,7 @@ import pytest
 from conftest import compose_spec
 from PIL import Image
 from torch.utils.data import DataLoader
+from torchvision.transforms import PILToTensor
 
 from pipebench.cli.main import main
 from pipebench.config.specs import StorageSpec
@@ -97,11 +98,12 @@ def test_workers_send_back_the_bytes_each_sample_read(tmp_path):
     whichever worker read it; the figures are these sums."""
     dataset = ImageFolderDataset(_jpegs(tmp_path / "imgs", 8))
     sizes = {k: os.path.getsize(path) for k, path in enumerate(dataset.files())}
-    instrumented = InstrumentedDataset(dataset, [])
+    instrumented = InstrumentedDataset(dataset, [PILToTensor()])
     loader = DataLoader(instrumented, batch_size=2, num_workers=2, collate_fn=TimedCollate([]))
     sink = TimingSink()
     for batch in loader:
         sink.add(batch)
+        assert len(batch.indices) == 2 and not batch.failures
         assert batch.sample_io[:, 1].tolist() == [sizes[int(i)] for i in batch.indices]
         assert batch.sample_io[:, 2].tolist() == [1] * len(batch.indices)
     assert set(sink.worker_ids) == {0, 1}
