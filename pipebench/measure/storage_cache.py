@@ -80,7 +80,7 @@ def prepare_cache(dataset: object, asked: StorageSpec, available_bytes: Optional
     elif size <= free:
         _warm(files)
         line = f"page cache serves this run: the dataset's {_mib(size)} fit in {_mib(free)} of free memory"
-        notices.append(f"note: {line} (dataset.cache=cold reads from storage)")
+        notices.append(f"note: {line} (dataset.cache=cold to read from storage)")
         notes.append(line)
     else:
         line = f"the dataset's {_mib(size)} exceed {_mib(free)} of free memory: reads reach storage, warm or not"
