@@ -49,8 +49,10 @@ COLD_FETCHED_MIN, WARM_FETCHED_MAX = 0.9, 0.05
 # The two load-step differences (cold - warm, ms a sample) agree within this share of the read cost.
 LOAD_DELTA_TOLERANCE = 0.25
 
-FIGURES = ("samples_per_s", "cpu_ms_per_sample", "read_files_per_sample", "read_bytes_per_sample", "read_ms_per_sample", "read_mb_per_s", "read_speed_mb_per_s",
-           "io_share_of_load_pct", "load_ms_per_sample", "storage_bytes_per_sample")
+# The figures a job's row gives the tables (medians over rounds).
+FIGURES = ("samples_per_s", "cpu_ms_per_sample", "read_files_per_sample", "read_bytes_per_sample",
+           "read_ms_per_sample", "read_mb_per_s", "read_speed_mb_per_s", "io_share_of_load_pct",
+           "load_ms_per_sample", "storage_bytes_per_sample")
 
 
 def build_folder(folder: Path) -> Path:
@@ -157,7 +159,8 @@ def main(argv: Optional[List[str]] = None) -> int:
                 results[label].append(figures)
                 print(f"round {round_ + 1} {label}: {figures['samples_per_s']:.1f} samples/s, read "
                       f"{figures['read_ms_per_sample']:.3f} ms a sample", flush=True)
-    print(f"\n(a) cold against warm, {NUM_IMAGES} JPEGs on disk, {' '.join(CHAIN[:2])}; medians of {args.rounds} rounds\n")
+    print(f"\n(a) cold against warm, {NUM_IMAGES} JPEGs on disk, {' '.join(CHAIN[:2])}; "
+          f"medians of {args.rounds} rounds\n")
     print(cold_warm_table({label: results[label] for label in cold_warm}))
     verdicts = cold_warm_verdicts(results)
     print("\n" + "\n".join(verdicts))

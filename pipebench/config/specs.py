@@ -210,15 +210,14 @@ def _storage_spec(dataset: dict) -> StorageSpec:
     storage = dataset.pop("storage", None) or {}
     _one_of("dataset.cache", cache, CACHE_MODES)
     _require(isinstance(storage, dict), f"dataset.storage must be a mapping of {', '.join(STORAGE_EMULATION_KEYS)}")
-    unknown = sorted(set(storage) - set(STORAGE_EMULATION_KEYS))
-    _require(not unknown, f"dataset.storage.{unknown[0] if unknown else ''} is not a key; "
-                          f"known: {', '.join(STORAGE_EMULATION_KEYS)}")
+    for key in storage:
+        _require(key in STORAGE_EMULATION_KEYS,
+                 f"dataset.storage.{key} is not a key; known: {', '.join(STORAGE_EMULATION_KEYS)}")
     latency_ms = storage.get("latency_ms", 0.0)
-    mb_per_s = storage.get("mb_per_s")
-    for key, value in (("latency_ms", latency_ms), ("mb_per_s", mb_per_s)):
-        _require(value is None or (isinstance(value, (int, float)) and not isinstance(value, bool)),
-                 f"dataset.storage.{key} must be a number, got {value!r}")
-    _require(latency_ms is not None, "dataset.storage.latency_ms must be a number, got None")
+    mb_per_s = storage.get("mb_per_s")  # None: no bandwidth limit
+    for key, value, may_be_none in (("latency_ms", latency_ms, False), ("mb_per_s", mb_per_s, True)):
+        number = isinstance(value, (int, float)) and not isinstance(value, bool)
+        _require(number or (may_be_none and value is None), f"dataset.storage.{key} must be a number, got {value!r}")
     _bounded("dataset.storage.latency_ms", latency_ms, 0, MAX_STORAGE_LATENCY_MS)
     if mb_per_s is not None:
         _bounded("dataset.storage.mb_per_s", mb_per_s, MIN_STORAGE_MB_PER_S, MAX_STORAGE_MB_PER_S)

@@ -70,7 +70,8 @@ def prepare_cache(dataset: object, asked: StorageSpec, available_bytes: Optional
     used = honoured(asked)
     notices, notes = [], []
     if used.cache != asked.cache:
-        notices.append("note: dataset.cache=cold needs os.posix_fadvise, which this platform lacks: the run goes on warm")
+        notices.append("note: dataset.cache=cold needs os.posix_fadvise, which this platform lacks: "
+                       "the run goes on warm")
         notes.append("cold asked, ran warm: no posix_fadvise here")
     files = getattr(dataset, "files", lambda: [])()
     size = sum(os.path.getsize(path) for path in files)
