@@ -35,7 +35,8 @@ from pipebench.measure.runner import (
 )
 from pipebench.measure.setup import job_fingerprint, seed_everything
 from pipebench.measure.host_load import HostLoadMeter
-from pipebench.measure.storage_io import StorageReadMeter
+from pipebench.measure.storage_cache import prepare_cache
+from pipebench.measure.storage_io import StorageReadMeter, file_read_columns
 from pipebench.measure.summarize import (
     pass_records,
     rows_as_dicts,
@@ -113,6 +114,9 @@ def _measure_job(spec: JobSpec, job_dir: Path, watchdog: Unwatched) -> Dict[str,
     if spec.loader.sharing_strategy is not None:
         torch.multiprocessing.set_sharing_strategy(spec.loader.sharing_strategy)
     dataset, instrumented, collate = build_pipeline(spec)
+    cache = prepare_cache(dataset, spec.storage)
+    for line in cache.notices:
+        print(line, flush=True)
     loader = build_loader(spec, instrumented, collate)
     consumer = build_consumer(spec.consumer, spec.run.seed)
     pinned = pin_memory_effective(spec)
@@ -169,7 +173,7 @@ def _measure_job(spec: JobSpec, job_dir: Path, watchdog: Unwatched) -> Dict[str,
                           persistent=spec.workers > 0 and spec.loader.persistent_workers,
                           samples_per_epoch=samples_per_epoch, batches_per_epoch=batches_per_epoch,
                           target_steps=window_steps(spec))
-    summary.update(pin_memory=pinned)
+    summary.update(pin_memory=pinned, **cache.columns(), **file_read_columns(sink, summary["samples_per_s"]))
     for meter in meters:
         summary.update(meter.columns())
     busy_host = host_load.record()["note"]

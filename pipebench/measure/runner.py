@@ -88,6 +88,8 @@ class TimingSink:
     sample_cpu_ns: List[np.ndarray] = field(default_factory=list)
     batch_cpu_ns: List[int] = field(default_factory=list)
     worker_ids: List[int] = field(default_factory=list)
+    # What each sample's load step read from files: [n_samples, len(IO_FIELDS)] per batch.
+    sample_io: List[np.ndarray] = field(default_factory=list)
 
     def add(self, batch: TimedBatch) -> None:
         self.sample_ns.append(batch.sample_ns)
@@ -95,6 +97,7 @@ class TimingSink:
         self.sample_cpu_ns.append(batch.sample_cpu_ns)
         self.batch_cpu_ns.append(batch.batch_cpu_ns)
         self.worker_ids.append(batch.worker_id)
+        self.sample_io.append(batch.sample_io)
 
 
 def worker_error(exc: RuntimeError, timeout_s: float) -> Optional[WorkerError]:

@@ -7,6 +7,7 @@ import numpy as np
 
 from pipebench.base.stats import block_ratio_interval, distribution
 from pipebench.measure.runner import NS_PER_MS, NS_PER_S, PassResult, TimingSink
+from pipebench.measure.storage_io import file_read_figures
 from pipebench.measure.window import (
     Window,
     bootstrap_blocks,
@@ -68,7 +69,8 @@ def transform_rows(sink: TimingSink, sample_steps: Sequence[StepName], batch_ste
 
 
 def worker_breakdown(sink: TimingSink, passes: Sequence[PassResult]) -> Dict[str, Dict[str, float]]:
-    """Per worker: batches and samples it made, its wall and CPU time per sample, its start-up."""
+    """Per worker: batches and samples it made, its wall and CPU time per sample, its start-up, and
+    what its file reads cost (pipebench.measure.storage_io; None where it read no files)."""
     out: Dict[str, Dict[str, float]] = {}
     for worker in sorted(set(sink.worker_ids)):
         picks = [i for i, w in enumerate(sink.worker_ids) if w == worker]
@@ -83,6 +85,9 @@ def worker_breakdown(sink: TimingSink, passes: Sequence[PassResult]) -> Dict[str
             "cpu_ms_per_sample": cpu_ns / NS_PER_MS / n_samples,
             "startup_s": max(startups) if startups else float("nan"),
         }
+        if len(sink.sample_io) == len(sink.sample_ns):  # a rank's saved sink keeps no reads
+            out[str(worker)].update(file_read_figures(np.concatenate([sink.sample_io[i] for i in picks]),
+                                                      np.concatenate([sink.sample_ns[i][:, 0] for i in picks])))
     return out
 
 

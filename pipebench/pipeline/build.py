@@ -15,6 +15,7 @@ from torch.utils.data import (
 
 from pipebench.base.errors import ConfigError, PipebenchError
 from pipebench.config.specs import JobSpec
+from pipebench.pipeline.file_reads import file_reads_of, honoured
 from pipebench.pipeline.rank_info import rank_and_world
 from pipebench.pipeline.timed_chain import InstrumentedDataset, TimedCollate, WorkerInit
 from pipebench.pipeline.timed_iterable import InstrumentedIterable
@@ -57,8 +58,12 @@ def build_dataset(spec: JobSpec) -> Any:
 
 
 def build_pipeline(spec: JobSpec) -> Tuple[Any, InstrumentedDataset, TimedCollate]:
-    """The user's dataset, wrapped so every step of the chain is timed where it runs."""
+    """The user's dataset, reading its files as `dataset.cache` / `dataset.storage` say, wrapped
+    so every step of the chain is timed where it runs."""
     dataset = build_dataset(spec)
+    reads = file_reads_of(dataset)
+    if reads is not None:
+        reads.use(honoured(spec.storage))
     wrapper = InstrumentedIterable if isinstance(dataset, IterableDataset) else InstrumentedDataset
     instrumented = wrapper(dataset, build_transforms(spec.per_sample, "transform.per_sample"))
     collate = TimedCollate(build_transforms(spec.per_batch, "transform.per_batch"))
