@@ -87,10 +87,13 @@ def append_rows(path: Path, rows: Sequence[HistoryRow]) -> Path:
     """Append rows (and the header to a new file) in one write, then fsync (module docstring)."""
     path.parent.mkdir(parents=True, exist_ok=True)
     table = csv_table(HISTORY_COLUMNS, ([getattr(r, c) for c in HISTORY_COLUMNS] for r in rows))
-    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    fd = os.open(path, os.O_RDWR | os.O_APPEND | os.O_CREAT, 0o644)
     try:
-        new = os.fstat(fd).st_size == 0
-        body = table if new else table.split("\n", 1)[1]
+        size = os.fstat(fd).st_size
+        body = table if size == 0 else table.split("\n", 1)[1]
+        # A row torn by an earlier crash has no line end: end it, so this write's rows stay whole.
+        if size and os.pread(fd, 1, size - 1) != b"\n":
+            body = "\n" + body
         os.write(fd, body.encode())
         os.fsync(fd)
     finally:
