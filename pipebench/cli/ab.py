@@ -29,11 +29,11 @@ from pipebench.regress.history import append_session
 __all__ = ["add_parser", "main"]
 
 AB_EPILOG = """\
-examples:
+examples (options go before BASE_REF):
   pipebench ab HEAD~1 suite=nightly                 the work tree against its parent commit
   pipebench ab v1.2 v1.3 transform=yuv_mask_fast workers=0,2 rounds=6
-  pipebench ab main --base-python /envs/old/bin/python suite=nightly   base side in another environment
-  git bisect start BAD GOOD && git bisect run pipebench ab GOOD suite=nightly rounds=3
+  pipebench ab --base-python /envs/old/bin/python main suite=nightly   base side in another environment
+  git bisect start BAD GOOD && git bisect run pipebench ab --rounds 4 GOOD suite=nightly
 exit: 0 no regression, 1 a job `slower` (CPU time or both signals), 2 bad input (a ref, a dirty
       tree with --require-clean, an override), 125 a side could not be measured (bisect skips it)
 """
