@@ -5,7 +5,7 @@ import platform
 import subprocess
 import sys
 from pathlib import Path
-from typing import Any, Dict, Optional
+from typing import Any, Dict, Mapping, Optional
 
 import numpy
 import PIL
@@ -84,10 +84,15 @@ def libjpeg_turbo_version() -> Optional[str]:
         return None
 
 
+def machine_folder(fingerprint: Mapping[str, Any]) -> str:
+    """A folder name for a machine's stored baselines and history, from a result's fingerprint: CPU
+    model and usable cores, the fields compare refuses to mix (e.g. `AMD_EPYC-2c`)."""
+    return folder_safe("_".join(f"{fingerprint.get('cpu_model')}-{fingerprint.get('usable_cores')}c".split()))
+
+
 def machine_key() -> str:
-    """A folder name for this machine's stored baselines and history: CPU model and usable cores,
-    the fields compare refuses to mix (e.g. `AMD_EPYC_7B13-2c`)."""
-    return folder_safe("_".join(f"{cpu_model()}-{usable_cores()}c".split()))
+    """This machine's `machine_folder`."""
+    return machine_folder({"cpu_model": cpu_model(), "usable_cores": usable_cores()})
 
 
 def gpu_name() -> Optional[str]:
