@@ -43,7 +43,7 @@ def git(repo: Path, *args: str) -> str:
 
 
 def commit(repo: Path, spin: float, sleep: float = 0.0, message: str = "") -> str:
-    (repo / "ab_user.py").write_text(USER_TRANSFORM.format(spin=spin, sleep=sleep))
+    (repo / "ab_user.py").write_text(USER_TRANSFORM.format(spin=spin, sleep=sleep) + f"# {message}\n")
     git(repo, "add", "-A")
     git(repo, "commit", "-q", "-m", message or f"spin {spin} sleep {sleep}")
     return git(repo, "rev-parse", "HEAD")
