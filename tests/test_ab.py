@@ -11,6 +11,7 @@ import pytest
 from conftest import TINY_DATASET
 
 from pipebench.regress.ab import EXIT_GOOD, EXIT_REGRESSION
+from pipebench.regress.history import load_history
 
 PIPEBENCH = str(Path(sys.executable).with_name("pipebench"))
 # Tiny jobs: one process start dominates; 4 rounds a side is the fewest the rule calls a change on.
@@ -78,10 +79,14 @@ def test_costlier_commit_is_slower_on_cpu_and_a_sleep_is_wall_only(tmp_path):
     repo = make_repo(tmp_path)
     commit(repo, 2.0)
     commit(repo, 3.0)  # the chain got 50% more expensive
-    proc = ab(repo, tmp_path, "HEAD~1")
+    history = tmp_path / "history" / "this-machine" / "history.csv"
+    proc = ab(repo, tmp_path, "HEAD~1", extra=["--history", str(history)])
     assert proc.returncode == EXIT_REGRESSION, proc.stdout + proc.stderr
     row = verdict_row(proc.stdout)
     assert "| slower | cpu" in row, row
+    (recorded,) = load_history(history).rows
+    assert recorded.commit == git(repo, "rev-parse", "HEAD") and recorded.verdict == "slower"
+    assert recorded.machine == "this-machine" and recorded.rounds == 4
     commit(repo, 3.0, sleep=1.5)  # same CPU cost, each sample now waits: what a busy host looks like
     proc = ab(repo, tmp_path, "HEAD~1", "HEAD")
     assert proc.returncode == EXIT_GOOD, proc.stdout + proc.stderr
@@ -115,3 +120,14 @@ def test_git_bisect_run_finds_the_planted_commit(tmp_path):
                            "--results-dir", str(tmp_path / "results"), good, *JOB], cwd=repo, capture_output=True,
                           text=True, env=env(), timeout=900)
     assert f"{planted} is the first bad commit" in proc.stdout, proc.stdout[-3000:] + proc.stderr[-2000:]
+
+
+def test_version_note_names_what_moved_and_side_env_keeps_the_other_tree_out(tmp_path):
+    from pipebench.regress.ab import side_env, version_note
+
+    assert version_note({"pillow": "10.4.0", "torch": "2.4"}, {"pillow": "11.0.0", "torch": "2.4"}) == \
+        "versions differ between the sides: pillow 10.4.0 -> 11.0.0"
+    assert version_note({"torch": "2.4"}, {"torch": "2.4"}) is None
+    base, head = tmp_path / "base", tmp_path / "head"
+    env = side_env(base, [head], {"PYTHONPATH": f"{head}{os.pathsep}/opt/lib"})
+    assert env["PYTHONPATH"].split(os.pathsep) == [str(base), "/opt/lib"]

@@ -178,3 +178,18 @@ def test_history_finds_the_step_and_names_the_first_commit_after_it(tmp_path):
     assert steps[0].after / steps[0].before == pytest.approx(1.25, rel=0.05)
     flat = append_rows(tmp_path / "flat.csv", [_row(i, f"c{i}", c) for i, c in enumerate(jittered(rng, 2.0, 0.01, 12))])
     assert find_steps(load_history(flat)) == []
+
+
+def test_history_verb_plots_each_job_and_names_the_step(tmp_path, capsys):
+    from pipebench.cli.main import main
+
+    rng = np.random.default_rng(8)
+    rows = [_row(i, f"c{i}", cpu) for i, cpu in enumerate([*jittered(rng, 2.0, 0.01, 5), *jittered(rng, 2.6, 0.01, 5)])]
+    path = append_rows(tmp_path / "m" / "history.csv", rows)
+    with path.open("a") as f:
+        f.write("garbage\n")
+    assert main(["history", str(path), "--out", str(tmp_path / "plots")]) == 0
+    captured = capsys.readouterr()
+    assert "first commit after it: c5" in captured.out and "line 12" in captured.err
+    assert (tmp_path / "plots" / "trend-workers0.png").read_bytes()[:4] == b"\x89PNG"
+    assert main(["history", str(tmp_path / "missing.csv")]) == 2

@@ -105,8 +105,9 @@ def add_parser(verbs: "argparse._SubParsersAction") -> None:
                     "trees round by round (alternating, each job a fresh process, each side's tree on "
                     "PYTHONPATH), then compare throughput and CPU time a sample with rounds paired.",
         epilog=AB_EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter,
+        usage="pipebench ab [OPTIONS] BASE_REF [HEAD_REF] [OVERRIDES ...]",
     )
-    parser.add_argument("refs", nargs="+", metavar="BASE_REF [HEAD_REF] [OVERRIDES]",
+    parser.add_argument("refs", nargs="+", metavar="BASE_REF [HEAD_REF] [OVERRIDES ...]",
                         help="the base ref, optionally the head ref (default: the work tree), then Hydra overrides")
     add_config_dir(parser)
     parser.add_argument("--base-python", metavar="PATH",
