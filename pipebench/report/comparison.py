@@ -21,7 +21,7 @@ import numpy as np
 
 from pipebench.base.csv_cells import csv_table
 from pipebench.base.errors import ConfigError
-from pipebench.base.significance import intervals_overlap, separated
+from pipebench.base.significance import MIN_SAMPLES, intervals_overlap, separated
 from pipebench.base.noise_figures import (
     MAX_SIGNIFICANT_FIGURES,
     compare_half_width,
@@ -171,11 +171,11 @@ class ComparisonTable:
 
     def near_best(self, i: int) -> bool:
         """Not the best, but not told apart from it by the one rule of pipebench.base.significance:
-        on the rounds' samples/s where both rows have rounds, else on their intervals."""
+        on the rounds' samples/s where both rows have rounds enough for it, else on their intervals."""
         if i == self.best:
             return False
         best, row = self.rows[self.best], self.rows[i]
-        if min(best.rounds, row.rounds) > 1:
+        if min(best.rounds, row.rounds) >= MIN_SAMPLES:
             return not separated(best.round_rates(), row.round_rates())
         return intervals_overlap(row.rate.low, row.rate.high, best.rate.low, best.rate.high)
 
