@@ -58,6 +58,8 @@ DEFAULT_THRESHOLD = 0.10
 # The per-job A/A false `faster`/`slower` rate this module claims at 5 repeats and <= 5% CV.
 CLAIMED_FALSE_ALARM_RATE = 0.01
 
+# A job label's keys when no override tells the jobs apart (one job): what a reader names a job by.
+FALLBACK_LABEL_KEYS = ("transform", "workers")
 # CPU time is one figure a round (result.json): fewer rounds than this a side have no spread to
 # test, so such a comparison runs on throughput alone.
 MIN_CPU_ROUNDS = MIN_SAMPLES
@@ -401,10 +403,11 @@ def _one_sided(label: str, baseline: Optional[JobRuns], current: Optional[JobRun
 
 def short_labels(jobs: Sequence[JobRuns]) -> Dict[str, str]:
     """Each job's label cut to the overrides that tell the jobs apart (`transform=yuv_mask,workers=2`
-    rather than every setting of the suite); the full label where that is all there is."""
+    rather than every setting of the suite), FALLBACK_LABEL_KEYS for a lone job; the full label
+    where the cut ones would not be distinct or not exist."""
     pairs = {j.label: override_pairs(j.overrides) for j in jobs}
     keys = sorted({k for p in pairs.values() for k in p})
-    varying = [k for k in keys if len({p.get(k) for p in pairs.values()}) > 1]
+    varying = [k for k in keys if len({p.get(k) for p in pairs.values()}) > 1] or list(FALLBACK_LABEL_KEYS)
     short = {label: ",".join(f"{k}={p[k]}" for k in varying if k in p) for label, p in pairs.items()}
     if len(set(short.values())) < len(short) or not all(short.values()):
         return {j.label: j.label for j in jobs}
