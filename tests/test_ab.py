@@ -15,7 +15,7 @@ from pipebench.regress.history import load_history
 
 PIPEBENCH = str(Path(sys.executable).with_name("pipebench"))
 # Tiny jobs: one process start dominates; 4 rounds a side is the fewest the rule calls a change on.
-JOB = [*TINY_DATASET, "transform=ab_chain", "consumer=none", "workers=0", "loader.batch_size=8", "run.steps=6",
+JOB = [*TINY_DATASET, "consumer=none", "workers=0", "loader.batch_size=8", "run.steps=6",
        "run.warmup_steps=1", "run.min_time_s=0", "run.repeats=1", "run.profile_steps=0", "trace=none",
        "run.progress=false"]
 ROUNDS = ["--rounds", "4"]
@@ -23,20 +23,35 @@ USER_TRANSFORM = '''import time
 
 SPIN_MS = {spin}
 SLEEP_MS = {sleep}
+# The waiting chain's own CPU cost, the same in every commit.
+WAIT_SPIN_MS = 2.0
+
+
+def spin(ms):
+    deadline = time.thread_time_ns() + int(ms * 1e6)
+    while time.thread_time_ns() < deadline:
+        pass
 
 
 class Cost:
-    """Burns SPIN_MS of this thread's CPU time, then sleeps SLEEP_MS (a busy host's wait)."""
+    """Burns SPIN_MS of this thread's CPU time: a chain whose cost a commit sets."""
 
     def __call__(self, sample):
-        deadline = time.thread_time_ns() + int(SPIN_MS * 1e6)
-        while time.thread_time_ns() < deadline:
-            pass
+        spin(SPIN_MS)
+        return sample
+
+
+class Wait:
+    """Burns WAIT_SPIN_MS, then sleeps SLEEP_MS: what a busy host's wait looks like to a chain."""
+
+    def __call__(self, sample):
+        spin(WAIT_SPIN_MS)
         if SLEEP_MS:
             time.sleep(SLEEP_MS / 1000)
         return sample
 '''
 CHAIN = "per_sample:\n  - _target_: ab_user.Cost\nper_batch: []\n"
+WAIT_CHAIN = "per_sample:\n  - _target_: ab_user.Wait\nper_batch: []\n"
 
 
 def git(repo: Path, *args: str) -> str:
@@ -54,6 +69,7 @@ def make_repo(tmp_path: Path) -> Path:
     repo = tmp_path / "user_repo"
     (repo / "conf" / "transform").mkdir(parents=True)
     (repo / "conf" / "transform" / "ab_chain.yaml").write_text(CHAIN)
+    (repo / "conf" / "transform" / "ab_wait.yaml").write_text(WAIT_CHAIN)
     (repo / ".gitignore").write_text("results/\n")
     git(repo, "init", "-q")
     git(repo, "config", "user.email", "t@example.com")
@@ -65,32 +81,33 @@ def env() -> Dict[str, str]:
     return dict(os.environ)
 
 
-def ab(repo: Path, tmp_path: Path, *refs: str, extra: List[str] = ()) -> subprocess.CompletedProcess:
+def ab(repo: Path, tmp_path: Path, *refs: str, extra: List[str] = (), sweep: List[str] = ("transform=ab_chain",)
+       ) -> subprocess.CompletedProcess:
     return subprocess.run([PIPEBENCH, "ab", "--config-dir", "conf", *ROUNDS, "--results-dir",
-                           str(tmp_path / "results"), *extra, *refs, *JOB], cwd=repo, capture_output=True, text=True,
-                          env=env(), timeout=600)
+                           str(tmp_path / "results"), *extra, *refs, *JOB, *sweep], cwd=repo, capture_output=True,
+                          text=True, env=env(), timeout=600)
 
 
-def verdict_row(stdout: str) -> str:
-    return next(line for line in stdout.splitlines() if line.startswith("| `"))
+def verdict_row(stdout: str, job: str = "") -> str:
+    return next(line for line in stdout.splitlines() if line.startswith("| `") and job in line)
 
 
 def test_costlier_commit_is_slower_on_cpu_and_a_sleep_is_wall_only(tmp_path):
+    """One session, two jobs: the head commit makes one chain 50% costlier in CPU and only adds a
+    sleep to the other (same CPU cost). The first is a regression; the second is `wall only`."""
     repo = make_repo(tmp_path)
     commit(repo, 2.0)
-    commit(repo, 3.0)  # the chain got 50% more expensive
+    commit(repo, 3.0, sleep=1.5)
     history = tmp_path / "history" / "this-machine" / "history.csv"
-    proc = ab(repo, tmp_path, "HEAD~1", extra=["--history", str(history)])
+    proc = ab(repo, tmp_path, "HEAD~1", extra=["--history", str(history)], sweep=["transform=ab_chain,ab_wait"])
     assert proc.returncode == EXIT_REGRESSION, proc.stdout + proc.stderr
-    row = verdict_row(proc.stdout)
-    assert "| slower | cpu" in row, row
-    (recorded,) = load_history(history).rows
-    assert recorded.commit == git(repo, "rev-parse", "HEAD") and recorded.verdict == "slower"
-    assert recorded.machine == "this-machine" and recorded.rounds == 4
-    commit(repo, 3.0, sleep=1.5)  # same CPU cost, each sample now waits: what a busy host looks like
-    proc = ab(repo, tmp_path, "HEAD~1", "HEAD")
-    assert proc.returncode == EXIT_GOOD, proc.stdout + proc.stderr
-    assert "| wall only | wall |" in verdict_row(proc.stdout)
+    assert "| slower | cpu" in verdict_row(proc.stdout, "ab_chain"), proc.stdout
+    assert "| wall only | wall |" in verdict_row(proc.stdout, "ab_wait"), proc.stdout
+    recorded = {row.job: row for row in load_history(history).rows}
+    assert len(recorded) == 2, recorded
+    costlier = next(row for job, row in recorded.items() if "ab_chain" in job)
+    assert costlier.commit == git(repo, "rev-parse", "HEAD") and costlier.verdict == "slower"
+    assert costlier.machine == "this-machine" and costlier.rounds == 4
 
 
 @pytest.mark.parametrize("case", ["bad_ref", "dirty"])
@@ -117,7 +134,8 @@ def test_git_bisect_run_finds_the_planted_commit(tmp_path):
     good, planted = commits[0], commits[5]
     git(repo, "bisect", "start", commits[-1], good)
     proc = subprocess.run(["git", "bisect", "run", PIPEBENCH, "ab", "--config-dir", "conf", *ROUNDS,
-                           "--results-dir", str(tmp_path / "results"), good, *JOB], cwd=repo, capture_output=True,
+                           "--results-dir", str(tmp_path / "results"), good, *JOB, "transform=ab_chain"], cwd=repo,
+                          capture_output=True,
                           text=True, env=env(), timeout=900)
     assert f"{planted} is the first bad commit" in proc.stdout, proc.stdout[-3000:] + proc.stderr[-2000:]
 
