@@ -103,6 +103,8 @@ class JobSpec:
     dataset_name: str
     transform_name: str
     distributed: DistributedSpec
+    # Steps run on the batch after the host-to-device copy (transform.on_device).
+    on_device: Tuple[Mapping[str, Any], ...] = ()
 
 
 def _require(ok: bool, message: str) -> None:
@@ -229,4 +231,5 @@ def job_spec_from_config(cfg: DictConfig, choices: Mapping[str, Optional[str]]) 
         dataset_name=str(choices.get("dataset") or "custom"),
         transform_name=str(choices.get("transform") or "custom"),
         distributed=distributed,
+        on_device=_check_target_nodes(plain["transform"].get("on_device", []), "transform.on_device"),
     )

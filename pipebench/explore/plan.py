@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Dict, List, Mapping, Optional, Sequence, Tuple, Union
 
+import torch
 from hydra.core.config_store import ConfigStore
 from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra.errors import HydraException
@@ -27,8 +28,8 @@ from pipebench.base.io import folder_safe, write_json_atomic, write_text_atomic
 from pipebench.base.tables import markdown_table
 from pipebench.config.compose import job_spec_composer, one_line
 from pipebench.config.sweep_axes import expand_auto_workers
-from pipebench.explore.equivalence import EQUIVALENT_VERDICTS, FAILS, Equivalence, check
-from pipebench.explore.variants import Chain, Variant, explore
+from pipebench.explore.equivalence import FAILS, Equivalence, check, is_equivalent
+from pipebench.explore.variants import DEVICE_MOVES, Chain, Variant, explore
 from pipebench.measure.fingerprint import usable_cores
 from pipebench.pipeline.build import build_dataset
 from pipebench.record.results import load_job_results
@@ -65,7 +66,9 @@ EQUIVALENCE_CSV = "equivalence.csv"
 EXPLORE_MD = "explore.md"
 EXPLORE_CSV = "explore.csv"
 BASE_VERDICT = "base"
-EQUIVALENCE_COLUMNS = ["variant", "moves", "verdict", "detail"]
+EQUIVALENCE_COLUMNS = ["variant", "moves", "verdict", "measured", "detail"]
+# What the equivalence table says of a device move's variants on a host without the device.
+NO_DEVICE = "no: no CUDA device here (checked on the CPU; measured only where a GPU exists)"
 EXPLORE_COLUMNS = ["variant", "setting", "verdict", "rounds", "samples_per_s", "samples_per_s_min",
                    "samples_per_s_max", "speedup", "cpu_ms_per_sample", "cpu_speedup"]
 # Overrides that every row of one variant shares or that name the variant: not part of a "setting".
@@ -77,6 +80,8 @@ class Checked:
     variant: Variant
     # None for the base chain, which is the reference.
     equivalence: Optional[Equivalence]
+    # Why a checked variant is not measured here (a device move on a host without the device).
+    unmeasured: str = ""
 
     @property
     def verdict(self) -> str:
@@ -84,7 +89,7 @@ class Checked:
 
     @property
     def measured(self) -> bool:
-        return self.verdict != FAILS
+        return self.verdict != FAILS and not self.unmeasured
 
 
 @dataclass(frozen=True)
@@ -149,8 +154,9 @@ def _equivalence_rows(checked: Sequence[Checked]) -> List[Dict[str, object]]:
     rows = []
     for item in checked:
         eq = item.equivalence
+        measured = "yes" if item.measured else (item.unmeasured or "no: it fails")
         rows.append({"variant": item.variant.name, "moves": "+".join(item.variant.moves) or "-",
-                     "verdict": item.verdict, "equivalent": eq.equivalent if eq else True,
+                     "verdict": item.verdict, "measured": measured, "equivalent": eq.equivalent if eq else True,
                      "test": eq.test if eq else "", "p_value": eq.p_value if eq else None,
                      "max_abs_diff": eq.max_abs_diff if eq else None,
                      "detail": eq.detail if eq else "the chain as configured; every variant is checked against it"})
@@ -200,7 +206,7 @@ def plan_exploration(overrides: Sequence[str], first_job: Sequence[str], fresh: 
     check_overrides(overrides)
     with job_spec_composer() as compose_one:
         spec, results_dir = compose_one(first_job)
-    found = explore(spec.transform_name, Chain(spec.per_sample, spec.per_batch))
+    found = explore(spec.transform_name, Chain(spec.per_sample, spec.per_batch, spec.on_device))
     if len(found.variants) == 1:
         return NoVariants(found.base.name, found.not_applied)
     dataset = build_dataset(spec)
@@ -209,9 +215,15 @@ def plan_exploration(overrides: Sequence[str], first_job: Sequence[str], fresh: 
         return [dataset[i % len(dataset)][0] for i in range(n)]
 
     checked = [Checked(found.base, None)]
+    device_here = torch.cuda.is_available()
     for variant in found.variants[1:]:
         print(f"explore: checking {variant.name}", flush=True)
-        checked.append(Checked(variant, check(found.base.chain, variant, fetch, spec.run.seed)))
+        unmeasured = NO_DEVICE if variant.needs_device and not device_here else ""
+        checked.append(Checked(variant, check(found.base.chain, variant, fetch, spec.run.seed), unmeasured))
+    device_moves = sorted({m for item in checked if item.unmeasured for m in item.variant.moves if m in DEVICE_MOVES})
+    if device_moves:
+        print(f"notice: {', '.join(device_moves)}: no CUDA device here, so its variants are checked for equivalence "
+              "on the CPU and not measured", flush=True)
     given = {_key(o) for o in overrides}
     kept = [o for o in overrides if _key(o) != "transform"]
     defaults = [f"{key}={value}" for key, value in EXPLORE_DEFAULTS
@@ -289,7 +301,7 @@ def conclusions(rows: Sequence[Mapping[str, object]], plan: Plan) -> List[str]:
         if reference is None:
             lines.append(f"{base} was not measured{where}: nothing to compare with")
             continue
-        allowed = [r for r in group if r["verdict"] in (BASE_VERDICT, *EQUIVALENT_VERDICTS)]
+        allowed = [r for r in group if r["verdict"] == BASE_VERDICT or is_equivalent(str(r["verdict"]))]
         fastest = max(allowed, key=lambda r: r["samples_per_s"])
         leanest = min(allowed, key=lambda r: r["cpu_ms_per_sample"])
         rate_cleared = fastest["samples_per_s_min"] > reference["samples_per_s_max"]
