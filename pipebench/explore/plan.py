@@ -10,6 +10,7 @@ sweeps `transform=<base>,<variant>,...` through the same path as `pipebench run`
 `explore_table` joins the measured rows with the variants.
 """
 
+import dataclasses
 import statistics
 import time
 from dataclasses import dataclass
@@ -27,9 +28,10 @@ from pipebench.base.errors import ConfigError
 from pipebench.base.io import folder_safe, write_json_atomic, write_text_atomic
 from pipebench.base.tables import markdown_table
 from pipebench.config.compose import job_spec_composer, one_line
+from pipebench.config.limits import MAX_PREFETCH_FACTOR
 from pipebench.config.sweep_axes import expand_auto_workers
 from pipebench.explore.equivalence import FAILS, Equivalence, check, is_equivalent
-from pipebench.explore.variants import DEVICE_MOVES, Chain, Variant, explore
+from pipebench.explore.variants import DEVICE_MOVES, Chain, Exploration, LoaderSetting, Variant, explore
 from pipebench.measure.fingerprint import usable_cores
 from pipebench.pipeline.build import build_dataset
 from pipebench.record.results import load_job_results
@@ -144,10 +146,8 @@ def _write_variant_configs(folder: Path, variants: Sequence[Variant]) -> None:
 def register_variant_configs(plan: "Plan") -> None:
     """Each variant as `transform=<name>`, from the chains just generated, in Hydra's ConfigStore:
     the sweep composes them in memory, and the job processes get them with Hydra's own state."""
-    store = ConfigStore.instance()
     for item in plan.checked[1:]:
-        store.store(group=TRANSFORM_GROUP, name=item.variant.name, node=item.variant.chain.as_config(),
-                    provider=CONFIG_PROVIDER)
+        _store_variant(item.variant)
 
 
 def _equivalence_rows(checked: Sequence[Checked]) -> List[Dict[str, object]]:
@@ -195,6 +195,36 @@ def unfinished_exploration(results_dir: Path, base: str, overrides: Sequence[str
         lambda record: [c for c in record.get("command", []) if not c.startswith(SEARCH_PATH_KEY)] == wanted)
 
 
+def _store_variant(variant: Variant) -> None:
+    """`transform=<name>` in Hydra's ConfigStore; a loader move's variant also sets its loader key,
+    so it is a global package (the chain under `transform`, the setting under `loader`)."""
+    store = ConfigStore.instance()
+    if not variant.loader:
+        store.store(group=TRANSFORM_GROUP, name=variant.name, node=variant.chain.as_config(), provider=CONFIG_PROVIDER)
+        return
+    store.store(group=TRANSFORM_GROUP, name=variant.name, package="_global_", provider=CONFIG_PROVIDER,
+                node={TRANSFORM_GROUP: variant.chain.as_config(), "loader": dict(variant.loader)})
+
+
+def _loader_settings_that_hold(found: Exploration, first_job: Sequence[str], compose_one) -> Exploration:
+    """Drop the loader moves whose setting does not reach the job: a command-line override or the
+    chosen loader config (loader=seed sets prefetch_factor and pin_memory) is applied after the
+    chain's config, so the user's value wins, and the move says so."""
+    kept, dropped = [], []
+    for variant in found.variants:
+        if variant.loader:
+            _store_variant(variant)
+            spec, _ = compose_one([o for o in first_job if _key(o) != TRANSFORM_GROUP] +
+                                  [f"{TRANSFORM_GROUP}={variant.name}"])
+            key, value = variant.loader[0]
+            if getattr(spec.loader, key) != value:
+                dropped.append(f"{key}: loader.{key} is set after the chain (on the command line or by the loader "
+                               "config), so explore leaves it as given")
+                continue
+        kept.append(variant)
+    return Exploration(tuple(kept), (*found.not_applied, *dropped))
+
+
 def plan_exploration(overrides: Sequence[str], first_job: Sequence[str], fresh: bool = False
                      ) -> Union[Plan, NoVariants]:
     """Generate and check the variants of the chain `first_job` composes to, and pick their folder:
@@ -204,9 +234,13 @@ def plan_exploration(overrides: Sequence[str], first_job: Sequence[str], fresh: 
     When no move applies nothing is created, and the answer says why.
     """
     check_overrides(overrides)
+    device_here = torch.cuda.is_available()
     with job_spec_composer() as compose_one:
         spec, results_dir = compose_one(first_job)
-    found = explore(spec.transform_name, Chain(spec.per_sample, spec.per_batch, spec.on_device))
+        setting = LoaderSetting(spec.workers, dataclasses.asdict(spec.loader), device_here, MAX_PREFETCH_FACTOR)
+        found = _loader_settings_that_hold(
+            explore(spec.transform_name, Chain(spec.per_sample, spec.per_batch, spec.on_device), setting),
+            first_job, compose_one)
     if len(found.variants) == 1:
         return NoVariants(found.base.name, found.not_applied)
     dataset = build_dataset(spec)
@@ -215,7 +249,6 @@ def plan_exploration(overrides: Sequence[str], first_job: Sequence[str], fresh: 
         return [dataset[i % len(dataset)][0] for i in range(n)]
 
     checked = [Checked(found.base, None)]
-    device_here = torch.cuda.is_available()
     for variant in found.variants[1:]:
         print(f"explore: checking {variant.name}", flush=True)
         unmeasured = NO_DEVICE if variant.needs_device and not device_here else ""

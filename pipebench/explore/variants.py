@@ -43,6 +43,15 @@ MOVES = (*STACKED, *TAILS)
 # Moves whose gain needs an accelerator: on a host without one they are generated and checked
 # (on the CPU) but not measured, as the host CPU would do the work the device is for.
 DEVICE_MOVES = (TO_DEVICE,)
+# Loader moves: one DataLoader setting each, on top of the most-moved chain a host can run.
+# persistent_workers pays through the epoch restart (samples_per_s_epoch), the others through
+# delivery: more batches queued, pinned memory for the copy, another way to share tensors.
+PERSISTENT_WORKERS = "persistent_workers"
+PREFETCH_FACTOR = "prefetch_factor"
+PIN_MEMORY = "pin_memory"
+SHARING_STRATEGY = "sharing_strategy"
+LOADER_MOVES = (PERSISTENT_WORKERS, PREFETCH_FACTOR, PIN_MEMORY, SHARING_STRATEGY)
+FILE_SYSTEM = "file_system"
 NAME_SEPARATOR = "+"
 
 Node = Mapping[str, Any]
@@ -92,6 +101,12 @@ class Variant:
     changes: Tuple[str, ...]
     chain: Chain
     draws_per_batch: Tuple[str, ...] = ()
+    # Loader settings the variant sets (`loader.<key>`), for the loader moves; the chain is its parent's.
+    loader: Tuple[Tuple[str, Any], ...] = ()
+
+    def key(self) -> str:
+        """Equal for equal chains with equal loader settings."""
+        return self.chain.key() + json.dumps(self.loader, default=str)
 
     @property
     def needs_device(self) -> bool:
@@ -311,19 +326,74 @@ def _ladder(chain: Chain) -> List[Tuple[str, ...]]:
     return [*singles, *built, *tails]
 
 
-def explore(name: str, chain: Chain) -> Exploration:
-    """The base chain and every distinct variant of the ladder (see the module docstring)."""
+@dataclass(frozen=True)
+class LoaderSetting:
+    """What loader moves look at: the job's workers, its loader settings, and whether CUDA is here."""
+
+    workers: int
+    values: Mapping[str, Any]
+    cuda: bool
+    max_prefetch_factor: int
+
+
+def _loader_change(move: str, setting: LoaderSetting) -> Tuple[Optional[Any], str]:
+    """(the new value of loader.<move>, "") or (None, why the move does not apply)."""
+    current = setting.values[move]
+    if move == PIN_MEMORY:
+        if not setting.cuda:
+            return None, "pin_memory: no CUDA device here, so pinning does nothing"
+        return (True, "") if not current else (None, "pin_memory: already on")
+    if setting.workers == 0:
+        return None, f"{move}: the loader has no workers (workers=0), so the setting does nothing"
+    if move == PERSISTENT_WORKERS:
+        return (True, "") if not current else (None, "persistent_workers: already on")
+    if move == PREFETCH_FACTOR:
+        doubled = min(2 * int(current), setting.max_prefetch_factor)
+        return (doubled, "") if doubled != current else (None, "prefetch_factor: already at its largest")
+    return (FILE_SYSTEM, "") if current != FILE_SYSTEM else (None, "sharing_strategy: already file_system")
+
+
+def loader_variants(parent: Variant, setting: LoaderSetting) -> Tuple[List[Variant], List[str]]:
+    """`parent`'s chain with one loader setting changed, per loader move that can change the result
+    here; and why each other loader move does not apply."""
+    variants, reasons = [], []
+    for move in LOADER_MOVES:
+        value, why = _loader_change(move, setting)
+        if value is None:
+            reasons.append(why)
+            continue
+        change = f"set loader.{move}={json.dumps(value)}"
+        variants.append(Variant(NAME_SEPARATOR.join((parent.name, move)), (*parent.moves, move),
+                                (*parent.changes, change), parent.chain, parent.draws_per_batch, ((move, value),)))
+    return variants, reasons
+
+
+def loader_parent(variants: Sequence[Variant]) -> Variant:
+    """The chain loader moves build on: the most-moved variant a host without a device can run
+    (the stack with the late cast, when there is one)."""
+    host = [v for v in variants if not v.needs_device and not v.loader]
+    return max(host, key=lambda v: (len(v.moves), LATE_CAST in v.moves))
+
+
+def explore(name: str, chain: Chain, setting: Optional[LoaderSetting] = None) -> Exploration:
+    """The base chain and every distinct variant of the ladder (see the module docstring); with a
+    `setting`, also the loader moves on top of the most-moved host chain."""
     variants = [Variant(name, (), (), chain)]
-    seen = {chain.key()}
+    seen = {variants[0].key()}
     for moves in _ladder(chain):
         done = _apply(chain, moves)
-        if done is None or done.chain.key() in seen:
+        if done is None:
             continue
-        seen.add(done.chain.key())
-        variants.append(Variant(NAME_SEPARATOR.join((name, *moves)), moves, done.changes, done.chain,
-                                done.draws_per_batch))
-    not_applied = tuple(done.reason for done in (MOVE_FUNCTIONS[m](chain) for m in MOVES) if not done.changes)
-    return Exploration(tuple(variants), not_applied)
+        variant = Variant(NAME_SEPARATOR.join((name, *moves)), moves, done.changes, done.chain, done.draws_per_batch)
+        if variant.key() not in seen:
+            seen.add(variant.key())
+            variants.append(variant)
+    not_applied = [done.reason for done in (MOVE_FUNCTIONS[m](chain) for m in MOVES) if not done.changes]
+    if setting is not None:
+        on_loader, reasons = loader_variants(loader_parent(variants), setting)
+        variants += on_loader
+        not_applied += reasons
+    return Exploration(tuple(variants), tuple(not_applied))
 
 
 def ladder_of(variant: Variant, variants: Sequence[Variant]) -> List[Variant]:
