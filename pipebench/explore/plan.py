@@ -32,6 +32,7 @@ from pipebench.config.limits import MAX_PREFETCH_FACTOR
 from pipebench.config.sweep_axes import expand_auto_workers
 from pipebench.explore.equivalence import FAILS, Equivalence, check, is_equivalent
 from pipebench.explore.variants import DEVICE_MOVES, Chain, Exploration, LoaderSetting, Variant, explore
+from pipebench.explore.waterfall import WATERFALL_COLUMNS, waterfall, winner
 from pipebench.measure.fingerprint import usable_cores
 from pipebench.pipeline.build import build_dataset
 from pipebench.record.results import load_job_results
@@ -67,12 +68,17 @@ EQUIVALENCE_MD = "equivalence.md"
 EQUIVALENCE_CSV = "equivalence.csv"
 EXPLORE_MD = "explore.md"
 EXPLORE_CSV = "explore.csv"
+WATERFALL_MD = "waterfall.md"
+WATERFALL_CSV = "waterfall.csv"
+# The winning chain as a ready-to-use transform config, per setting.
+WINNER_DIR = "winner"
 BASE_VERDICT = "base"
 EQUIVALENCE_COLUMNS = ["variant", "moves", "verdict", "measured", "detail"]
 # What the equivalence table says of a device move's variants on a host without the device.
 NO_DEVICE = "no: no CUDA device here (checked on the CPU; measured only where a GPU exists)"
 EXPLORE_COLUMNS = ["variant", "setting", "verdict", "rounds", "samples_per_s", "samples_per_s_min",
-                   "samples_per_s_max", "speedup", "cpu_ms_per_sample", "cpu_speedup"]
+                   "samples_per_s_max", "speedup", "cpu_ms_per_sample", "cpu_speedup", "samples_per_s_epoch",
+                   "batch_mb", "ready_next_ms"]
 # Overrides that every row of one variant shares or that name the variant: not part of a "setting".
 ROW_KEYS_IGNORED = ("transform", "run.round")
 
@@ -285,6 +291,18 @@ def _settings(results: Sequence[Mapping[str, object]]) -> List[str]:
     return [",".join(job[k] for k in varying if k in job) for job in per_job]
 
 
+# Summary figures shown per variant beside the rates: the epoch-effective rate (what
+# persistent_workers pays through) and the batch that crosses the worker boundary with what
+# delivering a finished one costs (what late_cast pays through).
+EXTRA_FIGURES = (("samples_per_s_epoch", "samples_per_s_epoch"), ("batch_mb", "batch_mb_median"),
+                 ("ready_next_ms", "ready_next_ms_median"))
+
+
+def _median(summaries: Sequence[Mapping[str, object]], key: str) -> float:
+    values = [float(r[key]) for r in summaries if r.get(key) is not None]
+    return statistics.median(values) if values else float("nan")
+
+
 def explore_rows(invocation_dir: Path, plan: Plan) -> List[Dict[str, object]]:
     """One row per variant and setting: medians over the rounds (samples/s, and the CPU a sample
     costs, which other load on a shared machine barely moves) and ratios over the base chain."""
@@ -309,7 +327,8 @@ def explore_rows(invocation_dir: Path, plan: Plan) -> List[Dict[str, object]]:
                          "samples_per_s_min": min(rates), "samples_per_s_max": max(rates),
                          "speedup": statistics.median(rates) / base_rate,
                          "cpu_ms_per_sample": statistics.median(cpus), "cpu_ms_min": min(cpus),
-                         "cpu_ms_max": max(cpus), "cpu_speedup": base_cpu / statistics.median(cpus)})
+                         "cpu_ms_max": max(cpus), "cpu_speedup": base_cpu / statistics.median(cpus),
+                         **{column: _median(summaries, key) for column, key in EXTRA_FIGURES}})
     return rows
 
 
@@ -356,12 +375,45 @@ def conclusions(rows: Sequence[Mapping[str, object]], plan: Plan) -> List[str]:
     return lines
 
 
+def what_to_do(invocation_dir: Path, rows: Sequence[Mapping[str, object]], plan: Plan) -> str:
+    """Per setting: the winner, its waterfall from the base chain (waterfall.md / .csv) and the
+    winning chain as a transform config (winner/transform/<chain>_winner.yaml); returns the markdown."""
+    variants = [item.variant for item in plan.checked]
+    base = plan.checked[0].variant.name
+    parts, table_rows = [], []
+    for setting in dict.fromkeys(r["setting"] for r in rows):
+        group = [r for r in rows if r["setting"] == setting]
+        best = winner(group)
+        if best is None or best["variant"] == base:
+            continue
+        steps = waterfall(group, variants, best)
+        table_rows += [{"setting": setting, **step} for step in steps]
+        chosen = next(v for v in variants if v.name == best["variant"])
+        name = f"{_folder_safe(base)}_winner" + ("" if setting == "-" else f"_{_folder_safe(str(setting))}")
+        path = invocation_dir / WINNER_DIR / TRANSFORM_GROUP / f"{name}.yaml"
+        _write_variant_configs(path.parent, [dataclasses.replace(chosen, name=name)])
+        loader = "".join(f" loader.{k}={v}" for k, v in chosen.loader)
+        where = "" if setting == "-" else f" at {setting}"
+        parts.append(f"what to do{where}, in order (winner {chosen.name}, {best['verdict']}, "
+                     f"{best['speedup']:.2f}x the samples/s and {best['cpu_speedup']:.2f}x less CPU a sample):\n"
+                     + "".join(f"{k}. {step['edit']} ({step['step_gain']:.2f}x on the way; alone "
+                               f"{step['alone_speedup']:.2f}x)\n" for k, step in enumerate(steps[1:], start=1))
+                     + f"ready to use: {path} (copy it into your config folder's transform/, then "
+                       f"`pipebench run transform={name}{loader}`)\n\n" + markdown_table(steps, WATERFALL_COLUMNS))
+    if table_rows:
+        write_text_atomic(invocation_dir / WATERFALL_CSV, csv_text(table_rows, list(table_rows[0])))
+    markdown = "\n".join(parts) or "no equivalent variant ran faster than the chain: nothing to change\n"
+    write_text_atomic(invocation_dir / WATERFALL_MD, markdown)
+    return markdown
+
+
 def write_explore_table(invocation_dir: Path, plan: Plan) -> str:
-    """explore.csv and explore.md (the table and its conclusions); returns the markdown."""
+    """explore.csv and explore.md (the table, its conclusions and what to do); returns the markdown."""
     rows = explore_rows(invocation_dir, plan)
     if not rows:
         return "(no variant was measured)\n"
-    markdown = markdown_table(rows, EXPLORE_COLUMNS) + "\n" + "\n".join(conclusions(rows, plan)) + "\n"
+    markdown = markdown_table(rows, EXPLORE_COLUMNS) + "\n" + "\n".join(conclusions(rows, plan)) + "\n\n" \
+        + what_to_do(invocation_dir, rows, plan)
     write_text_atomic(invocation_dir / EXPLORE_CSV, csv_text(rows, list(rows[0])))
     write_text_atomic(invocation_dir / EXPLORE_MD, markdown)
     return markdown
