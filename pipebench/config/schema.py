@@ -12,10 +12,13 @@ DEFAULT_RESULTS_DIR = "results"
 
 @dataclass
 class TransformChainConfig:
-    """Two lists of Hydra `_target_` nodes: applied per sample in the Dataset, per batch in the collate."""
+    """Lists of Hydra `_target_` nodes: applied per sample in the Dataset, per batch in the collate,
+    and per batch after the host-to-device copy (`on_device`: in the main process, on the consumer's
+    device, or on the host CPU when the consumer has none)."""
 
     per_sample: List[Any] = field(default_factory=list)
     per_batch: List[Any] = field(default_factory=list)
+    on_device: List[Any] = field(default_factory=list)
 
 
 @dataclass

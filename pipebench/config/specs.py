@@ -125,6 +125,8 @@ class JobSpec:
     transform_name: str
     distributed: DistributedSpec
     storage: StorageSpec = StorageSpec()
+    # Steps run on the batch after the host-to-device copy (transform.on_device).
+    on_device: Tuple[Mapping[str, Any], ...] = ()
 
 
 def _require(ok: bool, message: str) -> None:
@@ -278,4 +280,5 @@ def job_spec_from_config(cfg: DictConfig, choices: Mapping[str, Optional[str]]) 
         transform_name=str(choices.get("transform") or "custom"),
         distributed=distributed,
         storage=storage,
+        on_device=_check_target_nodes(plain["transform"].get("on_device", []), "transform.on_device"),
     )

@@ -6,6 +6,13 @@ equal outputs are `identical`, equal within float tolerance (a reordered float c
 Kolmogorov-Smirnov test on per-sample statistics across many seeds decides between `same
 distribution` and `not equivalent`. A random transform moved into the collate makes one draw
 per batch instead of one per sample: always `not equivalent`, whatever the test says.
+
+A variant that swaps the decoder is first checked on the decoded pixels alone (the chain's
+PIL->tensor conversion against the decoder, on the same files): `identical` when every pixel
+agrees, `close (max |Δ| = k)` when the largest difference is k grey levels, at most
+DECODER_MAX_ABS_DIFF, else `not equivalent`. The rest of the variant is then checked against the
+base chain with the same decoder swapped in, so a grey level of decoder difference is not
+mistaken for a change of distribution downstream. On-device steps run on the CPU here.
 """
 
 from dataclasses import dataclass
@@ -16,7 +23,7 @@ import torch
 from scipy.stats import ks_2samp
 from torch.utils.data import default_collate
 
-from pipebench.explore.variants import Chain, Variant
+from pipebench.explore.variants import DECODER, Chain, Variant, decoder
 from pipebench.measure.setup import seed_everything
 from pipebench.pipeline.build import build_transforms
 from pipebench.pipeline.movement import declared_movement
@@ -27,6 +34,21 @@ SAME_DISTRIBUTION = "same distribution"
 NOT_EQUIVALENT = "not equivalent"
 FAILS = "fails"
 EQUIVALENT_VERDICTS = (IDENTICAL, CLOSE, SAME_DISTRIBUTION)
+# Two JPEG decoders that follow the standard (IDCT accuracy, chroma upsampling) differ by at most a
+# few grey levels; beyond this the decoder computes another image.
+DECODER_MAX_ABS_DIFF = 4
+# Files decoded both ways for the decoder's pixel check.
+DECODER_SAMPLES = 8
+
+
+def close_within(max_abs: int) -> str:
+    """The verdict of a decoder that differs by at most `max_abs` grey levels."""
+    return f"{CLOSE} (max |Δ| = {max_abs})"
+
+
+def is_equivalent(verdict: str) -> bool:
+    """True for the verdicts a winner may have (`close (max |Δ| = k)` included)."""
+    return verdict in EQUIVALENT_VERDICTS or verdict.startswith(f"{CLOSE} (")
 
 # Same-seed check: this many batches, each under its own seed, of BATCH_SIZE samples (enough
 # to exercise the collate and per-batch steps; a mismatch shows on the first pixel it touches).
@@ -61,18 +83,20 @@ class Equivalence:
 
     @property
     def equivalent(self) -> bool:
-        return self.verdict in EQUIVALENT_VERDICTS
+        return is_equivalent(self.verdict)
 
 
 @dataclass(frozen=True)
 class _Built:
     per_sample: Tuple[Callable, ...]
     per_batch: Tuple[Callable, ...]
+    on_device: Tuple[Callable, ...] = ()
 
     @classmethod
     def of(cls, chain: Chain) -> "_Built":
         return cls(tuple(build_transforms(chain.per_sample, "transform.per_sample")),
-                   tuple(build_transforms(chain.per_batch, "transform.per_batch")))
+                   tuple(build_transforms(chain.per_batch, "transform.per_batch")),
+                   tuple(build_transforms(chain.on_device, "transform.on_device")))
 
     def __call__(self, inputs: Sequence[Any], seed: int) -> torch.Tensor:
         """One batch, as the loader makes it: per-sample steps, default_collate, per-batch steps."""
@@ -83,13 +107,13 @@ class _Built:
                 sample = step(sample)
             samples.append(sample)
         batch = default_collate(samples)
-        for step in self.per_batch:
+        for step in (*self.per_batch, *self.on_device):
             batch = step(batch)
         return batch
 
 
 def _may_be_random(chain: Chain) -> bool:
-    movements = [declared_movement(n) for n in (*chain.per_sample, *chain.per_batch)]
+    movements = [declared_movement(n) for n in (*chain.per_sample, *chain.per_batch, *chain.on_device)]
     return any(m is None or m.random for m in movements)
 
 
@@ -125,8 +149,40 @@ def _distribution_test(base: _Built, variant: _Built, fetch: Fetch, seed: int) -
     return p, note
 
 
+def decoder_difference(base_chain: Chain, fetch: Fetch) -> Tuple[int, str]:
+    """(largest |Δ| in grey levels, a note) between the chain's PIL->tensor conversion and the decoder
+    that replaces it, on DECODER_SAMPLES files. Raises what the decoder raises."""
+    node = next(n for n in base_chain.per_sample if (m := declared_movement(n)) is not None and m.decoder_form)
+    conversion, decode = build_transforms([node, decoder(base_chain).chain.per_sample[0]], "transform.per_sample")
+    worst = 0
+    for image in fetch(DECODER_SAMPLES):
+        ours, theirs = conversion(image), decode(image)
+        if ours.shape != theirs.shape:
+            raise ValueError(f"the decoder gives shape {tuple(theirs.shape)} instead of {tuple(ours.shape)}")
+        worst = max(worst, int((ours.to(torch.int16) - theirs.to(torch.int16)).abs().max()))
+    return worst, f"decoded pixels: max |Δ| = {worst} grey levels over {DECODER_SAMPLES} files"
+
+
 def check(base_chain: Chain, variant: Variant, fetch: Fetch, seed: int) -> Equivalence:
     """The variant's verdict against the base chain; `fetch(n)` returns n fresh input samples."""
+    if DECODER not in variant.moves:
+        return _check_chain(base_chain, variant, fetch, seed)
+    try:
+        worst, note = decoder_difference(base_chain, fetch)
+    except Exception as exc:  # a decoder may fail on the user's files; the verdict says how
+        return Equivalence(FAILS, f"decoder: {type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}")
+    if worst > DECODER_MAX_ABS_DIFF:
+        return Equivalence(NOT_EQUIVALENT, f"{note}, above {DECODER_MAX_ABS_DIFF}", max_abs_diff=float(worst))
+    if worst == 0:
+        return _check_chain(base_chain, variant, fetch, seed)
+    rest = _check_chain(decoder(base_chain).chain, variant, fetch, seed)
+    verdict = close_within(worst) if rest.verdict in (IDENTICAL, CLOSE) else rest.verdict
+    return Equivalence(verdict, f"{note}; downstream, against the chain with the same decoder: {rest.detail}",
+                       rest.test, rest.p_value, rest.max_abs_diff)
+
+
+def _check_chain(base_chain: Chain, variant: Variant, fetch: Fetch, seed: int) -> Equivalence:
+    """Same seed first, then (random chains) the distribution test."""
     base = _Built.of(base_chain)
     try:
         built = _Built.of(variant.chain)

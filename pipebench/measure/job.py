@@ -46,7 +46,7 @@ from pipebench.measure.summarize import (
 )
 from pipebench.measure.viztrace import TRACE_FILE as VIZTRACE_FILE
 from pipebench.measure.viztrace import VizTraceSession
-from pipebench.pipeline.build import build_loader, build_pipeline, pin_memory_effective
+from pipebench.pipeline.build import build_device_chain, build_loader, build_pipeline, pin_memory_effective
 from pipebench.pipeline.consumers import build_consumer
 from pipebench.pipeline.timed_chain import InstrumentedDataset, TimedCollate
 
@@ -62,7 +62,8 @@ MAX_LISTED_FAILURES = 20
 def _traced_steps(spec: JobSpec, session: VizTraceSession, instrumented: InstrumentedDataset,
                   collate: TimedCollate, consumer: Any, pinned: bool) -> None:
     loader = build_loader(spec, instrumented, collate, trace_session=session)
-    loop = StepLoop(BatchStream(loader, spec.run.on_error), consumer, non_blocking=pinned)
+    loop = StepLoop(BatchStream(loader, spec.run.on_error), consumer, non_blocking=pinned,
+                    device_chain=build_device_chain(spec))
     # The loop is not a start_main target: the session would keep it, and through it the loader.
     loop.trace = session.start_main(instrumented, collate)
     try:
@@ -117,6 +118,7 @@ def _measure_job(spec: JobSpec, job_dir: Path, watchdog: Unwatched) -> Dict[str,
     cache = prepare_cache(dataset, spec.storage)
     for line in cache.notices:
         print(line, flush=True)
+    device_chain = build_device_chain(spec)
     loader = build_loader(spec, instrumented, collate)
     consumer = build_consumer(spec.consumer, spec.run.seed)
     pinned = pin_memory_effective(spec)
@@ -131,7 +133,7 @@ def _measure_job(spec: JobSpec, job_dir: Path, watchdog: Unwatched) -> Dict[str,
     def fresh_loop() -> StepLoop:
         """A new iteration of the loader (new workers unless persistent) with its own step loop."""
         return StepLoop(BatchStream(loader, spec.run.on_error), consumer, non_blocking=pinned, copier=gpu.copier,
-                        after_measured=gpu.alloc.sample, watchdog=watchdog)
+                        after_measured=gpu.alloc.sample, watchdog=watchdog, device_chain=device_chain)
 
     def mark(name: str) -> None:
         for meter in meters:
@@ -160,13 +162,14 @@ def _measure_job(spec: JobSpec, job_dir: Path, watchdog: Unwatched) -> Dict[str,
         artifacts = profile_steps(loop, instrumented, collate, spec.run.profile_steps, job_dir)
         loop.stream.close()
     if gpu.on_cuda and spec.run.profile_steps > 0:
-        loop = StepLoop(BatchStream(loader, spec.run.on_error), LabelledConsumer(consumer), non_blocking=pinned)
+        loop = StepLoop(BatchStream(loader, spec.run.on_error), LabelledConsumer(consumer), non_blocking=pinned,
+                        device_chain=device_chain)
         gpu.profile(loop, job_dir, warmup_steps(spec), cycle_steps(spec.workers))
         loop.stream.close()
     if spec.run.profile_steps > 0 and spec.trace == "viztracer":
         traced = viztrace_pass(spec, instrumented, collate, consumer, pinned, job_dir)
         artifacts = {"viztrace": VIZTRACE_FILE}
-    rows = transform_rows(sink, instrumented.steps, collate.steps)
+    rows = transform_rows(sink, instrumented.steps, [*collate.steps, *device_chain.steps])
     cores = usable_cores()
     batches_per_epoch, samples_per_epoch = _epoch_size(spec, dataset, loader)
     summary = summary_row(passes, rows, sink, spec.workers, cores, len(skipped),

@@ -20,6 +20,7 @@ from pipebench.measure.window import (
 from pipebench.pipeline.timed_chain import StepName
 
 CONFIDENCE_LEVEL = 0.95
+BYTES_PER_MB = 1e6
 # A bootstrap block spans whole worker cycles and at least this long: the load of a shared
 # machine drifts on sub-second to second scales, so step times a cycle apart are not
 # independent. Measured on the 2-core machine (benchmarks/noise_check.py, 10 fresh runs):
@@ -167,6 +168,8 @@ def summary_row(passes: Sequence[PassResult], rows: Sequence[TransformRow], sink
         "h2d_ms_median": float(np.median([s.h2d_ns for s in steps]) / NS_PER_MS),
         "transfer_ms_median": float(np.median([s.transfer_ns for s in steps]) / NS_PER_MS),
         "ready_next_ms_median": _median_ms([s.wait_ns for s in steps if s.ready]),
+        "batch_mb_median": float(np.median([s.batch_bytes for s in steps]) / BYTES_PER_MB),
+        "on_device_ms_median": _median_ms([s.device_ns for s in steps]),
         "ready_steps_pct": float(100.0 * sum(s.ready for s in steps) / len(steps)),
         "pipeline_ms_per_sample": pipeline_ms,
         "cpu_ms_per_sample": cpu_ms,
@@ -198,6 +201,7 @@ def pass_record(result: PassResult) -> Dict[str, object]:
         "gap_ms": [s.gap_ns / NS_PER_MS for s in result.steps],
         "wait_ms": [s.wait_ns / NS_PER_MS for s in result.steps],
         "h2d_ms": [s.h2d_ns / NS_PER_MS for s in result.steps],
+        "device_ms": [s.device_ns / NS_PER_MS for s in result.steps],
         "compute_ms": [s.compute_ns / NS_PER_MS for s in result.steps],
         "step_ms": [s.step_ns / NS_PER_MS for s in result.steps],
         "transfer_ms": [s.transfer_ns / NS_PER_MS for s in result.steps],

@@ -16,6 +16,7 @@ from torch.utils.data import (
 from pipebench.base.errors import ConfigError, PipebenchError
 from pipebench.config.specs import JobSpec
 from pipebench.pipeline.file_reads import file_reads_of, honoured
+from pipebench.pipeline.device_chain import DeviceChain
 from pipebench.pipeline.rank_info import rank_and_world
 from pipebench.pipeline.timed_chain import InstrumentedDataset, TimedCollate, WorkerInit
 from pipebench.pipeline.timed_iterable import InstrumentedIterable
@@ -68,6 +69,11 @@ def build_pipeline(spec: JobSpec) -> Tuple[Any, InstrumentedDataset, TimedCollat
     instrumented = wrapper(dataset, build_transforms(spec.per_sample, "transform.per_sample"))
     collate = TimedCollate(build_transforms(spec.per_batch, "transform.per_batch"))
     return dataset, instrumented, collate
+
+
+def build_device_chain(spec: JobSpec) -> DeviceChain:
+    """transform.on_device: the steps the main process runs on each batch after the copy."""
+    return DeviceChain(build_transforms(spec.on_device, "transform.on_device"))
 
 
 def pin_memory_effective(spec: JobSpec) -> bool:

@@ -3,9 +3,10 @@
 A transform class declares `movement = Movement(...)`: which inputs it accepts (PIL images,
 tensors or both), whether it converts between them, whether it is a crop, whether it is
 pointwise (a crop commutes with it), whether it is random, and its per-batch and faster
-forms. torchvision's classes cannot carry the attribute, so `TORCHVISION_MOVEMENT` declares
-them, keyed by `_target_`. A transform that declares nothing never moves, and nothing moves
-past it.
+forms; a PIL->tensor conversion may name the decoder that replaces it, and a step that turns
+integer pixels into float says so (`casts`), so it may run after the host-to-device copy.
+torchvision's classes cannot carry the attribute, so `TORCHVISION_MOVEMENT` declares them,
+keyed by `_target_`. A transform that declares nothing never moves, and nothing moves past it.
 """
 
 import importlib
@@ -50,6 +51,15 @@ class Movement:
     batch_form: Form = None
     # A faster transform that computes the same thing.
     fast_form: Form = None
+    # The batch form makes one random draw per sample (not one per batch), so moving it into the
+    # collate or onto the device keeps the per-sample distribution.
+    batch_draws_per_sample: bool = False
+    # It turns integer pixels into float (colour conversion, scaling): the batch is 4x smaller
+    # before it, so running it after the host-to-device copy cuts the bytes that cross.
+    casts: bool = False
+    # A PIL->tensor conversion: the transform that reads the file itself and decodes straight to
+    # the same uint8 tensor (same arguments; the decoder move swaps it in).
+    decoder_form: Form = None
 
     def __post_init__(self):
         accepts = frozenset([self.accepts] if isinstance(self.accepts, str) else self.accepts)
@@ -60,6 +70,7 @@ class Movement:
         object.__setattr__(self, "accepts", accepts)
         object.__setattr__(self, "batch_form", target_of(self.batch_form))
         object.__setattr__(self, "fast_form", target_of(self.fast_form))
+        object.__setattr__(self, "decoder_form", target_of(self.decoder_form))
 
     def output_kind(self, given: FrozenSet[str]) -> FrozenSet[str]:
         """The kinds that may come out, given the kinds that may come in."""
@@ -75,21 +86,37 @@ def _random_crop(node: Mapping[str, Any]) -> Movement:
     # Padding fills new pixels before later pointwise steps would have changed them (a fill of 0
     # becomes 128 after RGB->YUV), so a padding RandomCrop is not a pure crop.
     pads = bool(node.get("padding")) or bool(node.get("pad_if_needed"))
-    return Movement(accepts=BOTH, crop=not pads, random=True)
+    return Movement(accepts=BOTH, crop=not pads, random=True, batch_form=None if pads else BATCH_RANDOM_CROP,
+                    batch_draws_per_sample=True)
 
+
+# The catalogue's decoder: torchvision.io.decode_jpeg on the file's bytes (pipebench.transforms.decode).
+DECODE_JPEG = "pipebench.transforms.decode.DecodeJpeg"
+# RandomCrop's batch form: one window a sample, drawn as RandomCrop draws it (after a batched decode).
+BATCH_RANDOM_CROP = "pipebench.transforms.crop.BatchRandomCrop"
 
 # torchvision.transforms (v1) classes, keyed by `_target_`. A value is a Movement or a function of
 # the config node (for declarations that depend on arguments).
 TORCHVISION_MOVEMENT: Mapping[str, Union[Movement, Callable[[Mapping[str, Any]], Movement]]] = {
-    "torchvision.transforms.PILToTensor": Movement(accepts=PIL_ONLY, returns=TENSOR, pointwise=True),
+    "torchvision.transforms.PILToTensor": Movement(accepts=PIL_ONLY, returns=TENSOR, pointwise=True,
+                                                   decoder_form=DECODE_JPEG),
+    # v2 names of the same conversion (v2.ToImage returns a tv_tensors.Image, which v2 transforms
+    # treat like the plain uint8 tensor the decoder returns).
+    "torchvision.transforms.v2.PILToTensor": Movement(accepts=PIL_ONLY, returns=TENSOR, pointwise=True,
+                                                      decoder_form=DECODE_JPEG),
+    "torchvision.transforms.v2.ToImage": Movement(accepts=PIL_ONLY, returns=TENSOR, pointwise=True,
+                                                  decoder_form=DECODE_JPEG),
     # Also scales to [0, 1]: still one pixel in, one pixel out.
     "torchvision.transforms.ToTensor": Movement(accepts=PIL_ONLY, returns=TENSOR, pointwise=True),
     "torchvision.transforms.RandomCrop": _random_crop,
     "torchvision.transforms.CenterCrop": Movement(accepts=BOTH, crop=True),
     # Shrinks, but interpolates neighbours: neither a crop nor pointwise.
     "torchvision.transforms.Resize": Movement(accepts=BOTH),
-    "torchvision.transforms.ConvertImageDtype": Movement(accepts=TENSOR_ONLY, pointwise=True),
-    "torchvision.transforms.Normalize": Movement(accepts=TENSOR_ONLY, pointwise=True),
+    # Both take a [..., C, H, W] tensor, so each is its own batch form.
+    "torchvision.transforms.ConvertImageDtype": Movement(accepts=TENSOR_ONLY, pointwise=True, casts=True,
+                                                         batch_form="torchvision.transforms.ConvertImageDtype"),
+    "torchvision.transforms.Normalize": Movement(accepts=TENSOR_ONLY, pointwise=True, casts=True,
+                                                 batch_form="torchvision.transforms.Normalize"),
     "torchvision.transforms.Grayscale": Movement(accepts=BOTH, pointwise=True),
     # Flips move pixels: a crop before a flip picks a mirrored window.
     "torchvision.transforms.RandomHorizontalFlip": Movement(accepts=BOTH, random=True),
