@@ -35,6 +35,9 @@ CONSUMER_DEVICES = ("auto", "cpu", "cuda")
 SHARING_STRATEGIES = ("file_descriptor", "file_system")
 TRACE_KINDS = ("none", "torch", "viztracer")
 DISTRIBUTED_BACKENDS = ("auto", "gloo", "nccl")
+# run.sync: the step loop (pipebench.measure.step_sync).
+SYNC_AUTO, SYNC_ASYNC, SYNC_PER_STEP = "auto", "async", "per_step"
+SYNC_MODES = (SYNC_AUTO, SYNC_ASYNC, SYNC_PER_STEP)
 
 
 @dataclass(frozen=True)
@@ -65,6 +68,9 @@ class RunSpec:
     progress: bool
     on_job_error: str
     step_timeout_s: float
+    sync: str = SYNC_AUTO
+    target_accel_util_pct: float = 90.0
+    stop_at_target: bool = False
 
 
 @dataclass(frozen=True)
@@ -155,6 +161,8 @@ def _validate_run(run: RunSpec) -> None:
     _bounded("run.step_timeout_s", run.step_timeout_s, 0, MAX_TIMEOUT_S, above=True)
     _one_of("run.on_error", run.on_error, ON_ERROR_POLICIES)
     _one_of("run.on_job_error", run.on_job_error, ON_JOB_ERROR_POLICIES)
+    _one_of("run.sync", run.sync, SYNC_MODES)
+    _bounded("run.target_accel_util_pct", run.target_accel_util_pct, 0, 100, above=True)
 
 
 def _validate_consumer(consumer: ConsumerSpec, step_timeout_s: float) -> None:

@@ -34,6 +34,7 @@ from pipebench.measure.runner import (
     worker_faults_named,
 )
 from pipebench.measure.setup import job_fingerprint, seed_everything
+from pipebench.measure.step_sync import resolve_sync
 from pipebench.measure.storage_io import StorageReadMeter
 from pipebench.measure.summarize import (
     pass_records,
@@ -114,6 +115,9 @@ def _measure_job(spec: JobSpec, job_dir: Path, watchdog: Unwatched) -> Dict[str,
     dataset, instrumented, collate = build_pipeline(spec)
     loader = build_loader(spec, instrumented, collate)
     consumer = build_consumer(spec.consumer, spec.run.seed)
+    sync = resolve_sync(spec.run.sync, consumer)
+    if sync.note is not None:
+        print(sync.note, flush=True)
     pinned = pin_memory_effective(spec)
     sink = TimingSink()
     gpu = GpuSession(consumer)
@@ -125,7 +129,7 @@ def _measure_job(spec: JobSpec, job_dir: Path, watchdog: Unwatched) -> Dict[str,
     def fresh_loop() -> StepLoop:
         """A new iteration of the loader (new workers unless persistent) with its own step loop."""
         return StepLoop(BatchStream(loader, spec.run.on_error), consumer, non_blocking=pinned, copier=gpu.copier,
-                        after_measured=gpu.alloc.sample, watchdog=watchdog)
+                        after_measured=gpu.alloc.sample, watchdog=watchdog, clock=sync.clock())
 
     def mark(name: str) -> None:
         for meter in meters:

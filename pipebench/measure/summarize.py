@@ -6,7 +6,8 @@ from typing import Dict, List, Optional, Sequence
 import numpy as np
 
 from pipebench.base.stats import block_ratio_interval, distribution
-from pipebench.measure.runner import NS_PER_MS, NS_PER_S, PassResult, TimingSink
+from pipebench.config.specs import SYNC_ASYNC, SYNC_PER_STEP
+from pipebench.measure.runner import NS_PER_MS, NS_PER_S, PassResult, StepSample, TimingSink
 from pipebench.measure.window import (
     Window,
     bootstrap_blocks,
@@ -107,6 +108,29 @@ def _median_ms(values_ns: Sequence[int]) -> float:
     return float(np.median(values_ns) / NS_PER_MS) if len(values_ns) else float("nan")
 
 
+def _on_gpu_clock(steps: Sequence[StepSample]) -> bool:
+    """The steps carry the GPU's own timeline (run.sync=async) rather than host phase times."""
+    return bool(steps) and all(s.gpu_busy_ns is not None for s in steps)
+
+
+def _ns(steps: Sequence[StepSample], field: str) -> np.ndarray:
+    return np.array([getattr(s, field) for s in steps], dtype=np.float64)
+
+
+def gpu_clock_figures(steps: Sequence[StepSample]) -> Dict[str, float]:
+    """run.sync=async: starvation, the other idle share and accel_util_pct as shares of the GPU's
+    own window (each step from the previous step's last kernel to its own), and the consumer's
+    busy time a step; they add up to 100%."""
+    span = _ns(steps, "gpu_span_ns")
+    busy = _ns(steps, "gpu_busy_ns")
+    return {
+        "starvation_pct": float(100.0 * _ns(steps, "gpu_idle_data_ns").sum() / span.sum()),
+        "starvation_other_pct": float(100.0 * _ns(steps, "gpu_idle_other_ns").sum() / span.sum()),
+        "accel_util_pct": float(100.0 * busy.sum() / span.sum()),
+        "consumer_ms_median": float(np.median(busy) / NS_PER_MS),
+    }
+
+
 def summary_row(passes: Sequence[PassResult], rows: Sequence[TransformRow], sink: TimingSink, workers: int,
                 usable_cores: int, skipped: int, persistent: bool = False, samples_per_epoch: Optional[int] = None,
                 batches_per_epoch: Optional[int] = None, target_steps: int = 0) -> Dict[str, object]:
@@ -120,7 +144,9 @@ def summary_row(passes: Sequence[PassResult], rows: Sequence[TransformRow], sink
     CPU time per sample (what the machine could produce at best).
     """
     window = split_window(passes, workers)
-    all_step_ns = np.array([s.step_ns for s in window.steps], dtype=np.float64)
+    on_gpu_clock = _on_gpu_clock(window.steps)
+    # run.sync=async: a step is its span on the GPU, so samples/s is what the GPU got through.
+    all_step_ns = _ns(window.steps, "gpu_span_ns" if on_gpu_clock else "step_ns")
     all_samples = np.array([s.samples for s in window.steps], dtype=np.float64)
     rate = _rate_interval(window, all_samples, all_step_ns)
     steady = window.steady_indices()
@@ -135,6 +161,12 @@ def summary_row(passes: Sequence[PassResult], rows: Sequence[TransformRow], sink
     wait = distribution(wait_ns / NS_PER_MS)
     steady_rate = float(samples.sum() * NS_PER_S / step_ns.sum())
     cost = epoch_cost(window, passes, workers, persistent)
+    shares = gpu_clock_figures(steps) if on_gpu_clock else {
+        "starvation_pct": float(100.0 * wait_ns.sum() / step_ns.sum()),
+        "starvation_other_pct": None,
+        "accel_util_pct": float(100.0 * compute_ns.sum() / step_ns.sum()),
+        "consumer_ms_median": float(np.median(compute_ns) / NS_PER_MS),
+    }
     pipeline_ms = float(sum(r.ms_per_sample for r in rows))
     cpu_ms = cpu_ms_per_sample(sink)
     producers = max(workers, 1)
@@ -156,9 +188,8 @@ def summary_row(passes: Sequence[PassResult], rows: Sequence[TransformRow], sink
         "wait_ms_mean": wait.mean,
         "wait_ms_median": wait.median,
         "wait_ms_p99": wait.p99,
-        "starvation_pct": float(100.0 * wait_ns.sum() / step_ns.sum()),
-        "accel_util_pct": float(100.0 * compute_ns.sum() / step_ns.sum()),
-        "consumer_ms_median": float(np.median(compute_ns) / NS_PER_MS),
+        **shares,
+        "step_sync": SYNC_ASYNC if on_gpu_clock else SYNC_PER_STEP,
         "h2d_ms_median": float(np.median([s.h2d_ns for s in steps]) / NS_PER_MS),
         "transfer_ms_median": float(np.median([s.transfer_ns for s in steps]) / NS_PER_MS),
         "ready_next_ms_median": _median_ms([s.wait_ns for s in steps if s.ready]),
@@ -201,6 +232,8 @@ def pass_record(result: PassResult) -> Dict[str, object]:
         "epoch": [s.epoch for s in result.steps],
         "start_epoch": result.start_epoch,
         "stop_reason": result.stop_reason,
+        **({f"gpu_{name}_ms": [getattr(s, f"gpu_{name}_ns") / NS_PER_MS for s in result.steps]
+            for name in ("idle_data", "idle_other", "busy")} if _on_gpu_clock(result.steps) else {}),
     }
 
 
