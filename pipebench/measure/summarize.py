@@ -95,7 +95,7 @@ def cpu_ms_per_sample(sink: TimingSink) -> float:
     return float((sum(a.sum() for a in sink.sample_cpu_ns) + sum(sink.batch_cpu_ns)) / NS_PER_MS / samples)
 
 
-def _rate_interval(window: Window, samples: np.ndarray, step_ns: np.ndarray):
+def rate_interval(window: Window, samples: np.ndarray, step_ns: np.ndarray):
     """samples/s over the steady blocks, with the block bootstrap's interval over blocks of whole
     cycles that each span at least BLOCK_MIN_S (machine load varies on that scale too)."""
     blocks = bootstrap_blocks(window, step_ns, BLOCK_MIN_S * NS_PER_S, MIN_TIME_BLOCKS)
@@ -148,7 +148,7 @@ def summary_row(passes: Sequence[PassResult], rows: Sequence[TransformRow], sink
     # run.sync=async: a step is its span on the GPU, so samples/s is what the GPU got through.
     all_step_ns = _ns(window.steps, "gpu_span_ns" if on_gpu_clock else "step_ns")
     all_samples = np.array([s.samples for s in window.steps], dtype=np.float64)
-    rate = _rate_interval(window, all_samples, all_step_ns)
+    rate = rate_interval(window, all_samples, all_step_ns)
     steady = window.steady_indices()
     if steady.size == 0:  # fewer steps than one cycle: every step, no interval
         steady = np.arange(len(window.steps))
