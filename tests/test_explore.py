@@ -10,6 +10,7 @@ from stored_results import result_record, write_record
 from pipebench.explore.equivalence import IDENTICAL, NOT_EQUIVALENT, Equivalence
 from pipebench.explore.plan import Checked, Plan, conclusions, explore_rows
 from pipebench.explore.variants import Chain, Variant
+from pipebench.record.target import reached_target
 
 # Scale is pointwise, so the crop may move ahead of it; the trailing BusyWait has no per-batch
 # form, so nothing moves into the collate. Two chains x two rounds: four quick jobs.
@@ -126,3 +127,27 @@ def test_explore_table_takes_medians_over_rounds_and_says_what_to_change(tmp_pat
     assert lines[1].startswith("least CPU a sample: c+crop_first, 3.1 ms against 6.1 ms for c (1.97x less; "
                                "every round below every round of the base); to get it: move Crop ahead of Scale")
     assert lines[2] == "c+per_batch ran faster still (3.00x) but is not equivalent"
+
+
+def test_the_stopping_rule_reads_a_finished_jobs_accel_util_and_ignores_a_job_without_a_sound_result(tmp_path):
+    path = write_record(tmp_path, result_record(0, summary={"accel_util_pct": 92.5}))
+    assert reached_target(path.parent, 90.0) == 92.5
+    assert reached_target(path.parent, 95.0) is None
+    assert reached_target(tmp_path / "job-9", 10.0) is None  # failed: no result
+    path.write_text("{not json")
+    assert reached_target(path.parent, 10.0) is None
+
+
+def test_explore_with_a_target_stops_at_the_first_chain_that_meets_it(chain_project):
+    """A trivial chain into a 40 ms emulated step keeps the consumer well over 50% busy at workers=0,
+    so the base chain's first job meets the target and the three jobs after it never run."""
+    proc = run_cli(["explore", "--config-dir", "conf", "--target", "50", "transform=scaled", *TINY_DATASET,
+                    *QUICK_RUN, "rounds=2", "consumer.step_ms=40", "results_dir=out"], cwd=chain_project)
+    assert proc.returncode == 0, proc.stderr
+    assert "reached run.target_accel_util_pct=50: stopping the sweep (3 jobs not run; run.stop_at_target)" in proc.stdout
+    assert "[job 2/4]" not in proc.stdout
+    folder = chain_project / results_folder(proc.stdout)
+    results = [json.loads(p.read_text()) for p in folder.glob("job-*/result.json")]
+    assert [r["summary"]["transform"] for r in results] == ["scaled"]
+    assert results[0]["config"]["run"]["target_accel_util_pct"] == 50.0
+    assert "### cores for accel_util_pct ≥ 50%" in (folder / "report.md").read_text()
