@@ -2,6 +2,10 @@
 on steps in flight, and starvation from a GPU timeline of known truth (fake events on a made-up clock)."""
 
 import dataclasses
+import importlib
+import subprocess
+import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -11,6 +15,7 @@ from conftest import TINY_DATASET, compose_spec
 from pipebench.base.gpu_timeline import EventRing, GpuStepSplit, StepTimes, split_steps
 from pipebench.base.gpu_timing import MAX_STEPS_IN_FLIGHT, AsyncStepClock
 from pipebench.config.specs import SYNC_ASYNC, SYNC_PER_STEP
+from pipebench.measure.reference import plain_loop, window_spec
 from pipebench.measure.runner import StepLoop, TimingSink, measure_pass
 from pipebench.measure.step_sync import resolve_sync
 from pipebench.measure.summarize import summary_row
@@ -247,3 +252,30 @@ def test_a_toy_cnn_told_to_run_ahead_times_no_phases():
         consumer.step(torch.rand(2, 3, 8, 8), torch.tensor([1, 2]))
     report = consumer.report()
     assert report["timer"].startswith("none") and report["phases_ms"]["forward"] == {"n": 0}
+
+
+BENCHMARK = Path(__file__).resolve().parent.parent / "benchmarks" / "async_loop_check.py"
+
+
+def test_the_async_loop_check_composes_its_settings_and_without_cuda_says_it_needs_a_gpu(monkeypatch):
+    monkeypatch.syspath_prepend(str(BENCHMARK.parent))
+    check = importlib.import_module("async_loop_check")
+    for workers, chain in check.CASES.items():
+        spec = compose_spec([*check.SETTINGS, chain, f"workers={workers}"])
+        assert spec.run.sync == "async" and spec.loader.pin_memory and spec.consumer.kind == "toy_cnn"
+    if torch.cuda.is_available():
+        pytest.skip("this machine has CUDA: the check would measure")
+    proc = subprocess.run([sys.executable, str(BENCHMARK)], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip() == ("async_loop_check: needs a CUDA GPU (torch.cuda.is_available() is False); "
+                                   "nothing measured")
+
+
+def test_the_hand_written_loop_running_ahead_reads_a_pipeline_of_known_cost():
+    """Its clocks are the plain loop's: 4 ms of work a sample, 4 a batch, emulated 10 ms a step, one
+    process: 26 ms a step, 4 samples, about 154 samples/s (nothing to run ahead of on a CPU)."""
+    spec = window_spec(compose_spec([*TINY_DATASET, "workers=0", "loader.batch_size=4", "consumer=emulated",
+                                     "consumer.step_ms=10"]), steps=10, warmup=1)
+    spec = dataclasses.replace(spec, per_sample=({"_target_": "pipebench.transforms.synthetic.BusyWait", "ms": 4.0},))
+    measured = plain_loop(spec, run_ahead=True)
+    assert measured.samples_per_s == pytest.approx(4000 / 26, rel=0.15)
