@@ -77,8 +77,8 @@ def table(results: Dict[int, List[Round]]) -> str:
         nvml = [r.nvml_pct for r in rounds if r.nvml_pct is not None]
         accel = statistics.median(r.accel_util_pct for r in rounds)
         nvml_text = f"{statistics.median(nvml):.1f}" if nvml else "not measured"
-        gap = f"{statistics.median(r.accel_util_pct - r.nvml_pct for r in rounds if r.nvml_pct is not None):+.1f}" \
-            if nvml else "-"
+        gaps = [r.accel_util_pct - r.nvml_pct for r in rounds if r.nvml_pct is not None]
+        gap = f"{statistics.median(gaps):+.1f}" if gaps else "-"
         lines.append(f"| {workers} | {CASES[workers].split('=')[1]} "
                      f"| {statistics.median(r.hand_samples_per_s for r in rounds):.1f} "
                      f"| {statistics.median(r.samples_per_s for r in rounds):.1f} "
