@@ -123,7 +123,7 @@ def _host_loop(clock: AsyncStepClock, gpu: FakeGpu, steps: int, wait_ms: float, 
         clock.mark()
         gpu.queue(busy_ms)
         clock.mark()
-        clock.end_step(measured=True)
+        clock.end_step()
         if pushed is not None:
             pushed.append((len(clock._times), gpu.host))
 

@@ -144,12 +144,12 @@ class AsyncStepClock:
         event.record()
         self._marks.append(event)
 
-    def end_step(self, measured: bool) -> None:
-        """Queue this step's events; read the steps that are done (or the oldest, when full)."""
+    def end_step(self) -> None:
+        """Queue this step's events; read the steps that are done (or the oldest, when full).
+        A step between begin_window and end_window is kept; any other is waited for and dropped."""
         if len(self._marks) != STEP_BOUNDARIES:
             raise RuntimeError(f"a step records {STEP_BOUNDARIES} events, got {len(self._marks)}")
-        step = _StepEvents(len(self._times) + len(self.ring), measured and self._origin is not None,
-                           tuple(self._marks))
+        step = _StepEvents(len(self._times) + len(self.ring), self._origin is not None, tuple(self._marks))
         self._marks = []
         self._read(self.ring.push(step))
 

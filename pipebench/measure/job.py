@@ -158,7 +158,8 @@ def _measure_job(spec: JobSpec, job_dir: Path, watchdog: Unwatched) -> Dict[str,
         artifacts = profile_steps(loop, instrumented, collate, spec.run.profile_steps, job_dir)
         loop.stream.close()
     if gpu.on_cuda and spec.run.profile_steps > 0:
-        loop = StepLoop(BatchStream(loader, spec.run.on_error), LabelledConsumer(consumer), non_blocking=pinned)
+        loop = StepLoop(BatchStream(loader, spec.run.on_error), LabelledConsumer(consumer), non_blocking=pinned,
+                        clock=sync.clock())
         gpu.profile(loop, job_dir, warmup_steps(spec), cycle_steps(spec.workers))
         loop.stream.close()
     if spec.run.profile_steps > 0 and spec.trace == "viztracer":

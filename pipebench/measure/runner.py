@@ -238,7 +238,7 @@ class StepLoop:
         return moved
 
     def begin_window(self) -> None:
-        """Before the first measured step: run.sync=async waits for the warm-up steps in flight."""
+        """Before the first measured (or traced) step: run.sync=async waits for the steps in flight."""
         if self.clock is not None:
             self.clock.begin_window()
 
@@ -273,7 +273,7 @@ class StepLoop:
             self.consumer.step(data, batch.labels)
             if self.clock is not None:
                 self.clock.mark()
-                self.clock.end_step(measured=sink is not None)  # may wait for the oldest step
+                self.clock.end_step()  # may wait for the oldest step
             t3 = time.perf_counter_ns()
             if self.after_step is not None:
                 self.after_step(batch, self.stream.epochs)

@@ -117,6 +117,13 @@ def _ns(steps: Sequence[StepSample], field: str) -> np.ndarray:
     return np.array([getattr(s, field) for s in steps], dtype=np.float64)
 
 
+def accel_util_pct(steps: Sequence[StepSample]) -> float:
+    """The consumer's busy share of `steps`: from the GPU's timeline where they carry it, else the host's."""
+    if _on_gpu_clock(steps):
+        return gpu_clock_figures(steps)["accel_util_pct"]
+    return float(100.0 * _ns(steps, "compute_ns").sum() / _ns(steps, "step_ns").sum())
+
+
 def gpu_clock_figures(steps: Sequence[StepSample]) -> Dict[str, float]:
     """run.sync=async: starvation, the other idle share and accel_util_pct as shares of the GPU's
     own window (each step from the previous step's last kernel to its own), and the consumer's
