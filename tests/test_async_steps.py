@@ -18,7 +18,9 @@ from pipebench.config.specs import SYNC_ASYNC, SYNC_PER_STEP
 from pipebench.measure.reference import plain_loop, window_spec
 from pipebench.measure.runner import StepLoop, TimingSink, measure_pass
 from pipebench.measure.step_sync import resolve_sync
-from pipebench.measure.summarize import summary_row
+from pipebench.measure.summarize import pass_records, summary_row
+from pipebench.record.results import _check_row
+from pipebench.report.diagnosis import _consumer_ms
 from pipebench.pipeline.consumers import EmulatedConsumer, NoConsumer, StepTimeDistribution, ToyCnnConsumer
 from pipebench.pipeline.timed_chain import TimedBatch
 
@@ -279,3 +281,19 @@ def test_the_hand_written_loop_running_ahead_reads_a_pipeline_of_known_cost():
     spec = dataclasses.replace(spec, per_sample=({"_target_": "pipebench.transforms.synthetic.BusyWait", "ms": 4.0},))
     measured = plain_loop(spec, run_ahead=True)
     assert measured.samples_per_s == pytest.approx(4000 / 26, rel=0.15)
+
+
+def test_an_async_result_is_sound_its_steps_are_the_gpus_and_the_diagnosis_reads_the_gpus_busy_time():
+    """result.json's integrity check (samples/s equal to what the passes give) holds at step_sync=async."""
+    gpu = FakeGpu()
+    spec = compose_spec([*TINY_DATASET, "workers=0", "run.steps=8", "run.min_time_s=0", "run.progress=false",
+                         "loader.batch_size=4"])
+    loop = StepLoop(FakeStream(gpu, wait_ms=3.0), QueueingConsumer(gpu, busy_ms=1.0), non_blocking=True,
+                    clock=_clock(gpu))
+    passes = [measure_pass(loop, spec, TimingSink(), "async")]
+    summary = {**summary_row(passes, [], TimingSink(), 0, 1, 0), "batch_size": 4}
+    record = {"summary": summary, "passes": pass_records(passes, 0)}
+    _check_row(record)
+    assert record["passes"][0]["step_ms"] == pytest.approx([4.0] + [3.0] * 7)
+    assert record["passes"][0]["gpu_busy_ms"] == pytest.approx([1.0] * 8)
+    assert _consumer_ms({**record, "passes": record["passes"]}) == pytest.approx(1.0)

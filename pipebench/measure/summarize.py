@@ -221,7 +221,10 @@ def pass_records(passes: Sequence[PassResult], workers: int) -> List[Dict[str, o
 
 
 def pass_record(result: PassResult) -> Dict[str, object]:
-    """Raw per-step samples of one repeat, in ms, for result.json."""
+    """Raw per-step samples of one repeat, in ms, for result.json. `step_ms` is the step the
+    summary counts: at run.sync=async its span on the GPU's clock (the host phases beside it
+    then add up to the host's own time, which runs ahead)."""
+    on_gpu_clock = _on_gpu_clock(result.steps)
     return {
         "first_batch_s": result.first_batch_s,
         "warmup_steps": result.warmup_steps,
@@ -232,7 +235,7 @@ def pass_record(result: PassResult) -> Dict[str, object]:
         "wait_ms": [s.wait_ns / NS_PER_MS for s in result.steps],
         "h2d_ms": [s.h2d_ns / NS_PER_MS for s in result.steps],
         "compute_ms": [s.compute_ns / NS_PER_MS for s in result.steps],
-        "step_ms": [s.step_ns / NS_PER_MS for s in result.steps],
+        "step_ms": [(s.gpu_span_ns if on_gpu_clock else s.step_ns) / NS_PER_MS for s in result.steps],
         "transfer_ms": [s.transfer_ns / NS_PER_MS for s in result.steps],
         "worker_id": [s.worker_id for s in result.steps],
         "collective_ms": [s.collective_ns / NS_PER_MS for s in result.steps],
@@ -240,7 +243,7 @@ def pass_record(result: PassResult) -> Dict[str, object]:
         "start_epoch": result.start_epoch,
         "stop_reason": result.stop_reason,
         **({f"gpu_{name}_ms": [getattr(s, f"gpu_{name}_ns") / NS_PER_MS for s in result.steps]
-            for name in ("idle_data", "idle_other", "busy")} if _on_gpu_clock(result.steps) else {}),
+            for name in ("idle_data", "idle_other", "busy")} if on_gpu_clock else {}),
     }
 
 
