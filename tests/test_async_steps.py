@@ -10,11 +10,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from conftest import TINY_DATASET, compose_spec
+from conftest import QUICK_RUN, TINY_DATASET, compose_spec
 
 from pipebench.base.gpu_timeline import EventRing, GpuStepSplit, StepTimes, split_steps
 from pipebench.base.gpu_timing import MAX_STEPS_IN_FLIGHT, AsyncStepClock
 from pipebench.config.specs import SYNC_ASYNC, SYNC_PER_STEP
+from pipebench.measure.job import measure_job
 from pipebench.measure.reference import plain_loop, window_spec
 from pipebench.measure.runner import StepLoop, TimingSink, measure_pass
 from pipebench.measure.step_sync import resolve_sync
@@ -297,3 +298,14 @@ def test_an_async_result_is_sound_its_steps_are_the_gpus_and_the_diagnosis_reads
     assert record["passes"][0]["step_ms"] == pytest.approx([4.0] + [3.0] * 7)
     assert record["passes"][0]["gpu_busy_ms"] == pytest.approx([1.0] * 8)
     assert _consumer_ms({**record, "passes": record["passes"]}) == pytest.approx(1.0)
+
+
+def test_a_cpu_job_asking_for_async_says_on_one_line_that_the_synchronous_path_ran(tmp_path, capsys):
+    spec = compose_spec([*TINY_DATASET, *QUICK_RUN, "transform.per_sample=[]", "transform.per_batch=[]", "workers=0",
+                         "consumer=toy_cnn", "consumer.device=cpu",
+                         "run.sync=async", "run.profile_steps=0"])
+    summary = measure_job(spec, tmp_path)["summary"]
+    notes = [line for line in capsys.readouterr().out.splitlines() if "run.sync" in line]
+    assert notes == ["note: run.sync=async: the consumer runs on cpu, not on a CUDA device, so the synchronous "
+                     "CPU path ran (step_sync=per_step)"]
+    assert summary["step_sync"] == SYNC_PER_STEP and summary["starvation_other_pct"] is None

@@ -213,7 +213,7 @@ def _rank_record(step_ms, samples, workers=2):
     return {"passes": [{"first_batch_s": 1.0, "warmup_steps": 4, "wall_s": sum(step_ms) / 1000, "epochs": 1,
                         "start_epoch": 1, "stop_reason": "window", "step_ms": list(step_ms),
                         "samples": list(samples), "epoch": [1] * len(step_ms)}],
-            "summary": {"workers": workers}}
+            "summary": {"workers": workers, "samples_per_s": 1000.0 * sum(samples) / sum(step_ms)}}
 
 
 def test_the_total_rate_interval_is_an_interval_of_the_sum_not_a_sum_of_bounds():

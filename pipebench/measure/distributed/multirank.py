@@ -45,7 +45,7 @@ from pipebench.measure.distributed.ranks import (
     load_timings,
 )
 from pipebench.measure.fingerprint import usable_cores
-from pipebench.measure.runner import NS_PER_MS, NS_PER_S, PassResult, StepSample, TimingSink
+from pipebench.measure.runner import NS_PER_MS, PassResult, StepSample, TimingSink
 from pipebench.measure.summarize import rate_interval, rows_as_dicts, transform_rows
 from pipebench.measure.window import split_window
 from pipebench.pipeline.timed_chain import StepName
@@ -199,20 +199,19 @@ def total_passes(records: Sequence[Dict[str, Any]]) -> List[PassResult]:
 
 
 def total_rate(records: Sequence[Dict[str, Any]], workers: int) -> Dict[str, Any]:
-    """samples/s of all ranks together and an interval of that total: the block bootstrap of the
-    per-step totals over whole worker cycles (as one process's rate is measured). A sum of the
-    ranks' own bounds is no interval of the sum: it ignores that a slow step on one rank is a
-    slow step on all of them (the all-reduce waits) and that independent noise partly cancels."""
+    """samples/s of all ranks together (the sum of the ranks' rates, as their passes give it) and
+    an interval of that total: the block bootstrap of the per-step totals over whole worker
+    cycles (as one process's rate is measured), centred on the sum (the per-step totals' own
+    ratio differs from it only as far as the ranks' step times differ). A sum of the ranks' own
+    bounds is no interval of the sum: it ignores that a slow step on one rank is a slow step on
+    all of them (the all-reduce waits) and that independent noise partly cancels."""
     window = split_window(total_passes(records), workers)
     samples = np.array([s.samples for s in window.steps], dtype=np.float64)
     step_ns = np.array([s.step_ns for s in window.steps], dtype=np.float64)
     interval = rate_interval(window, samples, step_ns)
-    steady = window.steady_indices()
-    if steady.size == 0:
-        steady = np.arange(len(window.steps))
-    return {"samples_per_s": float(samples[steady].sum() * NS_PER_S / step_ns[steady].sum()),
-            "samples_per_s_ci_low": interval.low, "samples_per_s_ci_high": interval.high,
-            "ci_blocks": interval.blocks}
+    total = sum(float(r["summary"]["samples_per_s"]) for r in records)
+    return {"samples_per_s": total, "samples_per_s_ci_low": interval.low - interval.value + total,
+            "samples_per_s_ci_high": interval.high - interval.value + total, "ci_blocks": interval.blocks}
 
 
 def aggregate(records: Sequence[Dict[str, Any]]) -> Dict[str, Any]:
