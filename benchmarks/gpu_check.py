@@ -59,7 +59,8 @@ FULL_RUN = ("run.warmup_steps=2", "run.steps=10", "run.min_time_s=1", "run.profi
             "loader.batch_size=64")
 QUICK_RUN = ("run=quick", "run.progress=false", "loader.batch_size=32")
 GPU_TESTS = ("tests/test_gpu_trace.py", "tests/test_gpu_job.py", "tests/test_masked_loss.py",
-             "tests/test_alloc_churn.py", "tests/test_gpu_util.py", "tests/test_consumers.py")
+             "tests/test_alloc_churn.py", "tests/test_gpu_util.py", "tests/test_consumers.py",
+             "tests/test_async_steps.py")
 # The slowest GPU test (4 tiny jobs through the CLI); --quick leaves it out.
 END_TO_END_TEST = "tests/test_gpu_job.py::test_on_cuda_the_jobs_report_gpu_timings_syncs_idle_and_allocator"
 # Files of a results folder worth keeping beside the transcript (the traces stay in the job folders).

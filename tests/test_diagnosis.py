@@ -8,9 +8,12 @@ from conftest import TINY_DATASET, compose_spec
 from pipebench.measure.job import measure_job
 from pipebench.report.diagnosis import (
     ChainCosts,
+    TargetNeeds,
     diagnose,
+    needs_for_target,
     predict,
     render_diagnosis,
+    target_line,
     workers_to_feed,
 )
 
@@ -167,6 +170,10 @@ def test_model_predicts_a_chain_of_known_cost(tmp_path):
     assert one.predicted.bound == "consumer"
     assert one.predicted.samples_per_s == pytest.approx(8000 / 30, rel=0.05)
     assert one.measured_starvation_pct < 15
+    # For 90% busy: workers=0 gives 30/42 = 71%, one worker feeds the consumer; and it did.
+    (_, needs), = diagnosis.targets
+    assert (needs.workers, needs.cores, needs.target_pct) == (1, 1, 90.0)
+    assert results[0]["summary"]["accel_util_pct"] < 90 <= results[1]["summary"]["accel_util_pct"] + 5
 
 
 def _with(result, overrides, **series):
@@ -218,3 +225,32 @@ def test_a_costly_epoch_restart_names_persistent_workers():
     assert "loader.persistent_workers=true keeps them" in text and "at workers=8: restarting" not in text
     costly["config"] = {"loader": {"persistent_workers": True}}
     assert "restarting the workers" not in render_diagnosis(diagnose([costly, cheap]))
+
+
+def test_the_workers_and_cores_a_target_needs_follow_the_model():
+    """8 samples a step, 30 ms of consumer: 90% busy needs 0.9 x 8 / 30 = 0.24 samples a ms."""
+    assert needs_for_target(_costs(8.0, 30.0), 90.0) == TargetNeeds(90.0, 2, 2, 2)  # 0.24 x 8 ms = 1.92
+    assert needs_for_target(_costs(8.0, 30.0), 50.0) == TargetNeeds(50.0, 2, 2, 2)  # 0.133 x 8 = 1.07
+    assert needs_for_target(_costs(8.0, 30.0, cpu=20.0), 90.0).cores == 5  # 0.24 x 20 ms of CPU = 4.8
+    assert needs_for_target(_costs(8.0, 30.0, consumer_cpu_ms=30.0), 90.0).cores == 3  # + 0.9 for the consumer
+    assert needs_for_target(_costs(0.1, 30.0), 90.0).workers == 0  # 0.8 + 30 ms a step: 97% busy alone
+    assert needs_for_target(_costs(8.0, 0.0), 90.0).workers is None
+    # The predicted accel_util_pct at the workers named reaches the target; one worker fewer does not.
+    for c, target in ((8.0, 90.0), (30.0, 95.0), (3.0, 80.0)):
+        costs = _costs(c, 30.0, cores=64)
+        needs = needs_for_target(costs, target)
+        assert 100 - predict(costs, needs.workers).starvation_pct >= target - 1e-9
+        assert 100 - predict(costs, needs.workers - 1).starvation_pct < target
+
+
+def test_the_diagnosis_says_whether_this_host_has_the_cores_for_the_target():
+    short = needs_for_target(_costs(30.0, 30.0, cores=2), 90.0)  # 7.2 -> 8 workers and cores
+    assert not short.host_has_them
+    assert target_line("transform=slow", short) == (
+        "transform=slow: 8 worker(s) and 8 usable core(s) keep the consumer 90% busy; this host has 2 usable, "
+        "6 short: more cores, or a cheaper chain (`pipebench explore`).")
+    results = [_result("slow", 0, 85.0, 70.0, 8.0), _result("slow", 2, 240.0, 10.0, 8.0)]
+    results[0]["config"] = {"run": {"target_accel_util_pct": 50.0}}
+    text = render_diagnosis(diagnose(results))
+    assert "### cores for accel_util_pct ≥ 50% (run.target_accel_util_pct)" in text
+    assert "- transform=slow: 2 worker(s) and 2 usable core(s) keep the consumer 50% busy; this host has them" in text

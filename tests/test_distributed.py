@@ -6,6 +6,7 @@ import os
 import time
 from pathlib import Path
 
+import numpy as np
 import pytest
 from conftest import QUICK_RUN, compose_spec, results_folder, run_cli
 
@@ -18,6 +19,7 @@ from pipebench.measure.distributed.multirank import (
     oversubscription_warning,
     resolve_backend,
     root_cause,
+    total_rate,
 )
 from pipebench.measure.fingerprint import usable_cores
 
@@ -204,3 +206,42 @@ def test_aggregate_straggler_ratio_is_slowest_over_median():
     assert row["samples_per_s"] == 290 and row["starvation_pct"] == pytest.approx(110 / 3)
     assert row["starvation_pct_max"] == 60 and row["ranks"] == 3 and row["steps"] == 10
     assert "busy_ms_mean" not in row
+
+
+def _rank_record(step_ms, samples, workers=2):
+    """A rank's record as multirank reads it: one pass of raw steps, all steady, one epoch."""
+    return {"passes": [{"first_batch_s": 1.0, "warmup_steps": 4, "wall_s": sum(step_ms) / 1000, "epochs": 1,
+                        "start_epoch": 1, "stop_reason": "window", "step_ms": list(step_ms),
+                        "samples": list(samples), "epoch": [1] * len(step_ms)}],
+            "summary": {"workers": workers, "samples_per_s": 1000.0 * sum(samples) / sum(step_ms)}}
+
+
+def test_the_total_rate_interval_is_an_interval_of_the_sum_not_a_sum_of_bounds():
+    """Known truth: two ranks whose samples a step trade off exactly, so every step the total is 16
+    samples in 10 ms: the total is 1600 samples/s with no spread at all, while each rank alone
+    swings by half (the old sum of the ranks' bounds was wide)."""
+    steps = 800
+    rng = np.random.default_rng(1)
+    share = rng.integers(4, 13, steps)
+    total = total_rate([_rank_record([10.0] * steps, share), _rank_record([10.0] * steps, 16 - share)], workers=2)
+    assert total["samples_per_s"] == pytest.approx(1600.0)
+    assert total["samples_per_s_ci_low"] == pytest.approx(1600.0) and total["samples_per_s_ci_high"] == pytest.approx(1600.0)
+    assert total["ci_blocks"] >= 8
+
+
+def test_the_total_rate_interval_covers_the_true_total_of_independent_ranks():
+    """Two ranks with independent step-to-step noise around a known total rate (16 samples every
+    10 ms on average): the 95% interval of the total covers it in most runs, and it is narrower than
+    the sum of the ranks' own intervals (about 1/sqrt(2) of it), since independent noise partly cancels."""
+    rng = np.random.default_rng(7)
+    covered, ratios = 0, []
+    runs = 40
+    for _ in range(runs):
+        ranks = [_rank_record(rng.normal(10.0, 2.0, 800).clip(1.0), [8] * 800) for _ in range(2)]
+        total = total_rate(ranks, workers=2)
+        true_rate = 16 / (10.0 / 1000)
+        covered += total["samples_per_s_ci_low"] <= true_rate <= total["samples_per_s_ci_high"]
+        alone = [total_rate([r], workers=2) for r in ranks]
+        summed = sum(a["samples_per_s_ci_high"] - a["samples_per_s_ci_low"] for a in alone)
+        ratios.append((total["samples_per_s_ci_high"] - total["samples_per_s_ci_low"]) / summed)
+    assert covered >= 0.85 * runs and np.median(ratios) < 0.85

@@ -10,6 +10,7 @@ from stored_results import result_record, write_record
 from pipebench.explore.equivalence import IDENTICAL, NOT_EQUIVALENT, Equivalence
 from pipebench.explore.plan import Checked, Plan, conclusions, explore_rows, what_to_do
 from pipebench.explore.variants import Chain, Variant
+from pipebench.record.target import reached_target
 
 # Scale is pointwise, so the crop may move ahead of it; the trailing BusyWait has no per-batch
 # form, so nothing moves into the collate. Two chains x two rounds: four quick jobs.
@@ -153,3 +154,25 @@ def test_what_to_do_walks_the_ladder_to_the_equivalent_winner_and_writes_it_as_a
     written = (tmp_path / "winner" / "transform" / "c_winner.yaml").read_text()
     assert "on_device:" in written and "pipebench.transforms.color.Scale" in written
     assert len((tmp_path / "waterfall.csv").read_text().strip().splitlines()) == 4, "a header and three rungs"
+def test_the_stopping_rule_reads_a_finished_jobs_accel_util_and_ignores_a_job_without_a_sound_result(tmp_path):
+    path = write_record(tmp_path, result_record(0, summary={"accel_util_pct": 92.5}))
+    assert reached_target(path.parent, 90.0) == 92.5
+    assert reached_target(path.parent, 95.0) is None
+    assert reached_target(tmp_path / "job-9", 10.0) is None  # failed: no result
+    path.write_text("{not json")
+    assert reached_target(path.parent, 10.0) is None
+
+
+def test_explore_with_a_target_stops_at_the_first_chain_that_meets_it(chain_project):
+    """A trivial chain into a 40 ms emulated step keeps the consumer well over 50% busy at workers=0,
+    so the base chain's first job meets the target and the three jobs after it never run."""
+    proc = run_cli(["explore", "--config-dir", "conf", "--target", "50", "transform=scaled", *TINY_DATASET,
+                    *QUICK_RUN, "rounds=2", "consumer.step_ms=40", "results_dir=out"], cwd=chain_project)
+    assert proc.returncode == 0, proc.stderr
+    assert "reached run.target_accel_util_pct=50: stopping the sweep (3 jobs not run; run.stop_at_target)" in proc.stdout
+    assert "[job 2/4]" not in proc.stdout
+    folder = chain_project / results_folder(proc.stdout)
+    results = [json.loads(p.read_text()) for p in folder.glob("job-*/result.json")]
+    assert [r["summary"]["transform"] for r in results] == ["scaled"]
+    assert results[0]["config"]["run"]["target_accel_util_pct"] == 50.0
+    assert "### cores for accel_util_pct ≥ 50%" in (folder / "report.md").read_text()

@@ -114,8 +114,10 @@ def _cuda_run(tmp_path: Path, *overrides: str) -> Path:
 @NEEDS_CUDA
 def test_on_cuda_the_jobs_report_gpu_timings_syncs_idle_and_allocator(tmp_path):
     # Four jobs, not the six of a consumer x pin_memory sweep: only the toy CNN is read unpinned.
-    pinned = _cuda_run(tmp_path, "consumer=masked_loss_sync,masked_loss_fixed,toy_cnn", "loader.pin_memory=true")
-    pageable = _cuda_run(tmp_path, "consumer=toy_cnn", "loader.pin_memory=false")
+    # run.sync=per_step: the synchronised loop times each phase (and the copy) on its own.
+    pinned = _cuda_run(tmp_path, "consumer=masked_loss_sync,masked_loss_fixed,toy_cnn", "loader.pin_memory=true",
+                       "run.sync=per_step")
+    pageable = _cuda_run(tmp_path, "consumer=toy_cnn", "loader.pin_memory=false", "run.sync=per_step")
     rows = {**summary_csv(pinned), **summary_csv(pageable)}
     sync, fixed = rows["masked_loss_sync+pinned"], rows["masked_loss_fixed+pinned"]
     assert float(sync["syncs_per_step"]) >= 3 and float(fixed["syncs_per_step"]) == 0
@@ -148,6 +150,20 @@ def test_on_cuda_the_jobs_report_gpu_timings_syncs_idle_and_allocator(tmp_path):
     assert all(phases[p]["n"] == timed["n"] for p in phases)
     assert sum(phases[p]["mean"] for p in phases) <= timed["mean"]
     assert "## GPU" in (pinned / "summary.md").read_text()
+
+
+@NEEDS_CUDA
+def test_on_cuda_the_toy_cnn_runs_ahead_by_default_and_reads_the_gpus_own_timeline(tmp_path):
+    folder = _cuda_run(tmp_path, "consumer=toy_cnn", "loader.pin_memory=true")
+    (row,) = summary_csv(folder).values()
+    assert row["step_sync"] == "async"
+    shares = [float(row[c]) for c in ("starvation_pct", "starvation_other_pct", "accel_util_pct")]
+    assert all(0 <= s <= 100 for s in shares) and sum(shares) == pytest.approx(100, abs=0.01)
+    assert float(row["h2d_gpu_ms_median"]) > 0  # the copies' GPU time, read late from their events
+    _, result = result_json(folder, "toy_cnn")
+    assert result["consumer_report"]["timer"].startswith("none")  # no phase timer: nothing waits
+    steps = [s for p in result["passes"] for s in p["gpu_busy_ms"]]
+    assert steps and all(s > 0 for s in steps)
 
 
 def test_the_gpu_trace_spans_whole_worker_cycles_and_says_when_it_is_not_the_window():

@@ -82,3 +82,67 @@ def test_real_nvml_reads_a_busy_gpu():
     report = sampler.stop()
     assert report.note is None and len(report.samples) >= 10
     assert max(report.samples) > 50, report.samples
+
+
+class FakeNvmlDevices:
+    """Stands in for pynvml's device listing: NVML indices that differ from the visible order,
+    UUIDs as bytes (older bindings) or str, and MIG instances under the second GPU."""
+
+    class NVMLError(Exception):
+        pass
+
+    def __init__(self):
+        self.gpus = [SimpleNamespace(uuid=b"GPU-aaaa-0000", migs=[]),
+                     SimpleNamespace(uuid="GPU-bbbb-1111", migs=[None, SimpleNamespace(uuid="MIG-cccc-2222", gi=3, ci=0)])]
+
+    def nvmlDeviceGetCount(self):
+        return len(self.gpus)
+
+    def nvmlDeviceGetHandleByIndex(self, index):
+        return self.gpus[index]
+
+    def nvmlDeviceGetUUID(self, handle):
+        return handle.uuid
+
+    def nvmlDeviceGetMaxMigDeviceCount(self, gpu):
+        if not gpu.migs:
+            raise self.NVMLError("Not Supported")
+        return len(gpu.migs)
+
+    def nvmlDeviceGetMigDeviceHandleByIndex(self, gpu, index):
+        if gpu.migs[index] is None:
+            raise self.NVMLError("Not Found")
+        return gpu.migs[index]
+
+    def nvmlDeviceGetGpuInstanceId(self, mig):
+        return mig.gi
+
+    def nvmlDeviceGetComputeInstanceId(self, mig):
+        return mig.ci
+
+
+def test_the_nvml_device_is_resolved_by_index_uuid_or_mig_uuid_never_read_as_index_0():
+    nvml = FakeNvmlDevices()
+    gpus, mig = nvml.gpus, nvml.gpus[1].migs[1]
+    assert gpu_util.nvml_device(nvml, None) == (gpus[0], False)
+    assert gpu_util.nvml_device(nvml, "1,0") == (gpus[1], False)
+    assert gpu_util.nvml_device(nvml, "GPU-bbbb-1111,GPU-aaaa-0000") == (gpus[1], False)
+    assert gpu_util.nvml_device(nvml, "GPU-bbbb") == (gpus[1], False)  # the unique prefix CUDA accepts
+    assert gpu_util.nvml_device(nvml, "GPU-aaaa-0000") == (gpus[0], False)  # bytes from older bindings
+    assert gpu_util.nvml_device(nvml, "MIG-cccc-2222") == (mig, True)
+    assert gpu_util.nvml_device(nvml, "MIG-GPU-bbbb-1111/3/0") == (mig, True)  # before driver R470
+    with pytest.raises(LookupError, match="GPU-ffff"):
+        gpu_util.nvml_device(nvml, "GPU-ffff")
+
+
+def test_a_mig_instance_or_an_unknown_uuid_leaves_utilisation_unmeasured_with_a_note(monkeypatch):
+    nvml = FakeNvmlDevices()
+    nvml.nvmlInit = lambda: None
+    monkeypatch.setattr(gpu_util.torch.cuda, "is_available", lambda: True)
+    monkeypatch.setitem(__import__("sys").modules, "pynvml", nvml)
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "MIG-cccc-2222")
+    assert gpu_util._open_nvml() == (None, "not measured: NVML reports no utilisation for a MIG instance")
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "GPU-ffff")
+    assert gpu_util._open_nvml() == (None, "not measured: CUDA_VISIBLE_DEVICES='GPU-ffff' names no device NVML lists")
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "GPU-bbbb-1111")
+    assert gpu_util._open_nvml() == (nvml, nvml.gpus[1])

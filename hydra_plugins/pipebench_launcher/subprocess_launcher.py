@@ -49,6 +49,7 @@ from pipebench.base.errors import (
 from pipebench.config.schema import register_launcher_config
 from pipebench.measure.job_process import JobPayload, job_process_command
 from pipebench.record.resume import job_already_done
+from pipebench.record.target import reached_target
 
 log = logging.getLogger(__name__)
 
@@ -132,12 +133,15 @@ class SubprocessLauncher(Launcher):
         failures: List[JobFailure] = []
         not_run: List[str] = []
         stop_at_first = False
+        target_met = False
         for offset, overrides in enumerate(job_overrides):
             idx = initial_job_idx + offset
             number, names = f"{idx + 1}/{total}", " ".join(filter_overrides(overrides)) or "defaults"
             job = f"{number} {names}"
             if stop_at_first:
                 not_run.append(job)
+                continue
+            if target_met:  # not a failure: the sweep found what it was asked for
                 continue
             sweep_config = self.hydra_context.config_loader.load_sweep_config(self.config, list(overrides))
             with open_dict(sweep_config):
@@ -158,6 +162,15 @@ class SubprocessLauncher(Launcher):
                 continue
             runs.append(JobReturn(overrides=list(overrides), cfg=sweep_config, status=JobStatus.COMPLETED,
                                   _return_value=None))
+            if sweep_config.run.stop_at_target:
+                target = float(sweep_config.run.target_accel_util_pct)
+                reached = reached_target(job_dir, target)
+                if reached is not None:
+                    target_met = True
+                    left = total - idx - 1
+                    print(f"[job {number}] accel_util_pct {reached:.1f}% reached run.target_accel_util_pct={target:g}: "
+                          f"stopping the sweep ({left} job{'s' if left != 1 else ''} not run; run.stop_at_target)",
+                          flush=True)
         if failures:
             raise SweepIncomplete(tuple(failures), tuple(not_run), total)
         return runs

@@ -3,17 +3,30 @@
 CUDA calls return before their kernels run, so a host clock around them measures the launch,
 not the work. `CudaPhaseTimer` records a CUDA event at each phase boundary and reads the
 elapsed GPU time between them; `HostPhaseTimer` is the CPU twin (every CPU op is synchronous).
-`DeviceCopy` is the step loop's host-to-device copy: finished before it returns (so the host
-time charged to it is the copy's) and, on CUDA, also timed by events on the GPU.
+`DeviceCopy` is the synchronised step loop's host-to-device copy: finished before it returns (so
+the host time charged to it is the copy's) and, on CUDA, also timed by events on the GPU.
+`AsyncStepClock` is the asynchronous loop's: events at a step's boundaries, recorded without
+waiting and read late (pipebench.base.gpu_timeline).
 """
 
 import time
 from dataclasses import dataclass, field
-from typing import Any, List, Optional
+from typing import Any, Callable, List, Optional
 
 import torch
 
+from pipebench.base.gpu_timeline import EventRing, StepTimes, TimedEvent
+
 NS_PER_MS = 1_000_000
+# Steps the asynchronous loop lets the host run ahead of the GPU before it waits for the oldest.
+# Three: one step running on the GPU, one queued behind it and one being launched hide any
+# host-side hiccup shorter than two steps (the loader's prefetch already buffers batches on the
+# host, so more buys no throughput), while every step in flight keeps its input batch on the
+# device (a seed batch of 256 float images is 200 MB) and the readings stay at most 3 steps late.
+MAX_STEPS_IN_FLIGHT = 3
+# Events a step records, in order: wait start, data ready, first kernel (before the copy), copy
+# end, last kernel end (pipebench.base.gpu_timeline.StepTimes).
+STEP_BOUNDARIES = 5
 
 
 class HostPhaseTimer:
@@ -51,6 +64,18 @@ class CudaPhaseTimer:
         return [a.elapsed_time(b) for a, b in zip(events, events[1:])]
 
 
+class UntimedPhases:
+    """The phase timer of a step that waits for nothing (run.sync=async): records nothing."""
+
+    name = "none (run.sync=async)"
+
+    def mark(self) -> None:
+        return None
+
+    def finish(self) -> List[float]:
+        return []
+
+
 @dataclass
 class DeviceCopy:
     """The host-to-device copy of a batch, done before returning.
@@ -78,3 +103,70 @@ class DeviceCopy:
         if record:
             self.gpu_ms.append(start.elapsed_time(end))
         return moved
+
+
+def _cuda_event() -> TimedEvent:
+    return torch.cuda.Event(enable_timing=True)
+
+
+@dataclass(frozen=True)
+class _StepEvents:
+    index: int
+    measured: bool
+    events: tuple
+
+    @property
+    def last(self) -> TimedEvent:
+        return self.events[-1]
+
+
+class AsyncStepClock:
+    """The asynchronous step loop's clock: `mark()` records the next of a step's STEP_BOUNDARIES
+    events on the current stream without waiting; `end_step` hands the step to an EventRing,
+    which reads steps late and blocks on the oldest once `capacity` are in flight.
+
+    `begin_window` waits for the warm-up's steps (once, outside any step) and records the
+    window's origin; `end_window` waits for the rest and returns the measured steps' StepTimes,
+    in ms from the origin. `new_event` and `synchronize` default to torch.cuda's; tests pass fakes.
+    """
+
+    def __init__(self, capacity: int = MAX_STEPS_IN_FLIGHT, new_event: Callable[[], TimedEvent] = _cuda_event,
+                 synchronize: Optional[Callable[[], None]] = None) -> None:
+        self.ring: EventRing[_StepEvents] = EventRing(capacity)
+        self._new_event = new_event
+        self._synchronize = synchronize or torch.cuda.synchronize
+        self._marks: List[TimedEvent] = []
+        self._origin: Optional[TimedEvent] = None
+        self._times: List[StepTimes] = []
+
+    def mark(self) -> None:
+        event = self._new_event()
+        event.record()
+        self._marks.append(event)
+
+    def end_step(self) -> None:
+        """Queue this step's events; read the steps that are done (or the oldest, when full).
+        A step between begin_window and end_window is kept; any other is waited for and dropped."""
+        if len(self._marks) != STEP_BOUNDARIES:
+            raise RuntimeError(f"a step records {STEP_BOUNDARIES} events, got {len(self._marks)}")
+        step = _StepEvents(len(self._times) + len(self.ring), self._origin is not None, tuple(self._marks))
+        self._marks = []
+        self._read(self.ring.push(step))
+
+    def begin_window(self) -> None:
+        self.ring.drain()  # warm-up steps: waited for, not kept
+        self._synchronize()
+        self._origin = self._new_event()
+        self._origin.record()
+        self._times = []
+
+    def end_window(self) -> List[StepTimes]:
+        self._read(self.ring.drain())
+        times, self._times, self._origin = self._times, [], None
+        return times
+
+    def _read(self, steps: List[_StepEvents]) -> None:
+        origin = self._origin
+        for step in steps:
+            if step.measured and origin is not None:
+                self._times.append(StepTimes(step.index, *(origin.elapsed_time(e) for e in step.events)))

@@ -28,13 +28,25 @@ checks: identical / close (float tolerance) / same distribution (KS test) / not 
 writes: variants.json, equivalence.md|csv, variants/transform/*.yaml (to read; never read back),
         explore.md|csv, and what `run` writes
 defaults: {' '.join(f"{k}={v}" for k, v in EXPLORE_DEFAULTS)} (interleaved rounds of short jobs), unless given
+target: --target 90   stop at the first chain (base first) whose job keeps the consumer >= 90% busy
+        (accel_util_pct; run.target_accel_util_pct, the diagnosis sizes workers and cores for the same)
 """
 
 
 
-def explore_command(overrides: List[str], config_dir: Optional[str], fresh: bool = False) -> int:
-    """Generate the chain's variants, check their equivalence, then measure them all in one sweep."""
+def target_overrides(target_pct: Optional[float]) -> List[str]:
+    """`--target PCT`: the diagnosis's target, and the sweep stops at the first job that meets it."""
+    if target_pct is None:
+        return []
+    return [f"run.target_accel_util_pct={target_pct:g}", "run.stop_at_target=true"]
+
+
+def explore_command(overrides: List[str], config_dir: Optional[str], fresh: bool = False,
+                    target_pct: Optional[float] = None) -> int:
+    """Generate the chain's variants, check their equivalence, then measure them all in one sweep
+    (or up to the first chain that meets `target_pct`)."""
     import_from_cwd()
+    overrides = [*overrides, *target_overrides(target_pct)]
     plan = plan_exploration(overrides, expand_sweep([*search_path(config_dir), *overrides])[0], fresh)
     if isinstance(plan, NoVariants):
         print(f"pipebench explore: no variants of transform={plan.base}: {'; '.join(plan.reasons)}")
@@ -62,8 +74,11 @@ def add_parser(verbs: "argparse._SubParsersAction") -> None:
     )
     add_config_dir(parser)
     add_fresh(parser, "exploration")
+    parser.add_argument("--target", type=float, metavar="PCT", dest="target_pct",
+                        help="stop at the first chain whose job reaches accel_util_pct >= PCT "
+                             "(sets run.target_accel_util_pct and run.stop_at_target=true)")
     add_overrides(parser, "transform=yuv_mask workers=2")
 
 
 def main(args: argparse.Namespace) -> int:
-    return explore_command(list(args.overrides), args.config_dir, args.fresh)
+    return explore_command(list(args.overrides), args.config_dir, args.fresh, args.target_pct)

@@ -74,7 +74,7 @@ ROUND_SWEEP = "run.round=range(0,{rounds})"
 # rounds sweep; Hydra must not prepend them a second time.
 CLEAR_SWEEPER_PARAMS = "hydra.sweeper.params=null"
 # Keys that describe the whole invocation, so every job of a sweep must agree on them.
-INVOCATION_KEYS = ("rounds", "calibrate", "run.on_job_error")
+INVOCATION_KEYS = ("rounds", "calibrate", "run.on_job_error", "run.stop_at_target", "run.target_accel_util_pct")
 
 RUN_EPILOG = """\
 examples:

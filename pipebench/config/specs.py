@@ -42,6 +42,9 @@ DISTRIBUTED_BACKENDS = ("auto", "gloo", "nccl")
 # file's pages are dropped before it is read, so every read goes to storage (a set larger than RAM).
 CACHE_MODES = ("warm", "cold")
 STORAGE_EMULATION_KEYS = ("latency_ms", "mb_per_s")
+# run.sync: the step loop (pipebench.measure.step_sync).
+SYNC_AUTO, SYNC_ASYNC, SYNC_PER_STEP = "auto", "async", "per_step"
+SYNC_MODES = (SYNC_AUTO, SYNC_ASYNC, SYNC_PER_STEP)
 
 
 @dataclass(frozen=True)
@@ -72,6 +75,9 @@ class RunSpec:
     progress: bool
     on_job_error: str
     step_timeout_s: float
+    sync: str = SYNC_AUTO
+    target_accel_util_pct: float = 90.0
+    stop_at_target: bool = False
 
 
 @dataclass(frozen=True)
@@ -179,6 +185,8 @@ def _validate_run(run: RunSpec) -> None:
     _bounded("run.step_timeout_s", run.step_timeout_s, 0, MAX_TIMEOUT_S, above=True)
     _one_of("run.on_error", run.on_error, ON_ERROR_POLICIES)
     _one_of("run.on_job_error", run.on_job_error, ON_JOB_ERROR_POLICIES)
+    _one_of("run.sync", run.sync, SYNC_MODES)
+    _bounded("run.target_accel_util_pct", run.target_accel_util_pct, 0, 100, above=True)
 
 
 def _validate_consumer(consumer: ConsumerSpec, step_timeout_s: float) -> None:

@@ -35,6 +35,7 @@ from pipebench.measure.runner import (
 )
 from pipebench.measure.setup import job_fingerprint, seed_everything
 from pipebench.measure.host_load import HostLoadMeter
+from pipebench.measure.step_sync import resolve_sync
 from pipebench.measure.storage_cache import prepare_cache
 from pipebench.measure.storage_io import StorageReadMeter, file_read_columns
 from pipebench.measure.summarize import (
@@ -121,6 +122,9 @@ def _measure_job(spec: JobSpec, job_dir: Path, watchdog: Unwatched) -> Dict[str,
     device_chain = build_device_chain(spec)
     loader = build_loader(spec, instrumented, collate)
     consumer = build_consumer(spec.consumer, spec.run.seed)
+    sync = resolve_sync(spec.run.sync, consumer)
+    if sync.note is not None:
+        print(sync.note, flush=True)
     pinned = pin_memory_effective(spec)
     sink = TimingSink()
     gpu = GpuSession(consumer)
@@ -133,7 +137,8 @@ def _measure_job(spec: JobSpec, job_dir: Path, watchdog: Unwatched) -> Dict[str,
     def fresh_loop() -> StepLoop:
         """A new iteration of the loader (new workers unless persistent) with its own step loop."""
         return StepLoop(BatchStream(loader, spec.run.on_error), consumer, non_blocking=pinned, copier=gpu.copier,
-                        after_measured=gpu.alloc.sample, watchdog=watchdog, device_chain=device_chain)
+                        after_measured=gpu.alloc.sample, watchdog=watchdog, device_chain=device_chain,
+                        clock=sync.clock())
 
     def mark(name: str) -> None:
         for meter in meters:
@@ -163,7 +168,7 @@ def _measure_job(spec: JobSpec, job_dir: Path, watchdog: Unwatched) -> Dict[str,
         loop.stream.close()
     if gpu.on_cuda and spec.run.profile_steps > 0:
         loop = StepLoop(BatchStream(loader, spec.run.on_error), LabelledConsumer(consumer), non_blocking=pinned,
-                        device_chain=device_chain)
+                        device_chain=device_chain, clock=sync.clock())
         gpu.profile(loop, job_dir, warmup_steps(spec), cycle_steps(spec.workers))
         loop.stream.close()
     if spec.run.profile_steps > 0 and spec.trace == "viztracer":

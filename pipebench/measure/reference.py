@@ -93,14 +93,17 @@ class PlainTraining:
     """The toy CNN trained by hand (CrossEntropyLoss, SGD), built on the first batch.
 
     On CUDA each step ends in torch.cuda.synchronize(): a loop that times its steps must wait
-    for the kernels it launched, or it times the launches.
+    for the kernels it launched, or it times the launches. `run_ahead`: no wait at all, no
+    `.item()`, as training runs (the loop times its window, synchronised at both ends, instead).
     """
 
-    def __init__(self, lr: float, momentum: float, device: torch.device, non_blocking: bool) -> None:
+    def __init__(self, lr: float, momentum: float, device: torch.device, non_blocking: bool,
+                 run_ahead: bool = False) -> None:
         self.lr = lr
         self.momentum = momentum
         self.device = device
         self.non_blocking = non_blocking
+        self.run_ahead = run_ahead
         self.loss_fn = nn.CrossEntropyLoss()
         self.model: Optional[ToyCNN] = None
         self.optimizer: Optional[torch.optim.Optimizer] = None
@@ -116,11 +119,12 @@ class PlainTraining:
         self.optimizer.zero_grad(set_to_none=True)
         loss.backward()
         self.optimizer.step()
-        if self.device.type == "cuda":
+        if self.device.type == "cuda" and not self.run_ahead:
             torch.cuda.synchronize()
 
 
-def _plain_consumer(spec: JobSpec, non_blocking: bool) -> Callable[[torch.Tensor, torch.Tensor], None]:
+def _plain_consumer(spec: JobSpec, non_blocking: bool, run_ahead: bool = False
+                    ) -> Callable[[torch.Tensor, torch.Tensor], None]:
     """none, emulated or toy_cnn, on the device pipebench's consumer of that kind would use."""
     kind = spec.consumer.kind
     cuda = torch.device("cuda") if torch.cuda.is_available() else None
@@ -130,7 +134,7 @@ def _plain_consumer(spec: JobSpec, non_blocking: bool) -> Callable[[torch.Tensor
         return PlainSleep(spec.consumer.step_ms, cuda, non_blocking)
     if kind == "toy_cnn":
         device = torch.device("cpu") if spec.consumer.device == "cpu" or cuda is None else cuda
-        return PlainTraining(spec.consumer.lr, spec.consumer.momentum, device, non_blocking)
+        return PlainTraining(spec.consumer.lr, spec.consumer.momentum, device, non_blocking, run_ahead)
     raise ConfigError(f"the plain loop feeds consumer none, emulated or toy_cnn, not {kind!r}")
 
 
@@ -147,12 +151,17 @@ def plain_loader(spec: JobSpec) -> DataLoader:
                       num_workers=spec.workers, pin_memory=pin_memory_effective(spec), **extra)
 
 
-def plain_loop(spec: JobSpec) -> LoopMeasurement:
+def plain_loop(spec: JobSpec, run_ahead: bool = False) -> LoopMeasurement:
     """Time `run.steps` steps of a plain loop after the harness's own warm-up (first batch, then
     `warmup_steps(spec)`), so the two are compared on the same steady state. An epoch's end
-    starts the next one, inside the timed steps, as a `for` loop over epochs would."""
+    starts the next one, inside the timed steps, as a `for` loop over epochs would.
+
+    `run_ahead` (toy_cnn on CUDA): a hand-written asynchronous training loop. Its steps wait for
+    nothing; the GPU is synchronised once before the timed steps and once after them, so the
+    window holds exactly their work, as pipebench's run.sync=async window does."""
     loader = plain_loader(spec)
-    consume = _plain_consumer(spec, non_blocking=pin_memory_effective(spec))
+    consume = _plain_consumer(spec, non_blocking=pin_memory_effective(spec), run_ahead=run_ahead)
+    settle = torch.cuda.synchronize if run_ahead and torch.cuda.is_available() else (lambda: None)
     epoch = iter(loader)
 
     def next_batch() -> Tuple[Any, Any]:
@@ -165,6 +174,7 @@ def plain_loop(spec: JobSpec) -> LoopMeasurement:
 
     for _ in range(1 + warmup_steps(spec)):
         consume(*next_batch())
+    settle()
     samples = 0
     wait_s = 0.0
     start = time.perf_counter()
@@ -178,6 +188,7 @@ def plain_loop(spec: JobSpec) -> LoopMeasurement:
         # blocked in next() is the wait for data, not the release of the last batch. The step's
         # wall time still pays for it, as pipebench's step loop pays for it in its own gap.
         del data, labels
+    settle()
     elapsed = time.perf_counter() - start
     del epoch
     return LoopMeasurement(samples / elapsed, 100.0 * wait_s / elapsed)
@@ -191,8 +202,13 @@ def window_spec(spec: JobSpec, steps: int, warmup: int) -> JobSpec:
     return dataclasses.replace(spec, run=run)
 
 
-def harness_loop(spec: JobSpec) -> LoopMeasurement:
-    """pipebench's own job measurement (`measure_job`, in this process) of `spec`."""
+def harness_summary(spec: JobSpec) -> dict:
+    """pipebench's own job measurement (`measure_job`, in this process) of `spec`: its summary row."""
     with tempfile.TemporaryDirectory() as job_dir:
-        summary = measure_job(spec, Path(job_dir))["summary"]
+        return measure_job(spec, Path(job_dir))["summary"]
+
+
+def harness_loop(spec: JobSpec) -> LoopMeasurement:
+    """pipebench's own job measurement of `spec`, as a LoopMeasurement."""
+    summary = harness_summary(spec)
     return LoopMeasurement(summary["samples_per_s"], summary["starvation_pct"])

@@ -7,7 +7,7 @@ enters the steady-state numbers.
 
 import time
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Callable, Dict, Iterator, List, Optional
 
@@ -17,7 +17,8 @@ from torch.utils.data import DataLoader
 from tqdm import tqdm
 
 from pipebench.base.errors import SampleError, StepTimeoutError, WorkerError
-from pipebench.base.gpu_timing import DeviceCopy
+from pipebench.base.gpu_timeline import split_steps
+from pipebench.base.gpu_timing import AsyncStepClock, DeviceCopy
 from pipebench.base.watchdog import StepOverrun, Unwatched
 from pipebench.config.specs import JobSpec
 from pipebench.measure.meter import FIRST_MEASURED, LAST_MEASURED
@@ -62,10 +63,23 @@ class StepSample:
     # Bytes of the batch as the collate made it: what crosses the worker boundary (and, pinned,
     # the host-to-device copy).
     batch_bytes: int = 0
+    # run.sync=async only, read late from the GPU's own timeline (pipebench.base.gpu_timeline):
+    # the GPU idle before this step's first kernel, waiting for data and for anything else, and
+    # busy from its first kernel to its last. None in the synchronised loop.
+    gpu_idle_data_ns: Optional[int] = None
+    gpu_idle_other_ns: Optional[int] = None
+    gpu_busy_ns: Optional[int] = None
 
     @property
     def step_ns(self) -> int:
         return self.gap_ns + self.wait_ns + self.h2d_ns + self.device_ns + self.compute_ns + self.collective_ns
+
+    @property
+    def gpu_span_ns(self) -> Optional[int]:
+        """The step on the GPU's clock, from the previous step's last kernel to its own."""
+        if self.gpu_busy_ns is None:
+            return None
+        return self.gpu_idle_data_ns + self.gpu_idle_other_ns + self.gpu_busy_ns
 
 
 @dataclass(frozen=True)
@@ -211,6 +225,10 @@ class StepLoop:
     `watchdog` (pipebench.base.watchdog) bounds the step's own work in this process: making the
     batch when the stream is in-process, then the copy and the consumer step. A step that runs
     past it ends in a StepTimeoutError naming the transform and sample, or the consumer.
+    `clock`: run.sync=async (pipebench.measure.step_sync). The copy is queued non-blocking and
+    nothing waits inside the step; CUDA events at the step's boundaries are read late, and the
+    host waits only when MAX_STEPS_IN_FLIGHT steps are unread (that wait is timed as the
+    consumer's). None: the synchronised loop, each phase finished before the next.
     """
 
     stream: BatchStream
@@ -224,8 +242,40 @@ class StepLoop:
     watchdog: Unwatched = field(default_factory=Unwatched)
     # transform.on_device: steps run on the copied batch, timed apart from the copy and the step.
     device_chain: DeviceChain = field(default_factory=lambda: DeviceChain(()))
+    clock: Optional[AsyncStepClock] = None
     # When the previous step's bookkeeping ended; None until a step has run.
     last_end_ns: Optional[int] = None
+
+    def _mark(self) -> None:
+        if self.clock is not None:
+            self.clock.mark()
+
+    def _to_device(self, data: Any, record: bool) -> Any:
+        if self.clock is None:
+            return self.copier.copy(data, self.consumer.device, self.non_blocking, record=record)
+        self.clock.mark()
+        moved = data.to(self.consumer.device, non_blocking=self.non_blocking)
+        self.clock.mark()
+        return moved
+
+    def begin_window(self) -> None:
+        """Before the first measured (or traced) step: run.sync=async waits for the steps in flight."""
+        if self.clock is not None:
+            self.clock.begin_window()
+
+    def end_window(self, steps: List[StepSample]) -> List[StepSample]:
+        """After the last measured step: run.sync=async waits for the steps in flight and gives
+        each measured step its GPU idle and busy time (the copies' GPU time goes to `copier`)."""
+        if self.clock is None:
+            return steps
+        splits = split_steps(self.clock.end_window())
+        if len(splits) != len(steps):
+            raise RuntimeError(f"the GPU timeline has {len(splits)} steps, the window {len(steps)}")
+        self.copier.gpu_ms.extend(split.h2d_ms for split in splits)
+        return [replace(step, gpu_idle_data_ns=round(split.idle_data_ms * NS_PER_MS),
+                        gpu_idle_other_ns=round(split.idle_other_ms * NS_PER_MS),
+                        gpu_busy_ns=round(split.busy_ms * NS_PER_MS))
+                for step, split in zip(steps, splits)]
 
     def step(self, sink: Optional[TimingSink]) -> StepSample:
         watchdog = self.watchdog
@@ -234,14 +284,19 @@ class StepLoop:
         try:
             if self.stream.in_process:
                 watchdog.arm(MAKING_BATCH)
+            self._mark()
             batch = self.stream.next()
+            self._mark()
             watchdog.arm(CONSUMING_BATCH)
             t1 = time.perf_counter_ns()
-            data = self.copier.copy(batch.data, self.consumer.device, self.non_blocking, record=sink is not None)
+            data = self._to_device(batch.data, record=sink is not None)
             t2 = time.perf_counter_ns()
             data, batch = self.device_chain(data, batch)
             t2d = time.perf_counter_ns()
             self.consumer.step(data, batch.labels)
+            if self.clock is not None:
+                self.clock.mark()
+                self.clock.end_step()  # may wait for the oldest step
             t3 = time.perf_counter_ns()
             if self.after_step is not None:
                 self.after_step(batch, self.stream.epochs)
@@ -329,6 +384,7 @@ def measure_pass(loop: StepLoop, spec: JobSpec, sink: TimingSink, label: str,
     samples = 0
     stop_reason = WINDOW_COMPLETE
     mark(FIRST_MEASURED)
+    loop.begin_window()
     loop.last_end_ns = time.perf_counter_ns()  # the mark's own cost is not the pipeline's
     while True:
         want_more = len(steps) < target or measured_ns < min_time_ns or len(steps) % cycle != 0
@@ -346,6 +402,7 @@ def measure_pass(loop: StepLoop, spec: JobSpec, sink: TimingSink, label: str,
         if not bar.disable:
             bar.update(1)
             bar.set_postfix(samples_per_s=f"{samples * NS_PER_S / measured_ns:.1f}")
+    steps = loop.end_window(steps)
     mark(LAST_MEASURED)
     bar.close()
     return PassResult(first_batch_s, warmup, steps, measured_ns / NS_PER_S, loop.stream.epochs,

@@ -6,7 +6,8 @@ from typing import Dict, List, Optional, Sequence
 import numpy as np
 
 from pipebench.base.stats import block_ratio_interval, distribution
-from pipebench.measure.runner import NS_PER_MS, NS_PER_S, PassResult, TimingSink
+from pipebench.config.specs import SYNC_ASYNC, SYNC_PER_STEP
+from pipebench.measure.runner import NS_PER_MS, NS_PER_S, PassResult, StepSample, TimingSink
 from pipebench.measure.storage_io import file_read_figures
 from pipebench.measure.window import (
     Window,
@@ -100,7 +101,7 @@ def cpu_ms_per_sample(sink: TimingSink) -> float:
     return float((sum(a.sum() for a in sink.sample_cpu_ns) + sum(sink.batch_cpu_ns)) / NS_PER_MS / samples)
 
 
-def _rate_interval(window: Window, samples: np.ndarray, step_ns: np.ndarray):
+def rate_interval(window: Window, samples: np.ndarray, step_ns: np.ndarray):
     """samples/s over the steady blocks, with the block bootstrap's interval over blocks of whole
     cycles that each span at least BLOCK_MIN_S (machine load varies on that scale too)."""
     blocks = bootstrap_blocks(window, step_ns, BLOCK_MIN_S * NS_PER_S, MIN_TIME_BLOCKS)
@@ -111,6 +112,36 @@ def _rate_interval(window: Window, samples: np.ndarray, step_ns: np.ndarray):
 
 def _median_ms(values_ns: Sequence[int]) -> float:
     return float(np.median(values_ns) / NS_PER_MS) if len(values_ns) else float("nan")
+
+
+def _on_gpu_clock(steps: Sequence[StepSample]) -> bool:
+    """The steps carry the GPU's own timeline (run.sync=async) rather than host phase times."""
+    return bool(steps) and all(s.gpu_busy_ns is not None for s in steps)
+
+
+def _ns(steps: Sequence[StepSample], field: str) -> np.ndarray:
+    return np.array([getattr(s, field) for s in steps], dtype=np.float64)
+
+
+def accel_util_pct(steps: Sequence[StepSample]) -> float:
+    """The consumer's busy share of `steps`: from the GPU's timeline where they carry it, else the host's."""
+    if _on_gpu_clock(steps):
+        return gpu_clock_figures(steps)["accel_util_pct"]
+    return float(100.0 * _ns(steps, "compute_ns").sum() / _ns(steps, "step_ns").sum())
+
+
+def gpu_clock_figures(steps: Sequence[StepSample]) -> Dict[str, float]:
+    """run.sync=async: starvation, the other idle share and accel_util_pct as shares of the GPU's
+    own window (each step from the previous step's last kernel to its own), and the consumer's
+    busy time a step; they add up to 100%."""
+    span = _ns(steps, "gpu_span_ns")
+    busy = _ns(steps, "gpu_busy_ns")
+    return {
+        "starvation_pct": float(100.0 * _ns(steps, "gpu_idle_data_ns").sum() / span.sum()),
+        "starvation_other_pct": float(100.0 * _ns(steps, "gpu_idle_other_ns").sum() / span.sum()),
+        "accel_util_pct": float(100.0 * busy.sum() / span.sum()),
+        "consumer_ms_median": float(np.median(busy) / NS_PER_MS),
+    }
 
 
 def summary_row(passes: Sequence[PassResult], rows: Sequence[TransformRow], sink: TimingSink, workers: int,
@@ -126,9 +157,11 @@ def summary_row(passes: Sequence[PassResult], rows: Sequence[TransformRow], sink
     CPU time per sample (what the machine could produce at best).
     """
     window = split_window(passes, workers)
-    all_step_ns = np.array([s.step_ns for s in window.steps], dtype=np.float64)
+    on_gpu_clock = _on_gpu_clock(window.steps)
+    # run.sync=async: a step is its span on the GPU, so samples/s is what the GPU got through.
+    all_step_ns = _ns(window.steps, "gpu_span_ns" if on_gpu_clock else "step_ns")
     all_samples = np.array([s.samples for s in window.steps], dtype=np.float64)
-    rate = _rate_interval(window, all_samples, all_step_ns)
+    rate = rate_interval(window, all_samples, all_step_ns)
     steady = window.steady_indices()
     if steady.size == 0:  # fewer steps than one cycle: every step, no interval
         steady = np.arange(len(window.steps))
@@ -141,6 +174,12 @@ def summary_row(passes: Sequence[PassResult], rows: Sequence[TransformRow], sink
     wait = distribution(wait_ns / NS_PER_MS)
     steady_rate = float(samples.sum() * NS_PER_S / step_ns.sum())
     cost = epoch_cost(window, passes, workers, persistent)
+    shares = gpu_clock_figures(steps) if on_gpu_clock else {
+        "starvation_pct": float(100.0 * wait_ns.sum() / step_ns.sum()),
+        "starvation_other_pct": None,
+        "accel_util_pct": float(100.0 * compute_ns.sum() / step_ns.sum()),
+        "consumer_ms_median": float(np.median(compute_ns) / NS_PER_MS),
+    }
     pipeline_ms = float(sum(r.ms_per_sample for r in rows))
     cpu_ms = cpu_ms_per_sample(sink)
     producers = max(workers, 1)
@@ -162,9 +201,8 @@ def summary_row(passes: Sequence[PassResult], rows: Sequence[TransformRow], sink
         "wait_ms_mean": wait.mean,
         "wait_ms_median": wait.median,
         "wait_ms_p99": wait.p99,
-        "starvation_pct": float(100.0 * wait_ns.sum() / step_ns.sum()),
-        "accel_util_pct": float(100.0 * compute_ns.sum() / step_ns.sum()),
-        "consumer_ms_median": float(np.median(compute_ns) / NS_PER_MS),
+        **shares,
+        "step_sync": SYNC_ASYNC if on_gpu_clock else SYNC_PER_STEP,
         "h2d_ms_median": float(np.median([s.h2d_ns for s in steps]) / NS_PER_MS),
         "transfer_ms_median": float(np.median([s.transfer_ns for s in steps]) / NS_PER_MS),
         "ready_next_ms_median": _median_ms([s.wait_ns for s in steps if s.ready]),
@@ -191,7 +229,10 @@ def pass_records(passes: Sequence[PassResult], workers: int) -> List[Dict[str, o
 
 
 def pass_record(result: PassResult) -> Dict[str, object]:
-    """Raw per-step samples of one repeat, in ms, for result.json."""
+    """Raw per-step samples of one repeat, in ms, for result.json. `step_ms` is the step the
+    summary counts: at run.sync=async its span on the GPU's clock (the host phases beside it
+    then add up to the host's own time, which runs ahead)."""
+    on_gpu_clock = _on_gpu_clock(result.steps)
     return {
         "first_batch_s": result.first_batch_s,
         "warmup_steps": result.warmup_steps,
@@ -203,13 +244,15 @@ def pass_record(result: PassResult) -> Dict[str, object]:
         "h2d_ms": [s.h2d_ns / NS_PER_MS for s in result.steps],
         "device_ms": [s.device_ns / NS_PER_MS for s in result.steps],
         "compute_ms": [s.compute_ns / NS_PER_MS for s in result.steps],
-        "step_ms": [s.step_ns / NS_PER_MS for s in result.steps],
+        "step_ms": [(s.gpu_span_ns if on_gpu_clock else s.step_ns) / NS_PER_MS for s in result.steps],
         "transfer_ms": [s.transfer_ns / NS_PER_MS for s in result.steps],
         "worker_id": [s.worker_id for s in result.steps],
         "collective_ms": [s.collective_ns / NS_PER_MS for s in result.steps],
         "epoch": [s.epoch for s in result.steps],
         "start_epoch": result.start_epoch,
         "stop_reason": result.stop_reason,
+        **({f"gpu_{name}_ms": [getattr(s, f"gpu_{name}_ns") / NS_PER_MS for s in result.steps]
+            for name in ("idle_data", "idle_other", "busy")} if on_gpu_clock else {}),
     }
 
 

@@ -9,7 +9,9 @@ Every consumer follows one small interface (`Consumer` below):
   it trains on.
 - ``step(data, labels) -> None`` -- one training step. It returns only when the step's work is
   done, so a host timer around it measures the work and not the launch (CUDA consumers
-  synchronise before returning).
+  synchronise before returning), unless told to ``run_ahead()``.
+- ``run_ahead() -> None`` -- only consumers that can: from now on ``step`` queues its work and
+  returns without waiting (run.sync=async; pipebench.measure.step_sync).
 - ``report() -> dict`` -- JSON-able figures gathered over the steps, for result.json.
 
 Consumers are built with ``build_consumer(spec, seed)``. Construction never touches CUDA beyond
@@ -28,7 +30,7 @@ import torch
 from torch import nn
 
 from pipebench.base.errors import ConfigError
-from pipebench.base.gpu_timing import CudaPhaseTimer, HostPhaseTimer
+from pipebench.base.gpu_timing import CudaPhaseTimer, HostPhaseTimer, UntimedPhases
 from pipebench.config.specs import ConsumerSpec
 from pipebench.pipeline.masked_loss import MASKED_LOSSES
 
@@ -244,6 +246,11 @@ class ToyCnnConsumer:
         self._timed_ms: List[float] = []
         self._first_loss: Optional[torch.Tensor] = None
         self._last_loss: Optional[torch.Tensor] = None
+        self._time_phases = True
+
+    def run_ahead(self) -> None:
+        """Steps return once queued (run.sync=async): nothing waits, so phases go untimed."""
+        self._time_phases = False
 
     def _build(self, data: Any) -> None:
         """Build model, optimizer and timer for this batch's image size, on the target device."""
@@ -257,7 +264,10 @@ class ToyCnnConsumer:
         self._model = model.to(self.device).train()
         self._optimizer = torch.optim.SGD(self._model.parameters(), lr=self.lr, momentum=self.momentum)
         cuda = self.device.type == "cuda"
-        self._timer = CudaPhaseTimer(len(TOY_CNN_PHASES)) if cuda else HostPhaseTimer()
+        if not self._time_phases:
+            self._timer = UntimedPhases()
+        else:
+            self._timer = CudaPhaseTimer(len(TOY_CNN_PHASES)) if cuda else HostPhaseTimer()
 
     def _inputs(self, data: Any, labels: Any):
         x = torch.as_tensor(data).to(self.device, non_blocking=True)
@@ -282,14 +292,14 @@ class ToyCnnConsumer:
         optimizer.step()
         optimizer.zero_grad(set_to_none=True)
         timer.mark()
-        phase_ms = timer.finish()  # on CUDA: waits for this step's kernels
+        phase_ms = timer.finish()  # on CUDA: waits for this step's kernels, unless running ahead
         timed_ms = (time.perf_counter_ns() - timed_start) / NS_PER_MS
         loss = loss.detach()
         if first:
             # Model build, CUDA context and first-call kernels selection: reported apart.
             self._first_step_ms = (time.perf_counter_ns() - start) / NS_PER_MS
             self._first_loss = loss
-        else:
+        elif phase_ms:
             for phase, ms in zip(TOY_CNN_PHASES, phase_ms):
                 self._phase_ms[phase].append(ms)
             self._timed_ms.append(timed_ms)

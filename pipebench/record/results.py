@@ -49,6 +49,8 @@ SUMMARY_COLUMNS = [
     "samples_per_s_epoch", "epoch_restart_s", "epoch_restart_source", "epoch_boundaries_in_window",
     "step_ms_mean", "step_ms_var", "step_ms_median", "step_ms_iqr", "step_ms_p99",
     "wait_ms_mean", "wait_ms_median", "wait_ms_p99", "starvation_pct", "accel_util_pct",
+    # Which step loop the row used (run.sync), and the GPU's idle share not spent waiting for data.
+    "step_sync", "starvation_other_pct",
     "h2d_ms_median", "transfer_ms_median", "ready_next_ms_median", "batch_mb_median",
     "on_device_ms_median", "ready_steps_pct",
     "pipeline_ms_per_sample", "cpu_ms_per_sample", "worker_capacity_samples_per_s", "cpu_capacity_samples_per_s",
@@ -75,7 +77,8 @@ PRINTED_TRANSFORM_COLUMNS = TRANSFORM_COLUMNS[1:]
 
 # Summary cells that are not figures; every other summary column holds a number or null.
 TEXT_SUMMARY_COLUMNS = ("job", "dataset", "transform", "consumer", "pin_memory", "sync_ops", "gpu_notes",
-                        "reserved_oscillating", "epoch_restart_source", "window_note", "cache_mode", "storage_note")
+                        "reserved_oscillating", "epoch_restart_source", "window_note", "cache_mode", "storage_note",
+                        "step_sync")
 NUMERIC_SUMMARY = {**{column: optional(NUMBER) for column in SUMMARY_COLUMNS if column not in TEXT_SUMMARY_COLUMNS},
                    "ranks": optional(WHOLE)}
 # What the readers of result.json index without a default (report, diagnosis, compare, explore, resume).

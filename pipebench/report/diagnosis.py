@@ -55,6 +55,9 @@ RESTART_SHARE_WORTH_NAMING = 0.05
 WORKER_CPU_INFLATION = 1.05
 # Consumers that spend main-process CPU while they run (the others sleep or wait on a GPU).
 CPU_CONSUMERS = {("toy_cnn", "cpu")}
+# The accel_util_pct the workers and cores are sized for when the results do not say
+# (run.target_accel_util_pct; the schema's default, kept here for results written before it).
+DEFAULT_TARGET_ACCEL_UTIL_PCT = 90.0
 
 
 @dataclass(frozen=True)
@@ -99,6 +102,7 @@ class Diagnosis:
     rows: Tuple[PredictedRow, ...]
     costs: Tuple[Tuple[str, ChainCosts], ...]
     advice: Tuple[str, ...]
+    targets: Tuple[Tuple[str, "TargetNeeds"], ...] = ()
 
 
 def _rate(amount: float, cost_ms: float) -> float:
@@ -131,6 +135,59 @@ def workers_to_feed(costs: ChainCosts) -> Optional[int]:
     return needed if feeds else None
 
 
+@dataclass(frozen=True)
+class TargetNeeds:
+    """What one chain needs for the consumer to be busy `target_pct` of the time: workers, usable
+    cores, and whether this host has the cores. `workers`/`cores` None: no consumer time to fill."""
+
+    target_pct: float
+    workers: Optional[int]
+    cores: Optional[int]
+    host_cores: int
+
+    @property
+    def host_has_them(self) -> bool:
+        return self.cores is not None and self.cores <= self.host_cores
+
+
+def needs_for_target(costs: ChainCosts, target_pct: float) -> TargetNeeds:
+    """Workers and cores for accel_util_pct >= `target_pct`, by the same model as `predict`.
+
+    The consumer is busy rate / (B/s) of the time, so the loader must deliver u·B/s samples a
+    ms (u = target_pct / 100): W workers make W/c, so W = ⌈u·B·c/s⌉; the cores spend
+    c_cpu + s_cpu/B ms of CPU a sample, so C = ⌈u·(B·c_cpu + s_cpu)/s⌉. When workers=0 already
+    reaches the target (B·c + s ≤ s/u), no worker is needed, and one core does it.
+    """
+    batch, c, s = costs.batch_size, costs.ms_per_sample, costs.consumer_ms
+    if not s > 0:
+        return TargetNeeds(target_pct, None, None, costs.usable_cores)
+    share = target_pct / 100.0
+    if batch * c + s <= s / share:
+        return TargetNeeds(target_pct, 0, 1, costs.usable_cores)
+    workers = math.ceil(share * batch * c / s)
+    cores = math.ceil(share * (batch * costs.cpu_ms_per_sample + costs.consumer_cpu_ms) / s)
+    return TargetNeeds(target_pct, max(workers, 1), max(cores, 1), costs.usable_cores)
+
+
+def target_line(chain: str, needs: TargetNeeds) -> str:
+    """One line: what `chain` needs to keep the consumer busy `target_pct` of the time, and whether this host has it."""
+    if needs.workers is None:
+        return f"{chain}: no consumer time was measured, so no accel_util_pct target applies."
+    if needs.workers == 0:
+        return f"{chain}: workers=0 already keeps the consumer {format_value(needs.target_pct)}% busy; any host does."
+    have = (f"this host has them ({needs.host_cores} usable)" if needs.host_has_them else
+            f"this host has {needs.host_cores} usable, {needs.cores - needs.host_cores} short: more cores, or a "
+            "cheaper chain (`pipebench explore`)")
+    return (f"{chain}: {needs.workers} worker(s) and {needs.cores} usable core(s) keep the consumer "
+            f"{format_value(needs.target_pct)}% busy; {have}.")
+
+
+def target_pct_of(results: Sequence[Mapping]) -> float:
+    """run.target_accel_util_pct of the results (the first job's), else the default."""
+    run = ((results[0].get("config") or {}).get("run") or {}) if results else {}
+    return float(run.get("target_accel_util_pct", DEFAULT_TARGET_ACCEL_UTIL_PCT))
+
+
 def _chain_overrides(result: Mapping) -> Dict[str, str]:
     pairs = (o.split("=", 1) for o in result.get("overrides", []) if "=" in o)
     return {key.lstrip("+~"): value for key, value in pairs if key.lstrip("+~") not in NON_CHAIN_KEYS}
@@ -147,7 +204,13 @@ def chain_labels(results: Sequence[Mapping]) -> List[str]:
 
 
 def _consumer_ms(result: Mapping) -> float:
-    steps = [c + h for p in result["passes"] for c, h in zip(p["compute_ms"], p["h2d_ms"])]
+    """The consumer's time a step, copy included: the GPU's busy time from its own timeline
+    (run.sync=async, where the host's step time is only the launch), else the host's."""
+    passes = result["passes"]
+    if passes and all("gpu_busy_ms" in p for p in passes):
+        steps = [b for p in passes for b in p["gpu_busy_ms"]]
+    else:
+        steps = [c + h for p in passes for c, h in zip(p["compute_ms"], p["h2d_ms"])]
     return float(np.median(steps)) if steps else float("nan")
 
 
@@ -449,7 +512,9 @@ def diagnose(results: Sequence[Mapping]) -> Diagnosis:
     advice = [*_advice_dominant(base, groups[base]), *_advice_workers(base, costs[base]),
               *_advice_variants(base, groups, costs), *_advice_epochs(results),
               *_advice_unexplained(rows, results, costs)]
-    return Diagnosis(rows=tuple(rows), costs=tuple(costs.items()), advice=tuple(advice))
+    target = target_pct_of(results)
+    targets = tuple((chain, needs_for_target(c, target)) for chain, c in costs.items())
+    return Diagnosis(rows=tuple(rows), costs=tuple(costs.items()), advice=tuple(advice), targets=targets)
 
 
 PREDICTION_COLUMNS = ["chain", "ranks", "workers", "predicted_samples_per_s", "measured_samples_per_s", "gap_pct",
@@ -482,6 +547,10 @@ def render_diagnosis(diagnosis: Diagnosis) -> str:
         markdown_table(cost_rows, list(cost_rows[0])),
         markdown_table(prediction_table_rows(diagnosis), [c for c in PREDICTION_COLUMNS if c != "ranks" or any(
             r.ranks > 1 for r in diagnosis.rows)]),
+        *([f"### cores for accel_util_pct ≥ {format_value(diagnosis.targets[0][1].target_pct)}% "
+           "(run.target_accel_util_pct)\n",
+           "\n".join(f"- {target_line(chain, needs)}" for chain, needs in diagnosis.targets) + "\n"]
+          if diagnosis.targets else []),
         "### what to do\n",
         "\n".join(f"{i}. {line}" for i, line in enumerate(diagnosis.advice, 1)) + "\n",
     ]

@@ -21,6 +21,7 @@ import tempfile
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
+import numpy as np
 import torch
 
 from pipebench.base.errors import ConfigError, PipebenchError
@@ -44,8 +45,9 @@ from pipebench.measure.distributed.ranks import (
     load_timings,
 )
 from pipebench.measure.fingerprint import usable_cores
-from pipebench.measure.runner import TimingSink
-from pipebench.measure.summarize import rows_as_dicts, transform_rows
+from pipebench.measure.runner import NS_PER_MS, PassResult, StepSample, TimingSink
+from pipebench.measure.summarize import rate_interval, rows_as_dicts, transform_rows
+from pipebench.measure.window import split_window
 from pipebench.pipeline.timed_chain import StepName
 
 # torchrun's and the ranks' own output (tracebacks of a failed rank) go here, not to the console.
@@ -180,18 +182,50 @@ def pooled_transforms(records: Sequence[Dict[str, Any]], job_dir: Path) -> List[
                                         [StepName(*n) for n in names["batch"]]))
 
 
+def total_passes(records: Sequence[Dict[str, Any]]) -> List[PassResult]:
+    """The ranks' steps as one loop's: per step, every rank's samples over the ranks' mean step
+    time. The ranks step together (every step ends in an all-reduce, every window end is agreed),
+    so step k takes about as long on each; rank 0's epochs and window bounds stand for all."""
+    passes = []
+    for index, first in enumerate(records[0]["passes"]):
+        ranks = [r["passes"][index] for r in records]
+        count = min(len(p["step_ms"]) for p in ranks)
+        steps = [StepSample(0, 0, 0, round(statistics.fmean(p["step_ms"][k] for p in ranks) * NS_PER_MS),
+                            sum(p["samples"][k] for p in ranks), 0, 0, False, epoch=first["epoch"][k])
+                 for k in range(count)]
+        passes.append(PassResult(first["first_batch_s"], first["warmup_steps"], steps, first["wall_s"],
+                                 first["epochs"], {}, first["start_epoch"], first["stop_reason"]))
+    return passes
+
+
+def total_rate(records: Sequence[Dict[str, Any]], workers: int) -> Dict[str, Any]:
+    """samples/s of all ranks together (the sum of the ranks' rates, as their passes give it) and
+    an interval of that total: the block bootstrap of the per-step totals over whole worker
+    cycles (as one process's rate is measured), centred on the sum (the per-step totals' own
+    ratio differs from it only as far as the ranks' step times differ). A sum of the ranks' own
+    bounds is no interval of the sum: it ignores that a slow step on one rank is a slow step on
+    all of them (the all-reduce waits) and that independent noise partly cancels."""
+    window = split_window(total_passes(records), workers)
+    samples = np.array([s.samples for s in window.steps], dtype=np.float64)
+    step_ns = np.array([s.step_ns for s in window.steps], dtype=np.float64)
+    interval = rate_interval(window, samples, step_ns)
+    total = sum(float(r["summary"]["samples_per_s"]) for r in records)
+    return {"samples_per_s": total, "samples_per_s_ci_low": interval.low - interval.value + total,
+            "samples_per_s_ci_high": interval.high - interval.value + total, "ci_blocks": interval.blocks}
+
+
 def aggregate(records: Sequence[Dict[str, Any]]) -> Dict[str, Any]:
-    """The job's row from its ranks: total samples/s, mean and max starvation, straggler ratio
-    (slowest rank's busy time a step over the median rank's), collective wait. The other step
-    columns are rank 0's (`steps` too: the ranks step together)."""
+    """The job's row from its ranks: total samples/s (its interval is `total_rate`'s), mean and max
+    starvation, straggler ratio (slowest rank's busy time a step over the median rank's),
+    collective wait. The other step columns are rank 0's (`steps` too: the ranks step together)."""
     summaries = [r["summary"] for r in records]
     busy = [s["busy_ms_mean"] for s in summaries]
     starvation = [s["starvation_pct"] for s in summaries]
     row = {k: v for k, v in summaries[0].items() if k not in ("busy_ms_mean", "collective_ms_mean", "collective_ms_p99")}
     row.update(
         samples_per_s=sum(s["samples_per_s"] for s in summaries),
-        samples_per_s_ci_low=sum(s["samples_per_s_ci_low"] for s in summaries),
-        samples_per_s_ci_high=sum(s["samples_per_s_ci_high"] for s in summaries),
+        samples_per_s_ci_low=None,
+        samples_per_s_ci_high=None,
         starvation_pct=statistics.fmean(starvation),
         starvation_pct_max=max(starvation),
         ranks=len(records),
@@ -221,6 +255,7 @@ def measure_multirank(spec: JobSpec, job_dir: Path) -> Dict[str, Any]:
     coverage = coverage_of(records, spec)
     print(coverage.describe(), flush=True)
     summary = aggregate(records)
+    summary.update(total_rate(records, spec.workers))
     print(aggregate_line(summary), flush=True)
     summary.update(duplicate_samples=coverage.duplicates, missed_samples=coverage.missing, gpu_notes=GPU_NOTE)
     return {

@@ -33,6 +33,7 @@ from pipebench.measure.gpu.sync_detect import (
 )
 from pipebench.measure.gpu.trace import load_trace, windows
 from pipebench.measure.gpu.util import GpuUtilSampler
+from pipebench.measure.summarize import accel_util_pct
 
 # Steps in the GPU trace: a short trace, as HTA's guidance asks, yet several gaps per stream.
 # Raised to two whole worker cycles: fewer steps than a cycle can fall inside one burst of
@@ -136,10 +137,12 @@ class GpuSession:
             loop.step(None)
         activities = [torch.profiler.ProfilerActivity.CPU, torch.profiler.ProfilerActivity.CUDA]
         traced = []
+        loop.begin_window()
         with torch.profiler.profile(activities=activities) as prof:
             for _ in range(trace_steps(cycle)):
                 with torch.profiler.record_function(STEP_LABEL):
                     traced.append(loop.step(None))
+        traced = loop.end_window(traced)
         path = job_dir / GPU_TRACE_FILE
         prof.export_chrome_trace(str(path))
         events = load_trace(path)
@@ -147,7 +150,7 @@ class GpuSession:
         idle = idle_breakdown(events, (steps[0].start_ns, steps[-1].end_ns) if steps else None)
         data, labels = loop.consumer.last_batch
         self._profiled = {
-            "trace_accel_util_pct": 100.0 * sum(s.compute_ns for s in traced) / sum(s.step_ns for s in traced),
+            "trace_accel_util_pct": accel_util_pct(traced),
             "trace_steps": len(traced),
             "trace": path.name,
             "idle": idle,

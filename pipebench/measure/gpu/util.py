@@ -13,7 +13,7 @@ starts. Without CUDA, or without NVML, it records nothing and the report says wh
 import os
 import threading
 from dataclasses import dataclass
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, List, Optional, Tuple
 
 import torch
 
@@ -38,10 +38,58 @@ class GpuUtilReport:
         return sum(self.samples) / len(self.samples) if self.samples else None
 
 
-def _nvml_index() -> int:
-    """NVML index of CUDA device 0: the first entry of CUDA_VISIBLE_DEVICES when it is a number."""
-    first = os.environ.get("CUDA_VISIBLE_DEVICES", "0").split(",")[0].strip()
-    return int(first) if first.isdigit() else 0
+def _uuid(nvml: Any, handle: Any) -> str:
+    uuid = nvml.nvmlDeviceGetUUID(handle)
+    return uuid.decode() if isinstance(uuid, bytes) else str(uuid)
+
+
+def _mig_devices(nvml: Any, gpu: Any) -> List[Any]:
+    """The MIG instances of `gpu` (none when MIG is off or the call is not supported)."""
+    try:
+        count = nvml.nvmlDeviceGetMaxMigDeviceCount(gpu)
+    except nvml.NVMLError:
+        return []
+    found = []
+    for index in range(count):
+        try:
+            found.append(nvml.nvmlDeviceGetMigDeviceHandleByIndex(gpu, index))
+        except nvml.NVMLError:  # an empty slot
+            continue
+    return found
+
+
+def _old_style_mig(nvml: Any, gpu: Any, instance: str) -> Optional[Any]:
+    """`MIG-GPU-<uuid>/<gpu instance>/<compute instance>` (drivers before R470): that instance of `gpu`."""
+    gi, _, ci = instance.partition("/")
+    for mig in _mig_devices(nvml, gpu):
+        if (str(nvml.nvmlDeviceGetGpuInstanceId(mig)), str(nvml.nvmlDeviceGetComputeInstanceId(mig))) == (gi, ci):
+            return mig
+    return None
+
+
+def nvml_device(nvml: Any, visible: Optional[str]) -> Tuple[Any, bool]:
+    """(NVML handle, is a MIG instance) of CUDA device 0, as CUDA_VISIBLE_DEVICES names it: an
+    index, a GPU UUID (or the unique prefix CUDA accepts), or a MIG instance's UUID, old style
+    or new. NVML numbers devices its own way, so a UUID is resolved by UUID, never read as 0.
+    Raises LookupError when no device NVML lists matches."""
+    first = (visible or "0").split(",")[0].strip()
+    if first.isdigit():
+        return nvml.nvmlDeviceGetHandleByIndex(int(first)), False
+    old_style = first.startswith("MIG-GPU-")
+    wanted = first[len("MIG-"):].split("/", 1)[0] if old_style else first
+    for index in range(nvml.nvmlDeviceGetCount()):
+        gpu = nvml.nvmlDeviceGetHandleByIndex(index)
+        if _uuid(nvml, gpu).startswith(wanted):
+            if not old_style:
+                return gpu, False
+            mig = _old_style_mig(nvml, gpu, first.split("/", 1)[1] if "/" in first else "")
+            if mig is not None:
+                return mig, True
+        if first.startswith("MIG-"):
+            for mig in _mig_devices(nvml, gpu):
+                if _uuid(nvml, mig) == first:
+                    return mig, True
+    raise LookupError(f"CUDA_VISIBLE_DEVICES={first!r} names no device NVML lists")
 
 
 def _open_nvml():
@@ -54,9 +102,15 @@ def _open_nvml():
         return None, "not measured: NVML bindings missing (pip install 'pipebench[gpu]')"
     try:
         pynvml.nvmlInit()
-        return pynvml, pynvml.nvmlDeviceGetHandleByIndex(_nvml_index())
+        handle, mig = nvml_device(pynvml, os.environ.get("CUDA_VISIBLE_DEVICES"))
     except pynvml.NVMLError as exc:
         return None, f"not measured: NVML unavailable ({exc})"
+    except LookupError as exc:
+        return None, f"not measured: {exc}"
+    if mig:
+        # NVML keeps no utilisation counter per MIG instance, and the whole GPU's counts the others' work.
+        return None, "not measured: NVML reports no utilisation for a MIG instance"
+    return pynvml, handle
 
 
 class GpuUtilSampler:
