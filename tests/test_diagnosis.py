@@ -218,3 +218,12 @@ def test_a_costly_epoch_restart_names_persistent_workers():
     assert "loader.persistent_workers=true keeps them" in text and "at workers=8: restarting" not in text
     costly["config"] = {"loader": {"persistent_workers": True}}
     assert "restarting the workers" not in render_diagnosis(diagnose([costly, cheap]))
+
+
+def test_diagnosis_names_decode_when_it_dominates_and_points_at_decode_moves():
+    result = _result("recipe", 0, 150.0, 70.0, 6.0, steps=(("decode", 3.0), ("RandomResizedCrop", 2.0)))
+    result["transforms"][0]["stage"] = "decode"
+    advice = diagnose([result]).advice[0]
+    assert "the image decode, 3" in advice and "decode less" in advice and "reduced-size decode" in advice
+    result["transforms"][0]["stage"] = "per_sample"  # a transform named decode is only a transform
+    assert "Dominant cost in transform=recipe: decode, 3" in diagnose([result]).advice[0]
