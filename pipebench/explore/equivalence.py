@@ -6,6 +6,12 @@ equal outputs are `identical`, equal within float tolerance (a reordered float c
 Kolmogorov-Smirnov test on per-sample statistics across many seeds decides between `same
 distribution` and `not equivalent`. A random transform moved into the collate makes one draw
 per batch instead of one per sample: always `not equivalent`, whatever the test says.
+
+A reduced-size decode changes pixels a little by design. Its variant is judged in two parts: the
+replaced first step against the original on the same files and seeds, as 8-bit images (the
+largest difference in grey levels after the resize, against a bound the user sets:
+`pipebench explore --max-pixel-diff`), then the rest of the variant against the base chain with
+the same first step swapped in. Within the bound and the rest equal: `close`.
 """
 
 from dataclasses import dataclass
@@ -16,7 +22,7 @@ import torch
 from scipy.stats import ks_2samp
 from torch.utils.data import default_collate
 
-from pipebench.explore.variants import Chain, Variant
+from pipebench.explore.variants import REDUCED_DECODE, Chain, Variant, reduced_decode
 from pipebench.measure.setup import seed_everything
 from pipebench.pipeline.build import build_transforms
 from pipebench.pipeline.movement import declared_movement
@@ -45,6 +51,14 @@ DISTRIBUTION_SEEDS = 100
 # call a difference. 0.01 keeps a false "not equivalent" rare across a dozen variants.
 ALPHA = 0.01
 STATISTICS = ("mean", "std")
+# The default bound on a reduced-size decode's largest pixel difference after the resize, in grey
+# levels. A DCT-scaled decode is a different low-pass filter from the resize's: on the default
+# corpus most same-seed crops come out identical (their crop is under twice the output, so no
+# draft) and the drafted ones differ most at sharp, grainy edges (up to ~70 levels, measured).
+# A generous default keeps the move visible; the user tightens it for their own tolerance.
+DEFAULT_MAX_PIXEL_DIFF = 80
+# Files the reduced-size decode's first step is compared on, each under its own seed.
+PIXEL_SAMPLES = 16
 TEST_NAME = "two-sample Kolmogorov-Smirnov (scipy.stats.ks_2samp)"
 
 Fetch = Callable[[int], List[Any]]
@@ -125,8 +139,53 @@ def _distribution_test(base: _Built, variant: _Built, fetch: Fetch, seed: int) -
     return p, note
 
 
-def check(base_chain: Chain, variant: Variant, fetch: Fetch, seed: int) -> Equivalence:
+def _as_pixels(image: Any) -> np.ndarray:
+    """An 8-bit image (PIL, or a uint8 [C, H, W] tensor) as an int16 [H, W, C] array."""
+    if isinstance(image, torch.Tensor):
+        return image.permute(1, 2, 0).numpy().astype(np.int16)
+    return np.asarray(image, dtype=np.int16)
+
+
+def first_step_difference(base_chain: Chain, replaced: Chain, fetch: Fetch, seed: int) -> int:
+    """The largest |Δ| in grey levels between the two chains' first steps, same files and seeds."""
+    ours, theirs = build_transforms([base_chain.per_sample[0], replaced.per_sample[0]], "transform.per_sample")
+    worst = 0
+    for k in range(PIXEL_SAMPLES):
+        seed_everything(seed + k)
+        a = _as_pixels(ours(fetch(1)[0]))
+        seed_everything(seed + k)
+        b = _as_pixels(theirs(fetch(1)[0]))
+        if a.shape != b.shape:
+            raise ValueError(f"{type(theirs).__name__} gives shape {b.shape} instead of {a.shape}")
+        worst = max(worst, int(np.abs(a - b).max()))
+    return worst
+
+
+def check(base_chain: Chain, variant: Variant, fetch: Fetch, seed: int,
+          max_pixel_diff: int = DEFAULT_MAX_PIXEL_DIFF) -> Equivalence:
     """The variant's verdict against the base chain; `fetch(n)` returns n fresh input samples."""
+    if REDUCED_DECODE not in variant.moves:
+        return _check_chain(base_chain, variant, fetch, seed)
+    drafted = reduced_decode(base_chain).chain
+    try:
+        worst = first_step_difference(base_chain, drafted, fetch, seed)
+    except Exception as exc:  # a user's files may fail in any way; the verdict says how
+        return Equivalence(FAILS, f"{REDUCED_DECODE}: {type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}")
+    note = (f"reduced-size decode: max |Δ| = {worst} grey levels after the resize over {PIXEL_SAMPLES} files "
+            f"(bound {max_pixel_diff}, --max-pixel-diff)")
+    if worst > max_pixel_diff:
+        return Equivalence(NOT_EQUIVALENT, f"{note}: above the bound", max_abs_diff=float(worst))
+    rest = _check_chain(drafted, variant, fetch, seed)
+    if rest.verdict not in (IDENTICAL, CLOSE):
+        return Equivalence(rest.verdict, f"{note}; the rest, against the chain with the same decode: {rest.detail}",
+                           rest.test, rest.p_value, float(worst))
+    return Equivalence(CLOSE if worst else rest.verdict,
+                       f"{note}; the rest, against the chain with the same decode: {rest.detail}",
+                       max_abs_diff=float(worst))
+
+
+def _check_chain(base_chain: Chain, variant: Variant, fetch: Fetch, seed: int) -> Equivalence:
+    """Same seed first, then (random chains) the distribution test."""
     base = _Built.of(base_chain)
     try:
         built = _Built.of(variant.chain)

@@ -27,8 +27,8 @@ from pipebench.base.io import folder_safe, write_json_atomic, write_text_atomic
 from pipebench.base.tables import markdown_table
 from pipebench.config.compose import job_spec_composer, one_line
 from pipebench.config.sweep_axes import expand_auto_workers
-from pipebench.explore.equivalence import EQUIVALENT_VERDICTS, FAILS, Equivalence, check
-from pipebench.explore.variants import Chain, Variant, explore
+from pipebench.explore.equivalence import DEFAULT_MAX_PIXEL_DIFF, EQUIVALENT_VERDICTS, FAILS, Equivalence, check
+from pipebench.explore.variants import Chain, SampleSource, Variant, explore
 from pipebench.measure.fingerprint import usable_cores
 from pipebench.pipeline.build import build_dataset
 from pipebench.record.results import load_job_results
@@ -171,7 +171,7 @@ def write_variant_files(invocation_dir: Path, checked: Sequence[Checked], not_ap
                      for item, row in zip(checked, rows)],
     }
     write_json_atomic(invocation_dir / VARIANTS_JSON, versioned(payload))
-    markdown = markdown_table(rows, EQUIVALENCE_COLUMNS)
+    markdown = markdown_table(rows, EQUIVALENCE_COLUMNS) + "".join(f"not applied: {reason}\n" for reason in not_applied)
     write_text_atomic(invocation_dir / EQUIVALENCE_MD, markdown)
     write_text_atomic(invocation_dir / EQUIVALENCE_CSV, csv_text(rows, list(rows[0])))
     return markdown
@@ -189,8 +189,8 @@ def unfinished_exploration(results_dir: Path, base: str, overrides: Sequence[str
         lambda record: [c for c in record.get("command", []) if not c.startswith(SEARCH_PATH_KEY)] == wanted)
 
 
-def plan_exploration(overrides: Sequence[str], first_job: Sequence[str], fresh: bool = False
-                     ) -> Union[Plan, NoVariants]:
+def plan_exploration(overrides: Sequence[str], first_job: Sequence[str], fresh: bool = False,
+                     max_pixel_diff: int = DEFAULT_MAX_PIXEL_DIFF) -> Union[Plan, NoVariants]:
     """Generate and check the variants of the chain `first_job` composes to, and pick their folder:
     an interrupted exploration of the same chain and settings (unless `fresh`), else a new one,
     created now. `write_plan` writes into it.
@@ -200,10 +200,11 @@ def plan_exploration(overrides: Sequence[str], first_job: Sequence[str], fresh: 
     check_overrides(overrides)
     with job_spec_composer() as compose_one:
         spec, results_dir = compose_one(first_job)
-    found = explore(spec.transform_name, Chain(spec.per_sample, spec.per_batch))
+    dataset = build_dataset(spec)
+    source = SampleSource.of(dataset[0][0]) if len(dataset) else None
+    found = explore(spec.transform_name, Chain(spec.per_sample, spec.per_batch), source)
     if len(found.variants) == 1:
         return NoVariants(found.base.name, found.not_applied)
-    dataset = build_dataset(spec)
 
     def fetch(n: int) -> list:
         return [dataset[i % len(dataset)][0] for i in range(n)]
@@ -211,7 +212,7 @@ def plan_exploration(overrides: Sequence[str], first_job: Sequence[str], fresh: 
     checked = [Checked(found.base, None)]
     for variant in found.variants[1:]:
         print(f"explore: checking {variant.name}", flush=True)
-        checked.append(Checked(variant, check(found.base.chain, variant, fetch, spec.run.seed)))
+        checked.append(Checked(variant, check(found.base.chain, variant, fetch, spec.run.seed, max_pixel_diff)))
     given = {_key(o) for o in overrides}
     kept = [o for o in overrides if _key(o) != "transform"]
     defaults = [f"{key}={value}" for key, value in EXPLORE_DEFAULTS

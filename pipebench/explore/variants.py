@@ -1,6 +1,9 @@
 """Generate a chain's variants from what its transforms declare (pipebench.pipeline.movement).
 
-Three moves, each legal only where the declarations say so:
+The moves, each legal only where the declarations say so:
+- reduced_decode: a first step that resizes down (RandomResizedCrop, Resize) is replaced by its
+  draft_form, which decodes the JPEG at 1/2, 1/4 or 1/8 size where its output allows (needs a
+  JPEG dataset whose images are at least twice the output size); pixels differ a little;
 - crop_first: a crop moves ahead of the pointwise steps before it (PIL->tensor conversion
   included), as long as it accepts what arrives there; a step that is not pointwise, or
   declares nothing, stops it;
@@ -10,6 +13,7 @@ Every combination is tried, moves applied in that order; a combination is kept o
 of its moves changed something and the chain differs from every earlier variant.
 """
 
+import functools
 import itertools
 import json
 from dataclasses import dataclass, field
@@ -17,11 +21,16 @@ from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
 from pipebench.pipeline.movement import Movement, accepted_kinds, declared_movement
 
+REDUCED_DECODE = "reduced_decode"
 CROP_FIRST = "crop_first"
 FAST = "fast"
 PER_BATCH = "per_batch"
 # Canonical order: names list moves in it, and combinations apply them in it.
-MOVES = (CROP_FIRST, FAST, PER_BATCH)
+MOVES = (REDUCED_DECODE, CROP_FIRST, FAST, PER_BATCH)
+# PIL's name for a JPEG file (Image.format): the only format with DCT-scaled decoding.
+JPEG_FORMAT = "JPEG"
+# libjpeg's smallest useful DCT reduction: below twice the output size no draft can apply.
+MIN_DRAFT_REDUCTION = 2
 NAME_SEPARATOR = "+"
 
 Node = Mapping[str, Any]
@@ -46,6 +55,22 @@ class Chain:
     def key(self) -> str:
         """Equal for equal chains, so variants that yield the same chain can be dropped."""
         return json.dumps(self.as_config(), sort_keys=True, default=str)
+
+
+@dataclass(frozen=True)
+class SampleSource:
+    """What the dataset gives, read from its first sample: a file format (PIL's name, JPEG, PNG, ...),
+    `decoded image` or `tensor`, and the image's (width, height) when it is an image."""
+
+    kind: str
+    size: Optional[Tuple[int, int]] = None
+
+    @classmethod
+    def of(cls, sample: Any) -> "SampleSource":
+        size = getattr(sample, "size", None)
+        if isinstance(size, tuple) and len(size) == 2:
+            return cls(getattr(sample, "format", None) or "decoded image", size)
+        return cls(type(sample).__name__.lower())
 
 
 @dataclass(frozen=True)
@@ -162,15 +187,62 @@ def per_batch(chain: Chain) -> Moved:
     return Moved(Chain(tuple(steps), (*moved, *chain.per_batch)), changes, draws_per_batch=tuple(random_moved))
 
 
-MOVE_FUNCTIONS: Mapping[str, Callable[[Chain], Moved]] = {CROP_FIRST: crop_first, FAST: fast, PER_BATCH: per_batch}
+def _output_size(node: Node, image: Tuple[int, int]) -> Tuple[int, int]:
+    """(w, h) a RandomResizedCrop or Resize node makes of a (w, h) image."""
+    size = node.get("size")
+    sizes = [size] if isinstance(size, int) else list(size)
+    if len(sizes) == 2 or "RandomResizedCrop" in str(node["_target_"]):
+        return (sizes[-1], sizes[0])
+    short, long = sorted(image)
+    scaled = (sizes[0], int(sizes[0] * long / short))
+    return scaled if image[0] <= image[1] else scaled[::-1]
 
 
-def _apply(chain: Chain, moves: Sequence[str]) -> Optional[Moved]:
+def reduced_decode(chain: Chain, source: Optional[SampleSource] = None) -> Moved:
+    """Replace a first step that resizes down by its draft_form (decode the JPEG at reduced size)."""
+    if source is not None and source.kind != JPEG_FORMAT:
+        return Moved(chain, reason=f"{REDUCED_DECODE}: the dataset gives {source.kind} samples, not JPEG files: "
+                                   "decode moves skipped")
+    if not chain.per_sample:
+        return Moved(chain, reason=f"{REDUCED_DECODE}: there are no per-sample transforms")
+    first = chain.per_sample[0]
+    name, movement = short_name(first), declared_movement(first)
+    if movement is None or not movement.draft_form:
+        pads = name == "RandomCrop" and movement is not None and not movement.crop
+        why = "pads, so a reduced-size decode would change what the padding surrounds" if pads else \
+            "does not resize the image down (declares no draft_form)"
+        return Moved(chain, reason=f"{REDUCED_DECODE}: the first step, {name}, {why}")
+    if source is not None and source.size is not None:
+        out = _output_size(first, source.size)
+        width, height = source.size
+        if "Resize" == name and (out[0] >= width or out[1] >= height):
+            return Moved(chain, reason=f"{REDUCED_DECODE}: {name} to {out[0]}x{out[1]} upsamples the "
+                                       f"{width}x{height} images")
+        if width // MIN_DRAFT_REDUCTION < out[0] or height // MIN_DRAFT_REDUCTION < out[1]:
+            return Moved(chain, reason=f"{REDUCED_DECODE}: a draft at 1/{MIN_DRAFT_REDUCTION} of the {width}x{height} "
+                                       f"images would go below {name}'s output size {out[0]}x{out[1]}")
+    drafted = _with_target(first, movement.draft_form)
+    return Moved(Chain((drafted, *chain.per_sample[1:]), chain.per_batch),
+                 (f"replace {name} with {short_name(drafted)} (decode the JPEG at 1/2, 1/4 or 1/8 size, libjpeg's "
+                  "DCT scaling, wherever the region kept is at least that many times the output)",))
+
+
+MOVE_FUNCTIONS: Mapping[str, Callable[[Chain], Moved]] = {REDUCED_DECODE: reduced_decode, CROP_FIRST: crop_first,
+                                                          FAST: fast, PER_BATCH: per_batch}
+
+
+def move_functions(source: Optional[SampleSource]) -> Mapping[str, Callable[[Chain], Moved]]:
+    """MOVE_FUNCTIONS, with the decode moves told what the dataset gives."""
+    return {**MOVE_FUNCTIONS, REDUCED_DECODE: functools.partial(reduced_decode, source=source)}
+
+
+def _apply(chain: Chain, moves: Sequence[str], functions: Mapping[str, Callable[[Chain], Moved]]
+           ) -> Optional[Moved]:
     """Apply moves in order; None when one of them changes nothing (that combination adds nothing)."""
     changes: List[str] = []
     draws: List[str] = []
     for move in moves:
-        done = MOVE_FUNCTIONS[move](chain)
+        done = functions[move](chain)
         if not done.changes:
             return None
         chain = done.chain
@@ -179,17 +251,19 @@ def _apply(chain: Chain, moves: Sequence[str]) -> Optional[Moved]:
     return Moved(chain, tuple(changes), draws_per_batch=tuple(draws))
 
 
-def explore(name: str, chain: Chain) -> Exploration:
-    """The base chain and every distinct variant: single moves first, then pairs, then all three."""
+def explore(name: str, chain: Chain, source: Optional[SampleSource] = None) -> Exploration:
+    """The base chain and every distinct variant: single moves first, then pairs, and so on.
+    `source` (the dataset's first sample) lets the decode moves skip a dataset they cannot serve."""
+    functions = move_functions(source)
     variants = [Variant(name, (), (), chain)]
     seen = {chain.key()}
     for size in range(1, len(MOVES) + 1):
         for moves in itertools.combinations(MOVES, size):
-            done = _apply(chain, moves)
+            done = _apply(chain, moves, functions)
             if done is None or done.chain.key() in seen:
                 continue
             seen.add(done.chain.key())
             variants.append(Variant(NAME_SEPARATOR.join((name, *moves)), moves, done.changes, done.chain,
                                     done.draws_per_batch))
-    not_applied = tuple(done.reason for done in (MOVE_FUNCTIONS[m](chain) for m in MOVES) if not done.changes)
+    not_applied = tuple(done.reason for done in (functions[m](chain) for m in MOVES) if not done.changes)
     return Exploration(tuple(variants), not_applied)

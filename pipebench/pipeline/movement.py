@@ -3,14 +3,14 @@
 A transform class declares `movement = Movement(...)`: which inputs it accepts (PIL images,
 tensors or both), whether it converts between them, whether it is a crop, whether it is
 pointwise (a crop commutes with it), whether it is random, and its per-batch and faster
-forms. torchvision's classes cannot carry the attribute, so `TORCHVISION_MOVEMENT` declares
-them, keyed by `_target_`. A transform that declares nothing never moves, and nothing moves
+forms (a reduced-size decode among them). torchvision's classes (v1 and v2) cannot carry the
+attribute, so `TORCHVISION_MOVEMENT` declares them, keyed by `_target_`. A transform that declares nothing never moves, and nothing moves
 past it.
 """
 
 import importlib
 from dataclasses import dataclass
-from typing import Any, Callable, FrozenSet, Iterable, Mapping, Optional, Union
+from typing import Any, Callable, Dict, FrozenSet, Iterable, Mapping, Optional, Union
 
 from pipebench.base.errors import ConfigError
 
@@ -50,6 +50,9 @@ class Movement:
     batch_form: Form = None
     # A faster transform that computes the same thing.
     fast_form: Form = None
+    # The same step taking the undecoded JPEG and decoding it at a reduced size (DCT scaling) when
+    # its output allows; pixels differ a little, so explore calls the result `close`.
+    draft_form: Form = None
 
     def __post_init__(self):
         accepts = frozenset([self.accepts] if isinstance(self.accepts, str) else self.accepts)
@@ -60,6 +63,7 @@ class Movement:
         object.__setattr__(self, "accepts", accepts)
         object.__setattr__(self, "batch_form", target_of(self.batch_form))
         object.__setattr__(self, "fast_form", target_of(self.fast_form))
+        object.__setattr__(self, "draft_form", target_of(self.draft_form))
 
     def output_kind(self, given: FrozenSet[str]) -> FrozenSet[str]:
         """The kinds that may come out, given the kinds that may come in."""
@@ -78,22 +82,60 @@ def _random_crop(node: Mapping[str, Any]) -> Movement:
     return Movement(accepts=BOTH, crop=not pads, random=True)
 
 
-# torchvision.transforms (v1) classes, keyed by `_target_`. A value is a Movement or a function of
-# the config node (for declarations that depend on arguments).
+V1 = "torchvision.transforms."
+V2 = "torchvision.transforms.v2."
+# The catalogue's reduced-size decodes (pipebench.transforms.draft), per resizing step.
+DRAFT_FORMS = {V1 + "RandomResizedCrop": "pipebench.transforms.draft.DraftRandomResizedCrop",
+               V2 + "RandomResizedCrop": "pipebench.transforms.draft.DraftRandomResizedCropV2",
+               V1 + "Resize": "pipebench.transforms.draft.DraftResize",
+               V2 + "Resize": "pipebench.transforms.draft.DraftResizeV2"}
+# The auto-augment family: random, and opaque (each draw picks among colour and geometric ops, some
+# reading the whole image), so nothing moves past them and they move nowhere.
+AUTO_AUGMENT = ("AutoAugment", "RandAugment", "TrivialAugmentWide", "AugMix")
+
+
+def _resize(node: Mapping[str, Any]) -> Movement:
+    # Shrinks, but interpolates neighbours: neither a crop nor pointwise. With max_size the output
+    # size depends on both sides; the reduced-size decode leaves that case alone.
+    target = str(node["_target_"])
+    return Movement(accepts=BOTH, draft_form=None if node.get("max_size") else DRAFT_FORMS[target])
+
+
+def _both_namespaces(entries: Mapping[str, Any]) -> Dict[str, Any]:
+    """Each entry under torchvision.transforms and torchvision.transforms.v2 (same behaviour here)."""
+    return {prefix + name: entry for name, entry in entries.items() for prefix in (V1, V2)}
+
+
+# torchvision.transforms (v1) and .v2 classes, keyed by `_target_`. A value is a Movement or a
+# function of the config node (for declarations that depend on arguments).
 TORCHVISION_MOVEMENT: Mapping[str, Union[Movement, Callable[[Mapping[str, Any]], Movement]]] = {
-    "torchvision.transforms.PILToTensor": Movement(accepts=PIL_ONLY, returns=TENSOR, pointwise=True),
-    # Also scales to [0, 1]: still one pixel in, one pixel out.
-    "torchvision.transforms.ToTensor": Movement(accepts=PIL_ONLY, returns=TENSOR, pointwise=True),
-    "torchvision.transforms.RandomCrop": _random_crop,
-    "torchvision.transforms.CenterCrop": Movement(accepts=BOTH, crop=True),
-    # Shrinks, but interpolates neighbours: neither a crop nor pointwise.
-    "torchvision.transforms.Resize": Movement(accepts=BOTH),
-    "torchvision.transforms.ConvertImageDtype": Movement(accepts=TENSOR_ONLY, pointwise=True),
-    "torchvision.transforms.Normalize": Movement(accepts=TENSOR_ONLY, pointwise=True),
-    "torchvision.transforms.Grayscale": Movement(accepts=BOTH, pointwise=True),
-    # Flips move pixels: a crop before a flip picks a mirrored window.
-    "torchvision.transforms.RandomHorizontalFlip": Movement(accepts=BOTH, random=True),
-    "torchvision.transforms.RandomVerticalFlip": Movement(accepts=BOTH, random=True),
+    **_both_namespaces({
+        "PILToTensor": Movement(accepts=PIL_ONLY, returns=TENSOR, pointwise=True),
+        # Also scales to [0, 1]: still one pixel in, one pixel out.
+        "ToTensor": Movement(accepts=PIL_ONLY, returns=TENSOR, pointwise=True),
+        "RandomCrop": _random_crop,
+        "CenterCrop": Movement(accepts=BOTH, crop=True),
+        "Resize": _resize,
+        # Crops a random region and resizes it: not a crop (it interpolates), random.
+        "RandomResizedCrop": lambda node: Movement(accepts=BOTH, random=True,
+                                                   draft_form=DRAFT_FORMS[str(node["_target_"])]),
+        # Both take a [..., C, H, W] tensor, so each is its own batch form (on a uint8 batch too).
+        "ConvertImageDtype": Movement(accepts=TENSOR_ONLY, pointwise=True, batch_form=V1 + "ConvertImageDtype"),
+        "Normalize": Movement(accepts=TENSOR_ONLY, pointwise=True, batch_form=V1 + "Normalize"),
+        "Grayscale": Movement(accepts=BOTH, pointwise=True),
+        # Flips move pixels: a crop before a flip picks a mirrored window.
+        "RandomHorizontalFlip": Movement(accepts=BOTH, random=True),
+        "RandomVerticalFlip": Movement(accepts=BOTH, random=True),
+        # Contrast and saturation blend with the image's mean grey: a crop changes it, so not pointwise.
+        "ColorJitter": Movement(accepts=BOTH, random=True),
+        **{name: Movement(accepts=BOTH, random=True) for name in AUTO_AUGMENT},
+    }),
+    # v2 only: ToImage wraps a PIL image or a tensor as a uint8 tv_tensors.Image; ToDtype converts
+    # (and with scale=True rescales) a [..., C, H, W] tensor, so it is its own batch form.
+    V2 + "ToImage": Movement(accepts=BOTH, returns=TENSOR, pointwise=True),
+    V2 + "ToDtype": Movement(accepts=TENSOR_ONLY, pointwise=True, batch_form=V2 + "ToDtype"),
+    V2 + "ConvertImageDtype": Movement(accepts=TENSOR_ONLY, pointwise=True, batch_form=V2 + "ConvertImageDtype"),
+    V2 + "Normalize": Movement(accepts=TENSOR_ONLY, pointwise=True, batch_form=V2 + "Normalize"),
 }
 
 
