@@ -50,7 +50,8 @@ def test_explore_measures_every_variant_interleaved(chain_project):
     assert moved["moves"] == ["crop_first"] and moved["changes"] == ["move RandomCrop ahead of Scale"]
     assert [n["_target_"].rsplit(".", 1)[-1] for n in moved["chain"]["per_sample"]] == ["RandomCrop", "Scale", "BusyWait"]
     assert moved["equivalence"]["verdict"] == "identical" and moved["equivalence"]["equivalent"] is True
-    assert variants["not_applied"] == ["fast: no transform in the chain declares a fast_form",
+    assert variants["not_applied"] == ["reduced_decode: the dataset gives tensor samples, not JPEG files: decode moves "
+                                       "skipped", "fast: no transform in the chain declares a fast_form",
                                        "per_batch: the last per-sample transform, BusyWait, declares no batch_form"]
     assert (folder / "variants" / "transform" / "scaled+crop_first.yaml").exists()
     assert [r["verdict"] for r in _csv(folder / "equivalence.csv")] == ["base", "identical"]
@@ -76,8 +77,8 @@ def test_nothing_to_move_says_why_and_measures_nothing(chain_project):
     proc = run_cli(["explore", "--config-dir", "conf", "transform=cropped", *TINY_DATASET, "results_dir=out"],
                    cwd=chain_project)
     assert proc.returncode == 0, proc.stderr
-    assert proc.stdout.startswith("pipebench explore: no variants of transform=cropped: crop_first: "
-                                  "CenterCrop is already first;")
+    assert proc.stdout.startswith("pipebench explore: no variants of transform=cropped: reduced_decode: ")
+    assert "; crop_first: CenterCrop is already first;" in proc.stdout
     assert not (chain_project / "out").exists()
 
 
