@@ -7,11 +7,12 @@ Kolmogorov-Smirnov test on per-sample statistics across many seeds decides betwe
 distribution` and `not equivalent`. A random transform moved into the collate makes one draw
 per batch instead of one per sample: always `not equivalent`, whatever the test says.
 
-A reduced-size decode changes pixels a little by design. Its variant is judged in two parts: the
-replaced first step against the original on the same files and seeds, as 8-bit images (the
-largest difference in grey levels after the resize, against a bound the user sets:
-`pipebench explore --max-pixel-diff`), then the rest of the variant against the base chain with
-the same first step swapped in. Within the bound and the rest equal: `close`.
+A decode move (a reduced-size decode, the tensor path) changes pixels a little by design. Its
+variant is judged in two parts: the steps the move replaced against the originals on the same
+files and seeds, as 8-bit images (the largest difference in grey levels after the resize,
+against a bound the user sets: `pipebench explore --max-pixel-diff`), then the rest of the
+variant against the base chain with the same move applied. Within the bound and the rest
+equal: `close`.
 """
 
 from dataclasses import dataclass
@@ -22,7 +23,7 @@ import torch
 from scipy.stats import ks_2samp
 from torch.utils.data import default_collate
 
-from pipebench.explore.variants import REDUCED_DECODE, Chain, Variant, reduced_decode
+from pipebench.explore.variants import DECODE_MOVES, MOVE_FUNCTIONS, Chain, Variant, pixel_prefixes
 from pipebench.measure.setup import seed_everything
 from pipebench.pipeline.build import build_transforms
 from pipebench.pipeline.movement import declared_movement
@@ -146,17 +147,23 @@ def _as_pixels(image: Any) -> np.ndarray:
     return np.asarray(image, dtype=np.int16)
 
 
-def first_step_difference(base_chain: Chain, replaced: Chain, fetch: Fetch, seed: int) -> int:
-    """The largest |Δ| in grey levels between the two chains' first steps, same files and seeds."""
-    ours, theirs = build_transforms([base_chain.per_sample[0], replaced.per_sample[0]], "transform.per_sample")
+def pixel_difference(base_chain: Chain, moved: Chain, lengths: Tuple[int, int], fetch: Fetch, seed: int) -> int:
+    """The largest |Δ| in grey levels between the leading steps of the two chains (`lengths` of each),
+    same files and seeds."""
+    ours = build_transforms(base_chain.per_sample[:lengths[0]], "transform.per_sample")
+    theirs = build_transforms(moved.per_sample[:lengths[1]], "transform.per_sample")
     worst = 0
     for k in range(PIXEL_SAMPLES):
-        seed_everything(seed + k)
-        a = _as_pixels(ours(fetch(1)[0]))
-        seed_everything(seed + k)
-        b = _as_pixels(theirs(fetch(1)[0]))
+        images = []
+        for steps in (ours, theirs):
+            seed_everything(seed + k)
+            image = fetch(1)[0]
+            for step in steps:
+                image = step(image)
+            images.append(_as_pixels(image))
+        a, b = images
         if a.shape != b.shape:
-            raise ValueError(f"{type(theirs).__name__} gives shape {b.shape} instead of {a.shape}")
+            raise ValueError(f"the moved steps give shape {b.shape} instead of {a.shape}")
         worst = max(worst, int(np.abs(a - b).max()))
     return worst
 
@@ -164,23 +171,24 @@ def first_step_difference(base_chain: Chain, replaced: Chain, fetch: Fetch, seed
 def check(base_chain: Chain, variant: Variant, fetch: Fetch, seed: int,
           max_pixel_diff: int = DEFAULT_MAX_PIXEL_DIFF) -> Equivalence:
     """The variant's verdict against the base chain; `fetch(n)` returns n fresh input samples."""
-    if REDUCED_DECODE not in variant.moves:
+    move = next((m for m in variant.moves if m in DECODE_MOVES), None)
+    if move is None:
         return _check_chain(base_chain, variant, fetch, seed)
-    drafted = reduced_decode(base_chain).chain
+    moved = MOVE_FUNCTIONS[move](base_chain).chain
     try:
-        worst = first_step_difference(base_chain, drafted, fetch, seed)
+        worst = pixel_difference(base_chain, moved, pixel_prefixes(move, base_chain), fetch, seed)
     except Exception as exc:  # a user's files may fail in any way; the verdict says how
-        return Equivalence(FAILS, f"{REDUCED_DECODE}: {type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}")
-    note = (f"reduced-size decode: max |Δ| = {worst} grey levels after the resize over {PIXEL_SAMPLES} files "
+        return Equivalence(FAILS, f"{move}: {type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}")
+    note = (f"{move}: max |Δ| = {worst} grey levels after the resize over {PIXEL_SAMPLES} files "
             f"(bound {max_pixel_diff}, --max-pixel-diff)")
     if worst > max_pixel_diff:
         return Equivalence(NOT_EQUIVALENT, f"{note}: above the bound", max_abs_diff=float(worst))
-    rest = _check_chain(drafted, variant, fetch, seed)
+    rest = _check_chain(moved, variant, fetch, seed)
     if rest.verdict not in (IDENTICAL, CLOSE):
-        return Equivalence(rest.verdict, f"{note}; the rest, against the chain with the same decode: {rest.detail}",
+        return Equivalence(rest.verdict, f"{note}; the rest, against the chain with the same move: {rest.detail}",
                            rest.test, rest.p_value, float(worst))
     return Equivalence(CLOSE if worst else rest.verdict,
-                       f"{note}; the rest, against the chain with the same decode: {rest.detail}",
+                       f"{note}; the rest, against the chain with the same move: {rest.detail}",
                        max_abs_diff=float(worst))
 
 

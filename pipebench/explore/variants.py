@@ -4,10 +4,15 @@ The moves, each legal only where the declarations say so:
 - reduced_decode: a first step that resizes down (RandomResizedCrop, Resize) is replaced by its
   draft_form, which decodes the JPEG at 1/2, 1/4 or 1/8 size where its output allows (needs a
   JPEG dataset whose images are at least twice the output size); pixels differ a little;
+- tensor_path: decode the JPEG straight to a uint8 tensor (torchvision.io.decode_jpeg) and run
+  the steps before the PIL->tensor conversion on it, as their torchvision.transforms.v2 forms
+  (`tensor_form`); the conversion keeps only what is left to do (ToTensor: the float scaling);
+  pixels differ a little (another decoder, tensor interpolation);
 - crop_first: a crop moves ahead of the pointwise steps before it (PIL->tensor conversion
   included), as long as it accepts what arrives there; a step that is not pointwise, or
   declares nothing, stops it;
-- fast: every transform with a fast_form is replaced by it;
+- fast: every transform with a fast_form is replaced by it, and a cast to float followed by
+  Normalize (FUSED_CASTS) by one fused multiply-add on the uint8 pixels;
 - per_batch: trailing per-sample transforms with a batch_form move into the collate.
 Every combination is tried, moves applied in that order; a combination is kept only if each
 of its moves changed something and the chain differs from every earlier variant.
@@ -19,14 +24,25 @@ import json
 from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
-from pipebench.pipeline.movement import Movement, accepted_kinds, declared_movement
+from pipebench.pipeline.movement import PIL, TENSOR, Movement, accepted_kinds, declared_movement
 
 REDUCED_DECODE = "reduced_decode"
+TENSOR_PATH = "tensor_path"
 CROP_FIRST = "crop_first"
 FAST = "fast"
 PER_BATCH = "per_batch"
 # Canonical order: names list moves in it, and combinations apply them in it.
-MOVES = (REDUCED_DECODE, CROP_FIRST, FAST, PER_BATCH)
+MOVES = (REDUCED_DECODE, TENSOR_PATH, CROP_FIRST, FAST, PER_BATCH)
+# Moves that change pixels a little by design (another decode): equivalence compares their images.
+DECODE_MOVES = (REDUCED_DECODE, TENSOR_PATH)
+# Casts to float in [0, 1] that Normalize may fuse with (how each reads its input), and the fused form.
+FUSED_CASTS = {"torchvision.transforms.ToTensor": "from_pil", "torchvision.transforms.v2.ToTensor": "from_pil",
+               "pipebench.transforms.cast.ToFloat": "tensor", "torchvision.transforms.v2.ToDtype": "to_dtype"}
+NORMALIZES = ("torchvision.transforms.Normalize", "torchvision.transforms.v2.Normalize")
+NORMALIZE_UINT8 = "pipebench.transforms.cast.NormalizeUint8"
+PIL_TO_TENSOR = "torchvision.transforms.PILToTensor"
+# The catalogue's decoder: torchvision.io.decode_jpeg on the file's bytes, to a uint8 [3, H, W] tensor.
+DECODE_JPEG = "pipebench.transforms.decode.DecodeJpeg"
 # PIL's name for a JPEG file (Image.format): the only format with DCT-scaled decoding.
 JPEG_FORMAT = "JPEG"
 # libjpeg's smallest useful DCT reduction: below twice the output size no draft can apply.
@@ -146,8 +162,20 @@ def _with_target(node: Node, target: str) -> Dict[str, Any]:
     return {**node, "_target_": target}
 
 
+def _fused_cast(cast: Node, normalize: Node) -> Optional[Tuple[Node, ...]]:
+    """The fused form of a cast to float in [0, 1] then Normalize, or None when they are not that pair."""
+    kind = FUSED_CASTS.get(str(cast["_target_"]))
+    if kind is None or normalize["_target_"] not in NORMALIZES or normalize.get("inplace"):
+        return None
+    if kind == "to_dtype" and not (cast.get("scale") and str(cast.get("dtype", {}).get("path", "")) == "torch.float32"):
+        return None
+    fused = {"_target_": NORMALIZE_UINT8, "mean": normalize["mean"], "std": normalize["std"]}
+    return (_with_target({}, PIL_TO_TENSOR), fused) if kind == "from_pil" else (fused,)
+
+
 def fast(chain: Chain) -> Moved:
-    """Replace every transform that declares a fast_form by it (same arguments)."""
+    """Replace every transform that declares a fast_form by it (same arguments), and every cast to
+    float followed by Normalize by the fused form."""
     changes = []
     sample_nodes: List[Node] = []
     batch_nodes: List[Node] = []
@@ -158,6 +186,12 @@ def fast(chain: Chain) -> Moved:
                 replaced = _with_target(node, movement.fast_form)
                 changes.append(f"replace {short_name(node)} with {short_name(replaced)}")
                 node = replaced
+            fused = _fused_cast(out[-1], node) if out else None
+            if fused is not None:
+                changes.append(f"replace {short_name(out[-1])}, {short_name(node)} with "
+                               f"{', '.join(short_name(n) for n in fused)} (one multiply-add on the uint8 pixels)")
+                out[-1:] = fused
+                continue
             out.append(node)
     return Moved(Chain(tuple(sample_nodes), tuple(batch_nodes)), tuple(changes),
                  "" if changes else "fast: no transform in the chain declares a fast_form")
@@ -200,9 +234,9 @@ def _output_size(node: Node, image: Tuple[int, int]) -> Tuple[int, int]:
 
 def reduced_decode(chain: Chain, source: Optional[SampleSource] = None) -> Moved:
     """Replace a first step that resizes down by its draft_form (decode the JPEG at reduced size)."""
-    if source is not None and source.kind != JPEG_FORMAT:
-        return Moved(chain, reason=f"{REDUCED_DECODE}: the dataset gives {source.kind} samples, not JPEG files: "
-                                   "decode moves skipped")
+    skipped = _not_jpeg(REDUCED_DECODE, source)
+    if skipped:
+        return Moved(chain, reason=skipped)
     if not chain.per_sample:
         return Moved(chain, reason=f"{REDUCED_DECODE}: there are no per-sample transforms")
     first = chain.per_sample[0]
@@ -227,13 +261,64 @@ def reduced_decode(chain: Chain, source: Optional[SampleSource] = None) -> Moved
                   "DCT scaling, wherever the region kept is at least that many times the output)",))
 
 
-MOVE_FUNCTIONS: Mapping[str, Callable[[Chain], Moved]] = {REDUCED_DECODE: reduced_decode, CROP_FIRST: crop_first,
-                                                          FAST: fast, PER_BATCH: per_batch}
+def _not_jpeg(move: str, source: Optional[SampleSource]) -> str:
+    if source is not None and source.kind != JPEG_FORMAT:
+        return f"{move}: the dataset gives {source.kind} samples, not JPEG files: decode moves skipped"
+    return ""
+
+
+def _conversion_at(chain: Chain) -> Optional[int]:
+    """Where the chain turns its PIL image into a tensor (PILToTensor, ToTensor, ToImage), or None."""
+    return next((i for i, m in enumerate(declared_movement(n) for n in chain.per_sample)
+                 if m is not None and m.returns == TENSOR and PIL in m.accepts), None)
+
+
+def tensor_path(chain: Chain, source: Optional[SampleSource] = None) -> Moved:
+    """Decode to a uint8 tensor first; the PIL steps before the conversion run as their tensor forms."""
+    skipped = _not_jpeg(TENSOR_PATH, source)
+    if skipped:
+        return Moved(chain, reason=skipped)
+    at = _conversion_at(chain)
+    if at is None:
+        return Moved(chain, reason=f"{TENSOR_PATH}: no step turns the PIL image into a tensor (PILToTensor, "
+                                   "ToTensor, ToImage)")
+    before = chain.per_sample[:at]
+    blocking = [short_name(n) for n in before if not (m := declared_movement(n)) or not m.tensor_form]
+    if blocking:
+        return Moved(chain, reason=f"{TENSOR_PATH}: {', '.join(blocking)} runs on the PIL image before "
+                                   f"{short_name(chain.per_sample[at])} and declares no tensor form")
+    conversion = chain.per_sample[at]
+    left = declared_movement(conversion).tensor_form
+    moved = [_with_target(n, declared_movement(n).tensor_form) for n in before]
+    rest = ([_with_target(conversion, left)] if left else []) + list(chain.per_sample[at + 1:])
+    changes = [f"decode the JPEG with {short_name({'_target_': DECODE_JPEG})} (torchvision.io.decode_jpeg, straight "
+               "to a uint8 tensor) instead of PIL"]
+    changes += [f"run {short_name(n)} on the tensor as {m['_target_'].rsplit('.', 2)[-2]}.{short_name(m)}"
+                for n, m in zip(before, moved)]
+    if not left:
+        changes.append(f"drop {short_name(conversion)} (the decoder gives the tensor)")
+    elif left != conversion["_target_"]:
+        changes.append(f"replace {short_name(conversion)} with {short_name(rest[0])}")
+    return Moved(Chain(({"_target_": DECODE_JPEG}, *moved, *rest), chain.per_batch), tuple(changes))
+
+
+def pixel_prefixes(move: str, chain: Chain) -> Tuple[int, int]:
+    """How many leading per-sample steps of the chain, and of the chain `move` makes of it, produce the
+    8-bit image the move changes (compared in grey levels before any float conversion)."""
+    if move == TENSOR_PATH:
+        at = _conversion_at(chain)
+        return at, at + 1
+    return 1, 1
+
+
+MOVE_FUNCTIONS: Mapping[str, Callable[[Chain], Moved]] = {REDUCED_DECODE: reduced_decode, TENSOR_PATH: tensor_path,
+                                                          CROP_FIRST: crop_first, FAST: fast, PER_BATCH: per_batch}
 
 
 def move_functions(source: Optional[SampleSource]) -> Mapping[str, Callable[[Chain], Moved]]:
     """MOVE_FUNCTIONS, with the decode moves told what the dataset gives."""
-    return {**MOVE_FUNCTIONS, REDUCED_DECODE: functools.partial(reduced_decode, source=source)}
+    return {**MOVE_FUNCTIONS, REDUCED_DECODE: functools.partial(reduced_decode, source=source),
+            TENSOR_PATH: functools.partial(tensor_path, source=source)}
 
 
 def _apply(chain: Chain, moves: Sequence[str], functions: Mapping[str, Callable[[Chain], Moved]]

@@ -53,6 +53,9 @@ class Movement:
     # The same step taking the undecoded JPEG and decoding it at a reduced size (DCT scaling) when
     # its output allows; pixels differ a little, so explore calls the result `close`.
     draft_form: Form = None
+    # The same step on the uint8 [C, H, W] tensor a JPEG decodes to (torchvision.io.decode_jpeg), for
+    # the tensor path; on a PIL->tensor conversion, what is left of it once the decode gives a tensor.
+    tensor_form: Form = None
 
     def __post_init__(self):
         accepts = frozenset([self.accepts] if isinstance(self.accepts, str) else self.accepts)
@@ -64,6 +67,7 @@ class Movement:
         object.__setattr__(self, "batch_form", target_of(self.batch_form))
         object.__setattr__(self, "fast_form", target_of(self.fast_form))
         object.__setattr__(self, "draft_form", target_of(self.draft_form))
+        object.__setattr__(self, "tensor_form", target_of(self.tensor_form))
 
     def output_kind(self, given: FrozenSet[str]) -> FrozenSet[str]:
         """The kinds that may come out, given the kinds that may come in."""
@@ -79,7 +83,8 @@ def _random_crop(node: Mapping[str, Any]) -> Movement:
     # Padding fills new pixels before later pointwise steps would have changed them (a fill of 0
     # becomes 128 after RGB->YUV), so a padding RandomCrop is not a pure crop.
     pads = bool(node.get("padding")) or bool(node.get("pad_if_needed"))
-    return Movement(accepts=BOTH, crop=not pads, random=True)
+    return Movement(accepts=BOTH, crop=not pads, random=True,
+                    tensor_form=None if pads else V2 + "RandomCrop")
 
 
 V1 = "torchvision.transforms."
@@ -94,11 +99,26 @@ DRAFT_FORMS = {V1 + "RandomResizedCrop": "pipebench.transforms.draft.DraftRandom
 AUTO_AUGMENT = ("AutoAugment", "RandAugment", "TrivialAugmentWide", "AugMix")
 
 
+# ToTensor's float conversion alone, for a tensor the decoder already made (pipebench.transforms.cast).
+TO_FLOAT = "pipebench.transforms.cast.ToFloat"
+
+
+def _v2(node: Mapping[str, Any]) -> str:
+    """The torchvision.transforms.v2 class of a v1 or v2 node: v2 runs its fast uint8 kernels on tensors."""
+    return V2 + str(node["_target_"]).rsplit(".", 1)[1]
+
+
 def _resize(node: Mapping[str, Any]) -> Movement:
     # Shrinks, but interpolates neighbours: neither a crop nor pointwise. With max_size the output
     # size depends on both sides; the reduced-size decode leaves that case alone.
     target = str(node["_target_"])
-    return Movement(accepts=BOTH, draft_form=None if node.get("max_size") else DRAFT_FORMS[target])
+    return Movement(accepts=BOTH, draft_form=None if node.get("max_size") else DRAFT_FORMS[target],
+                    tensor_form=_v2(node))
+
+
+def _geometric(node: Mapping[str, Any], **declared: Any) -> Movement:
+    """A step that moves or resamples pixels the same way on a PIL image and a tensor."""
+    return Movement(accepts=BOTH, tensor_form=_v2(node), **declared)
 
 
 def _both_namespaces(entries: Mapping[str, Any]) -> Dict[str, Any]:
@@ -112,27 +132,26 @@ TORCHVISION_MOVEMENT: Mapping[str, Union[Movement, Callable[[Mapping[str, Any]],
     **_both_namespaces({
         "PILToTensor": Movement(accepts=PIL_ONLY, returns=TENSOR, pointwise=True),
         # Also scales to [0, 1]: still one pixel in, one pixel out.
-        "ToTensor": Movement(accepts=PIL_ONLY, returns=TENSOR, pointwise=True),
+        "ToTensor": Movement(accepts=PIL_ONLY, returns=TENSOR, pointwise=True, tensor_form=TO_FLOAT),
         "RandomCrop": _random_crop,
-        "CenterCrop": Movement(accepts=BOTH, crop=True),
+        "CenterCrop": lambda node: _geometric(node, crop=True),
         "Resize": _resize,
         # Crops a random region and resizes it: not a crop (it interpolates), random.
-        "RandomResizedCrop": lambda node: Movement(accepts=BOTH, random=True,
-                                                   draft_form=DRAFT_FORMS[str(node["_target_"])]),
+        "RandomResizedCrop": lambda node: _geometric(node, random=True, draft_form=DRAFT_FORMS[str(node["_target_"])]),
         # Both take a [..., C, H, W] tensor, so each is its own batch form (on a uint8 batch too).
         "ConvertImageDtype": Movement(accepts=TENSOR_ONLY, pointwise=True, batch_form=V1 + "ConvertImageDtype"),
         "Normalize": Movement(accepts=TENSOR_ONLY, pointwise=True, batch_form=V1 + "Normalize"),
         "Grayscale": Movement(accepts=BOTH, pointwise=True),
         # Flips move pixels: a crop before a flip picks a mirrored window.
-        "RandomHorizontalFlip": Movement(accepts=BOTH, random=True),
-        "RandomVerticalFlip": Movement(accepts=BOTH, random=True),
+        "RandomHorizontalFlip": lambda node: _geometric(node, random=True),
+        "RandomVerticalFlip": lambda node: _geometric(node, random=True),
         # Contrast and saturation blend with the image's mean grey: a crop changes it, so not pointwise.
         "ColorJitter": Movement(accepts=BOTH, random=True),
         **{name: Movement(accepts=BOTH, random=True) for name in AUTO_AUGMENT},
     }),
     # v2 only: ToImage wraps a PIL image or a tensor as a uint8 tv_tensors.Image; ToDtype converts
     # (and with scale=True rescales) a [..., C, H, W] tensor, so it is its own batch form.
-    V2 + "ToImage": Movement(accepts=BOTH, returns=TENSOR, pointwise=True),
+    V2 + "ToImage": Movement(accepts=BOTH, returns=TENSOR, pointwise=True, tensor_form=V2 + "ToImage"),
     V2 + "ToDtype": Movement(accepts=TENSOR_ONLY, pointwise=True, batch_form=V2 + "ToDtype"),
     V2 + "ConvertImageDtype": Movement(accepts=TENSOR_ONLY, pointwise=True, batch_form=V2 + "ConvertImageDtype"),
     V2 + "Normalize": Movement(accepts=TENSOR_ONLY, pointwise=True, batch_form=V2 + "Normalize"),
