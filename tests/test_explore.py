@@ -51,7 +51,8 @@ def test_explore_measures_every_variant_interleaved(chain_project):
     assert [n["_target_"].rsplit(".", 1)[-1] for n in moved["chain"]["per_sample"]] == ["RandomCrop", "Scale", "BusyWait"]
     assert moved["equivalence"]["verdict"] == "identical" and moved["equivalence"]["equivalent"] is True
     assert variants["not_applied"] == ["reduced_decode: the dataset gives tensor samples, not JPEG files: decode moves "
-                                       "skipped", "fast: no transform in the chain declares a fast_form",
+                                       "skipped", "tensor_path: the dataset gives tensor samples, not JPEG files: "
+                                       "decode moves skipped", "fast: no transform in the chain declares a fast_form",
                                        "per_batch: the last per-sample transform, BusyWait, declares no batch_form"]
     assert (folder / "variants" / "transform" / "scaled+crop_first.yaml").exists()
     assert [r["verdict"] for r in _csv(folder / "equivalence.csv")] == ["base", "identical"]

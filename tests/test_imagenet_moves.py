@@ -10,9 +10,21 @@ from conftest import compose_spec
 from PIL import Image
 
 from pipebench.explore.equivalence import CLOSE, NOT_EQUIVALENT, check
-from pipebench.explore.variants import REDUCED_DECODE, Chain, SampleSource, explore, reduced_decode
+from pipebench.explore.variants import (
+    DECODE_JPEG,
+    REDUCED_DECODE,
+    TENSOR_PATH,
+    Chain,
+    SampleSource,
+    explore,
+    fast,
+    reduced_decode,
+    tensor_path,
+)
+from pipebench.pipeline.build import build_transforms
 from pipebench.pipeline.movement import TORCHVISION_MOVEMENT, declared_movement
-from pipebench.pipeline.timed_chain import undecoded
+from pipebench.pipeline.timed_chain import InstrumentedDataset, undecoded
+from pipebench.transforms.decode import DecodeJpeg
 from pipebench.transforms.draft import DraftRandomResizedCrop, DraftRandomResizedCropV2, DraftResize
 
 COMMON = ("RandomResizedCrop", "Resize", "CenterCrop", "RandomCrop", "RandomHorizontalFlip", "RandomVerticalFlip",
@@ -132,13 +144,78 @@ def test_drafted_resize_decodes_at_half_size_and_stays_close(jpeg_files):
 def test_reduced_decode_verdict_is_close_with_the_largest_difference_and_respects_the_bound(jpeg_files):
     base = _chain("imagenet")
     variant = next(v for v in explore("imagenet", base, JPEG_533x800).variants if v.moves == (REDUCED_DECODE,))
-    counter = iter(range(10 ** 6))
-
-    def fetch(n):
-        return [Image.open(jpeg_files[next(counter) % len(jpeg_files)]) for _ in range(n)]
-
+    fetch = _fetcher(jpeg_files)
     verdict = check(base, variant, fetch, seed=0, max_pixel_diff=255)
     assert verdict.verdict == CLOSE and verdict.max_abs_diff > 0
     assert f"max |Δ| = {int(verdict.max_abs_diff)} grey levels after the resize" in verdict.detail
     tight = check(base, variant, fetch, seed=0, max_pixel_diff=int(verdict.max_abs_diff) - 1)
     assert tight.verdict == NOT_EQUIVALENT and "above the bound" in tight.detail
+
+
+def test_tensor_path_decodes_to_uint8_and_runs_the_pil_steps_as_v2_tensor_forms():
+    for name, conversion in (("imagenet", ["ToFloat", "Normalize"]), ("imagenet_v2", ["ToImage", "ToDtype", "Normalize"])):
+        moved = tensor_path(_chain(name), JPEG_533x800)
+        targets = [n["_target_"] for n in moved.chain.per_sample]
+        assert targets[:3] == [DECODE_JPEG, "torchvision.transforms.v2.RandomResizedCrop",
+                               "torchvision.transforms.v2.RandomHorizontalFlip"]
+        assert [t.rsplit(".", 1)[1] for t in targets[3:]] == conversion
+        assert moved.chain.per_sample[1]["size"] == 224, "arguments travel"
+    blocked = tensor_path(Chain(({"_target_": "movable.Undeclared"}, {"_target_": "torchvision.transforms.PILToTensor"})))
+    assert "Undeclared runs on the PIL image before PILToTensor and declares no tensor form" in blocked.reason
+    assert "decode moves skipped" in tensor_path(_chain("imagenet"), SampleSource("PNG", (533, 800))).reason
+
+
+def test_tensor_path_is_close_with_the_largest_difference(jpeg_files):
+    base = _chain("imagenet")
+    variant = next(v for v in explore("imagenet", base, JPEG_533x800).variants if v.moves == (TENSOR_PATH,))
+    fetch = _fetcher(jpeg_files)
+    verdict = check(base, variant, fetch, seed=0, max_pixel_diff=8)
+    assert verdict.verdict == CLOSE and verdict.max_abs_diff <= 8, verdict.detail
+
+
+def test_the_decoder_is_left_the_undecoded_file(jpeg_files):
+    wrapped = InstrumentedDataset(_Files(jpeg_files), [DecodeJpeg()])
+    sample, _, timings, _, _ = wrapped[0]
+    assert sample.dtype == torch.uint8 and sample.shape == (3, 800, 533) and timings[1] == 0
+
+
+@pytest.mark.parametrize("cast, normalize", [
+    ({"_target_": "torchvision.transforms.ToTensor"}, "torchvision.transforms.Normalize"),
+    ({"_target_": "torchvision.transforms.v2.ToDtype", "dtype": {"_target_": "hydra.utils.get_object",
+                                                                "path": "torch.float32"}, "scale": True},
+     "torchvision.transforms.v2.Normalize"),
+])
+def test_cast_and_normalize_fuse_into_one_multiply_add_within_float_rounding(cast, normalize):
+    norm = {"_target_": normalize, "mean": [0.485, 0.456, 0.406], "std": [0.229, 0.224, 0.225]}
+    fused = fast(Chain(({"_target_": "torchvision.transforms.PILToTensor"} if "v2" in normalize else cast,
+                        *([cast] if "v2" in normalize else []), norm)))
+    assert fused.chain.per_sample[-1]["_target_"] == "pipebench.transforms.cast.NormalizeUint8"
+    image = Image.fromarray(np.random.default_rng(1).integers(0, 256, (20, 30, 3), dtype=np.uint8))
+    ours = build_transforms([cast, norm] if "v2" not in normalize else
+                            [{"_target_": "torchvision.transforms.PILToTensor"}, cast, norm], "t")
+    theirs = build_transforms(fused.chain.per_sample, "t")
+    a, b = image, image
+    for step in ours:
+        a = step(a)
+    for step in theirs:
+        b = step(b)
+    assert torch.allclose(a, b, rtol=1e-5, atol=1e-5)
+    unscaled = dict(cast, scale=False) if "v2" in normalize else None
+    if unscaled:
+        assert fast(Chain((unscaled, norm))).changes == (), "ToDtype without scale is not a [0, 1] cast"
+
+
+def _fetcher(paths):
+    """explore's `fetch(n)`: the first n files, freshly opened (as plan_exploration fetches)."""
+    return lambda n: [Image.open(paths[i % len(paths)]) for i in range(n)]
+
+
+class _Files:
+    def __init__(self, paths):
+        self.paths = paths
+
+    def __len__(self):
+        return len(self.paths)
+
+    def __getitem__(self, index):
+        return Image.open(self.paths[index]), 0

@@ -27,6 +27,7 @@ examples:
   pipebench explore --config-dir my_conf transform=my_chain   your chain; your transforms declare `movement`
 
 moves:  reduced_decode (decode the JPEG at reduced size in a first step that resizes down),
+        tensor_path (decode_jpeg to a uint8 tensor, the PIL steps as their v2 tensor forms),
         crop_first (a crop ahead of pointwise steps and PIL->tensor), fast (a declared fast_form),
         per_batch (trailing steps with a batch_form into the collate), and their combinations
 checks: identical / close (float tolerance; a reduced-size decode within --max-pixel-diff) /

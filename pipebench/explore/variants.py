@@ -283,6 +283,9 @@ def tensor_path(chain: Chain, source: Optional[SampleSource] = None) -> Moved:
         return Moved(chain, reason=f"{TENSOR_PATH}: no step turns the PIL image into a tensor (PILToTensor, "
                                    "ToTensor, ToImage)")
     before = chain.per_sample[:at]
+    if not before:  # the conversion comes first: that is issue 13's decoder move alone
+        return Moved(chain, reason=f"{TENSOR_PATH}: no step runs on the PIL image before "
+                                   f"{short_name(chain.per_sample[at])} (the decoder move covers it)")
     blocking = [short_name(n) for n in before if not (m := declared_movement(n)) or not m.tensor_form]
     if blocking:
         return Moved(chain, reason=f"{TENSOR_PATH}: {', '.join(blocking)} runs on the PIL image before "
