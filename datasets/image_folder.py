@@ -11,6 +11,7 @@ import numpy as np
 from torch.utils.data import Dataset
 
 from pipebench.base.errors import DatasetError
+from pipebench.pipeline.file_reads import FileReads
 
 from .lazy_image import IMAGE_EXTENSIONS, open_rgb
 
@@ -65,16 +66,21 @@ class ImageFolderDataset(Dataset):
             index = {name: k for k, name in enumerate(self.classes)}
             self.num_classes = len(self.classes)
             self._labels = np.array([index[name] for name in top_folders])
+        self.reads = FileReads()
 
     def __len__(self) -> int:
         return len(self._relative)
 
     def __getitem__(self, i: int):
-        return open_rgb(self.describe(i)), int(self._labels[i])
+        return open_rgb(self.describe(i), self.reads), int(self._labels[i])
 
     def describe(self, i: int) -> str:
         """The image file behind sample i."""
         return str(self.root / self._relative[i])
+
+    def files(self) -> list[str]:
+        """Every file the dataset reads."""
+        return [str(self.root / rel) for rel in self._relative]
 
     def identity(self) -> dict:
         """The folder, its labelling, and a digest of sorted relative paths and file

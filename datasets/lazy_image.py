@@ -5,9 +5,13 @@ touches pixels (unless that transform decodes by itself, such as a reduced-size 
 
 from __future__ import annotations
 
+import io
 import os
+from typing import Optional
 
 from PIL import Image
+
+from pipebench.pipeline.file_reads import FileReads
 
 # The extensions torchvision's ImageFolder accepts, so a folder holds the same images
 # in both. Compared lower-case.
@@ -16,8 +20,11 @@ IMAGE_EXTENSIONS = frozenset(
 )
 
 
-def open_rgb(path: str | os.PathLike) -> Image.Image:
+def open_rgb(path: str | os.PathLike, reads: Optional[FileReads] = None) -> Image.Image:
     """Return the image at `path` in mode RGB.
+
+    With `reads`, the whole file is read through it first (timed, counted, cold or emulated as
+    the job asks), so the load step holds all of the file's I/O and the decode none of it.
 
     An RGB file is returned undecoded (`PIL.Image.open` only reads the header): in the seed's
     own loop the decode cost lands on the first pixel access, so reordering RandomCrop before
@@ -25,7 +32,7 @@ def open_rgb(path: str | os.PathLike) -> Image.Image:
     (L, CMYK, P, RGBA, ...) is decoded and converted here, since the transforms expect
     three channels; reading `mode` does not decode.
     """
-    img = Image.open(path)
+    img = Image.open(io.BytesIO(reads.read(str(path))) if reads is not None else path)
     if img.mode == "RGB":
         return img
     with img:

@@ -47,6 +47,16 @@ class ShardedStream(IterableDataset):
         for index in range(start, len(self.source), step):
             yield (index, *self.source[index])
 
+    @property
+    def reads(self) -> Any:
+        """The source's file reader (pipebench.pipeline.file_reads), if it reads files."""
+        return getattr(self.source, "reads", None)
+
+    def files(self) -> list:
+        """The source's files; none when it reads no files."""
+        files = getattr(self.source, "files", None)
+        return files() if files is not None else []
+
     def describe(self, index: int) -> str:
         describe = getattr(self.source, "describe", None)
         return describe(index) if describe is not None and index >= 0 else f"sample {index}"

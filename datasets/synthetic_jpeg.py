@@ -23,6 +23,7 @@ from pipebench.config.limits import (
     MAX_IMAGE_SIDE,
     MAX_SEED,
 )
+from pipebench.pipeline.file_reads import FileReads
 
 from .checks import require_int
 from .lazy_image import open_rgb
@@ -145,6 +146,7 @@ class SyntheticJpegDataset(Dataset):
         self._content_digest = manifest["digest"]
         rng = np.random.default_rng([seed, _LABEL_STREAM])
         self._labels = rng.integers(0, num_classes, size=length)
+        self.reads = FileReads()
 
     def _load_or_build(self, image_params: dict) -> dict:
         """Return the cache's manifest, building the cache first if it is missing."""
@@ -211,11 +213,15 @@ class SyntheticJpegDataset(Dataset):
 
     def __getitem__(self, i: int):
         i = range(self.length)[i]
-        return open_rgb(self._paths[i % self.num_images]), int(self._labels[i])
+        return open_rgb(self._paths[i % self.num_images], self.reads), int(self._labels[i])
 
     def describe(self, i: int) -> str:
         """The JPEG file behind sample i."""
         return self._paths[range(self.length)[i] % self.num_images]
+
+    def files(self) -> list[str]:
+        """Every distinct file the dataset reads (samples cycle over them)."""
+        return list(self._paths)
 
     def identity(self) -> dict:
         """Parameters plus a digest of the JPEG bytes (computed at build time)."""

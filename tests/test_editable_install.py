@@ -52,6 +52,11 @@ def test_editable_install_runs_a_job_from_another_directory(tmp_path):
     where = subprocess.run([str(python), "-c", "import pipebench; print(pipebench.__file__)"],
                            capture_output=True, text=True, cwd=tmp_path)
     assert where.stdout.strip() == str(REPO / "pipebench" / "__init__.py"), where.stdout + where.stderr
+    # Benchmarks compose configs without the CLI, which is what registers the launcher plugin.
+    composed = subprocess.run([str(python), "-c", "from pipebench.config.compose import compose_job_spec; "
+                               "print(compose_job_spec(['workers=2']).workers)"],
+                              capture_output=True, text=True, cwd=tmp_path)
+    assert composed.stdout.strip() == "2", composed.stderr[-2000:]
     elsewhere = tmp_path / "elsewhere"
     elsewhere.mkdir()
     run = subprocess.run([str(env_dir / "bin" / "pipebench"), "run", "workers=0", *TINY_DATASET, *NO_CHAIN, *QUICK_RUN,

@@ -4,6 +4,8 @@ import numpy as np
 import torch
 from PIL import Image
 
+from torchvision.transforms.functional import pil_to_tensor
+
 from pipebench.explore.equivalence import (
     ALPHA,
     CLOSE,
@@ -13,7 +15,11 @@ from pipebench.explore.equivalence import (
     SAME_DISTRIBUTION,
     TEST_NAME,
     check,
+    close_within,
+    is_equivalent,
 )
+from pipebench.transforms.decode import DecodeJpeg
+from pipebench.transforms.mask import BatchRandomMask, FastRandomMask, RandomMask, TorchRandomMask
 from pipebench.explore.variants import Chain, Variant, explore
 
 TV = "torchvision.transforms"
@@ -46,11 +52,14 @@ def test_seed_chain_variants_come_out_identical():
                          ("pipebench.transforms.mask.RandomMask", {"ratio": 0.25}),
                          ("pipebench.transforms.color.ConvertColor", {}), ("pipebench.transforms.color.Scale", {})))
     verdicts = _verdicts("seed", chain, _pictures)
-    assert len(verdicts) == 7
+    assert len(verdicts) == 10
     # Same seed: crop-first draws the same crop, the fast mask the same mask; bmm matches the matmul.
-    assert {v.verdict for v in verdicts.values()} <= {IDENTICAL, CLOSE}
     assert verdicts["seed+crop_first"].verdict == IDENTICAL
-    assert verdicts["seed+fast"].verdict == IDENTICAL
+    assert verdicts["seed+fast"].verdict == IDENTICAL, "the torch mask draws the same mask and zeroes the same pixels"
+    assert verdicts["seed+late_cast"].verdict == IDENTICAL, "colour and scale after the copy give the same bits"
+    # The batch mask draws every sample's mask at once: other values, the same distribution.
+    for name in ("seed+per_batch", "seed+to_device", "seed+decoder+fast+to_device"):
+        assert verdicts[name].verdict == SAME_DISTRIBUTION, (name, verdicts[name].detail)
     assert all(v.equivalent and v.max_abs_diff is not None for v in verdicts.values())
 
 
@@ -82,8 +91,48 @@ def test_false_declarations_are_caught():
 
 def test_a_variant_that_raises_fails():
     base = Chain(_nodes((f"{TV}.PILToTensor", {}), ("movable.TensorCrop", {"size": 8})))
-    assert len(explore("tensor_crop", base).variants) == 1, "its declaration keeps the tensor-only crop in place"
+    assert [v.moves for v in explore("tensor_crop", base).variants] == [(), ("decoder",)], \
+        "its declaration keeps the tensor-only crop in place"
     forced = Variant("forced", ("crop_first",), (), Chain(base.per_sample[::-1]))  # a PIL image cannot be sliced
     verdict = check(base, forced, _pictures, seed=0)
     assert verdict.verdict == FAILS and not verdict.equivalent
     assert verdict.detail.startswith("TypeError")
+
+
+def _jpeg_files(folder, n, quality=90):
+    """n lazily opened JPEG files, as the catalogue's datasets give them."""
+    rng = np.random.default_rng(11)
+    paths = []
+    for k in range(n):
+        path = folder / f"{k}.jpg"
+        Image.fromarray(rng.integers(0, 256, (*PICTURE_HW, 3), dtype=np.uint8)).save(path, quality=quality)
+        paths.append(path)
+    return lambda count: [Image.open(paths[i % n]) for i in range(count)]
+
+
+def test_decoder_verdict_reports_the_largest_pixel_difference(tmp_path, monkeypatch):
+    fetch = _jpeg_files(tmp_path, 4)
+    chain = Chain(_nodes((f"{TV}.PILToTensor", {}), (f"{TV}.RandomCrop", {"size": CROP})))
+    decoded = next(v for v in explore("j", chain).variants if v.moves == ("decoder",))
+    verdict = check(chain, decoded, fetch, seed=0)
+    # PIL and torchvision both decode with libjpeg-turbo's default (islow IDCT, fancy upsampling).
+    assert verdict.verdict == IDENTICAL and "decoded pixels: max |Δ| = 0" not in verdict.detail
+    # A decoder off by two grey levels is `close (max |Δ| = 2)`; by 40, `not equivalent`.
+    for offset, expected in ((2, close_within(2)), (40, NOT_EQUIVALENT)):
+        monkeypatch.setattr(DecodeJpeg, "__call__", lambda self, img, o=offset: (pil_to_tensor(img).to(torch.int16) - o).clamp(0, 255).to(torch.uint8))
+        verdict = check(chain, decoded, fetch, seed=0)
+        assert verdict.verdict == expected, verdict.detail
+        assert f"max |Δ| = {offset} grey levels" in verdict.detail
+    assert is_equivalent(close_within(2)) and not is_equivalent(NOT_EQUIVALENT)
+
+
+def test_torch_mask_forms_agree_with_the_seed_mask():
+    img = torch.randint(0, 256, (3, 20, 24), dtype=torch.uint8)
+    outputs = []
+    for form in (RandomMask, FastRandomMask, TorchRandomMask):
+        torch.manual_seed(5)
+        outputs.append(form(0.25)(img))
+    assert torch.equal(outputs[0], outputs[1]) and torch.equal(outputs[0], outputs[2])
+    torch.manual_seed(5)
+    batch = BatchRandomMask(0.25)(img.unsqueeze(0).repeat(2, 1, 1, 1))
+    assert batch.dtype == torch.uint8 and not torch.equal(batch[0], batch[1]), "one draw a sample"

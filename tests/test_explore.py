@@ -8,7 +8,7 @@ from conftest import QUICK_RUN, TINY_DATASET, results_folder, run_cli
 from stored_results import result_record, write_record
 
 from pipebench.explore.equivalence import IDENTICAL, NOT_EQUIVALENT, Equivalence
-from pipebench.explore.plan import Checked, Plan, conclusions, explore_rows
+from pipebench.explore.plan import Checked, Plan, conclusions, explore_rows, what_to_do
 from pipebench.explore.variants import Chain, Variant
 
 # Scale is pointwise, so the crop may move ahead of it; the trailing BusyWait has no per-batch
@@ -128,3 +128,30 @@ def test_explore_table_takes_medians_over_rounds_and_says_what_to_change(tmp_pat
     assert lines[1].startswith("least CPU a sample: c+crop_first, 3.1 ms against 6.1 ms for c (1.97x less; "
                                "every round below every round of the base); to get it: move Crop ahead of Scale")
     assert lines[2] == "c+per_batch ran faster still (3.00x) but is not equivalent"
+
+
+def test_what_to_do_walks_the_ladder_to_the_equivalent_winner_and_writes_it_as_a_config(tmp_path):
+    node = {"_target_": "pipebench.transforms.color.Scale"}
+    base = Variant("c", (), (), Chain((node,)))
+    one = Variant("c+fast", ("fast",), ("replace Slow with Fast",), Chain((node, node)))
+    two = Variant("c+fast+late_cast", ("fast", "late_cast"), ("replace Slow with Fast", "run Scale after the copy"),
+                  Chain((node,), (), (node,)))
+    alone = Variant("c+late_cast", ("late_cast",), ("run Scale after the copy",), Chain((), (), (node,)))
+    wrong = Variant("c+per_batch", ("per_batch",), ("run Gain once per batch",), Chain(()))
+    verdicts = {"c+fast": IDENTICAL, "c+fast+late_cast": IDENTICAL, "c+late_cast": IDENTICAL,
+                "c+per_batch": NOT_EQUIVALENT}
+    plan = Plan(tmp_path, (), (Checked(base, None),) + tuple(
+        Checked(v, Equivalence(verdicts[v.name], "")) for v in (one, two, alone, wrong)), ())
+    rates = {"c": (100, 8.0), "c+fast": (150, 5.0), "c+fast+late_cast": (240, 3.0), "c+late_cast": (120, 7.0),
+             "c+per_batch": (900, 1.0)}
+    for num, (name, (rate, cpu)) in enumerate(rates.items()):
+        _job(tmp_path, num, name, 0, rate, cpu)
+    rows = explore_rows(tmp_path, plan)
+    text = what_to_do(tmp_path, rows, plan)
+    assert "winner c+fast+late_cast, identical, 2.40x the samples/s and 2.67x less CPU a sample" in text, \
+        "the faster not-equivalent chain never wins"
+    assert "1. replace Slow with Fast (1.50x on the way; alone 1.50x)" in text
+    assert "2. run Scale after the copy (1.60x on the way; alone 1.20x)" in text
+    written = (tmp_path / "winner" / "transform" / "c_winner.yaml").read_text()
+    assert "on_device:" in written and "pipebench.transforms.color.Scale" in written
+    assert len((tmp_path / "waterfall.csv").read_text().strip().splitlines()) == 4, "a header and three rungs"

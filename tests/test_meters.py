@@ -2,6 +2,9 @@
 and survives the job's calling order (start, marks, stop twice) without CUDA."""
 
 import json
+import subprocess
+import sys
+import time
 from types import SimpleNamespace
 
 import numpy as np
@@ -12,11 +15,15 @@ from pipebench.measure.coverage import IndexLog
 from pipebench.measure.gpu.alloc_churn import AllocatorTracker
 from pipebench.measure.gpu.session import GpuSession
 from pipebench.measure.gpu.util import GpuUtilSampler
+from pipebench.measure.host_load import HostLoadMeter, HostReading, host_load_note, other_load
 from pipebench.measure.memory import MemorySampler
 from pipebench.measure.meter import FIRST_MEASURED, LAST_MEASURED, Meter
 from pipebench.measure.storage_io import StorageReadMeter
 from pipebench.pipeline.consumers import build_consumer
 from pipebench.record.results import SUMMARY_COLUMNS
+
+# The stranger process spins past the meter's one-second window.
+SPIN_S = 2.0
 
 
 def _cpu_consumer():
@@ -30,6 +37,7 @@ METERS = {
     "coverage": lambda: IndexLog(length=4),
     "gpu": lambda: GpuSession(_cpu_consumer()),
     "storage_io": StorageReadMeter,
+    "host_load": HostLoadMeter,
 }
 
 
@@ -48,7 +56,7 @@ def test_each_meter_follows_the_protocol(name):
 
 
 def test_the_job_meters_own_disjoint_columns_and_sections():
-    meters = [METERS[name]() for name in ("memory", "storage_io", "coverage", "gpu")]
+    meters = [METERS[name]() for name in ("memory", "storage_io", "host_load", "coverage", "gpu")]
     keys = [meter.key for meter in meters]
     columns = [name for meter in meters for name in meter.columns()]
     assert len(set(keys)) == len(keys)
@@ -111,3 +119,43 @@ def test_storage_reads_are_counted_only_when_they_miss_the_page_cache(tmp_path):
     if cold.columns()["storage_read_mb"] == 0:
         pytest.skip("tmp_path lives in memory (tmpfs): nothing is ever fetched from storage")
     assert cold.columns()["storage_read_mb"] >= 0.9 * size / (1 << 20)
+
+
+def test_other_load_is_the_hosts_busy_cpu_less_the_jobs_own():
+    first = HostReading(host_busy_s=100.0, host_steal_s=10.0, own_cpu_s=5.0, wall_s=0.0)
+    last = HostReading(host_busy_s=104.0, host_steal_s=10.4, own_cpu_s=7.0, wall_s=2.0)
+    figures = other_load(first, last)
+    assert figures["host_other_cpu_cores"] == pytest.approx(1.0)  # (4 - 2) CPU s over 2 s
+    cpus = __import__("psutil").cpu_count()
+    assert figures["host_steal_pct"] == pytest.approx(100 * 0.4 / (2.0 * cpus))
+
+
+def test_the_note_names_heavy_other_load_and_steal_and_stays_quiet_otherwise():
+    assert host_load_note(0.05, 0.0, cpus=2) is None
+    busy = host_load_note(1.3, 0.0, cpus=2)
+    assert "1.3 of the host's 2 CPUs" in busy and "rounds=N" in busy
+    assert "stole 5%" in host_load_note(0.0, 5.0, cpus=96)
+    assert host_load_note(4.0, 0.0, cpus=96) is None  # 4 of 96 CPUs is below a tenth
+
+
+def _spin(seconds: float) -> None:
+    end = time.perf_counter() + seconds
+    while time.perf_counter() < end:
+        pass
+
+
+def test_a_process_outside_the_job_counts_and_the_jobs_own_work_does_not():
+    """A busy process the job did not start (reparented to init) shows as other load; the job's own
+    spinning does not. Side by side in one test, so the machine's other load cancels out."""
+    own = HostLoadMeter()
+    own.mark(FIRST_MEASURED)
+    _spin(1.0)
+    own.mark(LAST_MEASURED)
+    spin = f"import time; e = time.perf_counter() + {SPIN_S}\nwhile time.perf_counter() < e: pass"
+    subprocess.run(["sh", "-c", f'"{sys.executable}" -c "{spin}" &'], check=True)  # sh exits: not our child
+    time.sleep(0.3)  # the stranger is running
+    stranger = HostLoadMeter()
+    stranger.mark(FIRST_MEASURED)
+    time.sleep(1.0)
+    stranger.mark(LAST_MEASURED)
+    assert stranger.columns()["host_other_cpu_cores"] - own.columns()["host_other_cpu_cores"] > 0.4

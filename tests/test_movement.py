@@ -33,10 +33,13 @@ def test_catalogue_declares_kinds_crops_randomness_and_forms():
     mask = _declared(f"{MASK}.RandomMask", ratio=0.25)
     assert mask == RandomMask.movement
     assert (mask.accepts, mask.random, mask.pointwise, mask.crop) == (TENSOR_ONLY, True, False, False)
-    assert mask.fast_form == f"{MASK}.FastRandomMask" and mask.batch_form is None
-    assert FastRandomMask.movement.fast_form is None and FastRandomMask.movement.random
+    assert mask.fast_form == f"{MASK}.FastRandomMask" and mask.batch_form == f"{MASK}.BatchRandomMask"
+    assert mask.batch_draws_per_sample, "the batch form draws one mask a sample"
+    assert FastRandomMask.movement.fast_form == f"{MASK}.TorchRandomMask" and FastRandomMask.movement.random
+    assert _declared("torchvision.transforms.PILToTensor").decoder_form == "pipebench.transforms.decode.DecodeJpeg"
     for cls, batch in ((ConvertColor, BatchConvertColor), (Scale, BatchScale)):
         assert cls.movement.pointwise and not cls.movement.random and cls.movement.accepts == TENSOR_ONLY
+        assert cls.movement.casts and batch.movement.casts, "late_cast moves them after the copy"
         assert cls.movement.batch_form == f"{batch.__module__}.{batch.__qualname__}"
         assert batch.movement.pointwise
     assert _declared("pipebench.transforms.synthetic.BusyWait", ms=1).accepts == BOTH

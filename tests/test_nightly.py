@@ -12,8 +12,9 @@ from pipebench.cli.main import main
 from pipebench.cli.run import expand_sweep, sweep_overrides
 from pipebench.config.compose import job_spec_composer
 from pipebench.measure import calibration
+from pipebench.measure.fingerprint import machine_folder
 from pipebench.record.baseline import update_baseline
-from pipebench.record.results import CALIBRATION_FILE
+from pipebench.record.results import CALIBRATION_FILE, load_job_results
 from pipebench.transforms.synthetic import BusyWait
 
 # Small enough for a unit test, big enough for a median: ~0.3 s of decode + chain.
@@ -97,7 +98,8 @@ def test_real_run_has_a_row_per_round_and_writes_calibration(tiny_rounds_run):
 
 
 def test_baseline_update_replaces_with_compare_inputs_only(tiny_rounds_run, tmp_path, capsys):
-    target = tmp_path / "baselines" / "nightly"
+    machine = machine_folder(load_job_results(tiny_rounds_run)[0]["fingerprint"])
+    target = tmp_path / "baselines" / machine / "nightly"
     target.mkdir(parents=True)
     (target / "stale.txt").write_text("old")
     (tiny_rounds_run / "job-0" / "trace.json").write_text("{}")  # traces never go into a baseline
@@ -106,11 +108,11 @@ def test_baseline_update_replaces_with_compare_inputs_only(tiny_rounds_run, tmp_
     assert f"replaced baseline {target}" in out and "job-1/result.json" in out
     copied = sorted(str(p.relative_to(target)) for p in target.rglob("*") if p.is_file())
     assert copied == sorted(["summary.csv", "calibration.json", "job-0/result.json", "job-1/result.json"])
-    assert list((tmp_path / "baselines").iterdir()) == [target], "no staging folder left behind"
+    assert list((tmp_path / "baselines" / machine).iterdir()) == [target], "no staging folder left behind"
     assert update_baseline(tiny_rounds_run, tmp_path / "baselines", "other").replaced is False
 
 
 def test_baseline_update_cli_refuses_a_folder_without_results(tmp_path, capsys):
     assert main(["baseline", "update", str(tmp_path), "--baselines-dir", str(tmp_path / "b")]) == 2
     assert "no summary.csv" in capsys.readouterr().err
-    assert not (tmp_path / "b" / "nightly").exists()
+    assert not (tmp_path / "b").exists()

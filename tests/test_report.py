@@ -47,7 +47,7 @@ from pipebench.report.writer import (
 )
 
 REPO = Path(__file__).resolve().parents[1]
-NIGHTLY = REPO / "results" / "baselines" / "nightly"
+NIGHTLY = REPO / "results" / "baselines" / "AMD_EPYC-2c" / "nightly"
 NIGHTLY_JOBS, NIGHTLY_ROUNDS = 8, 5
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 
@@ -260,7 +260,7 @@ def test_report_bad_input_is_one_line_exit_2(tmp_path, capsys):
 
 def test_report_ends_with_the_diagnosis(tmp_path):
     """The committed nightly baseline: report.md carries the model beside the measurement and the advice."""
-    write_report([str(Path(__file__).parent.parent / "results" / "baselines" / "nightly")], tmp_path)
+    write_report([str(NIGHTLY)], tmp_path)
     text = (tmp_path / REPORT_MD).read_text()
     assert "## diagnosis" in text and "### what to do" in text
     assert "Dominant cost in transform=yuv_mask: RandomMask" in text

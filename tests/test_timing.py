@@ -68,3 +68,23 @@ def test_first_batch_is_kept_out_of_the_steady_state(tmp_path):
     record = measure_job(spec, tmp_path)
     assert len(record["passes"][0]["step_ms"]) == record["summary"]["steps"] == 4
     assert record["summary"]["first_batch_s"] > 0
+
+
+def test_on_device_steps_run_after_the_copy_and_are_charged_there(tmp_path):
+    """A known-cost step in transform.on_device is timed in its own stage, counts in the CPU a
+    sample and in the step, and the batch that crosses is what the collate made (uint8 here)."""
+    batch_ms = 8.0
+    spec = dataclasses.replace(_spec([]), on_device=({"_target_": BUSY, "ms": batch_ms},))
+    record = measure_job(spec, tmp_path)
+    rows = _rows(record)
+    busy = rows[("on_device", "BusyWait")]
+    assert busy["calls"] == record["summary"]["steps"]
+    assert batch_ms * (1 - COST_TOLERANCE) <= busy["ms_per_call_median"] <= batch_ms * PREEMPTION_ALLOWANCE
+    summary = record["summary"]
+    assert summary["cpu_ms_per_sample"] >= batch_ms / spec.loader.batch_size * (1 - COST_TOLERANCE)
+    assert summary["on_device_ms_median"] >= batch_ms * (1 - COST_TOLERANCE)
+    assert summary["step_ms_median"] >= summary["on_device_ms_median"]
+    record_passes = record["passes"][0]
+    assert len(record_passes["device_ms"]) == len(record_passes["step_ms"])
+    # random_tensors gives uint8 [3, 32, 32] samples: 8 of them cross as 24,576 bytes.
+    assert summary["batch_mb_median"] == pytest.approx(spec.loader.batch_size * 3 * 32 * 32 / 1e6)

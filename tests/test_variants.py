@@ -2,7 +2,16 @@
 
 from conftest import compose_spec
 
-from pipebench.explore.variants import Chain, crop_first, explore, short_name
+from pipebench.explore.variants import (
+    Chain,
+    crop_first,
+    decoder,
+    explore,
+    ladder_of,
+    late_cast,
+    short_name,
+    to_device,
+)
 
 TV = "torchvision.transforms"
 MASK = "pipebench.transforms.mask"
@@ -22,25 +31,77 @@ def test_seed_chain_variants_in_order():
     spec = compose_spec(["transform=yuv_mask"])
     found = explore("yuv_mask", Chain(spec.per_sample, spec.per_batch))
     assert [v.name for v in found.variants] == [
-        "yuv_mask", "yuv_mask+crop_first", "yuv_mask+fast", "yuv_mask+per_batch", "yuv_mask+crop_first+fast",
-        "yuv_mask+crop_first+per_batch", "yuv_mask+fast+per_batch", "yuv_mask+crop_first+fast+per_batch"]
-    assert found.not_applied == ("reduced_decode: the first step, PILToTensor, does not resize the image down "
-                                 "(declares no draft_form)", "tensor_path: no step runs on the PIL image before "
-                                 "PILToTensor (the decoder move covers it)")
-    full = found.variants[-1]
-    assert full.moves == ("crop_first", "fast", "per_batch")
-    assert _names(full.chain.per_sample) == ["RandomCrop", "PILToTensor", "FastRandomMask"]
-    assert _names(full.chain.per_batch) == ["BatchConvertColor", "BatchScale"]
-    assert full.changes == ("move RandomCrop ahead of PILToTensor", "replace RandomMask with FastRandomMask",
-                            "run ConvertColor once per batch as BatchConvertColor",
-                            "run Scale once per batch as BatchScale")
-    assert full.chain.per_sample[0] == {"_target_": f"{TV}.RandomCrop", "size": 256}, "arguments travel"
-    assert full.chain.per_sample[2] == {"_target_": f"{MASK}.FastRandomMask", "ratio": 0.25}
-    assert full.draws_per_batch == (), "ConvertColor and Scale are deterministic"
-    # The catalogue's hand-written steps 2 and 3 are among the variants, chain for chain.
-    for config, name in (("yuv_mask_fast", "yuv_mask+fast"), ("yuv_mask_crop_first", "yuv_mask+crop_first+fast")):
-        hand = compose_spec([f"transform={config}"])
-        assert next(v for v in found.variants if v.name == name).chain == Chain(hand.per_sample, hand.per_batch)
+        "yuv_mask", "yuv_mask+decoder", "yuv_mask+crop_first", "yuv_mask+fast", "yuv_mask+per_batch",
+        "yuv_mask+late_cast", "yuv_mask+to_device", "yuv_mask+decoder+fast", "yuv_mask+decoder+fast+per_batch",
+        "yuv_mask+decoder+fast+late_cast", "yuv_mask+decoder+fast+to_device"]
+    assert found.not_applied == ("tensor_path: no step runs on the PIL image before PILToTensor (the decoder move "
+                                 "covers it)", "reduced_decode: the first step, PILToTensor, does not resize the "
+                                 "image down (declares no draft_form)")
+    late = next(v for v in found.variants if v.name == "yuv_mask+decoder+fast+late_cast")
+    assert late.moves == ("decoder", "fast", "late_cast")
+    assert _names(late.chain.per_sample) == ["DecodeJpeg", "RandomCrop", "TorchRandomMask"]
+    assert late.chain.per_batch == ()
+    assert _names(late.chain.on_device) == ["BatchConvertColor", "BatchScale"]
+    assert late.changes == ("replace PILToTensor with DecodeJpeg (decode the JPEG file straight to a uint8 tensor)",
+                            "replace RandomMask with TorchRandomMask",
+                            "run ConvertColor after the host-to-device copy as BatchConvertColor",
+                            "run Scale after the host-to-device copy as BatchScale")
+    assert late.chain.per_sample[1] == {"_target_": f"{TV}.RandomCrop", "size": 256}, "arguments travel"
+    assert late.chain.per_sample[2] == {"_target_": f"{MASK}.TorchRandomMask", "ratio": 0.25}
+    assert not late.needs_device and next(v for v in found.variants if v.name == "yuv_mask+to_device").needs_device
+    # The mask's batch form draws once a sample, so moving it keeps the distribution; the crop stays.
+    on_device = next(v for v in found.variants if v.name == "yuv_mask+to_device")
+    assert _names(on_device.chain.per_sample) == ["PILToTensor", "RandomCrop"]
+    assert _names(on_device.chain.on_device) == ["BatchRandomMask", "BatchConvertColor", "BatchScale"]
+    assert on_device.draws_per_batch == ()
+    # The catalogue's hand-written step 3 is among the single moves' chains, chain for chain.
+    hand = compose_spec(["transform=yuv_mask_crop_first"])
+    crop = next(v for v in found.variants if v.name == "yuv_mask+crop_first")
+    assert _names(crop.chain.per_sample)[:2] == _names(hand.per_sample)[:2] == ["RandomCrop", "PILToTensor"]
+
+
+def test_the_ladder_is_the_waterfall_path():
+    spec = compose_spec(["transform=yuv_mask"])
+    found = explore("yuv_mask", Chain(spec.per_sample, spec.per_batch))
+    winner = next(v for v in found.variants if v.name == "yuv_mask+decoder+fast+late_cast")
+    assert [v.name for v in ladder_of(winner, found.variants)] == [
+        "yuv_mask", "yuv_mask+decoder", "yuv_mask+decoder+fast", "yuv_mask+decoder+fast+late_cast"]
+
+
+def test_decoder_does_not_apply_to_a_chain_of_tensors_and_says_why():
+    moved = decoder(_chain("movable.Double", f"{COLOR}.Scale"))
+    assert moved.changes == ()
+    assert moved.reason == "decoder: the chain starts from tensors (Double accepts only tensors): there is no " \
+                           "image file to decode"
+    blocked = decoder(_chain(f"{TV}.Resize", f"{TV}.PILToTensor"))
+    assert "Resize runs on the PIL image before PILToTensor" in blocked.reason
+
+
+def test_decoder_takes_pil_side_crops_after_it():
+    moved = decoder(_chain(f"{TV}.RandomCrop", f"{TV}.PILToTensor", f"{COLOR}.Scale"))
+    assert _names(moved.chain.per_sample) == ["DecodeJpeg", "RandomCrop", "Scale"]
+    assert moved.changes[1] == "move RandomCrop after DecodeJpeg"
+
+
+def test_late_cast_moves_only_casts_and_to_device_only_per_sample_draws():
+    chain = _chain(f"{TV}.PILToTensor", "movable.RandomGain", f"{COLOR}.ConvertColor", f"{COLOR}.Scale")
+    cast = late_cast(chain)
+    assert _names(cast.chain.per_sample) == ["PILToTensor", "RandomGain"]
+    assert _names(cast.chain.on_device) == ["BatchConvertColor", "BatchScale"]
+    moved = to_device(chain)
+    assert _names(moved.chain.on_device) == ["BatchConvertColor", "BatchScale"], "one draw a batch never moves"
+    assert late_cast(_chain(f"{TV}.PILToTensor", f"{MASK}.RandomMask")).reason.startswith(
+        "late_cast: the last step, RandomMask is not a cast to float")
+    # Steps already in the collate move after the copy as they are.
+    batched = late_cast(_chain(f"{TV}.PILToTensor", per_batch=[f"{COLOR}.BatchConvertColor", f"{COLOR}.BatchScale"]))
+    assert batched.chain.per_batch == () and _names(batched.chain.on_device) == ["BatchConvertColor", "BatchScale"]
+
+
+def test_undeclared_transforms_never_move_by_any_move():
+    chain = _chain("movable.Undeclared", "movable.Undeclared")
+    found = explore("theirs", chain)
+    assert [v.name for v in found.variants] == ["theirs"]
+    assert len(found.not_applied) == 8
 
 
 def test_crop_stops_at_a_neighbourhood_op():
@@ -71,13 +132,16 @@ def test_user_declared_transforms_move_and_undeclared_do_not():
     found = explore("mine", _chain("movable.Double", "movable.TensorCrop", "movable.RandomGain"))
     assert [v.name for v in found.variants] == ["mine", "mine+crop_first", "mine+per_batch",
                                                 "mine+crop_first+per_batch"]
-    assert found.not_applied[2:] == ("fast: no transform in the chain declares a fast_form",)
+    assert found.not_applied[1:4] == (
+        "decoder: the chain starts from tensors (Double accepts only tensors): there is no image file to decode",
+        "reduced_decode: the first step, Double, does not resize the image down (declares no draft_form)",
+        "fast: no transform in the chain declares a fast_form")
     assert found.variants[2].draws_per_batch == ("RandomGain",)
     assert _names(found.variants[3].chain.per_sample) == ["TensorCrop", "Double"]
     assert _names(found.variants[3].chain.per_batch) == ["BatchRandomGain"]
     still = explore("theirs", _chain("movable.Undeclared", "movable.TensorCrop", "movable.Undeclared"))
     assert [v.name for v in still.variants] == ["theirs"]
-    assert len(still.not_applied) == 5
+    assert len(still.not_applied) == 8
 
 
 def test_per_batch_moves_only_the_trailing_run_ahead_of_existing_batch_steps():
@@ -90,4 +154,4 @@ def test_per_batch_moves_only_the_trailing_run_ahead_of_existing_batch_steps():
 
 def test_a_variant_that_yields_the_same_chain_is_dropped():
     found = explore("same", _chain("movable.SelfFast", f"{COLOR}.Scale"))
-    assert [v.name for v in found.variants] == ["same", "same+per_batch"]
+    assert [v.name for v in found.variants] == ["same", "same+per_batch", "same+late_cast"]

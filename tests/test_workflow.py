@@ -36,30 +36,40 @@ def test_triggers_are_schedule_and_manual_dispatch():
     assert "workflow_dispatch" in triggers
 
 
-def test_steps_install_run_compare_upload_fail_in_order():
+def test_steps_install_ab_stored_upload_fail_in_order():
     steps = _steps()
     order = [_index(steps, needle) for needle in (
-        "actions/checkout@", "actions/setup-python@", README_INSTALL, "pipebench run suite=nightly",
-        "pipebench compare results/baselines/nightly", "actions/upload-artifact@v4", "exit 1",
+        "actions/checkout@", "actions/setup-python@", README_INSTALL, "machine_key()", "actions/cache/restore@",
+        "gh run list", "pipebench ab --require-clean --history", "pipebench baseline which",
+        "actions/cache/save@", "actions/upload-artifact@v4", "exit 1",
     )]
     assert order == sorted(order) and len(set(order)) == len(order)
+    assert steps[0]["with"]["fetch-depth"] == 0, "the A/B base is an earlier commit"
     assert steps[1]["with"]["python-version"] == "3.11"
     assert any(step.get("run", "").strip() == README_INSTALL for step in steps)
     readme_lines = (REPO / "README.md").read_text().splitlines()
     assert any(line.startswith(f"{README_INSTALL} ") for line in readme_lines)
 
 
-def test_upload_always_runs_and_failure_covers_regressions_and_bad_input():
+def test_ab_is_the_default_and_a_machine_without_baseline_records_one():
+    workflow = _workflow()
+    (job,) = workflow["jobs"].values()
+    assert job["env"]["MODE"].endswith("|| 'ab' }}")
+    steps = _steps()
+    ab = steps[_index(steps, "pipebench ab")]
+    assert ab["if"] == "env.MODE == 'ab'" and "suite=nightly" in ab["run"]
+    stored = steps[_index(steps, "pipebench baseline which")]
+    assert stored["if"] == "env.MODE == 'baseline'"
+    assert "pipebench baseline update" in stored["run"] and "::notice::no stored baseline" in stored["run"]
+
+
+def test_upload_always_runs_and_failure_covers_regressions_skips_and_bad_input():
     steps = _steps()
     upload = steps[_index(steps, "actions/upload-artifact@v4")]
-    assert upload["if"] == "always()" and upload["with"]["path"] == "results/nightly"
-    suite = steps[_index(steps, "pipebench run suite=nightly")]
-    assert "results_dir=results/nightly" in suite["run"] and "GITHUB_OUTPUT" in suite["run"]
-    compare = steps[_index(steps, "pipebench compare")]
-    assert "${{ steps.suite.outputs.folder }}" in compare["env"]["FOLDER"]
+    assert upload["if"] == "always()" and "results/nightly" in upload["with"]["path"]
     fail = steps[-1]
-    assert "steps.compare.outputs.status" in fail["env"]["STATUS"]
-    assert "1)" in fail["run"] and "*)" in fail["run"]  # exit 1 (regression) and 2 (incomparable) both fail
+    assert "steps.ab.outputs.status" in fail["env"]["STATUS"] and "steps.stored.outputs.status" in fail["env"]["STATUS"]
+    assert "1)" in fail["run"] and "125)" in fail["run"] and "*)" in fail["run"]
 
 
 def test_actionlint_passes():

@@ -17,7 +17,7 @@ UINT8_MAX = 255
 class ToFloat:
     """uint8 -> float32 / 255, per sample or on a batch (its own batch form)."""
 
-    movement = Movement(accepts=TENSOR_ONLY, pointwise=True, batch_form="pipebench.transforms.cast.ToFloat")
+    movement = Movement(accepts=TENSOR_ONLY, pointwise=True, casts=True, batch_form="pipebench.transforms.cast.ToFloat")
 
     def __call__(self, image: torch.Tensor) -> torch.Tensor:
         return image.to(torch.float32).div(UINT8_MAX)
@@ -32,7 +32,8 @@ class NormalizeUint8:
     and re-reading a float copy. Equal to the two steps within float rounding. Per sample or on a
     batch (its own batch form)."""
 
-    movement = Movement(accepts=TENSOR_ONLY, pointwise=True, batch_form="pipebench.transforms.cast.NormalizeUint8")
+    movement = Movement(accepts=TENSOR_ONLY, pointwise=True, casts=True,
+                        batch_form="pipebench.transforms.cast.NormalizeUint8")
 
     def __init__(self, mean, std):
         self.mean, self.std = [float(m) for m in mean], [float(s) for s in std]

@@ -45,7 +45,7 @@ class _YUVParams(_NoArgs):
 class BatchConvertColor(_YUVParams):
     """RGB to YUV for a [B, 3, H, W] batch as one ``torch.bmm``; returns float32."""
 
-    movement = Movement(accepts=TENSOR_ONLY, pointwise=True)
+    movement = Movement(accepts=TENSOR_ONLY, pointwise=True, casts=True)
 
     def __call__(self, batch: torch.Tensor) -> torch.Tensor:
         _check_shape(self, batch, ndim=4, rgb=True)
@@ -60,7 +60,7 @@ class ConvertColor(_YUVParams):
     """RGB to YUV for one [3, H, W] image (uint8 or float); returns float32."""
 
     batch_form = BatchConvertColor
-    movement = Movement(accepts=TENSOR_ONLY, pointwise=True, batch_form=batch_form)
+    movement = Movement(accepts=TENSOR_ONLY, pointwise=True, batch_form=batch_form, casts=True)
 
     def __call__(self, img: torch.Tensor) -> torch.Tensor:
         _check_shape(self, img, ndim=3, rgb=True)
@@ -77,7 +77,7 @@ def _scale(img: torch.Tensor) -> torch.Tensor:
 class BatchScale(_NoArgs):
     """Divide a [B, C, H, W] batch by 255, giving float32 in [0, 1]."""
 
-    movement = Movement(accepts=TENSOR_ONLY, pointwise=True)
+    movement = Movement(accepts=TENSOR_ONLY, pointwise=True, casts=True)
 
     def __call__(self, batch: torch.Tensor) -> torch.Tensor:
         _check_shape(self, batch, ndim=4, rgb=False)
@@ -88,7 +88,7 @@ class Scale(_NoArgs):
     """Divide one [C, H, W] image by 255, giving float32 in [0, 1]."""
 
     batch_form = BatchScale
-    movement = Movement(accepts=TENSOR_ONLY, pointwise=True, batch_form=batch_form)
+    movement = Movement(accepts=TENSOR_ONLY, pointwise=True, batch_form=batch_form, casts=True)
 
     def __call__(self, img: torch.Tensor) -> torch.Tensor:
         _check_shape(self, img, ndim=3, rgb=False)

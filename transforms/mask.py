@@ -1,8 +1,10 @@
-"""The seed chain's RandomMask, in its slow (convolve2d) and fast (boolean ops) forms.
+"""The seed chain's RandomMask, in its slow (convolve2d), fast (boolean ops) and torch forms.
 
-Both forms draw the same mask from torch's global RNG and differ only in how they dilate
-it, so under the same ``torch.manual_seed`` they give identical outputs and a benchmark
-can swap one for the other without changing what the pipeline computes.
+The per-sample forms draw the same mask from torch's global RNG (float32 ``torch.rand``) and
+differ only in how they dilate it and zero the pixels, so under the same ``torch.manual_seed``
+they give identical outputs and a benchmark can swap one for the other without changing what
+the pipeline computes. The batch form draws one mask a sample for the whole batch at once, on
+the batch's device: the same distribution, from another order of draws.
 """
 
 import numpy as np
@@ -46,23 +48,55 @@ class _CrossMask:
         return f"{type(self).__name__}(ratio={self.ratio})"
 
 
+def cross_dilate(mask: torch.Tensor) -> torch.Tensor:
+    """Cross dilation of a bool [..., H, W] tensor with torch boolean ops (pixels off the edge count as False)."""
+    padded = torch.nn.functional.pad(mask, (1, 1, 1, 1))
+    return (
+        padded[..., 1:-1, 1:-1]  # centre
+        | padded[..., :-2, 1:-1]  # up
+        | padded[..., 2:, 1:-1]  # down
+        | padded[..., 1:-1, :-2]  # left
+        | padded[..., 1:-1, 2:]  # right
+    )
+
+
+class BatchRandomMask(_CrossMask):
+    """RandomMask for a [B, C, H, W] batch on any device: one float32 ``torch.rand`` mask a sample,
+    drawn for the whole batch at once, dilated by boolean ops and applied by multiplying with the
+    inverted mask. Same distribution as the per-sample forms; other values under one seed."""
+
+    movement = Movement(accepts=TENSOR_ONLY, random=True)
+
+    def __call__(self, batch: torch.Tensor) -> torch.Tensor:
+        if batch.ndim != 4:
+            raise ValueError(f"{type(self).__name__}: expected a [B, C, H, W] tensor, got shape {tuple(batch.shape)}")
+        size, _, height, width = batch.shape
+        drawn = torch.rand(size, 1, height, width, device=batch.device) < self.ratio
+        return batch * ~cross_dilate(drawn)
+
+
+class TorchRandomMask(_CrossMask):
+    """RandomMask with the dilation by boolean ops and the zeroing as a multiply by the inverted
+    mask (cheaper than masked_fill's broadcast); the same draw, so the same outputs."""
+
+    movement = Movement(accepts=TENSOR_ONLY, random=True, batch_form=BatchRandomMask, batch_draws_per_sample=True)
+    dilate = staticmethod(cross_dilate)
+
+    def __call__(self, img: torch.Tensor) -> torch.Tensor:
+        if img.ndim != 3:
+            raise ValueError(f"{type(self).__name__}: expected a [C, H, W] tensor, got shape {tuple(img.shape)}")
+        height, width = img.shape[-2:]
+        drawn = torch.rand(height, width) < self.ratio
+        return img * ~cross_dilate(drawn)
+
+
 class FastRandomMask(_CrossMask):
     """RandomMask with the dilation done by OR-ing the five shifted views of a padded mask."""
 
     # Tensor only; the dilation reads neighbours, so no crop may move ahead of it.
-    movement = Movement(accepts=TENSOR_ONLY, random=True)
-
-    @staticmethod
-    def dilate(mask: torch.Tensor) -> torch.Tensor:
-        """Cross dilation of a bool [H, W] tensor with torch boolean ops (pixels off the edge count as False)."""
-        padded = torch.nn.functional.pad(mask, (1, 1, 1, 1))
-        return (
-            padded[1:-1, 1:-1]  # centre
-            | padded[:-2, 1:-1]  # up
-            | padded[2:, 1:-1]  # down
-            | padded[1:-1, :-2]  # left
-            | padded[1:-1, 2:]  # right
-        )
+    movement = Movement(accepts=TENSOR_ONLY, random=True, fast_form=TorchRandomMask, batch_form=BatchRandomMask,
+                        batch_draws_per_sample=True)
+    dilate = staticmethod(cross_dilate)
 
 
 class RandomMask(_CrossMask):
@@ -72,7 +106,8 @@ class RandomMask(_CrossMask):
     """
 
     fast_form = FastRandomMask
-    movement = Movement(accepts=TENSOR_ONLY, random=True, fast_form=fast_form)
+    movement = Movement(accepts=TENSOR_ONLY, random=True, fast_form=fast_form, batch_form=BatchRandomMask,
+                        batch_draws_per_sample=True)
 
     @staticmethod
     def dilate(mask: torch.Tensor) -> torch.Tensor:

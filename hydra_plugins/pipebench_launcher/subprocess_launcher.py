@@ -22,7 +22,6 @@ import pickle
 import signal
 import subprocess
 import sys
-from dataclasses import dataclass
 from pathlib import Path
 from typing import List, Optional, Sequence, Tuple
 
@@ -47,6 +46,7 @@ from pipebench.base.errors import (
     SweepIncomplete,
     printable,
 )
+from pipebench.config.schema import register_launcher_config
 from pipebench.measure.job_process import JobPayload, job_process_command
 from pipebench.record.resume import job_already_done
 
@@ -64,16 +64,8 @@ SIGNAL_CAUSES = {
 }
 
 
-@dataclass
-class SubprocessLauncherConf:
-    _target_: str = "hydra_plugins.pipebench_launcher.subprocess_launcher.SubprocessLauncher"
-    # Interpreter for job processes; null means the one running pipebench.
-    python: Optional[str] = None
-
-
-ConfigStore.instance().store(
-    group="hydra/launcher", name="pipebench_subprocess", node=SubprocessLauncherConf, provider="pipebench"
-)
+# Hydra's plugin scan imports this module; its config node must be stored by then.
+register_launcher_config(ConfigStore.instance())
 
 
 def signal_name(number: int) -> str:

@@ -64,8 +64,8 @@ class DeviceCopy:
     _events: Optional[tuple] = field(default=None, repr=False)
 
     def copy(self, data: Any, device: Optional[torch.device], non_blocking: bool, record: bool) -> Any:
-        if device is None:
-            return data
+        if device is None or not isinstance(data, torch.Tensor):
+            return data  # no device, or not a tensor (JPEG bytes the on-device decoder uploads itself)
         if device.type != "cuda":
             return data.to(device, non_blocking=non_blocking)
         if self._events is None:

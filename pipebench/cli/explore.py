@@ -71,8 +71,10 @@ def add_parser(verbs: "argparse._SubParsersAction") -> None:
     add_config_dir(parser)
     add_fresh(parser, "exploration")
     parser.add_argument("--max-pixel-diff", type=_grey_levels, default=DEFAULT_MAX_PIXEL_DIFF, metavar="LEVELS",
-                        help="the largest pixel difference, in grey levels after the resize, that a reduced-size "
-                             f"decode may make and still be called close (default {DEFAULT_MAX_PIXEL_DIFF})")
+                        help="the largest pixel difference, in grey levels, that a decode move (decoder, "
+                             "tensor_path, reduced_decode) may make and still be called close (default "
+                             f"{DEFAULT_MAX_PIXEL_DIFF}: what two JPEG decoders differ by). A reduced-size decode "
+                             "differs by up to ~54 levels at grainy edges: raise it to 64 to accept it")
     add_overrides(parser, "transform=yuv_mask workers=2")
 
 

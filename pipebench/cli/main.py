@@ -27,9 +27,9 @@ __all__ = ["build_parser", "main", "verbs"]
 
 def verbs() -> Tuple[ModuleType, ...]:
     """The verb modules in workflow order, so help lists them as a user meets them."""
-    from pipebench.cli import baseline, compare, explore, report, run
+    from pipebench.cli import ab, baseline, compare, explore, history, report, run
 
-    return (run, explore, report, compare, baseline)
+    return (run, explore, report, compare, ab, baseline, history)
 
 
 def build_parser(modules: Sequence[ModuleType]) -> argparse.ArgumentParser:

@@ -37,3 +37,10 @@ MAX_DISTINCT_SAMPLES = 65_536
 MAX_POOL_BYTES = 2**32
 # Pixels a side of a generated JPEG: 8192 x 8192 stays below PIL's decompression-bomb limit.
 MAX_IMAGE_SIDE = 8_192
+# Emulated storage latency a file read (dataset.storage.latency_ms): network storage answers in
+# milliseconds, a cold object store in about a second; ten seconds a read is a hang, not storage.
+MAX_STORAGE_LATENCY_MS = 10_000.0
+# Emulated storage bandwidth (dataset.storage.mb_per_s), MiB/s: from a slow network share (0.1) to
+# past any local NVMe array (1e6, about a TB/s). Below the floor one JPEG takes minutes to read.
+MIN_STORAGE_MB_PER_S = 0.1
+MAX_STORAGE_MB_PER_S = 1_000_000.0

@@ -12,10 +12,13 @@ DEFAULT_RESULTS_DIR = "results"
 
 @dataclass
 class TransformChainConfig:
-    """Two lists of Hydra `_target_` nodes: applied per sample in the Dataset, per batch in the collate."""
+    """Lists of Hydra `_target_` nodes: applied per sample in the Dataset, per batch in the collate,
+    and per batch after the host-to-device copy (`on_device`: in the main process, on the consumer's
+    device, or on the host CPU when the consumer has none)."""
 
     per_sample: List[Any] = field(default_factory=list)
     per_batch: List[Any] = field(default_factory=list)
+    on_device: List[Any] = field(default_factory=list)
 
 
 @dataclass
@@ -133,6 +136,25 @@ class PipebenchConfig:
     distributed: DistributedConfig = field(default_factory=DistributedConfig)
 
 
+@dataclass
+class SubprocessLauncherConf:
+    """hydra/launcher=pipebench_subprocess (hydra_plugins.pipebench_launcher): each job a fresh process."""
+
+    _target_: str = "hydra_plugins.pipebench_launcher.subprocess_launcher.SubprocessLauncher"
+    # Interpreter for job processes; null means the one running pipebench.
+    python: Optional[str] = None
+
+
+def register_launcher_config(store: ConfigStore) -> None:
+    """The launcher's config node. Stored here too, not only by the plugin's import: Hydra finds the
+    plugin by scanning hydra_plugins.__path__, which setuptools' editable finder does not extend,
+    and `config.yaml` names this launcher, so composing without it fails under `pip install -e`."""
+    store.store(group="hydra/launcher", name="pipebench_subprocess", node=SubprocessLauncherConf,
+                provider="pipebench")
+
+
 def register_schema(store: ConfigStore) -> None:
-    """Put the schema in Hydra's ConfigStore; `config.yaml` lists it first in its defaults."""
+    """Put the schema and the launcher's node in Hydra's ConfigStore; `config.yaml` lists the schema
+    first in its defaults."""
     store.store(name="pipebench_schema", node=PipebenchConfig)
+    register_launcher_config(store)

@@ -21,8 +21,11 @@ from pipebench.config.limits import (
     MAX_SEED,
     MAX_STEP_MS,
     MAX_STEPS,
+    MAX_STORAGE_LATENCY_MS,
+    MAX_STORAGE_MB_PER_S,
     MAX_TIMEOUT_S,
     MAX_WORKERS,
+    MIN_STORAGE_MB_PER_S,
 )
 
 # The start methods torch.multiprocessing accepts for DataLoader workers.
@@ -35,6 +38,10 @@ CONSUMER_DEVICES = ("auto", "cpu", "cuda")
 SHARING_STRATEGIES = ("file_descriptor", "file_system")
 TRACE_KINDS = ("none", "torch", "viztracer")
 DISTRIBUTED_BACKENDS = ("auto", "gloo", "nccl")
+# warm: the files are read once before measuring, so the page cache serves the run; cold: each
+# file's pages are dropped before it is read, so every read goes to storage (a set larger than RAM).
+CACHE_MODES = ("warm", "cold")
+STORAGE_EMULATION_KEYS = ("latency_ms", "mb_per_s")
 
 
 @dataclass(frozen=True)
@@ -87,6 +94,20 @@ class DistributedSpec:
 
 
 @dataclass(frozen=True)
+class StorageSpec:
+    """How a file-backed dataset's files are read: the cache mode, and an emulated storage
+    (`latency_ms` + bytes / `mb_per_s` slept on every file read; 0 and None: no emulation)."""
+
+    cache: str = "warm"
+    latency_ms: float = 0.0
+    mb_per_s: Optional[float] = None
+
+    @property
+    def emulated(self) -> bool:
+        return self.latency_ms > 0 or self.mb_per_s is not None
+
+
+@dataclass(frozen=True)
 class JobSpec:
     """Everything one job needs. `dataset` and the chains stay `_target_` dicts until built."""
 
@@ -103,6 +124,9 @@ class JobSpec:
     dataset_name: str
     transform_name: str
     distributed: DistributedSpec
+    storage: StorageSpec = StorageSpec()
+    # Steps run on the batch after the host-to-device copy (transform.on_device).
+    on_device: Tuple[Mapping[str, Any], ...] = ()
 
 
 def _require(ok: bool, message: str) -> None:
@@ -178,6 +202,31 @@ def _validate_distributed(distributed: DistributedSpec) -> None:
     _bounded("distributed.job_timeout_s", distributed.job_timeout_s, 0, MAX_TIMEOUT_S, above=True)
 
 
+def _storage_spec(dataset: dict) -> StorageSpec:
+    """Take `cache` and `storage` off the dataset node and check them (errors name `dataset.*`).
+
+    pipebench applies them to the built dataset (pipebench.measure.storage_cache), so no dataset
+    class has to accept them as arguments.
+    """
+    cache = dataset.pop("cache", "warm")
+    storage = dataset.pop("storage", None) or {}
+    _one_of("dataset.cache", cache, CACHE_MODES)
+    _require(isinstance(storage, dict), f"dataset.storage must be a mapping of {', '.join(STORAGE_EMULATION_KEYS)}")
+    for key in storage:
+        _require(key in STORAGE_EMULATION_KEYS,
+                 f"dataset.storage.{key} is not a key; known: {', '.join(STORAGE_EMULATION_KEYS)}")
+    latency_ms = storage.get("latency_ms", 0.0)
+    mb_per_s = storage.get("mb_per_s")  # None: no bandwidth limit
+    for key, value, may_be_none in (("latency_ms", latency_ms, False), ("mb_per_s", mb_per_s, True)):
+        number = isinstance(value, (int, float)) and not isinstance(value, bool)
+        _require(number or (may_be_none and value is None), f"dataset.storage.{key} must be a number, got {value!r}")
+    _bounded("dataset.storage.latency_ms", latency_ms, 0, MAX_STORAGE_LATENCY_MS)
+    if mb_per_s is not None:
+        _bounded("dataset.storage.mb_per_s", mb_per_s, MIN_STORAGE_MB_PER_S, MAX_STORAGE_MB_PER_S)
+    return StorageSpec(cache=cache, latency_ms=float(latency_ms),
+                       mb_per_s=None if mb_per_s is None else float(mb_per_s))
+
+
 def _to_plain(cfg: DictConfig) -> dict:
     """Resolve every key but `hydra` (whose job fields exist only once a job is launched)."""
     plain = {}
@@ -207,6 +256,7 @@ def job_spec_from_config(cfg: DictConfig, choices: Mapping[str, Optional[str]]) 
         isinstance(plain["dataset"], dict) and "_target_" in plain["dataset"],
         "dataset must be a mapping with a `_target_`",
     )
+    storage = _storage_spec(plain["dataset"])
     loader = LoaderSpec(**plain["loader"])
     run = RunSpec(**plain["run"])
     consumer = ConsumerSpec(**plain["consumer"])
@@ -229,4 +279,6 @@ def job_spec_from_config(cfg: DictConfig, choices: Mapping[str, Optional[str]]) 
         dataset_name=str(choices.get("dataset") or "custom"),
         transform_name=str(choices.get("transform") or "custom"),
         distributed=distributed,
+        storage=storage,
+        on_device=_check_target_nodes(plain["transform"].get("on_device", []), "transform.on_device"),
     )

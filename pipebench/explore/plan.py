@@ -10,12 +10,14 @@ sweeps `transform=<base>,<variant>,...` through the same path as `pipebench run`
 `explore_table` joins the measured rows with the variants.
 """
 
+import dataclasses
 import statistics
 import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Dict, List, Mapping, Optional, Sequence, Tuple, Union
 
+import torch
 from hydra.core.config_store import ConfigStore
 from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra.errors import HydraException
@@ -26,9 +28,11 @@ from pipebench.base.errors import ConfigError
 from pipebench.base.io import folder_safe, write_json_atomic, write_text_atomic
 from pipebench.base.tables import markdown_table
 from pipebench.config.compose import job_spec_composer, one_line
+from pipebench.config.limits import MAX_PREFETCH_FACTOR
 from pipebench.config.sweep_axes import expand_auto_workers
-from pipebench.explore.equivalence import DEFAULT_MAX_PIXEL_DIFF, EQUIVALENT_VERDICTS, FAILS, Equivalence, check
-from pipebench.explore.variants import Chain, SampleSource, Variant, explore
+from pipebench.explore.equivalence import DEFAULT_MAX_PIXEL_DIFF, FAILS, Equivalence, check, is_equivalent
+from pipebench.explore.variants import DEVICE_MOVES, Chain, Exploration, LoaderSetting, SampleSource, Variant, explore
+from pipebench.explore.waterfall import WATERFALL_COLUMNS, waterfall, winner
 from pipebench.measure.fingerprint import usable_cores
 from pipebench.pipeline.build import build_dataset
 from pipebench.record.results import load_job_results
@@ -64,10 +68,17 @@ EQUIVALENCE_MD = "equivalence.md"
 EQUIVALENCE_CSV = "equivalence.csv"
 EXPLORE_MD = "explore.md"
 EXPLORE_CSV = "explore.csv"
+WATERFALL_MD = "waterfall.md"
+WATERFALL_CSV = "waterfall.csv"
+# The winning chain as a ready-to-use transform config, per setting.
+WINNER_DIR = "winner"
 BASE_VERDICT = "base"
-EQUIVALENCE_COLUMNS = ["variant", "moves", "verdict", "detail"]
+EQUIVALENCE_COLUMNS = ["variant", "moves", "verdict", "measured", "detail"]
+# What the equivalence table says of a device move's variants on a host without the device.
+NO_DEVICE = "no: no CUDA device here (checked on the CPU; measured only where a GPU exists)"
 EXPLORE_COLUMNS = ["variant", "setting", "verdict", "rounds", "samples_per_s", "samples_per_s_min",
-                   "samples_per_s_max", "speedup", "cpu_ms_per_sample", "cpu_speedup"]
+                   "samples_per_s_max", "speedup", "cpu_ms_per_sample", "cpu_speedup", "samples_per_s_epoch",
+                   "batch_mb", "ready_next_ms"]
 # Overrides that every row of one variant shares or that name the variant: not part of a "setting".
 ROW_KEYS_IGNORED = ("transform", "run.round")
 
@@ -77,6 +88,8 @@ class Checked:
     variant: Variant
     # None for the base chain, which is the reference.
     equivalence: Optional[Equivalence]
+    # Why a checked variant is not measured here (a device move on a host without the device).
+    unmeasured: str = ""
 
     @property
     def verdict(self) -> str:
@@ -84,7 +97,7 @@ class Checked:
 
     @property
     def measured(self) -> bool:
-        return self.verdict != FAILS
+        return self.verdict != FAILS and not self.unmeasured
 
 
 @dataclass(frozen=True)
@@ -139,18 +152,17 @@ def _write_variant_configs(folder: Path, variants: Sequence[Variant]) -> None:
 def register_variant_configs(plan: "Plan") -> None:
     """Each variant as `transform=<name>`, from the chains just generated, in Hydra's ConfigStore:
     the sweep composes them in memory, and the job processes get them with Hydra's own state."""
-    store = ConfigStore.instance()
     for item in plan.checked[1:]:
-        store.store(group=TRANSFORM_GROUP, name=item.variant.name, node=item.variant.chain.as_config(),
-                    provider=CONFIG_PROVIDER)
+        _store_variant(item.variant)
 
 
 def _equivalence_rows(checked: Sequence[Checked]) -> List[Dict[str, object]]:
     rows = []
     for item in checked:
         eq = item.equivalence
+        measured = "yes" if item.measured else (item.unmeasured or "no: it fails")
         rows.append({"variant": item.variant.name, "moves": "+".join(item.variant.moves) or "-",
-                     "verdict": item.verdict, "equivalent": eq.equivalent if eq else True,
+                     "verdict": item.verdict, "measured": measured, "equivalent": eq.equivalent if eq else True,
                      "test": eq.test if eq else "", "p_value": eq.p_value if eq else None,
                      "max_abs_diff": eq.max_abs_diff if eq else None,
                      "detail": eq.detail if eq else "the chain as configured; every variant is checked against it"})
@@ -189,6 +201,36 @@ def unfinished_exploration(results_dir: Path, base: str, overrides: Sequence[str
         lambda record: [c for c in record.get("command", []) if not c.startswith(SEARCH_PATH_KEY)] == wanted)
 
 
+def _store_variant(variant: Variant) -> None:
+    """`transform=<name>` in Hydra's ConfigStore; a loader move's variant also sets its loader key,
+    so it is a global package (the chain under `transform`, the setting under `loader`)."""
+    store = ConfigStore.instance()
+    if not variant.loader:
+        store.store(group=TRANSFORM_GROUP, name=variant.name, node=variant.chain.as_config(), provider=CONFIG_PROVIDER)
+        return
+    store.store(group=TRANSFORM_GROUP, name=variant.name, package="_global_", provider=CONFIG_PROVIDER,
+                node={TRANSFORM_GROUP: variant.chain.as_config(), "loader": dict(variant.loader)})
+
+
+def _loader_settings_that_hold(found: Exploration, first_job: Sequence[str], compose_one) -> Exploration:
+    """Drop the loader moves whose setting does not reach the job: a command-line override or the
+    chosen loader config (loader=seed sets prefetch_factor and pin_memory) is applied after the
+    chain's config, so the user's value wins, and the move says so."""
+    kept, dropped = [], []
+    for variant in found.variants:
+        if variant.loader:
+            _store_variant(variant)
+            spec, _ = compose_one([o for o in first_job if _key(o) != TRANSFORM_GROUP] +
+                                  [f"{TRANSFORM_GROUP}={variant.name}"])
+            key, value = variant.loader[0]
+            if getattr(spec.loader, key) != value:
+                dropped.append(f"{key}: loader.{key} is set after the chain (on the command line or by the loader "
+                               "config), so explore leaves it as given")
+                continue
+        kept.append(variant)
+    return Exploration(tuple(kept), (*found.not_applied, *dropped))
+
+
 def plan_exploration(overrides: Sequence[str], first_job: Sequence[str], fresh: bool = False,
                      max_pixel_diff: int = DEFAULT_MAX_PIXEL_DIFF) -> Union[Plan, NoVariants]:
     """Generate and check the variants of the chain `first_job` composes to, and pick their folder:
@@ -198,11 +240,15 @@ def plan_exploration(overrides: Sequence[str], first_job: Sequence[str], fresh: 
     When no move applies nothing is created, and the answer says why.
     """
     check_overrides(overrides)
+    device_here = torch.cuda.is_available()
     with job_spec_composer() as compose_one:
         spec, results_dir = compose_one(first_job)
-    dataset = build_dataset(spec)
-    source = SampleSource.of(dataset[0][0]) if len(dataset) else None
-    found = explore(spec.transform_name, Chain(spec.per_sample, spec.per_batch), source)
+        setting = LoaderSetting(spec.workers, dataclasses.asdict(spec.loader), device_here, MAX_PREFETCH_FACTOR)
+        dataset = build_dataset(spec)
+        source = SampleSource.of(dataset[0][0]) if len(dataset) else None
+        found = _loader_settings_that_hold(
+            explore(spec.transform_name, Chain(spec.per_sample, spec.per_batch, spec.on_device), setting, source),
+            first_job, compose_one)
     if len(found.variants) == 1:
         return NoVariants(found.base.name, found.not_applied)
 
@@ -212,7 +258,13 @@ def plan_exploration(overrides: Sequence[str], first_job: Sequence[str], fresh: 
     checked = [Checked(found.base, None)]
     for variant in found.variants[1:]:
         print(f"explore: checking {variant.name}", flush=True)
-        checked.append(Checked(variant, check(found.base.chain, variant, fetch, spec.run.seed, max_pixel_diff)))
+        unmeasured = NO_DEVICE if variant.needs_device and not device_here else ""
+        checked.append(Checked(variant, check(found.base.chain, variant, fetch, spec.run.seed, max_pixel_diff),
+                               unmeasured))
+    device_moves = sorted({m for item in checked if item.unmeasured for m in item.variant.moves if m in DEVICE_MOVES})
+    if device_moves:
+        print(f"notice: {', '.join(device_moves)}: no CUDA device here, so its variants are checked for equivalence "
+              "on the CPU and not measured", flush=True)
     given = {_key(o) for o in overrides}
     kept = [o for o in overrides if _key(o) != "transform"]
     defaults = [f"{key}={value}" for key, value in EXPLORE_DEFAULTS
@@ -241,6 +293,18 @@ def _settings(results: Sequence[Mapping[str, object]]) -> List[str]:
     return [",".join(job[k] for k in varying if k in job) for job in per_job]
 
 
+# Summary figures shown per variant beside the rates: the epoch-effective rate (what
+# persistent_workers pays through) and the batch that crosses the worker boundary with what
+# delivering a finished one costs (what late_cast pays through).
+EXTRA_FIGURES = (("samples_per_s_epoch", "samples_per_s_epoch"), ("batch_mb", "batch_mb_median"),
+                 ("ready_next_ms", "ready_next_ms_median"))
+
+
+def _median(summaries: Sequence[Mapping[str, object]], key: str) -> float:
+    values = [float(r[key]) for r in summaries if r.get(key) is not None]
+    return statistics.median(values) if values else float("nan")
+
+
 def explore_rows(invocation_dir: Path, plan: Plan) -> List[Dict[str, object]]:
     """One row per variant and setting: medians over the rounds (samples/s, and the CPU a sample
     costs, which other load on a shared machine barely moves) and ratios over the base chain."""
@@ -265,7 +329,8 @@ def explore_rows(invocation_dir: Path, plan: Plan) -> List[Dict[str, object]]:
                          "samples_per_s_min": min(rates), "samples_per_s_max": max(rates),
                          "speedup": statistics.median(rates) / base_rate,
                          "cpu_ms_per_sample": statistics.median(cpus), "cpu_ms_min": min(cpus),
-                         "cpu_ms_max": max(cpus), "cpu_speedup": base_cpu / statistics.median(cpus)})
+                         "cpu_ms_max": max(cpus), "cpu_speedup": base_cpu / statistics.median(cpus),
+                         **{column: _median(summaries, key) for column, key in EXTRA_FIGURES}})
     return rows
 
 
@@ -290,7 +355,7 @@ def conclusions(rows: Sequence[Mapping[str, object]], plan: Plan) -> List[str]:
         if reference is None:
             lines.append(f"{base} was not measured{where}: nothing to compare with")
             continue
-        allowed = [r for r in group if r["verdict"] in (BASE_VERDICT, *EQUIVALENT_VERDICTS)]
+        allowed = [r for r in group if r["verdict"] == BASE_VERDICT or is_equivalent(str(r["verdict"]))]
         fastest = max(allowed, key=lambda r: r["samples_per_s"])
         leanest = min(allowed, key=lambda r: r["cpu_ms_per_sample"])
         rate_cleared = fastest["samples_per_s_min"] > reference["samples_per_s_max"]
@@ -312,12 +377,45 @@ def conclusions(rows: Sequence[Mapping[str, object]], plan: Plan) -> List[str]:
     return lines
 
 
+def what_to_do(invocation_dir: Path, rows: Sequence[Mapping[str, object]], plan: Plan) -> str:
+    """Per setting: the winner, its waterfall from the base chain (waterfall.md / .csv) and the
+    winning chain as a transform config (winner/transform/<chain>_winner.yaml); returns the markdown."""
+    variants = [item.variant for item in plan.checked]
+    base = plan.checked[0].variant.name
+    parts, table_rows = [], []
+    for setting in dict.fromkeys(r["setting"] for r in rows):
+        group = [r for r in rows if r["setting"] == setting]
+        best = winner(group)
+        if best is None or best["variant"] == base:
+            continue
+        steps = waterfall(group, variants, best)
+        table_rows += [{"setting": setting, **step} for step in steps]
+        chosen = next(v for v in variants if v.name == best["variant"])
+        name = f"{_folder_safe(base)}_winner" + ("" if setting == "-" else f"_{_folder_safe(str(setting))}")
+        path = invocation_dir / WINNER_DIR / TRANSFORM_GROUP / f"{name}.yaml"
+        _write_variant_configs(path.parent, [dataclasses.replace(chosen, name=name)])
+        loader = "".join(f" loader.{k}={v}" for k, v in chosen.loader)
+        where = "" if setting == "-" else f" at {setting}"
+        parts.append(f"what to do{where}, in order (winner {chosen.name}, {best['verdict']}, "
+                     f"{best['speedup']:.2f}x the samples/s and {best['cpu_speedup']:.2f}x less CPU a sample):\n"
+                     + "".join(f"{k}. {step['edit']} ({step['step_gain']:.2f}x on the way; alone "
+                               f"{step['alone_speedup']:.2f}x)\n" for k, step in enumerate(steps[1:], start=1))
+                     + f"ready to use: {path} (copy it into your config folder's transform/, then "
+                       f"`pipebench run transform={name}{loader}`)\n\n" + markdown_table(steps, WATERFALL_COLUMNS))
+    if table_rows:
+        write_text_atomic(invocation_dir / WATERFALL_CSV, csv_text(table_rows, list(table_rows[0])))
+    markdown = "\n".join(parts) or "no equivalent variant ran faster than the chain: nothing to change\n"
+    write_text_atomic(invocation_dir / WATERFALL_MD, markdown)
+    return markdown
+
+
 def write_explore_table(invocation_dir: Path, plan: Plan) -> str:
-    """explore.csv and explore.md (the table and its conclusions); returns the markdown."""
+    """explore.csv and explore.md (the table, its conclusions and what to do); returns the markdown."""
     rows = explore_rows(invocation_dir, plan)
     if not rows:
         return "(no variant was measured)\n"
-    markdown = markdown_table(rows, EXPLORE_COLUMNS) + "\n" + "\n".join(conclusions(rows, plan)) + "\n"
+    markdown = markdown_table(rows, EXPLORE_COLUMNS) + "\n" + "\n".join(conclusions(rows, plan)) + "\n\n" \
+        + what_to_do(invocation_dir, rows, plan)
     write_text_atomic(invocation_dir / EXPLORE_CSV, csv_text(rows, list(rows[0])))
     write_text_atomic(invocation_dir / EXPLORE_MD, markdown)
     return markdown

@@ -8,18 +8,31 @@ The moves, each legal only where the declarations say so:
   the steps before the PIL->tensor conversion on it, as their torchvision.transforms.v2 forms
   (`tensor_form`); the conversion keeps only what is left to do (ToTensor: the float scaling);
   pixels differ a little (another decoder, tensor interpolation);
+- decoder: the PIL->tensor conversion is replaced by the decoder it names (`decoder_form`:
+  torchvision.io.decode_jpeg on the file's bytes); crops that ran on the PIL image before it
+  follow it, on the tensor, as the decoder reads the whole file;
 - crop_first: a crop moves ahead of the pointwise steps before it (PIL->tensor conversion
   included), as long as it accepts what arrives there; a step that is not pointwise, or
   declares nothing, stops it;
-- fast: every transform with a fast_form is replaced by it, and a cast to float followed by
-  Normalize (FUSED_CASTS) by one fused multiply-add on the uint8 pixels;
-- per_batch: trailing per-sample transforms with a batch_form move into the collate.
-Every combination is tried, moves applied in that order; a combination is kept only if each
-of its moves changed something and the chain differs from every earlier variant.
+- fast: every transform with a fast_form is replaced by the last of its fast forms, and a cast
+  to float followed by Normalize (FUSED_CASTS) by one fused multiply-add on the uint8 pixels;
+- per_batch: trailing per-sample transforms with a batch_form move into the collate (a crop
+  stays: it shrinks the sample, so it runs before the batch is made);
+- late_cast: the trailing steps that turn integer pixels into float (`casts`) run after the
+  host-to-device copy (`on_device`), so the batch crosses the worker boundary, the pinning and
+  the copy as uint8;
+- to_device: every trailing batch-able step runs after the copy, on the consumer's device (a
+  random step only if its batch form keeps one draw a sample; a crop stays, as for per_batch).
+The first five stack; the last three are alternative places for the chain's tail. The three
+decode moves (tensor_path, decoder, reduced_decode) replace the same decode, so in the stack the
+first of them that applies takes it and the others then find nothing to do. Variants: each move
+alone, then the stack built up one move at a time (a move that changes nothing is left out), then
+the full stack with each tail. That is a ladder from the base chain to the most-moved one, so
+explore can show what each edit is worth on its own and on the way to the winner. A chain that
+equals an earlier variant is dropped.
 """
 
 import functools
-import itertools
 import json
 from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
@@ -28,13 +41,32 @@ from pipebench.pipeline.movement import PIL, TENSOR, Movement, accepted_kinds, d
 
 REDUCED_DECODE = "reduced_decode"
 TENSOR_PATH = "tensor_path"
+DECODER = "decoder"
 CROP_FIRST = "crop_first"
 FAST = "fast"
 PER_BATCH = "per_batch"
-# Canonical order: names list moves in it, and combinations apply them in it.
-MOVES = (REDUCED_DECODE, TENSOR_PATH, CROP_FIRST, FAST, PER_BATCH)
+LATE_CAST = "late_cast"
+TO_DEVICE = "to_device"
+# Moves that stack, in the order the ladder applies them (the decode moves first: see the docstring).
+STACKED = (TENSOR_PATH, DECODER, REDUCED_DECODE, CROP_FIRST, FAST)
+# Alternative homes for the chain's tail: the collate, or after the host-to-device copy.
+TAILS = (PER_BATCH, LATE_CAST, TO_DEVICE)
+# Canonical order: names list moves in it.
+MOVES = (*STACKED, *TAILS)
 # Moves that change pixels a little by design (another decode): equivalence compares their images.
 DECODE_MOVES = (REDUCED_DECODE, TENSOR_PATH)
+# Moves whose gain needs an accelerator: on a host without one they are generated and checked
+# (on the CPU) but not measured, as the host CPU would do the work the device is for.
+DEVICE_MOVES = (TO_DEVICE,)
+# Loader moves: one DataLoader setting each, on top of the most-moved chain a host can run.
+# persistent_workers pays through the epoch restart (samples_per_s_epoch), the others through
+# delivery: more batches queued, pinned memory for the copy, another way to share tensors.
+PERSISTENT_WORKERS = "persistent_workers"
+PREFETCH_FACTOR = "prefetch_factor"
+PIN_MEMORY = "pin_memory"
+SHARING_STRATEGY = "sharing_strategy"
+LOADER_MOVES = (PERSISTENT_WORKERS, PREFETCH_FACTOR, PIN_MEMORY, SHARING_STRATEGY)
+FILE_SYSTEM = "file_system"
 # Casts to float in [0, 1] that Normalize may fuse with (how each reads its input), and the fused form.
 FUSED_CASTS = {"torchvision.transforms.ToTensor": "from_pil", "torchvision.transforms.v2.ToTensor": "from_pil",
                "pipebench.transforms.cast.ToFloat": "tensor", "torchvision.transforms.v2.ToDtype": "to_dtype"}
@@ -63,10 +95,15 @@ class Chain:
 
     per_sample: Tuple[Node, ...]
     per_batch: Tuple[Node, ...] = ()
+    # Run on the batch after the host-to-device copy (transform.on_device).
+    on_device: Tuple[Node, ...] = ()
 
     def as_config(self) -> Dict[str, List[Dict[str, Any]]]:
-        """The body of a Hydra `transform/<name>.yaml`."""
-        return {"per_sample": [dict(n) for n in self.per_sample], "per_batch": [dict(n) for n in self.per_batch]}
+        """The body of a Hydra `transform/<name>.yaml` (`on_device` only when it has steps)."""
+        config = {"per_sample": [dict(n) for n in self.per_sample], "per_batch": [dict(n) for n in self.per_batch]}
+        if self.on_device:
+            config["on_device"] = [dict(n) for n in self.on_device]
+        return config
 
     def key(self) -> str:
         """Equal for equal chains, so variants that yield the same chain can be dropped."""
@@ -107,6 +144,17 @@ class Variant:
     changes: Tuple[str, ...]
     chain: Chain
     draws_per_batch: Tuple[str, ...] = ()
+    # Loader settings the variant sets (`loader.<key>`), for the loader moves; the chain is its parent's.
+    loader: Tuple[Tuple[str, Any], ...] = ()
+
+    def key(self) -> str:
+        """Equal for equal chains with equal loader settings."""
+        return self.chain.key() + json.dumps(self.loader, default=str)
+
+    @property
+    def needs_device(self) -> bool:
+        """Its gain needs an accelerator (a move in DEVICE_MOVES)."""
+        return any(move in DEVICE_MOVES for move in self.moves)
 
 
 @dataclass(frozen=True)
@@ -154,7 +202,7 @@ def crop_first(chain: Chain) -> Moved:
             movements.insert(target, movements.pop(i))
         elif target == 0:
             reasons.append(f"{name} is already first")
-    return Moved(Chain(tuple(steps), chain.per_batch), tuple(changes),
+    return Moved(Chain(tuple(steps), chain.per_batch, chain.on_device), tuple(changes),
                  "" if changes else "crop_first: " + "; ".join(reasons))
 
 
@@ -173,27 +221,37 @@ def _fused_cast(cast: Node, normalize: Node) -> Optional[Tuple[Node, ...]]:
     return (_with_target({}, PIL_TO_TENSOR), fused) if kind == "from_pil" else (fused,)
 
 
+def _fastest(node: Node) -> Tuple[Node, Optional[Movement]]:
+    """The node after following its fast forms to the last (a form naming itself, or a loop, stops it)."""
+    seen = {node["_target_"]}
+    movement = declared_movement(node)
+    while movement is not None and movement.fast_form and movement.fast_form not in seen:
+        node = _with_target(node, movement.fast_form)
+        seen.add(node["_target_"])
+        movement = declared_movement(node)
+    return node, movement
+
+
 def fast(chain: Chain) -> Moved:
-    """Replace every transform that declares a fast_form by it (same arguments), and every cast to
-    float followed by Normalize by the fused form."""
+    """Replace every transform that declares a fast_form by the last of its fast forms (same
+    arguments), and every cast to float followed by Normalize by the fused form."""
     changes = []
-    sample_nodes: List[Node] = []
-    batch_nodes: List[Node] = []
-    for nodes, out in ((chain.per_sample, sample_nodes), (chain.per_batch, batch_nodes)):
+    stages: List[List[Node]] = []
+    for nodes in (chain.per_sample, chain.per_batch, chain.on_device):
+        out: List[Node] = []
         for node in nodes:
-            movement = declared_movement(node)
-            if movement is not None and movement.fast_form:
-                replaced = _with_target(node, movement.fast_form)
+            replaced, _ = _fastest(node)
+            if replaced["_target_"] != node["_target_"]:
                 changes.append(f"replace {short_name(node)} with {short_name(replaced)}")
-                node = replaced
-            fused = _fused_cast(out[-1], node) if out else None
+            fused = _fused_cast(out[-1], replaced) if out else None
             if fused is not None:
-                changes.append(f"replace {short_name(out[-1])}, {short_name(node)} with "
+                changes.append(f"replace {short_name(out[-1])}, {short_name(replaced)} with "
                                f"{', '.join(short_name(n) for n in fused)} (one multiply-add on the uint8 pixels)")
                 out[-1:] = fused
                 continue
-            out.append(node)
-    return Moved(Chain(tuple(sample_nodes), tuple(batch_nodes)), tuple(changes),
+            out.append(replaced)
+        stages.append(out)
+    return Moved(Chain(*(tuple(out) for out in stages)), tuple(changes),
                  "" if changes else "fast: no transform in the chain declares a fast_form")
 
 
@@ -205,11 +263,11 @@ def per_batch(chain: Chain) -> Moved:
     random_moved: List[str] = []
     while steps:
         movement: Optional[Movement] = declared_movement(steps[-1])
-        if movement is None or not movement.batch_form:
+        if movement is None or not movement.batch_form or movement.crop:  # a crop shrinks the sample: it stays
             break
         node = steps.pop()
         moved.insert(0, _with_target(node, movement.batch_form))
-        if movement.random:
+        if movement.random and not movement.batch_draws_per_sample:
             random_moved.insert(0, short_name(node))
     if not moved:
         last = short_name(chain.per_sample[-1]) if chain.per_sample else None
@@ -218,7 +276,8 @@ def per_batch(chain: Chain) -> Moved:
         return Moved(chain, reason=f"per_batch: {why}")
     changes = tuple(f"run {short_name(n)} once per batch as {short_name(b)}"
                     for n, b in zip(chain.per_sample[len(steps):], moved))
-    return Moved(Chain(tuple(steps), (*moved, *chain.per_batch)), changes, draws_per_batch=tuple(random_moved))
+    return Moved(Chain(tuple(steps), (*moved, *chain.per_batch), chain.on_device), changes,
+                 draws_per_batch=tuple(random_moved))
 
 
 def _output_size(node: Node, image: Tuple[int, int]) -> Tuple[int, int]:
@@ -230,6 +289,78 @@ def _output_size(node: Node, image: Tuple[int, int]) -> Tuple[int, int]:
     short, long = sorted(image)
     scaled = (sizes[0], int(sizes[0] * long / short))
     return scaled if image[0] <= image[1] else scaled[::-1]
+
+
+def decoder(chain: Chain) -> Moved:
+    """Replace the chain's PIL->tensor conversion by the decoder it declares; PIL-side crops before
+    it follow it (the decoder reads the whole file, so a crop first would only make it fall back)."""
+    steps = list(chain.per_sample)
+    movements = [declared_movement(n) for n in steps]
+    at = next((i for i, m in enumerate(movements) if m is not None and m.decoder_form), None)
+    if at is None:
+        first = movements[0] if movements else None
+        if first is not None and first.accepts == frozenset([TENSOR]):
+            return Moved(chain, reason=f"decoder: the chain starts from tensors ({short_name(steps[0])} accepts only "
+                                       "tensors): there is no image file to decode")
+        return Moved(chain, reason="decoder: no step declares a decoder_form (a PIL->tensor conversion such as "
+                                   "PILToTensor)")
+    before = [(n, m) for n, m in zip(steps[:at], movements[:at])]
+    blocking = [short_name(n) for n, m in before if m is None or not m.crop or TENSOR not in m.accepts]
+    if blocking:
+        return Moved(chain, reason=f"decoder: {', '.join(blocking)} runs on the PIL image before "
+                                   f"{short_name(steps[at])}, and only a crop can follow the decoder")
+    conversion = steps[at]
+    decoded = _with_target(conversion, movements[at].decoder_form)
+    changes = [f"replace {short_name(conversion)} with {short_name(decoded)} (decode the JPEG file straight to a "
+               "uint8 tensor)"]
+    if before:
+        changes.append(f"move {', '.join(short_name(n) for n, _ in before)} after {short_name(decoded)}")
+    new_steps = (decoded, *(n for n, _ in before), *steps[at + 1:])
+    return Moved(Chain(new_steps, chain.per_batch, chain.on_device), tuple(changes))
+
+
+def _tail_to_device(chain: Chain, move: str, wanted: Callable[[Movement], bool], what: str) -> Moved:
+    """Move the trailing run of steps that `wanted` accepts to on_device, ahead of its existing steps:
+    first from per_batch (as they are), then, when per_batch is all gone, from per_sample (as
+    their batch forms). A random step moves only if its batch form keeps one draw a sample."""
+    per_batch_steps, per_sample_steps = list(chain.per_batch), list(chain.per_sample)
+    moved: List[Node] = []
+    changes: List[str] = []
+    stop = ""
+    while per_batch_steps:
+        movement = declared_movement(per_batch_steps[-1])
+        if movement is None or not wanted(movement) or (movement.random and not movement.batch_draws_per_sample):
+            stop = f"{short_name(per_batch_steps[-1])} (per batch) is not {what}"
+            break
+        node = per_batch_steps.pop()
+        moved.insert(0, node)
+        changes.insert(0, f"run {short_name(node)} after the host-to-device copy")
+    while not per_batch_steps and per_sample_steps:
+        node = per_sample_steps[-1]
+        movement = declared_movement(node)
+        if movement is None or not movement.batch_form or not wanted(movement) or movement.crop \
+                or (movement.random and not movement.batch_draws_per_sample):
+            stop = f"{short_name(node)} is a crop, which shrinks the sample before the copy" \
+                if movement is not None and movement.crop else f"{short_name(node)} is not {what} with a batch form" + \
+                (" that draws once a sample" if movement is not None and movement.random else "")
+            break
+        per_sample_steps.pop()
+        batch = _with_target(node, movement.batch_form)
+        moved.insert(0, batch)
+        changes.insert(0, f"run {short_name(node)} after the host-to-device copy as {short_name(batch)}")
+    if not moved:
+        return Moved(chain, reason=f"{move}: the last step, {stop}" if stop else f"{move}: the chain is empty")
+    return Moved(Chain(tuple(per_sample_steps), tuple(per_batch_steps), (*moved, *chain.on_device)), tuple(changes))
+
+
+def late_cast(chain: Chain) -> Moved:
+    """Keep the batch uint8 across the worker boundary and the copy: the trailing casts run after it."""
+    return _tail_to_device(chain, LATE_CAST, lambda m: m.casts, "a cast to float (declares casts)")
+
+
+def to_device(chain: Chain) -> Moved:
+    """Run every trailing batch-able step after the copy, on the consumer's device."""
+    return _tail_to_device(chain, TO_DEVICE, lambda m: True, "batch-able")
 
 
 def reduced_decode(chain: Chain, source: Optional[SampleSource] = None) -> Moved:
@@ -256,7 +387,7 @@ def reduced_decode(chain: Chain, source: Optional[SampleSource] = None) -> Moved
             return Moved(chain, reason=f"{REDUCED_DECODE}: a draft at 1/{MIN_DRAFT_REDUCTION} of the {width}x{height} "
                                        f"images would go below {name}'s output size {out[0]}x{out[1]}")
     drafted = _with_target(first, movement.draft_form)
-    return Moved(Chain((drafted, *chain.per_sample[1:]), chain.per_batch),
+    return Moved(Chain((drafted, *chain.per_sample[1:]), chain.per_batch, chain.on_device),
                  (f"replace {name} with {short_name(drafted)} (decode the JPEG at 1/2, 1/4 or 1/8 size, libjpeg's "
                   "DCT scaling, wherever the region kept is at least that many times the output)",))
 
@@ -302,7 +433,8 @@ def tensor_path(chain: Chain, source: Optional[SampleSource] = None) -> Moved:
         changes.append(f"drop {short_name(conversion)} (the decoder gives the tensor)")
     elif left != conversion["_target_"]:
         changes.append(f"replace {short_name(conversion)} with {short_name(rest[0])}")
-    return Moved(Chain(({"_target_": DECODE_JPEG}, *moved, *rest), chain.per_batch), tuple(changes))
+    return Moved(Chain(({"_target_": DECODE_JPEG}, *moved, *rest), chain.per_batch, chain.on_device),
+                 tuple(changes))
 
 
 def pixel_prefixes(move: str, chain: Chain) -> Tuple[int, int]:
@@ -314,8 +446,9 @@ def pixel_prefixes(move: str, chain: Chain) -> Tuple[int, int]:
     return 1, 1
 
 
-MOVE_FUNCTIONS: Mapping[str, Callable[[Chain], Moved]] = {REDUCED_DECODE: reduced_decode, TENSOR_PATH: tensor_path,
-                                                          CROP_FIRST: crop_first, FAST: fast, PER_BATCH: per_batch}
+MOVE_FUNCTIONS: Mapping[str, Callable[[Chain], Moved]] = {
+    REDUCED_DECODE: reduced_decode, TENSOR_PATH: tensor_path, DECODER: decoder, CROP_FIRST: crop_first, FAST: fast,
+    PER_BATCH: per_batch, LATE_CAST: late_cast, TO_DEVICE: to_device}
 
 
 def move_functions(source: Optional[SampleSource]) -> Mapping[str, Callable[[Chain], Moved]]:
@@ -339,19 +472,97 @@ def _apply(chain: Chain, moves: Sequence[str], functions: Mapping[str, Callable[
     return Moved(chain, tuple(changes), draws_per_batch=tuple(draws))
 
 
-def explore(name: str, chain: Chain, source: Optional[SampleSource] = None) -> Exploration:
-    """The base chain and every distinct variant: single moves first, then pairs, and so on.
-    `source` (the dataset's first sample) lets the decode moves skip a dataset they cannot serve."""
+def _ladder(chain: Chain, functions: Mapping[str, Callable[[Chain], Moved]]) -> List[Tuple[str, ...]]:
+    """The move lists to try: each move alone, the stack built up one move at a time, the full
+    stack with each tail."""
+    stack: List[str] = []
+    current = chain
+    for move in STACKED:
+        done = functions[move](current)
+        if done.changes:
+            stack.append(move)
+            current = done.chain
+    singles = [(move,) for move in MOVES]
+    built = [tuple(stack[:k]) for k in range(2, len(stack) + 1)]
+    tails = [(*stack, tail) for tail in TAILS] if len(stack) > 0 else []
+    return [*singles, *built, *tails]
+
+
+@dataclass(frozen=True)
+class LoaderSetting:
+    """What loader moves look at: the job's workers, its loader settings, and whether CUDA is here."""
+
+    workers: int
+    values: Mapping[str, Any]
+    cuda: bool
+    max_prefetch_factor: int
+
+
+def _loader_change(move: str, setting: LoaderSetting) -> Tuple[Optional[Any], str]:
+    """(the new value of loader.<move>, "") or (None, why the move does not apply)."""
+    current = setting.values[move]
+    if move == PIN_MEMORY:
+        if not setting.cuda:
+            return None, "pin_memory: no CUDA device here, so pinning does nothing"
+        return (True, "") if not current else (None, "pin_memory: already on")
+    if setting.workers == 0:
+        return None, f"{move}: the loader has no workers (workers=0), so the setting does nothing"
+    if move == PERSISTENT_WORKERS:
+        return (True, "") if not current else (None, "persistent_workers: already on")
+    if move == PREFETCH_FACTOR:
+        doubled = min(2 * int(current), setting.max_prefetch_factor)
+        return (doubled, "") if doubled != current else (None, "prefetch_factor: already at its largest")
+    return (FILE_SYSTEM, "") if current != FILE_SYSTEM else (None, "sharing_strategy: already file_system")
+
+
+def loader_variants(parent: Variant, setting: LoaderSetting) -> Tuple[List[Variant], List[str]]:
+    """`parent`'s chain with one loader setting changed, per loader move that can change the result
+    here; and why each other loader move does not apply."""
+    variants, reasons = [], []
+    for move in LOADER_MOVES:
+        value, why = _loader_change(move, setting)
+        if value is None:
+            reasons.append(why)
+            continue
+        change = f"set loader.{move}={json.dumps(value)}"
+        variants.append(Variant(NAME_SEPARATOR.join((parent.name, move)), (*parent.moves, move),
+                                (*parent.changes, change), parent.chain, parent.draws_per_batch, ((move, value),)))
+    return variants, reasons
+
+
+def loader_parent(variants: Sequence[Variant]) -> Variant:
+    """The chain loader moves build on: the most-moved variant a host without a device can run
+    (the stack with the late cast, when there is one)."""
+    host = [v for v in variants if not v.needs_device and not v.loader]
+    return max(host, key=lambda v: (len(v.moves), LATE_CAST in v.moves))
+
+
+def explore(name: str, chain: Chain, setting: Optional[LoaderSetting] = None,
+            source: Optional[SampleSource] = None) -> Exploration:
+    """The base chain and every distinct variant of the ladder (see the module docstring); with a
+    `setting`, also the loader moves on top of the most-moved host chain. `source` (the dataset's
+    first sample) lets the decode moves skip a dataset they cannot serve."""
     functions = move_functions(source)
     variants = [Variant(name, (), (), chain)]
-    seen = {chain.key()}
-    for size in range(1, len(MOVES) + 1):
-        for moves in itertools.combinations(MOVES, size):
-            done = _apply(chain, moves, functions)
-            if done is None or done.chain.key() in seen:
-                continue
-            seen.add(done.chain.key())
-            variants.append(Variant(NAME_SEPARATOR.join((name, *moves)), moves, done.changes, done.chain,
-                                    done.draws_per_batch))
-    not_applied = tuple(done.reason for done in (functions[m](chain) for m in MOVES) if not done.changes)
-    return Exploration(tuple(variants), not_applied)
+    seen = {variants[0].key()}
+    for moves in _ladder(chain, functions):
+        done = _apply(chain, moves, functions)
+        if done is None:
+            continue
+        variant = Variant(NAME_SEPARATOR.join((name, *moves)), moves, done.changes, done.chain, done.draws_per_batch)
+        if variant.key() not in seen:
+            seen.add(variant.key())
+            variants.append(variant)
+    not_applied = [done.reason for done in (functions[m](chain) for m in MOVES) if not done.changes]
+    if setting is not None:
+        on_loader, reasons = loader_variants(loader_parent(variants), setting)
+        variants += on_loader
+        not_applied += reasons
+    return Exploration(tuple(variants), tuple(not_applied))
+
+
+def ladder_of(variant: Variant, variants: Sequence[Variant]) -> List[Variant]:
+    """The variants whose moves are the prefixes of `variant`'s, shortest first, ending with it:
+    the steps of the waterfall from the base chain (moves ()) to it."""
+    by_moves = {v.moves: v for v in variants}
+    return [by_moves[variant.moves[:k]] for k in range(len(variant.moves) + 1) if variant.moves[:k] in by_moves]

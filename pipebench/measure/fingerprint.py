@@ -5,12 +5,16 @@ import platform
 import subprocess
 import sys
 from pathlib import Path
-from typing import Any, Dict, Optional
+from typing import Any, Dict, Mapping, Optional
 
+import numpy
+import PIL
 import torch
 import torchvision
+from PIL import features
 
 import pipebench
+from pipebench.base.io import folder_safe
 
 # cgroup v2 then v1 files that hold the CPU quota a container may use.
 CGROUP_V2_CPU_MAX = Path("/sys/fs/cgroup/cpu.max")
@@ -61,6 +65,36 @@ def git_commit() -> Optional[str]:
     return out.stdout.strip() or None
 
 
+def git_dirty() -> Optional[bool]:
+    """Whether the code under test (the working directory's repository) has uncommitted changes
+    to tracked files; None outside a repository."""
+    try:
+        out = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], capture_output=True,
+                             text=True, timeout=GIT_TIMEOUT_S, check=False)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    return bool(out.stdout.strip()) if out.returncode == 0 else None
+
+
+def libjpeg_turbo_version() -> Optional[str]:
+    """The libjpeg-turbo Pillow decodes with (decode is most of the seed chain), or None."""
+    try:
+        return features.version_feature("libjpeg_turbo") if features.check_feature("libjpeg_turbo") else None
+    except ValueError:  # a Pillow that does not know the feature
+        return None
+
+
+def machine_folder(fingerprint: Mapping[str, Any]) -> str:
+    """A folder name for a machine's stored baselines and history, from a result's fingerprint: CPU
+    model and usable cores, the fields compare refuses to mix (e.g. `AMD_EPYC-2c`)."""
+    return folder_safe("_".join(f"{fingerprint.get('cpu_model')}-{fingerprint.get('usable_cores')}c".split()))
+
+
+def machine_key() -> str:
+    """This machine's `machine_folder`."""
+    return machine_folder({"cpu_model": cpu_model(), "usable_cores": usable_cores()})
+
+
 def gpu_name() -> Optional[str]:
     """Call only after DataLoader workers are gone: querying the device initialises CUDA (DESIGN §4)."""
     return torch.cuda.get_device_name(0) if torch.cuda.is_available() else None
@@ -71,6 +105,9 @@ def fingerprint(dataset_identity: Dict[str, Any], start_method: str) -> Dict[str
         "pipebench": pipebench.__version__,
         "torch": torch.__version__,
         "torchvision": torchvision.__version__,
+        "pillow": PIL.__version__,
+        "libjpeg_turbo": libjpeg_turbo_version(),
+        "numpy": numpy.__version__,
         "python": sys.version.split()[0],
         "platform": platform.platform(),
         "hostname": platform.node(),
@@ -82,4 +119,5 @@ def fingerprint(dataset_identity: Dict[str, Any], start_method: str) -> Dict[str
         "start_method": start_method,
         "dataset": dataset_identity,
         "git_commit": git_commit(),
+        "git_dirty": git_dirty(),
     }

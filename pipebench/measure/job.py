@@ -34,7 +34,9 @@ from pipebench.measure.runner import (
     worker_faults_named,
 )
 from pipebench.measure.setup import job_fingerprint, seed_everything
-from pipebench.measure.storage_io import StorageReadMeter
+from pipebench.measure.host_load import HostLoadMeter
+from pipebench.measure.storage_cache import prepare_cache
+from pipebench.measure.storage_io import StorageReadMeter, file_read_columns
 from pipebench.measure.summarize import (
     pass_records,
     rows_as_dicts,
@@ -44,7 +46,7 @@ from pipebench.measure.summarize import (
 )
 from pipebench.measure.viztrace import TRACE_FILE as VIZTRACE_FILE
 from pipebench.measure.viztrace import VizTraceSession
-from pipebench.pipeline.build import build_loader, build_pipeline, pin_memory_effective
+from pipebench.pipeline.build import build_device_chain, build_loader, build_pipeline, pin_memory_effective
 from pipebench.pipeline.consumers import build_consumer
 from pipebench.pipeline.timed_chain import InstrumentedDataset, TimedCollate
 
@@ -60,7 +62,8 @@ MAX_LISTED_FAILURES = 20
 def _traced_steps(spec: JobSpec, session: VizTraceSession, instrumented: InstrumentedDataset,
                   collate: TimedCollate, consumer: Any, pinned: bool) -> None:
     loader = build_loader(spec, instrumented, collate, trace_session=session)
-    loop = StepLoop(BatchStream(loader, spec.run.on_error), consumer, non_blocking=pinned)
+    loop = StepLoop(BatchStream(loader, spec.run.on_error), consumer, non_blocking=pinned,
+                    device_chain=build_device_chain(spec))
     # The loop is not a start_main target: the session would keep it, and through it the loader.
     loop.trace = session.start_main(instrumented, collate)
     try:
@@ -112,6 +115,10 @@ def _measure_job(spec: JobSpec, job_dir: Path, watchdog: Unwatched) -> Dict[str,
     if spec.loader.sharing_strategy is not None:
         torch.multiprocessing.set_sharing_strategy(spec.loader.sharing_strategy)
     dataset, instrumented, collate = build_pipeline(spec)
+    cache = prepare_cache(dataset, spec.storage)
+    for line in cache.notices:
+        print(line, flush=True)
+    device_chain = build_device_chain(spec)
     loader = build_loader(spec, instrumented, collate)
     consumer = build_consumer(spec.consumer, spec.run.seed)
     pinned = pin_memory_effective(spec)
@@ -120,12 +127,13 @@ def _measure_job(spec: JobSpec, job_dir: Path, watchdog: Unwatched) -> Dict[str,
     # A map-style dataset is split by the sampler in this process; a stream by each worker's copy.
     shards = max(spec.workers, 1) if isinstance(dataset, IterableDataset) else 1
     index_log = IndexLog(len(dataset), droppable_per_epoch(shards, spec.loader.batch_size, spec.loader.drop_last))
-    meters: Tuple[Meter, ...] = (MemorySampler(), StorageReadMeter(), index_log, gpu)
+    host_load = HostLoadMeter()
+    meters: Tuple[Meter, ...] = (MemorySampler(), StorageReadMeter(), host_load, index_log, gpu)
 
     def fresh_loop() -> StepLoop:
         """A new iteration of the loader (new workers unless persistent) with its own step loop."""
         return StepLoop(BatchStream(loader, spec.run.on_error), consumer, non_blocking=pinned, copier=gpu.copier,
-                        after_measured=gpu.alloc.sample, watchdog=watchdog)
+                        after_measured=gpu.alloc.sample, watchdog=watchdog, device_chain=device_chain)
 
     def mark(name: str) -> None:
         for meter in meters:
@@ -154,22 +162,26 @@ def _measure_job(spec: JobSpec, job_dir: Path, watchdog: Unwatched) -> Dict[str,
         artifacts = profile_steps(loop, instrumented, collate, spec.run.profile_steps, job_dir)
         loop.stream.close()
     if gpu.on_cuda and spec.run.profile_steps > 0:
-        loop = StepLoop(BatchStream(loader, spec.run.on_error), LabelledConsumer(consumer), non_blocking=pinned)
+        loop = StepLoop(BatchStream(loader, spec.run.on_error), LabelledConsumer(consumer), non_blocking=pinned,
+                        device_chain=device_chain)
         gpu.profile(loop, job_dir, warmup_steps(spec), cycle_steps(spec.workers))
         loop.stream.close()
     if spec.run.profile_steps > 0 and spec.trace == "viztracer":
         traced = viztrace_pass(spec, instrumented, collate, consumer, pinned, job_dir)
         artifacts = {"viztrace": VIZTRACE_FILE}
-    rows = transform_rows(sink, instrumented.steps, collate.steps)
+    rows = transform_rows(sink, instrumented.steps, [*collate.steps, *device_chain.steps])
     cores = usable_cores()
     batches_per_epoch, samples_per_epoch = _epoch_size(spec, dataset, loader)
     summary = summary_row(passes, rows, sink, spec.workers, cores, len(skipped),
                           persistent=spec.workers > 0 and spec.loader.persistent_workers,
                           samples_per_epoch=samples_per_epoch, batches_per_epoch=batches_per_epoch,
                           target_steps=window_steps(spec))
-    summary.update(pin_memory=pinned)
+    summary.update(pin_memory=pinned, **cache.columns(), **file_read_columns(sink, summary["samples_per_s"]))
     for meter in meters:
         summary.update(meter.columns())
+    busy_host = host_load.record()["note"]
+    if busy_host is not None:
+        summary["window_note"] = "; ".join(filter(None, (summary["window_note"], busy_host)))
     mismatch = trace_window_note(summary["accel_util_pct"], summary["trace_accel_util_pct"])
     if mismatch is not None:
         summary["gpu_notes"] = "; ".join(filter(None, (summary["gpu_notes"], mismatch)))

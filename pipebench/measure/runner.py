@@ -21,6 +21,7 @@ from pipebench.base.gpu_timing import DeviceCopy
 from pipebench.base.watchdog import StepOverrun, Unwatched
 from pipebench.config.specs import JobSpec
 from pipebench.measure.meter import FIRST_MEASURED, LAST_MEASURED
+from pipebench.pipeline.device_chain import DeviceChain
 from pipebench.pipeline.timed_chain import (
     InstrumentedDataset,
     SampleFailure,
@@ -56,10 +57,15 @@ class StepSample:
     collective_ns: int = 0
     # The loader epoch the batch belongs to (counted from 1, as BatchStream counts them).
     epoch: int = 1
+    # The on-device steps after the copy (transform.on_device); 0 when the chain has none.
+    device_ns: int = 0
+    # Bytes of the batch as the collate made it: what crosses the worker boundary (and, pinned,
+    # the host-to-device copy).
+    batch_bytes: int = 0
 
     @property
     def step_ns(self) -> int:
-        return self.gap_ns + self.wait_ns + self.h2d_ns + self.compute_ns + self.collective_ns
+        return self.gap_ns + self.wait_ns + self.h2d_ns + self.device_ns + self.compute_ns + self.collective_ns
 
 
 @dataclass(frozen=True)
@@ -88,6 +94,8 @@ class TimingSink:
     sample_cpu_ns: List[np.ndarray] = field(default_factory=list)
     batch_cpu_ns: List[int] = field(default_factory=list)
     worker_ids: List[int] = field(default_factory=list)
+    # What each sample's load step read from files: [n_samples, len(IO_FIELDS)] per batch.
+    sample_io: List[np.ndarray] = field(default_factory=list)
 
     def add(self, batch: TimedBatch) -> None:
         self.sample_ns.append(batch.sample_ns)
@@ -95,6 +103,16 @@ class TimingSink:
         self.sample_cpu_ns.append(batch.sample_cpu_ns)
         self.batch_cpu_ns.append(batch.batch_cpu_ns)
         self.worker_ids.append(batch.worker_id)
+        self.sample_io.append(batch.sample_io)
+
+
+def batch_bytes(data: Any) -> int:
+    """The bytes a collated batch holds: a tensor's, or a list's items' (the GPU decoder's JPEG bytes)."""
+    if isinstance(data, torch.Tensor):
+        return data.element_size() * data.nelement()
+    if isinstance(data, (list, tuple)):
+        return sum(batch_bytes(item) for item in data)
+    return len(data) if isinstance(data, (bytes, bytearray)) else 0
 
 
 def worker_error(exc: RuntimeError, timeout_s: float) -> Optional[WorkerError]:
@@ -174,6 +192,7 @@ CONSUMING_BATCH = "the consumer step (with the copy to its device)"
 # Slice names of the main loop's own parts of a step in a viztrace timeline.
 MAIN_WAIT_SLICE = "main/wait"
 MAIN_H2D_SLICE = "main/h2d"
+MAIN_DEVICE_SLICE = "main/on_device"
 MAIN_STEP_SLICE = "main/step"
 
 
@@ -203,6 +222,8 @@ class StepLoop:
     on_batch: Optional[Callable[[TimedBatch, int], None]] = None
     after_step: Optional[Callable[[TimedBatch, int], None]] = None
     watchdog: Unwatched = field(default_factory=Unwatched)
+    # transform.on_device: steps run on the copied batch, timed apart from the copy and the step.
+    device_chain: DeviceChain = field(default_factory=lambda: DeviceChain(()))
     # When the previous step's bookkeeping ended; None until a step has run.
     last_end_ns: Optional[int] = None
 
@@ -218,6 +239,8 @@ class StepLoop:
             t1 = time.perf_counter_ns()
             data = self.copier.copy(batch.data, self.consumer.device, self.non_blocking, record=sink is not None)
             t2 = time.perf_counter_ns()
+            data, batch = self.device_chain(data, batch)
+            t2d = time.perf_counter_ns()
             self.consumer.step(data, batch.labels)
             t3 = time.perf_counter_ns()
             if self.after_step is not None:
@@ -240,9 +263,12 @@ class StepLoop:
         if rec is not None:
             rec.add(MAIN_WAIT_SLICE, t0, t1)
             rec.add(MAIN_H2D_SLICE, t1, t2)
-            rec.add(MAIN_STEP_SLICE, t2, t3)
-        return StepSample(gap, t1 - t0, t2 - t1, t3 - t2, int(batch.sample_ns.shape[0]), t1 - batch.done_ns,
-                          batch.worker_id, batch.done_ns < t0, t4 - t3, self.stream.epochs)
+            if t2d > t2:
+                rec.add(MAIN_DEVICE_SLICE, t2, t2d)
+            rec.add(MAIN_STEP_SLICE, t2d, t3)
+        return StepSample(gap, t1 - t0, t2 - t1, t3 - t2d, int(batch.sample_ns.shape[0]), t1 - batch.done_ns,
+                          batch.worker_id, batch.done_ns < t0, t4 - t3, self.stream.epochs, t2d - t2,
+                          batch_bytes(batch.data))
 
 
 def warmup_steps(spec: JobSpec) -> int:

@@ -1,4 +1,12 @@
-"""Bytes fetched from storage by the job's processes over the measured window (a Meter).
+"""Storage I/O figures of a job: what its file reads cost, and what storage itself delivered.
+
+File reads (`file_read_columns`, `file_read_figures`): a file-backed dataset reads each file
+through pipebench.pipeline.file_reads, and each sample's load step sends back its read time,
+bytes and files with the batch, from whichever process read them (workers included). From those:
+bytes and files a sample, read time a sample, the read speed a read got, the job's read MiB/s,
+and the share of the load step that was I/O (the rest of it is opening the image lazily).
+
+Bytes fetched from storage by the job's processes over the measured window (a Meter).
 
 Linux counts, per process, the bytes that reads made the kernel fetch from a block device
 (`read_bytes` in /proc/<pid>/io): a read the page cache served adds nothing. Summed over the
@@ -11,13 +19,50 @@ count with it (non-persistent workers at an epoch end), and the note says so.
 import time
 from typing import Any, Dict, Optional
 
+import numpy as np
 import psutil
 
 from pipebench.measure.meter import FIRST_MEASURED, LAST_MEASURED
+from pipebench.measure.runner import NS_PER_MS, NS_PER_S, TimingSink
+from pipebench.pipeline.file_reads import BYTES_PER_MB, IO_FIELDS
 
-__all__ = ["StorageReadMeter"]
+__all__ = ["StorageReadMeter", "file_read_columns", "file_read_figures"]
 
-BYTES_PER_MB = 1 << 20
+READ_NS, READ_BYTES, READ_FILES = (IO_FIELDS.index(name) for name in ("read_ns", "read_bytes", "read_files"))
+# The summary cells of file reads, all empty for a dataset that reads no files through pipebench.
+FILE_READ_COLUMNS = ("read_bytes_per_sample", "read_files_per_sample", "read_ms_per_sample", "read_mb_per_s",
+                     "read_speed_mb_per_s", "io_share_of_load_pct")
+
+
+def file_read_figures(io: np.ndarray, load_ns: np.ndarray) -> Dict[str, Optional[float]]:
+    """Per sample, from `io` [n, IO_FIELDS] and each sample's load step time: bytes, files, read ms,
+    the speed reads got (bytes over time in reads) and the I/O share of the load step. All None
+    when nothing was read from files."""
+    files = int(io[:, READ_FILES].sum()) if io.size else 0
+    if files == 0:
+        return {key: None for key in ("read_bytes_per_sample", "read_files_per_sample", "read_ms_per_sample",
+                                      "read_speed_mb_per_s", "io_share_of_load_pct")}
+    n = io.shape[0]
+    read_ns, read_bytes = float(io[:, READ_NS].sum()), float(io[:, READ_BYTES].sum())
+    load = float(load_ns.sum())
+    return {
+        "read_bytes_per_sample": read_bytes / n,
+        "read_files_per_sample": files / n,
+        "read_ms_per_sample": read_ns / NS_PER_MS / n,
+        "read_speed_mb_per_s": read_bytes / BYTES_PER_MB / (read_ns / NS_PER_S) if read_ns > 0 else None,
+        "io_share_of_load_pct": 100.0 * read_ns / load if load > 0 else None,
+    }
+
+
+def file_read_columns(sink: TimingSink, samples_per_s: float) -> Dict[str, Optional[float]]:
+    """The job's file-read cells over every measured sample; `read_mb_per_s` is bytes a sample
+    times the steady rate: what the job pulls from its files a second."""
+    if not sink.sample_io:
+        return {key: None for key in FILE_READ_COLUMNS}
+    figures = file_read_figures(np.concatenate(sink.sample_io), np.concatenate(sink.sample_ns)[:, 0])
+    per_sample = figures["read_bytes_per_sample"]
+    rate = per_sample * samples_per_s / BYTES_PER_MB if per_sample is not None and np.isfinite(samples_per_s) else None
+    return {**figures, "read_mb_per_s": rate}
 
 
 def _read_bytes() -> Optional[Dict[int, int]]:

@@ -7,6 +7,7 @@ import numpy as np
 
 from pipebench.base.stats import block_ratio_interval, distribution
 from pipebench.measure.runner import NS_PER_MS, NS_PER_S, PassResult, TimingSink
+from pipebench.measure.storage_io import file_read_figures
 from pipebench.measure.window import (
     Window,
     bootstrap_blocks,
@@ -19,6 +20,7 @@ from pipebench.measure.window import (
 from pipebench.pipeline.timed_chain import DECODE_STAGE, StepName
 
 CONFIDENCE_LEVEL = 0.95
+BYTES_PER_MB = 1e6
 # A bootstrap block spans whole worker cycles and at least this long: the load of a shared
 # machine drifts on sub-second to second scales, so step times a cycle apart are not
 # independent. Measured on the 2-core machine (benchmarks/noise_check.py, 10 fresh runs):
@@ -70,7 +72,8 @@ def transform_rows(sink: TimingSink, sample_steps: Sequence[StepName], batch_ste
 
 
 def worker_breakdown(sink: TimingSink, passes: Sequence[PassResult]) -> Dict[str, Dict[str, float]]:
-    """Per worker: batches and samples it made, its wall and CPU time per sample, its start-up."""
+    """Per worker: batches and samples it made, its wall and CPU time per sample, its start-up, and
+    what its file reads cost (pipebench.measure.storage_io; None where it read no files)."""
     out: Dict[str, Dict[str, float]] = {}
     for worker in sorted(set(sink.worker_ids)):
         picks = [i for i, w in enumerate(sink.worker_ids) if w == worker]
@@ -85,6 +88,9 @@ def worker_breakdown(sink: TimingSink, passes: Sequence[PassResult]) -> Dict[str
             "cpu_ms_per_sample": cpu_ns / NS_PER_MS / n_samples,
             "startup_s": max(startups) if startups else float("nan"),
         }
+        if len(sink.sample_io) == len(sink.sample_ns):  # a rank's saved sink keeps no reads
+            out[str(worker)].update(file_read_figures(np.concatenate([sink.sample_io[i] for i in picks]),
+                                                      np.concatenate([sink.sample_ns[i][:, 0] for i in picks])))
     return out
 
 
@@ -164,6 +170,8 @@ def summary_row(passes: Sequence[PassResult], rows: Sequence[TransformRow], sink
         "h2d_ms_median": float(np.median([s.h2d_ns for s in steps]) / NS_PER_MS),
         "transfer_ms_median": float(np.median([s.transfer_ns for s in steps]) / NS_PER_MS),
         "ready_next_ms_median": _median_ms([s.wait_ns for s in steps if s.ready]),
+        "batch_mb_median": float(np.median([s.batch_bytes for s in steps]) / BYTES_PER_MB),
+        "on_device_ms_median": _median_ms([s.device_ns for s in steps]),
         "ready_steps_pct": float(100.0 * sum(s.ready for s in steps) / len(steps)),
         "pipeline_ms_per_sample": pipeline_ms,
         "cpu_ms_per_sample": cpu_ms,
@@ -195,6 +203,7 @@ def pass_record(result: PassResult) -> Dict[str, object]:
         "gap_ms": [s.gap_ns / NS_PER_MS for s in result.steps],
         "wait_ms": [s.wait_ns / NS_PER_MS for s in result.steps],
         "h2d_ms": [s.h2d_ns / NS_PER_MS for s in result.steps],
+        "device_ms": [s.device_ns / NS_PER_MS for s in result.steps],
         "compute_ms": [s.compute_ns / NS_PER_MS for s in result.steps],
         "step_ms": [s.step_ns / NS_PER_MS for s in result.steps],
         "transfer_ms": [s.transfer_ns / NS_PER_MS for s in result.steps],

@@ -15,6 +15,8 @@ from torch.utils.data import (
 
 from pipebench.base.errors import ConfigError, PipebenchError
 from pipebench.config.specs import JobSpec
+from pipebench.pipeline.file_reads import file_reads_of, honoured
+from pipebench.pipeline.device_chain import DeviceChain
 from pipebench.pipeline.rank_info import rank_and_world
 from pipebench.pipeline.timed_chain import InstrumentedDataset, TimedCollate, WorkerInit
 from pipebench.pipeline.timed_iterable import InstrumentedIterable
@@ -57,12 +59,21 @@ def build_dataset(spec: JobSpec) -> Any:
 
 
 def build_pipeline(spec: JobSpec) -> Tuple[Any, InstrumentedDataset, TimedCollate]:
-    """The user's dataset, wrapped so every step of the chain is timed where it runs."""
+    """The user's dataset, reading its files as `dataset.cache` / `dataset.storage` say, wrapped
+    so every step of the chain is timed where it runs."""
     dataset = build_dataset(spec)
+    reads = file_reads_of(dataset)
+    if reads is not None:
+        reads.use(honoured(spec.storage))
     wrapper = InstrumentedIterable if isinstance(dataset, IterableDataset) else InstrumentedDataset
     instrumented = wrapper(dataset, build_transforms(spec.per_sample, "transform.per_sample"))
     collate = TimedCollate(build_transforms(spec.per_batch, "transform.per_batch"))
     return dataset, instrumented, collate
+
+
+def build_device_chain(spec: JobSpec) -> DeviceChain:
+    """transform.on_device: the steps the main process runs on each batch after the copy."""
+    return DeviceChain(build_transforms(spec.on_device, "transform.on_device"))
 
 
 def pin_memory_effective(spec: JobSpec) -> bool:

@@ -3,9 +3,11 @@
 A transform class declares `movement = Movement(...)`: which inputs it accepts (PIL images,
 tensors or both), whether it converts between them, whether it is a crop, whether it is
 pointwise (a crop commutes with it), whether it is random, and its per-batch and faster
-forms (a reduced-size decode among them). torchvision's classes (v1 and v2) cannot carry the
-attribute, so `TORCHVISION_MOVEMENT` declares them, keyed by `_target_`. A transform that declares nothing never moves, and nothing moves
-past it.
+forms (a reduced-size decode among them, and the uint8 tensor form of the tensor path); a
+PIL->tensor conversion may name the decoder that replaces it, and a step that turns integer
+pixels into float says so (`casts`), so it may run after the host-to-device copy.
+torchvision's classes (v1 and v2) cannot carry the attribute, so `TORCHVISION_MOVEMENT` declares
+them, keyed by `_target_`. A transform that declares nothing never moves, and nothing moves past it.
 """
 
 import importlib
@@ -56,6 +58,15 @@ class Movement:
     # The same step on the uint8 [C, H, W] tensor a JPEG decodes to (torchvision.io.decode_jpeg), for
     # the tensor path; on a PIL->tensor conversion, what is left of it once the decode gives a tensor.
     tensor_form: Form = None
+    # The batch form makes one random draw per sample (not one per batch), so moving it into the
+    # collate or onto the device keeps the per-sample distribution.
+    batch_draws_per_sample: bool = False
+    # It turns integer pixels into float (colour conversion, scaling): the batch is 4x smaller
+    # before it, so running it after the host-to-device copy cuts the bytes that cross.
+    casts: bool = False
+    # A PIL->tensor conversion: the transform that reads the file itself and decodes straight to
+    # the same uint8 tensor (same arguments; the decoder move swaps it in).
+    decoder_form: Form = None
 
     def __post_init__(self):
         accepts = frozenset([self.accepts] if isinstance(self.accepts, str) else self.accepts)
@@ -68,6 +79,7 @@ class Movement:
         object.__setattr__(self, "fast_form", target_of(self.fast_form))
         object.__setattr__(self, "draft_form", target_of(self.draft_form))
         object.__setattr__(self, "tensor_form", target_of(self.tensor_form))
+        object.__setattr__(self, "decoder_form", target_of(self.decoder_form))
 
     def output_kind(self, given: FrozenSet[str]) -> FrozenSet[str]:
         """The kinds that may come out, given the kinds that may come in."""
@@ -83,10 +95,14 @@ def _random_crop(node: Mapping[str, Any]) -> Movement:
     # Padding fills new pixels before later pointwise steps would have changed them (a fill of 0
     # becomes 128 after RGB->YUV), so a padding RandomCrop is not a pure crop.
     pads = bool(node.get("padding")) or bool(node.get("pad_if_needed"))
-    return Movement(accepts=BOTH, crop=not pads, random=True,
-                    tensor_form=None if pads else V2 + "RandomCrop")
+    return Movement(accepts=BOTH, crop=not pads, random=True, batch_form=None if pads else BATCH_RANDOM_CROP,
+                    batch_draws_per_sample=True, tensor_form=None if pads else V2 + "RandomCrop")
 
 
+# The catalogue's decoder: torchvision.io.decode_jpeg on the file's bytes (pipebench.transforms.decode).
+DECODE_JPEG = "pipebench.transforms.decode.DecodeJpeg"
+# RandomCrop's batch form: one window a sample, drawn as RandomCrop draws it (after a batched decode).
+BATCH_RANDOM_CROP = "pipebench.transforms.crop.BatchRandomCrop"
 V1 = "torchvision.transforms."
 V2 = "torchvision.transforms.v2."
 # The catalogue's reduced-size decodes (pipebench.transforms.draft), per resizing step.
@@ -130,7 +146,7 @@ def _both_namespaces(entries: Mapping[str, Any]) -> Dict[str, Any]:
 # function of the config node (for declarations that depend on arguments).
 TORCHVISION_MOVEMENT: Mapping[str, Union[Movement, Callable[[Mapping[str, Any]], Movement]]] = {
     **_both_namespaces({
-        "PILToTensor": Movement(accepts=PIL_ONLY, returns=TENSOR, pointwise=True),
+        "PILToTensor": Movement(accepts=PIL_ONLY, returns=TENSOR, pointwise=True, decoder_form=DECODE_JPEG),
         # Also scales to [0, 1]: still one pixel in, one pixel out.
         "ToTensor": Movement(accepts=PIL_ONLY, returns=TENSOR, pointwise=True, tensor_form=TO_FLOAT),
         "RandomCrop": _random_crop,
@@ -139,8 +155,9 @@ TORCHVISION_MOVEMENT: Mapping[str, Union[Movement, Callable[[Mapping[str, Any]],
         # Crops a random region and resizes it: not a crop (it interpolates), random.
         "RandomResizedCrop": lambda node: _geometric(node, random=True, draft_form=DRAFT_FORMS[str(node["_target_"])]),
         # Both take a [..., C, H, W] tensor, so each is its own batch form (on a uint8 batch too).
-        "ConvertImageDtype": Movement(accepts=TENSOR_ONLY, pointwise=True, batch_form=V1 + "ConvertImageDtype"),
-        "Normalize": Movement(accepts=TENSOR_ONLY, pointwise=True, batch_form=V1 + "Normalize"),
+        "ConvertImageDtype": Movement(accepts=TENSOR_ONLY, pointwise=True, casts=True,
+                                      batch_form=V1 + "ConvertImageDtype"),
+        "Normalize": Movement(accepts=TENSOR_ONLY, pointwise=True, casts=True, batch_form=V1 + "Normalize"),
         "Grayscale": Movement(accepts=BOTH, pointwise=True),
         # Flips move pixels: a crop before a flip picks a mirrored window.
         "RandomHorizontalFlip": lambda node: _geometric(node, random=True),
@@ -149,12 +166,15 @@ TORCHVISION_MOVEMENT: Mapping[str, Union[Movement, Callable[[Mapping[str, Any]],
         "ColorJitter": Movement(accepts=BOTH, random=True),
         **{name: Movement(accepts=BOTH, random=True) for name in AUTO_AUGMENT},
     }),
-    # v2 only: ToImage wraps a PIL image or a tensor as a uint8 tv_tensors.Image; ToDtype converts
-    # (and with scale=True rescales) a [..., C, H, W] tensor, so it is its own batch form.
-    V2 + "ToImage": Movement(accepts=BOTH, returns=TENSOR, pointwise=True, tensor_form=V2 + "ToImage"),
-    V2 + "ToDtype": Movement(accepts=TENSOR_ONLY, pointwise=True, batch_form=V2 + "ToDtype"),
-    V2 + "ConvertImageDtype": Movement(accepts=TENSOR_ONLY, pointwise=True, batch_form=V2 + "ConvertImageDtype"),
-    V2 + "Normalize": Movement(accepts=TENSOR_ONLY, pointwise=True, batch_form=V2 + "Normalize"),
+    # v2 only: ToImage wraps a PIL image or a tensor as a uint8 tv_tensors.Image (which v2 transforms
+    # treat like the plain uint8 tensor the decoder returns); ToDtype converts (and with scale=True
+    # rescales) a [..., C, H, W] tensor, so it is its own batch form.
+    V2 + "ToImage": Movement(accepts=BOTH, returns=TENSOR, pointwise=True, tensor_form=V2 + "ToImage",
+                             decoder_form=DECODE_JPEG),
+    V2 + "ToDtype": Movement(accepts=TENSOR_ONLY, pointwise=True, casts=True, batch_form=V2 + "ToDtype"),
+    V2 + "ConvertImageDtype": Movement(accepts=TENSOR_ONLY, pointwise=True, casts=True,
+                                       batch_form=V2 + "ConvertImageDtype"),
+    V2 + "Normalize": Movement(accepts=TENSOR_ONLY, pointwise=True, casts=True, batch_form=V2 + "Normalize"),
 }
 
 

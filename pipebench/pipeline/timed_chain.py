@@ -20,6 +20,7 @@ from torch.utils.data import Dataset, default_collate, get_worker_info
 
 from pipebench.base.lifeline import die_with_parent, multiprocessing_parent_alive
 from pipebench.base.watchdog import StepOverrun
+from pipebench.pipeline.file_reads import IO_FIELDS, NO_IO, file_reads_of
 
 LOAD_STAGE = "load"
 # PIL.Image.open only reads the header; the pixels are decoded at the first pixel access. The
@@ -92,6 +93,9 @@ class TimedBatch(NamedTuple):
     # The dataset index of every sample in `data`, in order, for the exactly-once check of
     # multi-rank runs (pipebench.measure.coverage); it rides back the same way the timings do.
     indices: np.ndarray = np.zeros(0, np.int64)
+    # [n_samples, len(IO_FIELDS)] int64: what each sample's load step read from files (time,
+    # bytes, files; pipebench.pipeline.file_reads); zeros for a dataset that reads no files.
+    sample_io: np.ndarray = np.zeros((0, len(IO_FIELDS)), np.int64)
 
 
 def undecoded(sample: Any) -> bool:
@@ -140,6 +144,8 @@ class InstrumentedDataset(Dataset):
         self.labels = _step_labels(self.steps)
         self.profiling = False
         self.trace: Optional[Any] = None
+        # The base's file reader (pickled with it, so a worker's copy counts that worker's reads).
+        self.reads = file_reads_of(base)
 
     def __getstate__(self) -> dict:
         state = self.__dict__.copy()
@@ -167,11 +173,14 @@ class InstrumentedDataset(Dataset):
         """
         timings = np.zeros(len(self.steps), dtype=np.int64)
         step = 0
+        reads = self.reads
         cpu_start = time.thread_time_ns()
         try:
+            read_before = reads.counts() if reads is not None else None
             start = time.perf_counter_ns()
             index, sample, target = load()
             timings[0] = time.perf_counter_ns() - start
+            io = reads.since(read_before) if reads is not None else NO_IO
             if self.force_decode and undecoded(sample):
                 step = 1
                 start = time.perf_counter_ns()
@@ -187,7 +196,7 @@ class InstrumentedDataset(Dataset):
             raise
         except Exception as exc:
             return SampleFailure(index, self.describe(index), self.steps[step].name, _first_line(exc))
-        return sample, target, timings, time.thread_time_ns() - cpu_start, int(index)
+        return sample, target, timings, time.thread_time_ns() - cpu_start, int(index), io
 
     def _getitem_observed(self, index: int):
         """The same, with a profiler label around each step and/or one trace slice per step."""
@@ -196,8 +205,10 @@ class InstrumentedDataset(Dataset):
         profiling = self.profiling
         names = self.labels
         step = 0
+        reads = self.reads
         cpu_start = time.thread_time_ns()
         try:
+            read_before = reads.counts() if reads is not None else None
             start = time.perf_counter_ns()
             if profiling:
                 with _label(True, names[0]):
@@ -206,6 +217,7 @@ class InstrumentedDataset(Dataset):
                 sample, target = self.base[index]
             end = time.perf_counter_ns()
             timings[0] = end - start
+            io = reads.since(read_before) if reads is not None else NO_IO
             if rec is not None:
                 rec.add(names[0], start, end)
             if self.force_decode and undecoded(sample):
@@ -232,11 +244,11 @@ class InstrumentedDataset(Dataset):
             raise overrun_at(exc, self.steps[step], self.describe(index)) from None
         except Exception as exc:
             return SampleFailure(index, self.describe(index), self.steps[step].name, _first_line(exc))
-        return sample, target, timings, time.thread_time_ns() - cpu_start, index
+        return sample, target, timings, time.thread_time_ns() - cpu_start, index, io
 
 
 class TimedCollate:
-    """Collates (sample, target, timings, cpu_ns, index) items, then runs the per-batch chain, timing both.
+    """Collates (sample, target, timings, cpu_ns, index, io) items, then runs the per-batch chain, timing both.
 
     In a worker it traces into the recorder on the worker's dataset copy (`get_worker_info().dataset
     .trace`); in the main process (workers=0) into its own `trace`, set by `start_main`.
@@ -269,16 +281,17 @@ class TimedCollate:
             worker_id, started_ns, rec = MAIN_PROCESS_WORKER, 0, self.trace
 
         def batch(data: Any, labels: Any, sample_ns: np.ndarray, sample_cpu_ns: np.ndarray,
-                  failed: Tuple[SampleFailure, ...], indices: np.ndarray) -> TimedBatch:
+                  failed: Tuple[SampleFailure, ...], indices: np.ndarray, sample_io: np.ndarray) -> TimedBatch:
             return TimedBatch(data, labels, sample_ns, batch_ns, sample_cpu_ns, time.thread_time_ns() - cpu_start,
-                              failed, worker_id, started_ns, time.perf_counter_ns(), indices)
+                              failed, worker_id, started_ns, time.perf_counter_ns(), indices, sample_io)
 
         if not good:
             return batch(None, None, np.zeros((0, len(self.steps)), np.int64), np.zeros(0, np.int64), failures,
-                         np.zeros(0, np.int64))
+                         np.zeros(0, np.int64), np.zeros((0, len(IO_FIELDS)), np.int64))
         sample_ns = np.stack([item[2] for item in good])
         sample_cpu_ns = np.array([item[3] for item in good], dtype=np.int64)
         indices = np.array([item[4] for item in good], dtype=np.int64)
+        sample_io = np.stack([item[5] for item in good])
         names = self.labels
         step = 0
         try:
@@ -302,8 +315,9 @@ class TimedCollate:
         except Exception as exc:  # the whole batch is bad; the policy in the main process decides
             lost = SampleFailure(BATCH_FAILURE_INDEX, f"a batch of {len(good)} samples", self.steps[step].name,
                                  _first_line(exc))
-            return batch(None, None, sample_ns[:0], sample_cpu_ns[:0], failures + (lost,) * len(good), indices[:0])
-        return batch(data, labels, sample_ns, sample_cpu_ns, failures, indices)
+            return batch(None, None, sample_ns[:0], sample_cpu_ns[:0], failures + (lost,) * len(good), indices[:0],
+                         sample_io[:0])
+        return batch(data, labels, sample_ns, sample_cpu_ns, failures, indices, sample_io)
 
 
 class WorkerInit:

@@ -49,10 +49,15 @@ SUMMARY_COLUMNS = [
     "samples_per_s_epoch", "epoch_restart_s", "epoch_restart_source", "epoch_boundaries_in_window",
     "step_ms_mean", "step_ms_var", "step_ms_median", "step_ms_iqr", "step_ms_p99",
     "wait_ms_mean", "wait_ms_median", "wait_ms_p99", "starvation_pct", "accel_util_pct",
-    "h2d_ms_median", "transfer_ms_median", "ready_next_ms_median", "ready_steps_pct",
+    "h2d_ms_median", "transfer_ms_median", "ready_next_ms_median", "batch_mb_median",
+    "on_device_ms_median", "ready_steps_pct",
     "pipeline_ms_per_sample", "cpu_ms_per_sample", "worker_capacity_samples_per_s", "cpu_capacity_samples_per_s",
     "first_batch_s", "worker_startup_s_max", "rss_mb_peak", "worker_pss_growth_mb", "shm_mb_peak",
-    "storage_read_mb", "storage_read_mb_per_s",
+    "storage_read_mb", "storage_read_mb_per_s", "host_other_cpu_cores", "host_steal_pct",
+    # File reads and the page cache (pipebench.measure.storage_io, storage_cache); empty for a
+    # dataset that reads no files through pipebench.
+    "cache_mode", "read_bytes_per_sample", "read_files_per_sample", "read_ms_per_sample", "read_mb_per_s",
+    "read_speed_mb_per_s", "io_share_of_load_pct", "storage_latency_ms", "storage_mb_per_s", "storage_note",
     "steps", "repeats", "skipped_samples", "epochs",
     # GPU-side truth (pipebench.measure.gpu.session): empty cells where not measured, `gpu_notes` says why.
     "pin_memory", "consumer_ms_median", "h2d_gpu_ms_median", "gpu_util_pct", "syncs_per_step", "sync_ops",
@@ -70,7 +75,7 @@ PRINTED_TRANSFORM_COLUMNS = TRANSFORM_COLUMNS[1:]
 
 # Summary cells that are not figures; every other summary column holds a number or null.
 TEXT_SUMMARY_COLUMNS = ("job", "dataset", "transform", "consumer", "pin_memory", "sync_ops", "gpu_notes",
-                        "reserved_oscillating", "epoch_restart_source", "window_note")
+                        "reserved_oscillating", "epoch_restart_source", "window_note", "cache_mode", "storage_note")
 NUMERIC_SUMMARY = {**{column: optional(NUMBER) for column in SUMMARY_COLUMNS if column not in TEXT_SUMMARY_COLUMNS},
                    "ranks": optional(WHOLE)}
 # What the readers of result.json index without a default (report, diagnosis, compare, explore, resume).

@@ -1,35 +1,45 @@
-"""`pipebench compare BASELINE CURRENT`: per-job throughput ratios, confidence intervals and verdicts.
+"""`pipebench compare BASELINE CURRENT`: per-job verdicts on two signals, throughput and CPU time.
 
-Verdict rule for one job, in the manner of asv (significant *and* larger than a factor):
+Whether a change is real is decided by the one rule of `pipebench.base.significance` (significant
+*and* larger than the threshold), with Holm's correction across the jobs of a comparison, per
+signal, so a night of 8 jobs keeps its chance of any false verdict at ALPHA, not 8 x ALPHA.
 
-- `significant` = the bootstrap CI of the ratio excludes 1 **and** Mann–Whitney p < ALPHA;
-- `faster` / `slower`: significant and |ratio − 1| > threshold;
-- `noisy`: not flagged, but either |ratio − 1| > threshold (a change too large to call
-  `no change` that the repeats cannot confirm, e.g. with only 3 repeats the exact
-  Mann–Whitney p cannot go below 0.1) or the CI half-width > threshold (the repeats
-  cannot tell a change of `threshold` from none);
-- `no change` otherwise;
-- `incomparable`: the job is in one run only, or its fingerprint differs and the
-  mismatch was not allowed.
+Two signals a job (docs/compare-and-nightly.md, "Two signals"):
 
-When both runs carry a calibration.json the rule is applied to the raw and to the
+- **throughput**, samples/s of each repeat (or of each round, paired, in an A/B session);
+- **CPU time**, the thread CPU ms a sample of each round (`cpu_ms_per_sample`). Other tenants
+  on the machine move wall time a lot and CPU time little.
+
+The job's verdict: a real change of CPU time is a pipeline change (`slower` / `faster`) whatever
+the wall clock says; a real change of throughput alone, CPU time holding, is `wall only`: the
+host got slower or busier, no pipeline regression. Results written without CPU time are compared
+on throughput alone, and the comparison says so. `flagged_by` says which signal called it.
+
+When both runs carry a calibration.json the throughput rule is applied to the raw and to the
 calibration-normalised ratio, and a change is called only where the two agree; where one
-says `no change` the job reads `no change`, otherwise `noisy`. A machine 10% slower overall
-(raw `slower`, normalised `no change`) is no pipeline regression, and a calibration that
-happened to catch a quick or a slow moment (measured here: 10% between two runs of the same
-code, while the pipeline held still) cannot invent one either.
+says `no change` the signal reads `no change`, otherwise `noisy`.
 """
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
 import numpy as np
-from scipy.stats import mannwhitneyu
 
 from pipebench.base.csv_cells import csv_table
 from pipebench.base.errors import PipebenchError
 from pipebench.base.io import write_text_atomic
+from pipebench.base.significance import (
+    ALPHA,
+    BOOTSTRAP_SEED,
+    DOWN,
+    MIN_SAMPLES,
+    N_BOOTSTRAP,
+    UP,
+    Change,
+    holm,
+    measure_change,
+)
 from pipebench.record.results import (
     CALIBRATION_FILE,
     JOB_RESULT_GLOB,
@@ -39,21 +49,20 @@ from pipebench.record.results import (
     load_job_results,
     read_calibration,
 )
+from pipebench.report.comparison import override_pairs
 
 # Half the 20% slowdown the nightly must catch, asv's default factor (1.1), and about 2.5x
 # the spread of a ratio of two 5-repeat medians at 5% CV (~4%): large enough not to cry
 # wolf, small enough to catch a 20% regression. The lead confirms it from measured noise.
 DEFAULT_THRESHOLD = 0.10
-# Two-sided level of the Mann–Whitney test. Together with the effect-size threshold and the
-# CI rule the per-job false-alarm rate of an A/A comparison stays far below it (see tests).
-ALPHA = 0.05
 # The per-job A/A false `faster`/`slower` rate this module claims at 5 repeats and <= 5% CV.
 CLAIMED_FALSE_ALARM_RATE = 0.01
-# Percentile bootstrap of the ratio of medians: 95% two-sided, 2000 resamples is plenty for
-# a 2.5%/97.5% percentile and costs milliseconds; a fixed seed makes reruns give the same CI.
-CONFIDENCE = 0.95
-N_BOOTSTRAP = 2000
-BOOTSTRAP_SEED = 0
+
+# A job label's keys when no override tells the jobs apart (one job): what a reader names a job by.
+FALLBACK_LABEL_KEYS = ("transform", "workers")
+# CPU time is one figure a round (result.json): fewer rounds than this a side have no spread to
+# test, so such a comparison runs on throughput alone.
+MIN_CPU_ROUNDS = MIN_SAMPLES
 
 # Fingerprint fields that must agree between a baseline job and a current job.
 FINGERPRINT_FIELDS = ("torch", "cpu_model", "usable_cores", "dataset")
@@ -62,13 +71,19 @@ FINGERPRINT_FIELDS = ("torch", "cpu_model", "usable_cores", "dataset")
 CONFIG_IGNORED = ("run.round", "results_dir", "run.progress", "rounds", "calibrate")
 
 FASTER, SLOWER, NO_CHANGE, NOISY, INCOMPARABLE = "faster", "slower", "no change", "noisy", "incomparable"
-VERDICTS = (SLOWER, FASTER, NOISY, NO_CHANGE, INCOMPARABLE)
+# Throughput changed for real while CPU time a sample held: the host, not the pipeline.
+WALL_ONLY = "wall only"
+VERDICTS = (SLOWER, FASTER, WALL_ONLY, NOISY, NO_CHANGE, INCOMPARABLE)
+# Which signal called a job's verdict.
+SIGNAL_CPU, SIGNAL_WALL, SIGNAL_BOTH = "cpu", "wall", "cpu+wall"
 # Exit statuses of compare_main.
 EXIT_OK, EXIT_REGRESSION, EXIT_INCOMPARABLE = 0, 1, 2
 
 CSV_COLUMNS = ("job", "baseline_samples_per_s", "current_samples_per_s", "ratio", "ratio_ci_low",
                "ratio_ci_high", "normalised_ratio", "starvation_change_pts", "p_value", "verdict",
-               "baseline_repeats", "current_repeats", "mismatch")
+               "baseline_repeats", "current_repeats", "mismatch", "wall_verdict", "baseline_cpu_ms_per_sample",
+               "current_cpu_ms_per_sample", "cpu_ratio", "cpu_ratio_ci_low", "cpu_ratio_ci_high", "cpu_p_value",
+               "cpu_verdict", "flagged_by", "moved_transform", "full_job")
 
 
 class CompareError(PipebenchError):
@@ -92,6 +107,18 @@ class JobRuns:
     starvation_pct: Tuple[float, ...]
     config: Mapping[str, object]
     fingerprint: Mapping[str, object]
+    # One entry a round (result.json): its round number, samples/s of its passes pooled, CPU ms a
+    # sample (NaN where the result predates the signal); and each transform's median ms a sample.
+    rounds: Tuple[int, ...] = ()
+    round_samples_per_s: Tuple[float, ...] = ()
+    cpu_ms_per_sample: Tuple[float, ...] = ()
+    transform_ms: Mapping[str, float] = field(default_factory=dict)
+    overrides: Tuple[str, ...] = ()
+
+    @property
+    def has_cpu(self) -> bool:
+        """CPU time in every round, and rounds enough (MIN_CPU_ROUNDS) to have a spread."""
+        return len(self.cpu_ms_per_sample) >= MIN_CPU_ROUNDS and all(np.isfinite(self.cpu_ms_per_sample))
 
 
 @dataclass(frozen=True)
@@ -120,6 +147,17 @@ class JobComparison:
     baseline_repeats: int
     current_repeats: int
     mismatch: Tuple[str, ...]
+    wall_verdict: str = INCOMPARABLE
+    baseline_cpu_ms: float = float("nan")
+    current_cpu_ms: float = float("nan")
+    cpu_ratio: float = float("nan")
+    cpu_ci_low: float = float("nan")
+    cpu_ci_high: float = float("nan")
+    cpu_p_value: float = float("nan")
+    cpu_verdict: str = INCOMPARABLE
+    flagged_by: str = ""
+    moved_transform: str = ""
+    full_job: str = ""
 
 
 @dataclass(frozen=True)
@@ -133,6 +171,9 @@ class Comparison:
     mismatch: Tuple[str, ...]
     allow_mismatch: bool
     normalised: bool
+    # False when a job on either side was written without CPU time: throughput alone decides.
+    cpu_signal: bool = True
+    paired: bool = False
 
     def counts(self) -> Dict[str, int]:
         return {v: sum(j.verdict == v for j in self.jobs) for v in VERDICTS}
@@ -160,30 +201,64 @@ def _load_calibration(folder: Path) -> Optional[Calibration]:
     return Calibration(float(data["score_s"]), tuple(float(s) for s in data["samples_s"]))
 
 
-def load_run(path: str) -> Run:
-    """Read a results folder (or its summary.csv): every job's per-repeat samples/s and starvation.
+def _round_of(record: Mapping[str, Any]) -> int:
+    run = record["config"].get("run") if isinstance(record["config"], Mapping) else None
+    value = run.get("round", 0) if isinstance(run, Mapping) else 0
+    return int(value) if isinstance(value, int) else 0
 
-    Pass step times are positive and results whole: `read_result` refuses any other file.
-    """
+
+def _cpu_ms(record: Mapping[str, Any]) -> float:
+    value = record["summary"].get("cpu_ms_per_sample")
+    return float(value) if isinstance(value, (int, float)) and value > 0 else float("nan")
+
+
+def _transform_ms(records: Sequence[Mapping[str, Any]]) -> Dict[str, float]:
+    per: Dict[str, List[float]] = {}
+    for record in records:
+        for row in record["transforms"]:
+            per.setdefault(f"{row['stage']}:{row['transform']}", []).append(float(row["ms_per_sample"]))
+    return {name: float(np.median(values)) for name, values in per.items()}
+
+
+def _job_runs(label: str, records: Sequence[Mapping[str, Any]]) -> JobRuns:
+    passes = [p for r in records for p in r["passes"]]
+    return JobRuns(
+        label=label,
+        samples_per_s=tuple(_pass_rate(p) for p in passes),
+        starvation_pct=tuple(_pass_starvation(p) for p in passes),
+        config=records[0]["config"],
+        fingerprint=records[0]["fingerprint"],
+        rounds=tuple(_round_of(r) for r in records),
+        round_samples_per_s=tuple(1000.0 * sum(sum(p["samples"]) for p in r["passes"])
+                                  / sum(sum(p["step_ms"]) for p in r["passes"]) for r in records),
+        cpu_ms_per_sample=tuple(_cpu_ms(r) for r in records),
+        transform_ms=_transform_ms(records),
+        overrides=tuple(records[0]["overrides"]),
+    )
+
+
+def _results_folder(path: str) -> Path:
     folder = Path(path)
     if folder.name == SUMMARY_CSV or folder.is_file():
         folder = folder.parent
     if not folder.is_dir() or not any(folder.glob(JOB_RESULT_GLOB)):
         raise CompareError(f"{path}: not a results folder (no {JOB_RESULT_GLOB})")
+    return folder
+
+
+def load_run(path: str, *more: str) -> Run:
+    """Read one results folder (or its summary.csv), or several whose rounds make one run (an A/B
+    side runs each round as its own invocation): every job's repeats, rounds and CPU time.
+
+    Pass step times are positive and results whole: `read_result` refuses any other file.
+    """
+    folders = [_results_folder(p) for p in (path, *more)]
     grouped: Dict[str, List[Mapping[str, Any]]] = {}
-    for record in load_job_results(folder):
-        grouped.setdefault(job_key(str(record["job"])), []).append(record)
-    jobs = {}
-    for label, records in grouped.items():
-        passes = [p for r in records for p in r["passes"]]
-        jobs[label] = JobRuns(
-            label=label,
-            samples_per_s=tuple(_pass_rate(p) for p in passes),
-            starvation_pct=tuple(_pass_starvation(p) for p in passes),
-            config=records[0]["config"],
-            fingerprint=records[0]["fingerprint"],
-        )
-    return Run(folder, jobs, _load_calibration(folder))
+    for folder in folders:
+        for record in load_job_results(folder):
+            grouped.setdefault(job_key(str(record["job"])), []).append(record)
+    jobs = {label: _job_runs(label, records) for label, records in grouped.items()}
+    return Run(folders[0], jobs, _load_calibration(folders[0]) if len(folders) == 1 else None)
 
 
 def fingerprint_mismatch(baseline: JobRuns, current: JobRuns) -> Tuple[str, ...]:
@@ -207,7 +282,7 @@ def _calibration_factor(baseline: Optional[Calibration], current: Optional[Calib
 
 def _bootstrap_factors(rng: np.random.Generator, baseline: Optional[Calibration],
                        current: Optional[Calibration]) -> np.ndarray:
-    """Resampled calibration factors, so the CI carries the calibration's own noise."""
+    """Resampled calibration factors, so the interval carries the calibration's own noise."""
     def medians(cal: Calibration) -> np.ndarray:
         if len(cal.samples_s) < 2:
             return np.full(N_BOOTSTRAP, cal.score_s)
@@ -218,31 +293,103 @@ def _bootstrap_factors(rng: np.random.Generator, baseline: Optional[Calibration]
     return medians(current) / medians(baseline)
 
 
-def _ratio_ci(b: np.ndarray, c: np.ndarray, factors: np.ndarray, rng: np.random.Generator) -> Tuple[float, float]:
-    """Percentile bootstrap CI of factor x median(c) / median(b), each side resampled alone."""
-    mb = np.median(rng.choice(b, size=(N_BOOTSTRAP, len(b))), axis=1)
-    mc = np.median(rng.choice(c, size=(N_BOOTSTRAP, len(c))), axis=1)
-    tail = 100 * (1 - CONFIDENCE) / 2
-    low, high = np.percentile(factors * mc / mb, [tail, 100 - tail])
-    return float(low), float(high)
-
-
-def verdict(ratio: float, ci_low: float, ci_high: float, p_value: float, threshold: float) -> str:
-    """The module docstring's rule for one job (ratio = current/baseline throughput)."""
-    significant = (ci_low > 1 or ci_high < 1) and p_value < ALPHA
-    large = abs(ratio - 1) > threshold
-    if significant and large:
-        return FASTER if ratio > 1 else SLOWER
-    if large or (ci_high - ci_low) / 2 > threshold:
-        return NOISY
-    return NO_CHANGE
-
-
 def _agreed(raw: str, normalised: str) -> str:
     """One verdict from the raw and the calibration-normalised one (module docstring)."""
     if raw == normalised:
         return raw
     return NO_CHANGE if NO_CHANGE in (raw, normalised) else NOISY
+
+
+def _named(direction: str, up: str, down: str) -> str:
+    return {UP: up, DOWN: down}.get(direction, direction)
+
+
+def job_verdict(wall: str, cpu: Optional[str]) -> Tuple[str, str]:
+    """The job's verdict and the signal that called it, from the two signals' verdicts (module
+    docstring): CPU time decides a pipeline change; throughput alone is `wall only`."""
+    if cpu is None:
+        return wall, SIGNAL_WALL if wall in (SLOWER, FASTER) else ""
+    if cpu in (SLOWER, FASTER):
+        return cpu, SIGNAL_BOTH if wall == cpu else SIGNAL_CPU
+    if wall in (SLOWER, FASTER):
+        return WALL_ONLY, SIGNAL_WALL
+    return (NOISY if NOISY in (wall, cpu) else NO_CHANGE), ""
+
+
+def _moved_transform(baseline: JobRuns, current: JobRuns) -> str:
+    """The transform whose time a sample moved most (ms), e.g. `per_sample:Decode +0.41 ms`."""
+    common = set(baseline.transform_ms) & set(current.transform_ms)
+    if not common:
+        return ""
+    name = max(common, key=lambda n: abs(current.transform_ms[n] - baseline.transform_ms[n]))
+    return f"{name} {current.transform_ms[name] - baseline.transform_ms[name]:+.3g} ms"
+
+
+def _paired(baseline: JobRuns, current: JobRuns) -> bool:
+    """Rounds that pair one to one: the same round numbers, each once, on both sides."""
+    return (len(set(baseline.rounds)) == len(baseline.rounds) > 1
+            and sorted(baseline.rounds) == sorted(current.rounds))
+
+
+def _by_round(job: JobRuns, values: Sequence[float]) -> List[float]:
+    return [v for _, v in sorted(zip(job.rounds, values))]
+
+
+@dataclass(frozen=True)
+class _Measured:
+    """One job's changes before Holm's correction: throughput raw and normalised, and CPU time."""
+
+    wall: Change
+    normalised: Optional[Change]
+    cpu: Optional[Change]
+    cpu_normalised: Optional[Change]
+
+
+def _measure(baseline: JobRuns, current: JobRuns, threshold: float, factor: Optional[float],
+             factors: np.ndarray, paired: bool, use_cpu: bool) -> _Measured:
+    pair = paired and _paired(baseline, current)
+    if pair:
+        b, c = _by_round(baseline, baseline.round_samples_per_s), _by_round(current, current.round_samples_per_s)
+    else:
+        b, c = list(baseline.samples_per_s), list(current.samples_per_s)
+    wall = measure_change(b, c, threshold, pair)
+    normalised = None if factor is None else measure_change(b, c, threshold, pair, factor, factors)
+    cpu = cpu_normalised = None
+    if use_cpu:
+        cb, cc = baseline.cpu_ms_per_sample, current.cpu_ms_per_sample
+        if pair:
+            cb, cc = _by_round(baseline, cb), _by_round(current, cc)
+        cpu = measure_change(cb, cc, threshold, pair)
+        # A machine whose clock is slower spends more CPU time on the same work: the calibration
+        # (a time) divides it out, as it multiplies throughput.
+        if factor is not None:
+            cpu_normalised = measure_change(cb, cc, threshold, pair, 1 / factor, 1 / factors)
+    return _Measured(wall, normalised, cpu, cpu_normalised)
+
+
+def _judged(baseline: JobRuns, current: JobRuns, m: _Measured, p_wall: float, p_norm: float, p_cpu: float,
+            p_cpu_norm: float, mismatch: Tuple[str, ...], allow_mismatch: bool) -> JobComparison:
+    wall = _named(m.wall.direction(p_wall), FASTER, SLOWER)
+    if m.normalised is not None:
+        wall = _agreed(wall, _named(m.normalised.direction(p_norm), FASTER, SLOWER))
+    # CPU time is a cost: up is slower.
+    cpu = None if m.cpu is None else _named(m.cpu.direction(p_cpu), SLOWER, FASTER)
+    if m.cpu_normalised is not None:
+        cpu = _agreed(cpu, _named(m.cpu_normalised.direction(p_cpu_norm), SLOWER, FASTER))
+    verdict_, flagged = job_verdict(wall, cpu)
+    if mismatch and not allow_mismatch:
+        verdict_, flagged = INCOMPARABLE, ""
+    nan = float("nan")
+    starvation = float(np.median(current.starvation_pct) - np.median(baseline.starvation_pct))
+    cpu_median = lambda j: float(np.median(j.cpu_ms_per_sample)) if j.has_cpu else nan  # noqa: E731
+    return JobComparison(
+        baseline.label, float(np.median(baseline.samples_per_s)), float(np.median(current.samples_per_s)),
+        m.wall.ratio, m.wall.ci_low, m.wall.ci_high, m.normalised.ratio if m.normalised else nan, starvation,
+        p_wall, verdict_, len(baseline.samples_per_s), len(current.samples_per_s), mismatch,
+        wall_verdict=wall, baseline_cpu_ms=cpu_median(baseline), current_cpu_ms=cpu_median(current),
+        cpu_ratio=m.cpu.ratio if m.cpu else nan, cpu_ci_low=m.cpu.ci_low if m.cpu else nan,
+        cpu_ci_high=m.cpu.ci_high if m.cpu else nan, cpu_p_value=p_cpu, cpu_verdict=cpu or "",
+        flagged_by=flagged, moved_transform=_moved_transform(baseline, current), full_job=baseline.label)
 
 
 def _one_sided(label: str, baseline: Optional[JobRuns], current: Optional[JobRuns]) -> JobComparison:
@@ -251,73 +398,91 @@ def _one_sided(label: str, baseline: Optional[JobRuns], current: Optional[JobRun
     med = lambda j: float(np.median(j.samples_per_s)) if j else nan  # noqa: E731
     count = lambda j: len(j.samples_per_s) if j else 0  # noqa: E731
     return JobComparison(label, med(baseline), med(current), nan, nan, nan, nan, nan, nan, INCOMPARABLE,
-                         count(baseline), count(current), ())
+                         count(baseline), count(current), (), full_job=label)
 
 
-def compare_job(baseline: JobRuns, current: JobRuns, threshold: float, factor: Optional[float],
-                factors: np.ndarray, mismatch: Tuple[str, ...], allow_mismatch: bool,
-                rng: np.random.Generator) -> JobComparison:
-    """Ratio, CI, p-value and verdict for one job present in both runs."""
-    b, c = np.asarray(baseline.samples_per_s), np.asarray(current.samples_per_s)
-    ratio = float(np.median(c) / np.median(b))
-    low, high = _ratio_ci(b, c, np.ones(N_BOOTSTRAP), rng)
-    p = float(mannwhitneyu(c, b, alternative="two-sided").pvalue)
-    verdict_ = verdict(ratio, low, high, p, threshold)
-    if factor is not None:
-        norm_low, norm_high = _ratio_ci(b, c, factors, rng)
-        # Scaling current by the (constant) calibration factor tests the normalised ratio.
-        norm_p = float(mannwhitneyu(c * factor, b, alternative="two-sided").pvalue)
-        verdict_ = _agreed(verdict_, verdict(ratio * factor, norm_low, norm_high, norm_p, threshold))
-    if mismatch and not allow_mismatch:
-        verdict_ = INCOMPARABLE
-    starvation = float(np.median(current.starvation_pct) - np.median(baseline.starvation_pct))
-    return JobComparison(baseline.label, float(np.median(b)), float(np.median(c)), ratio, low, high,
-                         ratio * factor if factor is not None else float("nan"), starvation, p, verdict_,
-                         len(b), len(c), mismatch)
+def short_labels(jobs: Sequence[JobRuns]) -> Dict[str, str]:
+    """Each job's label cut to the overrides that tell the jobs apart (`transform=yuv_mask,workers=2`
+    rather than every setting of the suite), FALLBACK_LABEL_KEYS for a lone job; the full label
+    where the cut ones would not be distinct or not exist."""
+    pairs = {j.label: override_pairs(j.overrides) for j in jobs}
+    keys = sorted({k for p in pairs.values() for k in p})
+    varying = [k for k in keys if len({p.get(k) for p in pairs.values()}) > 1] or list(FALLBACK_LABEL_KEYS)
+    short = {label: ",".join(f"{k}={p[k]}" for k in varying if k in p) for label, p in pairs.items()}
+    if len(set(short.values())) < len(short) or not all(short.values()):
+        return {j.label: j.label for j in jobs}
+    return short
 
 
 def compare_runs(baseline: Run, current: Run, threshold: float = DEFAULT_THRESHOLD,
-                 allow_mismatch: bool = False) -> Comparison:
-    """Compare every job of two runs. The CI and p shown are the raw ratio's."""
+                 allow_mismatch: bool = False, paired: bool = False) -> Comparison:
+    """Compare every job of two runs, on throughput and on CPU time, Holm-corrected across jobs per
+    signal. `paired`: the rounds were measured side by side (an A/B session), so round k of one
+    side pairs with round k of the other. The interval and p shown are the raw throughput's."""
     factor = _calibration_factor(baseline.calibration, current.calibration)
     rng = np.random.default_rng(BOOTSTRAP_SEED)
     factors = _bootstrap_factors(rng, baseline.calibration, current.calibration)
+    both = [label for label in sorted(set(baseline.jobs) | set(current.jobs))
+            if label in baseline.jobs and label in current.jobs]
+    use_cpu = bool(both) and all(side.jobs[label].has_cpu for label in both for side in (baseline, current))
+    measured = {label: _measure(baseline.jobs[label], current.jobs[label], threshold, factor, factors, paired, use_cpu)
+                for label in both}
+    p_wall = dict(zip(both, holm([measured[k].wall.p_value for k in both])))
+    p_norm = dict(zip(both, holm([measured[k].normalised.p_value if factor else float("nan") for k in both])))
+    p_cpu = dict(zip(both, holm([measured[k].cpu.p_value if use_cpu else float("nan") for k in both])))
+    p_cpu_norm = dict(zip(both, holm([measured[k].cpu_normalised.p_value if use_cpu and factor else float("nan")
+                                      for k in both])))
+    labels = short_labels([*baseline.jobs.values(), *(j for k, j in current.jobs.items() if k not in baseline.jobs)])
     results, mismatch = [], []
     for label in sorted(set(baseline.jobs) | set(current.jobs)):
-        b, c = baseline.jobs.get(label), current.jobs.get(label)
-        if b is None or c is None:
-            results.append(_one_sided(label, b, c))
-            continue
-        job_mismatch = fingerprint_mismatch(b, c)
-        mismatch += [f for f in job_mismatch if f not in mismatch]
-        results.append(compare_job(b, c, threshold, factor, factors, job_mismatch, allow_mismatch, rng))
+        if label not in measured:
+            job = _one_sided(label, baseline.jobs.get(label), current.jobs.get(label))
+        else:
+            job_mismatch = fingerprint_mismatch(baseline.jobs[label], current.jobs[label])
+            mismatch += [f for f in job_mismatch if f not in mismatch]
+            job = _judged(baseline.jobs[label], current.jobs[label], measured[label], p_wall[label], p_norm[label],
+                          p_cpu[label], p_cpu_norm[label], job_mismatch, allow_mismatch)
+        results.append(replace(job, job=labels.get(label, label)))
     return Comparison(baseline.path, current.path, threshold, tuple(results), tuple(mismatch),
-                      allow_mismatch, factor is not None)
+                      allow_mismatch, factor is not None, use_cpu, paired)
 
 
 def _fmt(x: float, spec: str) -> str:
     return "n/a" if np.isnan(x) else format(x, spec)
 
 
+def _signals_line(comparison: Comparison) -> str:
+    if not comparison.cpu_signal:
+        return ("CPU time a sample missing from a side (results written before the CPU-time signal): "
+                "compared on throughput alone.")
+    pairing = "rounds paired (one A/B session)" if comparison.paired else "rounds unpaired"
+    return (f"Signals: throughput and CPU time a sample, each Holm-corrected across {len(comparison.jobs)} jobs "
+            f"(alpha {ALPHA}), {pairing}. `wall only`: throughput moved, CPU time held; the host, not the pipeline.")
+
+
 def render_markdown(comparison: Comparison) -> str:
-    """A pull-request comment: a verdict-count header, a mismatch warning if any, one row a job."""
+    """A pull-request comment: a verdict-count header, notes, one row a job."""
     counts = ", ".join(f"{n} {v}" for v, n in comparison.counts().items() if n)
     lines = [f"**pipebench compare**: {counts} (threshold {comparison.threshold:.0%}, "
-             f"verdicts on {'raw and calibration-normalised ratios agreeing' if comparison.normalised else 'raw ratios'})", ""]
+             f"throughput verdicts on {'raw and calibration-normalised ratios agreeing' if comparison.normalised else 'raw ratios'})", ""]
     if comparison.mismatch:
         state = "compared anyway (--allow-mismatch)" if comparison.allow_mismatch else "not compared"
         lines += [f"> **WARNING: fingerprint mismatch, {state}:** {', '.join(comparison.mismatch)}", ""]
-    if not comparison.normalised:
+    if not comparison.normalised and not comparison.paired:
         lines += ["Normalised ratios unavailable: calibration.json missing from a run.", ""]
+    lines += [_signals_line(comparison), ""]
     lines += [f"baseline: `{comparison.baseline}`  ", f"current: `{comparison.current}`", "",
               "| job | baseline samples/s | current samples/s | ratio (95% CI) | normalised | "
-              "starvation Δ (pts) | p | verdict |",
-              "|---|---:|---:|---:|---:|---:|---:|---|"]
+              "starvation Δ (pts) | p | CPU ms a sample | CPU ratio (95% CI) | verdict | flagged by | moved most |",
+              "|---|---:|---:|---:|---:|---:|---:|---:|---:|---|---|---|"]
     for j in comparison.jobs:
         ratio = "n/a" if np.isnan(j.ratio) else f"{j.ratio:.3f} ({j.ci_low:.3f}–{j.ci_high:.3f})"
+        cpu_ratio = "n/a" if np.isnan(j.cpu_ratio) else f"{j.cpu_ratio:.3f} ({j.cpu_ci_low:.3f}–{j.cpu_ci_high:.3f})"
+        cpu = f"{_fmt(j.baseline_cpu_ms, '.3g')} → {_fmt(j.current_cpu_ms, '.3g')}"
         lines.append(f"| `{j.job}` | {_fmt(j.baseline_samples_per_s, '.1f')} | {_fmt(j.current_samples_per_s, '.1f')} "
                      f"| {ratio} | {_fmt(j.normalised_ratio, '.3f')} | {_fmt(j.starvation_change_pts, '+.1f')} "
-                     f"| {_fmt(j.p_value, '.3f')} | {j.verdict} |")
+                     f"| {_fmt(j.p_value, '.3f')} | {cpu} | {cpu_ratio} | {j.verdict} | {j.flagged_by or '-'} "
+                     f"| {j.moved_transform or '-'} |")
     return "\n".join(lines) + "\n"
 
 
@@ -325,7 +490,9 @@ def render_csv(comparison: Comparison) -> str:
     """One row a job, CSV_COLUMNS."""
     return csv_table(CSV_COLUMNS, ([j.job, j.baseline_samples_per_s, j.current_samples_per_s, j.ratio, j.ci_low,
                                     j.ci_high, j.normalised_ratio, j.starvation_change_pts, j.p_value, j.verdict,
-                                    j.baseline_repeats, j.current_repeats, ";".join(j.mismatch)]
+                                    j.baseline_repeats, j.current_repeats, ";".join(j.mismatch), j.wall_verdict,
+                                    j.baseline_cpu_ms, j.current_cpu_ms, j.cpu_ratio, j.cpu_ci_low, j.cpu_ci_high,
+                                    j.cpu_p_value, j.cpu_verdict, j.flagged_by, j.moved_transform, j.full_job]
                                    for j in comparison.jobs))
 
 

@@ -21,6 +21,7 @@ import numpy as np
 
 from pipebench.base.csv_cells import csv_table
 from pipebench.base.errors import ConfigError
+from pipebench.base.significance import MIN_SAMPLES, intervals_overlap, separated
 from pipebench.base.noise_figures import (
     MAX_SIGNIFICANT_FIGURES,
     compare_half_width,
@@ -134,6 +135,9 @@ class ComparisonRow:
     def rounds(self) -> int:
         return len(self.results)
 
+    def round_rates(self) -> List[float]:
+        return [float(r["summary"]["samples_per_s"]) for r in self.results]
+
     def summary_median(self, key: str, default: float) -> float:
         """The median over rounds of a summary figure; `default` for results written without it."""
         values = [float(r["summary"].get(key, default)) for r in self.results]
@@ -166,10 +170,14 @@ class ComparisonTable:
         return self.rows[i].rate.value / self.rows[self.baseline].rate.value
 
     def near_best(self, i: int) -> bool:
-        """Not the best, but its interval overlaps the best's: the difference is within the noise."""
-        best = self.rows[self.best].rate
-        rate = self.rows[i].rate
-        return i != self.best and rate.high >= best.low and rate.low <= best.high
+        """Not the best, but not told apart from it by the one rule of pipebench.base.significance:
+        on the rounds' samples/s where both rows have rounds enough for it, else on their intervals."""
+        if i == self.best:
+            return False
+        best, row = self.rows[self.best], self.rows[i]
+        if min(best.rounds, row.rounds) >= MIN_SAMPLES:
+            return not separated(best.round_rates(), row.round_rates())
+        return intervals_overlap(row.rate.low, row.rate.high, best.rate.low, best.rate.high)
 
 
 def _host_labels(fingerprints: Sequence[Tuple[object, ...]]) -> Dict[Tuple[object, ...], str]:

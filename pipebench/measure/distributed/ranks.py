@@ -44,7 +44,7 @@ from pipebench.measure.summarize import (
     summary_row,
     transform_rows,
 )
-from pipebench.pipeline.build import build_loader, build_pipeline, pin_memory_effective
+from pipebench.pipeline.build import build_device_chain, build_loader, build_pipeline, pin_memory_effective
 from pipebench.pipeline.consumers import build_consumer
 from pipebench.pipeline.timed_chain import TimedBatch
 
@@ -127,6 +127,8 @@ def measure_rank(spec: JobSpec, rank: int, world: int, device: torch.device, job
     if spec.loader.sharing_strategy is not None:
         torch.multiprocessing.set_sharing_strategy(spec.loader.sharing_strategy)
     dataset, instrumented, collate = build_pipeline(spec)
+    device_chain = build_device_chain(spec)
+    batch_steps = [*collate.steps, *device_chain.steps]
     loader = build_loader(spec, instrumented, collate)
     consumer = build_consumer(spec.consumer, spec.run.seed + rank)
     pinned = pin_memory_effective(spec)
@@ -137,13 +139,13 @@ def measure_rank(spec: JobSpec, rank: int, world: int, device: torch.device, job
     for repeat in range(spec.run.repeats):
         index_log.repeat = repeat
         loop = StepLoop(BatchStream(loader, spec.run.on_error), consumer, non_blocking=pinned, on_batch=index_log,
-                        after_step=sync)
+                        after_step=sync, device_chain=device_chain)
         passes.append(measure_pass(loop, spec, sink, f"rank {rank} repeat {repeat + 1}/{spec.run.repeats}",
                                    agree=sync.agree))
         skipped.extend(loop.stream.skipped)
         epochs.append(loop.stream.epochs)
         loop.stream.close()
-    rows = transform_rows(sink, instrumented.steps, collate.steps)
+    rows = transform_rows(sink, instrumented.steps, batch_steps)
     save_timings(job_dir / RANK_TIMINGS.format(rank=rank), sink)
     return {
         "rank": rank,
@@ -152,7 +154,7 @@ def measure_rank(spec: JobSpec, rank: int, world: int, device: torch.device, job
         "transforms": rows_as_dicts(rows),
         "passes": pass_records(passes, spec.workers),
         "epochs_reached": epochs,
-        "step_names": {"sample": instrumented.steps, "batch": collate.steps},
+        "step_names": {"sample": instrumented.steps, "batch": batch_steps},
         "dataset_length": len(dataset),
         "iterable": isinstance(dataset, IterableDataset),
         "indices": index_log.as_json(),

@@ -1,0 +1,210 @@
+"""How often the nightly cries wolf, and how often it catches a real regression: measured.
+
+N trials each of A/A, +10% and +20% on the real `yuv_mask_fast` chain at workers=0,2. The
+slowdown is in code: a repository made in a temporary folder holds the chain config (unchanged
+between commits) and a user transform appended to the chain that burns a set share of the chain's
+own CPU time a sample (measured once at the start, one thread). Commit 0 burns nothing; the A/A,
++10% and +20% commits burn 0%, 10% and 20% (the A/A commit differs only in a comment).
+
+Both modes:
+- `ab`: `pipebench ab BASE HEAD`, both commits in one session, rounds paired;
+- `stored`: one stored run of the base commit, then each trial's head run compared with it.
+
+Per job, signal (throughput, CPU time, the job's verdict) and mode it prints the false-alarm rate
+(A/A called `slower` or `faster`; per job, and per night = any job), the power (+10% and +20%
+called `slower`) and the share called `noisy`, each with its Wilson 95% interval.
+
+    python benchmarks/regression_power.py                 # N=20, 5 rounds: hours on a 2-core machine
+    python benchmarks/regression_power.py --quick         # N=2, 4 rounds, short jobs
+    python benchmarks/regression_power.py --trials 1 --rounds 4 --modes ab
+"""
+
+import argparse
+import csv
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Dict, List, Sequence, Tuple
+
+from scipy.stats import binomtest
+
+from pipebench.config.compose import compose_job_spec
+from pipebench.pipeline.build import build_dataset, build_transforms
+
+PIPEBENCH = [sys.executable, "-c", "import sys; from pipebench.cli.main import main; sys.exit(main())"]
+SCENARIOS = (("A/A", 0.0), ("+10%", 0.10), ("+20%", 0.20))
+SIGNALS = (("throughput", "wall_verdict"), ("CPU time", "cpu_verdict"), ("job", "verdict"))
+# The nightly's own settings, two worker counts; --quick shortens each job.
+JOB = ["dataset=synthetic_jpeg", "dataset.num_images=16", "dataset.length=2048", "consumer=emulated",
+       "transform=power_chain", "workers=0,2", "trace=none", "run.progress=false", "run.profile_steps=0",
+       "run.repeats=1"]
+FULL_RUN = ["run.warmup_steps=3", "run.steps=15", "run.min_time_s=2.0"]
+QUICK_RUN = ["run.warmup_steps=1", "run.steps=6", "run.min_time_s=0.5"]
+CHAIN = """per_sample:
+  - _target_: torchvision.transforms.PILToTensor
+  - _target_: torchvision.transforms.RandomCrop
+    size: 256
+  - _target_: pipebench.transforms.mask.FastRandomMask
+    ratio: 0.25
+  - _target_: pipebench.transforms.color.ConvertColor
+  - _target_: pipebench.transforms.color.Scale
+  - _target_: power_user.Extra
+per_batch: []
+"""
+EXTRA = """import time
+
+EXTRA_MS = {ms!r}  # {label}
+
+
+class Extra:
+    \"\"\"The injected slowdown: EXTRA_MS of this thread's CPU time a sample.\"\"\"
+
+    def __call__(self, sample):
+        deadline = time.thread_time_ns() + int(EXTRA_MS * 1e6)
+        while time.thread_time_ns() < deadline:
+            pass
+        return sample
+"""
+# Samples timed to learn the chain's CPU cost a sample.
+COST_SAMPLES = 40
+
+
+def chain_cpu_ms() -> float:
+    """The yuv_mask_fast chain's median thread CPU ms a sample here, one thread."""
+    import torch
+    torch.set_num_threads(1)
+    spec = compose_job_spec(["transform=yuv_mask_fast", "dataset=synthetic_jpeg", "dataset.num_images=16"])
+    dataset = build_dataset(spec)
+    chain = build_transforms(spec.per_sample, "transform.per_sample")
+    costs = []
+    for i in range(COST_SAMPLES):
+        sample = dataset[i][0]  # (lazy image, label): the decode is part of the chain
+        start = time.thread_time_ns()
+        for transform in chain:
+            sample = transform(sample)
+        costs.append((time.thread_time_ns() - start) / 1e6)
+    return sorted(costs)[len(costs) // 2]
+
+
+def git(repo: Path, *args: str) -> str:
+    return subprocess.run(["git", "-C", str(repo), *args], check=True, capture_output=True, text=True).stdout.strip()
+
+
+def make_repo(root: Path, cost_ms: float) -> Dict[str, str]:
+    """The user repository: commit `base`, then one commit a scenario; returns scenario -> commit."""
+    repo = root / "repo"
+    (repo / "conf" / "transform").mkdir(parents=True)
+    (repo / "conf" / "transform" / "power_chain.yaml").write_text(CHAIN)
+    (repo / ".gitignore").write_text("results/\n")
+    git(repo, "init", "-q")
+    git(repo, "config", "user.email", "bench@example.com")
+    git(repo, "config", "user.name", "bench")
+    commits = {}
+    for label, share in (("base", 0.0), *SCENARIOS):
+        (repo / "power_user.py").write_text(EXTRA.format(ms=share * cost_ms, label=label))
+        git(repo, "add", "-A")
+        git(repo, "commit", "-q", "--allow-empty", "-m", label)
+        commits[label] = git(repo, "rev-parse", "HEAD")
+        git(repo, "reset", "-q", "--hard", commits["base"])
+    return commits
+
+
+def verdicts(compare_csv: Path) -> Dict[Tuple[str, str], str]:
+    """(job, signal) -> verdict from a compare.csv."""
+    rows = list(csv.DictReader(compare_csv.open()))
+    return {(row["job"], name): row[column] for row in rows for name, column in SIGNALS}
+
+
+def ab_trial(repo: Path, base: str, head: str, rounds: int, run: Sequence[str], results: Path) -> Dict:
+    proc = subprocess.run([*PIPEBENCH, "ab", "--config-dir", "conf", "--rounds", str(rounds), "--results-dir",
+                           str(results), base, head, *JOB, *run], cwd=repo, capture_output=True, text=True)
+    if proc.returncode not in (0, 1):
+        raise SystemExit(f"ab failed (exit {proc.returncode}): {proc.stderr.strip()[-500:]}")
+    folder = Path(proc.stdout.strip().splitlines()[-1].rsplit("results: ", 1)[1])
+    return verdicts(folder / "compare.csv")
+
+
+def stored_run(repo: Path, commit: str, rounds: int, run: Sequence[str], results: Path) -> Path:
+    git(repo, "checkout", "-q", "--detach", commit)
+    proc = subprocess.run([*PIPEBENCH, "run", "--fresh", "--config-dir", "conf", *JOB, *run, f"rounds={rounds}",
+                           "calibrate=false", f"results_dir={results}"], cwd=repo, capture_output=True, text=True)
+    if proc.returncode != 0:
+        raise SystemExit(f"run failed (exit {proc.returncode}): {proc.stderr.strip()[-500:]}")
+    return Path(proc.stdout.strip().splitlines()[-1][len("results: "):])
+
+
+def stored_trial(repo: Path, baseline: Path, head: str, rounds: int, run: Sequence[str], results: Path) -> Dict:
+    folder = stored_run(repo, head, rounds, run, results)
+    subprocess.run([*PIPEBENCH, "compare", "--out", str(folder), str(baseline), str(folder)], capture_output=True,
+                   text=True)
+    return verdicts(folder / "compare.csv")
+
+
+def wilson(k: int, n: int) -> str:
+    if n == 0:
+        return "n/a"
+    ci = binomtest(k, n).proportion_ci(method="wilson")
+    return f"{k}/{n} = {k / n:.0%} [{ci.low:.0%}, {ci.high:.0%}]"
+
+
+def report(outcomes: Dict[Tuple[str, str], List[Dict]]) -> str:
+    """The markdown table: a row per mode, job and signal."""
+    lines = ["| mode | job | signal | A/A false alarms | +10% called slower | +20% called slower | noisy (all) |",
+             "|---|---|---|---|---|---|---|"]
+    modes = sorted({m for m, _ in outcomes})
+    for mode in modes:
+        aa = outcomes.get((mode, "A/A"), [])
+        keys = sorted({k for trial in aa for k in trial}) or sorted({k for s in SCENARIOS
+                                                                     for t in outcomes.get((mode, s[0]), []) for k in t})
+        for job, signal in keys:
+            def count(label: str, wanted: Sequence[str]) -> Tuple[int, int]:
+                trials = outcomes.get((mode, label), [])
+                return sum(t.get((job, signal)) in wanted for t in trials), len(trials)
+            all_trials = [t for s, _ in SCENARIOS for t in outcomes.get((mode, s), [])]
+            noisy = sum(t.get((job, signal)) == "noisy" for t in all_trials)
+            lines.append(f"| {mode} | `{job}` | {signal} | {wilson(*count('A/A', ('slower', 'faster')))} "
+                         f"| {wilson(*count('+10%', ('slower',)))} | {wilson(*count('+20%', ('slower',)))} "
+                         f"| {wilson(noisy, len(all_trials))} |")
+        per_night = [any(v in ("slower", "faster") for (j, s), v in t.items() if s == "job") for t in aa]
+        lines.append(f"| {mode} | every job (per night) | job | {wilson(sum(per_night), len(per_night))} | | | |")
+    return "\n".join(lines)
+
+
+def main(argv: Sequence[str] = ()) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--trials", type=int, help="trials a scenario (default 20; --quick 2)")
+    parser.add_argument("--rounds", type=int, help="rounds a side (default 5; --quick 4)")
+    parser.add_argument("--quick", action="store_true", help="2 trials, 4 rounds, short jobs")
+    parser.add_argument("--modes", nargs="+", default=["ab", "stored"], choices=["ab", "stored"])
+    args = parser.parse_args(argv or None)
+    trials = args.trials or (2 if args.quick else 20)
+    rounds = args.rounds or (4 if args.quick else 5)
+    run = QUICK_RUN if args.quick else FULL_RUN
+    start = time.monotonic()
+    cost = chain_cpu_ms()
+    print(f"yuv_mask_fast: {cost:.2f} CPU ms a sample; +10% = {0.1 * cost:.2f} ms, +20% = {0.2 * cost:.2f} ms "
+          f"injected; {trials} trials, {rounds} rounds, modes {args.modes}", flush=True)
+    outcomes: Dict[Tuple[str, str], List[Dict]] = {}
+    with tempfile.TemporaryDirectory(prefix="pipebench-power-") as tmp:
+        root = Path(tmp)
+        commits = make_repo(root, cost)
+        repo, results = root / "repo", root / "results"
+        baseline = stored_run(repo, commits["base"], rounds, run, results) if "stored" in args.modes else None
+        for trial in range(trials):
+            for label, _ in SCENARIOS:
+                if "ab" in args.modes:
+                    outcomes.setdefault(("ab", label), []).append(
+                        ab_trial(repo, commits["base"], commits[label], rounds, run, results))
+                if baseline is not None:
+                    outcomes.setdefault(("stored", label), []).append(
+                        stored_trial(repo, baseline, commits[label], rounds, run, results))
+                print(f"trial {trial + 1}/{trials} {label}: {time.monotonic() - start:.0f} s", flush=True)
+    print(report(outcomes))
+    print(f"took {time.monotonic() - start:.0f} s")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

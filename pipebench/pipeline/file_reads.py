@@ -1,0 +1,99 @@
+"""Whole-file reads for file-backed datasets: the cache mode, an emulated storage, and a count.
+
+A dataset that reads files holds a `FileReads` as its `reads` attribute and reads every file
+through it. Each process has its own copy (a DataLoader worker gets the dataset's copy), so its
+counters say what that process read; the timed chain takes their difference around each
+sample's load step, which is how bytes and read time ride back with the batch from workers.
+
+- cold: the file's pages are dropped (posix_fadvise DONTNEED, no root needed) before it is read,
+  so the read goes to storage, as every read of a set larger than RAM does.
+- emulated storage: after the real read, sleep latency + bytes / bandwidth, the way
+  `consumer=emulated` stands in for an accelerator. The sleep counts as read time.
+
+Read time covers open and read, not the page drop (pipebench's own work, not the storage's).
+"""
+
+import os
+import time
+from dataclasses import replace
+from typing import Callable, Optional, Tuple
+
+import numpy as np
+
+from pipebench.config.specs import StorageSpec
+
+__all__ = ["FileReads", "IO_FIELDS", "NO_IO", "fadvise_available", "file_reads_of", "honoured"]
+
+BYTES_PER_MB = 1 << 20
+SECONDS_PER_MS = 1e-3
+# What one sample's load step read, in this order, as int64: time in reads (ns), bytes, files.
+IO_FIELDS = ("read_ns", "read_bytes", "read_files")
+NO_IO = np.zeros(len(IO_FIELDS), dtype=np.int64)
+
+
+def fadvise_available() -> bool:
+    """Whether this platform can drop a file's pages (Linux and most Unixes; not macOS or Windows)."""
+    return hasattr(os, "posix_fadvise") and hasattr(os, "POSIX_FADV_DONTNEED")
+
+
+def honoured(storage: StorageSpec) -> StorageSpec:
+    """The settings this platform can honour: cold runs warm where pages cannot be dropped."""
+    if storage.cache == "cold" and not fadvise_available():
+        return replace(storage, cache="warm")
+    return storage
+
+
+class FileReads:
+    """Reads whole files as `storage` asks and counts what it read (ns, bytes, files).
+
+    `sleep` is injectable so a test can check the emulated wait without waiting; it must pickle
+    (workers get a copy), as time.sleep does.
+    """
+
+    def __init__(self, storage: StorageSpec = StorageSpec(), sleep: Callable[[float], None] = time.sleep) -> None:
+        self.storage = storage
+        self.sleep = sleep
+        self.read_ns = 0
+        self.read_bytes = 0
+        self.read_files = 0
+
+    def use(self, storage: StorageSpec) -> None:
+        """Read as `storage` says from now on (the job sets the mode it can honour)."""
+        self.storage = storage
+
+    def emulated_wait_s(self, size: int) -> float:
+        """Seconds the emulated storage adds to a read of `size` bytes."""
+        wait = self.storage.latency_ms * SECONDS_PER_MS
+        if self.storage.mb_per_s is not None:
+            wait += size / (self.storage.mb_per_s * BYTES_PER_MB)
+        return wait
+
+    def read(self, path: str) -> bytes:
+        """The file's bytes, read as the cache mode and the emulated storage say, and counted."""
+        start = time.perf_counter_ns()
+        with open(path, "rb") as f:
+            opened = time.perf_counter_ns()
+            if self.storage.cache == "cold":
+                os.posix_fadvise(f.fileno(), 0, 0, os.POSIX_FADV_DONTNEED)
+            dropped = time.perf_counter_ns()
+            data = f.read()
+        if self.storage.emulated:
+            self.sleep(self.emulated_wait_s(len(data)))
+        self.read_ns += time.perf_counter_ns() - dropped + opened - start
+        self.read_bytes += len(data)
+        self.read_files += 1
+        return data
+
+    def counts(self) -> Tuple[int, int, int]:
+        """(ns, bytes, files) read so far by this process's copy."""
+        return self.read_ns, self.read_bytes, self.read_files
+
+    def since(self, before: Tuple[int, int, int]) -> np.ndarray:
+        """What was read since `counts()` returned `before`, as an IO_FIELDS row."""
+        return np.subtract(self.counts(), before, dtype=np.int64)
+
+
+def file_reads_of(dataset: object) -> Optional[FileReads]:
+    """The dataset's FileReads, or None when it reads no files through one."""
+    reads = getattr(dataset, "reads", None)
+    return reads if isinstance(reads, FileReads) else None
