@@ -8,7 +8,9 @@ import torchvision.transforms as v1
 import torchvision.transforms.v2 as v2
 from conftest import compose_spec
 from PIL import Image
+from torchvision.io import ImageReadMode, decode_jpeg
 
+from pipebench.datasets.lazy_image import open_rgb
 from pipebench.explore.equivalence import DEFAULT_MAX_PIXEL_DIFF, IDENTICAL, NOT_EQUIVALENT, check, close_within
 from pipebench.explore.variants import (
     DECODE_JPEG,
@@ -22,6 +24,7 @@ from pipebench.explore.variants import (
     tensor_path,
 )
 from pipebench.pipeline.build import build_transforms
+from pipebench.pipeline.file_reads import FileReads
 from pipebench.pipeline.movement import TORCHVISION_MOVEMENT, declared_movement
 from pipebench.pipeline.timed_chain import InstrumentedDataset, undecoded
 from pipebench.transforms.decode import DecodeJpeg
@@ -179,6 +182,19 @@ def test_the_decoder_is_left_the_undecoded_file(jpeg_files):
     wrapped = InstrumentedDataset(_Files(jpeg_files), [DecodeJpeg()])
     sample, _, timings, *_ = wrapped[0]
     assert sample.dtype == torch.uint8 and sample.shape == (3, 800, 533) and timings[1] == 0
+
+
+def test_the_decoder_reuses_the_bytes_the_load_read_and_leaves_pil_undecoded(jpeg_files):
+    # A dataset reading through FileReads opens the image from memory (no filename): the decoder
+    # must decode those bytes itself, not fall back to PIL, and read the file no second time.
+    reads = FileReads()
+    lazy = open_rgb(jpeg_files[0], reads)
+    decoded = DecodeJpeg()(lazy)
+    assert undecoded(lazy), "PIL did not decode it"
+    assert reads.read_files == 1
+    with open(jpeg_files[0], "rb") as handle:
+        expected = decode_jpeg(torch.frombuffer(bytearray(handle.read()), dtype=torch.uint8), mode=ImageReadMode.RGB)
+    assert torch.equal(decoded, expected)
 
 
 @pytest.mark.parametrize("cast, normalize", [
