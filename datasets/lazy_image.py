@@ -1,5 +1,7 @@
-"""Open images the way the seed pipeline does: lazily, so decoding is charged to the
-first transform that touches pixels, not to the dataset."""
+"""Open images the way the seed pipeline does: lazily. The dataset only reads the header; the
+timed chain (pipebench.pipeline.timed_chain) forces the decode right after the load and times it
+as its own `decode` step, so it is charged neither to the dataset nor to the first transform that
+touches pixels (unless that transform decodes by itself, such as a reduced-size decode)."""
 
 from __future__ import annotations
 
@@ -24,9 +26,9 @@ def open_rgb(path: str | os.PathLike, reads: Optional[FileReads] = None) -> Imag
     With `reads`, the whole file is read through it first (timed, counted, cold or emulated as
     the job asks), so the load step holds all of the file's I/O and the decode none of it.
 
-    An RGB file is returned undecoded (`PIL.Image.open` only reads the header), so the
-    decode cost lands on the first pixel access, as in the seed chain, where reordering
-    RandomCrop before PILToTensor moves the decode under RandomCrop. Any other mode
+    An RGB file is returned undecoded (`PIL.Image.open` only reads the header): in the seed's
+    own loop the decode cost lands on the first pixel access, so reordering RandomCrop before
+    PILToTensor moved it under RandomCrop; pipebench times it as `decode`. Any other mode
     (L, CMYK, P, RGBA, ...) is decoded and converted here, since the transforms expect
     three channels; reading `mode` does not decode.
     """

@@ -254,3 +254,10 @@ def test_the_diagnosis_says_whether_this_host_has_the_cores_for_the_target():
     text = render_diagnosis(diagnose(results))
     assert "### cores for accel_util_pct ≥ 50% (run.target_accel_util_pct)" in text
     assert "- transform=slow: 2 worker(s) and 2 usable core(s) keep the consumer 50% busy; this host has them" in text
+def test_diagnosis_names_decode_when_it_dominates_and_points_at_decode_moves():
+    result = _result("recipe", 0, 150.0, 70.0, 6.0, steps=(("decode", 3.0), ("RandomResizedCrop", 2.0)))
+    result["transforms"][0]["stage"] = "decode"
+    advice = diagnose([result]).advice[0]
+    assert "the image decode, 3" in advice and "decode less" in advice and "reduced-size decode" in advice
+    result["transforms"][0]["stage"] = "per_sample"  # a transform named decode is only a transform
+    assert "Dominant cost in transform=recipe: decode, 3" in diagnose([result]).advice[0]

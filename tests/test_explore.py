@@ -51,8 +51,13 @@ def test_explore_measures_every_variant_interleaved(chain_project):
     assert moved["moves"] == ["crop_first"] and moved["changes"] == ["move RandomCrop ahead of Scale"]
     assert [n["_target_"].rsplit(".", 1)[-1] for n in moved["chain"]["per_sample"]] == ["RandomCrop", "Scale", "BusyWait"]
     assert moved["equivalence"]["verdict"] == "identical" and moved["equivalence"]["equivalent"] is True
-    assert variants["not_applied"] == ["fast: no transform in the chain declares a fast_form",
-                                       "per_batch: the last per-sample transform, BusyWait, declares no batch_form"]
+    not_applied = variants["not_applied"]
+    assert not_applied[:3] == ["tensor_path: the dataset gives tensor samples, not JPEG files: decode moves skipped",
+                               "decoder: the chain starts from tensors (Scale accepts only tensors): there is no "
+                               "image file to decode",
+                               "reduced_decode: the dataset gives tensor samples, not JPEG files: decode moves skipped"]
+    assert "fast: no transform in the chain declares a fast_form" in not_applied
+    assert "per_batch: the last per-sample transform, BusyWait, declares no batch_form" in not_applied
     assert (folder / "variants" / "transform" / "scaled+crop_first.yaml").exists()
     assert [r["verdict"] for r in _csv(folder / "equivalence.csv")] == ["base", "identical"]
     # Printed before anything was measured.
@@ -77,8 +82,8 @@ def test_nothing_to_move_says_why_and_measures_nothing(chain_project):
     proc = run_cli(["explore", "--config-dir", "conf", "transform=cropped", *TINY_DATASET, "results_dir=out"],
                    cwd=chain_project)
     assert proc.returncode == 0, proc.stderr
-    assert proc.stdout.startswith("pipebench explore: no variants of transform=cropped: crop_first: "
-                                  "CenterCrop is already first;")
+    assert proc.stdout.startswith("pipebench explore: no variants of transform=cropped: tensor_path: ")
+    assert "; crop_first: CenterCrop is already first;" in proc.stdout
     assert not (chain_project / "out").exists()
 
 

@@ -8,6 +8,7 @@ An image that is not a JPEG file (a PNG, or one PIL already decoded and converte
 the way PILToTensor reads it, so the decoder never fails where the chain it replaces works.
 """
 
+import io
 import warnings
 from typing import Any, List, Sequence, Union
 
@@ -32,10 +33,19 @@ def _decode(data: Any, device: str = "cpu") -> Any:
         return decode_jpeg(data, mode=ImageReadMode.RGB, device=device)
 
 
-def _jpeg_path(img: Any) -> Union[str, None]:
-    """The file a lazily opened JPEG image came from, or None (not a JPEG, or not from a file)."""
+def _jpeg_bytes(img: Any) -> Union[bytes, None]:
+    """The JPEG file behind a lazily opened image, or None (not a JPEG, or already decoded).
+
+    A dataset that reads files through FileReads opens the image from the bytes it read (the load
+    step holds the I/O), so those bytes are reused; an image opened from a path is read again.
+    """
+    if getattr(img, "format", None) != PIL_JPEG_FORMAT:
+        return None
+    source = getattr(img, "fp", None)
+    if isinstance(source, io.BytesIO):
+        return source.getvalue()
     path = getattr(img, "filename", None)
-    return path if path and getattr(img, "format", None) == PIL_JPEG_FORMAT else None
+    return read_jpeg_bytes(path) if path else None
 
 
 def read_jpeg_bytes(path: str) -> bytes:
@@ -53,12 +63,14 @@ class DecodeJpeg:
 
     # Not pointwise: it reads the file, so a crop moved ahead of it would make it decode with PIL.
     movement = Movement(accepts=PIL_ONLY, returns=TENSOR)
+    # The timed chain leaves the lazily opened image undecoded for it (pipebench.pipeline.timed_chain).
+    decodes_itself = True
 
     def __call__(self, img: Image.Image) -> torch.Tensor:
-        path = _jpeg_path(img)
-        if path is None:
+        data = _jpeg_bytes(img)
+        if data is None:
             return pil_to_tensor(img)
-        return _decode(_as_tensor(read_jpeg_bytes(path)))
+        return _decode(_as_tensor(data))
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}()"
@@ -89,13 +101,15 @@ class ReadJpegBytes:
     default_collate keeps byte strings), for BatchDecodeJpeg after the copy."""
 
     movement = Movement(accepts=PIL_ONLY)
+    # It only needs the file, so the timed chain leaves the image undecoded for it.
+    decodes_itself = True
 
     def __call__(self, img: Image.Image) -> bytes:
-        path = _jpeg_path(img)
-        if path is None:
+        data = _jpeg_bytes(img)
+        if data is None:
             raise ValueError(f"{type(self).__name__}: the GPU decoder needs a JPEG file, got a "
                              f"{getattr(img, 'format', None) or type(img).__name__} image")
-        return read_jpeg_bytes(path)
+        return data
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}()"

@@ -5,6 +5,7 @@ from typing import List, Optional
 
 from pipebench.cli.common_args import add_config_dir, add_fresh, add_overrides
 from pipebench.cli.run import expand_sweep, import_from_cwd, run_command, search_path
+from pipebench.explore.equivalence import DEFAULT_MAX_PIXEL_DIFF
 from pipebench.explore.plan import (
     EXPLORE_DEFAULTS,
     NoVariants,
@@ -14,6 +15,9 @@ from pipebench.explore.plan import (
 )
 from pipebench.record.folder_lock import folder_lock
 
+# An 8-bit pixel differs from another by at most this.
+MAX_GREY_LEVEL = 255
+
 __all__ = ["add_parser", "explore_command", "main"]
 
 EXPLORE_EPILOG = f"""\
@@ -22,9 +26,12 @@ examples:
   pipebench explore transform=yuv_mask workers=2 rounds=5
   pipebench explore --config-dir my_conf transform=my_chain   your chain; your transforms declare `movement`
 
-moves:  crop_first (a crop ahead of pointwise steps and PIL->tensor), fast (a declared fast_form),
+moves:  reduced_decode (decode the JPEG at reduced size in a first step that resizes down),
+        tensor_path (decode_jpeg to a uint8 tensor, the PIL steps as their v2 tensor forms),
+        crop_first (a crop ahead of pointwise steps and PIL->tensor), fast (a declared fast_form),
         per_batch (trailing steps with a batch_form into the collate), and their combinations
-checks: identical / close (float tolerance) / same distribution (KS test) / not equivalent / fails
+checks: identical / close (float tolerance; a reduced-size decode within --max-pixel-diff) /
+        same distribution (KS test) / not equivalent / fails
 writes: variants.json, equivalence.md|csv, variants/transform/*.yaml (to read; never read back),
         explore.md|csv, and what `run` writes
 defaults: {' '.join(f"{k}={v}" for k, v in EXPLORE_DEFAULTS)} (interleaved rounds of short jobs), unless given
@@ -42,18 +49,18 @@ def target_overrides(target_pct: Optional[float]) -> List[str]:
 
 
 def explore_command(overrides: List[str], config_dir: Optional[str], fresh: bool = False,
-                    target_pct: Optional[float] = None) -> int:
+                    target_pct: Optional[float] = None, max_pixel_diff: int = DEFAULT_MAX_PIXEL_DIFF) -> int:
     """Generate the chain's variants, check their equivalence, then measure them all in one sweep
     (or up to the first chain that meets `target_pct`)."""
     import_from_cwd()
     overrides = [*overrides, *target_overrides(target_pct)]
-    plan = plan_exploration(overrides, expand_sweep([*search_path(config_dir), *overrides])[0], fresh)
+    plan = plan_exploration(overrides, expand_sweep([*search_path(config_dir), *overrides])[0], fresh,
+                            max_pixel_diff)
     if isinstance(plan, NoVariants):
         print(f"pipebench explore: no variants of transform={plan.base}: {'; '.join(plan.reasons)}")
         return 0
     with folder_lock(plan.invocation_dir):
-        print(f"\n## equivalence with {plan.checked[0].variant.name}\n\n{write_plan(plan)}")
-        print("".join(f"not applied: {reason}\n" for reason in plan.not_applied), end="")
+        print(f"\n## equivalence with {plan.checked[0].variant.name}\n\n{write_plan(plan)}", end="")
         measured = [item for item in plan.checked if item.measured]
         if plan.resumed is not None:
             print(f"resuming {plan.invocation_dir}: {plan.resumed.done} of {plan.resumed.total} jobs already done",
@@ -77,8 +84,25 @@ def add_parser(verbs: "argparse._SubParsersAction") -> None:
     parser.add_argument("--target", type=float, metavar="PCT", dest="target_pct",
                         help="stop at the first chain whose job reaches accel_util_pct >= PCT "
                              "(sets run.target_accel_util_pct and run.stop_at_target=true)")
+    parser.add_argument("--max-pixel-diff", type=_grey_levels, default=DEFAULT_MAX_PIXEL_DIFF, metavar="LEVELS",
+                        help="the largest pixel difference, in grey levels, that a decode move (decoder, "
+                             "tensor_path, reduced_decode) may make and still be called close (default "
+                             f"{DEFAULT_MAX_PIXEL_DIFF}: what two JPEG decoders differ by). A reduced-size decode "
+                             "differs by up to ~54 levels at grainy edges: raise it to 64 to accept it")
     add_overrides(parser, "transform=yuv_mask workers=2")
 
 
 def main(args: argparse.Namespace) -> int:
-    return explore_command(list(args.overrides), args.config_dir, args.fresh, args.target_pct)
+    return explore_command(list(args.overrides), args.config_dir, args.fresh, args.target_pct, args.max_pixel_diff)
+
+
+def _grey_levels(text: str) -> int:
+    """An argparse type: a whole number of grey levels, 0 to 255."""
+    try:
+        value = int(text)
+    except ValueError:
+        value = -1
+    if not 0 <= value <= MAX_GREY_LEVEL:
+        raise argparse.ArgumentTypeError(
+            f"must be a whole number of grey levels from 0 to {MAX_GREY_LEVEL}, got {text!r}")
+    return value

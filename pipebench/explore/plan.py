@@ -30,8 +30,8 @@ from pipebench.base.tables import markdown_table
 from pipebench.config.compose import job_spec_composer, one_line
 from pipebench.config.limits import MAX_PREFETCH_FACTOR
 from pipebench.config.sweep_axes import expand_auto_workers
-from pipebench.explore.equivalence import FAILS, Equivalence, check, is_equivalent
-from pipebench.explore.variants import DEVICE_MOVES, Chain, Exploration, LoaderSetting, Variant, explore
+from pipebench.explore.equivalence import DEFAULT_MAX_PIXEL_DIFF, FAILS, Equivalence, check, is_equivalent
+from pipebench.explore.variants import DEVICE_MOVES, Chain, Exploration, LoaderSetting, SampleSource, Variant, explore
 from pipebench.explore.waterfall import WATERFALL_COLUMNS, waterfall, winner
 from pipebench.measure.fingerprint import usable_cores
 from pipebench.pipeline.build import build_dataset
@@ -183,7 +183,7 @@ def write_variant_files(invocation_dir: Path, checked: Sequence[Checked], not_ap
                      for item, row in zip(checked, rows)],
     }
     write_json_atomic(invocation_dir / VARIANTS_JSON, versioned(payload))
-    markdown = markdown_table(rows, EQUIVALENCE_COLUMNS)
+    markdown = markdown_table(rows, EQUIVALENCE_COLUMNS) + "".join(f"not applied: {reason}\n" for reason in not_applied)
     write_text_atomic(invocation_dir / EQUIVALENCE_MD, markdown)
     write_text_atomic(invocation_dir / EQUIVALENCE_CSV, csv_text(rows, list(rows[0])))
     return markdown
@@ -231,8 +231,8 @@ def _loader_settings_that_hold(found: Exploration, first_job: Sequence[str], com
     return Exploration(tuple(kept), (*found.not_applied, *dropped))
 
 
-def plan_exploration(overrides: Sequence[str], first_job: Sequence[str], fresh: bool = False
-                     ) -> Union[Plan, NoVariants]:
+def plan_exploration(overrides: Sequence[str], first_job: Sequence[str], fresh: bool = False,
+                     max_pixel_diff: int = DEFAULT_MAX_PIXEL_DIFF) -> Union[Plan, NoVariants]:
     """Generate and check the variants of the chain `first_job` composes to, and pick their folder:
     an interrupted exploration of the same chain and settings (unless `fresh`), else a new one,
     created now. `write_plan` writes into it.
@@ -244,12 +244,13 @@ def plan_exploration(overrides: Sequence[str], first_job: Sequence[str], fresh: 
     with job_spec_composer() as compose_one:
         spec, results_dir = compose_one(first_job)
         setting = LoaderSetting(spec.workers, dataclasses.asdict(spec.loader), device_here, MAX_PREFETCH_FACTOR)
+        dataset = build_dataset(spec)
+        source = SampleSource.of(dataset[0][0]) if len(dataset) else None
         found = _loader_settings_that_hold(
-            explore(spec.transform_name, Chain(spec.per_sample, spec.per_batch, spec.on_device), setting),
+            explore(spec.transform_name, Chain(spec.per_sample, spec.per_batch, spec.on_device), setting, source),
             first_job, compose_one)
     if len(found.variants) == 1:
         return NoVariants(found.base.name, found.not_applied)
-    dataset = build_dataset(spec)
 
     def fetch(n: int) -> list:
         return [dataset[i % len(dataset)][0] for i in range(n)]
@@ -258,7 +259,8 @@ def plan_exploration(overrides: Sequence[str], first_job: Sequence[str], fresh: 
     for variant in found.variants[1:]:
         print(f"explore: checking {variant.name}", flush=True)
         unmeasured = NO_DEVICE if variant.needs_device and not device_here else ""
-        checked.append(Checked(variant, check(found.base.chain, variant, fetch, spec.run.seed), unmeasured))
+        checked.append(Checked(variant, check(found.base.chain, variant, fetch, spec.run.seed, max_pixel_diff),
+                               unmeasured))
     device_moves = sorted({m for item in checked if item.unmeasured for m in item.variant.moves if m in DEVICE_MOVES})
     if device_moves:
         print(f"notice: {', '.join(device_moves)}: no CUDA device here, so its variants are checked for equivalence "

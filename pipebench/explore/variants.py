@@ -1,13 +1,21 @@
 """Generate a chain's variants from what its transforms declare (pipebench.pipeline.movement).
 
 The moves, each legal only where the declarations say so:
+- reduced_decode: a first step that resizes down (RandomResizedCrop, Resize) is replaced by its
+  draft_form, which decodes the JPEG at 1/2, 1/4 or 1/8 size where its output allows (needs a
+  JPEG dataset whose images are at least twice the output size); pixels differ a little;
+- tensor_path: decode the JPEG straight to a uint8 tensor (torchvision.io.decode_jpeg) and run
+  the steps before the PIL->tensor conversion on it, as their torchvision.transforms.v2 forms
+  (`tensor_form`); the conversion keeps only what is left to do (ToTensor: the float scaling);
+  pixels differ a little (another decoder, tensor interpolation);
 - decoder: the PIL->tensor conversion is replaced by the decoder it names (`decoder_form`:
   torchvision.io.decode_jpeg on the file's bytes); crops that ran on the PIL image before it
   follow it, on the tensor, as the decoder reads the whole file;
 - crop_first: a crop moves ahead of the pointwise steps before it (PIL->tensor conversion
   included), as long as it accepts what arrives there; a step that is not pointwise, or
   declares nothing, stops it;
-- fast: every transform with a fast_form is replaced by the last of its fast forms;
+- fast: every transform with a fast_form is replaced by the last of its fast forms, and a cast
+  to float followed by Normalize (FUSED_CASTS) by one fused multiply-add on the uint8 pixels;
 - per_batch: trailing per-sample transforms with a batch_form move into the collate (a crop
   stays: it shrinks the sample, so it runs before the batch is made);
 - late_cast: the trailing steps that turn integer pixels into float (`casts`) run after the
@@ -15,31 +23,38 @@ The moves, each legal only where the declarations say so:
   the copy as uint8;
 - to_device: every trailing batch-able step runs after the copy, on the consumer's device (a
   random step only if its batch form keeps one draw a sample; a crop stays, as for per_batch).
-The first three stack; the last three are alternative places for the chain's tail. Variants:
-each move alone, then the stack built up one move at a time (decoder, crop_first, fast; a move
-that changes nothing is left out), then the full stack with each tail. That is a ladder from the
-base chain to the most-moved one, so explore can show what each edit is worth on its own and on
-the way to the winner. A chain that equals an earlier variant is dropped.
+The first five stack; the last three are alternative places for the chain's tail. The three
+decode moves (tensor_path, decoder, reduced_decode) replace the same decode, so in the stack the
+first of them that applies takes it and the others then find nothing to do. Variants: each move
+alone, then the stack built up one move at a time (a move that changes nothing is left out), then
+the full stack with each tail. That is a ladder from the base chain to the most-moved one, so
+explore can show what each edit is worth on its own and on the way to the winner. A chain that
+equals an earlier variant is dropped.
 """
 
+import functools
 import json
 from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
-from pipebench.pipeline.movement import TENSOR, Movement, accepted_kinds, declared_movement
+from pipebench.pipeline.movement import PIL, TENSOR, Movement, accepted_kinds, declared_movement
 
+REDUCED_DECODE = "reduced_decode"
+TENSOR_PATH = "tensor_path"
 DECODER = "decoder"
 CROP_FIRST = "crop_first"
 FAST = "fast"
 PER_BATCH = "per_batch"
 LATE_CAST = "late_cast"
 TO_DEVICE = "to_device"
-# Moves that stack, in the order the ladder applies them.
-STACKED = (DECODER, CROP_FIRST, FAST)
+# Moves that stack, in the order the ladder applies them (the decode moves first: see the docstring).
+STACKED = (TENSOR_PATH, DECODER, REDUCED_DECODE, CROP_FIRST, FAST)
 # Alternative homes for the chain's tail: the collate, or after the host-to-device copy.
 TAILS = (PER_BATCH, LATE_CAST, TO_DEVICE)
 # Canonical order: names list moves in it.
 MOVES = (*STACKED, *TAILS)
+# Moves that change pixels a little by design (another decode): equivalence compares their images.
+DECODE_MOVES = (REDUCED_DECODE, TENSOR_PATH)
 # Moves whose gain needs an accelerator: on a host without one they are generated and checked
 # (on the CPU) but not measured, as the host CPU would do the work the device is for.
 DEVICE_MOVES = (TO_DEVICE,)
@@ -52,6 +67,18 @@ PIN_MEMORY = "pin_memory"
 SHARING_STRATEGY = "sharing_strategy"
 LOADER_MOVES = (PERSISTENT_WORKERS, PREFETCH_FACTOR, PIN_MEMORY, SHARING_STRATEGY)
 FILE_SYSTEM = "file_system"
+# Casts to float in [0, 1] that Normalize may fuse with (how each reads its input), and the fused form.
+FUSED_CASTS = {"torchvision.transforms.ToTensor": "from_pil", "torchvision.transforms.v2.ToTensor": "from_pil",
+               "pipebench.transforms.cast.ToFloat": "tensor", "torchvision.transforms.v2.ToDtype": "to_dtype"}
+NORMALIZES = ("torchvision.transforms.Normalize", "torchvision.transforms.v2.Normalize")
+NORMALIZE_UINT8 = "pipebench.transforms.cast.NormalizeUint8"
+PIL_TO_TENSOR = "torchvision.transforms.PILToTensor"
+# The catalogue's decoder: torchvision.io.decode_jpeg on the file's bytes, to a uint8 [3, H, W] tensor.
+DECODE_JPEG = "pipebench.transforms.decode.DecodeJpeg"
+# PIL's name for a JPEG file (Image.format): the only format with DCT-scaled decoding.
+JPEG_FORMAT = "JPEG"
+# libjpeg's smallest useful DCT reduction: below twice the output size no draft can apply.
+MIN_DRAFT_REDUCTION = 2
 NAME_SEPARATOR = "+"
 
 Node = Mapping[str, Any]
@@ -81,6 +108,22 @@ class Chain:
     def key(self) -> str:
         """Equal for equal chains, so variants that yield the same chain can be dropped."""
         return json.dumps(self.as_config(), sort_keys=True, default=str)
+
+
+@dataclass(frozen=True)
+class SampleSource:
+    """What the dataset gives, read from its first sample: a file format (PIL's name, JPEG, PNG, ...),
+    `decoded image` or `tensor`, and the image's (width, height) when it is an image."""
+
+    kind: str
+    size: Optional[Tuple[int, int]] = None
+
+    @classmethod
+    def of(cls, sample: Any) -> "SampleSource":
+        size = getattr(sample, "size", None)
+        if isinstance(size, tuple) and len(size) == 2:
+            return cls(getattr(sample, "format", None) or "decoded image", size)
+        return cls(type(sample).__name__.lower())
 
 
 @dataclass(frozen=True)
@@ -167,6 +210,17 @@ def _with_target(node: Node, target: str) -> Dict[str, Any]:
     return {**node, "_target_": target}
 
 
+def _fused_cast(cast: Node, normalize: Node) -> Optional[Tuple[Node, ...]]:
+    """The fused form of a cast to float in [0, 1] then Normalize, or None when they are not that pair."""
+    kind = FUSED_CASTS.get(str(cast["_target_"]))
+    if kind is None or normalize["_target_"] not in NORMALIZES or normalize.get("inplace"):
+        return None
+    if kind == "to_dtype" and not (cast.get("scale") and str(cast.get("dtype", {}).get("path", "")) == "torch.float32"):
+        return None
+    fused = {"_target_": NORMALIZE_UINT8, "mean": normalize["mean"], "std": normalize["std"]}
+    return (_with_target({}, PIL_TO_TENSOR), fused) if kind == "from_pil" else (fused,)
+
+
 def _fastest(node: Node) -> Tuple[Node, Optional[Movement]]:
     """The node after following its fast forms to the last (a form naming itself, or a loop, stops it)."""
     seen = {node["_target_"]}
@@ -179,7 +233,8 @@ def _fastest(node: Node) -> Tuple[Node, Optional[Movement]]:
 
 
 def fast(chain: Chain) -> Moved:
-    """Replace every transform that declares a fast_form by the last of its fast forms (same arguments)."""
+    """Replace every transform that declares a fast_form by the last of its fast forms (same
+    arguments), and every cast to float followed by Normalize by the fused form."""
     changes = []
     stages: List[List[Node]] = []
     for nodes in (chain.per_sample, chain.per_batch, chain.on_device):
@@ -188,6 +243,12 @@ def fast(chain: Chain) -> Moved:
             replaced, _ = _fastest(node)
             if replaced["_target_"] != node["_target_"]:
                 changes.append(f"replace {short_name(node)} with {short_name(replaced)}")
+            fused = _fused_cast(out[-1], replaced) if out else None
+            if fused is not None:
+                changes.append(f"replace {short_name(out[-1])}, {short_name(replaced)} with "
+                               f"{', '.join(short_name(n) for n in fused)} (one multiply-add on the uint8 pixels)")
+                out[-1:] = fused
+                continue
             out.append(replaced)
         stages.append(out)
     return Moved(Chain(*(tuple(out) for out in stages)), tuple(changes),
@@ -217,6 +278,17 @@ def per_batch(chain: Chain) -> Moved:
                     for n, b in zip(chain.per_sample[len(steps):], moved))
     return Moved(Chain(tuple(steps), (*moved, *chain.per_batch), chain.on_device), changes,
                  draws_per_batch=tuple(random_moved))
+
+
+def _output_size(node: Node, image: Tuple[int, int]) -> Tuple[int, int]:
+    """(w, h) a RandomResizedCrop or Resize node makes of a (w, h) image."""
+    size = node.get("size")
+    sizes = [size] if isinstance(size, int) else list(size)
+    if len(sizes) == 2 or "RandomResizedCrop" in str(node["_target_"]):
+        return (sizes[-1], sizes[0])
+    short, long = sorted(image)
+    scaled = (sizes[0], int(sizes[0] * long / short))
+    return scaled if image[0] <= image[1] else scaled[::-1]
 
 
 def decoder(chain: Chain) -> Moved:
@@ -291,17 +363,107 @@ def to_device(chain: Chain) -> Moved:
     return _tail_to_device(chain, TO_DEVICE, lambda m: True, "batch-able")
 
 
+def reduced_decode(chain: Chain, source: Optional[SampleSource] = None) -> Moved:
+    """Replace a first step that resizes down by its draft_form (decode the JPEG at reduced size)."""
+    skipped = _not_jpeg(REDUCED_DECODE, source)
+    if skipped:
+        return Moved(chain, reason=skipped)
+    if not chain.per_sample:
+        return Moved(chain, reason=f"{REDUCED_DECODE}: there are no per-sample transforms")
+    first = chain.per_sample[0]
+    name, movement = short_name(first), declared_movement(first)
+    if movement is None or not movement.draft_form:
+        pads = name == "RandomCrop" and movement is not None and not movement.crop
+        why = "pads, so a reduced-size decode would change what the padding surrounds" if pads else \
+            "does not resize the image down (declares no draft_form)"
+        return Moved(chain, reason=f"{REDUCED_DECODE}: the first step, {name}, {why}")
+    if source is not None and source.size is not None:
+        out = _output_size(first, source.size)
+        width, height = source.size
+        if "Resize" == name and (out[0] >= width or out[1] >= height):
+            return Moved(chain, reason=f"{REDUCED_DECODE}: {name} to {out[0]}x{out[1]} upsamples the "
+                                       f"{width}x{height} images")
+        if width // MIN_DRAFT_REDUCTION < out[0] or height // MIN_DRAFT_REDUCTION < out[1]:
+            return Moved(chain, reason=f"{REDUCED_DECODE}: a draft at 1/{MIN_DRAFT_REDUCTION} of the {width}x{height} "
+                                       f"images would go below {name}'s output size {out[0]}x{out[1]}")
+    drafted = _with_target(first, movement.draft_form)
+    return Moved(Chain((drafted, *chain.per_sample[1:]), chain.per_batch, chain.on_device),
+                 (f"replace {name} with {short_name(drafted)} (decode the JPEG at 1/2, 1/4 or 1/8 size, libjpeg's "
+                  "DCT scaling, wherever the region kept is at least that many times the output)",))
+
+
+def _not_jpeg(move: str, source: Optional[SampleSource]) -> str:
+    if source is not None and source.kind != JPEG_FORMAT:
+        return f"{move}: the dataset gives {source.kind} samples, not JPEG files: decode moves skipped"
+    return ""
+
+
+def _conversion_at(chain: Chain) -> Optional[int]:
+    """Where the chain turns its PIL image into a tensor (PILToTensor, ToTensor, ToImage), or None."""
+    return next((i for i, m in enumerate(declared_movement(n) for n in chain.per_sample)
+                 if m is not None and m.returns == TENSOR and PIL in m.accepts), None)
+
+
+def tensor_path(chain: Chain, source: Optional[SampleSource] = None) -> Moved:
+    """Decode to a uint8 tensor first; the PIL steps before the conversion run as their tensor forms."""
+    skipped = _not_jpeg(TENSOR_PATH, source)
+    if skipped:
+        return Moved(chain, reason=skipped)
+    at = _conversion_at(chain)
+    if at is None:
+        return Moved(chain, reason=f"{TENSOR_PATH}: no step turns the PIL image into a tensor (PILToTensor, "
+                                   "ToTensor, ToImage)")
+    before = chain.per_sample[:at]
+    if not before:  # the conversion comes first: that is issue 13's decoder move alone
+        return Moved(chain, reason=f"{TENSOR_PATH}: no step runs on the PIL image before "
+                                   f"{short_name(chain.per_sample[at])} (the decoder move covers it)")
+    blocking = [short_name(n) for n in before if not (m := declared_movement(n)) or not m.tensor_form]
+    if blocking:
+        return Moved(chain, reason=f"{TENSOR_PATH}: {', '.join(blocking)} runs on the PIL image before "
+                                   f"{short_name(chain.per_sample[at])} and declares no tensor form")
+    conversion = chain.per_sample[at]
+    left = declared_movement(conversion).tensor_form
+    moved = [_with_target(n, declared_movement(n).tensor_form) for n in before]
+    rest = ([_with_target(conversion, left)] if left else []) + list(chain.per_sample[at + 1:])
+    changes = [f"decode the JPEG with {short_name({'_target_': DECODE_JPEG})} (torchvision.io.decode_jpeg, straight "
+               "to a uint8 tensor) instead of PIL"]
+    changes += [f"run {short_name(n)} on the tensor as {m['_target_'].rsplit('.', 2)[-2]}.{short_name(m)}"
+                for n, m in zip(before, moved)]
+    if not left:
+        changes.append(f"drop {short_name(conversion)} (the decoder gives the tensor)")
+    elif left != conversion["_target_"]:
+        changes.append(f"replace {short_name(conversion)} with {short_name(rest[0])}")
+    return Moved(Chain(({"_target_": DECODE_JPEG}, *moved, *rest), chain.per_batch, chain.on_device),
+                 tuple(changes))
+
+
+def pixel_prefixes(move: str, chain: Chain) -> Tuple[int, int]:
+    """How many leading per-sample steps of the chain, and of the chain `move` makes of it, produce the
+    8-bit image the move changes (compared in grey levels before any float conversion)."""
+    if move == TENSOR_PATH:
+        at = _conversion_at(chain)
+        return at, at + 1
+    return 1, 1
+
+
 MOVE_FUNCTIONS: Mapping[str, Callable[[Chain], Moved]] = {
-    DECODER: decoder, CROP_FIRST: crop_first, FAST: fast, PER_BATCH: per_batch, LATE_CAST: late_cast,
-    TO_DEVICE: to_device}
+    REDUCED_DECODE: reduced_decode, TENSOR_PATH: tensor_path, DECODER: decoder, CROP_FIRST: crop_first, FAST: fast,
+    PER_BATCH: per_batch, LATE_CAST: late_cast, TO_DEVICE: to_device}
 
 
-def _apply(chain: Chain, moves: Sequence[str]) -> Optional[Moved]:
+def move_functions(source: Optional[SampleSource]) -> Mapping[str, Callable[[Chain], Moved]]:
+    """MOVE_FUNCTIONS, with the decode moves told what the dataset gives."""
+    return {**MOVE_FUNCTIONS, REDUCED_DECODE: functools.partial(reduced_decode, source=source),
+            TENSOR_PATH: functools.partial(tensor_path, source=source)}
+
+
+def _apply(chain: Chain, moves: Sequence[str], functions: Mapping[str, Callable[[Chain], Moved]]
+           ) -> Optional[Moved]:
     """Apply moves in order; None when one of them changes nothing (that combination adds nothing)."""
     changes: List[str] = []
     draws: List[str] = []
     for move in moves:
-        done = MOVE_FUNCTIONS[move](chain)
+        done = functions[move](chain)
         if not done.changes:
             return None
         chain = done.chain
@@ -310,13 +472,13 @@ def _apply(chain: Chain, moves: Sequence[str]) -> Optional[Moved]:
     return Moved(chain, tuple(changes), draws_per_batch=tuple(draws))
 
 
-def _ladder(chain: Chain) -> List[Tuple[str, ...]]:
+def _ladder(chain: Chain, functions: Mapping[str, Callable[[Chain], Moved]]) -> List[Tuple[str, ...]]:
     """The move lists to try: each move alone, the stack built up one move at a time, the full
     stack with each tail."""
     stack: List[str] = []
     current = chain
     for move in STACKED:
-        done = MOVE_FUNCTIONS[move](current)
+        done = functions[move](current)
         if done.changes:
             stack.append(move)
             current = done.chain
@@ -375,20 +537,23 @@ def loader_parent(variants: Sequence[Variant]) -> Variant:
     return max(host, key=lambda v: (len(v.moves), LATE_CAST in v.moves))
 
 
-def explore(name: str, chain: Chain, setting: Optional[LoaderSetting] = None) -> Exploration:
+def explore(name: str, chain: Chain, setting: Optional[LoaderSetting] = None,
+            source: Optional[SampleSource] = None) -> Exploration:
     """The base chain and every distinct variant of the ladder (see the module docstring); with a
-    `setting`, also the loader moves on top of the most-moved host chain."""
+    `setting`, also the loader moves on top of the most-moved host chain. `source` (the dataset's
+    first sample) lets the decode moves skip a dataset they cannot serve."""
+    functions = move_functions(source)
     variants = [Variant(name, (), (), chain)]
     seen = {variants[0].key()}
-    for moves in _ladder(chain):
-        done = _apply(chain, moves)
+    for moves in _ladder(chain, functions):
+        done = _apply(chain, moves, functions)
         if done is None:
             continue
         variant = Variant(NAME_SEPARATOR.join((name, *moves)), moves, done.changes, done.chain, done.draws_per_batch)
         if variant.key() not in seen:
             seen.add(variant.key())
             variants.append(variant)
-    not_applied = [done.reason for done in (MOVE_FUNCTIONS[m](chain) for m in MOVES) if not done.changes]
+    not_applied = [done.reason for done in (functions[m](chain) for m in MOVES) if not done.changes]
     if setting is not None:
         on_loader, reasons = loader_variants(loader_parent(variants), setting)
         variants += on_loader

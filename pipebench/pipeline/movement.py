@@ -3,15 +3,16 @@
 A transform class declares `movement = Movement(...)`: which inputs it accepts (PIL images,
 tensors or both), whether it converts between them, whether it is a crop, whether it is
 pointwise (a crop commutes with it), whether it is random, and its per-batch and faster
-forms; a PIL->tensor conversion may name the decoder that replaces it, and a step that turns
-integer pixels into float says so (`casts`), so it may run after the host-to-device copy.
-torchvision's classes cannot carry the attribute, so `TORCHVISION_MOVEMENT` declares them,
-keyed by `_target_`. A transform that declares nothing never moves, and nothing moves past it.
+forms (a reduced-size decode among them, and the uint8 tensor form of the tensor path); a
+PIL->tensor conversion may name the decoder that replaces it, and a step that turns integer
+pixels into float says so (`casts`), so it may run after the host-to-device copy.
+torchvision's classes (v1 and v2) cannot carry the attribute, so `TORCHVISION_MOVEMENT` declares
+them, keyed by `_target_`. A transform that declares nothing never moves, and nothing moves past it.
 """
 
 import importlib
 from dataclasses import dataclass
-from typing import Any, Callable, FrozenSet, Iterable, Mapping, Optional, Union
+from typing import Any, Callable, Dict, FrozenSet, Iterable, Mapping, Optional, Union
 
 from pipebench.base.errors import ConfigError
 
@@ -51,6 +52,12 @@ class Movement:
     batch_form: Form = None
     # A faster transform that computes the same thing.
     fast_form: Form = None
+    # The same step taking the undecoded JPEG and decoding it at a reduced size (DCT scaling) when
+    # its output allows; pixels differ a little, so explore calls the result `close`.
+    draft_form: Form = None
+    # The same step on the uint8 [C, H, W] tensor a JPEG decodes to (torchvision.io.decode_jpeg), for
+    # the tensor path; on a PIL->tensor conversion, what is left of it once the decode gives a tensor.
+    tensor_form: Form = None
     # The batch form makes one random draw per sample (not one per batch), so moving it into the
     # collate or onto the device keeps the per-sample distribution.
     batch_draws_per_sample: bool = False
@@ -70,6 +77,8 @@ class Movement:
         object.__setattr__(self, "accepts", accepts)
         object.__setattr__(self, "batch_form", target_of(self.batch_form))
         object.__setattr__(self, "fast_form", target_of(self.fast_form))
+        object.__setattr__(self, "draft_form", target_of(self.draft_form))
+        object.__setattr__(self, "tensor_form", target_of(self.tensor_form))
         object.__setattr__(self, "decoder_form", target_of(self.decoder_form))
 
     def output_kind(self, given: FrozenSet[str]) -> FrozenSet[str]:
@@ -87,40 +96,85 @@ def _random_crop(node: Mapping[str, Any]) -> Movement:
     # becomes 128 after RGB->YUV), so a padding RandomCrop is not a pure crop.
     pads = bool(node.get("padding")) or bool(node.get("pad_if_needed"))
     return Movement(accepts=BOTH, crop=not pads, random=True, batch_form=None if pads else BATCH_RANDOM_CROP,
-                    batch_draws_per_sample=True)
+                    batch_draws_per_sample=True, tensor_form=None if pads else V2 + "RandomCrop")
 
 
 # The catalogue's decoder: torchvision.io.decode_jpeg on the file's bytes (pipebench.transforms.decode).
 DECODE_JPEG = "pipebench.transforms.decode.DecodeJpeg"
 # RandomCrop's batch form: one window a sample, drawn as RandomCrop draws it (after a batched decode).
 BATCH_RANDOM_CROP = "pipebench.transforms.crop.BatchRandomCrop"
+V1 = "torchvision.transforms."
+V2 = "torchvision.transforms.v2."
+# The catalogue's reduced-size decodes (pipebench.transforms.draft), per resizing step.
+DRAFT_FORMS = {V1 + "RandomResizedCrop": "pipebench.transforms.draft.DraftRandomResizedCrop",
+               V2 + "RandomResizedCrop": "pipebench.transforms.draft.DraftRandomResizedCropV2",
+               V1 + "Resize": "pipebench.transforms.draft.DraftResize",
+               V2 + "Resize": "pipebench.transforms.draft.DraftResizeV2"}
+# The auto-augment family: random, and opaque (each draw picks among colour and geometric ops, some
+# reading the whole image), so nothing moves past them and they move nowhere.
+AUTO_AUGMENT = ("AutoAugment", "RandAugment", "TrivialAugmentWide", "AugMix")
 
-# torchvision.transforms (v1) classes, keyed by `_target_`. A value is a Movement or a function of
-# the config node (for declarations that depend on arguments).
+
+# ToTensor's float conversion alone, for a tensor the decoder already made (pipebench.transforms.cast).
+TO_FLOAT = "pipebench.transforms.cast.ToFloat"
+
+
+def _v2(node: Mapping[str, Any]) -> str:
+    """The torchvision.transforms.v2 class of a v1 or v2 node: v2 runs its fast uint8 kernels on tensors."""
+    return V2 + str(node["_target_"]).rsplit(".", 1)[1]
+
+
+def _resize(node: Mapping[str, Any]) -> Movement:
+    # Shrinks, but interpolates neighbours: neither a crop nor pointwise. With max_size the output
+    # size depends on both sides; the reduced-size decode leaves that case alone.
+    target = str(node["_target_"])
+    return Movement(accepts=BOTH, draft_form=None if node.get("max_size") else DRAFT_FORMS[target],
+                    tensor_form=_v2(node))
+
+
+def _geometric(node: Mapping[str, Any], **declared: Any) -> Movement:
+    """A step that moves or resamples pixels the same way on a PIL image and a tensor."""
+    return Movement(accepts=BOTH, tensor_form=_v2(node), **declared)
+
+
+def _both_namespaces(entries: Mapping[str, Any]) -> Dict[str, Any]:
+    """Each entry under torchvision.transforms and torchvision.transforms.v2 (same behaviour here)."""
+    return {prefix + name: entry for name, entry in entries.items() for prefix in (V1, V2)}
+
+
+# torchvision.transforms (v1) and .v2 classes, keyed by `_target_`. A value is a Movement or a
+# function of the config node (for declarations that depend on arguments).
 TORCHVISION_MOVEMENT: Mapping[str, Union[Movement, Callable[[Mapping[str, Any]], Movement]]] = {
-    "torchvision.transforms.PILToTensor": Movement(accepts=PIL_ONLY, returns=TENSOR, pointwise=True,
-                                                   decoder_form=DECODE_JPEG),
-    # v2 names of the same conversion (v2.ToImage returns a tv_tensors.Image, which v2 transforms
-    # treat like the plain uint8 tensor the decoder returns).
-    "torchvision.transforms.v2.PILToTensor": Movement(accepts=PIL_ONLY, returns=TENSOR, pointwise=True,
-                                                      decoder_form=DECODE_JPEG),
-    "torchvision.transforms.v2.ToImage": Movement(accepts=PIL_ONLY, returns=TENSOR, pointwise=True,
-                                                  decoder_form=DECODE_JPEG),
-    # Also scales to [0, 1]: still one pixel in, one pixel out.
-    "torchvision.transforms.ToTensor": Movement(accepts=PIL_ONLY, returns=TENSOR, pointwise=True),
-    "torchvision.transforms.RandomCrop": _random_crop,
-    "torchvision.transforms.CenterCrop": Movement(accepts=BOTH, crop=True),
-    # Shrinks, but interpolates neighbours: neither a crop nor pointwise.
-    "torchvision.transforms.Resize": Movement(accepts=BOTH),
-    # Both take a [..., C, H, W] tensor, so each is its own batch form.
-    "torchvision.transforms.ConvertImageDtype": Movement(accepts=TENSOR_ONLY, pointwise=True, casts=True,
-                                                         batch_form="torchvision.transforms.ConvertImageDtype"),
-    "torchvision.transforms.Normalize": Movement(accepts=TENSOR_ONLY, pointwise=True, casts=True,
-                                                 batch_form="torchvision.transforms.Normalize"),
-    "torchvision.transforms.Grayscale": Movement(accepts=BOTH, pointwise=True),
-    # Flips move pixels: a crop before a flip picks a mirrored window.
-    "torchvision.transforms.RandomHorizontalFlip": Movement(accepts=BOTH, random=True),
-    "torchvision.transforms.RandomVerticalFlip": Movement(accepts=BOTH, random=True),
+    **_both_namespaces({
+        "PILToTensor": Movement(accepts=PIL_ONLY, returns=TENSOR, pointwise=True, decoder_form=DECODE_JPEG),
+        # Also scales to [0, 1]: still one pixel in, one pixel out.
+        "ToTensor": Movement(accepts=PIL_ONLY, returns=TENSOR, pointwise=True, tensor_form=TO_FLOAT),
+        "RandomCrop": _random_crop,
+        "CenterCrop": lambda node: _geometric(node, crop=True),
+        "Resize": _resize,
+        # Crops a random region and resizes it: not a crop (it interpolates), random.
+        "RandomResizedCrop": lambda node: _geometric(node, random=True, draft_form=DRAFT_FORMS[str(node["_target_"])]),
+        # Both take a [..., C, H, W] tensor, so each is its own batch form (on a uint8 batch too).
+        "ConvertImageDtype": Movement(accepts=TENSOR_ONLY, pointwise=True, casts=True,
+                                      batch_form=V1 + "ConvertImageDtype"),
+        "Normalize": Movement(accepts=TENSOR_ONLY, pointwise=True, casts=True, batch_form=V1 + "Normalize"),
+        "Grayscale": Movement(accepts=BOTH, pointwise=True),
+        # Flips move pixels: a crop before a flip picks a mirrored window.
+        "RandomHorizontalFlip": lambda node: _geometric(node, random=True),
+        "RandomVerticalFlip": lambda node: _geometric(node, random=True),
+        # Contrast and saturation blend with the image's mean grey: a crop changes it, so not pointwise.
+        "ColorJitter": Movement(accepts=BOTH, random=True),
+        **{name: Movement(accepts=BOTH, random=True) for name in AUTO_AUGMENT},
+    }),
+    # v2 only: ToImage wraps a PIL image or a tensor as a uint8 tv_tensors.Image (which v2 transforms
+    # treat like the plain uint8 tensor the decoder returns); ToDtype converts (and with scale=True
+    # rescales) a [..., C, H, W] tensor, so it is its own batch form.
+    V2 + "ToImage": Movement(accepts=BOTH, returns=TENSOR, pointwise=True, tensor_form=V2 + "ToImage",
+                             decoder_form=DECODE_JPEG),
+    V2 + "ToDtype": Movement(accepts=TENSOR_ONLY, pointwise=True, casts=True, batch_form=V2 + "ToDtype"),
+    V2 + "ConvertImageDtype": Movement(accepts=TENSOR_ONLY, pointwise=True, casts=True,
+                                       batch_form=V2 + "ConvertImageDtype"),
+    V2 + "Normalize": Movement(accepts=TENSOR_ONLY, pointwise=True, casts=True, batch_form=V2 + "Normalize"),
 }
 
 

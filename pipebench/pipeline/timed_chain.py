@@ -1,6 +1,7 @@
 """The instrumented pipeline: every step is timed where it runs, and the timings ride with the batch.
 
-The Dataset wrapper times the load and each per-sample transform with `perf_counter_ns`; the
+The Dataset wrapper times the load, the decode of a lazily opened image and each per-sample
+transform with `perf_counter_ns`; the
 collate times itself and each per-batch transform, and returns the timings beside the batch.
 So per-transform numbers exist for any `num_workers` with no IPC beyond the batch itself.
 `record_function` labels are added only while a profiler is recording (workers=0), and one
@@ -14,6 +15,7 @@ from typing import Any, Callable, List, NamedTuple, Optional, Sequence, Tuple
 
 import numpy as np
 import torch
+from PIL import ImageFile
 from torch.utils.data import Dataset, default_collate, get_worker_info
 
 from pipebench.base.lifeline import die_with_parent, multiprocessing_parent_alive
@@ -21,6 +23,14 @@ from pipebench.base.watchdog import StepOverrun
 from pipebench.pipeline.file_reads import IO_FIELDS, NO_IO, file_reads_of
 
 LOAD_STAGE = "load"
+# PIL.Image.open only reads the header; the pixels are decoded at the first pixel access. The
+# chain forces that decode right after the load, timed as its own step, so it is charged to
+# decode and not to whichever transform happens to touch the pixels first.
+DECODE_STAGE = "decode"
+DECODE_NAME = "decode"
+# A transform that takes the undecoded image and decodes it itself (a reduced-size or region
+# decode) sets this class attribute to True; when it is first in the chain the decode is left to it.
+DECODES_ITSELF_ATTR = "decodes_itself"
 PER_SAMPLE_STAGE = "per_sample"
 COLLATE_STAGE = "collate"
 PER_BATCH_STAGE = "per_batch"
@@ -63,7 +73,7 @@ class SampleFailure(NamedTuple):
 class TimedBatch(NamedTuple):
     """A collated batch plus the timings of everything that made it.
 
-    sample_ns: [n_samples, n_per_sample_steps] int64 wall time (load first); batch_ns:
+    sample_ns: [n_samples, n_per_sample_steps] int64 wall time (load, decode, then the transforms); batch_ns:
     [1 + n_per_batch] wall time of the collate and per-batch steps. sample_cpu_ns / batch_cpu_ns:
     the thread CPU time of the same work, which oversubscribed workers cannot inflate.
     done_ns and worker_started_ns are perf_counter_ns stamps taken in the worker; on Linux that
@@ -86,6 +96,11 @@ class TimedBatch(NamedTuple):
     # [n_samples, len(IO_FIELDS)] int64: what each sample's load step read from files (time,
     # bytes, files; pipebench.pipeline.file_reads); zeros for a dataset that reads no files.
     sample_io: np.ndarray = np.zeros((0, len(IO_FIELDS)), np.int64)
+
+
+def undecoded(sample: Any) -> bool:
+    """A lazily opened PIL image whose pixels are not decoded yet (its tiles not read)."""
+    return isinstance(sample, ImageFile.ImageFile) and bool(sample.tile)
 
 
 def _label(enabled: bool, name: str):
@@ -123,7 +138,9 @@ class InstrumentedDataset(Dataset):
         self.base = base
         self.transforms = list(transforms)
         load_name = StepName(LOAD_STAGE, type(base).__name__)
-        self.steps = [load_name, *step_names(self.transforms, PER_SAMPLE_STAGE)]
+        self.steps = [load_name, StepName(DECODE_STAGE, DECODE_NAME), *step_names(self.transforms, PER_SAMPLE_STAGE)]
+        # Left to the first transform when it decodes by itself; else forced after the load.
+        self.force_decode = not (self.transforms and getattr(self.transforms[0], DECODES_ITSELF_ATTR, False))
         self.labels = _step_labels(self.steps)
         self.profiling = False
         self.trace: Optional[Any] = None
@@ -164,7 +181,12 @@ class InstrumentedDataset(Dataset):
             index, sample, target = load()
             timings[0] = time.perf_counter_ns() - start
             io = reads.since(read_before) if reads is not None else NO_IO
-            for step, transform in enumerate(self.transforms, start=1):
+            if self.force_decode and undecoded(sample):
+                step = 1
+                start = time.perf_counter_ns()
+                sample.load()
+                timings[1] = time.perf_counter_ns() - start
+            for step, transform in enumerate(self.transforms, start=2):
                 start = time.perf_counter_ns()
                 sample = transform(sample)
                 timings[step] = time.perf_counter_ns() - start
@@ -198,7 +220,16 @@ class InstrumentedDataset(Dataset):
             io = reads.since(read_before) if reads is not None else NO_IO
             if rec is not None:
                 rec.add(names[0], start, end)
-            for step, transform in enumerate(self.transforms, start=1):
+            if self.force_decode and undecoded(sample):
+                step = 1
+                start = time.perf_counter_ns()
+                with _label(profiling, names[1]):
+                    sample.load()
+                end = time.perf_counter_ns()
+                timings[1] = end - start
+                if rec is not None:
+                    rec.add(names[1], start, end)
+            for step, transform in enumerate(self.transforms, start=2):
                 start = time.perf_counter_ns()
                 if profiling:
                     with _label(True, names[step]):

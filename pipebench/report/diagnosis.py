@@ -26,6 +26,7 @@ import numpy as np
 
 from pipebench.base.noise_figures import compare_half_width
 from pipebench.base.tables import format_value, markdown_table
+from pipebench.pipeline.timed_chain import DECODE_STAGE
 
 # Overrides that never define a chain: the axis the model predicts along, and repetition.
 NON_CHAIN_KEYS = ("workers", "distributed.nproc", "run.round", "results_dir")
@@ -247,22 +248,26 @@ def _group(results: Sequence[Mapping]) -> Dict[str, List[Mapping]]:
     return groups
 
 
-def _dominant(results: Sequence[Mapping]) -> Optional[Tuple[str, float, float]]:
-    """The costliest step of a chain's workers=0 job: (name, ms a sample, share %)."""
+def _dominant(results: Sequence[Mapping]) -> Optional[Tuple[str, float, float, str]]:
+    """The costliest step of a chain's workers=0 job: (name, ms a sample, share %, stage)."""
     serial = [r for r in results if r["summary"]["workers"] == 0 and r.get("transforms")]
     if not serial:
         return None
     top = max(serial[0]["transforms"], key=lambda t: t["ms_per_sample"])
-    return top["transform"], top["ms_per_sample"], top["share_pct"]
+    return top["transform"], top["ms_per_sample"], top["share_pct"], top.get("stage", "")
 
 
 def _advice_dominant(base: str, results: Sequence[Mapping]) -> List[str]:
     dominant = _dominant(results)
     if dominant is None:
         return [f"{base}: no workers=0 job, so no per-transform split; add workers=0 to the sweep to get one."]
-    name, ms, share = dominant
-    return [f"Dominant cost in {base}: {name}, {format_value(ms)} ms of each sample ({format_value(share)}% "
-            f"of the chain at workers=0). Make it cheaper first."]
+    name, ms, share, stage = dominant
+    cost = f"{format_value(ms)} ms of each sample ({format_value(share)}% of the chain at workers=0)"
+    if stage == DECODE_STAGE:
+        return [f"Dominant cost in {base}: the image decode, {cost}. No transform can make it cheaper: decode less. "
+                "`pipebench explore` tries the decode moves: a reduced-size decode (JPEG DCT scaling) when the crop is "
+                "resized down, and a faster decoder."]
+    return [f"Dominant cost in {base}: {name}, {cost}. Make it cheaper first."]
 
 
 def _advice_workers(base: str, costs: ChainCosts) -> List[str]:

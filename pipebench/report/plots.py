@@ -30,7 +30,7 @@ DPI = 100
 PALETTE = "tab20"
 # Where each stage runs in a step, so stacks read bottom-up in pipeline order (sorted() is stable:
 # within a stage, steps keep the order the chains list them).
-STAGE_ORDER = ("load", "per_sample", "collate", "per_batch")
+STAGE_ORDER = ("load", "decode", "per_sample", "collate", "per_batch")
 
 
 @dataclass(frozen=True)
