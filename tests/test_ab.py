@@ -19,6 +19,11 @@ JOB = [*TINY_DATASET, "consumer=none", "workers=0", "loader.batch_size=8", "run.
        "run.warmup_steps=1", "run.min_time_s=0", "run.repeats=1", "run.profile_steps=0", "trace=none",
        "run.progress=false"]
 ROUNDS = ["--rounds", "4"]
+# Whole A/B sessions take minutes here (one session: 16 `pipebench run` starts, 3.5 min; bisect:
+# about 4 sessions), more than the rest of the suite can afford; PIPEBENCH_AB_SESSIONS=1 runs them.
+# The rule they exercise is tested on synthetic series in tests/test_regress_signals.py.
+A_B_SESSIONS = pytest.mark.skipif(os.environ.get("PIPEBENCH_AB_SESSIONS") != "1",
+                                  reason="whole A/B sessions take minutes: PIPEBENCH_AB_SESSIONS=1 runs them")
 USER_TRANSFORM = '''import time
 
 SPIN_MS = {spin}
@@ -92,6 +97,7 @@ def verdict_row(stdout: str, job: str = "") -> str:
     return next(line for line in stdout.splitlines() if line.startswith("| `") and job in line)
 
 
+@A_B_SESSIONS
 def test_costlier_commit_is_slower_on_cpu_and_a_sleep_is_wall_only(tmp_path):
     """One session, two jobs: the head commit makes one chain 50% costlier in CPU and only adds a
     sleep to the other (same CPU cost). The first is a regression; the second is `wall only`."""
@@ -125,8 +131,7 @@ def test_bad_ref_or_dirty_tree_is_one_line_exit_2(tmp_path, case):
     assert ("no-such-ref" if case == "bad_ref" else "uncommitted") in err[0]
 
 
-@pytest.mark.skipif(os.environ.get("PIPEBENCH_BISECT_TEST") != "1",
-                    reason="about 4 A/B sessions (5-8 min on a shared 2-core machine): PIPEBENCH_BISECT_TEST=1 runs it")
+@A_B_SESSIONS
 def test_git_bisect_run_finds_the_planted_commit(tmp_path):
     """Ten commits; the sixth makes the chain 60% costlier. `git bisect run pipebench ab GOOD` finds it."""
     repo = make_repo(tmp_path)
