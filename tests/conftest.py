@@ -52,3 +52,15 @@ def user_project(tmp_path: Path) -> Path:
         "  - _target_: pipebench.transforms.color.BatchScale\n"
     )
     return tmp_path
+
+
+def assert_config_error_is_one_line(args: Sequence[str], named: str, capsys, results_dir: Path) -> None:
+    """`pipebench run ARGS` exits 2 with one `pipebench: error:` line naming `named`, and writes nothing."""
+    from pipebench.cli.main import main
+
+    status = main(["run", *args, f"results_dir={results_dir}"])
+    err = capsys.readouterr().err.strip()
+    assert status == 2
+    assert err.startswith("pipebench: error: ") and "\n" not in err, err
+    assert named in err
+    assert not any(results_dir.iterdir()), "nothing may be measured or written for a bad config"

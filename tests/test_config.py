@@ -1,7 +1,7 @@
 """Config composition, sweep expansion and every bad-input case: one line, exit 2, no traceback."""
 
 import pytest
-from conftest import compose_spec, run_cli
+from conftest import assert_config_error_is_one_line, compose_spec, run_cli
 
 from pipebench.base.errors import ConfigError
 from pipebench.cli.main import main
@@ -86,12 +86,7 @@ BAD_INPUTS = [
 
 @pytest.mark.parametrize("args,named", BAD_INPUTS)
 def test_bad_input_is_one_line_exit_2(args, named, capsys, tmp_path):
-    status = main(["run", *args, f"results_dir={tmp_path}"])
-    err = capsys.readouterr().err.strip()
-    assert status == 2
-    assert err.startswith("pipebench: error: ") and "\n" not in err, err
-    assert named in err
-    assert not any(tmp_path.iterdir()), "nothing may be measured or written for a bad config"
+    assert_config_error_is_one_line(args, named, capsys, tmp_path)
 
 
 def test_empty_image_folder_is_refused(capsys, tmp_path):

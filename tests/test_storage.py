@@ -5,12 +5,11 @@ import os
 import numpy as np
 import psutil
 import pytest
-from conftest import compose_spec
+from conftest import assert_config_error_is_one_line, compose_spec
 from PIL import Image
 from torch.utils.data import DataLoader
 from torchvision.transforms import PILToTensor
 
-from pipebench.cli.main import main
 from pipebench.config.specs import StorageSpec
 from pipebench.datasets.image_folder import ImageFolderDataset
 from pipebench.measure.runner import TimingSink
@@ -178,9 +177,4 @@ BAD_STORAGE = [
 
 @pytest.mark.parametrize("args,named", BAD_STORAGE)
 def test_bad_storage_settings_exit_2_naming_the_key(args, named, capsys, tmp_path):
-    status = main(["run", *args, f"results_dir={tmp_path}"])
-    err = capsys.readouterr().err.strip()
-    assert status == 2
-    assert err.startswith("pipebench: error: ") and "\n" not in err, err
-    assert named in err
-    assert not any(tmp_path.iterdir()), "nothing may be measured or written for a bad config"
+    assert_config_error_is_one_line(args, named, capsys, tmp_path)
