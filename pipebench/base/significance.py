@@ -19,7 +19,7 @@ towards `noisy`, never towards a false verdict.
 """
 
 from dataclasses import dataclass
-from typing import List, Optional, Sequence, Tuple
+from typing import Dict, List, Mapping, Optional, Sequence, Tuple
 
 import numpy as np
 from scipy.stats import ttest_1samp, ttest_ind
@@ -114,6 +114,23 @@ def holm(p_values: Sequence[float]) -> List[float]:
         running = max(running, min(1.0, (m - rank) * p_values[i]))
         adjusted[i] = running
     return adjusted
+
+
+def against_base(base: Mapping[int, float], others: Mapping[str, Mapping[int, float]],
+                 threshold: float = 0.0) -> Dict[str, Tuple[Change, str]]:
+    """Each of `others` against `base` (values keyed by round, interleaved in one sweep): the change
+    and its direction under the rule above, paired over the rounds both sides ran when that is
+    every round of each (drift between rounds then cancels), and with Holm's correction over the
+    family, as a sweep of K variants makes K comparisons against one base."""
+    changes = {}
+    for name, values in others.items():
+        paired = sorted(values) == sorted(base) and len(base) > 1
+        rounds = sorted(base) if paired else None
+        b = [base[r] for r in rounds] if paired else list(base.values())
+        h = [values[r] for r in rounds] if paired else list(values.values())
+        changes[name] = measure_change(b, h, threshold, paired)
+    adjusted = holm([c.p_value for c in changes.values()])
+    return {name: (change, change.direction(p)) for (name, change), p in zip(changes.items(), adjusted)}
 
 
 def intervals_overlap(low_a: float, high_a: float, low_b: float, high_b: float) -> bool:

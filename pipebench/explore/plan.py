@@ -26,6 +26,7 @@ from omegaconf import OmegaConf
 from pipebench.base.csv_cells import csv_text
 from pipebench.base.errors import ConfigError
 from pipebench.base.io import folder_safe, write_json_atomic, write_text_atomic
+from pipebench.base.significance import DOWN, MIN_SAMPLES, UP, against_base
 from pipebench.base.tables import markdown_table
 from pipebench.config.compose import job_spec_composer, one_line
 from pipebench.config.limits import MAX_PREFETCH_FACTOR
@@ -44,12 +45,12 @@ from pipebench.record.resume import (
 )
 from pipebench.record.stored import versioned
 
-# Three interleaved rounds by default: variants of one chain often differ by 10-30%, about the
-# round-to-round spread of one job on a shared machine, so one round cannot rank them. With
-# three a side, "every round of a variant beat every round of the base" has a 1 in 20 chance
-# under no difference (the exact one-sided Mann-Whitney p); five (as the nightly) would take
-# the seed chain's 8 variants past five minutes.
-DEFAULT_ROUNDS = 3
+# Four interleaved rounds by default: variants of one chain often differ by 10-30%, about the
+# round-to-round spread of one job on a shared machine, so one round cannot rank them, and the
+# one rule for "is it real?" (base/significance.py, as compare uses) gives no verdict on fewer
+# than MIN_SAMPLES a side. Five (as the nightly) would take the seed chain's variants past ten
+# minutes on a 2-core machine.
+DEFAULT_ROUNDS = MIN_SAMPLES
 # Defaults explore adds unless the command line sets the key (or its group: `run=quick` keeps
 # its own budget): the rounds above; a shorter job (>= 10 steps and >= 2 s after warm-up), as
 # more rounds of short jobs resist drift better than fewer long ones; and no profiler trace,
@@ -77,10 +78,13 @@ EQUIVALENCE_COLUMNS = ["variant", "moves", "verdict", "measured", "detail"]
 # What the equivalence table says of a device move's variants on a host without the device.
 NO_DEVICE = "no: no CUDA device here (checked on the CPU; measured only where a GPU exists)"
 EXPLORE_COLUMNS = ["variant", "setting", "verdict", "rounds", "samples_per_s", "samples_per_s_min",
-                   "samples_per_s_max", "speedup", "cpu_ms_per_sample", "cpu_speedup", "samples_per_s_epoch",
+                   "samples_per_s_max", "speedup", "rate_vs_base", "cpu_ms_per_sample", "cpu_speedup", "cpu_vs_base",
+                   "samples_per_s_epoch",
                    "batch_mb", "ready_next_ms"]
+# The override that numbers a sweep's rounds (rounds=N adds it to each job).
+ROUND_KEY = "run.round"
 # Overrides that every row of one variant shares or that name the variant: not part of a "setting".
-ROW_KEYS_IGNORED = ("transform", "run.round")
+ROW_KEYS_IGNORED = ("transform", ROUND_KEY)
 
 
 @dataclass(frozen=True)
@@ -305,46 +309,70 @@ def _median(summaries: Sequence[Mapping[str, object]], key: str) -> float:
     return statistics.median(values) if values else float("nan")
 
 
+def _round_of(result: Mapping[str, object], fallback: int) -> int:
+    """The sweep round a job ran in (its `run.round=` override); `fallback` when it has none."""
+    for override in result.get("overrides", ()):
+        key, _, value = str(override).partition("=")
+        if key == ROUND_KEY and value.isdigit():
+            return int(value)
+    return fallback
+
+
 def explore_rows(invocation_dir: Path, plan: Plan) -> List[Dict[str, object]]:
     """One row per variant and setting: medians over the rounds (samples/s, and the CPU a sample
-    costs, which other load on a shared machine barely moves) and ratios over the base chain."""
+    costs, which other load on a shared machine barely moves), ratios over the base chain, and
+    whether each differs from the base for real (significance.against_base: paired by round,
+    Holm over the setting's variants)."""
     results = load_job_results(invocation_dir)
-    measured: Dict[Tuple[str, str], List[Mapping[str, object]]] = {}
+    measured: Dict[Tuple[str, str], Dict[int, Mapping[str, object]]] = {}
     for result, setting in zip(results, _settings(results)):
-        measured.setdefault((setting, str(result["summary"]["transform"])), []).append(result["summary"])
+        rounds = measured.setdefault((setting, str(result["summary"]["transform"])), {})
+        rounds[_round_of(result, len(rounds))] = result["summary"]
     base = plan.checked[0].variant.name
     rows = []
     for setting in dict.fromkeys(setting for setting, _ in measured):
-        base_rows = measured.get((setting, base), [])
-        base_rate = statistics.median(float(r["samples_per_s"]) for r in base_rows) if base_rows else float("nan")
-        base_cpu = statistics.median(float(r["cpu_ms_per_sample"]) for r in base_rows) if base_rows else float("nan")
+        base_rounds = measured.get((setting, base), {})
+        others = {item.variant.name: measured[(setting, item.variant.name)] for item in plan.checked[1:]
+                  if (setting, item.variant.name) in measured}
+        versus = {}
+        if base_rounds:
+            for signal in ("samples_per_s", "cpu_ms_per_sample"):
+                picked = against_base({r: float(s[signal]) for r, s in base_rounds.items()},
+                                      {n: {r: float(s[signal]) for r, s in v.items()} for n, v in others.items()})
+                versus.update({(n, signal): direction for n, (_, direction) in picked.items()})
+        base_rate = _median(list(base_rounds.values()), "samples_per_s")
+        base_cpu = _median(list(base_rounds.values()), "cpu_ms_per_sample")
         for item in plan.checked:
-            summaries = measured.get((setting, item.variant.name))
+            summaries = list(measured.get((setting, item.variant.name), {}).values())
             if not summaries:
                 continue
             rates = [float(r["samples_per_s"]) for r in summaries]
             cpus = [float(r["cpu_ms_per_sample"]) for r in summaries]
-            rows.append({"variant": item.variant.name, "setting": setting or "-", "verdict": item.verdict,
+            name = item.variant.name
+            rows.append({"variant": name, "setting": setting or "-", "verdict": item.verdict,
                          "rounds": len(summaries), "samples_per_s": statistics.median(rates),
                          "samples_per_s_min": min(rates), "samples_per_s_max": max(rates),
                          "speedup": statistics.median(rates) / base_rate,
+                         "rate_vs_base": versus.get((name, "samples_per_s"), BASE_VERDICT if name == base else "-"),
                          "cpu_ms_per_sample": statistics.median(cpus), "cpu_ms_min": min(cpus),
                          "cpu_ms_max": max(cpus), "cpu_speedup": base_cpu / statistics.median(cpus),
+                         "cpu_vs_base": versus.get((name, "cpu_ms_per_sample"), BASE_VERDICT if name == base else "-"),
                          **{column: _median(summaries, key) for column, key in EXTRA_FIGURES}})
     return rows
 
 
-def _resolved(best: Mapping[str, object], reference: Mapping[str, object], cleared: bool, word: str) -> str:
-    if min(best["rounds"], reference["rounds"]) < 2:
-        return "one round, so not resolved"
-    if cleared:
-        return f"every round {word} every round of the base"
-    return "its rounds overlap the base's, so not resolved"
+def _resolved(best: Mapping[str, object], reference: Mapping[str, object], direction: object, word: str) -> str:
+    """How sure the comparison with the base is, in words (significance's rule)."""
+    if min(int(best["rounds"]), int(reference["rounds"])) < MIN_SAMPLES:
+        return f"fewer than {MIN_SAMPLES} rounds a side, so not resolved"
+    if direction == (UP if word == "faster than" else DOWN):
+        return f"{word} the base in a paired test over the rounds, Holm-corrected over the variants"
+    return "within the round-to-round noise, so not resolved"
 
 
 def conclusions(rows: Sequence[Mapping[str, object]], plan: Plan) -> List[str]:
     """Per setting, in plain words: the fastest equivalent chain and the one that costs the least CPU
-    a sample, whether their rounds clear the base chain's, and what to change to get them."""
+    a sample, whether they differ from the base chain for real, and what to change to get them."""
     changes = {item.variant.name: item.variant.changes for item in plan.checked}
     base = plan.checked[0].variant.name
     lines = []
@@ -358,19 +386,18 @@ def conclusions(rows: Sequence[Mapping[str, object]], plan: Plan) -> List[str]:
         allowed = [r for r in group if r["verdict"] == BASE_VERDICT or is_equivalent(str(r["verdict"]))]
         fastest = max(allowed, key=lambda r: r["samples_per_s"])
         leanest = min(allowed, key=lambda r: r["cpu_ms_per_sample"])
-        rate_cleared = fastest["samples_per_s_min"] > reference["samples_per_s_max"]
+        rate_cleared = fastest["rate_vs_base"] == UP
         if fastest is reference:
             lines.append(f"no equivalent variant ran faster than {base}{where}")
         else:
             lines.append(f"fastest equivalent chain{where}: {fastest['variant']}, {fastest['speedup']:.2f}x the "
                          f"samples/s of {base} (median of {fastest['rounds']} interleaved rounds; "
-                         f"{_resolved(fastest, reference, rate_cleared, 'faster than')}); to get it: "
+                         f"{_resolved(fastest, reference, fastest['rate_vs_base'], 'faster than')}); to get it: "
                          + "; ".join(changes[str(fastest["variant"])]))
         if leanest is not reference and (leanest is not fastest or not rate_cleared):
-            cpu_cleared = leanest["cpu_ms_max"] < reference["cpu_ms_min"]
             lines.append(f"least CPU a sample{where}: {leanest['variant']}, {leanest['cpu_ms_per_sample']:.3g} ms "
                          f"against {reference['cpu_ms_per_sample']:.3g} ms for {base} ({leanest['cpu_speedup']:.2f}x "
-                         f"less; {_resolved(leanest, reference, cpu_cleared, 'below')}); to get it: "
+                         f"less; {_resolved(leanest, reference, leanest['cpu_vs_base'], 'below')}); to get it: "
                          + "; ".join(changes[str(leanest["variant"])]))
         lines += [f"{r['variant']} ran faster still ({r['speedup']:.2f}x) but is {r['verdict']}"
                   for r in group if r not in allowed and r["samples_per_s"] > fastest["samples_per_s"]]
