@@ -15,7 +15,7 @@ Per job, signal (throughput, CPU time, the job's verdict) and mode it prints the
 called `slower`) and the share called `noisy`, each with its Wilson 95% interval.
 
     python benchmarks/regression_power.py                 # N=20, 5 rounds: hours on a 2-core machine
-    python benchmarks/regression_power.py --quick         # N=2, 4 rounds, short jobs
+    python benchmarks/regression_power.py --quick         # N=1, 4 rounds, short jobs: ~11 min here
     python benchmarks/regression_power.py --trials 1 --rounds 4 --modes ab
 """
 
@@ -174,12 +174,13 @@ def report(outcomes: Dict[Tuple[str, str], List[Dict]]) -> str:
 
 def main(argv: Sequence[str] = ()) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--trials", type=int, help="trials a scenario (default 20; --quick 2)")
+    parser.add_argument("--trials", type=int, help="trials a scenario (default 20; --quick 1)")
     parser.add_argument("--rounds", type=int, help="rounds a side (default 5; --quick 4)")
-    parser.add_argument("--quick", action="store_true", help="2 trials, 4 rounds, short jobs")
+    parser.add_argument("--quick", action="store_true",
+                        help="1 trial, 4 rounds, short jobs: the protocol end to end, not a power estimate")
     parser.add_argument("--modes", nargs="+", default=["ab", "stored"], choices=["ab", "stored"])
     args = parser.parse_args(argv or None)
-    trials = args.trials or (2 if args.quick else 20)
+    trials = args.trials or (1 if args.quick else 20)
     rounds = args.rounds or (4 if args.quick else 5)
     run = QUICK_RUN if args.quick else FULL_RUN
     start = time.monotonic()

@@ -44,8 +44,9 @@ def add_parser(verbs: "argparse._SubParsersAction") -> None:
     parser = verbs.add_parser(
         "compare", help="compare two results folders; exit 1 on a regression, 2 if they cannot be compared",
         description="Per job: the ratio of samples/s (current / baseline) with a bootstrap interval over the "
-                    "repeats and rounds, a Mann-Whitney test, the change in starvation and a verdict. A "
-                    "regression must be significant AND larger than --threshold. Ratios are also normalised "
+                    "repeats and rounds, a t-test on the logs (Holm-corrected over the jobs), the change in "
+                    "starvation and a verdict on throughput and on CPU time a sample. A regression must be "
+                    "significant AND larger than --threshold. Ratios are also normalised "
                     "by the calibration workload when both folders have calibration.json.",
     )
     parser.add_argument("baseline", metavar="BASELINE", help="a results folder (or its summary.csv)")
