@@ -156,6 +156,22 @@ def test_explore_resolves_nothing_on_fewer_rounds_than_the_rule_needs(tmp_path):
     assert "(median of 3 interleaved rounds; fewer than 4 rounds a side, so not resolved)" in conclusions(rows, plan)[0]
 
 
+def test_explore_suggests_more_rounds_when_four_cannot_tell(tmp_path):
+    """A 1.3x median gain whose rounds swing from 0.9x to 1.9x: not resolved, and the line says how to resolve it."""
+    base = Variant("c", (), (), Chain(()))
+    quick = Variant("c+fast", ("fast",), ("replace Slow with Fast",), Chain(()))
+    plan = Plan(tmp_path, (), (Checked(base, None), Checked(quick, Equivalence(IDENTICAL, ""))), ())
+    num = 0
+    for rnd, gain in enumerate((0.9, 1.9, 1.2, 1.4)):
+        for name, rate in (("c", 100.0), ("c+fast", 100.0 * gain)):
+            _job(tmp_path, num, name, rnd, rate, 6.0)
+            num += 1
+    rows = explore_rows(tmp_path, plan)
+    assert rows[1]["rate_vs_base"] == "noisy"
+    assert "(median of 4 interleaved rounds; within the round-to-round noise, so not resolved; rounds=8 can " \
+           "resolve it)" in conclusions(rows, plan)[0]
+
+
 def test_what_to_do_walks_the_ladder_to_the_equivalent_winner_and_writes_it_as_a_config(tmp_path):
     node = {"_target_": "pipebench.transforms.color.Scale"}
     base = Variant("c", (), (), Chain((node,)))
