@@ -18,7 +18,7 @@ import time
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, List, Optional, Tuple
+from typing import Callable, List, Optional, Sequence, Tuple
 
 import fault_transforms
 import psutil
@@ -81,6 +81,21 @@ class CaseTimeout(AssertionError):
     """The event a case waited on never came."""
 
 
+def _sigint_at_default() -> None:
+    """In the child before exec: SIGINT back to SIG_DFL, so Python there installs its KeyboardInterrupt
+    handler. A shell that starts pytest in the background hands SIGINT down ignored, and an ignored
+    signal stays ignored across exec: Ctrl-C would never reach pipebench."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
+def start_pipebench(args: Sequence[str], cwd: Path, prefix: Sequence[str] = (), **popen) -> subprocess.Popen:
+    """`pipebench ARGS` (after `prefix`, e.g. taskset) in a session of its own, so a signal sent to
+    its group reaches it and what it starts as a terminal's Ctrl-C would, with SIGINT at its default."""
+    exe = Path(sys.executable).with_name("pipebench")
+    return subprocess.Popen([*prefix, str(exe), *args], cwd=cwd, start_new_session=True,
+                            preexec_fn=_sigint_at_default, **popen)
+
+
 class Run:
     """One `pipebench run` in its own session, its output in files, every process it starts marked."""
 
@@ -90,10 +105,9 @@ class Run:
         self.started = time.monotonic()
         self.stdout = project / f"stdout-{self.mark}.txt"
         self.stderr = project / f"stderr-{self.mark}.txt"
-        exe = Path(sys.executable).with_name("pipebench")
         with self.stdout.open("w") as out, self.stderr.open("w") as err:
-            self.proc = subprocess.Popen([str(exe), "run", *args], cwd=project, stdout=out, stderr=err,
-                                         env={**os.environ, RUN_MARK_ENV: self.mark}, start_new_session=True)
+            self.proc = start_pipebench(["run", *args], project, stdout=out, stderr=err,
+                                        env={**os.environ, RUN_MARK_ENV: self.mark})
 
     def wait_for(self, ready: Callable[[], object], what: str) -> object:
         """Poll until `ready()` is true; fail if pipebench ends first or the case's time runs out."""
