@@ -43,6 +43,9 @@ FAST_JOB = ("dataset=random_tensors", "dataset.shape=[3,32,32]", "dataset.length
             "run.progress=false", "run.warmup_steps=0", "run.min_time_s=0", "run.steps=3", "run.profile_steps=0",
             "loader.batch_size=8", "consumer=none", f"results_dir={RESULTS}")
 JOB_PROCESS_MODULE = "pipebench.measure.job_process"
+# The spinning case waits this long for its watchdog: the spin is the job's first step (workers=0,
+# no warm-up), so no honest step comes near it.
+SPIN_TIMEOUT_S = 1
 
 
 def install_faults(project: Path) -> Path:
@@ -268,9 +271,9 @@ CASES = (
               r".*dmesg", rows=0, fault=("sleep", 1), results_line=True),
     FaultCase("Ctrl-C as the job process starts", ("workers=0",), interrupt_at_job_start, 130, INTERRUPTED,
               rows=0, results_line=True),
-    FaultCase("transform spinning at workers=0", ("workers=0", "run.step_timeout_s=2"), None, 2,
+    FaultCase("transform spinning at workers=0", ("workers=0", f"run.step_timeout_s={SPIN_TIMEOUT_S}"), None, 2,
               r"^pipebench: error: per_sample/Fault on random tensor \d+ of \d+ \(sample \d+\) ran past "
-              r"run.step_timeout_s=2; stopped the job", rows=0, fault=("spin", 0), results_line=True),
+              rf"run.step_timeout_s={SPIN_TIMEOUT_S}; stopped the job", rows=0, fault=("spin", 0), results_line=True),
     FaultCase("unknown _target_ module", ("transform.per_sample=[{_target_: nope.Nope}]",), None, 2,
               r"^pipebench: error: transform.per_sample\[0\] \(nope.Nope\): .*No module named 'nope'.*installed\?$",
               rows=0),

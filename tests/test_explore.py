@@ -4,7 +4,7 @@ import csv
 import json
 
 import pytest
-from conftest import QUICK_RUN, TINY_DATASET, results_folder, run_cli
+from conftest import FAST_JOB, NO_PROFILE, QUICK_RUN, TINY_DATASET, results_folder, run_cli
 from stored_results import result_record, write_record
 
 from pipebench.cli.main import main
@@ -40,8 +40,8 @@ def _csv(path):
 
 
 def test_explore_measures_every_variant_interleaved(chain_project):
-    proc = run_cli(["explore", "--config-dir", "conf", "transform=scaled", *TINY_DATASET, *QUICK_RUN, "rounds=2",
-                    "results_dir=out"], cwd=chain_project)
+    proc = run_cli(["explore", "--config-dir", "conf", "transform=scaled", *FAST_JOB, "rounds=2", "results_dir=out"],
+                   cwd=chain_project)
     assert proc.returncode == 0, proc.stderr
     folder = chain_project / results_folder(proc.stdout)
     assert folder.name.endswith("-explore-scaled")
@@ -198,7 +198,7 @@ def test_explore_with_a_target_stops_at_the_first_chain_that_meets_it(chain_proj
     """A trivial chain into a 40 ms emulated step keeps the consumer well over 50% busy at workers=0,
     so the base chain's first job meets the target and the three jobs after it never run."""
     proc = run_cli(["explore", "--config-dir", "conf", "--target", "50", "transform=scaled", *TINY_DATASET,
-                    *QUICK_RUN, "rounds=2", "consumer.step_ms=40", "results_dir=out"], cwd=chain_project)
+                    *QUICK_RUN, *NO_PROFILE, "rounds=2", "consumer.step_ms=40", "results_dir=out"], cwd=chain_project)
     assert proc.returncode == 0, proc.stderr
     assert "reached run.target_accel_util_pct=50: stopping the sweep (3 jobs not run; run.stop_at_target)" in proc.stdout
     assert "[job 2/4]" not in proc.stdout
