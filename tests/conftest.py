@@ -13,6 +13,12 @@ from pipebench.config.specs import JobSpec
 # A decode-free chain that runs in well under a millisecond a sample, for end-to-end runs.
 TINY_DATASET = ["dataset=random_tensors", "dataset.shape=[3,32,32]", "dataset.length=512"]
 QUICK_RUN = ["run=quick", "run.progress=false", "loader.batch_size=8"]
+# No torch.profiler pass (extra steps under the profiler after the measured ones, at workers=0), for
+# a test that reads no trace or profile: work the test would not look at.
+NO_PROFILE = ["trace=none", "run.profile_steps=0"]
+# Jobs as short as a job can be, for a test about what a run writes rather than what it measures:
+# its cost is then the job processes' start-up.
+FAST_JOB = [*TINY_DATASET, *QUICK_RUN, "consumer=none", *NO_PROFILE, "run.warmup_steps=0", "run.min_time_s=0"]
 
 
 def compose_spec(overrides: Sequence[str]) -> JobSpec:

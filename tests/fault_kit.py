@@ -18,7 +18,7 @@ import time
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, List, Optional, Tuple
+from typing import Callable, List, Optional, Sequence, Tuple
 
 import fault_transforms
 import psutil
@@ -43,6 +43,9 @@ FAST_JOB = ("dataset=random_tensors", "dataset.shape=[3,32,32]", "dataset.length
             "run.progress=false", "run.warmup_steps=0", "run.min_time_s=0", "run.steps=3", "run.profile_steps=0",
             "loader.batch_size=8", "consumer=none", f"results_dir={RESULTS}")
 JOB_PROCESS_MODULE = "pipebench.measure.job_process"
+# The spinning case waits this long for its watchdog: the spin is the job's first step (workers=0,
+# no warm-up), so no honest step comes near it.
+SPIN_TIMEOUT_S = 1
 
 
 def install_faults(project: Path) -> Path:
@@ -81,6 +84,21 @@ class CaseTimeout(AssertionError):
     """The event a case waited on never came."""
 
 
+def _sigint_at_default() -> None:
+    """In the child before exec: SIGINT back to SIG_DFL, so Python there installs its KeyboardInterrupt
+    handler. A shell that starts pytest in the background hands SIGINT down ignored, and an ignored
+    signal stays ignored across exec: Ctrl-C would never reach pipebench."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
+def start_pipebench(args: Sequence[str], cwd: Path, prefix: Sequence[str] = (), **popen) -> subprocess.Popen:
+    """`pipebench ARGS` (after `prefix`, e.g. taskset) in a session of its own, so a signal sent to
+    its group reaches it and what it starts as a terminal's Ctrl-C would, with SIGINT at its default."""
+    exe = Path(sys.executable).with_name("pipebench")
+    return subprocess.Popen([*prefix, str(exe), *args], cwd=cwd, start_new_session=True,
+                            preexec_fn=_sigint_at_default, **popen)
+
+
 class Run:
     """One `pipebench run` in its own session, its output in files, every process it starts marked."""
 
@@ -90,10 +108,9 @@ class Run:
         self.started = time.monotonic()
         self.stdout = project / f"stdout-{self.mark}.txt"
         self.stderr = project / f"stderr-{self.mark}.txt"
-        exe = Path(sys.executable).with_name("pipebench")
         with self.stdout.open("w") as out, self.stderr.open("w") as err:
-            self.proc = subprocess.Popen([str(exe), "run", *args], cwd=project, stdout=out, stderr=err,
-                                         env={**os.environ, RUN_MARK_ENV: self.mark}, start_new_session=True)
+            self.proc = start_pipebench(["run", *args], project, stdout=out, stderr=err,
+                                        env={**os.environ, RUN_MARK_ENV: self.mark})
 
     def wait_for(self, ready: Callable[[], object], what: str) -> object:
         """Poll until `ready()` is true; fail if pipebench ends first or the case's time runs out."""
@@ -254,9 +271,9 @@ CASES = (
               r".*dmesg", rows=0, fault=("sleep", 1), results_line=True),
     FaultCase("Ctrl-C as the job process starts", ("workers=0",), interrupt_at_job_start, 130, INTERRUPTED,
               rows=0, results_line=True),
-    FaultCase("transform spinning at workers=0", ("workers=0", "run.step_timeout_s=2"), None, 2,
+    FaultCase("transform spinning at workers=0", ("workers=0", f"run.step_timeout_s={SPIN_TIMEOUT_S}"), None, 2,
               r"^pipebench: error: per_sample/Fault on random tensor \d+ of \d+ \(sample \d+\) ran past "
-              r"run.step_timeout_s=2; stopped the job", rows=0, fault=("spin", 0), results_line=True),
+              rf"run.step_timeout_s={SPIN_TIMEOUT_S}; stopped the job", rows=0, fault=("spin", 0), results_line=True),
     FaultCase("unknown _target_ module", ("transform.per_sample=[{_target_: nope.Nope}]",), None, 2,
               r"^pipebench: error: transform.per_sample\[0\] \(nope.Nope\): .*No module named 'nope'.*installed\?$",
               rows=0),

@@ -10,6 +10,7 @@ from typing import Dict, List
 import pytest
 from conftest import TINY_DATASET
 
+from pipebench.cli.main import main
 from pipebench.regress.ab import EXIT_GOOD, EXIT_REGRESSION
 from pipebench.regress.history import load_history
 
@@ -86,11 +87,16 @@ def env() -> Dict[str, str]:
     return dict(os.environ)
 
 
+def ab_args(tmp_path: Path, *refs: str, extra: List[str] = (), sweep: List[str] = ("transform=ab_chain",)) -> List[str]:
+    """`pipebench ab ...`'s arguments, without the command."""
+    return ["ab", "--config-dir", "conf", *ROUNDS, "--results-dir", str(tmp_path / "results"), *extra, *refs, *JOB,
+            *sweep]
+
+
 def ab(repo: Path, tmp_path: Path, *refs: str, extra: List[str] = (), sweep: List[str] = ("transform=ab_chain",)
        ) -> subprocess.CompletedProcess:
-    return subprocess.run([PIPEBENCH, "ab", "--config-dir", "conf", *ROUNDS, "--results-dir",
-                           str(tmp_path / "results"), *extra, *refs, *JOB, *sweep], cwd=repo, capture_output=True,
-                          text=True, env=env(), timeout=600)
+    return subprocess.run([PIPEBENCH, *ab_args(tmp_path, *refs, extra=extra, sweep=sweep)], cwd=repo,
+                          capture_output=True, text=True, env=env(), timeout=600)
 
 
 def verdict_row(stdout: str, job: str = "") -> str:
@@ -117,16 +123,18 @@ def test_costlier_commit_is_slower_on_cpu_and_a_sleep_is_wall_only(tmp_path):
 
 
 @pytest.mark.parametrize("case", ["bad_ref", "dirty"])
-def test_bad_ref_or_dirty_tree_is_one_line_exit_2(tmp_path, case):
+def test_bad_ref_or_dirty_tree_is_one_line_exit_2(tmp_path, capsys, monkeypatch, case):
+    """In-process (a CLI start costs ~8 s): both are refused before a side is checked out or measured;
+    the real console script's one-line exit 2 is tested in test_config.py."""
     repo = make_repo(tmp_path)
     commit(repo, 1.0)
     extra = []
     if case == "dirty":
         (repo / "ab_user.py").write_text("# changed\n")
         extra = ["--require-clean"]
-    proc = ab(repo, tmp_path, "no-such-ref" if case == "bad_ref" else "HEAD", extra=extra)
-    assert proc.returncode == 2
-    err = proc.stderr.strip().splitlines()
+    monkeypatch.chdir(repo)
+    assert main(ab_args(tmp_path, "no-such-ref" if case == "bad_ref" else "HEAD", extra=extra)) == 2
+    err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith("pipebench: error:")
     assert ("no-such-ref" if case == "bad_ref" else "uncommitted") in err[0]
 

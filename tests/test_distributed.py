@@ -8,7 +8,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import QUICK_RUN, compose_spec, results_folder, run_cli
+from conftest import NO_PROFILE, QUICK_RUN, compose_spec, results_folder, run_cli
 
 from pipebench.config.specs import DistributedSpec
 from pipebench.measure.distributed.multirank import (
@@ -65,7 +65,7 @@ def _results(folder: Path):
 def test_two_ranks_balanced_straggler_and_a_rank_that_dies(rank_project):
     # One sweep (one CLI start-up): two good jobs, then one whose rank 1 dies at its first sample.
     proc = run_cli(["run", "--config-dir", "conf", "transform=balanced,straggler,dieonrank1", "workers=0", *SMALL,
-                    *QUICK_RUN, *TWO_RANKS], cwd=rank_project)
+                    *QUICK_RUN, *NO_PROFILE, *TWO_RANKS], cwd=rank_project)
     assert proc.returncode == 2
     errors = [line for line in proc.stderr.splitlines() if line.startswith("pipebench: error:")]
     assert len(errors) == 1, proc.stderr

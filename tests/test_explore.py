@@ -4,9 +4,10 @@ import csv
 import json
 
 import pytest
-from conftest import QUICK_RUN, TINY_DATASET, results_folder, run_cli
+from conftest import FAST_JOB, NO_PROFILE, QUICK_RUN, TINY_DATASET, results_folder, run_cli
 from stored_results import result_record, write_record
 
+from pipebench.cli.main import main
 from pipebench.explore.equivalence import IDENTICAL, NOT_EQUIVALENT, Equivalence
 from pipebench.explore.plan import Checked, Plan, conclusions, explore_rows, what_to_do
 from pipebench.explore.variants import Chain, Variant
@@ -39,8 +40,8 @@ def _csv(path):
 
 
 def test_explore_measures_every_variant_interleaved(chain_project):
-    proc = run_cli(["explore", "--config-dir", "conf", "transform=scaled", *TINY_DATASET, *QUICK_RUN, "rounds=2",
-                    "results_dir=out"], cwd=chain_project)
+    proc = run_cli(["explore", "--config-dir", "conf", "transform=scaled", *FAST_JOB, "rounds=2", "results_dir=out"],
+                   cwd=chain_project)
     assert proc.returncode == 0, proc.stderr
     folder = chain_project / results_folder(proc.stdout)
     assert folder.name.endswith("-explore-scaled")
@@ -78,12 +79,14 @@ def test_explore_measures_every_variant_interleaved(chain_project):
     assert "## explore" in proc.stdout and (folder / "explore.md").read_text().strip() in proc.stdout
 
 
-def test_nothing_to_move_says_why_and_measures_nothing(chain_project):
-    proc = run_cli(["explore", "--config-dir", "conf", "transform=cropped", *TINY_DATASET, "results_dir=out"],
-                   cwd=chain_project)
-    assert proc.returncode == 0, proc.stderr
-    assert proc.stdout.startswith("pipebench explore: no variants of transform=cropped: tensor_path: ")
-    assert "; crop_first: CenterCrop is already first;" in proc.stdout
+# In-process from here (a CLI start costs ~8 s): these cases end before any job process starts, and
+# the real console script's one-line exit 2 is tested in test_config.py.
+def test_nothing_to_move_says_why_and_measures_nothing(chain_project, capsys, monkeypatch):
+    monkeypatch.chdir(chain_project)
+    assert main(["explore", "--config-dir", "conf", "transform=cropped", *TINY_DATASET, "results_dir=out"]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("pipebench explore: no variants of transform=cropped: tensor_path: ")
+    assert "; crop_first: CenterCrop is already first;" in out
     assert not (chain_project / "out").exists()
 
 
@@ -92,11 +95,12 @@ def test_nothing_to_move_says_why_and_measures_nothing(chain_project):
     (["transform.per_sample.1.size=128"], "explore cannot apply transform.per_sample.1.size=128 to variants"),
     (["transform=nope"], "Could not find 'transform/nope'"),
 ])
-def test_bad_input_is_one_line_and_exit_2(tmp_path, args, message):
-    proc = run_cli(["explore", *args, "results_dir=out"], cwd=tmp_path)
-    assert proc.returncode == 2
-    assert proc.stderr.startswith("pipebench: error: ") and message in proc.stderr, proc.stderr
-    assert len(proc.stderr.strip().splitlines()) == 1
+def test_bad_input_is_one_line_and_exit_2(tmp_path, capsys, monkeypatch, args, message):
+    monkeypatch.chdir(tmp_path)
+    assert main(["explore", *args, "results_dir=out"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("pipebench: error: ") and message in err, err
+    assert len(err.strip().splitlines()) == 1
     assert not (tmp_path / "out").exists()
 
 
@@ -210,7 +214,7 @@ def test_explore_with_a_target_stops_at_the_first_chain_that_meets_it(chain_proj
     """A trivial chain into a 40 ms emulated step keeps the consumer well over 50% busy at workers=0,
     so the base chain's first job meets the target and the three jobs after it never run."""
     proc = run_cli(["explore", "--config-dir", "conf", "--target", "50", "transform=scaled", *TINY_DATASET,
-                    *QUICK_RUN, "rounds=2", "consumer.step_ms=40", "results_dir=out"], cwd=chain_project)
+                    *QUICK_RUN, *NO_PROFILE, "rounds=2", "consumer.step_ms=40", "results_dir=out"], cwd=chain_project)
     assert proc.returncode == 0, proc.stderr
     assert "reached run.target_accel_util_pct=50: stopping the sweep (3 jobs not run; run.stop_at_target)" in proc.stdout
     assert "[job 2/4]" not in proc.stdout

@@ -17,7 +17,7 @@ from dataclasses import make_dataclass
 from pathlib import Path
 
 import pytest
-from conftest import QUICK_RUN, TINY_DATASET, results_folder, run_cli
+from conftest import FAST_JOB, results_folder, run_cli
 from hydra import compose, initialize_config_module
 from hydra.core.config_store import ConfigStore
 from hydra.core.hydra_config import HydraConfig
@@ -56,10 +56,6 @@ from pipebench.record.stored import (
 
 PACKAGE = Path(__file__).resolve().parents[1] / "pipebench"
 MARKER = "MARKER"
-# Jobs as short as a job can be: the cost of these tests is the job processes' start-up.
-FAST_JOB = [*TINY_DATASET, *QUICK_RUN, "consumer=none", "trace=none", "run.profile_steps=0", "run.warmup_steps=0",
-            "run.min_time_s=0"]
-
 
 # ---------------------------------------------------------------------------------------------
 # Planted payloads: a launcher config whose interpreter, a pickle and a module would each create MARKER.
@@ -350,7 +346,8 @@ def test_a_read_only_results_folder_is_one_line_and_exit_2(tmp_path, capsys):
 TINY_CHAIN = "per_sample:\n  - _target_: pipebench.transforms.synthetic.BusyWait\n    ms: {ms}\nper_batch: []\n"
 
 
-def test_resume_refuses_a_held_folder_then_reruns_damaged_and_changed_jobs_and_executes_nothing(tmp_path):
+def test_resume_refuses_a_held_folder_then_reruns_damaged_and_changed_jobs_and_executes_nothing(
+        tmp_path, capsys, monkeypatch):
     (tmp_path / "conf" / "transform").mkdir(parents=True)
     chain = tmp_path / "conf" / "transform" / "tiny.yaml"
     chain.write_text(TINY_CHAIN.format(ms=0))
@@ -364,11 +361,13 @@ def test_resume_refuses_a_held_folder_then_reruns_damaged_and_changed_jobs_and_e
     _damage("outside its own interval", planted)
     _plant_payloads(folder, tmp_path)
 
+    # In-process (a CLI start costs ~8 s): refused before any job process starts.
+    monkeypatch.chdir(tmp_path)
     with folder_lock(folder):
-        held = run_cli(command, cwd=tmp_path)
-    assert held.returncode == 2
-    assert _one_line(held.stderr, f"{shown} is in use by another pipebench run").startswith("pipebench: error: ")
-    assert "[job " not in held.stdout and json.loads(planted.read_text())["summary"]["samples_per_s"] > 1e4
+        assert main(command) == 2
+    held = capsys.readouterr()
+    assert _one_line(held.err, f"{shown} is in use by another pipebench run").startswith("pipebench: error: ")
+    assert "[job " not in held.out and json.loads(planted.read_text())["summary"]["samples_per_s"] > 1e4
 
     chain.write_text(TINY_CHAIN.format(ms=0.001))  # edited between the runs
     again = run_cli(command, cwd=tmp_path)

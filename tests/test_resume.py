@@ -7,12 +7,11 @@ import re
 import shutil
 import signal
 import subprocess
-import sys
 import time
 from pathlib import Path
 
 from conftest import TINY_DATASET, results_folder, run_cli
-from fault_kit import CASE_TIMEOUT_S, fault_node, install_faults, markers_written
+from fault_kit import CASE_TIMEOUT_S, fault_node, install_faults, markers_written, start_pipebench
 from fault_transforms import ARMED
 from stored_results import result_record, write_record
 
@@ -45,9 +44,8 @@ def test_interrupted_auto_sweep_resumes_without_remeasuring(user_project):
     chains = user_project / "my_conf" / "transform"
     (chains / "tiny_gated.yaml").write_text((chains / "tiny.yaml").read_text().replace(
         "per_batch:", fault_node(markers, "sleep", HUNG_WORKERS) + "per_batch:"))
-    exe = Path(sys.executable).with_name("pipebench")
-    proc = subprocess.Popen([*TASKSET, str(exe), *SWEEP], cwd=user_project, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, start_new_session=True)
+    proc = start_pipebench(SWEEP, user_project, prefix=TASKSET, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                           text=True)
     try:
         deadline = time.monotonic() + CASE_TIMEOUT_S
         while time.monotonic() < deadline and not markers_written(markers) and proc.poll() is None:

@@ -4,7 +4,7 @@ import csv
 import json
 from pathlib import Path
 
-from conftest import QUICK_RUN, TINY_DATASET, results_folder, run_cli
+from conftest import NO_PROFILE, QUICK_RUN, TINY_DATASET, results_folder, run_cli
 from PIL import Image
 
 SUMMARY_REQUIRED = ["job", "dataset", "transform", "workers", "batch_size", "samples_per_s", "step_ms_mean",
@@ -80,8 +80,8 @@ def test_skip_counts_bad_images_and_a_failing_job_keeps_earlier_rows(tmp_path):
     whole = (images / "ok00.jpg").read_bytes()
     (images / "truncated.jpg").write_bytes(whole[: len(whole) // 3])
     proc = run_cli(["run", "dataset=image_folder", f"dataset.path={images}", "transform=yuv_mask_fast",
-                    "run.on_error=skip,fail", "consumer=none", *QUICK_RUN, "run.steps=8", "results_dir=out"],
-                   cwd=tmp_path)
+                    "run.on_error=skip,fail", "consumer=none", *QUICK_RUN, *NO_PROFILE, "run.steps=8",
+                    "results_dir=out"], cwd=tmp_path)
     assert proc.returncode == 2
     assert "Traceback" not in proc.stderr
     error = [line for line in proc.stderr.splitlines() if line.startswith("pipebench: error:")]
