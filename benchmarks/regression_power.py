@@ -15,7 +15,7 @@ Per job, signal (throughput, CPU time, the job's verdict) and mode it prints the
 called `slower`) and the share called `noisy`, each with its Wilson 95% interval.
 
     python benchmarks/regression_power.py                 # N=20, 5 rounds: hours on a 2-core machine
-    python benchmarks/regression_power.py --quick         # N=1, 4 rounds, short jobs: ~11 min here
+    python benchmarks/regression_power.py --quick         # N=1, 4 rounds, short jobs, workers=0 only
     python benchmarks/regression_power.py --trials 1 --rounds 4 --modes ab
 """
 
@@ -38,10 +38,12 @@ SCENARIOS = (("A/A", 0.0), ("+10%", 0.10), ("+20%", 0.20))
 SIGNALS = (("throughput", "wall_verdict"), ("CPU time", "cpu_verdict"), ("job", "verdict"))
 # The nightly's own settings, two worker counts; --quick shortens each job.
 JOB = ["dataset=synthetic_jpeg", "dataset.num_images=16", "dataset.length=2048", "consumer=emulated",
-       "transform=power_chain", "workers=0,2", "trace=none", "run.progress=false", "run.profile_steps=0",
-       "run.repeats=1"]
-FULL_RUN = ["run.warmup_steps=3", "run.steps=15", "run.min_time_s=2.0"]
-QUICK_RUN = ["run.warmup_steps=1", "run.steps=6", "run.min_time_s=0.5"]
+       "transform=power_chain", "trace=none", "run.progress=false", "run.profile_steps=0", "run.repeats=1"]
+FULL_RUN = ["workers=0,2", "run.warmup_steps=3", "run.steps=15", "run.min_time_s=2.0"]
+# One worker count: measured here, one trial of both modes at workers=0,2 took 565 s for A/A alone
+# (each side of each round starts the CLI, ~12 s, besides its jobs), so all three scenarios ran
+# past 25 minutes; at workers=0 alone they fit 15.
+QUICK_RUN = ["workers=0", "run.warmup_steps=1", "run.steps=6", "run.min_time_s=0.5"]
 CHAIN = """per_sample:
   - _target_: torchvision.transforms.PILToTensor
   - _target_: torchvision.transforms.RandomCrop
@@ -177,7 +179,7 @@ def main(argv: Sequence[str] = ()) -> int:
     parser.add_argument("--trials", type=int, help="trials a scenario (default 20; --quick 1)")
     parser.add_argument("--rounds", type=int, help="rounds a side (default 5; --quick 4)")
     parser.add_argument("--quick", action="store_true",
-                        help="1 trial, 4 rounds, short jobs: the protocol end to end, not a power estimate")
+                        help="1 trial, 4 rounds, short jobs at workers=0: the protocol end to end, not a power estimate")
     parser.add_argument("--modes", nargs="+", default=["ab", "stored"], choices=["ab", "stored"])
     args = parser.parse_args(argv or None)
     trials = args.trials or (1 if args.quick else 20)
