@@ -32,7 +32,11 @@ def test_known_cost_step_dominates_and_measures_its_cost(tmp_path, cost_ms):
     rows = _rows(record)
     busy = rows[("per_sample", "BusyWait")]
     assert cost_ms * (1 - COST_TOLERANCE) <= busy["ms_per_call_median"] <= cost_ms * PREEMPTION_ALLOWANCE
-    assert record["summary"]["cpu_ms_per_sample"] == pytest.approx(cost_ms, rel=COST_TOLERANCE)
+    # The chain's CPU a sample is the busy wait's plus the other steps' own (their wall time bounds
+    # their CPU time): at 2 ms a loaded host's cache misses in the small steps read as +17%.
+    others_ms = sum(r["ms_per_sample"] for k, r in rows.items() if k != ("per_sample", "BusyWait"))
+    cpu_ms = record["summary"]["cpu_ms_per_sample"]
+    assert cost_ms * (1 - COST_TOLERANCE) <= cpu_ms <= cost_ms * (1 + COST_TOLERANCE) + others_ms
     assert busy["share_pct"] > 80
     assert max(r["share_pct"] for k, r in rows.items() if k != ("per_sample", "BusyWait")) < 10
     assert ("per_sample", "Scale#2") in rows, "repeated transforms get distinct rows"
