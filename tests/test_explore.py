@@ -215,7 +215,7 @@ def test_gpu_decoder_is_checked_everywhere_and_measured_only_with_cuda(chain_pro
     out of the sweep: the measured job count does not grow on a host without the device."""
     monkeypatch.chdir(chain_project)
     overrides = ["transform=decoded", "dataset=synthetic_jpeg", "dataset.width=64", "dataset.height=48",
-                 "dataset.num_images=4", "dataset.length=16", f"dataset.cache_dir={chain_project / 'jpegs'}",
+                 "dataset.num_images=4", "dataset.length=64", f"dataset.cache_dir={chain_project / 'jpegs'}",
                  "results_dir=out"]
     plan = plan_exploration(overrides, expand_sweep([*search_path("conf"), *overrides])[0])
     gpu = next(item for item in plan.checked if item.variant.moves == (GPU_DECODER,))

@@ -166,8 +166,8 @@ DECODE = "pipebench.transforms.decode"
 JPEG = SampleSource("JPEG", (533, 800))
 
 
-@pytest.mark.parametrize("chain", ["yuv_mask", "yuv_mask_crop_first"])
-def test_gpu_decoder_reads_bytes_in_the_worker_and_does_the_rest_after_the_copy(chain):
+@pytest.mark.parametrize("chain, mask", [("yuv_mask", "RandomMask"), ("yuv_mask_crop_first", "FastRandomMask")])
+def test_gpu_decoder_reads_bytes_in_the_worker_and_does_the_rest_after_the_copy(chain, mask):
     spec = compose_spec([f"transform={chain}"])
     found = explore(chain, Chain(spec.per_sample, spec.per_batch), source=JPEG, device="cuda")
     moved = [v for v in found.variants if GPU_DECODER in v.moves]
@@ -183,7 +183,7 @@ def test_gpu_decoder_reads_bytes_in_the_worker_and_does_the_rest_after_the_copy(
         "read the JPEG bytes in the worker (ReadJpegBytes) in place of PIL's decode and PILToTensor",
         "decode the batch on the GPU after the copy (BatchDecodeJpeg, nvJPEG)",
         "crop on the device: RandomCrop as BatchRandomCrop",
-        "run RandomMask after the host-to-device copy as BatchRandomMask",
+        f"run {mask} after the host-to-device copy as BatchRandomMask",
         "run ConvertColor after the host-to-device copy as BatchConvertColor",
         "run Scale after the host-to-device copy as BatchScale")
 
