@@ -201,7 +201,8 @@ def test_gpu_decoder_names_the_host_cpu_where_there_is_no_device_and_takes_batch
     ((f"{TV}.PILToTensor", f"{TV}.RandomCrop", "movable.RandomGain"),
      "gpu_decoder: RandomGain is not batch-able with a batch form that draws once a sample, so it cannot run on "
      "the device after the decode"),
-    ((f"{TV}.PILToTensor", f"{TV}.CenterCrop"), "gpu_decoder: CenterCrop, the crop after the decode, has no batch form"),
+    ((f"{TV}.PILToTensor", f"{TV}.CenterCrop"),
+     "gpu_decoder: CenterCrop, the crop after the decode, has no batch form"),
     ((f"{TV}.PILToTensor", f"{COLOR}.Scale", f"{TV}.RandomCrop"),
      "gpu_decoder: no crop follows the decode (Scale comes first), so the decoded images cannot be stacked into one "
      "batch"),
