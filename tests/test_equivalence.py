@@ -1,6 +1,9 @@
 """Equivalence verdicts, measured on real outputs: identical, close, same distribution, not equivalent, fails."""
 
+import dataclasses
+
 import numpy as np
+import pytest
 import torch
 from PIL import Image
 
@@ -18,9 +21,11 @@ from pipebench.explore.equivalence import (
     close_within,
     is_equivalent,
 )
+from pipebench.datasets.synthetic_jpeg import SyntheticJpegDataset
+from pipebench.transforms import decode
 from pipebench.transforms.decode import DecodeJpeg
 from pipebench.transforms.mask import BatchRandomMask, FastRandomMask, RandomMask, TorchRandomMask
-from pipebench.explore.variants import Chain, Variant, explore
+from pipebench.explore.variants import GPU_DECODER, Chain, SampleSource, Variant, explore
 
 TV = "torchvision.transforms"
 # Small pictures keep the seed chain's checks fast; the crop still shrinks them.
@@ -39,7 +44,7 @@ def _tensors(n):
 
 
 def _verdicts(name, chain, fetch):
-    found = explore(name, chain)
+    found = explore(name, chain, source=SampleSource.of(fetch(1)[0]))  # as explore reads its dataset
     return {v.name: check(found.base.chain, v, fetch, seed=0) for v in found.variants[1:]}
 
 
@@ -136,3 +141,67 @@ def test_torch_mask_forms_agree_with_the_seed_mask():
     torch.manual_seed(5)
     batch = BatchRandomMask(0.25)(img.unsqueeze(0).repeat(2, 1, 1, 1))
     assert batch.dtype == torch.uint8 and not torch.equal(batch[0], batch[1]), "one draw a sample"
+
+
+NEEDS_CUDA = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+SEED_CHAIN = _nodes((f"{TV}.PILToTensor", {}), (f"{TV}.RandomCrop", {"size": CROP}),
+                    ("pipebench.transforms.mask.RandomMask", {"ratio": 0.25}),
+                    ("pipebench.transforms.color.ConvertColor", {}), ("pipebench.transforms.color.Scale", {}))
+
+
+@pytest.fixture
+def synthetic_jpegs(tmp_path):
+    """explore's fetch on the catalogue's synthetic JPEG dataset (small pictures: fast checks)."""
+    dataset = SyntheticJpegDataset(length=16, num_images=4, width=PICTURE_HW[1], height=PICTURE_HW[0],
+                                   cache_dir=tmp_path)
+    return lambda n: [dataset[i % len(dataset)][0] for i in range(n)]
+
+
+def _gpu_decoded(fetch, device="cpu"):
+    found = explore("seed", Chain(SEED_CHAIN), source=SampleSource.of(fetch(1)[0]), device=device)
+    return found.base.chain, next(v for v in found.variants if v.moves == (GPU_DECODER,))
+
+
+def test_gpu_decoder_is_the_same_distribution_on_the_synthetic_jpegs(synthetic_jpegs):
+    base, variant = _gpu_decoded(synthetic_jpegs)
+    verdict = check(base, variant, synthetic_jpegs, seed=0)
+    # The crop windows and masks are drawn on the batch: the same distribution from another draw order.
+    assert verdict.verdict == SAME_DISTRIBUTION, verdict.detail
+    assert verdict.p_value >= ALPHA and "outputs differ" in verdict.detail
+    # A device chain that masks twice as much is caught.
+    doubled = tuple({**n, "ratio": 0.5} if "ratio" in n else n for n in variant.chain.on_device)
+    wrong = dataclasses.replace(variant, chain=dataclasses.replace(variant.chain, on_device=doubled))
+    assert check(base, wrong, synthetic_jpegs, seed=0).verdict == NOT_EQUIVALENT
+
+
+def _off_by(offset, monkeypatch):
+    """Make torchvision's decode (single image or batch) `offset` grey levels darker."""
+    real = decode._decode
+
+    def darker(data, device="cpu"):
+        out = real(data, device)
+        shift = [(t.to(torch.int16) - offset).clamp(0, 255).to(torch.uint8) for t in (out if isinstance(out, list)
+                                                                                      else [out])]
+        return shift if isinstance(out, list) else shift[0]
+    monkeypatch.setattr(decode, "_decode", darker)
+
+
+def test_decoder_moves_hold_the_decoded_pixels_to_the_bound_on_lazily_read_files(synthetic_jpegs, monkeypatch):
+    """The dataset's images are read from bytes that PIL drops once it decodes: each side of the pixel
+    check gets its own image, else both sides would be PIL's decode."""
+    base, variant = _gpu_decoded(synthetic_jpegs)
+    decoded = next(v for v in explore("seed", base).variants if v.moves == ("decoder",))
+    _off_by(40, monkeypatch)
+    for moved in (decoded, variant):
+        verdict = check(base, moved, synthetic_jpegs, seed=0)
+        assert verdict.verdict == NOT_EQUIVALENT and "max |Δ| = 40 grey levels" in verdict.detail, verdict.detail
+    within = check(base, variant, synthetic_jpegs, seed=0, max_pixel_diff=64)
+    assert within.verdict == SAME_DISTRIBUTION and "max |Δ| = 40 grey levels" in within.detail, within.detail
+
+
+@NEEDS_CUDA
+def test_gpu_decoder_on_cuda_decodes_with_nvjpeg_and_stays_equivalent(synthetic_jpegs):
+    base, variant = _gpu_decoded(synthetic_jpegs, device="cuda")
+    assert variant.chain.on_device[0]["device"] == "cuda"
+    verdict = check(base, variant, synthetic_jpegs, seed=0)
+    assert verdict.equivalent and verdict.verdict != IDENTICAL, verdict.detail

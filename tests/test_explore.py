@@ -4,13 +4,15 @@ import csv
 import json
 
 import pytest
+import torch
 from conftest import FAST_JOB, NO_PROFILE, QUICK_RUN, TINY_DATASET, results_folder, run_cli
 from stored_results import result_record, write_record
 
 from pipebench.cli.main import main
+from pipebench.cli.run import expand_sweep, search_path
 from pipebench.explore.equivalence import IDENTICAL, NOT_EQUIVALENT, Equivalence
-from pipebench.explore.plan import Checked, Plan, conclusions, explore_rows, what_to_do
-from pipebench.explore.variants import Chain, Variant
+from pipebench.explore.plan import NO_DEVICE, Checked, Plan, conclusions, explore_rows, plan_exploration, what_to_do
+from pipebench.explore.variants import GPU_DECODER, Chain, Variant
 from pipebench.record.target import reached_target
 
 # Scale is pointwise, so the crop may move ahead of it; the trailing BusyWait has no per-batch
@@ -31,6 +33,9 @@ def chain_project(tmp_path):
     (folder / "scaled.yaml").write_text(CHAIN)
     (folder / "cropped.yaml").write_text("per_sample:\n  - _target_: torchvision.transforms.CenterCrop\n"
                                          "    size: 16\nper_batch: []\n")
+    (folder / "decoded.yaml").write_text("per_sample:\n  - _target_: torchvision.transforms.PILToTensor\n"
+                                         "  - _target_: torchvision.transforms.RandomCrop\n    size: 16\n"
+                                         "  - _target_: pipebench.transforms.color.Scale\nper_batch: []\n")
     return tmp_path
 
 
@@ -223,3 +228,21 @@ def test_explore_with_a_target_stops_at_the_first_chain_that_meets_it(chain_proj
     assert [r["summary"]["transform"] for r in results] == ["scaled"]
     assert results[0]["config"]["run"]["target_accel_util_pct"] == 50.0
     assert "### cores for accel_util_pct ≥ 50%" in (folder / "report.md").read_text()
+
+
+def test_gpu_decoder_is_checked_everywhere_and_measured_only_with_cuda(chain_project, monkeypatch):
+    """On the synthetic JPEGs its chain is checked (on the CPU without CUDA) and, without CUDA, left
+    out of the sweep: the measured job count does not grow on a host without the device."""
+    monkeypatch.chdir(chain_project)
+    overrides = ["transform=decoded", "dataset=synthetic_jpeg", "dataset.width=64", "dataset.height=48",
+                 "dataset.num_images=4", "dataset.length=64", f"dataset.cache_dir={chain_project / 'jpegs'}",
+                 "results_dir=out"]
+    plan = plan_exploration(overrides, expand_sweep([*search_path("conf"), *overrides])[0])
+    gpu = next(item for item in plan.checked if item.variant.moves == (GPU_DECODER,))
+    cuda = torch.cuda.is_available()
+    assert gpu.variant.chain.on_device[0]["device"] == ("cuda" if cuda else "cpu")
+    assert gpu.equivalence.equivalent, gpu.equivalence.detail
+    assert gpu.unmeasured == ("" if cuda else NO_DEVICE) and gpu.measured == cuda
+    swept = plan.overrides[-1].removeprefix("transform=").split(",")
+    assert swept == [item.variant.name for item in plan.checked if item.measured]
+    assert (gpu.variant.name in swept) == cuda

@@ -1,12 +1,16 @@
 """Variant generation: exactly which variants, in which order, and only legal moves."""
 
+import pytest
 from conftest import compose_spec
 
 from pipebench.explore.variants import (
+    GPU_DECODER,
     Chain,
+    SampleSource,
     crop_first,
     decoder,
     explore,
+    gpu_decoder,
     ladder_of,
     late_cast,
     short_name,
@@ -32,7 +36,8 @@ def test_seed_chain_variants_in_order():
     found = explore("yuv_mask", Chain(spec.per_sample, spec.per_batch))
     assert [v.name for v in found.variants] == [
         "yuv_mask", "yuv_mask+decoder", "yuv_mask+crop_first", "yuv_mask+fast", "yuv_mask+per_batch",
-        "yuv_mask+late_cast", "yuv_mask+to_device", "yuv_mask+decoder+fast", "yuv_mask+decoder+fast+per_batch",
+        "yuv_mask+late_cast", "yuv_mask+to_device", "yuv_mask+gpu_decoder", "yuv_mask+decoder+fast",
+        "yuv_mask+decoder+fast+per_batch",
         "yuv_mask+decoder+fast+late_cast", "yuv_mask+decoder+fast+to_device"]
     assert found.not_applied == ("tensor_path: no step runs on the PIL image before PILToTensor (the decoder move "
                                  "covers it)", "reduced_decode: the first step, PILToTensor, does not resize the "
@@ -101,7 +106,7 @@ def test_undeclared_transforms_never_move_by_any_move():
     chain = _chain("movable.Undeclared", "movable.Undeclared")
     found = explore("theirs", chain)
     assert [v.name for v in found.variants] == ["theirs"]
-    assert len(found.not_applied) == 8
+    assert len(found.not_applied) == 9
 
 
 def test_crop_stops_at_a_neighbourhood_op():
@@ -141,7 +146,7 @@ def test_user_declared_transforms_move_and_undeclared_do_not():
     assert _names(found.variants[3].chain.per_batch) == ["BatchRandomGain"]
     still = explore("theirs", _chain("movable.Undeclared", "movable.TensorCrop", "movable.Undeclared"))
     assert [v.name for v in still.variants] == ["theirs"]
-    assert len(still.not_applied) == 8
+    assert len(still.not_applied) == 9
 
 
 def test_per_batch_moves_only_the_trailing_run_ahead_of_existing_batch_steps():
@@ -155,3 +160,66 @@ def test_per_batch_moves_only_the_trailing_run_ahead_of_existing_batch_steps():
 def test_a_variant_that_yields_the_same_chain_is_dropped():
     found = explore("same", _chain("movable.SelfFast", f"{COLOR}.Scale"))
     assert [v.name for v in found.variants] == ["same", "same+per_batch", "same+late_cast"]
+
+
+DECODE = "pipebench.transforms.decode"
+JPEG = SampleSource("JPEG", (533, 800))
+
+
+@pytest.mark.parametrize("chain, mask", [("yuv_mask", "RandomMask"), ("yuv_mask_crop_first", "FastRandomMask")])
+def test_gpu_decoder_reads_bytes_in_the_worker_and_does_the_rest_after_the_copy(chain, mask):
+    spec = compose_spec([f"transform={chain}"])
+    found = explore(chain, Chain(spec.per_sample, spec.per_batch), source=JPEG, device="cuda")
+    moved = [v for v in found.variants if GPU_DECODER in v.moves]
+    assert [v.moves for v in moved] == [(GPU_DECODER,)], "on crop_first+fast it gives the same chain: dropped"
+    assert moved[0].needs_device and moved[0].draws_per_batch == ()
+    assert moved[0].chain == Chain(
+        ({"_target_": f"{DECODE}.ReadJpegBytes"},), (),
+        ({"_target_": f"{DECODE}.BatchDecodeJpeg", "device": "cuda"},
+         {"_target_": "pipebench.transforms.crop.BatchRandomCrop", "size": 256},
+         {"_target_": f"{MASK}.BatchRandomMask", "ratio": 0.25},
+         {"_target_": f"{COLOR}.BatchConvertColor"}, {"_target_": f"{COLOR}.BatchScale"}))
+    assert moved[0].changes == (
+        "read the JPEG bytes in the worker (ReadJpegBytes) in place of PIL's decode and PILToTensor",
+        "decode the batch on the GPU after the copy (BatchDecodeJpeg, nvJPEG)",
+        "crop on the device: RandomCrop as BatchRandomCrop",
+        f"run {mask} after the host-to-device copy as BatchRandomMask",
+        "run ConvertColor after the host-to-device copy as BatchConvertColor",
+        "run Scale after the host-to-device copy as BatchScale")
+
+
+def test_gpu_decoder_names_the_host_cpu_where_there_is_no_device_and_takes_batched_steps_as_they_are():
+    moved = gpu_decoder(_chain(f"{TV}.PILToTensor", f"{TV}.RandomCrop", per_batch=[f"{COLOR}.BatchScale"]))
+    assert moved.chain.on_device[0] == {"_target_": f"{DECODE}.BatchDecodeJpeg", "device": "cpu"}
+    assert _names(moved.chain.on_device) == ["BatchDecodeJpeg", "BatchRandomCrop", "BatchScale"]
+    assert moved.chain.per_batch == () and "on cpu here" in moved.changes[1]
+
+
+@pytest.mark.parametrize("targets, reason", [
+    ((f"{TV}.PILToTensor", f"{TV}.RandomCrop", "movable.Undeclared", f"{COLOR}.Scale"),
+     "gpu_decoder: Undeclared is not batch-able with a batch form, so it cannot run on the device after the decode"),
+    ((f"{TV}.PILToTensor", f"{TV}.RandomCrop", "movable.RandomGain"),
+     "gpu_decoder: RandomGain is not batch-able with a batch form that draws once a sample, so it cannot run on "
+     "the device after the decode"),
+    ((f"{TV}.PILToTensor", f"{TV}.CenterCrop"),
+     "gpu_decoder: CenterCrop, the crop after the decode, has no batch form"),
+    ((f"{TV}.PILToTensor", f"{COLOR}.Scale", f"{TV}.RandomCrop"),
+     "gpu_decoder: no crop follows the decode (Scale comes first), so the decoded images cannot be stacked into one "
+     "batch"),
+    ((f"{TV}.Resize", f"{TV}.PILToTensor", f"{TV}.RandomCrop"),
+     "gpu_decoder: Resize runs on the PIL image before PILToTensor, and only a crop can follow the decoder"),
+    ((f"{TV}.ToTensor", f"{TV}.RandomCrop"),
+     "gpu_decoder: no step declares a decoder_form (a PIL->tensor conversion such as PILToTensor)"),
+])
+def test_gpu_decoder_says_which_step_blocks_it_in_one_line(targets, reason):
+    moved = gpu_decoder(_chain(*targets), JPEG)
+    assert moved.changes == () and moved.reason == reason
+
+
+@pytest.mark.parametrize("source", [SampleSource("PNG", (533, 800)), SampleSource("tensor")])
+def test_gpu_decoder_is_skipped_on_data_that_are_not_jpeg_files(source):
+    spec = compose_spec(["transform=yuv_mask"])
+    found = explore("yuv_mask", Chain(spec.per_sample, spec.per_batch), source=source)
+    assert all(GPU_DECODER not in v.moves for v in found.variants)
+    assert f"gpu_decoder: the dataset gives {source.kind} samples, not JPEG files: decode moves skipped" \
+        in found.not_applied

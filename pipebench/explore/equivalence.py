@@ -7,16 +7,19 @@ Kolmogorov-Smirnov test on per-sample statistics across many seeds decides betwe
 distribution` and `not equivalent`. A random transform moved into the collate makes one draw
 per batch instead of one per sample: always `not equivalent`, whatever the test says.
 
-A move that changes the decode (decoder: another decoder; tensor_path: another decoder and tensor
-interpolation; reduced_decode: a DCT-scaled decode) changes pixels a little by design. Its variant
-is judged in two parts: first the decoded pixels alone, on the same files and seeds (decoder: the
-chain's PIL->tensor conversion against the decoder; the other two: the steps the move replaced
+A move that changes the decode (decoder: another decoder; gpu_decoder: the batched decoder, on
+the variant's device; tensor_path: another decoder and tensor interpolation; reduced_decode: a
+DCT-scaled decode) changes pixels a little by design. Its variant is judged in two parts: first
+the decoded pixels alone, on the same files and seeds (decoder, gpu_decoder: the chain's
+PIL->tensor conversion against the decoder; the other two: the steps the move replaced
 against the originals, as 8-bit images after the resize); the largest difference in grey levels
 must stay within one bound, `pipebench explore --max-pixel-diff` (default DEFAULT_MAX_PIXEL_DIFF,
 what two standard JPEG decoders differ by), else `not equivalent`. Then the rest of the variant is
-checked against the base chain with the same move applied, so a grey level of decode difference
-is not mistaken for a change of distribution downstream. Within the bound and the rest equal:
-`identical` when every pixel agrees, else `close (max |Δ| = k)`. On-device steps run on the CPU here.
+checked against the base chain with the same move applied (gpu_decoder: with the decoder move, the
+same decode one image at a time), so a grey level of decode difference is not mistaken for a change
+of distribution downstream. Within the bound and the rest equal: `identical` when every pixel
+agrees, else `close (max |Δ| = k)`. On-device steps run on the CPU here, but for a step that names
+its device (gpu_decoder's decode, on CUDA where there is one); outputs are compared on the CPU.
 """
 
 from dataclasses import dataclass
@@ -27,7 +30,19 @@ import torch
 from scipy.stats import ks_2samp
 from torch.utils.data import default_collate
 
-from pipebench.explore.variants import DECODE_MOVES, DECODER, Chain, Variant, decoder, move_functions, pixel_prefixes
+from pipebench.explore.variants import (
+    BATCH_DECODE_JPEG,
+    DECODE_MOVES,
+    DECODER,
+    GPU_DECODER,
+    READ_JPEG_BYTES,
+    Chain,
+    Variant,
+    decoder,
+    decoder_conversion,
+    move_functions,
+    pixel_prefixes,
+)
 from pipebench.measure.setup import seed_everything
 from pipebench.pipeline.build import build_transforms
 from pipebench.pipeline.movement import declared_movement
@@ -40,6 +55,8 @@ FAILS = "fails"
 EQUIVALENT_VERDICTS = (IDENTICAL, CLOSE, SAME_DISTRIBUTION)
 # Files decoded both ways for the decoder's pixel check.
 DECODER_SAMPLES = 8
+# The moves that swap the chain's PIL->tensor conversion for a decoder: judged by decoder_difference.
+DECODER_MOVES = (DECODER, GPU_DECODER)
 
 
 def close_within(max_abs: int) -> str:
@@ -119,7 +136,7 @@ class _Built:
         batch = default_collate(samples)
         for step in (*self.per_batch, *self.on_device):
             batch = step(batch)
-        return batch
+        return batch.cpu() if isinstance(batch, torch.Tensor) else batch  # a step may name its device
 
 
 def _may_be_random(chain: Chain) -> bool:
@@ -187,24 +204,50 @@ def pixel_difference(base_chain: Chain, moved: Chain, lengths: Tuple[int, int], 
     return worst
 
 
-def decoder_difference(base_chain: Chain, fetch: Fetch) -> Tuple[int, str]:
-    """(largest |Δ| in grey levels, a note) between the chain's PIL->tensor conversion and the decoder
-    that replaces it, on DECODER_SAMPLES files. Raises what the decoder raises."""
-    node = next(n for n in base_chain.per_sample if (m := declared_movement(n)) is not None and m.decoder_form)
-    conversion, decode = build_transforms([node, decoder(base_chain).chain.per_sample[0]], "transform.per_sample")
+@dataclass(frozen=True)
+class _OneImage:
+    """A gpu_decoder variant's batched decoder on one image: its file's bytes, a batch of one,
+    the decoded tensor back on the CPU."""
+
+    read: Callable
+    decode: Callable
+
+    def __call__(self, image: Any) -> torch.Tensor:
+        return self.decode([self.read(image)])[0].cpu()
+
+
+def _decoder_under_test(move: str, base_chain: Chain, variant: Variant) -> Callable[[Any], torch.Tensor]:
+    """What turns one image into a uint8 tensor in place of the chain's conversion: the decoder
+    move's DecodeJpeg, or the variant's own batched decode (on the device it names)."""
+    if move == DECODER:
+        return build_transforms([decoder(base_chain).chain.per_sample[0]], "transform.per_sample")[0]
+    batched = next(n for n in variant.chain.on_device if n["_target_"] == BATCH_DECODE_JPEG)
+    read, decode = build_transforms([{"_target_": READ_JPEG_BYTES}, batched], "transform.on_device")
+    return _OneImage(read, decode)
+
+
+def decoder_difference(base_chain: Chain, decode: Callable[[Any], torch.Tensor], fetch: Fetch) -> Tuple[int, str]:
+    """(largest |Δ| in grey levels, a note) between the chain's PIL->tensor conversion and `decode`,
+    on DECODER_SAMPLES files. Raises what the decoder raises. Each side gets its own image objects:
+    PIL drops a file's bytes once it has decoded it, and a decoder given a decoded image falls back
+    to reading its pixels, which would compare PIL with itself."""
+    node = base_chain.per_sample[decoder_conversion(base_chain)]
+    conversion = build_transforms([node], "transform.per_sample")[0]
     worst = 0
-    for image in fetch(DECODER_SAMPLES):
-        ours, theirs = conversion(image), decode(image)
+    for image, same_file in zip(fetch(DECODER_SAMPLES), fetch(DECODER_SAMPLES)):
+        ours, theirs = conversion(image), decode(same_file)
         if ours.shape != theirs.shape:
             raise ValueError(f"the decoder gives shape {tuple(theirs.shape)} instead of {tuple(ours.shape)}")
         worst = max(worst, int((ours.to(torch.int16) - theirs.to(torch.int16)).abs().max()))
     return worst, f"decoded pixels: max |Δ| = {worst} grey levels over {DECODER_SAMPLES} files"
 
 
-def _decoded_difference(move: str, base_chain: Chain, fetch: Fetch, seed: int) -> Tuple[int, str, Chain]:
-    """(largest |Δ| in grey levels, a note, the base chain with the move applied) for a decode move."""
-    if move == DECODER:
-        worst, note = decoder_difference(base_chain, fetch)
+def _decoded_difference(move: str, base_chain: Chain, variant: Variant, fetch: Fetch, seed: int
+                        ) -> Tuple[int, str, Chain]:
+    """(largest |Δ| in grey levels, a note, the base chain with the move applied) for a decode move
+    (gpu_decoder: with the decoder move, which decodes the same way one image at a time)."""
+    if move in DECODER_MOVES:
+        worst, note = decoder_difference(base_chain, _decoder_under_test(move, base_chain, variant), fetch)
         return worst, note, decoder(base_chain).chain
     moved = move_functions(None)[move](base_chain).chain
     worst = pixel_difference(base_chain, moved, pixel_prefixes(move, base_chain), fetch, seed)
@@ -215,17 +258,17 @@ def check(base_chain: Chain, variant: Variant, fetch: Fetch, seed: int,
           max_pixel_diff: int = DEFAULT_MAX_PIXEL_DIFF) -> Equivalence:
     """The variant's verdict against the base chain; `fetch(n)` returns n fresh input samples.
     A decode move's pixel difference must stay within `max_pixel_diff` grey levels."""
-    move = next((m for m in variant.moves if m == DECODER or m in DECODE_MOVES), None)
+    move = next((m for m in variant.moves if m in DECODER_MOVES or m in DECODE_MOVES), None)
     if move is None:
         return _check_chain(base_chain, variant, fetch, seed)
     try:
-        worst, note, moved = _decoded_difference(move, base_chain, fetch, seed)
+        worst, note, moved = _decoded_difference(move, base_chain, variant, fetch, seed)
     except Exception as exc:  # a decoder may fail on the user's files; the verdict says how
         return Equivalence(FAILS, f"{move}: {type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}")
     note += f" (bound {max_pixel_diff}, --max-pixel-diff)"
     if worst > max_pixel_diff:
         return Equivalence(NOT_EQUIVALENT, f"{note}: above the bound", max_abs_diff=float(worst))
-    if worst == 0 and move == DECODER:
+    if worst == 0 and move in DECODER_MOVES:
         return _check_chain(base_chain, variant, fetch, seed)
     rest = _check_chain(moved, variant, fetch, seed)
     detail = f"{note}; the rest, against the chain with the same move: {rest.detail}"

@@ -36,6 +36,7 @@ from pipebench.explore.variants import DEVICE_MOVES, Chain, Exploration, LoaderS
 from pipebench.explore.waterfall import WATERFALL_COLUMNS, waterfall, winner
 from pipebench.measure.fingerprint import usable_cores
 from pipebench.pipeline.build import build_dataset
+from pipebench.pipeline.consumers import on_device_of
 from pipebench.record.results import load_job_results
 from pipebench.record.resume import (
     INVOCATION_FILE,
@@ -256,7 +257,8 @@ def plan_exploration(overrides: Sequence[str], first_job: Sequence[str], fresh: 
         dataset = build_dataset(spec)
         source = SampleSource.of(dataset[0][0]) if len(dataset) else None
         found = _loader_settings_that_hold(
-            explore(spec.transform_name, Chain(spec.per_sample, spec.per_batch, spec.on_device), setting, source),
+            explore(spec.transform_name, Chain(spec.per_sample, spec.per_batch, spec.on_device), setting, source,
+                    on_device_of(spec.consumer)),
             first_job, compose_one)
     if len(found.variants) == 1:
         return NoVariants(found.base.name, found.not_applied)

@@ -22,14 +22,18 @@ The moves, each legal only where the declarations say so:
   host-to-device copy (`on_device`), so the batch crosses the worker boundary, the pinning and
   the copy as uint8;
 - to_device: every trailing batch-able step runs after the copy, on the consumer's device (a
-  random step only if its batch form keeps one draw a sample; a crop stays, as for per_batch).
-The first five stack; the last three are alternative places for the chain's tail. The three
+  random step only if its batch form keeps one draw a sample; a crop stays, as for per_batch);
+- gpu_decoder: the worker only reads the JPEG file's bytes; after the copy the whole batch is
+  decoded in one call on the consumer's device (nvJPEG on CUDA), then cropped there (the crop's
+  batch form), then every later step runs there as its batch form (to_device's rules).
+The first five stack; the next three are alternative places for the chain's tail. The three
 decode moves (tensor_path, decoder, reduced_decode) replace the same decode, so in the stack the
-first of them that applies takes it and the others then find nothing to do. Variants: each move
-alone, then the stack built up one move at a time (a move that changes nothing is left out), then
-the full stack with each tail. That is a ladder from the base chain to the most-moved one, so
-explore can show what each edit is worth on its own and on the way to the winner. A chain that
-equals an earlier variant is dropped.
+first of them that applies takes it and the others then find nothing to do. gpu_decoder replaces
+both the decode and the tail, so it stacks only with the moves that touch neither. Variants: each
+move alone, then the stack built up one move at a time (a move that changes nothing is left out),
+then the full stack with each tail, then gpu_decoder on the stack of the others. That is a ladder
+from the base chain to the most-moved one, so explore can show what each edit is worth on its own
+and on the way to the winner. A chain that equals an earlier variant is dropped.
 """
 
 import functools
@@ -37,6 +41,7 @@ import json
 from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
+from pipebench.pipeline.consumers import HOST_DEVICE
 from pipebench.pipeline.movement import PIL, TENSOR, Movement, accepted_kinds, declared_movement
 
 REDUCED_DECODE = "reduced_decode"
@@ -47,17 +52,20 @@ FAST = "fast"
 PER_BATCH = "per_batch"
 LATE_CAST = "late_cast"
 TO_DEVICE = "to_device"
+GPU_DECODER = "gpu_decoder"
 # Moves that stack, in the order the ladder applies them (the decode moves first: see the docstring).
 STACKED = (TENSOR_PATH, DECODER, REDUCED_DECODE, CROP_FIRST, FAST)
 # Alternative homes for the chain's tail: the collate, or after the host-to-device copy.
 TAILS = (PER_BATCH, LATE_CAST, TO_DEVICE)
+# What gpu_decoder stacks on: it replaces the decode and the tail, so not the decode moves.
+STACKED_UNDER_GPU_DECODER = (CROP_FIRST, FAST)
 # Canonical order: names list moves in it.
-MOVES = (*STACKED, *TAILS)
+MOVES = (*STACKED, *TAILS, GPU_DECODER)
 # Moves that change pixels a little by design (another decode): equivalence compares their images.
 DECODE_MOVES = (REDUCED_DECODE, TENSOR_PATH)
 # Moves whose gain needs an accelerator: on a host without one they are generated and checked
 # (on the CPU) but not measured, as the host CPU would do the work the device is for.
-DEVICE_MOVES = (TO_DEVICE,)
+DEVICE_MOVES = (TO_DEVICE, GPU_DECODER)
 # Loader moves: one DataLoader setting each, on top of the most-moved chain a host can run.
 # persistent_workers pays through the epoch restart (samples_per_s_epoch), the others through
 # delivery: more batches queued, pinned memory for the copy, another way to share tensors.
@@ -75,6 +83,11 @@ NORMALIZE_UINT8 = "pipebench.transforms.cast.NormalizeUint8"
 PIL_TO_TENSOR = "torchvision.transforms.PILToTensor"
 # The catalogue's decoder: torchvision.io.decode_jpeg on the file's bytes, to a uint8 [3, H, W] tensor.
 DECODE_JPEG = "pipebench.transforms.decode.DecodeJpeg"
+# Its batched split at the copy (gpu_decoder): the file's bytes in the worker, one decode call after.
+READ_JPEG_BYTES = "pipebench.transforms.decode.ReadJpegBytes"
+BATCH_DECODE_JPEG = "pipebench.transforms.decode.BatchDecodeJpeg"
+# The device type nvJPEG needs.
+CUDA = "cuda"
 # PIL's name for a JPEG file (Image.format): the only format with DCT-scaled decoding.
 JPEG_FORMAT = "JPEG"
 # libjpeg's smallest useful DCT reduction: below twice the output size no draft can apply.
@@ -84,9 +97,14 @@ NAME_SEPARATOR = "+"
 Node = Mapping[str, Any]
 
 
-def short_name(node: Node) -> str:
+def class_name(target: str) -> str:
     """`torchvision.transforms.RandomCrop` -> `RandomCrop`."""
-    return str(node["_target_"]).rsplit(".", 1)[-1]
+    return str(target).rsplit(".", 1)[-1]
+
+
+def short_name(node: Node) -> str:
+    """A node's class name (class_name of its `_target_`)."""
+    return class_name(node["_target_"])
 
 
 @dataclass(frozen=True)
@@ -291,23 +309,30 @@ def _output_size(node: Node, image: Tuple[int, int]) -> Tuple[int, int]:
     return scaled if image[0] <= image[1] else scaled[::-1]
 
 
-def decoder(chain: Chain) -> Moved:
+def decoder_conversion(chain: Chain) -> Optional[int]:
+    """Where the chain's PIL->tensor conversion that declares a decoder_form is, or None."""
+    return next((i for i, m in enumerate(declared_movement(n) for n in chain.per_sample)
+                 if m is not None and m.decoder_form), None)
+
+
+def decoder(chain: Chain, move: str = DECODER) -> Moved:
     """Replace the chain's PIL->tensor conversion by the decoder it declares; PIL-side crops before
-    it follow it (the decoder reads the whole file, so a crop first would only make it fall back)."""
+    it follow it (the decoder reads the whole file, so a crop first would only make it fall back).
+    `move` names the move in the reasons (gpu_decoder starts from this one)."""
     steps = list(chain.per_sample)
     movements = [declared_movement(n) for n in steps]
-    at = next((i for i, m in enumerate(movements) if m is not None and m.decoder_form), None)
+    at = decoder_conversion(chain)
     if at is None:
         first = movements[0] if movements else None
         if first is not None and first.accepts == frozenset([TENSOR]):
-            return Moved(chain, reason=f"decoder: the chain starts from tensors ({short_name(steps[0])} accepts only "
+            return Moved(chain, reason=f"{move}: the chain starts from tensors ({short_name(steps[0])} accepts only "
                                        "tensors): there is no image file to decode")
-        return Moved(chain, reason="decoder: no step declares a decoder_form (a PIL->tensor conversion such as "
+        return Moved(chain, reason=f"{move}: no step declares a decoder_form (a PIL->tensor conversion such as "
                                    "PILToTensor)")
     before = [(n, m) for n, m in zip(steps[:at], movements[:at])]
     blocking = [short_name(n) for n, m in before if m is None or not m.crop or TENSOR not in m.accepts]
     if blocking:
-        return Moved(chain, reason=f"decoder: {', '.join(blocking)} runs on the PIL image before "
+        return Moved(chain, reason=f"{move}: {', '.join(blocking)} runs on the PIL image before "
                                    f"{short_name(steps[at])}, and only a crop can follow the decoder")
     conversion = steps[at]
     decoded = _with_target(conversion, movements[at].decoder_form)
@@ -319,17 +344,24 @@ def decoder(chain: Chain) -> Moved:
     return Moved(Chain(new_steps, chain.per_batch, chain.on_device), tuple(changes))
 
 
-def _tail_to_device(chain: Chain, move: str, wanted: Callable[[Movement], bool], what: str) -> Moved:
-    """Move the trailing run of steps that `wanted` accepts to on_device, ahead of its existing steps:
-    first from per_batch (as they are), then, when per_batch is all gone, from per_sample (as
-    their batch forms). A random step moves only if its batch form keeps one draw a sample."""
+def _keeps_draws(movement: Movement) -> bool:
+    """Its batch form keeps the per-sample distribution: not random, or one draw a sample."""
+    return not movement.random or movement.batch_draws_per_sample
+
+
+def _device_tail(chain: Chain, wanted: Callable[[Movement], bool], what: str) -> Tuple[Chain, Tuple[str, ...], str]:
+    """(the chain with its trailing run of steps that `wanted` accepts moved to on_device, the changes,
+    why the step before that run did not move: "" when none is left). The run moves ahead of the
+    existing on_device steps: first from per_batch (as they are), then, when per_batch is all gone,
+    from per_sample (as their batch forms). A random step moves only if its batch form keeps one
+    draw a sample."""
     per_batch_steps, per_sample_steps = list(chain.per_batch), list(chain.per_sample)
     moved: List[Node] = []
     changes: List[str] = []
     stop = ""
     while per_batch_steps:
         movement = declared_movement(per_batch_steps[-1])
-        if movement is None or not wanted(movement) or (movement.random and not movement.batch_draws_per_sample):
+        if movement is None or not wanted(movement) or not _keeps_draws(movement):
             stop = f"{short_name(per_batch_steps[-1])} (per batch) is not {what}"
             break
         node = per_batch_steps.pop()
@@ -339,7 +371,7 @@ def _tail_to_device(chain: Chain, move: str, wanted: Callable[[Movement], bool],
         node = per_sample_steps[-1]
         movement = declared_movement(node)
         if movement is None or not movement.batch_form or not wanted(movement) or movement.crop \
-                or (movement.random and not movement.batch_draws_per_sample):
+                or not _keeps_draws(movement):
             stop = f"{short_name(node)} is a crop, which shrinks the sample before the copy" \
                 if movement is not None and movement.crop else f"{short_name(node)} is not {what} with a batch form" + \
                 (" that draws once a sample" if movement is not None and movement.random else "")
@@ -348,9 +380,15 @@ def _tail_to_device(chain: Chain, move: str, wanted: Callable[[Movement], bool],
         batch = _with_target(node, movement.batch_form)
         moved.insert(0, batch)
         changes.insert(0, f"run {short_name(node)} after the host-to-device copy as {short_name(batch)}")
-    if not moved:
+    return Chain(tuple(per_sample_steps), tuple(per_batch_steps), (*moved, *chain.on_device)), tuple(changes), stop
+
+
+def _tail_to_device(chain: Chain, move: str, wanted: Callable[[Movement], bool], what: str) -> Moved:
+    """Move the trailing run of steps that `wanted` accepts to on_device (_device_tail)."""
+    moved, changes, stop = _device_tail(chain, wanted, what)
+    if not changes:
         return Moved(chain, reason=f"{move}: the last step, {stop}" if stop else f"{move}: the chain is empty")
-    return Moved(Chain(tuple(per_sample_steps), tuple(per_batch_steps), (*moved, *chain.on_device)), tuple(changes))
+    return Moved(moved, changes)
 
 
 def late_cast(chain: Chain) -> Moved:
@@ -358,9 +396,73 @@ def late_cast(chain: Chain) -> Moved:
     return _tail_to_device(chain, LATE_CAST, lambda m: m.casts, "a cast to float (declares casts)")
 
 
+def _any_step(movement: Movement) -> bool:
+    """to_device's filter: any step may go (the batch form and draw rules still apply)."""
+    return True
+
+
+# How to_device's reasons call a step it would move.
+BATCHABLE = "batch-able"
+
+
 def to_device(chain: Chain) -> Moved:
     """Run every trailing batch-able step after the copy, on the consumer's device."""
-    return _tail_to_device(chain, TO_DEVICE, lambda m: True, "batch-able")
+    return _tail_to_device(chain, TO_DEVICE, _any_step, BATCHABLE)
+
+
+def _batch_decode_change(device: str) -> str:
+    """gpu_decoder's decode, in words, for where it will run."""
+    if device.startswith(CUDA):
+        return f"decode the batch on the GPU after the copy ({class_name(BATCH_DECODE_JPEG)}, nvJPEG)"
+    return (f"decode the batch in one call after the copy, on {device} here ({class_name(BATCH_DECODE_JPEG)}; "
+            "nvJPEG where there is a CUDA device)")
+
+
+def _device_crops(steps: Sequence[Node]) -> Tuple[List[Node], str]:
+    """(the batch forms of the crops that lead `steps`, or [] with why they cannot run on the device):
+    a crop must come first, as the decoded images differ in size until one stacks them."""
+    crops: List[Node] = []
+    for node in steps:
+        movement = declared_movement(node)
+        if movement is None or not movement.crop:
+            break
+        if not movement.batch_form or not _keeps_draws(movement):
+            lacks = "no batch form" if not movement.batch_form else "a batch form that draws once a batch"
+            return [], f"{short_name(node)}, the crop after the decode, has {lacks}"
+        crops.append(_with_target(node, movement.batch_form))
+    if not crops:
+        first = f"{short_name(steps[0])} comes first" if steps else "nothing comes"
+        return [], f"no crop follows the decode ({first}), so the decoded images cannot be stacked into one batch"
+    return crops, ""
+
+
+def gpu_decoder(chain: Chain, source: Optional[SampleSource] = None, device: str = HOST_DEVICE) -> Moved:
+    """Read the JPEG file's bytes in the worker and decode the batch in one call after the copy, on
+    `device` (nvJPEG on CUDA); the crop, then every later step, run there as their batch forms."""
+    skipped = _not_jpeg(GPU_DECODER, source)
+    if skipped:
+        return Moved(chain, reason=skipped)
+    decoded = decoder(chain, GPU_DECODER)
+    if not decoded.changes:
+        return decoded
+    first, *steps = decoded.chain.per_sample
+    if first["_target_"] != DECODE_JPEG:
+        return Moved(chain, reason=f"{GPU_DECODER}: the declared decoder, {short_name(first)}, has no batched form "
+                                   f"on the device (only {class_name(DECODE_JPEG)} has)")
+    crops, why = _device_crops(steps)
+    if not crops:
+        return Moved(chain, reason=f"{GPU_DECODER}: {why}")
+    rest = Chain(tuple(steps[len(crops):]), chain.per_batch, chain.on_device)
+    tail, tail_changes, stop = _device_tail(rest, _any_step, BATCHABLE)
+    if tail.per_sample or tail.per_batch:
+        return Moved(chain, reason=f"{GPU_DECODER}: {stop}, so it cannot run on the device after the decode")
+    conversion = chain.per_sample[decoder_conversion(chain)]
+    changes = (f"read the JPEG bytes in the worker ({class_name(READ_JPEG_BYTES)}) in place of PIL's "
+               f"decode and {short_name(conversion)}", _batch_decode_change(device),
+               *(f"crop on the device: {short_name(n)} as {short_name(b)}" for n, b in zip(steps, crops)),
+               *tail_changes)
+    on_device = ({"_target_": BATCH_DECODE_JPEG, "device": device}, *crops, *tail.on_device)
+    return Moved(Chain(({"_target_": READ_JPEG_BYTES},), (), on_device), changes)
 
 
 def reduced_decode(chain: Chain, source: Optional[SampleSource] = None) -> Moved:
@@ -425,7 +527,7 @@ def tensor_path(chain: Chain, source: Optional[SampleSource] = None) -> Moved:
     left = declared_movement(conversion).tensor_form
     moved = [_with_target(n, declared_movement(n).tensor_form) for n in before]
     rest = ([_with_target(conversion, left)] if left else []) + list(chain.per_sample[at + 1:])
-    changes = [f"decode the JPEG with {short_name({'_target_': DECODE_JPEG})} (torchvision.io.decode_jpeg, straight "
+    changes = [f"decode the JPEG with {class_name(DECODE_JPEG)} (torchvision.io.decode_jpeg, straight "
                "to a uint8 tensor) instead of PIL"]
     changes += [f"run {short_name(n)} on the tensor as {m['_target_'].rsplit('.', 2)[-2]}.{short_name(m)}"
                 for n, m in zip(before, moved)]
@@ -448,13 +550,15 @@ def pixel_prefixes(move: str, chain: Chain) -> Tuple[int, int]:
 
 MOVE_FUNCTIONS: Mapping[str, Callable[[Chain], Moved]] = {
     REDUCED_DECODE: reduced_decode, TENSOR_PATH: tensor_path, DECODER: decoder, CROP_FIRST: crop_first, FAST: fast,
-    PER_BATCH: per_batch, LATE_CAST: late_cast, TO_DEVICE: to_device}
+    PER_BATCH: per_batch, LATE_CAST: late_cast, TO_DEVICE: to_device, GPU_DECODER: gpu_decoder}
 
 
-def move_functions(source: Optional[SampleSource]) -> Mapping[str, Callable[[Chain], Moved]]:
-    """MOVE_FUNCTIONS, with the decode moves told what the dataset gives."""
+def move_functions(source: Optional[SampleSource], device: str = HOST_DEVICE) -> Mapping[str, Callable[[Chain], Moved]]:
+    """MOVE_FUNCTIONS, with the decode moves told what the dataset gives, and gpu_decoder where the
+    on_device steps run (the consumer's device, or the host CPU)."""
     return {**MOVE_FUNCTIONS, REDUCED_DECODE: functools.partial(reduced_decode, source=source),
-            TENSOR_PATH: functools.partial(tensor_path, source=source)}
+            TENSOR_PATH: functools.partial(tensor_path, source=source),
+            GPU_DECODER: functools.partial(gpu_decoder, source=source, device=device)}
 
 
 def _apply(chain: Chain, moves: Sequence[str], functions: Mapping[str, Callable[[Chain], Moved]]
@@ -474,18 +578,24 @@ def _apply(chain: Chain, moves: Sequence[str], functions: Mapping[str, Callable[
 
 def _ladder(chain: Chain, functions: Mapping[str, Callable[[Chain], Moved]]) -> List[Tuple[str, ...]]:
     """The move lists to try: each move alone, the stack built up one move at a time, the full
-    stack with each tail."""
-    stack: List[str] = []
-    current = chain
-    for move in STACKED:
-        done = functions[move](current)
-        if done.changes:
-            stack.append(move)
-            current = done.chain
+    stack with each tail, gpu_decoder on the stack of the moves it leaves alone."""
+    stack = _stack(chain, functions, STACKED)
     singles = [(move,) for move in MOVES]
     built = [tuple(stack[:k]) for k in range(2, len(stack) + 1)]
     tails = [(*stack, tail) for tail in TAILS] if len(stack) > 0 else []
-    return [*singles, *built, *tails]
+    under_gpu = _stack(chain, functions, STACKED_UNDER_GPU_DECODER)
+    return [*singles, *built, *tails, *([(*under_gpu, GPU_DECODER)] if under_gpu else [])]
+
+
+def _stack(chain: Chain, functions: Mapping[str, Callable[[Chain], Moved]], moves: Sequence[str]) -> List[str]:
+    """The moves of `moves` that change the chain when applied in order, each on the last's result."""
+    stack: List[str] = []
+    for move in moves:
+        done = functions[move](chain)
+        if done.changes:
+            stack.append(move)
+            chain = done.chain
+    return stack
 
 
 @dataclass(frozen=True)
@@ -538,11 +648,12 @@ def loader_parent(variants: Sequence[Variant]) -> Variant:
 
 
 def explore(name: str, chain: Chain, setting: Optional[LoaderSetting] = None,
-            source: Optional[SampleSource] = None) -> Exploration:
+            source: Optional[SampleSource] = None, device: str = HOST_DEVICE) -> Exploration:
     """The base chain and every distinct variant of the ladder (see the module docstring); with a
     `setting`, also the loader moves on top of the most-moved host chain. `source` (the dataset's
-    first sample) lets the decode moves skip a dataset they cannot serve."""
-    functions = move_functions(source)
+    first sample) lets the decode moves skip a dataset they cannot serve; `device` is where the
+    on_device steps will run (gpu_decoder names it)."""
+    functions = move_functions(source, device)
     variants = [Variant(name, (), (), chain)]
     seen = {variants[0].key()}
     for moves in _ladder(chain, functions):

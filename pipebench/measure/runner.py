@@ -254,7 +254,9 @@ class StepLoop:
         if self.clock is None:
             return self.copier.copy(data, self.consumer.device, self.non_blocking, record=record)
         self.clock.mark()
-        moved = data.to(self.consumer.device, non_blocking=self.non_blocking)
+        moved = data  # not a tensor: JPEG bytes, which the on-device decoder (gpu_decoder) uploads itself
+        if isinstance(data, torch.Tensor):
+            moved = data.to(self.consumer.device, non_blocking=self.non_blocking)
         self.clock.mark()
         return moved
 

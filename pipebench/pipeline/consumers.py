@@ -366,3 +366,14 @@ def build_consumer(spec: ConsumerSpec, seed: int) -> Consumer:
         return MaskedLossConsumer(spec, seed)
     raise ConfigError(f"consumer.kind must be none, emulated, toy_cnn or one of {', '.join(MASKED_LOSSES)}, "
                       f"got {spec.kind!r}")
+
+
+# Where transform.on_device steps run when the consumer has no device: the host CPU, in the main process.
+HOST_DEVICE = "cpu"
+
+
+def on_device_of(spec: ConsumerSpec) -> str:
+    """The device transform.on_device steps run on: the consumer's, or the host CPU when it has
+    none (the step loop copies the batch there first). Asks only whether CUDA exists."""
+    device = build_consumer(spec, seed=0).device  # the seed draws step times and weights, never the device
+    return HOST_DEVICE if device is None else str(device)
