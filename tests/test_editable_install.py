@@ -23,7 +23,8 @@ NO_CHAIN = ["transform.per_sample=[]", "transform.per_batch=[]"]
 
 def _view_of_dependencies(view: Path) -> None:
     """A folder of links to this environment's packages (torch, hydra, ...) without pipebench's own."""
-    for packages in map(Path, site.getsitepackages()):
+    # Debian's Python lists a venv's local/lib/.../dist-packages among them whether or not it exists.
+    for packages in filter(Path.is_dir, map(Path, site.getsitepackages())):
         for entry in packages.iterdir():
             if entry.name.startswith(OWN_INSTALL) or (view / entry.name).exists():
                 continue

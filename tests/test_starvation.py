@@ -60,14 +60,21 @@ def _spec(x_ms, workers, y_ms):
 def test_meter_matches_a_plain_loop(case, tmp_path):
     x_ms, workers, y_ms, analytic = CASES[case]
     spec = _spec(x_ms, workers, y_ms)
-    plain = plain_loop(spec)
+    # The plain loop runs before and after the meter, so load that comes or goes on a shared host
+    # during the test lands inside the bracket (CI once read the meter 16% above a lone plain run
+    # that a passing load had slowed: 413 against 357 samples/s, the truth 500).
+    before = plain_loop(spec)
     summary = measure_job(spec, tmp_path)["summary"]
+    after = plain_loop(spec)
+    rates = sorted(p.samples_per_s for p in (before, after))
+    starved = sorted(p.starvation_pct for p in (before, after))
     analytic_step_ms = max(y_ms, BATCH * x_ms / workers)
     print(f"\n{case}: pipebench {summary['samples_per_s']:.0f} samples/s, {summary['starvation_pct']:.1f}% starved; "
-          f"plain {plain.samples_per_s:.0f}, {plain.starvation_pct:.1f}%; "
+          f"plain {rates[0]:.0f}-{rates[1]:.0f}, {starved[0]:.1f}-{starved[1]:.1f}%; "
           f"analytic {BATCH * 1000 / analytic_step_ms:.0f}, {analytic:.0f}%")
-    assert summary["samples_per_s"] == pytest.approx(plain.samples_per_s, rel=RATE_TOLERANCE)
-    assert summary["starvation_pct"] == pytest.approx(plain.starvation_pct, abs=STARVATION_TOLERANCE_POINTS)
+    assert rates[0] * (1 - RATE_TOLERANCE) <= summary["samples_per_s"] <= rates[1] * (1 + RATE_TOLERANCE)
+    assert starved[0] - STARVATION_TOLERANCE_POINTS <= summary["starvation_pct"] <= \
+        starved[1] + STARVATION_TOLERANCE_POINTS
     if case == "compute_bound":  # batches wait for the consumer: next() only pays delivery
         assert summary["ready_steps_pct"] > 50
         assert summary["ready_next_ms_median"] <= summary["wait_ms_median"] + 1e-9
