@@ -85,8 +85,7 @@ EQUIVALENCE_COLUMNS = ["variant", "moves", "verdict", "measured", "detail"]
 NO_DEVICE = "no: no CUDA device here (checked on the CPU; measured only where a GPU exists)"
 EXPLORE_COLUMNS = ["variant", "setting", "verdict", "rounds", "samples_per_s", "samples_per_s_min",
                    "samples_per_s_max", "speedup", "rate_vs_base", "cpu_ms_per_sample", "cpu_speedup", "cpu_vs_base",
-                   "samples_per_s_epoch",
-                   "batch_mb", "ready_next_ms"]
+                   "samples_per_s_epoch", "batch_mb", "ready_next_ms"]
 # The override that numbers a sweep's rounds (rounds=N adds it to each job).
 ROUND_KEY = "run.round"
 # Overrides that every row of one variant shares or that name the variant: not part of a "setting".
