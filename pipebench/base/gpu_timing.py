@@ -89,10 +89,8 @@ class DeviceCopy:
     _events: Optional[tuple] = field(default=None, repr=False)
 
     def copy(self, data: Any, device: Optional[torch.device], non_blocking: bool, record: bool) -> Any:
-        if device is None or not isinstance(data, torch.Tensor):
-            return data  # no device, or not a tensor (JPEG bytes the on-device decoder uploads itself)
-        if device.type != "cuda":
-            return data.to(device, non_blocking=non_blocking)
+        if device is None or device.type != "cuda" or not isinstance(data, torch.Tensor):
+            return moved_to(data, device, non_blocking)
         if self._events is None:
             self._events = (torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True))
         start, end = self._events
@@ -103,6 +101,14 @@ class DeviceCopy:
         if record:
             self.gpu_ms.append(start.elapsed_time(end))
         return moved
+
+
+def moved_to(data: Any, device: Optional[torch.device], non_blocking: bool) -> Any:
+    """`data` on `device`; unchanged without a device, or when it is not a tensor (JPEG bytes that
+    the on-device decoder uploads itself)."""
+    if device is None or not isinstance(data, torch.Tensor):
+        return data
+    return data.to(device, non_blocking=non_blocking)
 
 
 def _cuda_event() -> TimedEvent:

@@ -18,7 +18,7 @@ from tqdm import tqdm
 
 from pipebench.base.errors import SampleError, StepTimeoutError, WorkerError
 from pipebench.base.gpu_timeline import split_steps
-from pipebench.base.gpu_timing import AsyncStepClock, DeviceCopy
+from pipebench.base.gpu_timing import AsyncStepClock, DeviceCopy, moved_to
 from pipebench.base.watchdog import StepOverrun, Unwatched
 from pipebench.config.specs import JobSpec
 from pipebench.measure.meter import FIRST_MEASURED, LAST_MEASURED
@@ -254,9 +254,7 @@ class StepLoop:
         if self.clock is None:
             return self.copier.copy(data, self.consumer.device, self.non_blocking, record=record)
         self.clock.mark()
-        moved = data  # not a tensor: JPEG bytes, which the on-device decoder (gpu_decoder) uploads itself
-        if isinstance(data, torch.Tensor):
-            moved = data.to(self.consumer.device, non_blocking=self.non_blocking)
+        moved = moved_to(data, self.consumer.device, self.non_blocking)
         self.clock.mark()
         return moved
 
