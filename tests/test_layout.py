@@ -6,6 +6,8 @@ each other through any chain (a cycle).
 """
 
 import ast
+import subprocess
+import sys
 from pathlib import Path
 from typing import Dict, Iterator, List, Set, Tuple
 
@@ -110,3 +112,31 @@ def test_the_checker_finds_a_planted_upward_import_and_cycle(tmp_path):
     graph = _graph(package, {"datasets": package / "datasets", "transforms": package / "transforms"})
     assert _upward(graph) == ["pipebench.measure.job -> pipebench.report.tables"]
     assert len(_cycles(graph)) == 1 and "pipebench.record.a" in _cycles(graph)[0]
+
+
+# Modules that cost a job process or a CLI start a second or more to import, and that a job whose
+# chain does not use them never needs: torchvision (torch._dynamo with it) and scipy.stats.
+HEAVY_OPTIONAL_MODULES = ("torchvision", "scipy.stats")
+
+
+def test_a_job_process_imports_neither_torchvision_nor_scipy_stats_until_a_chain_asks():
+    """A tiny job's cost is mostly its process start; this keeps it from paying for what it never uses."""
+    probe = (
+        "import sys, pipebench.cli.job_task, pipebench.measure.job_process, pipebench.cli.run\n"
+        f"print(','.join(m for m in {HEAVY_OPTIONAL_MODULES!r} if m in sys.modules))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == ""
+
+
+def test_the_fingerprint_reads_torchvisions_version_without_importing_it():
+    probe = (
+        "import sys\n"
+        "from pipebench.measure.fingerprint import torchvision_version\n"
+        "unimported = torchvision_version()\n"
+        "assert 'torchvision' not in sys.modules\n"
+        "import torchvision\n"
+        "print(unimported == torchvision.__version__, unimported)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True)
+    assert out.stdout.startswith("True "), out.stdout

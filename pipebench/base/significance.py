@@ -22,7 +22,6 @@ from dataclasses import dataclass
 from typing import Dict, List, Mapping, Optional, Sequence, Tuple
 
 import numpy as np
-from scipy.stats import ttest_1samp, ttest_ind
 
 # Two-sided level of the test, for the whole family of jobs when Holm's correction is applied.
 ALPHA = 0.05
@@ -62,6 +61,9 @@ class Change:
 
 
 def _p_value(base: np.ndarray, head: np.ndarray, paired: bool) -> float:
+    # Imported here: scipy.stats costs every job process and every CLI start about a second.
+    from scipy.stats import ttest_1samp, ttest_ind
+
     if min(len(base), len(head)) < MIN_SAMPLES:
         return 1.0  # too few to tell a change from noise (MIN_SAMPLES)
     lb, lh = np.log(base), np.log(head)

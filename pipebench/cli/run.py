@@ -49,7 +49,6 @@ from pipebench.config.compose import (
 from pipebench.config.schema import register_schema
 from pipebench.config.specs import JobSpec
 from pipebench.config.sweep_axes import expand_auto_workers
-from pipebench.measure.calibration import run_calibration
 from pipebench.measure.fingerprint import usable_cores
 from pipebench.pipeline.build import build_dataset, build_transforms
 from pipebench.record.folder_lock import folder_lock
@@ -184,6 +183,9 @@ def _final_report(invocation_dir: Path, baseline: Optional[str]) -> None:
 
 
 def _calibrate(invocation_dir: Path) -> None:
+    # Imported here: the workload's torchvision and scipy cost a sweep without calibrate=true seconds.
+    from pipebench.measure.calibration import run_calibration
+
     print("calibration: timing the fixed decode + transform workload", flush=True)
     calibration = run_calibration()
     path = write_calibration(invocation_dir, calibration)

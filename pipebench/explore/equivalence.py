@@ -27,7 +27,6 @@ from typing import Any, Callable, List, Optional, Sequence, Tuple
 
 import numpy as np
 import torch
-from scipy.stats import ks_2samp
 from torch.utils.data import default_collate
 
 from pipebench.explore.variants import (
@@ -166,6 +165,9 @@ def _statistics(batch: torch.Tensor) -> np.ndarray:
 
 def _distribution_test(base: _Built, variant: _Built, fetch: Fetch, seed: int) -> Tuple[float, str]:
     """Bonferroni-corrected p that per-sample statistics come from one distribution, and a note."""
+    # Imported here: scipy.stats costs every CLI start about a second, and only explore uses it.
+    from scipy.stats import ks_2samp
+
     ours = np.concatenate([_statistics(base(fetch(BATCH_SIZE), seed + s)) for s in range(DISTRIBUTION_SEEDS)])
     theirs = np.concatenate([_statistics(variant(fetch(BATCH_SIZE), seed + DISTRIBUTION_SEEDS + s))
                              for s in range(DISTRIBUTION_SEEDS)])

@@ -1,7 +1,10 @@
 """The machine and software a result was measured on (DESIGN §3). Never environment variables."""
 
+import importlib.metadata
+import importlib.util
 import os
 import platform
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -10,7 +13,6 @@ from typing import Any, Dict, Mapping, Optional
 import numpy
 import PIL
 import torch
-import torchvision
 from PIL import features
 
 import pipebench
@@ -20,6 +22,8 @@ from pipebench.base.io import folder_safe
 CGROUP_V2_CPU_MAX = Path("/sys/fs/cgroup/cpu.max")
 CGROUP_V1_QUOTA = Path("/sys/fs/cgroup/cpu/cpu.cfs_quota_us")
 CGROUP_V1_PERIOD = Path("/sys/fs/cgroup/cpu/cpu.cfs_period_us")
+# The line of torchvision's version.py that holds `torchvision.__version__` (local build tag included).
+TORCHVISION_VERSION_LINE = re.compile(r"""^__version__\s*=\s*['"]([^'"]+)['"]""", re.MULTILINE)
 # git must answer quickly or not at all: a fingerprint is never worth a hang.
 GIT_TIMEOUT_S = 5
 
@@ -84,6 +88,25 @@ def libjpeg_turbo_version() -> Optional[str]:
         return None
 
 
+def torchvision_version() -> Optional[str]:
+    """`torchvision.__version__` without importing torchvision (seconds, torch._dynamo included),
+    which a job whose chain uses none of it need not pay: read from the installed package."""
+    loaded = sys.modules.get("torchvision")
+    if loaded is not None:
+        return loaded.__version__
+    spec = importlib.util.find_spec("torchvision")
+    if spec is None:
+        return None
+    for folder in spec.submodule_search_locations or ():
+        try:
+            match = TORCHVISION_VERSION_LINE.search((Path(folder) / "version.py").read_text())
+        except OSError:
+            continue
+        if match:
+            return match.group(1)
+    return importlib.metadata.version("torchvision")
+
+
 def machine_folder(fingerprint: Mapping[str, Any]) -> str:
     """A folder name for a machine's stored baselines and history, from a result's fingerprint: CPU
     model and usable cores, the fields compare refuses to mix (e.g. `AMD_EPYC-2c`)."""
@@ -104,7 +127,7 @@ def fingerprint(dataset_identity: Dict[str, Any], start_method: str) -> Dict[str
     return {
         "pipebench": pipebench.__version__,
         "torch": torch.__version__,
-        "torchvision": torchvision.__version__,
+        "torchvision": torchvision_version(),
         "pillow": PIL.__version__,
         "libjpeg_turbo": libjpeg_turbo_version(),
         "numpy": numpy.__version__,
