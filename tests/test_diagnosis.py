@@ -261,3 +261,17 @@ def test_diagnosis_names_decode_when_it_dominates_and_points_at_decode_moves():
     assert "the image decode, 3" in advice and "decode less" in advice and "reduced-size decode" in advice
     result["transforms"][0]["stage"] = "per_sample"  # a transform named decode is only a transform
     assert "Dominant cost in transform=recipe: decode, 3" in diagnose([result]).advice[0]
+
+
+def test_without_a_consumer_there_is_no_consumer_to_feed_only_the_cores_ceiling():
+    results = [_result("slow", 0, 85.0, 100.0, 8.0), _result("slow", 2, 240.0, 100.0, 8.0)]
+    for result in results:
+        # consumer=none still times the loop's bookkeeping: microseconds that must not read as a consumer.
+        result["consumer_report"] = {"kind": "none"}
+        result["passes"] = [{"compute_ms": [0.002] * 5, "h2d_ms": [0.0] * 5}]
+    diagnosis = diagnose(results)
+    text = render_diagnosis(diagnosis)
+    assert ("No consumer was measured with transform=slow (consumer=none): 2 usable core(s) at 8 ms of CPU a "
+            "sample cap the loader at 250 samples/s") in text
+    assert "keep the consumer" not in text and "Cut the per-sample cost" not in text
+    assert diagnosis.targets == ()

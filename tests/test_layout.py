@@ -140,3 +140,24 @@ def test_the_fingerprint_reads_torchvisions_version_without_importing_it():
     )
     out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True)
     assert out.stdout.startswith("True "), out.stdout
+
+
+def test_a_verb_that_reads_results_starts_without_torch_or_hydra():
+    """`pipebench compare` and `history` read result files: only the verb asked for is imported."""
+    probe = (
+        "import sys\n"
+        "from pipebench.cli.main import asked_verbs, verbs\n"
+        "assert asked_verbs(['compare', 'a', 'b']) == ('compare',)\n"
+        "verbs(asked_verbs(['compare', 'a', 'b']) + asked_verbs(['history', 'h.csv']))\n"
+        "print(','.join(m for m in ('torch', 'hydra') if m in sys.modules))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == ""
+
+
+def test_an_unknown_or_missing_verb_gets_every_verb_for_argparse_to_list():
+    from pipebench.cli.main import VERB_NAMES, asked_verbs
+
+    assert asked_verbs(["--help"]) == VERB_NAMES
+    assert asked_verbs(["nope"]) == VERB_NAMES
+    assert asked_verbs(["-h", "run"]) == ("run",)

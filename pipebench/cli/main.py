@@ -4,10 +4,12 @@ Each verb module has `add_parser(verbs)` and `main(args) -> int`; argparse stays
 edge, and a user error anywhere below, or a file-system error (a read-only results folder, a file
 where a folder belongs), becomes one line and exit status 2. Stopping it is one line too, at any
 moment: Ctrl-C exits 130 and SIGTERM 143. So that this holds while the verbs import torch and
-Hydra (seconds), they are imported inside `main`, and this module imports nothing heavy.
+Hydra (seconds), they are imported inside `main`, and this module imports nothing heavy. Only the
+verb asked for is imported: `pipebench compare` never pays for the torch that `run` needs.
 """
 
 import argparse
+import importlib
 import signal
 import sys
 from types import ModuleType
@@ -22,14 +24,22 @@ from pipebench.base.errors import (
     error_line,
 )
 
-__all__ = ["build_parser", "main", "verbs"]
+__all__ = ["VERB_NAMES", "build_parser", "main", "verbs"]
+
+# The verbs (modules of pipebench.cli) in workflow order, so help lists them as a user meets them.
+VERB_NAMES = ("run", "explore", "report", "compare", "ab", "baseline", "history")
 
 
-def verbs() -> Tuple[ModuleType, ...]:
-    """The verb modules in workflow order, so help lists them as a user meets them."""
-    from pipebench.cli import ab, baseline, compare, explore, history, report, run
+def verbs(names: Sequence[str] = VERB_NAMES) -> Tuple[ModuleType, ...]:
+    """The modules of the verbs named, all of them by default."""
+    return tuple(importlib.import_module(f"pipebench.cli.{name}") for name in names)
 
-    return (run, explore, report, compare, ab, baseline, history)
+
+def asked_verbs(argv: Sequence[str]) -> Tuple[str, ...]:
+    """The verb a command line asks for (the first word that is not an option), or every verb when
+    it names none or an unknown one: top-level help and argparse's error then list them all."""
+    first = next((word for word in argv if not word.startswith("-")), None)
+    return (first,) if first in VERB_NAMES else VERB_NAMES
 
 
 def build_parser(modules: Sequence[ModuleType]) -> argparse.ArgumentParser:
@@ -50,8 +60,9 @@ def _terminate(signum: int, frame) -> None:
 def main(argv: Optional[Sequence[str]] = None) -> int:
     previous = signal.signal(signal.SIGTERM, _terminate)
     try:
-        modules = verbs()
-        args = build_parser(modules).parse_args(argv)
+        words = list(sys.argv[1:] if argv is None else argv)
+        modules = verbs(asked_verbs(words))
+        args = build_parser(modules).parse_args(words)
         verb = next(v for v in modules if v.__name__.rsplit(".", 1)[-1] == args.verb)
         return verb.main(args)
     except (PipebenchError, OSError) as exc:

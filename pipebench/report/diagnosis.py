@@ -56,6 +56,8 @@ RESTART_SHARE_WORTH_NAMING = 0.05
 WORKER_CPU_INFLATION = 1.05
 # Consumers that spend main-process CPU while they run (the others sleep or wait on a GPU).
 CPU_CONSUMERS = {("toy_cnn", "cpu")}
+# consumer_report["kind"] of a run without a consumer (consumer=none).
+NO_CONSUMER = "none"
 # The accel_util_pct the workers and cores are sized for when the results do not say
 # (run.target_accel_util_pct; the schema's default, kept here for results written before it).
 DEFAULT_TARGET_ACCEL_UTIL_PCT = 90.0
@@ -224,7 +226,8 @@ def chain_costs(results: Sequence[Mapping]) -> ChainCosts:
     wall_key = "pipeline_ms_per_sample" if serial else "cpu_ms_per_sample"
     first = picked[0]
     consumer = first.get("consumer_report") or {}
-    consumer_ms = float(np.median([_consumer_ms(r) for r in picked]))
+    # consumer=none times only the loop's bookkeeping: there is no consumer to feed or keep busy.
+    consumer_ms = 0.0 if consumer.get("kind") == NO_CONSUMER else float(np.median([_consumer_ms(r) for r in picked]))
     on_cpu = (consumer.get("kind"), consumer.get("device")) in CPU_CONSUMERS
     return ChainCosts(
         ms_per_sample=float(np.median([r["summary"][wall_key] for r in picked])),
@@ -271,8 +274,12 @@ def _advice_dominant(base: str, results: Sequence[Mapping]) -> List[str]:
 
 
 def _advice_workers(base: str, costs: ChainCosts) -> List[str]:
-    consumer_rate = 1000.0 * costs.batch_size / costs.consumer_ms if costs.consumer_ms > 0 else math.inf
     ceiling = 1000.0 * costs.usable_cores / (costs.cpu_ms_per_sample + costs.consumer_cpu_ms / costs.batch_size)
+    if costs.consumer_ms <= 0:
+        return [f"No consumer was measured with {base} (consumer=none): {costs.usable_cores} usable core(s) at "
+                f"{format_value(costs.cpu_ms_per_sample)} ms of CPU a sample cap the loader at "
+                f"{format_value(ceiling)} samples/s; workers beyond {costs.usable_cores} only time-slice."]
+    consumer_rate = 1000.0 * costs.batch_size / costs.consumer_ms
     needed = workers_to_feed(costs)
     if needed is not None:
         return [f"Workers: {needed} worker(s) should feed the consumer ({format_value(consumer_rate)} samples/s) "
@@ -518,7 +525,7 @@ def diagnose(results: Sequence[Mapping]) -> Diagnosis:
               *_advice_variants(base, groups, costs), *_advice_epochs(results),
               *_advice_unexplained(rows, results, costs)]
     target = target_pct_of(results)
-    targets = tuple((chain, needs_for_target(c, target)) for chain, c in costs.items())
+    targets = tuple((chain, needs_for_target(c, target)) for chain, c in costs.items() if c.consumer_ms > 0)
     return Diagnosis(rows=tuple(rows), costs=tuple(costs.items()), advice=tuple(advice), targets=targets)
 
 
