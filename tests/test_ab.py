@@ -11,7 +11,7 @@ import pytest
 from conftest import TINY_DATASET
 
 from pipebench.cli.main import main
-from pipebench.regress.ab import EXIT_GOOD, EXIT_REGRESSION
+from pipebench.regress.ab import EXIT_REGRESSION
 from pipebench.regress.history import load_history
 
 PIPEBENCH = str(Path(sys.executable).with_name("pipebench"))

@@ -10,7 +10,8 @@ from decode_kit import SlowDecodeDataset
 from PIL import Image
 
 from pipebench.measure.job import measure_job
-from pipebench.pipeline.timed_chain import DECODE_STAGE, InstrumentedDataset, undecoded
+from pipebench.pipeline.stages import DECODE_STAGE
+from pipebench.pipeline.timed_chain import InstrumentedDataset, undecoded
 
 BUSY = "pipebench.transforms.synthetic.BusyWait"
 TO_TENSOR = "torchvision.transforms.PILToTensor"

@@ -11,7 +11,6 @@ from torchvision.transforms.functional import pil_to_tensor
 
 from pipebench.explore.equivalence import (
     ALPHA,
-    CLOSE,
     FAILS,
     IDENTICAL,
     NOT_EQUIVALENT,
@@ -25,7 +24,8 @@ from pipebench.datasets.synthetic_jpeg import SyntheticJpegDataset
 from pipebench.transforms import decode
 from pipebench.transforms.decode import DecodeJpeg
 from pipebench.transforms.mask import BatchRandomMask, FastRandomMask, RandomMask, TorchRandomMask
-from pipebench.explore.variants import GPU_DECODER, Chain, SampleSource, Variant, explore
+from pipebench.explore.chain import GPU_DECODER, Chain, SampleSource, Variant
+from pipebench.explore.variants import explore
 
 TV = "torchvision.transforms"
 # Small pictures keep the seed chain's checks fast; the crop still shrinks them.

@@ -12,7 +12,7 @@ from pipebench.cli.main import main
 from pipebench.cli.run import expand_sweep, search_path
 from pipebench.explore.equivalence import IDENTICAL, NOT_EQUIVALENT, Equivalence
 from pipebench.explore.plan import NO_DEVICE, Checked, Plan, conclusions, explore_rows, plan_exploration, what_to_do
-from pipebench.explore.variants import GPU_DECODER, Chain, Variant
+from pipebench.explore.chain import GPU_DECODER, Chain, Variant
 from pipebench.record.target import reached_target
 
 # Scale is pointwise, so the crop may move ahead of it; the trailing BusyWait has no per-batch

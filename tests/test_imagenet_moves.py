@@ -12,17 +12,10 @@ from torchvision.io import ImageReadMode, decode_jpeg
 
 from pipebench.datasets.lazy_image import open_rgb
 from pipebench.explore.equivalence import DEFAULT_MAX_PIXEL_DIFF, IDENTICAL, NOT_EQUIVALENT, check, close_within
-from pipebench.explore.variants import (
-    DECODE_JPEG,
-    REDUCED_DECODE,
-    TENSOR_PATH,
-    Chain,
-    SampleSource,
-    explore,
-    fast,
-    reduced_decode,
-    tensor_path,
-)
+from pipebench.explore.chain import REDUCED_DECODE, TENSOR_PATH, Chain, SampleSource
+from pipebench.explore.chain_moves import fast
+from pipebench.explore.decode_moves import DECODE_JPEG, reduced_decode, tensor_path
+from pipebench.explore.variants import explore
 from pipebench.pipeline.build import build_transforms
 from pipebench.pipeline.file_reads import FileReads
 from pipebench.pipeline.movement import TORCHVISION_MOVEMENT, declared_movement

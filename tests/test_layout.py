@@ -143,12 +143,12 @@ def test_the_fingerprint_reads_torchvisions_version_without_importing_it():
 
 
 def test_a_verb_that_reads_results_starts_without_torch_or_hydra():
-    """`pipebench compare` and `history` read result files: only the verb asked for is imported."""
+    """`pipebench compare`, `history` and `report` read result files: only the verb asked for is imported."""
     probe = (
         "import sys\n"
         "from pipebench.cli.main import asked_verbs, verbs\n"
         "assert asked_verbs(['compare', 'a', 'b']) == ('compare',)\n"
-        "verbs(asked_verbs(['compare', 'a', 'b']) + asked_verbs(['history', 'h.csv']))\n"
+        "verbs(asked_verbs(['compare', 'a', 'b']) + asked_verbs(['history', 'h.csv']) + asked_verbs(['report', 'r']))\n"
         "print(','.join(m for m in ('torch', 'hydra') if m in sys.modules))\n"
     )
     out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True)

@@ -3,7 +3,7 @@ labels, and the per-machine history: synthetic results folders with known figure
 
 import math
 from pathlib import Path
-from typing import Optional, Sequence
+from typing import Sequence
 
 import numpy as np
 import pytest
@@ -12,7 +12,6 @@ from stored_results import result_record, write_record
 from pipebench.base.significance import DOWN, NO_CHANGE, NOISY, UP, holm, measure_change, separated
 from pipebench.cli.compare import compare_main
 from pipebench.regress.compare import (
-    DEFAULT_THRESHOLD,
     EXIT_OK,
     EXIT_REGRESSION,
     SIGNAL_BOTH,

@@ -3,19 +3,10 @@
 import pytest
 from conftest import compose_spec
 
-from pipebench.explore.variants import (
-    GPU_DECODER,
-    Chain,
-    SampleSource,
-    crop_first,
-    decoder,
-    explore,
-    gpu_decoder,
-    ladder_of,
-    late_cast,
-    short_name,
-    to_device,
-)
+from pipebench.explore.chain import GPU_DECODER, Chain, SampleSource, short_name
+from pipebench.explore.chain_moves import crop_first, late_cast, to_device
+from pipebench.explore.decode_moves import decoder, gpu_decoder
+from pipebench.explore.variants import explore, ladder_of
 
 TV = "torchvision.transforms"
 MASK = "pipebench.transforms.mask"

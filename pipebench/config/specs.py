@@ -32,7 +32,9 @@ from pipebench.config.limits import (
 START_METHODS = ("fork", "spawn", "forkserver")
 ON_ERROR_POLICIES = ("fail", "skip")
 ON_JOB_ERROR_POLICIES = ("continue", "stop")
-CONSUMER_KINDS = ("none", "emulated", "toy_cnn", "masked_loss_sync", "masked_loss_fixed")
+# The masked-loss pair (pipebench.pipeline.masked_loss): the version with syncs, then without.
+MASKED_LOSS_KINDS = ("masked_loss_sync", "masked_loss_fixed")
+CONSUMER_KINDS = ("none", "emulated", "toy_cnn", *MASKED_LOSS_KINDS)
 STEP_DISTRIBUTIONS = ("fixed", "normal", "uniform")
 CONSUMER_DEVICES = ("auto", "cpu", "cuda")
 SHARING_STRATEGIES = ("file_descriptor", "file_system")

@@ -29,19 +29,15 @@ import numpy as np
 import torch
 from torch.utils.data import default_collate
 
-from pipebench.explore.variants import (
+from pipebench.explore.chain import DECODE_MOVES, DECODER, GPU_DECODER, Chain, Variant
+from pipebench.explore.decode_moves import (
     BATCH_DECODE_JPEG,
-    DECODE_MOVES,
-    DECODER,
-    GPU_DECODER,
     READ_JPEG_BYTES,
-    Chain,
-    Variant,
     decoder,
     decoder_conversion,
-    move_functions,
     pixel_prefixes,
 )
+from pipebench.explore.variants import move_functions
 from pipebench.measure.setup import seed_everything
 from pipebench.pipeline.build import build_transforms
 from pipebench.pipeline.movement import declared_movement

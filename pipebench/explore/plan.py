@@ -32,7 +32,8 @@ from pipebench.config.compose import job_spec_composer, one_line
 from pipebench.config.limits import MAX_PREFETCH_FACTOR
 from pipebench.config.sweep_axes import expand_auto_workers
 from pipebench.explore.equivalence import DEFAULT_MAX_PIXEL_DIFF, FAILS, Equivalence, check, is_equivalent
-from pipebench.explore.variants import DEVICE_MOVES, Chain, Exploration, LoaderSetting, SampleSource, Variant, explore
+from pipebench.explore.chain import DEVICE_MOVES, Chain, Exploration, SampleSource, Variant
+from pipebench.explore.variants import LoaderSetting, explore
 from pipebench.explore.waterfall import WATERFALL_COLUMNS, waterfall, winner
 from pipebench.measure.fingerprint import usable_cores
 from pipebench.pipeline.build import build_dataset

@@ -9,7 +9,8 @@ own (its single-move variant against the base chain), all measured in the same s
 from typing import Dict, List, Mapping, Optional, Sequence
 
 from pipebench.explore.equivalence import is_equivalent
-from pipebench.explore.variants import Variant, ladder_of
+from pipebench.explore.chain import Variant
+from pipebench.explore.variants import ladder_of
 
 WATERFALL_COLUMNS = ["rung", "edit", "variant", "verdict", "samples_per_s", "step_gain", "speedup", "alone_speedup",
                      "cpu_ms_per_sample", "cpu_speedup"]

@@ -18,7 +18,8 @@ from pipebench.measure.window import (
     steady_masks,
     window_note,
 )
-from pipebench.pipeline.timed_chain import DECODE_STAGE, StepName
+from pipebench.pipeline.stages import DECODE_STAGE
+from pipebench.pipeline.timed_chain import StepName
 
 CONFIDENCE_LEVEL = 0.95
 BYTES_PER_MB = 1e6

@@ -12,7 +12,7 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
-from pipebench.pipeline.timed_chain import StepName, TimedBatch, step_names
+from pipebench.pipeline.timed_chain import TimedBatch, step_names
 
 ON_DEVICE_STAGE = "on_device"
 

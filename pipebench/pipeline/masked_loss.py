@@ -18,6 +18,8 @@ Both return the same value on the same batch (tested on the CPU).
 import torch
 from torch.nn import functional as F
 
+from pipebench.config.specs import MASKED_LOSS_KINDS
+
 # Classes 0..7 are trained on; 8 and 9 of the toy CNN's 10 are void (ignored), so with uniform
 # random labels a fifth of every batch is masked out, enough that the masking is real work.
 KEEP_CLASSES = 8
@@ -52,4 +54,4 @@ def masked_loss_fixed(logits: torch.Tensor, labels: torch.Tensor, keep_classes: 
     return (per_sample * weights).sum() / (counts > 0).sum().clamp_min(1)
 
 
-MASKED_LOSSES = {"masked_loss_sync": masked_loss_sync, "masked_loss_fixed": masked_loss_fixed}
+MASKED_LOSSES = dict(zip(MASKED_LOSS_KINDS, (masked_loss_sync, masked_loss_fixed)))

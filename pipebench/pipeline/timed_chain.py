@@ -21,19 +21,18 @@ from torch.utils.data import Dataset, default_collate, get_worker_info
 from pipebench.base.lifeline import die_with_parent, multiprocessing_parent_alive
 from pipebench.base.watchdog import StepOverrun
 from pipebench.pipeline.file_reads import IO_FIELDS, NO_IO, file_reads_of
+from pipebench.pipeline.stages import (
+    COLLATE_STAGE,
+    DECODE_STAGE,
+    LOAD_STAGE,
+    PER_BATCH_STAGE,
+    PER_SAMPLE_STAGE,
+)
 
-LOAD_STAGE = "load"
-# PIL.Image.open only reads the header; the pixels are decoded at the first pixel access. The
-# chain forces that decode right after the load, timed as its own step, so it is charged to
-# decode and not to whichever transform happens to touch the pixels first.
-DECODE_STAGE = "decode"
 DECODE_NAME = "decode"
 # A transform that takes the undecoded image and decodes it itself (a reduced-size or region
 # decode) sets this class attribute to True; when it is first in the chain the decode is left to it.
 DECODES_ITSELF_ATTR = "decodes_itself"
-PER_SAMPLE_STAGE = "per_sample"
-COLLATE_STAGE = "collate"
-PER_BATCH_STAGE = "per_batch"
 COLLATE_NAME = "default_collate"
 # Worker id recorded for batches made in the main process (num_workers=0).
 MAIN_PROCESS_WORKER = -1

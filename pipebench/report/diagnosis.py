@@ -26,7 +26,7 @@ import numpy as np
 
 from pipebench.base.noise_figures import compare_half_width
 from pipebench.base.tables import format_value, markdown_table
-from pipebench.pipeline.timed_chain import DECODE_STAGE
+from pipebench.pipeline.stages import DECODE_STAGE
 
 # Overrides that never define a chain: the axis the model predicts along, and repetition.
 NON_CHAIN_KEYS = ("workers", "distributed.nproc", "run.round", "results_dir")

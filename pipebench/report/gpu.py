@@ -9,9 +9,9 @@ from collections import defaultdict
 from typing import Dict, List, Mapping, Optional, Sequence
 
 from pipebench.base.tables import markdown_table
-from pipebench.pipeline.masked_loss import MASKED_LOSSES
+from pipebench.config.specs import MASKED_LOSS_KINDS
 
-SYNC_KIND, FIXED_KIND = tuple(MASKED_LOSSES)
+SYNC_KIND, FIXED_KIND = MASKED_LOSS_KINDS
 PAIR_COLUMNS = [
     "sync_job", "fixed_job", "syncs_per_step_sync", "syncs_per_step_fixed", "consumer_ms_sync", "consumer_ms_fixed",
     "consumer_ms_ratio", "step_ms_ratio", "gpu_notes",

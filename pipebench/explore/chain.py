@@ -1,0 +1,127 @@
+"""The chains explore works on, and what a move makes of one: transform configs as `_target_`
+nodes, the moves' names, and the variants they yield (pipebench.explore.variants builds them)."""
+
+import json
+from dataclasses import dataclass, field
+from typing import Any, Dict, List, Mapping, Optional, Tuple
+
+REDUCED_DECODE = "reduced_decode"
+TENSOR_PATH = "tensor_path"
+DECODER = "decoder"
+CROP_FIRST = "crop_first"
+FAST = "fast"
+PER_BATCH = "per_batch"
+LATE_CAST = "late_cast"
+TO_DEVICE = "to_device"
+GPU_DECODER = "gpu_decoder"
+# Moves that stack, in the order the ladder applies them (the decode moves first: see the docstring).
+STACKED = (TENSOR_PATH, DECODER, REDUCED_DECODE, CROP_FIRST, FAST)
+# Alternative homes for the chain's tail: the collate, or after the host-to-device copy.
+TAILS = (PER_BATCH, LATE_CAST, TO_DEVICE)
+# What gpu_decoder stacks on: it replaces the decode and the tail, so not the decode moves.
+STACKED_UNDER_GPU_DECODER = (CROP_FIRST, FAST)
+# Canonical order: names list moves in it.
+MOVES = (*STACKED, *TAILS, GPU_DECODER)
+# Moves that change pixels a little by design (another decode): equivalence compares their images.
+DECODE_MOVES = (REDUCED_DECODE, TENSOR_PATH)
+# Moves whose gain needs an accelerator: on a host without one they are generated and checked
+# (on the CPU) but not measured, as the host CPU would do the work the device is for.
+DEVICE_MOVES = (TO_DEVICE, GPU_DECODER)
+NAME_SEPARATOR = "+"
+
+Node = Mapping[str, Any]
+
+
+def class_name(target: str) -> str:
+    """`torchvision.transforms.RandomCrop` -> `RandomCrop`."""
+    return str(target).rsplit(".", 1)[-1]
+
+
+def short_name(node: Node) -> str:
+    """A node's class name (class_name of its `_target_`)."""
+    return class_name(node["_target_"])
+
+
+@dataclass(frozen=True)
+class Chain:
+    """A transform config: `_target_` nodes per sample, then per batch."""
+
+    per_sample: Tuple[Node, ...]
+    per_batch: Tuple[Node, ...] = ()
+    # Run on the batch after the host-to-device copy (transform.on_device).
+    on_device: Tuple[Node, ...] = ()
+
+    def as_config(self) -> Dict[str, List[Dict[str, Any]]]:
+        """The body of a Hydra `transform/<name>.yaml` (`on_device` only when it has steps)."""
+        config = {"per_sample": [dict(n) for n in self.per_sample], "per_batch": [dict(n) for n in self.per_batch]}
+        if self.on_device:
+            config["on_device"] = [dict(n) for n in self.on_device]
+        return config
+
+    def key(self) -> str:
+        """Equal for equal chains, so variants that yield the same chain can be dropped."""
+        return json.dumps(self.as_config(), sort_keys=True, default=str)
+
+
+@dataclass(frozen=True)
+class SampleSource:
+    """What the dataset gives, read from its first sample: a file format (PIL's name, JPEG, PNG, ...),
+    `decoded image` or `tensor`, and the image's (width, height) when it is an image."""
+
+    kind: str
+    size: Optional[Tuple[int, int]] = None
+
+    @classmethod
+    def of(cls, sample: Any) -> "SampleSource":
+        size = getattr(sample, "size", None)
+        if isinstance(size, tuple) and len(size) == 2:
+            return cls(getattr(sample, "format", None) or "decoded image", size)
+        return cls(type(sample).__name__.lower())
+
+
+@dataclass(frozen=True)
+class Moved:
+    """What one move did to a chain: nothing (with the reason) or a new chain and its changes in words."""
+
+    chain: Chain
+    changes: Tuple[str, ...] = ()
+    reason: str = ""
+    # Random transforms that now make one draw per batch instead of one per sample.
+    draws_per_batch: Tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class Variant:
+    name: str
+    moves: Tuple[str, ...]
+    changes: Tuple[str, ...]
+    chain: Chain
+    draws_per_batch: Tuple[str, ...] = ()
+    # Loader settings the variant sets (`loader.<key>`), for the loader moves; the chain is its parent's.
+    loader: Tuple[Tuple[str, Any], ...] = ()
+
+    def key(self) -> str:
+        """Equal for equal chains with equal loader settings."""
+        return self.chain.key() + json.dumps(self.loader, default=str)
+
+    @property
+    def needs_device(self) -> bool:
+        """Its gain needs an accelerator (a move in DEVICE_MOVES)."""
+        return any(move in DEVICE_MOVES for move in self.moves)
+
+
+@dataclass(frozen=True)
+class Exploration:
+    """The base chain first, then its variants; `not_applied` says why each inapplicable move is."""
+
+    variants: Tuple[Variant, ...]
+    not_applied: Tuple[str, ...] = field(default=())
+
+    @property
+    def base(self) -> Variant:
+        return self.variants[0]
+
+
+def with_target(node: Node, target: str) -> Dict[str, Any]:
+    return {**node, "_target_": target}
+

@@ -1,0 +1,221 @@
+"""The moves that replace a chain's decode: decoder, tensor_path, reduced_decode and gpu_decoder
+(pipebench.explore.variants lists them all). They read what the dataset gives (a SampleSource), so a
+dataset that is not JPEG files is skipped with the reason."""
+
+from typing import List, Optional, Sequence, Tuple
+
+from pipebench.explore.chain import (
+    DECODER,
+    GPU_DECODER,
+    REDUCED_DECODE,
+    TENSOR_PATH,
+    Chain,
+    Moved,
+    Node,
+    SampleSource,
+    class_name,
+    short_name,
+    with_target,
+)
+from pipebench.explore.chain_moves import BATCHABLE, any_step, device_tail, keeps_draws
+from pipebench.pipeline.consumers import HOST_DEVICE
+from pipebench.pipeline.movement import PIL, TENSOR, declared_movement
+
+# The catalogue's decoder: torchvision.io.decode_jpeg on the file's bytes, to a uint8 [3, H, W] tensor.
+DECODE_JPEG = "pipebench.transforms.decode.DecodeJpeg"
+# Its batched split at the copy (gpu_decoder): the file's bytes in the worker, one decode call after.
+READ_JPEG_BYTES = "pipebench.transforms.decode.ReadJpegBytes"
+BATCH_DECODE_JPEG = "pipebench.transforms.decode.BatchDecodeJpeg"
+# The device type nvJPEG needs.
+CUDA = "cuda"
+# PIL's name for a JPEG file (Image.format): the only format with DCT-scaled decoding.
+JPEG_FORMAT = "JPEG"
+# libjpeg's smallest useful DCT reduction: below twice the output size no draft can apply.
+MIN_DRAFT_REDUCTION = 2
+
+
+def _output_size(node: Node, image: Tuple[int, int]) -> Tuple[int, int]:
+    """(w, h) a RandomResizedCrop or Resize node makes of a (w, h) image."""
+    size = node.get("size")
+    sizes = [size] if isinstance(size, int) else list(size)
+    if len(sizes) == 2 or "RandomResizedCrop" in str(node["_target_"]):
+        return (sizes[-1], sizes[0])
+    short, long = sorted(image)
+    scaled = (sizes[0], int(sizes[0] * long / short))
+    return scaled if image[0] <= image[1] else scaled[::-1]
+
+
+def decoder_conversion(chain: Chain) -> Optional[int]:
+    """Where the chain's PIL->tensor conversion that declares a decoder_form is, or None."""
+    return next((i for i, m in enumerate(declared_movement(n) for n in chain.per_sample)
+                 if m is not None and m.decoder_form), None)
+
+
+def decoder(chain: Chain, move: str = DECODER) -> Moved:
+    """Replace the chain's PIL->tensor conversion by the decoder it declares; PIL-side crops before
+    it follow it (the decoder reads the whole file, so a crop first would only make it fall back).
+    `move` names the move in the reasons (gpu_decoder starts from this one)."""
+    steps = list(chain.per_sample)
+    movements = [declared_movement(n) for n in steps]
+    at = decoder_conversion(chain)
+    if at is None:
+        first = movements[0] if movements else None
+        if first is not None and first.accepts == frozenset([TENSOR]):
+            return Moved(chain, reason=f"{move}: the chain starts from tensors ({short_name(steps[0])} accepts only "
+                                       "tensors): there is no image file to decode")
+        return Moved(chain, reason=f"{move}: no step declares a decoder_form (a PIL->tensor conversion such as "
+                                   "PILToTensor)")
+    before = [(n, m) for n, m in zip(steps[:at], movements[:at])]
+    blocking = [short_name(n) for n, m in before if m is None or not m.crop or TENSOR not in m.accepts]
+    if blocking:
+        return Moved(chain, reason=f"{move}: {', '.join(blocking)} runs on the PIL image before "
+                                   f"{short_name(steps[at])}, and only a crop can follow the decoder")
+    conversion = steps[at]
+    decoded = with_target(conversion, movements[at].decoder_form)
+    changes = [f"replace {short_name(conversion)} with {short_name(decoded)} (decode the JPEG file straight to a "
+               "uint8 tensor)"]
+    if before:
+        changes.append(f"move {', '.join(short_name(n) for n, _ in before)} after {short_name(decoded)}")
+    new_steps = (decoded, *(n for n, _ in before), *steps[at + 1:])
+    return Moved(Chain(new_steps, chain.per_batch, chain.on_device), tuple(changes))
+
+
+
+def _batch_decode_change(device: str) -> str:
+    """gpu_decoder's decode, in words, for where it will run."""
+    if device.startswith(CUDA):
+        return f"decode the batch on the GPU after the copy ({class_name(BATCH_DECODE_JPEG)}, nvJPEG)"
+    return (f"decode the batch in one call after the copy, on {device} here ({class_name(BATCH_DECODE_JPEG)}; "
+            "nvJPEG where there is a CUDA device)")
+
+
+def _device_crops(steps: Sequence[Node]) -> Tuple[List[Node], str]:
+    """(the batch forms of the crops that lead `steps`, or [] with why they cannot run on the device):
+    a crop must come first, as the decoded images differ in size until one stacks them."""
+    crops: List[Node] = []
+    for node in steps:
+        movement = declared_movement(node)
+        if movement is None or not movement.crop:
+            break
+        if not movement.batch_form or not keeps_draws(movement):
+            lacks = "no batch form" if not movement.batch_form else "a batch form that draws once a batch"
+            return [], f"{short_name(node)}, the crop after the decode, has {lacks}"
+        crops.append(with_target(node, movement.batch_form))
+    if not crops:
+        first = f"{short_name(steps[0])} comes first" if steps else "nothing comes"
+        return [], f"no crop follows the decode ({first}), so the decoded images cannot be stacked into one batch"
+    return crops, ""
+
+
+def gpu_decoder(chain: Chain, source: Optional[SampleSource] = None, device: str = HOST_DEVICE) -> Moved:
+    """Read the JPEG file's bytes in the worker and decode the batch in one call after the copy, on
+    `device` (nvJPEG on CUDA); the crop, then every later step, run there as their batch forms."""
+    skipped = _not_jpeg(GPU_DECODER, source)
+    if skipped:
+        return Moved(chain, reason=skipped)
+    decoded = decoder(chain, GPU_DECODER)
+    if not decoded.changes:
+        return decoded
+    first, *steps = decoded.chain.per_sample
+    if first["_target_"] != DECODE_JPEG:
+        return Moved(chain, reason=f"{GPU_DECODER}: the declared decoder, {short_name(first)}, has no batched form "
+                                   f"on the device (only {class_name(DECODE_JPEG)} has)")
+    crops, why = _device_crops(steps)
+    if not crops:
+        return Moved(chain, reason=f"{GPU_DECODER}: {why}")
+    rest = Chain(tuple(steps[len(crops):]), chain.per_batch, chain.on_device)
+    tail, tail_changes, stop = device_tail(rest, any_step, BATCHABLE)
+    if tail.per_sample or tail.per_batch:
+        return Moved(chain, reason=f"{GPU_DECODER}: {stop}, so it cannot run on the device after the decode")
+    conversion = chain.per_sample[decoder_conversion(chain)]
+    changes = (f"read the JPEG bytes in the worker ({class_name(READ_JPEG_BYTES)}) in place of PIL's "
+               f"decode and {short_name(conversion)}", _batch_decode_change(device),
+               *(f"crop on the device: {short_name(n)} as {short_name(b)}" for n, b in zip(steps, crops)),
+               *tail_changes)
+    on_device = ({"_target_": BATCH_DECODE_JPEG, "device": device}, *crops, *tail.on_device)
+    return Moved(Chain(({"_target_": READ_JPEG_BYTES},), (), on_device), changes)
+
+
+
+def reduced_decode(chain: Chain, source: Optional[SampleSource] = None) -> Moved:
+    """Replace a first step that resizes down by its draft_form (decode the JPEG at reduced size)."""
+    skipped = _not_jpeg(REDUCED_DECODE, source)
+    if skipped:
+        return Moved(chain, reason=skipped)
+    if not chain.per_sample:
+        return Moved(chain, reason=f"{REDUCED_DECODE}: there are no per-sample transforms")
+    first = chain.per_sample[0]
+    name, movement = short_name(first), declared_movement(first)
+    if movement is None or not movement.draft_form:
+        pads = name == "RandomCrop" and movement is not None and not movement.crop
+        why = "pads, so a reduced-size decode would change what the padding surrounds" if pads else \
+            "does not resize the image down (declares no draft_form)"
+        return Moved(chain, reason=f"{REDUCED_DECODE}: the first step, {name}, {why}")
+    if source is not None and source.size is not None:
+        out = _output_size(first, source.size)
+        width, height = source.size
+        if "Resize" == name and (out[0] >= width or out[1] >= height):
+            return Moved(chain, reason=f"{REDUCED_DECODE}: {name} to {out[0]}x{out[1]} upsamples the "
+                                       f"{width}x{height} images")
+        if width // MIN_DRAFT_REDUCTION < out[0] or height // MIN_DRAFT_REDUCTION < out[1]:
+            return Moved(chain, reason=f"{REDUCED_DECODE}: a draft at 1/{MIN_DRAFT_REDUCTION} of the {width}x{height} "
+                                       f"images would go below {name}'s output size {out[0]}x{out[1]}")
+    drafted = with_target(first, movement.draft_form)
+    return Moved(Chain((drafted, *chain.per_sample[1:]), chain.per_batch, chain.on_device),
+                 (f"replace {name} with {short_name(drafted)} (decode the JPEG at 1/2, 1/4 or 1/8 size, libjpeg's "
+                  "DCT scaling, wherever the region kept is at least that many times the output)",))
+
+
+def _not_jpeg(move: str, source: Optional[SampleSource]) -> str:
+    if source is not None and source.kind != JPEG_FORMAT:
+        return f"{move}: the dataset gives {source.kind} samples, not JPEG files: decode moves skipped"
+    return ""
+
+
+def _conversion_at(chain: Chain) -> Optional[int]:
+    """Where the chain turns its PIL image into a tensor (PILToTensor, ToTensor, ToImage), or None."""
+    return next((i for i, m in enumerate(declared_movement(n) for n in chain.per_sample)
+                 if m is not None and m.returns == TENSOR and PIL in m.accepts), None)
+
+
+def tensor_path(chain: Chain, source: Optional[SampleSource] = None) -> Moved:
+    """Decode to a uint8 tensor first; the PIL steps before the conversion run as their tensor forms."""
+    skipped = _not_jpeg(TENSOR_PATH, source)
+    if skipped:
+        return Moved(chain, reason=skipped)
+    at = _conversion_at(chain)
+    if at is None:
+        return Moved(chain, reason=f"{TENSOR_PATH}: no step turns the PIL image into a tensor (PILToTensor, "
+                                   "ToTensor, ToImage)")
+    before = chain.per_sample[:at]
+    if not before:  # the conversion comes first: that is issue 13's decoder move alone
+        return Moved(chain, reason=f"{TENSOR_PATH}: no step runs on the PIL image before "
+                                   f"{short_name(chain.per_sample[at])} (the decoder move covers it)")
+    blocking = [short_name(n) for n in before if not (m := declared_movement(n)) or not m.tensor_form]
+    if blocking:
+        return Moved(chain, reason=f"{TENSOR_PATH}: {', '.join(blocking)} runs on the PIL image before "
+                                   f"{short_name(chain.per_sample[at])} and declares no tensor form")
+    conversion = chain.per_sample[at]
+    left = declared_movement(conversion).tensor_form
+    moved = [with_target(n, declared_movement(n).tensor_form) for n in before]
+    rest = ([with_target(conversion, left)] if left else []) + list(chain.per_sample[at + 1:])
+    changes = [f"decode the JPEG with {class_name(DECODE_JPEG)} (torchvision.io.decode_jpeg, straight "
+               "to a uint8 tensor) instead of PIL"]
+    changes += [f"run {short_name(n)} on the tensor as {m['_target_'].rsplit('.', 2)[-2]}.{short_name(m)}"
+                for n, m in zip(before, moved)]
+    if not left:
+        changes.append(f"drop {short_name(conversion)} (the decoder gives the tensor)")
+    elif left != conversion["_target_"]:
+        changes.append(f"replace {short_name(conversion)} with {short_name(rest[0])}")
+    return Moved(Chain(({"_target_": DECODE_JPEG}, *moved, *rest), chain.per_batch, chain.on_device),
+                 tuple(changes))
+
+
+def pixel_prefixes(move: str, chain: Chain) -> Tuple[int, int]:
+    """How many leading per-sample steps of the chain, and of the chain `move` makes of it, produce the
+    8-bit image the move changes (compared in grey levels before any float conversion)."""
+    if move == TENSOR_PATH:
+        at = _conversion_at(chain)
+        return at, at + 1
+    return 1, 1
+
