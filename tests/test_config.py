@@ -116,3 +116,23 @@ def test_help_lists_the_run_verb(capsys):
     with pytest.raises(SystemExit) as exited:
         main(["--help"])
     assert exited.value.code == 0 and "run" in capsys.readouterr().out
+
+
+def test_the_decode_floor_examples_run_on_a_jpeg(tmp_path):
+    """The README's decode-floor command names these chains: they must build and run."""
+    import io
+    from pathlib import Path
+
+    import yaml
+    from PIL import Image
+
+    folder = Path(__file__).resolve().parents[1] / "examples" / "decode_floor" / "transform"
+    chains = sorted(folder.glob("*.yaml"))
+    assert [p.stem for p in chains] == ["decode_crop_only", "decoder_torch_mask"]
+    data = io.BytesIO()
+    Image.new("RGB", (300, 280), (200, 100, 50)).save(data, format="JPEG")
+    for path in chains:
+        sample = Image.open(io.BytesIO(data.getvalue()))
+        for step in build_transforms(yaml.safe_load(path.read_text())["per_sample"], path.stem):
+            sample = step(sample)
+        assert tuple(sample.shape) == (3, 256, 256), path.stem
