@@ -14,7 +14,7 @@ PER_BATCH = "per_batch"
 LATE_CAST = "late_cast"
 TO_DEVICE = "to_device"
 GPU_DECODER = "gpu_decoder"
-# Moves that stack, in the order the ladder applies them (the decode moves first: see the docstring).
+# Moves that stack, in the order the ladder applies them (the decode moves first: see pipebench.explore.variants).
 STACKED = (TENSOR_PATH, DECODER, REDUCED_DECODE, CROP_FIRST, FAST)
 # Alternative homes for the chain's tail: the collate, or after the host-to-device copy.
 TAILS = (PER_BATCH, LATE_CAST, TO_DEVICE)
@@ -123,5 +123,6 @@ class Exploration:
 
 
 def with_target(node: Node, target: str) -> Dict[str, Any]:
+    """The node with another class and the same arguments (a move's replacement for a step)."""
     return {**node, "_target_": target}
 
