@@ -34,7 +34,9 @@ ON_ERROR_POLICIES = ("fail", "skip")
 ON_JOB_ERROR_POLICIES = ("continue", "stop")
 # The masked-loss pair (pipebench.pipeline.masked_loss): the version with syncs, then without.
 MASKED_LOSS_KINDS = ("masked_loss_sync", "masked_loss_fixed")
-CONSUMER_KINDS = ("none", "emulated", "toy_cnn", *MASKED_LOSS_KINDS)
+# consumer=none: the loader alone, nothing eats the batches (the diagnosis then sizes no consumer).
+NO_CONSUMER = "none"
+CONSUMER_KINDS = (NO_CONSUMER, "emulated", "toy_cnn", *MASKED_LOSS_KINDS)
 STEP_DISTRIBUTIONS = ("fixed", "normal", "uniform")
 CONSUMER_DEVICES = ("auto", "cpu", "cuda")
 SHARING_STRATEGIES = ("file_descriptor", "file_system")

@@ -91,9 +91,6 @@ def libjpeg_turbo_version() -> Optional[str]:
 def torchvision_version() -> Optional[str]:
     """`torchvision.__version__` without importing torchvision (seconds, torch._dynamo included),
     which a job whose chain uses none of it need not pay: read from the installed package."""
-    loaded = sys.modules.get("torchvision")
-    if loaded is not None:
-        return loaded.__version__
     spec = importlib.util.find_spec("torchvision")
     if spec is None:
         return None

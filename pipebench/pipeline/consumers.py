@@ -31,7 +31,7 @@ from torch import nn
 
 from pipebench.base.errors import ConfigError
 from pipebench.base.gpu_timing import CudaPhaseTimer, HostPhaseTimer, UntimedPhases
-from pipebench.config.specs import ConsumerSpec
+from pipebench.config.specs import NO_CONSUMER, ConsumerSpec
 from pipebench.pipeline.masked_loss import MASKED_LOSSES
 
 NS_PER_MS = 1_000_000
@@ -93,7 +93,7 @@ class NoConsumer:
         return None
 
     def report(self) -> Dict[str, Any]:
-        return {"kind": "none"}
+        return {"kind": NO_CONSUMER}
 
 
 @dataclass(frozen=True)
@@ -356,7 +356,7 @@ class MaskedLossConsumer(ToyCnnConsumer):
 
 def build_consumer(spec: ConsumerSpec, seed: int) -> Consumer:
     """The consumer `spec` names; `seed` makes its random draws (step times, weights) reproducible."""
-    if spec.kind == "none":
+    if spec.kind == NO_CONSUMER:
         return NoConsumer()
     if spec.kind == "emulated":
         return EmulatedConsumer(StepTimeDistribution(spec.distribution, spec.step_ms, spec.spread_ms), seed)

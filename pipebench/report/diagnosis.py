@@ -26,6 +26,7 @@ import numpy as np
 
 from pipebench.base.noise_figures import compare_half_width
 from pipebench.base.tables import format_value, markdown_table
+from pipebench.config.specs import NO_CONSUMER
 from pipebench.pipeline.stages import DECODE_STAGE
 
 # Overrides that never define a chain: the axis the model predicts along, and repetition.
@@ -56,8 +57,6 @@ RESTART_SHARE_WORTH_NAMING = 0.05
 WORKER_CPU_INFLATION = 1.05
 # Consumers that spend main-process CPU while they run (the others sleep or wait on a GPU).
 CPU_CONSUMERS = {("toy_cnn", "cpu")}
-# consumer_report["kind"] of a run without a consumer (consumer=none).
-NO_CONSUMER = "none"
 # The accel_util_pct the workers and cores are sized for when the results do not say
 # (run.target_accel_util_pct; the schema's default, kept here for results written before it).
 DEFAULT_TARGET_ACCEL_UTIL_PCT = 90.0
