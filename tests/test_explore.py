@@ -246,3 +246,53 @@ def test_gpu_decoder_is_checked_everywhere_and_measured_only_with_cuda(chain_pro
     swept = plan.overrides[-1].removeprefix("transform=").split(",")
     assert swept == [item.variant.name for item in plan.checked if item.measured]
     assert (gpu.variant.name in swept) == cuda
+
+
+def _jpeg_folder(root):
+    """Eight small JPEGs in two class folders, for dataset=image_folder."""
+    from PIL import Image
+
+    for k in range(8):
+        folder = root / f"class{k % 2}"
+        folder.mkdir(parents=True, exist_ok=True)
+        Image.new("RGB", (48, 40), (30 * k, 255 - 30 * k, 90)).save(folder / f"{k}.jpg", quality=90)
+    return root
+
+
+# Every built-in dataset, with a chain that runs on what it gives (tensors or JPEG files).
+STREAM = ["dataset=sharded_stream", "dataset.source.shape=[3,32,32]", "dataset.source.length=512"]
+DATASETS = {
+    "random_tensors": ["transform=scaled", *TINY_DATASET],
+    "sharded_stream": ["transform=scaled", *STREAM],
+    "synthetic_jpeg": ["transform=decoded", "dataset=synthetic_jpeg", "dataset.width=64", "dataset.height=48",
+                       "dataset.num_images=4", "dataset.length=64", "dataset.cache_dir={root}/jpegs"],
+    "image_folder": ["transform=decoded", "dataset=image_folder", "dataset.path={root}/folder", "loader.batch_size=4"],
+}
+
+
+@pytest.mark.parametrize("name", sorted(DATASETS))
+def test_every_built_in_dataset_goes_through_explore(chain_project, monkeypatch, name):
+    """The plan reads the first samples as the loader would (an iterable dataset has no
+    dataset[0]) and checks every variant against the base chain on them."""
+    monkeypatch.chdir(chain_project)
+    _jpeg_folder(chain_project / "folder")
+    overrides = [o.format(root=chain_project) for o in DATASETS[name]] + ["workers=0", "results_dir=out"]
+    plan = plan_exploration(overrides, expand_sweep([*search_path("conf"), *overrides])[0])
+    assert len(plan.checked) > 1
+    moved = [item for item in plan.checked[1:] if item.equivalence.equivalent]
+    assert moved, [(item.variant.name, item.equivalence.detail) for item in plan.checked]
+
+
+def test_explore_measures_an_iterable_dataset_and_refuses_a_chain_that_fails_on_it(chain_project, capsys,
+                                                                                     monkeypatch):
+    proc = run_cli(["explore", "--config-dir", "conf", "transform=scaled", *STREAM, *QUICK_RUN, "consumer=none",
+                    *NO_PROFILE, "run.warmup_steps=0", "run.min_time_s=0", "rounds=2", "results_dir=out"],
+                   cwd=chain_project)
+    assert proc.returncode == 0, proc.stderr
+    rows = _csv(chain_project / results_folder(proc.stdout) / "summary.csv")
+    assert {row["transform"] for row in rows} == {"scaled", "scaled+crop_first"} and len(rows) == 4
+    monkeypatch.chdir(chain_project)
+    assert main(["explore", "--config-dir", "conf", "transform=decoded", *STREAM, "workers=0", "results_dir=out2"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "\n" not in err and "transform=decoded fails on the dataset's first samples (TypeError" in err, err
+    assert not (chain_project / "out2").exists()

@@ -304,3 +304,13 @@ def _check_chain(base_chain: Chain, variant: Variant, fetch: Fetch, seed: int) -
     p, note = _distribution_test(base, built, fetch, seed)
     verdict = SAME_DISTRIBUTION if p >= ALPHA else NOT_EQUIVALENT
     return Equivalence(verdict, f"{measured}; {note}", test=TEST_NAME, p_value=p, max_abs_diff=max_diff)
+
+
+def chain_failure(chain: Chain, fetch: Fetch, seed: int) -> str:
+    """Why the chain cannot make one batch of the dataset's first samples ('' when it can): a
+    base chain that fails on its own data leaves every variant nothing to be checked against."""
+    try:
+        _Built.of(chain)(fetch(BATCH_SIZE), seed)
+    except Exception as exc:  # the user's steps on the user's data: any error is the answer
+        return f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
+    return ""

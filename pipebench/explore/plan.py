@@ -11,17 +11,19 @@ sweeps `transform=<base>,<variant>,...` through the same path as `pipebench run`
 """
 
 import dataclasses
+import itertools
 import statistics
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Dict, List, Mapping, Optional, Sequence, Tuple, Union
+from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple, Union
 
 import torch
 from hydra.core.config_store import ConfigStore
 from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra.errors import HydraException
 from omegaconf import OmegaConf
+from torch.utils.data import IterableDataset
 
 from pipebench.base.csv_cells import csv_text
 from pipebench.base.errors import ConfigError
@@ -31,7 +33,14 @@ from pipebench.base.tables import markdown_table
 from pipebench.config.compose import job_spec_composer, one_line
 from pipebench.config.limits import MAX_PREFETCH_FACTOR
 from pipebench.config.sweep_axes import expand_auto_workers
-from pipebench.explore.equivalence import DEFAULT_MAX_PIXEL_DIFF, FAILS, Equivalence, check, is_equivalent
+from pipebench.explore.equivalence import (
+    DEFAULT_MAX_PIXEL_DIFF,
+    FAILS,
+    Equivalence,
+    chain_failure,
+    check,
+    is_equivalent,
+)
 from pipebench.explore.chain import DEVICE_MOVES, Chain, Exploration, SampleSource, Variant
 from pipebench.explore.variants import LoaderSetting, explore
 from pipebench.explore.waterfall import WATERFALL_COLUMNS, waterfall, winner
@@ -241,6 +250,22 @@ def _loader_settings_that_hold(found: Exploration, first_job: Sequence[str], com
     return Exploration(tuple(kept), (*found.not_applied, *dropped))
 
 
+def _sample_fetcher(dataset: Any) -> Callable[[int], list]:
+    """`fetch(n)`: the dataset's first n inputs (labels dropped), cycled where it holds fewer, read
+    as the loader reads them: by index from a map-style dataset, by iterating an IterableDataset
+    (which has no `dataset[i]`) of `(index, sample, target)` items (pipeline.timed_iterable).
+    An empty dataset gives none."""
+    if isinstance(dataset, IterableDataset):
+        def fetch(n: int) -> list:
+            first = [sample for _, sample, _ in itertools.islice(iter(dataset), n)]
+            return [first[i % len(first)] for i in range(n)] if first else []
+        return fetch
+
+    def fetch_indexed(n: int) -> list:
+        return [dataset[i % len(dataset)][0] for i in range(n)] if len(dataset) else []
+    return fetch_indexed
+
+
 def plan_exploration(overrides: Sequence[str], first_job: Sequence[str], fresh: bool = False,
                      max_pixel_diff: int = DEFAULT_MAX_PIXEL_DIFF) -> Union[Plan, NoVariants]:
     """Generate and check the variants of the chain `first_job` composes to, and pick their folder:
@@ -254,17 +279,19 @@ def plan_exploration(overrides: Sequence[str], first_job: Sequence[str], fresh: 
     with job_spec_composer() as compose_one:
         spec, results_dir = compose_one(first_job)
         setting = LoaderSetting(spec.workers, dataclasses.asdict(spec.loader), device_here, MAX_PREFETCH_FACTOR)
-        dataset = build_dataset(spec)
-        source = SampleSource.of(dataset[0][0]) if len(dataset) else None
+        fetch = _sample_fetcher(build_dataset(spec))
+        first = fetch(1)
+        source = SampleSource.of(first[0]) if first else None
         found = _loader_settings_that_hold(
             explore(spec.transform_name, Chain(spec.per_sample, spec.per_batch, spec.on_device), setting, source,
                     on_device_of(spec.consumer)),
             first_job, compose_one)
     if len(found.variants) == 1:
         return NoVariants(found.base.name, found.not_applied)
-
-    def fetch(n: int) -> list:
-        return [dataset[i % len(dataset)][0] for i in range(n)]
+    broken = chain_failure(found.base.chain, fetch, spec.run.seed)
+    if broken:
+        raise ConfigError(f"transform={found.base.name} fails on the dataset's first samples ({broken}): "
+                          "explore checks each variant against it, so it needs a chain that runs on this dataset")
 
     checked = [Checked(found.base, None)]
     for variant in found.variants[1:]:
