@@ -10,6 +10,8 @@ from typing import Dict, List
 import pytest
 from conftest import TINY_DATASET
 
+from pipebench.base.errors import ConfigError
+from pipebench.base.significance import MIN_SAMPLES
 from pipebench.cli.main import main
 from pipebench.regress.ab import EXIT_REGRESSION
 from pipebench.regress.history import load_history
@@ -162,3 +164,16 @@ def test_version_note_names_what_moved_and_side_env_keeps_the_other_tree_out(tmp
     base, head = tmp_path / "base", tmp_path / "head"
     env = side_env(base, [head], {"PYTHONPATH": f"{head}{os.pathsep}/opt/lib"})
     assert env["PYTHONPATH"].split(os.pathsep) == [str(base), "/opt/lib"]
+
+
+def test_ab_defaults_to_rounds_it_accepts_and_refuses_one_asked_for():
+    """run's default of 1 round would be refused (a session pairs rounds): ab uses its own 5 and the
+    header says so; rounds the user or the suite asks for are kept, and 1 asked for is refused."""
+    from pipebench.cli.ab import AB_DEFAULT_ROUNDS, DEFAULT_ROUNDS_NOTE, _rounds
+
+    assert _rounds(None, ["transform=yuv_mask", "workers=0,2"], None) == (AB_DEFAULT_ROUNDS, DEFAULT_ROUNDS_NOTE)
+    assert AB_DEFAULT_ROUNDS >= MIN_SAMPLES and "--rounds N" in DEFAULT_ROUNDS_NOTE
+    assert _rounds(None, ["suite=nightly"], None) == (5, "")
+    assert _rounds(None, ["rounds=3"], None) == (3, "") and _rounds(6, [], None) == (6, "")
+    with pytest.raises(ConfigError, match="rounds=1: an A/B session pairs rounds"):
+        _rounds(None, ["rounds=1"], None)

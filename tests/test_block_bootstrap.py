@@ -55,3 +55,29 @@ def test_interval_of_a_constant_series_is_a_point_and_too_few_blocks_give_none()
     assert np.isnan(block_ratio_interval(np.array([32.0]), np.array([0.5])).low)
     few = block_ratio_interval(np.array([32.0, 32.0, 32.0]), np.array([0.4, 0.5, 0.6]))
     assert few.low < few.value < few.high and few.blocks == 3
+
+
+def test_every_interval_holds_its_estimate_on_skewed_block_series():
+    """Few blocks, one of them far off: the shape that skews the bootstrap's t distribution."""
+    rng = np.random.default_rng(11)
+    for _ in range(300):
+        n = int(rng.integers(4, 10))
+        seconds = rng.lognormal(0, rng.uniform(0.05, 1.0), n)
+        seconds[rng.integers(n)] *= rng.uniform(0.05, 20)
+        result = block_ratio_interval(rng.choice([32.0, 64.0, 96.0], n), seconds)
+        assert result.low <= result.value <= result.high, result
+
+
+def test_a_studentized_interval_that_excludes_its_estimate_falls_back_and_says_so():
+    """The guard itself, on bootstrap output of known shape: a studentized pair above the estimate
+    gives way to the percentile interval of the same resamples; if that also misses, it is widened."""
+    from pipebench.base.stats import PERCENTILE_FALLBACK_NOTE, WIDENED_NOTE, _holding_the_estimate
+
+    ratios = np.linspace(95.0, 110.0, 2001)
+    kept = _holding_the_estimate(100.0, (98.0, 103.0), ratios, 0.025, 8)
+    assert (kept.low, kept.high, kept.note) == (98.0, 103.0, "")
+    fallback = _holding_the_estimate(100.0, (101.0, 104.0), ratios, 0.025, 8)
+    assert fallback.low == pytest.approx(95.375) and fallback.high == pytest.approx(109.625)
+    assert fallback.note == PERCENTILE_FALLBACK_NOTE
+    widened = _holding_the_estimate(100.0, (101.0, 104.0), ratios + 10.0, 0.025, 8)
+    assert widened.low == 100.0 and widened.high == pytest.approx(119.625) and widened.note == WIDENED_NOTE

@@ -2,6 +2,8 @@
 
 import copy
 import json
+import os
+import subprocess
 import sys
 from pathlib import Path
 from typing import Dict, Optional, Sequence
@@ -21,6 +23,7 @@ from pipebench.regress.compare import (
     EXIT_OK,
     EXIT_REGRESSION,
     FASTER,
+    HOST_BUSIER,
     INCOMPARABLE,
     NO_CHANGE,
     NOISY,
@@ -247,3 +250,58 @@ def test_real_runs_flag_a_25pct_slower_transform(tmp_path, capsys):
     assert compare_main(*folders, DEFAULT_THRESHOLD, True, None) == EXIT_REGRESSION
     out = capsys.readouterr().out
     assert "| slower |" in out and "compared anyway" in out
+
+
+def test_one_round_a_side_says_rounds_not_an_old_file_and_host_load_explains_a_slowdown(tmp_path, capsys):
+    """Folders of one round each: the CPU signal is off because of the rounds, and the line says
+    so. A throughput drop that goes with 1.5 of 2 CPUs of other load on the slower side is the host."""
+    rng = np.random.default_rng(5)
+    quiet, busy = ({"host_other_cpu_cores": load} for load in (0.05, 1.5))
+    records = {"base": (BASE_RATE, quiet), "cur": (0.5 * BASE_RATE, busy), "cur_quiet": (0.5 * BASE_RATE, quiet)}
+    for name, (rate, summary) in records.items():
+        write_record(tmp_path / name, result_record(0, rates=noisy_rates(rng, rate, 0.03, 5), batch=BATCH, steps=STEPS,
+                                                    config=CONFIG, fingerprint=FINGERPRINT, job=JOB, summary=summary))
+    busier = compare_runs(load_run(str(tmp_path / "base")), load_run(str(tmp_path / "cur")))
+    assert (busier.jobs[0].verdict, busier.jobs[0].wall_verdict) == (HOST_BUSIER, SLOWER)
+    assert busier.jobs[0].current_host_other_cores == pytest.approx(1.5)
+    assert compare_runs(load_run(str(tmp_path / "base")), load_run(str(tmp_path / "cur_quiet"))).jobs[0].verdict == SLOWER
+    assert compare_main(str(tmp_path / "base"), str(tmp_path / "cur"), DEFAULT_THRESHOLD, False, None) == EXIT_OK
+    out = capsys.readouterr().out
+    assert "a side has 1 round(s)" in out and "rounds=N" in out and "written before" not in out
+    assert "| host busier | wall+host load |" in out
+
+
+def test_results_without_cpu_time_still_say_they_predate_the_signal(tmp_path, capsys):
+    for name in ("base", "cur"):
+        write_record(tmp_path / name, result_record(0, rates=[BASE_RATE] * 5, config=CONFIG, fingerprint=FINGERPRINT,
+                                                    job=JOB, summary={"cpu_ms_per_sample": float("nan")}))
+    assert compare_main(str(tmp_path / "base"), str(tmp_path / "cur"), DEFAULT_THRESHOLD, False, None) == EXIT_OK
+    assert "results written before the CPU-time signal" in capsys.readouterr().out
+
+
+def test_a_spinning_process_beside_one_real_run_is_the_host_not_a_regression(tmp_path, capsys):
+    """Two real one-round runs of one chain; CPU spinners beside the second take most of the cores.
+    Throughput alone would call it `slower`; the host-load meter saw the spinners, so `host busier`."""
+    overrides = [*TINY_DATASET, "transform=cmp_chain", "consumer=none", "workers=0", "loader.batch_size=16",
+                 "run.repeats=5", "run.steps=8", "run.min_time_s=0", "run.warmup_steps=1", "run.profile_steps=0",
+                 "run.progress=false", "trace=none"]
+    conf = _chain_config_dir(tmp_path / "conf", 1.0)
+    folders = []
+    for name in ("base", "cur"):
+        spinners = [] if name == "base" else [
+            # Each in a session of its own: with the kernel's autogroup scheduling a session shares
+            # the CPU as one, so spinners in the test's session would barely touch the job's.
+            subprocess.Popen([sys.executable, "-c", "while True: pass"], start_new_session=True)
+            for _ in range(2 * (os.cpu_count() or 1))]
+        try:
+            proc = run_cli(["run", "--config-dir", str(conf), *overrides, f"results_dir={tmp_path / name}"], tmp_path)
+        finally:
+            for spinner in spinners:
+                spinner.kill()
+                spinner.wait()
+        assert proc.returncode == 0, proc.stderr
+        folders.append(str(results_folder(proc.stdout)))
+    job = compare_runs(load_run(folders[0]), load_run(folders[1])).jobs[0]
+    assert job.wall_verdict == SLOWER and job.verdict == HOST_BUSIER, job
+    assert job.current_host_other_cores - job.baseline_host_other_cores >= 0.5 * (os.cpu_count() or 1)
+    assert compare_main(*folders, DEFAULT_THRESHOLD, False, None) == EXIT_OK

@@ -102,10 +102,24 @@ def test_bootstrap_blocks_group_whole_cycles_to_a_time_span_and_never_cross_an_e
 
     from pipebench.measure.window import bootstrap_blocks
 
-    result = starved_pass(2, 30, epoch_every=24)  # 100 ms cycles; an epoch end after batch 24
+    result = starved_pass(2, 30, epoch_every=24)  # 100 ms cycles; an epoch end after batches 24 and 48
     window = split_window([result], 2)
     step_ns = np.array([s.step_ns for s in window.steps], dtype=float)
     blocks = bootstrap_blocks(window, step_ns, 0.3e9, 4)  # 3 cycles a block
-    assert all(len(b) == 6 for b in blocks)
-    assert all(b[-1] - b[0] == 5 for b in blocks)  # consecutive steps: no block spans the epoch end
+    # Epoch ends after batches 24 and 48 leave segments of 12, 11 and 5 steady cycles: a segment's
+    # last block takes the cycles left over, and 5 cycles make one block of 5.
+    assert [len(b) // 2 for b in blocks] == [3, 3, 3, 3] + [3, 3, 5] + [5]
+    assert all(b[-1] - b[0] == len(b) - 1 for b in blocks)  # consecutive steps: none spans the epoch end
+    assert sorted(i for b in blocks for i in b) == window.steady_indices().tolist()  # every steady step
     assert len(bootstrap_blocks(window, step_ns, 10e9, 4)) >= 4  # lowered to keep enough blocks
+
+
+def test_the_interval_holds_the_steady_rate_when_leftover_cycles_are_slow():
+    """19 cycles make 9 blocks of 2 and one cycle over; that cycle 20x slow. Blocks that left it out
+    gave an interval of the other 18 (a point at 160/s) beside a steady rate that counts it (80/s)."""
+    steps = [step(ms, 1) for cycle in range(19)
+             for ms in ((CYCLE_MS * (20 if cycle == 18 else 1) - READY_MS), READY_MS)]
+    row = summary_row([PassResult(0.4, 0, steps, 0.0, 1, {}, 1)], [], TimingSink(), 2, 2, 0)
+    assert row["samples_per_s"] == pytest.approx(2 * BATCH * 19 / (CYCLE_MS * (18 + 20) / 1000))
+    assert row["samples_per_s_ci_low"] <= row["samples_per_s"] <= row["samples_per_s_ci_high"]
+    assert row["samples_per_s_ci_low"] < row["samples_per_s_ci_high"]  # the slow cycle is in a block

@@ -62,12 +62,34 @@ BOOTSTRAP_SEED = 0
 
 @dataclass(frozen=True)
 class RatioInterval:
-    """Σ numerator / Σ denominator over whole blocks, and its interval. `blocks`: how many."""
+    """Σ numerator / Σ denominator over whole blocks, and its interval. `blocks`: how many.
+    `note`: why the interval is not the studentized one, empty when it is."""
 
     value: float
     low: float
     high: float
     blocks: int
+    note: str = ""
+
+
+# What a row's note says when the studentized interval left out its own estimate (its t
+# distribution skewed to one side) and the percentile interval over the same resamples replaced it.
+PERCENTILE_FALLBACK_NOTE = "percentile interval: the studentized one excluded the estimate"
+# ... and when even that one did: the bound nearest the estimate is moved to it.
+WIDENED_NOTE = "percentile interval widened to hold the estimate: both bootstrap intervals excluded it"
+
+
+def _holding_the_estimate(value: float, studentized: Tuple[float, float], ratios: np.ndarray,
+                          tail: float, blocks: int) -> RatioInterval:
+    """The studentized interval, or the percentile one over the same resamples where the former
+    leaves out `value`: a reader seeing an estimate outside its own interval sees a broken tool."""
+    low, high = studentized
+    if low <= value <= high:
+        return RatioInterval(value, low, high, blocks)
+    low, high = (float(q) for q in np.percentile(ratios, [100 * tail, 100 * (1 - tail)]))
+    if low <= value <= high:
+        return RatioInterval(value, low, high, blocks, PERCENTILE_FALLBACK_NOTE)
+    return RatioInterval(value, min(low, value), max(high, value), blocks, WIDENED_NOTE)
 
 
 def _ratio_and_se(numer: np.ndarray, denom: np.ndarray) -> Tuple[np.ndarray, np.ndarray]:
@@ -109,4 +131,5 @@ def block_ratio_interval(numer_blocks: np.ndarray, denom_blocks: np.ndarray,
     usable = ses > 0
     t_stats = (ratios[usable] - value) / ses[usable]
     q_low, q_high = np.percentile(t_stats, [100 * tail, 100 * (1 - tail)])
-    return RatioInterval(value, value - float(q_high) * se0, value - float(q_low) * se0, n)
+    studentized = (value - float(q_high) * se0, value - float(q_low) * se0)
+    return _holding_the_estimate(value, studentized, ratios, tail, n)

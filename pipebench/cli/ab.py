@@ -8,6 +8,7 @@ measured), where `run`'s mean "jobs failed". Without HEAD_REF the head is the wo
 import argparse
 import sys
 from pathlib import Path
+from typing import Tuple
 
 from pipebench.base.errors import ConfigError
 from pipebench.cli.common_args import add_config_dir
@@ -47,13 +48,26 @@ def _split_refs(items: list) -> tuple:
     return items[0], head, items[2 if head else 1:]
 
 
-def _rounds(given, overrides: list, config_dir) -> int:
-    """--rounds, else the sweep's rounds as the head's config composes them (suite=nightly: 5);
-    at least 2, since the comparison pairs rounds."""
-    rounds = given or sweep_settings([*search_path(config_dir), *expand_sweep(overrides)[0]]).rounds
+# Rounds a side when neither --rounds nor the config asks for more than run's default of 1: as many
+# as suite=nightly runs, one above the 4 a side the paired rule needs before it gives a verdict.
+AB_DEFAULT_ROUNDS = 5
+# What the session's header adds when it used that default.
+DEFAULT_ROUNDS_NOTE = " (ab's default; --rounds N or rounds=N sets them)"
+
+
+def _rounds(given, overrides: list, config_dir) -> Tuple[int, str]:
+    """--rounds, else the sweep's rounds as the head's config composes them (suite=nightly: 5),
+    else AB_DEFAULT_ROUNDS where nobody asked for any; at least 2, since the comparison pairs
+    rounds. Returns the rounds and what the header says of where they came from."""
+    if given:
+        rounds = given
+    else:
+        rounds = sweep_settings([*search_path(config_dir), *expand_sweep(overrides)[0]]).rounds
+        if rounds < 2 and not any(o.startswith("rounds=") for o in overrides):
+            return AB_DEFAULT_ROUNDS, DEFAULT_ROUNDS_NOTE
     if rounds < 2:
         raise ConfigError(f"rounds={rounds}: an A/B session pairs rounds, it needs rounds >= 2")
-    return rounds
+    return rounds, ""
 
 
 def ab_main(args: argparse.Namespace) -> int:
@@ -67,22 +81,25 @@ def ab_main(args: argparse.Namespace) -> int:
         raise GitError(f"{repo}: uncommitted changes in {', '.join(dirty[:3])}{' ...' if len(dirty) > 3 else ''}; "
                        "commit or stash them (--require-clean / --history measure commits)")
     import_from_cwd()
-    rounds = _rounds(args.rounds, overrides, args.config_dir)
+    rounds, rounds_note = _rounds(args.rounds, overrides, args.config_dir)
     overrides = [o for o in overrides if not o.startswith("rounds=")]
     cwd_in_tree = cwd.relative_to(repo.resolve())
     with checked_out(repo, base_commit) as base_tree:
         base = Side("base", base_tree, base_commit, args.base_python or sys.executable)
         if head_ref is None:
             return _measure(args, base, Side("head", repo, head_commit, sys.executable, bool(dirty)),
-                            overrides, rounds, cwd_in_tree, cwd)
+                            overrides, (rounds, rounds_note), cwd_in_tree, cwd)
         with checked_out(repo, head_commit) as head_tree:
             return _measure(args, base, Side("head", head_tree, head_commit, sys.executable),
-                            overrides, rounds, cwd_in_tree, cwd)
+                            overrides, (rounds, rounds_note), cwd_in_tree, cwd)
 
 
-def _measure(args, base: Side, head: Side, overrides, rounds: int, cwd_in_tree: Path, cwd: Path) -> int:
+def _measure(args, base: Side, head: Side, overrides, rounds_said: Tuple[int, str], cwd_in_tree: Path,
+             cwd: Path) -> int:
+    rounds, rounds_note = rounds_said
     folder = session_folder(cwd / args.results_dir, base, head)
-    print(f"A/B session: {base.describe()} vs {head.describe()}, {rounds} rounds alternating -> {folder}", flush=True)
+    print(f"A/B session: {base.describe()} vs {head.describe()}, {rounds} rounds alternating{rounds_note} -> {folder}",
+          flush=True)
     try:
         session = run_session(base, head, overrides, rounds, folder, cwd_in_tree, args.threshold, args.config_dir)
     except SideFailed as exc:
@@ -112,7 +129,8 @@ def add_parser(verbs: "argparse._SubParsersAction") -> None:
     add_config_dir(parser)
     parser.add_argument("--base-python", metavar="PATH",
                         help="the Python interpreter of the base side (another environment: a Pillow or torch change)")
-    parser.add_argument("--rounds", type=int, help="rounds a side (default: the config's rounds, suite=nightly: 5)")
+    parser.add_argument("--rounds", type=int, help=f"rounds a side (default: the config's rounds, suite=nightly: 5; "
+                                                   f"{AB_DEFAULT_ROUNDS} where the config asks for 1)")
     parser.add_argument("--threshold", type=float, default=DEFAULT_THRESHOLD,
                         help=f"smallest relative change that counts (default: {DEFAULT_THRESHOLD})")
     parser.add_argument("--results-dir", default="results", help="the session goes in RESULTS_DIR/ab/ (default: results)")

@@ -192,6 +192,7 @@ def summary_row(passes: Sequence[PassResult], rows: Sequence[TransformRow], sink
         "samples_per_s_ci_low": rate.low,
         "samples_per_s_ci_high": rate.high,
         "ci_blocks": rate.blocks,
+        "ci_note": rate.note,
         "samples_per_s_epoch": epoch_rate(steady_rate, samples_per_epoch, cost),
         "epoch_restart_s": cost.restart_s,
         "epoch_restart_source": cost.source,

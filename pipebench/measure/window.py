@@ -89,7 +89,9 @@ def bootstrap_blocks(window: Window, step_ns: np.ndarray, min_block_ns: float, m
                      ) -> List[Tuple[int, ...]]:
     """The steady cycles grouped into blocks of k consecutive cycles (step indices each): k the
     fewest cycles that span `min_block_ns`, lowered until at least `min_blocks` blocks remain.
-    A block never spans an epoch end, so each is a stretch of consecutive time."""
+    A block never spans an epoch end, so each is a stretch of consecutive time. The blocks hold
+    every steady step (a segment's last block takes its leftover cycles), so the interval's
+    estimate is the steady rate itself: leftover cycles left out could move it outside."""
     segments: List[List[range]] = []
     for a, b in window.blocks:
         if not segments or segments[-1][-1].stop != a:
@@ -101,8 +103,13 @@ def bootstrap_blocks(window: Window, step_ns: np.ndarray, min_block_ns: float, m
     k = max(1, int(np.ceil(min_block_ns / cycle_ns)))
     while k > 1 and sum(len(segment) // k for segment in segments) < min_blocks:
         k -= 1
-    return [tuple(i for cycle in segment[start:start + k] for i in cycle)
-            for segment in segments for start in range(0, len(segment) - k + 1, k)]
+    return [tuple(i for cycle in segment[start:_block_end(start, k, len(segment))] for i in cycle)
+            for segment in segments for start in range(0, max(len(segment) - k, 0) + 1, k)]
+
+
+def _block_end(start: int, k: int, cycles: int) -> int:
+    """Where a block of k cycles from `start` ends: the segment's end for its last block."""
+    return cycles if start + 2 * k > cycles else start + k
 
 
 def steady_masks(passes: Sequence[PassResult], workers: int) -> List[List[bool]]:

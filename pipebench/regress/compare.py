@@ -12,8 +12,11 @@ Two signals a job (docs/compare-and-nightly.md, "Two signals"):
 
 The job's verdict: a real change of CPU time is a pipeline change (`slower` / `faster`) whatever
 the wall clock says; a real change of throughput alone, CPU time holding, is `wall only`: the
-host got slower or busier, no pipeline regression. Results written without CPU time are compared
-on throughput alone, and the comparison says so. `flagged_by` says which signal called it.
+host got slower or busier, no pipeline regression. Without CPU time on both sides (results
+written before the signal, or fewer than MIN_CPU_ROUNDS rounds a side) throughput decides alone
+and the comparison says why; then a throughput change that goes with other tenants' CPU load on
+the host (the host-load meter's `host_other_cpu_cores`) is `host busier`, not a pipeline change.
+`flagged_by` says which signal called it.
 
 When both runs carry a calibration.json the throughput rule is applied to the raw and to the
 calibration-normalised ratio, and a change is called only where the two agree; where one
@@ -40,6 +43,7 @@ from pipebench.base.significance import (
     holm,
     measure_change,
 )
+from pipebench.measure.host_load import OTHER_LOAD_NOTE_SHARE
 from pipebench.record.jobs import JobRecord, override_pairs, varying_keys
 from pipebench.record.results import (
     CALIBRATION_FILE,
@@ -72,9 +76,15 @@ CONFIG_IGNORED = ("run.round", "results_dir", "run.progress", "rounds", "calibra
 FASTER, SLOWER, NO_CHANGE, NOISY, INCOMPARABLE = "faster", "slower", "no change", "noisy", "incomparable"
 # Throughput changed for real while CPU time a sample held: the host, not the pipeline.
 WALL_ONLY = "wall only"
-VERDICTS = (SLOWER, FASTER, WALL_ONLY, NOISY, NO_CHANGE, INCOMPARABLE)
+# No CPU time to tell, but the slower side ran beside more of other tenants' load: the host.
+HOST_BUSIER = "host busier"
+VERDICTS = (SLOWER, FASTER, WALL_ONLY, HOST_BUSIER, NOISY, NO_CHANGE, INCOMPARABLE)
 # Which signal called a job's verdict.
-SIGNAL_CPU, SIGNAL_WALL, SIGNAL_BOTH = "cpu", "wall", "cpu+wall"
+SIGNAL_CPU, SIGNAL_WALL, SIGNAL_BOTH, SIGNAL_HOST = "cpu", "wall", "cpu+wall", "wall+host load"
+# Other tenants' load a side must carry beyond the other's, as a share of the host's CPUs, for a
+# throughput change to be put down to the host: the share from which a row's own note already
+# warns that a rerun can move past its interval (pipebench.measure.host_load).
+HOST_LOAD_GAP_SHARE = OTHER_LOAD_NOTE_SHARE
 # Exit statuses of compare_main.
 EXIT_OK, EXIT_REGRESSION, EXIT_INCOMPARABLE = 0, 1, 2
 
@@ -82,7 +92,8 @@ CSV_COLUMNS = ("job", "baseline_samples_per_s", "current_samples_per_s", "ratio"
                "ratio_ci_high", "normalised_ratio", "starvation_change_pts", "p_value", "verdict",
                "baseline_repeats", "current_repeats", "mismatch", "wall_verdict", "baseline_cpu_ms_per_sample",
                "current_cpu_ms_per_sample", "cpu_ratio", "cpu_ratio_ci_low", "cpu_ratio_ci_high", "cpu_p_value",
-               "cpu_verdict", "flagged_by", "moved_transform", "full_job")
+               "cpu_verdict", "flagged_by", "moved_transform", "full_job", "baseline_host_other_cores",
+               "current_host_other_cores")
 
 
 class CompareError(PipebenchError):
@@ -113,6 +124,8 @@ class JobRuns:
     cpu_ms_per_sample: Tuple[float, ...] = ()
     transform_ms: Mapping[str, float] = field(default_factory=dict)
     overrides: Tuple[str, ...] = ()
+    # Other processes' CPU on the host during each round's window (cores; NaN where not measured).
+    host_other_cores: Tuple[float, ...] = ()
 
     @property
     def has_cpu(self) -> bool:
@@ -157,6 +170,8 @@ class JobComparison:
     flagged_by: str = ""
     moved_transform: str = ""
     full_job: str = ""
+    baseline_host_other_cores: float = float("nan")
+    current_host_other_cores: float = float("nan")
 
 
 @dataclass(frozen=True)
@@ -170,9 +185,10 @@ class Comparison:
     mismatch: Tuple[str, ...]
     allow_mismatch: bool
     normalised: bool
-    # False when a job on either side was written without CPU time: throughput alone decides.
+    # False when a job on either side lacks CPU time: throughput alone decides; `cpu_missing` says why.
     cpu_signal: bool = True
     paired: bool = False
+    cpu_missing: str = ""
 
     def counts(self) -> Dict[str, int]:
         return {v: sum(j.verdict == v for j in self.jobs) for v in VERDICTS}
@@ -200,9 +216,15 @@ def _load_calibration(folder: Path) -> Optional[Calibration]:
     return Calibration(float(data["score_s"]), tuple(float(s) for s in data["samples_s"]))
 
 
-def _cpu_ms(record: Mapping[str, Any]) -> float:
-    value = record["summary"].get("cpu_ms_per_sample")
-    return float(value) if isinstance(value, (int, float)) and value > 0 else float("nan")
+def _summary_figure(record: JobRecord, key: str) -> float:
+    """A summary figure at or above 0, NaN where the row lacks it."""
+    value = record.summary.get(key)
+    return float(value) if isinstance(value, (int, float)) and value >= 0 else float("nan")
+
+
+def _cpu_ms(record: JobRecord) -> float:
+    value = _summary_figure(record, "cpu_ms_per_sample")
+    return value if value > 0 else float("nan")
 
 
 def _transform_ms(records: Sequence[Mapping[str, Any]]) -> Dict[str, float]:
@@ -227,6 +249,7 @@ def _job_runs(label: str, records: Sequence[JobRecord]) -> JobRuns:
         cpu_ms_per_sample=tuple(_cpu_ms(r) for r in records),
         transform_ms=_transform_ms(records),
         overrides=records[0].overrides,
+        host_other_cores=tuple(_summary_figure(r, "host_other_cpu_cores") for r in records),
     )
 
 
@@ -309,6 +332,22 @@ def job_verdict(wall: str, cpu: Optional[str]) -> Tuple[str, str]:
     return (NOISY if NOISY in (wall, cpu) else NO_CHANGE), ""
 
 
+def _median_load(job: JobRuns) -> float:
+    loads = [x for x in job.host_other_cores if np.isfinite(x)]
+    return float(np.median(loads)) if loads else float("nan")
+
+
+def _host_busier(verdict: str, baseline: JobRuns, current: JobRuns) -> bool:
+    """A throughput verdict the host's other load explains: the slower side ran beside at least
+    HOST_LOAD_GAP_SHARE of the host's CPUs more of other tenants' load than the faster side."""
+    if verdict not in (SLOWER, FASTER):
+        return False
+    cpus = current.fingerprint.get("cpu_count") or current.fingerprint.get("usable_cores") or 1
+    slower, faster = (current, baseline) if verdict == SLOWER else (baseline, current)
+    gap = _median_load(slower) - _median_load(faster)
+    return bool(np.isfinite(gap)) and gap >= HOST_LOAD_GAP_SHARE * float(cpus)
+
+
 def _moved_transform(baseline: JobRuns, current: JobRuns) -> str:
     """The transform whose time a sample moved most (ms), e.g. `per_sample:Decode +0.41 ms`."""
     common = set(baseline.transform_ms) & set(current.transform_ms)
@@ -370,6 +409,8 @@ def _judged(baseline: JobRuns, current: JobRuns, m: _Measured, p_wall: float, p_
     if m.cpu_normalised is not None:
         cpu = _agreed(cpu, _named(m.cpu_normalised.direction(p_cpu_norm), SLOWER, FASTER))
     verdict_, flagged = job_verdict(wall, cpu)
+    if cpu is None and _host_busier(verdict_, baseline, current):
+        verdict_, flagged = HOST_BUSIER, SIGNAL_HOST
     if mismatch and not allow_mismatch:
         verdict_, flagged = INCOMPARABLE, ""
     nan = float("nan")
@@ -382,7 +423,8 @@ def _judged(baseline: JobRuns, current: JobRuns, m: _Measured, p_wall: float, p_
         wall_verdict=wall, baseline_cpu_ms=cpu_median(baseline), current_cpu_ms=cpu_median(current),
         cpu_ratio=m.cpu.ratio if m.cpu else nan, cpu_ci_low=m.cpu.ci_low if m.cpu else nan,
         cpu_ci_high=m.cpu.ci_high if m.cpu else nan, cpu_p_value=p_cpu, cpu_verdict=cpu or "",
-        flagged_by=flagged, moved_transform=_moved_transform(baseline, current), full_job=baseline.label)
+        flagged_by=flagged, moved_transform=_moved_transform(baseline, current), full_job=baseline.label,
+        baseline_host_other_cores=_median_load(baseline), current_host_other_cores=_median_load(current))
 
 
 def _one_sided(label: str, baseline: Optional[JobRuns], current: Optional[JobRuns]) -> JobComparison:
@@ -435,8 +477,18 @@ def compare_runs(baseline: Run, current: Run, threshold: float = DEFAULT_THRESHO
             job = _judged(baseline.jobs[label], current.jobs[label], measured[label], p_wall[label], p_norm[label],
                           p_cpu[label], p_cpu_norm[label], job_mismatch, allow_mismatch)
         results.append(replace(job, job=labels.get(label, label)))
+    missing = "" if use_cpu else _cpu_missing([side.jobs[label] for label in both for side in (baseline, current)])
     return Comparison(baseline.path, current.path, threshold, tuple(results), tuple(mismatch),
-                      allow_mismatch, factor is not None, use_cpu, paired)
+                      allow_mismatch, factor is not None, use_cpu, paired, missing)
+
+
+def _cpu_missing(jobs: Sequence[JobRuns]) -> str:
+    """Why the CPU-time signal is off, and what brings it back."""
+    if any(not np.isfinite(ms) for job in jobs for ms in job.cpu_ms_per_sample):
+        return "CPU time a sample missing from a side (results written before the CPU-time signal)"
+    fewest = min((len(job.cpu_ms_per_sample) for job in jobs), default=0)
+    return (f"CPU time a sample is one figure a round, and a side has {fewest} round(s) of a job, fewer than the "
+            f"{MIN_CPU_ROUNDS} its test needs; measure with rounds=N, N >= {MIN_CPU_ROUNDS}, to compare CPU time")
 
 
 def _fmt(x: float, spec: str) -> str:
@@ -445,8 +497,9 @@ def _fmt(x: float, spec: str) -> str:
 
 def _signals_line(comparison: Comparison) -> str:
     if not comparison.cpu_signal:
-        return ("CPU time a sample missing from a side (results written before the CPU-time signal): "
-                "compared on throughput alone.")
+        return (f"{comparison.cpu_missing}. Compared on throughput alone; `{HOST_BUSIER}`: throughput moved and the "
+                f"slower side ran beside more of other tenants' CPU load (>= {HOST_LOAD_GAP_SHARE:.0%} of the "
+                "host's CPUs more), so the host, not the pipeline.")
     pairing = "rounds paired (one A/B session)" if comparison.paired else "rounds unpaired"
     return (f"Signals: throughput and CPU time a sample, each Holm-corrected across {len(comparison.jobs)} jobs "
             f"(alpha {ALPHA}), {pairing}. `wall only`: throughput moved, CPU time held; the host, not the pipeline.")
@@ -484,7 +537,8 @@ def render_csv(comparison: Comparison) -> str:
                                     j.ci_high, j.normalised_ratio, j.starvation_change_pts, j.p_value, j.verdict,
                                     j.baseline_repeats, j.current_repeats, ";".join(j.mismatch), j.wall_verdict,
                                     j.baseline_cpu_ms, j.current_cpu_ms, j.cpu_ratio, j.cpu_ci_low, j.cpu_ci_high,
-                                    j.cpu_p_value, j.cpu_verdict, j.flagged_by, j.moved_transform, j.full_job]
+                                    j.cpu_p_value, j.cpu_verdict, j.flagged_by, j.moved_transform, j.full_job,
+                                    j.baseline_host_other_cores, j.current_host_other_cores]
                                    for j in comparison.jobs))
 
 

@@ -280,7 +280,8 @@ def total_rate(records: Sequence[Dict[str, Any]], workers: int) -> Dict[str, Any
     interval = rate_interval(window, samples, step_ns)
     total = sum(float(r["summary"]["samples_per_s"]) for r in records)
     return {"samples_per_s": total, "samples_per_s_ci_low": interval.low - interval.value + total,
-            "samples_per_s_ci_high": interval.high - interval.value + total, "ci_blocks": interval.blocks}
+            "samples_per_s_ci_high": interval.high - interval.value + total, "ci_blocks": interval.blocks,
+            "ci_note": interval.note}
 
 
 def aggregate(records: Sequence[Dict[str, Any]]) -> Dict[str, Any]:
