@@ -26,7 +26,8 @@ from typing import Dict, List
 
 from scipy import stats
 
-from pipebench.record.results import RESULT_FILE, job_key
+from pipebench.record.jobs import job_key
+from pipebench.record.results import RESULT_FILE
 
 # Issue 12's band for median single-run half-width / run-to-run half-width.
 RATIO_LOW, RATIO_HIGH = 0.5, 3.0

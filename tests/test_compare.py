@@ -14,7 +14,8 @@ from conftest import TINY_DATASET, results_folder, run_cli
 from stored_results import result_record, write_record
 
 from pipebench.cli.compare import compare_main
-from pipebench.record.results import CALIBRATION_FILE, job_key
+from pipebench.record.jobs import job_key
+from pipebench.record.results import CALIBRATION_FILE
 from pipebench.regress.compare import (
     CLAIMED_FALSE_ALARM_RATE,
     DEFAULT_THRESHOLD,

@@ -15,7 +15,9 @@ from pipebench.measure.distributed.multirank import (
     KILL_GRACE_S,
     DistributedError,
     aggregate,
+    exit_codes,
     measure_multirank,
+    merge_meter_columns,
     oversubscription_warning,
     resolve_backend,
     root_cause,
@@ -89,6 +91,14 @@ def test_two_ranks_balanced_straggler_and_a_rank_that_dies(rank_project):
         assert result["fingerprint"]["hostname"]
         assert set(result["rank_passes"]) == {"0", "1"} and result["passes"] == result["rank_passes"]["0"]
         assert len(result["passes"][0]["collective_ms"]) == summary["steps"]
+        # Every rank ran the job's meters; the job's cells follow multirank.METER_MERGE.
+        meters = [result["rank_meters"][r] for r in ("0", "1")]
+        assert summary["rss_mb_peak"] == pytest.approx(sum(m["memory"]["rss_mb_peak"] for m in meters))
+        assert summary["shm_mb_peak"] == max(m["memory"]["shm_mb_peak"] for m in meters)
+        assert summary["storage_read_mb"] == pytest.approx(sum(
+            m["storage_io"]["bytes"] for m in meters) / (1 << 20))
+        assert summary["host_other_cpu_cores"] is not None and summary["host_steal_pct"] is not None
+        assert summary["gpu_notes"] == meters[0]["gpu"]["note"] == "not measured: no CUDA"
     assert "coverage: every index exactly once" in proc.stdout
     assert f"straggler ratio {straggler['summary']['straggler_ratio']:.3f}" in proc.stdout
 
@@ -150,6 +160,26 @@ def test_hung_ranks_are_stopped_at_the_job_timeout(rank_project, monkeypatch):
     assert time.monotonic() - started < 12 + 2 * KILL_GRACE_S
 
 
+def test_a_hung_rank_is_stopped_by_the_step_watchdog_and_ranks_resolve_run_sync(rank_project, monkeypatch):
+    # Rank 1 sleeps in its first sample: its own watchdog stops it with one line, long before the
+    # job timeout; rank 0 waits at the all-reduce, which its watchdog leaves to the collective's timeout.
+    monkeypatch.chdir(rank_project)
+    monkeypatch.syspath_prepend(str(rank_project))
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join(filter(None, (str(rank_project), os.environ.get("PYTHONPATH")))))
+    spec = compose_spec(["hydra.searchpath=[file://conf]", "transform=hangonrank1", "workers=0", *SMALL, *QUICK_RUN,
+                         "distributed.nproc=2", "distributed.job_timeout_s=120", "run.step_timeout_s=2",
+                         "run.sync=async"])
+    job_dir = rank_project / "job"
+    job_dir.mkdir()
+    started = time.monotonic()
+    with pytest.raises(DistributedError, match=r"rank 1 failed \(exit code 2\): per_sample/HangOnRank1 .*ran past "
+                                               r"run.step_timeout_s=2; stopped the job"):
+        measure_multirank(spec, job_dir)
+    assert time.monotonic() - started < 60
+    # run.sync reached the ranks: async was asked for a consumer off CUDA, and each rank said so.
+    assert (job_dir / "ranks.log").read_text().count("note: run.sync=async: the consumer runs") == 2
+
+
 TORCHRUN_FAILURE = """\
 Failures:
 [1]:
@@ -170,6 +200,7 @@ def test_root_cause_is_torchruns_first_failure():
     # torchrun 2.x's summary (abridged): the SIGTERMed peer is listed first, the cause after it.
     assert root_cause(TORCHRUN_FAILURE) == (1, 3)
     assert root_cause("no summary here") is None
+    assert exit_codes(TORCHRUN_FAILURE) == {0: -15, 1: 3}
 
 
 def test_oversubscription_warning_counts_ranks_times_workers():
@@ -206,6 +237,19 @@ def test_aggregate_straggler_ratio_is_slowest_over_median():
     assert row["samples_per_s"] == 290 and row["starvation_pct"] == pytest.approx(110 / 3)
     assert row["starvation_pct_max"] == 60 and row["ranks"] == 3 and row["steps"] == 10
     assert "busy_ms_mean" not in row
+
+
+def test_meter_cells_merge_by_their_rules():
+    # Known truth: the host was 2.5 cores busy, each rank used 1.0 of them: 0.5 cores were others'.
+    ranks = [{"host_other_cpu_cores": 1.5, "own_cpu_cores": 1.0, "rss_mb_peak": 300.0, "shm_mb_peak": 8.0,
+              "gpu_util_pct": None, "gpu_notes": "not measured: no CUDA"},
+             {"host_other_cpu_cores": 1.5, "own_cpu_cores": 1.0, "rss_mb_peak": 200.0, "shm_mb_peak": 9.0,
+              "gpu_util_pct": None, "gpu_notes": "not measured: no CUDA"}]
+    merged = merge_meter_columns(ranks)
+    assert merged["host_other_cpu_cores"] == pytest.approx(0.5)
+    assert merged["rss_mb_peak"] == 500.0 and merged["shm_mb_peak"] == 9.0
+    assert merged["gpu_util_pct"] is None and merged["gpu_notes"] == "not measured: no CUDA"
+    assert merge_meter_columns([{**ranks[0], "own_cpu_cores": None}])["host_other_cpu_cores"] is None
 
 
 def _rank_record(step_ms, samples, workers=2):

@@ -19,6 +19,7 @@ from pipebench.base.noise_figures import (
     significant_figures,
 )
 from pipebench.cli.main import main
+from pipebench.record.jobs import JobRecord, override_pairs
 from pipebench.report.comparison import (
     BEST_MARK,
     NEAR_BEST_MARK,
@@ -26,7 +27,6 @@ from pipebench.report.comparison import (
     build_table,
     comparison_markdown,
     group_rows,
-    override_pairs,
     swept_axes,
 )
 from pipebench.report.plots import (
@@ -53,9 +53,9 @@ PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 
 
 def _result(num: int, overrides: Sequence[str], rate: float, half_width: float, starvation: float = 50.0,
-            workers: int = 0, transform: str = "chain", host: str = "box") -> Dict[str, object]:
+            workers: int = 0, transform: str = "chain", host: str = "box") -> JobRecord:
     label = ",".join(sorted(overrides))
-    return {
+    return JobRecord.from_stored({
         "job": label, "job_num": num, "overrides": list(overrides),
         "config": {"workers": workers, "loader": {"batch_size": 32, "pin_memory": True}},
         "choices": {"transform": transform, "dataset": "random_tensors"},
@@ -65,7 +65,7 @@ def _result(num: int, overrides: Sequence[str], rate: float, half_width: float, 
                     "starvation_pct": starvation},
         "transforms": [{"stage": "per_sample", "transform": "Work", "ms_per_sample": 1000.0 / rate}],
         "fingerprint": {"hostname": host, "cpu_model": "cpu", "usable_cores": 2, "gpu": None},
-    }
+    })
 
 
 def _table_cells(markdown: str) -> List[List[str]]:

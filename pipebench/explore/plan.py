@@ -47,6 +47,7 @@ from pipebench.explore.waterfall import WATERFALL_COLUMNS, waterfall, winner
 from pipebench.measure.fingerprint import usable_cores
 from pipebench.pipeline.build import build_dataset
 from pipebench.pipeline.consumers import on_device_of
+from pipebench.record.jobs import ROUND_KEY, JobRecord, override_key, varying_keys
 from pipebench.record.results import load_job_results
 from pipebench.record.resume import (
     INVOCATION_FILE,
@@ -96,8 +97,6 @@ NO_DEVICE = "no: no CUDA device here (checked on the CPU; measured only where a 
 EXPLORE_COLUMNS = ["variant", "setting", "verdict", "rounds", "samples_per_s", "samples_per_s_min",
                    "samples_per_s_max", "speedup", "rate_vs_base", "cpu_ms_per_sample", "cpu_speedup", "cpu_vs_base",
                    "samples_per_s_epoch", "batch_mb", "ready_next_ms"]
-# The override that numbers a sweep's rounds (rounds=N adds it to each job).
-ROUND_KEY = "run.round"
 # Overrides that every row of one variant shares or that name the variant: not part of a "setting".
 ROW_KEYS_IGNORED = ("transform", ROUND_KEY)
 
@@ -136,10 +135,6 @@ class NoVariants:
 
     base: str
     reasons: Tuple[str, ...]
-
-
-def _key(override: str) -> str:
-    return override.partition("=")[0].lstrip("+~")
 
 
 def check_overrides(overrides: Sequence[str]) -> None:
@@ -239,7 +234,7 @@ def _loader_settings_that_hold(found: Exploration, first_job: Sequence[str], com
     for variant in found.variants:
         if variant.loader:
             _store_variant(variant)
-            spec, _ = compose_one([o for o in first_job if _key(o) != TRANSFORM_GROUP] +
+            spec, _ = compose_one([o for o in first_job if override_key(o) != TRANSFORM_GROUP] +
                                   [f"{TRANSFORM_GROUP}={variant.name}"])
             key, value = variant.loader[0]
             if getattr(spec.loader, key) != value:
@@ -303,8 +298,8 @@ def plan_exploration(overrides: Sequence[str], first_job: Sequence[str], fresh: 
     if device_moves:
         print(f"notice: {', '.join(device_moves)}: no CUDA device here, so its variants are checked for equivalence "
               "on the CPU and not measured", flush=True)
-    given = {_key(o) for o in overrides}
-    kept = [o for o in overrides if _key(o) != "transform"]
+    given = {override_key(o) for o in overrides}
+    kept = [o for o in overrides if override_key(o) != "transform"]
     defaults = [f"{key}={value}" for key, value in EXPLORE_DEFAULTS
                 if key not in given and key.partition(".")[0] not in given]
     names = ",".join(item.variant.name for item in checked if item.measured)
@@ -324,10 +319,10 @@ def write_plan(plan: Plan) -> str:
     return write_variant_files(plan.invocation_dir, plan.checked, plan.not_applied)
 
 
-def _settings(results: Sequence[Mapping[str, object]]) -> List[str]:
+def _settings(results: Sequence[JobRecord]) -> List[str]:
     """Each job's setting: the overrides that vary across the sweep, besides the chain and the round."""
-    per_job = [{_key(o): o for o in r["overrides"] if _key(o) not in ROW_KEYS_IGNORED} for r in results]
-    varying = sorted({k for job in per_job for k in job if len({other.get(k) for other in per_job}) > 1})
+    per_job = [{override_key(o): o for o in r.overrides if override_key(o) not in ROW_KEYS_IGNORED} for r in results]
+    varying = sorted(varying_keys(per_job))
     return [",".join(job[k] for k in varying if k in job) for job in per_job]
 
 
@@ -343,15 +338,6 @@ def _median(summaries: Sequence[Mapping[str, object]], key: str) -> float:
     return statistics.median(values) if values else float("nan")
 
 
-def _round_of(result: Mapping[str, object], fallback: int) -> int:
-    """The sweep round a job ran in (its `run.round=` override); `fallback` when it has none."""
-    for override in result.get("overrides", ()):
-        key, _, value = str(override).partition("=")
-        if key == ROUND_KEY and value.isdigit():
-            return int(value)
-    return fallback
-
-
 def explore_rows(invocation_dir: Path, plan: Plan) -> List[Dict[str, object]]:
     """One row per variant and setting: medians over the rounds (samples/s, and the CPU a sample
     costs, which other load on a shared machine barely moves), ratios over the base chain, and
@@ -360,8 +346,8 @@ def explore_rows(invocation_dir: Path, plan: Plan) -> List[Dict[str, object]]:
     results = load_job_results(invocation_dir)
     measured: Dict[Tuple[str, str], Dict[int, Mapping[str, object]]] = {}
     for result, setting in zip(results, _settings(results)):
-        rounds = measured.setdefault((setting, str(result["summary"]["transform"])), {})
-        rounds[_round_of(result, len(rounds))] = result["summary"]
+        rounds = measured.setdefault((setting, result.key.transform), {})
+        rounds[len(rounds) if result.round is None else result.round] = result.summary
     base = plan.checked[0].variant.name
     rows = []
     for setting in dict.fromkeys(setting for setting, _ in measured):

@@ -109,6 +109,13 @@ class HostLoadMeter:
             return {"host_other_cpu_cores": None, "host_steal_pct": None}
         return other_load(first, last)
 
+    def own_cpu_cores(self) -> Optional[float]:
+        """This job's own processes' CPU over the window, in cores (what `columns` leaves out)."""
+        first, last = self._at.get(FIRST_MEASURED), self._at.get(LAST_MEASURED)
+        if first is None or last is None or last.wall_s <= first.wall_s:
+            return None
+        return (last.own_cpu_s - first.own_cpu_s) / (last.wall_s - first.wall_s)
+
     def record(self) -> Dict[str, Any]:
         columns = self.columns()
         cpus = psutil.cpu_count() or 1

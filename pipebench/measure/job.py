@@ -10,7 +10,7 @@ import torch
 from torch.utils.data import IterableDataset
 
 from pipebench.base.errors import report_error
-from pipebench.base.watchdog import Unwatched, Watchdog
+from pipebench.base.watchdog import Unwatched
 from pipebench.config.specs import JobSpec
 from pipebench.measure.coverage import IndexLog, droppable_per_epoch
 from pipebench.measure.distributed.multirank import measure_multirank
@@ -22,12 +22,10 @@ from pipebench.measure.gpu.session import (
 )
 from pipebench.measure.memory import MemorySampler
 from pipebench.measure.meter import Meter
+from pipebench.measure.repeats import LoopKit, build_loop_kit, measure_repeats, step_watchdog
 from pipebench.measure.runner import (
-    BatchStream,
-    StepLoop,
     TimingSink,
     cycle_steps,
-    measure_pass,
     profile_steps,
     warmup_steps,
     window_steps,
@@ -35,7 +33,6 @@ from pipebench.measure.runner import (
 )
 from pipebench.measure.setup import job_fingerprint, seed_everything
 from pipebench.measure.host_load import HostLoadMeter
-from pipebench.measure.step_sync import resolve_sync
 from pipebench.measure.storage_cache import prepare_cache
 from pipebench.measure.storage_io import StorageReadMeter, file_read_columns
 from pipebench.measure.summarize import (
@@ -47,24 +44,20 @@ from pipebench.measure.summarize import (
 )
 from pipebench.measure.viztrace import TRACE_FILE as VIZTRACE_FILE
 from pipebench.measure.viztrace import VizTraceSession
-from pipebench.pipeline.build import build_device_chain, build_loader, build_pipeline, pin_memory_effective
+from pipebench.pipeline.build import build_loader, build_pipeline
 from pipebench.pipeline.consumers import build_consumer
 from pipebench.pipeline.timed_chain import InstrumentedDataset, TimedCollate
 
 # The multi-rank columns of a single-process job: one rank, no peer to wait for (multirank.py
 # fills them for distributed.nproc > 1).
 SINGLE_PROCESS_FIELDS = {"ranks": 1, "straggler_ratio": 1.0, "collective_wait_ms_mean": 0.0}
-# The setting a step's watchdog enforces, named in its error line.
-STEP_TIMEOUT_KEY = "run.step_timeout_s"
 # Failures listed by name in result.json; the count covers all of them.
 MAX_LISTED_FAILURES = 20
 
 
-def _traced_steps(spec: JobSpec, session: VizTraceSession, instrumented: InstrumentedDataset,
-                  collate: TimedCollate, consumer: Any, pinned: bool) -> None:
-    loader = build_loader(spec, instrumented, collate, trace_session=session)
-    loop = StepLoop(BatchStream(loader, spec.run.on_error), consumer, non_blocking=pinned,
-                    device_chain=build_device_chain(spec))
+def _traced_steps(spec: JobSpec, kit: LoopKit, session: VizTraceSession, instrumented: InstrumentedDataset,
+                  collate: TimedCollate) -> None:
+    loop = kit.loop(loader=build_loader(spec, instrumented, collate, trace_session=session))
     # The loop is not a start_main target: the session would keep it, and through it the loader.
     loop.trace = session.start_main(instrumented, collate)
     try:
@@ -76,14 +69,14 @@ def _traced_steps(spec: JobSpec, session: VizTraceSession, instrumented: Instrum
     # itself keeps) shut down here too, and every worker exits cleanly and writes its last part.
 
 
-def viztrace_pass(spec: JobSpec, instrumented: InstrumentedDataset, collate: TimedCollate, consumer: Any,
-                  pinned: bool, job_dir: Path) -> Dict[str, Any]:
+def viztrace_pass(spec: JobSpec, kit: LoopKit, instrumented: InstrumentedDataset, collate: TimedCollate,
+                  job_dir: Path) -> Dict[str, Any]:
     """`run.profile_steps` extra steps on a fresh loader (fresh workers), traced by every process
     into `job_dir/viztrace.json`. Runs after the measured repeats, so it never touches them.
     Returns the session's summary (processes, slices, workers that did not close cleanly)."""
     session = VizTraceSession(mode="sparse")
     try:
-        _traced_steps(spec, session, instrumented, collate, consumer, pinned)
+        _traced_steps(spec, kit, session, instrumented, collate)
     finally:
         session.finish(job_dir)  # bounded: never waits past the session's finish_timeout_s
     return session.summary
@@ -103,7 +96,7 @@ def measure_job(spec: JobSpec, job_dir: Path) -> Dict[str, Any]:
     A worker that dies or goes silent, whenever it does, ends the job with one WorkerError line;
     a step whose own work runs past run.step_timeout_s, with one StepTimeoutError line.
     """
-    watchdog = Watchdog(spec.run.step_timeout_s, STEP_TIMEOUT_KEY, on_stuck=lambda line: report_error(line, job_dir))
+    watchdog = step_watchdog(spec, on_stuck=lambda line: report_error(line, job_dir))
     with worker_faults_named(spec.loader.timeout_s), watchdog:
         return _measure_job(spec, job_dir, watchdog)
 
@@ -119,69 +112,38 @@ def _measure_job(spec: JobSpec, job_dir: Path, watchdog: Unwatched) -> Dict[str,
     cache = prepare_cache(dataset, spec.storage)
     for line in cache.notices:
         print(line, flush=True)
-    device_chain = build_device_chain(spec)
     loader = build_loader(spec, instrumented, collate)
     consumer = build_consumer(spec.consumer, spec.run.seed)
-    sync = resolve_sync(spec.run.sync, consumer)
-    if sync.note is not None:
-        print(sync.note, flush=True)
-    pinned = pin_memory_effective(spec)
     sink = TimingSink()
     gpu = GpuSession(consumer)
+    kit = build_loop_kit(spec, loader, consumer, gpu, watchdog)
     # A map-style dataset is split by the sampler in this process; a stream by each worker's copy.
     shards = max(spec.workers, 1) if isinstance(dataset, IterableDataset) else 1
     index_log = IndexLog(len(dataset), droppable_per_epoch(shards, spec.loader.batch_size, spec.loader.drop_last))
     host_load = HostLoadMeter()
     meters: Tuple[Meter, ...] = (MemorySampler(), StorageReadMeter(), host_load, index_log, gpu)
-
-    def fresh_loop() -> StepLoop:
-        """A new iteration of the loader (new workers unless persistent) with its own step loop."""
-        return StepLoop(BatchStream(loader, spec.run.on_error), consumer, non_blocking=pinned, copier=gpu.copier,
-                        after_measured=gpu.alloc.sample, watchdog=watchdog, device_chain=device_chain,
-                        clock=sync.clock())
-
-    def mark(name: str) -> None:
-        for meter in meters:
-            meter.mark(name)
-
-    passes = []
-    skipped = []
-    for meter in meters:
-        meter.start()
-    try:
-        for repeat in range(spec.run.repeats):
-            index_log.repeat = repeat
-            loop = fresh_loop()
-            loop.on_batch = index_log
-            passes.append(measure_pass(loop, spec, sink, f"repeat {repeat + 1}/{spec.run.repeats}",
-                                       mark=mark if repeat == 0 else lambda name: None))
-            skipped.extend(loop.stream.skipped)
-            loop.stream.close()
-    finally:
-        for meter in reversed(meters):
-            meter.stop()
+    repeats = measure_repeats(spec, kit, meters, index_log, sink)
     artifacts: Dict[str, str] = {}
     traced: Optional[Dict[str, Any]] = None
     if spec.workers == 0 and spec.run.profile_steps > 0 and spec.trace == "torch":
-        loop = fresh_loop()
+        loop = kit.loop()
         artifacts = profile_steps(loop, instrumented, collate, spec.run.profile_steps, job_dir)
         loop.stream.close()
     if gpu.on_cuda and spec.run.profile_steps > 0:
-        loop = StepLoop(BatchStream(loader, spec.run.on_error), LabelledConsumer(consumer), non_blocking=pinned,
-                        device_chain=device_chain, clock=sync.clock())
+        loop = kit.loop(LabelledConsumer(consumer))
         gpu.profile(loop, job_dir, warmup_steps(spec), cycle_steps(spec.workers))
         loop.stream.close()
     if spec.run.profile_steps > 0 and spec.trace == "viztracer":
-        traced = viztrace_pass(spec, instrumented, collate, consumer, pinned, job_dir)
+        traced = viztrace_pass(spec, kit, instrumented, collate, job_dir)
         artifacts = {"viztrace": VIZTRACE_FILE}
-    rows = transform_rows(sink, instrumented.steps, [*collate.steps, *device_chain.steps])
+    rows = transform_rows(sink, instrumented.steps, [*collate.steps, *kit.device_chain.steps])
     cores = usable_cores()
     batches_per_epoch, samples_per_epoch = _epoch_size(spec, dataset, loader)
-    summary = summary_row(passes, rows, sink, spec.workers, cores, len(skipped),
+    summary = summary_row(list(repeats.passes), rows, sink, spec.workers, cores, len(repeats.skipped),
                           persistent=spec.workers > 0 and spec.loader.persistent_workers,
                           samples_per_epoch=samples_per_epoch, batches_per_epoch=batches_per_epoch,
                           target_steps=window_steps(spec))
-    summary.update(pin_memory=pinned, **cache.columns(), **file_read_columns(sink, summary["samples_per_s"]))
+    summary.update(pin_memory=kit.non_blocking, **cache.columns(), **file_read_columns(sink, summary["samples_per_s"]))
     for meter in meters:
         summary.update(meter.columns())
     busy_host = host_load.record()["note"]
@@ -194,13 +156,13 @@ def _measure_job(spec: JobSpec, job_dir: Path, watchdog: Unwatched) -> Dict[str,
         "summary": summary,
         **{meter.key: meter.record() for meter in meters},
         "transforms": rows_as_dicts(rows),
-        "workers_breakdown": worker_breakdown(sink, passes),
+        "workers_breakdown": worker_breakdown(sink, list(repeats.passes)),
         "consumer_report": consumer.report(),
-        "passes": pass_records(passes, spec.workers),
-        "skipped": [f._asdict() for f in skipped[:MAX_LISTED_FAILURES]],
+        "passes": pass_records(list(repeats.passes), spec.workers),
+        "skipped": [f._asdict() for f in repeats.skipped[:MAX_LISTED_FAILURES]],
         "artifacts": artifacts,
         "viztrace": traced,
-        "pin_memory_effective": pinned,
+        "pin_memory_effective": kit.non_blocking,
         "fingerprint": job_fingerprint(spec, dataset),
     }
 

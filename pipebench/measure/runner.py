@@ -223,7 +223,7 @@ class StepLoop:
     `after_step(batch, epoch)`: run after the consumer step and timed as the step's collective
     (a multi-rank run's all-reduce, which waits for the slowest rank), or None.
     `watchdog` (pipebench.base.watchdog) bounds the step's own work in this process: making the
-    batch when the stream is in-process, then the copy and the consumer step. A step that runs
+    batch when the stream is in-process, then the copy and the consumer step (not `after_step`). A step that runs
     past it ends in a StepTimeoutError naming the transform and sample, or the consumer.
     `clock`: run.sync=async (pipebench.measure.step_sync). The copy is queued non-blocking and
     nothing waits inside the step; CUDA events at the step's boundaries are read late, and the
@@ -299,6 +299,9 @@ class StepLoop:
                 self.clock.end_step()  # may wait for the oldest step
             t3 = time.perf_counter_ns()
             if self.after_step is not None:
+                # The collective waits for the slowest rank: distributed.collective_timeout_s bounds
+                # it, the watchdog only this process's own work.
+                watchdog.disarm()
                 self.after_step(batch, self.stream.epochs)
             t4 = time.perf_counter_ns()
         except StepOverrun as exc:

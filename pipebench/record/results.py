@@ -8,7 +8,6 @@ skipped in silence, and a row whose figures contradict each other counts as dama
 """
 
 import math
-import re
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
@@ -16,6 +15,7 @@ from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 from pipebench.base.csv_cells import csv_text
 from pipebench.base.errors import warn
 from pipebench.base.io import write_json_atomic, write_text_atomic
+from pipebench.record.jobs import JobRecord
 from pipebench.record.stored import (
     NUMBER,
     OBJECT,
@@ -99,15 +99,6 @@ PASS_FIELDS = {key: list_of(NUMBER) for key in ("samples", "step_ms", "wait_ms",
 AGREEMENT = 1e-6
 # The flag a stored row carries when its interval leaves out its own rate (see _interval_flagged).
 INTERVAL_EXCLUDES_NOTE = "the stored interval excludes samples_per_s (written before intervals held their estimate)"
-
-
-# A job label's `run.round=K` component: rounds of one job share everything else.
-ROUND_COMPONENT = re.compile(r"(?:^|,)run\.round=\d+(?=,|$)")
-
-
-def job_key(label: str) -> str:
-    """The job label with any `run.round=K` component removed, so rounds group together."""
-    return ROUND_COMPONENT.sub("", label).lstrip(",") or "default"
 
 
 def write_calibration(invocation_dir: Path, calibration: Any) -> Path:
@@ -223,7 +214,7 @@ def write_result(job_dir: Path, result: Mapping[str, object]) -> None:
 class ResultScan:
     """An invocation folder's results in job order, and the files that were damaged."""
 
-    results: Tuple[Dict[str, object], ...]
+    results: Tuple[JobRecord, ...]
     damaged: Tuple[DamagedFile, ...]
 
 
@@ -232,13 +223,13 @@ def scan_job_results(invocation_dir: Path) -> ResultScan:
     results, damaged = [], []
     for path in sorted(invocation_dir.glob(JOB_RESULT_GLOB)):
         try:
-            results.append(read_result(path))
+            results.append(JobRecord.from_stored(read_result(path)))
         except DamagedFile as exc:
             damaged.append(exc)
-    return ResultScan(tuple(sorted(results, key=lambda r: r["job_num"])), tuple(damaged))
+    return ResultScan(tuple(sorted(results, key=lambda r: r.job_num)), tuple(damaged))
 
 
-def load_job_results(invocation_dir: Path) -> List[Dict[str, object]]:
+def load_job_results(invocation_dir: Path) -> List[JobRecord]:
     """Every finished job's result.json in job order; the first damaged one raises DamagedFile."""
     scan = scan_job_results(invocation_dir)
     if scan.damaged:
@@ -270,12 +261,12 @@ def with_speedup(rows: List[Dict[str, object]], baseline: Optional[str] = None) 
     return [{**r, "speedup": float(r["samples_per_s"]) / base_rate} for r in rows]
 
 
-def summary_rows(results: Sequence[Mapping[str, object]]) -> List[Dict[str, object]]:
-    return with_speedup([dict(r["summary"]) for r in results])
+def summary_rows(results: Sequence[JobRecord]) -> List[Dict[str, object]]:
+    return with_speedup([dict(r.summary) for r in results])
 
 
-def transform_table_rows(results: Sequence[Mapping[str, object]]) -> List[Dict[str, object]]:
-    return [{"job": r["summary"]["job"], **t} for r in results for t in r["transforms"]]
+def transform_table_rows(results: Sequence[JobRecord]) -> List[Dict[str, object]]:
+    return [{"job": r.summary["job"], **t} for r in results for t in r["transforms"]]
 
 
 def write_invocation_tables(invocation_dir: Path) -> List[Dict[str, object]]:

@@ -98,7 +98,7 @@ def run_side(side: Side, overrides: Sequence[str], round_num: int, results_dir: 
 def versions(folder: Path) -> Dict[str, object]:
     """The VERSION_FIELDS of the first job of a results folder."""
     results = load_job_results(folder)
-    fingerprint = results[0]["fingerprint"] if results else {}
+    fingerprint = results[0].fingerprint if results else {}
     return {key: fingerprint.get(key) for key in VERSION_FIELDS}
 
 

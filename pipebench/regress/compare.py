@@ -44,16 +44,15 @@ from pipebench.base.significance import (
     measure_change,
 )
 from pipebench.measure.host_load import OTHER_LOAD_NOTE_SHARE
+from pipebench.record.jobs import JobRecord, override_pairs, varying_keys
 from pipebench.record.results import (
     CALIBRATION_FILE,
     JOB_RESULT_GLOB,
     SUMMARY_CSV,
     flat_config,
-    job_key,
     load_job_results,
     read_calibration,
 )
-from pipebench.report.comparison import override_pairs
 
 # Half the 20% slowdown the nightly must catch, asv's default factor (1.1), and about 2.5x
 # the spread of a ratio of two 5-repeat medians at 5% CV (~4%): large enough not to cry
@@ -217,19 +216,13 @@ def _load_calibration(folder: Path) -> Optional[Calibration]:
     return Calibration(float(data["score_s"]), tuple(float(s) for s in data["samples_s"]))
 
 
-def _round_of(record: Mapping[str, Any]) -> int:
-    run = record["config"].get("run") if isinstance(record["config"], Mapping) else None
-    value = run.get("round", 0) if isinstance(run, Mapping) else 0
-    return int(value) if isinstance(value, int) else 0
-
-
-def _summary_figure(record: Mapping[str, Any], key: str) -> float:
+def _summary_figure(record: JobRecord, key: str) -> float:
     """A summary figure at or above 0, NaN where the row lacks it."""
-    value = record["summary"].get(key)
+    value = record.summary.get(key)
     return float(value) if isinstance(value, (int, float)) and value >= 0 else float("nan")
 
 
-def _cpu_ms(record: Mapping[str, Any]) -> float:
+def _cpu_ms(record: JobRecord) -> float:
     value = _summary_figure(record, "cpu_ms_per_sample")
     return value if value > 0 else float("nan")
 
@@ -242,20 +235,20 @@ def _transform_ms(records: Sequence[Mapping[str, Any]]) -> Dict[str, float]:
     return {name: float(np.median(values)) for name, values in per.items()}
 
 
-def _job_runs(label: str, records: Sequence[Mapping[str, Any]]) -> JobRuns:
+def _job_runs(label: str, records: Sequence[JobRecord]) -> JobRuns:
     passes = [p for r in records for p in r["passes"]]
     return JobRuns(
         label=label,
         samples_per_s=tuple(_pass_rate(p) for p in passes),
         starvation_pct=tuple(_pass_starvation(p) for p in passes),
-        config=records[0]["config"],
-        fingerprint=records[0]["fingerprint"],
-        rounds=tuple(_round_of(r) for r in records),
+        config=records[0].config,
+        fingerprint=records[0].fingerprint,
+        rounds=tuple(r.round or 0 for r in records),  # one round (no run.round override) is round 0
         round_samples_per_s=tuple(1000.0 * sum(sum(p["samples"]) for p in r["passes"])
                                   / sum(sum(p["step_ms"]) for p in r["passes"]) for r in records),
         cpu_ms_per_sample=tuple(_cpu_ms(r) for r in records),
         transform_ms=_transform_ms(records),
-        overrides=tuple(records[0]["overrides"]),
+        overrides=records[0].overrides,
         host_other_cores=tuple(_summary_figure(r, "host_other_cpu_cores") for r in records),
     )
 
@@ -276,10 +269,10 @@ def load_run(path: str, *more: str) -> Run:
     Pass step times are positive and results whole: `read_result` refuses any other file.
     """
     folders = [_results_folder(p) for p in (path, *more)]
-    grouped: Dict[str, List[Mapping[str, Any]]] = {}
+    grouped: Dict[str, List[JobRecord]] = {}
     for folder in folders:
         for record in load_job_results(folder):
-            grouped.setdefault(job_key(str(record["job"])), []).append(record)
+            grouped.setdefault(record.key.label, []).append(record)
     jobs = {label: _job_runs(label, records) for label, records in grouped.items()}
     return Run(folders[0], jobs, _load_calibration(folders[0]) if len(folders) == 1 else None)
 
@@ -448,8 +441,7 @@ def short_labels(jobs: Sequence[JobRuns]) -> Dict[str, str]:
     rather than every setting of the suite), FALLBACK_LABEL_KEYS for a lone job; the full label
     where the cut ones would not be distinct or not exist."""
     pairs = {j.label: override_pairs(j.overrides) for j in jobs}
-    keys = sorted({k for p in pairs.values() for k in p})
-    varying = [k for k in keys if len({p.get(k) for p in pairs.values()}) > 1] or list(FALLBACK_LABEL_KEYS)
+    varying = sorted(varying_keys(list(pairs.values()))) or list(FALLBACK_LABEL_KEYS)
     short = {label: ",".join(f"{k}={p[k]}" for k in varying if k in p) for label, p in pairs.items()}
     if len(set(short.values())) < len(short) or not all(short.values()):
         return {j.label: j.label for j in jobs}

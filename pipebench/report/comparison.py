@@ -30,11 +30,8 @@ from pipebench.base.noise_figures import (
     significant_figures,
 )
 from pipebench.base.tables import markdown_table
-from pipebench.record.results import job_key
+from pipebench.record.jobs import JobRecord, canonical, canonical_text, override_pairs, varying_keys
 
-# Override keys that never make a column: which round a job was, where it wrote, progress bars.
-NOT_AXES = ("run.round", "results_dir", "run.progress")
-HYDRA_PREFIX = "hydra."
 # Columns whose override key reads better under another name (the DataLoader calls it a
 # multiprocessing context; users call it the start method).
 AXIS_NAMES = {"loader.multiprocessing_context": "start_method"}
@@ -61,31 +58,6 @@ CSV_FIXED = ("host", "run", "job", "rounds", "samples_per_s", "spread_low", "spr
 # Multi-rank figures the table shows when any job ran several ranks (distributed.nproc > 1):
 # summary key -> (column title, decimals). A straggler ratio past 1.1 is visible at 2 decimals.
 RANK_COLUMNS = {"straggler_ratio": ("straggler", 2), "collective_wait_ms_mean": ("all-reduce wait ms", 1)}
-
-
-def canonical(value: object) -> str:
-    """A config value as an override would spell it (true, null, 8)."""
-    if isinstance(value, bool):
-        return str(value).lower()
-    if value is None:
-        return "null"
-    return str(value)
-
-
-def _canonical_text(text: str) -> str:
-    """Hydra's sweeper writes parsed booleans back as True/False; spell them as configs do."""
-    return {"true": "true", "false": "false", "none": "null", "null": "null"}.get(text.lower(), text)
-
-
-def override_pairs(overrides: Sequence[str]) -> Dict[str, str]:
-    """KEY -> VALUE of a job's overrides, without hydra.* and the keys in NOT_AXES."""
-    pairs: Dict[str, str] = {}
-    for item in overrides:
-        key, sep, value = item.partition("=")
-        key = key.lstrip("+~")
-        if sep and not key.startswith(HYDRA_PREFIX) and key not in NOT_AXES:
-            pairs[key] = _canonical_text(value)
-    return pairs
 
 
 def identity(overrides: Sequence[str], fields: Mapping[str, object]) -> Dict[str, str]:
@@ -129,7 +101,7 @@ class ComparisonRow:
     names: Mapping[str, str]
     rate: Spread
     starvation_pct: float
-    results: Tuple[Mapping[str, object], ...] = field(repr=False)
+    results: Tuple[JobRecord, ...] = field(repr=False)
 
     @property
     def rounds(self) -> int:
@@ -148,10 +120,9 @@ class ComparisonRow:
         if key in self.names:
             return self.names[key]
         first = self.results[0]
-        choices = first.get("choices") or {}
-        if key in choices:
-            return canonical(choices[key])
-        node: object = first.get("config") or {}
+        if key in first.choices:
+            return canonical(first.choices[key])
+        node: object = first.config
         for part in key.split("."):
             if not isinstance(node, Mapping) or part not in node:
                 return ""
@@ -187,18 +158,17 @@ def _host_labels(fingerprints: Sequence[Tuple[object, ...]]) -> Dict[Tuple[objec
     return {f: (str(f[0]) if names.count(str(f[0])) == 1 else f"{f[0]}/{f[2]}c/{f[1]}") for f in distinct}
 
 
-def group_rows(runs: Sequence[Tuple[Path, Sequence[Mapping[str, object]]]]) -> List[ComparisonRow]:
+def group_rows(runs: Sequence[Tuple[Path, Sequence[JobRecord]]]) -> List[ComparisonRow]:
     """Rows from (folder, result records) pairs: rounds of one job in one folder make one row."""
-    grouped: Dict[Tuple[Path, str], List[Mapping[str, object]]] = {}
+    grouped: Dict[Tuple[Path, str], List[JobRecord]] = {}
     for folder, results in runs:
         for result in results:
-            grouped.setdefault((folder, job_key(str(result["job"]))), []).append(result)
-    fingerprint = {key: tuple(rs[0].get("fingerprint", {}).get(f) for f in HOST_FIELDS)
-                   for key, rs in grouped.items()}
+            grouped.setdefault((folder, result.key.label), []).append(result)
+    fingerprint = {key: tuple(rs[0].fingerprint.get(f) for f in HOST_FIELDS) for key, rs in grouped.items()}
     hosts = _host_labels(list(fingerprint.values()))
     rows = []
     for (folder, label), results in grouped.items():
-        names = identity(results[0].get("overrides") or (), results[0]["summary"])
+        names = identity(results[0].overrides, results[0].summary)
         host = hosts[fingerprint[(folder, label)]]
         names.update({HOST: host, RUN: folder.name})
         rows.append(ComparisonRow(label, folder, host, names, measured_rate(results),
@@ -210,7 +180,7 @@ def group_rows(runs: Sequence[Tuple[Path, Sequence[Mapping[str, object]]]]) -> L
 def swept_axes(rows: Sequence[ComparisonRow]) -> Tuple[str, ...]:
     """The override keys whose values differ between rows, in the order the overrides name them;
     then `host` / `run` where needed to keep rows apart, and identity fields no column shows yet."""
-    keys = [k for row in rows for r in row.results[:1] for k in override_pairs(r.get("overrides") or ())]
+    keys = [k for row in rows for k in row.results[0].pairs]
     axes = [k for k in dict.fromkeys(keys) if len({row.value(k) for row in rows}) > 1]
     for name, setters in IDENTITY_FIELDS.items():
         if not any(s in axes for s in setters) and len({row.names[name] for row in rows}) > 1:
@@ -241,7 +211,7 @@ def _split_pairs(selector: str) -> List[Tuple[str, str]]:
         key, sep, value = part.strip().partition("=")
         if not sep or not key:
             raise ConfigError(f"--baseline {selector!r}: name a job by KEY=VALUE pairs, e.g. workers=0")
-        pairs.append((key.lstrip("+~"), _canonical_text(value)))
+        pairs.append((key.lstrip("+~"), canonical_text(value)))
     return pairs
 
 
@@ -251,8 +221,7 @@ def _names_match(names: Mapping[str, str], key: str, value: str) -> bool:
 
 def _distinct_labels(named: Sequence[Mapping[str, str]]) -> List[str]:
     """Each job as the KEY=VALUE pairs that tell it apart from the others."""
-    keys = [k for k in dict.fromkeys(k for names in named for k in names)
-            if len({names.get(k) for names in named}) > 1]
+    keys = varying_keys(named)
     return [",".join(f"{k}={names.get(k, '')}" for k in keys) or "default" for names in named]
 
 

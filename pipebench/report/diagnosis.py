@@ -28,9 +28,10 @@ from pipebench.base.noise_figures import compare_half_width
 from pipebench.base.tables import format_value, markdown_table
 from pipebench.config.specs import NO_CONSUMER
 from pipebench.pipeline.stages import DECODE_STAGE
+from pipebench.record.jobs import NOT_AXES, override_pairs, varying_keys
 
 # Overrides that never define a chain: the axis the model predicts along, and repetition.
-NON_CHAIN_KEYS = ("workers", "distributed.nproc", "run.round", "results_dir")
+NON_CHAIN_KEYS = ("workers", "distributed.nproc", *NOT_AXES)
 # A measurement within this of the prediction is explained by the model; shared 2-core machines
 # wobble by up to ~15% between back-to-back runs (benchmarks/overhead.py's A/A spread).
 EXPLAINED_WITHIN = 0.15
@@ -191,16 +192,15 @@ def target_pct_of(results: Sequence[Mapping]) -> float:
 
 
 def _chain_overrides(result: Mapping) -> Dict[str, str]:
-    pairs = (o.split("=", 1) for o in result.get("overrides", []) if "=" in o)
-    return {key.lstrip("+~"): value for key, value in pairs if key.lstrip("+~") not in NON_CHAIN_KEYS}
+    """The job's override pairs that define its chain (NON_CHAIN_KEYS left out)."""
+    return override_pairs(result.get("overrides", []), ignored=NON_CHAIN_KEYS)
 
 
 def chain_labels(results: Sequence[Mapping]) -> List[str]:
     """Each job's chain: the overrides that differ between the jobs, less the worker count and the
     round (settings every job shares say nothing); `transform=NAME` when nothing differs."""
     overrides = [_chain_overrides(r) for r in results]
-    keys = sorted({k for o in overrides for k in o})
-    differing = [k for k in keys if len({o.get(k) for o in overrides}) > 1]
+    differing = sorted(varying_keys(overrides))
     return [",".join(f"{k}={o[k]}" for k in differing if k in o) or f"transform={r['summary']['transform']}"
             for o, r in zip(overrides, results)]
 

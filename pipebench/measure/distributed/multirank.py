@@ -19,9 +19,10 @@ import subprocess
 import sys
 import tempfile
 from pathlib import Path
-from typing import Any, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
+import psutil
 import torch
 
 from pipebench.base.errors import ConfigError, PipebenchError
@@ -36,6 +37,7 @@ from pipebench.measure.coverage import (
     merge_logs,
 )
 from pipebench.measure.distributed.ranks import (
+    OWN_CPU_CORES,
     RANK_ERROR,
     RANK_RESULT,
     RANK_TIMINGS,
@@ -45,6 +47,7 @@ from pipebench.measure.distributed.ranks import (
     load_timings,
 )
 from pipebench.measure.fingerprint import usable_cores
+from pipebench.measure.host_load import host_load_note
 from pipebench.measure.runner import NS_PER_MS, PassResult, StepSample, TimingSink
 from pipebench.measure.summarize import rate_interval, rows_as_dicts, transform_rows
 from pipebench.measure.window import split_window
@@ -54,6 +57,8 @@ from pipebench.pipeline.timed_chain import StepName
 RANKS_LOG = "ranks.log"
 # torchrun's failure summary names the first rank that failed and its exit code.
 ROOT_CAUSE = re.compile(r"Root Cause \(first observed failure\):.*?rank\s*:\s*(\d+).*?exitcode\s*:\s*(-?\d+)", re.S)
+# Each failure in torchrun's summary: its rank and exit code.
+FAILURE = re.compile(r"rank\s*:\s*(\d+)[^\n]*\n\s*exitcode\s*:\s*(-?\d+)")
 # After the job timeout: SIGTERM the whole group, then SIGKILL what is left this long after.
 KILL_GRACE_S = 10
 # Per-rank figures kept in result.json's `ranks` breakdown.
@@ -61,8 +66,63 @@ RANK_FIELDS = ("samples_per_s", "starvation_pct", "wait_ms_median", "wait_ms_p99
                "busy_ms_mean", "collective_ms_mean", "collective_ms_p99", "cpu_ms_per_sample", "steps", "epochs")
 
 
-# The GPU-side columns (pipebench.measure.gpu.session) are read by single-process jobs only.
-GPU_NOTE = "not measured: multi-rank job"
+
+def _total(values: Sequence[Any]) -> Any:
+    return sum(values)
+
+
+def _any(values: Sequence[Any]) -> bool:
+    return any(values)
+
+
+def _notes(values: Sequence[Any]) -> str:
+    return "; ".join(dict.fromkeys(values))
+
+
+# How the ranks' meter columns become the job's (pipebench.measure.repeats runs the same meters on
+# every rank). The ranks are separate process trees running at once on one host, so what each
+# counts of its own adds up, and what each reads of the host (or of a GPU it has alone) does not.
+# A rank's None cells are left out; all None gives None.
+METER_MERGE: Dict[str, Callable[[Sequence[Any]], Any]] = {
+    # Each rank's tree (the rank and its workers): summed, an upper bound where peaks do not coincide.
+    "rss_mb_peak": _total,
+    "worker_pss_growth_mb": _total,
+    # /dev/shm is the host's: every rank reads the same figure.
+    "shm_mb_peak": max,
+    # Bytes each rank's tree read from storage, over windows that run at once.
+    "storage_read_mb": _total,
+    "storage_read_mb_per_s": _total,
+    # The hypervisor's steal is the host's.
+    "host_steal_pct": max,
+    # host_other_cpu_cores has its own rule (other_load_of_ranks): a rank's "other" holds its peers.
+    # The GPU's: each rank has its own GPU (nccl) or none (gloo).
+    "h2d_gpu_ms_median": max,  # the slowest rank's copy is the one its peers wait for
+    "gpu_util_pct": statistics.fmean,
+    "reserved_mb_peak": max,  # what the fullest GPU had to hold
+    "alloc_retries": _total,
+    "device_frees": _total,
+    "reserved_oscillating": _any,
+    "gpu_notes": _notes,
+}
+
+
+def other_load_of_ranks(summaries: Sequence[Dict[str, Any]]) -> Optional[float]:
+    """Other processes' CPU during the window, in cores: the host's busy CPU (each rank's other
+    load plus its own, averaged over ranks) less every rank's own."""
+    pairs = [(s.get("host_other_cpu_cores"), s.get(OWN_CPU_CORES)) for s in summaries]
+    if any(other is None or own is None for other, own in pairs):
+        return None
+    return max(statistics.fmean(other + own for other, own in pairs) - sum(own for _, own in pairs), 0.0)
+
+
+def merge_meter_columns(summaries: Sequence[Dict[str, Any]]) -> Dict[str, Any]:
+    """The job's meter cells from its ranks' (METER_MERGE, other_load_of_ranks)."""
+    merged: Dict[str, Any] = {}
+    for column, rule in METER_MERGE.items():
+        values = [s[column] for s in summaries if s.get(column) is not None]
+        merged[column] = rule(values) if values else None
+    merged["host_other_cpu_cores"] = other_load_of_ranks(summaries)
+    return merged
 
 
 class DistributedError(PipebenchError):
@@ -106,14 +166,23 @@ def root_cause(log_text: str) -> Optional[Tuple[int, int]]:
     return (int(found.group(1)), int(found.group(2))) if found else None
 
 
+def exit_codes(log_text: str) -> Dict[int, int]:
+    """rank -> exit code of every failure torchrun's summary lists."""
+    return {int(rank): int(code) for rank, code in FAILURE.findall(log_text)}
+
+
 def _rank_failure(job_dir: Path, status: int) -> str:
-    """One line: the rank that failed first (torchrun's root cause, else the first error file
-    written) and its own error line; peers that lost it only report broken connections."""
+    """One line: the rank that failed first and its own error line; peers that lost it only
+    report broken connections. That is the rank whose error file was written first, unless
+    torchrun's root cause wrote none (killed, os._exit) while its peers did."""
     log = job_dir / RANKS_LOG
-    cause = root_cause(log.read_text(errors="replace"))
-    errors = sorted(job_dir.glob(RANK_ERROR.format(rank="*")), key=lambda p: p.stat().st_mtime)
-    if cause is None and errors:
-        cause = (int(errors[0].stem.split("-")[1]), status)
+    text = log.read_text(errors="replace")
+    cause = root_cause(text)
+    errors = sorted(job_dir.glob(RANK_ERROR.format(rank="*")), key=lambda p: p.stat().st_mtime_ns)
+    if errors and (cause is None or (job_dir / RANK_ERROR.format(rank=cause[0])).exists()):
+        # torchrun observes exits by polling: a peer that lost the connection can be seen first.
+        first = int(errors[0].stem.split("-")[1])
+        cause = (first, exit_codes(text).get(first, status))
     if cause is None:
         return f"torchrun exited with status {status} before any rank started (see {log})"
     rank, code = cause
@@ -218,12 +287,15 @@ def total_rate(records: Sequence[Dict[str, Any]], workers: int) -> Dict[str, Any
 def aggregate(records: Sequence[Dict[str, Any]]) -> Dict[str, Any]:
     """The job's row from its ranks: total samples/s (its interval is `total_rate`'s), mean and max
     starvation, straggler ratio (slowest rank's busy time a step over the median rank's),
-    collective wait. The other step columns are rank 0's (`steps` too: the ranks step together)."""
+    collective wait, the meters' cells by METER_MERGE. The other step columns are rank 0's
+    (`steps` too: the ranks step together)."""
     summaries = [r["summary"] for r in records]
     busy = [s["busy_ms_mean"] for s in summaries]
     starvation = [s["starvation_pct"] for s in summaries]
-    row = {k: v for k, v in summaries[0].items() if k not in ("busy_ms_mean", "collective_ms_mean", "collective_ms_p99")}
+    rank_only = ("busy_ms_mean", "collective_ms_mean", "collective_ms_p99", OWN_CPU_CORES)
+    row = {k: v for k, v in summaries[0].items() if k not in rank_only}
     row.update(
+        **merge_meter_columns(summaries),
         samples_per_s=sum(s["samples_per_s"] for s in summaries),
         samples_per_s_ci_low=None,
         samples_per_s_ci_high=None,
@@ -258,7 +330,10 @@ def measure_multirank(spec: JobSpec, job_dir: Path) -> Dict[str, Any]:
     summary = aggregate(records)
     summary.update(total_rate(records, spec.workers))
     print(aggregate_line(summary), flush=True)
-    summary.update(duplicate_samples=coverage.duplicates, missed_samples=coverage.missing, gpu_notes=GPU_NOTE)
+    summary.update(duplicate_samples=coverage.duplicates, missed_samples=coverage.missing)
+    busy_host = host_load_note(summary["host_other_cpu_cores"], summary["host_steal_pct"], psutil.cpu_count() or 1)
+    if busy_host is not None:
+        summary["window_note"] = "; ".join(filter(None, (summary.get("window_note"), busy_host)))
     return {
         "summary": summary,
         "transforms": pooled_transforms(records, job_dir),
@@ -276,5 +351,7 @@ def measure_multirank(spec: JobSpec, job_dir: Path) -> Dict[str, Any]:
         # step together, so its rate is the total over nproc. Every rank's are in rank_passes.
         "passes": records[0]["passes"],
         "rank_passes": {str(r["rank"]): r["passes"] for r in records},
+        # Each rank's meter sections, as a single-process job's result.json has them at its top level.
+        "rank_meters": {str(r["rank"]): r["meters"] for r in records},
         "fingerprint": records[0]["fingerprint"],
     }

@@ -2,8 +2,8 @@
 
 Every rank reads the same pickled RankTask from TASK (in the job process's private temporary
 folder, never the results folder), joins the process group,
-measures its own DistributedSampler loader (its own DataLoader workers) with the ordinary step
-loop, and ends each step with an all-reduce of a small tensor, standing in for the gradient
+measures its own DistributedSampler loader (its own DataLoader workers) with the job's step loop
+and meters (pipebench.measure.repeats: the step watchdog, run.sync, the copier), and ends each step with an all-reduce of a small tensor, standing in for the gradient
 sync of data-parallel training: a slow rank stalls the others there, and the time each rank
 spends in it is its collective wait. It writes `rank-N.json`, or on failure one line in
 `rank-N.error`.
@@ -16,7 +16,7 @@ import traceback
 from dataclasses import dataclass, replace
 from datetime import timedelta
 from pathlib import Path
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, List, Optional, Tuple
 
 import numpy as np
 import torch
@@ -26,25 +26,25 @@ from torch.utils.data import IterableDataset
 from pipebench.base.errors import USAGE_EXIT_STATUS, PipebenchError
 from pipebench.base.io import write_json_atomic
 from pipebench.base.lifeline import TIED_PID_ENV, die_with_parent, parent_is
+from pipebench.base.watchdog import Unwatched
 from pipebench.config.specs import JobSpec
 from pipebench.measure.coverage import IndexLog
 from pipebench.measure.fingerprint import usable_cores
-from pipebench.measure.runner import (
-    NS_PER_MS,
-    BatchStream,
-    StepLoop,
-    TimingSink,
-    measure_pass,
-    worker_faults_named,
-)
+from pipebench.measure.gpu.session import GpuSession
+from pipebench.measure.host_load import HostLoadMeter
+from pipebench.measure.memory import MemorySampler
+from pipebench.measure.meter import Meter
+from pipebench.measure.repeats import build_loop_kit, measure_repeats, step_watchdog
+from pipebench.measure.runner import NS_PER_MS, TimingSink, worker_faults_named
 from pipebench.measure.setup import job_fingerprint, seed_everything
+from pipebench.measure.storage_io import StorageReadMeter
 from pipebench.measure.summarize import (
     pass_records,
     rows_as_dicts,
     summary_row,
     transform_rows,
 )
-from pipebench.pipeline.build import build_device_chain, build_loader, build_pipeline, pin_memory_effective
+from pipebench.pipeline.build import build_loader, build_pipeline
 from pipebench.pipeline.consumers import build_consumer
 from pipebench.pipeline.timed_chain import TimedBatch
 
@@ -58,6 +58,11 @@ RANK_TIMINGS = "rank-{rank}-timings.npz"
 SYNC_ELEMENTS = 16
 # Exit status of a rank that crashed (not a user error).
 CRASH_EXIT_STATUS = 1
+# A rank's own CPU over its window, in its summary only: the job takes every rank's out of the
+# host's other load (multirank.merge_meter_columns), as one process's meter takes its own.
+OWN_CPU_CORES = "own_cpu_cores"
+# Ranks run no GPU trace pass (the extra profiled steps of a single-process job).
+UNTRACED_NOTE = "no GPU trace on ranks (multi-rank job): sync and idle columns not measured"
 
 
 @dataclass(frozen=True)
@@ -120,47 +125,52 @@ def load_timings(path: Path) -> TimingSink:
         return TimingSink(sample_ns=[saved["sample_ns"]], batch_ns=list(saved["batch_ns"]))
 
 
-def measure_rank(spec: JobSpec, rank: int, world: int, device: torch.device, job_dir: Path) -> Dict[str, Any]:
-    """Every repeat of the job on this rank; returns the rank's record and saves its timings."""
+def measure_rank(spec: JobSpec, rank: int, world: int, device: torch.device, job_dir: Path,
+                 watchdog: Unwatched) -> Dict[str, Any]:
+    """Every repeat of the job on this rank, with the job's meters (pipebench.measure.repeats);
+    returns the rank's record and saves its timings."""
     seed_everything(spec.run.seed + rank)  # own random crops per rank; the sampler shares the seed
     torch.set_num_threads(1)  # ranks share the cores with each other's workers
     if spec.loader.sharing_strategy is not None:
         torch.multiprocessing.set_sharing_strategy(spec.loader.sharing_strategy)
     dataset, instrumented, collate = build_pipeline(spec)
-    device_chain = build_device_chain(spec)
-    batch_steps = [*collate.steps, *device_chain.steps]
     loader = build_loader(spec, instrumented, collate)
     consumer = build_consumer(spec.consumer, spec.run.seed + rank)
-    pinned = pin_memory_effective(spec)
     sink = TimingSink()
     sync = CollectiveSync(device)
+    gpu = GpuSession(consumer, untraced_note=UNTRACED_NOTE)
+    kit = build_loop_kit(spec, loader, consumer, gpu, watchdog, after_step=sync)
     index_log = IndexLog()  # for the exactly-once check across ranks (pipebench.measure.coverage)
-    passes, skipped, epochs = [], [], []
-    for repeat in range(spec.run.repeats):
-        index_log.repeat = repeat
-        loop = StepLoop(BatchStream(loader, spec.run.on_error), consumer, non_blocking=pinned, on_batch=index_log,
-                        after_step=sync, device_chain=device_chain)
-        passes.append(measure_pass(loop, spec, sink, f"rank {rank} repeat {repeat + 1}/{spec.run.repeats}",
-                                   agree=sync.agree))
-        skipped.extend(loop.stream.skipped)
-        epochs.append(loop.stream.epochs)
-        loop.stream.close()
+    host_load = HostLoadMeter()
+    meters: Tuple[Meter, ...] = (MemorySampler(), StorageReadMeter(), host_load, index_log, gpu)
+    repeats = measure_repeats(spec, kit, meters, index_log, sink, f"rank {rank} ", agree=sync.agree)
+    batch_steps = [*collate.steps, *kit.device_chain.steps]
     rows = transform_rows(sink, instrumented.steps, batch_steps)
     save_timings(job_dir / RANK_TIMINGS.format(rank=rank), sink)
+    summary = rank_summary(list(repeats.passes), sink, rows, spec, len(repeats.skipped))
+    for meter in meters:
+        if meter is not index_log:  # the ranks' logs are pooled by the job (multirank.coverage_of)
+            summary.update(meter.columns())
+    summary[OWN_CPU_CORES] = host_load.own_cpu_cores()
     return {
         "rank": rank,
         "world_size": world,
-        "summary": rank_summary(passes, sink, rows, spec, len(skipped)),
+        "summary": summary,
         "transforms": rows_as_dicts(rows),
-        "passes": pass_records(passes, spec.workers),
-        "epochs_reached": epochs,
+        "passes": pass_records(list(repeats.passes), spec.workers),
+        "epochs_reached": list(repeats.epochs),
         "step_names": {"sample": instrumented.steps, "batch": batch_steps},
         "dataset_length": len(dataset),
         "iterable": isinstance(dataset, IterableDataset),
         "indices": index_log.as_json(),
+        "meters": {meter.key: meter.record() for meter in meters if meter is not index_log},
         # Rank 0's is the job's: the host it ran on is what lets results from many hosts merge.
         "fingerprint": job_fingerprint(spec, dataset),
     }
+
+
+def _error_file(job_dir: Path, rank: int) -> Path:
+    return job_dir / RANK_ERROR.format(rank=rank)
 
 
 def main(argv: Optional[List[str]] = None) -> int:
@@ -176,15 +186,17 @@ def main(argv: Optional[List[str]] = None) -> int:
             _pin_gpu(int(os.environ["LOCAL_RANK"]))
             device = torch.device("cuda")
         dist.init_process_group(task.backend, timeout=timedelta(seconds=spec.distributed.collective_timeout_s))
-        with worker_faults_named(spec.loader.timeout_s):
-            record = measure_rank(spec, rank, world, device, job_dir)
+        # A step stuck in native code: the watchdog leaves its line where the job looks, then ends the rank.
+        watchdog = step_watchdog(spec, on_stuck=lambda line: _error_file(job_dir, rank).write_text(f"{line}\n"))
+        with worker_faults_named(spec.loader.timeout_s), watchdog:
+            record = measure_rank(spec, rank, world, device, job_dir, watchdog)
         write_json_atomic(job_dir / RANK_RESULT.format(rank=rank), record)
     except PipebenchError as exc:
-        (job_dir / RANK_ERROR.format(rank=rank)).write_text(f"{exc}\n")
+        _error_file(job_dir, rank).write_text(f"{exc}\n")
         return USAGE_EXIT_STATUS
     except Exception as exc:  # a crash: one line for the job's error, the traceback for the log
         text = str(exc).strip().splitlines()
-        (job_dir / RANK_ERROR.format(rank=rank)).write_text(f"{type(exc).__name__}: {text[0] if text else ''}\n")
+        _error_file(job_dir, rank).write_text(f"{type(exc).__name__}: {text[0] if text else ''}\n")
         traceback.print_exc()
         return CRASH_EXIT_STATUS
     finally:

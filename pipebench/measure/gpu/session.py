@@ -49,6 +49,8 @@ SYNC_PROBE_STEPS = 3
 GPU_TRACE_FILE = "gpu_trace.json"
 # record_function label around each whole step (wait + copy + consumer) in the GPU trace.
 STEP_LABEL = "pipebench/step"
+# Why the trace's columns are empty when no GPU trace pass ran.
+NO_TRACE_NOTE = "no GPU trace (run.profile_steps=0): sync and idle columns not measured"
 
 
 def _on_cuda(consumer: Any) -> bool:
@@ -63,8 +65,9 @@ def _not_on_cuda_note() -> str:
 class LabelledConsumer:
     """A consumer whose steps are labelled CONSUMER_LABEL for the profiler; keeps the last batch."""
 
-    def __init__(self, consumer: Any):
+    def __init__(self, consumer: Any, untraced_note: str = NO_TRACE_NOTE):
         self.consumer = consumer
+        self.untraced_note = untraced_note
         self.device = consumer.device
         self.last_batch: Optional[tuple] = None
 
@@ -101,8 +104,9 @@ class GpuSession:
 
     key = "gpu"
 
-    def __init__(self, consumer: Any):
+    def __init__(self, consumer: Any, untraced_note: str = NO_TRACE_NOTE):
         self.consumer = consumer
+        self.untraced_note = untraced_note
         self.on_cuda = _on_cuda(consumer)
         self.copier = DeviceCopy()
         self.util = GpuUtilSampler(enabled=self.on_cuda)
@@ -168,7 +172,7 @@ class GpuSession:
             if util.note:
                 notes.append(f"gpu_util_pct {util.note}")
             if not self._profiled:
-                notes.append("no GPU trace (run.profile_steps=0): sync and idle columns not measured")
+                notes.append(self.untraced_note)
         idle, syncs = self._profiled.get("idle"), self._profiled.get("syncs")
         return {
             "h2d_gpu_ms_median": _median(self.copier.gpu_ms),

@@ -1,0 +1,115 @@
+"""One job's step loops and its repeat loop: the same for one process, its workers and each rank.
+
+`LoopKit` holds what every step loop of a job shares: the loader, the consumer, the device
+chain after the copy, the copy's pinning (`non_blocking`), the sync mode (`run.sync`), the
+step watchdog (`run.step_timeout_s`), the GPU session's copier and allocator sample, and a
+rank's end-of-step collective. `LoopKit.loop` builds the step loop of a measured repeat or of
+an extra pass (a profile, a trace), so a hook added here reaches every loop of every job.
+`measure_repeats` runs `run.repeats` measured passes around the job's meters.
+"""
+
+from dataclasses import dataclass
+from typing import Any, Callable, Optional, Sequence, Tuple
+
+from torch.utils.data import DataLoader
+
+from pipebench.base.gpu_timing import DeviceCopy
+from pipebench.base.watchdog import Unwatched, Watchdog
+from pipebench.config.specs import JobSpec
+from pipebench.measure.coverage import IndexLog
+from pipebench.measure.gpu.session import GpuSession
+from pipebench.measure.meter import Meter
+from pipebench.measure.runner import BatchStream, PassResult, StepLoop, TimingSink, measure_pass
+from pipebench.measure.step_sync import StepSync, resolve_sync
+from pipebench.pipeline.build import build_device_chain, pin_memory_effective
+from pipebench.pipeline.device_chain import DeviceChain
+from pipebench.pipeline.timed_chain import SampleFailure, TimedBatch
+
+__all__ = ["STEP_TIMEOUT_KEY", "LoopKit", "Repeats", "build_loop_kit", "measure_repeats", "step_watchdog"]
+
+# The setting a step's watchdog enforces, named in its error line.
+STEP_TIMEOUT_KEY = "run.step_timeout_s"
+
+
+def step_watchdog(spec: JobSpec, on_stuck: Callable[[str], None]) -> Watchdog:
+    """The deadline on every step's own work in this process (enter it in the main thread)."""
+    return Watchdog(spec.run.step_timeout_s, STEP_TIMEOUT_KEY, on_stuck=on_stuck)
+
+
+@dataclass(frozen=True)
+class LoopKit:
+    """What every step loop of one job is built from; see the module doc."""
+
+    loader: DataLoader
+    consumer: Any
+    on_error: str
+    non_blocking: bool
+    device_chain: DeviceChain
+    sync: StepSync
+    watchdog: Unwatched
+    gpu: GpuSession
+    # A rank's all-reduce after each step (pipebench.measure.distributed.ranks); None in one process.
+    after_step: Optional[Callable[[TimedBatch, int], None]] = None
+
+    def loop(self, consumer: Any = None, loader: Optional[DataLoader] = None, measured: bool = False,
+             on_batch: Optional[Callable[[TimedBatch, int], None]] = None) -> StepLoop:
+        """A fresh iteration of `loader` (default: the job's) stepped into `consumer` (default: the
+        job's). `measured`: the GPU session's copier keeps the copies' GPU times and its allocator
+        is read after each measured step; an extra pass copies with a copier of its own, so its
+        steps never reach the job's figures."""
+        return StepLoop(BatchStream(loader or self.loader, self.on_error), consumer or self.consumer,
+                        non_blocking=self.non_blocking, copier=self.gpu.copier if measured else DeviceCopy(),
+                        after_measured=self.gpu.alloc.sample if measured else None, on_batch=on_batch,
+                        after_step=self.after_step, watchdog=self.watchdog, device_chain=self.device_chain,
+                        clock=self.sync.clock())
+
+
+def build_loop_kit(spec: JobSpec, loader: DataLoader, consumer: Any, gpu: GpuSession, watchdog: Unwatched,
+                   after_step: Optional[Callable[[TimedBatch, int], None]] = None) -> LoopKit:
+    """The job's LoopKit; resolves run.sync (switching the consumer to run ahead) and prints its note."""
+    sync = resolve_sync(spec.run.sync, consumer)
+    if sync.note is not None:
+        print(sync.note, flush=True)
+    return LoopKit(loader, consumer, spec.run.on_error, pin_memory_effective(spec), build_device_chain(spec), sync,
+                   watchdog, gpu, after_step)
+
+
+@dataclass(frozen=True)
+class Repeats:
+    """The measured passes of a job (or a rank), the samples they skipped, the epoch each reached."""
+
+    passes: Tuple[PassResult, ...]
+    skipped: Tuple[SampleFailure, ...]
+    epochs: Tuple[int, ...]
+
+
+def _unmarked(name: str) -> None:
+    """Repeats after the first: the meters' marks belong to the first repeat's window."""
+
+
+def measure_repeats(spec: JobSpec, kit: LoopKit, meters: Sequence[Meter], index_log: IndexLog, sink: TimingSink,
+                    label: str = "", agree: Optional[Callable[[bool], bool]] = None) -> Repeats:
+    """`run.repeats` passes, each on a fresh iteration of the loader. The meters start before the
+    first, are marked around the first repeat's window and stop after the last (in reverse, also
+    on failure). `index_log` sees every batch; `agree` is a rank's shared stop decision."""
+
+    def mark(name: str) -> None:
+        for meter in meters:
+            meter.mark(name)
+
+    passes, skipped, epochs = [], [], []
+    for meter in meters:
+        meter.start()
+    try:
+        for repeat in range(spec.run.repeats):
+            index_log.repeat = repeat
+            loop = kit.loop(measured=True, on_batch=index_log)
+            passes.append(measure_pass(loop, spec, sink, f"{label}repeat {repeat + 1}/{spec.run.repeats}",
+                                       mark=mark if repeat == 0 else _unmarked, agree=agree))
+            skipped.extend(loop.stream.skipped)
+            epochs.append(loop.stream.epochs)
+            loop.stream.close()
+    finally:
+        for meter in reversed(meters):
+            meter.stop()
+    return Repeats(tuple(passes), tuple(skipped), tuple(epochs))
