@@ -1,5 +1,7 @@
 """Config composition, sweep expansion and every bad-input case: one line, exit 2, no traceback."""
 
+from pathlib import Path
+
 import pytest
 from conftest import assert_config_error_is_one_line, compose_spec, run_cli
 
@@ -116,6 +118,32 @@ def test_help_lists_the_run_verb(capsys):
     with pytest.raises(SystemExit) as exited:
         main(["--help"])
     assert exited.value.code == 0 and "run" in capsys.readouterr().out
+
+
+def _help_of(verb: str, capsys) -> str:
+    with pytest.raises(SystemExit) as exited:
+        main([verb, "--help"])
+    assert exited.value.code == 0
+    return capsys.readouterr().out
+
+
+def test_run_help_lists_every_shipped_config(capsys):
+    """The groups line is read from conf/, so a config added there is listed."""
+    text = " ".join(_help_of("run", capsys).split())
+    conf = Path(__file__).resolve().parents[1] / "conf"
+    for group in ("dataset", "transform", "loader", "consumer", "run", "suite"):
+        names = sorted(p.stem for p in (conf / group).glob("*.yaml"))
+        assert f"{group}={'|'.join(names)}" in text, group
+
+
+def test_explore_help_names_every_move(capsys):
+    from pipebench.explore.chain import MOVE_HELP, MOVES
+    from pipebench.explore.variants import LOADER_MOVE_HELP, LOADER_MOVES
+
+    assert tuple(MOVE_HELP) == MOVES and tuple(LOADER_MOVE_HELP) == LOADER_MOVES
+    text = _help_of("explore", capsys)
+    missing = [move for move in (*MOVES, *LOADER_MOVES) if f" {move}: " not in text]
+    assert not missing, missing
 
 
 def test_the_decode_floor_examples_run_on_a_jpeg(tmp_path):

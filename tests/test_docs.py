@@ -29,3 +29,37 @@ def test_readme_links_to_docs_resolve_and_readme_is_short():
     assert not broken, f"README.md links to missing pages: {broken}"
     lines = len(text.splitlines())
     assert lines <= README_MAX_LINES, f"README.md has {lines} lines; keep it to {README_MAX_LINES}"
+
+
+LAYOUT = REPO / "docs" / "layout.md"
+# Where a module's own source says why: a file in the repository, never one outside it.
+OUTSIDE_CITATION = re.compile(r"DESIGN(\.md)? ?§")
+
+
+def _row_of(text: str, path: str) -> str:
+    """The layout table's row whose first cell is `path`, '' when there is none."""
+    return next((line for line in text.splitlines() if line.startswith(f"| `{path}`")), "")
+
+
+def test_layout_names_every_module_in_its_subpackage_row():
+    """Each engine module is named (as `module`) in its subpackage's row; each catalogue module by path."""
+    text = LAYOUT.read_text()
+    missing = []
+    for module in sorted((REPO / "pipebench").rglob("*.py")):
+        folder = module.parent.relative_to(REPO).as_posix()
+        if module.name == "__init__.py" or folder == "pipebench":
+            continue
+        if f"`{module.stem}`" not in _row_of(text, f"{folder}/"):
+            missing.append(module.relative_to(REPO).as_posix())
+    for catalogue in ("datasets", "transforms"):
+        missing += [f"{catalogue}/{m.name}" for m in sorted((REPO / catalogue).glob("*.py"))
+                    if m.name != "__init__.py" and f"`{catalogue}/{m.name}`" not in text]
+    assert not missing, f"docs/layout.md does not name: {missing}"
+
+
+def test_no_code_cites_a_design_file_outside_the_repository():
+    cited = [f"{path.relative_to(REPO)}:{n}" for folder in ("pipebench", "datasets", "transforms", "tests",
+                                                            "benchmarks", "hydra_plugins")
+             for path in sorted((REPO / folder).rglob("*.py")) if "conf" not in path.parts
+             for n, line in enumerate(path.read_text().splitlines(), 1) if OUTSIDE_CITATION.search(line)]
+    assert not cited, f"cite the docs page that holds the reason instead: {cited}"

@@ -1,7 +1,7 @@
 """pipebench's default Hydra launcher: each job of a sweep in a fresh Python process, one at a time.
 
 Fresh processes keep page cache, allocator and thread state from leaking between jobs;
-running them one at a time keeps jobs from competing for the same cores (DESIGN §2).
+running them one at a time keeps jobs from competing for the same cores (docs/multirank-and-clusters.md, the launchers table).
 Hydra's BasicLauncher runs every job in one process, and submitit_local starts them all at
 once, so neither fits a benchmark. Swap in `hydra/launcher=submitit_slurm` for a cluster.
 

@@ -1,10 +1,11 @@
 """The `explore` verb: derive a chain's variants, check their equivalence, measure them all in one sweep."""
 
 import argparse
-from typing import List, Optional
+from typing import List, Mapping, Optional
 
 from pipebench.cli.common_args import add_config_dir, add_fresh, add_overrides
 from pipebench.cli.run import expand_sweep, import_from_cwd, run_command, search_path
+from pipebench.explore.chain import MOVE_HELP
 from pipebench.explore.equivalence import DEFAULT_MAX_PIXEL_DIFF
 from pipebench.explore.plan import (
     EXPLORE_DEFAULTS,
@@ -13,6 +14,7 @@ from pipebench.explore.plan import (
     write_explore_table,
     write_plan,
 )
+from pipebench.explore.variants import LOADER_MOVE_HELP
 from pipebench.record.folder_lock import folder_lock
 
 # An 8-bit pixel differs from another by at most this.
@@ -20,16 +22,21 @@ MAX_GREY_LEVEL = 255
 
 __all__ = ["add_parser", "explore_command", "main"]
 
+
+def help_lines(title: str, entries: Mapping[str, str]) -> str:
+    """`title` then one `name: what` line an entry, indented as --help's epilog blocks are."""
+    return "\n".join(f"{title if i == 0 else '':<8}{name}: {text}" for i, (name, text) in enumerate(entries.items()))
+
+
 EXPLORE_EPILOG = f"""\
 examples:
   pipebench explore transform=yuv_mask                  the seed chain's variants at workers=0
   pipebench explore transform=yuv_mask workers=2 rounds=5
   pipebench explore --config-dir my_conf transform=my_chain   your chain; your transforms declare `movement`
 
-moves:  reduced_decode (decode the JPEG at reduced size in a first step that resizes down),
-        tensor_path (decode_jpeg to a uint8 tensor, the PIL steps as their v2 tensor forms),
-        crop_first (a crop ahead of pointwise steps and PIL->tensor), fast (a declared fast_form),
-        per_batch (trailing steps with a batch_form into the collate), and their combinations
+{help_lines("moves:", MOVE_HELP)}
+        ... and their combinations (docs/explore.md)
+{help_lines("loader:", LOADER_MOVE_HELP)}
 checks: identical / close (float tolerance; a reduced-size decode within --max-pixel-diff) /
         same distribution (KS test) / not equivalent / fails
 writes: variants.json, equivalence.md|csv, variants/transform/*.yaml (to read; never read back),

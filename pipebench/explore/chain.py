@@ -22,6 +22,19 @@ TAILS = (PER_BATCH, LATE_CAST, TO_DEVICE)
 STACKED_UNDER_GPU_DECODER = (CROP_FIRST, FAST)
 # Canonical order: names list moves in it.
 MOVES = (*STACKED, *TAILS, GPU_DECODER)
+# One line a move for `pipebench explore --help` (docs/explore.md says each in full); a test holds
+# it to MOVES, so a new move cannot go unlisted.
+MOVE_HELP = {
+    TENSOR_PATH: "decode_jpeg to a uint8 tensor, the PIL steps before the conversion as their v2 tensor forms",
+    DECODER: "the PIL->tensor conversion becomes decode_jpeg on the file's bytes",
+    REDUCED_DECODE: "decode the JPEG at reduced size in a first step that resizes down",
+    CROP_FIRST: "a crop ahead of the pointwise steps and the PIL->tensor conversion",
+    FAST: "each step with a declared fast_form replaced by it",
+    PER_BATCH: "trailing steps with a batch_form move into the collate",
+    LATE_CAST: "steps that cast to float run after the host-to-device copy (the batch crosses as uint8)",
+    TO_DEVICE: "every trailing batch-able step runs after the copy, on the consumer's device",
+    GPU_DECODER: "workers read JPEG bytes; the batch is decoded and cropped on the device (nvJPEG)",
+}
 # Moves that change pixels a little by design (another decode): equivalence compares their images.
 DECODE_MOVES = (REDUCED_DECODE, TENSOR_PATH)
 # Moves whose gain needs an accelerator: on a host without one they are generated and checked

@@ -74,6 +74,13 @@ PREFETCH_FACTOR = "prefetch_factor"
 PIN_MEMORY = "pin_memory"
 SHARING_STRATEGY = "sharing_strategy"
 LOADER_MOVES = (PERSISTENT_WORKERS, PREFETCH_FACTOR, PIN_MEMORY, SHARING_STRATEGY)
+# One line a loader move for `pipebench explore --help`, held to LOADER_MOVES by a test.
+LOADER_MOVE_HELP = {
+    PERSISTENT_WORKERS: "workers kept across epochs (no restart at each epoch end)",
+    PREFETCH_FACTOR: "twice the batches each worker keeps ready",
+    PIN_MEMORY: "batches in page-locked memory for the copy (with CUDA only)",
+    SHARING_STRATEGY: "tensors shared through files instead of file descriptors (file_system)",
+}
 FILE_SYSTEM = "file_system"
 
 

@@ -24,7 +24,7 @@ from pipebench.transforms.mask import FastRandomMask
 
 # Bump whenever the workload below changes: scores of different workloads do not compare.
 WORKLOAD_VERSION = 1
-# The seed's photo (DESIGN §1): 533x800 RGB at JPEG quality 90, cropped to 256.
+# The seed's photo (the default corpus, datasets/synthetic_jpeg.py): 533x800 RGB at JPEG quality 90, cropped to 256.
 IMAGE_WIDTH = 533
 IMAGE_HEIGHT = 800
 JPEG_QUALITY = 90

@@ -1,4 +1,7 @@
-"""The machine and software a result was measured on (DESIGN §3). Never environment variables."""
+"""The machine and software a result was measured on (docs/results-schema.md, "fingerprint").
+
+Never environment variables: results get committed and shared, and tokens live in the environment.
+"""
 
 import importlib.metadata
 import importlib.util
@@ -116,7 +119,7 @@ def machine_key() -> str:
 
 
 def gpu_name() -> Optional[str]:
-    """Call only after DataLoader workers are gone: querying the device initialises CUDA (DESIGN §4)."""
+    """Call only after DataLoader workers are gone: querying the device initialises CUDA, and a worker forked after that cannot use it."""
     return torch.cuda.get_device_name(0) if torch.cuda.is_available() else None
 
 

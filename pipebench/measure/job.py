@@ -104,7 +104,8 @@ def measure_job(spec: JobSpec, job_dir: Path) -> Dict[str, Any]:
 def _measure_job(spec: JobSpec, job_dir: Path, watchdog: Unwatched) -> Dict[str, Any]:
     seed_everything(spec.run.seed)
     if spec.workers == 0:
-        # Workers run with one intra-op thread; so must the single-process profile (DESIGN §3).
+        # Workers run with one intra-op thread; so must the single-process profile, or its per-transform
+        # times are not comparable with the workers' (a multi-threaded op reads cheaper in one process).
         torch.set_num_threads(1)
     if spec.loader.sharing_strategy is not None:
         torch.multiprocessing.set_sharing_strategy(spec.loader.sharing_strategy)

@@ -110,7 +110,7 @@ def build_loader(spec: JobSpec, dataset: InstrumentedDataset, collate: TimedColl
         pin_memory=pin_memory_effective(spec),
     )
     if spec.workers > 0:
-        # DataLoader rejects these with num_workers=0 (DESIGN §4).
+        # DataLoader raises a ValueError for these with num_workers=0: they configure workers.
         kwargs.update(
             prefetch_factor=spec.loader.prefetch_factor,
             persistent_workers=spec.loader.persistent_workers,

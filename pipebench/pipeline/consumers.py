@@ -15,7 +15,7 @@ Every consumer follows one small interface (`Consumer` below):
 - ``report() -> dict`` -- JSON-able figures gathered over the steps, for result.json.
 
 Consumers are built with ``build_consumer(spec, seed)``. Construction never touches CUDA beyond
-asking whether it exists: DataLoader workers may be forked after it (DESIGN §4). The CUDA context
+asking whether it exists: DataLoader workers may be forked after it, and a forked child cannot use its parent's CUDA context. The CUDA context
 is made on the first step. Every class is importable at module level and picklable until its
 first step, so nothing here breaks under spawn.
 """
@@ -45,7 +45,7 @@ EMULATED_STREAM_ID = 0x5EED_C0DE
 MAX_SLOP_SAMPLE_S = 0.0005
 # Weight of the newest observation in the running slop estimate: smooth over ~20 steps.
 SLOP_EWMA_WEIGHT = 0.05
-# Seed-article CNN (DESIGN §1): RGB in, 30 channels wide, 10 classes out.
+# The seed article's CNN (docs/configs.md, consumer=toy_cnn): RGB in, 30 channels wide, 10 classes out.
 TOY_CNN_IN_CHANNELS = 3
 TOY_CNN_WIDTH = 30
 TOY_CNN_CLASSES = 10
@@ -186,7 +186,7 @@ def _conv(in_channels: int, out_channels: int) -> nn.Conv2d:
 
 
 class ToyCNN(nn.Module):
-    """The seed article's CNN (DESIGN §1), with as many blocks as take `input_size` to 1x1.
+    """The seed article's CNN (conv_in, log2(size) conv+ReLU+MaxPool blocks, conv_out), with as many blocks as take `input_size` to 1x1.
 
     conv_in 3->30, then log2(input_size) blocks of conv 30->30 + ReLU + MaxPool2d(2), then
     conv_out 30->10, flattened to [B, 10]. 256x256 input: 8 blocks, as in the article.
