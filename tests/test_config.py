@@ -164,3 +164,39 @@ def test_the_decode_floor_examples_run_on_a_jpeg(tmp_path):
         for step in build_transforms(yaml.safe_load(path.read_text())["per_sample"], path.stem):
             sample = step(sample)
         assert tuple(sample.shape) == (3, 256, 256), path.stem
+
+
+def test_cfg_prints_every_job_of_the_sweep_and_runs_none(tmp_path, capsys):
+    out_dir = tmp_path / "out"
+    assert main(["run", "--cfg", "job", "transform=yuv_mask_fast", "workers=0,2", f"results_dir={out_dir}"]) == 0
+    text = capsys.readouterr().out
+    assert text.count("# job ") == 2 and "# job 2/2: transform=yuv_mask_fast workers=2" in text
+    assert "FastRandomMask" in text and "hydra:" not in text and not out_dir.exists()
+    assert main(["run", "--cfg", "hydra", "--resolve", "-m", "workers=0", f"results_dir={out_dir}"]) == 0
+    hydra_text = capsys.readouterr().out
+    # Resolved over the whole config (Hydra's own --cfg hydra --resolve stops at ${results_dir}); a
+    # value only a running job has stays as written.
+    assert f"dir: {out_dir}/" in hydra_text and "subdir: job-${hydra.job.num}" in hydra_text
+    # Hydra's own --info, through the real console script: it sets up logging for a job that never runs.
+    info = run_cli(["run", "--multirun", "--info", "searchpath", "workers=0,2", f"results_dir={out_dir}"], tmp_path)
+    assert info.returncode == 0 and info.stdout.count("Config search path") == 2, info.stderr
+    assert not out_dir.exists()
+
+
+@pytest.mark.parametrize("args, named", [(["--resolve", "workers=0"], "--resolve goes with --cfg"),
+                                         (["--cfg", "job", "trnsform=x"], "Key 'trnsform' not in")])
+def test_cfg_flags_misused_are_one_line(capsys, args, named):
+    assert main(["run", *args]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("pipebench: error: ") and "\n" not in err and named in err, err
+
+
+def test_a_submitit_launcher_without_its_extra_names_the_extra():
+    from hydra.errors import MissingConfigException
+
+    from pipebench.config.compose import one_line
+
+    missing = MissingConfigException("Could not find 'hydra/launcher/submitit_local'\nAvailable options in "
+                                     "'hydra/launcher':\n\tbasic\n\tpipebench_subprocess", "hydra/launcher/submitit_local")
+    assert one_line(missing).endswith('pip install "pipebench[slurm]"')
+    assert "pip install" not in one_line(MissingConfigException("Could not find 'transform/mine'", "transform/mine"))

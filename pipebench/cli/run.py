@@ -7,6 +7,7 @@ calibration workload first. `explore` runs its variants through `run_command` to
 """
 
 import argparse
+import logging
 import os
 from importlib import resources
 import sys
@@ -40,9 +41,11 @@ from pipebench.cli.common_args import (
 )
 from pipebench.cli.job_task import run_job_task
 from pipebench.config.compose import (
+    CFG_PARTS,
     CONFIG_MODULE,
     CONFIG_NAME,
     HYDRA_VERSION_BASE,
+    config_printer,
     job_spec_composer,
     one_line,
     sweep_settings,
@@ -107,6 +110,7 @@ keys:   workers (a number, a list, range(0,9,2) or auto), trace=torch|viztracer|
         calibrate, loader.* (batch_size, prefetch_factor, pin_memory, persistent_workers,
         multiprocessing_context=fork|spawn|forkserver, ...), run.*, consumer.*, dataset.*
 sweeps: any key takes a comma list, range(start,stop[,step]) or choice(a,b,...)
+check:  --cfg job|hydra|all [--resolve], --info [TOPIC]: every job of the sweep printed, none run
 resume: re-running the same command resumes its latest unfinished folder (--fresh starts anew)
 suites: suite=nightly   the nightly regression sweep (every chain, workers 0 and 2, 5 rounds)
 ranks:  distributed.nproc=2   each job on 2 torchrun ranks (DistributedSampler, all-reduce each step);
@@ -309,6 +313,59 @@ def run_command(overrides: List[str], config_dir: Optional[str], baseline: Optio
         return _run_sweep(choice.folder, swept, jobs, overrides, first_spec.calibrate, baseline, epilogue)
 
 
+# What `--info` may show: Hydra's own topics, passed to Hydra as they are.
+INFO_TOPICS = ("all", "config", "defaults", "defaults-tree", "plugins", "searchpath")
+
+
+def show_command(overrides: List[str], config_dir: Optional[str], cfg: Optional[str], resolve: bool,
+                 info: Optional[str]) -> int:
+    """`--cfg` / `--info`: each job of the sweep printed, and none of them run; no dataset is built.
+
+    `--cfg` composes each job (a typo is one line, as in `run`); `--info` is Hydra's own output.
+    """
+    if resolve and not cfg:
+        raise ConfigError("--resolve goes with --cfg job|hydra|all")
+    import_from_cwd()
+    overrides = expand_auto_workers([*search_path(config_dir), *overrides], usable_cores())
+    jobs = expand_sweep(sweep_overrides(overrides))
+    if cfg:
+        with config_printer(cfg, resolve) as text:
+            shown = [text(job) for job in jobs]  # every job checked before any is printed
+        for number, (job, yaml_text) in enumerate(zip(jobs, shown), 1):
+            print(f"# job {number}/{len(jobs)}: {' '.join(job)}\n{yaml_text}", end="", flush=True)
+    for number, job in enumerate(jobs if info else [], 1):
+        print(f"# job {number}/{len(jobs)}: {' '.join(job)}", flush=True)
+        sys.argv = ["pipebench", f"--info={info}", *job]
+        try:
+            _hydra_entry()()
+        except SystemExit as exc:  # Hydra's own exit after it printed why
+            if exc.code:
+                return exc.code if isinstance(exc.code, int) else 1
+        finally:
+            _drop_log_handlers()
+    return 0
+
+
+def _drop_log_handlers() -> None:
+    """Hydra's --info prints through logging handlers it adds on each call: without dropping them,
+    the next job's information would print once a handler."""
+    for logger in (logging.getLogger(), logging.getLogger("hydra")):
+        for handler in logger.handlers[:]:
+            logger.removeHandler(handler)
+
+
+def add_hydra_flags(parser: argparse.ArgumentParser) -> None:
+    """The flags a Hydra user types: --cfg, --resolve and --info print without running; -m and
+    --multirun are accepted, since every pipebench run sweeps already."""
+    parser.add_argument("--cfg", "-c", choices=CFG_PARTS,
+                        help="print each job's composed config (job, hydra or all) and run nothing")
+    parser.add_argument("--resolve", action="store_true", help="with --cfg: resolve interpolations first")
+    parser.add_argument("--info", "-i", nargs="?", const="all", choices=INFO_TOPICS,
+                        help="print Hydra's information for each job (default: all) and run nothing")
+    parser.add_argument("--multirun", "-m", action="store_true",
+                        help="accepted for Hydra habit: a comma list sweeps with or without it")
+
+
 def add_parser(verbs: "argparse._SubParsersAction") -> None:
     parser = verbs.add_parser(
         "run", help="run a benchmark job, or a sweep when any override is a comma list",
@@ -319,8 +376,11 @@ def add_parser(verbs: "argparse._SubParsersAction") -> None:
     add_config_dir(parser)
     add_baseline_job(parser, "job, e.g. workers=0", "job")
     add_fresh(parser, "run")
+    add_hydra_flags(parser)
     add_overrides(parser, "transform=yuv_mask workers=0,4,8")
 
 
 def main(args: argparse.Namespace) -> int:
+    if args.cfg or args.info or args.resolve:
+        return show_command(list(args.overrides), args.config_dir, args.cfg, args.resolve, args.info)
     return run_command(list(args.overrides), args.config_dir, args.baseline, args.fresh)

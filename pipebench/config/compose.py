@@ -7,7 +7,7 @@ from typing import Callable, Iterator, Sequence, Tuple
 from hydra import compose, initialize_config_module
 from hydra.core.config_store import ConfigStore
 from hydra.errors import HydraException
-from omegaconf import DictConfig
+from omegaconf import DictConfig, ListConfig, OmegaConf, open_dict
 from omegaconf.errors import OmegaConfBaseException
 
 from pipebench.base.errors import ConfigError
@@ -19,6 +19,10 @@ CONFIG_NAME = "config"
 HYDRA_VERSION_BASE = "1.3"
 
 
+# The submitit launchers come with an extra; a user who names one without it learns which.
+SUBMITIT_HINT = 'the submitit launchers come with the slurm extra: pip install "pipebench[slurm]"'
+
+
 def one_line(exc: BaseException) -> str:
     """Hydra and OmegaConf errors span many lines; users get the first line of each layer."""
     text = str(exc).split("Config search path")[0]
@@ -27,6 +31,8 @@ def one_line(exc: BaseException) -> str:
     options = [line for line in lines[1:] if not line.startswith("Available options")]
     if "Could not find" in message and options:
         message += "; available: " + ", ".join(options)
+    if "Could not find 'hydra/launcher/submitit" in message:
+        message += f"; {SUBMITIT_HINT}"
     cause = exc.__cause__
     if cause is not None and str(cause).strip():
         message += ": " + str(cause).strip().splitlines()[0]
@@ -66,6 +72,46 @@ def job_spec_composer() -> Iterator[Callable[[Sequence[str]], Tuple[JobSpec, str
             return job_spec_from_config(cfg, dict(cfg.hydra.runtime.choices)), str(cfg.results_dir)
 
         yield compose_one
+
+
+def _resolved(node: object) -> object:
+    """The config as plain values, each interpolation resolved where it can be; one that needs a
+    running job (`${hydra.job.num}`, a missing `???`) stays as written."""
+    if not isinstance(node, (DictConfig, ListConfig)):
+        return node
+    keys = node.keys() if isinstance(node, DictConfig) else range(len(node))
+    written = OmegaConf.to_container(node, resolve=False)
+    plain = {}
+    for key in keys:
+        try:
+            plain[key] = _resolved(node[key])
+        except OmegaConfBaseException:
+            plain[key] = written[key]
+    return plain if isinstance(node, DictConfig) else list(plain.values())
+
+
+# What `--cfg` prints of a composed config, as Hydra's flag does: the job's keys, Hydra's node, or both.
+CFG_PARTS = ("job", "hydra", "all")
+
+
+@contextmanager
+def config_printer(part: str, resolve: bool) -> Iterator[Callable[[Sequence[str]], str]]:
+    """Yields text(overrides) -> the YAML `--cfg part [--resolve]` shows for one job. Resolved over
+    the whole config, so the hydra node's interpolations of job keys (hydra.run.dir's
+    `${results_dir}`) resolve, where Hydra's own `--cfg hydra --resolve` stops on them."""
+    with _composer() as compose_cfg:
+        def text(overrides: Sequence[str]) -> str:
+            cfg = compose_cfg(overrides)
+            if resolve:
+                cfg = OmegaConf.create(_resolved(cfg))
+            if part == "hydra":
+                return OmegaConf.to_yaml({"hydra": cfg.hydra})
+            if part == "job":
+                with open_dict(cfg):
+                    del cfg["hydra"]
+            return OmegaConf.to_yaml(cfg)
+
+        yield text
 
 
 def sweep_settings(overrides: Sequence[str]) -> SweepSettings:
