@@ -9,7 +9,8 @@ per batch instead of one per sample: always `not equivalent`, whatever the test 
 
 A move that changes the decode (decoder: another decoder; gpu_decoder: the batched decoder, on
 the variant's device; tensor_path: another decoder and tensor interpolation; reduced_decode: a
-DCT-scaled decode) changes pixels a little by design. Its variant is judged in two parts: first
+DCT-scaled decode; region_decode: only the crop's box decoded, by nvImageCodec) may change pixels a
+little by design. Its variant is judged in two parts: first
 the decoded pixels alone, on the same files and seeds (decoder, gpu_decoder: the chain's
 PIL->tensor conversion against the decoder; the other two: the steps the move replaced
 against the originals, as 8-bit images after the resize); the largest difference in grey levels
@@ -29,7 +30,7 @@ import numpy as np
 import torch
 from torch.utils.data import default_collate
 
-from pipebench.explore.chain import DECODE_MOVES, DECODER, GPU_DECODER, Chain, Variant
+from pipebench.explore.chain import DECODE_MOVES, DECODER, GPU_DECODER, REGION_DECODE, Chain, Variant
 from pipebench.explore.decode_moves import (
     BATCH_DECODE_JPEG,
     READ_JPEG_BYTES,
@@ -249,7 +250,8 @@ def _decoded_difference(move: str, base_chain: Chain, variant: Variant, fetch: F
         return worst, note, decoder(base_chain).chain
     moved = move_functions(None)[move](base_chain).chain
     worst = pixel_difference(base_chain, moved, pixel_prefixes(move, base_chain), fetch, seed)
-    return worst, f"{move}: max |Δ| = {worst} grey levels after the resize over {PIXEL_SAMPLES} files", moved
+    where = "in the decoded region" if move == REGION_DECODE else "after the resize"
+    return worst, f"{move}: max |Δ| = {worst} grey levels {where} over {PIXEL_SAMPLES} files", moved
 
 
 def check(base_chain: Chain, variant: Variant, fetch: Fetch, seed: int,

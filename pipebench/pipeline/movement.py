@@ -67,6 +67,9 @@ class Movement:
     # A PIL->tensor conversion: the transform that reads the file itself and decodes straight to
     # the same uint8 tensor (same arguments; the decoder move swaps it in).
     decoder_form: Form = None
+    # A crop that may come first after the decode: the same step taking the undecoded JPEG, drawing
+    # its box from the header size with its own sampler and decoding only that box (region_decode).
+    region_form: Form = None
 
     def __post_init__(self):
         accepts = frozenset([self.accepts] if isinstance(self.accepts, str) else self.accepts)
@@ -80,6 +83,7 @@ class Movement:
         object.__setattr__(self, "draft_form", target_of(self.draft_form))
         object.__setattr__(self, "tensor_form", target_of(self.tensor_form))
         object.__setattr__(self, "decoder_form", target_of(self.decoder_form))
+        object.__setattr__(self, "region_form", target_of(self.region_form))
 
     def output_kind(self, given: FrozenSet[str]) -> FrozenSet[str]:
         """The kinds that may come out, given the kinds that may come in."""
@@ -96,7 +100,8 @@ def _random_crop(node: Mapping[str, Any]) -> Movement:
     # becomes 128 after RGB->YUV), so a padding RandomCrop is not a pure crop.
     pads = bool(node.get("padding")) or bool(node.get("pad_if_needed"))
     return Movement(accepts=BOTH, crop=not pads, random=True, batch_form=None if pads else BATCH_RANDOM_CROP,
-                    batch_draws_per_sample=True, tensor_form=None if pads else V2 + "RandomCrop")
+                    batch_draws_per_sample=True, tensor_form=None if pads else V2 + "RandomCrop",
+                    region_form=_region_form(node))
 
 
 # The catalogue's decoder: torchvision.io.decode_jpeg on the file's bytes (pipebench.transforms.decode).
@@ -113,6 +118,16 @@ DRAFT_FORMS = {V1 + "RandomResizedCrop": "pipebench.transforms.draft.DraftRandom
 # The auto-augment family: random, and opaque (each draw picks among colour and geometric ops, some
 # reading the whole image), so nothing moves past them and they move nowhere.
 AUTO_AUGMENT = ("AutoAugment", "RandAugment", "TrivialAugmentWide", "AugMix")
+
+
+# The catalogue's region decodes (pipebench.transforms.region): the crop's class name + this, per namespace.
+REGION_FORMS = "pipebench.transforms.region.Region"
+
+
+def _region_form(node: Mapping[str, Any]) -> str:
+    """The region-decoding form of a v1 or v2 crop node (RandomCrop -> RegionRandomCrop / ...V2)."""
+    target = str(node["_target_"])
+    return REGION_FORMS + target.rsplit(".", 1)[1] + ("V2" if target.startswith(V2) else "")
 
 
 # ToTensor's float conversion alone, for a tensor the decoder already made (pipebench.transforms.cast).
@@ -150,10 +165,11 @@ TORCHVISION_MOVEMENT: Mapping[str, Union[Movement, Callable[[Mapping[str, Any]],
         # Also scales to [0, 1]: still one pixel in, one pixel out.
         "ToTensor": Movement(accepts=PIL_ONLY, returns=TENSOR, pointwise=True, tensor_form=TO_FLOAT),
         "RandomCrop": _random_crop,
-        "CenterCrop": lambda node: _geometric(node, crop=True),
+        "CenterCrop": lambda node: _geometric(node, crop=True, region_form=_region_form(node)),
         "Resize": _resize,
         # Crops a random region and resizes it: not a crop (it interpolates), random.
-        "RandomResizedCrop": lambda node: _geometric(node, random=True, draft_form=DRAFT_FORMS[str(node["_target_"])]),
+        "RandomResizedCrop": lambda node: _geometric(node, random=True, draft_form=DRAFT_FORMS[str(node["_target_"])],
+                                                     region_form=_region_form(node)),
         # Both take a [..., C, H, W] tensor, so each is its own batch form (on a uint8 batch too).
         "ConvertImageDtype": Movement(accepts=TENSOR_ONLY, pointwise=True, casts=True,
                                       batch_form=V1 + "ConvertImageDtype"),
