@@ -62,8 +62,9 @@ def _native_output_closed() -> Iterator[None]:
 
 def load_nvimgcodec() -> Any:
     """The nvimgcodec module, imported without its console output; raises ImportError without it."""
-    if MODULE in sys.modules:
-        return sys.modules[MODULE]
+    loaded = sys.modules.get(MODULE)
+    if loaded is not None:
+        return loaded
     os.environ.setdefault(VERBOSITY_ENV, SILENT)
     with _native_output_closed():
         module = importlib.import_module(MODULE)
@@ -107,11 +108,12 @@ class RegionCodec:
     def stream(self, data: bytes, top: int, left: int, height: int, width: int) -> Optional[Any]:
         """The region's code stream, or None when this decoder does not take the file or the box."""
         module = self._ready()
-        try:
+        try:  # the header is parsed on first access to it
             whole = module.CodeStream(data)
+            foreign = whole.precision != EIGHT_BITS or whole.color_spec.name in FOREIGN_COLOR
         except RuntimeError:  # not a stream it can parse: the full decode says what is wrong
             return None
-        if whole.precision != EIGHT_BITS or whole.color_spec.name in FOREIGN_COLOR:
+        if foreign:
             return None
         if top < 0 or left < 0 or height <= 0 or width <= 0 or top + height > whole.height \
                 or left + width > whole.width:
@@ -123,7 +125,10 @@ class RegionCodec:
         region = self.stream(data, top, left, height, width)
         if region is None:
             return None
-        image = self._decoder.decode(region, params=self._params)
+        try:
+            image = self._decoder.decode(region, params=self._params)
+        except RuntimeError:
+            return None
         return None if image is None else as_tensor(image)
 
     def decode_batch(self, streams: list) -> list:
