@@ -38,6 +38,7 @@ from pipebench.explore.waterfall import WATERFALL_COLUMNS, waterfall, winner
 from pipebench.measure.fingerprint import usable_cores
 from pipebench.pipeline.build import build_dataset
 from pipebench.pipeline.consumers import on_device_of
+from pipebench.pipeline.recipe import open_recipes
 from pipebench.record.results import load_job_results
 from pipebench.record.resume import (
     INVOCATION_FILE,
@@ -256,10 +257,12 @@ def plan_exploration(overrides: Sequence[str], first_job: Sequence[str], fresh: 
         setting = LoaderSetting(spec.workers, dataclasses.asdict(spec.loader), device_here, MAX_PREFETCH_FACTOR)
         dataset = build_dataset(spec)
         source = SampleSource.of(dataset[0][0]) if len(dataset) else None
+        opened = open_recipes(spec.per_sample)  # a recipe object's steps move as a YAML list's do
         found = _loader_settings_that_hold(
-            explore(spec.transform_name, Chain(spec.per_sample, spec.per_batch, spec.on_device), setting, source,
+            explore(spec.transform_name, Chain(opened.nodes, spec.per_batch, spec.on_device), setting, source,
                     on_device_of(spec.consumer)),
             first_job, compose_one)
+        found = dataclasses.replace(found, not_applied=(*found.not_applied, *(f"recipe: {n}" for n in opened.notes)))
     if len(found.variants) == 1:
         return NoVariants(found.base.name, found.not_applied)
 

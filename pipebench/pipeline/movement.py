@@ -10,6 +10,7 @@ torchvision's classes (v1 and v2) cannot carry the attribute, so `TORCHVISION_MO
 them, keyed by `_target_`. A transform that declares nothing never moves, and nothing moves past it.
 """
 
+import dataclasses
 import importlib
 from dataclasses import dataclass
 from typing import Any, Callable, Dict, FrozenSet, Iterable, Mapping, Optional, Union
@@ -215,12 +216,59 @@ def _locate(target: str) -> Any:
     raise ImportError(f"no module found in {target!r}")
 
 
+# torchvision steps that hold other steps or a user's function: whether they take a tensor is up to
+# what they hold, so the library's word for the class says nothing.
+CONTAINERS = ("Compose", "RandomApply", "RandomChoice", "RandomOrder", "Lambda")
+
+
+def library_tensor_form(target: str) -> Optional[str]:
+    """The torchvision.transforms.v2 class that runs a torchvision step on a uint8 tensor, as the library
+    itself says: every v2 Transform takes tensors (the point of v2), and a v1 transform takes them when
+    it is a torch.nn.Module (v1's tensor-capable, scriptable transforms; PIL-only ones such as
+    ToTensor are plain classes) with a v2 namesake. None for anything else."""
+    if not target.startswith(V1) or "." in target[len(V2 if target.startswith(V2) else V1):]:
+        return None
+    name = target.rsplit(".", 1)[1]
+    if name in CONTAINERS:
+        return None
+    try:
+        v2_class = _locate(V2 + name)
+        base = _locate(V2 + "Transform")
+        if not (isinstance(v2_class, type) and issubclass(v2_class, base)):
+            return None
+        if not target.startswith(V2):
+            import torch  # only here: torchvision already imported it
+
+            v1_class = _locate(target)
+            if not (isinstance(v1_class, type) and issubclass(v1_class, torch.nn.Module)):
+                return None
+    except (ImportError, AttributeError):
+        return None
+    return V2 + name
+
+
+def _with_library_tensor_form(target: str, declared: Movement) -> Movement:
+    """A torchvision step that declares no tensor form gets the library's, unless it converts kinds
+    (PILToTensor's tensor form is deliberately none: the decode already gives the tensor)."""
+    if declared.tensor_form or declared.returns or PIL not in declared.accepts:
+        return declared
+    form = library_tensor_form(target)
+    return dataclasses.replace(declared, tensor_form=form) if form else declared
+
+
 def declared_movement(node: Mapping[str, Any]) -> Optional[Movement]:
-    """The Movement a `_target_` node declares (registry first, then the class attribute), or None."""
+    """The Movement a `_target_` node declares (registry first, then the class attribute), or None.
+
+    A torchvision step outside the registry that the library says takes tensors (library_tensor_form)
+    is declared random (it may draw: the guard then tests its distribution), opaque (not a crop, not
+    pointwise: nothing moves past it) and tensor-capable, so the tensor path can carry it."""
     target = node["_target_"]
     entry = TORCHVISION_MOVEMENT.get(target)
     if entry is not None:
-        return entry if isinstance(entry, Movement) else entry(node)
+        return _with_library_tensor_form(target, entry if isinstance(entry, Movement) else entry(node))
+    form = library_tensor_form(str(target))
+    if form is not None:
+        return Movement(accepts=BOTH, random=True, tensor_form=form)
     try:
         declared = getattr(_locate(target), MOVEMENT_ATTR, None)
     except (ImportError, AttributeError) as exc:
