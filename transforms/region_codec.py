@@ -131,12 +131,6 @@ class RegionCodec:
             return None
         return None if image is None else as_tensor(image)
 
-    def decode_batch(self, streams: list) -> list:
-        """Code streams decoded in one call (the GPU backend batches them); None where one failed."""
-        self._ready()
-        return [None if image is None else as_tensor(image)
-                for image in self._decoder.decode(streams, params=self._params)]
-
     def __repr__(self) -> str:
         return f"{type(self).__name__}(device={self.device!r})"
 
