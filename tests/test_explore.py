@@ -58,7 +58,8 @@ def test_explore_measures_every_variant_interleaved(chain_project):
     assert [n["_target_"].rsplit(".", 1)[-1] for n in moved["chain"]["per_sample"]] == ["RandomCrop", "Scale", "BusyWait"]
     assert moved["equivalence"]["verdict"] == "identical" and moved["equivalence"]["equivalent"] is True
     not_applied = variants["not_applied"]
-    assert not_applied[:3] == ["tensor_path: the dataset gives tensor samples, not JPEG files: decode moves skipped",
+    assert not_applied[:4] == ["region_decode: the dataset gives tensor samples, not JPEG files: decode moves skipped",
+                               "tensor_path: the dataset gives tensor samples, not JPEG files: decode moves skipped",
                                "decoder: the chain starts from tensors (Scale accepts only tensors): there is no "
                                "image file to decode",
                                "reduced_decode: the dataset gives tensor samples, not JPEG files: decode moves skipped"]
@@ -90,7 +91,7 @@ def test_nothing_to_move_says_why_and_measures_nothing(chain_project, capsys, mo
     monkeypatch.chdir(chain_project)
     assert main(["explore", "--config-dir", "conf", "transform=cropped", *TINY_DATASET, "results_dir=out"]) == 0
     out = capsys.readouterr().out
-    assert out.startswith("pipebench explore: no variants of transform=cropped: tensor_path: ")
+    assert out.startswith("pipebench explore: no variants of transform=cropped: region_decode: ")
     assert "; crop_first: CenterCrop is already first;" in out
     assert not (chain_project / "out").exists()
 

@@ -33,7 +33,7 @@ def _decode(data: Any, device: str = "cpu") -> Any:
         return decode_jpeg(data, mode=ImageReadMode.RGB, device=device)
 
 
-def _jpeg_bytes(img: Any) -> Union[bytes, None]:
+def jpeg_bytes(img: Any) -> Union[bytes, None]:
     """The JPEG file behind a lazily opened image, or None (not a JPEG, or already decoded).
 
     A dataset that reads files through FileReads opens the image from the bytes it read (the load
@@ -67,7 +67,7 @@ class DecodeJpeg:
     decodes_itself = True
 
     def __call__(self, img: Image.Image) -> torch.Tensor:
-        data = _jpeg_bytes(img)
+        data = jpeg_bytes(img)
         if data is None:
             return pil_to_tensor(img)
         return _decode(_as_tensor(data))
@@ -105,7 +105,7 @@ class ReadJpegBytes:
     decodes_itself = True
 
     def __call__(self, img: Image.Image) -> bytes:
-        data = _jpeg_bytes(img)
+        data = jpeg_bytes(img)
         if data is None:
             raise ValueError(f"{type(self).__name__}: the GPU decoder needs a JPEG file, got a "
                              f"{getattr(img, 'format', None) or type(img).__name__} image")

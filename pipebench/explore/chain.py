@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 from typing import Any, Dict, List, Mapping, Optional, Tuple
 
 REDUCED_DECODE = "reduced_decode"
+REGION_DECODE = "region_decode"
 TENSOR_PATH = "tensor_path"
 DECODER = "decoder"
 CROP_FIRST = "crop_first"
@@ -14,8 +15,9 @@ PER_BATCH = "per_batch"
 LATE_CAST = "late_cast"
 TO_DEVICE = "to_device"
 GPU_DECODER = "gpu_decoder"
-# Moves that stack, in the order the ladder applies them (the decode moves first: see pipebench.explore.variants).
-STACKED = (TENSOR_PATH, DECODER, REDUCED_DECODE, CROP_FIRST, FAST)
+# Moves that stack, in the order the ladder applies them (the decode moves first, the one that decodes
+# least first: see pipebench.explore.variants).
+STACKED = (REGION_DECODE, TENSOR_PATH, DECODER, REDUCED_DECODE, CROP_FIRST, FAST)
 # Alternative homes for the chain's tail: the collate, or after the host-to-device copy.
 TAILS = (PER_BATCH, LATE_CAST, TO_DEVICE)
 # What gpu_decoder stacks on: it replaces the decode and the tail, so not the decode moves.
@@ -25,6 +27,7 @@ MOVES = (*STACKED, *TAILS, GPU_DECODER)
 # One line a move for `pipebench explore --help` (docs/explore.md says each in full); a test holds
 # it to MOVES, so a new move cannot go unlisted.
 MOVE_HELP = {
+    REGION_DECODE: "draw the crop box from the JPEG header, decode only that region (nvImageCodec, the decode extra)",
     TENSOR_PATH: "decode_jpeg to a uint8 tensor, the PIL steps before the conversion as their v2 tensor forms",
     DECODER: "the PIL->tensor conversion becomes decode_jpeg on the file's bytes",
     REDUCED_DECODE: "decode the JPEG at reduced size in a first step that resizes down",
@@ -36,7 +39,7 @@ MOVE_HELP = {
     GPU_DECODER: "workers read JPEG bytes; the batch is decoded and cropped on the device (nvJPEG)",
 }
 # Moves that change pixels a little by design (another decode): equivalence compares their images.
-DECODE_MOVES = (REDUCED_DECODE, TENSOR_PATH)
+DECODE_MOVES = (REDUCED_DECODE, TENSOR_PATH, REGION_DECODE)
 # Moves whose gain needs an accelerator: on a host without one they are generated and checked
 # (on the CPU) but not measured, as the host CPU would do the work the device is for.
 DEVICE_MOVES = (TO_DEVICE, GPU_DECODER)

@@ -47,6 +47,7 @@ from pipebench.explore.waterfall import WATERFALL_COLUMNS, waterfall, winner
 from pipebench.measure.fingerprint import usable_cores
 from pipebench.pipeline.build import build_dataset
 from pipebench.pipeline.consumers import on_device_of
+from pipebench.pipeline.recipe import open_recipes
 from pipebench.record.jobs import ROUND_KEY, JobRecord, override_key, varying_keys
 from pipebench.record.results import load_job_results
 from pipebench.record.resume import (
@@ -277,10 +278,12 @@ def plan_exploration(overrides: Sequence[str], first_job: Sequence[str], fresh: 
         fetch = _sample_fetcher(build_dataset(spec))
         first = fetch(1)
         source = SampleSource.of(first[0]) if first else None
+        opened = open_recipes(spec.per_sample)  # a recipe object's steps move as a YAML list's do
         found = _loader_settings_that_hold(
-            explore(spec.transform_name, Chain(spec.per_sample, spec.per_batch, spec.on_device), setting, source,
+            explore(spec.transform_name, Chain(opened.nodes, spec.per_batch, spec.on_device), setting, source,
                     on_device_of(spec.consumer)),
             first_job, compose_one)
+        found = dataclasses.replace(found, not_applied=(*found.not_applied, *(f"recipe: {n}" for n in opened.notes)))
     if len(found.variants) == 1:
         return NoVariants(found.base.name, found.not_applied)
     broken = chain_failure(found.base.chain, fetch, spec.run.seed)

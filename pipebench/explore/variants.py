@@ -1,6 +1,10 @@
 """Generate a chain's variants from what its transforms declare (pipebench.pipeline.movement).
 
 The moves, each legal only where the declarations say so:
+- region_decode: when the first pixel step after the decode is a crop with a region_form
+  (RandomCrop, CenterCrop, RandomResizedCrop), the decode and the crop become that form: it draws
+  the box from the JPEG's header with the crop's own sampler and decodes only the box
+  (nvImageCodec's CPU backend); the PIL steps after it run on the tensor, as for tensor_path;
 - reduced_decode: a first step that resizes down (RandomResizedCrop, Resize) is replaced by its
   draft_form, which decodes the JPEG at 1/2, 1/4 or 1/8 size where its output allows (needs a
   JPEG dataset whose images are at least twice the output size); pixels differ a little;
@@ -26,8 +30,8 @@ The moves, each legal only where the declarations say so:
 - gpu_decoder: the worker only reads the JPEG file's bytes; after the copy the whole batch is
   decoded in one call on the consumer's device (nvJPEG on CUDA), then cropped there (the crop's
   batch form), then every later step runs there as its batch form (to_device's rules).
-The first five stack; the next three are alternative places for the chain's tail. The three
-decode moves (tensor_path, decoder, reduced_decode) replace the same decode, so in the stack the
+The first six stack; the next three are alternative places for the chain's tail. The four
+decode moves (region_decode, tensor_path, decoder, reduced_decode) replace the same decode, so in the stack the
 first of them that applies takes it and the others then find nothing to do. gpu_decoder replaces
 both the decode and the tail, so it stacks only with the moves that touch neither. Variants: each
 move alone, then the stack built up one move at a time (a move that changes nothing is left out),
@@ -51,6 +55,7 @@ from pipebench.explore.chain import (
     NAME_SEPARATOR,
     PER_BATCH,
     REDUCED_DECODE,
+    REGION_DECODE,
     STACKED,
     STACKED_UNDER_GPU_DECODER,
     TAILS,
@@ -63,8 +68,9 @@ from pipebench.explore.chain import (
     Variant,
 )
 from pipebench.explore.chain_moves import crop_first, fast, late_cast, per_batch, to_device
-from pipebench.explore.decode_moves import decoder, gpu_decoder, reduced_decode, tensor_path
+from pipebench.explore.decode_moves import decoder, gpu_decoder, reduced_decode, region_decode, tensor_path
 from pipebench.pipeline.consumers import HOST_DEVICE
+from pipebench.transforms.region_codec import region_decode_problem
 
 # Loader moves: one DataLoader setting each, on top of the most-moved chain a host can run.
 # persistent_workers pays through the epoch restart (samples_per_s_epoch), the others through
@@ -85,14 +91,18 @@ FILE_SYSTEM = "file_system"
 
 
 MOVE_FUNCTIONS: Mapping[str, Callable[[Chain], Moved]] = {
-    REDUCED_DECODE: reduced_decode, TENSOR_PATH: tensor_path, DECODER: decoder, CROP_FIRST: crop_first, FAST: fast,
+    REDUCED_DECODE: reduced_decode, REGION_DECODE: region_decode, TENSOR_PATH: tensor_path, DECODER: decoder,
+    CROP_FIRST: crop_first, FAST: fast,
     PER_BATCH: per_batch, LATE_CAST: late_cast, TO_DEVICE: to_device, GPU_DECODER: gpu_decoder}
 
 
-def move_functions(source: Optional[SampleSource], device: str = HOST_DEVICE) -> Mapping[str, Callable[[Chain], Moved]]:
-    """MOVE_FUNCTIONS, with the decode moves told what the dataset gives, and gpu_decoder where the
-    on_device steps run (the consumer's device, or the host CPU)."""
+def move_functions(source: Optional[SampleSource], device: str = HOST_DEVICE, region_problem: str = ""
+                   ) -> Mapping[str, Callable[[Chain], Moved]]:
+    """MOVE_FUNCTIONS, with the decode moves told what the dataset gives, gpu_decoder where the
+    on_device steps run (the consumer's device, or the host CPU), and region_decode why nvImageCodec
+    cannot run here ("" when it can)."""
     return {**MOVE_FUNCTIONS, REDUCED_DECODE: functools.partial(reduced_decode, source=source),
+            REGION_DECODE: functools.partial(region_decode, source=source, unavailable=region_problem),
             TENSOR_PATH: functools.partial(tensor_path, source=source),
             GPU_DECODER: functools.partial(gpu_decoder, source=source, device=device)}
 
@@ -184,12 +194,16 @@ def loader_parent(variants: Sequence[Variant]) -> Variant:
 
 
 def explore(name: str, chain: Chain, setting: Optional[LoaderSetting] = None,
-            source: Optional[SampleSource] = None, device: str = HOST_DEVICE) -> Exploration:
+            source: Optional[SampleSource] = None, device: str = HOST_DEVICE,
+            region_problem: Optional[str] = None) -> Exploration:
     """The base chain and every distinct variant of the ladder (see the module docstring); with a
     `setting`, also the loader moves on top of the most-moved host chain. `source` (the dataset's
     first sample) lets the decode moves skip a dataset they cannot serve; `device` is where the
-    on_device steps will run (gpu_decoder names it)."""
-    functions = move_functions(source, device)
+    on_device steps will run (gpu_decoder names it); `region_problem` why the region decode cannot run
+    here (None: ask nvImageCodec now)."""
+    if region_problem is None:
+        region_problem = region_decode_problem()
+    functions = move_functions(source, device, region_problem)
     variants = [Variant(name, (), (), chain)]
     seen = {variants[0].key()}
     for moves in _ladder(chain, functions):

@@ -1,10 +1,10 @@
 """Turn a JobSpec into live objects: the dataset, the instrumented chains and the DataLoader."""
 
+import sys
+
 from typing import Any, Callable, List, Mapping, Optional, Sequence, Tuple
 
 import torch
-from hydra.errors import InstantiationException
-from hydra.utils import instantiate
 from torch.utils.data import (
     DataLoader,
     DistributedSampler,
@@ -13,32 +13,15 @@ from torch.utils.data import (
     SequentialSampler,
 )
 
-from pipebench.base.errors import ConfigError, PipebenchError
+from pipebench.base.errors import ConfigError
 from pipebench.config.specs import JobSpec
 from pipebench.pipeline.file_reads import file_reads_of, honoured
+from pipebench.pipeline.instantiate import instantiate_node
 from pipebench.pipeline.device_chain import DeviceChain
 from pipebench.pipeline.rank_info import rank_and_world
+from pipebench.pipeline.recipe import open_recipes
 from pipebench.pipeline.timed_chain import InstrumentedDataset, TimedCollate, WorkerInit
 from pipebench.pipeline.timed_iterable import InstrumentedIterable
-
-
-def _joined(text: str) -> str:
-    """A message that spans lines, whole on one: Hydra's "Error loading 'x.Y':" is followed by the
-    import error and a hint on lines of their own."""
-    lines = [line.strip() for line in text.splitlines() if line.strip()]
-    return " ".join(line if line.endswith(":") or i == len(lines) - 1 else f"{line};" for i, line in enumerate(lines))
-
-
-def instantiate_node(node: Mapping[str, Any], where: str) -> Any:
-    """Instantiate one `_target_` node; a bad target or argument becomes a one-line ConfigError."""
-    try:
-        return instantiate(dict(node), _convert_="all")
-    except InstantiationException as exc:
-        cause = exc.__cause__
-        if isinstance(cause, PipebenchError):
-            raise cause from exc
-        raise ConfigError(f"{where} ({node.get('_target_')}): {_joined(str(cause if cause is not None else exc))}") \
-            from exc
 
 
 def build_transforms(nodes: Sequence[Mapping[str, Any]], where: str) -> List[Callable]:
@@ -66,7 +49,10 @@ def build_pipeline(spec: JobSpec) -> Tuple[Any, InstrumentedDataset, TimedCollat
     if reads is not None:
         reads.use(honoured(spec.storage))
     wrapper = InstrumentedIterable if isinstance(dataset, IterableDataset) else InstrumentedDataset
-    instrumented = wrapper(dataset, build_transforms(spec.per_sample, "transform.per_sample"))
+    opened = open_recipes(spec.per_sample)
+    for note in opened.notes:
+        print(f"notice: {note}", file=sys.stderr, flush=True)
+    instrumented = wrapper(dataset, build_transforms(opened.nodes, "transform.per_sample"))
     collate = TimedCollate(build_transforms(spec.per_batch, "transform.per_batch"))
     return dataset, instrumented, collate
 

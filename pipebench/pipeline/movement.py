@@ -10,6 +10,7 @@ torchvision's classes (v1 and v2) cannot carry the attribute, so `TORCHVISION_MO
 them, keyed by `_target_`. A transform that declares nothing never moves, and nothing moves past it.
 """
 
+import dataclasses
 import importlib
 from dataclasses import dataclass
 from typing import Any, Callable, Dict, FrozenSet, Iterable, Mapping, Optional, Union
@@ -67,6 +68,9 @@ class Movement:
     # A PIL->tensor conversion: the transform that reads the file itself and decodes straight to
     # the same uint8 tensor (same arguments; the decoder move swaps it in).
     decoder_form: Form = None
+    # A crop that may come first after the decode: the same step taking the undecoded JPEG, drawing
+    # its box from the header size with its own sampler and decoding only that box (region_decode).
+    region_form: Form = None
 
     def __post_init__(self):
         accepts = frozenset([self.accepts] if isinstance(self.accepts, str) else self.accepts)
@@ -80,6 +84,7 @@ class Movement:
         object.__setattr__(self, "draft_form", target_of(self.draft_form))
         object.__setattr__(self, "tensor_form", target_of(self.tensor_form))
         object.__setattr__(self, "decoder_form", target_of(self.decoder_form))
+        object.__setattr__(self, "region_form", target_of(self.region_form))
 
     def output_kind(self, given: FrozenSet[str]) -> FrozenSet[str]:
         """The kinds that may come out, given the kinds that may come in."""
@@ -96,7 +101,8 @@ def _random_crop(node: Mapping[str, Any]) -> Movement:
     # becomes 128 after RGB->YUV), so a padding RandomCrop is not a pure crop.
     pads = bool(node.get("padding")) or bool(node.get("pad_if_needed"))
     return Movement(accepts=BOTH, crop=not pads, random=True, batch_form=None if pads else BATCH_RANDOM_CROP,
-                    batch_draws_per_sample=True, tensor_form=None if pads else V2 + "RandomCrop")
+                    batch_draws_per_sample=True, tensor_form=None if pads else V2 + "RandomCrop",
+                    region_form=_region_form(node))
 
 
 # The catalogue's decoder: torchvision.io.decode_jpeg on the file's bytes (pipebench.transforms.decode).
@@ -113,6 +119,16 @@ DRAFT_FORMS = {V1 + "RandomResizedCrop": "pipebench.transforms.draft.DraftRandom
 # The auto-augment family: random, and opaque (each draw picks among colour and geometric ops, some
 # reading the whole image), so nothing moves past them and they move nowhere.
 AUTO_AUGMENT = ("AutoAugment", "RandAugment", "TrivialAugmentWide", "AugMix")
+
+
+# The catalogue's region decodes (pipebench.transforms.region): the crop's class name + this, per namespace.
+REGION_FORMS = "pipebench.transforms.region.Region"
+
+
+def _region_form(node: Mapping[str, Any]) -> str:
+    """The region-decoding form of a v1 or v2 crop node (RandomCrop -> RegionRandomCrop / ...V2)."""
+    target = str(node["_target_"])
+    return REGION_FORMS + target.rsplit(".", 1)[1] + ("V2" if target.startswith(V2) else "")
 
 
 # ToTensor's float conversion alone, for a tensor the decoder already made (pipebench.transforms.cast).
@@ -150,10 +166,11 @@ TORCHVISION_MOVEMENT: Mapping[str, Union[Movement, Callable[[Mapping[str, Any]],
         # Also scales to [0, 1]: still one pixel in, one pixel out.
         "ToTensor": Movement(accepts=PIL_ONLY, returns=TENSOR, pointwise=True, tensor_form=TO_FLOAT),
         "RandomCrop": _random_crop,
-        "CenterCrop": lambda node: _geometric(node, crop=True),
+        "CenterCrop": lambda node: _geometric(node, crop=True, region_form=_region_form(node)),
         "Resize": _resize,
         # Crops a random region and resizes it: not a crop (it interpolates), random.
-        "RandomResizedCrop": lambda node: _geometric(node, random=True, draft_form=DRAFT_FORMS[str(node["_target_"])]),
+        "RandomResizedCrop": lambda node: _geometric(node, random=True, draft_form=DRAFT_FORMS[str(node["_target_"])],
+                                                     region_form=_region_form(node)),
         # Both take a [..., C, H, W] tensor, so each is its own batch form (on a uint8 batch too).
         "ConvertImageDtype": Movement(accepts=TENSOR_ONLY, pointwise=True, casts=True,
                                       batch_form=V1 + "ConvertImageDtype"),
@@ -199,12 +216,59 @@ def _locate(target: str) -> Any:
     raise ImportError(f"no module found in {target!r}")
 
 
+# torchvision steps that hold other steps or a user's function: whether they take a tensor is up to
+# what they hold, so the library's word for the class says nothing.
+CONTAINERS = ("Compose", "RandomApply", "RandomChoice", "RandomOrder", "Lambda")
+
+
+def library_tensor_form(target: str) -> Optional[str]:
+    """The torchvision.transforms.v2 class that runs a torchvision step on a uint8 tensor, as the library
+    itself says: every v2 Transform takes tensors (the point of v2), and a v1 transform takes them when
+    it is a torch.nn.Module (v1's tensor-capable, scriptable transforms; PIL-only ones such as
+    ToTensor are plain classes) with a v2 namesake. None for anything else."""
+    if not target.startswith(V1) or "." in target[len(V2 if target.startswith(V2) else V1):]:
+        return None
+    name = target.rsplit(".", 1)[1]
+    if name in CONTAINERS:
+        return None
+    try:
+        v2_class = _locate(V2 + name)
+        base = _locate(V2 + "Transform")
+        if not (isinstance(v2_class, type) and issubclass(v2_class, base)):
+            return None
+        if not target.startswith(V2):
+            import torch  # only here: torchvision already imported it
+
+            v1_class = _locate(target)
+            if not (isinstance(v1_class, type) and issubclass(v1_class, torch.nn.Module)):
+                return None
+    except (ImportError, AttributeError):
+        return None
+    return V2 + name
+
+
+def _with_library_tensor_form(target: str, declared: Movement) -> Movement:
+    """A torchvision step that declares no tensor form gets the library's, unless it converts kinds
+    (PILToTensor's tensor form is deliberately none: the decode already gives the tensor)."""
+    if declared.tensor_form or declared.returns or PIL not in declared.accepts:
+        return declared
+    form = library_tensor_form(target)
+    return dataclasses.replace(declared, tensor_form=form) if form else declared
+
+
 def declared_movement(node: Mapping[str, Any]) -> Optional[Movement]:
-    """The Movement a `_target_` node declares (registry first, then the class attribute), or None."""
+    """The Movement a `_target_` node declares (registry first, then the class attribute), or None.
+
+    A torchvision step outside the registry that the library says takes tensors (library_tensor_form)
+    is declared random (it may draw: the guard then tests its distribution), opaque (not a crop, not
+    pointwise: nothing moves past it) and tensor-capable, so the tensor path can carry it."""
     target = node["_target_"]
     entry = TORCHVISION_MOVEMENT.get(target)
     if entry is not None:
-        return entry if isinstance(entry, Movement) else entry(node)
+        return _with_library_tensor_form(target, entry if isinstance(entry, Movement) else entry(node))
+    form = library_tensor_form(str(target))
+    if form is not None:
+        return Movement(accepts=BOTH, random=True, tensor_form=form)
     try:
         declared = getattr(_locate(target), MOVEMENT_ATTR, None)
     except (ImportError, AttributeError) as exc:

@@ -1,0 +1,149 @@
+"""A recipe given as one object: a per-sample `_target_` that returns a Compose (torchvision v1 or v2)
+or any object exposing its steps as a list (`transforms`, as timm's and most training scripts'
+factories return) is opened into one node a step, so each step is timed on its own row and explore
+moves the steps as it moves a list written in YAML.
+
+A step becomes a plain `_target_` node with the arguments read back from it (its constructor's
+parameters, as attributes) when the rebuilt step is the same (equal repr); otherwise it stays the
+recipe's own object (`recipe_step`: the factory's k-th step), timed on its own row but declaring
+nothing, so explore leaves it in place. An object that is not a plain sequence of steps (torchvision's
+RandomApply, RandomChoice, RandomOrder draw which steps run) is kept whole, one row, and a note says why.
+"""
+
+import enum
+import importlib
+import inspect
+from dataclasses import dataclass
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
+
+import torch
+
+from pipebench.pipeline.instantiate import instantiate_node
+
+# The attribute a recipe object lists its steps under (torchvision's Compose, timm's, most factories').
+STEPS_ATTR = "transforms"
+# Objects with a `transforms` list that do not run all of it in order: opening them would change the chain.
+NOT_SEQUENTIAL = ("RandomApply", "RandomChoice", "RandomOrder")
+# The node a step that cannot be written back as arguments becomes: the recipe's own k-th step.
+RECIPE_STEP = "pipebench.pipeline.recipe.recipe_step"
+PUBLIC_NAMESPACES = ("torchvision.transforms.v2", "torchvision.transforms")
+Node = Mapping[str, Any]
+
+
+@dataclass(frozen=True)
+class Opened:
+    """Per-sample nodes with every recipe opened into its steps, and a note per recipe kept whole."""
+
+    nodes: Tuple[Node, ...]
+    notes: Tuple[str, ...] = ()
+
+
+def recipe_step(recipe: Any, index: int) -> Any:
+    """The recipe object's `index`-th step (Hydra builds the recipe from its node first)."""
+    return list(getattr(recipe, STEPS_ATTR))[index]
+
+
+def _public_target(cls: type) -> str:
+    """`torchvision.transforms.v2.RandomCrop` rather than its private module; else module.qualname."""
+    for namespace in PUBLIC_NAMESPACES:
+        if cls.__module__.startswith(namespace):
+            if getattr(importlib.import_module(namespace), cls.__name__, None) is cls:
+                return f"{namespace}.{cls.__name__}"
+    return f"{cls.__module__}.{cls.__qualname__}"
+
+
+def _plain(value: Any) -> Tuple[bool, Any]:
+    """(True, a config value that instantiates back to `value`) or (False, None)."""
+    if value is None or isinstance(value, (bool, int, float, str)):
+        return True, value
+    if isinstance(value, enum.Enum):
+        return True, {"_target_": _public_target(type(value)), "_args_": [value.value]}
+    if isinstance(value, torch.dtype):
+        return True, {"_target_": "hydra.utils.get_object", "path": str(value)}
+    if isinstance(value, (list, tuple)):
+        items = [_plain(v) for v in value]
+        return all(ok for ok, _ in items), [v for _, v in items]
+    return False, None
+
+
+def _arguments(step: Any) -> Optional[Dict[str, Any]]:
+    """The step's constructor arguments read back from its attributes, or None when one cannot be."""
+    try:
+        parameters = list(inspect.signature(type(step).__init__).parameters.values())[1:]
+    except (TypeError, ValueError):
+        return None
+    arguments = {}
+    for parameter in parameters:
+        if parameter.kind in (parameter.VAR_POSITIONAL, parameter.VAR_KEYWORD):
+            continue
+        if not hasattr(step, parameter.name):
+            if parameter.default is parameter.empty:
+                return None
+            continue
+        ok, value = _plain(getattr(step, parameter.name))
+        if not ok:
+            return None
+        arguments[parameter.name] = value
+    return arguments
+
+
+def _same_repr(rebuilt: Any, step: Any) -> bool:
+    """Equal reprs, a list read back where the step holds a tuple (size=[224, 224]) counting as equal."""
+    def norm(obj: Any) -> str:
+        return repr(obj).replace("[", "(").replace("]", ")")
+    return norm(rebuilt) == norm(step)
+
+
+def step_node(recipe_node: Node, step: Any, index: int) -> Dict[str, Any]:
+    """A `_target_` node that builds the same step: its class and arguments when rebuilding it gives
+    an equal repr, else the recipe's own k-th step."""
+    arguments = _arguments(step)
+    if arguments is not None:
+        node = {"_target_": _public_target(type(step)), **arguments}
+        try:
+            if _same_repr(instantiate_node(node, "recipe step"), step):
+                return node
+        except Exception:  # a constructor that does not take back what it stored: keep the object
+            pass
+    return {"_target_": RECIPE_STEP, "recipe": dict(recipe_node), "index": index}
+
+
+def _why_not_opened(built: Any) -> str:
+    """Why a built object with a `transforms` attribute is not opened ("" when it is)."""
+    name = type(built).__name__
+    if name in NOT_SEQUENTIAL:
+        return f"{name} does not run its steps in order every time, so it is timed as one step"
+    steps = getattr(built, STEPS_ATTR)
+    if not isinstance(steps, (list, tuple)) or not all(callable(s) for s in steps):
+        return f"{name}.{STEPS_ATTR} is not a list of steps, so it is timed as one step"
+    return ""
+
+
+def open_recipes(nodes: Sequence[Node], where: str = "transform.per_sample") -> Opened:
+    """`nodes` with each one that builds a recipe object replaced by its steps' nodes."""
+    opened: List[Node] = []
+    notes: List[str] = []
+    for i, node in enumerate(nodes):
+        target = str(node.get("_target_", ""))
+        if target == RECIPE_STEP or not _may_be_recipe(target):
+            opened.append(node)
+            continue
+        built = instantiate_node(node, f"{where}[{i}]")
+        if not hasattr(built, STEPS_ATTR):
+            opened.append(node)
+            continue
+        why = _why_not_opened(built)
+        if why:
+            notes.append(f"{where}[{i}] ({target}): {why}")
+            opened.append(node)
+            continue
+        opened += [step_node(node, step, k) for k, step in enumerate(getattr(built, STEPS_ATTR))]
+    return Opened(tuple(opened), tuple(notes))
+
+
+def _may_be_recipe(target: str) -> bool:
+    """Worth building to look: not a torchvision step or a pipebench catalogue transform (they are steps)."""
+    name = target.rsplit(".", 1)[-1]
+    if target.startswith("torchvision.transforms."):
+        return name == "Compose" or name in NOT_SEQUENTIAL
+    return not target.startswith("pipebench.transforms.")

@@ -1,0 +1,242 @@
+"""The region_decode move: crops that decode only their box of the JPEG (pipebench.transforms.region).
+
+Fixed crops give the pixels of decode-then-crop; random crops draw their box with the crop's own
+sampler under the same seed; JPEGs the region decoder does not take fall back or become bad samples;
+a crop larger than the image keeps the transform's own behaviour; without nvImageCodec the move is
+listed as not applied with the install command."""
+
+import importlib.util
+import io
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+import torch
+import torchvision.transforms as v1
+import torchvision.transforms.v2 as v2
+from PIL import Image
+from torchvision.transforms.functional import pil_to_tensor
+
+from pipebench.datasets.synthetic_jpeg import SyntheticJpegDataset
+from pipebench.explore.chain import REGION_DECODE, Chain, SampleSource
+from pipebench.explore.equivalence import IDENTICAL, check
+from pipebench.explore.variants import explore
+from pipebench.measure.setup import seed_everything
+from pipebench.pipeline.timed_chain import InstrumentedDataset, SampleFailure
+from pipebench.transforms import region as region_module
+from pipebench.transforms import region_codec
+from pipebench.transforms.decode import DecodeJpeg
+from pipebench.transforms.region import (
+    RegionCenterCrop,
+    RegionCenterCropV2,
+    RegionRandomCrop,
+    RegionRandomCropV2,
+    RegionRandomResizedCrop,
+    RegionRandomResizedCropV2,
+)
+
+# Asked without importing it: a plain import would print nvImageCodec's notices (load_nvimgcodec does not).
+pytestmark = pytest.mark.skipif(importlib.util.find_spec("nvidia.nvimgcodec") is None,
+                                reason="nvImageCodec is not installed (the decode extra)")
+TV = "torchvision.transforms"
+HW = (120, 160)
+JPEG = SampleSource("JPEG", (HW[1], HW[0]))
+
+
+def _jpeg(mode="RGB", **save):
+    rng = np.random.default_rng(1)
+    smooth = Image.fromarray(rng.integers(0, 256, (6, 8, 3), dtype=np.uint8)).resize(HW[::-1], Image.BICUBIC)
+    noisy = np.clip(np.asarray(smooth, np.int16) + rng.normal(0, 8, (*HW, 3)), 0, 255).astype(np.uint8)
+    buffer = io.BytesIO()
+    Image.fromarray(noisy).convert(mode).save(buffer, "JPEG", **{"quality": 90, **save})
+    return buffer.getvalue()
+
+
+def _opened(data):
+    return Image.open(io.BytesIO(data))
+
+
+def _twelve_bit(data):
+    """The JPEG with its frame header claiming 12-bit samples (what a 12-bit file's header says)."""
+    at = data.index(b"\xff\xc0")
+    return data[:at + 4] + bytes([12]) + data[at + 5:]
+
+
+CASES = [
+    (lambda: v1.CenterCrop(64), lambda: RegionCenterCrop(64), False),
+    (lambda: v2.CenterCrop(64), lambda: RegionCenterCropV2(64), False),
+    (lambda: v1.RandomCrop(64), lambda: RegionRandomCrop(64), False),
+    (lambda: v2.RandomCrop(64), lambda: RegionRandomCropV2(64), False),
+    (lambda: v1.RandomResizedCrop(48), lambda: RegionRandomResizedCrop(48), True),
+    (lambda: v2.RandomResizedCrop(48), lambda: RegionRandomResizedCropV2(48), True),
+]
+
+
+def _reference(make, pil_first, data, seed):
+    """decode-then-crop: the crop on the PIL image (then to a tensor), or on the decoded tensor."""
+    seed_everything(seed)
+    return pil_to_tensor(make()(_opened(data))) if pil_first else make()(pil_to_tensor(_opened(data).convert("RGB")))
+
+
+@pytest.mark.parametrize("make, region, pil_first", CASES)
+def test_region_equals_decode_then_crop_under_the_same_seed(make, region, pil_first):
+    data = _jpeg()
+    for seed in range(4):
+        seed_everything(seed)
+        got = region()(_opened(data))
+        assert got.dtype == torch.uint8 and torch.equal(got, _reference(make, pil_first, data, seed))
+
+
+def test_random_boxes_come_from_the_crops_own_sampler(monkeypatch):
+    """The box is the one RandomCrop.get_params draws (same seed, same box); another seed, another box."""
+    drawn = []
+    real = v1.RandomCrop.get_params
+
+    def spy(img, size):
+        drawn.append(real(img, size))
+        return drawn[-1]
+    monkeypatch.setattr(v1.RandomCrop, "get_params", staticmethod(spy))
+    data = _jpeg()
+    seed_everything(5)
+    first = RegionRandomCrop(64)(_opened(data))
+    seed_everything(5)
+    again = RegionRandomCrop(64)(_opened(data))
+    seed_everything(6)
+    RegionRandomCrop(64)(_opened(data))
+    assert len(drawn) == 3 and drawn[0] == drawn[1] != drawn[2]
+    top, left, h, w = drawn[0]
+    assert torch.equal(first, again)
+    assert torch.equal(first, pil_to_tensor(_opened(data).convert("RGB"))[:, top:top + h, left:left + w])
+
+
+def test_the_region_decoder_is_used_and_decodes_less(monkeypatch):
+    """Not a silent fallback: the codec is asked for exactly the box."""
+    asked = []
+    real = region_codec.RegionCodec.decode
+
+    def spy(self, data, *box):
+        asked.append(box)
+        return real(self, data, *box)
+    monkeypatch.setattr(region_codec.RegionCodec, "decode", spy)
+    RegionCenterCrop(64)(_opened(_jpeg()))
+    assert asked == [(28, 48, 64, 64)]
+
+
+def _corrupt_scan(data):
+    """A valid header over scan data overwritten with noise half way through."""
+    half = len(data) // 2
+    return data[:half] + bytes(np.random.default_rng(2).integers(0, 255, 200, dtype=np.uint8)) + data[half + 200:]
+
+
+PLANTED = {"progressive": lambda: _jpeg(progressive=True), "cmyk": lambda: _jpeg("CMYK"),
+           "truncated": lambda: _jpeg()[:len(_jpeg()) // 2], "corrupt": lambda: _corrupt_scan(_jpeg())}
+
+
+@pytest.mark.parametrize("planted", sorted(PLANTED))
+def test_jpegs_it_does_not_take_fall_back_or_become_bad_samples(planted):
+    data = PLANTED[planted]()
+
+    class Files(torch.utils.data.Dataset):
+        def __len__(self):
+            return 1
+
+        def __getitem__(self, index):
+            return _opened(data), 0
+    item = InstrumentedDataset(Files(), [RegionCenterCrop(64)]).timed_item(0, lambda: (0, *Files()[0]))
+    if isinstance(item, SampleFailure):  # counted by the bad-sample policy, in one line
+        assert planted in ("truncated", "corrupt") and "\n" not in item.message
+        with pytest.raises(Exception):
+            DecodeJpeg()(_opened(data))  # the full decode fails on it too
+        return
+    expected = DecodeJpeg()(_opened(data))[:, 28:92, 48:112]
+    assert torch.equal(item[0], expected), "the full decode the move replaced, cropped to the same box"
+
+
+def test_a_twelve_bit_jpeg_is_left_to_the_full_decode():
+    """PIL cannot open one (the dataset's load fails: a bad sample); the region decoder declines it."""
+    assert region_codec.RegionCodec().decode(_twelve_bit(_jpeg()), 0, 0, 16, 16) is None
+
+
+def test_a_crop_larger_than_the_image_keeps_the_transforms_own_padding():
+    data = _jpeg()
+    for seed in range(3):
+        seed_everything(seed)
+        want = v1.RandomCrop(200, pad_if_needed=True)(pil_to_tensor(_opened(data)))
+        seed_everything(seed)
+        assert torch.equal(RegionRandomCrop(200, pad_if_needed=True)(_opened(data)), want)
+    with pytest.raises(ValueError):  # no padding asked: RandomCrop's own error, not a decode error
+        RegionRandomCrop(200)(_opened(data))
+    assert torch.equal(RegionCenterCrop(200)(_opened(data)), v1.CenterCrop(200)(pil_to_tensor(_opened(data))))
+
+
+def _seed_chain():
+    return Chain(({"_target_": f"{TV}.PILToTensor"}, {"_target_": f"{TV}.RandomCrop", "size": 64},
+                  {"_target_": "pipebench.transforms.color.Scale"}))
+
+
+def test_the_move_and_its_verdict_on_the_catalogue_jpegs(tmp_path):
+    dataset = SyntheticJpegDataset(length=8, num_images=4, width=HW[1], height=HW[0], cache_dir=tmp_path)
+    fetch = lambda n: [dataset[i % len(dataset)][0] for i in range(n)]  # noqa: E731
+    found = explore("seed", _seed_chain(), source=SampleSource.of(fetch(1)[0]), region_problem="")
+    moved = next(v for v in found.variants if v.moves == (REGION_DECODE,))
+    assert [n["_target_"].rsplit(".", 1)[1] for n in moved.chain.per_sample] == ["RegionRandomCrop", "Scale"]
+    verdict = check(found.base.chain, moved, fetch, seed=0)
+    assert verdict.verdict == IDENTICAL, verdict.detail
+    # A region decoder off by one grey level is caught by the pixel check.
+    real = region_codec.RegionCodec.decode
+
+    def brighter(self, *args):
+        out = real(self, *args)
+        return None if out is None else (out.to(torch.int16) + 9).clamp(0, 255).to(torch.uint8)
+    try:
+        region_codec.RegionCodec.decode = brighter
+        assert not check(found.base.chain, moved, fetch, seed=0).equivalent
+    finally:
+        region_codec.RegionCodec.decode = real
+
+
+def test_without_nvimgcodec_the_move_is_not_applied_with_the_install_command(monkeypatch):
+    monkeypatch.setitem(sys.modules, region_codec.MODULE, None)  # import raises ImportError
+    problem = region_codec.region_decode_problem()
+    assert "not installed" in problem and region_codec.INSTALL_COMMAND in problem
+    found = explore("seed", _seed_chain(), source=JPEG, region_problem=problem)
+    assert not any(REGION_DECODE in v.moves for v in found.variants)
+    line = next(r for r in found.not_applied if r.startswith(REGION_DECODE))
+    assert region_codec.INSTALL_COMMAND in line and "\n" not in line
+
+
+def test_not_a_jpeg_dataset_skips_the_move():
+    found = explore("seed", _seed_chain(), source=SampleSource("PNG", (64, 64)), region_problem="")
+    assert any(r.startswith(f"{REGION_DECODE}: the dataset gives PNG") for r in found.not_applied)
+
+
+def test_loading_and_decoding_print_nothing():
+    """nvImageCodec's missing-sub-library notices and decode errors never reach the console."""
+    code = ("from pipebench.transforms.region_codec import RegionCodec, region_decode_problem\n"
+            "assert region_decode_problem() == ''\n"
+            "assert RegionCodec().decode(b'\\xff\\xd8' + b'x' * 99, 0, 0, 4, 4) is None\n")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout == "" and done.stderr == "", (done.stdout, done.stderr)
+
+
+def test_region_forms_survive_pickling_for_spawned_workers():
+    import pickle
+
+    crop = RegionRandomCrop(64)
+    crop(_opened(_jpeg()))  # makes its codec
+    copy = pickle.loads(pickle.dumps(crop))
+    seed_everything(0)
+    a = copy(_opened(_jpeg()))
+    seed_everything(0)
+    assert torch.equal(a, crop(_opened(_jpeg())))
+    assert region_module.REGION_MOVEMENT.returns == "tensor"
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="the GPU backend needs CUDA")
+def test_gpu_backend_decodes_the_same_region():
+    data = _jpeg()
+    got = region_codec.RegionCodec("cuda").decode(data, 10, 20, 64, 64)
+    assert got is not None and got.is_cuda
+    assert int((got.cpu().to(torch.int16) - pil_to_tensor(_opened(data))[:, 10:74, 20:84]).abs().max()) <= 4

@@ -1,0 +1,195 @@
+"""Region decode: a crop that decodes only its own box of the JPEG (the `region_decode` move).
+
+Each class subclasses the torchvision crop it stands for (v1 and v2) and takes its arguments. Given
+the lazily opened JPEG (undecoded: only its header is read), it draws the box from the header size
+with that crop's own sampler (`get_params` / `make_params`, the global torch RNG), so under one seed
+it picks the box the crop would pick; it then decodes only that box with nvImageCodec's CPU backend
+(pipebench.transforms.region_codec) and returns a uint8 [3, h, w] tensor, as DecodeJpeg and then the
+crop give. RandomResizedCrop resizes the region as the step it replaces did: with PIL when that ran
+on the PIL image (`pil_resize`), with torchvision's tensor kernel when it ran on the decoded tensor.
+
+Anything the region decode does not take falls back to the whole decode the move replaced
+(DecodeJpeg) and the crop's own code on the tensor, with the box already drawn: a PNG or a decoded
+image, a CMYK or 12-bit JPEG, a stream nvImageCodec cannot parse (a corrupt file then fails in
+DecodeJpeg, and the bad-sample policy counts it), and a crop that pads (`padding`, or
+`pad_if_needed` on a small image), which keeps the transform's own behaviour.
+"""
+
+from typing import Any, Optional, Sequence, Tuple
+
+import torch
+import torchvision.transforms as v1
+import torchvision.transforms.v2 as v2
+from PIL import Image
+from torchvision.transforms.functional import InterpolationMode, pil_modes_mapping, pil_to_tensor
+
+from pipebench.pipeline.movement import PIL_ONLY, TENSOR, Movement
+from pipebench.pipeline.timed_chain import undecoded
+from pipebench.transforms.decode import PIL_JPEG_FORMAT, DecodeJpeg, jpeg_bytes
+from pipebench.transforms.region_codec import RegionCodec
+
+Box = Tuple[int, int, int, int]
+# What every region form declares: it takes the undecoded image and returns the uint8 tensor (as
+# DecodeJpeg does); random, as the crop it draws for (CenterCrop's form overrides this).
+REGION_MOVEMENT = Movement(accepts=PIL_ONLY, returns=TENSOR, random=True)
+
+
+class _Region:
+    """The decode half every region form shares: a per-process codec and the full-decode fallback."""
+
+    # The timed chain leaves the lazily opened image undecoded for it (pipebench.pipeline.timed_chain).
+    decodes_itself = True
+
+    def _codec(self) -> RegionCodec:
+        codec = self.__dict__.get("_region_codec")
+        if codec is None:
+            codec = RegionCodec()
+            self.__dict__["_region_codec"] = codec
+        return codec
+
+    def _region(self, img: Any, box: Box) -> Optional[torch.Tensor]:
+        """The box (top, left, height, width) of the undecoded JPEG `img`, or None when not taken."""
+        if not (isinstance(img, Image.Image) and undecoded(img) and img.format == PIL_JPEG_FORMAT):
+            return None
+        data = jpeg_bytes(img)
+        return None if data is None else self._codec().decode(data, *box)
+
+    @staticmethod
+    def _whole(img: Any) -> Any:
+        """The full decode the move replaced: DecodeJpeg (a tensor passes through)."""
+        return img if isinstance(img, torch.Tensor) else DecodeJpeg()(img)
+
+
+def _crop(tensor: torch.Tensor, box: Box) -> torch.Tensor:
+    top, left, height, width = box
+    return tensor[..., top:top + height, left:left + width]
+
+
+def _size_of(img: Any) -> Tuple[int, int]:
+    """(height, width) of a PIL image (its header) or a [..., H, W] tensor."""
+    return (img.size[1], img.size[0]) if isinstance(img, Image.Image) else tuple(img.shape[-2:])
+
+
+def _pads(img: Any, size: Sequence[int], padding: Any, pad_if_needed: bool) -> bool:
+    """RandomCrop would pad this image: a `padding` (an int or a sequence), or `pad_if_needed` on a small one."""
+    height, width = _size_of(img)
+    padded = bool(padding) if isinstance(padding, int) else padding is not None and any(padding)
+    return padded or (pad_if_needed and (height < size[0] or width < size[1]))
+
+
+class RegionRandomCrop(_Region, v1.RandomCrop):
+    """torchvision.transforms.RandomCrop, decoding only its box of the JPEG."""
+
+    movement = REGION_MOVEMENT
+
+    def forward(self, img):
+        if _pads(img, self.size, self.padding, self.pad_if_needed):
+            return super().forward(self._whole(img))  # the transform's own padding, then its draw
+        box = self.get_params(img, self.size)
+        region = self._region(img, box)
+        return region if region is not None else _crop(self._whole(img), box)
+
+
+class RegionRandomCropV2(_Region, v2.RandomCrop):
+    """torchvision.transforms.v2.RandomCrop, decoding only its box of the JPEG."""
+
+    movement = REGION_MOVEMENT
+
+    def forward(self, *inputs):
+        img = inputs[0] if len(inputs) == 1 else None
+        if img is None or _pads(img, self.size, self.padding, self.pad_if_needed):
+            return super().forward(*(self._whole(i) for i in inputs))
+        params = self.make_params([img])
+        box = (params["top"], params["left"], params["height"], params["width"])
+        region = self._region(img, box)
+        return region if region is not None else _crop(self._whole(img), box)
+
+
+def center_box(image: Tuple[int, int], size: Sequence[int]) -> Optional[Box]:
+    """CenterCrop's box of an (h, w) image, torchvision's rounding; None when it would pad."""
+    height, width = image
+    crop_h, crop_w = size
+    if crop_h > height or crop_w > width:
+        return None
+    return int(round((height - crop_h) / 2.0)), int(round((width - crop_w) / 2.0)), crop_h, crop_w
+
+
+class RegionCenterCrop(_Region, v1.CenterCrop):
+    """torchvision.transforms.CenterCrop, decoding only its box of the JPEG."""
+
+    movement = Movement(accepts=PIL_ONLY, returns=TENSOR)
+
+    def forward(self, img):
+        box = center_box(_size_of(img), self.size)
+        if box is None:
+            return super().forward(self._whole(img))  # a crop larger than the image pads
+        region = self._region(img, box)
+        return region if region is not None else _crop(self._whole(img), box)
+
+
+class RegionCenterCropV2(_Region, v2.CenterCrop):
+    """torchvision.transforms.v2.CenterCrop, decoding only its box of the JPEG."""
+
+    movement = Movement(accepts=PIL_ONLY, returns=TENSOR)
+
+    def forward(self, *inputs):
+        img = inputs[0] if len(inputs) == 1 else None
+        box = None if img is None else center_box(_size_of(img), self.size)
+        if box is None:
+            return super().forward(*(self._whole(i) for i in inputs))
+        region = self._region(img, box)
+        return region if region is not None else _crop(self._whole(img), box)
+
+
+def _resample(interpolation: Any) -> int:
+    mode = interpolation if isinstance(interpolation, InterpolationMode) else InterpolationMode(interpolation)
+    return pil_modes_mapping[mode]
+
+
+def resize_region(region: torch.Tensor, size: Sequence[int], interpolation: Any, antialias: Any,
+                  pil_resize: bool) -> torch.Tensor:
+    """The region resized to `size` (h, w): with PIL (as a crop of the PIL image would be), or with
+    torchvision's tensor kernel; uint8 [3, h, w] either way."""
+    if not pil_resize:
+        return v2.functional.resize(region, list(size), interpolation=interpolation, antialias=antialias)
+    image = Image.fromarray(region.permute(1, 2, 0).numpy())
+    resized = image.resize((size[1], size[0]), _resample(interpolation))
+    return pil_to_tensor(resized)
+
+
+class RegionRandomResizedCrop(_Region, v1.RandomResizedCrop):
+    """torchvision.transforms.RandomResizedCrop, decoding only its box of the JPEG, then resizing it."""
+
+    movement = REGION_MOVEMENT
+
+    def __init__(self, *args: Any, pil_resize: bool = True, **kwargs: Any):
+        super().__init__(*args, **kwargs)
+        self.pil_resize = pil_resize
+
+    def forward(self, img):
+        box = self.get_params(img, self.scale, self.ratio)
+        region = self._region(img, box)
+        if region is None:
+            region = _crop(self._whole(img), box)
+        return resize_region(region, self.size, self.interpolation, self.antialias, self.pil_resize)
+
+
+class RegionRandomResizedCropV2(_Region, v2.RandomResizedCrop):
+    """torchvision.transforms.v2.RandomResizedCrop, decoding only its box of the JPEG, then resizing it."""
+
+    movement = REGION_MOVEMENT
+
+    def __init__(self, *args: Any, pil_resize: bool = True, **kwargs: Any):
+        super().__init__(*args, **kwargs)
+        self.pil_resize = pil_resize
+
+    def forward(self, *inputs):
+        img = inputs[0] if len(inputs) == 1 else None
+        if img is None:
+            return super().forward(*(self._whole(i) for i in inputs))
+        params = self.make_params([img])
+        box = (params["top"], params["left"], params["height"], params["width"])
+        region = self._region(img, box)
+        if region is None:
+            region = _crop(self._whole(img), box)
+        return resize_region(region, self.size, self.interpolation, self.antialias, self.pil_resize)

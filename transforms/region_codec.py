@@ -1,0 +1,163 @@
+"""nvImageCodec as a region-of-interest JPEG decoder: loaded quietly, one decoder a process.
+
+`nvidia-nvimgcodec-cu12` (the `decode` extra) decodes a rectangle of a JPEG without decoding the
+rest (libjpeg-turbo's cropped scanlines on its CPU backend; nvJPEG on its GPU backend). On first
+use it prints, from native code, that it cannot find optional sub-libraries (nvJPEG, nvJPEG2000,
+nvTIFF): `load_nvimgcodec` sets its verbosity to silent and holds the process's stdout and stderr
+closed while it loads, so none of that reaches the user's console.
+
+`RegionCodec.decode` returns the region as a uint8 [3, H, W] tensor (RGB, as decode_jpeg gives),
+or None for anything it does not take (a region outside the image, a CMYK or non-8-bit JPEG, a
+stream it cannot parse): the caller then decodes the whole file its usual way.
+"""
+
+import contextlib
+import ctypes
+import importlib
+import io
+import os
+import sys
+from typing import Any, Iterator, Optional
+
+import numpy as np
+import torch
+from PIL import Image
+
+MODULE = "nvidia.nvimgcodec"
+# What the not-applied line tells a user without it.
+INSTALL_COMMAND = 'pip install "pipebench[decode]"'
+# nvImageCodec's own switch for its log (0: nothing); a value the user set is kept.
+VERBOSITY_ENV = "PYNVIMGCODEC_VERBOSITY"
+SILENT = "0"
+# The CPU backend's decoder runs on the calling thread only: DataLoader workers and workers=0 runs
+# are measured with one intra-op thread each, so per-transform times compare; the decode may not
+# spread over more cores either.
+CPU_THREADS = 1
+# JPEG colour models whose conversion to RGB differs between decoders (Adobe CMYK inversion): the
+# chain's own decoder does them, so the region decode gives the same pixels or none.
+FOREIGN_COLOR = ("CMYK", "YCCK")
+# The only sample precision whose pixels are what decode_jpeg and PIL give (12-bit is rescaled).
+EIGHT_BITS = 8
+CPU = "cpu"
+
+
+@contextlib.contextmanager
+def _native_output_closed() -> Iterator[None]:
+    """fds 1 and 2 point at /dev/null inside; C stdio buffers are flushed before they come back."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    saved = [os.dup(1), os.dup(2)]
+    null = os.open(os.devnull, os.O_WRONLY)
+    try:
+        os.dup2(null, 1)
+        os.dup2(null, 2)
+        yield
+    finally:
+        with contextlib.suppress(OSError, AttributeError):
+            ctypes.CDLL(None).fflush(None)
+        os.dup2(saved[0], 1)
+        os.dup2(saved[1], 2)
+        for fd in (*saved, null):
+            os.close(fd)
+
+
+def load_nvimgcodec() -> Any:
+    """The nvimgcodec module, imported without its console output; raises ImportError without it."""
+    loaded = sys.modules.get(MODULE)
+    if loaded is not None:
+        return loaded
+    os.environ.setdefault(VERBOSITY_ENV, SILENT)
+    with _native_output_closed():
+        module = importlib.import_module(MODULE)
+        _new_decoder(module, CPU)  # the library sets itself up (and prints) on its first decoder
+    return module
+
+
+def _new_decoder(module: Any, device: str) -> Any:
+    if device == CPU:
+        return module.Decoder(device_id=module.NVIMGCODEC_DEVICE_CPU_ONLY, max_num_cpu_threads=CPU_THREADS,
+                              backends=[module.Backend(module.BackendKind.CPU_ONLY)])
+    index = torch.device(device).index
+    return module.Decoder(device_id=index if index is not None else torch.cuda.current_device(),
+                          backends=[module.Backend(module.BackendKind.GPU_ONLY),
+                                    module.Backend(module.BackendKind.HW_GPU_ONLY)])
+
+
+class RegionCodec:
+    """One process's nvImageCodec decoder on `device` ("cpu": the CPU backend; "cuda[:k]": nvJPEG),
+    made on first use and never pickled (each DataLoader worker makes its own)."""
+
+    def __init__(self, device: str = CPU):
+        self.device = device
+        self._module: Any = None
+        self._decoder: Any = None
+        self._params: Any = None
+
+    def __getstate__(self) -> dict:
+        return {"device": self.device, "_module": None, "_decoder": None, "_params": None}
+
+    def _ready(self) -> Any:
+        if self._decoder is None:
+            module = load_nvimgcodec()
+            with _native_output_closed():
+                self._decoder = _new_decoder(module, self.device)
+            # decode_jpeg ignores EXIF orientation, so the region must too, or the boxes would differ.
+            self._params = module.DecodeParams(apply_exif_orientation=False, color_spec=module.ColorSpec.SRGB)
+            self._module = module
+        return self._module
+
+    def stream(self, data: bytes, top: int, left: int, height: int, width: int) -> Optional[Any]:
+        """The region's code stream, or None when this decoder does not take the file or the box."""
+        module = self._ready()
+        try:  # the header is parsed on first access to it
+            whole = module.CodeStream(data)
+            foreign = whole.precision != EIGHT_BITS or whole.color_spec.name in FOREIGN_COLOR
+        except RuntimeError:  # not a stream it can parse: the full decode says what is wrong
+            return None
+        if foreign:
+            return None
+        if top < 0 or left < 0 or height <= 0 or width <= 0 or top + height > whole.height \
+                or left + width > whole.width:
+            return None
+        return whole.get_sub_code_stream(region=module.Region(top, left, top + height, left + width))
+
+    def decode(self, data: bytes, top: int, left: int, height: int, width: int) -> Optional[torch.Tensor]:
+        """The region rows top..top+height, columns left..left+width as uint8 [3, height, width], or None."""
+        region = self.stream(data, top, left, height, width)
+        if region is None:
+            return None
+        try:
+            image = self._decoder.decode(region, params=self._params)
+        except RuntimeError:
+            return None
+        return None if image is None else as_tensor(image)
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}(device={self.device!r})"
+
+
+def as_tensor(image: Any) -> torch.Tensor:
+    """An nvimgcodec Image (HWC) as a contiguous uint8 [C, H, W] tensor on its own device."""
+    if getattr(image, "buffer_kind", None) is not None and "DEVICE" in str(image.buffer_kind):
+        return torch.from_dlpack(image).permute(2, 0, 1).contiguous()
+    return torch.from_numpy(np.asarray(image.cpu())).permute(2, 0, 1).contiguous()
+
+
+def region_decode_problem() -> str:
+    """Why the CPU region decode cannot run here ("" when it can): not installed, or its CPU backend
+    fails to decode a small JPEG's region to the pixels PIL gives."""
+    try:
+        load_nvimgcodec()
+    except ImportError as exc:
+        return f"nvImageCodec is not installed ({INSTALL_COMMAND}): {str(exc).splitlines()[0]}"
+    pixels = np.arange(32 * 48 * 3, dtype=np.uint8).reshape(32, 48, 3)
+    buffer = io.BytesIO()
+    Image.fromarray(pixels).save(buffer, "JPEG", quality=95)
+    try:
+        got = RegionCodec().decode(buffer.getvalue(), 8, 16, 16, 24)
+    except Exception as exc:  # a broken install fails in any way; the plan says how, in one line
+        return f"nvImageCodec's CPU backend fails here: {type(exc).__name__}: {str(exc).splitlines()[0]}"
+    want = torch.from_numpy(np.array(Image.open(buffer).convert("RGB"))).permute(2, 0, 1)[:, 8:24, 16:40]
+    if got is None or not torch.equal(got, want):
+        return f"nvImageCodec's CPU backend does not decode a JPEG region here ({INSTALL_COMMAND} to repair it)"
+    return ""
