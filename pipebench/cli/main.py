@@ -27,7 +27,7 @@ from pipebench.base.errors import (
 __all__ = ["VERB_NAMES", "build_parser", "main", "verbs"]
 
 # The verbs (modules of pipebench.cli) in workflow order, so help lists them as a user meets them.
-VERB_NAMES = ("run", "explore", "report", "compare", "ab", "baseline", "history")
+VERB_NAMES = ("attach", "run", "explore", "report", "compare", "ab", "baseline", "history")
 
 
 def verbs(names: Sequence[str] = VERB_NAMES) -> Tuple[ModuleType, ...]:

@@ -1,0 +1,130 @@
+"""The `attach` verb: run the user's own training script, unchanged, and measure every DataLoader it iterates.
+
+The script runs in this interpreter (`runpy`), with its own argv, while `watching_loaders`
+patches torch's DataLoader; its exit status comes back as attach's, its traceback is printed
+as Python prints it, and what was measured before it ended is written all the same.
+"""
+
+import argparse
+import gc
+import os
+import runpy
+import sys
+import time
+import traceback
+from pathlib import Path
+from typing import List, Optional, Sequence, Tuple
+
+from pipebench.base.errors import INTERRUPTED_EXIT_STATUS, USAGE_EXIT_STATUS, ConfigError
+from pipebench.base.tables import markdown_table
+from pipebench.measure.watch import DEFAULT_SECONDS, DEFAULT_SKIP_STEPS, DEFAULT_STEPS, WatchWindow, watching_loaders
+from pipebench.record.watched import results_of, save_results, summary_line
+
+__all__ = ["add_parser", "attach_main", "main", "run_script"]
+
+# The exit status Python gives a script that ends in an uncaught exception.
+UNCAUGHT_EXIT_STATUS = 1
+# Where a run's folder goes when --out does not say: one folder a run, named by its start time.
+DEFAULT_OUT = "results/attach"
+# Interpreter names the command may start with (`pipebench attach -- python train.py`).
+PYTHON_NAMES = ("python", "python3", os.path.basename(sys.executable))
+SUMMARY_TABLE_COLUMNS = ("loader", "dataset", "workers", "steps", "samples_per_s", "batches_per_s",
+                         "starvation_pct", "first_batch_s")
+
+
+def parse_command(words: Sequence[str]) -> Tuple[str, str, List[str]]:
+    """('path' | 'module', target, argv) of `[python] script.py ARGS` or `[python] -m module ARGS`."""
+    words = list(words)
+    if words[:1] == ["--"]:
+        words = words[1:]
+    if words and os.path.basename(words[0]) in PYTHON_NAMES:
+        words = words[1:]
+    if not words:
+        raise ConfigError("attach needs a command: pipebench attach -- python train.py ARGS")
+    if words[0] == "-m":
+        if len(words) < 2:
+            raise ConfigError("attach -- python -m needs a module name")
+        return "module", words[1], words[2:]
+    if words[0].startswith("-"):
+        raise ConfigError(f"attach runs a script or -m module, not the interpreter option {words[0]}")
+    if not Path(words[0]).is_file():
+        raise ConfigError(f"no script at {words[0]}")
+    return "path", words[0], words[1:]
+
+
+def _script_frames(tb):
+    """The traceback from the script's first frame: attach's and runpy's own frames left out."""
+    # runpy may be frozen into the interpreter (3.11+), its frames then named "<frozen runpy>".
+    skipped = (__file__, runpy.__file__, "<frozen runpy>")
+    while tb is not None and tb.tb_frame.f_code.co_filename in skipped:
+        tb = tb.tb_next
+    return tb
+
+
+def run_script(kind: str, target: str, argv: Sequence[str]) -> int:
+    """Run the script as `python target argv...` would, in this process; its exit status."""
+    saved_argv, saved_path = sys.argv[:], sys.path[:]
+    sys.argv = [target, *argv]
+    sys.path.insert(0, os.path.dirname(os.path.abspath(target)) if kind == "path" else os.getcwd())
+    try:
+        if kind == "path":
+            runpy.run_path(target, run_name="__main__")
+        else:
+            runpy.run_module(target, run_name="__main__", alter_sys=True)
+        return 0
+    except SystemExit as exc:
+        if exc.code is None or isinstance(exc.code, int):
+            return exc.code or 0
+        print(exc.code, file=sys.stderr)
+        return UNCAUGHT_EXIT_STATUS
+    except BaseException as exc:  # the script's own failure, Ctrl-C included: shown as Python shows it
+        traceback.print_exception(type(exc), exc, _script_frames(exc.__traceback__))
+        return INTERRUPTED_EXIT_STATUS if isinstance(exc, KeyboardInterrupt) else UNCAUGHT_EXIT_STATUS
+    finally:
+        sys.argv, sys.path[:] = saved_argv, saved_path
+        gc.collect()  # the script's loaders and their workers go before the results are written
+
+
+def attach_main(command: Sequence[str], window: WatchWindow, out: Optional[str]) -> int:
+    kind, target, argv = parse_command(command)
+    with watching_loaders(window) as watches:
+        status = run_script(kind, target, argv)
+    if not any(w.iterated for w in watches):
+        print(f"pipebench attach: {target} iterated no torch.utils.data.DataLoader (it exited {status}); "
+              "a loader of its own class is measured with pipebench.watch(loader) in the script", file=sys.stderr)
+        return USAGE_EXIT_STATUS
+    results = results_of(watches)
+    if not results:
+        print(f"pipebench attach: no step measured: every loader stopped within its {window.skip_steps} "
+              f"warm-up steps (lower --skip-steps); the script exited {status}", file=sys.stderr)
+        return status or USAGE_EXIT_STATUS
+    folder = Path(out) if out is not None else Path(DEFAULT_OUT) / time.strftime("%Y-%m-%d_%H-%M-%S")
+    save_results(folder, results)
+    print(markdown_table([summary_line(r) for r in results], SUMMARY_TABLE_COLUMNS))
+    print(f"results: {folder}  (pipebench report {folder})")
+    return status
+
+
+def add_parser(verbs: "argparse._SubParsersAction") -> None:
+    parser = verbs.add_parser(
+        "attach", help="run your own training script unchanged and measure every DataLoader it iterates",
+        description="Run `python train.py ARGS` (or `python -m module ARGS`) in this interpreter with "
+                    "torch's DataLoader watched: per loader, the wait in next() against the step between "
+                    "next() calls over a bounded window, samples/s, starvation and the first batch. "
+                    "The script's exit status is attach's.",
+    )
+    parser.add_argument("--steps", type=int, default=DEFAULT_STEPS, help=f"steps measured a loader (default {DEFAULT_STEPS})")
+    parser.add_argument("--skip-steps", type=int, default=DEFAULT_SKIP_STEPS,
+                        help=f"warm-up steps after the first batch, not measured (default {DEFAULT_SKIP_STEPS})")
+    parser.add_argument("--seconds", type=float, default=DEFAULT_SECONDS,
+                        help=f"the window's longest time (default {DEFAULT_SECONDS:g} s)")
+    parser.add_argument("--out", help=f"the results folder (default {DEFAULT_OUT}/<time>)")
+    parser.add_argument("command", nargs=argparse.REMAINDER, help="-- python train.py ARGS, or -- python -m module ARGS")
+
+
+def main(args: argparse.Namespace) -> int:
+    try:
+        window = WatchWindow(args.steps, args.skip_steps, args.seconds)
+    except ValueError as exc:
+        raise ConfigError(str(exc)) from None
+    return attach_main(args.command, window, args.out)

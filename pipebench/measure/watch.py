@@ -1,0 +1,260 @@
+"""Watch a user's own DataLoader in the user's own loop: the wait in next() and the step between.
+
+`LoaderWatch` wraps the epochs of one loader. Per batch it times the time blocked in `next()`
+(the data wait) and the time from the batch's delivery to the next call of `next()` (the user's
+step), over a bounded window after some warm-up steps; then it stops measuring and passes
+batches through untouched. Each epoch's first batch stays apart (worker start-up), as the
+harness keeps it apart. `watching_loaders` patches `torch.utils.data.DataLoader` for the length
+of a `with` block so every loader a script iterates is watched, named by where it was created.
+
+The figures come from the harness's own summary (`summarize.summary_row` over `PassResult`s), so
+a watched loop and a pipebench job are read by one rule: whole worker cycles, the block bootstrap.
+"""
+
+import contextlib
+import os
+import sys
+import time
+import weakref
+from dataclasses import dataclass, field
+from typing import Any, Callable, Dict, Iterator, List, Mapping, Optional, Tuple
+
+import numpy as np
+import torch
+from torch.utils.data import DataLoader
+
+from pipebench.measure.fingerprint import usable_cores
+from pipebench.measure.runner import NS_PER_S, PassResult, StepSample, TimingSink
+from pipebench.measure.summarize import rate_interval, summary_row
+from pipebench.measure.window import split_window
+
+__all__ = ["DEFAULT_SECONDS", "DEFAULT_SKIP_STEPS", "DEFAULT_STEPS", "LoaderWatch", "WatchWindow", "batch_samples",
+           "creation_site", "watching_loaders"]
+
+# The measured window ends on its own, so a long training run goes on unmeasured (and unslowed):
+# 200 steps hold 25+ worker cycles at up to 8 workers, enough blocks for the interval...
+DEFAULT_STEPS = 200
+# ... after 5 warm-up steps past the first batch: the prefetch queue that filled while the
+# first batch was made drains in about prefetch_factor (2) steps a worker, so early steps run fast.
+DEFAULT_SKIP_STEPS = 5
+# ... and never longer than this, whichever comes first: a slow loop still ends its window.
+DEFAULT_SECONDS = 120.0
+# Where a DataLoader is created from a subclass's __init__ or torch's own code, the creation site
+# is the first frame outside these folders.
+_TORCH_DIR = os.path.dirname(torch.__file__)
+_THIS_FILE = __file__
+
+
+@dataclass(frozen=True)
+class WatchWindow:
+    """Which steps are measured: `skip_steps` after each run's first batch, then at most `steps`
+    steps or `seconds` of them, whichever ends first."""
+
+    steps: int = DEFAULT_STEPS
+    skip_steps: int = DEFAULT_SKIP_STEPS
+    seconds: float = DEFAULT_SECONDS
+
+    def __post_init__(self) -> None:
+        if self.steps < 1 or self.skip_steps < 0 or not self.seconds > 0:
+            raise ValueError(f"a watch window needs steps >= 1, skip_steps >= 0 and seconds > 0, not {self}")
+
+
+def batch_samples(batch: Any, fallback: Optional[int]) -> int:
+    """Samples in a batch: a tensor's dim 0; a mapping's or a sequence's first item, read the same
+    way, where a list/tuple of tensors as that item (per-sample tensors, uncollated) counts its
+    length; the loader's batch_size where nothing says (0 when it has none)."""
+    if isinstance(batch, torch.Tensor):
+        return int(batch.shape[0]) if batch.dim() else (fallback or 0)
+    if isinstance(batch, Mapping) and batch:
+        return batch_samples(next(iter(batch.values())), fallback)
+    if isinstance(batch, (list, tuple)) and batch:
+        first = batch[0]
+        if isinstance(first, (list, tuple)) and first and all(isinstance(t, torch.Tensor) for t in first):
+            return len(first)
+        if isinstance(first, torch.Tensor) and first.dim() == 0:
+            return len(batch)
+        return batch_samples(first, fallback)
+    return fallback or 0
+
+
+def creation_site() -> str:
+    """`file:line` of the frame that created a DataLoader: the first one outside torch and this module."""
+    frame = sys._getframe(1)
+    while frame is not None and (frame.f_code.co_filename.startswith(_TORCH_DIR)
+                                 or frame.f_code.co_filename == _THIS_FILE
+                                 or frame.f_code.co_name == "__init__" and "self" in frame.f_locals
+                                 and isinstance(frame.f_locals["self"], DataLoader)):
+        frame = frame.f_back
+    if frame is None:
+        return "unknown:0"
+    return f"{os.path.basename(frame.f_code.co_filename)}:{frame.f_lineno}"
+
+
+@dataclass
+class _EpochLog:
+    """One epoch's measured steps as they arrive (mutable: the user's loop is still running)."""
+
+    number: int
+    first_batch_s: float
+    skipped: int = 0
+    steps: List[StepSample] = field(default_factory=list)
+
+
+class LoaderWatch:
+    """The measurement of one loader: its epochs go through `epoch`, which times them.
+
+    Not frozen: it collects steps as the user's loop runs. What it gives back (`summary`,
+    `passes`) is built from them when asked, and the caller freezes it."""
+
+    def __init__(self, loader: DataLoader, window: WatchWindow = WatchWindow(), site: Optional[str] = None) -> None:
+        self.window = window
+        self.site = site or creation_site()
+        self.dataset_class = type(loader.dataset).__name__
+        self.workers = int(loader.num_workers)
+        self.batch_size = loader.batch_size
+        self.persistent = bool(getattr(loader, "persistent_workers", False)) and self.workers > 0
+        self.samples_per_epoch = _sized(loader.dataset)
+        self.batches_per_epoch = _sized(loader)
+        self._logs: List[_EpochLog] = []
+        self.first_batch_s: List[float] = []
+        self.epochs = 0
+        self._skipped = 0
+        self._measured = 0
+        self._window_start: Optional[int] = None
+        self.done = False
+
+    @property
+    def iterated(self) -> bool:
+        """Whether any epoch delivered a batch."""
+        return bool(self.first_batch_s)
+
+    def _wanted(self, before: int) -> bool:
+        """Is the step whose next() starts at `before` inside the window? Counts it when it is."""
+        if self._skipped < self.window.skip_steps:
+            self._skipped += 1
+            return False
+        if self._window_start is None:
+            self._window_start = before
+        if self._measured >= self.window.steps or before - self._window_start >= self.window.seconds * NS_PER_S:
+            self.done = True
+            return False
+        self._measured += 1
+        return True
+
+    def epoch(self, open_epoch: Callable[[], Iterator[Any]]) -> Iterator[Any]:
+        """One epoch of the loader (`open_epoch` opens it), timed while the window lasts."""
+        self.epochs += 1
+        number = self.epochs
+        start = time.perf_counter_ns()
+        iterator = open_epoch()
+        if self.done:
+            yield from iterator
+            return
+        # The batch last handed to the user, when it is measured: its wait and samples, and when
+        # it was delivered; its step ends at the next call of next().
+        pending: Optional[Tuple[int, int, int]] = None
+        try:
+            batch = next(iterator)
+        except StopIteration:
+            return
+        log = _EpochLog(number, (time.perf_counter_ns() - start) / NS_PER_S)
+        self.first_batch_s.append(log.first_batch_s)
+        self._logs.append(log)
+        yield batch
+        while not self.done:
+            before = time.perf_counter_ns()
+            if pending is not None:
+                wait_ns, samples, delivered = pending
+                log.steps.append(StepSample(gap_ns=0, wait_ns=wait_ns, h2d_ns=0, compute_ns=before - delivered,
+                                            samples=samples, transfer_ns=0, worker_id=-1, ready=False, epoch=number))
+                pending = None
+            wanted = self._wanted(before)
+            log.skipped += not wanted and not self.done
+            try:
+                batch = next(iterator)
+            except StopIteration:
+                return
+            delivered = time.perf_counter_ns()
+            if wanted:
+                pending = (delivered - before, batch_samples(batch, self.batch_size), delivered)
+            yield batch
+        yield from iterator
+
+    @property
+    def passes(self) -> List[PassResult]:
+        """Each epoch that holds measured steps, as the harness's PassResult (its steps so far)."""
+        return [PassResult(first_batch_s=log.first_batch_s, warmup_steps=log.skipped, steps=list(log.steps),
+                           wall_s=sum(s.step_ns for s in log.steps) / NS_PER_S, epochs=1, worker_startup_s={},
+                           start_epoch=log.number)
+                for log in self._logs if log.steps]
+
+    def summary(self) -> Dict[str, Any]:
+        """The harness's summary row of the measured steps (`summarize.summary_row`), plus batches/s
+        and its interval; an empty dict when no step was measured."""
+        passes = self.passes
+        if not passes:
+            return {}
+        row = summary_row(passes, (), TimingSink(), self.workers, usable_cores(), 0, persistent=self.persistent,
+                          samples_per_epoch=self.samples_per_epoch, batches_per_epoch=self.batches_per_epoch,
+                          target_steps=self.window.steps)
+        window = split_window(passes, self.workers)
+        step_ns = np.array([s.step_ns for s in window.steps], dtype=np.float64)
+        batches = rate_interval(window, np.ones_like(step_ns), step_ns)
+        # summary_row gives the first batch of every pass; the run's own first batch is the first
+        # epoch's, measured or not.
+        row.update(first_batch_s=self.first_batch_s[0], batches_per_s=1000.0 / row["step_ms_mean"],
+                   batches_per_s_ci_low=batches.low, batches_per_s_ci_high=batches.high)
+        return row
+
+    def measured_batch_size(self) -> int:
+        """The largest batch measured, or the loader's batch_size where that is larger."""
+        seen = max((s.samples for p in self.passes for s in p.steps), default=0)
+        return max(seen, self.batch_size or 0)
+
+
+def _sized(value: Any) -> Optional[int]:
+    try:
+        return len(value)
+    except TypeError:
+        return None
+
+
+class _Patched:
+    """The state one `watching_loaders` block keeps: loader -> its watch, and the creation sites."""
+
+    def __init__(self, window: WatchWindow) -> None:
+        self.window = window
+        self.sites: "weakref.WeakKeyDictionary[DataLoader, str]" = weakref.WeakKeyDictionary()
+        self.by_loader: "weakref.WeakKeyDictionary[DataLoader, LoaderWatch]" = weakref.WeakKeyDictionary()
+        self.watches: List[LoaderWatch] = []
+
+    def watch_of(self, loader: DataLoader) -> LoaderWatch:
+        watch = self.by_loader.get(loader)
+        if watch is None:
+            watch = LoaderWatch(loader, self.window, self.sites.get(loader, "unknown:0"))
+            self.by_loader[loader] = watch
+            self.watches.append(watch)
+        return watch
+
+
+@contextlib.contextmanager
+def watching_loaders(window: WatchWindow = WatchWindow()) -> Iterator[List[LoaderWatch]]:
+    """Within the block, every DataLoader iterated is watched; yields the list of watches, in the
+    order the loaders were first iterated. The class is restored on the way out, whatever happens."""
+    state = _Patched(window)
+    original_init, original_iter = DataLoader.__init__, DataLoader.__iter__
+
+    def __init__(self, *args, **kwargs):
+        state.sites.setdefault(self, creation_site())
+        original_init(self, *args, **kwargs)
+
+    def __iter__(self):
+        return state.watch_of(self).epoch(lambda: original_iter(self))
+
+    DataLoader.__init__, DataLoader.__iter__ = __init__, __iter__
+    try:
+        yield state.watches
+    finally:
+        DataLoader.__init__, DataLoader.__iter__ = original_init, original_iter
+
+

@@ -1,0 +1,136 @@
+"""What a watched loader measured (`pipebench.watch`, `pipebench attach`), as a frozen result and a results folder.
+
+The measuring is `pipebench.measure.watch`; this module freezes its figures into `WatchResult`
+and writes them in the project's schema (one job-N/result.json a loader, then summary.csv and
+transforms.csv), so `pipebench report` reads a watched run as it reads a sweep.
+"""
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Dict, Iterator, List, Mapping, Optional, Sequence
+
+from torch.utils.data import DataLoader
+
+from pipebench.measure.fingerprint import fingerprint
+from pipebench.measure.job import SINGLE_PROCESS_FIELDS
+from pipebench.measure.summarize import pass_records
+from pipebench.measure.watch import DEFAULT_SECONDS, DEFAULT_SKIP_STEPS, DEFAULT_STEPS, LoaderWatch, WatchWindow
+from pipebench.record.results import write_invocation_tables, write_result
+
+__all__ = ["Watched", "WatchResult", "save_results", "watch", "watch_result"]
+
+# The job folders' prefix, as the launcher names them (record/results.py reads job-*/result.json).
+JOB_FOLDER = "job-{num}"
+# What stands in the summary's consumer column: the step is the user's own code.
+USER_STEP = "user_step"
+
+
+@dataclass(frozen=True)
+class WatchResult:
+    """One watched loader's figures: rates over the steady steps (interval: the block bootstrap),
+    starvation = Σ wait / Σ (wait + step), the run's first batch, and `record`, its result.json."""
+
+    name: str
+    dataset_class: str
+    workers: int
+    steps_measured: int
+    samples_per_s: float
+    samples_per_s_ci: tuple
+    batches_per_s: float
+    batches_per_s_ci: tuple
+    starvation_pct: float
+    first_batch_s: float
+    record: Mapping[str, Any] = field(repr=False)
+
+    def save(self, folder: "str | Path") -> Path:
+        """Write this result as a one-job results folder that `pipebench report FOLDER` reads."""
+        return save_results(folder, [self])
+
+
+def watch_result(watch: LoaderWatch, job_num: int = 0) -> Optional[WatchResult]:
+    """The frozen result of a watch; None when it measured no step."""
+    summary = watch.summary()
+    if not summary:
+        return None
+    name = f"loader={watch.site}"
+    config = {"loader": {"site": watch.site, "dataset_class": watch.dataset_class, "num_workers": watch.workers,
+                         "batch_size": watch.batch_size, "persistent_workers": watch.persistent},
+              "window": {"steps": watch.window.steps, "skip_steps": watch.window.skip_steps,
+                         "seconds": watch.window.seconds}}
+    row = {"job": name, "dataset": watch.dataset_class, "transform": None, "workers": watch.workers,
+           "batch_size": watch.measured_batch_size(), "consumer": USER_STEP, **SINGLE_PROCESS_FIELDS, **summary}
+    record = {"job": name, "job_num": job_num, "overrides": [name], "config": config, "choices": {},
+              "summary": row, "transforms": [], "passes": pass_records(watch.passes, watch.workers),
+              "first_batch_s_per_epoch": list(watch.first_batch_s)}
+    return WatchResult(name=watch.site, dataset_class=watch.dataset_class, workers=watch.workers,
+                       steps_measured=int(row["steps"]), samples_per_s=row["samples_per_s"],
+                       samples_per_s_ci=(row["samples_per_s_ci_low"], row["samples_per_s_ci_high"]),
+                       batches_per_s=row["batches_per_s"],
+                       batches_per_s_ci=(row["batches_per_s_ci_low"], row["batches_per_s_ci_high"]),
+                       starvation_pct=row["starvation_pct"], first_batch_s=row["first_batch_s"], record=record)
+
+
+def save_results(folder: "str | Path", results: Sequence[WatchResult]) -> Path:
+    """One job folder a result (numbered in order), the fingerprint of this host in each, then the
+    folder's summary.csv and transforms.csv. Call once the loaders' workers are gone (the
+    fingerprint may query the GPU)."""
+    folder = Path(folder)
+    host = fingerprint({"class": ", ".join(sorted({r.dataset_class for r in results}))}, "user")
+    for num, result in enumerate(results):
+        job_dir = folder / JOB_FOLDER.format(num=num)
+        job_dir.mkdir(parents=True, exist_ok=True)
+        write_result(job_dir, {**result.record, "job_num": num, "fingerprint": host})
+    write_invocation_tables(folder)
+    return folder
+
+
+class Watched:
+    """A loader, watched: iterate it instead of the loader; `result()` once the window is over."""
+
+    def __init__(self, loader: DataLoader, window: WatchWindow) -> None:
+        self.loader = loader
+        self.watch = LoaderWatch(loader, window)
+
+    def __iter__(self) -> Iterator[Any]:
+        return self.watch.epoch(lambda: iter(self.loader))
+
+    def __len__(self) -> int:
+        return len(self.loader)
+
+    @property
+    def done(self) -> bool:
+        """Whether the measured window is over (batches now pass through unmeasured)."""
+        return self.watch.done
+
+    def result(self) -> WatchResult:
+        """The figures of the steps measured so far. Raises ValueError when none was."""
+        result = watch_result(self.watch)
+        if result is None:
+            raise ValueError(f"the loader created at {self.watch.site} has no measured step yet "
+                             f"({self.watch.window.skip_steps} warm-up steps come first)")
+        return result
+
+
+def watch(loader: DataLoader, steps: int = DEFAULT_STEPS, skip_steps: int = DEFAULT_SKIP_STEPS,
+          seconds: float = DEFAULT_SECONDS) -> Watched:
+    """Wrap `loader` so the loop that iterates the wrapper is measured: see `Watched`.
+
+    >>> watched = pipebench.watch(loader, steps=100)
+    >>> for batch in watched: train_step(batch)
+    >>> watched.result().save("results/watch")
+    """
+    return Watched(loader, WatchWindow(steps, skip_steps, seconds))
+
+
+def results_of(watches: Sequence[LoaderWatch]) -> List[WatchResult]:
+    """The results of the watches that measured a step, numbered in order."""
+    return [r for r in (watch_result(w, num) for num, w in enumerate(watches)) if r is not None]
+
+
+def summary_line(result: WatchResult) -> Dict[str, Any]:
+    """One row of attach's printed table."""
+    low, high = result.samples_per_s_ci
+    return {"loader": result.name, "dataset": result.dataset_class, "workers": result.workers,
+            "steps": result.steps_measured, "samples_per_s": f"{result.samples_per_s:.1f} ({low:.1f}..{high:.1f})",
+            "batches_per_s": f"{result.batches_per_s:.2f}", "starvation_pct": f"{result.starvation_pct:.1f}",
+            "first_batch_s": f"{result.first_batch_s:.3f}"}
