@@ -93,13 +93,21 @@ def diagnosis_section(inputs: ReportInputs) -> str:
     """The analytic model beside the measurement, and what to do; one diagnosis per machine, since the
     model's core budget is a machine's."""
     by_host: Dict[str, List[Mapping[str, object]]] = {}
+    untimed = 0
     for run in inputs.runs:
         for result in run.results:
+            if not result["transforms"]:  # the model starts from the chain's per-sample cost
+                untimed += 1
+                continue
             by_host.setdefault(str(result.get("fingerprint", {}).get("hostname")), []).append(result)
+    note = (f"\n{untimed} job(s) left out of the model: no per-transform timings (a loader watched by "
+            "`pipebench attach` or `pipebench.watch`, which does not time the transforms yet).\n" if untimed else "")
+    if not by_host:
+        return f"## diagnosis\n{note}"
     if len(by_host) == 1:
-        return render_diagnosis(diagnose(next(iter(by_host.values()))))
+        return render_diagnosis(diagnose(next(iter(by_host.values())))) + note
     return "\n".join(render_diagnosis(diagnose(results)).replace("## diagnosis", f"## diagnosis: host {host}", 1)
-                     for host, results in sorted(by_host.items()))
+                     for host, results in sorted(by_host.items())) + note
 
 
 def gpu_section(inputs: ReportInputs) -> Optional[str]:
