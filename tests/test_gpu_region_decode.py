@@ -21,8 +21,10 @@ from pipebench.explore.equivalence import IDENTICAL, check
 from pipebench.explore.variants import explore
 from pipebench.measure.setup import seed_everything
 from pipebench.pipeline.build import build_transforms
+from pipebench.transforms.decode import DecodeJpeg
 from pipebench.transforms.region import RegionRandomResizedCrop
 from pipebench.transforms.region_batch import BatchRegionDecode, ReadRegionCenterCrop, ReadRegionRandomResizedCrop
+from pipebench.transforms.region_codec import RegionCodec
 
 pytestmark = pytest.mark.skipif(importlib.util.find_spec("nvidia.nvimgcodec") is None,
                                 reason="nvImageCodec is not installed (the decode extra)")
@@ -156,3 +158,16 @@ def test_the_cuda_path_decodes_the_batch_of_regions_on_the_gpu():
     assert got.is_cuda and got.shape == (4, 3, 64, 64)
     # nvJPEG's IDCT may differ from libjpeg-turbo's by a grey level or two (the guard's bound).
     assert int((got.cpu().to(torch.int16) - want.to(torch.int16)).abs().max()) <= 4
+
+
+def test_a_region_the_codec_does_not_take_is_decoded_whole_and_cropped():
+    """A CMYK JPEG (left to the chain's own decoder by the region codec) in a batch of RGB ones."""
+    buffer = io.BytesIO()
+    _opened(_jpeg(5)).convert("CMYK").save(buffer, "JPEG", quality=90)
+    files = [_jpeg(4), buffer.getvalue()]
+    samples = [ReadRegionCenterCrop(64)(_opened(d)) for d in files]
+    got = BatchRegionDecode("cpu")(default_collate(samples))
+    top, left = (HW[0] - 64) // 2, (HW[1] - 64) // 2
+    assert RegionCodec().decode(files[1], top, left, 64, 64) is None  # so the fallback decoded it
+    want = DecodeJpeg()(_opened(files[1]))[:, top:top + 64, left:left + 64]
+    assert got.shape == (2, 3, 64, 64) and torch.equal(got[1], want)
