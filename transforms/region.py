@@ -65,6 +65,11 @@ def _crop(tensor: torch.Tensor, box: Box) -> torch.Tensor:
     return tensor[..., top:top + height, left:left + width]
 
 
+def _params_box(params: dict) -> Box:
+    """A v2 crop's make_params as a (top, left, height, width) box."""
+    return params["top"], params["left"], params["height"], params["width"]
+
+
 def _size_of(img: Any) -> Tuple[int, int]:
     """(height, width) of a PIL image (its header) or a [..., H, W] tensor."""
     return (img.size[1], img.size[0]) if isinstance(img, Image.Image) else tuple(img.shape[-2:])
@@ -82,10 +87,16 @@ class RegionRandomCrop(_Region, v1.RandomCrop):
 
     movement = REGION_MOVEMENT
 
-    def forward(self, img):
+    def box(self, img: Any) -> Optional[Box]:
+        """The box this crop draws for `img` (its own sampler), or None when it would pad."""
         if _pads(img, self.size, self.padding, self.pad_if_needed):
+            return None
+        return self.get_params(img, self.size)
+
+    def forward(self, img):
+        box = self.box(img)
+        if box is None:
             return super().forward(self._whole(img))  # the transform's own padding, then its draw
-        box = self.get_params(img, self.size)
         region = self._region(img, box)
         return region if region is not None else _crop(self._whole(img), box)
 
@@ -95,12 +106,17 @@ class RegionRandomCropV2(_Region, v2.RandomCrop):
 
     movement = REGION_MOVEMENT
 
+    def box(self, img: Any) -> Optional[Box]:
+        """The box this crop draws for `img` (its own sampler), or None when it would pad."""
+        if _pads(img, self.size, self.padding, self.pad_if_needed):
+            return None
+        return _params_box(self.make_params([img]))
+
     def forward(self, *inputs):
         img = inputs[0] if len(inputs) == 1 else None
-        if img is None or _pads(img, self.size, self.padding, self.pad_if_needed):
+        box = None if img is None else self.box(img)
+        if box is None:
             return super().forward(*(self._whole(i) for i in inputs))
-        params = self.make_params([img])
-        box = (params["top"], params["left"], params["height"], params["width"])
         region = self._region(img, box)
         return region if region is not None else _crop(self._whole(img), box)
 
@@ -119,8 +135,12 @@ class RegionCenterCrop(_Region, v1.CenterCrop):
 
     movement = Movement(accepts=PIL_ONLY, returns=TENSOR)
 
+    def box(self, img: Any) -> Optional[Box]:
+        """The centre box of `img`, or None when the crop is larger than the image (it pads)."""
+        return center_box(_size_of(img), self.size)
+
     def forward(self, img):
-        box = center_box(_size_of(img), self.size)
+        box = self.box(img)
         if box is None:
             return super().forward(self._whole(img))  # a crop larger than the image pads
         region = self._region(img, box)
@@ -132,9 +152,13 @@ class RegionCenterCropV2(_Region, v2.CenterCrop):
 
     movement = Movement(accepts=PIL_ONLY, returns=TENSOR)
 
+    def box(self, img: Any) -> Optional[Box]:
+        """The centre box of `img`, or None when the crop is larger than the image (it pads)."""
+        return center_box(_size_of(img), self.size)
+
     def forward(self, *inputs):
         img = inputs[0] if len(inputs) == 1 else None
-        box = None if img is None else center_box(_size_of(img), self.size)
+        box = None if img is None else self.box(img)
         if box is None:
             return super().forward(*(self._whole(i) for i in inputs))
         region = self._region(img, box)
@@ -166,8 +190,12 @@ class RegionRandomResizedCrop(_Region, v1.RandomResizedCrop):
         super().__init__(*args, **kwargs)
         self.pil_resize = pil_resize
 
+    def box(self, img: Any) -> Box:
+        """The box this crop draws for `img` (its own sampler; always inside the image)."""
+        return self.get_params(img, self.scale, self.ratio)
+
     def forward(self, img):
-        box = self.get_params(img, self.scale, self.ratio)
+        box = self.box(img)
         region = self._region(img, box)
         if region is None:
             region = _crop(self._whole(img), box)
@@ -179,6 +207,10 @@ class RegionRandomResizedCropV2(_Region, v2.RandomResizedCrop):
 
     movement = REGION_MOVEMENT
 
+    def box(self, img: Any) -> Box:
+        """The box this crop draws for `img` (its own sampler; always inside the image)."""
+        return _params_box(self.make_params([img]))
+
     def __init__(self, *args: Any, pil_resize: bool = True, **kwargs: Any):
         super().__init__(*args, **kwargs)
         self.pil_resize = pil_resize
@@ -187,8 +219,7 @@ class RegionRandomResizedCropV2(_Region, v2.RandomResizedCrop):
         img = inputs[0] if len(inputs) == 1 else None
         if img is None:
             return super().forward(*(self._whole(i) for i in inputs))
-        params = self.make_params([img])
-        box = (params["top"], params["left"], params["height"], params["width"])
+        box = self.box(img)
         region = self._region(img, box)
         if region is None:
             region = _crop(self._whole(img), box)

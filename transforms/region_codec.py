@@ -17,7 +17,7 @@ import importlib
 import io
 import os
 import sys
-from typing import Any, Iterator, Optional
+from typing import Any, Iterator, List, Optional, Sequence, Tuple
 
 import numpy as np
 import torch
@@ -131,6 +131,25 @@ class RegionCodec:
         except RuntimeError:
             return None
         return None if image is None else as_tensor(image)
+
+    def decode_batch(self, items: Sequence[Tuple[bytes, Sequence[int]]]) -> List[Optional[torch.Tensor]]:
+        """Each (JPEG bytes, (top, left, height, width)) region decoded in one call to the decoder, as
+        uint8 [3, h, w] on this codec's device; None for each it does not take (see `decode`)."""
+        self._ready()
+        streams = [self.stream(data, *(int(v) for v in box)) for data, box in items]
+        taken = [s for s in streams if s is not None]
+        kwargs = {"params": self._params}
+        if self.device != CPU:  # decode on torch's current stream, so later kernels see the pixels
+            kwargs["cuda_stream"] = torch.cuda.current_stream(torch.device(self.device)).cuda_stream
+        try:
+            images = iter(self._decoder.decode(taken, **kwargs) if taken else [])
+        except RuntimeError:
+            images = iter([None] * len(taken))
+        out: List[Optional[torch.Tensor]] = []
+        for stream in streams:
+            image = next(images) if stream is not None else None
+            out.append(None if image is None else as_tensor(image))
+        return out
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}(device={self.device!r})"

@@ -15,15 +15,16 @@ PER_BATCH = "per_batch"
 LATE_CAST = "late_cast"
 TO_DEVICE = "to_device"
 GPU_DECODER = "gpu_decoder"
+GPU_REGION_DECODE = "gpu_region_decode"
 # Moves that stack, in the order the ladder applies them (the decode moves first, the one that decodes
 # least first: see pipebench.explore.variants).
 STACKED = (REGION_DECODE, TENSOR_PATH, DECODER, REDUCED_DECODE, CROP_FIRST, FAST)
 # Alternative homes for the chain's tail: the collate, or after the host-to-device copy.
 TAILS = (PER_BATCH, LATE_CAST, TO_DEVICE)
-# What gpu_decoder stacks on: it replaces the decode and the tail, so not the decode moves.
+# What gpu_decoder and gpu_region_decode stack on: each replaces the decode and the tail, so not the decode moves.
 STACKED_UNDER_GPU_DECODER = (CROP_FIRST, FAST)
 # Canonical order: names list moves in it.
-MOVES = (*STACKED, *TAILS, GPU_DECODER)
+MOVES = (*STACKED, *TAILS, GPU_DECODER, GPU_REGION_DECODE)
 # One line a move for `pipebench explore --help` (docs/explore.md says each in full); a test holds
 # it to MOVES, so a new move cannot go unlisted.
 MOVE_HELP = {
@@ -37,12 +38,14 @@ MOVE_HELP = {
     LATE_CAST: "steps that cast to float run after the host-to-device copy (the batch crosses as uint8)",
     TO_DEVICE: "every trailing batch-able step runs after the copy, on the consumer's device",
     GPU_DECODER: "workers read JPEG bytes; the batch is decoded and cropped on the device (nvJPEG)",
+    GPU_REGION_DECODE: "workers read JPEG bytes and draw the crop box; only the boxes are decoded on the device "
+                       "(nvImageCodec)",
 }
 # Moves that change pixels a little by design (another decode): equivalence compares their images.
 DECODE_MOVES = (REDUCED_DECODE, TENSOR_PATH, REGION_DECODE)
 # Moves whose gain needs an accelerator: on a host without one they are generated and checked
 # (on the CPU) but not measured, as the host CPU would do the work the device is for.
-DEVICE_MOVES = (TO_DEVICE, GPU_DECODER)
+DEVICE_MOVES = (TO_DEVICE, GPU_DECODER, GPU_REGION_DECODE)
 NAME_SEPARATOR = "+"
 
 Node = Mapping[str, Any]

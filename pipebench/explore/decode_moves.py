@@ -7,6 +7,7 @@ from typing import List, Optional, Sequence, Tuple
 from pipebench.explore.chain import (
     DECODER,
     GPU_DECODER,
+    GPU_REGION_DECODE,
     REDUCED_DECODE,
     REGION_DECODE,
     TENSOR_PATH,
@@ -27,6 +28,14 @@ DECODE_JPEG = "pipebench.transforms.decode.DecodeJpeg"
 # Its batched split at the copy (gpu_decoder): the file's bytes in the worker, one decode call after.
 READ_JPEG_BYTES = "pipebench.transforms.decode.ReadJpegBytes"
 BATCH_DECODE_JPEG = "pipebench.transforms.decode.BatchDecodeJpeg"
+# gpu_region_decode's split at the copy (pipebench.transforms.region_batch): the crop's Read* form
+# (bytes and box) in the worker, one nvImageCodec decode of the batch's boxes after.
+READ_REGION_PREFIX = "pipebench.transforms.region_batch.Read"
+BATCH_REGION_DECODE = "pipebench.transforms.region_batch.BatchRegionDecode"
+# The RandomResizedCrop arguments its resize needs, which BatchRegionDecode does on the device.
+RESIZE_ARGUMENTS = ("size", "interpolation", "antialias")
+# The region form's own switch for a PIL resize: no PIL on the device.
+PIL_RESIZE = "pil_resize"
 # The device type nvJPEG needs.
 CUDA = "cuda"
 # PIL's name for a JPEG file (Image.format): the only format with DCT-scaled decoding.
@@ -136,6 +145,43 @@ def gpu_decoder(chain: Chain, source: Optional[SampleSource] = None, device: str
     on_device = ({"_target_": BATCH_DECODE_JPEG, "device": device}, *crops, *tail.on_device)
     return Moved(Chain(({"_target_": READ_JPEG_BYTES},), (), on_device), changes)
 
+
+
+# A crop's arguments that pad: its output then reaches outside the file's pixels, which the CPU move
+# meets by the full decode's fallback but a box decoded after the copy cannot.
+PADDING_ARGUMENTS = ("padding", "pad_if_needed")
+
+
+def gpu_region_decode(chain: Chain, source: Optional[SampleSource] = None, device: str = HOST_DEVICE,
+                      unavailable: str = "") -> Moved:
+    """region_decode split at the copy: the worker draws the crop's box from the JPEG header with the
+    crop's own sampler and passes the file's bytes; after the copy the batch's boxes are decoded in one
+    nvImageCodec call on `device` (nvJPEG on CUDA), a RandomResizedCrop's regions resized there, and
+    every later step runs there as its batch form (to_device's rules)."""
+    moved = region_decode(chain, source, unavailable)
+    if not moved.changes:
+        return Moved(chain, reason=f"{GPU_REGION_DECODE}: {moved.reason.partition(': ')[2]}")
+    region, *steps = moved.chain.per_sample
+    if any(region.get(key) for key in PADDING_ARGUMENTS):
+        return Moved(chain, reason=f"{GPU_REGION_DECODE}: {short_name(region)} may pad (padding / pad_if_needed), and "
+                                   "a padded sample has no box inside its file to decode after the copy")
+    rest = Chain(tuple(steps), chain.per_batch, chain.on_device)
+    tail, tail_changes, stop = device_tail(rest, any_step, BATCHABLE)
+    if tail.per_sample or tail.per_batch:
+        return Moved(chain, reason=f"{GPU_REGION_DECODE}: {stop}, so it cannot run on the device after the decode")
+    form = class_name(region["_target_"])
+    read = {k: v for k, v in with_target(region, READ_REGION_PREFIX + form).items() if k != PIL_RESIZE}
+    resized = "RandomResizedCrop" in form
+    decode = {"_target_": BATCH_REGION_DECODE, "device": device,
+              **({k: region[k] for k in RESIZE_ARGUMENTS if k in region} if resized else {})}
+    where = "on the GPU (nvImageCodec's GPU backend, nvJPEG)" if device.startswith(CUDA) else \
+        f"on {device} here (nvImageCodec's CPU backend; its GPU backend where there is a CUDA device)"
+    changes = (f"read the JPEG bytes and draw the crop box from the header in the worker ({short_name(read)}, "
+               f"the box by the crop's own sampler) in place of the decode and the crop",
+               f"decode only the batch's boxes in one call after the copy, {where}"
+               + (", then resize each region there (torchvision's tensor kernel)" if resized else ""),
+               *tail_changes)
+    return Moved(Chain((read,), (), (decode, *tail.on_device)), changes)
 
 
 def reduced_decode(chain: Chain, source: Optional[SampleSource] = None) -> Moved:

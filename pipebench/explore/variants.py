@@ -29,13 +29,17 @@ The moves, each legal only where the declarations say so:
   random step only if its batch form keeps one draw a sample; a crop stays, as for per_batch);
 - gpu_decoder: the worker only reads the JPEG file's bytes; after the copy the whole batch is
   decoded in one call on the consumer's device (nvJPEG on CUDA), then cropped there (the crop's
-  batch form), then every later step runs there as its batch form (to_device's rules).
+  batch form), then every later step runs there as its batch form (to_device's rules);
+- gpu_region_decode: region_decode split at the copy: the worker reads the file's bytes and draws
+  the crop's box from the header with the crop's own sampler; after the copy only the batch's
+  boxes are decoded, in one nvImageCodec call on the consumer's device, then the later steps run
+  there as their batch forms.
 The first six stack; the next three are alternative places for the chain's tail. The four
 decode moves (region_decode, tensor_path, decoder, reduced_decode) replace the same decode, so in the stack the
 first of them that applies takes it and the others then find nothing to do. gpu_decoder replaces
 both the decode and the tail, so it stacks only with the moves that touch neither. Variants: each
 move alone, then the stack built up one move at a time (a move that changes nothing is left out),
-then the full stack with each tail, then gpu_decoder on the stack of the others. That is a ladder
+then the full stack with each tail, then gpu_decoder and gpu_region_decode on the stack of the others. That is a ladder
 from the base chain to the most-moved one, so explore can show what each edit is worth on its own
 and on the way to the winner. A chain that equals an earlier variant is dropped.
 """
@@ -50,6 +54,7 @@ from pipebench.explore.chain import (
     DECODER,
     FAST,
     GPU_DECODER,
+    GPU_REGION_DECODE,
     LATE_CAST,
     MOVES,
     NAME_SEPARATOR,
@@ -68,7 +73,14 @@ from pipebench.explore.chain import (
     Variant,
 )
 from pipebench.explore.chain_moves import crop_first, fast, late_cast, per_batch, to_device
-from pipebench.explore.decode_moves import decoder, gpu_decoder, reduced_decode, region_decode, tensor_path
+from pipebench.explore.decode_moves import (
+    decoder,
+    gpu_decoder,
+    gpu_region_decode,
+    reduced_decode,
+    region_decode,
+    tensor_path,
+)
 from pipebench.pipeline.consumers import HOST_DEVICE
 from pipebench.transforms.region_codec import region_decode_problem
 
@@ -93,7 +105,8 @@ FILE_SYSTEM = "file_system"
 MOVE_FUNCTIONS: Mapping[str, Callable[[Chain], Moved]] = {
     REDUCED_DECODE: reduced_decode, REGION_DECODE: region_decode, TENSOR_PATH: tensor_path, DECODER: decoder,
     CROP_FIRST: crop_first, FAST: fast,
-    PER_BATCH: per_batch, LATE_CAST: late_cast, TO_DEVICE: to_device, GPU_DECODER: gpu_decoder}
+    PER_BATCH: per_batch, LATE_CAST: late_cast, TO_DEVICE: to_device, GPU_DECODER: gpu_decoder,
+    GPU_REGION_DECODE: gpu_region_decode}
 
 
 def move_functions(source: Optional[SampleSource], device: str = HOST_DEVICE, region_problem: str = ""
@@ -104,7 +117,9 @@ def move_functions(source: Optional[SampleSource], device: str = HOST_DEVICE, re
     return {**MOVE_FUNCTIONS, REDUCED_DECODE: functools.partial(reduced_decode, source=source),
             REGION_DECODE: functools.partial(region_decode, source=source, unavailable=region_problem),
             TENSOR_PATH: functools.partial(tensor_path, source=source),
-            GPU_DECODER: functools.partial(gpu_decoder, source=source, device=device)}
+            GPU_DECODER: functools.partial(gpu_decoder, source=source, device=device),
+            GPU_REGION_DECODE: functools.partial(gpu_region_decode, source=source, device=device,
+                                                 unavailable=region_problem)}
 
 
 def _apply(chain: Chain, moves: Sequence[str], functions: Mapping[str, Callable[[Chain], Moved]]
@@ -130,7 +145,8 @@ def _ladder(chain: Chain, functions: Mapping[str, Callable[[Chain], Moved]]) -> 
     built = [tuple(stack[:k]) for k in range(2, len(stack) + 1)]
     tails = [(*stack, tail) for tail in TAILS] if len(stack) > 0 else []
     under_gpu = _stack(chain, functions, STACKED_UNDER_GPU_DECODER)
-    return [*singles, *built, *tails, *([(*under_gpu, GPU_DECODER)] if under_gpu else [])]
+    on_gpu = [(*under_gpu, move) for move in (GPU_DECODER, GPU_REGION_DECODE)] if under_gpu else []
+    return [*singles, *built, *tails, *on_gpu]
 
 
 def _stack(chain: Chain, functions: Mapping[str, Callable[[Chain], Moved]], moves: Sequence[str]) -> List[str]:
