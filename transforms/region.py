@@ -15,13 +15,19 @@ DecodeJpeg, and the bad-sample policy counts it), and a crop that pads (`padding
 `pad_if_needed` on a small image), which keeps the transform's own behaviour.
 """
 
+import math
 from typing import Any, Optional, Sequence, Tuple
 
 import torch
 import torchvision.transforms as v1
 import torchvision.transforms.v2 as v2
 from PIL import Image
-from torchvision.transforms.functional import InterpolationMode, pil_modes_mapping, pil_to_tensor
+from torchvision.transforms.functional import (
+    InterpolationMode,
+    _compute_resized_output_size,
+    pil_modes_mapping,
+    pil_to_tensor,
+)
 
 from pipebench.pipeline.movement import PIL_ONLY, TENSOR, Movement
 from pipebench.pipeline.timed_chain import undecoded
@@ -166,8 +172,7 @@ class RegionCenterCropV2(_Region, v2.CenterCrop):
 
 
 def _resample(interpolation: Any) -> int:
-    mode = interpolation if isinstance(interpolation, InterpolationMode) else InterpolationMode(interpolation)
-    return pil_modes_mapping[mode]
+    return pil_modes_mapping[_mode(interpolation)]
 
 
 def resize_region(region: torch.Tensor, size: Sequence[int], interpolation: Any, antialias: Any,
@@ -224,3 +229,111 @@ class RegionRandomResizedCropV2(_Region, v2.RandomResizedCrop):
         if region is None:
             region = _crop(self._whole(img), box)
         return resize_region(region, self.size, self.interpolation, self.antialias, self.pil_resize)
+
+
+# How far each PIL resampling filter reads from an output pixel's centre, in source pixels at scale 1
+# (PIL's own filter supports, libImaging/Resample.c); a downscale by s widens it s times.
+FILTER_SUPPORT = {InterpolationMode.NEAREST: 0.5, InterpolationMode.BOX: 0.5, InterpolationMode.BILINEAR: 1.0,
+                  InterpolationMode.HAMMING: 1.0, InterpolationMode.BICUBIC: 2.0, InterpolationMode.LANCZOS: 3.0}
+# Source pixels added beyond the filter's reach on each side: PIL rounds a tap's first and last index to
+# the nearest pixel, so one more keeps every tap inside the region.
+SUPPORT_SLACK = 1
+
+
+def resize_crop_window(image: Tuple[int, int], size: Any, crop: Sequence[int], max_size: Optional[int]
+                       ) -> Optional[Tuple[Tuple[int, int], Box]]:
+    """((resized h, w), the centre box of the resized image) that Resize(size) then CenterCrop(crop)
+    keep of an (h, w) image, torchvision's sizes and rounding; None when the crop would pad."""
+    sizes = [size] if isinstance(size, int) else list(size)
+    resized = tuple(_compute_resized_output_size(image, sizes, max_size))
+    box = center_box(resized, crop)
+    return None if box is None else (resized, box)
+
+
+def source_region(image: Tuple[int, int], resized: Tuple[int, int], box: Box, interpolation: Any) -> Box:
+    """The box of the source image (top, left, height, width) the resize reads for the output `box` of
+    the `resized` image: the window mapped back by the scale, widened by the filter's support, clipped."""
+    bounds = []
+    for axis, (start, length) in enumerate(((box[0], box[2]), (box[1], box[3]))):
+        scale = image[axis] / resized[axis]
+        reach = FILTER_SUPPORT[_mode(interpolation)] * max(scale, 1.0) + SUPPORT_SLACK
+        low = max(0, math.floor(start * scale - reach))
+        high = min(image[axis], math.ceil((start + length) * scale + reach))
+        bounds.append((low, high - low))
+    return bounds[0][0], bounds[1][0], bounds[0][1], bounds[1][1]
+
+
+def _mode(interpolation: Any) -> InterpolationMode:
+    return interpolation if isinstance(interpolation, InterpolationMode) else InterpolationMode(interpolation)
+
+
+def resize_window(region: torch.Tensor, origin: Tuple[int, int], image: Tuple[int, int],
+                  resized: Tuple[int, int], box: Box, interpolation: Any) -> torch.Tensor:
+    """The output `box` of `image` resized to `resized`, computed from `region` (the source pixels from
+    `origin`, top-left): PIL's resample with the full resize's scale, its window given in the region's
+    coordinates, so each output pixel sits where the full resize puts it. uint8 [3, h, w]."""
+    top, left, height, width = box
+    scale_y, scale_x = image[0] / resized[0], image[1] / resized[1]
+    window = (left * scale_x - origin[1], top * scale_y - origin[0],
+              (left + width) * scale_x - origin[1], (top + height) * scale_y - origin[0])
+    pil = Image.fromarray(region.permute(1, 2, 0).contiguous().numpy())
+    return pil_to_tensor(pil.resize((width, height), _resample(interpolation), box=window))
+
+
+class _RegionResizeCenterCrop(_Region):
+    """Resize(size) then CenterCrop(crop_size) as one region decode: the kept window's source box,
+    widened by the filter's support, is decoded and resized on the full resize's pixel grid."""
+
+    def _window(self, img: Any) -> Optional[Tuple[Tuple[int, int], Box]]:
+        return resize_crop_window(_size_of(img), self.size, self.crop_size, self.max_size)
+
+    def box(self, img: Any) -> Optional[Box]:
+        """The source box decoded for `img`, or None when the centre crop would pad."""
+        window = self._window(img)
+        return None if window is None else source_region(_size_of(img), *window, self.interpolation)
+
+    def _forward(self, img: Any, pad: Any) -> torch.Tensor:
+        window = self._window(img)
+        if window is None:  # the crop is larger than the resized image: the transforms' own padding
+            return pad(self._whole(img))
+        image = _size_of(img)
+        source = source_region(image, *window, self.interpolation)
+        region = self._region(img, source)
+        origin = source[:2]
+        if region is None:  # the whole decode, read on the same grid
+            region, origin = self._whole(img), (0, 0)
+        return resize_window(region, origin, image, *window, self.interpolation)
+
+
+class RegionResizeCenterCrop(_RegionResizeCenterCrop, v1.Resize):
+    """torchvision.transforms.Resize then CenterCrop(crop_size), decoding only the region they keep."""
+
+    movement = Movement(accepts=PIL_ONLY, returns=TENSOR)
+
+    def __init__(self, size: Any, crop_size: Any, **kwargs: Any):
+        super().__init__(size, **kwargs)
+        self.crop_size = _setup_size(crop_size)
+
+    def forward(self, img):
+        return self._forward(img, lambda t: v1.CenterCrop(self.crop_size)(v1.Resize.forward(self, t)))
+
+
+class RegionResizeCenterCropV2(_RegionResizeCenterCrop, v2.Resize):
+    """torchvision.transforms.v2.Resize then CenterCrop(crop_size), decoding only the region they keep."""
+
+    movement = Movement(accepts=PIL_ONLY, returns=TENSOR)
+
+    def __init__(self, size: Any, crop_size: Any, **kwargs: Any):
+        super().__init__(size, **kwargs)
+        self.crop_size = _setup_size(crop_size)
+
+    def forward(self, *inputs):
+        img = inputs[0] if len(inputs) == 1 else None
+        if img is None:
+            return v2.CenterCrop(self.crop_size)(super().forward(*(self._whole(i) for i in inputs)))
+        return self._forward(img, lambda t: v2.CenterCrop(self.crop_size)(v2.Resize.forward(self, t)))
+
+
+def _setup_size(size: Any) -> Tuple[int, int]:
+    """CenterCrop's size as (h, w): an int is a square."""
+    return (size, size) if isinstance(size, int) else (tuple(size) * 2)[:2] if len(size) == 1 else tuple(size)

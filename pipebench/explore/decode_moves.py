@@ -162,6 +162,9 @@ def gpu_region_decode(chain: Chain, source: Optional[SampleSource] = None, devic
     if not moved.changes:
         return Moved(chain, reason=f"{GPU_REGION_DECODE}: {moved.reason.partition(': ')[2]}")
     region, *steps = moved.chain.per_sample
+    if str(region["_target_"]).startswith(REGION_RESIZE_CENTER_CROP):
+        return Moved(chain, reason=f"{GPU_REGION_DECODE}: Resize then CenterCrop has no batched region form after the "
+                                   "copy (the CPU region_decode covers it)")
     if any(region.get(key) for key in PADDING_ARGUMENTS):
         return Moved(chain, reason=f"{GPU_REGION_DECODE}: {short_name(region)} may pad (padding / pad_if_needed), and "
                                    "a padded sample has no box inside its file to decode after the copy")
@@ -283,6 +286,9 @@ def region_decode(chain: Chain, source: Optional[SampleSource] = None, unavailab
     # The crop as the chain wrote it (tensor_path made a PIL-side crop its v2 form): its own sampler draws.
     crop = chain.per_sample[0] if pil_side else steps[1] if len(steps) > 1 else None
     movement = declared_movement(crop) if crop is not None else None
+    if crop is not None and short_name(crop) == RESIZE:
+        then = chain.per_sample[1] if pil_side else steps[2] if len(steps) > 2 else None
+        return _resize_center_crop(chain, decoded, crop, then, pil_side)
     if movement is None or not movement.region_form:
         first = f"{short_name(crop)} comes first" if crop is not None else "nothing comes"
         return Moved(chain, reason=f"{REGION_DECODE}: no crop with a region form (RandomCrop, CenterCrop, "
@@ -303,6 +309,40 @@ def region_decode(chain: Chain, source: Optional[SampleSource] = None, unavailab
     return Moved(Chain((region, *steps[2:]), chain.per_batch, chain.on_device), changes)
 
 
+# Resize then CenterCrop become one region form (pipebench.transforms.region): its class, per namespace.
+RESIZE = "Resize"
+CENTER_CROP = "CenterCrop"
+REGION_RESIZE_CENTER_CROP = "pipebench.transforms.region.RegionResizeCenterCrop"
+V2_PREFIX = "torchvision.transforms.v2."
+
+
+def _resize_center_crop(chain: Chain, decoded: Moved, resize: Node, then: Optional[Node], pil_side: bool) -> Moved:
+    """region_decode of a chain whose first pixel steps are Resize then CenterCrop: one region form that
+    decodes the source box the centre crop keeps (widened by the resize filter's support) and resizes it
+    on the full resize's pixel grid (PIL's resample with the full scale), then crops the window."""
+    if then is None or short_name(then) != CENTER_CROP:
+        after = f"{short_name(then)} follows it" if then is not None else "nothing follows it"
+        return Moved(chain, reason=f"{REGION_DECODE}: Resize comes first and no CenterCrop follows it ({after}), "
+                                   "so every decoded pixel is kept")
+    if str(resize["_target_"]).startswith(V2_PREFIX) != str(then["_target_"]).startswith(V2_PREFIX):
+        return Moved(chain, reason=f"{REGION_DECODE}: Resize and CenterCrop come from different torchvision "
+                                   "namespaces (v1 and v2)")
+    if resize.get("size") is None:
+        return Moved(chain, reason=f"{REGION_DECODE}: Resize has no size (size=None, max_size only)")
+    suffix = "V2" if str(resize["_target_"]).startswith(V2_PREFIX) else ""
+    region = {**{k: v for k, v in resize.items() if k != "_target_"}, "crop_size": then["size"]}
+    region = {"_target_": REGION_RESIZE_CENTER_CROP + suffix, **region}
+    steps = decoded.chain.per_sample
+    dropped = () if pil_side else (f"drop {short_name(chain.per_sample[decoder_conversion(chain)])} (the region "
+                                   "decode gives the uint8 tensor)",)
+    moved_names = (f"run {RESIZE} ", f"run {CENTER_CROP} ", f"move {RESIZE}")
+    changes = (f"decode only the source box {RESIZE} then {CENTER_CROP} keep ({short_name(region)}: the box from the "
+               "header size, widened by the resize filter's support, decoded by nvImageCodec's CPU backend, resized "
+               "on the full resize's pixel grid, then the crop window cut)", *dropped,
+               *(c for c in decoded.changes[1:] if not c.startswith(moved_names)))
+    return Moved(Chain((region, *steps[3:]), chain.per_batch, chain.on_device), changes)
+
+
 def pixel_prefixes(move: str, chain: Chain) -> Tuple[int, int]:
     """How many leading per-sample steps of the chain, and of the chain `move` makes of it, produce the
     8-bit image the move changes (compared in grey levels before any float conversion)."""
@@ -311,11 +351,14 @@ def pixel_prefixes(move: str, chain: Chain) -> Tuple[int, int]:
         return at, at + 1
     if move == REGION_DECODE:  # through the region step and, after a PIL-side crop, the conversion
         decoded, pil_side = _to_tensor_first(chain, None)
+        # Resize then CenterCrop: two of the chain's steps are one region step in the variant.
+        first = region_decode(chain).chain.per_sample[:1]
+        merged = int(bool(first) and str(first[0]["_target_"]).startswith(REGION_RESIZE_CENTER_CROP))
         if pil_side:
             at = _conversion_at(chain)
-            return at, at
+            return at, at - merged
         before = decoder_conversion(chain)
         ours = before + 1 if before else 2
-        return ours, ours - 1
+        return ours + merged, ours - 1
     return 1, 1
 
