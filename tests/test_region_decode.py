@@ -34,6 +34,8 @@ from pipebench.transforms.region import (
     RegionRandomCropV2,
     RegionRandomResizedCrop,
     RegionRandomResizedCropV2,
+    RegionResizeCenterCrop,
+    RegionResizeCenterCropV2,
 )
 
 # Asked without importing it: a plain import would print nvImageCodec's notices (load_nvimgcodec does not).
@@ -240,3 +242,62 @@ def test_gpu_backend_decodes_the_same_region():
     got = region_codec.RegionCodec("cuda").decode(data, 10, 20, 64, 64)
     assert got is not None and got.is_cuda
     assert int((got.cpu().to(torch.int16) - pil_to_tensor(_opened(data))[:, 10:74, 20:84]).abs().max()) <= 4
+
+
+# Measured on the catalogue JPEGs (64 files, 533x800): Resize(256) then CenterCrop(224) as a region
+# differs from the full decode, Resize and CenterCrop by at most 1 grey level (PIL's resample on the same
+# grid, its taps' float positions rounding differently by the region's offset), v1 and v2, bilinear and bicubic.
+RESIZE_CROP_MAX_DIFF = 1
+EVAL = [(lambda **k: (v1.Resize(256, **k), v1.CenterCrop(224)), RegionResizeCenterCrop),
+        (lambda **k: (v2.Resize(256, **k), v2.CenterCrop(224)), RegionResizeCenterCropV2)]
+
+
+@pytest.mark.parametrize("make, region", EVAL)
+@pytest.mark.parametrize("interpolation", [v1.InterpolationMode.BILINEAR, v1.InterpolationMode.BICUBIC])
+def test_resize_center_crop_region_matches_the_full_decode_on_catalogue_jpegs(tmp_path, make, region,
+                                                                                interpolation):
+    dataset = SyntheticJpegDataset(length=6, num_images=6, cache_dir=tmp_path)
+    form = region(256, 224, interpolation=interpolation)
+    for index in range(len(dataset)):
+        resize, crop = make(interpolation=interpolation)
+        want = pil_to_tensor(crop(resize(dataset[index][0])))
+        got = form(dataset[index][0])
+        assert got.shape == want.shape == (3, 224, 224)
+        assert (got.int() - want.int()).abs().max().item() <= RESIZE_CROP_MAX_DIFF
+    top, left, height, width = form.box(dataset[0][0])
+    assert height * width < 0.6 * 533 * 800, "only the kept window (and the filter's margin) is decoded"
+
+
+def test_resize_center_crop_region_pads_as_the_transforms_do():
+    data = _jpeg()  # 120x160: resized to 120x160, a 200 crop pads
+    want = v1.CenterCrop(200)(v1.Resize(120)(pil_to_tensor(_opened(data))))
+    assert torch.equal(RegionResizeCenterCrop(120, 200)(_opened(data)), want)
+
+
+def _eval_chain(ns):
+    return Chain(({"_target_": f"{ns}.Resize", "size": 256}, {"_target_": f"{ns}.CenterCrop", "size": 224},
+                  {"_target_": f"{ns}.PILToTensor"}))
+
+
+@pytest.mark.parametrize("ns, form", [(TV, "RegionResizeCenterCrop"), (f"{TV}.v2", "RegionResizeCenterCropV2")])
+def test_the_move_takes_the_eval_chain_and_names_its_change(tmp_path, ns, form):
+    dataset = SyntheticJpegDataset(length=8, num_images=4, cache_dir=tmp_path)
+    fetch = lambda n: [dataset[i % len(dataset)][0] for i in range(n)]  # noqa: E731
+    found = explore("eval", _eval_chain(ns), source=SampleSource.of(fetch(1)[0]), region_problem="")
+    moved = next(v for v in found.variants if v.moves == (REGION_DECODE,))
+    assert moved.chain.per_sample == ({"_target_": f"pipebench.transforms.region.{form}", "size": 256,
+                                       "crop_size": 224},)
+    assert moved.changes[0].startswith(f"decode only the source box Resize then CenterCrop keep ({form}")
+    assert any(r.startswith("gpu_region_decode: Resize then CenterCrop") for r in found.not_applied)
+    verdict = check(found.base.chain, moved, fetch, seed=0)
+    assert verdict.equivalent and verdict.max_abs_diff is not None, verdict.detail
+    assert verdict.verdict in (IDENTICAL, f"close (max |Δ| = {RESIZE_CROP_MAX_DIFF})"), verdict.detail
+
+
+def test_resize_without_a_center_crop_is_refused_with_the_reason():
+    chain = Chain(({"_target_": f"{TV}.Resize", "size": 256}, {"_target_": f"{TV}.RandomCrop", "size": 224},
+                   {"_target_": f"{TV}.PILToTensor"}))
+    found = explore("r", chain, source=JPEG, region_problem="")
+    assert not any(REGION_DECODE in v.moves for v in found.variants)
+    assert f"{REGION_DECODE}: Resize comes first and no CenterCrop follows it (RandomCrop follows it), so every " \
+           "decoded pixel is kept" in found.not_applied
