@@ -19,7 +19,7 @@ from PIL import Image
 from torchvision.transforms.functional import pil_to_tensor
 
 from pipebench.datasets.synthetic_jpeg import SyntheticJpegDataset
-from pipebench.explore.chain import REGION_DECODE, Chain, SampleSource
+from pipebench.explore.chain import FAST, REGION_DECODE, Chain, SampleSource
 from pipebench.explore.equivalence import IDENTICAL, check
 from pipebench.explore.variants import explore
 from pipebench.measure.setup import seed_everything
@@ -301,3 +301,15 @@ def test_resize_without_a_center_crop_is_refused_with_the_reason():
     assert not any(REGION_DECODE in v.moves for v in found.variants)
     assert f"{REGION_DECODE}: Resize comes first and no CenterCrop follows it (RandomCrop follows it), so every " \
            "decoded pixel is kept" in found.not_applied
+
+
+def test_the_ladder_measures_the_stack_without_the_region_decode_beside_it(tmp_path):
+    """On the eval chain the region decode can cost more than a whole decode: the stack without it
+    is a variant too, so explore can still find that stack's gain."""
+    chain = Chain((*_eval_chain(TV).per_sample, {"_target_": "pipebench.transforms.mask.RandomMask", "ratio": 0.25},
+                   {"_target_": "pipebench.transforms.color.Scale"}))
+    dataset = SyntheticJpegDataset(length=8, num_images=4, cache_dir=tmp_path)
+    found = explore("eval", chain, source=SampleSource.of(dataset[0][0]), region_problem="")
+    stacks = [v.moves for v in found.variants if len(v.moves) > 1]
+    assert (REGION_DECODE, FAST) in stacks, stacks
+    assert any(moves[-1] == FAST and REGION_DECODE not in moves for moves in stacks), stacks

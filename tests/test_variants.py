@@ -32,7 +32,8 @@ def test_seed_chain_ladder_starts_with_the_region_decode():
     assert [v.name for v in found.variants] == [
         "yuv_mask", "yuv_mask+region_decode", "yuv_mask+decoder", "yuv_mask+crop_first", "yuv_mask+fast",
         "yuv_mask+per_batch", "yuv_mask+late_cast", "yuv_mask+to_device", "yuv_mask+gpu_decoder",
-        "yuv_mask+gpu_region_decode", "yuv_mask+region_decode+fast", "yuv_mask+region_decode+fast+per_batch",
+        "yuv_mask+gpu_region_decode", "yuv_mask+region_decode+fast", "yuv_mask+decoder+fast",
+        "yuv_mask+region_decode+fast+per_batch",
         "yuv_mask+region_decode+fast+late_cast", "yuv_mask+region_decode+fast+to_device"]
 
 

@@ -143,6 +143,12 @@ def _ladder(chain: Chain, functions: Mapping[str, Callable[[Chain], Moved]]) -> 
     stack = _stack(chain, functions, STACKED)
     singles = [(move,) for move in MOVES]
     built = [tuple(stack[:k]) for k in range(2, len(stack) + 1)]
+    # A region decode leads the stack where it applies, but it can cost more than a whole decode
+    # (the box of Resize+CenterCrop is half the image, and every row above the box is read): the
+    # full stack without it is measured beside it, so the ladder's best is not bound to it.
+    if stack[:1] == [REGION_DECODE]:
+        without = _stack(chain, functions, tuple(m for m in STACKED if m != REGION_DECODE))
+        built += [tuple(without)] if len(without) > 1 else []
     tails = [(*stack, tail) for tail in TAILS] if len(stack) > 0 else []
     under_gpu = _stack(chain, functions, STACKED_UNDER_GPU_DECODER)
     on_gpu = [(*under_gpu, move) for move in (GPU_DECODER, GPU_REGION_DECODE)] if under_gpu else []
