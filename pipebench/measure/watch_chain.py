@@ -3,7 +3,7 @@
 `timed_recipe` opens the dataset's transform recipe (`dataset.transform`, else `.transforms`: a
 torchvision v1/v2 `Compose`, or any Compose-like with a `transforms` list, or a list of callables)
 and puts a shallow copy in its place whose steps are `TimedStep`s: each calls the user's step as it
-was and records its wall and thread-CPU time into the recipe's `StepClock`. A lazily opened PIL
+was and records its wall time (and the sample's thread-CPU time) into the recipe's `StepClock`. A lazily opened PIL
 image reaching the first step is decoded first, timed as its own `decode` row (the timed chain's
 rule, `timed_chain.undecoded`). A recipe that cannot be opened is timed whole, as one row whose name
 says why.
@@ -77,53 +77,64 @@ def open_recipe(dataset: Any) -> Optional[Recipe]:
 
 
 class StepClock:
-    """One process's timings of the recipe's steps since the last `drain`: one row a sample."""
+    """One process's timings of the recipe's steps since the last `drain`: one row a sample.
+
+    Plain lists, not arrays, and the thread-CPU clock (a system call, ~0.5 us) read only at a
+    sample's first step and its last: what attach adds to a sample stays a few microseconds."""
 
     def __init__(self, columns: int) -> None:
         self.columns = columns
-        self.wall: List[np.ndarray] = []
+        self.wall: List[List[int]] = []
         self.cpu: List[int] = []
+        self._cpu_start = 0
 
     def start_sample(self) -> None:
-        self.wall.append(np.zeros(self.columns, np.int64))
+        self.wall.append([0] * self.columns)
         self.cpu.append(0)
+        self._cpu_start = time.thread_time_ns()
 
-    def add(self, column: int, wall_ns: int, cpu_ns: int) -> None:
+    def end_sample(self) -> None:
+        self.cpu[-1] = time.thread_time_ns() - self._cpu_start
+
+    def add(self, column: int, wall_ns: int) -> None:
         if not self.wall:  # a step called on its own, outside a sample the first step began
             self.start_sample()
         self.wall[-1][column] += wall_ns
-        self.cpu[-1] += cpu_ns
 
     def drain(self) -> Tuple[np.ndarray, np.ndarray]:
         """([samples, columns] wall ns, [samples] CPU ns) since the last drain; empties the clock."""
-        wall = np.stack(self.wall) if self.wall else np.zeros((0, self.columns), np.int64)
+        wall = np.array(self.wall, np.int64).reshape(len(self.wall), self.columns)
         cpu = np.array(self.cpu, np.int64)
         self.wall, self.cpu = [], []
         return wall, cpu
 
 
 class TimedStep:
-    """One step of the user's recipe, called as it was, its time recorded in `clock` at `column`.
-    The first step (`first`) starts a sample's row and decodes a lazily opened image before it."""
+    """One step of the user's recipe, called as it was, its wall time recorded in `clock` at
+    `column`. The first step (`first`) starts a sample's row and decodes a lazily opened image
+    before it; the last (`last`) ends the sample's CPU time."""
 
-    def __init__(self, step: Callable, clock: StepClock, column: int, first: bool) -> None:
+    def __init__(self, step: Callable, clock: StepClock, column: int, first: bool, last: bool) -> None:
         self.step = step
         self.clock = clock
         self.column = column
         self.force_decode = first and not getattr(step, DECODES_ITSELF_ATTR, False)
         self.first = first
+        self.last = last
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         clock = self.clock
         if self.first:
             clock.start_sample()
-        if self.force_decode and args and undecoded(args[0]):
-            cpu, start = time.thread_time_ns(), time.perf_counter_ns()
-            args[0].load()
-            clock.add(DECODE_COLUMN, time.perf_counter_ns() - start, time.thread_time_ns() - cpu)
-        cpu, start = time.thread_time_ns(), time.perf_counter_ns()
+            if self.force_decode and args and undecoded(args[0]):
+                start = time.perf_counter_ns()
+                args[0].load()
+                clock.add(DECODE_COLUMN, time.perf_counter_ns() - start)
+        start = time.perf_counter_ns()
         out = self.step(*args, **kwargs)
-        clock.add(self.column, time.perf_counter_ns() - start, time.thread_time_ns() - cpu)
+        clock.add(self.column, time.perf_counter_ns() - start)
+        if self.last:
+            clock.end_sample()
         return out
 
     def __getattr__(self, name: str) -> Any:
@@ -176,7 +187,9 @@ class RidingCollate:
 
 def _timed_copy(dataset: Any, recipe: Recipe, clock: StepClock) -> Any:
     """The recipe's value with its steps replaced by timed ones (a shallow copy: the user's object is not touched)."""
-    timed = [TimedStep(step, clock, column, column == 1) for column, step in enumerate(recipe.steps, start=1)]
+    last = len(recipe.steps)
+    timed = [TimedStep(step, clock, column, column == 1, column == last)
+             for column, step in enumerate(recipe.steps, start=1)]
     value = getattr(dataset, recipe.attr)
     if recipe.not_opened is not None:
         return timed[0]
