@@ -17,7 +17,7 @@ from typing import List, Optional, Sequence, Tuple
 
 from pipebench.base.errors import INTERRUPTED_EXIT_STATUS, USAGE_EXIT_STATUS, ConfigError
 from pipebench.base.tables import markdown_table
-from pipebench.measure.watch import DEFAULT_SECONDS, DEFAULT_SKIP_STEPS, DEFAULT_STEPS, WatchWindow, watching_loaders
+from pipebench.measure.watch import DEFAULT_REPLAY, DEFAULT_SECONDS, DEFAULT_SKIP_STEPS, DEFAULT_STEPS, WatchWindow, watching_loaders
 from pipebench.record.watched import results_of, save_results, summary_line
 
 __all__ = ["add_parser", "attach_main", "main", "run_script"]
@@ -29,7 +29,7 @@ DEFAULT_OUT = "results/attach"
 # Interpreter names the command may start with (`pipebench attach -- python train.py`).
 PYTHON_NAMES = ("python", "python3", os.path.basename(sys.executable))
 SUMMARY_TABLE_COLUMNS = ("loader", "dataset", "workers", "steps", "samples_per_s", "batches_per_s",
-                         "starvation_pct", "first_batch_s")
+                         "starvation_pct", "first_batch_s", "headroom_x")
 
 
 def parse_command(words: Sequence[str]) -> Tuple[str, str, List[str]]:
@@ -118,13 +118,17 @@ def add_parser(verbs: "argparse._SubParsersAction") -> None:
                         help=f"warm-up steps after the first batch, not measured (default {DEFAULT_SKIP_STEPS})")
     parser.add_argument("--seconds", type=float, default=DEFAULT_SECONDS,
                         help=f"the window's longest time (default {DEFAULT_SECONDS:g} s)")
+    parser.add_argument("--replay", type=int, default=DEFAULT_REPLAY, metavar="N",
+                        help="after the window, feed N kept batches again to the step: its time with the loader "
+                             "out of the way, and the headroom (off by default: the extra steps train the model "
+                             "on repeated batches; see docs/attach.md)")
     parser.add_argument("--out", help=f"the results folder (default {DEFAULT_OUT}/<time>)")
     parser.add_argument("command", nargs=argparse.REMAINDER, help="-- python train.py ARGS, or -- python -m module ARGS")
 
 
 def main(args: argparse.Namespace) -> int:
     try:
-        window = WatchWindow(args.steps, args.skip_steps, args.seconds)
+        window = WatchWindow(args.steps, args.skip_steps, args.seconds, args.replay)
     except ValueError as exc:
         raise ConfigError(str(exc)) from None
     return attach_main(args.command, window, args.out)

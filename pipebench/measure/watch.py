@@ -24,11 +24,13 @@ import torch
 from torch.utils.data import DataLoader
 
 from pipebench.measure.fingerprint import usable_cores
-from pipebench.measure.runner import NS_PER_S, PassResult, StepSample, TimingSink
-from pipebench.measure.summarize import rate_interval, summary_row
+from pipebench.measure.runner import NS_PER_MS, NS_PER_S, PassResult, StepSample, TimingSink
+from pipebench.measure.summarize import TransformRow, rate_interval, summary_row, transform_rows
+from pipebench.measure.watch_chain import Recipe, Riding, collate_step, timed_recipe
 from pipebench.measure.window import split_window
+from pipebench.pipeline.file_reads import IO_FIELDS
 
-__all__ = ["DEFAULT_SECONDS", "DEFAULT_SKIP_STEPS", "DEFAULT_STEPS", "LoaderWatch", "WatchWindow", "batch_samples",
+__all__ = ["DEFAULT_REPLAY", "DEFAULT_SECONDS", "DEFAULT_SKIP_STEPS", "DEFAULT_STEPS", "LoaderWatch", "WatchWindow", "batch_samples",
            "creation_site", "watching_loaders"]
 
 # The measured window ends on its own, so a long training run goes on unmeasured (and unslowed):
@@ -39,6 +41,8 @@ DEFAULT_STEPS = 200
 DEFAULT_SKIP_STEPS = 5
 # ... and never longer than this, whichever comes first: a slow loop still ends its window.
 DEFAULT_SECONDS = 120.0
+# Replay is off unless asked for: its extra steps train the user's model on repeated batches.
+DEFAULT_REPLAY = 0
 # Where a DataLoader is created from a subclass's __init__ or torch's own code, the creation site
 # is the first frame outside these folders.
 _TORCH_DIR = os.path.dirname(torch.__file__)
@@ -53,10 +57,13 @@ class WatchWindow:
     steps: int = DEFAULT_STEPS
     skip_steps: int = DEFAULT_SKIP_STEPS
     seconds: float = DEFAULT_SECONDS
+    # After the window: this many batches are kept as they pass and fed again to the step.
+    replay: int = DEFAULT_REPLAY
 
     def __post_init__(self) -> None:
-        if self.steps < 1 or self.skip_steps < 0 or not self.seconds > 0:
-            raise ValueError(f"a watch window needs steps >= 1, skip_steps >= 0 and seconds > 0, not {self}")
+        if self.steps < 1 or self.skip_steps < 0 or not self.seconds > 0 or self.replay < 0:
+            raise ValueError("a watch window needs steps >= 1, skip_steps >= 0, seconds > 0 and replay >= 0, "
+                             f"not {self}")
 
 
 def batch_samples(batch: Any, fallback: Optional[int]) -> int:
@@ -104,7 +111,9 @@ class LoaderWatch:
     """The measurement of one loader: its epochs go through `epoch`, which times them.
 
     Not frozen: it collects steps as the user's loop runs. What it gives back (`summary`,
-    `passes`) is built from them when asked, and the caller freezes it."""
+    `passes`) is built from them when asked, and the caller freezes it. While the window (and the
+    replay) lasts, the loader's recipe is timed (`watch_chain.timed_recipe`); `close` restores it,
+    and the watch closes itself once both are over."""
 
     def __init__(self, loader: DataLoader, window: WatchWindow = WatchWindow(), site: Optional[str] = None) -> None:
         self.window = window
@@ -122,6 +131,56 @@ class LoaderWatch:
         self._measured = 0
         self._window_start: Optional[int] = None
         self.done = False
+        self.sink = TimingSink()
+        self.replay_ns: List[int] = []
+        self._replayed = window.replay == 0
+        self._restore = contextlib.ExitStack()
+        self.recipe: Optional[Recipe] = self._restore.enter_context(timed_recipe(loader))
+        self.batch_steps = collate_step(loader.collate_fn)
+        # Batches come back as Riding (batch, timings) while the recipe is timed: stripped here.
+        self._riding = self.recipe is not None
+
+    def close(self) -> None:
+        """Put the loader's recipe and collate back (idempotent)."""
+        self._restore.close()
+
+    def _strip(self, batch: Any, measured: bool) -> Any:
+        """The user's batch out of a Riding, its timings kept when the step is measured."""
+        if not isinstance(batch, Riding):
+            return batch
+        if measured and len(batch.sample_ns):
+            self.sink.sample_ns.append(batch.sample_ns)
+            self.sink.batch_ns.append(np.array([batch.collate_ns], np.int64))
+            self.sink.sample_cpu_ns.append(batch.sample_cpu_ns)
+            self.sink.batch_cpu_ns.append(batch.collate_cpu_ns)
+            self.sink.worker_ids.append(-1)
+            self.sink.sample_io.append(np.zeros((len(batch.sample_ns), len(IO_FIELDS)), np.int64))
+        return batch.batch
+
+    def _after_window(self, iterator: Iterator[Any]) -> Iterator[Any]:
+        """The batches after the window: first the replay, when asked for and not yet done, then
+        every batch untouched (out of its Riding)."""
+        if not self._replayed:
+            cached: List[Any] = []
+            for batch in iterator:
+                batch = self._strip(batch, False)
+                cached.append(batch)
+                yield batch
+                if len(cached) == self.window.replay:
+                    break
+            if cached:  # an epoch that ended at the window's end replays in the next one
+                self._replayed = True
+                for batch in cached:
+                    delivered = time.perf_counter_ns()
+                    yield batch
+                    self.replay_ns.append(time.perf_counter_ns() - delivered)
+        if self._replayed:
+            self.close()
+        if self._riding:
+            for batch in iterator:
+                yield self._strip(batch, False)
+        else:
+            yield from iterator
 
     @property
     def iterated(self) -> bool:
@@ -148,7 +207,7 @@ class LoaderWatch:
         start = time.perf_counter_ns()
         iterator = open_epoch()
         if self.done:
-            yield from iterator
+            yield from self._after_window(iterator)
             return
         # The batch last handed to the user, when it is measured: its wait and samples, and when
         # it was delivered; its step ends at the next call of next().
@@ -160,7 +219,7 @@ class LoaderWatch:
         log = _EpochLog(number, (time.perf_counter_ns() - start) / NS_PER_S)
         self.first_batch_s.append(log.first_batch_s)
         self._logs.append(log)
-        yield batch
+        yield self._strip(batch, False)
         while not self.done:
             before = time.perf_counter_ns()
             if pending is not None:
@@ -174,11 +233,12 @@ class LoaderWatch:
                 batch = next(iterator)
             except StopIteration:
                 return
+            batch = self._strip(batch, wanted)
             delivered = time.perf_counter_ns()
             if wanted:
                 pending = (delivered - before, batch_samples(batch, self.batch_size), delivered)
             yield batch
-        yield from iterator
+        yield from self._after_window(iterator)
 
     @property
     def passes(self) -> List[PassResult]:
@@ -194,7 +254,7 @@ class LoaderWatch:
         passes = self.passes
         if not passes:
             return {}
-        row = summary_row(passes, (), TimingSink(), self.workers, usable_cores(), 0, persistent=self.persistent,
+        row = summary_row(passes, self.transform_rows(), self.sink, self.workers, usable_cores(), 0, persistent=self.persistent,
                           samples_per_epoch=self.samples_per_epoch, batches_per_epoch=self.batches_per_epoch,
                           target_steps=self.window.steps)
         window = split_window(passes, self.workers)
@@ -204,7 +264,18 @@ class LoaderWatch:
         # epoch's, measured or not.
         row.update(first_batch_s=self.first_batch_s[0], batches_per_s=1000.0 / row["step_ms_mean"],
                    batches_per_s_ci_low=batches.low, batches_per_s_ci_high=batches.high)
+        if self.replay_ns:
+            replay_ms = float(np.mean(self.replay_ns)) / NS_PER_MS
+            row.update(replay_steps=len(self.replay_ns), replay_step_ms=replay_ms,
+                       headroom_x=row["step_ms_mean"] / replay_ms if replay_ms > 0 else float("nan"))
         return row
+
+    def transform_rows(self) -> List[TransformRow]:
+        """The recipe's rows over the measured steps (decode only where something was decoded); none
+        without a recipe."""
+        if self.recipe is None:
+            return []
+        return transform_rows(self.sink, self.recipe.names, self.batch_steps)
 
     def measured_batch_size(self) -> int:
         """The largest batch measured, or the loader's batch_size where that is larger."""
@@ -256,5 +327,7 @@ def watching_loaders(window: WatchWindow = WatchWindow()) -> Iterator[List[Loade
         yield state.watches
     finally:
         DataLoader.__init__, DataLoader.__iter__ = original_init, original_iter
+        for watch in state.watches:
+            watch.close()
 
 

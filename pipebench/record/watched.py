@@ -13,8 +13,8 @@ from torch.utils.data import DataLoader
 
 from pipebench.measure.fingerprint import fingerprint
 from pipebench.measure.job import SINGLE_PROCESS_FIELDS
-from pipebench.measure.summarize import pass_records
-from pipebench.measure.watch import DEFAULT_SECONDS, DEFAULT_SKIP_STEPS, DEFAULT_STEPS, LoaderWatch, WatchWindow
+from pipebench.measure.summarize import pass_records, rows_as_dicts
+from pipebench.measure.watch import DEFAULT_REPLAY, DEFAULT_SECONDS, DEFAULT_SKIP_STEPS, DEFAULT_STEPS, LoaderWatch, WatchWindow
 from pipebench.record.results import write_invocation_tables, write_result
 
 __all__ = ["Watched", "WatchResult", "save_results", "watch", "watch_result"]
@@ -41,6 +41,15 @@ class WatchResult:
     starvation_pct: float
     first_batch_s: float
     record: Mapping[str, Any] = field(repr=False)
+    # With replay: the step's mean with the loader out of the way, and the speed-up a perfect
+    # loader would give (the measured step with its wait / that); None without.
+    replay_step_ms: Optional[float] = None
+    headroom_x: Optional[float] = None
+
+    @property
+    def transforms(self) -> List[Mapping[str, Any]]:
+        """The per-transform rows (transforms.csv's columns less `job`); empty without a recipe."""
+        return list(self.record["transforms"])
 
     def save(self, folder: "str | Path") -> Path:
         """Write this result as a one-job results folder that `pipebench report FOLDER` reads."""
@@ -56,18 +65,21 @@ def watch_result(watch: LoaderWatch, job_num: int = 0) -> Optional[WatchResult]:
     config = {"loader": {"site": watch.site, "dataset_class": watch.dataset_class, "num_workers": watch.workers,
                          "batch_size": watch.batch_size, "persistent_workers": watch.persistent},
               "window": {"steps": watch.window.steps, "skip_steps": watch.window.skip_steps,
-                         "seconds": watch.window.seconds}}
+                         "seconds": watch.window.seconds, "replay": watch.window.replay},
+              "recipe": None if watch.recipe is None else {"attr": watch.recipe.attr,
+                                                          "not_opened": watch.recipe.not_opened}}
     row = {"job": name, "dataset": watch.dataset_class, "transform": None, "workers": watch.workers,
            "batch_size": watch.measured_batch_size(), "consumer": USER_STEP, **SINGLE_PROCESS_FIELDS, **summary}
     record = {"job": name, "job_num": job_num, "overrides": [name], "config": config, "choices": {},
-              "summary": row, "transforms": [], "passes": pass_records(watch.passes, watch.workers),
+              "summary": row, "transforms": rows_as_dicts(watch.transform_rows()), "passes": pass_records(watch.passes, watch.workers),
               "first_batch_s_per_epoch": list(watch.first_batch_s)}
     return WatchResult(name=watch.site, dataset_class=watch.dataset_class, workers=watch.workers,
                        steps_measured=int(row["steps"]), samples_per_s=row["samples_per_s"],
                        samples_per_s_ci=(row["samples_per_s_ci_low"], row["samples_per_s_ci_high"]),
                        batches_per_s=row["batches_per_s"],
                        batches_per_s_ci=(row["batches_per_s_ci_low"], row["batches_per_s_ci_high"]),
-                       starvation_pct=row["starvation_pct"], first_batch_s=row["first_batch_s"], record=record)
+                       starvation_pct=row["starvation_pct"], first_batch_s=row["first_batch_s"], record=record,
+                       replay_step_ms=row.get("replay_step_ms"), headroom_x=row.get("headroom_x"))
 
 
 def save_results(folder: "str | Path", results: Sequence[WatchResult]) -> Path:
@@ -97,6 +109,17 @@ class Watched:
     def __len__(self) -> int:
         return len(self.loader)
 
+    def __enter__(self) -> "Watched":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+    def close(self) -> None:
+        """Put the loader's transform recipe and collate back now (the watch does it by itself once
+        its window and replay are over)."""
+        self.watch.close()
+
     @property
     def done(self) -> bool:
         """Whether the measured window is over (batches now pass through unmeasured)."""
@@ -112,14 +135,14 @@ class Watched:
 
 
 def watch(loader: DataLoader, steps: int = DEFAULT_STEPS, skip_steps: int = DEFAULT_SKIP_STEPS,
-          seconds: float = DEFAULT_SECONDS) -> Watched:
+          seconds: float = DEFAULT_SECONDS, replay: int = DEFAULT_REPLAY) -> Watched:
     """Wrap `loader` so the loop that iterates the wrapper is measured: see `Watched`.
 
     >>> watched = pipebench.watch(loader, steps=100)
     >>> for batch in watched: train_step(batch)
     >>> watched.result().save("results/watch")
     """
-    return Watched(loader, WatchWindow(steps, skip_steps, seconds))
+    return Watched(loader, WatchWindow(steps, skip_steps, seconds, replay))
 
 
 def results_of(watches: Sequence[LoaderWatch]) -> List[WatchResult]:
@@ -133,4 +156,5 @@ def summary_line(result: WatchResult) -> Dict[str, Any]:
     return {"loader": result.name, "dataset": result.dataset_class, "workers": result.workers,
             "steps": result.steps_measured, "samples_per_s": f"{result.samples_per_s:.1f} ({low:.1f}..{high:.1f})",
             "batches_per_s": f"{result.batches_per_s:.2f}", "starvation_pct": f"{result.starvation_pct:.1f}",
-            "first_batch_s": f"{result.first_batch_s:.3f}"}
+            "first_batch_s": f"{result.first_batch_s:.3f}",
+            "headroom_x": "" if result.headroom_x is None else f"{result.headroom_x:.2f}"}

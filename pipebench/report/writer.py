@@ -101,7 +101,7 @@ def diagnosis_section(inputs: ReportInputs) -> str:
                 continue
             by_host.setdefault(str(result.get("fingerprint", {}).get("hostname")), []).append(result)
     note = (f"\n{untimed} job(s) left out of the model: no per-transform timings (a loader watched by "
-            "`pipebench attach` or `pipebench.watch`, which does not time the transforms yet).\n" if untimed else "")
+            "`pipebench attach` or `pipebench.watch` whose dataset exposes no transform recipe to time).\n" if untimed else "")
     if not by_host:
         return f"## diagnosis\n{note}"
     if len(by_host) == 1:

@@ -1,0 +1,197 @@
+"""Per-transform time of a watched loader's recipe, the batches the user gets, and replay.
+
+The dataset's `transform` is a v2 Compose of two steps that spin to a wall-clock deadline
+(SLOW_MS, FAST_MS), so each row's truth is known whatever else the machine runs.
+"""
+
+import io
+import textwrap
+import time
+
+import numpy as np
+import pytest
+import torch
+from PIL import Image
+from torch.utils.data import DataLoader, Dataset
+from torchvision.transforms import v2
+
+import pipebench
+from pipebench.cli.main import main
+from pipebench.measure.watch_chain import open_recipe
+from pipebench.record.results import read_result
+
+SLOW_MS = 2.0
+FAST_MS = 0.5
+BATCH = 4
+STEPS = 16
+SKIP = 2
+# A spin ends on its deadline; the clock reads and the call around it add a few microseconds,
+# and a descheduled spinner may overshoot by a time slice on a loaded 2-core machine.
+ROW_TOLERANCE = 0.1
+
+
+class Spin:
+    """Spin to a wall-clock deadline of `ms`, then return the input (a transform of known wall time)."""
+
+    def __init__(self, ms: float) -> None:
+        self.ms = ms
+
+    def __call__(self, sample):
+        deadline = time.perf_counter() + self.ms / 1000
+        while time.perf_counter() < deadline:
+            pass
+        return sample
+
+
+class SlowSpin(Spin):
+    pass
+
+
+class FastSpin(Spin):
+    pass
+
+
+class NoisyDataset(Dataset):
+    """Random tensors drawn by the transform's own RNG use (v2.RandomHorizontalFlip), so the batches
+    depend on the seed: what attach must not change."""
+
+    def __init__(self, transform) -> None:
+        self.transform = transform
+
+    def __len__(self) -> int:
+        return 400
+
+    def __getitem__(self, i):
+        return self.transform(torch.arange(12.0).reshape(1, 3, 4) + i), i
+
+
+def _recipe():
+    return v2.Compose([SlowSpin(SLOW_MS), v2.RandomHorizontalFlip(), FastSpin(FAST_MS)])
+
+
+def _loader(workers):
+    return DataLoader(NoisyDataset(_recipe()), batch_size=BATCH, num_workers=workers, shuffle=True)
+
+
+def _batches(loader, n):
+    torch.manual_seed(7)
+    out = []
+    for k, (x, y) in enumerate(loader):
+        out.append((x.clone(), y.clone()))
+        if k + 1 == n:
+            break
+    return out
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+def test_rows_of_a_v2_compose_are_its_steps_known_costs_and_the_batches_are_the_users(workers):
+    loader = _loader(workers)
+    bare = _batches(loader, STEPS + SKIP + 3)
+    recipe, collate = loader.dataset.transform, loader.collate_fn
+    with pipebench.watch(loader, steps=STEPS, skip_steps=SKIP) as watched:
+        seen = _batches(watched, STEPS + SKIP + 3)
+    assert loader.dataset.transform is recipe and loader.collate_fn is collate  # restored
+    assert len(seen) == len(bare)
+    for (x0, y0), (x1, y1) in zip(bare, seen):
+        assert torch.equal(x0, x1) and torch.equal(y0, y1)
+    rows = {r["transform"]: r for r in watched.result().transforms}
+    assert list(rows) == ["SlowSpin", "RandomHorizontalFlip", "FastSpin", "default_collate"]
+    assert rows["SlowSpin"]["ms_per_call_median"] == pytest.approx(SLOW_MS, rel=ROW_TOLERANCE)
+    assert rows["FastSpin"]["ms_per_call_median"] == pytest.approx(FAST_MS, rel=ROW_TOLERANCE)
+    assert rows["SlowSpin"]["calls"] == STEPS * BATCH and rows["default_collate"]["calls"] == STEPS
+    assert rows["SlowSpin"]["stage"] == "per_sample" and rows["default_collate"]["stage"] == "collate"
+    summary = watched.result().record["summary"]
+    assert summary["pipeline_ms_per_sample"] == pytest.approx(sum(r["ms_per_sample"] for r in rows.values()))
+    assert summary["pipeline_ms_per_sample"] > SLOW_MS + FAST_MS
+
+
+class LazyJpegs(Dataset):
+    """JPEGs opened lazily (PIL.Image.open reads the header only), as ImageFolder does."""
+
+    def __init__(self, transform) -> None:
+        buffer = io.BytesIO()
+        Image.fromarray(np.random.default_rng(0).integers(0, 255, (256, 256, 3), np.uint8)).save(buffer, "JPEG")
+        self.data = buffer.getvalue()
+        self.transform = transform
+
+    def __len__(self) -> int:
+        return 64
+
+    def __getitem__(self, i):
+        image = Image.open(io.BytesIO(self.data))
+        for step in self.transform:  # a list of callables, applied by the dataset itself
+            image = step(image)
+        return image, i
+
+
+def test_a_lazy_image_is_decoded_on_its_own_row_with_the_same_pixels():
+    recipe = [v2.CenterCrop(64), v2.PILToTensor()]
+    bare = next(iter(DataLoader(LazyJpegs(recipe), batch_size=4)))[0]
+    loader = DataLoader(LazyJpegs(recipe), batch_size=4)
+    with pipebench.watch(loader, steps=6, skip_steps=1) as watched:
+        batches = [x for x, _ in watched]
+    assert torch.equal(batches[0], bare)
+    rows = {r["transform"]: r for r in watched.result().transforms}
+    assert list(rows) == ["decode", "CenterCrop", "PILToTensor", "default_collate"]
+    assert rows["decode"]["stage"] == "decode" and rows["decode"]["ms_per_call_median"] > 0
+
+
+def test_a_recipe_that_cannot_be_opened_is_one_row_named_with_the_reason():
+    class Opaque:
+        def __call__(self, x):
+            return x
+
+    recipe = open_recipe(NoisyDataset(Opaque()))
+    assert recipe.not_opened == "not a Compose or a list of callables"
+    assert recipe.names[1].name == "Opaque (not opened: not a Compose or a list of callables)"
+    assert open_recipe(torch.utils.data.TensorDataset(torch.zeros(3))) is None
+
+
+REPLAY_SCRIPT = textwrap.dedent("""
+    import sys, time
+    import torch
+    from torch.utils.data import DataLoader, Dataset
+    from torchvision.transforms import v2
+
+    FETCH_MS, STEP_MS = float(sys.argv[1]), float(sys.argv[2])
+
+    class Spin:
+        def __call__(self, x):
+            end = time.perf_counter() + FETCH_MS / 1000
+            while time.perf_counter() < end:
+                pass
+            return x
+
+    class Busy(Dataset):
+        transform = v2.Compose([Spin()])
+        def __len__(self):
+            return 4000
+        def __getitem__(self, i):
+            return self.transform(torch.zeros(3)), i
+
+    for n, (x, y) in enumerate(DataLoader(Busy(), batch_size=4)):
+        time.sleep(STEP_MS / 1000)
+        if n == 80:
+            break
+""")
+REPLAY_FETCH_MS = 2.0  # a sample: 8 ms of wait a batch of 4
+REPLAY_STEP_MS = 8.0
+# The step's sleep overshoots by a fraction of a millisecond; headroom is a ratio of two such.
+HEADROOM_TOLERANCE = 0.1
+
+
+def test_attach_replay_gives_the_headroom_of_a_perfect_loader(tmp_path):
+    script = tmp_path / "train.py"
+    script.write_text(REPLAY_SCRIPT)
+    out = tmp_path / "out"
+    assert main(["attach", "--steps", "40", "--skip-steps", "3", "--replay", "10", "--out", str(out), "--",
+                 "python", str(script), str(REPLAY_FETCH_MS), str(REPLAY_STEP_MS)]) == 0
+    result = read_result(out / "job-0" / "result.json")
+    summary = result["summary"]
+    truth = (4 * REPLAY_FETCH_MS + REPLAY_STEP_MS) / REPLAY_STEP_MS
+    assert summary["replay_steps"] == 10
+    assert summary["headroom_x"] == pytest.approx(truth, rel=HEADROOM_TOLERANCE)
+    assert summary["replay_step_ms"] == pytest.approx(REPLAY_STEP_MS, rel=HEADROOM_TOLERANCE)
+    assert [t["transform"] for t in result["transforms"]] == ["Spin", "default_collate"]
+    assert main(["report", str(out)]) == 0
+    assert "Spin" in (out / "report.md").read_text()
