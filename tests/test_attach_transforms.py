@@ -194,4 +194,7 @@ def test_attach_replay_gives_the_headroom_of_a_perfect_loader(tmp_path):
     assert summary["replay_step_ms"] == pytest.approx(REPLAY_STEP_MS, rel=HEADROOM_TOLERANCE)
     assert [t["transform"] for t in result["transforms"]] == ["Spin", "default_collate"]
     assert main(["report", str(out)]) == 0
-    assert "Spin" in (out / "report.md").read_text()
+    report = (out / "report.md").read_text()
+    # The model leaves the watched loader out (its __getitem__ outside the recipe is untimed): no advice
+    # sized from a partial per-sample cost.
+    assert "1 job(s) left out of the model: a loader watched" in report and "Dominant cost" not in report

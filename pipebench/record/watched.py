@@ -11,6 +11,7 @@ from typing import Any, Dict, Iterator, List, Mapping, Optional, Sequence
 
 from torch.utils.data import DataLoader
 
+from pipebench.config.specs import USER_STEP
 from pipebench.measure.fingerprint import fingerprint
 from pipebench.measure.job import SINGLE_PROCESS_FIELDS
 from pipebench.measure.summarize import pass_records, rows_as_dicts
@@ -21,8 +22,6 @@ __all__ = ["Watched", "WatchResult", "save_results", "watch", "watch_result"]
 
 # The job folders' prefix, as the launcher names them (record/results.py reads job-*/result.json).
 JOB_FOLDER = "job-{num}"
-# What stands in the summary's consumer column: the step is the user's own code.
-USER_STEP = "user_step"
 
 
 @dataclass(frozen=True)
