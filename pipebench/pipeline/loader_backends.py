@@ -111,60 +111,9 @@ class DataLoaderBackend:
         """Workers end with their iterator (the step loop drops it); nothing else is held."""
 
 
-class ThreadsBackend:
-    """torchdata.nodes: sampler -> ParallelMapper(thread) over __getitem__ -> Batcher -> the timed
-    collate -> PinMemory (when pinning is effective) -> Prefetcher. A fresh graph an epoch, as a
-    DataLoader without persistent workers starts fresh workers; the collate runs on the
-    prefetcher's one thread."""
+class _ThreadPoolBackend:
+    """What the thread-pool backends share: the sampler, the batch settings; a fresh pipeline an epoch."""
 
-    name = "threads"
-    worker_kind = THREADS
-
-    def __init__(self, spec: JobSpec, dataset: InstrumentedDataset, collate: TimedCollate) -> None:
-        self.dataset = dataset
-        self.collate = collate
-        self.num_workers = spec.workers
-        self.sampler = build_sampler(spec, dataset)
-        self.batch_size = spec.loader.batch_size
-        self.drop_last = spec.loader.drop_last
-        self.prefetch = spec.loader.prefetch_factor
-        self.pin = pin_memory_effective(spec)
-
-    def __len__(self) -> int:
-        return _epoch_batches(len(self.sampler), self.batch_size, self.drop_last)
-
-    def __iter__(self) -> Iterator[TimedBatch]:
-        import torchdata.nodes as nodes
-
-        node = nodes.IterableWrapper(self.sampler)
-        # in_order: batches hold the sampler's order, as the DataLoader's do.
-        node = nodes.ParallelMapper(node, self.dataset.__getitem__, num_workers=self.num_workers,
-                                    in_order=True, method="thread")
-        node = nodes.Batcher(node, self.batch_size, drop_last=self.drop_last)
-        node = nodes.Mapper(node, self.collate)
-        if self.pin:
-            node = nodes.PinMemory(node)
-        node = nodes.Prefetcher(node, prefetch_factor=self.prefetch)
-        return iter(nodes.Loader(node, restart_on_stop_iteration=False))
-
-    def close(self) -> None:
-        """Threads end with their iterator's graph (torchdata joins them when it is collected)."""
-
-
-class _PinBatch:
-    """The sink-side pin of an spdl pipeline (pin_memory on the whole TimedBatch, as DataLoader does)."""
-
-    def __call__(self, batch: TimedBatch) -> TimedBatch:
-        from torch.utils.data._utils.pin_memory import pin_memory
-
-        return pin_memory(batch)
-
-
-class SpdlBackend:
-    """An SPDL pipeline: the sampler as source -> __getitem__ on `workers` threads (input order) ->
-    aggregate a batch -> the timed collate -> prefetch. A fresh pipeline an epoch."""
-
-    name = "spdl"
     worker_kind = THREADS
 
     def __init__(self, spec: JobSpec, dataset: InstrumentedDataset, collate: TimedCollate) -> None:
@@ -180,6 +129,48 @@ class SpdlBackend:
 
     def __len__(self) -> int:
         return _epoch_batches(len(self.sampler), self.batch_size, self.drop_last)
+
+    def close(self) -> None:
+        """Each epoch's threads end when its iterator ends or is dropped."""
+
+
+class ThreadsBackend(_ThreadPoolBackend):
+    """torchdata.nodes: sampler -> ParallelMapper(thread) over __getitem__ -> Batcher -> the timed
+    collate -> PinMemory (when pinning is effective) -> Prefetcher. A fresh graph an epoch, as a
+    DataLoader without persistent workers starts fresh workers; the collate runs on the
+    prefetcher's one thread."""
+
+    name = "threads"
+
+    def __iter__(self) -> Iterator[TimedBatch]:
+        import torchdata.nodes as nodes
+
+        node = nodes.IterableWrapper(self.sampler)
+        # in_order: batches hold the sampler's order, as the DataLoader's do.
+        node = nodes.ParallelMapper(node, self.dataset.__getitem__, num_workers=self.num_workers,
+                                    in_order=True, method="thread")
+        node = nodes.Batcher(node, self.batch_size, drop_last=self.drop_last)
+        node = nodes.Mapper(node, self.collate)
+        if self.pin:
+            node = nodes.PinMemory(node)
+        node = nodes.Prefetcher(node, prefetch_factor=self.prefetch)
+        return iter(nodes.Loader(node, restart_on_stop_iteration=False))
+
+
+class _PinBatch:
+    """The sink-side pin of an spdl pipeline (pin_memory on the whole TimedBatch, as DataLoader does)."""
+
+    def __call__(self, batch: TimedBatch) -> TimedBatch:
+        from torch.utils.data._utils.pin_memory import pin_memory
+
+        return pin_memory(batch)
+
+
+class SpdlBackend(_ThreadPoolBackend):
+    """An SPDL pipeline: the sampler as source -> __getitem__ on `workers` threads (input order) ->
+    aggregate a batch -> the timed collate -> prefetch. A fresh pipeline an epoch."""
+
+    name = "spdl"
 
     def __iter__(self) -> Iterator[TimedBatch]:
         from spdl.pipeline import PipelineBuilder
@@ -198,9 +189,6 @@ class SpdlBackend:
         # The collate gets a thread of its own beside the per-sample ones.
         pipeline = builder.add_sink(self.prefetch).build(num_threads=self.num_workers + 1)
         return _spdl_epoch(pipeline, pool, self.timeout_s)
-
-    def close(self) -> None:
-        """Each epoch's pipeline stops when its iterator ends or is dropped."""
 
 
 def _spdl_epoch(pipeline: Any, pool: ThreadPoolExecutor, timeout_s: float) -> Iterator[TimedBatch]:
