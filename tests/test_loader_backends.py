@@ -3,6 +3,7 @@ one seed with their per-transform timings, a chain that releases the GIL scales 
 one that holds it does not, and a backend that cannot run is one line before any job does."""
 
 import dataclasses
+import threading
 import time
 
 import numpy as np
@@ -26,6 +27,8 @@ SLEEP_SCALING_MIN = 1.6
 # BusyWait spins in Python, holding the GIL: two threads cannot beat one by much. 1.3 is far
 # under the 2.0 a process pool could reach and above the few percent of noise.
 BUSY_SCALING_MAX = 1.3
+# How long dropped threads may take to end: torchdata joins each with a 5 x 1 s queue timeout.
+THREAD_JOIN_S = 10.0
 
 
 def _spec(backend, workers, chain, length=64):
@@ -121,3 +124,18 @@ def test_a_bad_or_missing_backend_is_one_line_exit_2_before_any_job(override, li
     assert done.returncode == 2, done.stderr
     assert line in done.stderr and len(done.stderr.strip().splitlines()) == 1, done.stderr
     assert not (tmp_path / "results").exists() or not any((tmp_path / "results").rglob("result.json"))
+
+
+@pytest.mark.parametrize("backend", THREAD_BACKENDS)
+def test_a_dropped_epoch_leaves_no_thread_running(backend):
+    # A thread left running a transform when the job process exits aborts it (SIGABRT): an epoch
+    # dropped half-way, as the step loop drops one at the end of a repeat, must join its threads.
+    before = set(threading.enumerate())
+    _, instrumented, collate = build_pipeline(_spec(backend, 2, [{"_target_": SLEEP, "ms": 1.0}]))
+    epoch = iter(build_backend(_spec(backend, 2, [{"_target_": SLEEP, "ms": 1.0}]), instrumented, collate))
+    next(epoch)
+    del epoch
+    deadline = time.monotonic() + THREAD_JOIN_S
+    while (left := [t for t in set(threading.enumerate()) - before if t.is_alive()]) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not left, [t.name for t in left]

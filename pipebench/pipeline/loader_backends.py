@@ -13,7 +13,7 @@ import importlib.util
 import math
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Any, Dict, Iterator, Optional, Protocol, runtime_checkable
+from typing import Any, Dict, Iterator, List, Optional, Protocol, runtime_checkable
 
 from torch.utils.data import DataLoader, IterableDataset
 
@@ -145,16 +145,35 @@ class ThreadsBackend(_ThreadPoolBackend):
     def __iter__(self) -> Iterator[TimedBatch]:
         import torchdata.nodes as nodes
 
-        node = nodes.IterableWrapper(self.sampler)
         # in_order: batches hold the sampler's order, as the DataLoader's do.
-        node = nodes.ParallelMapper(node, self.dataset.__getitem__, num_workers=self.num_workers,
-                                    in_order=True, method="thread")
-        node = nodes.Batcher(node, self.batch_size, drop_last=self.drop_last)
-        node = nodes.Mapper(node, self.collate)
+        built = [nodes.ParallelMapper(nodes.IterableWrapper(self.sampler), self.dataset.__getitem__,
+                                      num_workers=self.num_workers, in_order=True, method="thread")]
+        built.append(nodes.Batcher(built[-1], self.batch_size, drop_last=self.drop_last))
+        built.append(nodes.Mapper(built[-1], self.collate))
         if self.pin:
-            node = nodes.PinMemory(node)
-        node = nodes.Prefetcher(node, prefetch_factor=self.prefetch)
-        return iter(nodes.Loader(node, restart_on_stop_iteration=False))
+            built.append(nodes.PinMemory(built[-1]))
+        built.append(nodes.Prefetcher(built[-1], prefetch_factor=self.prefetch))
+        return _nodes_epoch(nodes.Loader(built[-1], restart_on_stop_iteration=False), built)
+
+
+def _stop_node_threads(node: Any) -> None:
+    """Join a torchdata node's threads now. torchdata stops them only in `__del__`, and a daemon
+    thread still running a transform when the job process exits aborts it (SIGABRT, seen here)."""
+    it = getattr(node, "_it", None)
+    while it is not None:  # ParallelMapper -> its impl -> the iterator that owns the threads
+        shutdown = getattr(it, "_shutdown", None)
+        if shutdown is not None:
+            shutdown()
+        it = getattr(it, "_it", None)
+
+
+def _nodes_epoch(loader: Any, built: List[Any]) -> Iterator[TimedBatch]:
+    """One epoch of a torchdata graph; its threads are joined when it ends or is dropped."""
+    try:
+        yield from loader
+    finally:
+        for node in reversed(built):  # the root first, so nothing upstream is pulled again
+            _stop_node_threads(node)
 
 
 class _PinBatch:
@@ -173,7 +192,7 @@ class SpdlBackend(_ThreadPoolBackend):
     name = "spdl"
 
     def __iter__(self) -> Iterator[TimedBatch]:
-        from spdl.pipeline import PipelineBuilder
+        from spdl.pipeline import AsyncQueue, PipelineBuilder
 
         # A pool of exactly `workers` threads for the per-sample chain: `concurrency` alone lets
         # SPDL run the op on its shared pool (measured here: 1.3 samples in flight at concurrency=1).
@@ -187,8 +206,15 @@ class SpdlBackend(_ThreadPoolBackend):
         if self.pin:
             builder = builder.pipe(_PinBatch())
         # The collate gets a thread of its own beside the per-sample ones.
-        pipeline = builder.add_sink(self.prefetch).build(num_threads=self.num_workers + 1)
+        # Plain queues and no task hooks: SPDL's default ones time every task and log a stats
+        # table at each epoch's end, work and lines the job's own timing already covers.
+        pipeline = builder.add_sink(self.prefetch).build(num_threads=self.num_workers + 1, queue_class=AsyncQueue,
+                                                         task_hook_factory=_no_task_hooks)
         return _spdl_epoch(pipeline, pool, self.timeout_s)
+
+
+def _no_task_hooks(stage: Any) -> List[Any]:
+    return []
 
 
 def _spdl_epoch(pipeline: Any, pool: ThreadPoolExecutor, timeout_s: float) -> Iterator[TimedBatch]:
