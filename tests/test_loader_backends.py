@@ -3,6 +3,7 @@ one seed with their per-transform timings, a chain that releases the GIL scales 
 one that holds it does not, and a backend that cannot run is one line before any job does."""
 
 import dataclasses
+import pickle
 import threading
 import time
 
@@ -15,6 +16,7 @@ from pipebench.cli.run import expand_sweep, preflight
 from pipebench.measure.job import measure_job
 from pipebench.pipeline import loader_backends
 from pipebench.pipeline.build import build_pipeline
+from pipebench.pipeline.file_reads import FileReads
 from pipebench.pipeline.loader_backends import PROCESSES, THREADS, build_backend, check_backend
 
 SLEEP = "pipebench.transforms.synthetic.Sleep"
@@ -139,3 +141,21 @@ def test_a_dropped_epoch_leaves_no_thread_running(backend):
     while (left := [t for t in set(threading.enumerate()) - before if t.is_alive()]) and time.monotonic() < deadline:
         time.sleep(0.05)
     assert not left, [t.name for t in left]
+
+
+def test_file_reads_are_counted_per_thread(tmp_path):
+    # Each sample's read figures are counts() before and after its load; under a thread backend
+    # another thread's read in between must not land in this sample's row.
+    path = tmp_path / "blob"
+    path.write_bytes(b"x" * 1000)
+    reads = FileReads()
+    before = reads.counts()
+    other = threading.Thread(target=reads.read, args=(str(path),))
+    other.start()
+    other.join()
+    assert reads.since(before).tolist() == [0, 0, 0]
+    reads.read(str(path))
+    assert reads.since(before).tolist()[1:] == [1000, 1]
+    # A copy (a worker's, under spawn) pickles without its thread-local and counts from zero.
+    copy = pickle.loads(pickle.dumps(reads))
+    assert copy.counts() == (0, 0, 0)
