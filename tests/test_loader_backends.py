@@ -2,6 +2,7 @@
 one seed with their per-transform timings, a chain that releases the GIL scales on threads and
 one that holds it does not, and a backend that cannot run is one line before any job does."""
 
+import csv
 import dataclasses
 import pickle
 import threading
@@ -9,7 +10,7 @@ import time
 
 import numpy as np
 import pytest
-from conftest import FAST_JOB, TINY_DATASET, compose_spec, run_cli
+from conftest import FAST_JOB, TINY_DATASET, compose_spec, results_folder, run_cli
 
 from pipebench.base.errors import ConfigError
 from pipebench.cli.run import expand_sweep, preflight
@@ -159,3 +160,14 @@ def test_file_reads_are_counted_per_thread(tmp_path):
     # A copy (a worker's, under spawn) pickles without its thread-local and counts from zero.
     copy = pickle.loads(pickle.dumps(reads))
     assert copy.counts() == (0, 0, 0)
+
+
+def test_a_backend_sweep_from_the_cli_is_two_rows(user_project):
+    # The user's own chain (a module in the working directory) under both backends.
+    done = run_cli(["run", "--config-dir", "my_conf", "transform=tiny", *FAST_JOB, "workers=1",
+                    "loader.backend=dataloader,threads", "results_dir=out"], user_project)
+    assert done.returncode == 0, done.stderr[-2000:]
+    summary = user_project / results_folder(done.stdout) / "summary.csv"
+    with summary.open() as f:
+        rows = list(csv.DictReader(f))
+    assert len(rows) == 2 and all(float(row["samples_per_s"]) > 0 for row in rows)
