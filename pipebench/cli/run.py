@@ -13,7 +13,7 @@ from importlib import resources
 import sys
 import time
 from pathlib import Path
-from typing import Callable, List, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 import hydra
 
@@ -55,6 +55,7 @@ from pipebench.config.specs import JobSpec
 from pipebench.config.sweep_axes import expand_auto_workers
 from pipebench.measure.fingerprint import usable_cores
 from pipebench.pipeline.build import build_dataset, build_transforms
+from pipebench.pipeline.loader_backends import check_backend
 from pipebench.record.folder_lock import folder_lock
 from pipebench.record.results import (
     CALIBRATION_FILE,
@@ -216,7 +217,7 @@ def preflight(jobs: Sequence[Sequence[str]]) -> List[Tuple[JobSpec, str]]:
     Returns each job's spec with its results_dir.
     """
     checked = []
-    datasets_built = set()
+    datasets_built: Dict[str, Any] = {}
     with job_spec_composer() as compose_one:
         for job in jobs:
             spec, results_dir = compose_one(job)
@@ -224,8 +225,9 @@ def preflight(jobs: Sequence[Sequence[str]]) -> List[Tuple[JobSpec, str]]:
             build_transforms(spec.per_batch, "transform.per_batch")
             key = repr(sorted(spec.dataset.items())) + f"|{spec.loader.batch_size}|{spec.loader.drop_last}"
             if key not in datasets_built:
-                build_dataset(spec)
-                datasets_built.add(key)
+                datasets_built[key] = build_dataset(spec)
+            # The backend's library is installed and can read this dataset, before any job runs.
+            check_backend(spec, datasets_built[key])
             checked.append((spec, results_dir))
     return checked
 

@@ -40,6 +40,9 @@ class LoaderConfig:
     # How workers hand tensors to the main process: file_descriptor (torch's default on
     # Linux) or file_system. null keeps torch's default.
     sharing_strategy: Optional[str] = None
+    # What makes the batches: dataloader (worker processes), threads (torchdata.nodes on threads)
+    # or spdl (an SPDL pipeline on threads); `workers` counts processes or threads as it says.
+    backend: str = "dataloader"
 
 
 @dataclass

@@ -43,6 +43,10 @@ USER_STEP = "user_step"
 STEP_DISTRIBUTIONS = ("fixed", "normal", "uniform")
 CONSUMER_DEVICES = ("auto", "cpu", "cuda")
 SHARING_STRATEGIES = ("file_descriptor", "file_system")
+# loader.backend: what makes the batches (pipebench.pipeline.loader_backends). dataloader: torch's
+# DataLoader and its worker processes; threads: torchdata.nodes on a thread pool; spdl: an SPDL
+# pipeline on a thread pool. Named here, below the pipeline, so a typo is one line at compose time.
+LOADER_BACKENDS = ("dataloader", "threads", "spdl")
 TRACE_KINDS = ("none", "torch", "viztracer")
 DISTRIBUTED_BACKENDS = ("auto", "gloo", "nccl")
 # warm: the files are read once before measuring, so the page cache serves the run; cold: each
@@ -65,6 +69,7 @@ class LoaderSpec:
     drop_last: bool
     timeout_s: float
     sharing_strategy: Optional[str]
+    backend: str = "dataloader"
 
 
 @dataclass(frozen=True)
@@ -177,6 +182,7 @@ def _validate_loader(loader: LoaderSpec) -> None:
     _bounded("loader.timeout_s", loader.timeout_s, 0, MAX_TIMEOUT_S, above=True)
     _one_of("loader.multiprocessing_context", loader.multiprocessing_context, (*START_METHODS, None))
     _one_of("loader.sharing_strategy", loader.sharing_strategy, (*SHARING_STRATEGIES, None))
+    _one_of("loader.backend", loader.backend, LOADER_BACKENDS)
 
 
 def _validate_run(run: RunSpec) -> None:
@@ -276,6 +282,11 @@ def job_spec_from_config(cfg: DictConfig, choices: Mapping[str, Optional[str]]) 
     run = RunSpec(**plain["run"])
     consumer = ConsumerSpec(**plain["consumer"])
     _validate_loader(loader)
+    # The VizTracer timeline starts one recorder a worker process (its worker_init_fn); a thread
+    # pool has no such hook, and one recorder shared by threads would interleave their slices.
+    _require(plain["trace"] != "viztracer" or loader.backend == "dataloader" or plain["workers"] == 0,
+             f"trace=viztracer traces worker processes; loader.backend={loader.backend} runs threads "
+             "(use trace=none, or loader.backend=dataloader)")
     _validate_run(run)
     _validate_consumer(consumer, run.step_timeout_s)
     distributed = DistributedSpec(**plain["distributed"])

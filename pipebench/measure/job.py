@@ -44,7 +44,8 @@ from pipebench.measure.summarize import (
 )
 from pipebench.measure.viztrace import TRACE_FILE as VIZTRACE_FILE
 from pipebench.measure.viztrace import VizTraceSession
-from pipebench.pipeline.build import build_loader, build_pipeline
+from pipebench.pipeline.build import build_pipeline
+from pipebench.pipeline.loader_backends import THREADS, build_backend
 from pipebench.pipeline.consumers import build_consumer
 from pipebench.pipeline.timed_chain import InstrumentedDataset, TimedCollate
 
@@ -57,7 +58,7 @@ MAX_LISTED_FAILURES = 20
 
 def _traced_steps(spec: JobSpec, kit: LoopKit, session: VizTraceSession, instrumented: InstrumentedDataset,
                   collate: TimedCollate) -> None:
-    loop = kit.loop(loader=build_loader(spec, instrumented, collate, trace_session=session))
+    loop = kit.loop(loader=build_backend(spec, instrumented, collate, trace_session=session))
     # The loop is not a start_main target: the session would keep it, and through it the loader.
     loop.trace = session.start_main(instrumented, collate)
     try:
@@ -113,7 +114,11 @@ def _measure_job(spec: JobSpec, job_dir: Path, watchdog: Unwatched) -> Dict[str,
     cache = prepare_cache(dataset, spec.storage)
     for line in cache.notices:
         print(line, flush=True)
-    loader = build_loader(spec, instrumented, collate)
+    loader = build_backend(spec, instrumented, collate)
+    if loader.worker_kind == THREADS:
+        # Worker threads share this process's intra-op pool; one intra-op thread each, as a
+        # DataLoader worker process runs, keeps per-transform times comparable across backends.
+        torch.set_num_threads(1)
     consumer = build_consumer(spec.consumer, spec.run.seed)
     sink = TimingSink()
     gpu = GpuSession(consumer)

@@ -11,8 +11,6 @@ an extra pass (a profile, a trace), so a hook added here reaches every loop of e
 from dataclasses import dataclass
 from typing import Any, Callable, Optional, Sequence, Tuple
 
-from torch.utils.data import DataLoader
-
 from pipebench.base.gpu_timing import DeviceCopy
 from pipebench.base.watchdog import Unwatched, Watchdog
 from pipebench.config.specs import JobSpec
@@ -23,6 +21,7 @@ from pipebench.measure.runner import BatchStream, PassResult, StepLoop, TimingSi
 from pipebench.measure.step_sync import StepSync, resolve_sync
 from pipebench.pipeline.build import build_device_chain, pin_memory_effective
 from pipebench.pipeline.device_chain import DeviceChain
+from pipebench.pipeline.loader_backends import LoaderBackend
 from pipebench.pipeline.timed_chain import SampleFailure, TimedBatch
 
 __all__ = ["STEP_TIMEOUT_KEY", "LoopKit", "Repeats", "build_loop_kit", "measure_repeats", "step_watchdog"]
@@ -40,7 +39,7 @@ def step_watchdog(spec: JobSpec, on_stuck: Callable[[str], None]) -> Watchdog:
 class LoopKit:
     """What every step loop of one job is built from; see the module doc."""
 
-    loader: DataLoader
+    loader: LoaderBackend
     consumer: Any
     on_error: str
     non_blocking: bool
@@ -51,7 +50,7 @@ class LoopKit:
     # A rank's all-reduce after each step (pipebench.measure.distributed.ranks); None in one process.
     after_step: Optional[Callable[[TimedBatch, int], None]] = None
 
-    def loop(self, consumer: Any = None, loader: Optional[DataLoader] = None, measured: bool = False,
+    def loop(self, consumer: Any = None, loader: Optional[LoaderBackend] = None, measured: bool = False,
              on_batch: Optional[Callable[[TimedBatch, int], None]] = None) -> StepLoop:
         """A fresh iteration of `loader` (default: the job's) stepped into `consumer` (default: the
         job's). `measured`: the GPU session's copier keeps the copies' GPU times and its allocator
@@ -64,7 +63,7 @@ class LoopKit:
                         clock=self.sync.clock())
 
 
-def build_loop_kit(spec: JobSpec, loader: DataLoader, consumer: Any, gpu: GpuSession, watchdog: Unwatched,
+def build_loop_kit(spec: JobSpec, loader: LoaderBackend, consumer: Any, gpu: GpuSession, watchdog: Unwatched,
                    after_step: Optional[Callable[[TimedBatch, int], None]] = None) -> LoopKit:
     """The job's LoopKit; resolves run.sync (switching the consumer to run ahead) and prints its note."""
     sync = resolve_sync(spec.run.sync, consumer)

@@ -13,7 +13,6 @@ from typing import Any, Callable, Dict, Iterator, List, Optional
 
 import numpy as np
 import torch
-from torch.utils.data import DataLoader
 from tqdm import tqdm
 
 from pipebench.base.errors import SampleError, StepTimeoutError, WorkerError
@@ -23,6 +22,7 @@ from pipebench.base.watchdog import StepOverrun, Unwatched
 from pipebench.config.specs import JobSpec
 from pipebench.measure.meter import FIRST_MEASURED, LAST_MEASURED
 from pipebench.pipeline.device_chain import DeviceChain
+from pipebench.pipeline.loader_backends import LoaderBackend
 from pipebench.pipeline.timed_chain import (
     InstrumentedDataset,
     SampleFailure,
@@ -161,7 +161,7 @@ class BatchStream:
     covers making them.
     """
 
-    def __init__(self, loader: DataLoader, on_error: str) -> None:
+    def __init__(self, loader: LoaderBackend, on_error: str) -> None:
         self.loader = loader
         self.on_error = on_error
         self.created_ns = time.perf_counter_ns()

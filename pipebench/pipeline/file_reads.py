@@ -14,9 +14,10 @@ Read time covers open and read, not the page drop (pipebench's own work, not the
 """
 
 import os
+import threading
 import time
 from dataclasses import replace
-from typing import Callable, Optional, Tuple
+from typing import Callable, List, Optional, Tuple
 
 import numpy as np
 
@@ -53,9 +54,25 @@ class FileReads:
     def __init__(self, storage: StorageSpec = StorageSpec(), sleep: Callable[[float], None] = time.sleep) -> None:
         self.storage = storage
         self.sleep = sleep
-        self.read_ns = 0
-        self.read_bytes = 0
-        self.read_files = 0
+        # Counted per thread: under a thread backend (loader.backend=threads, spdl) several threads
+        # read at once, and each sample's `since` must see only its own thread's reads.
+        self._local = threading.local()
+
+    def __getstate__(self) -> dict:
+        state = self.__dict__.copy()
+        del state["_local"]  # a thread-local does not pickle; a worker's copy counts from zero
+        return state
+
+    def __setstate__(self, state: dict) -> None:
+        self.__dict__.update(state)
+        self._local = threading.local()
+
+    def _tally(self) -> List[int]:
+        """This thread's [ns, bytes, files]."""
+        tally = getattr(self._local, "tally", None)
+        if tally is None:
+            tally = self._local.tally = [0, 0, 0]
+        return tally
 
     def use(self, storage: StorageSpec) -> None:
         """Read as `storage` says from now on (the job sets the mode it can honour)."""
@@ -79,14 +96,16 @@ class FileReads:
             data = f.read()
         if self.storage.emulated:
             self.sleep(self.emulated_wait_s(len(data)))
-        self.read_ns += time.perf_counter_ns() - dropped + opened - start
-        self.read_bytes += len(data)
-        self.read_files += 1
+        tally = self._tally()
+        tally[0] += time.perf_counter_ns() - dropped + opened - start
+        tally[1] += len(data)
+        tally[2] += 1
         return data
 
     def counts(self) -> Tuple[int, int, int]:
-        """(ns, bytes, files) read so far by this process's copy."""
-        return self.read_ns, self.read_bytes, self.read_files
+        """(ns, bytes, files) read so far by this thread through this process's copy."""
+        ns, size, files = self._tally()
+        return ns, size, files
 
     def since(self, before: Tuple[int, int, int]) -> np.ndarray:
         """What was read since `counts()` returned `before`, as an IO_FIELDS row."""

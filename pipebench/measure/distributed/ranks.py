@@ -44,7 +44,8 @@ from pipebench.measure.summarize import (
     summary_row,
     transform_rows,
 )
-from pipebench.pipeline.build import build_loader, build_pipeline
+from pipebench.pipeline.build import build_pipeline
+from pipebench.pipeline.loader_backends import build_backend
 from pipebench.pipeline.consumers import build_consumer
 from pipebench.pipeline.timed_chain import TimedBatch
 
@@ -134,7 +135,7 @@ def measure_rank(spec: JobSpec, rank: int, world: int, device: torch.device, job
     if spec.loader.sharing_strategy is not None:
         torch.multiprocessing.set_sharing_strategy(spec.loader.sharing_strategy)
     dataset, instrumented, collate = build_pipeline(spec)
-    loader = build_loader(spec, instrumented, collate)
+    loader = build_backend(spec, instrumented, collate)
     consumer = build_consumer(spec.consumer, spec.run.seed + rank)
     sink = TimingSink()
     sync = CollectiveSync(device)

@@ -1,0 +1,173 @@
+"""The loader seam (pipebench.pipeline.loader_backends): every backend gives the same samples under
+one seed with their per-transform timings, a chain that releases the GIL scales on threads and
+one that holds it does not, and a backend that cannot run is one line before any job does."""
+
+import csv
+import dataclasses
+import pickle
+import threading
+import time
+
+import numpy as np
+import pytest
+from conftest import FAST_JOB, TINY_DATASET, compose_spec, results_folder, run_cli
+
+from pipebench.base.errors import ConfigError
+from pipebench.cli.run import expand_sweep, preflight
+from pipebench.measure.job import measure_job
+from pipebench.pipeline import loader_backends
+from pipebench.pipeline.build import build_pipeline
+from pipebench.pipeline.file_reads import FileReads
+from pipebench.pipeline.loader_backends import PROCESSES, THREADS, build_backend, check_backend
+
+SLEEP = "pipebench.transforms.synthetic.Sleep"
+BUSY = "pipebench.transforms.synthetic.BusyWait"
+BATCH = 8
+THREAD_BACKENDS = ("threads", "spdl")
+# Sleep releases the GIL: two threads should nearly double one's rate (2.0 ideal). 1.6 leaves the
+# shared machine's wobble and the collate's share of the time; a serialised backend reads ~1.0.
+SLEEP_SCALING_MIN = 1.6
+# BusyWait spins in Python, holding the GIL: two threads cannot beat one by much. 1.3 is far
+# under the 2.0 a process pool could reach and above the few percent of noise.
+BUSY_SCALING_MAX = 1.3
+# How long dropped threads may take to end: torchdata joins each with a 5 x 1 s queue timeout.
+THREAD_JOIN_S = 10.0
+
+
+def _spec(backend, workers, chain, length=64):
+    spec = compose_spec([*TINY_DATASET[:2], f"dataset.length={length}", f"workers={workers}",
+                         f"loader.batch_size={BATCH}", f"loader.backend={backend}", "loader.pin_memory=false"])
+    return dataclasses.replace(spec, per_sample=tuple(chain))
+
+
+def _epoch(spec):
+    _, instrumented, collate = build_pipeline(spec)
+    backend = build_backend(spec, instrumented, collate)
+    batches = list(backend)
+    backend.close()
+    return backend, batches
+
+
+def _rate(spec):
+    start = time.perf_counter()
+    _, batches = _epoch(spec)
+    return sum(len(b.indices) for b in batches) / (time.perf_counter() - start)
+
+
+@pytest.mark.parametrize("backend", THREAD_BACKENDS)
+def test_a_thread_backend_gives_the_dataloaders_samples_with_their_timings(backend):
+    chain = [{"_target_": SLEEP, "ms": 0.5}, {"_target_": BUSY, "ms": 0.2}]
+    reference, ref_batches = _epoch(_spec("dataloader", 2, chain))
+    threaded, batches = _epoch(_spec(backend, 2, chain))
+    assert (reference.worker_kind, threaded.worker_kind) == (PROCESSES, THREADS)
+    assert threaded.num_workers == 2 and len(threaded) == len(reference) == len(batches)
+    # Same sampler, same seed: the same indices in the same order, each once an epoch.
+    order = np.concatenate([b.indices for b in batches])
+    np.testing.assert_array_equal(order, np.concatenate([b.indices for b in ref_batches]))
+    assert len(set(order.tolist())) == len(order) == 64
+    for ours, theirs in zip(batches, ref_batches):
+        np.testing.assert_array_equal(ours.data.numpy(), theirs.data.numpy())
+        np.testing.assert_array_equal(ours.labels.numpy(), theirs.labels.numpy())
+        # load, decode, Sleep, BusyWait: every step timed, and the known costs show up.
+        assert ours.sample_ns.shape == (BATCH, 4)
+        assert (ours.sample_ns[:, 2] >= 0.5e6).all() and (ours.sample_ns[:, 3] >= 0.2e6).all()
+
+
+@pytest.mark.parametrize("backend", THREAD_BACKENDS)
+def test_a_chain_that_releases_the_gil_scales_with_threads_and_one_that_holds_it_does_not(backend):
+    sleep = [{"_target_": SLEEP, "ms": 8.0}]
+    one, two = (_rate(_spec(backend, w, sleep, length=96)) for w in (1, 2))
+    assert two / one >= SLEEP_SCALING_MIN, f"Sleep: {one:.0f} -> {two:.0f} samples/s"
+    busy = [{"_target_": BUSY, "ms": 2.0}]
+    one, two = (_rate(_spec(backend, w, busy, length=64)) for w in (1, 2))
+    assert two / one <= BUSY_SCALING_MAX, f"BusyWait: {one:.0f} -> {two:.0f} samples/s"
+
+
+def test_a_measured_job_on_threads_has_its_per_transform_rows(tmp_path):
+    spec = compose_spec([*FAST_JOB, "workers=2", "loader.backend=threads"])
+    spec = dataclasses.replace(spec, per_sample=({"_target_": SLEEP, "ms": 1.0},))
+    record = measure_job(spec, tmp_path)
+    rows = {row["transform"]: row for row in record["transforms"]}
+    assert "Sleep" in rows, sorted(rows)
+    # Timed in the threads, beside the batch: a 1 ms sleep reads as at least 1 ms a call.
+    assert rows["Sleep"]["ms_per_call_median"] >= 1.0
+    assert record["summary"]["samples_per_s"] > 0
+
+
+def test_an_uninstalled_backend_names_its_extra(monkeypatch):
+    monkeypatch.setattr(loader_backends, "_installed", lambda module: False)
+    with pytest.raises(ConfigError, match=r"loader.backend=spdl needs spdl: pip install 'pipebench\[spdl\]'"):
+        check_backend(_spec("spdl", 2, []), object())
+
+
+def test_an_iterable_dataset_under_a_map_only_backend_is_refused_at_plan_time():
+    with pytest.raises(ConfigError, match="loader.backend=threads reads samples by index"):
+        preflight([["dataset=sharded_stream", "loader.backend=threads", "workers=2"]])
+
+
+def test_viztracer_under_threads_is_refused():
+    with pytest.raises(ConfigError, match="trace=viztracer traces worker processes"):
+        compose_spec(["trace=viztracer", "loader.backend=threads", "workers=2"])
+
+
+def test_the_backend_sweeps_as_a_key():
+    jobs = expand_sweep(["loader.backend=dataloader,threads", "workers=2"])
+    assert [job[0] for job in jobs] == ["loader.backend=dataloader", "loader.backend=threads"]
+
+
+@pytest.mark.parametrize("override, line", [
+    ("loader.backend=thread", "loader.backend must be one of dataloader, threads, spdl, got 'thread'"),
+    ("loader.backend=threads", "loader.backend=threads needs torchdata: pip install 'pipebench[threads]'"),
+])
+def test_a_bad_or_missing_backend_is_one_line_exit_2_before_any_job(override, line, tmp_path, monkeypatch):
+    # A module named torchdata that is no package: torchdata.nodes cannot be found, as if uninstalled.
+    (tmp_path / "torchdata.py").write_text("")
+    monkeypatch.setenv("PYTHONPATH", f"{tmp_path}:{__import__('os').environ.get('PYTHONPATH', '')}")
+    done = run_cli(["run", *FAST_JOB, "workers=2", override, f"results_dir={tmp_path / 'results'}"], tmp_path)
+    assert done.returncode == 2, done.stderr
+    assert line in done.stderr and len(done.stderr.strip().splitlines()) == 1, done.stderr
+    assert not (tmp_path / "results").exists() or not any((tmp_path / "results").rglob("result.json"))
+
+
+@pytest.mark.parametrize("backend", THREAD_BACKENDS)
+def test_a_dropped_epoch_leaves_no_thread_running(backend):
+    # A thread left running a transform when the job process exits aborts it (SIGABRT): an epoch
+    # dropped half-way, as the step loop drops one at the end of a repeat, must join its threads.
+    before = set(threading.enumerate())
+    _, instrumented, collate = build_pipeline(_spec(backend, 2, [{"_target_": SLEEP, "ms": 1.0}]))
+    epoch = iter(build_backend(_spec(backend, 2, [{"_target_": SLEEP, "ms": 1.0}]), instrumented, collate))
+    next(epoch)
+    del epoch
+    deadline = time.monotonic() + THREAD_JOIN_S
+    while (left := [t for t in set(threading.enumerate()) - before if t.is_alive()]) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not left, [t.name for t in left]
+
+
+def test_file_reads_are_counted_per_thread(tmp_path):
+    # Each sample's read figures are counts() before and after its load; under a thread backend
+    # another thread's read in between must not land in this sample's row.
+    path = tmp_path / "blob"
+    path.write_bytes(b"x" * 1000)
+    reads = FileReads()
+    before = reads.counts()
+    other = threading.Thread(target=reads.read, args=(str(path),))
+    other.start()
+    other.join()
+    assert reads.since(before).tolist() == [0, 0, 0]
+    reads.read(str(path))
+    assert reads.since(before).tolist()[1:] == [1000, 1]
+    # A copy (a worker's, under spawn) pickles without its thread-local and counts from zero.
+    copy = pickle.loads(pickle.dumps(reads))
+    assert copy.counts() == (0, 0, 0)
+
+
+def test_a_backend_sweep_from_the_cli_is_two_rows(user_project):
+    # The user's own chain (a module in the working directory) under both backends.
+    done = run_cli(["run", "--config-dir", "my_conf", "transform=tiny", *FAST_JOB, "workers=1",
+                    "loader.backend=dataloader,threads", "results_dir=out"], user_project)
+    assert done.returncode == 0, done.stderr[-2000:]
+    summary = user_project / results_folder(done.stdout) / "summary.csv"
+    with summary.open() as f:
+        rows = list(csv.DictReader(f))
+    assert len(rows) == 2 and all(float(row["samples_per_s"]) > 0 for row in rows)
