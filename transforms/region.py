@@ -16,7 +16,7 @@ DecodeJpeg, and the bad-sample policy counts it), and a crop that pads (`padding
 """
 
 import math
-from typing import Any, Optional, Sequence, Tuple
+from typing import Any, Callable, Optional, Sequence, Tuple
 
 import torch
 import torchvision.transforms as v1
@@ -60,6 +60,17 @@ class _Region:
         data = jpeg_bytes(img)
         return None if data is None else self._codec().decode(data, *box)
 
+    def _boxed(self, inputs: Sequence[Any], own_forward: Callable[..., Any]) -> Any:
+        """A crop's output: the region of the box it draws for its one input (the whole decode
+        cropped where the codec does not take the file); its own forward on the whole decode where
+        it would pad, or where v2 passes it several inputs."""
+        img = inputs[0] if len(inputs) == 1 else None
+        box = None if img is None else self.box(img)
+        if box is None:
+            return own_forward(*(self._whole(i) for i in inputs))
+        region = self._region(img, box)
+        return region if region is not None else _crop(self._whole(img), box)
+
     @staticmethod
     def _whole(img: Any) -> Any:
         """The full decode the move replaced: DecodeJpeg (a tensor passes through)."""
@@ -100,11 +111,7 @@ class RegionRandomCrop(_Region, v1.RandomCrop):
         return self.get_params(img, self.size)
 
     def forward(self, img):
-        box = self.box(img)
-        if box is None:
-            return super().forward(self._whole(img))  # the transform's own padding, then its draw
-        region = self._region(img, box)
-        return region if region is not None else _crop(self._whole(img), box)
+        return self._boxed((img,), super().forward)  # padding: the transform's own, then its draw
 
 
 class RegionRandomCropV2(_Region, v2.RandomCrop):
@@ -119,12 +126,7 @@ class RegionRandomCropV2(_Region, v2.RandomCrop):
         return _params_box(self.make_params([img]))
 
     def forward(self, *inputs):
-        img = inputs[0] if len(inputs) == 1 else None
-        box = None if img is None else self.box(img)
-        if box is None:
-            return super().forward(*(self._whole(i) for i in inputs))
-        region = self._region(img, box)
-        return region if region is not None else _crop(self._whole(img), box)
+        return self._boxed(inputs, super().forward)
 
 
 def center_box(image: Tuple[int, int], size: Sequence[int]) -> Optional[Box]:
@@ -146,11 +148,7 @@ class RegionCenterCrop(_Region, v1.CenterCrop):
         return center_box(_size_of(img), self.size)
 
     def forward(self, img):
-        box = self.box(img)
-        if box is None:
-            return super().forward(self._whole(img))  # a crop larger than the image pads
-        region = self._region(img, box)
-        return region if region is not None else _crop(self._whole(img), box)
+        return self._boxed((img,), super().forward)  # a crop larger than the image pads
 
 
 class RegionCenterCropV2(_Region, v2.CenterCrop):
@@ -163,12 +161,7 @@ class RegionCenterCropV2(_Region, v2.CenterCrop):
         return center_box(_size_of(img), self.size)
 
     def forward(self, *inputs):
-        img = inputs[0] if len(inputs) == 1 else None
-        box = None if img is None else self.box(img)
-        if box is None:
-            return super().forward(*(self._whole(i) for i in inputs))
-        region = self._region(img, box)
-        return region if region is not None else _crop(self._whole(img), box)
+        return self._boxed(inputs, super().forward)
 
 
 def _resample(interpolation: Any) -> int:
