@@ -172,8 +172,11 @@ def test_a_hung_rank_is_stopped_by_the_step_watchdog_and_ranks_resolve_run_sync(
     job_dir = rank_project / "job"
     job_dir.mkdir()
     started = time.monotonic()
-    with pytest.raises(DistributedError, match=r"rank 1 failed \(exit code 2\): per_sample/HangOnRank1 .*ran past "
-                                               r"run.step_timeout_s=2; stopped the job"):
+    # The rank exits 2 after writing why, unless torchrun's teardown, started by the peer's exit,
+    # reaches it first with SIGTERM (-15): a race, seen once in a CI run. Which rank, which step and
+    # which limit are the figures that must hold.
+    with pytest.raises(DistributedError, match=r"rank 1 failed \(exit code (2|-15)\): per_sample/HangOnRank1 .*ran "
+                                               r"past run.step_timeout_s=2; stopped the job"):
         measure_multirank(spec, job_dir)
     assert time.monotonic() - started < 60
     # run.sync reached the ranks: async was asked for a consumer off CUDA, and each rank said so.
