@@ -176,14 +176,14 @@ def test_gpu_decoder_is_the_same_distribution_on_the_synthetic_jpegs(synthetic_j
 
 def _off_by(offset, monkeypatch):
     """Make torchvision's decode (single image or batch) `offset` grey levels darker."""
-    real = decode._decode
+    real = decode.decode_rgb
 
     def darker(data, device="cpu"):
         out = real(data, device)
         shift = [(t.to(torch.int16) - offset).clamp(0, 255).to(torch.uint8) for t in (out if isinstance(out, list)
                                                                                       else [out])]
         return shift if isinstance(out, list) else shift[0]
-    monkeypatch.setattr(decode, "_decode", darker)
+    monkeypatch.setattr(decode, "decode_rgb", darker)
 
 
 def test_decoder_moves_hold_the_decoded_pixels_to_the_bound_on_lazily_read_files(synthetic_jpegs, monkeypatch):

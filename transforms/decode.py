@@ -26,7 +26,7 @@ PIL_JPEG_FORMAT = "JPEG"
 DEPRECATION_TEXT = "The image decoding and encoding capabilities of TorchVision are deprecated"
 
 
-def _decode(data: Any, device: str = "cpu") -> Any:
+def decode_rgb(data: Any, device: str = "cpu") -> Any:
     """torchvision.io.decode_jpeg to RGB, without its deprecation warning."""
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", message=DEPRECATION_TEXT, category=DeprecationWarning)
@@ -70,7 +70,7 @@ class DecodeJpeg:
         data = jpeg_bytes(img)
         if data is None:
             return pil_to_tensor(img)
-        return _decode(_as_tensor(data))
+        return decode_rgb(_as_tensor(data))
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}()"
@@ -90,7 +90,7 @@ class BatchDecodeJpeg:
         if len(jpegs) != len(batch):
             raise ValueError(f"{type(self).__name__}: expected a list of JPEG byte strings, got "
                              f"{type(batch[0]).__name__ if len(batch) else 'nothing'}")
-        return list(_decode(jpegs, self.device))
+        return list(decode_rgb(jpegs, self.device))
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}(device={self.device!r})"

@@ -21,7 +21,7 @@ import torch
 import torchvision.transforms.v2 as v2
 
 from pipebench.pipeline.movement import PIL_ONLY, TENSOR, Movement
-from pipebench.transforms.decode import _decode, jpeg_bytes
+from pipebench.transforms.decode import decode_rgb, jpeg_bytes
 from pipebench.transforms.region import (
     RegionCenterCrop,
     RegionCenterCropV2,
@@ -115,7 +115,7 @@ class BatchRegionDecode:
     def _whole_then_crop(self, data: bytes, box: Sequence[int]) -> torch.Tensor:
         """The fallback for a region the codec does not take: decode_jpeg on the device, then the box."""
         top, left, height, width = box
-        whole = _decode(torch.frombuffer(bytearray(data), dtype=torch.uint8), self.device)
+        whole = decode_rgb(torch.frombuffer(bytearray(data), dtype=torch.uint8), self.device)
         return whole[..., top:top + height, left:left + width]
 
     def __repr__(self) -> str:
