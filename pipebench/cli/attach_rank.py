@@ -16,7 +16,7 @@ import signal
 import sys
 from typing import List, Optional
 
-from pipebench.base.errors import TERMINATED_EXIT_STATUS, USAGE_EXIT_STATUS, ConfigError
+from pipebench.base.errors import INTERRUPTED_EXIT_STATUS, TERMINATED_EXIT_STATUS, USAGE_EXIT_STATUS, ConfigError
 from pipebench.base.lifeline import TIED_PID_ENV, die_with_parent, parent_is
 from pipebench.cli.attach import parse_command, run_script
 from pipebench.measure.watch import watching_loaders
@@ -56,6 +56,8 @@ def main(argv: Optional[List[str]] = None) -> int:
             terminate.armed = False
         except SystemExit:  # the SIGTERM came while run_script was ending (printing the script's traceback)
             status = TERMINATED_EXIT_STATUS
+        except KeyboardInterrupt:  # and so did torchrun's SIGINT (a peer's failure is often printed first)
+            status = INTERRUPTED_EXIT_STATUS
     save_rank(watches, status)
     return status
 
