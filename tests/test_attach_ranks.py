@@ -17,9 +17,11 @@ import time
 import uuid
 from pathlib import Path
 
+import psutil
 import pytest
 from fault_kit import RUN_MARK_ENV, marked_processes
 
+from pipebench.base.descendants import no_descendant_outlives
 from pipebench.base.errors import ConfigError
 from pipebench.cli.attach_torchrun import RANK_MODULE, parse_torchrun, torchrun_args
 from pipebench.record.results import scan_job_results
@@ -209,3 +211,12 @@ def test_the_collective_wait_is_what_a_rank_spends_after_its_batch_beyond_the_fa
     # On the GPU's clock, the wait the GPU felt stands for the host's.
     gpu = {"passes": [{**_pass([13.0, 13.0], [9.0, 9.0]), "gpu_idle_data_ms": [2.0, 2.0]}]}
     assert collective_estimates([gpu, rank1])[0]["collective_ms_mean"] == 6.0
+
+
+def test_an_orphan_in_a_session_of_its_own_is_adopted_and_ended_on_the_way_out():
+    # As torchrun's ranks are: started in a new session by a parent that then exits.
+    with no_descendant_outlives():
+        parent = subprocess.run(["sh", "-c", "setsid sleep 60 > /dev/null 2>&1 & echo $!"], capture_output=True, text=True)
+        orphan = psutil.Process(int(parent.stdout))
+        assert orphan.ppid() == os.getpid()  # adopted here, not by init
+    assert not orphan.is_running()
