@@ -7,8 +7,9 @@ it writes what this rank measured, with the script's exit status, to the rank's 
 RANKS_DIR_ENV (pipebench.record.watched_ranks), and exits with that status.
 
 SIGTERM (torchrun's way of stopping the ranks when one fails or when it is stopped) ends the
-script as `sys.exit(143)` would, so its `finally` blocks run and what was measured is written; a
-script that sets its own SIGTERM handler keeps it. The rank dies with torchrun (PR_SET_PDEATHSIG).
+script as `sys.exit(143)` would, so its `finally` blocks run and what was measured is written;
+SIGINT (torchrun hands on a Ctrl-C) raises KeyboardInterrupt as Python's own handler does. A
+script that sets its own handlers keeps them. The rank dies with torchrun (PR_SET_PDEATHSIG).
 """
 
 import os
@@ -25,10 +26,10 @@ from pipebench.record.watched_ranks import rank_window, save_rank
 __all__ = ["main"]
 
 
-class _Terminate:
-    """The SIGTERM handler: the first SIGTERM ends the script as sys.exit(143) would; any later one
-    (or one after the script) is ignored, so the results are written whole (torchrun's SIGKILL,
-    30 s on, still ends a rank that hangs)."""
+class _Stop:
+    """The SIGINT and SIGTERM handler: the first of them ends the script (KeyboardInterrupt, or
+    sys.exit(143)); any later one, or one after the script, is ignored, so the results are written
+    whole (torchrun's SIGKILL, 30 s on, still ends a rank that hangs)."""
 
     def __init__(self) -> None:
         self.armed = True
@@ -36,6 +37,8 @@ class _Terminate:
     def __call__(self, signum: int, frame: object) -> None:
         if self.armed:
             self.armed = False
+            if signum == signal.SIGINT:
+                raise KeyboardInterrupt
             raise SystemExit(TERMINATED_EXIT_STATUS)
 
 
@@ -48,15 +51,18 @@ def main(argv: Optional[List[str]] = None) -> int:
     except ConfigError as exc:
         print(f"pipebench attach: {exc}", file=sys.stderr)
         return USAGE_EXIT_STATUS
-    terminate = _Terminate()
-    signal.signal(signal.SIGTERM, terminate)
+    stop = _Stop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, stop)
     with watching_loaders(window) as watches:
         try:
             status = run_script(kind, target, args)
-            terminate.armed = False
-        except SystemExit:  # the SIGTERM came while run_script was ending (printing the script's traceback)
+            stop.armed = False
+        # The signal came while run_script was ending (printing the script's traceback: a peer's
+        # failure is often seen before torchrun's signal).
+        except SystemExit:
             status = TERMINATED_EXIT_STATUS
-        except KeyboardInterrupt:  # and so did torchrun's SIGINT (a peer's failure is often printed first)
+        except KeyboardInterrupt:
             status = INTERRUPTED_EXIT_STATUS
     save_rank(watches, status)
     return status
