@@ -17,6 +17,7 @@ from typing import List, Optional, Sequence, Tuple
 
 from pipebench.base.errors import INTERRUPTED_EXIT_STATUS, USAGE_EXIT_STATUS, ConfigError
 from pipebench.base.tables import markdown_table
+from pipebench.cli.attach_torchrun import attach_torchrun, torchrun_args
 from pipebench.measure.watch import DEFAULT_REPLAY, DEFAULT_SECONDS, DEFAULT_SKIP_STEPS, DEFAULT_STEPS, WatchWindow, watching_loaders
 from pipebench.record.watched import results_of, save_results, summary_line
 
@@ -85,7 +86,14 @@ def run_script(kind: str, target: str, argv: Sequence[str]) -> int:
         gc.collect()  # the script's loaders and their workers go before the results are written
 
 
+def _out_folder(out: Optional[str]) -> Path:
+    return Path(out) if out is not None else Path(DEFAULT_OUT) / time.strftime("%Y-%m-%d_%H-%M-%S")
+
+
 def attach_main(command: Sequence[str], window: WatchWindow, out: Optional[str]) -> int:
+    torchrun = torchrun_args(command)
+    if torchrun is not None:  # every rank watched (pipebench.cli.attach_torchrun)
+        return attach_torchrun(torchrun, window, _out_folder(out))
     kind, target, argv = parse_command(command)
     with watching_loaders(window) as watches:
         status = run_script(kind, target, argv)
@@ -98,7 +106,7 @@ def attach_main(command: Sequence[str], window: WatchWindow, out: Optional[str])
         print(f"pipebench attach: no step measured: every loader stopped within its {window.skip_steps} "
               f"warm-up steps (lower --skip-steps); the script exited {status}", file=sys.stderr)
         return status or USAGE_EXIT_STATUS
-    folder = Path(out) if out is not None else Path(DEFAULT_OUT) / time.strftime("%Y-%m-%d_%H-%M-%S")
+    folder = _out_folder(out)
     save_results(folder, results)
     print(markdown_table([summary_line(r) for r in results], SUMMARY_TABLE_COLUMNS))
     print(f"results: {folder}  (pipebench report {folder})")
@@ -123,7 +131,8 @@ def add_parser(verbs: "argparse._SubParsersAction") -> None:
                              "out of the way, and the headroom (off by default: the extra steps train the model "
                              "on repeated batches; see docs/attach.md)")
     parser.add_argument("--out", help=f"the results folder (default {DEFAULT_OUT}/<time>)")
-    parser.add_argument("command", nargs=argparse.REMAINDER, help="-- python train.py ARGS, or -- python -m module ARGS")
+    parser.add_argument("command", nargs=argparse.REMAINDER,
+                        help="-- python train.py ARGS, -- python -m module ARGS, or -- torchrun [OPTIONS] train.py ARGS")
 
 
 def main(args: argparse.Namespace) -> int:

@@ -16,7 +16,7 @@ import torch
 from tqdm import tqdm
 
 from pipebench.base.errors import SampleError, StepTimeoutError, WorkerError
-from pipebench.base.gpu_timeline import split_steps
+from pipebench.base.gpu_timeline import GpuStepSplit, split_steps
 from pipebench.base.gpu_timing import AsyncStepClock, DeviceCopy, moved_to
 from pipebench.base.watchdog import StepOverrun, Unwatched
 from pipebench.config.specs import JobSpec
@@ -80,6 +80,12 @@ class StepSample:
         if self.gpu_busy_ns is None:
             return None
         return self.gpu_idle_data_ns + self.gpu_idle_other_ns + self.gpu_busy_ns
+
+
+def with_gpu_split(step: StepSample, split: GpuStepSplit) -> StepSample:
+    """`step` with its span on the GPU's own clock: idle waiting for data, idle otherwise, busy."""
+    return replace(step, gpu_idle_data_ns=round(split.idle_data_ms * NS_PER_MS),
+                   gpu_idle_other_ns=round(split.idle_other_ms * NS_PER_MS), gpu_busy_ns=round(split.busy_ms * NS_PER_MS))
 
 
 @dataclass(frozen=True)
@@ -272,10 +278,7 @@ class StepLoop:
         if len(splits) != len(steps):
             raise RuntimeError(f"the GPU timeline has {len(splits)} steps, the window {len(steps)}")
         self.copier.gpu_ms.extend(split.h2d_ms for split in splits)
-        return [replace(step, gpu_idle_data_ns=round(split.idle_data_ms * NS_PER_MS),
-                        gpu_idle_other_ns=round(split.idle_other_ms * NS_PER_MS),
-                        gpu_busy_ns=round(split.busy_ms * NS_PER_MS))
-                for step, split in zip(steps, splits)]
+        return [with_gpu_split(step, split) for step, split in zip(steps, splits)]
 
     def step(self, sink: Optional[TimingSink]) -> StepSample:
         watchdog = self.watchdog

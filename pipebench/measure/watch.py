@@ -27,6 +27,7 @@ from pipebench.measure.fingerprint import usable_cores
 from pipebench.measure.runner import NS_PER_MS, NS_PER_S, PassResult, StepSample, TimingSink
 from pipebench.measure.summarize import TransformRow, rate_interval, summary_row, transform_rows
 from pipebench.measure.watch_chain import Recipe, Riding, collate_step, timed_recipe
+from pipebench.measure.watch_clock import GpuWatchClock, cuda_watch_clock, on_gpu_clock
 from pipebench.measure.window import split_window
 from pipebench.pipeline.file_reads import IO_FIELDS
 
@@ -113,9 +114,12 @@ class LoaderWatch:
     Not frozen: it collects steps as the user's loop runs. What it gives back (`summary`,
     `passes`) is built from them when asked, and the caller freezes it. While the window (and the
     replay) lasts, the loader's recipe is timed (`watch_chain.timed_recipe`); `close` restores it,
-    and the watch closes itself once both are over."""
+    and the watch closes itself once both are over. Where the loop runs on CUDA when the window
+    opens, `gpu_clock()` gives the clock that puts the measured steps on the GPU's own timeline
+    (pipebench.measure.watch_clock; tests pass a fake)."""
 
-    def __init__(self, loader: DataLoader, window: WatchWindow = WatchWindow(), site: Optional[str] = None) -> None:
+    def __init__(self, loader: DataLoader, window: WatchWindow = WatchWindow(), site: Optional[str] = None,
+                 gpu_clock: Callable[[], Optional[GpuWatchClock]] = cuda_watch_clock) -> None:
         self.window = window
         self.site = site or creation_site()
         self.dataset_class = type(loader.dataset).__name__
@@ -139,6 +143,8 @@ class LoaderWatch:
         self.batch_steps = collate_step(loader.collate_fn)
         # Batches come back as Riding (batch, timings) while the recipe is timed: stripped here.
         self._riding = self.recipe is not None
+        self._new_clock: Optional[Callable[[], Optional[GpuWatchClock]]] = gpu_clock
+        self.gpu_clock: Optional[GpuWatchClock] = None
 
     def close(self) -> None:
         """Put the loader's recipe and collate back (idempotent)."""
@@ -200,12 +206,21 @@ class LoaderWatch:
         self._measured += 1
         return True
 
+    def _clock_boundary(self, wanted: bool) -> None:
+        """The GPU clock's mark at a call of next(); the clock is chosen at the window's first step."""
+        if wanted and self._new_clock is not None:
+            self.gpu_clock, self._new_clock = self._new_clock(), None
+        if self.gpu_clock is not None:
+            self.gpu_clock.boundary(wanted)
+
     def epoch(self, open_epoch: Callable[[], Iterator[Any]]) -> Iterator[Any]:
         """One epoch of the loader (`open_epoch` opens it), timed while the window lasts."""
         self.epochs += 1
         number = self.epochs
         start = time.perf_counter_ns()
         iterator = open_epoch()
+        if self.gpu_clock is not None:
+            self.gpu_clock.cut()  # a step the loop left unfinished in the last epoch
         if self.done:
             yield from self._after_window(iterator)
             return
@@ -229,10 +244,13 @@ class LoaderWatch:
                 pending = None
             wanted = self._wanted(before)
             log.skipped += not wanted and not self.done
+            self._clock_boundary(wanted)
             try:
                 batch = next(iterator)
             except StopIteration:
                 return
+            if wanted and self.gpu_clock is not None:
+                self.gpu_clock.delivered()
             batch = self._strip(batch, wanted)
             delivered = time.perf_counter_ns()
             if wanted:
@@ -242,11 +260,16 @@ class LoaderWatch:
 
     @property
     def passes(self) -> List[PassResult]:
-        """Each epoch that holds measured steps, as the harness's PassResult (its steps so far)."""
-        return [PassResult(first_batch_s=log.first_batch_s, warmup_steps=log.skipped, steps=list(log.steps),
-                           wall_s=sum(s.step_ns for s in log.steps) / NS_PER_S, epochs=1, worker_startup_s={},
+        """Each epoch that holds measured steps, as the harness's PassResult (its steps so far; on
+        the GPU's clock too where the loop runs on CUDA: this waits for the steps in flight)."""
+        logs = [log for log in self._logs if log.steps]
+        epochs = [list(log.steps) for log in logs]
+        if self.gpu_clock is not None:
+            epochs = on_gpu_clock(epochs, self.gpu_clock.splits())
+        return [PassResult(first_batch_s=log.first_batch_s, warmup_steps=log.skipped, steps=steps,
+                           wall_s=sum(s.step_ns for s in steps) / NS_PER_S, epochs=1, worker_startup_s={},
                            start_epoch=log.number)
-                for log in self._logs if log.steps]
+                for log, steps in zip(logs, epochs)]
 
     def summary(self) -> Dict[str, Any]:
         """The harness's summary row of the measured steps (`summarize.summary_row`), plus batches/s

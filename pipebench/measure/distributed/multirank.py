@@ -239,16 +239,21 @@ def coverage_of(records: Sequence[Dict[str, Any]], spec: JobSpec) -> CoverageRep
                           droppable_per_epoch(shards, spec.loader.batch_size, spec.loader.drop_last))
 
 
-def pooled_transforms(records: Sequence[Dict[str, Any]], job_dir: Path) -> List[Dict[str, Any]]:
-    """The per-transform table over every rank's samples, as if one process had made them all."""
+def pooled_rows(sinks: Sequence[TimingSink], names: Dict[str, Sequence[Sequence[str]]]) -> List[Dict[str, Any]]:
+    """The per-transform table over the samples of every sink (one a rank), as if one process had
+    made them all; `names` holds the `sample` and `batch` steps' (stage, name) pairs."""
     pooled = TimingSink()
-    for record in records:
-        sink = load_timings(job_dir / RANK_TIMINGS.format(rank=record["rank"]))
+    for sink in sinks:
         pooled.sample_ns.extend(sink.sample_ns)
         pooled.batch_ns.extend(sink.batch_ns)
-    names = records[0]["step_names"]
     return rows_as_dicts(transform_rows(pooled, [StepName(*n) for n in names["sample"]],
                                         [StepName(*n) for n in names["batch"]]))
+
+
+def pooled_transforms(records: Sequence[Dict[str, Any]], job_dir: Path) -> List[Dict[str, Any]]:
+    """The per-transform table over every rank's samples (their saved timings)."""
+    sinks = [load_timings(job_dir / RANK_TIMINGS.format(rank=record["rank"])) for record in records]
+    return pooled_rows(sinks, records[0]["step_names"])
 
 
 def total_passes(records: Sequence[Dict[str, Any]]) -> List[PassResult]:
@@ -308,6 +313,18 @@ def aggregate(records: Sequence[Dict[str, Any]]) -> Dict[str, Any]:
     return row
 
 
+def rank_breakdown(records: Sequence[Dict[str, Any]]) -> Dict[str, Any]:
+    """What a multi-rank result.json keeps of each rank: its row of RANK_FIELDS, its transforms and
+    its raw steps; rank 0's steps also stand as the job's `passes`, where tools that read one
+    process's passes (compare) look: the ranks step together, so its rate is the total over nproc."""
+    return {
+        "ranks": [{"rank": r["rank"], **{k: r["summary"].get(k) for k in RANK_FIELDS}} for r in records],
+        "rank_transforms": {str(r["rank"]): r["transforms"] for r in records},
+        "passes": records[0]["passes"],
+        "rank_passes": {str(r["rank"]): r["passes"] for r in records},
+    }
+
+
 def aggregate_line(row: Dict[str, Any]) -> str:
     """The job's multi-rank figures in one line, printed as the job ends."""
     return (f"ranks: {row['ranks']} ranks, {row['samples_per_s']:.1f} samples/s in total, starvation "
@@ -337,7 +354,7 @@ def measure_multirank(spec: JobSpec, job_dir: Path) -> Dict[str, Any]:
     return {
         "summary": summary,
         "transforms": pooled_transforms(records, job_dir),
-        "ranks": [{"rank": r["rank"], **{k: r["summary"][k] for k in RANK_FIELDS}} for r in records],
+        **rank_breakdown(records),
         "distributed": {
             "nproc": spec.distributed.nproc,
             "backend": backend,
@@ -346,11 +363,6 @@ def measure_multirank(spec: JobSpec, job_dir: Path) -> Dict[str, Any]:
             "oversubscribed": bool(warning),
         },
         "coverage": coverage.as_dict(),
-        "rank_transforms": {str(r["rank"]): r["transforms"] for r in records},
-        # Rank 0's raw steps, where tools that read one process's passes (compare) look: the ranks
-        # step together, so its rate is the total over nproc. Every rank's are in rank_passes.
-        "passes": records[0]["passes"],
-        "rank_passes": {str(r["rank"]): r["passes"] for r in records},
         # Each rank's meter sections, as a single-process job's result.json has them at its top level.
         "rank_meters": {str(r["rank"]): r["meters"] for r in records},
         "fingerprint": records[0]["fingerprint"],

@@ -1,0 +1,150 @@
+"""`pipebench attach -- torchrun [OPTIONS] train.py ARGS`: every rank's script watched, the ranks' results merged.
+
+`torchrun ...` and `python -m torch.distributed.run ...` are rewritten so each rank runs the
+script under pipebench's watch:
+
+    python -m torch.distributed.run OPTIONS -m pipebench.cli.attach_rank [-m] TARGET ARGS
+
+(torchrun's own options kept as given; the rank module does what attach does in-process and
+writes to its own folder, pipebench.record.watched_ranks). torchrun runs as a child in a session
+of its own, tied to this process (pipebench.base.lifeline); SIGINT and SIGTERM sent to attach go
+to that session, and torchrun hands them to the ranks as it does from a terminal. Its exit
+status is attach's. torchrun starts each rank in a session of its own, so on the way out every
+process it started that is still alive is ended (pipebench.base.descendants). Then the ranks'
+folders are merged into one results folder: a row a rank, and the straggler figures.
+"""
+
+import os
+import signal
+import subprocess
+import sys
+from contextlib import contextmanager, suppress
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Iterator, List, NoReturn, Optional, Sequence, Tuple
+
+from pipebench.base.descendants import no_descendant_outlives
+from pipebench.base.errors import USAGE_EXIT_STATUS, ConfigError
+from pipebench.base.lifeline import tied_command
+from pipebench.base.tables import markdown_table
+from pipebench.measure.distributed.multirank import aggregate_line
+from pipebench.measure.watch import WatchWindow
+from pipebench.record.watched_ranks import RANKS_FOLDER, merge_ranks, rank_environment, rank_status
+
+__all__ = ["TorchrunCommand", "attach_torchrun", "parse_torchrun", "torchrun_args"]
+
+TORCHRUN = "torchrun"
+TORCHRUN_MODULE = "torch.distributed.run"
+# What torchrun runs on each rank in place of the user's script.
+RANK_MODULE = "pipebench.cli.attach_rank"
+# torchrun's flag for "the script is a module": moved after the rank module, to the user's target.
+MODULE_FLAGS = ("-m", "--module")
+# The signals a user sends to stop a run; the rest keep their default (SIGKILL can't be caught:
+# the lifeline takes torchrun down then).
+FORWARDED_SIGNALS = (signal.SIGINT, signal.SIGTERM)
+RANK_TABLE_COLUMNS = ("rank", "samples_per_s", "starvation_pct", "wait_ms_median", "busy_ms_mean",
+                      "collective_ms_mean", "steps")
+
+
+@dataclass(frozen=True)
+class TorchrunCommand:
+    """A torchrun command taken apart: torchrun's options (its module flag left out), whether the
+    target is a module, the target and its arguments."""
+
+    options: Tuple[str, ...]
+    module: bool
+    target: str
+    args: Tuple[str, ...]
+
+    def rank_command(self) -> List[str]:
+        """The same launch, each rank running the target under pipebench's watch."""
+        return [sys.executable, "-m", TORCHRUN_MODULE, *self.options, "-m", RANK_MODULE,
+                *(("-m",) if self.module else ()), self.target, *self.args]
+
+
+def torchrun_args(command: Sequence[str]) -> Optional[List[str]]:
+    """torchrun's own arguments when `command` launches torchrun (`torchrun ...` or
+    `python -m torch.distributed.run ...`), else None."""
+    words = list(command)
+    if words[:1] == ["--"]:
+        words = words[1:]
+    if words and os.path.basename(words[0]) == TORCHRUN:
+        return words[1:]
+    if len(words) >= 3 and os.path.basename(words[0]).startswith("python") and words[1:3] == ["-m", TORCHRUN_MODULE]:
+        return words[3:]
+    return None
+
+
+def _refuse(message: str) -> NoReturn:
+    raise ConfigError(f"attach -- torchrun: {message}")
+
+
+def parse_torchrun(words: Sequence[str]) -> TorchrunCommand:
+    """torchrun's arguments read by torchrun's own parser. Raises ConfigError on what attach cannot run."""
+    from torch.distributed.run import get_args_parser
+
+    parser = get_args_parser()
+    parser.error = _refuse  # one line, not argparse's usage and exit
+    args = parser.parse_args(list(words))
+    if args.no_python or args.run_path:
+        _refuse("--no-python and --run-path are not supported: attach starts each rank as `python -m "
+                f"{RANK_MODULE}`, which then runs the script")
+    cut = len(words) - len(args.training_script_args) - 1
+    if not args.module and not Path(args.training_script).is_file():
+        _refuse(f"no script at {args.training_script}")
+    return TorchrunCommand(tuple(w for w in words[:cut] if w not in MODULE_FLAGS), bool(args.module),
+                           args.training_script, tuple(args.training_script_args))
+
+
+@contextmanager
+def forwarding_signals(group: int) -> Iterator[None]:
+    """Within the block, SIGINT and SIGTERM sent to this process go to process group `group`."""
+    def forward(signum: int, frame: object) -> None:
+        with suppress(ProcessLookupError):
+            os.killpg(group, signum)
+
+    saved = {sig: signal.signal(sig, forward) for sig in FORWARDED_SIGNALS}
+    try:
+        yield
+    finally:
+        for sig, handler in saved.items():
+            signal.signal(sig, handler)
+
+
+def run_torchrun(command: TorchrunCommand, env: dict) -> int:
+    """torchrun to its end, signals forwarded, nothing it started left alive; its exit status."""
+    with no_descendant_outlives():
+        proc = subprocess.Popen(tied_command(command.rank_command()), env=env, start_new_session=True)
+        with forwarding_signals(proc.pid):
+            return proc.wait()
+
+
+def attach_torchrun(words: Sequence[str], window: WatchWindow, folder: Path) -> int:
+    """Run torchrun's arguments `words` with every rank watched; merge the ranks into `folder`."""
+    command = parse_torchrun(words)
+    ranks_dir = folder / RANKS_FOLDER
+    if any(ranks_dir.glob("*")):
+        raise ConfigError(f"{folder} holds the ranks of an earlier run ({ranks_dir}); give attach another --out")
+    status = run_torchrun(command, {**os.environ, **rank_environment(ranks_dir, window)})
+    ranks = rank_status(ranks_dir) if ranks_dir.is_dir() else []
+    if not ranks:
+        print(f"pipebench attach: no rank of {command.target} wrote its results (torchrun exited {status})",
+              file=sys.stderr)
+        return status or USAGE_EXIT_STATUS
+    if not any(r["iterated"] for r in ranks):
+        print(f"pipebench attach: no rank of {command.target} iterated a torch.utils.data.DataLoader (torchrun "
+              f"exited {status}); a loader of its own class is measured with pipebench.watch(loader)", file=sys.stderr)
+        return USAGE_EXIT_STATUS
+    merged = merge_ranks(ranks_dir, folder)
+    if not merged:
+        print(f"pipebench attach: no rank measured a step past its {window.skip_steps} warm-up steps "
+              f"(torchrun exited {status}); the ranks' folders are in {ranks_dir}", file=sys.stderr)
+        return status or USAGE_EXIT_STATUS
+    for record in merged:
+        loader = record["config"]["loader"]
+        print(f"loader {loader['site']} ({loader['dataset_class']}), {len(record['ranks'])} ranks:")
+        print(markdown_table(record["ranks"], RANK_TABLE_COLUMNS))
+        print(aggregate_line(record["summary"]))
+    print(f"each rank's own results: {ranks_dir}")
+    print(f"results: {folder}  (pipebench report {folder})")
+    return status

@@ -1,0 +1,175 @@
+"""The ranks of `pipebench attach -- torchrun ...`: each rank's folder, and their merge into one results folder.
+
+Each rank (pipebench.cli.attach_rank) writes what it watched to `RANKS_FOLDER/rank-N/` of the
+results folder, named to it by RANKS_DIR_ENV: a watched results folder of its own (one job a
+loader, readable by `pipebench report`), each job's per-sample timings (`timings.npz`, plain
+arrays) and `rank.json` (its rank, the script's exit status, the loaders it measured and their
+step names). `merge_ranks` then writes one job a loader at the top of the results folder, as a
+multi-rank `pipebench run` job has it (pipebench.measure.distributed.multirank): a row a rank,
+the total rate and its interval, mean and worst starvation, the straggler ratio and the wait at
+the collective, and the transform table pooled over the ranks' samples.
+
+The user's step holds its own collective (an all-reduce, DDP's gradient sync), which the watch
+cannot time apart. It is estimated step by step: the ranks' measured steps are aligned (the k-th
+of each epoch on every rank is one training step, as data-parallel ranks step together), the
+fastest rank's time after its batch came stands for the step's own work, and what a rank's
+exceeds it by is its wait at the collective. The estimate holds where the ranks' work a step is
+alike (the same model on batches of one size); `distributed.collective_wait` says so.
+"""
+
+import json
+import os
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any, Dict, List, Mapping, Sequence
+
+import numpy as np
+
+from pipebench.base.errors import ConfigError
+from pipebench.base.io import write_json_atomic
+from pipebench.measure.distributed.multirank import RANK_FIELDS, aggregate, pooled_rows, rank_breakdown, total_rate
+from pipebench.measure.distributed.ranks import load_timings, save_timings
+from pipebench.measure.watch import LoaderWatch, WatchWindow
+from pipebench.record.results import read_result, write_invocation_tables, write_result
+from pipebench.record.stored import NUMBER, OBJECT, WHOLE, check_fields, read_stored, versioned
+from pipebench.record.watched import JOB_FOLDER, save_results, watch_result
+
+__all__ = ["COLLECTIVE_ESTIMATE", "RANKS_DIR_ENV", "RANKS_FOLDER", "WINDOW_ENV", "collective_estimates", "merge_ranks",
+           "rank_environment", "rank_status", "rank_window", "save_rank"]
+
+# The folder of the ranks' own results, inside the results folder.
+RANKS_FOLDER = "ranks"
+# The environment that tells a rank where its folder goes and which window to measure (torchrun
+# passes its environment to the ranks it starts).
+RANKS_DIR_ENV = "PIPEBENCH_ATTACH_RANKS"
+WINDOW_ENV = "PIPEBENCH_ATTACH_WINDOW"
+RANK_FOLDER = "rank-{rank}"
+RANK_STATUS = "rank.json"
+TIMINGS_FILE = "timings.npz"
+# How the merged row's collective wait was had (result.json's distributed.collective_wait).
+COLLECTIVE_ESTIMATE = ("estimated: per step, a rank's time after its batch came less the fastest rank's "
+                       "(the ranks' own work a step taken as alike)")
+RANK_STATUS_FIELDS = {"rank": WHOLE, "world_size": WHOLE, "exit_status": NUMBER, "iterated": WHOLE, "jobs": OBJECT}
+
+
+def rank_environment(ranks_dir: Path, window: WatchWindow) -> Dict[str, str]:
+    """The variables a rank reads: its folder's parent and the window."""
+    return {RANKS_DIR_ENV: str(ranks_dir.resolve()), WINDOW_ENV: json.dumps(asdict(window))}
+
+
+def rank_window() -> WatchWindow:
+    """The window attach asked for (WINDOW_ENV). Raises ConfigError outside attach."""
+    if WINDOW_ENV not in os.environ or RANKS_DIR_ENV not in os.environ:
+        raise ConfigError(f"a rank of pipebench attach runs under `pipebench attach -- torchrun ...`, "
+                          f"which sets {RANKS_DIR_ENV} and {WINDOW_ENV}")
+    return WatchWindow(**json.loads(os.environ[WINDOW_ENV]))
+
+
+def _step_pairs(names: Sequence[Any]) -> List[List[str]]:
+    return [[name.stage, name.name] for name in names]
+
+
+def save_rank(watches: Sequence[LoaderWatch], exit_status: int) -> Path:
+    """This rank's folder (RANK, WORLD_SIZE from torchrun): its watched results, each job's
+    timings and rank.json. Returns the folder."""
+    rank, world = int(os.environ.get("RANK", "0")), int(os.environ.get("WORLD_SIZE", "1"))
+    folder = Path(os.environ[RANKS_DIR_ENV]) / RANK_FOLDER.format(rank=rank)
+    folder.mkdir(parents=True, exist_ok=True)
+    measured = [(watch, result) for watch in watches if (result := watch_result(watch)) is not None]
+    jobs = {}
+    if measured:
+        save_results(folder, [result for _, result in measured])
+    for num, (watch, result) in enumerate(measured):
+        job = JOB_FOLDER.format(num=num)
+        if watch.sink.sample_ns:
+            save_timings(folder / job / TIMINGS_FILE, watch.sink)
+        names = {"sample": _step_pairs(watch.recipe.names) if watch.recipe is not None else [],
+                 "batch": _step_pairs(watch.batch_steps)}
+        jobs[result.record["job"]] = {"folder": job, "step_names": names}
+    write_json_atomic(folder / RANK_STATUS, versioned({
+        "rank": rank, "world_size": world, "exit_status": exit_status,
+        "iterated": int(any(w.iterated for w in watches)), "jobs": jobs}))
+    return folder
+
+
+def rank_status(ranks_dir: Path) -> List[Dict[str, Any]]:
+    """Every rank's rank.json that was written, in rank order."""
+    found = [read_stored(path, lambda data: check_fields(data, RANK_STATUS_FIELDS))
+             for path in ranks_dir.glob(f"{RANK_FOLDER.format(rank='*')}/{RANK_STATUS}")]
+    return sorted(found, key=lambda status: status["rank"])
+
+
+def _own_wait_ms(one_pass: Mapping[str, Any], k: int) -> float:
+    """The wait a step began with: on the GPU's clock where the pass has it, else the host's."""
+    return one_pass["gpu_idle_data_ms"][k] if "gpu_idle_data_ms" in one_pass else one_pass["wait_ms"][k]
+
+
+def collective_estimates(records: Sequence[Mapping[str, Any]]) -> List[Dict[str, float]]:
+    """Per rank, in `records` order: busy_ms_mean (its step less its collective wait), and
+    collective_ms_mean / _p99, over the steps every rank measured (COLLECTIVE_ESTIMATE)."""
+    collective: List[List[float]] = [[] for _ in records]
+    busy: List[List[float]] = [[] for _ in records]
+    for index in range(min(len(r["passes"]) for r in records)):
+        passes = [r["passes"][index] for r in records]
+        for k in range(min(len(p["step_ms"]) for p in passes)):
+            after = [p["step_ms"][k] - _own_wait_ms(p, k) for p in passes]
+            floor = min(after)
+            for rank, (one_pass, own) in enumerate(zip(passes, after)):
+                collective[rank].append(own - floor)
+                busy[rank].append(one_pass["step_ms"][k] - (own - floor))
+    return [{"busy_ms_mean": float(np.mean(b)), "collective_ms_mean": float(np.mean(c)),
+             "collective_ms_p99": float(np.percentile(c, 99))} for b, c in zip(busy, collective)]
+
+
+def _rank_records(ranks_dir: Path, statuses: Sequence[Mapping[str, Any]], job: str) -> List[Dict[str, Any]]:
+    """The result.json of one loader on every rank that measured it, shaped as multirank's rank records."""
+    records = []
+    for status in statuses:
+        entry = status["jobs"].get(job)
+        if entry is None:
+            continue
+        job_dir = ranks_dir / RANK_FOLDER.format(rank=status["rank"]) / entry["folder"]
+        stored = read_result(job_dir / "result.json")
+        records.append({**stored, "rank": status["rank"], "job_dir": job_dir, "step_names": entry["step_names"]})
+    return records
+
+
+def _merged(records: Sequence[Dict[str, Any]], statuses: Sequence[Mapping[str, Any]], num: int) -> Dict[str, Any]:
+    """One loader's job over its ranks, shaped as a multi-rank job's result.json."""
+    for record, estimate in zip(records, collective_estimates(records)):
+        record["summary"] = {**record["summary"], **estimate}
+    workers = int(records[0]["summary"]["workers"])
+    # The ranks' passes cut to those every rank has, step for step, for the rate of all ranks together.
+    common = min(len(r["passes"]) for r in records)
+    summary = aggregate(records)
+    summary.update(total_rate([{**r, "passes": r["passes"][:common]} for r in records], workers))
+    timed = [r for r in records if (r["job_dir"] / TIMINGS_FILE).exists()]
+    transforms = pooled_rows([load_timings(r["job_dir"] / TIMINGS_FILE) for r in timed],
+                             timed[0]["step_names"]) if timed else []
+    first = records[0]
+    return {
+        **{key: first[key] for key in ("job", "overrides", "config", "choices", "first_batch_s_per_epoch", "fingerprint")},
+        "job_num": num,
+        "summary": summary,
+        "transforms": transforms,
+        **rank_breakdown(records),
+        "distributed": {"nproc": len(records), "launcher": "torchrun", "collective_wait": COLLECTIVE_ESTIMATE,
+                        "world_size": int(statuses[0]["world_size"]),
+                        "exit_status": {str(s["rank"]): s["exit_status"] for s in statuses}},
+    }
+
+
+def merge_ranks(ranks_dir: Path, folder: Path) -> List[Dict[str, Any]]:
+    """One job a loader in `folder` from the ranks' folders under `ranks_dir` (loaders matched by
+    name, in the order the lowest rank measured them), then summary.csv and transforms.csv.
+    Returns the merged records; none when no rank measured a step."""
+    statuses = rank_status(ranks_dir)
+    jobs = list(dict.fromkeys(job for status in statuses for job in status["jobs"]))
+    merged = [_merged(_rank_records(ranks_dir, statuses, job), statuses, num) for num, job in enumerate(jobs)]
+    for num, record in enumerate(merged):
+        job_dir = folder / JOB_FOLDER.format(num=num)
+        job_dir.mkdir(parents=True, exist_ok=True)
+        write_result(job_dir, record)
+    if merged:
+        write_invocation_tables(folder)
+    return merged
