@@ -81,6 +81,11 @@ class Repeats:
     skipped: Tuple[SampleFailure, ...]
     epochs: Tuple[int, ...]
 
+    @property
+    def marked_samples(self) -> int:
+        """The samples of the window the meters' marks bound: the first repeat's measured steps."""
+        return sum(step.samples for step in self.passes[0].steps) if self.passes else 0
+
 
 def _unmarked(name: str) -> None:
     """Repeats after the first: the meters' marks belong to the first repeat's window."""
