@@ -16,7 +16,7 @@ from pipebench.base.watchdog import Unwatched, Watchdog
 from pipebench.config.specs import JobSpec
 from pipebench.measure.coverage import IndexLog
 from pipebench.measure.gpu.session import GpuSession
-from pipebench.measure.meter import Meter
+from pipebench.measure.meter import FIRST_MEASURED, Meter
 from pipebench.measure.runner import BatchStream, PassResult, StepLoop, TimingSink, measure_pass
 from pipebench.measure.step_sync import StepSync, resolve_sync
 from pipebench.pipeline.build import build_device_chain, pin_memory_effective
@@ -98,7 +98,9 @@ def measure_repeats(spec: JobSpec, kit: LoopKit, meters: Sequence[Meter], index_
     on failure). `index_log` sees every batch; `agree` is a rank's shared stop decision."""
 
     def mark(name: str) -> None:
-        for meter in meters:
+        # The last mark in reverse: each meter's window then nests inside the ones before it, so
+        # the CPU of the host-load meter's window holds no memory sample's page-table walk.
+        for meter in (meters if name == FIRST_MEASURED else reversed(meters)):
             meter.mark(name)
 
     passes, skipped, epochs = [], [], []
