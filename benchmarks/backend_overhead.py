@@ -135,17 +135,25 @@ def measure_round(spec: JobSpec) -> Round:
     return Round(first, harness, second)
 
 
+def verdict(ratio: float, aa_pct: float) -> str:
+    """PASS inside the target; outside it, FAIL only where the miss is larger than the A/A spread
+    (the two plain runs' own difference), else it is within this machine's noise."""
+    if RATIO_LOW <= ratio <= RATIO_HIGH:
+        return "PASS"
+    return "within noise" if abs(ratio - 1) * 100 <= aa_pct else "FAIL"
+
+
 def table(results: dict) -> str:
     lines = ["| backend | plain samples/s | pipebench samples/s | ratio (range) | A/A plain vs plain % | target | verdict |",
              "|---|---:|---:|---|---:|---|---|"]
     for backend, rounds in results.items():
         ratios = [r.ratio for r in rounds]
         ratio = statistics.median(ratios)
-        verdict = "PASS" if RATIO_LOW <= ratio <= RATIO_HIGH else "FAIL"
+        aa_pct = statistics.median(r.aa_pct for r in rounds)
         lines.append(f"| {backend} | {statistics.median(r.plain for r in rounds):.1f} "
                      f"| {statistics.median(r.harness for r in rounds):.1f} "
                      f"| {ratio:.3f} ({min(ratios):.3f}–{max(ratios):.3f}) "
-                     f"| {statistics.median(r.aa_pct for r in rounds):.1f} | {RATIO_LOW}–{RATIO_HIGH} | {verdict} |")
+                     f"| {aa_pct:.1f} | {RATIO_LOW}–{RATIO_HIGH} | {verdict(ratio, aa_pct)} |")
     return "\n".join(lines)
 
 
