@@ -569,6 +569,8 @@ def diagnose(results: Sequence[Mapping]) -> Diagnosis:
     return Diagnosis(rows=tuple(rows), costs=tuple(costs.items()), advice=tuple(advice), targets=targets)
 
 
+# The model's cells: numbers, or NOT_PREDICTED; right-aligned either way.
+PREDICTED_COLUMNS = ("predicted_samples_per_s", "gap_pct", "predicted_starvation_pct")
 PREDICTION_COLUMNS = ["chain", "ranks", "workers", "predicted_samples_per_s", "measured_samples_per_s", "gap_pct",
                       "predicted_starvation_pct", "measured_starvation_pct", "bound"]
 
@@ -606,7 +608,7 @@ def render_diagnosis(diagnosis: Diagnosis) -> str:
         "predicted.\n",
         markdown_table(cost_rows, list(cost_rows[0])),
         markdown_table(prediction_table_rows(diagnosis), [c for c in PREDICTION_COLUMNS if c != "ranks" or any(
-            r.ranks > 1 for r in diagnosis.rows)]),
+            r.ranks > 1 for r in diagnosis.rows)], right=PREDICTED_COLUMNS),
         *([f"### cores for accel_util_pct ≥ {format_value(diagnosis.targets[0][1].target_pct)}% "
            "(run.target_accel_util_pct)\n",
            "\n".join(f"- {target_line(chain, needs)}" for chain, needs in diagnosis.targets) + "\n"]
