@@ -88,7 +88,8 @@ def test_the_index_log_finds_a_miss_in_a_finished_epoch():
 
 
 def test_a_meter_that_was_never_stopped_leaves_empty_cells():
-    assert MemorySampler().columns() == {"rss_mb_peak": None, "worker_pss_growth_mb": None, "shm_mb_peak": None}
+    assert MemorySampler().columns() == {"rss_mb_peak": None, "pss_mb_peak": None,
+                                         "worker_pss_growth_mb": None, "shm_mb_peak": None}
     assert IndexLog(length=3).columns() == {"duplicate_samples": None, "missed_samples": None}
 
 

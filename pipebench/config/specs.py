@@ -46,7 +46,11 @@ SHARING_STRATEGIES = ("file_descriptor", "file_system")
 # loader.backend: what makes the batches (pipebench.pipeline.loader_backends). dataloader: torch's
 # DataLoader and its worker processes; threads: torchdata.nodes on a thread pool; spdl: an SPDL
 # pipeline on a thread pool. Named here, below the pipeline, so a typo is one line at compose time.
-LOADER_BACKENDS = ("dataloader", "threads", "spdl")
+# What `workers=` counts under each backend: worker processes, or threads of the job's own
+# process. Here too, so the meters and the report (which imports no torch) tell the two apart.
+PROCESSES, THREADS = "processes", "threads"
+BACKEND_WORKER_KINDS = {"dataloader": PROCESSES, "threads": THREADS, "spdl": THREADS}
+LOADER_BACKENDS = tuple(BACKEND_WORKER_KINDS)
 TRACE_KINDS = ("none", "torch", "viztracer")
 DISTRIBUTED_BACKENDS = ("auto", "gloo", "nccl")
 # warm: the files are read once before measuring, so the page cache serves the run; cold: each
@@ -145,6 +149,12 @@ class JobSpec:
     storage: StorageSpec = StorageSpec()
     # Steps run on the batch after the host-to-device copy (transform.on_device).
     on_device: Tuple[Mapping[str, Any], ...] = ()
+
+    @property
+    def worker_kind(self) -> str:
+        """What the job's workers are: THREADS under a thread backend with workers, else PROCESSES
+        (workers=0 is the DataLoader's in-process loop under every backend)."""
+        return BACKEND_WORKER_KINDS[self.loader.backend] if self.workers > 0 else PROCESSES
 
 
 def _require(ok: bool, message: str) -> None:

@@ -17,7 +17,7 @@ import psutil
 
 from pipebench.measure.meter import FIRST_MEASURED, LAST_MEASURED
 
-__all__ = ["HostLoadMeter", "HostReading", "host_load_note", "other_load"]
+__all__ = ["PROCESS_CPU_COLUMN", "HostLoadMeter", "HostReading", "host_load_note", "other_load"]
 
 # Another tenant using a tenth of the host's logical CPUs moved this machine's rates by 10-25%
 # between runs (2 cores, other engineers' jobs): past that, a rerun can land outside this
@@ -26,6 +26,9 @@ OTHER_LOAD_NOTE_SHARE = 0.10
 # Steal is CPU the hypervisor gave to other machines while this one wanted it: a few percent
 # already shows a noisy neighbour.
 STEAL_NOTE_PCT = 2.0
+# The summary column of this job's own process tree's CPU a sample over the marked window.
+PROCESS_CPU_COLUMN = "process_cpu_ms_per_sample"
+MS_PER_S = 1000.0
 
 
 @dataclass(frozen=True)
@@ -115,6 +118,16 @@ class HostLoadMeter:
         if first is None or last is None or last.wall_s <= first.wall_s:
             return None
         return (last.own_cpu_s - first.own_cpu_s) / (last.wall_s - first.wall_s)
+
+    def cpu_ms_per_sample(self, samples: int) -> Optional[float]:
+        """CPU ms a sample of this job's whole process tree between the marks, over the `samples`
+        the window measured: the main process with all its threads (a thread backend's workers,
+        the collate and pin threads, the step loop, the consumer's own CPU) and every worker
+        process. None when the window was not marked or measured nothing."""
+        first, last = self._at.get(FIRST_MEASURED), self._at.get(LAST_MEASURED)
+        if first is None or last is None or samples <= 0:
+            return None
+        return (last.own_cpu_s - first.own_cpu_s) * MS_PER_S / samples
 
     def record(self) -> Dict[str, Any]:
         columns = self.columns()

@@ -32,7 +32,7 @@ from pipebench.measure.runner import (
     worker_faults_named,
 )
 from pipebench.measure.setup import job_fingerprint, seed_everything
-from pipebench.measure.host_load import HostLoadMeter
+from pipebench.measure.host_load import PROCESS_CPU_COLUMN, HostLoadMeter
 from pipebench.measure.storage_cache import prepare_cache
 from pipebench.measure.storage_io import StorageReadMeter, file_read_columns
 from pipebench.measure.summarize import (
@@ -45,7 +45,8 @@ from pipebench.measure.summarize import (
 from pipebench.measure.viztrace import TRACE_FILE as VIZTRACE_FILE
 from pipebench.measure.viztrace import VizTraceSession
 from pipebench.pipeline.build import build_pipeline
-from pipebench.pipeline.loader_backends import THREADS, build_backend
+from pipebench.config.specs import PROCESSES, THREADS
+from pipebench.pipeline.loader_backends import build_backend
 from pipebench.pipeline.consumers import build_consumer
 from pipebench.pipeline.timed_chain import InstrumentedDataset, TimedCollate
 
@@ -137,7 +138,7 @@ def _measure_job(spec: JobSpec, job_dir: Path, watchdog: Unwatched) -> Dict[str,
         loop.stream.close()
     if gpu.on_cuda and spec.run.profile_steps > 0:
         loop = kit.loop(LabelledConsumer(consumer))
-        gpu.profile(loop, job_dir, warmup_steps(spec), cycle_steps(spec.workers))
+        gpu.profile(loop, job_dir, warmup_steps(spec), cycle_steps(spec.workers, spec.worker_kind))
         loop.stream.close()
     if spec.run.profile_steps > 0 and spec.trace == "viztracer":
         traced = viztrace_pass(spec, kit, instrumented, collate, job_dir)
@@ -145,13 +146,16 @@ def _measure_job(spec: JobSpec, job_dir: Path, watchdog: Unwatched) -> Dict[str,
     rows = transform_rows(sink, instrumented.steps, [*collate.steps, *kit.device_chain.steps])
     cores = usable_cores()
     batches_per_epoch, samples_per_epoch = _epoch_size(spec, dataset, loader)
+    # A thread backend starts a fresh pool every epoch, whatever loader.persistent_workers says.
+    persistent = spec.worker_kind == PROCESSES and spec.workers > 0 and spec.loader.persistent_workers
     summary = summary_row(list(repeats.passes), rows, sink, spec.workers, cores, len(repeats.skipped),
-                          persistent=spec.workers > 0 and spec.loader.persistent_workers,
-                          samples_per_epoch=samples_per_epoch, batches_per_epoch=batches_per_epoch,
-                          target_steps=window_steps(spec))
+                          persistent=persistent, samples_per_epoch=samples_per_epoch,
+                          batches_per_epoch=batches_per_epoch, target_steps=window_steps(spec),
+                          worker_kind=spec.worker_kind)
     summary.update(pin_memory=kit.non_blocking, **cache.columns(), **file_read_columns(sink, summary["samples_per_s"]))
     for meter in meters:
         summary.update(meter.columns())
+    summary[PROCESS_CPU_COLUMN] = host_load.cpu_ms_per_sample(repeats.marked_samples)
     busy_host = host_load.record()["note"]
     if busy_host is not None:
         summary["window_note"] = "; ".join(filter(None, (summary["window_note"], busy_host)))
@@ -164,7 +168,7 @@ def _measure_job(spec: JobSpec, job_dir: Path, watchdog: Unwatched) -> Dict[str,
         "transforms": rows_as_dicts(rows),
         "workers_breakdown": worker_breakdown(sink, list(repeats.passes)),
         "consumer_report": consumer.report(),
-        "passes": pass_records(list(repeats.passes), spec.workers),
+        "passes": pass_records(list(repeats.passes), spec.workers, spec.worker_kind),
         "skipped": [f._asdict() for f in repeats.skipped[:MAX_LISTED_FAILURES]],
         "artifacts": artifacts,
         "viztrace": traced,

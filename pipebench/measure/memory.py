@@ -1,5 +1,9 @@
 """Worker memory health: RSS and PSS of the main process and each DataLoader worker, and /dev/shm.
 
+Under a thread backend (loader.backend=threads, spdl) the workers are threads of the main
+process: there are no children, and the sums are the main process's own RSS and PSS, which hold
+the workers' memory too.
+
 A background thread samples, and `mark()` takes an extra sample at once, tagged with a name.
 The step loop marks the first and the last measured step. The PSS growth between the two marks
 is therefore exact and does not depend on the sampling interval.
@@ -261,6 +265,7 @@ class MemorySampler:
         report = self._report
         return {
             "rss_mb_peak": report.rss_mb_peak if report else None,
+            "pss_mb_peak": report.pss_mb_peak if report else None,
             "worker_pss_growth_mb": report.worker_pss_growth_mb if report else None,
             "shm_mb_peak": report.shm_mb_peak if report else None,
         }

@@ -12,7 +12,7 @@ import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Optional, Sequence, Tuple
+from typing import Any, Callable, Iterable, Optional, Sequence, Tuple
 
 import torch
 from torch import nn
@@ -151,15 +151,20 @@ def plain_loader(spec: JobSpec) -> DataLoader:
                       num_workers=spec.workers, pin_memory=pin_memory_effective(spec), **extra)
 
 
-def plain_loop(spec: JobSpec, run_ahead: bool = False) -> LoopMeasurement:
+def plain_loop(spec: JobSpec, run_ahead: bool = False, loader: Optional[Iterable[Tuple[Any, Any]]] = None
+               ) -> LoopMeasurement:
     """Time `run.steps` steps of a plain loop after the harness's own warm-up (first batch, then
     `warmup_steps(spec)`), so the two are compared on the same steady state. An epoch's end
     starts the next one, inside the timed steps, as a `for` loop over epochs would.
 
+    `loader`: what makes the batches, each `iter()` one epoch of (data, labels); by default
+    `plain_loader(spec)`, a DataLoader (benchmarks/backend_overhead.py passes its hand-written
+    torchdata.nodes and SPDL loops).
+
     `run_ahead` (toy_cnn on CUDA): a hand-written asynchronous training loop. Its steps wait for
     nothing; the GPU is synchronised once before the timed steps and once after them, so the
     window holds exactly their work, as pipebench's run.sync=async window does."""
-    loader = plain_loader(spec)
+    loader = plain_loader(spec) if loader is None else loader
     consume = _plain_consumer(spec, non_blocking=pin_memory_effective(spec), run_ahead=run_ahead)
     settle = torch.cuda.synchronize if run_ahead and torch.cuda.is_available() else (lambda: None)
     epoch = iter(loader)

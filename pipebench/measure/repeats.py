@@ -16,7 +16,7 @@ from pipebench.base.watchdog import Unwatched, Watchdog
 from pipebench.config.specs import JobSpec
 from pipebench.measure.coverage import IndexLog
 from pipebench.measure.gpu.session import GpuSession
-from pipebench.measure.meter import Meter
+from pipebench.measure.meter import FIRST_MEASURED, Meter
 from pipebench.measure.runner import BatchStream, PassResult, StepLoop, TimingSink, measure_pass
 from pipebench.measure.step_sync import StepSync, resolve_sync
 from pipebench.pipeline.build import build_device_chain, pin_memory_effective
@@ -81,6 +81,11 @@ class Repeats:
     skipped: Tuple[SampleFailure, ...]
     epochs: Tuple[int, ...]
 
+    @property
+    def marked_samples(self) -> int:
+        """The samples of the window the meters' marks bound: the first repeat's measured steps."""
+        return sum(step.samples for step in self.passes[0].steps) if self.passes else 0
+
 
 def _unmarked(name: str) -> None:
     """Repeats after the first: the meters' marks belong to the first repeat's window."""
@@ -93,7 +98,9 @@ def measure_repeats(spec: JobSpec, kit: LoopKit, meters: Sequence[Meter], index_
     on failure). `index_log` sees every batch; `agree` is a rank's shared stop decision."""
 
     def mark(name: str) -> None:
-        for meter in meters:
+        # The last mark in reverse: each meter's window then nests inside the ones before it, so
+        # the CPU of the host-load meter's window holds no memory sample's page-table walk.
+        for meter in (meters if name == FIRST_MEASURED else reversed(meters)):
             meter.mark(name)
 
     passes, skipped, epochs = [], [], []

@@ -19,7 +19,7 @@ from pipebench.base.errors import SampleError, StepTimeoutError, WorkerError
 from pipebench.base.gpu_timeline import GpuStepSplit, split_steps
 from pipebench.base.gpu_timing import AsyncStepClock, DeviceCopy, moved_to
 from pipebench.base.watchdog import StepOverrun, Unwatched
-from pipebench.config.specs import JobSpec
+from pipebench.config.specs import PROCESSES, JobSpec
 from pipebench.measure.meter import FIRST_MEASURED, LAST_MEASURED
 from pipebench.pipeline.device_chain import DeviceChain
 from pipebench.pipeline.loader_backends import LoaderBackend
@@ -116,6 +116,8 @@ class TimingSink:
     worker_ids: List[int] = field(default_factory=list)
     # What each sample's load step read from files: [n_samples, len(IO_FIELDS)] per batch.
     sample_io: List[np.ndarray] = field(default_factory=list)
+    # The worker that made each sample (TimedBatch.sample_workers): [n_samples] per batch.
+    sample_workers: List[np.ndarray] = field(default_factory=list)
 
     def add(self, batch: TimedBatch) -> None:
         self.sample_ns.append(batch.sample_ns)
@@ -124,6 +126,7 @@ class TimingSink:
         self.batch_cpu_ns.append(batch.batch_cpu_ns)
         self.worker_ids.append(batch.worker_id)
         self.sample_io.append(batch.sample_io)
+        self.sample_workers.append(batch.sample_workers)
 
 
 def batch_bytes(data: Any) -> int:
@@ -342,18 +345,22 @@ def warmup_steps(spec: JobSpec) -> int:
     return max(spec.run.warmup_steps, spec.workers * spec.loader.prefetch_factor)
 
 
-def cycle_steps(workers: int) -> int:
-    """Steps in one worker cycle: W workers started together deliver W batches, then all wait."""
-    return max(workers, 1)
+def cycle_steps(workers: int, worker_kind: str = PROCESSES) -> int:
+    """Steps in one worker cycle: W worker processes started together deliver W batches (each makes
+    a whole batch), then all wait. A thread pool's W threads make every batch together, one after
+    the other, so its batches come one at a time: a cycle of one step."""
+    return max(workers, 1) if worker_kind == PROCESSES else 1
 
 
 def window_steps(spec: JobSpec) -> int:
-    """The fewest measured steps: run.steps, and with workers at least `run.worker_cycles` whole
-    worker cycles (in one process steps do not come in cycles, and run.steps rules alone)."""
+    """The fewest measured steps: run.steps, and with workers at least `run.worker_cycles` times
+    W steps, in whole cycles (in one process steps do not come in cycles, and run.steps rules
+    alone). Thread backends get the same count as W processes would, so backends swept side by
+    side are measured over windows of one length."""
     if spec.workers == 0:
         return spec.run.steps
-    cycle = cycle_steps(spec.workers)
-    wanted = max(spec.run.steps, spec.run.worker_cycles * cycle)
+    cycle = cycle_steps(spec.workers, spec.worker_kind)
+    wanted = max(spec.run.steps, spec.run.worker_cycles * spec.workers)
     return -(-wanted // cycle) * cycle
 
 
@@ -383,7 +390,7 @@ def measure_pass(loop: StepLoop, spec: JobSpec, sink: TimingSink, label: str,
     min_time_ns = spec.run.min_time_s * NS_PER_S
     max_time_ns = spec.run.max_time_s * NS_PER_S
     target = window_steps(spec)
-    cycle = cycle_steps(spec.workers)
+    cycle = cycle_steps(spec.workers, spec.worker_kind)
     bar = tqdm(total=target, desc=label, unit="step", leave=False,
                disable=None if spec.run.progress else True)
     measured_ns = 0

@@ -6,7 +6,7 @@ from typing import Dict, List, Optional, Sequence
 import numpy as np
 
 from pipebench.base.stats import block_ratio_interval, distribution
-from pipebench.config.specs import SYNC_ASYNC, SYNC_PER_STEP
+from pipebench.config.specs import PROCESSES, SYNC_ASYNC, SYNC_PER_STEP
 from pipebench.measure.runner import NS_PER_MS, NS_PER_S, PassResult, StepSample, TimingSink
 from pipebench.measure.storage_io import file_read_figures
 from pipebench.measure.window import (
@@ -18,7 +18,7 @@ from pipebench.measure.window import (
     steady_masks,
     window_note,
 )
-from pipebench.pipeline.stages import DECODE_STAGE
+from pipebench.pipeline.stages import DECODE_STAGE, LOAD_STAGE, PER_SAMPLE_STAGE
 from pipebench.pipeline.timed_chain import StepName
 
 CONFIDENCE_LEVEL = 0.95
@@ -73,27 +73,76 @@ def transform_rows(sink: TimingSink, sample_steps: Sequence[StepName], batch_ste
     ]
 
 
+# The workers_breakdown entry of the batches a thread backend collates: its collate runs on a
+# thread of its own, beside the pool's workers, so that time is no worker's.
+COLLATE_THREAD = "collate"
+# Stages a sample goes through in a worker (the rest run once a batch).
+SAMPLE_STAGES = (LOAD_STAGE, DECODE_STAGE, PER_SAMPLE_STAGE)
+
+
+def _sample_workers(sink: TimingSink) -> List[np.ndarray]:
+    """Each batch's per-sample workers; the batch's own worker where they were not recorded (a
+    sink from before they were, or a watched loader's)."""
+    if len(sink.sample_workers) == len(sink.sample_ns):
+        return sink.sample_workers
+    return [np.full(ns.shape[0], w, np.int64) for ns, w in zip(sink.sample_ns, sink.worker_ids)]
+
+
 def worker_breakdown(sink: TimingSink, passes: Sequence[PassResult]) -> Dict[str, Dict[str, float]]:
-    """Per worker: batches and samples it made, its wall and CPU time per sample, its start-up, and
-    what its file reads cost (pipebench.measure.storage_io; None where it read no files)."""
+    """Per worker (a DataLoader worker process, a thread backend's pool thread 0..W-1, or -1: the
+    main process at workers=0): the samples it made and the batches it collated, its wall and CPU
+    time a sample, its start-up, and what its file reads cost (pipebench.measure.storage_io; None
+    where it read no files). A thread backend's batches are collated by no worker: their entry
+    is COLLATE_THREAD, its time a sample over the samples of the batches it collated."""
     out: Dict[str, Dict[str, float]] = {}
-    for worker in sorted(set(sink.worker_ids)):
-        picks = [i for i, w in enumerate(sink.worker_ids) if w == worker]
-        n_samples = sum(sink.sample_ns[i].shape[0] for i in picks)
-        wall_ns = sum(float(sink.sample_ns[i].sum() + sink.batch_ns[i].sum()) for i in picks)
-        cpu_ns = sum(float(sink.sample_cpu_ns[i].sum() + sink.batch_cpu_ns[i]) for i in picks)
+    made_by = _sample_workers(sink)
+    with_io = len(sink.sample_io) == len(sink.sample_ns)  # a rank's saved sink keeps no reads
+    for worker in sorted({int(w) for workers in made_by for w in workers}):
+        masks = [workers == worker for workers in made_by]
+        collated = [i for i, w in enumerate(sink.worker_ids) if w == worker]
+        n_samples = sum(int(m.sum()) for m in masks)
+        wall_ns = sum(float(ns[m].sum()) for ns, m in zip(sink.sample_ns, masks))
+        cpu_ns = sum(float(cpu[m].sum()) for cpu, m in zip(sink.sample_cpu_ns, masks))
+        wall_ns += sum(float(sink.batch_ns[i].sum()) for i in collated)
+        cpu_ns += sum(float(sink.batch_cpu_ns[i]) for i in collated)
         startups = [p.worker_startup_s[worker] for p in passes if worker in p.worker_startup_s]
         out[str(worker)] = {
-            "batches": len(picks),
-            "samples": int(n_samples),
+            "batches": len(collated),
+            "samples": n_samples,
             "ms_per_sample": wall_ns / NS_PER_MS / n_samples,
             "cpu_ms_per_sample": cpu_ns / NS_PER_MS / n_samples,
             "startup_s": max(startups) if startups else float("nan"),
         }
-        if len(sink.sample_io) == len(sink.sample_ns):  # a rank's saved sink keeps no reads
-            out[str(worker)].update(file_read_figures(np.concatenate([sink.sample_io[i] for i in picks]),
-                                                      np.concatenate([sink.sample_ns[i][:, 0] for i in picks])))
+        if with_io:
+            out[str(worker)].update(file_read_figures(np.concatenate([io[m] for io, m in zip(sink.sample_io, masks)]),
+                                                      np.concatenate([ns[m, 0] for ns, m in zip(sink.sample_ns, masks)])))
+    apart = [i for i, w in enumerate(sink.worker_ids) if str(w) not in out]
+    if apart:
+        n_samples = sum(sink.sample_ns[i].shape[0] for i in apart)
+        out[COLLATE_THREAD] = {
+            "batches": len(apart),
+            "samples": n_samples,
+            "ms_per_sample": sum(float(sink.batch_ns[i].sum()) for i in apart) / NS_PER_MS / n_samples,
+            "cpu_ms_per_sample": sum(float(sink.batch_cpu_ns[i]) for i in apart) / NS_PER_MS / n_samples,
+            "startup_s": float("nan"),
+        }
     return out
+
+
+def worker_capacity(rows: Sequence[TransformRow], workers: int, worker_kind: str) -> float:
+    """Samples/s W busy workers deliver, time-slicing included (and under threads, the waits for
+    the GIL, which their wall times hold): W / the chain's wall ms a sample for processes, each of
+    which runs the whole chain; for a thread pool, W / its per-sample steps' ms, but never past
+    what the one thread that collates (and runs the per-batch steps) gets through."""
+    producers = max(workers, 1)
+    if worker_kind == PROCESSES:
+        pipeline_ms = float(sum(r.ms_per_sample for r in rows))
+        return producers * 1000.0 / pipeline_ms if pipeline_ms > 0 else float("nan")
+    sample_ms = float(sum(r.ms_per_sample for r in rows if r.stage in SAMPLE_STAGES))
+    batch_ms = float(sum(r.ms_per_sample for r in rows if r.stage not in SAMPLE_STAGES))
+    limits = [producers * 1000.0 / sample_ms if sample_ms > 0 else float("inf"),
+              1000.0 / batch_ms if batch_ms > 0 else float("inf")]
+    return min(limits) if min(limits) < float("inf") else float("nan")
 
 
 def cpu_ms_per_sample(sink: TimingSink) -> float:
@@ -149,17 +198,20 @@ def gpu_clock_figures(steps: Sequence[StepSample]) -> Dict[str, float]:
 
 def summary_row(passes: Sequence[PassResult], rows: Sequence[TransformRow], sink: TimingSink, workers: int,
                 usable_cores: int, skipped: int, persistent: bool = False, samples_per_epoch: Optional[int] = None,
-                batches_per_epoch: Optional[int] = None, target_steps: int = 0) -> Dict[str, object]:
+                batches_per_epoch: Optional[int] = None, target_steps: int = 0,
+                worker_kind: str = PROCESSES) -> Dict[str, object]:
     """Steady-state figures over whole worker cycles of every repeat; the first batch and the
     cycles that start at an epoch end stay apart (measure/window.py), and are reported as the
     epoch's restart cost and the epoch-effective rate.
 
     Two capacity figures check the per-transform numbers against the measured rate:
     `worker_capacity_samples_per_s` = W / wall time per sample inside a worker (what W busy
-    workers produce, time-slicing included), and `cpu_capacity_samples_per_s` = min(W, cores) /
-    CPU time per sample (what the machine could produce at best).
+    workers produce, time-slicing included; `worker_capacity` for thread pools), and
+    `cpu_capacity_samples_per_s` = min(W, cores) / CPU time per sample (what the machine could
+    produce at best; under threads a bound the GIL may keep the chain far below).
+    `worker_kind`: PROCESSES or THREADS, what the W workers are (the cycle and the capacity).
     """
-    window = split_window(passes, workers)
+    window = split_window(passes, workers, worker_kind)
     on_gpu_clock = _on_gpu_clock(window.steps)
     # run.sync=async: a step is its span on the GPU, so samples/s is what the GPU got through.
     all_step_ns = _ns(window.steps, "gpu_span_ns" if on_gpu_clock else "step_ns")
@@ -215,7 +267,7 @@ def summary_row(passes: Sequence[PassResult], rows: Sequence[TransformRow], sink
         "ready_steps_pct": float(100.0 * sum(s.ready for s in steps) / len(steps)),
         "pipeline_ms_per_sample": pipeline_ms,
         "cpu_ms_per_sample": cpu_ms,
-        "worker_capacity_samples_per_s": producers * 1000.0 / pipeline_ms if pipeline_ms > 0 else float("nan"),
+        "worker_capacity_samples_per_s": worker_capacity(rows, workers, worker_kind),
         "cpu_capacity_samples_per_s": min(producers, usable_cores) * 1000.0 / cpu_ms,
         "first_batch_s": float(np.median([p.first_batch_s for p in passes])),
         "worker_startup_s_max": max(startups) if startups else float("nan"),
@@ -227,9 +279,10 @@ def summary_row(passes: Sequence[PassResult], rows: Sequence[TransformRow], sink
     }
 
 
-def pass_records(passes: Sequence[PassResult], workers: int) -> List[Dict[str, object]]:
+def pass_records(passes: Sequence[PassResult], workers: int, worker_kind: str = PROCESSES) -> List[Dict[str, object]]:
     """Every repeat's raw steps for result.json, each step marked steady or not (`summary_row`'s rule)."""
-    return [{**pass_record(result), "steady": mask} for result, mask in zip(passes, steady_masks(passes, workers))]
+    return [{**pass_record(result), "steady": mask}
+            for result, mask in zip(passes, steady_masks(passes, workers, worker_kind))]
 
 
 def pass_record(result: PassResult) -> Dict[str, object]:

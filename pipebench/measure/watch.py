@@ -160,6 +160,7 @@ class LoaderWatch:
             self.sink.sample_cpu_ns.append(batch.sample_cpu_ns)
             self.sink.batch_cpu_ns.append(batch.collate_cpu_ns)
             self.sink.worker_ids.append(-1)
+            self.sink.sample_workers.append(np.full(len(batch.sample_ns), -1, np.int64))
             self.sink.sample_io.append(np.zeros((len(batch.sample_ns), len(IO_FIELDS)), np.int64))
         return batch.batch
 

@@ -1,7 +1,8 @@
 """The measured window as training sees it: whole worker cycles of steady state, and the epoch ends.
 
-W workers started together deliver W batches, then the loop waits a whole cycle, so any W
-consecutive steps hold one cycle's time. The steady state is cut into such blocks. An epoch end
+W worker processes started together deliver W batches, then the loop waits a whole cycle, so
+any W consecutive steps hold one cycle's time. A thread backend's pool makes each batch with all
+its threads together, so its batches come one at a time and its cycle is one step. The steady state is cut into such blocks. An epoch end
 inside the window restarts non-persistent workers: the cycle that starts at the epoch's first
 batch holds the restart (and the short steps after it borrow from that wait), so that whole
 cycle is kept apart, never mixed into the steady rate, and its excess over a steady cycle is the
@@ -13,6 +14,7 @@ from typing import List, Optional, Sequence, Tuple
 
 import numpy as np
 
+from pipebench.config.specs import PROCESSES
 from pipebench.measure.runner import (
     NS_PER_S,
     WINDOW_TIME_CAP,
@@ -54,9 +56,9 @@ def _blocks(start: int, end: int, cycle: int) -> List[Tuple[int, int]]:
     return [(b, b + cycle) for b in range(start, end - cycle + 1, cycle)]
 
 
-def split_window(passes: Sequence[PassResult], workers: int) -> Window:
-    """Cut each pass's steps into steady cycles and epoch-end cycles."""
-    cycle = cycle_steps(workers)
+def split_window(passes: Sequence[PassResult], workers: int, worker_kind: str = PROCESSES) -> Window:
+    """Cut each pass's steps into steady cycles and epoch-end cycles (`cycle_steps` of the workers' kind)."""
+    cycle = cycle_steps(workers, worker_kind)
     steps: List[StepSample] = []
     blocks: List[Tuple[int, int]] = []
     boundaries: List[Tuple[int, int]] = []
@@ -112,10 +114,10 @@ def _block_end(start: int, k: int, cycles: int) -> int:
     return cycles if start + 2 * k > cycles else start + k
 
 
-def steady_masks(passes: Sequence[PassResult], workers: int) -> List[List[bool]]:
+def steady_masks(passes: Sequence[PassResult], workers: int, worker_kind: str = PROCESSES) -> List[List[bool]]:
     """Per pass, which measured steps the steady rate counts (every step when none is steady),
     so result.json's raw steps give back `samples_per_s` to whoever checks it."""
-    window = split_window(passes, workers)
+    window = split_window(passes, workers, worker_kind)
     steady = set(window.steady_indices().tolist()) or set(range(len(window.steps)))
     masks, offset = [], 0
     for result in passes:
@@ -136,7 +138,9 @@ def epoch_cost(window: Window, passes: Sequence[PassResult], workers: int, persi
     """The restart cost of an epoch: a boundary cycle's time minus a steady cycle's.
 
     Measured where epoch ends fell inside the window (the median over them); else estimated from
-    each pass's first batch, which is the same fresh start of the workers plus one cycle's work.
+    each pass's first batch, which is the same fresh start of the workers plus one cycle's work
+    (W batches for W processes; one batch for a thread pool, whose threads make it together).
+    `persistent`: the workers outlive the epoch (never a thread backend's: it starts a fresh pool).
     """
     if workers == 0:
         return EpochCost(0.0, RESTART_NO_WORKERS)

@@ -18,17 +18,12 @@ from typing import Any, Dict, Iterator, List, Optional, Protocol, runtime_checka
 from torch.utils.data import DataLoader, IterableDataset
 
 from pipebench.base.errors import ConfigError
-from pipebench.config.specs import JobSpec
+from pipebench.config.specs import BACKEND_WORKER_KINDS, PROCESSES, THREADS, JobSpec
 from pipebench.pipeline.build import build_loader, build_sampler, pin_memory_effective
-from pipebench.pipeline.timed_chain import InstrumentedDataset, TimedBatch, TimedCollate
+from pipebench.pipeline.timed_chain import InstrumentedDataset, NumberedGetitem, TimedBatch, TimedCollate
 
 __all__ = ["BACKENDS", "PROCESSES", "THREADS", "BackendInfo", "DataLoaderBackend", "LoaderBackend",
            "SpdlBackend", "ThreadsBackend", "build_backend", "check_backend"]
-
-# Kinds of worker a backend runs: what `workers=` counts.
-PROCESSES = "processes"
-THREADS = "threads"
-
 
 @dataclass(frozen=True)
 class BackendInfo:
@@ -44,16 +39,23 @@ class BackendInfo:
 
 BACKENDS: Dict[str, BackendInfo] = {
     info.name: info for info in (
-        BackendInfo("dataloader", PROCESSES, None, None, map_only=False),
-        BackendInfo("threads", THREADS, "torchdata.nodes", "threads", map_only=True),
-        BackendInfo("spdl", THREADS, "spdl.pipeline", "spdl", map_only=True),
+        BackendInfo("dataloader", BACKEND_WORKER_KINDS["dataloader"], None, None, map_only=False),
+        BackendInfo("threads", BACKEND_WORKER_KINDS["threads"], "torchdata.nodes", "threads", map_only=True),
+        BackendInfo("spdl", BACKEND_WORKER_KINDS["spdl"], "spdl.pipeline", "spdl", map_only=True),
     )
 }
 
 
 @runtime_checkable
 class LoaderBackend(Protocol):
-    """What the step loop needs from a loader: each `iter()` is one epoch of TimedBatch items."""
+    """What the step loop needs from a loader: each `iter()` is one epoch of TimedBatch items.
+
+    The per-worker hooks: `worker_kind` says what the `num_workers` workers are (PROCESSES or
+    THREADS: the window's cycle, the capacity figures, the diagnosis's model and the per-worker
+    breakdown follow it), and each batch says which worker made each of its samples
+    (`TimedBatch.sample_workers`: a DataLoader worker's id; a pool thread's number 0..W-1,
+    `timed_chain.NumberedGetitem`, under a thread backend).
+    """
 
     name: str
     worker_kind: str
@@ -146,7 +148,7 @@ class ThreadsBackend(_ThreadPoolBackend):
         import torchdata.nodes as nodes
 
         # in_order: batches hold the sampler's order, as the DataLoader's do.
-        built = [nodes.ParallelMapper(nodes.IterableWrapper(self.sampler), self.dataset.__getitem__,
+        built = [nodes.ParallelMapper(nodes.IterableWrapper(self.sampler), NumberedGetitem(self.dataset),
                                       num_workers=self.num_workers, in_order=True, method="thread")]
         built.append(nodes.Batcher(built[-1], self.batch_size, drop_last=self.drop_last))
         built.append(nodes.Mapper(built[-1], self.collate))
@@ -199,7 +201,7 @@ class SpdlBackend(_ThreadPoolBackend):
         pool = ThreadPoolExecutor(max_workers=self.num_workers, thread_name_prefix="pipebench-spdl")
         builder = (PipelineBuilder()
                    .add_source(list(self.sampler))
-                   .pipe(self.dataset.__getitem__, concurrency=self.num_workers, executor=pool,
+                   .pipe(NumberedGetitem(self.dataset), concurrency=self.num_workers, executor=pool,
                          output_order="input")
                    .aggregate(self.batch_size, drop_last=self.drop_last)
                    .pipe(self.collate))

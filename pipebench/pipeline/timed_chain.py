@@ -9,9 +9,10 @@ viztrace slice per step only while a recorder is set (`trace=viztracer`, see pip
 with neither, __getitem__ takes a plain path that does nothing per step beyond the clock reads.
 """
 
+import threading
 import time
 from contextlib import nullcontext
-from typing import Any, Callable, List, NamedTuple, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, List, NamedTuple, Optional, Sequence, Tuple, Union
 
 import numpy as np
 import torch
@@ -34,7 +35,8 @@ DECODE_NAME = "decode"
 # decode) sets this class attribute to True; when it is first in the chain the decode is left to it.
 DECODES_ITSELF_ATTR = "decodes_itself"
 COLLATE_NAME = "default_collate"
-# Worker id recorded for batches made in the main process (num_workers=0).
+# Worker id recorded for batches made in the main process (num_workers=0, and a thread backend's
+# batches: every thread of its pool makes samples of each batch, in the job's own process).
 MAIN_PROCESS_WORKER = -1
 # Sample index reported when a per-batch step fails: no single sample is to blame.
 BATCH_FAILURE_INDEX = -1
@@ -69,6 +71,53 @@ class SampleFailure(NamedTuple):
     message: str
 
 
+class TimedItem(NamedTuple):
+    """One sample out of the per-sample chain, with its timings; the collate stacks them.
+
+    `worker`: the thread-pool worker that made it (`ThreadNumbers`), or MAIN_PROCESS_WORKER where
+    the batch's own worker id says (a DataLoader worker process makes every sample of its batch).
+    """
+
+    sample: Any
+    target: Any
+    timings: np.ndarray
+    cpu_ns: int
+    index: int
+    io: np.ndarray
+    worker: int = MAIN_PROCESS_WORKER
+
+
+class ThreadNumbers:
+    """Numbers the threads that call it 0, 1, 2... in the order each first does: the identity of a
+    thread pool's workers, stable per thread for the pool's life (one epoch's), and 0..workers-1
+    because the pool has `workers` threads. Thread-safe; a fresh one per pool."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._numbers: Dict[int, int] = {}
+
+    def __call__(self) -> int:
+        ident = threading.get_ident()
+        number = self._numbers.get(ident)
+        if number is None:
+            with self._lock:
+                number = self._numbers.setdefault(ident, len(self._numbers))
+        return number
+
+
+class NumberedGetitem:
+    """`dataset[index]`, with the item stamped with the calling thread's number: what a thread
+    backend maps over its pool, so per-worker figures exist for threads as for processes."""
+
+    def __init__(self, dataset: "InstrumentedDataset") -> None:
+        self.dataset = dataset
+        self.numbers = ThreadNumbers()
+
+    def __call__(self, index: int) -> Union[TimedItem, "SampleFailure"]:
+        item = self.dataset[index]
+        return item._replace(worker=self.numbers()) if isinstance(item, TimedItem) else item
+
+
 class TimedBatch(NamedTuple):
     """A collated batch plus the timings of everything that made it.
 
@@ -77,6 +126,8 @@ class TimedBatch(NamedTuple):
     the thread CPU time of the same work, which oversubscribed workers cannot inflate.
     done_ns and worker_started_ns are perf_counter_ns stamps taken in the worker; on Linux that
     clock is CLOCK_MONOTONIC, shared by all processes, so the main loop can subtract its own.
+    `worker_id` made the batch (collated it); `sample_workers` made each sample: the same worker
+    process under the DataLoader, the pool's thread numbers under a thread backend.
     """
 
     data: Any
@@ -95,6 +146,8 @@ class TimedBatch(NamedTuple):
     # [n_samples, len(IO_FIELDS)] int64: what each sample's load step read from files (time,
     # bytes, files; pipebench.pipeline.file_reads); zeros for a dataset that reads no files.
     sample_io: np.ndarray = np.zeros((0, len(IO_FIELDS)), np.int64)
+    # [n_samples] int64: the worker that made each sample (see the class doc).
+    sample_workers: np.ndarray = np.zeros(0, np.int64)
 
 
 def undecoded(sample: Any) -> bool:
@@ -195,7 +248,7 @@ class InstrumentedDataset(Dataset):
             raise
         except Exception as exc:
             return SampleFailure(index, self.describe(index), self.steps[step].name, _first_line(exc))
-        return sample, target, timings, time.thread_time_ns() - cpu_start, int(index), io
+        return TimedItem(sample, target, timings, time.thread_time_ns() - cpu_start, int(index), io)
 
     def _getitem_observed(self, index: int):
         """The same, with a profiler label around each step and/or one trace slice per step."""
@@ -243,11 +296,11 @@ class InstrumentedDataset(Dataset):
             raise overrun_at(exc, self.steps[step], self.describe(index)) from None
         except Exception as exc:
             return SampleFailure(index, self.describe(index), self.steps[step].name, _first_line(exc))
-        return sample, target, timings, time.thread_time_ns() - cpu_start, index, io
+        return TimedItem(sample, target, timings, time.thread_time_ns() - cpu_start, index, io)
 
 
 class TimedCollate:
-    """Collates (sample, target, timings, cpu_ns, index, io) items, then runs the per-batch chain, timing both.
+    """Collates TimedItems, then runs the per-batch chain, timing both.
 
     In a worker it traces into the recorder on the worker's dataset copy (`get_worker_info().dataset
     .trace`); in the main process (workers=0) into its own `trace`, set by `start_main`.
@@ -280,23 +333,27 @@ class TimedCollate:
             worker_id, started_ns, rec = MAIN_PROCESS_WORKER, 0, self.trace
 
         def batch(data: Any, labels: Any, sample_ns: np.ndarray, sample_cpu_ns: np.ndarray,
-                  failed: Tuple[SampleFailure, ...], indices: np.ndarray, sample_io: np.ndarray) -> TimedBatch:
+                  failed: Tuple[SampleFailure, ...], indices: np.ndarray, sample_io: np.ndarray,
+                  sample_workers: np.ndarray) -> TimedBatch:
             return TimedBatch(data, labels, sample_ns, batch_ns, sample_cpu_ns, time.thread_time_ns() - cpu_start,
-                              failed, worker_id, started_ns, time.perf_counter_ns(), indices, sample_io)
+                              failed, worker_id, started_ns, time.perf_counter_ns(), indices, sample_io,
+                              sample_workers)
 
         if not good:
             return batch(None, None, np.zeros((0, len(self.steps)), np.int64), np.zeros(0, np.int64), failures,
-                         np.zeros(0, np.int64), np.zeros((0, len(IO_FIELDS)), np.int64))
-        sample_ns = np.stack([item[2] for item in good])
-        sample_cpu_ns = np.array([item[3] for item in good], dtype=np.int64)
-        indices = np.array([item[4] for item in good], dtype=np.int64)
-        sample_io = np.stack([item[5] for item in good])
+                         np.zeros(0, np.int64), np.zeros((0, len(IO_FIELDS)), np.int64), np.zeros(0, np.int64))
+        sample_ns = np.stack([item.timings for item in good])
+        sample_cpu_ns = np.array([item.cpu_ns for item in good], dtype=np.int64)
+        indices = np.array([item.index for item in good], dtype=np.int64)
+        sample_io = np.stack([item.io for item in good])
+        sample_workers = np.array([worker_id if item.worker == MAIN_PROCESS_WORKER else item.worker for item in good],
+                                  dtype=np.int64)
         names = self.labels
         step = 0
         try:
             start = time.perf_counter_ns()
             with _label(self.profiling, names[0]):
-                data, labels = default_collate([(item[0], item[1]) for item in good])
+                data, labels = default_collate([(item.sample, item.target) for item in good])
             end = time.perf_counter_ns()
             batch_ns[0] = end - start
             if rec is not None:
@@ -315,8 +372,8 @@ class TimedCollate:
             lost = SampleFailure(BATCH_FAILURE_INDEX, f"a batch of {len(good)} samples", self.steps[step].name,
                                  _first_line(exc))
             return batch(None, None, sample_ns[:0], sample_cpu_ns[:0], failures + (lost,) * len(good), indices[:0],
-                         sample_io[:0])
-        return batch(data, labels, sample_ns, sample_cpu_ns, failures, indices, sample_io)
+                         sample_io[:0], sample_workers[:0])
+        return batch(data, labels, sample_ns, sample_cpu_ns, failures, indices, sample_io, sample_workers)
 
 
 class WorkerInit:

@@ -53,8 +53,9 @@ SUMMARY_COLUMNS = [
     "step_sync", "starvation_other_pct",
     "h2d_ms_median", "transfer_ms_median", "ready_next_ms_median", "batch_mb_median",
     "on_device_ms_median", "ready_steps_pct",
-    "pipeline_ms_per_sample", "cpu_ms_per_sample", "worker_capacity_samples_per_s", "cpu_capacity_samples_per_s",
-    "first_batch_s", "worker_startup_s_max", "rss_mb_peak", "worker_pss_growth_mb", "shm_mb_peak",
+    "pipeline_ms_per_sample", "cpu_ms_per_sample", "process_cpu_ms_per_sample", "worker_capacity_samples_per_s",
+    "cpu_capacity_samples_per_s", "first_batch_s", "worker_startup_s_max", "rss_mb_peak", "pss_mb_peak",
+    "worker_pss_growth_mb", "shm_mb_peak",
     "storage_read_mb", "storage_read_mb_per_s", "host_other_cpu_cores", "host_steal_pct",
     # File reads and the page cache (pipebench.measure.storage_io, storage_cache); empty for a
     # dataset that reads no files through pipebench.

@@ -1,5 +1,7 @@
 """The comparison table: one row per job, a column per swept axis, samples/s with its spread,
-speedup against a baseline job, starvation, and the best row marked.
+speedup against a baseline job, starvation, and the best row marked. When `loader.backend` is
+swept, the figures a backend is chosen by stand beside them (BACKEND_COLUMNS: CPU a sample of the
+chain and of the whole process tree, peak RSS, summed PSS, time to the first batch).
 
 A job's rounds (`rounds=N`, override `run.round=K`) make one row: the median of their samples/s
 and the IQR across them. A single-round job shows its bootstrap 95% CI over the measured steps.
@@ -58,6 +60,19 @@ CSV_FIXED = ("host", "run", "job", "rounds", "samples_per_s", "spread_low", "spr
 # Multi-rank figures the table shows when any job ran several ranks (distributed.nproc > 1):
 # summary key -> (column title, decimals). A straggler ratio past 1.1 is visible at 2 decimals.
 RANK_COLUMNS = {"straggler_ratio": ("straggler", 2), "collective_wait_ms_mean": ("all-reduce wait ms", 1)}
+# The axis whose rows get BACKEND_COLUMNS.
+BACKEND_AXIS = "loader.backend"
+# What tells loader backends apart beyond samples/s, shown when BACKEND_AXIS is swept (the median
+# over rounds): summary key -> (column title, decimals). CPU ms a sample to hundredths (per-sample
+# timings move by a few percent between runs), memory in whole MiB, the first batch in hundredths
+# of a second. Always in comparison.csv.
+BACKEND_COLUMNS = {
+    "cpu_ms_per_sample": ("chain cpu ms/sample", 2),
+    "process_cpu_ms_per_sample": ("process cpu ms/sample", 2),
+    "rss_mb_peak": ("peak RSS MiB", 0),
+    "pss_mb_peak": ("summed PSS MiB", 0),
+    "first_batch_s": ("first batch s", 2),
+}
 
 
 def identity(overrides: Sequence[str], fields: Mapping[str, object]) -> Dict[str, str]:
@@ -111,8 +126,9 @@ class ComparisonRow:
         return [float(r["summary"]["samples_per_s"]) for r in self.results]
 
     def summary_median(self, key: str, default: float) -> float:
-        """The median over rounds of a summary figure; `default` for results written without it."""
-        values = [float(r["summary"].get(key, default)) for r in self.results]
+        """The median over rounds of a summary figure; `default` for results written without it
+        (or with an empty cell: a meter that could not read it)."""
+        values = [float(default if r["summary"].get(key) is None else r["summary"][key]) for r in self.results]
         return float(np.median(values))
 
     def value(self, key: str) -> str:
@@ -302,6 +318,7 @@ def comparison_markdown(table: ComparisonTable) -> str:
     compared = len(table.rows) > 1
     show_rounds = any(r.rounds > 1 for r in table.rows)
     show_ranks = any(r.summary_median("ranks", 1) > 1 for r in table.rows)
+    show_backend = BACKEND_AXIS in table.axes
     speedups = _speedup_cells(table)
     cells = []
     for i, row in enumerate(table.rows):
@@ -318,12 +335,16 @@ def comparison_markdown(table: ComparisonTable) -> str:
         if show_ranks:
             cell.update({title: f"{row.summary_median(key, 0.0):.{decimals_}f}"
                          for key, (title, decimals_) in RANK_COLUMNS.items()})
+        if show_backend:
+            cell.update({title: _figure_cell(row.summary_median(key, math.nan), decimals_)
+                         for key, (title, decimals_) in BACKEND_COLUMNS.items()})
         cells.append(cell)
     rank_titles = [title for title, _ in RANK_COLUMNS.values()] if show_ranks else []
-    numeric = ["samples/s", spread_title, "speedup", "starvation %", "rounds", *rank_titles]
+    backend_titles = [title for title, _ in BACKEND_COLUMNS.values()] if show_backend else []
+    numeric = ["samples/s", spread_title, "speedup", "starvation %", "rounds", *rank_titles, *backend_titles]
     numeric += [title for title in titles.values() if all(_is_number(c[title]) for c in cells)]
     figures_shown = ["samples/s", spread_title, *(["speedup"] if compared else []), "starvation %"]
-    columns = [*titles.values(), *figures_shown, *rank_titles, *(["rounds"] if show_rounds else []),
+    columns = [*titles.values(), *figures_shown, *backend_titles, *rank_titles, *(["rounds"] if show_rounds else []),
                *(["best"] if compared else [])]
     notes = [
         "spread: the 95% CI of a block bootstrap over a job's whole worker cycles (the noise inside one run; "
@@ -331,6 +352,11 @@ def comparison_markdown(table: ComparisonTable) -> str:
         "(samples/s is then the median round). Figures are rounded to the digits that noise supports, as "
         "torch.utils.benchmark.Compare does.",
     ]
+    if show_backend:
+        notes.append("chain cpu ms/sample: the thread CPU time of the chain's steps, wherever they ran; process cpu "
+                     "ms/sample: the job's whole process tree (worker processes, or the worker, collate and prefetch "
+                     "threads, and the main loop) over the measured window; summed PSS: main process and workers, "
+                     "shared pages split (under thread backends the one process). Medians over rounds.")
     if compared:
         base_label = row_label(table.rows[table.baseline], table.axes)
         notes.insert(0, f"speedup: samples/s against `{base_label}`. {BEST_MARK}: highest samples/s; {NEAR_BEST_MARK}: "
@@ -338,13 +364,19 @@ def comparison_markdown(table: ComparisonTable) -> str:
     return markdown_table(cells, columns, right=numeric) + "\n" + "\n".join(notes) + "\n"
 
 
+def _figure_cell(value: float, decimals: int) -> str:
+    """A figure to `decimals`; empty where no job measured it."""
+    return f"{value:.{decimals}f}" if math.isfinite(value) else ""
+
+
 def comparison_csv(table: ComparisonTable) -> str:
     """Every row at full precision, axis columns under their full override keys."""
     axes = [a for a in table.axes if a not in (HOST, RUN)]
-    return csv_table([*CSV_FIXED[:2], *axes, *CSV_FIXED[2:]], (
+    return csv_table([*CSV_FIXED[:2], *axes, *CSV_FIXED[2:], *BACKEND_COLUMNS], (
         [row.host, row.folder.name, *(row.value(a) for a in axes), row.label, row.rounds,
          row.rate.value, row.rate.low, row.rate.high, row.rate.kind,
          significant_figures(row.rate.value, row.rate.half_width), table.speedup(i), row.starvation_pct,
          i == table.best, table.near_best(i), i == table.baseline, row.summary_median("ranks", 1),
-         row.summary_median("straggler_ratio", 1.0), row.summary_median("collective_wait_ms_mean", 0.0)]
+         row.summary_median("straggler_ratio", 1.0), row.summary_median("collective_wait_ms_mean", 0.0),
+         *(row.summary_median(key, math.nan) for key in BACKEND_COLUMNS)]
         for i, row in enumerate(table.rows)))

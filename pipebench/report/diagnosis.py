@@ -13,6 +13,12 @@ usable cores:
 - R ranks (distributed.nproc): each rank has its own loader and consumer, so the per-rank
   limits multiply by R, while the cores' budget is shared by all of them.
 
+W/c assumes W worker processes, each running the chain alone. Under a thread backend
+(loader.backend=threads, spdl) the W workers are threads of one interpreter: a step that holds
+the GIL runs on one of them at a time, so W/c holds only for steps that release it. Those rows
+are marked not predicted (and sized for no target) rather than given a figure that is wrong for
+a chain that holds the GIL; their measured rate and `worker_capacity_samples_per_s` stand.
+
 What the model leaves out (collate and IPC delivery, pin-memory, the main loop's own
 bookkeeping, page cache) is what the gap between prediction and measurement is made of, so
 the report prints both side by side and names the candidates.
@@ -26,7 +32,7 @@ import numpy as np
 
 from pipebench.base.noise_figures import compare_half_width
 from pipebench.base.tables import format_value, markdown_table
-from pipebench.config.specs import NO_CONSUMER
+from pipebench.config.specs import BACKEND_WORKER_KINDS, NO_CONSUMER, PROCESSES, THREADS
 from pipebench.pipeline.stages import DECODE_STAGE
 from pipebench.record.jobs import NOT_AXES, override_pairs, varying_keys
 
@@ -83,20 +89,30 @@ class Prediction:
     bound: str  # "serial", "consumer", "workers" or "cores": which limit sets the rate
 
 
+# What the prediction table shows for a row the model does not cover (threads; see the module doc).
+NOT_PREDICTED = "n/a"
+THREADS_BOUND = "n/a: threads share the GIL"
+
+
 @dataclass(frozen=True)
 class PredictedRow:
     chain: str
     ranks: int
     workers: int
-    predicted: Prediction
+    # None: the model does not apply (worker threads; see the module doc).
+    predicted: Optional[Prediction]
     measured_samples_per_s: float
     measured_starvation_pct: float
     measured_cpu_ms_per_sample: float
     jobs: int
+    worker_kind: str = PROCESSES
 
     @property
     def gap(self) -> float:
-        """Measured over predicted, minus one: negative when the pipeline falls short of the model."""
+        """Measured over predicted, minus one: negative when the pipeline falls short of the model
+        (nan where nothing was predicted)."""
+        if self.predicted is None:
+            return float("nan")
         return self.measured_samples_per_s / self.predicted.samples_per_s - 1.0
 
 
@@ -241,6 +257,12 @@ def chain_costs(results: Sequence[Mapping]) -> ChainCosts:
 
 def _ranks(result: Mapping) -> int:
     return int(result["summary"].get("ranks", 1))
+
+
+def worker_kind_of(result: Mapping) -> str:
+    """THREADS for a job whose workers were threads (a thread backend, workers > 0), else PROCESSES."""
+    backend = ((result.get("config") or {}).get("loader") or {}).get("backend", "dataloader")
+    return BACKEND_WORKER_KINDS.get(backend, PROCESSES) if result["summary"]["workers"] > 0 else PROCESSES
 
 
 def _group(results: Sequence[Mapping]) -> Dict[str, List[Mapping]]:
@@ -475,9 +497,21 @@ def _inflated_cpu(off: Sequence[PredictedRow], costs: Mapping[str, ChainCosts]) 
     return lines
 
 
+def _advice_threads(rows: Sequence[PredictedRow]) -> List[str]:
+    """One line naming the rows the model leaves unpredicted because their workers were threads."""
+    named = [f"{r.chain} at workers={r.workers}" for r in rows if r.predicted is None]
+    if not named:
+        return []
+    return [f"Not predicted: {', '.join(named)}. Their workers are threads of one process (loader.backend=threads "
+            "or spdl), and the model's W/c assumes worker processes: threads share the GIL, so W threads reach W/c "
+            "only on steps that release it (decode_jpeg, PIL's decoder, torch ops). Read their measured samples/s, "
+            "worker_capacity_samples_per_s and process_cpu_ms_per_sample instead; workers and cores are sized "
+            "for worker processes only."]
+
+
 def _advice_unexplained(rows: Sequence[PredictedRow], results: Sequence[Mapping],
                         costs: Mapping[str, ChainCosts]) -> List[str]:
-    off = [r for r in rows if abs(r.gap) > EXPLAINED_WITHIN]
+    off = [r for r in rows if r.predicted is not None and abs(r.gap) > EXPLAINED_WITHIN]
     if not off:
         return [f"Unexplained: nothing beyond {format_value(100 * EXPLAINED_WITHIN)}%; the model accounts for "
                 f"every measured row."]
@@ -510,38 +544,53 @@ def diagnose(results: Sequence[Mapping]) -> Diagnosis:
     costs = {chain: chain_costs(jobs) for chain, jobs in groups.items()}
     rows = []
     for chain, jobs in groups.items():
-        for ranks, workers in sorted({(_ranks(j), j["summary"]["workers"]) for j in jobs}):
-            same = [j["summary"] for j in jobs if (_ranks(j), j["summary"]["workers"]) == (ranks, workers)]
+        def place(job: Mapping) -> Tuple[int, int, str]:
+            return _ranks(job), job["summary"]["workers"], worker_kind_of(job)
+
+        for ranks, workers, kind in sorted({place(j) for j in jobs}):
+            same = [j["summary"] for j in jobs if place(j) == (ranks, workers, kind)]
             rows.append(PredictedRow(
-                chain=chain, ranks=ranks, workers=workers, predicted=predict(costs[chain], workers, ranks),
+                chain=chain, ranks=ranks, workers=workers,
+                predicted=predict(costs[chain], workers, ranks) if kind == PROCESSES else None,
                 measured_samples_per_s=float(np.median([s["samples_per_s"] for s in same])),
                 measured_starvation_pct=float(np.median([s["starvation_pct"] for s in same])),
                 measured_cpu_ms_per_sample=float(np.median([s["cpu_ms_per_sample"] for s in same])),
-                jobs=len(same),
+                jobs=len(same), worker_kind=kind,
             ))
+    threaded = {chain for chain, jobs in groups.items() if any(worker_kind_of(j) == THREADS for j in jobs)}
     base = next(iter(groups))
-    advice = [*_advice_dominant(base, groups[base]), *_advice_workers(base, costs[base]),
+    advice = [*_advice_dominant(base, groups[base]),
+              *(_advice_workers(base, costs[base]) if base not in threaded else []),
               *_advice_variants(base, groups, costs), *_advice_epochs(results),
-              *_advice_unexplained(rows, results, costs)]
+              *_advice_threads(rows), *_advice_unexplained(rows, results, costs)]
     target = target_pct_of(results)
-    targets = tuple((chain, needs_for_target(c, target)) for chain, c in costs.items() if c.consumer_ms > 0)
+    targets = tuple((chain, needs_for_target(c, target)) for chain, c in costs.items()
+                    if c.consumer_ms > 0 and chain not in threaded)
     return Diagnosis(rows=tuple(rows), costs=tuple(costs.items()), advice=tuple(advice), targets=targets)
 
 
+# The model's cells: numbers, or NOT_PREDICTED; right-aligned either way.
+PREDICTED_COLUMNS = ("predicted_samples_per_s", "gap_pct", "predicted_starvation_pct")
 PREDICTION_COLUMNS = ["chain", "ranks", "workers", "predicted_samples_per_s", "measured_samples_per_s", "gap_pct",
                       "predicted_starvation_pct", "measured_starvation_pct", "bound"]
 
 
 def prediction_table_rows(diagnosis: Diagnosis) -> List[Dict[str, object]]:
-    return [{
-        "chain": r.chain, "ranks": r.ranks, "workers": r.workers,
-        "predicted_samples_per_s": r.predicted.samples_per_s, "measured_samples_per_s": r.measured_samples_per_s,
-        # Percentages to one decimal: the machine's run-to-run noise is several percent.
-        "gap_pct": round(100.0 * r.gap, 1),
-        "predicted_starvation_pct": round(r.predicted.starvation_pct, 1),
-        "measured_starvation_pct": round(r.measured_starvation_pct, 1),
-        "bound": r.predicted.bound,
-    } for r in diagnosis.rows]
+    """One row a (chain, ranks, workers); NOT_PREDICTED in the model's cells where it does not apply."""
+    rows: List[Dict[str, object]] = []
+    for r in diagnosis.rows:
+        row: Dict[str, object] = {"chain": r.chain, "ranks": r.ranks, "workers": r.workers,
+                                  "measured_samples_per_s": r.measured_samples_per_s,
+                                  # Percentages to one decimal: the machine's run-to-run noise is several percent.
+                                  "measured_starvation_pct": round(r.measured_starvation_pct, 1)}
+        if r.predicted is None:
+            row.update(predicted_samples_per_s=NOT_PREDICTED, gap_pct=NOT_PREDICTED,
+                       predicted_starvation_pct=NOT_PREDICTED, bound=THREADS_BOUND)
+        else:
+            row.update(predicted_samples_per_s=r.predicted.samples_per_s, gap_pct=round(100.0 * r.gap, 1),
+                       predicted_starvation_pct=round(r.predicted.starvation_pct, 1), bound=r.predicted.bound)
+        rows.append(row)
+    return rows
 
 
 def render_diagnosis(diagnosis: Diagnosis) -> str:
@@ -554,10 +603,12 @@ def render_diagnosis(diagnosis: Diagnosis) -> str:
         "## diagnosis\n",
         "Model: workers=0 runs B·c + s a step; with W workers the rate is the least of W/c, "
         "cores/(c_cpu + consumer CPU/B) and the consumer's B/s (c, c_cpu = wall and CPU ms a sample at "
-        "workers=0; s = consumer ms a step). R ranks multiply the per-rank limits and share the cores.\n",
+        "workers=0; s = consumer ms a step). R ranks multiply the per-rank limits and share the cores. "
+        "W/c assumes worker processes: rows whose workers are threads (loader.backend=threads, spdl) are not "
+        "predicted.\n",
         markdown_table(cost_rows, list(cost_rows[0])),
         markdown_table(prediction_table_rows(diagnosis), [c for c in PREDICTION_COLUMNS if c != "ranks" or any(
-            r.ranks > 1 for r in diagnosis.rows)]),
+            r.ranks > 1 for r in diagnosis.rows)], right=PREDICTED_COLUMNS),
         *([f"### cores for accel_util_pct ≥ {format_value(diagnosis.targets[0][1].target_pct)}% "
            "(run.target_accel_util_pct)\n",
            "\n".join(f"- {target_line(chain, needs)}" for chain, needs in diagnosis.targets) + "\n"]

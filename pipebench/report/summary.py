@@ -16,8 +16,8 @@ __all__ = ["PRINTED_COLUMNS", "PRINTED_MULTIRANK_COLUMNS", "write_summary_markdo
 # The printed comparison keeps to what fits a terminal; summary.csv has everything.
 PRINTED_COLUMNS = [
     "job", "workers", "consumer", "samples_per_s", "speedup", "step_ms_median", "step_ms_p99", "starvation_pct",
-    "transfer_ms_median", "ready_next_ms_median", "cpu_ms_per_sample", "first_batch_s", "worker_startup_s_max", "rss_mb_peak",
-    "skipped_samples",
+    "transfer_ms_median", "ready_next_ms_median", "cpu_ms_per_sample", "process_cpu_ms_per_sample", "first_batch_s",
+    "worker_startup_s_max", "rss_mb_peak", "pss_mb_peak", "skipped_samples",
 ]
 # Printed after PRINTED_COLUMNS when any job of the invocation ran on several ranks.
 PRINTED_MULTIRANK_COLUMNS = ["ranks", "straggler_ratio", "collective_wait_ms_mean"]

@@ -27,7 +27,7 @@ import torch
 
 from pipebench.base.errors import ConfigError, PipebenchError
 from pipebench.base.lifeline import tied_command
-from pipebench.config.specs import JobSpec
+from pipebench.config.specs import PROCESSES, JobSpec
 from pipebench.measure.coverage import (
     CoverageReport,
     check_coverage,
@@ -86,6 +86,7 @@ def _notes(values: Sequence[Any]) -> str:
 METER_MERGE: Dict[str, Callable[[Sequence[Any]], Any]] = {
     # Each rank's tree (the rank and its workers): summed, an upper bound where peaks do not coincide.
     "rss_mb_peak": _total,
+    "pss_mb_peak": _total,
     "worker_pss_growth_mb": _total,
     # /dev/shm is the host's: every rank reads the same figure.
     "shm_mb_peak": max,
@@ -94,6 +95,9 @@ METER_MERGE: Dict[str, Callable[[Sequence[Any]], Any]] = {
     "storage_read_mb_per_s": _total,
     # The hypervisor's steal is the host's.
     "host_steal_pct": max,
+    # Each rank's tree's CPU a sample of its own samples: the ranks' mean is the job's (their
+    # windows hold about as many samples each).
+    "process_cpu_ms_per_sample": statistics.fmean,
     # host_other_cpu_cores has its own rule (other_load_of_ranks): a rank's "other" holds its peers.
     # The GPU's: each rank has its own GPU (nccl) or none (gloo).
     "h2d_gpu_ms_median": max,  # the slowest rank's copy is the one its peers wait for
@@ -272,14 +276,14 @@ def total_passes(records: Sequence[Dict[str, Any]]) -> List[PassResult]:
     return passes
 
 
-def total_rate(records: Sequence[Dict[str, Any]], workers: int) -> Dict[str, Any]:
+def total_rate(records: Sequence[Dict[str, Any]], workers: int, worker_kind: str = PROCESSES) -> Dict[str, Any]:
     """samples/s of all ranks together (the sum of the ranks' rates, as their passes give it) and
     an interval of that total: the block bootstrap of the per-step totals over whole worker
     cycles (as one process's rate is measured), centred on the sum (the per-step totals' own
     ratio differs from it only as far as the ranks' step times differ). A sum of the ranks' own
     bounds is no interval of the sum: it ignores that a slow step on one rank is a slow step on
     all of them (the all-reduce waits) and that independent noise partly cancels."""
-    window = split_window(total_passes(records), workers)
+    window = split_window(total_passes(records), workers, worker_kind)
     samples = np.array([s.samples for s in window.steps], dtype=np.float64)
     step_ns = np.array([s.step_ns for s in window.steps], dtype=np.float64)
     interval = rate_interval(window, samples, step_ns)
@@ -345,7 +349,7 @@ def measure_multirank(spec: JobSpec, job_dir: Path) -> Dict[str, Any]:
     coverage = coverage_of(records, spec)
     print(coverage.describe(), flush=True)
     summary = aggregate(records)
-    summary.update(total_rate(records, spec.workers))
+    summary.update(total_rate(records, spec.workers, spec.worker_kind))
     print(aggregate_line(summary), flush=True)
     summary.update(duplicate_samples=coverage.duplicates, missed_samples=coverage.missing)
     busy_host = host_load_note(summary["host_other_cpu_cores"], summary["host_steal_pct"], psutil.cpu_count() or 1)

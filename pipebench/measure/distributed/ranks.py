@@ -31,7 +31,7 @@ from pipebench.config.specs import JobSpec
 from pipebench.measure.coverage import IndexLog
 from pipebench.measure.fingerprint import usable_cores
 from pipebench.measure.gpu.session import GpuSession
-from pipebench.measure.host_load import HostLoadMeter
+from pipebench.measure.host_load import PROCESS_CPU_COLUMN, HostLoadMeter
 from pipebench.measure.memory import MemorySampler
 from pipebench.measure.meter import Meter
 from pipebench.measure.repeats import build_loop_kit, measure_repeats, step_watchdog
@@ -108,7 +108,7 @@ def rank_summary(passes: list, sink: TimingSink, rows: list, spec: JobSpec, skip
     """The ordinary summary row of this rank, plus its collective wait and its own busy time a
     step (the step without the all-reduce: what the straggler ratio compares)."""
     steps = [s for p in passes for s in p.steps]
-    summary = summary_row(passes, rows, sink, spec.workers, usable_cores(), skipped)
+    summary = summary_row(passes, rows, sink, spec.workers, usable_cores(), skipped, worker_kind=spec.worker_kind)
     collective = np.array([s.collective_ns for s in steps], dtype=np.float64) / NS_PER_MS
     busy = np.array([s.step_ns - s.collective_ns for s in steps], dtype=np.float64) / NS_PER_MS
     summary.update(collective_ms_mean=float(collective.mean()), collective_ms_p99=float(np.percentile(collective, 99)),
@@ -153,12 +153,13 @@ def measure_rank(spec: JobSpec, rank: int, world: int, device: torch.device, job
         if meter is not index_log:  # the ranks' logs are pooled by the job (multirank.coverage_of)
             summary.update(meter.columns())
     summary[OWN_CPU_CORES] = host_load.own_cpu_cores()
+    summary[PROCESS_CPU_COLUMN] = host_load.cpu_ms_per_sample(repeats.marked_samples)
     return {
         "rank": rank,
         "world_size": world,
         "summary": summary,
         "transforms": rows_as_dicts(rows),
-        "passes": pass_records(list(repeats.passes), spec.workers),
+        "passes": pass_records(list(repeats.passes), spec.workers, spec.worker_kind),
         "epochs_reached": list(repeats.epochs),
         "step_names": {"sample": instrumented.steps, "batch": batch_steps},
         "dataset_length": len(dataset),
