@@ -18,6 +18,7 @@ from typing import List, Optional, Sequence, Tuple
 from pipebench.base.errors import INTERRUPTED_EXIT_STATUS, USAGE_EXIT_STATUS, ConfigError
 from pipebench.base.tables import markdown_table
 from pipebench.measure.watch import DEFAULT_REPLAY, DEFAULT_SECONDS, DEFAULT_SKIP_STEPS, DEFAULT_STEPS, WatchWindow, watching_loaders
+from pipebench.record.export_config import write_exports
 from pipebench.record.watched import results_of, save_results, summary_line
 
 __all__ = ["add_parser", "attach_main", "main", "run_script"]
@@ -85,14 +86,17 @@ def run_script(kind: str, target: str, argv: Sequence[str]) -> int:
         gc.collect()  # the script's loaders and their workers go before the results are written
 
 
-def attach_main(command: Sequence[str], window: WatchWindow, out: Optional[str]) -> int:
+def attach_main(command: Sequence[str], window: WatchWindow, out: Optional[str], export_dir: Optional[str] = None) -> int:
     kind, target, argv = parse_command(command)
-    with watching_loaders(window) as watches:
+    with watching_loaders(window, export=export_dir is not None) as watches:
         status = run_script(kind, target, argv)
     if not any(w.iterated for w in watches):
         print(f"pipebench attach: {target} iterated no torch.utils.data.DataLoader (it exited {status}); "
               "a loader of its own class is measured with pipebench.watch(loader) in the script", file=sys.stderr)
         return USAGE_EXIT_STATUS
+    if export_dir is not None:
+        exports = [(w.site, w.exported) for w in watches if w.iterated and w.exported is not None]
+        print("\n".join(write_exports(export_dir, exports)))
     results = results_of(watches)
     if not results:
         print(f"pipebench attach: no step measured: every loader stopped within its {window.skip_steps} "
@@ -122,6 +126,9 @@ def add_parser(verbs: "argparse._SubParsersAction") -> None:
                         help="after the window, feed N kept batches again to the step: its time with the loader "
                              "out of the way, and the headroom (off by default: the extra steps train the model "
                              "on repeated batches; see docs/attach.md)")
+    parser.add_argument("--export-config", metavar="DIR",
+                        help="also write each loader's dataset/, transform/ and loader/ configs into DIR, for "
+                             "pipebench run / explore --config-dir DIR (what cannot be written is named)")
     parser.add_argument("--out", help=f"the results folder (default {DEFAULT_OUT}/<time>)")
     parser.add_argument("command", nargs=argparse.REMAINDER, help="-- python train.py ARGS, or -- python -m module ARGS")
 
@@ -131,4 +138,4 @@ def main(args: argparse.Namespace) -> int:
         window = WatchWindow(args.steps, args.skip_steps, args.seconds, args.replay)
     except ValueError as exc:
         raise ConfigError(str(exc)) from None
-    return attach_main(args.command, window, args.out)
+    return attach_main(args.command, window, args.out, args.export_config)
