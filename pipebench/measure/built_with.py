@@ -1,20 +1,28 @@
 """The arguments each Dataset was constructed with, recorded while a `recording_datasets` block lasts.
 
-`torch.utils.data.Dataset.__new__` is replaced for the block: every Dataset subclass that does not
-define its own `__new__` (torch's, torchvision's and the user's alike, defined before the block or
-inside it) passes its constructor's arguments through it, so they are kept beside the instance
-(weakly: nothing outlives the dataset) without wrapping any class's `__init__`. A dataset made
-before the block has no record; the export reads its arguments back from its attributes instead.
+For the block, the `__init__` of every Dataset subclass is wrapped: those that exist when it starts
+(torch's, torchvision's, the user's imported ones: `Dataset.__subclasses__`, recursively) and those
+defined inside it (a `Dataset.__init_subclass__` hook: the script's own classes). The outermost call
+records its arguments beside the instance (weakly: nothing outlives the dataset), then the class's
+`__init__` runs as it was. On the way out every `__init__` is put back. A dataset made before the
+block has no record; the export reads its arguments back from its attributes instead.
+
+(Not `Dataset.__new__`: once a Python `__new__` is set on a class, deleting it leaves CPython's slot
+on the generic path, and `object.__new__` then refuses the constructor's arguments for good.)
 """
 
 import contextlib
+import functools
 import inspect
 import weakref
-from typing import Any, Dict, Iterator, Optional, Tuple
+from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple
 
 from torch.utils.data import Dataset
 
 __all__ = ["BuiltWith", "recording_datasets"]
+
+# Marks a wrapper, so a class reached twice (two parents) is wrapped once.
+_WRAPPED = "_pipebench_records_arguments"
 
 
 class BuiltWith:
@@ -25,6 +33,8 @@ class BuiltWith:
 
     def record(self, obj: Any, args: tuple, kwargs: dict) -> None:
         key = id(obj)
+        if key in self._seen and self._seen[key][0]() is obj:
+            return  # the outermost __init__ came first: a parent's, called through super(), is not the build
         try:
             ref = weakref.ref(obj, lambda _, key=key: self._seen.pop(key, None))
         except TypeError:  # a class with __slots__ and no __weakref__: not recorded
@@ -51,25 +61,63 @@ class BuiltWith:
         return named
 
 
+def _subclasses(root: type) -> Iterator[type]:
+    seen = set()
+    stack = [root]
+    while stack:
+        cls = stack.pop()
+        for sub in type.__subclasses__(cls):
+            if sub not in seen:
+                seen.add(sub)
+                stack.append(sub)
+                yield sub
+
+
+class _Wrapping:
+    """The `__init__`s wrapped so far, to put back."""
+
+    def __init__(self, built: BuiltWith) -> None:
+        self.built = built
+        self.wrapped: List[Tuple[type, Callable]] = []
+
+    def wrap(self, cls: type) -> None:
+        init = cls.__dict__.get("__init__")
+        if not inspect.isfunction(init) or getattr(init, _WRAPPED, False):
+            return
+        built = self.built
+
+        @functools.wraps(init)
+        def __init__(self, *args, **kwargs):
+            built.record(self, args, kwargs)
+            init(self, *args, **kwargs)
+
+        setattr(__init__, _WRAPPED, True)
+        cls.__init__ = __init__
+        self.wrapped.append((cls, init))
+
+    def restore(self) -> None:
+        for cls, init in reversed(self.wrapped):
+            cls.__init__ = init
+
+
 @contextlib.contextmanager
 def recording_datasets() -> Iterator[BuiltWith]:
-    """Within the block, each Dataset built is recorded with its arguments; `Dataset.__new__` is put
-    back on the way out, whatever happens."""
-    built = BuiltWith()
-    had = "__new__" in Dataset.__dict__
-    original = Dataset.__dict__.get("__new__")
+    """Within the block, each Dataset built is recorded with its arguments; every class is put back
+    on the way out, whatever happens."""
+    wrapping = _Wrapping(BuiltWith())
+    had_hook = "__init_subclass__" in Dataset.__dict__
 
-    def __new__(cls, *args, **kwargs):
-        obj = original.__get__(None, cls)(cls) if had else object.__new__(cls)
-        if args or kwargs:
-            built.record(obj, args, kwargs)
-        return obj
+    def __init_subclass__(cls, **kwargs):
+        super(Dataset, cls).__init_subclass__(**kwargs)
+        wrapping.wrap(cls)
 
-    Dataset.__new__ = __new__
     try:
-        yield built
+        for cls in _subclasses(Dataset):
+            wrapping.wrap(cls)
+        if not had_hook:
+            Dataset.__init_subclass__ = classmethod(__init_subclass__)
+        yield wrapping.built
     finally:
-        if had:
-            Dataset.__new__ = original
-        else:
-            del Dataset.__new__
+        if not had_hook and "__init_subclass__" in Dataset.__dict__:
+            del Dataset.__init_subclass__
+        wrapping.restore()

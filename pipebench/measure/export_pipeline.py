@@ -15,6 +15,7 @@ import pathlib
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional, Tuple
 
+import torch
 from torch.utils.data import DataLoader, RandomSampler, SequentialSampler, default_collate
 
 from pipebench.measure.built_with import BuiltWith
@@ -172,4 +173,7 @@ def export_pipeline(loader: DataLoader, built_with: Optional[BuiltWith] = None) 
     dataset = _dataset_node(loader.dataset, built_with, notes)
     per_sample = _recipe_nodes(loader.dataset, notes)
     settings = _loader_settings(loader, notes)
+    if loader.num_workers == 0 and torch.get_num_threads() > 1:
+        notes.append(f"loader: at workers=0 the script ran its recipe with torch's {torch.get_num_threads()} intra-op "
+                     "threads, pipebench run with one (as in workers): a step that uses threads reads slower there")
     return ExportedPipeline(dataset, per_sample, settings, int(loader.num_workers), tuple(notes))
