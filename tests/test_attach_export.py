@@ -22,6 +22,7 @@ from torchvision import transforms as T
 import pipebench
 from pipebench.cli.main import main
 from pipebench.measure.built_with import recording_datasets
+from pipebench.pipeline.instantiate import instantiate_node
 from pipebench.record.export_config import NOTES_FILE, config_name
 from pipebench.record.results import read_result
 from tests.conftest import results_folder, run_cli
@@ -179,3 +180,21 @@ def test_a_torchvision_image_folder_with_its_own_file_loader_keeps_the_torchvisi
                                 "transform": None, "target_transform": None,
                                 "loader": {"_target_": "hydra.utils.get_object", "path": "PIL.Image.open"}}
     assert exported.per_sample == ({"_target_": "torchvision.transforms.ToTensor"},)
+
+
+class SelfMade(Folder):
+    """Builds its recipe itself: no constructor argument carries it."""
+
+    def __init__(self, size: int) -> None:
+        super().__init__(size, T.Compose([T.CenterCrop(4)]))
+
+
+def test_a_recipe_no_argument_carried_is_emptied_by_the_exported_dataset():
+    with recording_datasets() as built:
+        dataset = SelfMade(12)
+    assert built.arguments(dataset) == {"size": 12}  # the outermost __init__'s, not the parent's
+    exported = pipebench.watch(DataLoader(dataset, batch_size=4)).watch.exported
+    assert exported.dataset["_target_"] == "pipebench.pipeline.recipe.without_recipe"
+    rebuilt = instantiate_node(exported.dataset, "dataset")
+    assert type(rebuilt) is SelfMade and rebuilt.transform is None and len(rebuilt) == 12
+    assert exported.per_sample == ({"_target_": "torchvision.transforms.CenterCrop", "size": [4, 4]},)

@@ -158,7 +158,6 @@ def _loader_settings(loader: DataLoader, notes: List[str]) -> Dict[str, Any]:
         notes.append(f"loader: its sampler {type(loader.sampler).__name__} is not exported: pipebench draws a "
                      "random order (loader.shuffle=true)")
     collate = loader.collate_fn
-    collate = getattr(collate, "collate", collate)  # the watch's own wrapper around the user's collate
     if collate is not default_collate:
         notes.append(f"loader: its collate_fn {getattr(collate, '__name__', type(collate).__name__)} is not exported: "
                      "pipebench collates (sample, target) pairs with default_collate")
