@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional, Tuple
 
 import torch
-from torch.utils.data import DataLoader, RandomSampler, SequentialSampler, default_collate
+from torch.utils.data import DataLoader, IterableDataset, RandomSampler, SequentialSampler, default_collate
 
 from pipebench.measure.built_with import BuiltWith
 from pipebench.measure.watch_chain import RECIPE_ATTRS, open_recipe
@@ -154,7 +154,7 @@ def _loader_settings(loader: DataLoader, notes: List[str]) -> Dict[str, Any]:
         settings["shuffle"] = True
     elif isinstance(loader.sampler, SequentialSampler):
         settings["shuffle"] = False
-    elif loader.batch_size is not None:
+    elif loader.batch_size is not None and not isinstance(loader.dataset, IterableDataset):  # a stream has no order
         notes.append(f"loader: its sampler {type(loader.sampler).__name__} is not exported: pipebench draws a "
                      "random order (loader.shuffle=true)")
     collate = loader.collate_fn
@@ -172,7 +172,7 @@ def export_pipeline(loader: DataLoader, built_with: Optional[BuiltWith] = None) 
     dataset = _dataset_node(loader.dataset, built_with, notes)
     per_sample = _recipe_nodes(loader.dataset, notes)
     settings = _loader_settings(loader, notes)
-    if loader.num_workers == 0 and torch.get_num_threads() > 1:
+    if per_sample and loader.num_workers == 0 and torch.get_num_threads() > 1:
         notes.append(f"loader: at workers=0 the script ran its recipe with torch's {torch.get_num_threads()} intra-op "
                      "threads, pipebench run with one (as in workers): a step that uses threads reads slower there")
     return ExportedPipeline(dataset, per_sample, settings, int(loader.num_workers), tuple(notes))
