@@ -113,8 +113,7 @@ def _dataset_node(dataset: Any, built_with: Optional[BuiltWith], notes: List[str
     if attr is not None and not carried:
         notes.append(f"dataset {name}: its recipe `{attr}` was set by the dataset itself, not given as an "
                      f"argument: the config wraps it in without_recipe, which empties `{attr}` after building it")
-        node = {"_target_": WITHOUT_RECIPE, "dataset": node, "attr": attr,
-                "was_list": isinstance(recipe, (list, tuple))}
+        node = {"_target_": WITHOUT_RECIPE, "dataset": node, "attr": attr, "empty": emptied(recipe)}
     return node
 
 

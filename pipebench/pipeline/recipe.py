@@ -99,8 +99,9 @@ def emptied(recipe: Any) -> Any:
     return [] if isinstance(recipe, (list, tuple)) else None
 
 
-def without_recipe(dataset: Any, attr: str, was_list: bool = False) -> Any:
-    """The dataset with its recipe attribute emptied, so the chain pipebench builds is the only one that
-    runs: the target an exported dataset is wrapped in when no constructor argument held its recipe."""
-    setattr(dataset, attr, [] if was_list else None)
+def without_recipe(dataset: Any, attr: str, empty: Any = None) -> Any:
+    """The dataset with its recipe attribute set to `empty` (`emptied`'s value), so the chain pipebench
+    builds is the only one that runs: the target an exported dataset is wrapped in when no constructor
+    argument held its recipe."""
+    setattr(dataset, attr, empty)
     return dataset
