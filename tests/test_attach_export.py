@@ -163,3 +163,11 @@ def test_a_recipe_no_argument_carried_is_emptied_by_the_exported_dataset():
     rebuilt = instantiate_node(exported.dataset, "dataset")
     assert type(rebuilt) is SelfMade and rebuilt.transform is None and len(rebuilt) == 12
     assert exported.per_sample == ({"_target_": "torchvision.transforms.CenterCrop", "size": [4, 4]},)
+
+
+def test_an_export_dir_that_is_a_file_is_one_line_before_the_script_runs(tmp_path, capsys):
+    (tmp_path / "conf").write_text("")
+    (tmp_path / "train.py").write_text("raise SystemExit('ran')")
+    assert main(["attach", "--export-config", str(tmp_path / "conf"), "--", "python", str(tmp_path / "train.py")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err == f"pipebench: error: --export-config {tmp_path / 'conf'}: not a directory"

@@ -88,6 +88,8 @@ def run_script(kind: str, target: str, argv: Sequence[str]) -> int:
 
 def attach_main(command: Sequence[str], window: WatchWindow, out: Optional[str], export_dir: Optional[str] = None) -> int:
     kind, target, argv = parse_command(command)
+    if export_dir is not None and Path(export_dir).exists() and not Path(export_dir).is_dir():
+        raise ConfigError(f"--export-config {export_dir}: not a directory")
     with watching_loaders(window, export=export_dir is not None) as watches:
         status = run_script(kind, target, argv)
     if not any(w.iterated for w in watches):
