@@ -19,6 +19,7 @@ from pipebench.base.errors import INTERRUPTED_EXIT_STATUS, USAGE_EXIT_STATUS, Co
 from pipebench.base.tables import markdown_table
 from pipebench.cli.attach_torchrun import attach_torchrun, torchrun_args
 from pipebench.measure.watch import DEFAULT_REPLAY, DEFAULT_SECONDS, DEFAULT_SKIP_STEPS, DEFAULT_STEPS, WatchWindow, watching_loaders
+from pipebench.record.export_config import write_exports
 from pipebench.record.watched import results_of, save_results, summary_line
 
 __all__ = ["add_parser", "attach_main", "main", "run_script"]
@@ -90,17 +91,25 @@ def _out_folder(out: Optional[str]) -> Path:
     return Path(out) if out is not None else Path(DEFAULT_OUT) / time.strftime("%Y-%m-%d_%H-%M-%S")
 
 
-def attach_main(command: Sequence[str], window: WatchWindow, out: Optional[str]) -> int:
+def attach_main(command: Sequence[str], window: WatchWindow, out: Optional[str], export_dir: Optional[str] = None) -> int:
     torchrun = torchrun_args(command)
     if torchrun is not None:  # every rank watched (pipebench.cli.attach_torchrun)
+        if export_dir is not None:
+            raise ConfigError("--export-config reads one process's loaders: export from the script run by "
+                              "python (one rank), then sweep distributed.nproc= under pipebench run")
         return attach_torchrun(torchrun, window, _out_folder(out))
     kind, target, argv = parse_command(command)
-    with watching_loaders(window) as watches:
+    if export_dir is not None and Path(export_dir).exists() and not Path(export_dir).is_dir():
+        raise ConfigError(f"--export-config {export_dir}: not a directory")
+    with watching_loaders(window, export=export_dir is not None) as watches:
         status = run_script(kind, target, argv)
     if not any(w.iterated for w in watches):
         print(f"pipebench attach: {target} iterated no torch.utils.data.DataLoader (it exited {status}); "
               "a loader of its own class is measured with pipebench.watch(loader) in the script", file=sys.stderr)
         return USAGE_EXIT_STATUS
+    if export_dir is not None:
+        exports = [(w.site, w.exported) for w in watches if w.iterated and w.exported is not None]
+        print("\n".join(write_exports(export_dir, exports)))
     results = results_of(watches)
     if not results:
         print(f"pipebench attach: no step measured: every loader stopped within its {window.skip_steps} "
@@ -130,6 +139,9 @@ def add_parser(verbs: "argparse._SubParsersAction") -> None:
                         help="after the window, feed N kept batches again to the step: its time with the loader "
                              "out of the way, and the headroom (off by default: the extra steps train the model "
                              "on repeated batches; see docs/attach.md)")
+    parser.add_argument("--export-config", metavar="DIR",
+                        help="also write each loader's dataset/, transform/ and loader/ configs into DIR, for "
+                             "pipebench run / explore --config-dir DIR (what cannot be written is named)")
     parser.add_argument("--out", help=f"the results folder (default {DEFAULT_OUT}/<time>)")
     parser.add_argument("command", nargs=argparse.REMAINDER,
                         help="-- python train.py ARGS, -- python -m module ARGS, or -- torchrun [OPTIONS] train.py ARGS")
@@ -140,4 +152,4 @@ def main(args: argparse.Namespace) -> int:
         window = WatchWindow(args.steps, args.skip_steps, args.seconds, args.replay)
     except ValueError as exc:
         raise ConfigError(str(exc)) from None
-    return attach_main(args.command, window, args.out)
+    return attach_main(args.command, window, args.out, args.export_config)

@@ -23,6 +23,8 @@ import numpy as np
 import torch
 from torch.utils.data import DataLoader
 
+from pipebench.measure.built_with import BuiltWith, recording_datasets
+from pipebench.measure.export_pipeline import ExportedPipeline, export_pipeline
 from pipebench.measure.fingerprint import usable_cores
 from pipebench.measure.runner import NS_PER_MS, NS_PER_S, PassResult, StepSample, TimingSink
 from pipebench.measure.summarize import TransformRow, rate_interval, summary_row, transform_rows
@@ -119,9 +121,12 @@ class LoaderWatch:
     (pipebench.measure.watch_clock; tests pass a fake)."""
 
     def __init__(self, loader: DataLoader, window: WatchWindow = WatchWindow(), site: Optional[str] = None,
-                 gpu_clock: Callable[[], Optional[GpuWatchClock]] = cuda_watch_clock) -> None:
+                 gpu_clock: Callable[[], Optional[GpuWatchClock]] = cuda_watch_clock,
+                 export: bool = False, built_with: Optional[BuiltWith] = None) -> None:
         self.window = window
         self.site = site or creation_site()
+        # Read before the recipe is replaced by its timed copy: the user's own steps.
+        self.exported: Optional[ExportedPipeline] = export_pipeline(loader, built_with) if export else None
         self.dataset_class = type(loader.dataset).__name__
         self.workers = int(loader.num_workers)
         self.batch_size = loader.batch_size
@@ -317,8 +322,9 @@ def _sized(value: Any) -> Optional[int]:
 class _Patched:
     """The state one `watching_loaders` block keeps: loader -> its watch, and the creation sites."""
 
-    def __init__(self, window: WatchWindow) -> None:
+    def __init__(self, window: WatchWindow, built_with: Optional[BuiltWith]) -> None:
         self.window = window
+        self.built_with = built_with
         self.sites: "weakref.WeakKeyDictionary[DataLoader, str]" = weakref.WeakKeyDictionary()
         self.by_loader: "weakref.WeakKeyDictionary[DataLoader, LoaderWatch]" = weakref.WeakKeyDictionary()
         self.watches: List[LoaderWatch] = []
@@ -326,17 +332,25 @@ class _Patched:
     def watch_of(self, loader: DataLoader) -> LoaderWatch:
         watch = self.by_loader.get(loader)
         if watch is None:
-            watch = LoaderWatch(loader, self.window, self.sites.get(loader, "unknown:0"))
+            watch = LoaderWatch(loader, self.window, self.sites.get(loader, "unknown:0"),
+                                export=self.built_with is not None, built_with=self.built_with)
             self.by_loader[loader] = watch
             self.watches.append(watch)
         return watch
 
 
 @contextlib.contextmanager
-def watching_loaders(window: WatchWindow = WatchWindow()) -> Iterator[List[LoaderWatch]]:
+def watching_loaders(window: WatchWindow = WatchWindow(), export: bool = False) -> Iterator[List[LoaderWatch]]:
     """Within the block, every DataLoader iterated is watched; yields the list of watches, in the
-    order the loaders were first iterated. The class is restored on the way out, whatever happens."""
-    state = _Patched(window)
+    order the loaders were first iterated. With `export`, each Dataset built in the block has its
+    arguments recorded and each watch its pipeline exported (`LoaderWatch.exported`). The classes
+    are restored on the way out, whatever happens."""
+    with contextlib.ExitStack() as stack:
+        built_with = stack.enter_context(recording_datasets()) if export else None
+        yield from _watching(_Patched(window, built_with))
+
+
+def _watching(state: _Patched) -> Iterator[List[LoaderWatch]]:
     original_init, original_iter = DataLoader.__init__, DataLoader.__iter__
 
     def __init__(self, *args, **kwargs):

@@ -10,14 +10,10 @@ nothing, so explore leaves it in place. An object that is not a plain sequence o
 RandomApply, RandomChoice, RandomOrder draw which steps run) is kept whole, one row, and a note says why.
 """
 
-import enum
-import importlib
-import inspect
 from dataclasses import dataclass
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
-import torch
-
+from pipebench.pipeline.export_nodes import plain_node, public_target, read_arguments, same_repr
 from pipebench.pipeline.instantiate import instantiate_node
 
 # The attribute a recipe object lists its steps under (torchvision's Compose, timm's, most factories').
@@ -26,7 +22,6 @@ STEPS_ATTR = "transforms"
 NOT_SEQUENTIAL = ("RandomApply", "RandomChoice", "RandomOrder")
 # The node a step that cannot be written back as arguments becomes: the recipe's own k-th step.
 RECIPE_STEP = "pipebench.pipeline.recipe.recipe_step"
-PUBLIC_NAMESPACES = ("torchvision.transforms.v2", "torchvision.transforms")
 Node = Mapping[str, Any]
 
 
@@ -43,65 +38,14 @@ def recipe_step(recipe: Any, index: int) -> Any:
     return list(getattr(recipe, STEPS_ATTR))[index]
 
 
-def _public_target(cls: type) -> str:
-    """`torchvision.transforms.v2.RandomCrop` rather than its private module; else module.qualname."""
-    for namespace in PUBLIC_NAMESPACES:
-        if cls.__module__.startswith(namespace):
-            if getattr(importlib.import_module(namespace), cls.__name__, None) is cls:
-                return f"{namespace}.{cls.__name__}"
-    return f"{cls.__module__}.{cls.__qualname__}"
-
-
-def _plain(value: Any) -> Tuple[bool, Any]:
-    """(True, a config value that instantiates back to `value`) or (False, None)."""
-    if value is None or isinstance(value, (bool, int, float, str)):
-        return True, value
-    if isinstance(value, enum.Enum):
-        return True, {"_target_": _public_target(type(value)), "_args_": [value.value]}
-    if isinstance(value, torch.dtype):
-        return True, {"_target_": "hydra.utils.get_object", "path": str(value)}
-    if isinstance(value, (list, tuple)):
-        items = [_plain(v) for v in value]
-        return all(ok for ok, _ in items), [v for _, v in items]
-    return False, None
-
-
-def _arguments(step: Any) -> Optional[Dict[str, Any]]:
-    """The step's constructor arguments read back from its attributes, or None when one cannot be."""
-    try:
-        parameters = list(inspect.signature(type(step).__init__).parameters.values())[1:]
-    except (TypeError, ValueError):
-        return None
-    arguments = {}
-    for parameter in parameters:
-        if parameter.kind in (parameter.VAR_POSITIONAL, parameter.VAR_KEYWORD):
-            continue
-        if not hasattr(step, parameter.name):
-            if parameter.default is parameter.empty:
-                return None
-            continue
-        ok, value = _plain(getattr(step, parameter.name))
-        if not ok:
-            return None
-        arguments[parameter.name] = value
-    return arguments
-
-
-def _same_repr(rebuilt: Any, step: Any) -> bool:
-    """Equal reprs, a list read back where the step holds a tuple (size=[224, 224]) counting as equal."""
-    def norm(obj: Any) -> str:
-        return repr(obj).replace("[", "(").replace("]", ")")
-    return norm(rebuilt) == norm(step)
-
-
 def step_node(recipe_node: Node, step: Any, index: int) -> Dict[str, Any]:
     """A `_target_` node that builds the same step: its class and arguments when rebuilding it gives
     an equal repr, else the recipe's own k-th step."""
-    arguments = _arguments(step)
+    arguments, _ = read_arguments(step, plain_node)  # a step holding an object stays the recipe's own
     if arguments is not None:
-        node = {"_target_": _public_target(type(step)), **arguments}
+        node = {"_target_": public_target(type(step)), **arguments}
         try:
-            if _same_repr(instantiate_node(node, "recipe step"), step):
+            if same_repr(instantiate_node(node, "recipe step"), step):
                 return node
         except Exception:  # a constructor that does not take back what it stored: keep the object
             pass
@@ -147,3 +91,17 @@ def _may_be_recipe(target: str) -> bool:
     if target.startswith("torchvision.transforms."):
         return name == "Compose" or name in NOT_SEQUENTIAL
     return not target.startswith("pipebench.transforms.")
+
+
+def emptied(recipe: Any) -> Any:
+    """What stands for a dataset's recipe once pipebench's chain runs it instead: an empty list for a
+    list of steps (a dataset that loops over it), else None (torchvision's "no transform")."""
+    return [] if isinstance(recipe, (list, tuple)) else None
+
+
+def without_recipe(dataset: Any, attr: str, empty: Any = None) -> Any:
+    """The dataset with its recipe attribute set to `empty` (`emptied`'s value), so the chain pipebench
+    builds is the only one that runs: the target an exported dataset is wrapped in when no constructor
+    argument held its recipe."""
+    setattr(dataset, attr, empty)
+    return dataset

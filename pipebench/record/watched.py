@@ -16,6 +16,7 @@ from pipebench.measure.fingerprint import fingerprint
 from pipebench.measure.job import SINGLE_PROCESS_FIELDS
 from pipebench.measure.summarize import pass_records, rows_as_dicts
 from pipebench.measure.watch import DEFAULT_REPLAY, DEFAULT_SECONDS, DEFAULT_SKIP_STEPS, DEFAULT_STEPS, LoaderWatch, WatchWindow
+from pipebench.record.export_config import write_exports
 from pipebench.record.results import write_invocation_tables, write_result
 
 __all__ = ["Watched", "WatchResult", "save_results", "watch", "watch_result"]
@@ -100,7 +101,7 @@ class Watched:
 
     def __init__(self, loader: DataLoader, window: WatchWindow) -> None:
         self.loader = loader
-        self.watch = LoaderWatch(loader, window)
+        self.watch = LoaderWatch(loader, window, export=True)
 
     def __iter__(self) -> Iterator[Any]:
         return self.watch.epoch(lambda: iter(self.loader))
@@ -118,6 +119,12 @@ class Watched:
         """Put the loader's transform recipe and collate back now (the watch does it by itself once
         its window and replay are over)."""
         self.watch.close()
+
+    def export_config(self, folder: "str | Path") -> List[str]:
+        """Write the loader's dataset, transform and loader configs into `folder` (a `--config-dir`);
+        the lines `pipebench attach --export-config` prints: what was left out and why, and the
+        `pipebench run` / `pipebench explore` commands. See docs/attach.md."""
+        return write_exports(folder, [(self.watch.site, self.watch.exported)])
 
     @property
     def done(self) -> bool:

@@ -1,0 +1,177 @@
+"""A watched loader's pipeline as pipebench configs: the dataset, the recipe and the loader as `_target_`
+nodes and settings, with what could not be written named and why.
+
+The dataset: a torchvision `ImageFolder` as torchvision reads it (its default loader, every file) is
+pipebench's own `dataset=image_folder` on the same root (same files, same folder labels; the decode
+then gets its own row). Any other dataset is its own class with the arguments it was built with
+(recorded at construction by `built_with` under attach; else read back from its attributes), the
+argument that carried the recipe given as empty, since pipebench's chain runs the recipe itself. The
+recipe: the steps `watch_chain.open_recipe` finds, each rebuilt from its attributes
+(`export_nodes.value_node`); a step that cannot be is left out and named. The loader: its settings, as
+`loader.*` and `workers`.
+"""
+
+import pathlib
+from dataclasses import dataclass, field
+from typing import Any, Dict, List, Optional, Tuple
+
+import torch
+from torch.utils.data import DataLoader, IterableDataset, RandomSampler, SequentialSampler, default_collate
+
+from pipebench.measure.built_with import BuiltWith
+from pipebench.measure.watch_chain import RECIPE_ATTRS, open_recipe
+from pipebench.pipeline.export_nodes import NodeOrWhy, attribute_arguments, importable_why, public_target, value_node
+from pipebench.pipeline.recipe import emptied
+
+__all__ = ["ExportedPipeline", "export_pipeline"]
+
+# pipebench's own folder dataset, the target a torchvision ImageFolder maps to.
+IMAGE_FOLDER_TARGET = "pipebench.datasets.image_folder.ImageFolderDataset"
+# The wrapper that empties a dataset's recipe attribute when no constructor argument carried it.
+WITHOUT_RECIPE = "pipebench.pipeline.recipe.without_recipe"
+# torchvision's file loaders that read a file as ImageFolder does by default (PIL, converted to RGB).
+DEFAULT_FILE_LOADERS = ("default_loader", "pil_loader")
+# The arguments ImageFolder may be given that pipebench's folder dataset reads the same way when
+# left at these values (anything else keeps the torchvision class).
+IMAGE_FOLDER_DEFAULTS = {"target_transform": None, "is_valid_file": None, "allow_empty": False}
+
+
+@dataclass(frozen=True)
+class ExportedPipeline:
+    """One loader's configs: `dataset` (None when it could not be written), the recipe's per-sample
+    nodes, the `loader.*` settings and `workers`, and a note per part left out or changed."""
+
+    dataset: Optional[Dict[str, Any]]
+    per_sample: Tuple[Any, ...]
+    loader: Dict[str, Any]
+    workers: int
+    notes: Tuple[str, ...] = field(default=())
+
+
+def _is_torchvision_image_folder(dataset: Any) -> bool:
+    cls = type(dataset)
+    return cls.__name__ == "ImageFolder" and cls.__module__ == "torchvision.datasets.folder"
+
+
+def _image_folder(dataset: Any, given: Dict[str, Any]) -> Optional[Dict[str, Any]]:
+    """pipebench's image_folder on the same root, when the ImageFolder reads its files as by default."""
+    file_loader = getattr(dataset, "loader", None)
+    if getattr(file_loader, "__name__", None) not in DEFAULT_FILE_LOADERS:
+        return None
+    if getattr(dataset, "target_transform", None) is not None:
+        return None
+    if any(given.get(name, default) != default for name, default in IMAGE_FOLDER_DEFAULTS.items()):
+        return None
+    return {"_target_": IMAGE_FOLDER_TARGET, "path": str(pathlib.Path(dataset.root).resolve()),
+            "num_classes": len(dataset.classes), "seed": 0, "cache": "warm"}
+
+
+def _recipe_value(dataset: Any) -> Tuple[Optional[str], Any]:
+    """(the attribute the recipe is under, its value), or (None, None)."""
+    for attr in RECIPE_ATTRS:
+        value = getattr(dataset, attr, None)
+        if value is not None:
+            return attr, value
+    return None, None
+
+
+def _dataset_node(dataset: Any, built_with: Optional[BuiltWith], notes: List[str]) -> Optional[Dict[str, Any]]:
+    """The dataset's node, or None with a note saying why not."""
+    name = type(dataset).__name__
+    why = importable_why(type(dataset))
+    if why:
+        notes.append(f"dataset {name}: not exported: {why}")
+        return None
+    given = built_with.arguments(dataset) if built_with is not None else None
+    if _is_torchvision_image_folder(dataset):
+        mapped = _image_folder(dataset, given or {})
+        if mapped is not None:
+            notes.append(f"dataset {name}: written as pipebench's dataset=image_folder on the same root (the same "
+                         "files and folder labels; its lazy open gives the decode its own row)")
+            return mapped
+    attr, recipe = _recipe_value(dataset)
+    if given is None:
+        given, why = attribute_arguments(dataset)
+        if given is None:
+            notes.append(f"dataset {name}: not exported: it was built before pipebench was watching, and {why}")
+            return None
+        notes.append(f"dataset {name}: built before pipebench was watching: its arguments are read back from its "
+                     "attributes of the same names; check them")
+    arguments: Dict[str, Any] = {}
+    carried = False
+    for key, value in given.items():
+        if attr is not None and (value is recipe or key in RECIPE_ATTRS):
+            arguments[key] = emptied(value)
+            carried = carried or value is recipe
+            continue
+        written: NodeOrWhy = value_node(value)
+        if not written.ok:
+            notes.append(f"dataset {name}: not exported: its argument `{key}`: {written.why}")
+            return None
+        arguments[key] = written.node
+    node = {"_target_": public_target(type(dataset)), **arguments}
+    if attr is not None and not carried:
+        notes.append(f"dataset {name}: its recipe `{attr}` was set by the dataset itself, not given as an "
+                     f"argument: the config wraps it in without_recipe, which empties `{attr}` after building it")
+        node = {"_target_": WITHOUT_RECIPE, "dataset": node, "attr": attr, "empty": emptied(recipe)}
+    return node
+
+
+def _recipe_nodes(dataset: Any, notes: List[str]) -> Tuple[Any, ...]:
+    """The recipe's steps as nodes, each one that cannot be written left out with a note."""
+    recipe = open_recipe(dataset)
+    if recipe is None:
+        notes.append(f"transform: {type(dataset).__name__} has no recipe under {' or '.join(RECIPE_ATTRS)}: "
+                     "the transform config is empty")
+        return ()
+    nodes = []
+    for k, step in enumerate(recipe.steps):
+        written = value_node(step)
+        if written.ok:
+            nodes.append(written.node)
+            continue
+        label = getattr(step, "__name__", type(step).__name__)
+        notes.append(f"transform step {k} ({label}): left out: {written.why}")
+    return tuple(nodes)
+
+
+def _loader_settings(loader: DataLoader, notes: List[str]) -> Dict[str, Any]:
+    """The `loader.*` keys pipebench's schema has, read off the DataLoader."""
+    settings: Dict[str, Any] = {"pin_memory": bool(loader.pin_memory), "drop_last": bool(loader.drop_last)}
+    if loader.batch_size is not None:
+        settings["batch_size"] = int(loader.batch_size)
+    else:
+        notes.append(f"loader: its batch_sampler ({type(loader.batch_sampler).__name__}) is not exported: "
+                     "pipebench's default batch_size is used")
+    if loader.num_workers > 0:
+        settings["prefetch_factor"] = int(loader.prefetch_factor)
+        settings["persistent_workers"] = bool(loader.persistent_workers)
+        context = loader.multiprocessing_context
+        if context is not None:
+            settings["multiprocessing_context"] = context.get_start_method()
+    if isinstance(loader.sampler, RandomSampler):
+        settings["shuffle"] = True
+    elif isinstance(loader.sampler, SequentialSampler):
+        settings["shuffle"] = False
+    elif loader.batch_size is not None and not isinstance(loader.dataset, IterableDataset):  # a stream has no order
+        notes.append(f"loader: its sampler {type(loader.sampler).__name__} is not exported: pipebench draws a "
+                     "random order (loader.shuffle=true)")
+    collate = loader.collate_fn
+    if collate is not default_collate:
+        notes.append(f"loader: its collate_fn {getattr(collate, '__name__', type(collate).__name__)} is not exported: "
+                     "pipebench collates (sample, target) pairs with default_collate")
+    if loader.worker_init_fn is not None:
+        notes.append("loader: its worker_init_fn is not exported")
+    return settings
+
+
+def export_pipeline(loader: DataLoader, built_with: Optional[BuiltWith] = None) -> ExportedPipeline:
+    """The loader's dataset, recipe and settings as configs; call it before the recipe is timed."""
+    notes: List[str] = []
+    dataset = _dataset_node(loader.dataset, built_with, notes)
+    per_sample = _recipe_nodes(loader.dataset, notes)
+    settings = _loader_settings(loader, notes)
+    if per_sample and loader.num_workers == 0 and torch.get_num_threads() > 1:
+        notes.append(f"loader: at workers=0 the script ran its recipe with torch's {torch.get_num_threads()} intra-op "
+                     "threads, pipebench run with one (as in workers): a step that uses threads reads slower there")
+    return ExportedPipeline(dataset, per_sample, settings, int(loader.num_workers), tuple(notes))
