@@ -29,6 +29,7 @@ from pipebench.base.tables import format_value, markdown_table
 from pipebench.config.specs import NO_CONSUMER
 from pipebench.pipeline.stages import DECODE_STAGE
 from pipebench.record.jobs import NOT_AXES, override_pairs, varying_keys
+from pipebench.report.thread_advice import gil_lines
 
 # Overrides that never define a chain: the axis the model predicts along, and repetition.
 NON_CHAIN_KEYS = ("workers", "distributed.nproc", *NOT_AXES)
@@ -521,7 +522,7 @@ def diagnose(results: Sequence[Mapping]) -> Diagnosis:
             ))
     base = next(iter(groups))
     advice = [*_advice_dominant(base, groups[base]), *_advice_workers(base, costs[base]),
-              *_advice_variants(base, groups, costs), *_advice_epochs(results),
+              *_advice_variants(base, groups, costs), *_advice_epochs(results), *gil_lines(results),
               *_advice_unexplained(rows, results, costs)]
     target = target_pct_of(results)
     targets = tuple((chain, needs_for_target(c, target)) for chain, c in costs.items() if c.consumer_ms > 0)
