@@ -42,6 +42,10 @@ needs_two_cores = pytest.mark.skipif(usable_cores() < 2, reason="a thread profil
     (ScalingFigures((1, 2, 4), (1.0, 1.15, 1.2), 0.01, 0.7), HOLDS_GIL),
     # Did not scale but kept the CPU: shared cores or memory bandwidth, not a lock.
     (ScalingFigures((1, 2), (1.0, 1.1), 0.01, 0.1), CPU_BOUND),
+    # 1.0x at 2 threads loses half of each call's wall time: 16% of it off the CPU is a third of the
+    # loss (GIL-bound), 14% under it (the rest went on the CPU).
+    (ScalingFigures((1, 2), (1.0, 1.0), 0.0, 0.16), HOLDS_GIL),
+    (ScalingFigures((1, 2), (1.0, 1.0), 0.0, 0.14), CPU_BOUND),
     # One thread: nothing to scale, no verdict.
     (ScalingFigures((1,), (1.0,), 0.0, 0.0), ""),
 ])
@@ -49,9 +53,13 @@ def test_the_verdict_of_made_up_figures(figures, verdict):
     assert thread_verdict(figures) == verdict
 
 
-def test_made_up_figures_report_where_a_step_stops_scaling():
+def test_made_up_figures_report_where_a_step_stops_scaling_and_what_it_lost_off_the_cpu():
     figures = ScalingFigures((1, 2, 4, 8), (1.0, 1.2, 1.1, 0.9), 0.0, 0.8)
     assert (figures.best_speedup, figures.top_speedup, figures.efficiency) == (1.2, 0.9, 0.9 / 8)
+    # A pure-Python step at 2 threads: each call takes twice its time, all of the extra off the CPU.
+    assert ScalingFigures((1, 2), (1.0, 1.0), 0.1, 0.55).loss_off_cpu == pytest.approx(1.0)
+    # The same loss spent on the CPU (each call's CPU time doubled): none of it off the CPU.
+    assert ScalingFigures((1, 2), (1.0, 1.0), 0.1, 0.1).loss_off_cpu == 0.0
 
 
 @pytest.mark.parametrize("workers, cores, counts, capped", [
