@@ -114,3 +114,28 @@ def test_a_dataloader_job_runs_no_profile_unless_asked(tmp_path):
     record = measure_job(dataclasses.replace(compose_spec([*FAST_JOB, "workers=0"]), per_sample=(SLEEP,)), tmp_path)
     assert record["thread_profile"] is None
     assert all("thread_verdict" not in row for row in record["transforms"])
+
+
+def _profiled(backend, on_threads, share_pct):
+    """A stored job with one GIL-bound step (BusyWait) of `share_pct` of the chain, profiled at 1 and 2 threads."""
+    levels = [{"threads": 1, "calls": 8, "samples_per_s": 500.0, "off_cpu_pct": 0.0},
+              {"threads": 2, "calls": 8, "samples_per_s": 520.0, "off_cpu_pct": 48.0}]
+    row = {"stage": "per_sample", "transform": "BusyWait", "share_pct": share_pct, "profile_threads": 2,
+           "thread_speedup": 1.04, "thread_speedups": "1:1.00 2:1.04", "off_cpu_pct_1t": 0.0, "off_cpu_pct_nt": 48.0,
+           "thread_verdict": HOLDS_GIL}
+    profile = {"threads": [1, 2], "backend": backend, "on_threads": on_threads, "workers": 8, "usable_cores": 2,
+               "capped_by_cores": True, "note": None,
+               "steps": [{"stage": "per_sample", "transform": "BusyWait", "error": None, "levels": levels}]}
+    return {"summary": {"transform": "custom"}, "transforms": [row], "thread_profile": profile}
+
+
+def test_one_line_a_step_from_the_thread_backends_profile_saying_the_cores_capped_it():
+    lines = gil_lines([_profiled("dataloader", False, 40.0), _profiled("threads", True, 40.0)])
+    assert len(lines) == 1, lines
+    assert lines[0].startswith("BusyWait holds the GIL: it stops scaling at 1.0 threads"), lines
+    assert "Under loader.backend=threads" in lines[0]
+    assert "profiled up to 2 threads, the host's usable cores, not the job's 8 workers" in lines[0]
+
+
+def test_a_gil_bound_step_too_small_to_matter_is_not_named():
+    assert gil_lines([_profiled("threads", True, 4.0)]) == []

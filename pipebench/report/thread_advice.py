@@ -50,15 +50,18 @@ def _line(result: Mapping[str, Any], row: Mapping[str, Any]) -> str:
 
 
 def gil_lines(results: Sequence[Mapping[str, Any]]) -> List[str]:
-    """One line per GIL-bound step worth naming, once per chain and step (the profile with the most threads)."""
-    picked: Dict[Tuple[str, str, str], Tuple[int, Mapping[str, Any], Mapping[str, Any]]] = {}
+    """One line per GIL-bound step worth naming, once per chain and step: from the profile with the
+    most threads, a thread backend's on a tie (its advice is the one to act on)."""
+    picked: Dict[Tuple[str, str, str], Tuple[Tuple[int, bool], Mapping[str, Any], Mapping[str, Any]]] = {}
     for result in results:
-        if not result.get("thread_profile"):
+        profile = result.get("thread_profile")
+        if not profile:
             continue
         for row in result["transforms"]:
             if row.get("thread_verdict") != HOLDS_GIL or row["share_pct"] < GIL_LINE_MIN_SHARE_PCT:
                 continue
             key = (str(result["summary"]["transform"]), row["stage"], row["transform"])
-            if key not in picked or row["profile_threads"] > picked[key][0]:
-                picked[key] = (row["profile_threads"], result, row)
+            rank = (row["profile_threads"], bool(profile["on_threads"]))
+            if key not in picked or rank > picked[key][0]:
+                picked[key] = (rank, result, row)
     return [_line(result, row) for _, result, row in picked.values()]
