@@ -38,14 +38,14 @@ __all__ = ["Level", "StepProfile", "ThreadProfile", "profile_step", "profile_wan
 LEVEL_S = 0.25
 # Each thread count runs this many times, interleaved (1, 2, 4, 1, 2, 4), and keeps its fastest run,
 # as timeit keeps its best: a burst from another tenant, or a first run's page faults, slows one
-# run, rarely both (one run each read a collate 10x faster on 2 threads than on 1 on the 2-core
-# machine, its 1-thread run slowed so).
+# run, rarely both (with one run each, a collate once read 10x faster on 2 threads than on 1 on the
+# 2-core machine: its 1-thread run had been slowed so).
 RUNS = 2
 # Each thread makes at least this many calls, so the last call's tail (one thread still busy while
 # the others are done) weighs a quarter of a thread's time or less.
 MIN_CALLS_PER_THREAD = 4
-# A step of a few microseconds would need 10^5+ calls to fill LEVEL_S; past that its own clock
-# reads (~1 us a call) are most of what is timed anyway.
+# A step of a few microseconds would need 10^5+ calls to fill LEVEL_S; there the four clock reads
+# around each call are most of what is timed anyway.
 MAX_CALLS = 100_000
 # A step that uses up its input (a lazy image's decode) gets a freshly opened one per call, all
 # opened before the timed calls: each holds its file's bytes (~125 KB for the default JPEGs).
