@@ -1,10 +1,10 @@
-"""The docs keep up with the code: every summary.csv column is documented, and the README stays short
-with links that resolve."""
+"""The docs keep up with the code: every summary.csv and transforms.csv column is documented, and the
+README stays short with links that resolve."""
 
 import re
 from pathlib import Path
 
-from pipebench.record.results import SUMMARY_COLUMNS
+from pipebench.record.results import SUMMARY_COLUMNS, TRANSFORM_COLUMNS
 
 REPO = Path(__file__).resolve().parents[1]
 README = REPO / "README.md"
@@ -14,9 +14,9 @@ README_MAX_LINES = 200
 LINK = re.compile(r"\]\(([^)#\s]+)(?:#[^)\s]*)?\)")
 
 
-def test_every_summary_column_is_in_the_results_schema():
+def test_every_summary_and_transform_column_is_in_the_results_schema():
     text = SCHEMA.read_text()
-    missing = [name for name in SUMMARY_COLUMNS if f"`{name}`" not in text]
+    missing = [name for name in (*SUMMARY_COLUMNS, *TRANSFORM_COLUMNS) if f"`{name}`" not in text]
     assert not missing, f"docs/results-schema.md does not list: {missing}"
 
 

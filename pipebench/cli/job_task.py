@@ -17,7 +17,7 @@ from pipebench.measure.fingerprint import usable_cores
 from pipebench.measure.job import SINGLE_PROCESS_FIELDS, measure
 from pipebench.measure.setup import oversubscription_note, quiet_torch_output
 from pipebench.record.results import (
-    PRINTED_TRANSFORM_COLUMNS,
+    printed_transform_columns,
     write_invocation_tables,
     write_result,
 )
@@ -64,6 +64,6 @@ def run_job_task(cfg: DictConfig) -> None:
     write_result(job_dir, result)
     write_summary_markdown(job_dir.parent, write_invocation_tables(job_dir.parent))
     print(f"\n## {name}\n")
-    print(markdown_table(record["transforms"], PRINTED_TRANSFORM_COLUMNS))
+    print(markdown_table(record["transforms"], printed_transform_columns(record["transforms"])))
     if summary.get("window_note"):
         print(f"note: {summary['window_note']}")

@@ -88,6 +88,9 @@ class RunConfig:
     target_accel_util_pct: float = 90.0
     # Stop the sweep at the first job whose accel_util_pct reaches the target (`explore --target`).
     stop_at_target: bool = False
+    # Each step's thread-scaling profile after the measured repeats (pipebench.measure.thread_profile):
+    # null profiles under a backend whose workers are threads, true under any, false never.
+    thread_profile: Optional[bool] = None
 
 
 @dataclass

@@ -94,6 +94,8 @@ class RunSpec:
     sync: str = SYNC_AUTO
     target_accel_util_pct: float = 90.0
     stop_at_target: bool = False
+    # None: profile under a thread backend (pipebench.measure.thread_profile.profile_wanted).
+    thread_profile: Optional[bool] = None
 
 
 @dataclass(frozen=True)

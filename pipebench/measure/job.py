@@ -33,6 +33,7 @@ from pipebench.measure.runner import (
 )
 from pipebench.measure.setup import job_fingerprint, seed_everything
 from pipebench.measure.host_load import PROCESS_CPU_COLUMN, HostLoadMeter
+from pipebench.measure.thread_profile import profile_wanted, thread_profile_pass
 from pipebench.measure.storage_cache import prepare_cache
 from pipebench.measure.storage_io import StorageReadMeter, file_read_columns
 from pipebench.measure.summarize import (
@@ -145,6 +146,9 @@ def _measure_job(spec: JobSpec, job_dir: Path, watchdog: Unwatched) -> Dict[str,
         artifacts = {"viztrace": VIZTRACE_FILE}
     rows = transform_rows(sink, instrumented.steps, [*collate.steps, *kit.device_chain.steps])
     cores = usable_cores()
+    # Last of the extra passes: it calls the steps alone, on threads of this process.
+    profiled = profile_wanted(spec, loader.worker_kind)
+    threads = thread_profile_pass(spec, instrumented, collate, loader.worker_kind, cores) if profiled else None
     batches_per_epoch, samples_per_epoch = _epoch_size(spec, dataset, loader)
     # A thread backend starts a fresh pool every epoch, whatever loader.persistent_workers says.
     persistent = spec.worker_kind == PROCESSES and spec.workers > 0 and spec.loader.persistent_workers
@@ -165,7 +169,9 @@ def _measure_job(spec: JobSpec, job_dir: Path, watchdog: Unwatched) -> Dict[str,
     return {
         "summary": summary,
         **{meter.key: meter.record() for meter in meters},
-        "transforms": rows_as_dicts(rows),
+        "transforms": [{**row, **(threads.columns(row["stage"], row["transform"]) if threads else {})}
+                       for row in rows_as_dicts(rows)],
+        "thread_profile": threads.record() if threads else None,
         "workers_breakdown": worker_breakdown(sink, list(repeats.passes)),
         "consumer_report": consumer.report(),
         "passes": pass_records(list(repeats.passes), spec.workers, spec.worker_kind),

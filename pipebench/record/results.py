@@ -15,6 +15,7 @@ from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 from pipebench.base.csv_cells import csv_text
 from pipebench.base.errors import warn
 from pipebench.base.io import write_json_atomic, write_text_atomic
+from pipebench.measure.thread_verdict import PROFILE_COLUMNS, PROFILE_TEXT_COLUMNS
 from pipebench.record.jobs import JobRecord
 from pipebench.record.stored import (
     NUMBER,
@@ -72,8 +73,18 @@ SUMMARY_COLUMNS = [
 ]
 TRANSFORM_COLUMNS = [
     "job", "stage", "transform", "calls", "ms_per_call_mean", "ms_per_call_median", "ms_per_sample", "share_pct",
+    # The step's thread-scaling profile (pipebench.measure.thread_profile); empty where none ran.
+    *PROFILE_COLUMNS,
 ]
-PRINTED_TRANSFORM_COLUMNS = TRANSFORM_COLUMNS[1:]
+# What a job prints of its rows: the timings, and the profile's speed-up and verdict where it ran.
+PRINTED_TRANSFORM_COLUMNS = TRANSFORM_COLUMNS[1:TRANSFORM_COLUMNS.index(PROFILE_COLUMNS[0])]
+PRINTED_PROFILE_COLUMNS = ("profile_threads", "thread_speedup", "off_cpu_pct_nt", "thread_verdict")
+
+
+def printed_transform_columns(rows: Sequence[Mapping[str, Any]]) -> List[str]:
+    """The columns a job prints: the profile's only when some row has them."""
+    profiled = any(row.get(PROFILE_COLUMNS[0]) is not None for row in rows)
+    return [*PRINTED_TRANSFORM_COLUMNS, *(PRINTED_PROFILE_COLUMNS if profiled else ())]
 
 
 # Summary cells that are not figures; every other summary column holds a number or null.
@@ -91,7 +102,7 @@ SUMMARY_FIELDS = {"job": TEXT, "workers": WHOLE, "batch_size": WHOLE, "steps": W
                                              "pipeline_ms_per_sample", "transfer_ms_median", "ready_next_ms_median")}}
 FINGERPRINT_FIELDS = {"usable_cores": WHOLE}
 TRANSFORM_FIELDS = {"stage": TEXT, "transform": TEXT, "ms_per_sample": NUMBER, "share_pct": NUMBER}
-NUMERIC_TRANSFORM = {column: NUMBER for column in TRANSFORM_COLUMNS[3:]}
+NUMERIC_TRANSFORM = {column: TEXT if column in PROFILE_TEXT_COLUMNS else NUMBER for column in TRANSFORM_COLUMNS[3:]}
 # A pass's per-step lists that readers use (compare's rates, the diagnosis's consumer time, the checks below).
 PASS_FIELDS = {key: list_of(NUMBER) for key in ("samples", "step_ms", "wait_ms", "compute_ms", "h2d_ms")}
 # The summary is computed from the same float64 step times result.json stores in `passes`, so the

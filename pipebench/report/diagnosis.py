@@ -35,6 +35,7 @@ from pipebench.base.tables import format_value, markdown_table
 from pipebench.config.specs import BACKEND_WORKER_KINDS, NO_CONSUMER, PROCESSES, THREADS
 from pipebench.pipeline.stages import DECODE_STAGE
 from pipebench.record.jobs import NOT_AXES, override_pairs, varying_keys
+from pipebench.report.thread_advice import gil_lines
 
 # Overrides that never define a chain: the axis the model predicts along, and repetition.
 NON_CHAIN_KEYS = ("workers", "distributed.nproc", *NOT_AXES)
@@ -505,7 +506,8 @@ def _advice_threads(rows: Sequence[PredictedRow]) -> List[str]:
     return [f"Not predicted: {', '.join(named)}. Their workers are threads of one process (loader.backend=threads "
             "or spdl), and the model's W/c assumes worker processes: threads share the GIL, so W threads reach W/c "
             "only on steps that release it (decode_jpeg, PIL's decoder, torch ops). Read their measured samples/s, "
-            "worker_capacity_samples_per_s and process_cpu_ms_per_sample instead; workers and cores are sized "
+            "worker_capacity_samples_per_s and process_cpu_ms_per_sample instead, and the thread-scaling profile "
+            "(transforms.csv: thread_speedups, thread_verdict) for which steps scale; workers and cores are sized "
             "for worker processes only."]
 
 
@@ -561,7 +563,7 @@ def diagnose(results: Sequence[Mapping]) -> Diagnosis:
     base = next(iter(groups))
     advice = [*_advice_dominant(base, groups[base]),
               *(_advice_workers(base, costs[base]) if base not in threaded else []),
-              *_advice_variants(base, groups, costs), *_advice_epochs(results),
+              *_advice_variants(base, groups, costs), *_advice_epochs(results), *gil_lines(results),
               *_advice_threads(rows), *_advice_unexplained(rows, results, costs)]
     target = target_pct_of(results)
     targets = tuple((chain, needs_for_target(c, target)) for chain, c in costs.items()

@@ -1,0 +1,105 @@
+"""What a step's thread-scaling profile says: it scales, it holds the GIL, it waits, or it is CPU-bound.
+
+Pure arithmetic on the figures of `pipebench.measure.thread_profile` (no torch), so the report
+stage reads the verdict names without importing the measuring side.
+
+A step's figures: its speed-up at each thread count k (its rate with k threads calling it at once
+over its rate alone) and the share of each call's wall time it spent off the CPU (1 - thread CPU
+time / wall time). The thread counts never exceed the usable cores, so a thread off the CPU is
+not waiting for a core: it waits on I/O or a sleep (already alone), or on a lock its calls share,
+the GIL first of all (only at k > 1).
+"""
+
+from dataclasses import dataclass
+from typing import Tuple
+
+__all__ = ["CPU_BOUND", "HOLDS_GIL", "PROFILE_COLUMNS", "PROFILE_TEXT_COLUMNS", "SCALES", "VERDICTS", "WAITS",
+           "ScalingFigures", "thread_verdict"]
+
+# The transforms.csv columns a thread profile fills (empty for a step not profiled); here, torch-free,
+# so the record stage lists them without importing the profile.
+PROFILE_COLUMNS = ("profile_threads", "thread_speedup", "thread_speedups", "off_cpu_pct_1t", "off_cpu_pct_nt",
+                   "thread_verdict")
+PROFILE_TEXT_COLUMNS = ("thread_speedups", "thread_verdict")
+
+SCALES = "scales"
+HOLDS_GIL = "holds_gil"
+WAITS = "waits"
+CPU_BOUND = "cpu_bound"
+VERDICTS = (SCALES, HOLDS_GIL, WAITS, CPU_BOUND)
+# A step that makes at least this share of k threads' ideal k-fold rate scales. 0.75: steps that
+# release the GIL reached 0.95-1.0 at 2 threads on the 2-core machine (Sleep 0.99, the JPEG decode
+# 0.98, RandomResizedCrop 0.96), a pure-Python one 0.5 (BusyWait: 1.0x); 0.75 splits them with room
+# for the machine's noise.
+SCALES_EFFICIENCY = 0.75
+# Off the CPU for at least half of its wall time alone: the step mostly waits (I/O, a sleep, a
+# device), so its speed-up on threads is about its waits, not the GIL.
+WAITS_OFF_CPU = 0.5
+# A step that fell short of scaling lost wall time a call; when at least this share of that loss was
+# spent off the CPU (`ScalingFigures.loss_off_cpu`), its threads queued for a lock they share, the
+# GIL for Python code. Measured at 2 threads on the 2-core machine: steps with Python around their
+# work lost 0.4-1.0 of it off the CPU (BusyWait 1.0, PILToTensor 0.76, ToTensor 0.6, Normalize
+# 0.42), steps slowed by the memory system (a collate of 25 MB batches) 0.03, a decode slowed by
+# another tenant 0.2.
+GIL_LOSS_OFF_CPU = 0.3
+
+
+@dataclass(frozen=True)
+class ScalingFigures:
+    """One step's profile: thread counts (1 first), the speed-up at each, and its off-CPU share
+    (0..1) alone and at the highest count."""
+
+    threads: Tuple[int, ...]
+    speedups: Tuple[float, ...]
+    off_cpu_alone: float
+    off_cpu_top: float
+
+    @property
+    def top_threads(self) -> int:
+        return self.threads[-1]
+
+    @property
+    def top_speedup(self) -> float:
+        return self.speedups[-1]
+
+    @property
+    def best_speedup(self) -> float:
+        """The most a step gained from threads: where it stops scaling, in threads' worth of rate."""
+        return max(self.speedups)
+
+    @property
+    def efficiency(self) -> float:
+        """The speed-up at the highest count over that count (1.0: perfect scaling)."""
+        return self.top_speedup / self.top_threads
+
+    @property
+    def loss_off_cpu(self) -> float:
+        """The share of the wall time a call lost to threads that it spent off the CPU.
+
+        At k threads and speed-up s a call takes k/s times its wall time alone. Had its CPU time
+        stayed the same, all of that extra time is off the CPU and its off-CPU share reaches
+        1 - (s/k)(1 - alone); had the extra time all been on the CPU (cores or memory shared), the
+        share stays as it was alone. Where it lands between the two is this ratio (0..1, past 1 by noise).
+        """
+        lost = (1.0 - self.off_cpu_alone) * (1.0 - self.efficiency)
+        return (self.off_cpu_top - self.off_cpu_alone) / lost if lost > 0 else 0.0
+
+
+def thread_verdict(figures: ScalingFigures) -> str:
+    """SCALES, HOLDS_GIL, WAITS or CPU_BOUND; '' when only one thread was profiled (nothing to scale).
+
+    In this order: a step off the CPU most of its time alone WAITS (so a sleep or a read is never
+    called GIL-bound); else one that reaches SCALES_EFFICIENCY SCALES; else one that spent
+    GIL_LOSS_OFF_CPU of what it lost off the CPU HOLDS_GIL (its threads queued for it: it stopped
+    scaling while its CPU share dropped); else it kept the CPU and still did not scale: CPU_BOUND,
+    limited by the cores it shares (other tenants, SMT siblings, memory bandwidth).
+    """
+    if figures.top_threads < 2:
+        return ""
+    if figures.off_cpu_alone >= WAITS_OFF_CPU:
+        return WAITS
+    if figures.efficiency >= SCALES_EFFICIENCY:
+        return SCALES
+    if figures.loss_off_cpu >= GIL_LOSS_OFF_CPU:
+        return HOLDS_GIL
+    return CPU_BOUND

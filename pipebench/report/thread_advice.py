@@ -1,0 +1,67 @@
+"""Where threads lose, in words: a what-to-do line for each step whose thread profile says it holds the GIL.
+
+Reads the transforms.csv cells a thread profile fills (`pipebench.measure.thread_profile`) and the
+job's `thread_profile` record; the verdict itself is `pipebench.measure.thread_verdict`'s.
+"""
+
+from typing import Any, Dict, List, Mapping, Sequence, Tuple
+
+from pipebench.measure.thread_verdict import HOLDS_GIL
+
+__all__ = ["GIL_LINE_MIN_SHARE_PCT", "gil_lines"]
+
+# A step under this share of the chain's time is not named even when it holds the GIL: queueing
+# for it costs the chain at most that share, within a run's noise (a load step of a few
+# microseconds often reads as GIL-bound and matters to no one).
+GIL_LINE_MIN_SHARE_PCT = 5.0
+
+
+def _what_to_do(profile: Mapping[str, Any]) -> str:
+    if profile["on_threads"]:
+        return (f"Under loader.backend={profile['backend']} its worker threads queue for it: run it in worker "
+                "processes (loader.backend=dataloader), or make it release the GIL (whole-array torch or NumPy ops, "
+                "a C extension).")
+    return "A thread backend would not help this step: keep worker processes (loader.backend=dataloader)."
+
+
+def _capped(profile: Mapping[str, Any]) -> str:
+    if not profile.get("capped_by_cores"):
+        return ""
+    return (f"; profiled up to {profile['usable_cores']} threads, the host's usable cores, not the job's "
+            f"{profile['workers']} workers")
+
+
+def _speedups(profile: Mapping[str, Any], row: Mapping[str, Any]) -> List[Tuple[int, float]]:
+    """(threads, speed-up) of the row's step, from the profile's levels."""
+    step = next(s for s in profile["steps"] if (s["stage"], s["transform"]) == (row["stage"], row["transform"]))
+    alone = step["levels"][0]["samples_per_s"]
+    return [(level["threads"], level["samples_per_s"] / alone) for level in step["levels"]]
+
+
+def _line(result: Mapping[str, Any], row: Mapping[str, Any]) -> str:
+    profile = result["thread_profile"]
+    speedups = _speedups(profile, row)
+    threads = speedups[-1][0]
+    curve = ", ".join(f"{s:.2f}x at {k}" for k, s in speedups[1:])
+    return (f"{row['transform']} holds the GIL: it stops scaling at {max(s for _, s in speedups):.1f} threads "
+            f"(transform={result['summary']['transform']}, called alone: {curve} threads; off the CPU "
+            f"{row['off_cpu_pct_1t']:.0f}% of its time alone, {row['off_cpu_pct_nt']:.0f}% at "
+            f"{threads} threads{_capped(profile)}). {_what_to_do(profile)}")
+
+
+def gil_lines(results: Sequence[Mapping[str, Any]]) -> List[str]:
+    """One line per GIL-bound step worth naming, once per chain and step: from the profile with the
+    most threads, a thread backend's on a tie (its advice is the one to act on)."""
+    picked: Dict[Tuple[str, str, str], Tuple[Tuple[int, bool], Mapping[str, Any], Mapping[str, Any]]] = {}
+    for result in results:
+        profile = result.get("thread_profile")
+        if not profile:
+            continue
+        for row in result["transforms"]:
+            if row.get("thread_verdict") != HOLDS_GIL or row["share_pct"] < GIL_LINE_MIN_SHARE_PCT:
+                continue
+            key = (str(result["summary"]["transform"]), row["stage"], row["transform"])
+            rank = (row["profile_threads"], bool(profile["on_threads"]))
+            if key not in picked or rank > picked[key][0]:
+                picked[key] = (rank, result, row)
+    return [_line(result, row) for _, result, row in picked.values()]
