@@ -251,6 +251,20 @@ def interrupt_at_hydra_start(run: Run, markers: Path) -> None:
 
 TWO_JOBS = ("workers=0,2",)
 INTERRUPTED = r"^pipebench: interrupted"
+# The loader's wait for a batch, short: the hung-sample cases end on it.
+HUNG_TIMEOUT_S = 1
+
+
+def hung_sample(backend: str) -> FaultCase:
+    """A sample that never ends in the one worker (a process, or a thread that cannot be stopped):
+    every backend ends the job in DataLoader's "timed out" line, and its job process exits."""
+    what = "DataLoader" if backend == "dataloader" else backend
+    return FaultCase(f"hung sample under loader.backend={backend}",
+                     ("workers=1", f"loader.backend={backend}", f"loader.timeout_s={HUNG_TIMEOUT_S}"), None, 2,
+                     rf"^pipebench: error: {what} timed out after {HUNG_TIMEOUT_S:.1f} seconds "
+                     rf"\(loader.timeout_s={HUNG_TIMEOUT_S}[;)]", rows=0, fault=("sleep", 1), results_line=True)
+
+
 CASES = (
     FaultCase("SIGINT to pipebench's group mid-job", TWO_JOBS, signal_pipebench(signal.SIGINT, True, 2), 130,
               INTERRUPTED, rows=1, fault=("sleep", 2), results_line=True),
@@ -280,4 +294,5 @@ CASES = (
     FaultCase("consumer.step_ms=inf", ("consumer.step_ms=inf",), None, 2,
               r"^pipebench: error: consumer.step_ms must be a finite number, got inf$", rows=0),
     FaultCase("Ctrl-C as Hydra starts", ("workers=0",), interrupt_at_hydra_start, 130, INTERRUPTED, rows=0),
+    *(hung_sample(backend) for backend in ("dataloader", "threads", "spdl")),
 )

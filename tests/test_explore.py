@@ -11,8 +11,11 @@ from stored_results import result_record, write_record
 from pipebench.cli.main import main
 from pipebench.cli.run import expand_sweep, search_path
 from pipebench.explore.equivalence import IDENTICAL, NOT_EQUIVALENT, Equivalence
+from pipebench.base.significance import NOISY
+from pipebench.config.limits import MAX_PREFETCH_FACTOR
 from pipebench.explore.plan import NO_DEVICE, Checked, Plan, conclusions, explore_rows, plan_exploration, what_to_do
 from pipebench.explore.chain import GPU_DECODER, Chain, Variant
+from pipebench.pipeline import loader_backends
 from pipebench.record.target import reached_target
 
 # Scale is pointwise, so the crop may move ahead of it; the trailing BusyWait has no per-batch
@@ -297,3 +300,85 @@ def test_explore_measures_an_iterable_dataset_and_refuses_a_chain_that_fails_on_
     err = capsys.readouterr().err.strip()
     assert "\n" not in err and "transform=decoded fails on the dataset's first samples (TypeError" in err, err
     assert not (chain_project / "out2").exists()
+
+
+# The loader moves other than the backend held where they are, so the backend's variants are the
+# only loader variants (no CUDA here: pin_memory does not apply either).
+OTHER_LOADER_MOVES_HELD = ["loader.persistent_workers=true", "loader.sharing_strategy=file_system",
+                           f"loader.prefetch_factor={MAX_PREFETCH_FACTOR}"]
+
+
+def _plan(project, *overrides):
+    overrides = ["transform=cropped", *overrides, "results_dir=out"]
+    return plan_exploration(overrides, expand_sweep([*search_path("conf"), *overrides])[0])
+
+
+def test_the_backend_move_is_a_variant_per_other_backend_where_it_applies(chain_project, monkeypatch):
+    """CenterCrop alone has no chain move: the loader moves build on the base chain."""
+    monkeypatch.chdir(chain_project)
+    plan = _plan(chain_project, *TINY_DATASET, "workers=1")
+    backends = {item.variant.name: item.variant for item in plan.checked if item.variant.loader[:1] and
+                item.variant.loader[0][0] == "backend"}
+    assert sorted(backends) == ["cropped+backend_spdl", "cropped+backend_threads"]
+    threads = backends["cropped+backend_threads"]
+    assert threads.moves == ("backend_threads",) and threads.loader == (("backend", "threads"),)
+    assert threads.changes == ('set loader.backend="threads"',)
+    assert all(item.verdict == "identical" for item in plan.checked[1:])
+    assert not [reason for reason in plan.not_applied if reason.startswith("backend")]
+
+
+@pytest.mark.parametrize("overrides, reasons", [
+    ([*TINY_DATASET, "workers=0"],
+     ["backend: the loader has no workers (workers=0), so every backend is the same in-process loop"]),
+    ([*STREAM, "workers=1"],
+     [f"backend: loader.backend={name} reads samples by index; dataset ShardedStream is an IterableDataset "
+      "(use loader.backend=dataloader)" for name in ("threads", "spdl")]),
+])
+def test_the_backend_move_says_why_it_does_not_apply(chain_project, monkeypatch, overrides, reasons):
+    monkeypatch.chdir(chain_project)
+    plan = _plan(chain_project, *overrides)
+    names = [item.variant.name for item in plan.checked] if isinstance(plan, Plan) else [plan.base]
+    assert not [name for name in names if "backend" in name]
+    given = plan.not_applied if isinstance(plan, Plan) else plan.reasons
+    assert [reason for reason in given if reason.startswith("backend")] == reasons
+
+
+def test_a_backend_whose_library_is_missing_is_a_reason_not_a_variant(chain_project, monkeypatch):
+    monkeypatch.chdir(chain_project)
+    monkeypatch.setattr(loader_backends, "_installed", lambda module: not module.startswith("spdl"))
+    plan = _plan(chain_project, *TINY_DATASET, "workers=1")
+    assert [item.variant.name for item in plan.checked if "backend" in item.variant.name] == ["cropped+backend_threads"]
+    assert "backend: loader.backend=spdl needs spdl: pip install 'pipebench[spdl]'" in plan.not_applied
+
+
+def test_a_backend_given_on_the_command_line_is_left_as_given(chain_project, monkeypatch):
+    """The command line wins over a variant's loader key; under threads the process-only settings
+    change nothing, so they are no variants either."""
+    monkeypatch.chdir(chain_project)
+    plan = _plan(chain_project, *TINY_DATASET, "workers=1", "loader.backend=threads")
+    names = [item.variant.name for item in plan.checked]
+    assert names[:2] == ["cropped", "cropped+prefetch_factor"] and "backend" not in " ".join(names)
+    assert {"persistent_workers: loader.backend=threads runs threads, and the setting is for worker processes",
+            "sharing_strategy: loader.backend=threads runs threads, and the setting is for worker processes",
+            "backend: loader.backend is set after the chain (on the command line or by the loader config), so explore "
+            "leaves it as given"} <= set(plan.not_applied)
+
+
+def test_explore_measures_the_backend_variants(chain_project):
+    proc = run_cli(["explore", "--config-dir", "conf", "transform=cropped", *FAST_JOB, "workers=1",
+                    *OTHER_LOADER_MOVES_HELD, "rounds=1", "results_dir=out"], cwd=chain_project)
+    assert proc.returncode == 0, proc.stderr
+    folder = chain_project / results_folder(proc.stdout)
+    expected = ["cropped", "cropped+backend_threads", "cropped+backend_spdl"]
+    summary = _csv(folder / "summary.csv")
+    assert [row["transform"] for row in summary] == expected
+    assert all(float(row["samples_per_s"]) > 0 for row in summary)
+    results = sorted(folder.glob("job-*/result.json"))
+    assert [json.loads(p.read_text())["config"]["loader"]["backend"] for p in results] == [
+        "dataloader", "threads", "spdl"]
+    table = _csv(folder / "explore.csv")
+    assert [(row["variant"], row["verdict"]) for row in table] == [
+        ("cropped", "base"), ("cropped+backend_threads", "identical"), ("cropped+backend_spdl", "identical")]
+    # One round a side: the one rule for "is it real?" (base/significance.py) cannot call it real,
+    # as for any move.
+    assert [row["rate_vs_base"] for row in table] == ["base", NOISY, NOISY]

@@ -10,6 +10,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 
 import pytest
@@ -17,7 +18,7 @@ from conftest import QUICK_RUN, TINY_DATASET, compose_spec
 from fault_transforms import ARMED
 
 from hydra_plugins.pipebench_launcher.subprocess_launcher import failure_reason
-from pipebench.base.errors import ConfigError, StepTimeoutError, WorkerError
+from pipebench.base.errors import ConfigError, StepTimeoutError, StuckThreadError, WorkerError
 from pipebench.base.watchdog import StepOverrun, Watchdog
 from pipebench.cli.main import main
 from pipebench.measure.job import measure_job
@@ -71,6 +72,36 @@ def test_hung_worker_times_out(tmp_path):
         measure_job(spec, tmp_path)
     assert time.monotonic() - start < 15, "a hung worker must not hang the benchmark"
     assert "loader.timeout_s=1" in str(caught.value)
+
+
+# Set when a test ends: a thread stuck in HangUntilReleased cannot be stopped, so the test lets it go.
+RELEASE = threading.Event()
+
+
+class HangUntilReleased:
+    """Hangs the thread that calls it (a thread backend's worker) until the test releases it."""
+
+    def __call__(self, sample):
+        RELEASE.wait(HANG_BOUND_S)
+        return sample
+
+
+@pytest.fixture
+def released():
+    RELEASE.clear()
+    yield
+    RELEASE.set()
+
+
+@pytest.mark.parametrize("backend", ["threads", "spdl"])
+def test_hung_thread_times_out_as_a_hung_worker_does(tmp_path, backend, released):
+    spec = _spec([{"_target_": f"{__name__}.HangUntilReleased"}], ["loader.timeout_s=1", f"loader.backend={backend}"])
+    start = time.monotonic()
+    with pytest.raises(StuckThreadError, match=rf"^{backend} timed out after 1\.0 seconds \(loader.timeout_s=1; ") as caught:
+        measure_job(spec, tmp_path)
+    assert time.monotonic() - start < 15, "a hung thread must not hang the benchmark"
+    assert "\n" not in str(caught.value) and "the job process exits without it" in str(caught.value)
+    assert isinstance(caught.value, WorkerError), "the same kind of fault as a hung DataLoader worker"
 
 
 class KillWorkerThenSleep:

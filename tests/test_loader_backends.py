@@ -10,11 +10,13 @@ import time
 
 import numpy as np
 import pytest
+import torch
 from conftest import FAST_JOB, TINY_DATASET, compose_spec, results_folder, run_cli
 
-from pipebench.base.errors import ConfigError
+from pipebench.base.errors import ConfigError, SampleError
 from pipebench.cli.run import expand_sweep, preflight
 from pipebench.measure.job import measure_job
+from pipebench.measure.runner import BatchStream
 from pipebench.pipeline import loader_backends
 from pipebench.pipeline.build import build_pipeline
 from pipebench.pipeline.file_reads import FileReads
@@ -41,11 +43,30 @@ def _spec(backend, workers, chain, length=64):
 
 
 def _epoch(spec):
+    backend, (batches,) = _epochs(spec, 1)
+    return backend, batches
+
+
+def _epochs(spec, count):
+    """The batches of `count` epochs of one backend, an epoch a list."""
     _, instrumented, collate = build_pipeline(spec)
     backend = build_backend(spec, instrumented, collate)
-    batches = list(backend)
+    epochs = [list(backend) for _ in range(count)]
     backend.close()
-    return backend, batches
+    return backend, epochs
+
+
+@pytest.mark.parametrize("backend", THREAD_BACKENDS)
+def test_every_backend_reads_each_sample_exactly_once_an_epoch_in_the_dataloaders_order(backend):
+    chain = [{"_target_": BUSY, "ms": 0.0}]
+    _, reference = _epochs(_spec("dataloader", 2, chain), 2)
+    _, epochs = _epochs(_spec(backend, 2, chain), 2)
+    orders = [np.concatenate([b.indices for b in epoch]).tolist() for epoch in epochs]
+    assert all(sorted(order) == list(range(64)) for order in orders), "each index once an epoch"
+    assert orders[0] != orders[1], "the sampler reshuffles each epoch"
+    assert orders == [np.concatenate([b.indices for b in epoch]).tolist() for epoch in reference]
+    for ours, theirs in zip(epochs[1], reference[1]):
+        assert torch.equal(ours.data, theirs.data)
 
 
 def _rate(spec):
@@ -71,6 +92,76 @@ def test_a_thread_backend_gives_the_dataloaders_samples_with_their_timings(backe
         # load, decode, Sleep, BusyWait: every step timed, and the known costs show up.
         assert ours.sample_ns.shape == (BATCH, 4)
         assert (ours.sample_ns[:, 2] >= 0.5e6).all() and (ours.sample_ns[:, 3] >= 0.2e6).all()
+
+
+class SharedBuffer:
+    """Thread-unsafe on purpose, as a user's transform may be: each call parks its sample in one
+    buffer the instance owns, lets go of the GIL (as a native call would), then returns the buffer,
+    which another thread may have filled meanwhile. Each worker process has its own instance."""
+
+    def __init__(self):
+        self.buffer = None
+
+    def __call__(self, sample):
+        self.buffer = sample
+        time.sleep(0.001)
+        return self.buffer.clone()
+
+
+def _differing_batches(batches, reference):
+    """The check the docs give a user: the batches whose samples differ from the reference's."""
+    return [k for k, (ours, theirs) in enumerate(zip(batches, reference)) if not torch.equal(ours.data, theirs.data)]
+
+
+@pytest.mark.parametrize("backend", THREAD_BACKENDS)
+def test_a_thread_unsafe_transform_is_caught_by_the_same_samples_check(backend):
+    unsafe = [{"_target_": f"{__name__}.SharedBuffer"}]
+    _, reference = _epoch(_spec("dataloader", 2, unsafe))
+    _, batches = _epoch(_spec(backend, 2, unsafe))
+    # The order is still right (the sampler's), so the exactly-once check cannot see it; the samples are not.
+    assert [b.indices.tolist() for b in batches] == [b.indices.tolist() for b in reference]
+    assert _differing_batches(batches, reference), "two threads sharing one buffer must mix samples up"
+    # One thread cannot race itself: the same transform gives the process backend's samples.
+    _, alone = _epoch(_spec(backend, 1, unsafe))
+    assert not _differing_batches(alone, reference)
+
+
+# A first pixel below this marks a bad sample: about a quarter of the uint8 random tensors, fixed per index.
+DARK = 64
+
+
+class FailOnDarkCorner:
+    """Raises on the samples whose first pixel is dark: bad samples known per index, whoever runs them."""
+
+    def __call__(self, sample):
+        if int(sample.flatten()[0]) < DARK:
+            raise ValueError("a dark corner")
+        return sample
+
+
+def _stream(backend, policy, batches):
+    """`batches` batches through the step loop's BatchStream (the bad-sample policy), and the skips."""
+    spec = _spec(backend, 2, [{"_target_": f"{__name__}.FailOnDarkCorner"}])
+    _, instrumented, collate = build_pipeline(spec)
+    stream = BatchStream(build_backend(spec, instrumented, collate), policy)
+    try:
+        return [stream.next().indices.tolist() for _ in range(batches)], sorted(f.index for f in stream.skipped)
+    finally:
+        stream.close()
+
+
+@pytest.mark.parametrize("backend", THREAD_BACKENDS)
+def test_the_bad_sample_policy_applies_under_a_thread_backend_as_under_dataloader(backend):
+    # skip: the same samples dropped and counted, the same batches left.
+    reference = _stream("dataloader", "skip", 4)
+    assert reference[1], "the chain must hit bad samples in 4 batches"
+    assert _stream(backend, "skip", 4) == reference
+    # fail: the same one line, naming the first bad sample.
+    with pytest.raises(SampleError) as expected:
+        _stream("dataloader", "fail", 4)
+    with pytest.raises(SampleError) as caught:
+        _stream(backend, "fail", 4)
+    assert str(caught.value) == str(expected.value) and "a dark corner" in str(caught.value)
 
 
 @pytest.mark.parametrize("backend", THREAD_BACKENDS)

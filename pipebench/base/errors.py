@@ -4,6 +4,8 @@ Stopping from outside is no error but ends the same way, in one line: Ctrl-C exi
 SIGTERM 143 (128 + the signal's number, as shells report a process a signal ended).
 """
 
+import logging
+import os
 import re
 import sys
 from dataclasses import dataclass
@@ -41,6 +43,11 @@ class SampleError(PipebenchError):
 
 class WorkerError(PipebenchError):
     """A DataLoader worker died or stayed silent past loader.timeout_s."""
+
+
+class StuckThreadError(WorkerError):
+    """A thread backend's worker thread gave no batch within loader.timeout_s. A thread cannot be
+    killed, so the process that holds it ends without waiting for it (`exit_leaving_threads`)."""
 
 
 # Control characters: a file or folder name, or a value read from a damaged file, may hold a newline.
@@ -114,3 +121,13 @@ def report_error(message: str, job_dir: Optional[Path] = None) -> None:
     if job_dir is not None:
         write_text_atomic(job_dir / ERROR_FILE, f"{message}\n")
     print(f"pipebench: error: {message}", file=sys.stderr, flush=True)
+
+
+def exit_leaving_threads(status: int) -> None:
+    """End this process now with `status`, its output flushed, without joining its threads: a
+    thread stuck in a transform would hold a normal exit forever (Python joins the thread pools'
+    threads at exit) or abort it (a daemon thread that wakes during shutdown)."""
+    logging.shutdown()
+    for stream in (sys.stdout, sys.stderr):
+        stream.flush()
+    os._exit(status)

@@ -10,7 +10,13 @@ from pathlib import Path
 from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig, OmegaConf
 
-from pipebench.base.errors import USAGE_EXIT_STATUS, PipebenchError, report_error
+from pipebench.base.errors import (
+    USAGE_EXIT_STATUS,
+    PipebenchError,
+    StuckThreadError,
+    exit_leaving_threads,
+    report_error,
+)
 from pipebench.base.tables import markdown_table
 from pipebench.config.specs import job_spec_from_config
 from pipebench.measure.fingerprint import usable_cores
@@ -41,6 +47,8 @@ def run_job_task(cfg: DictConfig) -> None:
         record = measure(spec, job_dir)
     except PipebenchError as exc:
         report_error(str(exc), job_dir)
+        if isinstance(exc, StuckThreadError):
+            exit_leaving_threads(USAGE_EXIT_STATUS)
         raise SystemExit(USAGE_EXIT_STATUS) from None
     summary = {
         "job": name,

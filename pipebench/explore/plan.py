@@ -47,6 +47,7 @@ from pipebench.explore.waterfall import WATERFALL_COLUMNS, waterfall, winner
 from pipebench.measure.fingerprint import usable_cores
 from pipebench.pipeline.build import build_dataset
 from pipebench.pipeline.consumers import on_device_of
+from pipebench.pipeline.loader_backends import BACKENDS, backend_problem
 from pipebench.pipeline.recipe import open_recipes
 from pipebench.record.jobs import ROUND_KEY, JobRecord, override_key, varying_keys
 from pipebench.record.results import load_job_results
@@ -243,7 +244,8 @@ def _loader_settings_that_hold(found: Exploration, first_job: Sequence[str], com
                                "config), so explore leaves it as given")
                 continue
         kept.append(variant)
-    return Exploration(tuple(kept), (*found.not_applied, *dropped))
+    # One line a key, though a move with a variant per value (the backend) loses each of them.
+    return Exploration(tuple(kept), (*found.not_applied, *dict.fromkeys(dropped)))
 
 
 def _sample_fetcher(dataset: Any) -> Callable[[int], list]:
@@ -274,8 +276,11 @@ def plan_exploration(overrides: Sequence[str], first_job: Sequence[str], fresh: 
     device_here = torch.cuda.is_available()
     with job_spec_composer() as compose_one:
         spec, results_dir = compose_one(first_job)
-        setting = LoaderSetting(spec.workers, dataclasses.asdict(spec.loader), device_here, MAX_PREFETCH_FACTOR)
-        fetch = _sample_fetcher(build_dataset(spec))
+        dataset = build_dataset(spec)
+        others = {name: backend_problem(name, dataset) for name in BACKENDS if name != spec.loader.backend}
+        setting = LoaderSetting(spec.workers, dataclasses.asdict(spec.loader), device_here, MAX_PREFETCH_FACTOR,
+                                others)
+        fetch = _sample_fetcher(dataset)
         first = fetch(1)
         source = SampleSource.of(first[0]) if first else None
         opened = open_recipes(spec.per_sample)  # a recipe object's steps move as a YAML list's do

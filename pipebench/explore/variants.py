@@ -46,7 +46,7 @@ and on the way to the winner. A chain that equals an earlier variant is dropped.
 
 import functools
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Callable, List, Mapping, Optional, Sequence, Tuple
 
 from pipebench.explore.chain import (
@@ -82,24 +82,31 @@ from pipebench.explore.decode_moves import (
     tensor_path,
 )
 from pipebench.pipeline.consumers import HOST_DEVICE
+from pipebench.pipeline.loader_backends import BACKENDS, PROCESSES
 from pipebench.transforms.region_codec import region_decode_problem
 
-# Loader moves: one DataLoader setting each, on top of the most-moved chain a host can run.
+# Loader moves: one loader setting each, on top of the most-moved chain a host can run.
 # persistent_workers pays through the epoch restart (samples_per_s_epoch), the others through
-# delivery: more batches queued, pinned memory for the copy, another way to share tensors.
+# delivery: more batches queued, pinned memory for the copy, another way to share tensors; the
+# backend through what runs the chain (threads or processes).
 PERSISTENT_WORKERS = "persistent_workers"
 PREFETCH_FACTOR = "prefetch_factor"
 PIN_MEMORY = "pin_memory"
 SHARING_STRATEGY = "sharing_strategy"
-LOADER_MOVES = (PERSISTENT_WORKERS, PREFETCH_FACTOR, PIN_MEMORY, SHARING_STRATEGY)
+BACKEND = "backend"
+LOADER_MOVES = (PERSISTENT_WORKERS, PREFETCH_FACTOR, PIN_MEMORY, SHARING_STRATEGY, BACKEND)
 # One line a loader move for `pipebench explore --help`, held to LOADER_MOVES by a test.
 LOADER_MOVE_HELP = {
     PERSISTENT_WORKERS: "workers kept across epochs (no restart at each epoch end)",
     PREFETCH_FACTOR: "twice the batches each worker keeps ready",
     PIN_MEMORY: "batches in page-locked memory for the copy (with CUDA only)",
     SHARING_STRATEGY: "tensors shared through files instead of file descriptors (file_system)",
+    BACKEND: "each other installed loader.backend (dataloader, threads, spdl) at the same workers, one variant "
+             "each (map-style datasets)",
 }
 FILE_SYSTEM = "file_system"
+# Settings only worker processes read: under a thread backend they change nothing.
+PROCESS_SETTINGS = (PERSISTENT_WORKERS, SHARING_STRATEGY)
 
 
 MOVE_FUNCTIONS: Mapping[str, Callable[[Chain], Moved]] = {
@@ -168,12 +175,26 @@ def _stack(chain: Chain, functions: Mapping[str, Callable[[Chain], Moved]], move
 
 @dataclass(frozen=True)
 class LoaderSetting:
-    """What loader moves look at: the job's workers, its loader settings, and whether CUDA is here."""
+    """What loader moves look at: the job's workers, its loader settings, whether CUDA is here, and
+    each backend other than the job's with why it cannot run the job ("" where it can: its library
+    is installed and it can read the dataset)."""
 
     workers: int
     values: Mapping[str, Any]
     cuda: bool
     max_prefetch_factor: int
+    other_backends: Mapping[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class LoaderChange:
+    """One variant a loader move makes: its name among the variant's moves, and the value it sets
+    `loader.<key>` to. A move makes one, or one per value it tries (`backend`), each named apart,
+    so every variant's moves are its own (the waterfall finds a variant by them)."""
+
+    label: str
+    key: str
+    value: Any
 
 
 def _loader_change(move: str, setting: LoaderSetting) -> Tuple[Optional[Any], str]:
@@ -185,6 +206,9 @@ def _loader_change(move: str, setting: LoaderSetting) -> Tuple[Optional[Any], st
         return (True, "") if not current else (None, "pin_memory: already on")
     if setting.workers == 0:
         return None, f"{move}: the loader has no workers (workers=0), so the setting does nothing"
+    backend = setting.values[BACKEND]
+    if move in PROCESS_SETTINGS and BACKENDS[backend].worker_kind != PROCESSES:
+        return None, f"{move}: loader.backend={backend} runs threads, and the setting is for worker processes"
     if move == PERSISTENT_WORKERS:
         return (True, "") if not current else (None, "persistent_workers: already on")
     if move == PREFETCH_FACTOR:
@@ -193,18 +217,34 @@ def _loader_change(move: str, setting: LoaderSetting) -> Tuple[Optional[Any], st
     return (FILE_SYSTEM, "") if current != FILE_SYSTEM else (None, "sharing_strategy: already file_system")
 
 
+def _backend_changes(setting: LoaderSetting) -> Tuple[List[LoaderChange], List[str]]:
+    """One variant per other backend that can run the job; why each other one cannot."""
+    if setting.workers == 0:
+        return [], [f"{BACKEND}: the loader has no workers (workers=0), so every backend is the same in-process loop"]
+    changes = [LoaderChange(f"{BACKEND}_{name}", BACKEND, name) for name, why in setting.other_backends.items()
+               if not why]
+    return changes, [f"{BACKEND}: {why}" for why in setting.other_backends.values() if why]
+
+
+def loader_changes(move: str, setting: LoaderSetting) -> Tuple[List[LoaderChange], List[str]]:
+    """The variants loader move `move` makes here, and why it makes no (other) one."""
+    if move == BACKEND:
+        return _backend_changes(setting)
+    value, why = _loader_change(move, setting)
+    return ([LoaderChange(move, move, value)], []) if value is not None else ([], [why])
+
+
 def loader_variants(parent: Variant, setting: LoaderSetting) -> Tuple[List[Variant], List[str]]:
-    """`parent`'s chain with one loader setting changed, per loader move that can change the result
-    here; and why each other loader move does not apply."""
+    """`parent`'s chain with one loader setting changed, per loader move and value that can change
+    the result here; and why each other loader move (or value) does not apply."""
     variants, reasons = [], []
     for move in LOADER_MOVES:
-        value, why = _loader_change(move, setting)
-        if value is None:
-            reasons.append(why)
-            continue
-        change = f"set loader.{move}={json.dumps(value)}"
-        variants.append(Variant(NAME_SEPARATOR.join((parent.name, move)), (*parent.moves, move),
-                                (*parent.changes, change), parent.chain, parent.draws_per_batch, ((move, value),)))
+        changes, why = loader_changes(move, setting)
+        reasons += why
+        for change in changes:
+            variants.append(Variant(NAME_SEPARATOR.join((parent.name, change.label)), (*parent.moves, change.label),
+                                    (*parent.changes, f"set loader.{change.key}={json.dumps(change.value)}"),
+                                    parent.chain, parent.draws_per_batch, ((change.key, change.value),)))
     return variants, reasons
 
 

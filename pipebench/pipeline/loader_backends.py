@@ -5,25 +5,31 @@ yields the same `TimedBatch` items the step loop consumes, so per-transform timi
 with each batch whatever runs the chain. `dataloader` is torch's DataLoader (worker processes);
 `threads` is torchdata.nodes on a thread pool; `spdl` an SPDL pipeline on a thread pool.
 
+Under every backend a batch that does not come within `loader.timeout_s` ends the job in one line
+(DataLoader's "timed out"; `StuckThreadError` on threads, whose stuck thread cannot be stopped, so
+the job process exits without joining it).
+
 `workers=0` is one loop under every backend: the main thread makes each batch, so it is built
 as the DataLoader's in-process loop (and keeps the watchdog and the workers=0 profile).
 """
 
 import importlib.util
 import math
+import queue
+import threading
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Any, Dict, Iterator, List, Optional, Protocol, runtime_checkable
+from typing import Any, Callable, Dict, Iterable, Iterator, List, Optional, Protocol, Tuple, runtime_checkable
 
 from torch.utils.data import DataLoader, IterableDataset
 
-from pipebench.base.errors import ConfigError
+from pipebench.base.errors import ConfigError, StuckThreadError
 from pipebench.config.specs import BACKEND_WORKER_KINDS, PROCESSES, THREADS, JobSpec
 from pipebench.pipeline.build import build_loader, build_sampler, pin_memory_effective
 from pipebench.pipeline.timed_chain import InstrumentedDataset, NumberedGetitem, TimedBatch, TimedCollate
 
 __all__ = ["BACKENDS", "PROCESSES", "THREADS", "BackendInfo", "DataLoaderBackend", "LoaderBackend",
-           "SpdlBackend", "ThreadsBackend", "build_backend", "check_backend"]
+           "SpdlBackend", "ThreadsBackend", "backend_problem", "build_backend", "check_backend", "stuck_thread"]
 
 @dataclass(frozen=True)
 class BackendInfo:
@@ -77,15 +83,23 @@ def _installed(module: str) -> bool:
         return False
 
 
+def backend_problem(name: str, dataset: Any) -> str:
+    """Why loader.backend=`name` cannot read `dataset` here, in one line ("" when it can): its
+    library is not installed, or it reads samples by index and the dataset is an IterableDataset."""
+    info = BACKENDS[name]
+    if info.module is not None and not _installed(info.module):
+        return f"loader.backend={info.name} needs {info.module.split('.')[0]}: pip install 'pipebench[{info.extra}]'"
+    if info.map_only and isinstance(dataset, IterableDataset):
+        return (f"loader.backend={info.name} reads samples by index; dataset {type(dataset).__name__} is an "
+                "IterableDataset (use loader.backend=dataloader)")
+    return ""
+
+
 def check_backend(spec: JobSpec, dataset: Any) -> None:
     """Plan-time check: the backend's library is installed and can read this dataset (ConfigError)."""
-    info = BACKENDS[spec.loader.backend]
-    if info.module is not None and not _installed(info.module):
-        raise ConfigError(f"loader.backend={info.name} needs {info.module.split('.')[0]}: "
-                          f"pip install 'pipebench[{info.extra}]'")
-    if info.map_only and isinstance(dataset, IterableDataset):
-        raise ConfigError(f"loader.backend={info.name} reads samples by index; dataset "
-                          f"{type(dataset).__name__} is an IterableDataset (use loader.backend=dataloader)")
+    problem = backend_problem(spec.loader.backend, dataset)
+    if problem:
+        raise ConfigError(problem)
 
 
 def _epoch_batches(samples: int, batch_size: int, drop_last: bool) -> int:
@@ -138,9 +152,10 @@ class _ThreadPoolBackend:
 
 class ThreadsBackend(_ThreadPoolBackend):
     """torchdata.nodes: sampler -> ParallelMapper(thread) over __getitem__ -> Batcher -> the timed
-    collate -> PinMemory (when pinning is effective) -> Prefetcher. A fresh graph an epoch, as a
-    DataLoader without persistent workers starts fresh workers; the collate runs on the
-    prefetcher's one thread."""
+    collate -> PinMemory (when pinning is effective), pulled `prefetch_factor` batches ahead on a
+    thread of its own (`_handed_off`: torchdata's Prefetcher would wait for a stuck thread forever).
+    A fresh graph an epoch, as a DataLoader without persistent workers starts fresh workers; the
+    collate runs on the puller's one thread."""
 
     name = "threads"
 
@@ -154,13 +169,22 @@ class ThreadsBackend(_ThreadPoolBackend):
         built.append(nodes.Mapper(built[-1], self.collate))
         if self.pin:
             built.append(nodes.PinMemory(built[-1]))
-        built.append(nodes.Prefetcher(built[-1], prefetch_factor=self.prefetch))
-        return _nodes_epoch(nodes.Loader(built[-1], restart_on_stop_iteration=False), built)
+        loader = nodes.Loader(built[-1], restart_on_stop_iteration=False)
+        return _handed_off(loader, self.prefetch, self.timeout_s, self.name, lambda: _stop_graph(built))
+
+
+def stuck_thread(backend: str, timeout_s: float) -> StuckThreadError:
+    """A thread backend's line for a batch that did not come, worded and numbered as DataLoader's own
+    timeout (`DataLoader timed out after 1.0 seconds`), with the hint worker_faults_named adds."""
+    return StuckThreadError(f"{backend} timed out after {float(timeout_s)} seconds (loader.timeout_s={timeout_s:g}; a "
+                            "worker thread is stuck in a sample and a thread cannot be stopped: the job process "
+                            "exits without it)")
 
 
 def _stop_node_threads(node: Any) -> None:
     """Join a torchdata node's threads now. torchdata stops them only in `__del__`, and a daemon
-    thread still running a transform when the job process exits aborts it (SIGABRT, seen here)."""
+    thread still running a transform when the job process exits aborts it (SIGABRT, seen here).
+    A thread stuck in a transform is waited for only torchdata's join timeout."""
     it = getattr(node, "_it", None)
     while it is not None:  # ParallelMapper -> its impl -> the iterator that owns the threads
         shutdown = getattr(it, "_shutdown", None)
@@ -169,13 +193,57 @@ def _stop_node_threads(node: Any) -> None:
         it = getattr(it, "_it", None)
 
 
-def _nodes_epoch(loader: Any, built: List[Any]) -> Iterator[TimedBatch]:
-    """One epoch of a torchdata graph; its threads are joined when it ends or is dropped."""
+def _stop_graph(built: List[Any]) -> None:
+    for node in reversed(built):  # the root first, so nothing upstream is pulled again
+        _stop_node_threads(node)
+
+
+# How often the puller looks whether the epoch was dropped while its queue is full.
+HANDOFF_POLL_S = 0.1
+# The end of an epoch on the hand-off queue.
+_END = object()
+
+
+def _handed_off(source: Iterable[TimedBatch], depth: int, timeout_s: float, backend: str,
+                stop: Callable[[], None]) -> Iterator[TimedBatch]:
+    """One epoch of `source`, pulled on a thread of its own up to `depth` batches ahead; each batch
+    waited for at most `timeout_s` (then StuckThreadError). `stop()` ends the source's threads when
+    the epoch ends, fails or is dropped; then the puller ends too."""
+    handoff: "queue.Queue[Tuple[Any, Optional[BaseException]]]" = queue.Queue(maxsize=depth)
+    dropped = threading.Event()
+
+    def put(item: Any, error: Optional[BaseException] = None) -> None:
+        while not dropped.is_set():
+            try:
+                handoff.put((item, error), timeout=HANDOFF_POLL_S)
+                return
+            except queue.Full:
+                continue
+
+    def pull() -> None:
+        try:
+            for batch in source:
+                put(batch)
+            put(_END)
+        except BaseException as exc:  # the collate's own failure: raised in the main thread
+            put(None, exc)
+
+    puller = threading.Thread(target=pull, name=f"pipebench-{backend}-prefetch", daemon=True)
+    puller.start()
     try:
-        yield from loader
+        while True:
+            try:
+                item, error = handoff.get(timeout=timeout_s)
+            except queue.Empty:
+                raise stuck_thread(backend, timeout_s) from None
+            if error is not None:
+                raise error
+            if item is _END:
+                return
+            yield item
     finally:
-        for node in reversed(built):  # the root first, so nothing upstream is pulled again
-            _stop_node_threads(node)
+        dropped.set()
+        stop()
 
 
 class _PinBatch:
@@ -220,10 +288,14 @@ def _no_task_hooks(stage: Any) -> List[Any]:
 
 
 def _spdl_epoch(pipeline: Any, pool: ThreadPoolExecutor, timeout_s: float) -> Iterator[TimedBatch]:
-    """One epoch; the pipeline stops and its pool ends when the epoch does or is dropped."""
+    """One epoch; the pipeline stops and its pool ends when the epoch does or is dropped. A batch
+    not out within `timeout_s` (SPDL's own wait) is a StuckThreadError."""
     try:
         with pipeline.auto_stop():
-            yield from pipeline.get_iterator(timeout=timeout_s)
+            try:
+                yield from pipeline.get_iterator(timeout=timeout_s)
+            except TimeoutError:
+                raise stuck_thread(SpdlBackend.name, timeout_s) from None
     finally:
         pool.shutdown(wait=False, cancel_futures=True)
 

@@ -23,7 +23,7 @@ import torch
 import torch.distributed as dist
 from torch.utils.data import IterableDataset
 
-from pipebench.base.errors import USAGE_EXIT_STATUS, PipebenchError
+from pipebench.base.errors import USAGE_EXIT_STATUS, PipebenchError, StuckThreadError, exit_leaving_threads
 from pipebench.base.io import write_json_atomic
 from pipebench.base.lifeline import TIED_PID_ENV, die_with_parent, parent_is
 from pipebench.base.watchdog import Unwatched
@@ -195,6 +195,8 @@ def main(argv: Optional[List[str]] = None) -> int:
         write_json_atomic(job_dir / RANK_RESULT.format(rank=rank), record)
     except PipebenchError as exc:
         _error_file(job_dir, rank).write_text(f"{exc}\n")
+        if isinstance(exc, StuckThreadError):
+            exit_leaving_threads(USAGE_EXIT_STATUS)  # its peers see the rank gone
         return USAGE_EXIT_STATUS
     except Exception as exc:  # a crash: one line for the job's error, the traceback for the log
         text = str(exc).strip().splitlines()
