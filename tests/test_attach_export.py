@@ -26,7 +26,7 @@ from pipebench.measure.built_with import recording_datasets
 from pipebench.pipeline.instantiate import instantiate_node
 from pipebench.record.export_config import NOTES_FILE, config_name
 from pipebench.record.results import read_result
-from tests.conftest import results_folder, run_cli
+from conftest import results_folder, run_cli
 
 BENCHMARKS = Path(__file__).resolve().parent.parent / "benchmarks"
 # The medians of a step, attach against run, may differ by this much on the shared 2-core box (the

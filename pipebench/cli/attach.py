@@ -7,6 +7,7 @@ as Python prints it, and what was measured before it ended is written all the sa
 
 import argparse
 import gc
+import importlib.util
 import os
 import runpy
 import sys
@@ -15,12 +16,14 @@ import traceback
 from pathlib import Path
 from typing import List, Optional, Sequence, Tuple
 
-from pipebench.base.errors import INTERRUPTED_EXIT_STATUS, USAGE_EXIT_STATUS, ConfigError
+from pipebench.base.errors import INTERRUPTED_EXIT_STATUS, TERMINATED_EXIT_STATUS, USAGE_EXIT_STATUS, ConfigError, Terminated
 from pipebench.base.tables import markdown_table
 from pipebench.cli.attach_torchrun import attach_torchrun, torchrun_args
+from pipebench.measure.script_end import own_loaders, script_namespaces, stop_workers
 from pipebench.measure.watch import DEFAULT_REPLAY, DEFAULT_SECONDS, DEFAULT_SKIP_STEPS, DEFAULT_STEPS, WatchWindow, watching_loaders
 from pipebench.record.export_config import write_exports
 from pipebench.record.watched import results_of, save_results, summary_line
+from pipebench.report.summary import first_batch_markdown
 
 __all__ = ["add_parser", "attach_main", "main", "run_script"]
 
@@ -63,28 +66,46 @@ def _script_frames(tb):
     return tb
 
 
-def run_script(kind: str, target: str, argv: Sequence[str]) -> int:
-    """Run the script as `python target argv...` would, in this process; its exit status."""
+def run_script(kind: str, target: str, argv: Sequence[str], own: Optional[List[str]] = None) -> int:
+    """Run the script as `python target argv...` would, in this process; its exit status. `own`
+    gets the loader-likes of its own the script left (`script_end.own_loaders`)."""
     saved_argv, saved_path = sys.argv[:], sys.path[:]
     sys.argv = [target, *argv]
     sys.path.insert(0, os.path.dirname(os.path.abspath(target)) if kind == "path" else os.getcwd())
     try:
+        script_file = target if kind == "path" else (importlib.util.find_spec(target).origin or "")
+    except (ImportError, AttributeError, ValueError):  # runpy says why, in the script's own words, below
+        script_file = ""
+    try:
         if kind == "path":
-            runpy.run_path(target, run_name="__main__")
+            left = runpy.run_path(target, run_name="__main__")
         else:
-            runpy.run_module(target, run_name="__main__", alter_sys=True)
+            left = runpy.run_module(target, run_name="__main__", alter_sys=True)
+        if own is not None:
+            own.extend(own_loaders(script_namespaces(left, None, script_file)))
         return 0
-    except SystemExit as exc:
+    except BaseException as exc:
+        if own is not None:
+            own.extend(own_loaders(script_namespaces(None, exc.__traceback__, script_file)))
+        return _failed(exc, target)
+    finally:
+        sys.argv, sys.path[:] = saved_argv, saved_path
+        gc.collect()  # the script's loaders and their workers go before the results are written
+
+
+def _failed(exc: BaseException, target: str) -> int:
+    """The exit status of a script that raised, its traceback (or message) shown as Python shows it."""
+    if isinstance(exc, SystemExit):
         if exc.code is None or isinstance(exc.code, int):
             return exc.code or 0
         print(exc.code, file=sys.stderr)
         return UNCAUGHT_EXIT_STATUS
-    except BaseException as exc:  # the script's own failure, Ctrl-C included: shown as Python shows it
-        traceback.print_exception(type(exc), exc, _script_frames(exc.__traceback__))
-        return INTERRUPTED_EXIT_STATUS if isinstance(exc, KeyboardInterrupt) else UNCAUGHT_EXIT_STATUS
-    finally:
-        sys.argv, sys.path[:] = saved_argv, saved_path
-        gc.collect()  # the script's loaders and their workers go before the results are written
+    if isinstance(exc, Terminated):  # SIGTERM (cli/main.py's handler): without attach the script ends at once, silently
+        print(f"pipebench attach: {target} terminated (SIGTERM); what was measured is kept", file=sys.stderr)
+        return TERMINATED_EXIT_STATUS
+    # The script's own failure, Ctrl-C included: shown as Python shows it.
+    traceback.print_exception(type(exc), exc, _script_frames(exc.__traceback__))
+    return INTERRUPTED_EXIT_STATUS if isinstance(exc, KeyboardInterrupt) else UNCAUGHT_EXIT_STATUS
 
 
 def _out_folder(out: Optional[str]) -> Path:
@@ -101,11 +122,16 @@ def attach_main(command: Sequence[str], window: WatchWindow, out: Optional[str],
     kind, target, argv = parse_command(command)
     if export_dir is not None and Path(export_dir).exists() and not Path(export_dir).is_dir():
         raise ConfigError(f"--export-config {export_dir}: not a directory")
+    own: List[str] = []
     with watching_loaders(window, export=export_dir is not None) as watches:
-        status = run_script(kind, target, argv)
+        status = run_script(kind, target, argv, own)
+    stop_workers()  # no worker outlives attach, nor waits for it to write
     if not any(w.iterated for w in watches):
-        print(f"pipebench attach: {target} iterated no torch.utils.data.DataLoader (it exited {status}); "
-              "a loader of its own class is measured with pipebench.watch(loader) in the script", file=sys.stderr)
+        seen = (f"; it holds {', '.join(own)}, a loader of its own: measure its loop with pipebench.watch(loader) "
+                f"(docs/attach.md, 'A loader of its own')" if own else
+                "; a loader of its own class is measured with pipebench.watch(loader) in the script")
+        print(f"pipebench attach: {target} iterated no torch.utils.data.DataLoader (it exited {status}){seen}",
+              file=sys.stderr)
         return USAGE_EXIT_STATUS
     if export_dir is not None:
         exports = [(w.site, w.exported) for w in watches if w.iterated and w.exported is not None]
@@ -118,6 +144,7 @@ def attach_main(command: Sequence[str], window: WatchWindow, out: Optional[str],
     folder = _out_folder(out)
     save_results(folder, results)
     print(markdown_table([summary_line(r) for r in results], SUMMARY_TABLE_COLUMNS))
+    print(first_batch_markdown([r.record["summary"] for r in results]))
     print(f"results: {folder}  (pipebench report {folder})")
     return status
 

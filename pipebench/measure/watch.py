@@ -28,10 +28,13 @@ from pipebench.measure.export_pipeline import ExportedPipeline, export_pipeline
 from pipebench.measure.fingerprint import usable_cores
 from pipebench.measure.runner import NS_PER_MS, NS_PER_S, PassResult, StepSample, TimingSink
 from pipebench.measure.summarize import TransformRow, rate_interval, summary_row, transform_rows
-from pipebench.measure.watch_chain import Recipe, Riding, collate_step, timed_recipe
+from pipebench.measure.first_batch import DatasetPickle, Startup, dataset_pickle
+from pipebench.measure.watch_chain import Recipe, Riding, collate_step, timed_loader
 from pipebench.measure.watch_clock import GpuWatchClock, cuda_watch_clock, on_gpu_clock
+from pipebench.measure.watch_meters import WindowMeters
 from pipebench.measure.window import split_window
 from pipebench.pipeline.file_reads import IO_FIELDS
+from pipebench.pipeline.stages import LOAD_STAGE
 
 __all__ = ["DEFAULT_REPLAY", "DEFAULT_SECONDS", "DEFAULT_SKIP_STEPS", "DEFAULT_STEPS", "LoaderWatch", "WatchWindow", "batch_samples",
            "creation_site", "watching_loaders"]
@@ -115,23 +118,28 @@ class LoaderWatch:
 
     Not frozen: it collects steps as the user's loop runs. What it gives back (`summary`,
     `passes`) is built from them when asked, and the caller freezes it. While the window (and the
-    replay) lasts, the loader's recipe is timed (`watch_chain.timed_recipe`); `close` restores it,
-    and the watch closes itself once both are over. Where the loop runs on CUDA when the window
-    opens, `gpu_clock()` gives the clock that puts the measured steps on the GPU's own timeline
-    (pipebench.measure.watch_clock; tests pass a fake)."""
+    replay) lasts, the loader's samples are timed (`watch_chain.timed_loader`); `close` restores
+    it, and the watch closes itself once both are over. The memory and storage meters run over the
+    window (`watch_meters`); the first batch is taken apart (`first_batch`). Where the loop runs on
+    CUDA when the window opens, `gpu_clock()` gives the clock that puts the measured steps on the
+    GPU's own timeline (pipebench.measure.watch_clock; tests pass a fake)."""
 
     def __init__(self, loader: DataLoader, window: WatchWindow = WatchWindow(), site: Optional[str] = None,
                  gpu_clock: Callable[[], Optional[GpuWatchClock]] = cuda_watch_clock,
                  export: bool = False, built_with: Optional[BuiltWith] = None) -> None:
         self.window = window
         self.site = site or creation_site()
-        # Read before the recipe is replaced by its timed copy: the user's own steps.
-        self.exported: Optional[ExportedPipeline] = export_pipeline(loader, built_with) if export else None
-        self.dataset_class = type(loader.dataset).__name__
-        self.workers = int(loader.num_workers)
-        self.batch_size = loader.batch_size
+        # A loader of another kind (any iterable of batches) is timed in the main loop only: named by
+        # its own class, with no dataset, workers or recipe to look into.
+        dataset = getattr(loader, "dataset", None) if isinstance(loader, DataLoader) else None
+        self.dataset_class = type(dataset if dataset is not None else loader).__name__
+        self.workers = int(getattr(loader, "num_workers", 0)) if dataset is not None else 0
+        self.batch_size = getattr(loader, "batch_size", None)
+        # Read before the recipe is replaced by its timed copy: the user's own steps (a DataLoader's).
+        self.exported: Optional[ExportedPipeline] = (export_pipeline(loader, built_with)
+                                                     if export and dataset is not None else None)
         self.persistent = bool(getattr(loader, "persistent_workers", False)) and self.workers > 0
-        self.samples_per_epoch = _sized(loader.dataset)
+        self.samples_per_epoch = _sized(dataset)
         self.batches_per_epoch = _sized(loader)
         self._logs: List[_EpochLog] = []
         self.first_batch_s: List[float] = []
@@ -144,21 +152,43 @@ class LoaderWatch:
         self.replay_ns: List[int] = []
         self._replayed = window.replay == 0
         self._restore = contextlib.ExitStack()
-        self.recipe: Optional[Recipe] = self._restore.enter_context(timed_recipe(loader))
-        self.batch_steps = collate_step(loader.collate_fn)
-        # Batches come back as Riding (batch, timings) while the recipe is timed: stripped here.
-        self._riding = self.recipe is not None
+        self.timing = self._restore.enter_context(timed_loader(loader)) if dataset is not None else None
+        self.recipe: Optional[Recipe] = None if self.timing is None else self.timing.recipe
+        self.batch_steps = collate_step(loader.collate_fn) if dataset is not None else []
+        # Batches come back as Riding (batch, timings) while the samples are timed: stripped here.
+        self._riding = self.timing is not None
+        self.meters = WindowMeters()
+        # The first epoch's start (perf_counter_ns) and each process's Startup as its first batch
+        # brings it; the dataset's pickle, taken once while the loader is alive (`_settle`).
+        self._epoch_start_ns: Optional[int] = None
+        self.startups: List[Startup] = []
+        self.pickle: Optional[DatasetPickle] = None
+        self._loader = weakref.ref(loader) if dataset is not None else (lambda: None)
         self._new_clock: Optional[Callable[[], Optional[GpuWatchClock]]] = gpu_clock
         self.gpu_clock: Optional[GpuWatchClock] = None
 
     def close(self) -> None:
-        """Put the loader's recipe and collate back (idempotent)."""
+        """Put the loader's recipe and collate back, end the window's meters (idempotent)."""
+        self._settle(window_over=True)
         self._restore.close()
+
+    def _settle(self, window_over: bool) -> None:
+        """At an epoch's end, the window's or close: pickle the dataset once, while the loader is
+        alive and no step is measured; the meters' last reading (`watch_meters.WindowMeters`)."""
+        if window_over:
+            self.meters.end(fresh=self.done)
+        else:
+            self.meters.mark_last()
+        loader = self._loader()
+        if self.pickle is None and loader is not None:
+            self.pickle = dataset_pickle(loader)
 
     def _strip(self, batch: Any, measured: bool) -> Any:
         """The user's batch out of a Riding, its timings kept when the step is measured."""
         if not isinstance(batch, Riding):
             return batch
+        if batch.startup is not None and self.epochs == 1:
+            self.startups.append(batch.startup)
         if measured and len(batch.sample_ns):
             self.sink.sample_ns.append(batch.sample_ns)
             self.sink.batch_ns.append(np.array([batch.collate_ns], np.int64))
@@ -206,8 +236,10 @@ class LoaderWatch:
             return False
         if self._window_start is None:
             self._window_start = before
+            self.meters.begin()
         if self._measured >= self.window.steps or before - self._window_start >= self.window.seconds * NS_PER_S:
             self.done = True
+            self._settle(window_over=True)
             return False
         self._measured += 1
         return True
@@ -221,9 +253,17 @@ class LoaderWatch:
 
     def epoch(self, open_epoch: Callable[[], Iterator[Any]]) -> Iterator[Any]:
         """One epoch of the loader (`open_epoch` opens it), timed while the window lasts."""
+        try:
+            yield from self._epoch(open_epoch)
+        finally:
+            self._settle(window_over=False)
+
+    def _epoch(self, open_epoch: Callable[[], Iterator[Any]]) -> Iterator[Any]:
         self.epochs += 1
         number = self.epochs
         start = time.perf_counter_ns()
+        if self._epoch_start_ns is None:
+            self._epoch_start_ns = start
         iterator = open_epoch()
         if self.gpu_clock is not None:
             self.gpu_clock.cut()  # a step the loop left unfinished in the last epoch
@@ -233,14 +273,30 @@ class LoaderWatch:
         # The batch last handed to the user, when it is measured: its wait and samples, and when
         # it was delivered; its step ends at the next call of next().
         pending: Optional[Tuple[int, int, int]] = None
+        # An epoch that starts inside the window goes on the window's pass, its first batch a step,
+        # so window.py finds the restart in the cycle it starts (the epoch end's measured cost).
+        log = self._logs[-1] if self._logs and self._window_start is not None else None
+        wanted = log is not None and self._wanted(start)
+        if log is not None:
+            log.skipped += not wanted and not self.done
+        self._clock_boundary(wanted)
         try:
             batch = next(iterator)
         except StopIteration:
+            self._measured -= wanted  # an empty epoch: the step counted never came
             return
-        log = _EpochLog(number, (time.perf_counter_ns() - start) / NS_PER_S)
-        self.first_batch_s.append(log.first_batch_s)
-        self._logs.append(log)
-        yield self._strip(batch, False)
+        if wanted and self.gpu_clock is not None:
+            self.gpu_clock.delivered()
+        delivered = time.perf_counter_ns()
+        self.first_batch_s.append((delivered - start) / NS_PER_S)
+        if log is None:
+            log = _EpochLog(number, self.first_batch_s[-1])
+            self._logs.append(log)
+            self.meters.prepare()
+        batch = self._strip(batch, wanted)
+        if wanted:
+            pending = (delivered - start, batch_samples(batch, self.batch_size), delivered)
+        yield batch
         while not self.done:
             before = time.perf_counter_ns()
             if pending is not None:
@@ -249,11 +305,14 @@ class LoaderWatch:
                                             samples=samples, transfer_ns=0, worker_id=-1, ready=False, epoch=number))
                 pending = None
             wanted = self._wanted(before)
+            if wanted and self._measured == 1:
+                before = time.perf_counter_ns()  # starting the meters' thread is not the step's wait
             log.skipped += not wanted and not self.done
             self._clock_boundary(wanted)
             try:
                 batch = next(iterator)
             except StopIteration:
+                self._measured -= wanted  # the epoch's end, not a step: the window keeps its length
                 return
             if wanted and self.gpu_clock is not None:
                 self.gpu_clock.delivered()
@@ -273,16 +332,42 @@ class LoaderWatch:
         if self.gpu_clock is not None:
             epochs = on_gpu_clock(epochs, self.gpu_clock.splits())
         return [PassResult(first_batch_s=log.first_batch_s, warmup_steps=log.skipped, steps=steps,
-                           wall_s=sum(s.step_ns for s in steps) / NS_PER_S, epochs=1, worker_startup_s={},
+                           wall_s=sum(s.step_ns for s in steps) / NS_PER_S, epochs=len({s.epoch for s in steps}),
+                           worker_startup_s=self._worker_starts() if log is self._logs[0] else {},
                            start_epoch=log.number)
                 for log, steps in zip(logs, epochs)]
 
+    def _worker_starts(self) -> Dict[int, float]:
+        """Per worker of the first epoch (in the order their first batches came): seconds from the
+        loader's iter() to the worker's first line of work."""
+        return {n: (s.started_ns - self._epoch_start_ns) / NS_PER_S
+                for n, s in enumerate(u for u in self.startups if u.started_ns is not None)}
+
+    def first_batch_parts(self) -> Dict[str, Any]:
+        """The run's first batch taken apart: the worker that made it started (s after iter()), its
+        first sample's fetch, and the dataset's pickle; empty cells where not measured."""
+        first = self.startups[0] if self.startups else None
+        pickle = self.pickle or DatasetPickle(None, None, None, "the loader was gone before its dataset was pickled")
+        return {
+            "worker_start_s": None if first is None or first.started_ns is None
+            else (first.started_ns - self._epoch_start_ns) / NS_PER_S,
+            "first_fetch_s": None if first is None or first.first_fetch_ns is None else first.first_fetch_ns / NS_PER_S,
+            "dataset_pickle_mb": pickle.mb,
+            "dataset_pickle_s": pickle.seconds,
+            "start_method": pickle.start_method,
+            "first_batch_note": pickle.note,
+        }
+
     def summary(self) -> Dict[str, Any]:
         """The harness's summary row of the measured steps (`summarize.summary_row`), plus batches/s
-        and its interval; an empty dict when no step was measured."""
+        and its interval, the first batch's parts and the meters' cells; an empty dict when no step
+        was measured."""
         passes = self.passes
         if not passes:
             return {}
+        # The meters give figures once stopped: asked before the window is over, they stop at
+        # their last reading (the last epoch end inside the window), and the rest goes unmetered.
+        self.meters.end(fresh=False)
         row = summary_row(passes, self.transform_rows(), self.sink, self.workers, usable_cores(), 0, persistent=self.persistent,
                           samples_per_epoch=self.samples_per_epoch, batches_per_epoch=self.batches_per_epoch,
                           target_steps=self.window.steps)
@@ -292,7 +377,8 @@ class LoaderWatch:
         # summary_row gives the first batch of every pass; the run's own first batch is the first
         # epoch's, measured or not.
         row.update(first_batch_s=self.first_batch_s[0], batches_per_s=1000.0 / row["step_ms_mean"],
-                   batches_per_s_ci_low=batches.low, batches_per_s_ci_high=batches.high)
+                   batches_per_s_ci_low=batches.low, batches_per_s_ci_high=batches.high,
+                   **self.first_batch_parts(), **self.meters.columns())
         if self.replay_ns:
             replay_ms = float(np.mean(self.replay_ns)) / NS_PER_MS
             row.update(replay_steps=len(self.replay_ns), replay_step_ms=replay_ms,
@@ -302,9 +388,10 @@ class LoaderWatch:
     def transform_rows(self) -> List[TransformRow]:
         """The recipe's rows over the measured steps (decode only where something was decoded); none
         without a recipe."""
-        if self.recipe is None:
+        if self.timing is None:
             return []
-        return transform_rows(self.sink, self.recipe.names, self.batch_steps)
+        rows = transform_rows(self.sink, list(self.timing.names), self.batch_steps)
+        return [r for r in rows if r.stage != LOAD_STAGE or self.timing.load_timed]
 
     def measured_batch_size(self) -> int:
         """The largest batch measured, or the loader's batch_size where that is larger."""

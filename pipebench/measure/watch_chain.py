@@ -14,28 +14,38 @@ The timings travel as `timed_chain`'s do, with the batch: `RidingCollate` replac
 collate made. The clock, the steps and the collate are plain picklable objects: under fork and
 spawn alike each worker gets its own copy of the clock with its copy of the dataset (one pickle
 holds both, so they stay one object).
+
+Around the recipe, each sample's whole `__getitem__` is timed too (`first_batch.TimedItems`, the
+dataset's instance `__getitems__`): what the recipe's steps leave of it is the `load` row (the file
+read, the user's own code), so the rows add up to the sample's time. The worker's start and its
+first fetch ride back with its first batch (`Riding.startup`).
 """
 
 import contextlib
 import copy
+import os
 import time
 from dataclasses import dataclass
 from typing import Any, Callable, Iterator, List, Optional, Sequence, Tuple
 
 import numpy as np
-from torch.utils.data import DataLoader
+from torch.utils.data import DataLoader, IterableDataset
 from torch.utils.data._utils.pin_memory import pin_memory
 
-from pipebench.pipeline.stages import COLLATE_STAGE, DECODE_STAGE, PER_SAMPLE_STAGE
+from pipebench.measure.first_batch import StampedInit, Startup, TimedItems
+from pipebench.pipeline.stages import COLLATE_STAGE, DECODE_STAGE, LOAD_STAGE, PER_SAMPLE_STAGE
 from pipebench.pipeline.timed_chain import DECODE_NAME, DECODES_ITSELF_ATTR, StepName, step_names, undecoded
 
-__all__ = ["Recipe", "Riding", "RidingCollate", "StepClock", "TimedStep", "open_recipe", "timed_recipe"]
+__all__ = ["Recipe", "Riding", "RidingCollate", "StepClock", "TimedStep", "Timing", "open_recipe", "timed_loader"]
 
 # The attributes a dataset's recipe is looked for under, in this order: torchvision's
 # VisionDataset sets both, `transforms` to a StandardTransform of `transform`, which it calls.
 RECIPE_ATTRS = ("transform", "transforms")
-# Column 0 of a sample's timings is the forced decode; the recipe's steps follow.
-DECODE_COLUMN = 0
+# Column 0 of a sample's timings is its load (its __getitem__ less the recipe's steps), column 1
+# the forced decode; the recipe's steps follow.
+LOAD_COLUMN, DECODE_COLUMN, FIRST_STEP_COLUMN = 0, 1, 2
+# The attribute torch's map-style fetcher calls, where a dataset has it, with a batch's indices.
+GETITEMS_ATTR = "__getitems__"
 
 
 @dataclass(frozen=True)
@@ -87,6 +97,12 @@ class StepClock:
         self.wall: List[List[int]] = []
         self.cpu: List[int] = []
         self._cpu_start = 0
+        # Inside a sample's __getitem__ (TimedItems): the item, not the recipe, owns the sample's row.
+        self.in_item = False
+        # This process's start (a worker's StampedInit) and its first sample's fetch, sent once.
+        self.started_ns: Optional[int] = None
+        self.first_fetch_ns: Optional[int] = None
+        self._startup_sent = False
 
     def start_sample(self) -> None:
         self.wall.append([0] * self.columns)
@@ -95,6 +111,27 @@ class StepClock:
 
     def end_sample(self) -> None:
         self.cpu[-1] = time.thread_time_ns() - self._cpu_start
+
+    def begin_item(self) -> None:
+        """A sample's __getitem__ begins: its row starts here, so the recipe inside it adds to it."""
+        self.start_sample()
+        self.in_item = True
+
+    def end_item(self, total_ns: int) -> None:
+        """The sample's __getitem__ took `total_ns`: what its recipe steps did not take is its load."""
+        row = self.wall[-1]
+        row[LOAD_COLUMN] = max(total_ns - sum(row[DECODE_COLUMN:]), 0)
+        self.end_sample()
+        self.in_item = False
+        if self.first_fetch_ns is None:
+            self.first_fetch_ns = total_ns
+
+    def take_startup(self) -> Optional[Startup]:
+        """This process's start and first fetch, the first time it is asked; None after."""
+        if self._startup_sent:
+            return None
+        self._startup_sent = True
+        return Startup(os.getpid(), self.started_ns, self.first_fetch_ns)
 
     def add(self, column: int, wall_ns: int) -> None:
         if not self.wall:  # a step called on its own, outside a sample the first step began
@@ -125,7 +162,8 @@ class TimedStep:
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         clock = self.clock
         if self.first:
-            clock.start_sample()
+            if not clock.in_item:
+                clock.start_sample()
             if self.force_decode and args and undecoded(args[0]):
                 start = time.perf_counter_ns()
                 args[0].load()
@@ -133,7 +171,7 @@ class TimedStep:
         start = time.perf_counter_ns()
         out = self.step(*args, **kwargs)
         clock.add(self.column, time.perf_counter_ns() - start)
-        if self.last:
+        if self.last and not clock.in_item:
             clock.end_sample()
         return out
 
@@ -145,17 +183,19 @@ class TimedStep:
 
 
 class Riding:
-    """A batch as the user's collate made it, with the timings of its samples beside it."""
+    """A batch as the user's collate made it, with the timings of its samples beside it (and, on
+    a process's first batch, its `Startup`)."""
 
-    __slots__ = ("batch", "sample_ns", "sample_cpu_ns", "collate_ns", "collate_cpu_ns")
+    __slots__ = ("batch", "sample_ns", "sample_cpu_ns", "collate_ns", "collate_cpu_ns", "startup")
 
     def __init__(self, batch: Any, sample_ns: np.ndarray, sample_cpu_ns: np.ndarray, collate_ns: int,
-                 collate_cpu_ns: int) -> None:
+                 collate_cpu_ns: int, startup: Optional[Startup] = None) -> None:
         self.batch = batch
         self.sample_ns = sample_ns
         self.sample_cpu_ns = sample_cpu_ns
         self.collate_ns = collate_ns
         self.collate_cpu_ns = collate_cpu_ns
+        self.startup = startup
 
     def __getstate__(self):
         return tuple(getattr(self, name) for name in self.__slots__)
@@ -167,7 +207,7 @@ class Riding:
     def pin_memory(self) -> "Riding":
         """torch's pin-memory thread pins the user's batch as it would have without the timings."""
         return Riding(pin_memory(self.batch), self.sample_ns, self.sample_cpu_ns, self.collate_ns,
-                      self.collate_cpu_ns)
+                      self.collate_cpu_ns, self.startup)
 
 
 class RidingCollate:
@@ -182,14 +222,14 @@ class RidingCollate:
         batch = self.collate(items)
         collate_ns, collate_cpu_ns = time.perf_counter_ns() - start, time.thread_time_ns() - cpu
         sample_ns, sample_cpu_ns = self.clock.drain()
-        return Riding(batch, sample_ns, sample_cpu_ns, collate_ns, collate_cpu_ns)
+        return Riding(batch, sample_ns, sample_cpu_ns, collate_ns, collate_cpu_ns, self.clock.take_startup())
 
 
 def _timed_copy(dataset: Any, recipe: Recipe, clock: StepClock) -> Any:
     """The recipe's value with its steps replaced by timed ones (a shallow copy: the user's object is not touched)."""
-    last = len(recipe.steps)
-    timed = [TimedStep(step, clock, column, column == 1, column == last)
-             for column, step in enumerate(recipe.steps, start=1)]
+    last = FIRST_STEP_COLUMN + len(recipe.steps) - 1
+    timed = [TimedStep(step, clock, column, column == FIRST_STEP_COLUMN, column == last)
+             for column, step in enumerate(recipe.steps, start=FIRST_STEP_COLUMN)]
     value = getattr(dataset, recipe.attr)
     if recipe.not_opened is not None:
         return timed[0]
@@ -200,31 +240,87 @@ def _timed_copy(dataset: Any, recipe: Recipe, clock: StepClock) -> Any:
     return twin
 
 
-@contextlib.contextmanager
-def timed_recipe(loader: DataLoader) -> Iterator[Optional[Recipe]]:
-    """Within the block the loader's recipe is timed and its collate carries the timings; yields the
-    recipe (None when the dataset has none, or it could not be replaced: nothing is changed then).
-    The dataset's attribute and the loader's collate_fn are restored on the way out."""
+@dataclass(frozen=True)
+class Timing:
+    """What `timed_loader` put in place: the recipe (None: none found, or it refused its copy), the
+    rows (load, decode, the recipe's steps), and whether the load is timed, or why not."""
+
+    recipe: Optional[Recipe]
+    names: Tuple[StepName, ...]
+    load_note: Optional[str]
+
+    @property
+    def load_timed(self) -> bool:
+        return self.load_note is None
+
+
+def _load_refusal(loader: DataLoader) -> Optional[str]:
+    """Why a sample's __getitem__ cannot be timed on this loader; None when it can."""
     dataset = loader.dataset
-    recipe = open_recipe(dataset)
-    if recipe is None:
-        yield None
-        return
-    original, original_collate = getattr(dataset, recipe.attr), loader.collate_fn
-    clock = StepClock(len(recipe.names))
+    if isinstance(dataset, IterableDataset):
+        return "an IterableDataset has no __getitem__"
+    if loader.batch_sampler is None:
+        return "batch_size=None: torch's fetcher indexes the dataset itself"
+    if getattr(type(dataset), GETITEMS_ATTR, None) is not None or GETITEMS_ATTR in getattr(dataset, "__dict__", {}):
+        return f"{type(dataset).__name__} fetches its batches itself (__getitems__)"
+    return None
+
+
+def _install_recipe(dataset: Any, recipe: Recipe, clock: StepClock) -> bool:
+    """Put the timed copy of the recipe in place; False (nothing changed) when the dataset refuses it."""
+    original = getattr(dataset, recipe.attr)
     try:
         setattr(dataset, recipe.attr, _timed_copy(dataset, recipe, clock))
     except (AttributeError, TypeError, ValueError):  # a read-only attribute, a Compose that refuses a list
         with contextlib.suppress(AttributeError, TypeError, ValueError):
             setattr(dataset, recipe.attr, original)
+        return False
+    return True
+
+
+def _install_items(dataset: Any, clock: StepClock) -> Optional[str]:
+    """Set the timed __getitems__ on the dataset instance; why not, where it refuses."""
+    try:
+        setattr(dataset, GETITEMS_ATTR, TimedItems(dataset, clock))
+    except (AttributeError, TypeError, ValueError) as exc:  # __slots__, a __setattr__ of its own
+        return f"the dataset refuses an attribute: {exc}"
+    return None
+
+
+@contextlib.contextmanager
+def timed_loader(loader: DataLoader) -> Iterator[Optional[Timing]]:
+    """Within the block the loader's samples are timed (their load, and their recipe's steps where
+    one is found), its collate carries the timings and its worker_init_fn stamps each worker's
+    start; yields the `Timing` (None when nothing could be timed: nothing is changed then). The
+    dataset's attributes, `collate_fn` and `worker_init_fn` are restored on the way out."""
+    dataset = loader.dataset
+    recipe = open_recipe(dataset)
+    original = getattr(dataset, recipe.attr) if recipe is not None else None
+    if recipe is not None:
+        clock = StepClock(FIRST_STEP_COLUMN + len(recipe.steps))
+        if not _install_recipe(dataset, recipe, clock):
+            recipe = None
+    if recipe is None:
+        clock = StepClock(FIRST_STEP_COLUMN)
+    load_note = _load_refusal(loader) or _install_items(dataset, clock)
+    if recipe is None and load_note is not None:
         yield None
         return
+    names = (StepName(LOAD_STAGE, type(dataset).__name__),
+             *(recipe.names if recipe is not None else [StepName(DECODE_STAGE, DECODE_NAME)]))
+    original_collate, original_init = loader.collate_fn, loader.worker_init_fn
     loader.collate_fn = RidingCollate(original_collate, clock)
+    if loader.num_workers > 0:
+        loader.worker_init_fn = StampedInit(original_init, clock)
     try:
-        yield recipe
+        yield Timing(recipe, names, load_note)
     finally:
-        setattr(dataset, recipe.attr, original)
-        loader.collate_fn = original_collate
+        if recipe is not None:
+            setattr(dataset, recipe.attr, original)
+        if load_note is None:
+            with contextlib.suppress(AttributeError):
+                delattr(dataset, GETITEMS_ATTR)
+        loader.collate_fn, loader.worker_init_fn = original_collate, original_init
 
 
 def collate_name(collate: Callable) -> str:

@@ -57,6 +57,8 @@ SUMMARY_COLUMNS = [
     "pipeline_ms_per_sample", "cpu_ms_per_sample", "process_cpu_ms_per_sample", "worker_capacity_samples_per_s",
     "cpu_capacity_samples_per_s", "first_batch_s", "worker_startup_s_max", "rss_mb_peak", "pss_mb_peak",
     "worker_pss_growth_mb", "shm_mb_peak",
+    # A watched loader's first batch taken apart (pipebench.measure.first_batch); empty for a job.
+    "worker_start_s", "first_fetch_s", "dataset_pickle_mb", "dataset_pickle_s", "start_method", "first_batch_note",
     "storage_read_mb", "storage_read_mb_per_s", "host_other_cpu_cores", "host_steal_pct",
     # File reads and the page cache (pipebench.measure.storage_io, storage_cache); empty for a
     # dataset that reads no files through pipebench.
@@ -90,7 +92,7 @@ def printed_transform_columns(rows: Sequence[Mapping[str, Any]]) -> List[str]:
 # Summary cells that are not figures; every other summary column holds a number or null.
 TEXT_SUMMARY_COLUMNS = ("job", "dataset", "transform", "consumer", "pin_memory", "sync_ops", "gpu_notes",
                         "reserved_oscillating", "epoch_restart_source", "window_note", "cache_mode", "storage_note",
-                        "step_sync", "ci_note")
+                        "step_sync", "ci_note", "start_method", "first_batch_note")
 NUMERIC_SUMMARY = {**{column: optional(NUMBER) for column in SUMMARY_COLUMNS if column not in TEXT_SUMMARY_COLUMNS},
                    "ranks": optional(WHOLE)}
 # What the readers of result.json index without a default (report, diagnosis, compare, explore, resume).

@@ -72,7 +72,7 @@ def watch_result(watch: LoaderWatch, job_num: int = 0) -> Optional[WatchResult]:
            "batch_size": watch.measured_batch_size(), "consumer": USER_STEP, **SINGLE_PROCESS_FIELDS, **summary}
     record = {"job": name, "job_num": job_num, "overrides": [name], "config": config, "choices": {},
               "summary": row, "transforms": rows_as_dicts(watch.transform_rows()), "passes": pass_records(watch.passes, watch.workers),
-              "first_batch_s_per_epoch": list(watch.first_batch_s)}
+              "first_batch_s_per_epoch": list(watch.first_batch_s), "meters": watch.meters.record()}
     return WatchResult(name=watch.site, dataset_class=watch.dataset_class, workers=watch.workers,
                        steps_measured=int(row["steps"]), samples_per_s=row["samples_per_s"],
                        samples_per_s_ci=(row["samples_per_s_ci_low"], row["samples_per_s_ci_high"]),
@@ -124,6 +124,9 @@ class Watched:
         """Write the loader's dataset, transform and loader configs into `folder` (a `--config-dir`);
         the lines `pipebench attach --export-config` prints: what was left out and why, and the
         `pipebench run` / `pipebench explore` commands. See docs/attach.md."""
+        if self.watch.exported is None:
+            raise ValueError(f"{self.watch.dataset_class} is not a torch DataLoader: there is no dataset or "
+                             "recipe to export")
         return write_exports(folder, [(self.watch.site, self.watch.exported)])
 
     @property

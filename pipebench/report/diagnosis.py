@@ -32,8 +32,8 @@ import numpy as np
 
 from pipebench.base.noise_figures import compare_half_width
 from pipebench.base.tables import format_value, markdown_table
-from pipebench.config.specs import BACKEND_WORKER_KINDS, NO_CONSUMER, PROCESSES, THREADS
-from pipebench.pipeline.stages import DECODE_STAGE
+from pipebench.config.specs import BACKEND_WORKER_KINDS, NO_CONSUMER, PROCESSES, THREADS, USER_STEP
+from pipebench.pipeline.stages import DECODE_STAGE, LOAD_STAGE
 from pipebench.record.jobs import NOT_AXES, override_pairs, varying_keys
 from pipebench.report.thread_advice import gil_lines
 
@@ -218,8 +218,13 @@ def chain_labels(results: Sequence[Mapping]) -> List[str]:
     round (settings every job shares say nothing); `transform=NAME` when nothing differs."""
     overrides = [_chain_overrides(r) for r in results]
     differing = sorted(varying_keys(overrides))
-    return [",".join(f"{k}={o[k]}" for k in differing if k in o) or f"transform={r['summary']['transform']}"
-            for o, r in zip(overrides, results)]
+    return [",".join(f"{k}={o[k]}" for k in differing if k in o) or _chain_name(r) for o, r in zip(overrides, results)]
+
+
+def _chain_name(result: Mapping) -> str:
+    """`transform=NAME`; a watched loader, which has no transform config, by its job name (`loader=train.py:57`)."""
+    transform = result["summary"].get("transform")
+    return f"transform={transform}" if transform is not None else str(result["job"])
 
 
 def _consumer_ms(result: Mapping) -> float:
@@ -538,6 +543,17 @@ def _advice_unexplained(rows: Sequence[PredictedRow], results: Sequence[Mapping]
                       f"({format_value(100 * r.gap)}%)" for r in off)
     return [f"Off the model by more than {format_value(100 * EXPLAINED_WITHIN)}%: {named}. "
             f"The model leaves out {'; '.join(candidates)}.", *_inflated_cpu(off, costs)]
+
+
+def whole_chain_timed(result: Mapping) -> bool:
+    """Whether a result's transform rows hold a sample's whole cost, as the model needs: a job's
+    always do; a watched loader's (`pipebench attach`, `pipebench.watch`) only with its `load` row,
+    the dataset's own __getitem__ outside the recipe. The user's step is then the consumer, taken
+    as using none of the loader's cores (its CPU time is not known)."""
+    transforms = result["transforms"]
+    if not transforms:
+        return False
+    return result["summary"].get("consumer") != USER_STEP or any(t.get("stage") == LOAD_STAGE for t in transforms)
 
 
 def diagnose(results: Sequence[Mapping]) -> Diagnosis:

@@ -11,7 +11,8 @@ from pipebench.base.tables import markdown_table
 from pipebench.record.results import SUMMARY_MD
 from pipebench.report.gpu import gpu_markdown
 
-__all__ = ["PRINTED_COLUMNS", "PRINTED_MULTIRANK_COLUMNS", "write_summary_markdown"]
+__all__ = ["FIRST_BATCH_COLUMNS", "PRINTED_COLUMNS", "PRINTED_MULTIRANK_COLUMNS", "first_batch_markdown",
+           "write_summary_markdown"]
 
 # The printed comparison keeps to what fits a terminal; summary.csv has everything.
 PRINTED_COLUMNS = [
@@ -21,14 +22,25 @@ PRINTED_COLUMNS = [
 ]
 # Printed after PRINTED_COLUMNS when any job of the invocation ran on several ranks.
 PRINTED_MULTIRANK_COLUMNS = ["ranks", "straggler_ratio", "collective_wait_ms_mean"]
+# A watched loader's first batch taken apart (`pipebench attach`, `pipebench.watch`).
+FIRST_BATCH_COLUMNS = ["job", "first_batch_s", "worker_start_s", "first_fetch_s", "dataset_pickle_mb",
+                       "dataset_pickle_s", "start_method", "first_batch_note"]
+
+
+def first_batch_markdown(rows: Sequence[Mapping[str, object]]) -> str:
+    """The first-batch table of the rows that took it apart (watched loaders); empty when none did."""
+    watched = [r for r in rows if r.get("first_fetch_s") is not None or r.get("first_batch_note")]
+    if not watched:
+        return ""
+    return "### first batch, taken apart\n\n" + markdown_table(watched, FIRST_BATCH_COLUMNS)
 
 
 def write_summary_markdown(invocation_dir: Path, rows: Sequence[Mapping[str, object]]) -> str:
     """Write summary.md from the invocation's summary rows; return the markdown."""
     multirank = any(int(r.get("ranks") or 1) > 1 for r in rows)
     markdown = markdown_table(rows, PRINTED_COLUMNS + (PRINTED_MULTIRANK_COLUMNS if multirank else []))
-    extra = gpu_markdown(rows)
-    if extra:
-        markdown += "\n" + extra
+    for extra in (first_batch_markdown(rows), gpu_markdown(rows)):
+        if extra:
+            markdown += "\n" + extra
     write_text_atomic(invocation_dir / SUMMARY_MD, markdown)
     return markdown

@@ -11,7 +11,6 @@ from typing import Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
 from pipebench.base.errors import ConfigError
 from pipebench.base.io import write_text_atomic
-from pipebench.config.specs import USER_STEP
 from pipebench.record.results import RESULT_FILE, load_job_results, summary_rows
 from pipebench.report.comparison import (
     HOST,
@@ -21,7 +20,7 @@ from pipebench.report.comparison import (
     comparison_markdown,
     group_rows,
 )
-from pipebench.report.diagnosis import diagnose, render_diagnosis
+from pipebench.report.diagnosis import diagnose, render_diagnosis, whole_chain_timed
 from pipebench.report.gpu import gpu_markdown
 from pipebench.report.plots import PlotOutcome, write_plots
 
@@ -97,15 +96,15 @@ def diagnosis_section(inputs: ReportInputs) -> str:
     untimed = 0
     for run in inputs.runs:
         for result in run.results:
-            # The model starts from the whole chain's per-sample cost: a watched loader has none (its
-            # dataset's own __getitem__ outside the recipe is not timed), so it would overstate capacity.
-            if not result["transforms"] or result["summary"].get("consumer") == USER_STEP:
+            # The model starts from the whole chain's per-sample cost: a watched loader without its
+            # load row has none, so it would overstate capacity.
+            if not whole_chain_timed(result):
                 untimed += 1
                 continue
             by_host.setdefault(str(result.get("fingerprint", {}).get("hostname")), []).append(result)
     note = (f"\n{untimed} job(s) left out of the model: a loader watched by `pipebench attach` or `pipebench.watch` "
-            "(its dataset's own loading outside the transform recipe is not timed, so the chain's whole cost a sample "
-            "is not known), or a job without per-transform timings.\n" if untimed else "")
+            "whose dataset's own loading could not be timed (no `load` row: an IterableDataset, a dataset with its own "
+            "__getitems__), or a job without per-transform timings.\n" if untimed else "")
     if not by_host:
         return f"## diagnosis\n{note}"
     if len(by_host) == 1:

@@ -1,0 +1,108 @@
+"""The project's memory and storage-read meters over a watched loader's window.
+
+`pipebench run` starts its meters around its own step loop; a watched loader's window opens at
+its first measured step and closes when the window is over (or the script stops first), so
+`WindowMeters` runs the same meters (`memory.MemorySampler`, `storage_io.StorageReadMeter`)
+between those two moments, with the same FIRST_MEASURED / LAST_MEASURED marks.
+
+What they can and cannot say here: both read this process and all its children, so the figures
+are the script's whole process tree (every loader's workers, anything else the script started),
+not one loader's; a window that was never opened, or closed after the workers were gone, leaves
+the cells empty, and the record says why.
+
+A reading walks every process's page tables (smaps_rollup: about 10 ms of CPU a process), so the
+readings run on a thread of their own, one after another, never on the user's loop: a reading
+lands a few ms after the moment it stands for, which a window of many steps does not notice.
+"""
+
+import threading
+
+from typing import Any, Callable, Dict, Optional
+
+from pipebench.measure.memory import MemorySampler
+from pipebench.measure.meter import FIRST_MEASURED, LAST_MEASURED
+from pipebench.measure.storage_io import StorageReadMeter
+
+__all__ = ["WindowMeters"]
+
+SCOPE_NOTE = "the attach process and all its children: every loader's workers, not this loader's alone"
+NOT_OPENED_NOTE = "not measured: the window never opened (no measured step)"
+
+
+class WindowMeters:
+    """Memory (RSS/PSS, /dev/shm) and storage reads from `begin` to the last `mark_last` before `end`.
+
+    The last reading is taken where the workers are still alive: at the window's end, or at an
+    epoch's end inside the window (persistent workers live on; the next epoch's end or the window's
+    takes a later one). When the script stops before the window is over, its loaders and workers
+    may be gone by `end`, so the reading at the last epoch end stands."""
+
+    def __init__(self) -> None:
+        self.meters = (MemorySampler(), StorageReadMeter())
+        self.prepared = self.begun = self.ended = self.marked = False
+        self._last: Optional[threading.Thread] = None
+
+    def _off_thread(self, work: Callable[[], None]) -> None:
+        """Run `work` on a thread of its own, after the work asked for before it."""
+        previous = self._last
+
+        def run() -> None:
+            if previous is not None:
+                previous.join()
+            work()
+
+        self._last = threading.Thread(target=run, name="pipebench-watch-meters", daemon=True)
+        self._last.start()
+
+    def _settled(self) -> None:
+        """Wait for the readings asked for so far."""
+        if self._last is not None:
+            self._last.join()
+
+    def prepare(self) -> None:
+        """Start the meters ahead of the window (the run's first batch): their own first reading is
+        then not between the window's first step and its first mark."""
+        if self.prepared:
+            return
+        self.prepared = True
+        self._off_thread(lambda: [meter.start() for meter in self.meters])
+
+    def begin(self) -> None:
+        """The window's first measured step."""
+        if self.begun:
+            return
+        self.prepare()
+        self.begun = True
+        self._off_thread(lambda: [meter.mark(FIRST_MEASURED) for meter in self.meters])
+
+    def mark_last(self) -> None:
+        """Take the window's last reading now (a later one replaces it)."""
+        if not self.begun or self.ended:
+            return
+        self.marked = True
+        self._off_thread(lambda: [meter.mark(LAST_MEASURED) for meter in self.meters])
+
+    def end(self, fresh: bool) -> None:
+        """The window's end (idempotent): a last reading now when the window began and `fresh` or
+        none was taken, then the meters stop."""
+        if not self.prepared or self.ended:
+            return
+        if self.begun and (fresh or not self.marked):
+            self.mark_last()
+        self.ended = True
+        self._off_thread(lambda: [meter.stop() for meter in self.meters])
+
+    def columns(self) -> Dict[str, Optional[float]]:
+        """The meters' summary cells; empty before the window has ended."""
+        self._settled()
+        cells: Dict[str, Optional[float]] = {}
+        for meter in self.meters:
+            cells.update({key: (value if self.ended and self.begun else None) for key, value in meter.columns().items()})
+        return cells
+
+    def record(self) -> Dict[str, Any]:
+        """Each meter's record, and what the figures cover."""
+        self._settled()
+        if not (self.ended and self.begun):
+            return {"note": NOT_OPENED_NOTE}
+        return {"scope": SCOPE_NOTE, **{meter.key: meter.record() for meter in self.meters}}

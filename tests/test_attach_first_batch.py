@@ -1,0 +1,145 @@
+"""A watched loader's first batch taken apart, its load row, its memory and its epoch restarts.
+
+Known truths: the dataset's first __getitem__ spins FIRST_FETCH_MS (then LOAD_MS a sample, around a
+recipe step that spins STEP_MS); a payload of PAYLOAD_MB rides in the dataset, so its pickle is that
+big; a worker keeps KEEP_MB of its own memory a sample, so the workers' PSS grows by that a sample.
+"""
+
+import multiprocessing
+import time
+
+import numpy as np
+import pytest
+import torch
+from torch.utils.data import DataLoader, Dataset
+from torchvision.transforms import v2
+
+import pipebench
+from pipebench.measure.first_batch import FORK_NOTE, dataset_pickle
+from pipebench.report.summary import write_summary_markdown
+
+FIRST_FETCH_MS = 60.0
+LOAD_MS = 1.0
+STEP_MS = 1.5
+PAYLOAD_MB = 4
+KEEP_MB = 1
+BATCH = 4
+# Spins end on their deadline; the clock reads around them add microseconds, a descheduled spinner
+# a time slice on a loaded 2-core machine.
+SPIN_TOLERANCE = 0.15
+# The prefetch runs as far ahead at both readings, so what moves the growth is a batch in flight at
+# either and the allocator's own pages: 80.5 MiB for 80 measured (twice); a batch is 5% of it.
+PSS_TOLERANCE = 0.15
+
+
+def spin(ms: float) -> None:
+    end = time.perf_counter() + ms / 1000
+    while time.perf_counter() < end:
+        pass
+
+
+class Spin:
+    def __call__(self, x):
+        spin(STEP_MS)
+        return x
+
+
+class Known(Dataset):
+    """The first fetch of each process spins FIRST_FETCH_MS; every sample LOAD_MS outside its recipe."""
+
+    def __init__(self, keep_mb: int = 0, length: int = 48) -> None:
+        self.length = length
+        self.transform = v2.Compose([Spin()])
+        self.payload = np.ones(PAYLOAD_MB << 20, np.uint8)
+        self.keep_mb = keep_mb
+        self.kept = []
+        self.fetched = False
+
+    def __len__(self) -> int:
+        return self.length
+
+    def __getitem__(self, i):
+        if not self.fetched:
+            self.fetched = True
+            spin(FIRST_FETCH_MS)
+        spin(LOAD_MS)
+        if self.keep_mb:
+            self.kept.append(bytearray(b"\x01") * (self.keep_mb << 20))
+        return self.transform(torch.zeros(3)), i
+
+
+def _run(loader, epochs=1, steps=100, skip=2):
+    watched = pipebench.watch(loader, steps=steps, skip_steps=skip)
+    for _ in range(epochs):
+        for _ in watched:
+            time.sleep(0.002)
+    return watched.result()
+
+
+def test_the_load_row_is_getitem_less_the_recipe_and_the_rows_add_up():
+    result = _run(DataLoader(Known(), batch_size=BATCH))
+    rows = {r["transform"]: r for r in result.transforms}
+    assert [r["stage"] for r in result.transforms] == ["load", "per_sample", "collate"]
+    assert rows["Known"]["ms_per_call_median"] == pytest.approx(LOAD_MS, rel=SPIN_TOLERANCE)
+    assert rows["Spin"]["ms_per_call_median"] == pytest.approx(STEP_MS, rel=SPIN_TOLERANCE)
+    # The first fetch spun FIRST_FETCH_MS, but it came before the window: no row carries it.
+    assert rows["Known"]["ms_per_call_mean"] < LOAD_MS + FIRST_FETCH_MS / rows["Known"]["calls"]
+    summary = result.record["summary"]
+    assert summary["pipeline_ms_per_sample"] == pytest.approx(LOAD_MS + STEP_MS, rel=SPIN_TOLERANCE)
+
+
+def test_the_first_batch_in_the_main_process_is_its_first_fetch_and_nothing_is_pickled():
+    summary = _run(DataLoader(Known(), batch_size=BATCH)).record["summary"]
+    assert summary["first_fetch_s"] * 1000 == pytest.approx(FIRST_FETCH_MS + LOAD_MS + STEP_MS, rel=SPIN_TOLERANCE)
+    assert summary["worker_start_s"] is None and summary["dataset_pickle_mb"] is None
+    assert summary["first_fetch_s"] < summary["first_batch_s"]
+
+
+def test_a_spawned_worker_gets_the_dataset_pickled_and_its_start_and_first_fetch_are_apart():
+    loader = DataLoader(Known(), batch_size=BATCH, num_workers=1, multiprocessing_context="spawn")
+    summary = _run(loader, steps=6, skip=1).record["summary"]
+    assert summary["start_method"] == "spawn"
+    assert summary["dataset_pickle_mb"] == pytest.approx(PAYLOAD_MB, rel=0.02)
+    assert summary["dataset_pickle_s"] > 0
+    assert summary["first_fetch_s"] * 1000 == pytest.approx(FIRST_FETCH_MS + LOAD_MS + STEP_MS, rel=SPIN_TOLERANCE)
+    # A spawned worker imports torch before its first line of work: most of the first batch.
+    assert 0 < summary["worker_start_s"] < summary["first_batch_s"]
+    assert summary["worker_start_s"] + summary["first_fetch_s"] <= summary["first_batch_s"]
+    assert summary["worker_startup_s_max"] >= summary["worker_start_s"]
+
+
+def test_a_forked_worker_pickles_nothing_and_the_markdown_shows_the_parts(tmp_path):
+    loader = DataLoader(Known(), batch_size=BATCH, num_workers=1, multiprocessing_context="fork")
+    assert dataset_pickle(loader).note == FORK_NOTE
+    result = _run(loader, steps=6, skip=1)
+    summary = result.record["summary"]
+    assert summary["dataset_pickle_mb"] is None and summary["first_batch_note"] == FORK_NOTE
+    assert 0 < summary["worker_start_s"] < summary["first_batch_s"]
+    markdown = write_summary_markdown(tmp_path, [summary])
+    assert "first batch" in markdown and "worker_start_s" in markdown and FORK_NOTE in markdown
+
+
+def test_workers_pss_growth_is_what_they_keep_and_the_epoch_restart_is_measured():
+    steps = 20
+    # The epoch outlasts the window, so the prefetch runs as far ahead at both readings.
+    loader = DataLoader(Known(keep_mb=KEEP_MB, length=200), batch_size=BATCH, num_workers=2, persistent_workers=True,
+                        multiprocessing_context="fork")
+    summary = _run(loader, steps=steps, skip=2).record["summary"]
+    # Between the readings the workers fetched the window's samples.
+    assert summary["worker_pss_growth_mb"] == pytest.approx(steps * BATCH * KEEP_MB, rel=PSS_TOLERANCE)
+    assert summary["pss_mb_peak"] > summary["worker_pss_growth_mb"]
+    assert summary["storage_read_mb"] is not None
+
+    # Three epochs of 12 batches inside one window: the restarts are measured at the epoch ends.
+    loader = DataLoader(Known(), batch_size=BATCH, num_workers=2, multiprocessing_context="fork")
+    summary = _run(loader, epochs=3, steps=100, skip=2).record["summary"]
+    assert summary["epoch_boundaries_in_window"] == 2 and summary["epochs"] == 3
+    assert summary["epoch_restart_source"] == "measured"
+    # A restart forks the workers again and pays each one's first fetch: more than a steady cycle.
+    assert summary["epoch_restart_s"] * 1000 > FIRST_FETCH_MS
+    assert summary["steps"] == 3 * 12 - 1 - 2  # every batch but the run's first and the warm-up
+
+
+def test_the_start_method_default_is_read_when_the_loader_names_none():
+    loader = DataLoader(Known(), batch_size=BATCH, num_workers=1)
+    assert dataset_pickle(loader).start_method == multiprocessing.get_start_method()
