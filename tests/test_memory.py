@@ -106,6 +106,19 @@ def test_allocations_in_children_are_worker_growth_not_main_growth():
     assert report.pss_mb_peak >= 2 * ALLOC_MB
 
 
+def test_multiprocessing_helpers_are_not_workers():
+    # A spawn lock starts the resource tracker, a child that lives as long as this process: a later
+    # loader's report would count it as a worker.
+    multiprocessing.get_context("spawn").Lock()
+    helpers = [c.pid for c in psutil.Process().children() if any("resource_tracker" in part for part in c.cmdline())]
+    assert helpers, "no resource tracker was started"
+    with _child() as (worker, _):
+        with MemorySampler(interval_s=MARKS_ONLY_INTERVAL_S) as mem:
+            pass
+        report = mem.stop()
+    assert sorted(p.pid for p in report.processes) == sorted([os.getpid(), worker.pid])
+
+
 def test_child_exiting_mid_run_keeps_sampling_and_stays_in_report():
     with _child() as (first, _):
         with MemorySampler(**FAST) as mem:

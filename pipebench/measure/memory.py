@@ -27,6 +27,10 @@ import psutil
 
 from pipebench.measure.meter import FIRST_MEASURED, LAST_MEASURED
 
+# multiprocessing's own helper processes: the resource tracker (started by the first spawn or
+# forkserver loader, it lives as long as the main process, so a later loader's figures would count
+# it as a worker) and the fork server. Neither holds the loader's data; both are left out.
+HELPER_MODULES = ("multiprocessing.resource_tracker", "multiprocessing.forkserver")
 # MiB, the unit top, free and ps use for memory.
 BYTES_PER_MB = 1 << 20
 
@@ -109,14 +113,23 @@ class _Track:
         self.pss_at: Dict[str, Optional[int]] = {}
 
 
+def _helper(proc: psutil.Process) -> bool:
+    """Whether the process is one of multiprocessing's own helpers, not a worker."""
+    try:
+        return any(module in part for part in proc.cmdline() for module in HELPER_MODULES)
+    except (psutil.Error, OSError):
+        return False
+
+
 def _processes(pid: int) -> List[psutil.Process]:
-    """The main process and all its descendants. Empty or partial where /proc can't be read."""
+    """The main process and all its descendants but multiprocessing's helpers (`HELPER_MODULES`).
+    Empty or partial where /proc can't be read."""
     try:
         main = psutil.Process(pid)
     except (psutil.Error, OSError):
         return []
     try:
-        return [main, *main.children(recursive=True)]
+        return [main, *(child for child in main.children(recursive=True) if not _helper(child))]
     except (psutil.Error, OSError):
         return [main]
 
