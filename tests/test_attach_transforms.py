@@ -106,6 +106,22 @@ def test_rows_of_a_v2_compose_are_its_steps_known_costs_and_the_batches_are_the_
     assert summary["pipeline_ms_per_sample"] > SLOW_MS + FAST_MS
 
 
+def test_a_loader_over_a_random_split_times_the_recipe_and_load_of_the_dataset_it_splits():
+    train, _ = torch.utils.data.random_split(NoisyDataset(_recipe()), [300, 100], torch.Generator().manual_seed(0))
+    loader = DataLoader(torch.utils.data.Subset(train, range(200)), batch_size=BATCH, shuffle=True)
+    base = train.dataset
+    bare = _batches(loader, STEPS + SKIP + 3)
+    with pipebench.watch(loader, steps=STEPS, skip_steps=SKIP) as watched:
+        seen = _batches(watched, STEPS + SKIP + 3)
+    assert all(torch.equal(x0, x1) and torch.equal(y0, y1) for (x0, y0), (x1, y1) in zip(bare, seen))
+    assert "__getitems__" not in vars(base) and isinstance(base.transform, v2.Compose)  # restored
+    rows = {r["transform"]: r for r in watched.result().transforms}
+    assert list(rows) == ["NoisyDataset", "SlowSpin", "RandomHorizontalFlip", "FastSpin", "default_collate"]
+    assert rows["SlowSpin"]["ms_per_call_median"] == pytest.approx(SLOW_MS, rel=ROW_TOLERANCE)
+    assert rows["SlowSpin"]["calls"] == STEPS * BATCH and rows["NoisyDataset"]["calls"] == STEPS * BATCH
+    assert watched.result().dataset_class == "NoisyDataset"
+
+
 class LazyJpegs(Dataset):
     """JPEGs opened lazily (PIL.Image.open reads the header only), as ImageFolder does."""
 

@@ -29,7 +29,7 @@ from pipebench.measure.fingerprint import usable_cores
 from pipebench.measure.runner import NS_PER_MS, NS_PER_S, PassResult, StepSample, TimingSink
 from pipebench.measure.summarize import TransformRow, rate_interval, summary_row, transform_rows
 from pipebench.measure.first_batch import DatasetPickle, Startup, dataset_pickle
-from pipebench.measure.watch_chain import Recipe, Riding, collate_step, timed_loader
+from pipebench.measure.watch_chain import Recipe, Riding, collate_step, subset_base, timed_loader
 from pipebench.measure.watch_clock import GpuWatchClock, cuda_watch_clock, on_gpu_clock
 from pipebench.measure.watch_meters import WindowMeters
 from pipebench.measure.window import split_window
@@ -132,7 +132,7 @@ class LoaderWatch:
         # A loader of another kind (any iterable of batches) is timed in the main loop only: named by
         # its own class, with no dataset, workers or recipe to look into.
         dataset = getattr(loader, "dataset", None) if isinstance(loader, DataLoader) else None
-        self.dataset_class = type(dataset if dataset is not None else loader).__name__
+        self.dataset_class = type(subset_base(dataset) if dataset is not None else loader).__name__
         self.workers = int(getattr(loader, "num_workers", 0)) if dataset is not None else 0
         self.batch_size = getattr(loader, "batch_size", None)
         # Read before the recipe is replaced by its timed copy: the user's own steps (a DataLoader's).

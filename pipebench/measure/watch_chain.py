@@ -1,6 +1,6 @@
 """Per-transform time inside the workers of a watched loader, with the user's results unchanged.
 
-`timed_recipe` opens the dataset's transform recipe (`dataset.transform`, else `.transforms`: a
+`timed_loader` opens the dataset's transform recipe (`dataset.transform`, else `.transforms`: a
 torchvision v1/v2 `Compose`, or any Compose-like with a `transforms` list, or a list of callables)
 and puts a shallow copy in its place whose steps are `TimedStep`s: each calls the user's step as it
 was and records its wall time (and the sample's thread-CPU time) into the recipe's `StepClock`. A lazily opened PIL
@@ -19,6 +19,10 @@ Around the recipe, each sample's whole `__getitem__` is timed too (`first_batch.
 dataset's instance `__getitems__`): what the recipe's steps leave of it is the `load` row (the file
 read, the user's own code), so the rows add up to the sample's time. The worker's start and its
 first fetch ride back with its first batch (`Riding.startup`).
+
+A loader over a `Subset` (what `random_split` returns, any depth of them) is looked into: the
+recipe and the load are the dataset the subsets select from, whose `__getitems__` torch's
+`Subset.__getitems__` calls with the selected indices.
 """
 
 import contextlib
@@ -29,14 +33,15 @@ from dataclasses import dataclass
 from typing import Any, Callable, Iterator, List, Optional, Sequence, Tuple
 
 import numpy as np
-from torch.utils.data import DataLoader, IterableDataset
+from torch.utils.data import DataLoader, IterableDataset, Subset
 from torch.utils.data._utils.pin_memory import pin_memory
 
 from pipebench.measure.first_batch import StampedInit, Startup, TimedItems
 from pipebench.pipeline.stages import COLLATE_STAGE, DECODE_STAGE, LOAD_STAGE, PER_SAMPLE_STAGE
 from pipebench.pipeline.timed_chain import DECODE_NAME, DECODES_ITSELF_ATTR, StepName, step_names, undecoded
 
-__all__ = ["Recipe", "Riding", "RidingCollate", "StepClock", "TimedStep", "Timing", "open_recipe", "timed_loader"]
+__all__ = ["Recipe", "Riding", "RidingCollate", "StepClock", "TimedStep", "Timing", "open_recipe", "subset_base",
+           "timed_loader"]
 
 # The attributes a dataset's recipe is looked for under, in this order: torchvision's
 # VisionDataset sets both, `transforms` to a StandardTransform of `transform`, which it calls.
@@ -254,9 +259,16 @@ class Timing:
         return self.load_note is None
 
 
-def _load_refusal(loader: DataLoader) -> Optional[str]:
-    """Why a sample's __getitem__ cannot be timed on this loader; None when it can."""
-    dataset = loader.dataset
+def subset_base(dataset: Any) -> Any:
+    """The dataset a chain of torch `Subset`s selects from; the dataset itself when it is none."""
+    while isinstance(dataset, Subset):
+        dataset = dataset.dataset
+    return dataset
+
+
+def _load_refusal(loader: DataLoader, dataset: Any) -> Optional[str]:
+    """Why a sample's __getitem__ cannot be timed on this loader over `dataset` (its Subsets'
+    base); None when it can."""
     if isinstance(dataset, IterableDataset):
         return "an IterableDataset has no __getitem__"
     if loader.batch_sampler is None:
@@ -293,7 +305,7 @@ def timed_loader(loader: DataLoader) -> Iterator[Optional[Timing]]:
     one is found), its collate carries the timings and its worker_init_fn stamps each worker's
     start; yields the `Timing` (None when nothing could be timed: nothing is changed then). The
     dataset's attributes, `collate_fn` and `worker_init_fn` are restored on the way out."""
-    dataset = loader.dataset
+    dataset = subset_base(loader.dataset)
     recipe = open_recipe(dataset)
     original = getattr(dataset, recipe.attr) if recipe is not None else None
     if recipe is not None:
@@ -302,7 +314,7 @@ def timed_loader(loader: DataLoader) -> Iterator[Optional[Timing]]:
             recipe = None
     if recipe is None:
         clock = StepClock(FIRST_STEP_COLUMN)
-    load_note = _load_refusal(loader) or _install_items(dataset, clock)
+    load_note = _load_refusal(loader, dataset) or _install_items(dataset, clock)
     if recipe is None and load_note is not None:
         yield None
         return
