@@ -76,7 +76,9 @@ def test_thread_counts_double_up_to_the_workers_and_never_past_the_cores(workers
 
 @needs_two_cores
 def test_the_report_names_the_busy_wait_as_gil_bound_and_not_the_sleep(tmp_path):
-    run = run_cli(["run", *FAST_JOB, "workers=2", "loader.backend=threads", CHAIN], cwd=tmp_path)
+    # run.thread_profile=null: the default, which profiles under a thread backend.
+    run = run_cli(["run", *FAST_JOB, "workers=2", "loader.backend=threads", "run.thread_profile=null", CHAIN],
+                  cwd=tmp_path)
     assert run.returncode == 0, run.stderr[-2000:]
     folder = tmp_path / results_folder(run.stdout)
     result = json.loads(next(folder.glob("job-*/result.json")).read_text())
@@ -111,7 +113,8 @@ def test_asked_for_under_the_dataloader_the_profile_says_a_thread_backend_would_
 
 
 def test_a_dataloader_job_runs_no_profile_unless_asked(tmp_path):
-    record = measure_job(dataclasses.replace(compose_spec([*FAST_JOB, "workers=0"]), per_sample=(SLEEP,)), tmp_path)
+    spec = compose_spec([*FAST_JOB, "workers=0", "run.thread_profile=null"])  # the default
+    record = measure_job(dataclasses.replace(spec, per_sample=(SLEEP,)), tmp_path)
     assert record["thread_profile"] is None
     assert all("thread_verdict" not in row for row in record["transforms"])
 
