@@ -290,11 +290,11 @@ def test_every_built_in_dataset_goes_through_explore(chain_project, monkeypatch,
 def test_explore_measures_an_iterable_dataset_and_refuses_a_chain_that_fails_on_it(chain_project, capsys,
                                                                                      monkeypatch):
     proc = run_cli(["explore", "--config-dir", "conf", "transform=scaled", *STREAM, *QUICK_RUN, "consumer=none",
-                    *NO_PROFILE, "run.warmup_steps=0", "run.min_time_s=0", "rounds=2", "results_dir=out"],
+                    *NO_PROFILE, "run.warmup_steps=0", "run.min_time_s=0", "rounds=1", "results_dir=out"],
                    cwd=chain_project)
     assert proc.returncode == 0, proc.stderr
     rows = _csv(chain_project / results_folder(proc.stdout) / "summary.csv")
-    assert {row["transform"] for row in rows} == {"scaled", "scaled+crop_first"} and len(rows) == 4
+    assert sorted(row["transform"] for row in rows) == ["scaled", "scaled+crop_first"]
     monkeypatch.chdir(chain_project)
     assert main(["explore", "--config-dir", "conf", "transform=decoded", *STREAM, "workers=0", "results_dir=out2"]) == 2
     err = capsys.readouterr().err.strip()
