@@ -28,7 +28,7 @@ import tempfile
 import textwrap
 from dataclasses import dataclass
 from pathlib import Path
-from typing import List, Sequence
+from typing import List, Optional, Sequence, Tuple
 
 import numpy as np
 from PIL import Image
@@ -101,7 +101,7 @@ class Run:
     loop_s: float
     own_starvation_pct: float
     cpu_s: float
-    attach_starvation_pct: "float | None"
+    attach_starvation_pct: Optional[float]
 
 
 def make_photo_folder(root: Path, per_class: int) -> Path:
@@ -119,7 +119,7 @@ def make_photo_folder(root: Path, per_class: int) -> Path:
     return root
 
 
-def run_once(command: Sequence[str], out: "Path | None") -> Run:
+def run_once(command: Sequence[str], out: Optional[Path]) -> Run:
     """Run one process; the figures the script printed, and attach's starvation when `out` is set."""
     stdout = subprocess.run(list(command), capture_output=True, text=True, check=True).stdout
     _, loop_s, own, cpu_s = next(line.split() for line in stdout.splitlines() if line.startswith(LOOP_TAG))
@@ -131,7 +131,7 @@ def run_once(command: Sequence[str], out: "Path | None") -> Run:
 
 
 def rounds_of(script: Path, root: Path, out: Path, workers: int, steps: int, skip: int, rounds: int
-              ) -> List["tuple[Run, Run]"]:
+              ) -> List[Tuple[Run, Run]]:
     """Per round (bare, attached), back to back, the order alternating."""
     args = [str(root), str(workers), str(steps), str(skip), str(BATCH)]
     bare = [sys.executable, str(script), *args]
@@ -147,12 +147,15 @@ def rounds_of(script: Path, root: Path, out: Path, workers: int, steps: int, ski
             b = run_once(bare, None)
         pairs.append((b, a))
         print(f"workers={workers} round {round_num}: loop bare {b.loop_s:.3f} s, attached {a.loop_s:.3f} s "
-              f"(ratio {a.loop_s / b.loop_s:.4f}), main-process CPU ratio {a.cpu_s / b.cpu_s:.4f}; starvation: attach {a.attach_starvation_pct:.1f}%, "
-              f"the script's own {a.own_starvation_pct:.1f}% (bare run {b.own_starvation_pct:.1f}%)", flush=True)
+              f"(ratio {a.loop_s / b.loop_s:.4f}), main-process CPU ratio {a.cpu_s / b.cpu_s:.4f}; "
+              f"starvation: attach {a.attach_starvation_pct:.1f}%, the script's own {a.own_starvation_pct:.1f}% "
+              f"(bare run {b.own_starvation_pct:.1f}%)", flush=True)
     return pairs
 
 
-def table_row(workers: int, pairs: Sequence["tuple[Run, Run]"]) -> str:
+def table_row(workers: int, pairs: Sequence[Tuple[Run, Run]]) -> str:
+    """One worker count's markdown row: medians over rounds, each against its target. The starvation
+    verdict takes the worse of the two comparisons (same run, and against the bare run)."""
     ratios = [a.loop_s / b.loop_s for b, a in pairs]
     cpu = statistics.median(a.cpu_s / b.cpu_s for b, a in pairs)
     same_run = [abs(a.attach_starvation_pct - a.own_starvation_pct) for _, a in pairs]

@@ -84,7 +84,7 @@ class CaseTimeout(AssertionError):
     """The event a case waited on never came."""
 
 
-def _sigint_at_default() -> None:
+def sigint_at_default() -> None:
     """In the child before exec: SIGINT back to SIG_DFL, so Python there installs its KeyboardInterrupt
     handler. A shell that starts pytest in the background hands SIGINT down ignored, and an ignored
     signal stays ignored across exec: Ctrl-C would never reach pipebench."""
@@ -96,7 +96,7 @@ def start_pipebench(args: Sequence[str], cwd: Path, prefix: Sequence[str] = (), 
     its group reaches it and what it starts as a terminal's Ctrl-C would, with SIGINT at its default."""
     exe = Path(sys.executable).with_name("pipebench")
     return subprocess.Popen([*prefix, str(exe), *args], cwd=cwd, start_new_session=True,
-                            preexec_fn=_sigint_at_default, **popen)
+                            preexec_fn=sigint_at_default, **popen)
 
 
 class Run:

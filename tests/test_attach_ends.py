@@ -15,6 +15,7 @@ from pathlib import Path
 
 import psutil
 import pytest
+from fault_kit import sigint_at_default
 
 import pipebench
 from pipebench.cli.main import main
@@ -80,7 +81,7 @@ def _start(tmp_path):
     proc = subprocess.Popen([sys.executable, "-m", "pipebench.cli.main", "attach", "--steps", "100000",
                              "--skip-steps", "2", "--seconds", "600", "--out", str(out), "--", str(script), str(marker)],
                             cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            start_new_session=True)
+                            start_new_session=True, preexec_fn=sigint_at_default)
     deadline = time.monotonic() + START_DEADLINE_S
     while not marker.exists():
         if proc.poll() is not None or time.monotonic() > deadline:

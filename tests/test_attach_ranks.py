@@ -19,7 +19,7 @@ from pathlib import Path
 
 import psutil
 import pytest
-from fault_kit import RUN_MARK_ENV, marked_processes
+from fault_kit import RUN_MARK_ENV, marked_processes, sigint_at_default
 
 from pipebench.base.descendants import no_descendant_outlives
 from pipebench.base.errors import ConfigError
@@ -96,7 +96,8 @@ def _attach(project: Path, launcher, steps: int, fail_at: int = -1, mark_at: int
                *launcher, "--standalone", "--nproc-per-node", "2", *script,
                str(FETCH_MS), str(EXTRA_MS), str(STEP_MS), str(steps), str(fail_at), str(mark_at)]
     return subprocess.Popen(command, cwd=project, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            start_new_session=True, env={**os.environ, RUN_MARK_ENV: mark or uuid.uuid4().hex})
+                            start_new_session=True, preexec_fn=sigint_at_default,
+                            env={**os.environ, RUN_MARK_ENV: mark or uuid.uuid4().hex})
 
 
 def _no_orphans(mark: str) -> bool:
