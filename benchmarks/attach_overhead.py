@@ -1,7 +1,7 @@
 """What `pipebench attach` adds to a realistic training script, and whether its starvation is the script's own.
 
-The script is the issue's realistic one: a torchvision `ImageFolder` of generated photo-like JPEGs
-(smooth colour fields with grain, 240x320), a v2 recipe (RandomResizedCrop 128, flip, ToImage,
+The script is the issue's realistic one: a torchvision `ImageFolder` of 240x320 JPEGs drawn as the
+default corpus draws its pictures, a v2 recipe (RandomResizedCrop 128, flip, ToImage,
 ToDtype, Normalize), batch 16, a small CNN trained with SGD on the CPU for a few hundred steps.
 Its loop is written by hand to time itself: the time blocked in `next()` and the step after it,
 over the very steps attach measures (the first batch out, `--skip-steps` warm-up, then `--steps`),
@@ -31,7 +31,8 @@ from pathlib import Path
 from typing import List, Optional, Sequence, Tuple
 
 import numpy as np
-from PIL import Image
+
+from pipebench.datasets.synthetic_jpeg import draw_picture
 
 # Issue 25's targets: attach adds at most 3% to the step time of the script it watches, and its
 # starvation is within 3 points of a hand-written loop's on the same pipeline.
@@ -45,6 +46,9 @@ BATCH = 16
 # ImageNet-like photos are larger; this keeps a round near ten seconds on a 2-core machine.
 IMAGE_HW = (240, 320)
 CLASSES = ("cat", "dog")
+# Distinct pictures drawn (about 10 ms each); the files cycle through them. Decoding costs the same
+# whether or not two files hold the same picture.
+PICTURES = 64
 # What the script prints before its figures, so attach's own table is not mistaken for them.
 LOOP_TAG = "LOOP"
 
@@ -105,17 +109,15 @@ class Run:
 
 
 def make_photo_folder(root: Path, per_class: int) -> Path:
-    """An ImageFolder of seeded photo-like JPEGs: a smooth colour field (a coarse random grid
-    upsampled) plus grain, so they compress and decode as photos do rather than as noise."""
+    """An ImageFolder of JPEGs drawn by the default corpus's own picture generator
+    (`synthetic_jpeg.draw_picture`): PICTURES distinct pictures, each written under many names."""
     rng = np.random.default_rng(0)
     height, width = IMAGE_HW
+    pictures = [draw_picture(rng, width, height) for _ in range(PICTURES)]
     for label in CLASSES:
         (root / label).mkdir(parents=True, exist_ok=True)
         for i in range(per_class):
-            coarse = Image.fromarray(rng.integers(0, 255, (6, 8, 3), np.uint8)).resize((width, height), Image.BICUBIC)
-            grain = rng.normal(0, 8, (height, width, 3))
-            pixels = np.clip(np.asarray(coarse, np.float32) + grain, 0, 255).astype(np.uint8)
-            Image.fromarray(pixels).save(root / label / f"{i}.jpg", quality=90)
+            pictures[i % PICTURES].save(root / label / f"{i}.jpg", quality=90)
     return root
 
 

@@ -11,6 +11,7 @@ import time
 import numpy as np
 import pytest
 import torch
+from spin_kit import Spin, spin
 from torch.utils.data import DataLoader, Dataset
 from torchvision.transforms import v2
 
@@ -32,24 +33,12 @@ SPIN_TOLERANCE = 0.15
 PSS_TOLERANCE = 0.15
 
 
-def spin(ms: float) -> None:
-    end = time.perf_counter() + ms / 1000
-    while time.perf_counter() < end:
-        pass
-
-
-class Spin:
-    def __call__(self, x):
-        spin(STEP_MS)
-        return x
-
-
 class Known(Dataset):
     """The first fetch of each process spins FIRST_FETCH_MS; every sample LOAD_MS outside its recipe."""
 
     def __init__(self, keep_mb: int = 0, length: int = 48) -> None:
         self.length = length
-        self.transform = v2.Compose([Spin()])
+        self.transform = v2.Compose([Spin(STEP_MS)])
         self.payload = np.ones(PAYLOAD_MB << 20, np.uint8)
         self.keep_mb = keep_mb
         self.kept = []

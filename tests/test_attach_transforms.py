@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 import torch
 from PIL import Image
+from spin_kit import Spin
 from torch.utils.data import DataLoader, Dataset
 from torchvision.transforms import v2
 
@@ -28,19 +29,6 @@ SKIP = 2
 # A spin ends on its deadline; the clock reads and the call around it add a few microseconds,
 # and a descheduled spinner may overshoot by a time slice on a loaded 2-core machine.
 ROW_TOLERANCE = 0.1
-
-
-class Spin:
-    """Spin to a wall-clock deadline of `ms`, then return the input (a transform of known wall time)."""
-
-    def __init__(self, ms: float) -> None:
-        self.ms = ms
-
-    def __call__(self, sample):
-        deadline = time.perf_counter() + self.ms / 1000
-        while time.perf_counter() < deadline:
-            pass
-        return sample
 
 
 class SlowSpin(Spin):

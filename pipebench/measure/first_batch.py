@@ -14,8 +14,9 @@ and spawn alike carry them):
 - the clock hands both stamps to the first batch its process makes (`StepClock.take_startup`).
 
 `dataset_pickle` pickles the dataset once in the main process with the pickler the loader's start
-method uses (multiprocessing's `ForkingPickler`), as each spawned or forkserver worker gets it; a
-forked worker inherits the dataset and nothing is pickled.
+method uses (multiprocessing's `ForkingPickler`), as each spawned or forkserver worker gets it,
+counting the bytes as they stream rather than keeping them; a forked worker inherits the dataset
+and nothing is pickled.
 """
 
 import multiprocessing
@@ -103,9 +104,22 @@ def dataset_pickle(loader: Any) -> DatasetPickle:
     method = start_method(loader)
     if method == "fork":
         return DatasetPickle(method, None, None, FORK_NOTE)
+    sink = _ByteCount()
     start = time.perf_counter()
     try:
-        data = ForkingPickler.dumps(loader.dataset)
+        ForkingPickler(sink).dump(loader.dataset)
     except Exception as exc:  # the loader's own start would fail the same way; say why, measure nothing
         return DatasetPickle(method, None, None, f"could not pickle the dataset: {type(exc).__name__}: {exc}")
-    return DatasetPickle(method, len(data) / BYTES_PER_MB, time.perf_counter() - start, None)
+    return DatasetPickle(method, sink.count / BYTES_PER_MB, time.perf_counter() - start, None)
+
+
+class _ByteCount:
+    """A file that keeps only how many bytes were written to it: the pickle's size, without a copy
+    of a large dataset in the user's process."""
+
+    def __init__(self) -> None:
+        self.count = 0
+
+    def write(self, data: bytes) -> int:
+        self.count += len(data)
+        return len(data)

@@ -89,7 +89,10 @@ def own_loaders(namespaces: List[Mapping[str, Any]]) -> List[str]:
 
 
 def stop_workers() -> int:
-    """Stop the multiprocessing children still running (the script's DataLoader workers); how many."""
+    """Stop the multiprocessing children still running (the script's DataLoader workers); how many.
+    Through multiprocessing's own terminate/join, not psutil's reaping as `base.descendants.end_descendants`
+    does: a worker reaped behind multiprocessing's back reads as alive to it forever, and torch's
+    shutdown would later signal its (possibly reused) pid."""
     left = [p for p in multiprocessing.active_children() if p.is_alive()]
     for process in left:
         process.terminate()
