@@ -1,7 +1,7 @@
 """`pipebench attach` and `pipebench.watch` against a script of known costs.
 
 The script's dataset busy-waits FETCH_MS a sample (wall clock, so a shared machine's load does not
-change its length) and its step sleeps STEP_MS; at workers=0 and batch BATCH the truth is
+change its length) and its step spins STEP_MS; at workers=0 and batch BATCH the truth is
 wait = BATCH * FETCH_MS a step, step = STEP_MS, so starvation and samples/s are known.
 """
 
@@ -55,7 +55,9 @@ SCRIPT = textwrap.dedent("""
 
     def train(loader, steps):
         for n, (x, y) in enumerate(loader):
-            time.sleep(STEP_MS / 1000)
+            end = time.perf_counter() + STEP_MS / 1000  # a spin, not a sleep: no wake-up late on a busy host
+            while time.perf_counter() < end:
+                pass
             if n == steps:
                 break
 

@@ -83,6 +83,7 @@ def run_script(kind: str, target: str, argv: Sequence[str], own: Optional[List[s
             left = runpy.run_module(target, run_name="__main__", alter_sys=True)
         if own is not None:
             own.extend(own_loaders(script_namespaces(left, None, script_file)))
+        del left  # the script's globals, its loaders among them: the gc.collect below can now free them
         return 0
     except BaseException as exc:
         if own is not None:
