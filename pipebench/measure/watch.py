@@ -148,7 +148,8 @@ class LoaderWatch:
         self._measured = 0
         self._window_start: Optional[int] = None
         self.done = False
-        self.sink = TimingSink()
+        # The measured batches' timings as they rode in; `sink` stacks them when asked, off the loop.
+        self._timings: List[Riding] = []
         self.replay_ns: List[int] = []
         self._replayed = window.replay == 0
         self._restore = contextlib.ExitStack()
@@ -190,14 +191,24 @@ class LoaderWatch:
         if batch.startup is not None and self.epochs == 1:
             self.startups.append(batch.startup)
         if measured and len(batch.sample_ns):
-            self.sink.sample_ns.append(batch.sample_ns)
-            self.sink.batch_ns.append(np.array([batch.collate_ns], np.int64))
-            self.sink.sample_cpu_ns.append(batch.sample_cpu_ns)
-            self.sink.batch_cpu_ns.append(batch.collate_cpu_ns)
-            self.sink.worker_ids.append(-1)
-            self.sink.sample_workers.append(np.full(len(batch.sample_ns), -1, np.int64))
-            self.sink.sample_io.append(np.zeros((len(batch.sample_ns), len(IO_FIELDS)), np.int64))
+            self._timings.append(batch)
         return batch.batch
+
+    @property
+    def sink(self) -> TimingSink:
+        """The measured samples' timings in the harness's form (no worker ids, no file reads: a
+        watched loader's workers are not told apart, and its reads are the storage meter's)."""
+        sink = TimingSink()
+        for riding in self._timings:
+            samples = len(riding.sample_ns)
+            sink.sample_ns.append(riding.sample_ns)
+            sink.batch_ns.append(np.array([riding.collate_ns], np.int64))
+            sink.sample_cpu_ns.append(riding.sample_cpu_ns)
+            sink.batch_cpu_ns.append(riding.collate_cpu_ns)
+            sink.worker_ids.append(-1)
+            sink.sample_workers.append(np.full(samples, -1, np.int64))
+            sink.sample_io.append(np.zeros((samples, len(IO_FIELDS)), np.int64))
+        return sink
 
     def _after_window(self, iterator: Iterator[Any]) -> Iterator[Any]:
         """The batches after the window: first the replay, when asked for and not yet done, then
@@ -305,8 +316,6 @@ class LoaderWatch:
                                             samples=samples, transfer_ns=0, worker_id=-1, ready=False, epoch=number))
                 pending = None
             wanted = self._wanted(before)
-            if wanted and self._measured == 1:
-                before = time.perf_counter_ns()  # starting the meters' thread is not the step's wait
             log.skipped += not wanted and not self.done
             self._clock_boundary(wanted)
             try:
@@ -368,7 +377,8 @@ class LoaderWatch:
         # The meters give figures once stopped: asked before the window is over, they stop at
         # their last reading (the last epoch end inside the window), and the rest goes unmetered.
         self.meters.end(fresh=False)
-        row = summary_row(passes, self.transform_rows(), self.sink, self.workers, usable_cores(), 0, persistent=self.persistent,
+        sink = self.sink
+        row = summary_row(passes, self.transform_rows(sink), sink, self.workers, usable_cores(), 0, persistent=self.persistent,
                           samples_per_epoch=self.samples_per_epoch, batches_per_epoch=self.batches_per_epoch,
                           target_steps=self.window.steps)
         window = split_window(passes, self.workers)
@@ -385,12 +395,12 @@ class LoaderWatch:
                        headroom_x=row["step_ms_mean"] / replay_ms if replay_ms > 0 else float("nan"))
         return row
 
-    def transform_rows(self) -> List[TransformRow]:
+    def transform_rows(self, sink: Optional[TimingSink] = None) -> List[TransformRow]:
         """The recipe's rows over the measured steps (decode only where something was decoded); none
         without a recipe."""
         if self.timing is None:
             return []
-        rows = transform_rows(self.sink, list(self.timing.names), self.batch_steps)
+        rows = transform_rows(self.sink if sink is None else sink, list(self.timing.names), self.batch_steps)
         return [r for r in rows if r.stage != LOAD_STAGE or self.timing.load_timed]
 
     def measured_batch_size(self) -> int:

@@ -3,7 +3,10 @@
 `pipebench run` starts its meters around its own step loop; a watched loader's window opens at
 its first measured step and closes when the window is over (or the script stops first), so
 `WindowMeters` runs the same meters (`memory.MemorySampler`, `storage_io.StorageReadMeter`)
-between those two moments, with the same FIRST_MEASURED / LAST_MEASURED marks.
+with the same FIRST_MEASURED / LAST_MEASURED marks. The first mark is read at the run's first
+batch, so that the warm-up steps give the readings time to finish before the window opens: taken as
+the window opened, they overlapped its first steps (on a 2-core host that read 1% slow); waiting for
+them would stall the user's loop instead. The figures therefore span the warm-up steps too.
 
 What they can and cannot say here: both read this process and all its children, so the figures
 are the script's whole process tree (every loader's workers, anything else the script started),
@@ -60,20 +63,18 @@ class WindowMeters:
             self._last.join()
 
     def prepare(self) -> None:
-        """Start the meters ahead of the window (the run's first batch): their own first reading is
-        then not between the window's first step and its first mark."""
+        """Start the meters and take the first mark ahead of the window (the run's first batch),
+        off the user's loop, so that no reading overlaps the window's steps."""
         if self.prepared:
             return
         self.prepared = True
         self._off_thread(lambda: [meter.start() for meter in self.meters])
+        self._off_thread(lambda: [meter.mark(FIRST_MEASURED) for meter in self.meters])
 
     def begin(self) -> None:
-        """The window's first measured step."""
-        if self.begun:
-            return
+        """The window opens (its first reading was taken at `prepare`)."""
         self.prepare()
         self.begun = True
-        self._off_thread(lambda: [meter.mark(FIRST_MEASURED) for meter in self.meters])
 
     def mark_last(self) -> None:
         """Take the window's last reading now (a later one replaces it)."""

@@ -81,8 +81,9 @@ def save_rank(watches: Sequence[LoaderWatch], exit_status: int) -> Path:
         save_results(folder, [result for _, result in measured])
     for num, (watch, result) in enumerate(measured):
         job = JOB_FOLDER.format(num=num)
-        if watch.sink.sample_ns:
-            save_timings(folder / job / TIMINGS_FILE, watch.sink)
+        sink = watch.sink
+        if sink.sample_ns:
+            save_timings(folder / job / TIMINGS_FILE, sink)
         names = {"sample": _step_pairs(watch.recipe.names) if watch.recipe is not None else [],
                  "batch": _step_pairs(watch.batch_steps)}
         jobs[result.record["job"]] = {"folder": job, "step_names": names}
