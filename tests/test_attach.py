@@ -11,9 +11,13 @@ starvation, a ratio both spins share, while rates and medians are checked agains
 clock over the very steps attach measured.
 """
 
+import gc
 import json
 import re
+import subprocess
+import sys
 import textwrap
+import weakref
 
 import numpy as np
 import pytest
@@ -42,6 +46,8 @@ STARVATION_POINTS = 3.0
 HAND_CLOCK_TOLERANCE = 0.02
 # A busy-wait row: the spin ends on its deadline, the wrapper's clock reads add microseconds.
 ROW_TOLERANCE = 0.1
+# A script of three steps starts torch and exits in a few seconds; one that hangs at exit never does.
+EXIT_TIMEOUT_S = 60
 # The diagnosis explains a measurement within 15% (report/diagnosis.py EXPLAINED_WITHIN).
 MODEL_GAP = 0.15
 
@@ -218,3 +224,29 @@ def test_import_pipebench_stays_cheap():
     code = "import sys, pipebench; print('torch' in sys.modules)"
     assert subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                           check=True).stdout.strip() == "False"
+
+
+def test_watch_keeps_none_of_the_users_batches():
+    seen = []
+    watched = pipebench.watch(torch.utils.data.DataLoader(torch.utils.data.TensorDataset(torch.arange(64.0)),
+                                                          batch_size=4), steps=8, skip_steps=1)
+    for (x,) in watched:
+        seen.append(weakref.ref(x))
+    del x
+    gc.collect()
+    assert watched.done and watched.result().steps_measured == 8
+    assert [ref for ref in seen if ref() is not None] == []
+
+
+def test_a_script_that_exits_with_a_watched_epoch_open_exits(tmp_path):
+    script = tmp_path / "open_epoch.py"
+    script.write_text(textwrap.dedent("""
+        import torch, pipebench
+        from torch.utils.data import DataLoader
+        watched = pipebench.watch(DataLoader(torch.arange(100.0), batch_size=2), steps=5, skip_steps=0)
+        batches = iter(watched)  # a global: its epoch is closed at interpreter exit, inside the window
+        for _ in range(3):
+            next(batches)
+    """))
+    done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=EXIT_TIMEOUT_S)
+    assert done.returncode == 0, done.stderr

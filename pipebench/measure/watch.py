@@ -148,8 +148,9 @@ class LoaderWatch:
         self._measured = 0
         self._window_start: Optional[int] = None
         self.done = False
-        # The measured batches' timings as they rode in; `sink` stacks them when asked, off the loop.
-        self._timings: List[Riding] = []
+        # The measured batches' timings as they rode in (sample wall and CPU ns, collate wall and CPU
+        # ns; never the batch, which is the user's to free); `sink` stacks them when asked, off the loop.
+        self._timings: List[Tuple[np.ndarray, np.ndarray, int, int]] = []
         self.replay_ns: List[int] = []
         self._replayed = window.replay == 0
         self._restore = contextlib.ExitStack()
@@ -191,7 +192,7 @@ class LoaderWatch:
         if batch.startup is not None and self.epochs == 1:
             self.startups.append(batch.startup)
         if measured and len(batch.sample_ns):
-            self._timings.append(batch)
+            self._timings.append((batch.sample_ns, batch.sample_cpu_ns, batch.collate_ns, batch.collate_cpu_ns))
         return batch.batch
 
     @property
@@ -199,12 +200,12 @@ class LoaderWatch:
         """The measured samples' timings in the harness's form (no worker ids, no file reads: a
         watched loader's workers are not told apart, and its reads are the storage meter's)."""
         sink = TimingSink()
-        for riding in self._timings:
-            samples = len(riding.sample_ns)
-            sink.sample_ns.append(riding.sample_ns)
-            sink.batch_ns.append(np.array([riding.collate_ns], np.int64))
-            sink.sample_cpu_ns.append(riding.sample_cpu_ns)
-            sink.batch_cpu_ns.append(riding.collate_cpu_ns)
+        for sample_ns, sample_cpu_ns, collate_ns, collate_cpu_ns in self._timings:
+            samples = len(sample_ns)
+            sink.sample_ns.append(sample_ns)
+            sink.batch_ns.append(np.array([collate_ns], np.int64))
+            sink.sample_cpu_ns.append(sample_cpu_ns)
+            sink.batch_cpu_ns.append(collate_cpu_ns)
             sink.worker_ids.append(-1)
             sink.sample_workers.append(np.full(samples, -1, np.int64))
             sink.sample_io.append(np.zeros((samples, len(IO_FIELDS)), np.int64))

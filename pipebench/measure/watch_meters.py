@@ -18,6 +18,7 @@ readings run on a thread of their own, one after another, never on the user's lo
 lands a few ms after the moment it stands for, which a window of many steps does not notice.
 """
 
+import sys
 import threading
 
 from typing import Any, Callable, Dict, Optional
@@ -46,7 +47,11 @@ class WindowMeters:
         self._last: Optional[threading.Thread] = None
 
     def _off_thread(self, work: Callable[[], None]) -> None:
-        """Run `work` on a thread of its own, after the work asked for before it."""
+        """Run `work` on a thread of its own, after the work asked for before it; nothing at
+        interpreter exit (a watched epoch left open in a global is closed then), where no thread
+        can start any more: Thread.start would wait for it forever, and no figure is asked for."""
+        if sys.is_finalizing():
+            return
         previous = self._last
 
         def run() -> None:
