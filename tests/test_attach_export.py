@@ -165,6 +165,18 @@ def test_a_recipe_no_argument_carried_is_emptied_by_the_exported_dataset():
     assert exported.per_sample == ({"_target_": "torchvision.transforms.CenterCrop", "size": [4, 4]},)
 
 
+def test_a_random_split_exports_the_dataset_it_splits_and_its_recipe():
+    with recording_datasets() as built:
+        dataset = Folder(40, transform=T.Compose([T.CenterCrop(4)]), scale=3.0)
+    train, _ = torch.utils.data.random_split(dataset, [30, 10], torch.Generator().manual_seed(0))
+    exported = pipebench.watch(DataLoader(torch.utils.data.Subset(train, range(20)), batch_size=4),
+                               ).watch.exported
+    assert built.arguments(dataset)["scale"] == 3.0
+    assert exported.dataset == {"_target_": f"{Folder.__module__}.Folder", "size": 40, "transform": None, "scale": 3.0}
+    assert exported.per_sample == ({"_target_": "torchvision.transforms.CenterCrop", "size": [4, 4]},)
+    assert any("reads a Subset of Folder (20 samples)" in note for note in exported.notes)
+
+
 def test_an_export_dir_that_is_a_file_is_one_line_before_the_script_runs(tmp_path, capsys):
     (tmp_path / "conf").write_text("")
     (tmp_path / "train.py").write_text("raise SystemExit('ran')")

@@ -132,3 +132,25 @@ def test_workers_pss_growth_is_what_they_keep_and_the_epoch_restart_is_measured(
 def test_the_start_method_default_is_read_when_the_loader_names_none():
     loader = DataLoader(Known(), batch_size=BATCH, num_workers=1)
     assert dataset_pickle(loader).start_method == multiprocessing.get_start_method()
+
+
+def test_two_loaders_at_once_each_get_their_own_workers_memory():
+    steps = 20
+
+    def loader(keep_mb):
+        return DataLoader(Known(keep_mb=keep_mb, length=200), batch_size=BATCH, num_workers=2, persistent_workers=True,
+                          multiprocessing_context="fork")
+
+    keeps, lean = pipebench.watch(loader(KEEP_MB), steps=steps, skip_steps=2), pipebench.watch(loader(0), steps=steps,
+                                                                                               skip_steps=2)
+    for _ in zip(keeps, lean):
+        time.sleep(0.002)
+    assert len(keeps.watch.worker_pids) == len(lean.watch.worker_pids) == 2
+    assert not keeps.watch.worker_pids & lean.watch.worker_pids
+    kept, other = keeps.result().record["summary"], lean.result().record["summary"]
+    # The whole tree is both loaders' in each; each loader's own workers are its own.
+    assert kept["worker_pss_growth_mb"] == pytest.approx(other["worker_pss_growth_mb"], rel=PSS_TOLERANCE)
+    assert kept["loader_worker_pss_growth_mb"] == pytest.approx(steps * BATCH * KEEP_MB, rel=PSS_TOLERANCE)
+    assert abs(other["loader_worker_pss_growth_mb"]) < PSS_TOLERANCE * steps * BATCH * KEEP_MB
+    assert kept["loader_workers_pss_mb"] - other["loader_workers_pss_mb"] > (1 - PSS_TOLERANCE) * steps * BATCH * KEEP_MB
+    assert kept["loader_workers_pss_mb"] < kept["pss_mb_peak"]

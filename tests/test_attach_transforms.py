@@ -110,6 +110,74 @@ def test_a_loader_over_a_random_split_times_the_recipe_and_load_of_the_dataset_i
     assert watched.result().dataset_class == "NoisyDataset"
 
 
+class LabelSpin(Spin):
+    pass
+
+
+class LabelledDataset(NoisyDataset):
+    """NoisyDataset with torchvision's second recipe: `target_transform`, applied to the label."""
+
+    def __init__(self, transform, target_transform) -> None:
+        super().__init__(transform)
+        self.target_transform = target_transform
+
+    def __getitem__(self, i):
+        x, y = super().__getitem__(i)
+        return x, self.target_transform(y)
+
+
+def _watched_batches(loader):
+    """The loader's batches bare, then watched: (bare, watched, the watch)."""
+    bare = _batches(loader, STEPS + SKIP + 3)
+    with pipebench.watch(loader, steps=STEPS, skip_steps=SKIP) as watched:
+        seen = _batches(watched, STEPS + SKIP + 3)
+    return bare, seen, watched
+
+
+def _same(bare, seen):
+    return len(bare) == len(seen) and all(torch.equal(x0, x1) and torch.equal(y0, y1)
+                                          for (x0, y0), (x1, y1) in zip(bare, seen))
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+def test_a_target_transform_is_a_row_of_its_own_out_of_the_load(workers):
+    dataset = LabelledDataset(_recipe(), LabelSpin(FAST_MS))
+    target = dataset.target_transform
+    bare, seen, watched = _watched_batches(DataLoader(dataset, batch_size=BATCH, num_workers=workers, shuffle=True))
+    assert _same(bare, seen) and dataset.target_transform is target  # restored
+    rows = {r["transform"]: r for r in watched.result().transforms}
+    assert list(rows) == ["LabelledDataset", "SlowSpin", "RandomHorizontalFlip", "FastSpin",
+                          "LabelSpin (target_transform)", "default_collate"]
+    assert rows["LabelSpin (target_transform)"]["ms_per_call_median"] == pytest.approx(FAST_MS, rel=ROW_TOLERANCE)
+    assert rows["LabelSpin (target_transform)"]["calls"] == STEPS * BATCH
+    assert rows["LabelledDataset"]["ms_per_call_median"] < FAST_MS / 2  # the label's spin is not the load's
+
+
+def test_a_concat_dataset_of_one_recipe_times_its_steps_across_its_datasets():
+    recipe = _recipe()
+    parts = [NoisyDataset(recipe), torch.utils.data.Subset(NoisyDataset(recipe), range(100))]
+    bare, seen, watched = _watched_batches(DataLoader(torch.utils.data.ConcatDataset(parts), batch_size=BATCH,
+                                                      shuffle=True))
+    assert _same(bare, seen) and parts[0].transform is recipe and parts[1].dataset.transform is recipe
+    rows = {r["transform"]: r for r in watched.result().transforms}
+    assert list(rows) == ["ConcatDataset", "SlowSpin", "RandomHorizontalFlip", "FastSpin", "default_collate"]
+    assert rows["SlowSpin"]["calls"] == STEPS * BATCH
+    assert rows["SlowSpin"]["ms_per_call_median"] == pytest.approx(SLOW_MS, rel=ROW_TOLERANCE)
+
+
+def test_a_concat_dataset_of_different_recipes_is_timed_whole_in_its_named_load_row():
+    parts = [NoisyDataset(_recipe()), NoisyDataset(v2.Compose([FastSpin(FAST_MS)]))]
+    bare, seen, watched = _watched_batches(DataLoader(torch.utils.data.ConcatDataset(parts), batch_size=BATCH,
+                                                      shuffle=True))
+    assert _same(bare, seen) and all(isinstance(p.transform, v2.Compose) and "__getitems__" not in vars(p)
+                                     for p in parts)
+    (load, collate) = watched.result().transforms
+    assert load["stage"] == "load" and load["transform"].startswith("ConcatDataset (")
+    assert "recipes differ" in load["transform"] and load["calls"] == STEPS * BATCH
+    assert FAST_MS < load["ms_per_call_mean"] < SLOW_MS + FAST_MS * (1 + ROW_TOLERANCE)
+    assert collate["stage"] == "collate"
+
+
 class LazyJpegs(Dataset):
     """JPEGs opened lazily (PIL.Image.open reads the header only), as ImageFolder does."""
 

@@ -8,7 +8,9 @@ then gets its own row). Any other dataset is its own class with the arguments it
 argument that carried the recipe given as empty, since pipebench's chain runs the recipe itself. The
 recipe: the steps `watch_chain.open_recipe` finds, each rebuilt from its attributes
 (`export_nodes.value_node`); a step that cannot be is left out and named. The loader: its settings, as
-`loader.*` and `workers`.
+`loader.*` and `workers`. A loader over a `Subset` (what `random_split` returns) is written as the
+dataset the subsets select from, all of it, with a note: its per-sample costs are the subset's, and
+a list of indices in a config would be as long as the split.
 """
 
 import pathlib
@@ -19,7 +21,7 @@ import torch
 from torch.utils.data import DataLoader, IterableDataset, RandomSampler, SequentialSampler, default_collate
 
 from pipebench.measure.built_with import BuiltWith
-from pipebench.measure.watch_chain import RECIPE_ATTRS, open_recipe
+from pipebench.measure.watch_chain import RECIPE_ATTRS, open_recipe, subset_base
 from pipebench.pipeline.export_nodes import NodeOrWhy, attribute_arguments, importable_why, public_target, value_node
 from pipebench.pipeline.recipe import emptied
 
@@ -168,8 +170,12 @@ def _loader_settings(loader: DataLoader, notes: List[str]) -> Dict[str, Any]:
 def export_pipeline(loader: DataLoader, built_with: Optional[BuiltWith] = None) -> ExportedPipeline:
     """The loader's dataset, recipe and settings as configs; call it before the recipe is timed."""
     notes: List[str] = []
-    dataset = _dataset_node(loader.dataset, built_with, notes)
-    per_sample = _recipe_nodes(loader.dataset, notes)
+    base = subset_base(loader.dataset)
+    if base is not loader.dataset:
+        notes.append(f"dataset: the loader reads a Subset of {type(base).__name__} ({len(loader.dataset)} samples): "
+                     f"the config reads all of {type(base).__name__}, at the same cost a sample")
+    dataset = _dataset_node(base, built_with, notes)
+    per_sample = _recipe_nodes(base, notes)
     settings = _loader_settings(loader, notes)
     if per_sample and loader.num_workers == 0 and torch.get_num_threads() > 1:
         notes.append(f"loader: at workers=0 the script ran its recipe with torch's {torch.get_num_threads()} intra-op "

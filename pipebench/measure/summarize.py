@@ -49,7 +49,8 @@ class TransformRow:
 def transform_rows(sink: TimingSink, sample_steps: Sequence[StepName], batch_steps: Sequence[StepName]
                    ) -> List[TransformRow]:
     """One row per step. share_pct is of all instrumented time, so the rows add up to 100. The
-    decode row shows only when something was decoded there (a lazily opened image)."""
+    decode row shows only when something was decoded there (a lazily opened image), the load row
+    only when the load was timed (a watched dataset that fetches its batches itself is not)."""
     if not sink.sample_ns:
         return []
     per_sample = np.concatenate(sink.sample_ns, axis=0)  # [n_samples, n_sample_steps]
@@ -57,7 +58,7 @@ def transform_rows(sink: TimingSink, sample_steps: Sequence[StepName], batch_ste
     n_samples = per_sample.shape[0]
     columns = [(name, per_sample[:, i]) for i, name in enumerate(sample_steps)]
     columns += [(name, per_batch[:, i]) for i, name in enumerate(batch_steps)]
-    columns = [(name, col) for name, col in columns if name.stage != DECODE_STAGE or col.any()]
+    columns = [(name, col) for name, col in columns if name.stage not in (DECODE_STAGE, LOAD_STAGE) or col.any()]
     total_ns = float(sum(col.sum() for _, col in columns)) or 1.0
     return [
         TransformRow(

@@ -17,7 +17,7 @@ import sys
 import time
 import weakref
 from dataclasses import dataclass, field
-from typing import Any, Callable, Dict, Iterator, List, Mapping, Optional, Tuple
+from typing import Any, Callable, Dict, Iterator, List, Mapping, Optional, Set, Tuple
 
 import numpy as np
 import torch
@@ -34,7 +34,6 @@ from pipebench.measure.watch_clock import GpuWatchClock, cuda_watch_clock, on_gp
 from pipebench.measure.watch_meters import WindowMeters
 from pipebench.measure.window import split_window
 from pipebench.pipeline.file_reads import IO_FIELDS
-from pipebench.pipeline.stages import LOAD_STAGE
 
 __all__ = ["DEFAULT_REPLAY", "DEFAULT_SECONDS", "DEFAULT_SKIP_STEPS", "DEFAULT_STEPS", "LoaderWatch", "WatchWindow", "batch_samples",
            "creation_site", "watching_loaders"]
@@ -164,6 +163,8 @@ class LoaderWatch:
         # brings it; the dataset's pickle, taken once while the loader is alive (`_settle`).
         self._epoch_start_ns: Optional[int] = None
         self.startups: List[Startup] = []
+        # Every worker this loader started, any epoch: its own share of the meters' whole-tree readings.
+        self.worker_pids: Set[int] = set()
         self.pickle: Optional[DatasetPickle] = None
         self._loader = weakref.ref(loader) if dataset is not None else (lambda: None)
         self._new_clock: Optional[Callable[[], Optional[GpuWatchClock]]] = gpu_clock
@@ -189,8 +190,11 @@ class LoaderWatch:
         """The user's batch out of a Riding, its timings kept when the step is measured."""
         if not isinstance(batch, Riding):
             return batch
-        if batch.startup is not None and self.epochs == 1:
-            self.startups.append(batch.startup)
+        if batch.startup is not None:
+            if self.epochs == 1:
+                self.startups.append(batch.startup)
+            if batch.startup.started_ns is not None:  # a worker's, not the main process's
+                self.worker_pids.add(batch.startup.pid)
         if measured and len(batch.sample_ns):
             self._timings.append((batch.sample_ns, batch.sample_cpu_ns, batch.collate_ns, batch.collate_cpu_ns))
         return batch.batch
@@ -389,7 +393,7 @@ class LoaderWatch:
         # epoch's, measured or not.
         row.update(first_batch_s=self.first_batch_s[0], batches_per_s=1000.0 / row["step_ms_mean"],
                    batches_per_s_ci_low=batches.low, batches_per_s_ci_high=batches.high,
-                   **self.first_batch_parts(), **self.meters.columns())
+                   **self.first_batch_parts(), **self.meters.columns(), **self.meters.loader_columns(self.worker_pids))
         if self.replay_ns:
             replay_ms = float(np.mean(self.replay_ns)) / NS_PER_MS
             row.update(replay_steps=len(self.replay_ns), replay_step_ms=replay_ms,
@@ -397,12 +401,11 @@ class LoaderWatch:
         return row
 
     def transform_rows(self, sink: Optional[TimingSink] = None) -> List[TransformRow]:
-        """The recipe's rows over the measured steps (decode only where something was decoded); none
-        without a recipe."""
+        """The sample's rows over the measured steps (load where timed, decode where something was
+        decoded, the recipe's steps, the target_transform) and the collate; none where nothing was timed."""
         if self.timing is None:
             return []
-        rows = transform_rows(self.sink if sink is None else sink, list(self.timing.names), self.batch_steps)
-        return [r for r in rows if r.stage != LOAD_STAGE or self.timing.load_timed]
+        return transform_rows(self.sink if sink is None else sink, list(self.timing.names), self.batch_steps)
 
     def measured_batch_size(self) -> int:
         """The largest batch measured, or the loader's batch_size where that is larger."""

@@ -22,26 +22,31 @@ first fetch ride back with its first batch (`Riding.startup`).
 
 A loader over a `Subset` (what `random_split` returns, any depth of them) is looked into: the
 recipe and the load are the dataset the subsets select from, whose `__getitems__` torch's
-`Subset.__getitems__` calls with the selected indices.
+`Subset.__getitems__` calls with the selected indices. A `ConcatDataset` is looked into too: its
+datasets' recipes are timed where they are one recipe (the same steps, as when one transform is
+given to each folder); where they differ, no step can be a row of all of them, and their time is
+the load row's, whose name says so. A dataset's `target_transform` (torchvision's datasets apply it
+to the label after the recipe) is a row of its own.
 """
 
 import contextlib
 import copy
+import functools
 import os
 import time
 from dataclasses import dataclass
 from typing import Any, Callable, Iterator, List, Optional, Sequence, Tuple
 
 import numpy as np
-from torch.utils.data import DataLoader, IterableDataset, Subset
+from torch.utils.data import ConcatDataset, DataLoader, IterableDataset, Subset
 from torch.utils.data._utils.pin_memory import pin_memory
 
 from pipebench.measure.first_batch import StampedInit, Startup, TimedItems
 from pipebench.pipeline.stages import COLLATE_STAGE, DECODE_STAGE, LOAD_STAGE, PER_SAMPLE_STAGE
 from pipebench.pipeline.timed_chain import DECODE_NAME, DECODES_ITSELF_ATTR, StepName, step_names, undecoded
 
-__all__ = ["Recipe", "Riding", "RidingCollate", "StepClock", "TimedStep", "Timing", "open_recipe", "subset_base",
-           "timed_loader"]
+__all__ = ["Recipe", "Riding", "RidingCollate", "StepClock", "TimedStep", "Timing", "open_recipe", "recipe_holders",
+           "subset_base", "timed_loader"]
 
 # The attributes a dataset's recipe is looked for under, in this order: torchvision's
 # VisionDataset sets both, `transforms` to a StandardTransform of `transform`, which it calls.
@@ -51,6 +56,10 @@ RECIPE_ATTRS = ("transform", "transforms")
 LOAD_COLUMN, DECODE_COLUMN, FIRST_STEP_COLUMN = 0, 1, 2
 # The attribute torch's map-style fetcher calls, where a dataset has it, with a batch's indices.
 GETITEMS_ATTR = "__getitems__"
+# Where torchvision's datasets keep the label's transform, called after the recipe.
+TARGET_ATTR = "target_transform"
+# The load row's name where a ConcatDataset's datasets hold different recipes.
+RECIPES_DIFFER = "its datasets' recipes differ: timed whole in this row"
 
 
 @dataclass(frozen=True)
@@ -248,7 +257,8 @@ def _timed_copy(dataset: Any, recipe: Recipe, clock: StepClock) -> Any:
 @dataclass(frozen=True)
 class Timing:
     """What `timed_loader` put in place: the recipe (None: none found, or it refused its copy), the
-    rows (load, decode, the recipe's steps), and whether the load is timed, or why not."""
+    rows (load, decode, the recipe's steps, the target_transform), and whether the load is timed,
+    or why not."""
 
     recipe: Optional[Recipe]
     names: Tuple[StepName, ...]
@@ -266,6 +276,31 @@ def subset_base(dataset: Any) -> Any:
     return dataset
 
 
+def recipe_holders(dataset: Any) -> List[Any]:
+    """The datasets that hold a sample's recipe: the dataset (its Subsets' base), or each dataset
+    of a ConcatDataset (nested ones and their Subsets opened too)."""
+    dataset = subset_base(dataset)
+    if isinstance(dataset, ConcatDataset):
+        return [holder for member in dataset.datasets for holder in recipe_holders(member)]
+    return [dataset]
+
+
+def _shared_recipe(holders: Sequence[Any]) -> Tuple[List[Tuple[Any, Recipe]], bool]:
+    """(holder, its recipe) for each holder with one, and whether they are one recipe: the same
+    attribute and the same rows, so each holder's timed copy can write the same columns."""
+    found = [(holder, recipe) for holder in holders for recipe in [open_recipe(holder)] if recipe is not None]
+    shapes = {(recipe.attr, tuple(recipe.names)) for _, recipe in found}
+    return found, len(shapes) <= 1 and (not found or len(found) == len(holders))
+
+
+def _shared_target(holders: Sequence[Any]) -> Optional[str]:
+    """The name of the holders' target_transform where each has one of the same class; else None."""
+    names = {type(getattr(holder, TARGET_ATTR, None)).__name__ for holder in holders}
+    if len(names) != 1 or not all(callable(getattr(holder, TARGET_ATTR, None)) for holder in holders):
+        return None
+    return f"{names.pop()} ({TARGET_ATTR})"
+
+
 def _load_refusal(loader: DataLoader, dataset: Any) -> Optional[str]:
     """Why a sample's __getitem__ cannot be timed on this loader over `dataset` (its Subsets'
     base); None when it can."""
@@ -278,16 +313,32 @@ def _load_refusal(loader: DataLoader, dataset: Any) -> Optional[str]:
     return None
 
 
-def _install_recipe(dataset: Any, recipe: Recipe, clock: StepClock) -> bool:
-    """Put the timed copy of the recipe in place; False (nothing changed) when the dataset refuses it."""
-    original = getattr(dataset, recipe.attr)
+def _install(stack: contextlib.ExitStack, dataset: Any, attr: str, value: Any) -> bool:
+    """Set `dataset.attr` to `value` until `stack` closes; False (nothing changed) where the dataset
+    refuses it."""
+    original = getattr(dataset, attr)
     try:
-        setattr(dataset, recipe.attr, _timed_copy(dataset, recipe, clock))
+        setattr(dataset, attr, value)
     except (AttributeError, TypeError, ValueError):  # a read-only attribute, a Compose that refuses a list
         with contextlib.suppress(AttributeError, TypeError, ValueError):
-            setattr(dataset, recipe.attr, original)
+            setattr(dataset, attr, original)
         return False
+    stack.callback(setattr, dataset, attr, original)
     return True
+
+
+def _install_each(changes: Sequence[Tuple[Any, str, Callable[[], Any]]]) -> Optional[contextlib.ExitStack]:
+    """Set each (dataset, attribute) to what its function makes: the stack that puts them back, or
+    None (every one already put back) where one is refused."""
+    with contextlib.ExitStack() as stack:
+        for dataset, attr, make in changes:
+            try:
+                value = make()
+            except (AttributeError, TypeError, ValueError):  # a Compose that refuses a list of steps
+                return None
+            if not _install(stack, dataset, attr, value):
+                return None
+        return stack.pop_all()
 
 
 def _install_items(dataset: Any, clock: StepClock) -> Optional[str]:
@@ -301,38 +352,53 @@ def _install_items(dataset: Any, clock: StepClock) -> Optional[str]:
 
 @contextlib.contextmanager
 def timed_loader(loader: DataLoader) -> Iterator[Optional[Timing]]:
-    """Within the block the loader's samples are timed (their load, and their recipe's steps where
-    one is found), its collate carries the timings and its worker_init_fn stamps each worker's
-    start; yields the `Timing` (None when nothing could be timed: nothing is changed then). The
-    dataset's attributes, `collate_fn` and `worker_init_fn` are restored on the way out."""
+    """Within the block the loader's samples are timed (their load, their recipe's steps where one
+    is found, their target_transform), its collate carries the timings and its worker_init_fn
+    stamps each worker's start; yields the `Timing` (None when nothing could be timed: nothing is
+    changed then). What was changed is restored on the way out."""
     dataset = subset_base(loader.dataset)
-    recipe = open_recipe(dataset)
-    original = getattr(dataset, recipe.attr) if recipe is not None else None
-    if recipe is not None:
-        clock = StepClock(FIRST_STEP_COLUMN + len(recipe.steps))
-        if not _install_recipe(dataset, recipe, clock):
+    holders = recipe_holders(dataset)
+    found, shared = _shared_recipe(holders)
+    recipe = found[0][1] if found and shared else None
+    target = _shared_target(holders)
+    with contextlib.ExitStack() as restore:
+        # Columns: the load, the decode, the recipe's steps, then the target_transform.
+        clock = StepClock(FIRST_STEP_COLUMN + (len(recipe.steps) if recipe is not None else 0) + (target is not None))
+        installed = None if recipe is None else _install_each(
+            [(holder, r.attr, functools.partial(_timed_copy, holder, r, clock)) for holder, r in found])
+        if installed is not None:
+            restore.enter_context(installed)
+        elif recipe is not None:  # refused: the clock loses the recipe's columns
             recipe = None
-    if recipe is None:
-        clock = StepClock(FIRST_STEP_COLUMN)
-    load_note = _load_refusal(loader, dataset) or _install_items(dataset, clock)
-    if recipe is None and load_note is not None:
-        yield None
-        return
-    names = (StepName(LOAD_STAGE, type(dataset).__name__),
-             *(recipe.names if recipe is not None else [StepName(DECODE_STAGE, DECODE_NAME)]))
-    original_collate, original_init = loader.collate_fn, loader.worker_init_fn
-    loader.collate_fn = RidingCollate(original_collate, clock)
-    if loader.num_workers > 0:
-        loader.worker_init_fn = StampedInit(original_init, clock)
-    try:
-        yield Timing(recipe, names, load_note)
-    finally:
-        if recipe is not None:
-            setattr(dataset, recipe.attr, original)
+            clock = StepClock(FIRST_STEP_COLUMN + (target is not None))
+        load_note = _load_refusal(loader, dataset) or _install_items(dataset, clock)
         if load_note is None:
-            with contextlib.suppress(AttributeError):
-                delattr(dataset, GETITEMS_ATTR)
-        loader.collate_fn, loader.worker_init_fn = original_collate, original_init
+            restore.callback(_remove_items, dataset)
+        if recipe is None and load_note is not None:
+            yield None
+            return
+        if target is not None:
+            timed_targets = _install_each([(holder, TARGET_ATTR, functools.partial(
+                TimedStep, getattr(holder, TARGET_ATTR), clock, clock.columns - 1, False, False)) for holder in holders])
+            if timed_targets is None:
+                target = None  # refused: its column stays empty
+            else:
+                restore.enter_context(timed_targets)
+        load_name = type(dataset).__name__ + (f" ({RECIPES_DIFFER})" if found and not shared else "")
+        names = (StepName(LOAD_STAGE, load_name),
+                 *(recipe.names if recipe is not None else [StepName(DECODE_STAGE, DECODE_NAME)]),
+                 *([StepName(PER_SAMPLE_STAGE, target)] if target is not None else []))
+        restore.callback(setattr, loader, "collate_fn", loader.collate_fn)
+        restore.callback(setattr, loader, "worker_init_fn", loader.worker_init_fn)
+        loader.collate_fn = RidingCollate(loader.collate_fn, clock)
+        if loader.num_workers > 0:
+            loader.worker_init_fn = StampedInit(loader.worker_init_fn, clock)
+        yield Timing(recipe, names, load_note)
+
+
+def _remove_items(dataset: Any) -> None:
+    with contextlib.suppress(AttributeError):
+        delattr(dataset, GETITEMS_ATTR)
 
 
 def collate_name(collate: Callable) -> str:

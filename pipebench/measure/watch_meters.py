@@ -3,10 +3,7 @@
 `pipebench run` starts its meters around its own step loop; a watched loader's window opens at
 its first measured step and closes when the window is over (or the script stops first), so
 `WindowMeters` runs the same meters (`memory.MemorySampler`, `storage_io.StorageReadMeter`)
-with the same FIRST_MEASURED / LAST_MEASURED marks. The first mark is read at the run's first
-batch, so that the warm-up steps give the readings time to finish before the window opens: taken as
-the window opened, they overlapped its first steps (on a 2-core host that read 1% slow); waiting for
-them would stall the user's loop instead. The figures therefore span the warm-up steps too.
+between those two moments, with the same FIRST_MEASURED / LAST_MEASURED marks.
 
 What they can and cannot say here: both read this process and all its children, so the figures
 are the script's whole process tree (every loader's workers, anything else the script started),
@@ -21,7 +18,7 @@ lands a few ms after the moment it stands for, which a window of many steps does
 import sys
 import threading
 
-from typing import Any, Callable, Dict, Optional
+from typing import Any, Callable, Collection, Dict, Optional
 
 from pipebench.measure.memory import MemorySampler
 from pipebench.measure.meter import FIRST_MEASURED, LAST_MEASURED
@@ -68,18 +65,20 @@ class WindowMeters:
             self._last.join()
 
     def prepare(self) -> None:
-        """Start the meters and take the first mark ahead of the window (the run's first batch),
-        off the user's loop, so that no reading overlaps the window's steps."""
+        """Start the meters ahead of the window (the run's first batch): their own first reading is
+        then not between the window's first step and its first mark."""
         if self.prepared:
             return
         self.prepared = True
         self._off_thread(lambda: [meter.start() for meter in self.meters])
-        self._off_thread(lambda: [meter.mark(FIRST_MEASURED) for meter in self.meters])
 
     def begin(self) -> None:
-        """The window opens (its first reading was taken at `prepare`)."""
+        """The window's first measured step."""
+        if self.begun:
+            return
         self.prepare()
         self.begun = True
+        self._off_thread(lambda: [meter.mark(FIRST_MEASURED) for meter in self.meters])
 
     def mark_last(self) -> None:
         """Take the window's last reading now (a later one replaces it)."""
@@ -105,6 +104,19 @@ class WindowMeters:
         for meter in self.meters:
             cells.update({key: (value if self.ended and self.begun else None) for key, value in meter.columns().items()})
         return cells
+
+    def loader_columns(self, pids: Collection[int]) -> Dict[str, Optional[float]]:
+        """One loader's own workers (by pid) out of the whole tree's readings: their summed PSS at
+        the window's last reading, and their growth between the two readings (the workers read at
+        both); empty where none of them was read, or before the window has ended."""
+        self._settled()
+        memory = self.meters[0].record() if self.ended and self.begun else {}
+        at = [p["pss_mb_at"] for p in memory.get("processes", ()) if p["pid"] in pids]
+        last = [marks[LAST_MEASURED] for marks in at if marks.get(LAST_MEASURED) is not None]
+        growth = [marks[LAST_MEASURED] - marks[FIRST_MEASURED] for marks in at
+                  if marks.get(LAST_MEASURED) is not None and marks.get(FIRST_MEASURED) is not None]
+        return {"loader_workers_pss_mb": sum(last) if last else None,
+                "loader_worker_pss_growth_mb": sum(growth) if growth else None}
 
     def record(self) -> Dict[str, Any]:
         """Each meter's record, and what the figures cover."""

@@ -56,7 +56,7 @@ SUMMARY_COLUMNS = [
     "on_device_ms_median", "ready_steps_pct",
     "pipeline_ms_per_sample", "cpu_ms_per_sample", "process_cpu_ms_per_sample", "worker_capacity_samples_per_s",
     "cpu_capacity_samples_per_s", "first_batch_s", "worker_startup_s_max", "rss_mb_peak", "pss_mb_peak",
-    "worker_pss_growth_mb", "shm_mb_peak",
+    "worker_pss_growth_mb", "shm_mb_peak", "loader_workers_pss_mb", "loader_worker_pss_growth_mb",
     # A watched loader's first batch taken apart (pipebench.measure.first_batch); empty for a job.
     "worker_start_s", "first_fetch_s", "dataset_pickle_mb", "dataset_pickle_s", "start_method", "first_batch_note",
     "storage_read_mb", "storage_read_mb_per_s", "host_other_cpu_cores", "host_steal_pct",

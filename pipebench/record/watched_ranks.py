@@ -84,7 +84,7 @@ def save_rank(watches: Sequence[LoaderWatch], exit_status: int) -> Path:
         sink = watch.sink
         if sink.sample_ns:
             save_timings(folder / job / TIMINGS_FILE, sink)
-        names = {"sample": _step_pairs(watch.recipe.names) if watch.recipe is not None else [],
+        names = {"sample": _step_pairs(watch.timing.names) if watch.timing is not None else [],
                  "batch": _step_pairs(watch.batch_steps)}
         jobs[result.record["job"]] = {"folder": job, "step_names": names}
     write_json_atomic(folder / RANK_STATUS, versioned({
