@@ -131,6 +131,11 @@ def test_torchrun_under_attach_gives_a_row_a_rank_and_the_straggler_figures(proj
     _assert_rank_rows(result)
     assert result["distributed"]["exit_status"] == {"0": 0, "1": 0}
     assert (project / "out" / RANKS_FOLDER / "rank-1" / "job-0" / "result.json").is_file()
+    # Both ranks' samples pooled: the load row (each sample's __getitem__) under its own name.
+    rows = {r["transform"]: r for r in result["transforms"]}
+    assert list(rows) == ["SlowSamples", "default_collate"]
+    assert rows["SlowSamples"]["stage"] == "load" and rows["SlowSamples"]["calls"] == 2 * STEPS * BATCH
+    assert rows["SlowSamples"]["ms_per_call_median"] >= FETCH_MS
     fast, slow = result["ranks"]
     # The slow rank's extra wait shows as its busy time and as its peer's wait at the all-reduce.
     assert slow["busy_ms_mean"] - fast["busy_ms_mean"] > 0.5 * STRAGGLE_MS
