@@ -177,6 +177,21 @@ def test_a_random_split_exports_the_dataset_it_splits_and_its_recipe():
     assert any("reads a Subset of Folder (20 samples)" in note for note in exported.notes)
 
 
+def test_a_concat_dataset_exports_its_one_recipe_and_says_why_not_its_datasets():
+    recipe = T.Compose([T.CenterCrop(4)])
+    with recording_datasets():
+        dataset = torch.utils.data.ConcatDataset([Folder(8, transform=recipe), Folder(8, transform=recipe)])
+    exported = pipebench.watch(DataLoader(dataset, batch_size=4)).watch.exported
+    assert exported.per_sample == ({"_target_": "torchvision.transforms.CenterCrop", "size": [4, 4]},)
+    assert exported.dataset is None
+    assert any(note.startswith("dataset ConcatDataset: not exported") for note in exported.notes)
+
+    different = torch.utils.data.ConcatDataset([Folder(8, transform=recipe), Folder(8, transform=T.ToTensor())])
+    exported = pipebench.watch(DataLoader(different, batch_size=4)).watch.exported
+    assert exported.per_sample == ()
+    assert any("hold different recipes" in note for note in exported.notes)
+
+
 def test_an_export_dir_that_is_a_file_is_one_line_before_the_script_runs(tmp_path, capsys):
     (tmp_path / "conf").write_text("")
     (tmp_path / "train.py").write_text("raise SystemExit('ran')")

@@ -21,7 +21,7 @@ import torch
 from torch.utils.data import DataLoader, IterableDataset, RandomSampler, SequentialSampler, default_collate
 
 from pipebench.measure.built_with import BuiltWith
-from pipebench.measure.watch_chain import RECIPE_ATTRS, open_recipe, subset_base
+from pipebench.measure.watch_chain import RECIPE_ATTRS, open_recipe, recipe_holders, shared_recipe, subset_base
 from pipebench.pipeline.export_nodes import NodeOrWhy, attribute_arguments, importable_why, public_target, value_node
 from pipebench.pipeline.recipe import emptied
 
@@ -119,6 +119,20 @@ def _dataset_node(dataset: Any, built_with: Optional[BuiltWith], notes: List[str
     return node
 
 
+def _recipe_source(dataset: Any, notes: List[str]) -> Any:
+    """The dataset whose recipe is written: itself, or the first of a ConcatDataset's datasets where
+    they hold one recipe (where they differ, the dataset itself, which holds none, with a note)."""
+    holders = recipe_holders(dataset)
+    if len(holders) == 1:
+        return holders[0]
+    found, shared = shared_recipe(holders)
+    if found and shared:
+        return found[0][0]
+    notes.append(f"transform: the {len(holders)} datasets of {type(dataset).__name__} hold different recipes (or "
+                 "some none): no one transform config is theirs")
+    return dataset
+
+
 def _recipe_nodes(dataset: Any, notes: List[str]) -> Tuple[Any, ...]:
     """The recipe's steps as nodes, each one that cannot be written left out with a note."""
     recipe = open_recipe(dataset)
@@ -175,7 +189,7 @@ def export_pipeline(loader: DataLoader, built_with: Optional[BuiltWith] = None) 
         notes.append(f"dataset: the loader reads a Subset of {type(base).__name__} ({len(loader.dataset)} samples): "
                      f"the config reads all of {type(base).__name__}, at the same cost a sample")
     dataset = _dataset_node(base, built_with, notes)
-    per_sample = _recipe_nodes(base, notes)
+    per_sample = _recipe_nodes(_recipe_source(base, notes), notes)
     settings = _loader_settings(loader, notes)
     if per_sample and loader.num_workers == 0 and torch.get_num_threads() > 1:
         notes.append(f"loader: at workers=0 the script ran its recipe with torch's {torch.get_num_threads()} intra-op "

@@ -46,7 +46,7 @@ from pipebench.pipeline.stages import COLLATE_STAGE, DECODE_STAGE, LOAD_STAGE, P
 from pipebench.pipeline.timed_chain import DECODE_NAME, DECODES_ITSELF_ATTR, StepName, step_names, undecoded
 
 __all__ = ["Recipe", "Riding", "RidingCollate", "StepClock", "TimedStep", "Timing", "open_recipe", "recipe_holders",
-           "subset_base", "timed_loader"]
+           "shared_recipe", "subset_base", "timed_loader"]
 
 # The attributes a dataset's recipe is looked for under, in this order: torchvision's
 # VisionDataset sets both, `transforms` to a StandardTransform of `transform`, which it calls.
@@ -285,7 +285,7 @@ def recipe_holders(dataset: Any) -> List[Any]:
     return [dataset]
 
 
-def _shared_recipe(holders: Sequence[Any]) -> Tuple[List[Tuple[Any, Recipe]], bool]:
+def shared_recipe(holders: Sequence[Any]) -> Tuple[List[Tuple[Any, Recipe]], bool]:
     """(holder, its recipe) for each holder with one, and whether they are one recipe: the same
     attribute and the same rows, so each holder's timed copy can write the same columns."""
     found = [(holder, recipe) for holder in holders for recipe in [open_recipe(holder)] if recipe is not None]
@@ -358,7 +358,7 @@ def timed_loader(loader: DataLoader) -> Iterator[Optional[Timing]]:
     changed then). What was changed is restored on the way out."""
     dataset = subset_base(loader.dataset)
     holders = recipe_holders(dataset)
-    found, shared = _shared_recipe(holders)
+    found, shared = shared_recipe(holders)
     recipe = found[0][1] if found and shared else None
     target = _shared_target(holders)
     with contextlib.ExitStack() as restore:
