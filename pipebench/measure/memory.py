@@ -21,7 +21,7 @@ import shutil
 import threading
 import time
 from dataclasses import asdict, dataclass
-from typing import Any, Dict, List, Mapping, Optional, Tuple
+from typing import Any, Collection, Dict, List, Mapping, Optional, Tuple
 
 import psutil
 
@@ -273,6 +273,14 @@ class MemorySampler:
                 ),
             )
             return self._report
+
+    def processes_pss(self, pids: Collection[int]) -> Tuple[Optional[float], Optional[float]]:
+        """Of the processes `pids` alone (one loader's workers among several loaders'): their summed
+        PSS at LAST_MEASURED and their growth by `worker_pss_growth_mb`'s rule; None where none was read."""
+        with self._lock:
+            tracks = [track for pid, track in self._tracks.items() if pid in pids]
+        last = [t.pss_at[LAST_MEASURED] for t in tracks if t.pss_at.get(LAST_MEASURED) is not None]
+        return (_mb(sum(last)) if last else None), _growth(tracks)
 
     def columns(self) -> Dict[str, Optional[float]]:
         report = self._report

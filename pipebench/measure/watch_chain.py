@@ -363,14 +363,16 @@ def timed_loader(loader: DataLoader) -> Iterator[Optional[Timing]]:
     target = _shared_target(holders)
     with contextlib.ExitStack() as restore:
         # Columns: the load, the decode, the recipe's steps, then the target_transform.
-        clock = StepClock(FIRST_STEP_COLUMN + (len(recipe.steps) if recipe is not None else 0) + (target is not None))
+        def clock_of(steps: int) -> StepClock:
+            return StepClock(FIRST_STEP_COLUMN + steps + (target is not None))
+
+        clock = clock_of(len(recipe.steps) if recipe is not None else 0)
         installed = None if recipe is None else _install_each(
             [(holder, r.attr, functools.partial(_timed_copy, holder, r, clock)) for holder, r in found])
         if installed is not None:
             restore.enter_context(installed)
         elif recipe is not None:  # refused: the clock loses the recipe's columns
-            recipe = None
-            clock = StepClock(FIRST_STEP_COLUMN + (target is not None))
+            recipe, clock = None, clock_of(0)
         load_note = _load_refusal(loader, dataset) or _install_items(dataset, clock)
         if load_note is None:
             restore.callback(_remove_items, dataset)

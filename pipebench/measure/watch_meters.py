@@ -107,16 +107,11 @@ class WindowMeters:
 
     def loader_columns(self, pids: Collection[int]) -> Dict[str, Optional[float]]:
         """One loader's own workers (by pid) out of the whole tree's readings: their summed PSS at
-        the window's last reading, and their growth between the two readings (the workers read at
-        both); empty where none of them was read, or before the window has ended."""
+        the window's last reading and their growth (`memory.MemorySampler.processes_pss`); empty
+        before the window has ended."""
         self._settled()
-        memory = self.meters[0].record() if self.ended and self.begun else {}
-        at = [p["pss_mb_at"] for p in memory.get("processes", ()) if p["pid"] in pids]
-        last = [marks[LAST_MEASURED] for marks in at if marks.get(LAST_MEASURED) is not None]
-        growth = [marks[LAST_MEASURED] - marks[FIRST_MEASURED] for marks in at
-                  if marks.get(LAST_MEASURED) is not None and marks.get(FIRST_MEASURED) is not None]
-        return {"loader_workers_pss_mb": sum(last) if last else None,
-                "loader_worker_pss_growth_mb": sum(growth) if growth else None}
+        pss, growth = self.meters[0].processes_pss(pids) if self.ended and self.begun else (None, None)
+        return {"loader_workers_pss_mb": pss, "loader_worker_pss_growth_mb": growth}
 
     def record(self) -> Dict[str, Any]:
         """Each meter's record, and what the figures cover."""
