@@ -5,34 +5,15 @@ from typing import Dict, List, Optional, Sequence
 
 import numpy as np
 
-from pipebench.base.stats import block_ratio_interval, distribution
+from pipebench.base.stats import distribution
 from pipebench.config.specs import PROCESSES, SYNC_ASYNC, SYNC_PER_STEP
-from pipebench.measure.runner import NS_PER_MS, NS_PER_S, PassResult, StepSample, TimingSink
+from pipebench.measure.runner import NS_PER_MS, PassResult, StepSample, TimingSink
 from pipebench.measure.storage_io import file_read_figures
-from pipebench.measure.window import (
-    Window,
-    bootstrap_blocks,
-    epoch_cost,
-    epoch_rate,
-    split_window,
-    steady_masks,
-    window_note,
-)
+from pipebench.measure.window import steady_masks, steady_state
 from pipebench.pipeline.stages import DECODE_STAGE, LOAD_STAGE, PER_SAMPLE_STAGE
 from pipebench.pipeline.timed_chain import StepName
 
-CONFIDENCE_LEVEL = 0.95
 BYTES_PER_MB = 1e6
-# A bootstrap block spans whole worker cycles and at least this long: the load of a shared
-# machine drifts on sub-second to second scales, so step times a cycle apart are not
-# independent. Measured on the 2-core machine (benchmarks/noise_check.py, 10 fresh runs):
-# blocks of one cycle gave single-run half-widths 0.28-0.42x the run-to-run spread, blocks of
-# >= 0.5 s 0.43-0.59x, of >= 1 s 1.3-2.8x (with 4 blocks in a 5 s window). Under heavier load
-# from other tenants the run-to-run spread grew 2-3x and no within-run block size kept up:
-# only rounds (separate, interleaved processes) measure that part.
-BLOCK_MIN_S = 1.0
-# ... but never so long that fewer blocks than this remain: the bootstrap needs several.
-MIN_TIME_BLOCKS = 8
 
 
 @dataclass(frozen=True)
@@ -154,15 +135,6 @@ def cpu_ms_per_sample(sink: TimingSink) -> float:
     return float((sum(a.sum() for a in sink.sample_cpu_ns) + sum(sink.batch_cpu_ns)) / NS_PER_MS / samples)
 
 
-def rate_interval(window: Window, samples: np.ndarray, step_ns: np.ndarray):
-    """samples/s over the steady blocks, with the block bootstrap's interval over blocks of whole
-    cycles that each span at least BLOCK_MIN_S (machine load varies on that scale too)."""
-    blocks = bootstrap_blocks(window, step_ns, BLOCK_MIN_S * NS_PER_S, MIN_TIME_BLOCKS)
-    sample_blocks = np.array([samples[list(b)].sum() for b in blocks])
-    time_blocks = np.array([step_ns[list(b)].sum() for b in blocks]) / NS_PER_S
-    return block_ratio_interval(sample_blocks, time_blocks, CONFIDENCE_LEVEL)
-
-
 def _median_ms(values_ns: Sequence[int]) -> float:
     return float(np.median(values_ns) / NS_PER_MS) if len(values_ns) else float("nan")
 
@@ -212,24 +184,14 @@ def summary_row(passes: Sequence[PassResult], rows: Sequence[TransformRow], sink
     produce at best; under threads a bound the GIL may keep the chain far below).
     `worker_kind`: PROCESSES or THREADS, what the W workers are (the cycle and the capacity).
     """
-    window = split_window(passes, workers, worker_kind)
-    on_gpu_clock = _on_gpu_clock(window.steps)
-    # run.sync=async: a step is its span on the GPU, so samples/s is what the GPU got through.
-    all_step_ns = _ns(window.steps, "gpu_span_ns" if on_gpu_clock else "step_ns")
-    all_samples = np.array([s.samples for s in window.steps], dtype=np.float64)
-    rate = rate_interval(window, all_samples, all_step_ns)
-    steady = window.steady_indices()
-    if steady.size == 0:  # fewer steps than one cycle: every step, no interval
-        steady = np.arange(len(window.steps))
-    steps = [window.steps[i] for i in steady]
-    step_ns = all_step_ns[steady]
+    on_gpu_clock = _on_gpu_clock([s for p in passes for s in p.steps])
+    steady = steady_state(passes, workers, worker_kind, "gpu_span_ns" if on_gpu_clock else "step_ns", persistent,
+                          samples_per_epoch, batches_per_epoch, target_steps)
+    steps, step_ns = steady.steps, steady.step_ns
     wait_ns = np.array([s.wait_ns for s in steps], dtype=np.float64)
     compute_ns = np.array([s.compute_ns for s in steps], dtype=np.float64)
-    samples = all_samples[steady]
     step = distribution(step_ns / NS_PER_MS)
     wait = distribution(wait_ns / NS_PER_MS)
-    steady_rate = float(samples.sum() * NS_PER_S / step_ns.sum())
-    cost = epoch_cost(window, passes, workers, persistent)
     shares = gpu_clock_figures(steps) if on_gpu_clock else {
         "starvation_pct": float(100.0 * wait_ns.sum() / step_ns.sum()),
         "starvation_other_pct": None,
@@ -241,15 +203,15 @@ def summary_row(passes: Sequence[PassResult], rows: Sequence[TransformRow], sink
     producers = max(workers, 1)
     startups = [s for p in passes for s in p.worker_startup_s.values()]
     return {
-        "samples_per_s": steady_rate,
-        "samples_per_s_ci_low": rate.low,
-        "samples_per_s_ci_high": rate.high,
-        "ci_blocks": rate.blocks,
-        "ci_note": rate.note,
-        "samples_per_s_epoch": epoch_rate(steady_rate, samples_per_epoch, cost),
-        "epoch_restart_s": cost.restart_s,
-        "epoch_restart_source": cost.source,
-        "epoch_boundaries_in_window": len(window.boundary_cycles),
+        "samples_per_s": steady.rate,
+        "samples_per_s_ci_low": steady.interval.low,
+        "samples_per_s_ci_high": steady.interval.high,
+        "ci_blocks": steady.interval.blocks,
+        "ci_note": steady.interval.note,
+        "samples_per_s_epoch": steady.epoch_rate,
+        "epoch_restart_s": steady.cost.restart_s,
+        "epoch_restart_source": steady.cost.source,
+        "epoch_boundaries_in_window": len(steady.window.boundary_cycles),
         "step_ms_mean": step.mean,
         "step_ms_var": step.var,
         "step_ms_median": step.median,
@@ -272,11 +234,11 @@ def summary_row(passes: Sequence[PassResult], rows: Sequence[TransformRow], sink
         "cpu_capacity_samples_per_s": min(producers, usable_cores) * 1000.0 / cpu_ms,
         "first_batch_s": float(np.median([p.first_batch_s for p in passes])),
         "worker_startup_s_max": max(startups) if startups else float("nan"),
-        "steps": len(window.steps),
+        "steps": len(steady.window.steps),
         "repeats": len(passes),
         "skipped_samples": skipped,
         "epochs": max(p.epochs for p in passes),
-        "window_note": window_note(window, passes, batches_per_epoch, target_steps),
+        "window_note": steady.note,
     }
 
 

@@ -27,12 +27,12 @@ from pipebench.measure.built_with import BuiltWith, recording_datasets
 from pipebench.measure.export_pipeline import ExportedPipeline, export_pipeline
 from pipebench.measure.fingerprint import usable_cores
 from pipebench.measure.runner import NS_PER_MS, NS_PER_S, PassResult, StepSample, TimingSink
-from pipebench.measure.summarize import TransformRow, rate_interval, summary_row, transform_rows
+from pipebench.measure.summarize import TransformRow, summary_row, transform_rows
 from pipebench.measure.first_batch import DatasetPickle, Startup, dataset_pickle
 from pipebench.measure.watch_chain import Recipe, Riding, collate_step, subset_base, timed_loader
 from pipebench.measure.watch_clock import GpuWatchClock, cuda_watch_clock, on_gpu_clock
 from pipebench.measure.watch_meters import WindowMeters
-from pipebench.measure.window import split_window
+from pipebench.measure.window import rate_interval, split_window
 from pipebench.pipeline.file_reads import IO_FIELDS
 
 __all__ = ["DEFAULT_REPLAY", "DEFAULT_SECONDS", "DEFAULT_SKIP_STEPS", "DEFAULT_STEPS", "LoaderWatch", "WatchWindow", "batch_samples",

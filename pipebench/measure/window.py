@@ -14,6 +14,7 @@ from typing import List, Optional, Sequence, Tuple
 
 import numpy as np
 
+from pipebench.base.stats import RatioInterval, block_ratio_interval
 from pipebench.config.specs import PROCESSES
 from pipebench.measure.runner import (
     NS_PER_S,
@@ -23,8 +24,20 @@ from pipebench.measure.runner import (
     cycle_steps,
 )
 
-__all__ = ["RESTART_SOURCES", "EpochCost", "Window", "bootstrap_blocks", "epoch_cost", "epoch_rate", "split_window",
-           "steady_masks", "window_note"]
+__all__ = ["RESTART_SOURCES", "EpochCost", "SteadyState", "Window", "bootstrap_blocks", "epoch_cost", "epoch_rate",
+           "rate_interval", "split_window", "steady_masks", "steady_state", "window_note"]
+
+CONFIDENCE_LEVEL = 0.95
+# A bootstrap block spans whole worker cycles and at least this long: the load of a shared
+# machine drifts on sub-second to second scales, so step times a cycle apart are not
+# independent. Measured on the 2-core machine (benchmarks/noise_check.py, 10 fresh runs):
+# blocks of one cycle gave single-run half-widths 0.28-0.42x the run-to-run spread, blocks of
+# >= 0.5 s 0.43-0.59x, of >= 1 s 1.3-2.8x (with 4 blocks in a 5 s window). Under heavier load
+# from other tenants the run-to-run spread grew 2-3x and no within-run block size kept up:
+# only rounds (separate, interleaved processes) measure that part.
+BLOCK_MIN_S = 1.0
+# ... but never so long that fewer blocks than this remain: the bootstrap needs several.
+MIN_TIME_BLOCKS = 8
 
 # Where an epoch's restart cost came from: epoch ends measured inside the window; the pass's own
 # first batch (a restart is a fresh start of the same workers, less one batch's work); nothing to
@@ -114,6 +127,15 @@ def _block_end(start: int, k: int, cycles: int) -> int:
     return cycles if start + 2 * k > cycles else start + k
 
 
+def rate_interval(window: Window, samples: np.ndarray, step_ns: np.ndarray) -> RatioInterval:
+    """samples/s over the steady blocks, with the block bootstrap's interval over blocks of whole
+    cycles that each span at least BLOCK_MIN_S (machine load varies on that scale too)."""
+    blocks = bootstrap_blocks(window, step_ns, BLOCK_MIN_S * NS_PER_S, MIN_TIME_BLOCKS)
+    sample_blocks = np.array([samples[list(b)].sum() for b in blocks])
+    time_blocks = np.array([step_ns[list(b)].sum() for b in blocks]) / NS_PER_S
+    return block_ratio_interval(sample_blocks, time_blocks, CONFIDENCE_LEVEL)
+
+
 def steady_masks(passes: Sequence[PassResult], workers: int, worker_kind: str = PROCESSES) -> List[List[bool]]:
     """Per pass, which measured steps the steady rate counts (every step when none is steady),
     so result.json's raw steps give back `samples_per_s` to whoever checks it."""
@@ -185,3 +207,38 @@ def window_note(window: Window, passes: Sequence[PassResult], batches_per_epoch:
         steps = min(len(p.steps) for p in capped)
         notes.append(f"window capped by run.max_time_s at {steps} steps (wanted {target_steps})")
     return "; ".join(notes) or None
+
+
+@dataclass(frozen=True)
+class SteadyState:
+    """What the window gives a job's summary: its steady steps (every step where no whole cycle
+    is steady) with their step times, the steady rate and its interval, the epoch's restart cost
+    and the rate an epoch delivers with it, and the window's note."""
+
+    window: Window
+    steps: Tuple[StepSample, ...]
+    step_ns: np.ndarray
+    rate: float
+    interval: RatioInterval
+    cost: EpochCost
+    epoch_rate: Optional[float]
+    note: Optional[str]
+
+
+def steady_state(passes: Sequence[PassResult], workers: int, worker_kind: str, step_field: str, persistent: bool,
+                 samples_per_epoch: Optional[int], batches_per_epoch: Optional[int], target_steps: int
+                 ) -> SteadyState:
+    """The steady state of every repeat's window, each step timed by `step_field` (its host time,
+    or at run.sync=async its span on the GPU's clock, so samples/s is what the GPU got through)."""
+    window = split_window(passes, workers, worker_kind)
+    all_step_ns = np.array([getattr(s, step_field) for s in window.steps], dtype=np.float64)
+    all_samples = np.array([s.samples for s in window.steps], dtype=np.float64)
+    interval = rate_interval(window, all_samples, all_step_ns)
+    steady = window.steady_indices()
+    if steady.size == 0:  # fewer steps than one cycle: every step, no interval
+        steady = np.arange(len(window.steps))
+    rate = float(all_samples[steady].sum() * NS_PER_S / all_step_ns[steady].sum())
+    cost = epoch_cost(window, passes, workers, persistent)
+    return SteadyState(window, tuple(window.steps[i] for i in steady), all_step_ns[steady], rate, interval, cost,
+                       epoch_rate(rate, samples_per_epoch, cost),
+                       window_note(window, passes, batches_per_epoch, target_steps))

@@ -49,8 +49,8 @@ from pipebench.measure.distributed.ranks import (
 from pipebench.measure.fingerprint import usable_cores
 from pipebench.measure.host_load import host_load_note
 from pipebench.measure.runner import NS_PER_MS, PassResult, StepSample, TimingSink
-from pipebench.measure.summarize import rate_interval, rows_as_dicts, transform_rows
-from pipebench.measure.window import split_window
+from pipebench.measure.summarize import rows_as_dicts, transform_rows
+from pipebench.measure.window import rate_interval, split_window
 from pipebench.pipeline.timed_chain import StepName
 
 # torchrun's and the ranks' own output (tracebacks of a failed rank) go here, not to the console.
