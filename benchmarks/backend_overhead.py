@@ -45,7 +45,8 @@ from pipebench.measure.reference import (
     window_spec,
 )
 from pipebench.measure.setup import quiet_torch_output
-from pipebench.pipeline.build import build_dataset, build_transforms, pin_memory_effective
+from pipebench.pipeline.build import build_dataset, build_transforms
+from pipebench.pipeline.loader_backends import pin_memory_effective
 
 DEFAULT_OVERRIDES = ("transform=yuv_mask_fast", "consumer=none")
 

@@ -16,7 +16,7 @@ from pipebench.config.specs import SYNC_ASYNC, SYNC_PER_STEP
 from pipebench.measure.job import measure_job
 from pipebench.measure.reference import plain_loop, window_spec
 from pipebench.measure.runner import StepLoop, TimingSink, measure_pass
-from pipebench.measure.step_sync import resolve_sync
+from pipebench.measure.repeats import resolve_sync
 from pipebench.measure.summarize import pass_records, summary_row
 from pipebench.record.results import _check_row
 from pipebench.report.diagnosis import _consumer_ms

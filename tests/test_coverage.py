@@ -13,7 +13,8 @@ from pipebench.datasets.sharded_stream import ShardedStream, shard_of
 from pipebench.measure.coverage import check_coverage, merge_logs
 from pipebench.measure.job import measure_job
 from pipebench.measure.runner import BatchStream
-from pipebench.pipeline.build import build_dataset, build_loader, build_pipeline
+from pipebench.pipeline.build import build_dataset, build_pipeline
+from pipebench.pipeline.loader_backends import build_loader
 
 
 def test_exactly_once_over_pooled_ranks():

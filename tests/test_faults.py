@@ -23,7 +23,8 @@ from pipebench.base.watchdog import StepOverrun, Watchdog
 from pipebench.cli.main import main
 from pipebench.measure.job import measure_job
 from pipebench.measure.runner import BatchStream, StepLoop, worker_faults_named
-from pipebench.pipeline.build import build_loader, build_pipeline
+from pipebench.pipeline.build import build_pipeline
+from pipebench.pipeline.loader_backends import build_loader
 from pipebench.pipeline.consumers import NoConsumer
 
 # What a watched step may overrun by before the test calls the watchdog late: start-up of the

@@ -10,7 +10,8 @@ from pipebench.cli import run as cli
 from pipebench.cli.run import expand_sweep, sweep_overrides
 from pipebench.config.compose import job_spec_composer
 from pipebench.config.sweep_axes import expand_auto_workers, worker_ladder
-from pipebench.pipeline.build import build_loader, build_pipeline
+from pipebench.pipeline.build import build_pipeline
+from pipebench.pipeline.loader_backends import build_loader
 from pipebench.report.comparison import identity
 
 # Loader keys a user sweeps, each with two values that differ from the defaults' and each other.

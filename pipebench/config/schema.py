@@ -81,7 +81,7 @@ class RunConfig:
     # loader.timeout_s: the seed chain at batch 256 takes ~4 s a step at workers=0 here.
     step_timeout_s: float = 120.0
     # The step loop: auto runs ahead (async) wherever the consumer trains on CUDA, as training
-    # does; per_step synchronises every phase so each is timed on its own (pipebench.measure.step_sync).
+    # does; per_step synchronises every phase so each is timed on its own (pipebench.measure.repeats).
     sync: str = "auto"
     # The accel_util_pct the diagnosis sizes workers and cores for, and `explore --target` stops at:
     # 90%, the usual "keep the GPU busy" bar (DLIO gates its runs on such a target).

@@ -57,7 +57,7 @@ DISTRIBUTED_BACKENDS = ("auto", "gloo", "nccl")
 # file's pages are dropped before it is read, so every read goes to storage (a set larger than RAM).
 CACHE_MODES = ("warm", "cold")
 STORAGE_EMULATION_KEYS = ("latency_ms", "mb_per_s")
-# run.sync: the step loop (pipebench.measure.step_sync).
+# run.sync: the step loop (pipebench.measure.repeats).
 SYNC_AUTO, SYNC_ASYNC, SYNC_PER_STEP = "auto", "async", "per_step"
 SYNC_MODES = (SYNC_AUTO, SYNC_ASYNC, SYNC_PER_STEP)
 

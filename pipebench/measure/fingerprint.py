@@ -20,6 +20,7 @@ from PIL import features
 
 import pipebench
 from pipebench.base.io import folder_safe
+from pipebench.config.specs import JobSpec
 
 # cgroup v2 then v1 files that hold the CPU quota a container may use.
 CGROUP_V2_CPU_MAX = Path("/sys/fs/cgroup/cpu.max")
@@ -123,7 +124,7 @@ def gpu_name() -> Optional[str]:
     return torch.cuda.get_device_name(0) if torch.cuda.is_available() else None
 
 
-def fingerprint(dataset_identity: Dict[str, Any], start_method: str) -> Dict[str, Any]:
+def fingerprint(dataset_identity: Dict[str, Any], worker_start: str) -> Dict[str, Any]:
     return {
         "pipebench": pipebench.__version__,
         "torch": torch.__version__,
@@ -139,8 +140,21 @@ def fingerprint(dataset_identity: Dict[str, Any], start_method: str) -> Dict[str
         "usable_cores": usable_cores(),
         "cgroup_cpu_quota": cgroup_cpu_quota(),
         "gpu": gpu_name(),
-        "start_method": start_method,
+        "start_method": worker_start,
         "dataset": dataset_identity,
         "git_commit": git_commit(),
         "git_dirty": git_dirty(),
     }
+
+
+def start_method(spec: JobSpec) -> str:
+    """How the job's DataLoader workers start ("none" without workers)."""
+    if spec.workers == 0:
+        return "none"
+    return spec.loader.multiprocessing_context or torch.multiprocessing.get_start_method()
+
+
+def job_fingerprint(spec: JobSpec, dataset: Any) -> Dict[str, Any]:
+    """The fingerprint of a job on this host; call once the loader's workers are gone."""
+    identity = getattr(dataset, "identity", None)
+    return fingerprint(identity() if identity else {"class": type(dataset).__name__}, start_method(spec))

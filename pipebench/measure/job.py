@@ -14,7 +14,7 @@ from pipebench.base.watchdog import Unwatched
 from pipebench.config.specs import JobSpec
 from pipebench.measure.coverage import IndexLog, droppable_per_epoch
 from pipebench.measure.distributed.multirank import measure_multirank
-from pipebench.measure.fingerprint import usable_cores
+from pipebench.measure.fingerprint import job_fingerprint, usable_cores
 from pipebench.measure.gpu.session import (
     GpuSession,
     LabelledConsumer,
@@ -31,7 +31,7 @@ from pipebench.measure.runner import (
     window_steps,
     worker_faults_named,
 )
-from pipebench.measure.setup import job_fingerprint, seed_everything
+from pipebench.measure.setup import seed_everything
 from pipebench.measure.host_load import PROCESS_CPU_COLUMN, HostLoadMeter
 from pipebench.measure.thread_profile import profile_wanted, thread_profile_pass
 from pipebench.measure.storage_cache import prepare_cache
@@ -45,10 +45,9 @@ from pipebench.measure.summarize import (
 )
 from pipebench.measure.viztrace import TRACE_FILE as VIZTRACE_FILE
 from pipebench.measure.viztrace import VizTraceSession
-from pipebench.pipeline.build import build_pipeline
+from pipebench.pipeline.build import build_job
 from pipebench.config.specs import PROCESSES, THREADS
 from pipebench.pipeline.loader_backends import build_backend
-from pipebench.pipeline.consumers import build_consumer
 from pipebench.pipeline.timed_chain import InstrumentedDataset, TimedCollate
 
 # The multi-rank columns of a single-process job: one rank, no peer to wait for (multirank.py
@@ -112,22 +111,20 @@ def _measure_job(spec: JobSpec, job_dir: Path, watchdog: Unwatched) -> Dict[str,
         torch.set_num_threads(1)
     if spec.loader.sharing_strategy is not None:
         torch.multiprocessing.set_sharing_strategy(spec.loader.sharing_strategy)
-    dataset, instrumented, collate = build_pipeline(spec)
-    cache = prepare_cache(dataset, spec.storage)
+    parts = build_job(spec, spec.run.seed)
+    cache = prepare_cache(parts.dataset, spec.storage)
     for line in cache.notices:
         print(line, flush=True)
-    loader = build_backend(spec, instrumented, collate)
-    if loader.worker_kind == THREADS:
+    if parts.loader.worker_kind == THREADS:
         # Worker threads share this process's intra-op pool; one intra-op thread each, as a
         # DataLoader worker process runs, keeps per-transform times comparable across backends.
         torch.set_num_threads(1)
-    consumer = build_consumer(spec.consumer, spec.run.seed)
     sink = TimingSink()
-    gpu = GpuSession(consumer)
-    kit = build_loop_kit(spec, loader, consumer, gpu, watchdog)
+    gpu = GpuSession(parts.consumer)
+    kit = build_loop_kit(spec, parts, gpu, watchdog)
     # A map-style dataset is split by the sampler in this process; a stream by each worker's copy.
-    shards = max(spec.workers, 1) if isinstance(dataset, IterableDataset) else 1
-    index_log = IndexLog(len(dataset), droppable_per_epoch(shards, spec.loader.batch_size, spec.loader.drop_last))
+    shards = max(spec.workers, 1) if isinstance(parts.dataset, IterableDataset) else 1
+    index_log = IndexLog(len(parts.dataset), droppable_per_epoch(shards, spec.loader.batch_size, spec.loader.drop_last))
     host_load = HostLoadMeter()
     meters: Tuple[Meter, ...] = (MemorySampler(), StorageReadMeter(), host_load, index_log, gpu)
     repeats = measure_repeats(spec, kit, meters, index_log, sink)
@@ -135,21 +132,21 @@ def _measure_job(spec: JobSpec, job_dir: Path, watchdog: Unwatched) -> Dict[str,
     traced: Optional[Dict[str, Any]] = None
     if spec.workers == 0 and spec.run.profile_steps > 0 and spec.trace == "torch":
         loop = kit.loop()
-        artifacts = profile_steps(loop, instrumented, collate, spec.run.profile_steps, job_dir)
+        artifacts = profile_steps(loop, parts.instrumented, parts.collate, spec.run.profile_steps, job_dir)
         loop.stream.close()
     if gpu.on_cuda and spec.run.profile_steps > 0:
-        loop = kit.loop(LabelledConsumer(consumer))
+        loop = kit.loop(LabelledConsumer(parts.consumer))
         gpu.profile(loop, job_dir, warmup_steps(spec), cycle_steps(spec.workers, spec.worker_kind))
         loop.stream.close()
     if spec.run.profile_steps > 0 and spec.trace == "viztracer":
-        traced = viztrace_pass(spec, kit, instrumented, collate, job_dir)
+        traced = viztrace_pass(spec, kit, parts.instrumented, parts.collate, job_dir)
         artifacts = {"viztrace": VIZTRACE_FILE}
-    rows = transform_rows(sink, instrumented.steps, [*collate.steps, *kit.device_chain.steps])
+    rows = transform_rows(sink, parts.instrumented.steps, [*parts.collate.steps, *kit.device_chain.steps])
     cores = usable_cores()
     # Last of the extra passes: it calls the steps alone, on threads of this process.
-    profiled = profile_wanted(spec, loader.worker_kind)
-    threads = thread_profile_pass(spec, instrumented, collate, loader.worker_kind, cores) if profiled else None
-    batches_per_epoch, samples_per_epoch = _epoch_size(spec, dataset, loader)
+    kind = parts.loader.worker_kind
+    threads = thread_profile_pass(spec, parts.instrumented, parts.collate, kind, cores) if profile_wanted(spec, kind) else None
+    batches_per_epoch, samples_per_epoch = _epoch_size(spec, parts.dataset, parts.loader)
     # A thread backend starts a fresh pool every epoch, whatever loader.persistent_workers says.
     persistent = spec.worker_kind == PROCESSES and spec.workers > 0 and spec.loader.persistent_workers
     summary = summary_row(list(repeats.passes), rows, sink, spec.workers, cores, len(repeats.skipped),
@@ -173,13 +170,13 @@ def _measure_job(spec: JobSpec, job_dir: Path, watchdog: Unwatched) -> Dict[str,
                        for row in rows_as_dicts(rows)],
         "thread_profile": threads.record() if threads else None,
         "workers_breakdown": worker_breakdown(sink, list(repeats.passes)),
-        "consumer_report": consumer.report(),
+        "consumer_report": parts.consumer.report(),
         "passes": pass_records(list(repeats.passes), spec.workers, spec.worker_kind),
         "skipped": [f._asdict() for f in repeats.skipped[:MAX_LISTED_FAILURES]],
         "artifacts": artifacts,
         "viztrace": traced,
         "pin_memory_effective": kit.non_blocking,
-        "fingerprint": job_fingerprint(spec, dataset),
+        "fingerprint": job_fingerprint(spec, parts.dataset),
     }
 
 

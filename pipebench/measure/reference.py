@@ -28,11 +28,8 @@ from pipebench.base.errors import ConfigError
 from pipebench.config.specs import JobSpec
 from pipebench.measure.job import measure_job
 from pipebench.measure.runner import warmup_steps
-from pipebench.pipeline.build import (
-    build_dataset,
-    build_transforms,
-    pin_memory_effective,
-)
+from pipebench.pipeline.build import build_dataset, build_transforms
+from pipebench.pipeline.loader_backends import pin_memory_effective
 from pipebench.pipeline.consumers import ToyCNN
 
 

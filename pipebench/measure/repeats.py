@@ -6,25 +6,35 @@ step watchdog (`run.step_timeout_s`), the GPU session's copier and allocator sam
 rank's end-of-step collective. `LoopKit.loop` builds the step loop of a measured repeat or of
 an extra pass (a profile, a trace), so a hook added here reaches every loop of every job.
 `measure_repeats` runs `run.repeats` measured passes around the job's meters.
+
+Which step loop a job runs (`StepSync`): asynchronous, as training runs, or synchronised at
+every phase. `run.sync=auto` (the default) runs ahead wherever a consumer trains on CUDA: the
+pinned batch is copied non-blocking, nothing waits inside a step, and CUDA events are read late
+with at most MAX_STEPS_IN_FLIGHT steps in flight (pipebench.base.gpu_timing.AsyncStepClock).
+`run.sync=per_step` finishes every phase before the next, so each is timed on its own (the
+copy, the consumer's forward / backward / optimizer). A consumer that cannot run ahead (one on
+the CPU, where every op is synchronous; `emulated`, which sleeps on the host; `none`) runs the
+synchronous path; when async was asked for, or a training consumer ends up on the CPU, one
+line says so. The summary's `step_sync` names the loop a row used.
 """
 
 from dataclasses import dataclass
 from typing import Any, Callable, Optional, Sequence, Tuple
 
-from pipebench.base.gpu_timing import DeviceCopy
+from pipebench.base.gpu_timing import AsyncStepClock, DeviceCopy
 from pipebench.base.watchdog import Unwatched, Watchdog
-from pipebench.config.specs import JobSpec
+from pipebench.config.specs import SYNC_ASYNC, SYNC_AUTO, SYNC_PER_STEP, JobSpec
 from pipebench.measure.coverage import IndexLog
 from pipebench.measure.gpu.session import GpuSession
 from pipebench.measure.meter import FIRST_MEASURED, Meter
 from pipebench.measure.runner import BatchStream, PassResult, StepLoop, TimingSink, measure_pass
-from pipebench.measure.step_sync import StepSync, resolve_sync
-from pipebench.pipeline.build import build_device_chain, pin_memory_effective
+from pipebench.pipeline.build import JobParts
 from pipebench.pipeline.device_chain import DeviceChain
 from pipebench.pipeline.loader_backends import LoaderBackend
 from pipebench.pipeline.timed_chain import SampleFailure, TimedBatch
 
-__all__ = ["STEP_TIMEOUT_KEY", "LoopKit", "Repeats", "build_loop_kit", "measure_repeats", "step_watchdog"]
+__all__ = ["STEP_TIMEOUT_KEY", "LoopKit", "Repeats", "StepSync", "build_loop_kit", "measure_repeats", "resolve_sync",
+           "step_watchdog"]
 
 # The setting a step's watchdog enforces, named in its error line.
 STEP_TIMEOUT_KEY = "run.step_timeout_s"
@@ -33,6 +43,38 @@ STEP_TIMEOUT_KEY = "run.step_timeout_s"
 def step_watchdog(spec: JobSpec, on_stuck: Callable[[str], None]) -> Watchdog:
     """The deadline on every step's own work in this process (enter it in the main thread)."""
     return Watchdog(spec.run.step_timeout_s, STEP_TIMEOUT_KEY, on_stuck=on_stuck)
+
+
+@dataclass(frozen=True)
+class StepSync:
+    """The loop a job runs (`async` or `per_step`) and the one-line notice, if any."""
+
+    mode: str
+    note: Optional[str] = None
+
+    def clock(self) -> Optional[AsyncStepClock]:
+        """A fresh clock for one step loop, or None for the synchronised loop."""
+        return AsyncStepClock() if self.mode == SYNC_ASYNC else None
+
+
+def _can_run_ahead(consumer: Any) -> bool:
+    return hasattr(consumer, "run_ahead")
+
+
+def resolve_sync(requested: str, consumer: Any) -> StepSync:
+    """The loop for `consumer` under run.sync=`requested`; switches the consumer to run ahead."""
+    if requested == SYNC_PER_STEP:
+        return StepSync(SYNC_PER_STEP)
+    device = getattr(consumer, "device", None)
+    on_cuda = device is not None and device.type == "cuda"
+    if on_cuda and _can_run_ahead(consumer):
+        consumer.run_ahead()
+        return StepSync(SYNC_ASYNC)
+    if requested == SYNC_AUTO and not _can_run_ahead(consumer):
+        return StepSync(SYNC_PER_STEP)  # nothing of its own runs on a GPU: nothing to run ahead of
+    where = f"on {device}" if device is not None else "on the host"
+    return StepSync(SYNC_PER_STEP, f"note: run.sync={requested}: the consumer runs {where}, not on a CUDA "
+                                   "device, so the synchronous CPU path ran (step_sync=per_step)")
 
 
 @dataclass(frozen=True)
@@ -63,13 +105,13 @@ class LoopKit:
                         clock=self.sync.clock())
 
 
-def build_loop_kit(spec: JobSpec, loader: LoaderBackend, consumer: Any, gpu: GpuSession, watchdog: Unwatched,
+def build_loop_kit(spec: JobSpec, parts: JobParts, gpu: GpuSession, watchdog: Unwatched,
                    after_step: Optional[Callable[[TimedBatch, int], None]] = None) -> LoopKit:
     """The job's LoopKit; resolves run.sync (switching the consumer to run ahead) and prints its note."""
-    sync = resolve_sync(spec.run.sync, consumer)
+    sync = resolve_sync(spec.run.sync, parts.consumer)
     if sync.note is not None:
         print(sync.note, flush=True)
-    return LoopKit(loader, consumer, spec.run.on_error, pin_memory_effective(spec), build_device_chain(spec), sync,
+    return LoopKit(parts.loader, parts.consumer, spec.run.on_error, parts.pinned, parts.device_chain, sync,
                    watchdog, gpu, after_step)
 
 

@@ -234,7 +234,7 @@ class StepLoop:
     `watchdog` (pipebench.base.watchdog) bounds the step's own work in this process: making the
     batch when the stream is in-process, then the copy and the consumer step (not `after_step`). A step that runs
     past it ends in a StepTimeoutError naming the transform and sample, or the consumer.
-    `clock`: run.sync=async (pipebench.measure.step_sync). The copy is queued non-blocking and
+    `clock`: run.sync=async (pipebench.measure.repeats). The copy is queued non-blocking and
     nothing waits inside the step; CUDA events at the step's boundaries are read late, and the
     host waits only when MAX_STEPS_IN_FLIGHT steps are unread (that wait is timed as the
     consumer's). None: the synchronised loop, each phase finished before the next.

@@ -1,5 +1,5 @@
-"""What every measuring process does the same way: seed the generators, fingerprint the job,
-and leave the console to pipebench (torch's own chatter silenced, one note in its place).
+"""What every measuring process does the same way: seed the generators and leave the console
+to pipebench (torch's own chatter silenced, one note in its place).
 
 The job process and each torchrun rank both import this, so neither imports the other.
 """
@@ -7,15 +7,14 @@ The job process and each torchrun rank both import this, so neither imports the 
 import os
 import random
 import warnings
-from typing import Any, Dict, Optional
+from typing import Optional
 
 import numpy as np
 import torch
 
 from pipebench.config.specs import JobSpec
-from pipebench.measure.fingerprint import fingerprint
 
-__all__ = ["job_fingerprint", "oversubscription_note", "quiet_torch_output", "seed_everything", "start_method"]
+__all__ = ["oversubscription_note", "quiet_torch_output", "seed_everything"]
 
 # kineto (torch.profiler's C++ side) writes a log line to stderr when its severity reaches this
 # level. Its severities run up to USDT = 5 in torch 2.14 (the `profiler_start` / `profiler_stop`
@@ -32,19 +31,6 @@ def seed_everything(seed: int) -> None:
     random.seed(seed)
     np.random.seed(seed)
     torch.manual_seed(seed)
-
-
-def start_method(spec: JobSpec) -> str:
-    """How the job's DataLoader workers start ("none" without workers)."""
-    if spec.workers == 0:
-        return "none"
-    return spec.loader.multiprocessing_context or torch.multiprocessing.get_start_method()
-
-
-def job_fingerprint(spec: JobSpec, dataset: Any) -> Dict[str, Any]:
-    """The fingerprint of a job on this host; call once the loader's workers are gone."""
-    identity = getattr(dataset, "identity", None)
-    return fingerprint(identity() if identity else {"class": type(dataset).__name__}, start_method(spec))
 
 
 def quiet_torch_output() -> None:

@@ -1,26 +1,22 @@
-"""Turn a JobSpec into live objects: the dataset, the instrumented chains and the DataLoader."""
+"""Turn a JobSpec into live objects: the dataset, the instrumented chains, the loader backend,
+the device chain and the consumer. `build_job` builds them all at once, so a job's measuring
+code gets built parts and never reads the config's nodes itself."""
 
 import sys
+from dataclasses import dataclass
+from typing import Any, Callable, List, Mapping, Sequence, Tuple
 
-from typing import Any, Callable, List, Mapping, Optional, Sequence, Tuple
-
-import torch
-from torch.utils.data import (
-    DataLoader,
-    DistributedSampler,
-    IterableDataset,
-    RandomSampler,
-    SequentialSampler,
-)
+from torch.utils.data import IterableDataset
 
 from pipebench.base.errors import ConfigError
 from pipebench.config.specs import JobSpec
+from pipebench.pipeline.consumers import Consumer, build_consumer
+from pipebench.pipeline.device_chain import DeviceChain
 from pipebench.pipeline.file_reads import file_reads_of, honoured
 from pipebench.pipeline.instantiate import instantiate_node
-from pipebench.pipeline.device_chain import DeviceChain
-from pipebench.pipeline.rank_info import rank_and_world
+from pipebench.pipeline.loader_backends import LoaderBackend, build_backend, pin_memory_effective
 from pipebench.pipeline.recipe import open_recipes
-from pipebench.pipeline.timed_chain import InstrumentedDataset, TimedCollate, WorkerInit
+from pipebench.pipeline.timed_chain import InstrumentedDataset, TimedCollate
 from pipebench.pipeline.timed_iterable import InstrumentedIterable
 
 
@@ -62,46 +58,22 @@ def build_device_chain(spec: JobSpec) -> DeviceChain:
     return DeviceChain(build_transforms(spec.on_device, "transform.on_device"))
 
 
-def pin_memory_effective(spec: JobSpec) -> bool:
-    """Pinning needs an accelerator; without one DataLoader warns and does nothing useful."""
-    return spec.loader.pin_memory and torch.cuda.is_available()
+@dataclass(frozen=True)
+class JobParts:
+    """What one job's config builds: the user's dataset, its timed chains, the loader backend over
+    them, the steps after the copy, the consumer, and whether the copy is pinned."""
+
+    dataset: Any
+    instrumented: InstrumentedDataset
+    collate: TimedCollate
+    loader: LoaderBackend
+    device_chain: DeviceChain
+    consumer: Consumer
+    pinned: bool
 
 
-def build_sampler(spec: JobSpec, dataset: InstrumentedDataset) -> Optional[Any]:
-    """None for an iterable dataset (it shards itself); a DistributedSampler in a multi-rank run
-    (same seed on every rank, so the shares are disjoint); else random or sequential order."""
-    if isinstance(dataset, IterableDataset):
-        return None
-    rank, world = rank_and_world()
-    if world > 1:
-        return DistributedSampler(dataset, num_replicas=world, rank=rank, shuffle=spec.loader.shuffle,
-                                  seed=spec.run.seed, drop_last=spec.loader.drop_last)
-    generator = torch.Generator().manual_seed(spec.run.seed)
-    return RandomSampler(dataset, generator=generator) if spec.loader.shuffle else SequentialSampler(dataset)
-
-
-def build_loader(spec: JobSpec, dataset: InstrumentedDataset, collate: TimedCollate,
-                 trace_session: Optional[Any] = None) -> DataLoader:
-    """A DataLoader as the user asked for it; worker-only arguments are dropped at workers=0.
-
-    `trace_session` (a viztrace.VizTraceSession) makes every worker start its own recorder.
-    """
-    sampler = build_sampler(spec, dataset)
-    kwargs = dict(
-        batch_size=spec.loader.batch_size,
-        sampler=sampler,
-        drop_last=spec.loader.drop_last,
-        collate_fn=collate,
-        num_workers=spec.workers,
-        pin_memory=pin_memory_effective(spec),
-    )
-    if spec.workers > 0:
-        # DataLoader raises a ValueError for these with num_workers=0: they configure workers.
-        kwargs.update(
-            prefetch_factor=spec.loader.prefetch_factor,
-            persistent_workers=spec.loader.persistent_workers,
-            multiprocessing_context=spec.loader.multiprocessing_context,
-            timeout=spec.loader.timeout_s,
-            worker_init_fn=WorkerInit(spec.loader.sharing_strategy, trace_session),
-        )
-    return DataLoader(dataset, **kwargs)
+def build_job(spec: JobSpec, consumer_seed: int) -> JobParts:
+    """Every part of the job `spec` names (a rank seeds its consumer apart)."""
+    dataset, instrumented, collate = build_pipeline(spec)
+    return JobParts(dataset, instrumented, collate, build_backend(spec, instrumented, collate),
+                    build_device_chain(spec), build_consumer(spec.consumer, consumer_seed), pin_memory_effective(spec))

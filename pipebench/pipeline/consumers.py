@@ -11,7 +11,7 @@ Every consumer follows one small interface (`Consumer` below):
   done, so a host timer around it measures the work and not the launch (CUDA consumers
   synchronise before returning), unless told to ``run_ahead()``.
 - ``run_ahead() -> None`` -- only consumers that can: from now on ``step`` queues its work and
-  returns without waiting (run.sync=async; pipebench.measure.step_sync).
+  returns without waiting (run.sync=async; pipebench.measure.repeats).
 - ``report() -> dict`` -- JSON-able figures gathered over the steps, for result.json.
 
 Consumers are built with ``build_consumer(spec, seed)``. Construction never touches CUDA beyond

@@ -21,15 +21,62 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, Callable, Dict, Iterable, Iterator, List, Optional, Protocol, Tuple, runtime_checkable
 
-from torch.utils.data import DataLoader, IterableDataset
+import torch
+from torch.utils.data import DataLoader, DistributedSampler, IterableDataset, RandomSampler, SequentialSampler
 
 from pipebench.base.errors import ConfigError, StuckThreadError
 from pipebench.config.specs import BACKEND_WORKER_KINDS, PROCESSES, THREADS, JobSpec
-from pipebench.pipeline.build import build_loader, build_sampler, pin_memory_effective
-from pipebench.pipeline.timed_chain import InstrumentedDataset, NumberedGetitem, TimedBatch, TimedCollate
+from pipebench.pipeline.rank_info import rank_and_world
+from pipebench.pipeline.timed_chain import InstrumentedDataset, NumberedGetitem, TimedBatch, TimedCollate, WorkerInit
 
 __all__ = ["BACKENDS", "PROCESSES", "THREADS", "BackendInfo", "DataLoaderBackend", "LoaderBackend",
-           "SpdlBackend", "ThreadsBackend", "backend_problem", "build_backend", "check_backend", "stuck_thread"]
+           "SpdlBackend", "ThreadsBackend", "backend_problem", "build_backend", "build_loader", "build_sampler",
+           "check_backend", "pin_memory_effective", "stuck_thread"]
+
+def pin_memory_effective(spec: JobSpec) -> bool:
+    """Pinning needs an accelerator; without one DataLoader warns and does nothing useful."""
+    return spec.loader.pin_memory and torch.cuda.is_available()
+
+
+def build_sampler(spec: JobSpec, dataset: InstrumentedDataset) -> Optional[Any]:
+    """None for an iterable dataset (it shards itself); a DistributedSampler in a multi-rank run
+    (same seed on every rank, so the shares are disjoint); else random or sequential order."""
+    if isinstance(dataset, IterableDataset):
+        return None
+    rank, world = rank_and_world()
+    if world > 1:
+        return DistributedSampler(dataset, num_replicas=world, rank=rank, shuffle=spec.loader.shuffle,
+                                  seed=spec.run.seed, drop_last=spec.loader.drop_last)
+    generator = torch.Generator().manual_seed(spec.run.seed)
+    return RandomSampler(dataset, generator=generator) if spec.loader.shuffle else SequentialSampler(dataset)
+
+
+def build_loader(spec: JobSpec, dataset: InstrumentedDataset, collate: TimedCollate,
+                 trace_session: Optional[Any] = None) -> DataLoader:
+    """A DataLoader as the user asked for it; worker-only arguments are dropped at workers=0.
+
+    `trace_session` (a viztrace.VizTraceSession) makes every worker start its own recorder.
+    """
+    sampler = build_sampler(spec, dataset)
+    kwargs = dict(
+        batch_size=spec.loader.batch_size,
+        sampler=sampler,
+        drop_last=spec.loader.drop_last,
+        collate_fn=collate,
+        num_workers=spec.workers,
+        pin_memory=pin_memory_effective(spec),
+    )
+    if spec.workers > 0:
+        # DataLoader raises a ValueError for these with num_workers=0: they configure workers.
+        kwargs.update(
+            prefetch_factor=spec.loader.prefetch_factor,
+            persistent_workers=spec.loader.persistent_workers,
+            multiprocessing_context=spec.loader.multiprocessing_context,
+            timeout=spec.loader.timeout_s,
+            worker_init_fn=WorkerInit(spec.loader.sharing_strategy, trace_session),
+        )
+    return DataLoader(dataset, **kwargs)
+
 
 @dataclass(frozen=True)
 class BackendInfo:

@@ -29,14 +29,14 @@ from pipebench.base.lifeline import TIED_PID_ENV, die_with_parent, parent_is
 from pipebench.base.watchdog import Unwatched
 from pipebench.config.specs import JobSpec
 from pipebench.measure.coverage import IndexLog
-from pipebench.measure.fingerprint import usable_cores
+from pipebench.measure.fingerprint import job_fingerprint, usable_cores
 from pipebench.measure.gpu.session import GpuSession
 from pipebench.measure.host_load import PROCESS_CPU_COLUMN, HostLoadMeter
 from pipebench.measure.memory import MemorySampler
 from pipebench.measure.meter import Meter
 from pipebench.measure.repeats import build_loop_kit, measure_repeats, step_watchdog
 from pipebench.measure.runner import NS_PER_MS, TimingSink, worker_faults_named
-from pipebench.measure.setup import job_fingerprint, seed_everything
+from pipebench.measure.setup import seed_everything
 from pipebench.measure.storage_io import StorageReadMeter
 from pipebench.measure.summarize import (
     pass_records,
@@ -44,9 +44,7 @@ from pipebench.measure.summarize import (
     summary_row,
     transform_rows,
 )
-from pipebench.pipeline.build import build_pipeline
-from pipebench.pipeline.loader_backends import build_backend
-from pipebench.pipeline.consumers import build_consumer
+from pipebench.pipeline.build import build_job
 from pipebench.pipeline.timed_chain import TimedBatch
 
 RANKS_MODULE = "pipebench.measure.distributed.ranks"
@@ -134,19 +132,17 @@ def measure_rank(spec: JobSpec, rank: int, world: int, device: torch.device, job
     torch.set_num_threads(1)  # ranks share the cores with each other's workers
     if spec.loader.sharing_strategy is not None:
         torch.multiprocessing.set_sharing_strategy(spec.loader.sharing_strategy)
-    dataset, instrumented, collate = build_pipeline(spec)
-    loader = build_backend(spec, instrumented, collate)
-    consumer = build_consumer(spec.consumer, spec.run.seed + rank)
+    parts = build_job(spec, spec.run.seed + rank)
     sink = TimingSink()
     sync = CollectiveSync(device)
-    gpu = GpuSession(consumer, untraced_note=UNTRACED_NOTE)
-    kit = build_loop_kit(spec, loader, consumer, gpu, watchdog, after_step=sync)
+    gpu = GpuSession(parts.consumer, untraced_note=UNTRACED_NOTE)
+    kit = build_loop_kit(spec, parts, gpu, watchdog, after_step=sync)
     index_log = IndexLog()  # for the exactly-once check across ranks (pipebench.measure.coverage)
     host_load = HostLoadMeter()
     meters: Tuple[Meter, ...] = (MemorySampler(), StorageReadMeter(), host_load, index_log, gpu)
     repeats = measure_repeats(spec, kit, meters, index_log, sink, f"rank {rank} ", agree=sync.agree)
-    batch_steps = [*collate.steps, *kit.device_chain.steps]
-    rows = transform_rows(sink, instrumented.steps, batch_steps)
+    batch_steps = [*parts.collate.steps, *kit.device_chain.steps]
+    rows = transform_rows(sink, parts.instrumented.steps, batch_steps)
     save_timings(job_dir / RANK_TIMINGS.format(rank=rank), sink)
     summary = rank_summary(list(repeats.passes), sink, rows, spec, len(repeats.skipped))
     for meter in meters:
@@ -161,13 +157,13 @@ def measure_rank(spec: JobSpec, rank: int, world: int, device: torch.device, job
         "transforms": rows_as_dicts(rows),
         "passes": pass_records(list(repeats.passes), spec.workers, spec.worker_kind),
         "epochs_reached": list(repeats.epochs),
-        "step_names": {"sample": instrumented.steps, "batch": batch_steps},
-        "dataset_length": len(dataset),
-        "iterable": isinstance(dataset, IterableDataset),
+        "step_names": {"sample": parts.instrumented.steps, "batch": batch_steps},
+        "dataset_length": len(parts.dataset),
+        "iterable": isinstance(parts.dataset, IterableDataset),
         "indices": index_log.as_json(),
         "meters": {meter.key: meter.record() for meter in meters if meter is not index_log},
         # Rank 0's is the job's: the host it ran on is what lets results from many hosts merge.
-        "fingerprint": job_fingerprint(spec, dataset),
+        "fingerprint": job_fingerprint(spec, parts.dataset),
     }
 
 
