@@ -15,7 +15,7 @@ from pipebench.base.gpu_timing import MAX_STEPS_IN_FLIGHT, AsyncStepClock
 from pipebench.config.specs import SYNC_ASYNC, SYNC_PER_STEP
 from pipebench.measure.job import measure_job
 from pipebench.measure.reference import plain_loop, window_spec
-from pipebench.measure.runner import StepLoop, TimingSink, measure_pass
+from pipebench.measure.runner import StepLoop, TimingSink, measure_pass, pass_plan
 from pipebench.measure.repeats import resolve_sync
 from pipebench.measure.summarize import pass_records, summary_row
 from pipebench.record.results import _check_row
@@ -212,7 +212,7 @@ def test_an_async_pass_reports_starvation_and_accel_util_from_the_gpu_timeline()
     spec = compose_spec([*TINY_DATASET, "workers=0", "run.steps=8", "run.min_time_s=0", "run.progress=false"])
     loop = StepLoop(FakeStream(gpu, wait_ms=3.0), QueueingConsumer(gpu, busy_ms=1.0), non_blocking=True,
                     clock=_clock(gpu))
-    result = measure_pass(loop, spec, TimingSink(), "async")
+    result = measure_pass(loop, pass_plan(spec), TimingSink(), "async")
     assert [s.gpu_busy_ns for s in result.steps] == [1_000_000] * 8
     assert [s.gpu_idle_data_ns for s in result.steps] == [3_000_000] + [2_000_000] * 7
     summary = summary_row([result], [], TimingSink(), 0, 1, 0)
@@ -290,7 +290,7 @@ def test_an_async_result_is_sound_its_steps_are_the_gpus_and_the_diagnosis_reads
                          "loader.batch_size=4"])
     loop = StepLoop(FakeStream(gpu, wait_ms=3.0), QueueingConsumer(gpu, busy_ms=1.0), non_blocking=True,
                     clock=_clock(gpu))
-    passes = [measure_pass(loop, spec, TimingSink(), "async")]
+    passes = [measure_pass(loop, pass_plan(spec), TimingSink(), "async")]
     summary = {**summary_row(passes, [], TimingSink(), 0, 1, 0), "batch_size": 4}
     record = {"summary": summary, "passes": pass_records(passes, 0)}
     _check_row(record)

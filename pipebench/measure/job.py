@@ -23,14 +23,7 @@ from pipebench.measure.gpu.session import (
 from pipebench.measure.memory import MemorySampler
 from pipebench.measure.meter import Meter
 from pipebench.measure.repeats import LoopKit, build_loop_kit, measure_repeats, step_watchdog
-from pipebench.measure.runner import (
-    TimingSink,
-    cycle_steps,
-    profile_steps,
-    warmup_steps,
-    window_steps,
-    worker_faults_named,
-)
+from pipebench.measure.runner import TimingSink, profile_steps, worker_faults_named
 from pipebench.measure.setup import seed_everything
 from pipebench.measure.host_load import PROCESS_CPU_COLUMN, HostLoadMeter
 from pipebench.measure.thread_profile import profile_wanted, thread_profile_pass
@@ -127,7 +120,7 @@ def _measure_job(spec: JobSpec, job_dir: Path, watchdog: Unwatched) -> Dict[str,
     index_log = IndexLog(len(parts.dataset), droppable_per_epoch(shards, spec.loader.batch_size, spec.loader.drop_last))
     host_load = HostLoadMeter()
     meters: Tuple[Meter, ...] = (MemorySampler(), StorageReadMeter(), host_load, index_log, gpu)
-    repeats = measure_repeats(spec, kit, meters, index_log, sink)
+    repeats = measure_repeats(kit, meters, index_log, sink)
     artifacts: Dict[str, str] = {}
     traced: Optional[Dict[str, Any]] = None
     if spec.workers == 0 and spec.run.profile_steps > 0 and spec.trace == "torch":
@@ -136,7 +129,7 @@ def _measure_job(spec: JobSpec, job_dir: Path, watchdog: Unwatched) -> Dict[str,
         loop.stream.close()
     if gpu.on_cuda and spec.run.profile_steps > 0:
         loop = kit.loop(LabelledConsumer(parts.consumer))
-        gpu.profile(loop, job_dir, warmup_steps(spec), cycle_steps(spec.workers, spec.worker_kind))
+        gpu.profile(loop, job_dir, kit.plan.warmup, kit.plan.cycle)
         loop.stream.close()
     if spec.run.profile_steps > 0 and spec.trace == "viztracer":
         traced = viztrace_pass(spec, kit, parts.instrumented, parts.collate, job_dir)
@@ -151,7 +144,7 @@ def _measure_job(spec: JobSpec, job_dir: Path, watchdog: Unwatched) -> Dict[str,
     persistent = spec.worker_kind == PROCESSES and spec.workers > 0 and spec.loader.persistent_workers
     summary = summary_row(list(repeats.passes), rows, sink, spec.workers, cores, len(repeats.skipped),
                           persistent=persistent, samples_per_epoch=samples_per_epoch,
-                          batches_per_epoch=batches_per_epoch, target_steps=window_steps(spec),
+                          batches_per_epoch=batches_per_epoch, target_steps=kit.plan.window,
                           worker_kind=spec.worker_kind)
     summary.update(pin_memory=kit.non_blocking, **cache.columns(), **file_read_columns(sink, summary["samples_per_s"]))
     for meter in meters:

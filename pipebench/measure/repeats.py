@@ -2,8 +2,8 @@
 
 `LoopKit` holds what every step loop of a job shares: the loader, the consumer, the device
 chain after the copy, the copy's pinning (`non_blocking`), the sync mode (`run.sync`), the
-step watchdog (`run.step_timeout_s`), the GPU session's copier and allocator sample, and a
-rank's end-of-step collective. `LoopKit.loop` builds the step loop of a measured repeat or of
+step watchdog (`run.step_timeout_s`), the GPU session's copier and allocator sample, the pass
+plan (warm-up, window, cycle), and a rank's end-of-step collective. `LoopKit.loop` builds the step loop of a measured repeat or of
 an extra pass (a profile, a trace), so a hook added here reaches every loop of every job.
 `measure_repeats` runs `run.repeats` measured passes around the job's meters.
 
@@ -27,7 +27,7 @@ from pipebench.config.specs import SYNC_ASYNC, SYNC_AUTO, SYNC_PER_STEP, JobSpec
 from pipebench.measure.coverage import IndexLog
 from pipebench.measure.gpu.session import GpuSession
 from pipebench.measure.meter import FIRST_MEASURED, Meter
-from pipebench.measure.runner import BatchStream, PassResult, StepLoop, TimingSink, measure_pass
+from pipebench.measure.runner import BatchStream, PassPlan, PassResult, StepLoop, TimingSink, measure_pass, pass_plan
 from pipebench.pipeline.build import JobParts
 from pipebench.pipeline.device_chain import DeviceChain
 from pipebench.pipeline.loader_backends import LoaderBackend
@@ -89,6 +89,7 @@ class LoopKit:
     sync: StepSync
     watchdog: Unwatched
     gpu: GpuSession
+    plan: PassPlan
     # A rank's all-reduce after each step (pipebench.measure.distributed.ranks); None in one process.
     after_step: Optional[Callable[[TimedBatch, int], None]] = None
 
@@ -112,7 +113,7 @@ def build_loop_kit(spec: JobSpec, parts: JobParts, gpu: GpuSession, watchdog: Un
     if sync.note is not None:
         print(sync.note, flush=True)
     return LoopKit(parts.loader, parts.consumer, spec.run.on_error, parts.pinned, parts.device_chain, sync,
-                   watchdog, gpu, after_step)
+                   watchdog, gpu, pass_plan(spec), after_step)
 
 
 @dataclass(frozen=True)
@@ -133,9 +134,9 @@ def _unmarked(name: str) -> None:
     """Repeats after the first: the meters' marks belong to the first repeat's window."""
 
 
-def measure_repeats(spec: JobSpec, kit: LoopKit, meters: Sequence[Meter], index_log: IndexLog, sink: TimingSink,
+def measure_repeats(kit: LoopKit, meters: Sequence[Meter], index_log: IndexLog, sink: TimingSink,
                     label: str = "", agree: Optional[Callable[[bool], bool]] = None) -> Repeats:
-    """`run.repeats` passes, each on a fresh iteration of the loader. The meters start before the
+    """`run.repeats` passes (the kit's plan), each on a fresh iteration of the loader. The meters start before the
     first, are marked around the first repeat's window and stop after the last (in reverse, also
     on failure). `index_log` sees every batch; `agree` is a rank's shared stop decision."""
 
@@ -149,10 +150,10 @@ def measure_repeats(spec: JobSpec, kit: LoopKit, meters: Sequence[Meter], index_
     for meter in meters:
         meter.start()
     try:
-        for repeat in range(spec.run.repeats):
+        for repeat in range(kit.plan.repeats):
             index_log.repeat = repeat
             loop = kit.loop(measured=True, on_batch=index_log)
-            passes.append(measure_pass(loop, spec, sink, f"{label}repeat {repeat + 1}/{spec.run.repeats}",
+            passes.append(measure_pass(loop, kit.plan, sink, f"{label}repeat {repeat + 1}/{kit.plan.repeats}",
                                        mark=mark if repeat == 0 else _unmarked, agree=agree))
             skipped.extend(loop.stream.skipped)
             epochs.append(loop.stream.epochs)

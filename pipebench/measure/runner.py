@@ -364,14 +364,34 @@ def window_steps(spec: JobSpec) -> int:
     return -(-wanted // cycle) * cycle
 
 
+@dataclass(frozen=True)
+class PassPlan:
+    """The numbers every measured pass of a job runs by, resolved once from its config: the
+    warm-up (`warmup_steps`), the window's fewest steps (`window_steps`) in whole cycles of
+    `cycle` steps (`cycle_steps`), the window's time bounds, the repeats, the progress bar."""
+
+    warmup: int
+    window: int
+    cycle: int
+    min_time_s: float
+    max_time_s: float
+    repeats: int
+    progress: bool
+
+
+def pass_plan(spec: JobSpec) -> PassPlan:
+    return PassPlan(warmup_steps(spec), window_steps(spec), cycle_steps(spec.workers, spec.worker_kind),
+                    spec.run.min_time_s, spec.run.max_time_s, spec.run.repeats, spec.run.progress)
+
+
 # Why a pass's window ended: it had its steps and time in whole cycles, or hit run.max_time_s.
 WINDOW_COMPLETE, WINDOW_TIME_CAP = "window", "time cap"
 
 
-def measure_pass(loop: StepLoop, spec: JobSpec, sink: TimingSink, label: str,
+def measure_pass(loop: StepLoop, plan: PassPlan, sink: TimingSink, label: str,
                  mark: Callable[[str], None] = lambda name: None,
                  agree: Optional[Callable[[bool], bool]] = None) -> PassResult:
-    """First batch, warm-up, then whole worker cycles until `window_steps` and `run.min_time_s`
+    """First batch, warm-up, then whole worker cycles until the plan's window and `run.min_time_s`
     are both reached, or `run.max_time_s` has passed.
 
     A starved loop's steps repeat with the worker cycle, so a window of whole cycles has no
@@ -382,17 +402,14 @@ def measure_pass(loop: StepLoop, spec: JobSpec, sink: TimingSink, label: str,
     start = time.perf_counter_ns()
     loop.step(None)
     first_batch_s = (time.perf_counter_ns() - start) / NS_PER_S
-    warmup = warmup_steps(spec)
-    for _ in range(warmup):
+    for _ in range(plan.warmup):
         loop.step(None)
     start_epoch = loop.stream.epochs
     steps: List[StepSample] = []
-    min_time_ns = spec.run.min_time_s * NS_PER_S
-    max_time_ns = spec.run.max_time_s * NS_PER_S
-    target = window_steps(spec)
-    cycle = cycle_steps(spec.workers, spec.worker_kind)
-    bar = tqdm(total=target, desc=label, unit="step", leave=False,
-               disable=None if spec.run.progress else True)
+    min_time_ns = plan.min_time_s * NS_PER_S
+    max_time_ns = plan.max_time_s * NS_PER_S
+    target, cycle = plan.window, plan.cycle
+    bar = tqdm(total=target, desc=label, unit="step", leave=False, disable=None if plan.progress else True)
     measured_ns = 0
     samples = 0
     stop_reason = WINDOW_COMPLETE
@@ -418,7 +435,7 @@ def measure_pass(loop: StepLoop, spec: JobSpec, sink: TimingSink, label: str,
     steps = loop.end_window(steps)
     mark(LAST_MEASURED)
     bar.close()
-    return PassResult(first_batch_s, warmup, steps, measured_ns / NS_PER_S, loop.stream.epochs,
+    return PassResult(first_batch_s, plan.warmup, steps, measured_ns / NS_PER_S, loop.stream.epochs,
                       dict(loop.stream.worker_startup_s), start_epoch, stop_reason)
 
 

@@ -140,7 +140,7 @@ def measure_rank(spec: JobSpec, rank: int, world: int, device: torch.device, job
     index_log = IndexLog()  # for the exactly-once check across ranks (pipebench.measure.coverage)
     host_load = HostLoadMeter()
     meters: Tuple[Meter, ...] = (MemorySampler(), StorageReadMeter(), host_load, index_log, gpu)
-    repeats = measure_repeats(spec, kit, meters, index_log, sink, f"rank {rank} ", agree=sync.agree)
+    repeats = measure_repeats(kit, meters, index_log, sink, f"rank {rank} ", agree=sync.agree)
     batch_steps = [*parts.collate.steps, *kit.device_chain.steps]
     rows = transform_rows(sink, parts.instrumented.steps, batch_steps)
     save_timings(job_dir / RANK_TIMINGS.format(rank=rank), sink)
