@@ -138,7 +138,8 @@ def _measure_job(spec: JobSpec, job_dir: Path, watchdog: Unwatched) -> Dict[str,
     cores = usable_cores()
     # Last of the extra passes: it calls the steps alone, on threads of this process.
     kind = parts.loader.worker_kind
-    threads = thread_profile_pass(spec, parts.instrumented, parts.collate, kind, cores) if profile_wanted(spec, kind) else None
+    threads = (thread_profile_pass(spec, parts.instrumented, parts.collate, kind, cores)
+               if profile_wanted(spec, kind) else None)
     batches_per_epoch, samples_per_epoch = _epoch_size(spec, parts.dataset, parts.loader)
     # A thread backend starts a fresh pool every epoch, whatever loader.persistent_workers says.
     persistent = spec.worker_kind == PROCESSES and spec.workers > 0 and spec.loader.persistent_workers

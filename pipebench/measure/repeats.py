@@ -3,9 +3,10 @@
 `LoopKit` holds what every step loop of a job shares: the loader, the consumer, the device
 chain after the copy, the copy's pinning (`non_blocking`), the sync mode (`run.sync`), the
 step watchdog (`run.step_timeout_s`), the GPU session's copier and allocator sample, the pass
-plan (warm-up, window, cycle), and a rank's end-of-step collective. `LoopKit.loop` builds the step loop of a measured repeat or of
-an extra pass (a profile, a trace), so a hook added here reaches every loop of every job.
-`measure_repeats` runs `run.repeats` measured passes around the job's meters.
+plan (warm-up, window, cycle), and a rank's end-of-step collective. `LoopKit.loop` builds the
+step loop of a measured repeat or of an extra pass (a profile, a trace), so a hook added here
+reaches every loop of every job. `measure_repeats` runs `run.repeats` measured passes around
+the job's meters.
 
 Which step loop a job runs (`StepSync`): asynchronous, as training runs, or synchronised at
 every phase. `run.sync=auto` (the default) runs ahead wherever a consumer trains on CUDA: the
@@ -136,9 +137,10 @@ def _unmarked(name: str) -> None:
 
 def measure_repeats(kit: LoopKit, meters: Sequence[Meter], index_log: IndexLog, sink: TimingSink,
                     label: str = "", agree: Optional[Callable[[bool], bool]] = None) -> Repeats:
-    """`run.repeats` passes (the kit's plan), each on a fresh iteration of the loader. The meters start before the
-    first, are marked around the first repeat's window and stop after the last (in reverse, also
-    on failure). `index_log` sees every batch; `agree` is a rank's shared stop decision."""
+    """`run.repeats` passes (the kit's plan), each on a fresh iteration of the loader. The meters
+    start before the first, are marked around the first repeat's window and stop after the last
+    (in reverse, also on failure). `index_log` sees every batch; `agree` is a rank's shared stop
+    decision."""
 
     def mark(name: str) -> None:
         # The last mark in reverse: each meter's window then nests inside the ones before it, so
