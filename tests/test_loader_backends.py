@@ -32,6 +32,10 @@ SLEEP_SCALING_MIN = 1.6
 # BusyWait spins in Python, holding the GIL: two threads cannot beat one by much. 1.3 is far
 # under the 2.0 a process pool could reach and above the few percent of noise.
 BUSY_SCALING_MAX = 1.3
+# Each rate is the best of this many epochs, run interleaved, as timeit keeps its best: a burst
+# from another tenant slows one epoch, rarely both (spdl's sleep chain read 1.36-1.82 from one
+# epoch each on the 2-core machine, 1.70-1.79 from the best of two).
+RATE_RUNS = 2
 # How long dropped threads may take to end: torchdata joins each with a 5 x 1 s queue timeout.
 THREAD_JOIN_S = 10.0
 
@@ -70,9 +74,15 @@ def test_every_backend_reads_each_sample_exactly_once_an_epoch_in_the_dataloader
 
 
 def _rate(spec):
+    """Samples/s over one epoch, the dataset's and the backend's build left out: a fixed cost that
+    no thread shares would pull the two rates' ratio towards 1."""
+    _, instrumented, collate = build_pipeline(spec)
+    backend = build_backend(spec, instrumented, collate)
     start = time.perf_counter()
-    _, batches = _epoch(spec)
-    return sum(len(b.indices) for b in batches) / (time.perf_counter() - start)
+    samples = sum(len(b.indices) for b in backend)
+    elapsed = time.perf_counter() - start
+    backend.close()
+    return samples / elapsed
 
 
 @pytest.mark.parametrize("backend", THREAD_BACKENDS)
@@ -164,13 +174,20 @@ def test_the_bad_sample_policy_applies_under_a_thread_backend_as_under_dataloade
     assert str(caught.value) == str(expected.value) and "a dark corner" in str(caught.value)
 
 
+def _best_rates(backend, chain, length):
+    """The rates at 1 and 2 workers, each the best of RATE_RUNS epochs run interleaved (1, 2, 1, 2)."""
+    best = {1: 0.0, 2: 0.0}
+    for _ in range(RATE_RUNS):
+        for workers in best:
+            best[workers] = max(best[workers], _rate(_spec(backend, workers, chain, length=length)))
+    return best[1], best[2]
+
+
 @pytest.mark.parametrize("backend", THREAD_BACKENDS)
 def test_a_chain_that_releases_the_gil_scales_with_threads_and_one_that_holds_it_does_not(backend):
-    sleep = [{"_target_": SLEEP, "ms": 8.0}]
-    one, two = (_rate(_spec(backend, w, sleep, length=96)) for w in (1, 2))
+    one, two = _best_rates(backend, [{"_target_": SLEEP, "ms": 8.0}], length=96)
     assert two / one >= SLEEP_SCALING_MIN, f"Sleep: {one:.0f} -> {two:.0f} samples/s"
-    busy = [{"_target_": BUSY, "ms": 2.0}]
-    one, two = (_rate(_spec(backend, w, busy, length=64)) for w in (1, 2))
+    one, two = _best_rates(backend, [{"_target_": BUSY, "ms": 2.0}], length=64)
     assert two / one <= BUSY_SCALING_MAX, f"BusyWait: {one:.0f} -> {two:.0f} samples/s"
 
 
