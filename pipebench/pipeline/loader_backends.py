@@ -33,6 +33,7 @@ __all__ = ["BACKENDS", "PROCESSES", "THREADS", "BackendInfo", "DataLoaderBackend
            "SpdlBackend", "ThreadsBackend", "backend_problem", "build_backend", "build_loader", "build_sampler",
            "check_backend", "pin_memory_effective", "stuck_thread"]
 
+
 def pin_memory_effective(spec: JobSpec) -> bool:
     """Pinning needs an accelerator; without one DataLoader warns and does nothing useful."""
     return spec.loader.pin_memory and torch.cuda.is_available()
