@@ -20,10 +20,9 @@ taken in one process (`--blocks N`, at workers=0 where every sample attach times
 loop): the same recipe, model and step, one loader watched by `pipebench.watch` and a twin left
 bare, stepped in alternating blocks of BLOCK_STEPS, so the host's drift falls on both alike; the
 loaders read in order and each pair of blocks draws its crops from one seed, so a pair does the
-same work on both sides. It
-holds everything attach adds to a step and a sample (the timed recipe, the load and collate
-timings riding with the batch, the loop's bookkeeping, the meters' readings); not the process's
-own difference (attach's imports, runpy), which the rounds hold.
+same work on both sides. It holds everything attach adds to a step and a sample (the timed
+recipe, the load and collate timings riding with the batch, the loop's bookkeeping, the meters'
+readings); not the process's own difference (attach's imports, runpy), which the rounds hold.
 
     python benchmarks/attach_overhead.py                        # workers 0 and 2, 5 rounds, 100 blocks
     python benchmarks/attach_overhead.py --workers 2 --rounds 9 --steps 300 --blocks 0

@@ -376,14 +376,19 @@ class LoaderWatch:
         """The harness's summary row of the measured steps (`summarize.summary_row`), plus batches/s
         and its interval, the first batch's parts and the meters' cells; an empty dict when no step
         was measured."""
+        return self.figures()[0]
+
+    def figures(self) -> Tuple[Dict[str, Any], List[TransformRow]]:
+        """`summary()` and `transform_rows()` from one stacking of the measured timings."""
         passes = self.passes
         if not passes:
-            return {}
+            return {}, []
         # The meters give figures once stopped: asked before the window is over, they stop at
         # their last reading (the last epoch end inside the window), and the rest goes unmetered.
         self.meters.end(fresh=False)
         sink = self.sink
-        row = summary_row(passes, self.transform_rows(sink), sink, self.workers, usable_cores(), 0, persistent=self.persistent,
+        rows = self.transform_rows(sink)
+        row = summary_row(passes, rows, sink, self.workers, usable_cores(), 0, persistent=self.persistent,
                           samples_per_epoch=self.samples_per_epoch, batches_per_epoch=self.batches_per_epoch,
                           target_steps=self.window.steps)
         window = split_window(passes, self.workers)
@@ -398,7 +403,7 @@ class LoaderWatch:
             replay_ms = float(np.mean(self.replay_ns)) / NS_PER_MS
             row.update(replay_steps=len(self.replay_ns), replay_step_ms=replay_ms,
                        headroom_x=row["step_ms_mean"] / replay_ms if replay_ms > 0 else float("nan"))
-        return row
+        return row, rows
 
     def transform_rows(self, sink: Optional[TimingSink] = None) -> List[TransformRow]:
         """The sample's rows over the measured steps (load where timed, decode where something was

@@ -58,7 +58,7 @@ class WatchResult:
 
 def watch_result(watch: LoaderWatch, job_num: int = 0) -> Optional[WatchResult]:
     """The frozen result of a watch; None when it measured no step."""
-    summary = watch.summary()
+    summary, rows = watch.figures()
     if not summary:
         return None
     name = f"loader={watch.site}"
@@ -71,7 +71,7 @@ def watch_result(watch: LoaderWatch, job_num: int = 0) -> Optional[WatchResult]:
     row = {"job": name, "dataset": watch.dataset_class, "transform": None, "workers": watch.workers,
            "batch_size": watch.measured_batch_size(), "consumer": USER_STEP, **SINGLE_PROCESS_FIELDS, **summary}
     record = {"job": name, "job_num": job_num, "overrides": [name], "config": config, "choices": {},
-              "summary": row, "transforms": rows_as_dicts(watch.transform_rows()), "passes": pass_records(watch.passes, watch.workers),
+              "summary": row, "transforms": rows_as_dicts(rows), "passes": pass_records(watch.passes, watch.workers),
               "first_batch_s_per_epoch": list(watch.first_batch_s), "meters": watch.meters.record()}
     return WatchResult(name=watch.site, dataset_class=watch.dataset_class, workers=watch.workers,
                        steps_measured=int(row["steps"]), samples_per_s=row["samples_per_s"],
