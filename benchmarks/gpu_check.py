@@ -1,8 +1,9 @@
 """On a GPU machine, in one step: the GPU benchmarks, trace fixtures recorded, then the GPU tests.
 
-    python benchmarks/gpu_check.py                    # parts 1-4: under 5 minutes on a 16-core H100 host
-    python benchmarks/gpu_check.py --quick            # part 2 at run=quick, then part 4 without its
+    python benchmarks/gpu_check.py                    # parts 1-5
+    python benchmarks/gpu_check.py --quick            # part 2 at run=quick, then part 5 without its
                                                       # 4-job end-to-end test: under 2 minutes
+    python benchmarks/gpu_check.py --parts tests,backends   # some parts, in the order named
     python benchmarks/gpu_check.py --update-fixtures  # also copy the recordings into tests/fixtures/gpu/recorded/
 
 Every part writes its files into the output folder (--out, else $OUT, else results/gpu_check/) as
@@ -16,7 +17,9 @@ soon as it ends, so a run cut short keeps every part it finished:
    a recording on any machine.
 3. pageable: part 2's toy CNN with pin_memory=false; pinning/ merges it with part 2 (`pipebench
    report`): pinned against pageable host-to-device copies.
-4. tests: the GPU test files, which no longer skip (tests.txt).
+4. backends: the fast chain at workers=8 into the toy CNN, on each loader backend (dataloader,
+   threads, spdl): processes against threads on a many-core host feeding a real GPU.
+5. tests: the GPU test files and the CUDA tests of other files, which no longer skip (tests.txt).
 
 A part `pipebench run`s as a user types it: its transcript is <part>.txt, its tables and plots are
 in <part>/ (the job folders, traces included, stay under results/gpu_check/). timings.json: each
@@ -26,7 +29,8 @@ Budget, from the first H100 run (2026-11-22): 8 jobs at batch 256 with the defau
 7.5 minutes, about a minute a job: some 15-25 s of start-up (process, CUDA context, profiler) and
 the rest steps of 0.4 to 2.8 s, many of them warm-up (workers x prefetch) and profiled steps
 beyond the 20 measured. Here 6 jobs at batch 64 (steps 4x shorter) measure 10 steps after 2
-warm-up and profile 1: about 2.5 minutes; the tests about 2 (their end-to-end test runs 4 tiny jobs).
+warm-up and profile 1: about 2.5 minutes; the tests about 2 (their end-to-end test runs 4 tiny jobs);
+the backends' 3 jobs about a minute more.
 """
 
 import argparse
@@ -60,7 +64,12 @@ FULL_RUN = ("run.warmup_steps=2", "run.steps=10", "run.min_time_s=1", "run.profi
 QUICK_RUN = ("run=quick", "run.progress=false", "loader.batch_size=32")
 GPU_TESTS = ("tests/test_gpu_trace.py", "tests/test_gpu_job.py", "tests/test_masked_loss.py",
              "tests/test_alloc_churn.py", "tests/test_gpu_util.py", "tests/test_consumers.py",
-             "tests/test_async_steps.py")
+             "tests/test_async_steps.py",
+             # The CUDA tests of files that are otherwise CPU tests (CI runs the rest of each).
+             "tests/test_equivalence.py::test_gpu_decoder_on_cuda_decodes_with_nvjpeg_and_stays_equivalent",
+             "tests/test_region_decode.py::test_gpu_backend_decodes_the_same_region",
+             "tests/test_gpu_region_decode.py::test_the_cuda_path_decodes_the_batch_of_regions_on_the_gpu",
+             "tests/test_attach_gpu_clock.py::test_on_cuda_the_watched_loop_reads_starvation_from_the_gpus_timeline")
 # The slowest GPU test (4 tiny jobs through the CLI); --quick leaves it out.
 END_TO_END_TEST = "tests/test_gpu_job.py::test_on_cuda_the_jobs_report_gpu_timings_syncs_idle_and_allocator"
 # Files of a results folder worth keeping beside the transcript (the traces stay in the job folders).
@@ -78,6 +87,9 @@ class Part:
 SEED = Part("seed", ("transform=yuv_mask", "loader=seed", "consumer=toy_cnn", "workers=0,8"))
 GPU = Part("gpu", ("transform=yuv_mask_fast", "loader=seed", "consumer=masked_loss_sync,masked_loss_fixed,toy_cnn",
                    "workers=4", "loader.pin_memory=true"))
+# Issue 27's backends on a many-core host feeding a real GPU: processes against threads.
+BACKENDS = Part("backends", ("transform=yuv_mask_fast", "loader=seed", "consumer=toy_cnn", "workers=8",
+                             "loader.backend=dataloader,threads,spdl"))
 PAGEABLE = Part("pageable", ("transform=yuv_mask_fast", "loader=seed", "consumer=toy_cnn", "workers=4",
                              "loader.pin_memory=false"))
 # Which recorded job each fixture comes from (all in part 2).
@@ -188,13 +200,25 @@ def run_tests(out: Path, quick: bool) -> int:
     return status
 
 
+# Every part, in the order a full run takes them; --parts picks some, in its own order.
+PARTS = ("seed", "gpu", "pageable", "backends", "tests")
+
+
 def main(argv: Optional[List[str]] = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quick", action="store_true", help="part 2 at run=quick, and the tests but the 4-job one")
+    parser.add_argument("--parts", type=lambda text: text.split(","), default=None,
+                        help=f"comma-separated parts to run, of {','.join(PARTS)} (default: all; --quick: gpu,tests)")
     parser.add_argument("--update-fixtures", action="store_true",
                         help=f"copy the recorded fixtures into {RECORDED.relative_to(ROOT)} (commit them)")
     parser.add_argument("--out", type=Path, help="output folder (default: $OUT, else results/gpu_check)")
     args = parser.parse_args(argv)
+    parts = args.parts or (["gpu", "tests"] if args.quick else list(PARTS))
+    unknown = sorted(set(parts) - set(PARTS))
+    if unknown:
+        parser.error(f"unknown part(s) {','.join(unknown)}: choose from {','.join(PARTS)}")
+    if "pageable" in parts and "gpu" not in parts[:parts.index("pageable")]:
+        parser.error("part pageable is compared with part gpu: name gpu before it")
     if not torch.cuda.is_available():
         print("pipebench: error: gpu_check needs a CUDA device (torch.cuda.is_available() is False)", file=sys.stderr)
         return 2
@@ -202,25 +226,25 @@ def main(argv: Optional[List[str]] = None) -> int:
     out.mkdir(parents=True, exist_ok=True)
     timings = Timings(out)
     settings = QUICK_RUN if args.quick else FULL_RUN
-    if not args.quick:
+    status = 0
+    for name in parts:
         started = time.perf_counter()
-        run_part(SEED, settings, out)
-        timings.done(SEED.name, started)
-    started = time.perf_counter()
-    gpu = run_part(GPU, settings, out)
-    record_fixtures(gpu, out / "fixtures")
-    if args.update_fixtures:
-        shutil.copytree(out / "fixtures", RECORDED, dirs_exist_ok=True)
-        print(f"updated {RECORDED}: commit it", flush=True)
-    timings.done(GPU.name, started)
-    if not args.quick:
-        started = time.perf_counter()
-        pageable = run_part(PAGEABLE, settings, out)
-        pipebench(["report", str(gpu), str(pageable), "--out", str(out / "pinning")], out / "pinning.txt")
-        timings.done(PAGEABLE.name, started)
-    started = time.perf_counter()
-    status = run_tests(out, args.quick)
-    timings.done("tests", started)
+        if name == "seed":
+            run_part(SEED, settings, out)
+        elif name == "gpu":
+            gpu = run_part(GPU, settings, out)
+            record_fixtures(gpu, out / "fixtures")
+            if args.update_fixtures:
+                shutil.copytree(out / "fixtures", RECORDED, dirs_exist_ok=True)
+                print(f"updated {RECORDED}: commit it", flush=True)
+        elif name == "pageable":
+            pageable = run_part(PAGEABLE, settings, out)
+            pipebench(["report", str(gpu), str(pageable), "--out", str(out / "pinning")], out / "pinning.txt")
+        elif name == "backends":
+            run_part(BACKENDS, settings, out)
+        else:
+            status = run_tests(out, args.quick)
+        timings.done(name, started)
     return status
 
 
