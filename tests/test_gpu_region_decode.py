@@ -18,13 +18,14 @@ from pipebench.datasets.synthetic_jpeg import SyntheticJpegDataset
 from pipebench.explore.chain import DEVICE_MOVES, GPU_REGION_DECODE, Chain, SampleSource
 from pipebench.explore.decode_moves import BATCH_REGION_DECODE, gpu_region_decode
 from pipebench.explore.equivalence import IDENTICAL, check
+from pipebench.explore import variants
 from pipebench.explore.variants import explore
 from pipebench.measure.setup import seed_everything
 from pipebench.pipeline.build import build_transforms
 from pipebench.transforms.decode import DecodeJpeg
 from pipebench.transforms.region import RegionRandomResizedCrop
 from pipebench.transforms.region_batch import BatchRegionDecode, ReadRegionCenterCrop, ReadRegionRandomResizedCrop
-from pipebench.transforms.region_codec import RegionCodec
+from pipebench.transforms.region_codec import GPU_PIXEL_BOUND, RegionCodec, region_decode_problem
 
 pytestmark = pytest.mark.skipif(importlib.util.find_spec("nvidia.nvimgcodec") is None,
                                 reason="nvImageCodec is not installed (the decode extra)")
@@ -161,11 +162,32 @@ def test_the_verdict_on_the_catalogue_jpegs_and_pickling(tmp_path):
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="the GPU backend needs CUDA")
-def test_the_cuda_path_decodes_the_batch_of_regions_on_the_gpu():
+def test_the_cuda_path_decodes_the_batch_of_regions_on_the_gpu(monkeypatch):
+    problem = region_decode_problem("cuda")
+    if problem:  # nvJPEG is a wheel of its own: explore says so and leaves the move out
+        pytest.skip(problem)
+    monkeypatch.setattr(BatchRegionDecode, "_whole_then_crop", None)  # every region by the codec, none whole
     got, want, _ = _center_crops("cuda")
     assert got.is_cuda and got.shape == (4, 3, 64, 64)
     # nvJPEG's IDCT may differ from libjpeg-turbo's by a grey level or two (the guard's bound).
-    assert int((got.cpu().to(torch.int16) - want.to(torch.int16)).abs().max()) <= 4
+    assert int((got.cpu().to(torch.int16) - want.to(torch.int16)).abs().max()) <= GPU_PIXEL_BOUND
+
+
+def test_explore_leaves_the_gpu_region_decode_out_where_the_gpu_backend_cannot_run(monkeypatch):
+    """nvJPEG missing (a wheel of its own): the move is not applied, with the install line, instead of
+    measuring decode_jpeg's whole-image fallback under the region decode's name."""
+    chain = Chain(({"_target_": f"{TV}.PILToTensor"}, {"_target_": f"{TV}.RandomCrop", "size": 64}))
+    asked = []
+
+    def problem(device="cpu"):
+        asked.append(device)
+        return "" if device == "cpu" else "nvImageCodec's GPU backend (nvJPEG) does not decode a JPEG region here"
+    monkeypatch.setattr(variants, "region_decode_problem", problem)
+    found = explore("seed", chain, source=JPEG, device="cuda")
+    assert asked == ["cpu", "cuda"]
+    assert not [v for v in found.variants if GPU_REGION_DECODE in v.moves]
+    assert any(r.startswith(f"{GPU_REGION_DECODE}: nvImageCodec's GPU backend") for r in found.not_applied)
+    assert [v for v in found.variants if v.moves == ("region_decode",)]  # the CPU move still applies
 
 
 def test_a_region_the_codec_does_not_take_is_decoded_whole_and_cropped():

@@ -236,12 +236,33 @@ def test_region_forms_survive_pickling_for_spawned_workers():
     assert region_module.REGION_MOVEMENT.returns == "tensor"
 
 
+def _colour_blocks_jpeg():
+    """8x8 blocks of flat random colour at 4:2:0: sharp chroma edges, where decoders' chroma upsampling
+    differs (nvJPEG's default, nearest-neighbour, read up to 57 grey levels from PIL's on the H100)."""
+    rng = np.random.default_rng(2)
+    pixels = np.repeat(np.repeat(rng.integers(0, 256, (HW[0] // 8, HW[1] // 8, 3), dtype=np.uint8), 8, 0), 8, 1)
+    buffer = io.BytesIO()
+    Image.fromarray(pixels).save(buffer, "JPEG", quality=90, subsampling=2)
+    return buffer.getvalue()
+
+
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="the GPU backend needs CUDA")
 def test_gpu_backend_decodes_the_same_region():
-    data = _jpeg()
-    got = region_codec.RegionCodec("cuda").decode(data, 10, 20, 64, 64)
-    assert got is not None and got.is_cuda
-    assert int((got.cpu().to(torch.int16) - pil_to_tensor(_opened(data))[:, 10:74, 20:84]).abs().max()) <= 4
+    problem = region_codec.region_decode_problem("cuda")
+    if problem:  # nvJPEG is a wheel of its own: explore says so and leaves the move out
+        pytest.skip(problem)
+    for data in (_jpeg(), _colour_blocks_jpeg()):
+        got = region_codec.RegionCodec("cuda").decode(data, 10, 20, 64, 64)
+        assert got is not None and got.is_cuda
+        worst = (got.cpu().to(torch.int16) - pil_to_tensor(_opened(data))[:, 10:74, 20:84]).abs().max()
+        assert int(worst) <= region_codec.GPU_PIXEL_BOUND
+
+
+def test_the_gpu_install_line_names_the_nvjpeg_wheel_of_torchs_cuda(monkeypatch):
+    monkeypatch.setattr(torch.version, "cuda", "13.0")
+    assert region_codec.gpu_install_command() == "pip install nvidia-nvimgcodec-cu13 nvidia-nvjpeg"
+    monkeypatch.setattr(torch.version, "cuda", "12.8")
+    assert region_codec.gpu_install_command() == "pip install nvidia-nvimgcodec-cu12 nvidia-nvjpeg-cu12"
 
 
 # Measured on the catalogue JPEGs (64 files, 533x800): Resize(256) then CenterCrop(224) as a region

@@ -116,17 +116,17 @@ MOVE_FUNCTIONS: Mapping[str, Callable[[Chain], Moved]] = {
     GPU_REGION_DECODE: gpu_region_decode}
 
 
-def move_functions(source: Optional[SampleSource], device: str = HOST_DEVICE, region_problem: str = ""
-                   ) -> Mapping[str, Callable[[Chain], Moved]]:
+def move_functions(source: Optional[SampleSource], device: str = HOST_DEVICE, region_problem: str = "",
+                   device_region_problem: str = "") -> Mapping[str, Callable[[Chain], Moved]]:
     """MOVE_FUNCTIONS, with the decode moves told what the dataset gives, gpu_decoder where the
-    on_device steps run (the consumer's device, or the host CPU), and region_decode why nvImageCodec
-    cannot run here ("" when it can)."""
+    on_device steps run (the consumer's device, or the host CPU), region_decode why nvImageCodec
+    cannot run here ("" when it can), and gpu_region_decode why it cannot run on `device`."""
     return {**MOVE_FUNCTIONS, REDUCED_DECODE: functools.partial(reduced_decode, source=source),
             REGION_DECODE: functools.partial(region_decode, source=source, unavailable=region_problem),
             TENSOR_PATH: functools.partial(tensor_path, source=source),
             GPU_DECODER: functools.partial(gpu_decoder, source=source, device=device),
             GPU_REGION_DECODE: functools.partial(gpu_region_decode, source=source, device=device,
-                                                 unavailable=region_problem)}
+                                                 unavailable=region_problem or device_region_problem)}
 
 
 def _apply(chain: Chain, moves: Sequence[str], functions: Mapping[str, Callable[[Chain], Moved]]
@@ -262,10 +262,13 @@ def explore(name: str, chain: Chain, setting: Optional[LoaderSetting] = None,
     `setting`, also the loader moves on top of the most-moved host chain. `source` (the dataset's
     first sample) lets the decode moves skip a dataset they cannot serve; `device` is where the
     on_device steps will run (gpu_decoder names it); `region_problem` why the region decode cannot run
-    here (None: ask nvImageCodec now)."""
+    here (None: ask nvImageCodec now, and on a device, whether its GPU backend runs there)."""
+    device_region_problem = ""
     if region_problem is None:
         region_problem = region_decode_problem()
-    functions = move_functions(source, device, region_problem)
+        if device != HOST_DEVICE and not region_problem:  # nvJPEG is a wheel of its own
+            device_region_problem = region_decode_problem(device)
+    functions = move_functions(source, device, region_problem, device_region_problem)
     variants = [Variant(name, (), (), chain)]
     seen = {variants[0].key()}
     for moves in _ladder(chain, functions):
