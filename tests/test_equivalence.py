@@ -1,6 +1,7 @@
 """Equivalence verdicts, measured on real outputs: identical, close, same distribution, not equivalent, fails."""
 
 import dataclasses
+import io
 
 import numpy as np
 import pytest
@@ -10,6 +11,7 @@ from PIL import Image
 from torchvision.transforms.functional import pil_to_tensor
 
 from pipebench.explore.equivalence import (
+    GPU_DECODER_CHROMA,
     ALPHA,
     FAILS,
     IDENTICAL,
@@ -199,9 +201,39 @@ def test_decoder_moves_hold_the_decoded_pixels_to_the_bound_on_lazily_read_files
     assert within.verdict == SAME_DISTRIBUTION and "max |Δ| = 40 grey levels" in within.detail, within.detail
 
 
-@NEEDS_CUDA
-def test_gpu_decoder_on_cuda_decodes_with_nvjpeg_and_stays_equivalent(synthetic_jpegs):
+def _re_encoded(fetch, subsampling):
+    """`fetch`'s pictures saved again as JPEGs with `subsampling` (0: 4:4:4, 2: 4:2:0), lazily opened."""
+    def again(n):
+        files = []
+        for image in fetch(n):
+            buffer = io.BytesIO()
+            image.convert("RGB").save(buffer, "JPEG", quality=90, subsampling=subsampling)
+            files.append(Image.open(io.BytesIO(buffer.getvalue())))
+        return files
+    return again
+
+
+def test_a_gpu_decoder_beyond_the_bound_on_cuda_names_nvjpegs_chroma_upsampling(synthetic_jpegs, monkeypatch):
+    """The verdict's wording, checked without a GPU: the variant names cuda, the decode runs here."""
     base, variant = _gpu_decoded(synthetic_jpegs, device="cuda")
-    assert variant.chain.on_device[0]["device"] == "cuda"
+    real = decode.decode_rgb
+    monkeypatch.setattr(decode, "decode_rgb", lambda data, device="cpu": [
+        (t.to(torch.int16) - 40).clamp(0, 255).to(torch.uint8) for t in real(data, "cpu")])
     verdict = check(base, variant, synthetic_jpegs, seed=0)
+    assert verdict.verdict == NOT_EQUIVALENT and verdict.detail.endswith(GPU_DECODER_CHROMA), verdict.detail
+    on_host = check(*_gpu_decoded(synthetic_jpegs), synthetic_jpegs, seed=0)
+    assert on_host.verdict == NOT_EQUIVALENT and GPU_DECODER_CHROMA not in on_host.detail, on_host.detail
+
+
+@NEEDS_CUDA
+def test_gpu_decoder_on_cuda_is_close_without_chroma_subsampling_and_says_why_with_it(synthetic_jpegs):
+    """nvJPEG through torchvision: 4:4:4 files decode within the bound (the IDCTs' rounding); 4:2:0
+    files differ at colour edges (its nearest-neighbour chroma upsampling), and the verdict says so."""
+    full_chroma = _re_encoded(synthetic_jpegs, 0)
+    base, variant = _gpu_decoded(full_chroma, device="cuda")
+    assert variant.chain.on_device[0]["device"] == "cuda"
+    verdict = check(base, variant, full_chroma, seed=0)
     assert verdict.equivalent and verdict.verdict != IDENTICAL, verdict.detail
+    subsampled = _re_encoded(synthetic_jpegs, 2)
+    verdict = check(base, variant, subsampled, seed=0)
+    assert verdict.verdict == NOT_EQUIVALENT and GPU_DECODER_CHROMA in verdict.detail, verdict.detail

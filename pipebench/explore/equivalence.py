@@ -91,12 +91,19 @@ DISTRIBUTION_SEEDS = 100
 ALPHA = 0.01
 STATISTICS = ("mean", "std")
 # The default bound on a decode move's largest pixel difference, in grey levels. Two JPEG decoders
-# that follow the standard (IDCT accuracy, chroma upsampling) differ by at most a few grey levels,
-# so the decoder and the tensor path (max 1 on the default corpus) are `close` within it. A
+# that upsample chroma alike differ by at most a few grey levels (their IDCTs' rounding), so the
+# decoder and the tensor path (max 1 on the default corpus) are `close` within it. torchvision's
+# nvJPEG decode (gpu_decoder on CUDA) upsamples 4:2:0 chroma nearest-neighbour where libjpeg-turbo
+# interpolates: 57 levels apart at colour edges on the H100 host, so it is not, and its verdict says
+# why (GPU_DECODER_CHROMA). A
 # reduced-size decode is a different low-pass filter from the resize's and differs by up to ~54
 # levels at sharp, grainy edges on the default corpus (measured): beyond this bound by design, so
 # the user who accepts that raises it (--max-pixel-diff 64).
 DEFAULT_MAX_PIXEL_DIFF = 4
+# Why gpu_decoder on a GPU can exceed the bound on 4:2:0 JPEGs (nearly every photo), and the ways out.
+GPU_DECODER_CHROMA = ("torchvision's nvJPEG decode upsamples 4:2:0 chroma nearest-neighbour where PIL interpolates, "
+                      "so colour edges differ; gpu_region_decode (nvImageCodec, interpolating) keeps PIL's pixels, "
+                      "or --max-pixel-diff accepts the difference")
 # Random steps that give the same pixels on a PIL image and on a tensor (they move or crop pixels,
 # or resize, which the pixel bound is for): a decode move that carries them stays judged by the bound.
 EXACT_ON_TENSORS = ("RandomHorizontalFlip", "RandomVerticalFlip", "RandomCrop", "RandomResizedCrop")
@@ -295,7 +302,9 @@ def check(base_chain: Chain, variant: Variant, fetch: Fetch, seed: int,
         return Equivalence(judged.verdict, f"{note}: above the bound with a random step on the tensor, so its "
                            f"distribution decides: {judged.detail}", judged.test, judged.p_value, float(worst))
     if worst > max_pixel_diff:
-        return Equivalence(NOT_EQUIVALENT, f"{note}: above the bound", max_abs_diff=float(worst))
+        on_gpu = move == GPU_DECODER and any(str(n.get("device", "")).startswith("cuda") for n in variant.chain.on_device)
+        why = f": {GPU_DECODER_CHROMA}" if on_gpu else ""
+        return Equivalence(NOT_EQUIVALENT, f"{note}: above the bound{why}", max_abs_diff=float(worst))
     if worst == 0 and move in DECODER_MOVES:
         return _check_chain(base_chain, variant, fetch, seed)
     rest = _check_chain(moved, variant, fetch, seed)
