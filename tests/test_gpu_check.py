@@ -1,0 +1,53 @@
+"""benchmarks/gpu_check.py runs every test that needs CUDA: a test that skips without a GPU runs only
+there, and four such tests once stayed off its list and never ran on a GPU (all four then failed
+on the H100)."""
+
+import ast
+import importlib.util
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def _gpu_check():
+    spec = importlib.util.spec_from_file_location("gpu_check", ROOT / "benchmarks" / "gpu_check.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def _needs_cuda(node: ast.AST) -> bool:
+    """`skipif(not torch.cuda.is_available(), ...)`: skipped where there is no CUDA."""
+    return (isinstance(node, ast.Call) and getattr(node.func, "attr", "") == "skipif" and node.args
+            and isinstance(node.args[0], ast.UnaryOp) and isinstance(node.args[0].op, ast.Not)
+            and "cuda.is_available" in ast.unparse(node.args[0]))
+
+
+def cuda_tests(path: Path):
+    """The node ids of `path`'s tests that skip without CUDA."""
+    tree = ast.parse(path.read_text())
+    markers = {target.id for stmt in tree.body if isinstance(stmt, ast.Assign) and _needs_cuda(stmt.value)
+               for target in stmt.targets if isinstance(target, ast.Name)}
+    return [f"tests/{path.name}::{stmt.name}" for stmt in tree.body
+            if isinstance(stmt, ast.FunctionDef) and stmt.name.startswith("test_")
+            and any(_needs_cuda(d) or (isinstance(d, ast.Name) and d.id in markers) for d in stmt.decorator_list)]
+
+
+def test_every_test_that_needs_cuda_is_on_gpu_checks_list():
+    listed = set(_gpu_check().GPU_TESTS)
+    found = [test for path in sorted((ROOT / "tests").glob("test_*.py")) for test in cuda_tests(path)]
+    assert len(found) >= 10, found  # the scan finds the markers as they are written
+    missing = [test for test in found if test not in listed and test.partition("::")[0] not in listed]
+    assert not missing, f"add to benchmarks/gpu_check.py's GPU_TESTS: {missing}"
+
+
+def test_the_scan_sees_both_ways_of_marking_a_test(tmp_path):
+    (tmp_path / "test_x.py").write_text(
+        "import pytest, torch\n"
+        "NEEDS = pytest.mark.skipif(not torch.cuda.is_available(), reason='r')\n"
+        "OTHER = pytest.mark.skipif(torch.cuda.is_available(), reason='r')\n"
+        "@NEEDS\ndef test_a(): pass\n"
+        "@pytest.mark.skipif(not torch.cuda.is_available(), reason='r')\ndef test_b(): pass\n"
+        "@OTHER\ndef test_c(): pass\n"
+        "def test_d(): pass\n")
+    assert cuda_tests(tmp_path / "test_x.py") == ["tests/test_x.py::test_a", "tests/test_x.py::test_b"]
