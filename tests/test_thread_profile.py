@@ -140,5 +140,24 @@ def test_one_line_a_step_from_the_thread_backends_profile_saying_the_cores_cappe
     assert "profiled up to 2 threads, the host's usable cores, not the job's 8 workers" in lines[0]
 
 
+def _profiled_at(rates, off_cpu_top):
+    """`_profiled`'s job with its BusyWait profiled at 1, 2, 4 and 8 threads at `rates` samples/s."""
+    job = _profiled("threads", True, 40.0)
+    levels = [{"threads": k, "calls": 8, "samples_per_s": r, "off_cpu_pct": 0.0 if k == 1 else off_cpu_top}
+              for k, r in zip((1, 2, 4, 8), rates)]
+    job["thread_profile"] = {**job["thread_profile"], "threads": [1, 2, 4, 8], "capped_by_cores": False,
+                             "steps": [{**job["thread_profile"]["steps"][0], "levels": levels}]}
+    job["transforms"][0]["profile_threads"] = 8
+    return job
+
+
+def test_a_step_still_gaining_at_the_top_count_is_not_said_to_stop_scaling():
+    """The PIL decode on the 16-core H100 host: 1.62x at 2, 2.70x at 4, 4.57x at 8 threads."""
+    rising, = gil_lines([_profiled_at((100.0, 162.0, 270.0, 457.0), 32.0)])
+    assert "holds the GIL: it reaches only 4.6x at 8 threads (57% of the ideal 8x), still rising" in rising, rising
+    flat, = gil_lines([_profiled_at((100.0, 133.0, 134.0, 82.0), 62.0)])  # ConvertColor there
+    assert "holds the GIL: it stops scaling at 1.3 threads" in flat, flat
+
+
 def test_a_gil_bound_step_too_small_to_matter_is_not_named():
     assert gil_lines([_profiled("threads", True, 4.0)]) == []
