@@ -204,6 +204,24 @@ def test_a_consumer_is_judged_by_its_step_time_and_syncs():
             in text) and "syncs a step 0 against 3" in text
 
 
+def _on_backend(backend, rate, compute_ms):
+    result = _with(_result("seed", 8, rate, 78.0, 9.0), [f"loader.backend={backend}"], compute_ms=compute_ms)
+    result["config"] = {"loader": {"backend": backend}}
+    return result
+
+
+def test_a_thread_backend_that_slows_the_training_step_is_named_with_the_step_times():
+    """The H100 host's figures: the toy CNN's step 17.8 ms beside worker processes, 31.3 beside threads."""
+    processes = _on_backend("dataloader", 826.0, [17.5, 17.8, 18.0, 17.7, 17.9])
+    threads = _on_backend("threads", 408.0, [31.0, 31.3, 31.6, 31.2, 31.4])
+    text = render_diagnosis(diagnose([processes, threads]))
+    assert ("loader.backend=threads slows the training step itself: consumer ms a step 31.3 against 17.8 (0.57x"
+            in text), text
+    same = _on_backend("threads", 800.0, [17.6, 17.8, 17.9, 17.7, 17.8])
+    assert "slows the training step" not in render_diagnosis(diagnose([_on_backend("dataloader", 826.0, [17.8] * 5),
+                                                                         same]))
+
+
 def test_a_loader_setting_is_judged_by_samples_per_s_and_noise_blocks_a_claim():
     base = _result("seed", 8, 800.0, 75.0, 8.0)
     base["summary"].update(samples_per_s_ci_low=700.0, samples_per_s_ci_high=900.0)
