@@ -25,7 +25,12 @@ from pipebench.pipeline.build import build_transforms
 from pipebench.transforms.decode import DecodeJpeg
 from pipebench.transforms.region import RegionRandomResizedCrop
 from pipebench.transforms.region_batch import BatchRegionDecode, ReadRegionCenterCrop, ReadRegionRandomResizedCrop
-from pipebench.transforms.region_codec import GPU_PIXEL_BOUND, RegionCodec, region_decode_problem
+from pipebench.transforms.region_codec import (
+    GPU_PIXEL_BOUND,
+    RegionCodec,
+    RegionDecodeFailed,
+    region_decode_problem,
+)
 
 pytestmark = pytest.mark.skipif(importlib.util.find_spec("nvidia.nvimgcodec") is None,
                                 reason="nvImageCodec is not installed (the decode extra)")
@@ -188,6 +193,16 @@ def test_explore_leaves_the_gpu_region_decode_out_where_the_gpu_backend_cannot_r
     assert not [v for v in found.variants if GPU_REGION_DECODE in v.moves]
     assert any(r.startswith(f"{GPU_REGION_DECODE}: nvImageCodec's GPU backend") for r in found.not_applied)
     assert [v for v in found.variants if v.moves == ("region_decode",)]  # the CPU move still applies
+
+
+def test_a_batch_whose_regions_all_come_back_empty_fails_instead_of_measuring_the_fallback():
+    """The H100 host without nvJPEG: the GPU backend returned nothing for every region it took."""
+    samples = [ReadRegionCenterCrop(64)(_opened(_jpeg(s))) for s in range(2)]
+    decode = BatchRegionDecode("cpu")
+    decode._codec._ready()
+    decode._codec._decoder = type("Broken", (), {"decode": lambda self, streams, **kw: [None] * len(streams)})()
+    with pytest.raises(RegionDecodeFailed, match=r"nvImageCodec on cpu decoded none of the batch's 2 JPEG regions"):
+        decode(default_collate(samples))
 
 
 def test_a_region_the_codec_does_not_take_is_decoded_whole_and_cropped():

@@ -92,6 +92,10 @@ def _new_decoder(module: Any, device: str) -> Any:
                                     module.Backend(module.BackendKind.HW_GPU_ONLY)], options=GPU_OPTIONS)
 
 
+class RegionDecodeFailed(RuntimeError):
+    """A batch's regions all came back empty: the decoder's backend, not the files, failed."""
+
+
 class RegionCodec:
     """One process's nvImageCodec decoder on `device` ("cpu": the CPU backend; "cuda[:k]": nvJPEG),
     made on first use and never pickled (each DataLoader worker makes its own)."""
@@ -143,7 +147,11 @@ class RegionCodec:
 
     def decode_batch(self, items: Sequence[Tuple[bytes, Sequence[int]]]) -> List[Optional[torch.Tensor]]:
         """Each (JPEG bytes, (top, left, height, width)) region decoded in one call to the decoder, as
-        uint8 [3, h, w] on this codec's device; None for each it does not take (see `decode`)."""
+        uint8 [3, h, w] on this codec's device; None for each it does not take (see `decode`).
+
+        Raises RegionDecodeFailed when it took regions and decoded none of them: its backend is not
+        working in this process (on the H100 host, nvImageCodec's GPU backend without nvJPEG), and
+        every region would otherwise be decoded whole by the fallback under the region decode's name."""
         self._ready()
         streams = [self.stream(data, *(int(v) for v in box)) for data, box in items]
         taken = [s for s in streams if s is not None]
@@ -151,9 +159,15 @@ class RegionCodec:
         if self.device != CPU:  # decode on torch's current stream, so later kernels see the pixels
             kwargs["cuda_stream"] = torch.cuda.current_stream(torch.device(self.device)).cuda_stream
         try:
-            images = iter(self._decoder.decode(taken, **kwargs) if taken else [])
+            decoded = list(self._decoder.decode(taken, **kwargs)) if taken else []
         except RuntimeError:
-            images = iter([None] * len(taken))
+            decoded = [None] * len(taken)
+        if decoded and all(image is None for image in decoded):
+            install = gpu_install_command() if self.device != CPU else INSTALL_COMMAND
+            raise RegionDecodeFailed(f"nvImageCodec on {self.device} decoded none of the batch's {len(decoded)} "
+                                     f"JPEG regions: its backend does not work in this process ({install} if "
+                                     "one is missing)")
+        images = iter(decoded)
         out: List[Optional[torch.Tensor]] = []
         for stream in streams:
             image = next(images) if stream is not None else None
