@@ -94,11 +94,11 @@ STATISTICS = ("mean", "std")
 # that upsample chroma alike differ by at most a few grey levels (their IDCTs' rounding), so the
 # decoder and the tensor path (max 1 on the default corpus) are `close` within it. torchvision's
 # nvJPEG decode (gpu_decoder on CUDA) upsamples 4:2:0 chroma nearest-neighbour where libjpeg-turbo
-# interpolates: 57 levels apart at colour edges on the H100 host, so it is not, and its verdict says
-# why (GPU_DECODER_CHROMA). A
-# reduced-size decode is a different low-pass filter from the resize's and differs by up to ~54
-# levels at sharp, grainy edges on the default corpus (measured): beyond this bound by design, so
-# the user who accepts that raises it (--max-pixel-diff 64).
+# interpolates: on the H100 host 57 levels from PIL on the synthetic JPEGs, 129 at flat-colour edges,
+# 0 on 4:4:4 files; so it is not, and its verdict says why (GPU_DECODER_CHROMA). A reduced-size
+# decode is a different low-pass filter from the resize's and differs by up to ~54 levels at sharp,
+# grainy edges on the default corpus (measured): beyond this bound by design, so the user who
+# accepts that raises it (--max-pixel-diff 64).
 DEFAULT_MAX_PIXEL_DIFF = 4
 # Why gpu_decoder on a GPU can exceed the bound on 4:2:0 JPEGs (nearly every photo), and the ways out.
 GPU_DECODER_CHROMA = ("torchvision's nvJPEG decode upsamples 4:2:0 chroma nearest-neighbour where PIL interpolates, "

@@ -346,6 +346,11 @@ def _per_step_figure(name: str, results: Sequence[Mapping], series) -> Optional[
     return Figure(name, median, noise if math.isfinite(noise) else 0.0, lower_is_better=True)
 
 
+def _consumer_step_figure(results: Sequence[Mapping]) -> Optional[Figure]:
+    """The consumer's host ms a step (its copy aside), over every measured step."""
+    return _per_step_figure("consumer ms a step", results, lambda p: p.get("compute_ms", []))
+
+
 def _cpu_figure(results: Sequence[Mapping]) -> Figure:
     serial = [r for r in results if r["summary"]["workers"] == 0] or list(results)
     values = [float(r["summary"]["cpu_ms_per_sample"]) for r in serial]
@@ -375,8 +380,7 @@ def swept_axis(keys: Sequence[str]) -> str:
 def axis_figures(axis: str, base: Sequence[Mapping], other: Sequence[Mapping]) -> List[Tuple[Figure, Figure]]:
     """(base, other) figures that `axis` moves; see the table in the module doc of `_advice_variants`."""
     if axis == AXIS_CONSUMER:
-        pairs = [tuple(_per_step_figure("consumer ms a step", rs, lambda p: p.get("compute_ms", []))
-                       for rs in (base, other))]
+        pairs = [(_consumer_step_figure(base), _consumer_step_figure(other))]
     elif axis == AXIS_PIN_MEMORY:
         pairs = [tuple(_per_step_figure(name, rs, series) for rs in (base, other)) for name, series in (
             ("H2D ms a step", lambda p: p.get("h2d_ms", [])),
@@ -474,16 +478,17 @@ def _advice_shared_interpreter(base: str, groups: Mapping[str, Sequence[Mapping]
     if base in threaded or (groups[base][0].get("consumer_report") or {}).get("kind") == NO_CONSUMER:
         return []
     base_keys = _chain_overrides(groups[base][0])
-    base_step = _per_step_figure("consumer ms a step", groups[base], lambda p: p.get("compute_ms", []))
+    base_step = _consumer_step_figure(groups[base])
     lines = []
     for chain in (c for c in groups if c in threaded):
         keys = _chain_overrides(groups[chain][0])
         if swept_axis([k for k in set(base_keys) | set(keys) if base_keys.get(k) != keys.get(k)]) != AXIS_LOADER:
             continue
-        step = _per_step_figure("consumer ms a step", groups[chain], lambda p: p.get("compute_ms", []))
-        if base_step is None or step is None or verdict(base_step, step).claim != DOES_NOT_PAY:
+        step = _consumer_step_figure(groups[chain])
+        slower = verdict(base_step, step) if base_step is not None and step is not None else None
+        if slower is None or slower.claim != DOES_NOT_PAY:
             continue
-        lines.append(f"{chain} slows the training step itself: {verdict(base_step, step).text()}. Its loader "
+        lines.append(f"{chain} slows the training step itself: {slower.text()}. Its loader "
                      "threads share the main process's interpreter (the GIL) with the training loop's Python, "
                      f"so each step waits for it; under {base} the workers are processes of their own.")
     return lines
