@@ -11,9 +11,9 @@ from PIL import Image
 from torchvision.transforms.functional import pil_to_tensor
 
 from pipebench.explore.equivalence import (
-    GPU_DECODER_CHROMA,
     ALPHA,
     FAILS,
+    GPU_DECODER_CHROMA,
     IDENTICAL,
     NOT_EQUIVALENT,
     SAME_DISTRIBUTION,

@@ -15,10 +15,10 @@ from torch.utils.data import default_collate
 from torchvision.transforms.functional import pil_to_tensor
 
 from pipebench.datasets.synthetic_jpeg import SyntheticJpegDataset
+from pipebench.explore import variants
 from pipebench.explore.chain import DEVICE_MOVES, GPU_REGION_DECODE, Chain, SampleSource
 from pipebench.explore.decode_moves import BATCH_REGION_DECODE, gpu_region_decode
 from pipebench.explore.equivalence import IDENTICAL, check
-from pipebench.explore import variants
 from pipebench.explore.variants import explore
 from pipebench.measure.setup import seed_everything
 from pipebench.pipeline.build import build_transforms
@@ -166,12 +166,16 @@ def test_the_verdict_on_the_catalogue_jpegs_and_pickling(tmp_path):
     assert pickle.loads(pickle.dumps(decode)).device == "cpu"
 
 
+def _no_fallback(self, data, box):
+    raise AssertionError("a region was decoded whole: the codec did not decode it")
+
+
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="the GPU backend needs CUDA")
 def test_the_cuda_path_decodes_the_batch_of_regions_on_the_gpu(monkeypatch):
     problem = region_decode_problem("cuda")
     if problem:  # nvJPEG is a wheel of its own: explore says so and leaves the move out
         pytest.skip(problem)
-    monkeypatch.setattr(BatchRegionDecode, "_whole_then_crop", None)  # every region by the codec, none whole
+    monkeypatch.setattr(BatchRegionDecode, "_whole_then_crop", _no_fallback)
     got, want, _ = _center_crops("cuda")
     assert got.is_cuda and got.shape == (4, 3, 64, 64)
     # nvJPEG's IDCT may differ from libjpeg-turbo's by a grey level or two (the guard's bound).
