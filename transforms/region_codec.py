@@ -41,9 +41,9 @@ FOREIGN_COLOR = ("CMYK", "YCCK")
 EIGHT_BITS = 8
 CPU = "cpu"
 # Interpolated 4:2:0 chroma upsampling, as libjpeg-turbo's (PIL, decode_jpeg on the CPU, the CPU
-# backend). nvImageCodec 0.9's GPU backend already decoded within 1 grey level of PIL at colour edges
-# on the H100 host with or without it, where torchvision's nvJPEG decode (nearest-neighbour chroma)
-# was 129 levels off; naming it keeps a GPU region the chain's pixels should that default change.
+# backend). nvImageCodec 0.9's GPU backend already decoded whole 4:2:0 images within 1 grey level of
+# PIL at colour edges on the H100 host with or without it, where torchvision's nvJPEG decode
+# (nearest-neighbour chroma) was 129 levels off; naming it keeps that should the default change.
 GPU_OPTIONS = ":fancy_upsampling=1"
 # How far a region the GPU backend decodes may be from PIL's pixels (two IDCTs' rounding), as the
 # equivalence check's default bound.
