@@ -6,6 +6,8 @@ import ast
 import importlib.util
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parent.parent
 
 
@@ -51,3 +53,12 @@ def test_the_scan_sees_both_ways_of_marking_a_test(tmp_path):
         "@OTHER\ndef test_c(): pass\n"
         "def test_d(): pass\n")
     assert cuda_tests(tmp_path / "test_x.py") == ["tests/test_x.py::test_a", "tests/test_x.py::test_b"]
+
+
+def test_parts_are_checked_before_anything_runs(capsys):
+    gpu_check = _gpu_check()
+    for argv, message in ((["--parts", "tests,bogus"], "unknown part(s) bogus"),
+                          (["--parts", "pageable,gpu"], "part pageable is compared with part gpu")):
+        with pytest.raises(SystemExit) as exited:
+            gpu_check.main(argv)
+        assert exited.value.code == 2 and message in capsys.readouterr().err
