@@ -49,3 +49,14 @@ def test_quieting_keeps_a_kineto_level_the_user_set(monkeypatch):
     with warnings.catch_warnings():
         quiet_torch_output()
     assert os.environ["KINETO_LOG_LEVEL"] == "0"
+
+
+def test_quieting_drops_torchs_profiler_cycle_warning_and_nothing_else():
+    """torch 2.11 printed it at every job's first profiled step on the H100 host."""
+    with warnings.catch_warnings(record=True) as shown:
+        warnings.simplefilter("always")
+        quiet_torch_output()
+        warnings.warn("Warning: Profiler clears events at the end of each cycle.Only events from the current "
+                      "cycle will be reported.To keep events across cycles, set acc_events=True.", UserWarning)
+        warnings.warn("a warning of the user's own", UserWarning)
+    assert [str(w.message) for w in shown] == ["a warning of the user's own"]

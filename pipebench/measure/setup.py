@@ -25,6 +25,10 @@ KINETO_LOG_LEVEL_ENV = "KINETO_LOG_LEVEL"
 # torch's DataLoader warns with this, at construction and again at each new iterator, when its
 # workers outnumber the CPUs it may use; the job prints `oversubscription_note` once instead.
 WORKER_COUNT_WARNING = r"This DataLoader will create \d+ worker processes in total"
+# torch 2.11 warned with this in every job on the H100 host (2026-11-26), at its first profile; torch
+# 2.14 without CUDA, here, does not. It is about profiles that run a schedule of several cycles:
+# each of pipebench's profiles is one cycle, so it never applies.
+PROFILER_CYCLE_WARNING = "Warning: Profiler clears events at the end of each cycle"
 
 
 def seed_everything(seed: int) -> None:
@@ -34,13 +38,14 @@ def seed_everything(seed: int) -> None:
 
 
 def quiet_torch_output() -> None:
-    """Silence kineto's C++ log lines and torch's worker-count warning in this process.
+    """Silence kineto's C++ log lines and torch's worker-count and profiler-cycle warnings in this process.
 
     kineto reads KINETO_LOG_LEVEL when the first profiler starts, so this must run before one
     does; a level the user set is kept (e.g. KINETO_LOG_LEVEL=0 to debug the profiler).
     """
     os.environ.setdefault(KINETO_LOG_LEVEL_ENV, KINETO_QUIET_LEVEL)
     warnings.filterwarnings("ignore", message=WORKER_COUNT_WARNING, category=UserWarning)
+    warnings.filterwarnings("ignore", message=PROFILER_CYCLE_WARNING, category=UserWarning)
 
 
 def oversubscription_note(spec: JobSpec, cores: int) -> Optional[str]:
