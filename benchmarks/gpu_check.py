@@ -29,8 +29,8 @@ Budget, from the first H100 run (2026-11-22): 8 jobs at batch 256 with the defau
 7.5 minutes, about a minute a job: some 15-25 s of start-up (process, CUDA context, profiler) and
 the rest steps of 0.4 to 2.8 s, many of them warm-up (workers x prefetch) and profiled steps
 beyond the 20 measured. Here 6 jobs at batch 64 (steps 4x shorter) measure 10 steps after 2
-warm-up and profile 1: about 2.5 minutes; the tests about 2 (their end-to-end test runs 4 tiny jobs);
-the backends' 3 jobs about a minute more.
+warm-up and profile 1: about 2.5 minutes; the tests about 2 (their end-to-end test runs 4 tiny jobs).
+On the H100 host (2026-11-26) the tests took 126 s and the backends' 3 jobs 134 s.
 """
 
 import argparse
