@@ -5,6 +5,7 @@ import dataclasses
 import pytest
 from conftest import QUICK_RUN, TINY_DATASET, compose_spec
 
+from pipebench.base.errors import BatchStepError
 from pipebench.measure.job import measure_job
 
 BUSY = "pipebench.transforms.synthetic.BusyWait"
@@ -92,3 +93,17 @@ def test_on_device_steps_run_after_the_copy_and_are_charged_there(tmp_path):
     assert len(record_passes["device_ms"]) == len(record_passes["step_ms"])
     # random_tensors gives uint8 [3, 32, 32] samples: 8 of them cross as 24,576 bytes.
     assert summary["batch_mb_median"] == pytest.approx(spec.loader.batch_size * 3 * 32 * 32 / 1e6)
+
+
+def test_a_step_after_the_copy_that_fails_stops_the_job_with_one_line_naming_it_and_its_samples(tmp_path):
+    """The GPU decode's step given what it cannot decode (here tensors, not JPEG bytes): one line, no
+    traceback, as a corrupt JPEG decoded after the copy would give."""
+    decode = {"_target_": "pipebench.transforms.decode.BatchDecodeJpeg", "device": "cpu"}
+    spec = dataclasses.replace(_spec([]), on_device=(decode,))
+    with pytest.raises(BatchStepError) as failed:
+        measure_job(spec, tmp_path)
+    line = str(failed.value)
+    assert "\n" not in line
+    assert line.startswith("transform.on_device step BatchDecodeJpeg failed on the batch of samples ")
+    assert "ValueError: BatchDecodeJpeg: expected a list of JPEG byte strings" in line
+    assert line.endswith("so run.on_error=skip cannot drop one sample there)")

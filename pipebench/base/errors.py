@@ -41,6 +41,11 @@ class SampleError(PipebenchError):
     """A sample failed to load or transform and the error policy is `fail`."""
 
 
+class BatchStepError(PipebenchError):
+    """A step on a whole batch after the copy (transform.on_device) failed: a corrupt JPEG that the
+    GPU decode meets, say. No policy can drop one sample there, so the job stops with one line."""
+
+
 class WorkerError(PipebenchError):
     """A DataLoader worker died or stayed silent past loader.timeout_s."""
 

@@ -12,9 +12,12 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
+from pipebench.base.errors import BatchStepError, PipebenchError, printable
 from pipebench.pipeline.timed_chain import TimedBatch, step_names
 
 ON_DEVICE_STAGE = "on_device"
+# A failed batch's line names at most this many of its samples' dataset indices.
+NAMED_INDICES = 8
 
 
 class DeviceChain:
@@ -35,8 +38,22 @@ class DeviceChain:
         cpu_start = time.thread_time_ns()
         for k, transform in enumerate(self.transforms):
             start = time.perf_counter_ns()
-            data = transform(data)
+            try:
+                data = transform(data)
+            except PipebenchError:
+                raise
+            except Exception as exc:  # a user's step, or a decode meeting a corrupt file: one line
+                raise BatchStepError(_failure_line(self.steps[k].name, batch, exc)) from exc
             timings[k] = time.perf_counter_ns() - start
         cpu_ns = time.thread_time_ns() - cpu_start
         return data, batch._replace(batch_ns=np.concatenate([batch.batch_ns, timings]),
                                     batch_cpu_ns=batch.batch_cpu_ns + cpu_ns)
+
+
+def _failure_line(step: str, batch: TimedBatch, exc: Exception) -> str:
+    indices = [int(i) for i in batch.indices]
+    named = ", ".join(map(str, indices[:NAMED_INDICES])) + (", ..." if len(indices) > NAMED_INDICES else "")
+    samples = f"the batch of samples {named}" if indices else "a batch"
+    return (f"transform.on_device step {step} failed on {samples}: {type(exc).__name__}: "
+            f"{printable(str(exc).splitlines()[0]) if str(exc) else ''} (a step after the copy runs on the whole "
+            "batch, so run.on_error=skip cannot drop one sample there)")
