@@ -163,10 +163,9 @@ class RegionCodec:
         except RuntimeError:
             decoded = [None] * len(taken)
         if decoded and all(image is None for image in decoded):
-            install = gpu_install_command() if self.device != CPU else INSTALL_COMMAND
             raise RegionDecodeFailed(f"nvImageCodec on {self.device} decoded none of the batch's {len(decoded)} "
-                                     f"JPEG regions: its backend does not work in this process ({install} if "
-                                     "one is missing)")
+                                     f"JPEG regions: its backend does not work in this process "
+                                     f"({install_command(self.device)} if one is missing)")
         images = iter(decoded)
         out: List[Optional[torch.Tensor]] = []
         for stream in streams:
@@ -196,12 +195,17 @@ def gpu_install_command() -> str:
     return f"pip install nvidia-nvimgcodec-cu{major} {nvjpeg}"
 
 
+def install_command(device: str) -> str:
+    """The pip line a failure of the region decode on `device` names: the decode extra on the CPU."""
+    return INSTALL_COMMAND if device == CPU else gpu_install_command()
+
+
 def region_decode_problem(device: str = CPU) -> str:
     """Why the region decode cannot run on `device` here ("" when it can): not installed, or its
     backend there (the CPU's, or the GPU's with nvJPEG) fails to decode a small JPEG's region to the
     pixels PIL gives (exactly on the CPU, within GPU_PIXEL_BOUND on a GPU)."""
     on_gpu = device != CPU
-    install = gpu_install_command() if on_gpu else INSTALL_COMMAND
+    install = install_command(device)
     try:
         load_nvimgcodec()
     except ImportError as exc:

@@ -42,6 +42,7 @@ from pipebench.explore.chain import (
 )
 from pipebench.explore.decode_moves import (
     BATCH_DECODE_JPEG,
+    CUDA,
     READ_JPEG_BYTES,
     decoder,
     decoder_conversion,
@@ -302,7 +303,7 @@ def check(base_chain: Chain, variant: Variant, fetch: Fetch, seed: int,
         return Equivalence(judged.verdict, f"{note}: above the bound with a random step on the tensor, so its "
                            f"distribution decides: {judged.detail}", judged.test, judged.p_value, float(worst))
     if worst > max_pixel_diff:
-        on_gpu = move == GPU_DECODER and any(str(n.get("device", "")).startswith("cuda") for n in variant.chain.on_device)
+        on_gpu = move == GPU_DECODER and any(str(n.get("device", "")).startswith(CUDA) for n in variant.chain.on_device)
         why = f": {GPU_DECODER_CHROMA}" if on_gpu else ""
         return Equivalence(NOT_EQUIVALENT, f"{note}: above the bound{why}", max_abs_diff=float(worst))
     if worst == 0 and move in DECODER_MOVES:

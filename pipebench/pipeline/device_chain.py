@@ -12,8 +12,8 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
-from pipebench.base.errors import BatchStepError, PipebenchError, printable
-from pipebench.pipeline.timed_chain import TimedBatch, step_names
+from pipebench.base.errors import BatchStepError, PipebenchError
+from pipebench.pipeline.timed_chain import TimedBatch, first_line, step_names
 
 ON_DEVICE_STAGE = "on_device"
 # A failed batch's line names at most this many of its samples' dataset indices.
@@ -54,6 +54,5 @@ def _failure_line(step: str, batch: TimedBatch, exc: Exception) -> str:
     indices = [int(i) for i in batch.indices]
     named = ", ".join(map(str, indices[:NAMED_INDICES])) + (", ..." if len(indices) > NAMED_INDICES else "")
     samples = f"the batch of samples {named}" if indices else "a batch"
-    return (f"transform.on_device step {step} failed on {samples}: {type(exc).__name__}: "
-            f"{printable(str(exc).splitlines()[0]) if str(exc) else ''} (a step after the copy runs on the whole "
-            "batch, so run.on_error=skip cannot drop one sample there)")
+    return (f"transform.on_device step {step} failed on {samples}: {first_line(exc)} (a step after the copy "
+            "runs on the whole batch, so run.on_error=skip cannot drop one sample there)")

@@ -163,7 +163,8 @@ class StreamEnd(Exception):
     """An iterable dataset has no more items (its StopIteration, which must not read as a bad sample)."""
 
 
-def _first_line(exc: BaseException) -> str:
+def first_line(exc: BaseException) -> str:
+    """`Type: the message's first line`, as a bad sample's or a failed step's line quotes its error."""
     text = str(exc).strip().splitlines()
     return f"{type(exc).__name__}: {text[0] if text else ''}".rstrip(": ")
 
@@ -247,7 +248,7 @@ class InstrumentedDataset(Dataset):
                 raise overrun_at(exc, self.steps[step], self.describe(index)) from None
             raise
         except Exception as exc:
-            return SampleFailure(index, self.describe(index), self.steps[step].name, _first_line(exc))
+            return SampleFailure(index, self.describe(index), self.steps[step].name, first_line(exc))
         return TimedItem(sample, target, timings, time.thread_time_ns() - cpu_start, int(index), io)
 
     def _getitem_observed(self, index: int):
@@ -295,7 +296,7 @@ class InstrumentedDataset(Dataset):
         except StepOverrun as exc:
             raise overrun_at(exc, self.steps[step], self.describe(index)) from None
         except Exception as exc:
-            return SampleFailure(index, self.describe(index), self.steps[step].name, _first_line(exc))
+            return SampleFailure(index, self.describe(index), self.steps[step].name, first_line(exc))
         return TimedItem(sample, target, timings, time.thread_time_ns() - cpu_start, index, io)
 
 
@@ -370,7 +371,7 @@ class TimedCollate:
             raise overrun_at(exc, self.steps[step], f"a batch of {len(good)} samples") from None
         except Exception as exc:  # the whole batch is bad; the policy in the main process decides
             lost = SampleFailure(BATCH_FAILURE_INDEX, f"a batch of {len(good)} samples", self.steps[step].name,
-                                 _first_line(exc))
+                                 first_line(exc))
             return batch(None, None, sample_ns[:0], sample_cpu_ns[:0], failures + (lost,) * len(good), indices[:0],
                          sample_io[:0], sample_workers[:0])
         return batch(data, labels, sample_ns, sample_cpu_ns, failures, indices, sample_io, sample_workers)

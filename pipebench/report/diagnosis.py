@@ -377,6 +377,12 @@ def swept_axis(keys: Sequence[str]) -> str:
     return AXIS_CHAIN
 
 
+def _axis_between(base: Mapping, other: Mapping) -> str:
+    """The axis two jobs' chains differ along (`swept_axis` of the override keys they set differently)."""
+    base_keys, keys = _chain_overrides(base), _chain_overrides(other)
+    return swept_axis([k for k in set(base_keys) | set(keys) if base_keys.get(k) != keys.get(k)])
+
+
 def axis_figures(axis: str, base: Sequence[Mapping], other: Sequence[Mapping]) -> List[Tuple[Figure, Figure]]:
     """(base, other) figures that `axis` moves; see the table in the module doc of `_advice_variants`."""
     if axis == AXIS_CONSUMER:
@@ -433,10 +439,8 @@ def _advice_variants(base: str, groups: Mapping[str, Sequence[Mapping]], costs: 
     if not others:
         return ["Reordering and batching: only one chain was measured; `pipebench explore` measures the variants."]
     paying, losing, unclear = [], [], []
-    base_keys = _chain_overrides(groups[base][0])
     for chain in others:
-        keys = _chain_overrides(groups[chain][0])
-        axis = swept_axis([k for k in set(base_keys) | set(keys) if base_keys.get(k) != keys.get(k)])
+        axis = _axis_between(groups[base][0], groups[chain][0])
         verdicts = [verdict(b, o) for b, o in axis_figures(axis, groups[base], groups[chain])]
         if not verdicts:
             continue
@@ -477,12 +481,10 @@ def _advice_shared_interpreter(base: str, groups: Mapping[str, Sequence[Mapping]
     threads against 17.8 beside 8 worker processes, its GPU busy 10.7% of the time against 24.7%."""
     if base in threaded or (groups[base][0].get("consumer_report") or {}).get("kind") == NO_CONSUMER:
         return []
-    base_keys = _chain_overrides(groups[base][0])
     base_step = _consumer_step_figure(groups[base])
     lines = []
     for chain in (c for c in groups if c in threaded):
-        keys = _chain_overrides(groups[chain][0])
-        if swept_axis([k for k in set(base_keys) | set(keys) if base_keys.get(k) != keys.get(k)]) != AXIS_LOADER:
+        if _axis_between(groups[base][0], groups[chain][0]) != AXIS_LOADER:
             continue
         step = _consumer_step_figure(groups[chain])
         slower = verdict(base_step, step) if base_step is not None and step is not None else None
