@@ -12,7 +12,8 @@ user writes by hand with that library, with none of pipebench's chain or meters:
 
 Both sides run the same dataset, chain, sampler seed, batch, worker count and prefetch, built
 the way the backend builds its own (the same pool and queues), and time the same window
-(`reference.plain_loop`: the first batch and the harness's warm-up, then `--steps` steps). Each
+(`reference.plain_loop`: the first batch and the harness's warm-up, then the harness's window:
+`--steps`, but at least `run.worker_cycles` whole worker cycles). Each
 round runs plain, harness, plain for every backend, so drift hits both alike, and the two plain
 runs give an A/A figure: the noise floor below which no ratio can be told from 1 here. Prints a
 markdown table of medians over rounds.
@@ -44,6 +45,7 @@ from pipebench.measure.reference import (
     plain_loop,
     window_spec,
 )
+from pipebench.measure.runner import window_steps
 from pipebench.measure.setup import quiet_torch_output
 from pipebench.pipeline.build import build_dataset, build_transforms
 from pipebench.pipeline.loader_backends import pin_memory_effective
@@ -175,7 +177,8 @@ def main(argv: Optional[List[str]] = None) -> None:
              for backend in args.backends}
     for spec in specs.values():
         check_epoch_covers_window(spec)
-    print(f"overrides: {' '.join(args.overrides)} workers={args.workers}; {args.rounds} rounds x {args.steps} steps "
+    window = window_steps(next(iter(specs.values())))
+    print(f"overrides: {' '.join(args.overrides)} workers={args.workers}; {args.rounds} rounds x {window} steps "
           "of plain, pipebench, plain per backend", flush=True)
     started = time.perf_counter()
     results = {backend: [] for backend in specs}

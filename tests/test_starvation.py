@@ -7,8 +7,10 @@ the meter must match is a plain loop over the same chain, run right beside it.
 """
 
 import dataclasses
+import time
 
 import pytest
+import torch
 from conftest import TINY_DATASET, compose_spec
 
 from pipebench.measure.job import measure_job
@@ -114,3 +116,33 @@ def test_the_plain_loop_reads_a_pipeline_of_known_cost(case):
           f"truth {BATCH * 1000 / step_ms:.1f}, {100 * wait_ms / step_ms:.1f}%")
     assert plain.samples_per_s == pytest.approx(BATCH * 1000 / step_ms, rel=PLAIN_RATE_TOLERANCE)
     assert plain.starvation_pct == pytest.approx(100 * wait_ms / step_ms, abs=PLAIN_STARVATION_TOLERANCE_POINTS)
+
+
+class _Bursts:
+    """W worker processes started together, as a plain loop sees them: every `cycle_s` a burst of
+    W batches at once, so the truth is W * BATCH / cycle_s samples/s."""
+
+    def __init__(self, workers: int, cycle_s: float) -> None:
+        self.workers = workers
+        self.cycle_s = cycle_s
+
+    def __iter__(self):
+        while True:
+            time.sleep(self.cycle_s)
+            for _ in range(self.workers):
+                yield torch.zeros(BATCH, 1), torch.zeros(BATCH)
+
+
+BURST_WORKERS = 8
+BURST_CYCLE_S = 0.1
+
+
+@pytest.mark.parametrize("warmup", [16, 20], ids=["window starts at a burst", "window starts inside a burst"])
+def test_the_plain_loop_reads_worker_bursts_at_their_rate(warmup):
+    """15 steps at 8 workers are a cycle and 7 steps: started at a burst, they hold two bursts' batches
+    in one cycle's time (15/8 of the rate). The plain loop times the harness's window, whole cycles,
+    and reads the truth from any phase."""
+    spec = compose_spec([*TINY_DATASET, f"workers={BURST_WORKERS}", f"loader.batch_size={BATCH}", "consumer=none",
+                         "run.steps=15", f"run.warmup_steps={warmup}", "run.worker_cycles=2"])
+    plain = plain_loop(spec, loader=_Bursts(BURST_WORKERS, BURST_CYCLE_S))
+    assert plain.samples_per_s == pytest.approx(BURST_WORKERS * BATCH / BURST_CYCLE_S, rel=PLAIN_RATE_TOLERANCE)

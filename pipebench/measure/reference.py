@@ -27,7 +27,7 @@ from torch.utils.data import (
 from pipebench.base.errors import ConfigError
 from pipebench.config.specs import JobSpec
 from pipebench.measure.job import measure_job
-from pipebench.measure.runner import warmup_steps
+from pipebench.measure.runner import warmup_steps, window_steps
 from pipebench.pipeline.build import build_dataset, build_transforms
 from pipebench.pipeline.loader_backends import pin_memory_effective
 from pipebench.pipeline.consumers import ToyCNN
@@ -150,9 +150,13 @@ def plain_loader(spec: JobSpec) -> DataLoader:
 
 def plain_loop(spec: JobSpec, run_ahead: bool = False, loader: Optional[Iterable[Tuple[Any, Any]]] = None
                ) -> LoopMeasurement:
-    """Time `run.steps` steps of a plain loop after the harness's own warm-up (first batch, then
-    `warmup_steps(spec)`), so the two are compared on the same steady state. An epoch's end
-    starts the next one, inside the timed steps, as a `for` loop over epochs would.
+    """Time a plain loop over the harness's own window: after its warm-up (first batch, then
+    `warmup_steps(spec)`), `window_steps(spec)` steps, so the two are compared on the same steady
+    state. With W worker processes that is whole cycles of W steps: W workers started together
+    deliver their batches in bursts of about W, so a window of a cycle and a part that starts at a
+    burst counts most of two bursts in one cycle's time (15 steps at 8 workers: up to 15/8 of the
+    rate); whole cycles read the rate right from any phase. An epoch's end starts the next one,
+    inside the timed steps, as a `for` loop over epochs would.
 
     `loader`: what makes the batches, each `iter()` one epoch of (data, labels); by default
     `plain_loader(spec)`, a DataLoader (benchmarks/backend_overhead.py passes its hand-written
@@ -180,7 +184,7 @@ def plain_loop(spec: JobSpec, run_ahead: bool = False, loader: Optional[Iterable
     samples = 0
     wait_s = 0.0
     start = time.perf_counter()
-    for _ in range(spec.run.steps):
+    for _ in range(window_steps(spec)):
         before = time.perf_counter()
         data, labels = next_batch()
         wait_s += time.perf_counter() - before
