@@ -30,7 +30,7 @@ from pipebench.measure.reference import (
     plain_loop,
     window_spec,
 )
-from pipebench.measure.runner import warmup_steps, window_steps
+from pipebench.measure.runner import backlog_steps, warmup_steps, window_steps
 from pipebench.measure.setup import quiet_torch_output
 from pipebench.pipeline.build import build_dataset
 
@@ -65,8 +65,9 @@ class Pair:
 
 
 def check_epoch_covers_window(spec: JobSpec) -> None:
-    """Both loops must measure steady state: no epoch may end inside first batch + warm-up + steps."""
-    needed = 1 + warmup_steps(spec) + window_steps(spec)
+    """Both loops must measure steady state: no epoch may end inside first batch + warm-up + the
+    harness's drain + steps."""
+    needed = 1 + warmup_steps(spec) + backlog_steps(spec) + window_steps(spec)
     batches = len(build_dataset(spec)) // spec.loader.batch_size
     if batches < needed:
         raise SystemExit(f"plain_loop_check: an epoch is {batches} batches, the window {needed}: "

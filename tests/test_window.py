@@ -1,9 +1,26 @@
 """The measured window on step series of known truth: epoch ends are found, kept apart from the
 steady state, and priced; the rate over whole cycles is the true one."""
 
-import pytest
+import queue
+import threading
+import time
 
-from pipebench.measure.runner import WINDOW_TIME_CAP, PassResult, StepSample, TimingSink
+import numpy as np
+import pytest
+import torch
+from conftest import TINY_DATASET, compose_spec
+
+from pipebench.measure.meter import FIRST_MEASURED, LAST_MEASURED
+from pipebench.measure.runner import (
+    WINDOW_TIME_CAP,
+    PassResult,
+    StepLoop,
+    StepSample,
+    TimingSink,
+    WindowMarks,
+    measure_pass,
+    pass_plan,
+)
 from pipebench.measure.summarize import summary_row
 from pipebench.measure.window import (
     RESTART_FIRST_BATCH,
@@ -14,6 +31,7 @@ from pipebench.measure.window import (
     split_window,
     window_note,
 )
+from pipebench.pipeline.timed_chain import TimedBatch
 
 MS = 1_000_000
 BATCH = 8
@@ -123,3 +141,81 @@ def test_the_interval_holds_the_steady_rate_when_leftover_cycles_are_slow():
     assert row["samples_per_s"] == pytest.approx(2 * BATCH * 19 / (CYCLE_MS * (18 + 20) / 1000))
     assert row["samples_per_s_ci_low"] <= row["samples_per_s"] <= row["samples_per_s_ci_high"]
     assert row["samples_per_s_ci_low"] < row["samples_per_s_ci_high"]  # the slow cycle is in a block
+
+
+class _Producer:
+    """One worker with `backlog` batches outstanding, as a BatchStream sees it: a batch every
+    `period_s`, made on its own thread, so it goes on while the loop is held until every
+    outstanding batch is made; taking one hands the worker the next."""
+
+    in_process = False
+    epochs = 1
+    worker_startup_s: dict = {}
+
+    def __init__(self, period_s: float, backlog: int) -> None:
+        self.period_s = period_s
+        self.made: "queue.Queue[TimedBatch]" = queue.Queue()
+        self.outstanding = threading.Semaphore(backlog)
+        self.stopped = threading.Event()
+        threading.Thread(target=self._make, daemon=True).start()
+
+    def _make(self) -> None:
+        while not self.stopped.is_set():
+            if not self.outstanding.acquire(timeout=0.05) or self.stopped.wait(self.period_s):
+                continue
+            self.made.put(TimedBatch(torch.zeros(BATCH, 1), torch.zeros(BATCH), np.zeros((BATCH, 1), np.int64),
+                                     np.zeros(1, np.int64), np.zeros((BATCH, 1), np.int64), 0, (), 0, 0,
+                                     time.perf_counter_ns()))
+
+    def next(self) -> TimedBatch:
+        batch = self.made.get(timeout=10)
+        self.outstanding.release()
+        return batch
+
+
+class _NoConsumer:
+    device = None
+
+    def step(self, data, labels) -> None:
+        pass
+
+
+PRODUCER_PERIOD_S = 0.02
+# Longer than the producer needs to fill its 8 slots (0.16 s): the memory meter's first readings
+# took half a second at 8 workers on the 2-core machine.
+SLOW_MARK_S = 0.5
+
+
+def test_a_slow_first_mark_gives_the_window_no_free_batches():
+    """While the memory meter's first readings hold the loop, the workers fill their backlog (8
+    batches here). A window of 40 steps started right after would count them in no time: 40
+    batches in the time of 32, 1.25x the true rate. The drain takes them before the clock starts
+    and before the other meters' marks."""
+    spec = compose_spec([*TINY_DATASET, "workers=4", "loader.prefetch_factor=2", f"loader.batch_size={BATCH}",
+                         "run.steps=40", "run.worker_cycles=1", "run.warmup_steps=0", "run.min_time_s=0",
+                         "run.progress=false"])
+    plan = pass_plan(spec)
+    assert plan.drain == 8
+    stream = _Producer(PRODUCER_PERIOD_S, plan.drain)
+    marks = []
+
+    def slow_mark(name):
+        marks.append(("holding", name, stream.made.qsize()))
+        if name == FIRST_MEASURED:
+            time.sleep(SLOW_MARK_S)
+
+    def quick_mark(name):
+        marks.append(("quick", name, stream.made.qsize()))
+
+    try:
+        result = measure_pass(StepLoop(stream, _NoConsumer(), non_blocking=False), plan, TimingSink(), "t",
+                              marks=WindowMarks(slow_mark, quick_mark))
+    finally:
+        stream.stopped.set()
+    # The quick meters mark after the drain, with the backlog gone; the holding one's window holds theirs.
+    assert [m[:2] for m in marks] == [("holding", FIRST_MEASURED), ("quick", FIRST_MEASURED),
+                                     ("quick", LAST_MEASURED), ("holding", LAST_MEASURED)]
+    assert marks[1][2] == 0
+    assert result.drained_samples == plan.drain * BATCH
+    rate = sum(s.samples for s in result.steps) * 1e9 / sum(s.step_ns for s in result.steps)
+    assert rate == pytest.approx(BATCH / PRODUCER_PERIOD_S, rel=0.08)

@@ -74,6 +74,7 @@ class IndexLog:
     (`merge_logs`)."""
 
     key = "coverage"
+    holds_loop = False
 
     def __init__(self, length: Optional[int] = None, droppable: int = 0) -> None:
         self.repeat = 0

@@ -92,6 +92,7 @@ class HostLoadMeter:
     """`host_other_cpu_cores` and `host_steal_pct` over the measured steps; see the module doc."""
 
     key = "host_load"
+    holds_loop = False
 
     def __init__(self) -> None:
         self._at: Dict[str, HostReading] = {}

@@ -212,6 +212,7 @@ class MemorySampler:
         self._report: Optional[MemoryReport] = None
 
     key = "memory"
+    holds_loop = True  # half a second of page-table walks at 8 workers on the 2-core machine
     def __enter__(self) -> "MemorySampler":
         self.start()
         return self

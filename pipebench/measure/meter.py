@@ -1,7 +1,8 @@
 """The meter protocol: what every instrument around the measured window offers the job.
 
 A meter is built before the loader's workers start, started before the first repeat, marked
-at the first and last measured step of the first repeat, and stopped once the repeats end
+at the first and last measured step of the first repeat (one whose readings hold the loop, before
+the steps that drain the workers' backlog: `holds_loop`), and stopped once the repeats end
 (also when they fail). Then the job reads its summary cells and its result.json section.
 Adding a meter means one class with these five methods and one entry in the job's tuple.
 A meter never fails a job for "not available": it leaves None cells and says why.
@@ -18,6 +19,10 @@ FIRST_MEASURED, LAST_MEASURED = "first_measured", "last_measured"
 @runtime_checkable
 class Meter(Protocol):
     key: str  # its section of result.json: "memory", "coverage", "gpu"
+    # Whether its readings take long enough to hold the step loop while workers run on (the memory
+    # meter walks every process's page tables): such meters are marked first, and the loop drains
+    # what the workers made meanwhile before the others' marks and the clock start.
+    holds_loop: bool
 
     def start(self) -> None:
         """Before the first repeat. Creates no CUDA context: workers may fork later."""

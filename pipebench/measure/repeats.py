@@ -28,7 +28,16 @@ from pipebench.config.specs import SYNC_ASYNC, SYNC_AUTO, SYNC_PER_STEP, JobSpec
 from pipebench.measure.coverage import IndexLog
 from pipebench.measure.gpu.session import GpuSession
 from pipebench.measure.meter import FIRST_MEASURED, Meter
-from pipebench.measure.runner import BatchStream, PassPlan, PassResult, StepLoop, TimingSink, measure_pass, pass_plan
+from pipebench.measure.runner import (
+    BatchStream,
+    PassPlan,
+    PassResult,
+    StepLoop,
+    TimingSink,
+    WindowMarks,
+    measure_pass,
+    pass_plan,
+)
 from pipebench.pipeline.build import JobParts
 from pipebench.pipeline.device_chain import DeviceChain
 from pipebench.pipeline.loader_backends import LoaderBackend
@@ -127,12 +136,8 @@ class Repeats:
 
     @property
     def marked_samples(self) -> int:
-        """The samples of the window the meters' marks bound: the first repeat's measured steps."""
+        """The samples of the window the quick meters' marks bound: the first repeat's measured steps."""
         return sum(step.samples for step in self.passes[0].steps) if self.passes else 0
-
-
-def _unmarked(name: str) -> None:
-    """Repeats after the first: the meters' marks belong to the first repeat's window."""
 
 
 def measure_repeats(kit: LoopKit, meters: Sequence[Meter], index_log: IndexLog, sink: TimingSink,
@@ -142,12 +147,15 @@ def measure_repeats(kit: LoopKit, meters: Sequence[Meter], index_log: IndexLog, 
     (in reverse, also on failure). `index_log` sees every batch; `agree` is a rank's shared stop
     decision."""
 
-    def mark(name: str) -> None:
-        # The last mark in reverse: each meter's window then nests inside the ones before it, so
-        # the CPU of the host-load meter's window holds no memory sample's page-table walk.
-        for meter in (meters if name == FIRST_MEASURED else reversed(meters)):
-            meter.mark(name)
+    def marker(group: Sequence[Meter]) -> Callable[[str], None]:
+        def mark(name: str) -> None:
+            # The last mark in reverse: each meter's window then nests inside the ones before it,
+            # so the CPU of the host-load meter's window holds no memory sample's page-table walk.
+            for meter in (group if name == FIRST_MEASURED else reversed(group)):
+                meter.mark(name)
+        return mark
 
+    marks = WindowMarks(marker([m for m in meters if m.holds_loop]), marker([m for m in meters if not m.holds_loop]))
     passes, skipped, epochs = [], [], []
     for meter in meters:
         meter.start()
@@ -156,7 +164,7 @@ def measure_repeats(kit: LoopKit, meters: Sequence[Meter], index_log: IndexLog, 
             index_log.repeat = repeat
             loop = kit.loop(measured=True, on_batch=index_log)
             passes.append(measure_pass(loop, kit.plan, sink, f"{label}repeat {repeat + 1}/{kit.plan.repeats}",
-                                       mark=mark if repeat == 0 else _unmarked, agree=agree))
+                                       marks=marks if repeat == 0 else None, agree=agree))
             skipped.extend(loop.stream.skipped)
             epochs.append(loop.stream.epochs)
             loop.stream.close()

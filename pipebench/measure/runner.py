@@ -92,7 +92,7 @@ def with_gpu_split(step: StepSample, split: GpuStepSplit) -> StepSample:
 class PassResult:
     """One repeat: a fresh iteration of the loader. worker_startup_s: worker id -> seconds from
     the iterator's creation to that worker's start (empty at workers=0 and for reused workers).
-    `start_epoch`: the epoch of the last warm-up batch, so an epoch end between warm-up and the
+    `start_epoch`: the epoch of the last batch before the window, so an epoch end between warm-up and the
     first measured step is seen too. `stop_reason`: why the window ended (WINDOW_* below)."""
 
     first_batch_s: float
@@ -103,6 +103,8 @@ class PassResult:
     worker_startup_s: Dict[int, float]
     start_epoch: int = 1
     stop_reason: str = "window"
+    # Samples of the steps between the holding meters' first mark and the window (measure_pass's drain).
+    drained_samples: int = 0
 
 
 @dataclass
@@ -335,14 +337,20 @@ class StepLoop:
                           batch_bytes(batch.data))
 
 
+def backlog_steps(spec: JobSpec) -> int:
+    """The most batches the workers can have made ahead of the loop: workers x prefetch_factor
+    (none in one process, where a batch is made when asked for)."""
+    return spec.workers * spec.loader.prefetch_factor
+
+
 def warmup_steps(spec: JobSpec) -> int:
     """run.warmup_steps, but never fewer than the batches workers can queue during start-up.
 
     All workers start together and, while the first batch is awaited, fill up to
-    workers x prefetch_factor batches. Measuring before that backlog is drained credits
+    `backlog_steps` batches. Measuring before that backlog is drained credits
     start-up work to the steady state: 8 workers on 2 cores read 13% above the CPU's capacity.
     """
-    return max(spec.run.warmup_steps, spec.workers * spec.loader.prefetch_factor)
+    return max(spec.run.warmup_steps, backlog_steps(spec))
 
 
 def cycle_steps(workers: int, worker_kind: str = PROCESSES) -> int:
@@ -367,10 +375,12 @@ def window_steps(spec: JobSpec) -> int:
 @dataclass(frozen=True)
 class PassPlan:
     """The numbers every measured pass of a job runs by, resolved once from its config: the
-    warm-up (`warmup_steps`), the window's fewest steps (`window_steps`) in whole cycles of
-    `cycle` steps (`cycle_steps`), the window's time bounds, the repeats, the progress bar."""
+    warm-up (`warmup_steps`), the steps that drain what the workers made while the holding meters'
+    first readings held the loop (`backlog_steps`), the window's fewest steps (`window_steps`) in whole
+    cycles of `cycle` steps (`cycle_steps`), the window's time bounds, the repeats, the progress bar."""
 
     warmup: int
+    drain: int
     window: int
     cycle: int
     min_time_s: float
@@ -380,7 +390,8 @@ class PassPlan:
 
 
 def pass_plan(spec: JobSpec) -> PassPlan:
-    return PassPlan(warmup_steps(spec), window_steps(spec), cycle_steps(spec.workers, spec.worker_kind),
+    return PassPlan(warmup_steps(spec), backlog_steps(spec), window_steps(spec),
+                    cycle_steps(spec.workers, spec.worker_kind),
                     spec.run.min_time_s, spec.run.max_time_s, spec.run.repeats, spec.run.progress)
 
 
@@ -388,22 +399,41 @@ def pass_plan(spec: JobSpec) -> PassPlan:
 WINDOW_COMPLETE, WINDOW_TIME_CAP = "window", "time cap"
 
 
+@dataclass(frozen=True)
+class WindowMarks:
+    """The meters' marks around one pass's window, each called with FIRST_MEASURED, then
+    LAST_MEASURED: `holding`, of readings that hold the loop, outside `quick`'s."""
+
+    holding: Callable[[str], None]
+    quick: Callable[[str], None]
+
+
 def measure_pass(loop: StepLoop, plan: PassPlan, sink: TimingSink, label: str,
-                 mark: Callable[[str], None] = lambda name: None,
+                 marks: Optional[WindowMarks] = None,
                  agree: Optional[Callable[[bool], bool]] = None) -> PassResult:
     """First batch, warm-up, then whole worker cycles until the plan's window and `run.min_time_s`
     are both reached, or `run.max_time_s` has passed.
 
     A starved loop's steps repeat with the worker cycle, so a window of whole cycles has no
-    phase bias. `mark` is called with FIRST_MEASURED and LAST_MEASURED around the steady state,
-    so a memory sampler can take exact readings there. `agree(want_more)` turns this process's
-    wish to go on into a decision shared with other ranks; its time is no step's.
+    phase bias. `marks` are called around the steady state, so a memory sampler can take exact
+    readings there. The holding ones (half a second of page-table walks for 8 workers on the
+    2-core machine) hold the loop while workers with cores to spare go on making batches, up to
+    their backlog: a window that started right after would get those free, and a CPU meter marked
+    then would count their samples without their CPU. So `plan.drain` steps follow them, outside
+    the clock and the quick meters' window (`PassResult.drained_samples`). `agree(want_more)`
+    turns this process's wish to go on into a decision shared with other ranks; its time is no
+    step's (the drain is as long on every rank).
     """
     start = time.perf_counter_ns()
     loop.step(None)
     first_batch_s = (time.perf_counter_ns() - start) / NS_PER_S
     for _ in range(plan.warmup):
         loop.step(None)
+    drained_samples = 0
+    if marks is not None:
+        marks.holding(FIRST_MEASURED)
+        drained_samples = sum(loop.step(None).samples for _ in range(plan.drain))
+        marks.quick(FIRST_MEASURED)
     start_epoch = loop.stream.epochs
     steps: List[StepSample] = []
     min_time_ns = plan.min_time_s * NS_PER_S
@@ -413,9 +443,8 @@ def measure_pass(loop: StepLoop, plan: PassPlan, sink: TimingSink, label: str,
     measured_ns = 0
     samples = 0
     stop_reason = WINDOW_COMPLETE
-    mark(FIRST_MEASURED)
     loop.begin_window()
-    loop.last_end_ns = time.perf_counter_ns()  # the mark's own cost is not the pipeline's
+    loop.last_end_ns = time.perf_counter_ns()
     while True:
         want_more = len(steps) < target or measured_ns < min_time_ns or len(steps) % cycle != 0
         if want_more and steps and measured_ns >= max_time_ns:
@@ -433,10 +462,12 @@ def measure_pass(loop: StepLoop, plan: PassPlan, sink: TimingSink, label: str,
             bar.update(1)
             bar.set_postfix(samples_per_s=f"{samples * NS_PER_S / measured_ns:.1f}")
     steps = loop.end_window(steps)
-    mark(LAST_MEASURED)
+    if marks is not None:
+        marks.quick(LAST_MEASURED)
+        marks.holding(LAST_MEASURED)
     bar.close()
     return PassResult(first_batch_s, plan.warmup, steps, measured_ns / NS_PER_S, loop.stream.epochs,
-                      dict(loop.stream.worker_startup_s), start_epoch, stop_reason)
+                      dict(loop.stream.worker_startup_s), start_epoch, stop_reason, drained_samples)
 
 
 def profile_steps(loop: StepLoop, dataset: InstrumentedDataset, collate: TimedCollate, steps: int,

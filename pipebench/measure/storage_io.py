@@ -82,6 +82,7 @@ class StorageReadMeter:
     """`storage_read_mb` and `storage_read_mb_per_s` over the measured steps; see the module doc."""
 
     key = "storage_io"
+    holds_loop = False
 
     def __init__(self) -> None:
         self._at: Dict[str, Optional[Dict[int, int]]] = {}

@@ -256,6 +256,7 @@ def pass_record(result: PassResult) -> Dict[str, object]:
     return {
         "first_batch_s": result.first_batch_s,
         "warmup_steps": result.warmup_steps,
+        "drained_samples": result.drained_samples,
         "wall_s": result.wall_s,
         "epochs": result.epochs,
         "samples": [s.samples for s in result.steps],

@@ -68,6 +68,7 @@ class AllocatorTracker:
     """
 
     key = "allocator"
+    holds_loop = False
 
     def __init__(self, device: Optional[torch.device]):
         self.active = device is not None and device.type == "cuda"

@@ -103,6 +103,7 @@ class GpuSession:
     """Collects the GPU-side figures of one job (a Meter made of meters); see the module docstring."""
 
     key = "gpu"
+    holds_loop = False
 
     def __init__(self, consumer: Any, untraced_note: str = NO_TRACE_NOTE):
         self.consumer = consumer

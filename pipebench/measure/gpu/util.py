@@ -121,6 +121,7 @@ class GpuUtilSampler:
     """
 
     key = "gpu_util"
+    holds_loop = False
 
     def __init__(self, interval_s: float = DEFAULT_INTERVAL_S, enabled: bool = True):
         self.interval_s = interval_s
