@@ -204,12 +204,13 @@ def test_a_slow_first_mark_gives_the_window_no_free_batches():
     plan = pass_plan(spec)
     assert plan.drain == 8
     stream = _Producer(PRODUCER_PERIOD_S, plan.drain)
-    marks = []
+    marks, formed = [], []
 
     def slow_mark(name):
         marks.append(("holding", name, stream.made.qsize()))
         if name == FIRST_MEASURED:
             time.sleep(SLOW_MARK_S)
+            formed.append(stream.made.qsize())
 
     def quick_mark(name):
         marks.append(("quick", name, stream.made.qsize()))
@@ -219,10 +220,11 @@ def test_a_slow_first_mark_gives_the_window_no_free_batches():
                               marks=WindowMarks(slow_mark, quick_mark))
     finally:
         stream.stopped.set()
-    # The quick meters mark after the drain, with the backlog gone; the holding one's window holds theirs.
+    # The backlog of 8 forms during the holding mark and is gone at the quick ones (one batch more,
+    # were this thread held a whole period on a loaded host); the holding window holds theirs.
     assert [m[:2] for m in marks] == [("holding", FIRST_MEASURED), ("quick", FIRST_MEASURED),
                                      ("quick", LAST_MEASURED), ("holding", LAST_MEASURED)]
-    assert marks[1][2] == 0
+    assert marks[0][2] <= 1 and formed == [plan.drain] and marks[1][2] <= 1
     assert result.drained_samples == plan.drain * BATCH
     rate = sum(s.samples for s in result.steps) * 1e9 / sum(s.step_ns for s in result.steps)
     # Without the drain: 486 samples/s for 400 (the 8 free batches in 40 steps give 1.25x).
