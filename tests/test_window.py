@@ -31,6 +31,7 @@ from pipebench.measure.window import (
     split_window,
     window_note,
 )
+from pipebench.pipeline.consumers import NoConsumer
 from pipebench.pipeline.timed_chain import TimedBatch
 
 MS = 1_000_000
@@ -180,13 +181,6 @@ class _Producer:
         return batch
 
 
-class _NoConsumer:
-    device = None
-
-    def step(self, data, labels) -> None:
-        pass
-
-
 PRODUCER_PERIOD_S = 0.02
 # Longer than the producer needs to fill its 8 slots (0.16 s): the memory meter's first readings
 # took half a second at 8 workers on the 2-core machine.
@@ -216,7 +210,7 @@ def test_a_slow_first_mark_gives_the_window_no_free_batches():
         marks.append(("quick", name, stream.made.qsize()))
 
     try:
-        result = measure_pass(StepLoop(stream, _NoConsumer(), non_blocking=False), plan, TimingSink(), "t",
+        result = measure_pass(StepLoop(stream, NoConsumer(), non_blocking=False), plan, TimingSink(), "t",
                               marks=WindowMarks(slow_mark, quick_mark))
     finally:
         stream.stopped.set()
