@@ -150,7 +150,9 @@ def test_a_target_transform_is_a_row_of_its_own_out_of_the_load(workers):
                           "LabelSpin (target_transform)", "default_collate"]
     assert rows["LabelSpin (target_transform)"]["ms_per_call_median"] == pytest.approx(FAST_MS, rel=ROW_TOLERANCE)
     assert rows["LabelSpin (target_transform)"]["calls"] == STEPS * BATCH
-    assert rows["LabelledDataset"]["ms_per_call_median"] < FAST_MS / 2  # the label's spin is not the load's
+    # The label's spin is not the load's: charged to it, the load would read at least FAST_MS more than
+    # its own cost. Half of FAST_MS was too tight a bound: CI read the load alone at 0.27 ms on a loaded host.
+    assert rows["LabelledDataset"]["ms_per_call_median"] < FAST_MS
 
 
 def test_a_concat_dataset_of_one_recipe_times_its_steps_across_its_datasets():
