@@ -182,22 +182,32 @@ class _Producer:
 
 
 PRODUCER_PERIOD_S = 0.02
-# Longer than the producer needs to fill its 8 slots (0.16 s): the memory meter's first readings
-# took half a second at 8 workers on the 2-core machine.
+# Longer than the producer needs to fill its slots (0.16 s for 8, 0.4 s for 20): the memory
+# meter's first readings took half a second at 8 workers on the 2-core machine.
 SLOW_MARK_S = 0.5
+# A thread pipeline's queues (torchdata's, SPDL's stages and sink) hold more batches than
+# workers x prefetch_factor: here 20 against the plan's 8.
+DEEP_BACKLOG = 20
+# The quick meters' first marks read /proc for every process, and wait for the GIL while worker
+# threads hold it: 12 to 73 ms at one spdl thread on the 2-core machine. 0.1 s is 5 batches here,
+# fewer than the backlog holds, so the producer never stops.
+SLOW_QUICK_MARK_S = 0.1
 
 
-def test_a_slow_first_mark_gives_the_window_no_free_batches():
-    """While the memory meter's first readings hold the loop, the workers fill their backlog (8
-    batches here). A window of 40 steps started right after would count them in no time: 40
-    batches in the time of 32, 1.25x the true rate. The drain takes them before the clock starts
-    and before the other meters' marks."""
+@pytest.mark.parametrize("backlog, quick_s", [(8, 0.0), (DEEP_BACKLOG, 0.0), (8, SLOW_QUICK_MARK_S)],
+                         ids=["a DataLoader's backlog", "a thread pipeline's deeper backlog", "slow quick marks"])
+def test_slow_marks_give_the_window_no_free_batches(backlog, quick_s):
+    """While the memory meter's first readings hold the loop, the workers fill their backlog. A
+    window of 40 steps started right after would count it in no time: 8 batches read 1.25x the
+    true rate, 20 read 2x. The drain takes the backlog, however deep, before the clock starts and
+    before the other meters' marks; what is made while those read is the window's, and so is
+    their time (without that, 5 batches free: 1.14x)."""
     spec = compose_spec([*TINY_DATASET, "workers=4", "loader.prefetch_factor=2", f"loader.batch_size={BATCH}",
                          "run.steps=40", "run.worker_cycles=1", "run.warmup_steps=0", "run.min_time_s=0",
                          "run.progress=false"])
     plan = pass_plan(spec)
     assert plan.drain == 8
-    stream = _Producer(PRODUCER_PERIOD_S, plan.drain)
+    stream = _Producer(PRODUCER_PERIOD_S, backlog)
     marks, formed = [], []
 
     def slow_mark(name):
@@ -208,18 +218,20 @@ def test_a_slow_first_mark_gives_the_window_no_free_batches():
 
     def quick_mark(name):
         marks.append(("quick", name, stream.made.qsize()))
+        if name == FIRST_MEASURED:
+            time.sleep(quick_s)
 
     try:
         result = measure_pass(StepLoop(stream, NoConsumer(), non_blocking=False), plan, TimingSink(), "t",
                               marks=WindowMarks(slow_mark, quick_mark))
     finally:
         stream.stopped.set()
-    # The backlog of 8 forms during the holding mark and is gone at the quick ones (one batch more,
+    # The backlog forms during the holding mark and is gone at the quick ones (one batch more,
     # were this thread held a whole period on a loaded host); the holding window holds theirs.
     assert [m[:2] for m in marks] == [("holding", FIRST_MEASURED), ("quick", FIRST_MEASURED),
                                      ("quick", LAST_MEASURED), ("holding", LAST_MEASURED)]
-    assert marks[0][2] <= 1 and formed == [plan.drain] and marks[1][2] <= 1
-    assert result.drained_samples == plan.drain * BATCH
+    assert marks[0][2] <= 1 and formed == [backlog] and marks[1][2] <= 1
+    # The whole backlog, and the first batch made after the mark, which ends the drain.
+    assert backlog * BATCH <= result.drained_samples <= (backlog + 2) * BATCH
     rate = sum(s.samples for s in result.steps) * 1e9 / sum(s.step_ns for s in result.steps)
-    # Without the drain: 486 samples/s for 400 (the 8 free batches in 40 steps give 1.25x).
     assert rate == pytest.approx(BATCH / stream.period_made_s(), rel=0.08)

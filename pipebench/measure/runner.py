@@ -257,6 +257,8 @@ class StepLoop:
     clock: Optional[AsyncStepClock] = None
     # When the previous step's bookkeeping ended; None until a step has run.
     last_end_ns: Optional[int] = None
+    # When the previous step's batch was finished (TimedBatch.done_ns); None until a step has run.
+    last_done_ns: Optional[int] = None
 
     def _mark(self) -> None:
         if self.clock is not None:
@@ -320,6 +322,7 @@ class StepLoop:
         # Everything from here to the next step's start (records, freeing this batch's shared
         # memory when the locals die) is the main loop's own cost: the next step's gap.
         self.last_end_ns = t4
+        self.last_done_ns = batch.done_ns
         if self.on_batch is not None:
             self.on_batch(batch, self.stream.epochs)
         if sink is not None:
@@ -339,8 +342,9 @@ class StepLoop:
 
 
 def backlog_steps(spec: JobSpec) -> int:
-    """The most batches the workers can have made ahead of the loop: workers x prefetch_factor
-    (none in one process, where a batch is made when asked for)."""
+    """The most batches worker processes can have made ahead of the loop: workers x prefetch_factor
+    (none in one process, where a batch is made when asked for). A thread backend's queues can
+    hold more (`drain_backlog` reads when its batches were made)."""
     return spec.workers * spec.loader.prefetch_factor
 
 
@@ -373,11 +377,30 @@ def window_steps(spec: JobSpec) -> int:
     return -(-wanted // cycle) * cycle
 
 
+def drain_backlog(loop: StepLoop, least: int, since_ns: int, most: int,
+                  agree: Optional[Callable[[bool], bool]] = None) -> int:
+    """Steps that take what the workers made ahead of the loop while it was held since `since_ns`;
+    returns their samples. At least `least` steps, then on until a batch finished after `since_ns`
+    comes: a thread backend's queues hold more than workers x prefetch_factor (measured here at one
+    thread: spdl's first 6 window steps and torchdata's first 3 came at once after a drain of 2).
+    At most `most` steps past `least` (a bound, should the batches' clock not be the loop's).
+    `agree` shares each wish to go on with the other ranks, as in the window."""
+    samples = steps = 0
+    while True:
+        held_back = steps < least or (steps > 0 and loop.last_done_ns < since_ns and steps < least + most)
+        if agree is not None:
+            held_back = agree(held_back)
+        if not held_back:
+            return samples
+        samples += loop.step(None).samples
+        steps += 1
+
+
 @dataclass(frozen=True)
 class PassPlan:
     """The numbers every measured pass of a job runs by, resolved once from its config: the
-    warm-up (`warmup_steps`), the steps that drain what the workers made while the holding meters'
-    first readings held the loop (`backlog_steps`), the window's fewest steps (`window_steps`) in whole
+    warm-up (`warmup_steps`), the fewest steps that drain what the workers made while the holding
+    meters' first readings held the loop (`backlog_steps`; `drain_backlog` takes the rest), the window's fewest steps (`window_steps`) in whole
     cycles of `cycle` steps (`cycle_steps`), the window's time bounds, the repeats, the progress bar."""
 
     warmup: int
@@ -420,8 +443,10 @@ def measure_pass(loop: StepLoop, plan: PassPlan, sink: TimingSink, label: str,
     readings there. The holding ones (half a second of page-table walks for 8 workers on the
     2-core machine) hold the loop while workers with cores to spare go on making batches, up to
     their backlog: a window that started right after would get those free, and a CPU meter marked
-    then would count their samples without their CPU. So `plan.drain` steps follow them, outside
-    the clock and the quick meters' window (`PassResult.drained_samples`). `agree(want_more)`
+    then would count their samples without their CPU. So steps that drain that backlog follow them
+    (`drain_backlog`: at least `plan.drain`, on until a batch made after the marks comes), outside
+    the clock and the quick meters' window (`PassResult.drained_samples`); the quick meters mark
+    inside the clock. `agree(want_more)`
     turns this process's wish to go on into a decision shared with other ranks; its time is no
     step's (the drain is as long on every rank).
     """
@@ -433,8 +458,7 @@ def measure_pass(loop: StepLoop, plan: PassPlan, sink: TimingSink, label: str,
     drained_samples = 0
     if marks is not None:
         marks.holding(FIRST_MEASURED)
-        drained_samples = sum(loop.step(None).samples for _ in range(plan.drain))
-        marks.quick(FIRST_MEASURED)
+        drained_samples = drain_backlog(loop, plan.drain, time.perf_counter_ns(), plan.window, agree)
     start_epoch = loop.stream.epochs
     steps: List[StepSample] = []
     min_time_ns = plan.min_time_s * NS_PER_S
@@ -445,14 +469,20 @@ def measure_pass(loop: StepLoop, plan: PassPlan, sink: TimingSink, label: str,
     samples = 0
     stop_reason = WINDOW_COMPLETE
     loop.begin_window()
+    # The clock starts before the quick meters' first marks: what the workers make while those
+    # read (tens of ms where worker threads hold the GIL) belongs to the window, and their time
+    # is the first step's gap, the loop's own.
     loop.last_end_ns = time.perf_counter_ns()
+    if marks is not None:
+        marks.quick(FIRST_MEASURED)
     while True:
         want_more = len(steps) < target or measured_ns < min_time_ns or len(steps) % cycle != 0
         if want_more and steps and measured_ns >= max_time_ns:
             want_more, stop_reason = False, WINDOW_TIME_CAP
         if agree is not None:
+            asked = time.perf_counter_ns()
             want_more = agree(want_more)
-            loop.last_end_ns = time.perf_counter_ns()
+            loop.last_end_ns += time.perf_counter_ns() - asked  # the collective's wait is no step's
         if not want_more:
             break
         sample = loop.step(sink)
