@@ -400,8 +400,9 @@ def drain_backlog(loop: StepLoop, least: int, since_ns: int, most: int,
 class PassPlan:
     """The numbers every measured pass of a job runs by, resolved once from its config: the
     warm-up (`warmup_steps`), the fewest steps that drain what the workers made while the holding
-    meters' first readings held the loop (`backlog_steps`; `drain_backlog` takes the rest), the window's fewest steps (`window_steps`) in whole
-    cycles of `cycle` steps (`cycle_steps`), the window's time bounds, the repeats, the progress bar."""
+    meters' first readings held the loop (`backlog_steps`; `drain_backlog` takes the rest), the
+    window's fewest steps (`window_steps`) in whole cycles of `cycle` steps (`cycle_steps`), the
+    window's time bounds, the repeats, the progress bar."""
 
     warmup: int
     drain: int
@@ -446,9 +447,8 @@ def measure_pass(loop: StepLoop, plan: PassPlan, sink: TimingSink, label: str,
     then would count their samples without their CPU. So steps that drain that backlog follow them
     (`drain_backlog`: at least `plan.drain`, on until a batch made after the marks comes), outside
     the clock and the quick meters' window (`PassResult.drained_samples`); the quick meters mark
-    inside the clock. `agree(want_more)`
-    turns this process's wish to go on into a decision shared with other ranks; its time is no
-    step's (the drain is as long on every rank).
+    inside the clock. `agree(want_more)` turns this process's wish to go on into a decision shared
+    with other ranks; its time is no step's (the drain is as long on every rank).
     """
     start = time.perf_counter_ns()
     loop.step(None)
