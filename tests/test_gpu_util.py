@@ -32,11 +32,14 @@ class FakeNvml:
 
 def test_sampler_collects_readings_on_its_thread_until_stopped(monkeypatch):
     fake = FakeNvml([10, 30, 50, 70])
-    monkeypatch.setattr(gpu_util, "_open_nvml", lambda: (fake, "handle"))
+    opened = []
+    monkeypatch.setattr(gpu_util, "_open_nvml", lambda: opened.append(1) or (fake, "handle"))
     sampler = GpuUtilSampler(interval_s=0.01)
     sampler.start()  # a Meter's start: nothing sampled before the first measured step
     assert fake.calls == 0
     sampler.mark(FIRST_MEASURED)
+    # Opened once, at start: NVML's init must not land in the window, whose clock runs at the mark.
+    assert opened == [1]
     deadline = time.monotonic() + 5
     while fake.calls <= 4 and time.monotonic() < deadline:  # the 5th call raises
         time.sleep(0.01)
@@ -48,6 +51,7 @@ def test_sampler_collects_readings_on_its_thread_until_stopped(monkeypatch):
 def test_sampler_stopped_before_its_first_reading_says_so(monkeypatch):
     monkeypatch.setattr(gpu_util, "_open_nvml", lambda: (FakeNvml([50]), "handle"))
     sampler = GpuUtilSampler(interval_s=60)
+    sampler.start()
     sampler.mark(FIRST_MEASURED)
     report = sampler.stop()
     assert report.samples == [] and report.mean_pct is None and "before the first NVML sample" in report.note
@@ -63,6 +67,7 @@ def test_disabled_sampler_reads_nothing(monkeypatch):
 @pytest.mark.skipif(torch.cuda.is_available(), reason="checks the machine without CUDA")
 def test_without_cuda_the_report_is_empty_with_a_note():
     sampler = GpuUtilSampler(interval_s=0.01)
+    sampler.start()
     sampler.mark(FIRST_MEASURED)
     report = sampler.stop()
     assert report.samples == [] and report.mean_pct is None and report.note == "not measured: no CUDA"
@@ -73,6 +78,7 @@ def test_real_nvml_reads_a_busy_gpu():
     pytest.importorskip("pynvml", reason="pip install 'pipebench[gpu]' for NVML")
     x = torch.randn(4096, 4096, device="cuda")
     sampler = GpuUtilSampler(interval_s=0.05)
+    sampler.start()
     sampler.mark(FIRST_MEASURED)
     end = time.monotonic() + 2.0
     while time.monotonic() < end:

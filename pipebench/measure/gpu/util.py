@@ -116,6 +116,8 @@ def _open_nvml():
 class GpuUtilSampler:
     """A Meter: samples NVML utilisation every `interval_s` from the FIRST_MEASURED mark to the
     LAST_MEASURED mark (or stop()), so warm-up never dilutes it. stop() returns the GpuUtilReport.
+    NVML is opened at start(): its init can take a good part of a second, and the first mark is
+    inside the window's clock (pipebench.measure.runner.measure_pass).
 
     `enabled=False` (the consumer is not on CUDA) records nothing.
     """
@@ -131,9 +133,17 @@ class GpuUtilSampler:
         self._thread: Optional[threading.Thread] = None
         self._note: Optional[str] = None if enabled else "not measured: no CUDA consumer"
         self._report: Optional[GpuUtilReport] = None
+        self._nvml: Optional[Tuple[Any, Any]] = None
 
     def start(self) -> None:
-        """Nothing: sampling spans the measured steps only, from the FIRST_MEASURED mark."""
+        """Open NVML; sampling spans the measured steps only, from the FIRST_MEASURED mark."""
+        if not self._enabled:
+            return
+        nvml, handle = _open_nvml()
+        if nvml is None:
+            self._note = handle
+        else:
+            self._nvml = (nvml, handle)
 
     def mark(self, name: str) -> None:
         if name == FIRST_MEASURED:
@@ -142,13 +152,9 @@ class GpuUtilSampler:
             self.stop()
 
     def _begin(self) -> None:
-        if not self._enabled or self._thread is not None or self._report is not None:
+        if self._nvml is None or self._thread is not None or self._report is not None:
             return
-        nvml, handle = _open_nvml()
-        if nvml is None:
-            self._note = handle
-            return
-        self._thread = threading.Thread(target=self._run, args=(nvml, handle), name="pipebench-gpu-util",
+        self._thread = threading.Thread(target=self._run, args=self._nvml, name="pipebench-gpu-util",
                                         daemon=True)
         self._thread.start()
 
