@@ -3,8 +3,9 @@
 The plain side (`pipebench.measure.reference.plain_loop`) has its own DataLoader over the same
 dataset, chain and loader settings, its own training step and its own clocks for the wait in
 next() and the step; the pipebench side is the real job measurement (`measure_job`). At each of
-two worker counts they run alternately, plain then pipebench, round after round (ABAB...), so
-drift hits both alike. Prints a markdown table: the samples/s ratio (pipebench / plain) and the
+two worker counts they run in counterbalanced pairs, plain then pipebench in odd rounds and
+pipebench then plain in even ones (ABBA...), so drift hits both alike and a cost of running
+second cancels over rounds instead of passing for one side's. Prints a markdown table: the samples/s ratio (pipebench / plain) and the
 starvation difference (pipebench - plain, points), medians of the per-round pairs, against the
 targets, with PASS or FAIL.
 
@@ -104,7 +105,7 @@ def main(argv: Optional[List[str]] = None) -> int:
                         help="toy_cnn on CUDA with persistent workers (the default when CUDA is available)")
     parser.add_argument("--workers", type=int, nargs=2, help="the two worker counts (CPU: 1 2, GPU: 4 8)")
     # Five: on a shared machine a burst of load can spoil a round or two, and the medians must outlast it.
-    parser.add_argument("--rounds", type=int, default=5, help="ABAB rounds per worker count")
+    parser.add_argument("--rounds", type=int, default=5, help="ABBA rounds per worker count")
     parser.add_argument("--steps", type=int, default=30, help="measured steps in each loop")
     parser.add_argument("--warmup", type=int, default=3, help="warm-up steps (at least workers x prefetch)")
     parser.add_argument("overrides", nargs="*", help="more config overrides, after the mode's settings")
@@ -120,12 +121,17 @@ def main(argv: Optional[List[str]] = None) -> int:
     for spec in specs.values():
         check_epoch_covers_window(spec)
     print(f"settings: {' '.join(settings)}; workers {counts[0]} and {counts[1]}; {args.rounds} rounds of "
-          f"plain then pipebench, {args.steps} steps each", flush=True)
+          f"plain and pipebench in alternating order, {args.steps} steps each", flush=True)
     started = time.perf_counter()
     results = {w: [] for w in counts}
     for round_ in range(args.rounds):
         for workers, spec in specs.items():
-            pair = Pair(plain_loop(spec), harness_loop(spec))
+            if round_ % 2 == 0:
+                plain = plain_loop(spec)
+                pair = Pair(plain, harness_loop(spec))
+            else:
+                pipebench = harness_loop(spec)
+                pair = Pair(plain_loop(spec), pipebench)
             results[workers].append(pair)
             print(f"round {round_ + 1} workers={workers}: plain {pair.plain.samples_per_s:.1f}/s "
                   f"{pair.plain.starvation_pct:.1f}%, pipebench {pair.pipebench.samples_per_s:.1f}/s "
