@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 import torch
 from conftest import QUICK_RUN, TINY_DATASET, compose_spec
+from known_cost_kit import known_cost
 
 from pipebench.base.gpu_timeline import EventRing, GpuStepSplit, StepTimes, split_steps
 from pipebench.base.gpu_timing import MAX_STEPS_IN_FLIGHT, AsyncStepClock
@@ -273,6 +274,7 @@ def test_the_async_loop_check_composes_its_settings_and_without_cuda_says_it_nee
                                                "False); nothing measured")
 
 
+@known_cost
 def test_the_hand_written_loop_running_ahead_reads_a_pipeline_of_known_cost():
     """Its clocks are the plain loop's: 4 ms of work a sample, 4 a batch, emulated 10 ms a step, one
     process: 26 ms a step, 4 samples, about 154 samples/s (nothing to run ahead of on a CPU)."""

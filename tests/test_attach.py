@@ -22,6 +22,7 @@ import weakref
 import numpy as np
 import pytest
 import torch
+from known_cost_kit import known_cost
 
 import pipebench
 from pipebench.cli.main import main
@@ -127,6 +128,7 @@ def _assert_truth(summary, hand):
     assert summary["starvation_pct"] == pytest.approx(TRUE_STARVATION_PCT, abs=STARVATION_POINTS)
 
 
+@known_cost
 def test_attach_measures_the_known_costs_and_passes_the_exit_status(script, tmp_path, capsys):
     out, clock = tmp_path / "out", tmp_path / "clock.json"
     assert _attach(script, out, exit_status=3, clock=clock) == 3
@@ -153,6 +155,7 @@ def test_attach_measures_the_known_costs_and_passes_the_exit_status(script, tmp_
     assert abs(row["gap_pct"]) < 100 * MODEL_GAP
 
 
+@known_cost
 def test_watch_in_process_agrees_with_attach(script, tmp_path, monkeypatch):
     monkeypatch.setattr("sys.argv", ["train.py", str(FETCH_MS), str(STEP_MS), "0"])
     namespace = {"__name__": "user_script"}

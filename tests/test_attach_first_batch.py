@@ -11,6 +11,7 @@ import time
 import numpy as np
 import pytest
 import torch
+from known_cost_kit import known_cost
 from spin_kit import Spin, spin
 from torch.utils.data import DataLoader, Dataset
 from torchvision.transforms import v2
@@ -76,6 +77,7 @@ def _run(loader, epochs=1, steps=100, skip=2):
     return watched.result()
 
 
+@known_cost
 def test_the_load_row_is_getitem_less_the_recipe_and_the_rows_add_up():
     result = _run(DataLoader(Known(), batch_size=BATCH))
     rows = {r["transform"]: r for r in result.transforms}
@@ -93,6 +95,7 @@ def test_the_load_row_is_getitem_less_the_recipe_and_the_rows_add_up():
     assert summary["pipeline_ms_per_sample"] < LOAD_MS + STEP_MS + STEP_MS / 2
 
 
+@known_cost
 def test_the_first_batch_in_the_main_process_is_its_first_fetch_and_nothing_is_pickled():
     summary = _run(DataLoader(Known(), batch_size=BATCH)).record["summary"]
     assert summary["first_fetch_s"] * 1000 == pytest.approx(FIRST_FETCH_MS + LOAD_MS + STEP_MS, rel=SPIN_TOLERANCE)
@@ -100,6 +103,7 @@ def test_the_first_batch_in_the_main_process_is_its_first_fetch_and_nothing_is_p
     assert summary["first_fetch_s"] < summary["first_batch_s"]
 
 
+@known_cost
 def test_a_spawned_worker_gets_the_dataset_pickled_and_its_start_and_first_fetch_are_apart():
     loader = DataLoader(Known(), batch_size=BATCH, num_workers=1, multiprocessing_context="spawn")
     summary = _run(loader, steps=6, skip=1).record["summary"]

@@ -6,12 +6,12 @@ The dataset's `transform` is a v2 Compose of two steps that spin to a wall-clock
 
 import io
 import textwrap
-import time
 
 import numpy as np
 import pytest
 import torch
 from PIL import Image
+from known_cost_kit import known_cost
 from spin_kit import Spin
 from torch.utils.data import DataLoader, Dataset
 from torchvision.transforms import v2
@@ -72,6 +72,7 @@ def _batches(loader, n):
 
 
 @pytest.mark.parametrize("workers", [0, 2])
+@known_cost
 def test_rows_of_a_v2_compose_are_its_steps_known_costs_and_the_batches_are_the_users(workers):
     loader = _loader(workers)
     bare = _batches(loader, STEPS + SKIP + 3)
@@ -94,6 +95,7 @@ def test_rows_of_a_v2_compose_are_its_steps_known_costs_and_the_batches_are_the_
     assert summary["pipeline_ms_per_sample"] > SLOW_MS + FAST_MS
 
 
+@known_cost
 def test_a_loader_over_a_random_split_times_the_recipe_and_load_of_the_dataset_it_splits():
     train, _ = torch.utils.data.random_split(NoisyDataset(_recipe()), [300, 100], torch.Generator().manual_seed(0))
     loader = DataLoader(torch.utils.data.Subset(train, range(200)), batch_size=BATCH, shuffle=True)
@@ -140,6 +142,7 @@ def _same(bare, seen):
 
 
 @pytest.mark.parametrize("workers", [0, 2])
+@known_cost
 def test_a_target_transform_is_a_row_of_its_own_out_of_the_load(workers):
     dataset = LabelledDataset(_recipe(), LabelSpin(FAST_MS))
     target = dataset.target_transform
@@ -155,6 +158,7 @@ def test_a_target_transform_is_a_row_of_its_own_out_of_the_load(workers):
     assert rows["LabelledDataset"]["ms_per_call_median"] < FAST_MS
 
 
+@known_cost
 def test_a_concat_dataset_of_one_recipe_times_its_steps_across_its_datasets():
     recipe = _recipe()
     parts = [NoisyDataset(recipe), torch.utils.data.Subset(NoisyDataset(recipe), range(100))]
@@ -167,6 +171,7 @@ def test_a_concat_dataset_of_one_recipe_times_its_steps_across_its_datasets():
     assert rows["SlowSpin"]["ms_per_call_median"] == pytest.approx(SLOW_MS, rel=ROW_TOLERANCE)
 
 
+@known_cost
 def test_a_concat_dataset_of_different_recipes_is_timed_whole_in_its_named_load_row():
     parts = [NoisyDataset(_recipe()), NoisyDataset(v2.Compose([FastSpin(FAST_MS)]))]
     bare, seen, watched = _watched_batches(DataLoader(torch.utils.data.ConcatDataset(parts), batch_size=BATCH,
@@ -255,6 +260,7 @@ REPLAY_STEP_MS = 8.0
 HEADROOM_TOLERANCE = 0.1
 
 
+@known_cost
 def test_attach_replay_gives_the_headroom_of_a_perfect_loader(tmp_path):
     script = tmp_path / "train.py"
     script.write_text(REPLAY_SCRIPT)

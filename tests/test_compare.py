@@ -11,6 +11,7 @@ from typing import Dict, Optional, Sequence
 import numpy as np
 import pytest
 from conftest import TINY_DATASET, results_folder, run_cli
+from known_cost_kit import known_cost
 from stored_results import result_record, write_record
 
 from pipebench.cli.compare import compare_main
@@ -228,6 +229,7 @@ def _chain_config_dir(root: Path, ms: float) -> Path:
     return root
 
 
+@known_cost
 def test_real_runs_flag_a_25pct_slower_transform(tmp_path, capsys):
     """Two real runs with the same overrides; only the config dir's BusyWait cost differs (1.0 vs 1.25 ms).
 

@@ -7,6 +7,7 @@ import dataclasses
 import pytest
 from conftest import QUICK_RUN, compose_spec
 from decode_kit import SlowDecodeDataset
+from known_cost_kit import known_cost
 from PIL import Image
 
 from pipebench.measure.job import measure_job
@@ -33,6 +34,7 @@ def _rows(record):
 
 
 @pytest.mark.parametrize("workers", [0, 2])
+@known_cost
 def test_decode_has_its_own_line_and_the_first_transform_keeps_its_own_cost(tmp_path, workers):
     record = measure_job(_spec(tmp_path, workers, [{"_target_": BUSY, "ms": BUSY_MS}, {"_target_": TO_TENSOR}]),
                          tmp_path)
@@ -44,6 +46,7 @@ def test_decode_has_its_own_line_and_the_first_transform_keeps_its_own_cost(tmp_
     assert rows[("per_sample", "PILToTensor")]["ms_per_call_median"] < BUSY_MS
 
 
+@known_cost
 def test_decode_line_matches_the_decode_measured_apart(tmp_path):
     """A real JPEG: the decode row is the cost of `img.load()` timed on its own."""
     dataset = SlowDecodeDataset(str(tmp_path), decode_ms=DECODE_MS, length=8)

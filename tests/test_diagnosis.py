@@ -4,6 +4,7 @@ import dataclasses
 
 import pytest
 from conftest import TINY_DATASET, compose_spec
+from known_cost_kit import known_cost
 
 from pipebench.measure.job import measure_job
 from pipebench.report.diagnosis import (
@@ -147,6 +148,7 @@ def _known_cost_spec(workers):
     return dataclasses.replace(spec, per_sample=({"_target_": BUSY, "ms": 1.5},))
 
 
+@known_cost
 def test_model_predicts_a_chain_of_known_cost(tmp_path):
     """1.5 ms a sample, 8 a batch, 30 ms consumer: 190/s and 29% starved in one process; one
     worker makes 667/s, so the consumer sets the pace at 267/s and nothing starves."""

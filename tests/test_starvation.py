@@ -12,6 +12,7 @@ import time
 import pytest
 import torch
 from conftest import TINY_DATASET, compose_spec
+from known_cost_kit import known_cost
 
 from pipebench.measure.job import measure_job
 from pipebench.measure.reference import plain_loop
@@ -59,6 +60,7 @@ def _spec(x_ms, workers, y_ms):
 
 
 @pytest.mark.parametrize("case", sorted(CASES))
+@known_cost
 def test_meter_matches_a_plain_loop(case, tmp_path):
     x_ms, workers, y_ms, analytic = CASES[case]
     spec = _spec(x_ms, workers, y_ms)
@@ -85,6 +87,7 @@ def test_meter_matches_a_plain_loop(case, tmp_path):
     assert summary["accel_util_pct"] + summary["starvation_pct"] <= 100.5
 
 
+@known_cost
 def test_per_worker_timings_merge_and_explain_the_rate(tmp_path):
     """Two workers' timings ride back with their batches; W / per-sample time explains the rate."""
     spec = _spec(1.0, 2, 0.0)
@@ -105,6 +108,7 @@ def test_per_worker_timings_merge_and_explain_the_rate(tmp_path):
 
 
 @pytest.mark.parametrize("case", sorted(KNOWN_COST))
+@known_cost
 def test_the_plain_loop_reads_a_pipeline_of_known_cost(case):
     x_ms, workers, y_ms = KNOWN_COST[case]
     load_ms = BATCH * x_ms / max(workers, 1)
@@ -138,6 +142,7 @@ BURST_CYCLE_S = 0.1
 
 
 @pytest.mark.parametrize("warmup", [16, 20], ids=["window starts at a burst", "window starts inside a burst"])
+@known_cost
 def test_the_plain_loop_reads_worker_bursts_at_their_rate(warmup):
     """15 steps at 8 workers are a cycle and 7 steps: started at a burst, they hold two bursts' batches
     in one cycle's time (15/8 of the rate). The plain loop times the harness's window, whole cycles,

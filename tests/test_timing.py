@@ -4,6 +4,7 @@ import dataclasses
 
 import pytest
 from conftest import QUICK_RUN, TINY_DATASET, compose_spec
+from known_cost_kit import known_cost
 
 from pipebench.base.errors import BatchStepError
 from pipebench.measure.job import measure_job
@@ -27,6 +28,7 @@ def _rows(record):
 
 
 @pytest.mark.parametrize("cost_ms", [2.0, 6.0])
+@known_cost
 def test_known_cost_step_dominates_and_measures_its_cost(tmp_path, cost_ms):
     spec = _spec([{"_target_": SCALE}, {"_target_": BUSY, "ms": cost_ms}, {"_target_": SCALE}])
     record = measure_job(spec, tmp_path)
@@ -44,6 +46,7 @@ def test_known_cost_step_dominates_and_measures_its_cost(tmp_path, cost_ms):
     assert busy["calls"] == record["summary"]["steps"] * spec.loader.batch_size
 
 
+@known_cost
 def test_two_known_costs_split_in_proportion(tmp_path):
     spec = _spec([{"_target_": BUSY, "ms": 1.0}, {"_target_": BUSY, "ms": 3.0}])
     rows = _rows(measure_job(spec, tmp_path))
@@ -51,6 +54,7 @@ def test_two_known_costs_split_in_proportion(tmp_path):
     assert ratio == pytest.approx(3.0, rel=COST_TOLERANCE)
 
 
+@known_cost
 def test_single_process_throughput_agrees_with_the_per_sample_sum(tmp_path):
     """With workers=0 and no consumer, a step is the chain itself: rate ≈ 1 / per-sample time."""
     spec = _spec([{"_target_": BUSY, "ms": 2.0}], extra=["consumer=none"])
@@ -60,6 +64,7 @@ def test_single_process_throughput_agrees_with_the_per_sample_sum(tmp_path):
     assert summary["samples_per_s_ci_low"] <= summary["samples_per_s"] <= summary["samples_per_s_ci_high"]
 
 
+@known_cost
 def test_emulated_consumer_sets_starvation(tmp_path):
     """Data wait B·X = 8 x 2 ms against a 16 ms consumer: about half of each step is waiting."""
     spec = _spec([{"_target_": BUSY, "ms": 2.0}], extra=["consumer=emulated", "consumer.step_ms=16"])
@@ -75,6 +80,7 @@ def test_first_batch_is_kept_out_of_the_steady_state(tmp_path):
     assert record["summary"]["first_batch_s"] > 0
 
 
+@known_cost
 def test_on_device_steps_run_after_the_copy_and_are_charged_there(tmp_path):
     """A known-cost step in transform.on_device is timed in its own stage, counts in the CPU a
     sample and in the step, and the batch that crosses is what the collate made (uint8 here)."""

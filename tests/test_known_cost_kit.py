@@ -1,0 +1,68 @@
+"""The known-cost retry: a failure on a quiet host fails, one beside load is measured again or skips."""
+
+import inspect
+
+import known_cost_kit
+import pytest
+from known_cost_kit import ATTEMPTS, known_cost
+
+QUIET = {"host_other_cpu_cores": 0.0, "host_steal_pct": 0.0}
+BUSY = {"host_other_cpu_cores": 1.5, "host_steal_pct": 0.0}
+STOLEN = {"host_other_cpu_cores": 0.0, "host_steal_pct": 30.0}
+
+
+@pytest.fixture
+def loads(monkeypatch):
+    """The host's load over each attempt, in order, instead of /proc/stat's."""
+    queue = []
+    monkeypatch.setattr(known_cost_kit, "read_host", lambda: None)
+    monkeypatch.setattr(known_cost_kit, "other_load", lambda first, last: queue.pop(0))
+    return queue
+
+
+def _failing_until(passes_at, calls):
+    def test(tmp_path):
+        calls.append(tmp_path)
+        assert len(calls) >= passes_at, "read 119 samples/s for 154"
+    return test
+
+
+def test_a_failure_on_a_quiet_host_fails_at_once_and_names_the_load(loads, tmp_path):
+    calls = []
+    loads.extend([QUIET])
+    with pytest.raises(AssertionError, match="119 samples/s") as failure:
+        known_cost(_failing_until(2, calls))(tmp_path=tmp_path)
+    assert len(calls) == 1 and "host during this attempt: other processes 0.00" in "".join(failure.value.__notes__)
+
+
+@pytest.mark.parametrize("load", [BUSY, STOLEN], ids=["other processes", "steal"])
+def test_a_failure_beside_load_is_measured_again_in_a_fresh_folder(loads, tmp_path, load):
+    calls = []
+    loads.extend([load])
+    known_cost(_failing_until(2, calls))(tmp_path=tmp_path)
+    assert calls == [tmp_path, tmp_path / "attempt2"] and calls[1].is_dir()
+
+
+def test_a_quiet_attempt_after_loaded_ones_still_fails(loads, tmp_path):
+    calls = []
+    loads.extend([BUSY, QUIET])
+    with pytest.raises(AssertionError):
+        known_cost(_failing_until(ATTEMPTS + 1, calls))(tmp_path=tmp_path)
+    assert len(calls) == 2
+
+
+def test_every_attempt_beside_load_skips_naming_the_load_and_the_failure(loads, tmp_path):
+    calls = []
+    loads.extend([BUSY] * ATTEMPTS)
+    skipped = rf"unmeasurable, every one of {ATTEMPTS} attempts failed beside load .*1\.50 of .*119 samples/s"
+    with pytest.raises(pytest.skip.Exception, match=skipped):
+        known_cost(_failing_until(ATTEMPTS + 1, calls))(tmp_path=tmp_path)
+    assert len(calls) == ATTEMPTS
+
+
+def test_a_passing_test_runs_once_and_pytest_still_sees_its_fixtures(loads):
+    calls = []
+    wrapped = known_cost(_failing_until(1, calls))
+    assert list(inspect.signature(wrapped).parameters) == ["tmp_path"]
+    wrapped(tmp_path="here")
+    assert calls == ["here"] and loads == []
