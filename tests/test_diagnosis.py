@@ -7,6 +7,7 @@ from conftest import TINY_DATASET, compose_spec
 from known_cost_kit import known_cost
 
 from pipebench.measure.job import measure_job
+from pipebench.measure.reference import plain_loop
 from pipebench.report.diagnosis import (
     ChainCosts,
     TargetNeeds,
@@ -22,6 +23,10 @@ BUSY = "pipebench.transforms.synthetic.BusyWait"
 # The model leaves out batch delivery from workers (about 2 ms a batch here, see
 # test_starvation.py) and the shared machine wobbles by up to ~15%; a wrong formula is off by 2x.
 MODEL_TOLERANCE = 0.2
+# Each batch's trip from a worker (1.5 ms of a 32 ms step on the 2-core machine, more on a CI host
+# with steal) is wait the model leaves out: a plain loop run beside the job pays it too, and the
+# job's starvation may exceed the plain loop's by this much, not by a wrong clock's tens of points.
+PLAIN_STARVATION_POINTS = 5.0
 
 
 def _costs(c, s, batch=8, cores=2, consumer_cpu_ms=0.0, cpu=None):
@@ -151,7 +156,8 @@ def _known_cost_spec(workers):
 @known_cost
 def test_model_predicts_a_chain_of_known_cost(tmp_path):
     """1.5 ms a sample, 8 a batch, 30 ms consumer: 190/s and 29% starved in one process; one
-    worker makes 667/s, so the consumer sets the pace at 267/s and nothing starves."""
+    worker makes 667/s, so the consumer sets the pace at 267/s and nothing starves but each batch's
+    delivery, which the plain loop beside it measures."""
     results = []
     for workers in (0, 1):
         result = measure_job(_known_cost_spec(workers), tmp_path / f"w{workers}")
@@ -171,7 +177,8 @@ def test_model_predicts_a_chain_of_known_cost(tmp_path):
     assert serial.predicted.starvation_pct == pytest.approx(100 * 12 / 42, abs=5)
     assert one.predicted.bound == "consumer"
     assert one.predicted.samples_per_s == pytest.approx(8000 / 30, rel=0.05)
-    assert one.measured_starvation_pct < 15
+    plain = plain_loop(_known_cost_spec(1))
+    assert one.measured_starvation_pct <= plain.starvation_pct + PLAIN_STARVATION_POINTS
     # For 90% busy: workers=0 gives 30/42 = 71%, one worker feeds the consumer; and it did.
     (_, needs), = diagnosis.targets
     assert (needs.workers, needs.cores, needs.target_pct) == (1, 1, 90.0)
