@@ -20,7 +20,6 @@ import logging
 import os
 import pickle
 import signal
-import subprocess
 import sys
 from pathlib import Path
 from typing import List, Optional, Sequence, Tuple
@@ -47,7 +46,8 @@ from pipebench.base.errors import (
     printable,
 )
 from pipebench.config.schema import register_launcher_config
-from pipebench.measure.job_process import JobPayload, job_process_command
+from pipebench.measure.job_process import JobPayload
+from pipebench.measure.job_spawn import run_job, start_job_process, take
 from pipebench.record.resume import job_already_done
 from pipebench.record.target import reached_target
 
@@ -93,25 +93,12 @@ def failure_reason(status: int, job_dir: Path) -> Tuple[str, bool]:
     return f"exited with status {status}; its output above says why", False
 
 
-def _kill_group(pgid: int) -> None:
-    try:
-        os.killpg(pgid, signal.SIGKILL)
-    except ProcessLookupError:
-        pass
-
-
-def _wait_unreaped(proc: subprocess.Popen) -> None:
-    """Wait for the job process to end but leave it unreaped, so its pid, which names its process
-    group, cannot be reused before the group is killed."""
-    if hasattr(os, "waitid"):
-        os.waitid(os.P_PID, proc.pid, os.WEXITED | os.WNOWAIT)
-    else:
-        proc.wait()
-
-
 class SubprocessLauncher(Launcher):
-    def __init__(self, python: Optional[str] = None) -> None:
+    def __init__(self, python: Optional[str] = None, ahead: Optional[List[int]] = None) -> None:
         self.python = python or sys.executable
+        # The job process `pipebench run` started before its own imports (pipebench.measure.job_spawn):
+        # the first job to run takes it.
+        self.ahead = list(ahead) if ahead else None
         self.config: Optional[DictConfig] = None
         self.task_function: Optional[TaskFunction] = None
         self.hydra_context: Optional[HydraContext] = None
@@ -181,20 +168,12 @@ class SubprocessLauncher(Launcher):
         Its results land in its job folder. However this returns or raises, the job's whole
         process group is killed first, so nothing the job started outlives it.
         """
+        assert self.task_function is not None
         state = Singleton.get_state()
         # Resolvers are closures that pickle cannot carry; the job process registers Hydra's own.
         del state["omegaconf_resolvers"]
         payload = pickle.dumps(JobPayload(self.hydra_context, sweep_config, self.task_function, state))
-        proc = subprocess.Popen(job_process_command(self.python, os.getpid()), stdin=subprocess.PIPE,
-                                start_new_session=True)
-        try:
-            try:
-                with proc.stdin:
-                    proc.stdin.write(payload)
-            except BrokenPipeError:  # it died before reading its job; the exit status says how
-                pass
-            _wait_unreaped(proc)
-        finally:
-            _kill_group(proc.pid)
-            proc.wait()
-        return proc.returncode
+        process, self.ahead = take(self.ahead), None
+        if process is None:
+            process = start_job_process(self.python, os.getpid(), self.task_function.__module__)
+        return run_job(process, payload)

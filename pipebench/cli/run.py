@@ -54,6 +54,7 @@ from pipebench.config.schema import register_schema
 from pipebench.config.specs import JobSpec
 from pipebench.config.sweep_axes import expand_auto_workers
 from pipebench.measure.fingerprint import usable_cores
+from pipebench.measure.job_spawn import JobProcess, discard
 from pipebench.pipeline.build import build_dataset, build_transforms
 from pipebench.pipeline.loader_backends import check_backend
 from pipebench.record.folder_lock import folder_lock
@@ -258,13 +259,18 @@ def search_path(config_dir: Optional[str]) -> List[str]:
 
 
 def _run_sweep(invocation_dir: Path, swept: Sequence[str], jobs: Sequence[Sequence[str]], command: Sequence[str],
-               calibrate: bool, baseline: Optional[str], epilogue: Optional[Callable[[Path], None]]) -> int:
+               calibrate: bool, baseline: Optional[str], epilogue: Optional[Callable[[Path], None]],
+               ahead: Optional[JobProcess]) -> int:
     """Run the checked sweep in invocation_dir, whose lock the caller holds, then report."""
     record_invocation(invocation_dir, swept, jobs, command)
     if calibrate and not (invocation_dir / CALIBRATION_FILE).is_file():
+        # The calibration is timed: no process started ahead may still be importing beside it.
+        discard(ahead)
+        ahead = None
         _calibrate(invocation_dir)
+    handed = [] if ahead is None else [f"hydra.launcher.ahead=[{ahead.pid},{ahead.stdin_fd}]"]
     sys.argv = ["pipebench", "--multirun", *swept, CLEAR_SWEEPER_PARAMS,
-                f"hydra.sweep.dir={_quote(str(invocation_dir))}"]
+                f"hydra.sweep.dir={_quote(str(invocation_dir))}", *handed]
     status = 0
     incomplete: List[str] = []
     try:
@@ -290,10 +296,11 @@ def _run_sweep(invocation_dir: Path, swept: Sequence[str], jobs: Sequence[Sequen
 
 def run_command(overrides: List[str], config_dir: Optional[str], baseline: Optional[str] = None,
                 fresh: bool = False, invocation_dir: Optional[Path] = None,
-                epilogue: Optional[Callable[[Path], None]] = None) -> int:
+                epilogue: Optional[Callable[[Path], None]] = None, ahead: Optional[JobProcess] = None) -> int:
     """Check and run a sweep in a folder of its own, locked while it runs (a second run on it stops
     with one line). `explore` names the folder it has already started and locked (so it is never
-    resumed), and prints its own table after the report (`epilogue`)."""
+    resumed), and prints its own table after the report (`epilogue`). `ahead` is a job process
+    started with the command, for the first job to run (its caller ends it if none does)."""
     import_from_cwd()
     overrides = [*search_path(config_dir), *overrides]
     # Expanded here, so the checks below, the label and invocation.json all see the real jobs.
@@ -305,14 +312,15 @@ def run_command(overrides: List[str], config_dir: Optional[str], baseline: Optio
     _check_baseline(baseline, jobs, checked)
     first_spec, results_dir = checked[0]
     if invocation_dir is not None:
-        return _run_sweep(invocation_dir, swept, jobs, overrides, first_spec.calibrate, baseline, epilogue)
+        return _run_sweep(invocation_dir, swept, jobs, overrides, first_spec.calibrate, baseline, epilogue, ahead)
     choice = choose_invocation(Path(results_dir),
                                Path(results_dir) / f"{time.strftime('%Y%m%d-%H%M%S')}-{_label(overrides)}",
                                swept, jobs, fresh)
     with folder_lock(choice.folder):
         if choice.resumed:
             print(f"resuming {choice.folder}: {choice.done} of {choice.total} jobs already done", flush=True)
-        return _run_sweep(choice.folder, swept, jobs, overrides, first_spec.calibrate, baseline, epilogue)
+        return _run_sweep(choice.folder, swept, jobs, overrides, first_spec.calibrate, baseline, epilogue,
+                          ahead)
 
 
 # What `--info` may show: Hydra's own topics, passed to Hydra as they are.
@@ -385,4 +393,4 @@ def add_parser(verbs: "argparse._SubParsersAction") -> None:
 def main(args: argparse.Namespace) -> int:
     if args.cfg or args.info or args.resolve:
         return show_command(list(args.overrides), args.config_dir, args.cfg, args.resolve, args.info)
-    return run_command(list(args.overrides), args.config_dir, args.baseline, args.fresh)
+    return run_command(list(args.overrides), args.config_dir, args.baseline, args.fresh, ahead=args.job_ahead)

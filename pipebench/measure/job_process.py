@@ -1,17 +1,20 @@
 """Entry point of one job process started by the pipebench_subprocess launcher.
 
-    python -m pipebench.measure.job_process LAUNCHER_PID < pickled JobPayload
+    python -m pipebench.measure.job_process LAUNCHER_PID TASK_MODULE < pickled JobPayload
 
-It ties its life to the launcher's first (pipebench.base.lifeline), then reads the pickled job
-from stdin and runs it through Hydra's own `run_job`, so the job folder, logging and callbacks
+It ties its life to the launcher's first (pipebench.base.lifeline) and imports the task
+function's module (torch with it: seconds) before it reads its job, so a process started ahead
+of its job (pipebench.measure.job_spawn) is ready when the job comes. Then it reads the pickled
+job from stdin and runs it through Hydra's own `run_job`, so the job folder, logging and callbacks
 are exactly Hydra's. The exit status is the whole answer: 0 done, 2 a user error it has printed
 and left in the job folder (pipebench.base.errors.ERROR_FILE), 130 interrupted, anything else a crash.
 """
 
+import importlib
 import pickle
 import sys
 from dataclasses import dataclass
-from typing import Any, List, Optional, Sequence
+from typing import Any, Optional, Sequence
 
 from hydra.core.singleton import Singleton
 from hydra.core.utils import run_job, setup_globals
@@ -20,8 +23,6 @@ from omegaconf import DictConfig
 
 from pipebench.base.errors import INTERRUPTED_EXIT_STATUS
 from pipebench.base.lifeline import die_with_parent, parent_is
-
-JOB_PROCESS_MODULE = "pipebench.measure.job_process"
 
 
 @dataclass(frozen=True)
@@ -32,15 +33,11 @@ class JobPayload:
     singleton_state: Any
 
 
-def job_process_command(python: str, launcher_pid: int) -> List[str]:
-    """The command line of a job process that dies with `launcher_pid`."""
-    return [python, "-m", JOB_PROCESS_MODULE, str(launcher_pid)]
-
-
 def main(argv: Optional[Sequence[str]] = None) -> int:
-    launcher_pid = int((sys.argv[1:] if argv is None else argv)[0])
-    die_with_parent(parent_is(launcher_pid))
+    launcher_pid, task_module = (sys.argv[1:] if argv is None else argv)[:2]
+    die_with_parent(parent_is(int(launcher_pid)))
     try:
+        importlib.import_module(task_module)
         payload: JobPayload = pickle.load(sys.stdin.buffer)
         setup_globals()
         resolvers = Singleton.get_state()["omegaconf_resolvers"]

@@ -1,0 +1,91 @@
+"""Job processes: the one `pipebench run` starts ahead of its first job, handed over or ended."""
+
+import os
+import stat
+import sys
+import time
+
+import psutil
+import pytest
+from conftest import FAST_JOB
+
+from pipebench.cli.main import job_ahead, main
+from pipebench.measure.job_spawn import JOB_PROCESS_MODULE, JobProcess, discard, run_job, start_job_process, take
+
+# A stand-in interpreter: keeps its stdin in $OUT, leaves a grandchild sleeping in its process
+# group, and exits 3, so the hand-over, the exit status and the group's end can all be seen.
+NO_CHAIN = ["transform.per_sample=[]", "transform.per_batch=[]"]
+FAKE_PYTHON = """#!/bin/sh
+cat > "$OUT"
+sleep 1000 &
+echo $! > "$OUT.sleeper"
+exit 3
+"""
+
+
+@pytest.fixture
+def fake_python(tmp_path, monkeypatch):
+    path = tmp_path / "python"
+    path.write_text(FAKE_PYTHON)
+    path.chmod(path.stat().st_mode | stat.S_IXUSR)
+    monkeypatch.setenv("OUT", str(tmp_path / "stdin.bin"))
+    return path
+
+
+def test_a_job_is_handed_over_on_stdin_and_its_group_ends_with_it(fake_python, tmp_path):
+    process = start_job_process(str(fake_python), os.getpid(), "warm.module")
+    assert run_job(process, b"pickled job") == 3
+    assert (tmp_path / "stdin.bin").read_bytes() == b"pickled job"
+    sleeper = int((tmp_path / "stdin.bin.sleeper").read_text())
+    time.sleep(0.2)
+    assert not psutil.pid_exists(sleeper) or psutil.Process(sleeper).status() == psutil.STATUS_ZOMBIE
+    with pytest.raises(ChildProcessError):  # reaped: its pid is no longer this process's to kill
+        os.waitpid(process.pid, os.WNOHANG)
+
+
+def test_only_a_running_child_is_taken_and_discard_ends_only_what_was_never_run(tmp_path):
+    sleeper = start_job_process(sys.executable, os.getpid(), "warm.module")  # waits on its stdin...
+    # ... after failing to import "warm.module": it has ended, unreaped, so it is not taken.
+    os.waitid(os.P_PID, sleeper.pid, os.WEXITED | os.WNOWAIT)
+    assert take([sleeper.pid, sleeper.stdin_fd]) is None and take(None) is None
+    discard(sleeper)
+    with pytest.raises(ChildProcessError):
+        os.waitpid(sleeper.pid, os.WNOHANG)
+
+    alive = start_job_process(sys.executable, os.getpid(), "os")  # imports os, then waits for a job
+    assert take([alive.pid, alive.stdin_fd]) == alive
+    discard(alive)
+    assert not psutil.pid_exists(alive.pid)
+    # A second discard, after the pid and its descriptor number may serve others, touches neither.
+    reused = os.open(os.devnull, os.O_RDONLY)
+    discard(JobProcess(alive.pid, reused))
+    os.fstat(reused)
+    os.close(reused)
+
+
+def test_run_starts_ahead_only_when_it_will_launch_jobs_with_its_own_launcher():
+    for words in (["compare", "a", "b"], ["run", "--help"], ["run", "--cfg", "job"], ["run", "--info=all"],
+                  ["run", "hydra/launcher=submitit_slurm"], ["run", "hydra.launcher.python=/other/python"]):
+        assert job_ahead(words) is None, words
+
+
+def test_the_first_job_runs_in_the_process_started_ahead_and_an_error_ends_it(tmp_path, monkeypatch, capsys):
+    """Spawns are counted where both starters spawn (Hydra's plugin scan re-executes the launcher's
+    module, so a name patched there would not hold): two jobs, two job processes, not three."""
+    spawned = []
+    real_spawn = os.posix_spawnp
+
+    def counting(path, argv, env, **kwargs):
+        pid = real_spawn(path, argv, env, **kwargs)
+        if JOB_PROCESS_MODULE in argv:
+            spawned.append(pid)
+        return pid
+
+    monkeypatch.setattr(os, "posix_spawnp", counting)
+    assert main(["run", *FAST_JOB, *NO_CHAIN, "workers=0,1", f"results_dir={tmp_path}"]) == 0, capsys.readouterr().err
+    assert len(spawned) == 2 and len(list(tmp_path.glob("*/job-*/result.json"))) == 2
+
+    assert main(["run", *FAST_JOB, *NO_CHAIN, "trnsform=x", f"results_dir={tmp_path / 'typo'}"]) == 2
+    assert len(spawned) == 3 and "trnsform" in capsys.readouterr().err
+    with pytest.raises(ChildProcessError):  # ended and reaped by the command that started it
+        os.waitpid(spawned[-1], os.WNOHANG)
