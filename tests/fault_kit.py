@@ -237,9 +237,17 @@ def kill_marked(run: Run, markers: Path) -> None:
     os.kill(pid, signal.SIGKILL)
 
 
-def interrupt_at_job_start(run: Run, markers: Path) -> None:
-    """Ctrl-C the moment a job process exists (it is starting Python, or unpickling its job)."""
+def interrupt_at_command_start(run: Run, markers: Path) -> None:
+    """Ctrl-C the moment the first job's process exists: `run` starts it ahead, before its own
+    imports, so the command is importing too, and the process has no job to run yet."""
     run.wait_for(run.job_process, "a job process")
+    os.killpg(run.proc.pid, signal.SIGINT)
+
+
+def interrupt_at_job_start(run: Run, markers: Path) -> None:
+    """Ctrl-C the moment the launcher names the first job, as it hands it to its process (which
+    is unpickling it, or building its pipeline)."""
+    run.wait_for(lambda: "[job 1/" in run.stdout.read_text(), "the first job's line")
     os.killpg(run.proc.pid, signal.SIGINT)
 
 
@@ -283,6 +291,8 @@ CASES = (
     FaultCase("SIGKILL to a DataLoader worker", ("workers=1",), kill_marked, 2,
               r"^pipebench: error: DataLoader worker \(pid.*\) (is killed by signal: Killed|exited unexpectedly)"
               r".*dmesg", rows=0, fault=("sleep", 1), results_line=True),
+    FaultCase("Ctrl-C as the command starts", ("workers=0",), interrupt_at_command_start, 130, INTERRUPTED,
+              rows=0),
     FaultCase("Ctrl-C as the job process starts", ("workers=0",), interrupt_at_job_start, 130, INTERRUPTED,
               rows=0, results_line=True),
     FaultCase("transform spinning at workers=0", ("workers=0", f"run.step_timeout_s={SPIN_TIMEOUT_S}"), None, 2,
