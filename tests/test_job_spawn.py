@@ -63,8 +63,8 @@ def test_only_a_running_child_is_taken_and_discard_ends_only_what_was_never_run(
     os.close(reused)
 
 
-def test_run_starts_ahead_only_when_it_will_launch_jobs_with_its_own_launcher():
-    for words in (["compare", "a", "b"], ["run", "--help"], ["run", "--cfg", "job"], ["run", "--info=all"],
+def test_run_and_explore_start_ahead_only_when_they_will_launch_jobs_with_their_own_launcher():
+    for words in (["compare", "a", "b"], ["report", "folder"], ["explore", "-h"], ["run", "--help"], ["run", "--cfg", "job"], ["run", "--info=all"],
                   ["run", "hydra/launcher=submitit_slurm"], ["run", "hydra.launcher.python=/other/python"]):
         assert job_ahead(words) is None, words
 

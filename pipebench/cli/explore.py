@@ -15,6 +15,7 @@ from pipebench.explore.plan import (
     write_plan,
 )
 from pipebench.explore.variants import LOADER_MOVE_HELP
+from pipebench.measure.job_spawn import JobProcess
 from pipebench.record.folder_lock import folder_lock
 
 # An 8-bit pixel differs from another by at most this.
@@ -56,9 +57,10 @@ def target_overrides(target_pct: Optional[float]) -> List[str]:
 
 
 def explore_command(overrides: List[str], config_dir: Optional[str], fresh: bool = False,
-                    target_pct: Optional[float] = None, max_pixel_diff: int = DEFAULT_MAX_PIXEL_DIFF) -> int:
+                    target_pct: Optional[float] = None, max_pixel_diff: int = DEFAULT_MAX_PIXEL_DIFF,
+                    ahead: Optional[JobProcess] = None) -> int:
     """Generate the chain's variants, check their equivalence, then measure them all in one sweep
-    (or up to the first chain that meets `target_pct`)."""
+    (or up to the first chain that meets `target_pct`). `ahead`: as `run_command`'s."""
     import_from_cwd()
     overrides = [*overrides, *target_overrides(target_pct)]
     plan = plan_exploration(overrides, expand_sweep([*search_path(config_dir), *overrides])[0], fresh,
@@ -74,7 +76,8 @@ def explore_command(overrides: List[str], config_dir: Optional[str], fresh: bool
                   flush=True)
         print(f"explore: measuring {len(measured)} chains, interleaved, in one sweep", flush=True)
         return run_command(list(plan.overrides), config_dir, invocation_dir=plan.invocation_dir,
-                           epilogue=lambda folder: print(f"## explore\n\n{write_explore_table(folder, plan)}"))
+                           epilogue=lambda folder: print(f"## explore\n\n{write_explore_table(folder, plan)}"),
+                           ahead=ahead)
 
 
 def add_parser(verbs: "argparse._SubParsersAction") -> None:
@@ -100,7 +103,8 @@ def add_parser(verbs: "argparse._SubParsersAction") -> None:
 
 
 def main(args: argparse.Namespace) -> int:
-    return explore_command(list(args.overrides), args.config_dir, args.fresh, args.target_pct, args.max_pixel_diff)
+    return explore_command(list(args.overrides), args.config_dir, args.fresh, args.target_pct, args.max_pixel_diff,
+                           args.job_ahead)
 
 
 def _grey_levels(text: str) -> int:

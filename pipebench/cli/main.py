@@ -30,12 +30,13 @@ __all__ = ["VERB_NAMES", "build_parser", "job_ahead", "main", "verbs"]
 
 # The verbs (modules of pipebench.cli) in workflow order, so help lists them as a user meets them.
 VERB_NAMES = ("attach", "run", "explore", "report", "compare", "ab", "baseline", "history")
-# `run` starts its first job's process before it imports anything heavy, so that process's imports
-# (2.8 s on the 2-core machine) run beside the command's own and its config checks
-# (pipebench.measure.job_spawn); the task function it will be handed lives in JOB_TASK_MODULE.
-AHEAD_VERB = "run"
+# The verbs that start their first job's process before they import anything heavy, so that
+# process's imports (2.8 s on the 2-core machine) run beside the command's own, its config checks
+# and explore's equivalence checks, none of them timed (pipebench.measure.job_spawn); the task
+# function it will be handed lives in JOB_TASK_MODULE.
+AHEAD_VERBS = ("run", "explore")
 JOB_TASK_MODULE = "pipebench.cli.job_task"
-# `run` flags after which it runs no job, and overrides that send jobs to another launcher or
+# Flags after which the verb runs no job, and overrides that send jobs to another launcher or
 # interpreter: no process is started ahead for those.
 NO_JOB_FLAGS = ("-h", "--help", "-c", "--cfg", "--resolve", "-i", "--info")
 LAUNCHER_KEYS = ("hydra/launcher", "hydra.launcher")
@@ -65,9 +66,10 @@ def build_parser(modules: Sequence[ModuleType]) -> argparse.ArgumentParser:
 
 
 def job_ahead(words: Sequence[str]) -> Optional[JobProcess]:
-    """The first job's process, started now when the command line is a `run` that will launch
-    jobs with pipebench's own launcher; None otherwise."""
-    if asked_verbs(words) != (AHEAD_VERB,) or not can_start_ahead():
+    """The first job's process, started now when the command line is a `run` or an `explore`
+    that will launch jobs with pipebench's own launcher; None otherwise."""
+    asked = asked_verbs(words)
+    if len(asked) != 1 or asked[0] not in AHEAD_VERBS or not can_start_ahead():
         return None
     if any(word.split("=", 1)[0] in NO_JOB_FLAGS or any(key in word for key in LAUNCHER_KEYS) for word in words):
         return None
