@@ -1,9 +1,10 @@
 """Job processes as the launcher runs them, and the one `pipebench run` starts ahead of its first job.
 
 A job process (pipebench.measure.job_process) costs seconds before it can run anything: Python,
-Hydra and torch imports (2.8 s on the 2-core machine). `pipebench run` spends about as long on its
-own imports and config checks before its first job, so it starts that job's process first: the
-two import side by side, and the job is handed over on the process's stdin when its turn comes.
+Hydra and torch imports (2.8 s on the 2-core machine). `pipebench run` (and `explore`) spends
+about as long on its own imports and config checks before its first job, so it starts that job's
+process first: the two import side by side, and the job is handed over on the process's stdin
+when its turn comes.
 
 Processes are plain pids here, not Popen objects: the launcher receives the one started ahead as
 numbers in its config (`hydra.launcher.ahead=[pid,fd]`) and owns it from then on. Which side ends
