@@ -12,9 +12,9 @@ from conftest import FAST_JOB
 from pipebench.cli.main import job_ahead, main
 from pipebench.measure.job_spawn import JOB_PROCESS_MODULE, JobProcess, discard, run_job, start_job_process, take
 
+NO_CHAIN = ["transform.per_sample=[]", "transform.per_batch=[]"]
 # A stand-in interpreter: keeps its stdin in $OUT, leaves a grandchild sleeping in its process
 # group, and exits 3, so the hand-over, the exit status and the group's end can all be seen.
-NO_CHAIN = ["transform.per_sample=[]", "transform.per_batch=[]"]
 FAKE_PYTHON = """#!/bin/sh
 cat > "$OUT"
 sleep 1000 &
