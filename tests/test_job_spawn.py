@@ -9,6 +9,7 @@ import psutil
 import pytest
 from conftest import FAST_JOB
 
+import pipebench.cli.run as run_module
 from pipebench.cli.main import job_ahead, main
 from pipebench.measure.job_spawn import JOB_PROCESS_MODULE, JobProcess, discard, run_job, start_job_process, take
 
@@ -64,14 +65,25 @@ def test_only_a_running_child_is_taken_and_discard_ends_only_what_was_never_run(
 
 
 def test_run_and_explore_start_ahead_only_when_they_will_launch_jobs_with_their_own_launcher():
-    for words in (["compare", "a", "b"], ["report", "folder"], ["explore", "-h"], ["run", "--help"], ["run", "--cfg", "job"], ["run", "--info=all"],
-                  ["run", "hydra/launcher=submitit_slurm"], ["run", "hydra.launcher.python=/other/python"]):
+    for words in (["compare", "a", "b"], ["report", "folder"], ["explore", "-h"], ["run", "--help"],
+                  ["run", "--cfg", "job"], ["run", "--info=all"], ["run", "hydra/launcher=submitit_slurm"],
+                  ["run", "hydra.launcher.python=/other/python"]):
         assert job_ahead(words) is None, words
 
 
-def test_the_first_job_runs_in_the_process_started_ahead_and_an_error_ends_it(tmp_path, monkeypatch, capsys):
+def _unreaped_child(pid: int) -> bool:
+    try:
+        os.waitid(os.P_PID, pid, os.WEXITED | os.WNOHANG | os.WNOWAIT)
+    except ChildProcessError:
+        return False
+    return True
+
+
+def test_the_first_job_runs_in_the_process_started_ahead_and_an_error_or_a_calibration_ends_it(
+        tmp_path, monkeypatch, capsys):
     """Spawns are counted where both starters spawn (Hydra's plugin scan re-executes the launcher's
-    module, so a name patched there would not hold): two jobs, two job processes, not three."""
+    module, so a name patched there would not hold): two jobs, two job processes, not three. A
+    calibration is timed, so the process started ahead is gone before it begins."""
     spawned = []
     real_spawn = os.posix_spawnp
 
@@ -87,5 +99,10 @@ def test_the_first_job_runs_in_the_process_started_ahead_and_an_error_ends_it(tm
 
     assert main(["run", *FAST_JOB, *NO_CHAIN, "trnsform=x", f"results_dir={tmp_path / 'typo'}"]) == 2
     assert len(spawned) == 3 and "trnsform" in capsys.readouterr().err
-    with pytest.raises(ChildProcessError):  # ended and reaped by the command that started it
-        os.waitpid(spawned[-1], os.WNOHANG)
+    assert not _unreaped_child(spawned[-1])  # ended and reaped by the command that started it
+
+    beside_calibration = []
+    monkeypatch.setattr(run_module, "_calibrate",
+                        lambda folder: beside_calibration.append(_unreaped_child(spawned[-1])))
+    assert main(["run", *FAST_JOB, *NO_CHAIN, "calibrate=true", f"results_dir={tmp_path / 'calibrated'}"]) == 0
+    assert beside_calibration == [False] and len(spawned) == 5  # the one ahead, ended first, then the job's own
