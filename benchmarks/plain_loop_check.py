@@ -5,8 +5,8 @@ dataset, chain and loader settings, its own training step and its own clocks for
 next() and the step; the pipebench side is the real job measurement (`measure_job`). At each of
 two worker counts they run in counterbalanced pairs, plain then pipebench in odd rounds and
 pipebench then plain in even ones (ABBA...), so drift hits both alike and a cost of running
-second cancels over rounds instead of passing for one side's. Prints a markdown table: the samples/s ratio (pipebench / plain) and the
-starvation difference (pipebench - plain, points), medians of the per-round pairs, against the
+second cancels over rounds instead of passing for one side's. Prints a markdown table: the
+samples/s ratio (pipebench / plain) and the starvation difference (pipebench - plain, points), medians of the per-round pairs, against the
 targets, with PASS or FAIL.
 
     python benchmarks/plain_loop_check.py                      # CPU: the emulated consumer
@@ -126,12 +126,10 @@ def main(argv: Optional[List[str]] = None) -> int:
     results = {w: [] for w in counts}
     for round_ in range(args.rounds):
         for workers, spec in specs.items():
-            if round_ % 2 == 0:
-                plain = plain_loop(spec)
-                pair = Pair(plain, harness_loop(spec))
-            else:
-                pipebench = harness_loop(spec)
-                pair = Pair(plain_loop(spec), pipebench)
+            sides = {"plain": plain_loop, "pipebench": harness_loop}
+            order = list(sides) if round_ % 2 == 0 else list(sides)[::-1]
+            measured = {side: sides[side](spec) for side in order}
+            pair = Pair(measured["plain"], measured["pipebench"])
             results[workers].append(pair)
             print(f"round {round_ + 1} workers={workers}: plain {pair.plain.samples_per_s:.1f}/s "
                   f"{pair.plain.starvation_pct:.1f}%, pipebench {pair.pipebench.samples_per_s:.1f}/s "

@@ -168,7 +168,6 @@ class SubprocessLauncher(Launcher):
         Its results land in its job folder. However this returns or raises, the job's whole
         process group is killed first, so nothing the job started outlives it.
         """
-        assert self.task_function is not None
         state = Singleton.get_state()
         # Resolvers are closures that pickle cannot carry; the job process registers Hydra's own.
         del state["omegaconf_resolvers"]

@@ -24,7 +24,7 @@ from pipebench.base.errors import (
     Terminated,
     error_line,
 )
-from pipebench.measure.job_spawn import JobProcess, can_start_ahead, discard, start_job_process
+from pipebench.measure.job_spawn import WAITS_UNREAPED, JobProcess, discard, start_job_process
 
 __all__ = ["VERB_NAMES", "build_parser", "job_ahead", "main", "verbs"]
 
@@ -69,7 +69,7 @@ def job_ahead(words: Sequence[str]) -> Optional[JobProcess]:
     """The first job's process, started now when the command line is a `run` or an `explore`
     that will launch jobs with pipebench's own launcher; None otherwise."""
     asked = asked_verbs(words)
-    if len(asked) != 1 or asked[0] not in AHEAD_VERBS or not can_start_ahead():
+    if len(asked) != 1 or asked[0] not in AHEAD_VERBS or not WAITS_UNREAPED:
         return None
     if any(word.split("=", 1)[0] in NO_JOB_FLAGS or any(key in word for key in LAUNCHER_KEYS) for word in words):
         return None

@@ -18,7 +18,7 @@ import signal
 from dataclasses import dataclass
 from typing import List, Optional, Sequence
 
-__all__ = ["JOB_PROCESS_MODULE", "JobProcess", "can_start_ahead", "discard", "job_process_command", "run_job",
+__all__ = ["JOB_PROCESS_MODULE", "WAITS_UNREAPED", "JobProcess", "discard", "job_process_command", "run_job",
            "start_job_process", "take"]
 
 JOB_PROCESS_MODULE = "pipebench.measure.job_process"
@@ -26,6 +26,10 @@ JOB_PROCESS_MODULE = "pipebench.measure.job_process"
 # SIGXFSZ, and an exec'd process would inherit that.
 RESTORED_SIGNALS = (signal.SIGPIPE, signal.SIGXFSZ)
 PROC_FDS = "/proc/self/fd"
+# waitid (not on macOS) waits for a child without reaping it, and tells this process's unreaped
+# children from the rest: what keeps a job's pid, and so its group, from reuse before the group is
+# killed, and the two owners of a process started ahead apart. Without it, none is started ahead.
+WAITS_UNREAPED = hasattr(os, "waitid")
 
 
 @dataclass(frozen=True)
@@ -99,19 +103,13 @@ def _kill_group(pgid: int) -> None:
         pass
 
 
-def can_start_ahead() -> bool:
-    """Whether this OS can tell a process's unreaped children from the rest (waitid: not macOS),
-    which is what keeps the two owners of a process started ahead apart."""
-    return hasattr(os, "waitid")
-
-
 def run_job(process: JobProcess, payload: bytes) -> int:
     """Hand the job over, wait for the process to end, kill its group, reap it; its exit status
     as Popen gives it (minus the signal that killed it).
 
-    Where waitid exists the process is waited for unreaped, so its pid, which names its process
-    group, cannot be reused before the group is killed; however this returns or raises, nothing
-    the job started outlives it.
+    Where it can (`WAITS_UNREAPED`) it waits without reaping, so the pid naming the process group
+    cannot be reused before the group is killed; however this returns or raises, nothing the job
+    started outlives it.
     """
     status = None
     try:
@@ -120,7 +118,7 @@ def run_job(process: JobProcess, payload: bytes) -> int:
                 stdin.write(payload)
         except BrokenPipeError:  # it died before reading its job; the exit status says how
             pass
-        if can_start_ahead():
+        if WAITS_UNREAPED:
             os.waitid(os.P_PID, process.pid, os.WEXITED | os.WNOWAIT)
         else:
             _, status = os.waitpid(process.pid, 0)
