@@ -26,6 +26,7 @@ below which no ratio can be told from 1 here. Prints a markdown table of medians
 import argparse
 import gc
 import statistics
+import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -132,12 +133,33 @@ def counterbalanced(index: int, plain: Callable[[], float], harness: Callable[[]
     return Round(outer, middle, aa_pct) if index % 2 == 0 else Round(middle, outer, aa_pct)
 
 
+# How long a side's own threads get to end after it (a pool shut down without waiting ends its
+# threads as each sees the shutdown: milliseconds). A thread that outlives this (tqdm's monitor,
+# which sleeps) is left running.
+SIDE_THREADS_END_S = 2.0
+
+
+def alone(side: Callable[[], float]) -> Callable[[], float]:
+    """`side`, ending with the threads it started ended, so none runs beside the next side. A
+    dropped torchdata graph keeps its 5 threads (about 0.17 of a core, measured here) until it is
+    collected: the plain threads loop's graph ran on beside the harness and read it at 0.85."""
+
+    def run() -> float:
+        before = set(threading.enumerate())
+        rate = side()
+        gc.collect()
+        deadline = time.monotonic() + SIDE_THREADS_END_S
+        for thread in set(threading.enumerate()) - before:
+            thread.join(timeout=max(deadline - time.monotonic(), 0.0))
+        return rate
+
+    return run
+
+
 def measure_round(spec: JobSpec, index: int) -> Round:
     loader = PLAIN_LOADERS[spec.loader.backend]
-    measured = counterbalanced(index, lambda: plain_loop(spec, loader=loader(spec)).samples_per_s,
-                               lambda: harness_loop(spec).samples_per_s)
-    gc.collect()  # a dropped torchdata graph stops its threads when collected
-    return measured
+    return counterbalanced(index, alone(lambda: plain_loop(spec, loader=loader(spec)).samples_per_s),
+                           alone(lambda: harness_loop(spec).samples_per_s))
 
 
 def verdict(ratio: float, aa_pct: float) -> str:
