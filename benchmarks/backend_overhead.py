@@ -16,7 +16,8 @@ the way the backend builds its own (the same pool and queues), and time the same
 `--steps`, but at least `run.worker_cycles` whole worker cycles). Rounds are counterbalanced:
 odd rounds run plain, harness, plain and even rounds harness, plain, harness, so drift hits both
 sides alike and a cost of running in the middle (or after the other side) cancels over rounds
-instead of passing for the harness's own. The side run twice gives an A/A figure: the noise floor
+instead of passing for the harness's own. Each side ends with the threads it started ended
+(`alone`), so none runs on beside the next. The side run twice gives an A/A figure: the noise floor
 below which no ratio can be told from 1 here. Prints a markdown table of medians over rounds.
 
     python benchmarks/backend_overhead.py                          # yuv_mask_fast, workers=2, 5 rounds
