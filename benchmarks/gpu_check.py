@@ -1,6 +1,7 @@
 """On a GPU machine, in one step: the GPU benchmarks, trace fixtures recorded, then the GPU tests.
 
     python benchmarks/gpu_check.py                    # parts 1-5
+    python benchmarks/gpu_check.py --parts overhead   # part 6 alone, in a call of its own
     python benchmarks/gpu_check.py --quick            # part 2 at run=quick, then part 5 without its
                                                       # 4-job end-to-end test: under 2 minutes
     python benchmarks/gpu_check.py --parts tests,backends   # some parts, in the order named
@@ -20,6 +21,8 @@ soon as it ends, so a run cut short keeps every part it finished:
 4. backends: the fast chain at workers=8 into the toy CNN, on each loader backend (dataloader,
    threads, spdl): processes against threads on a many-core host feeding a real GPU.
 5. tests: the GPU test files and the CUDA tests of other files, which no longer skip (tests.txt).
+6. overhead: the harness against a plain loop of each backend at workers=8 (backend_overhead.py,
+   no consumer: it needs the many cores, not the GPU), into overhead.txt.
 
 A part `pipebench run`s as a user types it: its transcript is <part>.txt, its tables and plots are
 in <part>/ (the job folders, traces included, stay under results/gpu_check/). timings.json: each
@@ -30,7 +33,9 @@ Budget, from the first H100 run (2026-11-22): 8 jobs at batch 256 with the defau
 the rest steps of 0.4 to 2.8 s, many of them warm-up (workers x prefetch) and profiled steps
 beyond the 20 measured. Here 6 jobs at batch 64 (steps 4x shorter) measure 10 steps after 2
 warm-up and profile 1: about 2.5 minutes; the tests about 2 (their end-to-end test runs 4 tiny jobs).
-On the H100 host (2026-11-26) the tests took 126 s and the backends' 3 jobs 134 s.
+On the H100 host (2026-11-26) the tests took 126 s and the backends' 3 jobs 134 s. The overhead
+part runs 4 rounds of 3 loops a backend, each a fresh 8-worker start: about 5 minutes (estimated, not
+yet run): a full run leaves it out, to stay inside one 10-minute device call.
 """
 
 import argparse
@@ -93,6 +98,9 @@ BACKENDS = Part("backends", ("transform=yuv_mask_fast", "loader=seed", "consumer
                              "loader.backend=dataloader,threads,spdl"))
 PAGEABLE = Part("pageable", ("transform=yuv_mask_fast", "loader=seed", "consumer=toy_cnn", "workers=4",
                              "loader.pin_memory=false"))
+# Issue 27's overhead target at 8 workers: a window of whole cycles (64 steps) after a warm-up of
+# workers x prefetch, 4 counterbalanced rounds (3 gave ranges of 5% on the H200 host).
+OVERHEAD_ARGS = ("--rounds", "4", "--workers", "8", "--warmup", "16", "--steps", "15")
 # Which recorded job each fixture comes from (all in part 2).
 FIXTURE_JOBS = ("masked_loss_sync", "masked_loss_fixed", "toy_cnn")
 
@@ -201,20 +209,23 @@ def run_tests(out: Path, quick: bool) -> int:
     return status
 
 
-# Every part, in the order a full run takes them; --parts picks some, in its own order.
-PARTS = ("seed", "gpu", "pageable", "backends", "tests")
+# Every part, in the order a full run takes them; --parts picks some, in its own order, and can
+# name the overhead part, which a full run leaves out (its own budget, in the module doc).
+FULL_PARTS = ("seed", "gpu", "pageable", "backends", "tests")
+PARTS = (*FULL_PARTS, "overhead")
 
 
 def main(argv: Optional[List[str]] = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quick", action="store_true", help="part 2 at run=quick, and the tests but the 4-job one")
     parser.add_argument("--parts", type=lambda text: text.split(","), default=None,
-                        help=f"comma-separated parts to run, of {','.join(PARTS)} (default: all; --quick: gpu,tests)")
+                        help=f"comma-separated parts to run, of {','.join(PARTS)} (default: all but overhead; "
+                             "--quick: gpu,tests)")
     parser.add_argument("--update-fixtures", action="store_true",
                         help=f"copy the recorded fixtures into {RECORDED.relative_to(ROOT)} (commit them)")
     parser.add_argument("--out", type=Path, help="output folder (default: $OUT, else results/gpu_check)")
     args = parser.parse_args(argv)
-    parts = args.parts or (["gpu", "tests"] if args.quick else list(PARTS))
+    parts = args.parts or (["gpu", "tests"] if args.quick else list(FULL_PARTS))
     unknown = sorted(set(parts) - set(PARTS))
     if unknown:
         parser.error(f"unknown part(s) {','.join(unknown)}: choose from {','.join(PARTS)}")
@@ -243,8 +254,12 @@ def main(argv: Optional[List[str]] = None) -> int:
             pipebench(["report", str(gpu), str(pageable), "--out", str(out / "pinning")], out / "pinning.txt")
         elif name == "backends":
             run_part(BACKENDS, settings, out)
+        elif name == "overhead":
+            measured, _ = tee([sys.executable, str(ROOT / "benchmarks" / "backend_overhead.py"), *OVERHEAD_ARGS],
+                              out / "overhead.txt")
+            status = status or measured
         else:
-            status = run_tests(out, args.quick)
+            status = run_tests(out, args.quick) or status
         timings.done(name, started)
     return status
 

@@ -62,3 +62,22 @@ def test_parts_are_checked_before_anything_runs(capsys):
         with pytest.raises(SystemExit) as exited:
             gpu_check.main(argv)
         assert exited.value.code == 2 and message in capsys.readouterr().err
+
+
+def test_the_overhead_part_runs_the_backend_benchmark_at_8_workers_and_only_when_named(tmp_path, monkeypatch):
+    gpu_check = _gpu_check()
+    ran = []
+    monkeypatch.setattr(gpu_check.torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(gpu_check, "tee", lambda command, transcript: (ran.append((command, transcript.name)), (0, ""))[1])
+    for stand_in in ("run_part", "record_fixtures", "pipebench"):
+        monkeypatch.setattr(gpu_check, stand_in, lambda *args, name=stand_in: ran.append((name, None)))
+    monkeypatch.setattr(gpu_check, "run_tests", lambda out, quick: 0)
+
+    assert gpu_check.main(["--parts", "overhead", "--out", str(tmp_path)]) == 0
+    (command, transcript), = ran
+    assert Path(command[1]).name == "backend_overhead.py" and transcript == "overhead.txt"
+    assert command[command.index("--workers") + 1] == "8"
+
+    ran.clear()
+    assert gpu_check.main(["--out", str(tmp_path)]) == 0
+    assert ran and not any("backend_overhead.py" in " ".join(map(str, command)) for command, _ in ran)
