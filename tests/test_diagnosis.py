@@ -131,14 +131,6 @@ def test_chains_are_named_by_what_differs_and_losers_share_a_line():
             "(0.99x, noise ±7%))." in text)
 
 
-def test_a_chain_edited_in_every_job_is_named_with_its_edit_not_by_its_config_name_alone():
-    results = [_result("slow", 0, 85.0, 70.0, 8.0), _result("slow", 2, 240.0, 10.0, 8.0)]
-    for result in results:  # the same edit in every job: it differs between none of them
-        result["overrides"].append("transform.per_sample=[]")
-    rows = {(r.chain, r.workers) for r in diagnose(results).rows}
-    assert rows == {("transform=slow,transform.per_sample=[]", 0), ("transform=slow,transform.per_sample=[]", 2)}
-
-
 def test_a_gap_beyond_the_noise_is_called_unexplained_with_the_candidates():
     results = [_result("slow", 0, 85.0, 70.0, 8.0), _result("slow", 2, 150.0, 40.0, 8.0)]
     text = render_diagnosis(diagnose(results))

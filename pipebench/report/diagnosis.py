@@ -39,9 +39,6 @@ from pipebench.report.thread_advice import gil_lines
 
 # Overrides that never define a chain: the axis the model predicts along, and repetition.
 NON_CHAIN_KEYS = ("workers", "distributed.nproc", *NOT_AXES)
-# The prefix of an override that edits the named chain (`transform.per_sample.1.size=64`): a
-# chain's label keeps such edits, so it names the chain that ran, not the one NAME stands for.
-TRANSFORM_EDIT = "transform."
 # A measurement within this of the prediction is explained by the model; shared 2-core machines
 # wobble by up to ~15% between back-to-back runs (benchmarks/overhead.py's A/A spread).
 EXPLAINED_WITHIN = 0.15
@@ -225,14 +222,9 @@ def chain_labels(results: Sequence[Mapping]) -> List[str]:
 
 
 def _chain_name(result: Mapping) -> str:
-    """`transform=NAME` and the job's edits of that chain (`transform.per_sample.1.size=64`): the
-    chain that ran, not the one the name alone stands for; a watched loader, which has no transform
-    config, by its job name (`loader=train.py:57`)."""
+    """`transform=NAME`; a watched loader, which has no transform config, by its job name (`loader=train.py:57`)."""
     transform = result["summary"].get("transform")
-    if transform is None:
-        return str(result["job"])
-    edits = [f"{key}={value}" for key, value in _chain_overrides(result).items() if key.startswith(TRANSFORM_EDIT)]
-    return ",".join([f"transform={transform}", *edits])
+    return f"transform={transform}" if transform is not None else str(result["job"])
 
 
 def _consumer_ms(result: Mapping) -> float:
