@@ -51,6 +51,17 @@ def test_a_rate_interval_never_goes_below_zero_however_few_and_noisy_the_blocks(
         assert 0 < result.low <= result.value <= result.high, result
 
 
+@pytest.mark.parametrize("seconds", [[1.0, 1.0000001, 1.0000002, 0.1], [1.0, 1.0, 1.0000001, 10.0]])
+def test_nearly_equal_blocks_and_one_apart_give_finite_positive_bounds(seconds):
+    """Resamples of the nearly equal blocks have a standard error near 0, so t values of thousands:
+    on the log scale e^t left the float range (OverflowError) or fell to 0."""
+    from pipebench.base.stats import PERCENTILE_FALLBACK_NOTE
+
+    result = block_ratio_interval(np.full(4, 32.0), np.array(seconds))
+    assert 0 < result.low <= result.value <= result.high < np.inf, result
+    assert result.note == PERCENTILE_FALLBACK_NOTE
+
+
 def test_per_step_resampling_of_the_same_series_misses_the_truth():
     """Why blocks: with steps as the unit, a 16-worker series reads an interval far too wide or narrow."""
     rng = np.random.default_rng(7)

@@ -1,6 +1,7 @@
 """Summary statistics of per-step samples: the median and a spread, with mean and variance kept too."""
 
 import math
+import sys
 from dataclasses import dataclass
 from typing import Sequence, Tuple
 
@@ -51,6 +52,8 @@ def distribution(values: Sequence[float]) -> Distribution:
     )
 
 
+# The largest x whose e^x is a float: a log-scale bound beyond it is infinite.
+MAX_EXPONENT = math.log(sys.float_info.max)
 # Resamples of the studentized block bootstrap: the t quantiles settle well below 1% by 2000.
 BLOCK_BOOTSTRAP_RESAMPLES = 2000
 # Fewer whole blocks than this and the bootstrap's own t distribution is too coarse to read a
@@ -74,8 +77,10 @@ class RatioInterval:
 
 
 # What a row's note says when the studentized interval left out its own estimate (its t
-# distribution skewed to one side) and the percentile interval over the same resamples replaced it.
-PERCENTILE_FALLBACK_NOTE = "percentile interval: the studentized one excluded the estimate"
+# distribution skewed to one side), or had a bound of 0 or infinity on the log scale (resamples of
+# nearly equal blocks have a standard error near 0, so a t of thousands), and the percentile
+# interval over the same resamples replaced it.
+PERCENTILE_FALLBACK_NOTE = "percentile interval: the studentized one excluded the estimate or had no finite bound"
 # ... and when even that one did: the bound nearest the estimate is moved to it.
 WIDENED_NOTE = "percentile interval widened to hold the estimate: both bootstrap intervals excluded it"
 
@@ -83,9 +88,10 @@ WIDENED_NOTE = "percentile interval widened to hold the estimate: both bootstrap
 def _holding_the_estimate(value: float, studentized: Tuple[float, float], ratios: np.ndarray,
                           tail: float, blocks: int) -> RatioInterval:
     """The studentized interval, or the percentile one over the same resamples where the former
-    leaves out `value`: a reader seeing an estimate outside its own interval sees a broken tool."""
+    leaves out `value` (a reader seeing an estimate outside its own interval sees a broken tool) or
+    has a bound of 0 or infinity."""
     low, high = studentized
-    if low <= value <= high:
+    if 0 < low <= value <= high < math.inf:
         return RatioInterval(value, low, high, blocks)
     low, high = (float(q) for q in np.percentile(ratios, [100 * tail, 100 * (1 - tail)]))
     if low <= value <= high:
@@ -129,12 +135,19 @@ def block_ratio_interval(numer_blocks: np.ndarray, denom_blocks: np.ndarray,
     log_se0 = se0 / value
     if n < MIN_BOOTSTRAP_BLOCKS:
         q = float(stdtrit(n - 1, 1 - tail))
-        return RatioInterval(value, value * math.exp(-q * log_se0), value * math.exp(q * log_se0), n)
+        return RatioInterval(value, *_log_scale_bounds(value, log_se0, -q, q), n)
     rng = np.random.default_rng(BOOTSTRAP_SEED)
     picks = rng.integers(0, n, size=(BLOCK_BOOTSTRAP_RESAMPLES, n))
     ratios, ses = _ratio_and_se(numer[picks], denom[picks])
     usable = ses > 0
     t_stats = np.log(ratios[usable] / value) / (ses[usable] / ratios[usable])
     q_low, q_high = np.percentile(t_stats, [100 * tail, 100 * (1 - tail)])
-    studentized = (value * math.exp(-float(q_high) * log_se0), value * math.exp(-float(q_low) * log_se0))
+    studentized = _log_scale_bounds(value, log_se0, -float(q_high), -float(q_low))
     return _holding_the_estimate(value, studentized, ratios, tail, n)
+
+
+def _log_scale_bounds(value: float, log_se: float, t_low: float, t_high: float) -> Tuple[float, float]:
+    """value·e^(t·log_se) for each t: the interval's bounds from its t quantiles on the log scale;
+    a bound past the float range is infinite (one below it is 0)."""
+    return tuple(value * math.exp(t * log_se) if t * log_se < MAX_EXPONENT else math.inf
+                 for t in (t_low, t_high))
