@@ -6,8 +6,8 @@ next() and the step; the pipebench side is the real job measurement (`measure_jo
 two worker counts they run in counterbalanced pairs, plain then pipebench in odd rounds and
 pipebench then plain in even ones (ABBA...), so drift hits both alike and a cost of running
 second cancels over rounds instead of passing for one side's. Prints a markdown table: the
-samples/s ratio (pipebench / plain) and the starvation difference (pipebench - plain, points), medians of the per-round pairs, against the
-targets, with PASS or FAIL.
+samples/s ratio (pipebench / plain) and the starvation difference (pipebench - plain, points),
+medians of the per-round pairs, against the targets, with PASS or FAIL.
 
     python benchmarks/plain_loop_check.py                      # CPU: the emulated consumer
     python benchmarks/plain_loop_check.py --gpu                # toy_cnn on CUDA (the default with CUDA)
@@ -124,9 +124,9 @@ def main(argv: Optional[List[str]] = None) -> int:
           f"plain and pipebench in alternating order, {args.steps} steps each", flush=True)
     started = time.perf_counter()
     results = {w: [] for w in counts}
+    sides = {"plain": plain_loop, "pipebench": harness_loop}
     for round_ in range(args.rounds):
         for workers, spec in specs.items():
-            sides = {"plain": plain_loop, "pipebench": harness_loop}
             order = list(sides) if round_ % 2 == 0 else list(sides)[::-1]
             measured = {side: sides[side](spec) for side in order}
             pair = Pair(measured["plain"], measured["pipebench"])

@@ -13,6 +13,8 @@ from pipebench.config.specs import JobSpec
 # A decode-free chain that runs in well under a millisecond a sample, for end-to-end runs.
 TINY_DATASET = ["dataset=random_tensors", "dataset.shape=[3,32,32]", "dataset.length=512"]
 QUICK_RUN = ["run=quick", "run.progress=false", "loader.batch_size=8"]
+# No transform at all, per sample or per batch: a job whose cost is the loader's own.
+NO_CHAIN = ["transform.per_sample=[]", "transform.per_batch=[]"]
 # No torch.profiler pass (extra steps under the profiler after the measured ones, at workers=0), for
 # a test that reads no trace or profile: work the test would not look at.
 NO_PROFILE = ["trace=none", "run.profile_steps=0"]

@@ -5,12 +5,11 @@ import os
 import re
 import warnings
 
-from conftest import QUICK_RUN, TINY_DATASET, compose_spec, run_cli
+from conftest import NO_CHAIN, QUICK_RUN, TINY_DATASET, compose_spec, run_cli
 
 from pipebench.measure.fingerprint import usable_cores
 from pipebench.measure.setup import oversubscription_note, quiet_torch_output
 
-NO_CHAIN = ["transform.per_sample=[]", "transform.per_batch=[]"]
 # What torch prints on its own on a machine without a GPU: kineto's C++ log lines at the
 # profiler's start and stop (workers=0 profiles), and DataLoader's worker-count UserWarning.
 TORCH_NOISE = ("USDT:", "profiler_start", "profiler_stop", "gpuGetDeviceCount", "This DataLoader will create",

@@ -10,15 +10,13 @@ import subprocess
 import venv
 from pathlib import Path
 
-from conftest import QUICK_RUN, TINY_DATASET, results_folder
+from conftest import NO_CHAIN, QUICK_RUN, TINY_DATASET, results_folder
 
 REPO = Path(__file__).resolve().parents[1]
 # What the running environment's own pipebench install left in site-packages; the fresh venv
 # must see none of it, or it would import that copy instead of the editable one.
 OWN_INSTALL = ("pipebench", "__editable__", "__editable___pipebench")
 LAUNCHER_PACKAGE = "pipebench_launcher"
-# random_tensors straight into the collate: the run checks the install, not a chain.
-NO_CHAIN = ["transform.per_sample=[]", "transform.per_batch=[]"]
 
 
 def _view_of_dependencies(view: Path) -> None:

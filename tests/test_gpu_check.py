@@ -68,7 +68,12 @@ def test_the_overhead_part_runs_the_backend_benchmark_at_8_workers_and_only_when
     gpu_check = _gpu_check()
     ran = []
     monkeypatch.setattr(gpu_check.torch.cuda, "is_available", lambda: True)
-    monkeypatch.setattr(gpu_check, "tee", lambda command, transcript: (ran.append((command, transcript.name)), (0, ""))[1])
+
+    def tee(command, transcript):
+        ran.append((command, transcript.name))
+        return 0, ""
+
+    monkeypatch.setattr(gpu_check, "tee", tee)
     for stand_in in ("run_part", "record_fixtures", "pipebench"):
         monkeypatch.setattr(gpu_check, stand_in, lambda *args, name=stand_in: ran.append((name, None)))
     monkeypatch.setattr(gpu_check, "run_tests", lambda out, quick: 0)

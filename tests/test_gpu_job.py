@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from conftest import QUICK_RUN, TINY_DATASET, results_folder, run_cli
+from conftest import NO_CHAIN, QUICK_RUN, TINY_DATASET, results_folder, run_cli
 
 from pipebench.config.specs import ConsumerSpec
 from pipebench.measure.gpu.session import (
@@ -24,8 +24,6 @@ from pipebench.record.results import SUMMARY_COLUMNS
 
 NEEDS_CUDA = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 NO_CUDA_ONLY = pytest.mark.skipif(torch.cuda.is_available(), reason="checks the machine without CUDA")
-# random_tensors straight into the consumer: no image transforms, 32x32 images for the toy CNN.
-NO_CHAIN = ["transform.per_sample=[]", "transform.per_batch=[]"]
 GPU_COLUMNS = ["h2d_gpu_ms_median", "gpu_util_pct", "syncs_per_step", "sync_ops", "sync_wait_ms_per_step",
                "gpu_busy_pct", "trace_accel_util_pct", "idle_host_wait_pct", "idle_kernel_wait_pct", "idle_other_pct",
                "reserved_mb_peak", "alloc_retries", "device_frees", "reserved_oscillating"]

@@ -7,13 +7,12 @@ import time
 
 import psutil
 import pytest
-from conftest import FAST_JOB
+from conftest import FAST_JOB, NO_CHAIN
 
 import pipebench.cli.run as run_module
 from pipebench.cli.main import job_ahead, main
 from pipebench.measure.job_spawn import JOB_PROCESS_MODULE, JobProcess, discard, run_job, start_job_process, take
 
-NO_CHAIN = ["transform.per_sample=[]", "transform.per_batch=[]"]
 # A stand-in interpreter: keeps its stdin in $OUT, leaves a grandchild sleeping in its process
 # group, and exits 3, so the hand-over, the exit status and the group's end can all be seen.
 FAKE_PYTHON = """#!/bin/sh
