@@ -2,7 +2,7 @@
 
 Each run is a separate job process (`rounds=N`, as a user would repeat it), so the run-to-run
 spread includes everything a rerun changes: worker start-up, page cache, the machine's load.
-Per job it prints the median single-run half-width of samples/s (the block bootstrap over
+Per job it prints the median single-run half-width of samples/s (batch means over
 whole worker cycles) beside the observed run-to-run half-width (t(0.975, N-1) x the standard
 deviation of the N rates: where a 95% interval of one run's value would have to reach), and
 their ratio. Target: the ratio within 0.5-3 (issue 12: an honest interval is neither a

@@ -7,7 +7,7 @@ from typing import Mapping, Optional, Sequence
 
 from pipebench.record.results import RESULT_FILE
 
-# The summary's interval around its rate: wide enough to hold it, as a bootstrap interval does.
+# The summary's interval around its rate: wide enough to hold it, as a real interval does.
 INTERVAL = 0.01
 
 

@@ -116,21 +116,21 @@ def test_a_time_capped_window_says_so():
     assert note == "window capped by run.max_time_s at 4 steps (wanted 16)"
 
 
-def test_bootstrap_blocks_group_whole_cycles_to_a_time_span_and_never_cross_an_epoch_end():
+def test_interval_blocks_group_whole_cycles_to_a_time_span_and_never_cross_an_epoch_end():
     import numpy as np
 
-    from pipebench.measure.window import bootstrap_blocks
+    from pipebench.measure.window import interval_blocks
 
     result = starved_pass(2, 30, epoch_every=24)  # 100 ms cycles; an epoch end after batches 24 and 48
     window = split_window([result], 2)
     step_ns = np.array([s.step_ns for s in window.steps], dtype=float)
-    blocks = bootstrap_blocks(window, step_ns, 0.3e9, 4)  # 3 cycles a block
+    blocks = interval_blocks(window, step_ns, 0.3e9, 4)  # 3 cycles a block
     # Epoch ends after batches 24 and 48 leave segments of 12, 11 and 5 steady cycles: a segment's
     # last block takes the cycles left over, and 5 cycles make one block of 5.
     assert [len(b) // 2 for b in blocks] == [3, 3, 3, 3] + [3, 3, 5] + [5]
     assert all(b[-1] - b[0] == len(b) - 1 for b in blocks)  # consecutive steps: none spans the epoch end
     assert sorted(i for b in blocks for i in b) == window.steady_indices().tolist()  # every steady step
-    assert len(bootstrap_blocks(window, step_ns, 10e9, 4)) >= 4  # lowered to keep enough blocks
+    assert len(interval_blocks(window, step_ns, 10e9, 4)) >= 4  # lowered to keep enough blocks
 
 
 def test_the_interval_holds_the_steady_rate_when_leftover_cycles_are_slow():

@@ -54,7 +54,7 @@ class RunConfig:
     steps: int = 20
     # The window is at least this many whole worker cycles (W steps each): a starved loop gets W
     # batches, then waits a whole cycle, so its rate is periodic in W. Eight whole cycles keep the
-    # block bootstrap's interval honest (it resamples cycles; fewer blocks read too narrow) and
+    # batch-means interval honest (its blocks are cycles; fewer read too narrow) and
     # cost ~20 s at 16 workers, batch 256 on an H100 host.
     worker_cycles: int = 8
     min_time_s: float = 5.0

@@ -1,6 +1,6 @@
 """CPU that other processes used on this host during the measured window (a Meter).
 
-A single run's interval (the block bootstrap over whole cycles) sees only the noise inside its
+A single run's interval (batch means over whole cycles) sees only the noise inside its
 own window. On a shared machine most of the run-to-run variation is other tenants' load that
 stays level for seconds: on the 2-core test machine ten fresh runs of one job spread ±13% while
 each run's quarters agreed within a few percent (benchmarks/noise_check.py). No statistic of one

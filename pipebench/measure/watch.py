@@ -8,7 +8,7 @@ harness keeps it apart. `watching_loaders` patches `torch.utils.data.DataLoader`
 of a `with` block so every loader a script iterates is watched, named by where it was created.
 
 The figures come from the harness's own summary (`summarize.summary_row` over `PassResult`s), so
-a watched loop and a pipebench job are read by one rule: whole worker cycles, the block bootstrap.
+a watched loop and a pipebench job are read by one rule: whole worker cycles, the batch-means interval.
 """
 
 import contextlib

@@ -24,11 +24,11 @@ from pipebench.measure.runner import (
     cycle_steps,
 )
 
-__all__ = ["RESTART_SOURCES", "EpochCost", "SteadyState", "Window", "bootstrap_blocks", "epoch_cost", "epoch_rate",
+__all__ = ["RESTART_SOURCES", "EpochCost", "SteadyState", "Window", "interval_blocks", "epoch_cost", "epoch_rate",
            "rate_interval", "split_window", "steady_masks", "steady_state", "window_note"]
 
 CONFIDENCE_LEVEL = 0.95
-# A bootstrap block spans whole worker cycles and at least this long: the load of a shared
+# An interval block spans whole worker cycles and at least this long: the load of a shared
 # machine drifts on sub-second to second scales, so step times a cycle apart are not
 # independent. Measured on the 2-core machine (benchmarks/noise_check.py, 10 fresh runs):
 # blocks of one cycle gave single-run half-widths 0.28-0.42x the run-to-run spread, blocks of
@@ -36,7 +36,7 @@ CONFIDENCE_LEVEL = 0.95
 # from other tenants the run-to-run spread grew 2-3x and no within-run block size kept up:
 # only rounds (separate, interleaved processes) measure that part.
 BLOCK_MIN_S = 1.0
-# ... but never so long that fewer blocks than this remain: the bootstrap needs several.
+# ... but never so long that fewer blocks than this remain: the blocks' spread needs several.
 MIN_TIME_BLOCKS = 8
 
 # Where an epoch's restart cost came from: epoch ends measured inside the window; the pass's own
@@ -100,7 +100,7 @@ def split_window(passes: Sequence[PassResult], workers: int, worker_kind: str = 
     return Window(tuple(steps), cycle, tuple(every_cycle if crossed else blocks), tuple(boundaries), crossed)
 
 
-def bootstrap_blocks(window: Window, step_ns: np.ndarray, min_block_ns: float, min_blocks: int
+def interval_blocks(window: Window, step_ns: np.ndarray, min_block_ns: float, min_blocks: int
                      ) -> List[Tuple[int, ...]]:
     """The steady cycles grouped into blocks of k consecutive cycles (step indices each): k the
     fewest cycles that span `min_block_ns`, lowered until at least `min_blocks` blocks remain.
@@ -128,9 +128,9 @@ def _block_end(start: int, k: int, cycles: int) -> int:
 
 
 def rate_interval(window: Window, samples: np.ndarray, step_ns: np.ndarray) -> RatioInterval:
-    """samples/s over the steady blocks, with the block bootstrap's interval over blocks of whole
+    """samples/s over the steady blocks, with the batch-means interval over blocks of whole
     cycles that each span at least BLOCK_MIN_S (machine load varies on that scale too)."""
-    blocks = bootstrap_blocks(window, step_ns, BLOCK_MIN_S * NS_PER_S, MIN_TIME_BLOCKS)
+    blocks = interval_blocks(window, step_ns, BLOCK_MIN_S * NS_PER_S, MIN_TIME_BLOCKS)
     sample_blocks = np.array([samples[list(b)].sum() for b in blocks])
     time_blocks = np.array([step_ns[list(b)].sum() for b in blocks]) / NS_PER_S
     return block_ratio_interval(sample_blocks, time_blocks, CONFIDENCE_LEVEL)

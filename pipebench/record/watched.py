@@ -27,7 +27,7 @@ JOB_FOLDER = "job-{num}"
 
 @dataclass(frozen=True)
 class WatchResult:
-    """One watched loader's figures: rates over the steady steps (interval: the block bootstrap),
+    """One watched loader's figures: rates over the steady steps (interval: batch means over whole cycles),
     starvation = Σ wait / Σ (wait + step), the run's first batch, and `record`, its result.json."""
 
     name: str

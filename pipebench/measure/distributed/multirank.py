@@ -278,7 +278,7 @@ def total_passes(records: Sequence[Dict[str, Any]]) -> List[PassResult]:
 
 def total_rate(records: Sequence[Dict[str, Any]], workers: int, worker_kind: str = PROCESSES) -> Dict[str, Any]:
     """samples/s of all ranks together (the sum of the ranks' rates, as their passes give it) and
-    an interval of that total: the block bootstrap of the per-step totals over whole worker
+    an interval of that total: batch means of the per-step totals over whole worker
     cycles (as one process's rate is measured), centred on the sum (the per-step totals' own
     ratio differs from it only as far as the ranks' step times differ). A sum of the ranks' own
     bounds is no interval of the sum: it ignores that a slow step on one rank is a slow step on

@@ -1,5 +1,6 @@
-"""The samples/s interval on periodic step series of known truth: it must cover the true rate in
-90-98% of simulated runs, where a per-step bootstrap (steps taken as independent) does not."""
+"""The samples/s interval on step series of known truth: it must cover the true rate in 90-98% of
+simulated runs, where an interval over steps (taken as independent) does not, and be no wider than
+the rate's own run-to-run spread calls for."""
 
 import numpy as np
 import pytest
@@ -53,16 +54,37 @@ def test_a_rate_interval_never_goes_below_zero_however_few_and_noisy_the_blocks(
 
 @pytest.mark.parametrize("seconds", [[1.0, 1.0000001, 1.0000002, 0.1], [1.0, 1.0, 1.0000001, 10.0]])
 def test_nearly_equal_blocks_and_one_apart_give_finite_positive_bounds(seconds):
-    """Resamples of the nearly equal blocks have a standard error near 0, so t values of thousands:
-    on the log scale e^t left the float range (OverflowError) or fell to 0."""
-    from pipebench.base.stats import PERCENTILE_FALLBACK_NOTE
-
+    """The shape that sent the studentized bootstrap's t values to the thousands (e^t past the float
+    range, or a bound of 0)."""
     result = block_ratio_interval(np.full(4, 32.0), np.array(seconds))
-    assert 0 < result.low <= result.value <= result.high < np.inf, result
-    assert result.note == PERCENTILE_FALLBACK_NOTE
+    assert 0 < result.low < result.value < result.high < np.inf, result
 
 
-def test_per_step_resampling_of_the_same_series_misses_the_truth():
+def slow_block_run(rng, blocks_n, outlier_share, outlier_factor):
+    """Blocks of one cycle (0.1 s, 10% log-normal spread) where a share of them is slowed by a
+    factor: the host's hiccups that real short runs hold."""
+    seconds = 0.1 * np.exp(rng.normal(0, 0.1, blocks_n) - 0.1 ** 2 / 2)
+    seconds[rng.random(blocks_n) < outlier_share] *= outlier_factor
+    return np.full(blocks_n, float(BATCH)), seconds
+
+
+@pytest.mark.parametrize("blocks_n, outlier_share, outlier_factor", [(15, 0.0, 1.0), (15, 0.07, 3.0),
+                                                                     (15, 0.1, 2.0), (30, 0.05, 4.0)])
+def test_half_width_follows_the_run_to_run_spread_with_slow_blocks(blocks_n, outlier_share, outlier_factor):
+    """A 95% half-width is about t(0.975, blocks-1) ≈ 2.1 standard deviations of the rate across
+    runs. Issue 41 found the studentized bootstrap at 3.6-4.7x the run-to-run spread on real runs;
+    on these series it reads 3.0-3.4 (fails), this interval 2.05-2.3."""
+    rng = np.random.default_rng(blocks_n * 100 + int(outlier_factor))
+    rates, half_widths = [], []
+    for _ in range(RUNS // 2):
+        result = block_ratio_interval(*slow_block_run(rng, blocks_n, outlier_share, outlier_factor))
+        rates.append(result.value)
+        half_widths.append((result.high - result.low) / 2)
+    ratio = np.median(half_widths) / np.std(rates, ddof=1)
+    assert 1.6 <= ratio <= 2.6, ratio
+
+
+def test_an_interval_over_steps_of_the_same_series_misses_the_truth():
     """Why blocks: with steps as the unit, a 16-worker series reads an interval far too wide or narrow."""
     rng = np.random.default_rng(7)
     samples, seconds = periodic_run(rng, 16, 8, 250.0, 0.1)
@@ -74,32 +96,18 @@ def test_per_step_resampling_of_the_same_series_misses_the_truth():
 def test_interval_of_a_constant_series_is_a_point_and_too_few_blocks_give_none():
     point = block_ratio_interval(np.full(8, 32.0), np.full(8, 0.5))
     assert point.low == point.value == point.high == 64.0
-    assert np.isnan(block_ratio_interval(np.array([32.0]), np.array([0.5])).low)
+    one = block_ratio_interval(np.array([32.0]), np.array([0.5]))
+    assert np.isnan(one.low) and np.isnan(one.high) and "fewer than 2 whole worker cycles" in one.note
     few = block_ratio_interval(np.array([32.0, 32.0, 32.0]), np.array([0.4, 0.5, 0.6]))
     assert few.low < few.value < few.high and few.blocks == 3
 
 
 def test_every_interval_holds_its_estimate_on_skewed_block_series():
-    """Few blocks, one of them far off: the shape that skews the bootstrap's t distribution."""
+    """Few blocks, one of them far off: the shape that skewed the bootstrap's t distribution."""
     rng = np.random.default_rng(11)
     for _ in range(300):
         n = int(rng.integers(4, 10))
         seconds = rng.lognormal(0, rng.uniform(0.05, 1.0), n)
         seconds[rng.integers(n)] *= rng.uniform(0.05, 20)
         result = block_ratio_interval(rng.choice([32.0, 64.0, 96.0], n), seconds)
-        assert 0 <= result.low <= result.value <= result.high, result
-
-
-def test_a_studentized_interval_that_excludes_its_estimate_falls_back_and_says_so():
-    """The guard itself, on bootstrap output of known shape: a studentized pair above the estimate
-    gives way to the percentile interval of the same resamples; if that also misses, it is widened."""
-    from pipebench.base.stats import PERCENTILE_FALLBACK_NOTE, WIDENED_NOTE, _holding_the_estimate
-
-    ratios = np.linspace(95.0, 110.0, 2001)
-    kept = _holding_the_estimate(100.0, (98.0, 103.0), ratios, 0.025, 8)
-    assert (kept.low, kept.high, kept.note) == (98.0, 103.0, "")
-    fallback = _holding_the_estimate(100.0, (101.0, 104.0), ratios, 0.025, 8)
-    assert fallback.low == pytest.approx(95.375) and fallback.high == pytest.approx(109.625)
-    assert fallback.note == PERCENTILE_FALLBACK_NOTE
-    widened = _holding_the_estimate(100.0, (101.0, 104.0), ratios + 10.0, 0.025, 8)
-    assert widened.low == 100.0 and widened.high == pytest.approx(119.625) and widened.note == WIDENED_NOTE
+        assert 0 < result.low <= result.value <= result.high, result
