@@ -163,7 +163,7 @@ def rounds_of(script: Path, root: Path, out: Path, workers: int, steps: int, ski
     args = [str(root), str(workers), str(steps), str(skip), str(BATCH)]
     bare = [sys.executable, str(script), *args]
     attached = [sys.executable, "-m", "pipebench.cli.main", "attach", "--steps", str(steps), "--skip-steps",
-                str(skip), "--out", str(out), "--", str(script), *args]
+                str(skip), "--out", str(out), "--force", "--", str(script), *args]
     pairs = []
     for round_num in range(rounds):
         if round_num % 2 == 0:

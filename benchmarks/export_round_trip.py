@@ -125,8 +125,8 @@ def attach_medians(tmp: Path, images: Path, steps: int, workers: int) -> Dict[st
 
     out = {}
     for version in RECIPES:
-        _pipebench("attach", "--steps", str(steps), "--out", str(tmp / "out"), "--", "python", str(tmp / "train.py"),
-                   str(images), str(steps + 10), str(workers), version)
+        _pipebench("attach", "--steps", str(steps), "--out", str(tmp / "out"), "--force", "--", "python",
+                   str(tmp / "train.py"), str(images), str(steps + 10), str(workers), version)
         out[version] = medians(read_result(tmp / "out" / "job-0" / "result.json")["transforms"])
     return out
 

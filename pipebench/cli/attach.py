@@ -18,9 +18,10 @@ from typing import List, Optional, Sequence, Tuple
 
 from pipebench.base.errors import INTERRUPTED_EXIT_STATUS, TERMINATED_EXIT_STATUS, USAGE_EXIT_STATUS, ConfigError, Terminated
 from pipebench.base.tables import markdown_table
-from pipebench.cli.attach_torchrun import attach_torchrun, torchrun_args
-from pipebench.measure.script_end import own_loaders, script_namespaces, stop_workers
+from pipebench.cli.attach_torchrun import attach_torchrun, parse_torchrun, torchrun_args
+from pipebench.measure.script_end import own_loaders, script_namespaces, stop_workers, workers_end_quietly
 from pipebench.measure.watch import DEFAULT_REPLAY, DEFAULT_SECONDS, DEFAULT_SKIP_STEPS, DEFAULT_STEPS, WatchWindow, watching_loaders
+from pipebench.record.claimed_folder import claimed_folder
 from pipebench.record.export_config import write_exports
 from pipebench.record.watched import results_of, save_results, summary_line
 from pipebench.report.summary import first_batch_markdown
@@ -109,31 +110,57 @@ def _failed(exc: BaseException, target: str) -> int:
     return INTERRUPTED_EXIT_STATUS if isinstance(exc, KeyboardInterrupt) else UNCAUGHT_EXIT_STATUS
 
 
-def _out_folder(out: Optional[str]) -> Path:
-    return Path(out) if out is not None else Path(DEFAULT_OUT) / time.strftime("%Y-%m-%d_%H-%M-%S")
+def _fresh_name() -> Path:
+    """A new folder's name when --out does not say (claimed_folder adds -2, -3, ... when it is taken)."""
+    return Path(DEFAULT_OUT) / time.strftime("%Y-%m-%d_%H-%M-%S")
 
 
-def attach_main(command: Sequence[str], window: WatchWindow, out: Optional[str], export_dir: Optional[str] = None) -> int:
+def _not_measured(target: str, status: int, own: Sequence[str]) -> int:
+    """attach's status when the script iterated no DataLoader, and its one line: a script that failed
+    (Python has shown why) gets its own status back; one that ran to its end, the way to measure it."""
+    held = (f"; it holds {', '.join(own)}, a loader of its own: measure its loop with pipebench.watch(loader) "
+            f"(docs/attach.md, 'A loader of its own')" if own else "")
+    if status in (INTERRUPTED_EXIT_STATUS, TERMINATED_EXIT_STATUS):  # said already: a traceback, or one line
+        return status
+    if status != 0:
+        print(f"pipebench attach: {target} failed (it exited {status}) before it iterated a "
+              f"torch.utils.data.DataLoader: nothing was measured{held}", file=sys.stderr)
+        return status
+    print(f"pipebench attach: {target} iterated no torch.utils.data.DataLoader (it exited 0)"
+          f"{held or '; a loader of its own class is measured with pipebench.watch(loader) in the script'}",
+          file=sys.stderr)
+    return USAGE_EXIT_STATUS
+
+
+def attach_main(command: Sequence[str], window: WatchWindow, out: Optional[str], export_dir: Optional[str] = None,
+                force: bool = False) -> int:
+    """Run the command with its loaders watched and write what they measured to `out` (a new folder
+    under DEFAULT_OUT when None), claimed before the script starts (claimed_folder: `force` replaces
+    an earlier run there)."""
     torchrun = torchrun_args(command)
     if torchrun is not None:  # every rank watched (pipebench.cli.attach_torchrun)
         if export_dir is not None:
             raise ConfigError("--export-config reads one process's loaders: export from the script run by "
                               "python (one rank), then sweep distributed.nproc= under pipebench run")
-        return attach_torchrun(torchrun, window, _out_folder(out))
+        parsed = parse_torchrun(torchrun)
+        with claimed_folder(None if out is None else Path(out), _fresh_name(), force) as folder:
+            return attach_torchrun(parsed, window, folder)
     kind, target, argv = parse_command(command)
     if export_dir is not None and Path(export_dir).exists() and not Path(export_dir).is_dir():
         raise ConfigError(f"--export-config {export_dir}: not a directory")
+    with claimed_folder(None if out is None else Path(out), _fresh_name(), force) as folder:
+        return _attach_script(kind, target, argv, window, folder, export_dir)
+
+
+def _attach_script(kind: str, target: str, argv: Sequence[str], window: WatchWindow, folder: Path,
+                   export_dir: Optional[str]) -> int:
+    """Run the script with its loaders watched; write what they measured to `folder`, claimed."""
     own: List[str] = []
-    with watching_loaders(window, export=export_dir is not None) as watches:
+    with watching_loaders(window, export=export_dir is not None) as watches, workers_end_quietly():
         status = run_script(kind, target, argv, own)
     stop_workers()  # no worker outlives attach, nor waits for it to write
     if not any(w.iterated for w in watches):
-        seen = (f"; it holds {', '.join(own)}, a loader of its own: measure its loop with pipebench.watch(loader) "
-                f"(docs/attach.md, 'A loader of its own')" if own else
-                "; a loader of its own class is measured with pipebench.watch(loader) in the script")
-        print(f"pipebench attach: {target} iterated no torch.utils.data.DataLoader (it exited {status}){seen}",
-              file=sys.stderr)
-        return USAGE_EXIT_STATUS
+        return _not_measured(target, status, own)
     if export_dir is not None:
         exports = [(w.site, w.exported) for w in watches if w.iterated and w.exported is not None]
         print("\n".join(write_exports(export_dir, exports)))
@@ -142,7 +169,6 @@ def attach_main(command: Sequence[str], window: WatchWindow, out: Optional[str],
         print(f"pipebench attach: no step measured: every loader stopped within its {window.skip_steps} "
               f"warm-up steps (lower --skip-steps); the script exited {status}", file=sys.stderr)
         return status or USAGE_EXIT_STATUS
-    folder = _out_folder(out)
     save_results(folder, results)
     print(markdown_table([summary_line(r) for r in results], SUMMARY_TABLE_COLUMNS))
     print(first_batch_markdown([r.record["summary"] for r in results]))
@@ -170,7 +196,11 @@ def add_parser(verbs: "argparse._SubParsersAction") -> None:
     parser.add_argument("--export-config", metavar="DIR",
                         help="also write each loader's dataset/, transform/ and loader/ configs into DIR, for "
                              "pipebench run / explore --config-dir DIR (what cannot be written is named)")
-    parser.add_argument("--out", help=f"the results folder (default {DEFAULT_OUT}/<time>)")
+    parser.add_argument("--out", help=f"the results folder (default {DEFAULT_OUT}/<time>); one that holds "
+                                      "results is refused, unless --force")
+    parser.add_argument("--force", action="store_true",
+                        help="replace the results already in --out (an earlier run's): removed before the "
+                             "script starts")
     parser.add_argument("command", nargs=argparse.REMAINDER,
                         help="-- python train.py ARGS, -- python -m module ARGS, or -- torchrun [OPTIONS] train.py ARGS")
 
@@ -180,4 +210,4 @@ def main(args: argparse.Namespace) -> int:
         window = WatchWindow(args.steps, args.skip_steps, args.seconds, args.replay)
     except ValueError as exc:
         raise ConfigError(str(exc)) from None
-    return attach_main(args.command, window, args.out, args.export_config)
+    return attach_main(args.command, window, args.out, args.export_config, args.force)

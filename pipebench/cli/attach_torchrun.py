@@ -119,12 +119,10 @@ def run_torchrun(command: TorchrunCommand, env: dict) -> int:
             return proc.wait()
 
 
-def attach_torchrun(words: Sequence[str], window: WatchWindow, folder: Path) -> int:
-    """Run torchrun's arguments `words` with every rank watched; merge the ranks into `folder`."""
-    command = parse_torchrun(words)
+def attach_torchrun(command: TorchrunCommand, window: WatchWindow, folder: Path) -> int:
+    """Run torchrun's `command` with every rank watched; merge the ranks into `folder`, which the
+    caller has claimed, empty (pipebench.record.claimed_folder)."""
     ranks_dir = folder / RANKS_FOLDER
-    if any(ranks_dir.glob("*")):
-        raise ConfigError(f"{folder} holds the ranks of an earlier run ({ranks_dir}); give attach another --out")
     status = run_torchrun(command, {**os.environ, **rank_environment(ranks_dir, window)})
     ranks = rank_status(ranks_dir) if ranks_dir.is_dir() else []
     if not ranks:

@@ -13,19 +13,29 @@ script's module neither defines nor imports by name (`import torchdata.nodes as 
 Workers left running (`stop_workers`): DataLoader workers whose loader the script still held when
 it ended (a persistent loader in a global). Without attach the interpreter's exit would stop
 them; attach goes on to write its results, so it stops them itself: SIGTERM, then SIGKILL.
+
+Workers ended by a SIGTERM to attach's process group (`workers_end_quietly`): torch's SIGCHLD
+handler raises "DataLoader worker (pid N) is killed by signal" wherever the main thread is when a
+worker dies, in the script's unwinding, in gc, in a loader's `__del__` (Python's 20-line "Exception
+ignored"). Once the script is terminated its workers' deaths are expected, so the SIGTERM handler
+disarms that check before it ends the script.
 """
 
 import linecache
 import multiprocessing
 import os
 import re
+import signal
+from contextlib import contextmanager
 from types import FrameType, TracebackType
 from typing import Any, Dict, Iterator, List, Mapping, Optional
 
 from torch.utils.data import DataLoader
 from torch.utils.data.dataloader import _BaseDataLoaderIter
 
-__all__ = ["LOADER_LIKE", "own_loaders", "script_namespaces", "stop_workers"]
+from pipebench.base.errors import Terminated
+
+__all__ = ["LOADER_LIKE", "own_loaders", "script_namespaces", "stop_workers", "workers_end_quietly"]
 
 # A class whose name says it loads or pipes batches (torchdata.nodes.Loader, MyDataPipeline, ...).
 LOADER_LIKE = re.compile(r"loader|pipeline", re.IGNORECASE)
@@ -102,3 +112,24 @@ def stop_workers() -> int:
             process.kill()
             process.join(WORKER_EXIT_S)
     return len(left)
+
+
+def _terminate_script(signum: int, frame: object) -> None:
+    """SIGTERM: torch's check of its workers disarmed (they are ending too), then Terminated, as
+    cli/main.py's handler raises it; raised even if the check fires before it is disarmed."""
+    try:
+        signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+    finally:
+        raise Terminated()
+
+
+@contextmanager
+def workers_end_quietly() -> Iterator[None]:
+    """Within the block, SIGTERM ends the script with Terminated and without torch's "DataLoader
+    worker is killed by signal" from its workers' deaths (see the module's docstring). A script
+    that sets a SIGTERM handler of its own keeps it."""
+    previous = signal.signal(signal.SIGTERM, _terminate_script)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)

@@ -1,0 +1,95 @@
+"""A results folder claimed for one run before it measures: created (a fresh name, or the folder the
+user named), locked (`folder_lock`, as `run` locks its folders) and empty of any earlier run.
+
+attach runs the user's script for minutes or hours before it has anything to write; a folder it
+could not write, or one that another run is writing or has written, must stop it before the script
+starts, not after, when the measurement would be lost or mixed with the other run's rows.
+"""
+
+import shutil
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Iterator, List, Optional
+
+from pipebench.base.errors import ConfigError, error_line
+from pipebench.record.folder_lock import LOCK_FILE, folder_lock
+from pipebench.record.results import JOB_RESULT_GLOB, SUMMARY_CSV
+from pipebench.record.resume import new_folder
+from pipebench.record.watched_ranks import RANKS_FOLDER
+
+__all__ = ["claimed_folder"]
+
+# At most this many of a folder's entries are named in the line that refuses it.
+NAMED_AT_MOST = 3
+
+
+def _entries(folder: Path) -> List[Path]:
+    """What the folder holds besides its lock."""
+    return sorted(p for p in folder.iterdir() if p.name != LOCK_FILE)
+
+
+def _names(entries: List[Path]) -> str:
+    more = len(entries) - NAMED_AT_MOST
+    return ", ".join(p.name for p in entries[:NAMED_AT_MOST]) + (f" and {more} more" if more > 0 else "")
+
+
+def _holds_results(folder: Path) -> bool:
+    """Whether pipebench wrote results here: a job's result.json, the summary, or a torchrun run's ranks."""
+    return any(folder.glob(JOB_RESULT_GLOB)) or (folder / SUMMARY_CSV).exists() or (folder / RANKS_FOLDER).exists()
+
+
+def _remove(entry: Path) -> None:
+    """Remove a file, a link (never its target) or a folder tree."""
+    if entry.is_dir() and not entry.is_symlink():
+        shutil.rmtree(entry)
+    else:
+        entry.unlink()
+
+
+def _emptied(folder: Path, force: bool) -> None:
+    """Refuse a folder that holds anything; with `force`, empty one that holds pipebench's results.
+    A folder of other files (`--out .`) is never emptied: --force replaces results, nothing else."""
+    entries = _entries(folder)
+    if not entries:
+        return
+    if not force:
+        raise ConfigError(f"{folder} already holds {_names(entries)}: its run would be mixed with this one; "
+                          "give another --out, or pass --force to replace it")
+    if not _holds_results(folder):
+        raise ConfigError(f"--force replaces a results folder, and {folder} holds no pipebench results "
+                          f"({_names(entries)}): give another --out")
+    for entry in entries:
+        _remove(entry)
+
+
+def _made(folder: Path) -> bool:
+    """Create `folder` (and its parents); whether this call created it. One line when it cannot be."""
+    try:
+        folder.mkdir(parents=True)
+        return True
+    except FileExistsError:
+        if folder.is_dir():
+            return False
+        raise ConfigError(f"--out {folder} is a file, not a folder") from None
+    except OSError as exc:
+        raise ConfigError(f"--out {folder}: the results folder cannot be created ({error_line(exc)})") from None
+
+
+@contextmanager
+def claimed_folder(out: Optional[Path], fresh_name: Path, force: bool = False) -> Iterator[Path]:
+    """The results folder `out`, or a new one named `fresh_name` (`-2`, `-3`, ... when a run started
+    in the same second took it), locked for the block and empty of any earlier run (see `_emptied`).
+    Raises ConfigError, or FolderBusy while another run holds it. A folder the block left with
+    nothing in it is removed again (only its lock, if the user's folder was there before)."""
+    folder, created = (new_folder(fresh_name), True) if out is None else (out, _made(out))
+    try:
+        with folder_lock(folder):
+            _emptied(folder, force)
+            try:
+                yield folder
+            finally:
+                if not _entries(folder):
+                    (folder / LOCK_FILE).unlink(missing_ok=True)
+    finally:
+        if created and folder.is_dir() and not any(folder.iterdir()):
+            folder.rmdir()
