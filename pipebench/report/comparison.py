@@ -162,9 +162,15 @@ class ComparisonTable:
         if i == self.best:
             return False
         best, row = self.rows[self.best], self.rows[i]
-        if min(best.rounds, row.rounds) >= MIN_SAMPLES:
-            return not separated(best.round_rates(), row.round_rates())
-        return intervals_overlap(row.rate.low, row.rate.high, best.rate.low, best.rate.high)
+        return not told_apart(best.round_rates(), best.rate, row.round_rates(), row.rate)
+
+
+def told_apart(rates_a: Sequence[float], a: Spread, rates_b: Sequence[float], b: Spread) -> bool:
+    """Whether two jobs' samples/s differ beyond the noise, by the one rule of pipebench.base.significance:
+    on their rounds' samples/s where both have rounds enough for it, else on their intervals being disjoint."""
+    if min(len(rates_a), len(rates_b)) >= MIN_SAMPLES:
+        return separated(rates_a, rates_b)
+    return not intervals_overlap(a.low, a.high, b.low, b.high)
 
 
 def _host_labels(fingerprints: Sequence[Tuple[object, ...]]) -> Dict[Tuple[object, ...], str]:

@@ -35,13 +35,18 @@ from pipebench.base.tables import format_value, markdown_table
 from pipebench.config.specs import BACKEND_WORKER_KINDS, NO_CONSUMER, PROCESSES, THREADS, USER_STEP
 from pipebench.pipeline.stages import DECODE_STAGE, LOAD_STAGE
 from pipebench.record.jobs import NOT_AXES, override_pairs, varying_keys
-from pipebench.report.thread_advice import gil_lines
+from pipebench.report.comparison import measured_rate, told_apart
+from pipebench.report.thread_advice import gil_bound_steps, gil_lines
 
 # Overrides that never define a chain: the axis the model predicts along, and repetition.
 NON_CHAIN_KEYS = ("workers", "distributed.nproc", *NOT_AXES)
 # A measurement within this of the prediction is explained by the model; shared 2-core machines
 # wobble by up to ~15% between back-to-back runs (benchmarks/overhead.py's A/A spread).
 EXPLAINED_WITHIN = 0.15
+# A measured rate this far below the cores' cap is named on the cap's own line, with the items that
+# explain it; closer, the machine's wobble covers it. The band is EXPLAINED_WITHIN's, so every row the
+# cap's line calls short is one the "Off the model" item names.
+CAP_GAP_WORTH_NAMING = EXPLAINED_WITHIN
 # The least relative noise of a CPU ms a sample measured once (no rounds to show its spread):
 # per-transform timings of one job move by up to ~5% between back-to-back runs on this machine.
 CPU_COST_NOISE_FLOOR = 0.05
@@ -558,8 +563,12 @@ def _advice_unexplained(rows: Sequence[PredictedRow], results: Sequence[Mapping]
         transfer = np.nanmedian([s["transfer_ms_median"] for s in worker_jobs])
         ready = np.nanmedian([s["ready_next_ms_median"] for s in worker_jobs]) if any(
             not math.isnan(s["ready_next_ms_median"]) for s in worker_jobs) else float("nan")
-        candidates.append(f"batch delivery from workers (queue + IPC, median {format_value(float(transfer))} ms a "
-                          f"batch; {format_value(float(ready))} ms when the batch was already done)")
+        done = (f"{format_value(float(ready))} ms a next() took for a batch already done, the delivery alone: "
+                "unpickling and the shared-memory rebuild" if math.isfinite(ready) else
+                "no batch was done before next() asked for it")
+        candidates.append(f"batch delivery from workers (median {format_value(float(transfer))} ms a batch from a "
+                          "worker finishing it (its collate done) to the main loop holding it: its wait in the "
+                          f"queue and the in-order buffer behind earlier batches, then the IPC; {done})")
     if any(r.get("pin_memory_effective") for r in results):
         candidates.append("pin-memory copies (pin_memory=true)")
     if any(r.predicted.bound == "cores" for r in off):
@@ -573,6 +582,72 @@ def _advice_unexplained(rows: Sequence[PredictedRow], results: Sequence[Mapping]
                       f"({format_value(100 * r.gap)}%)" for r in off)
     return [f"Off the model by more than {format_value(100 * EXPLAINED_WITHIN)}%: {named}. "
             f"The model leaves out {'; '.join(candidates)}.", *_inflated_cpu(off, costs)]
+
+
+def _items(numbers: Sequence[int]) -> str:
+    """'item 5', 'items 5 and 6', 'items 4, 5 and 6'."""
+    if len(numbers) == 1:
+        return f"item {numbers[0]}"
+    return f"items {', '.join(map(str, numbers[:-1]))} and {numbers[-1]}"
+
+
+def _with_cap_gap(advice: Sequence[str], cap: Sequence[str], unexplained: Sequence[str], base: str,
+                  rows: Sequence[PredictedRow], costs: Mapping[str, ChainCosts]) -> List[str]:
+    """`advice` with the cores' cap line (`cap`, from _advice_workers) saying how far the best measured
+    rate the cap binds fell below it, past CAP_GAP_WORTH_NAMING, and which items explain that:
+    the CPU measured inside workers (_inflated_cpu), else none, and the model's candidates
+    (`unexplained`'s first line)."""
+    capped = [r for r in rows if r.chain == base and r.predicted is not None and r.predicted.bound == "cores"]
+    if not cap or not capped:
+        return list(advice)
+    best = max(capped, key=lambda r: r.measured_samples_per_s)
+    if -best.gap <= CAP_GAP_WORTH_NAMING:
+        return list(advice)
+    number = {line: i for i, line in enumerate(advice, 1)}
+    evidence = [number[line] for line in _inflated_cpu([r for r in capped if abs(r.gap) > EXPLAINED_WITHIN], costs)
+                if line in number]
+    listed = f"{_items([number[unexplained[0]]])} lists what the model leaves out"
+    why = (f"{_items(evidence)} measure{'s' if len(evidence) == 1 else ''} the CPU a sample costs inside workers "
+           f"and the cap at that cost; {listed}" if evidence else
+           f"unexplained, no measured figure accounts for it; {listed}")
+    gap = (f" The best measured, {format_value(best.measured_samples_per_s)} samples/s at "
+           f"{f'ranks={best.ranks} ' if best.ranks > 1 else ''}workers={best.workers}, is {100 * -best.gap:.0f}% below "
+           f"this cap: {why}.")
+    return [line + gap if line is cap[0] else line for line in advice]
+
+
+def _advice_gil_disagreement(groups: Mapping[str, Sequence[Mapping]], threaded: Set[str]) -> List[str]:
+    """Where a thread-backend chain and a worker-process one that differ in loader settings only are told
+    apart at their largest common worker count (the comparison table's rule) and the winner contradicts
+    the thread-scaling profile: threads win although steps hold the GIL, or lose although none does."""
+    lines = []
+    for chain, other in ((c, o) for c in groups if c in threaded for o in groups if o not in threaded):
+        common = {r["summary"]["workers"] for r in groups[chain]} & {r["summary"]["workers"] for r in groups[other]}
+        if _axis_between(groups[other][0], groups[chain][0]) != AXIS_LOADER or not common - {0}:
+            continue
+        workers = max(common)
+        threads, processes = ([r for r in groups[c] if r["summary"]["workers"] == workers] for c in (chain, other))
+        if not any(r.get("thread_profile") for r in (*threads, *processes)):
+            continue
+        rates_t, rates_p = ([float(r["summary"]["samples_per_s"]) for r in jobs] for jobs in (threads, processes))
+        spread_t, spread_p = measured_rate(threads), measured_rate(processes)
+        held = gil_bound_steps([*threads, *processes])
+        won = spread_t.value > spread_p.value
+        if won != bool(held) or not told_apart(rates_t, spread_t, rates_p, spread_p):
+            continue
+        outcome = (f"{chain} {'beats' if won else 'loses to'} {other} at workers={workers} "
+                   f"({format_value(spread_t.value)} against {format_value(spread_p.value)} samples/s, "
+                   f"{spread_t.value / spread_p.value:.2f}x, beyond the noise)")
+        profile = (f"the thread-scaling profile says {', '.join(held)} hold{'s' if len(held) == 1 else ''} the GIL"
+                   if won else "the thread-scaling profile finds no step that holds the GIL")
+        cost = ("what worker processes pay and threads do not (pickling each batch, the IPC, worker start-up) "
+                "outweighed the queue for the GIL" if won else
+                "what threads share with the rest of the loop (the collate, the main loop and the consumer's "
+                "Python, on one interpreter) cost more than the processes' IPC and pickling")
+        lines.append(f"{outcome}, although {profile}. The two measure different things: the profile calls the "
+                     "chain's steps alone, one step at a time on k threads with nothing else running; the backend "
+                     f"runs the whole loop, where {cost}. The measured samples/s is what this loop gets on this host.")
+    return lines
 
 
 def whole_chain_timed(result: Mapping) -> bool:
@@ -607,11 +682,13 @@ def diagnose(results: Sequence[Mapping]) -> Diagnosis:
             ))
     threaded = {chain for chain, jobs in groups.items() if any(worker_kind_of(j) == THREADS for j in jobs)}
     base = next(iter(groups))
-    advice = [*_advice_dominant(base, groups[base]),
-              *(_advice_workers(base, costs[base]) if base not in threaded else []),
+    cap = _advice_workers(base, costs[base]) if base not in threaded else []
+    unexplained = _advice_unexplained(rows, results, costs)
+    advice = [*_advice_dominant(base, groups[base]), *cap,
               *_advice_variants(base, groups, costs), *_advice_shared_interpreter(base, groups, threaded),
-              *_advice_epochs(results), *gil_lines(results),
-              *_advice_threads(rows), *_advice_unexplained(rows, results, costs)]
+              *_advice_epochs(results), *gil_lines(results), *_advice_gil_disagreement(groups, threaded),
+              *_advice_threads(rows), *unexplained]
+    advice = _with_cap_gap(advice, cap, unexplained, base, rows, costs)
     target = target_pct_of(results)
     targets = tuple((chain, needs_for_target(c, target)) for chain, c in costs.items()
                     if c.consumer_ms > 0 and chain not in threaded)

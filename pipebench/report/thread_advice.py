@@ -8,7 +8,7 @@ from typing import Any, Dict, List, Mapping, Sequence, Tuple
 
 from pipebench.measure.thread_verdict import HOLDS_GIL
 
-__all__ = ["GIL_LINE_MIN_SHARE_PCT", "gil_lines"]
+__all__ = ["GIL_LINE_MIN_SHARE_PCT", "gil_bound_steps", "gil_lines"]
 
 # A step under this share of the chain's time is not named even when it holds the GIL: queueing
 # for it costs the chain at most that share, within a run's noise (a load step of a few
@@ -64,6 +64,17 @@ def _line(result: Mapping[str, Any], row: Mapping[str, Any]) -> str:
             f"{threads} threads{_capped(profile)}). {_what_to_do(profile)}")
 
 
+def _names_gil(row: Mapping[str, Any]) -> bool:
+    """A profiled step that holds the GIL and weighs enough of the chain to be named."""
+    return row.get("thread_verdict") == HOLDS_GIL and row["share_pct"] >= GIL_LINE_MIN_SHARE_PCT
+
+
+def gil_bound_steps(results: Sequence[Mapping[str, Any]]) -> List[str]:
+    """The steps `gil_lines` would name for these jobs, each once, in chain order."""
+    return list(dict.fromkeys(row["transform"] for result in results if result.get("thread_profile")
+                              for row in result["transforms"] if _names_gil(row)))
+
+
 def gil_lines(results: Sequence[Mapping[str, Any]]) -> List[str]:
     """One line per GIL-bound step worth naming, once per chain and step: from the profile with the
     most threads, a thread backend's on a tie (its advice is the one to act on)."""
@@ -73,7 +84,7 @@ def gil_lines(results: Sequence[Mapping[str, Any]]) -> List[str]:
         if not profile:
             continue
         for row in result["transforms"]:
-            if row.get("thread_verdict") != HOLDS_GIL or row["share_pct"] < GIL_LINE_MIN_SHARE_PCT:
+            if not _names_gil(row):
                 continue
             key = (str(result["summary"]["transform"]), row["stage"], row["transform"])
             rank = (row["profile_threads"], bool(profile["on_threads"]))
