@@ -4,7 +4,8 @@ swept, the figures a backend is chosen by stand beside them (BACKEND_COLUMNS: CP
 chain and of the whole process tree, peak RSS, summed PSS, time to the first batch).
 
 A job's rounds (`rounds=N`, override `run.round=K`) make one row: the median of their samples/s
-and the IQR across them. A single-round job shows its bootstrap 95% CI over the measured steps.
+and the IQR across them. A single-round job shows its 95% CI over the measured steps (batch means
+over whole worker cycles).
 Figures are rounded to what that noise supports (pipebench.base.noise_figures).
 
 Naming a job (for `--baseline`): comma-separated KEY=VALUE pairs that together match exactly one
@@ -95,7 +96,7 @@ class Spread:
 
 
 def measured_rate(results: Sequence[Mapping[str, object]]) -> Spread:
-    """One round: its samples/s and bootstrap CI. Several: median and IQR across rounds."""
+    """One round: its samples/s and 95% CI. Several: median and IQR across rounds."""
     summaries = [r["summary"] for r in results]
     if len(summaries) == 1:
         s = summaries[0]
@@ -353,7 +354,7 @@ def comparison_markdown(table: ComparisonTable) -> str:
     columns = [*titles.values(), *figures_shown, *backend_titles, *rank_titles, *(["rounds"] if show_rounds else []),
                *(["best"] if compared else [])]
     notes = [
-        "spread: the 95% CI of a block bootstrap over a job's whole worker cycles (the noise inside one run; "
+        "spread: the 95% CI of batch means over a job's whole worker cycles (the noise inside one run; "
         "rounds=N adds the run-to-run part), or with several rounds the IQR across rounds "
         "(samples/s is then the median round). Figures are rounded to the digits that noise supports, as "
         "torch.utils.benchmark.Compare does.",
