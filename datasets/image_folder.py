@@ -10,27 +10,18 @@ from pathlib import Path
 import numpy as np
 from torch.utils.data import Dataset
 
-from pipebench.base.errors import DatasetError
+from pipebench.base.errors import DatasetError, warn
 from pipebench.pipeline.file_reads import FileReads
+from pipebench.pipeline.rank_info import rank_and_world
 
+from .folder_walk import walk_images
 from .lazy_image import IMAGE_EXTENSIONS, open_rgb
 
 
-def _find_images(root: Path) -> list[str]:
-    """Relative POSIX paths of every image under root, sorted, following symlinks like
-    torchvision's ImageFolder. Hidden files and folders are skipped: they are usually
-    metadata (macOS `._x.jpg` files), not images."""
-    found = []
-    for folder, subfolders, names in os.walk(root, followlinks=True):
-        subfolders[:] = [d for d in subfolders if not d.startswith(".")]
-        for name in names:
-            if not name.startswith(".") and os.path.splitext(name)[1].lower() in IMAGE_EXTENSIONS:
-                found.append(Path(folder, name).relative_to(root).as_posix())
-    return sorted(found)
-
-
 class ImageFolderDataset(Dataset):
-    """Every image under `path` (recursive, sorted), opened lazily as RGB.
+    """Every image under `path` (recursive, sorted), opened lazily as RGB. Links are followed, each
+    real folder once; loops and entries that are no image file are skipped, counted in one line on
+    stderr and in `identity()` (datasets/folder_walk.py).
 
     Labels: when every image sits inside a first-level subfolder, the label is the index
     of that subfolder among the sorted subfolders that hold images, as torchvision's
@@ -48,13 +39,19 @@ class ImageFolderDataset(Dataset):
             raise DatasetError(f"image_folder: {root} does not exist")
         if not root.is_dir():
             raise DatasetError(f"image_folder: {root} is not a directory")
-        relative = _find_images(root)
+        walk = walk_images(root)
+        relative = list(walk.images)
+        skipped = walk.skipped_line()
         if not relative:
             extensions = ", ".join(sorted(IMAGE_EXTENSIONS))
-            raise DatasetError(f"image_folder: {root} holds no images (looked for {extensions})")
+            also = f"; {skipped}" if skipped else ""
+            raise DatasetError(f"image_folder: {root} holds no images (looked for {extensions}){also}")
+        if skipped and rank_and_world()[0] == 0:  # one line a job, not one a rank
+            warn(f"image_folder: {root}: {skipped}")
 
         self.root = root.resolve()
         self.seed = seed
+        self.skipped = walk.skipped_counts()
         self._relative = relative
         top_folders = [p.split("/", 1)[0] if "/" in p else None for p in relative]
         if None in top_folders:
@@ -85,7 +82,8 @@ class ImageFolderDataset(Dataset):
     def identity(self) -> dict:
         """The folder, its labelling, and a digest of sorted relative paths and file
         sizes: cheap for big folders, and it changes when files are added, removed,
-        renamed or rewritten at another size."""
+        renamed or rewritten at another size. `skipped` counts what the walk left out, when it left
+        anything out."""
         digest = hashlib.sha256()
         for rel in self._relative:
             try:
@@ -101,4 +99,5 @@ class ImageFolderDataset(Dataset):
             "num_classes": self.num_classes,
             "seed": self.seed,
             "content_digest": digest.hexdigest(),
+            **({"skipped": self.skipped} if self.skipped else {}),
         }
