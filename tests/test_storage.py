@@ -1,6 +1,7 @@
 """Cold and warm file reads, the emulated storage, the I/O figures and the storage settings' checks."""
 
 import os
+import time
 
 import numpy as np
 import psutil
@@ -10,8 +11,12 @@ from PIL import Image
 from torch.utils.data import DataLoader
 from torchvision.transforms import PILToTensor
 
+from pipebench.base.errors import StepTimeoutError
+from pipebench.base.watchdog import Watchdog
 from pipebench.config.specs import StorageSpec
 from pipebench.datasets.image_folder import ImageFolderDataset
+from pipebench.measure import storage_cache
+from pipebench.measure.repeats import STEP_TIMEOUT_KEY
 from pipebench.measure.runner import TimingSink
 from pipebench.measure.storage_cache import prepare_cache
 from pipebench.measure.storage_io import file_read_columns, file_read_figures
@@ -153,6 +158,84 @@ def test_without_posix_fadvise_cold_runs_warm_with_one_notice_and_the_row_says_s
     assert summary["cache_mode"] == "warm"
     assert "cold asked, ran warm" in summary["storage_note"]
     assert summary["read_files_per_sample"] == 1.0
+
+
+# The warm-up's bound in these tests: far past a look at a small file or a 1 MiB read here, and
+# short enough to wait out.
+WARM_BOUND_S = 1.0
+
+
+class _Files:
+    """A dataset that reads `paths` through pipebench, as the warm-up sees one."""
+
+    def __init__(self, paths):
+        self.paths = [str(path) for path in paths]
+        self.reads = FileReads()
+
+    def files(self):
+        return self.paths
+
+
+def _fifo_and_dev_zero(folder):
+    """A FIFO with no writer (opening it to read blocks) and a link to /dev/zero (a read that never
+    ends), both named like images."""
+    fifo, zero = folder / "pipe.jpg", folder / "zero.jpg"
+    os.mkfifo(fifo)
+    zero.symlink_to("/dev/zero")
+    return fifo, zero
+
+
+def test_the_warm_up_reads_only_regular_files_and_counts_the_others(tmp_path, monkeypatch):
+    (blob,) = _blobs(tmp_path, 1, 4096)
+    fifo, zero = _fifo_and_dev_zero(tmp_path)
+    warmed, warm_file = [], storage_cache._warm_file
+    monkeypatch.setattr(storage_cache, "_warm_file",
+                        lambda path, watchdog: warmed.append(path) or warm_file(path, watchdog))
+    with Watchdog(WARM_BOUND_S, STEP_TIMEOUT_KEY, on_stuck=print) as watchdog:
+        plan = prepare_cache(_Files([blob, fifo, zero]), StorageSpec(), available_bytes=100 * MIB, watchdog=watchdog)
+    assert warmed == [blob]
+    skipped = [line for line in plan.notices if "skipped" in line]
+    assert len(skipped) == 1 and "skipped 2 of the dataset's files that are no regular file, not read" in skipped[0]
+    assert f"{fifo} and 1 more" in skipped[0] and "skipped 2" in plan.columns()["storage_note"]
+
+
+def test_a_fifo_or_device_put_in_since_the_look_is_not_read(tmp_path):
+    """The open does not wait for a FIFO's writer, and what is no regular file once open is left unread."""
+    fifo, zero = _fifo_and_dev_zero(tmp_path)
+    with Watchdog(WARM_BOUND_S, STEP_TIMEOUT_KEY, on_stuck=print) as watchdog:
+        assert storage_cache._warm_file(str(fifo), watchdog) is False
+        assert storage_cache._warm_file(str(zero), watchdog) is False
+
+
+def test_a_warm_up_read_that_stalls_ends_the_job_in_one_line_naming_the_file(tmp_path, monkeypatch):
+    """The stall is a real blocking read: a FIFO whose writer holds it open and never writes, read
+    in place of the image file's chunks, as a network filesystem gone quiet holds a read."""
+    from pipebench.measure.job import measure_job
+
+    folder = _jpegs(tmp_path / "imgs", 2).resolve()
+    fifo = tmp_path / "quiet"
+    os.mkfifo(fifo)
+    quiet = os.open(fifo, os.O_RDONLY | os.O_NONBLOCK)
+    writer = os.open(fifo, os.O_WRONLY)
+    os.set_blocking(quiet, True)
+    warm_file = storage_cache._warm_file
+    monkeypatch.setattr(storage_cache, "_warm_file",
+                        lambda path, watchdog: warm_file(path, watchdog, read=lambda fd, size: os.read(quiet, size)))
+    spec = compose_spec(["dataset=image_folder", f"dataset.path={folder}", "run=quick", "run.progress=false",
+                         "loader.batch_size=2", f"run.step_timeout_s={WARM_BOUND_S / 2:g}", "run.profile_steps=0",
+                         "transform.per_sample=[{_target_:torchvision.transforms.PILToTensor}]"])
+    start = time.monotonic()
+    try:
+        with pytest.raises(StepTimeoutError) as exc_info:
+            measure_job(spec, tmp_path)
+    finally:
+        os.close(quiet)
+        os.close(writer)
+    assert time.monotonic() - start < 10 * WARM_BOUND_S
+    message = str(exc_info.value)
+    assert "\n" not in message
+    assert message.startswith(f"page-cache warm-up: reading {folder / '0.jpg'} ran past "
+                              f"{STEP_TIMEOUT_KEY}={WARM_BOUND_S / 2:g}; stopped the job")
 
 
 def test_the_storage_keys_leave_the_dataset_node():

@@ -105,7 +105,7 @@ def _measure_job(spec: JobSpec, job_dir: Path, watchdog: Unwatched) -> Dict[str,
     if spec.loader.sharing_strategy is not None:
         torch.multiprocessing.set_sharing_strategy(spec.loader.sharing_strategy)
     parts = build_job(spec, spec.run.seed)
-    cache = prepare_cache(parts.dataset, spec.storage)
+    cache = prepare_cache(parts.dataset, spec.storage, watchdog=watchdog)
     for line in cache.notices:
         print(line, flush=True)
     if parts.loader.worker_kind == THREADS:

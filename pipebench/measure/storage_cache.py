@@ -7,14 +7,24 @@ and when the files fit in free memory the job says the page cache serves it; `co
 file's pages as it reads it (pipebench.pipeline.file_reads), after one `sync` here, since the
 kernel keeps a page that is not yet written back. Where posix_fadvise is missing, cold runs
 warm, with one notice and the row labelled so.
+
+The warm-up reads only regular files (a link is followed to one): a FIFO or a device (a link to
+`/dev/zero` named `x.jpg`) is skipped and counted in a note, never opened for a blocking read.
+It keeps the step watchdog's rule (pipebench.base.watchdog, run.step_timeout_s): each look at a
+file and each chunk read is one step, so a read that stalls (a network filesystem gone quiet)
+ends the job with one line naming the file, while a large file on slow storage that keeps
+moving never trips it.
 """
 
 import os
+import stat
 from dataclasses import dataclass
-from typing import Optional, Tuple
+from typing import Callable, Iterable, List, Optional, Tuple
 
 import psutil
 
+from pipebench.base.errors import StepTimeoutError
+from pipebench.base.watchdog import StepOverrun, Unwatched
 from pipebench.config.specs import StorageSpec
 from pipebench.pipeline.file_reads import BYTES_PER_MB, file_reads_of, honoured
 
@@ -44,22 +54,68 @@ class CachePlan:
         }
 
 
-def _warm(paths) -> None:
-    """Read every file once, so the page cache holds it (the bytes themselves are dropped)."""
+def _regular_files(paths: Iterable[str], watchdog: Unwatched) -> Tuple[List[str], int, List[str]]:
+    """The regular files among `paths` (links followed), their bytes, and the other paths."""
+    regular, size, others = [], 0, []
     for path in paths:
-        with open(path, "rb") as f:
-            while f.read(WARM_CHUNK_BYTES):
-                pass
+        watchdog.arm(f"page-cache warm-up: looking at {path}")
+        try:
+            info = os.stat(path)
+        finally:
+            watchdog.disarm()
+        if stat.S_ISREG(info.st_mode):
+            regular.append(path)
+            size += info.st_size
+        else:
+            others.append(path)
+    return regular, size, others
+
+
+def _warm_file(path: str, watchdog: Unwatched, read: Callable[[int, int], bytes] = os.read) -> bool:
+    """Read one file once, so the page cache holds it (the bytes are dropped), each chunk a watched
+    step. False, with nothing read, when it is no longer a regular file: opened non-blocking, a FIFO
+    put there since the look cannot hold the open. `read` (os.read's signature) is injectable so a
+    test can stall a read."""
+    what = f"page-cache warm-up: reading {path}"
+    watchdog.arm(what)
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+        try:
+            if not stat.S_ISREG(os.fstat(fd).st_mode):
+                return False
+            while read(fd, WARM_CHUNK_BYTES):
+                watchdog.arm(what)
+        finally:
+            os.close(fd)
+    finally:
+        watchdog.disarm()
+    return True
+
+
+def _look_and_warm(paths: Iterable[str], free: int, watchdog: Unwatched) -> Tuple[int, List[str]]:
+    """The regular files' bytes and the paths that are no regular file (not read); the regular files
+    are read once when their bytes fit in `free`. A watched step that overruns is a StepTimeoutError
+    naming the file."""
+    try:
+        regular, size, skipped = _regular_files(paths, watchdog)
+        if size <= free:
+            skipped += [path for path in regular if not _warm_file(path, watchdog)]
+    except StepOverrun as exc:
+        raise StepTimeoutError(f"{exc}; stopped the job (raise it if the storage is only slow; "
+                               "dataset.cache=cold skips the warm-up)") from None
+    return size, skipped
 
 
 def _mib(size: float) -> str:
     return f"{size / BYTES_PER_MB:,.1f} MiB"
 
 
-def prepare_cache(dataset: object, asked: StorageSpec, available_bytes: Optional[int] = None) -> CachePlan:
+def prepare_cache(dataset: object, asked: StorageSpec, available_bytes: Optional[int] = None,
+                  watchdog: Optional[Unwatched] = None) -> CachePlan:
     """Prepare the page cache for the mode the platform can honour and say what serves the run.
 
-    `available_bytes`: free memory (psutil's `available`) unless given, for tests.
+    `available_bytes`: free memory (psutil's `available`) unless given, for tests. `watchdog`: the
+    job's step watchdog, entered in this (the main) thread; none bounds nothing.
     """
     reads = file_reads_of(dataset)
     if reads is None:
@@ -73,20 +129,25 @@ def prepare_cache(dataset: object, asked: StorageSpec, available_bytes: Optional
         notices.append("note: dataset.cache=cold needs os.posix_fadvise, which this platform lacks: "
                        "the run goes on warm")
         notes.append("cold asked, ran warm: no posix_fadvise here")
-    files = getattr(dataset, "files", lambda: [])()
-    size = sum(os.path.getsize(path) for path in files)
-    free = psutil.virtual_memory().available if available_bytes is None else available_bytes
     if used.cache == "cold":
         os.sync()
-    elif size <= free:
-        _warm(files)
-        line = f"page cache serves this run: the dataset's {_mib(size)} fit in {_mib(free)} of free memory"
-        notices.append(f"note: {line} (dataset.cache=cold to read from storage)")
-        notes.append(line)
     else:
-        line = f"the dataset's {_mib(size)} exceed {_mib(free)} of free memory: reads reach storage, warm or not"
-        notices.append(f"note: {line}")
+        free = psutil.virtual_memory().available if available_bytes is None else available_bytes
+        files = getattr(dataset, "files", lambda: [])()
+        size, skipped = _look_and_warm(files, free, watchdog or Unwatched())
+        if size <= free:
+            line = f"page cache serves this run: the dataset's {_mib(size)} fit in {_mib(free)} of free memory"
+            notices.append(f"note: {line} (dataset.cache=cold to read from storage)")
+        else:
+            line = f"the dataset's {_mib(size)} exceed {_mib(free)} of free memory: reads reach storage, warm or not"
+            notices.append(f"note: {line}")
         notes.append(line)
+        if skipped:
+            line = (f"the warm-up skipped {len(skipped)} of the dataset's files that are no regular file, not read "
+                    f"(a FIFO's or a device's read may never end): {skipped[0]}"
+                    + (f" and {len(skipped) - 1} more" if len(skipped) > 1 else ""))
+            notices.append(f"note: {line}")
+            notes.append(line)
     if used.emulated:
         bandwidth = f" + bytes / {used.mb_per_s:g} MiB/s" if used.mb_per_s is not None else ""
         notes.append(f"storage emulated: {used.latency_ms:g} ms{bandwidth} a file read")
