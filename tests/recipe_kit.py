@@ -13,6 +13,13 @@ def build_v1(size: int = 224):
     return v1.Compose([v1.RandomResizedCrop(size), v1.RandomHorizontalFlip(), v1.ToTensor(), v1.Normalize(MEAN, STD)])
 
 
+def build_v1_jitter(size: int = 224):
+    """The training recipe timm's and many scripts' factories build, in v1: with ColorJitter(0.4, 0.4, 0.4),
+    whose hue v1 keeps as None (the default 0 normalised), a value its constructor refuses back."""
+    return v1.Compose([v1.RandomResizedCrop(size), v1.RandomHorizontalFlip(), v1.ColorJitter(0.4, 0.4, 0.4),
+                       v1.ToTensor(), v1.Normalize(MEAN, STD)])
+
+
 def build_v2(size: int = 224):
     """The timm-style recipe in torchvision.transforms.v2, with a ColorJitter."""
     return v2.Compose([v2.RandomResizedCrop(size), v2.RandomHorizontalFlip(), v2.ColorJitter(0.4, 0.4, 0.4),
@@ -31,6 +38,11 @@ class Opaque:
 
 def build_with_opaque():
     return v1.Compose([v1.CenterCrop(32), Opaque(2.0), v1.PILToTensor()])
+
+
+def build_opaque_before_to_tensor():
+    """An opaque step on the PIL image before ToTensor, the conversion with no decoder of its own."""
+    return v1.Compose([v1.RandomResizedCrop(64), Opaque(2.0), v1.ToTensor()])
 
 
 class NotARecipe:

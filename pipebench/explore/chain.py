@@ -5,6 +5,8 @@ import json
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Mapping, Optional, Tuple
 
+from pipebench.pipeline.recipe import RECIPE_STEP
+
 REDUCED_DECODE = "reduced_decode"
 REGION_DECODE = "region_decode"
 TENSOR_PATH = "tensor_path"
@@ -57,7 +59,9 @@ def class_name(target: str) -> str:
 
 
 def short_name(node: Node) -> str:
-    """A node's class name (class_name of its `_target_`)."""
+    """A node's class name (class_name of its `_target_`); a recipe's own step by the class it holds."""
+    if node["_target_"] == RECIPE_STEP and node.get("step"):
+        return f"{node['step']} (the recipe's own object)"
     return class_name(node["_target_"])
 
 

@@ -263,11 +263,16 @@ def tensor_path(chain: Chain, source: Optional[SampleSource] = None) -> Moved:
 
 def _to_tensor_first(chain: Chain, source: Optional[SampleSource]) -> Tuple[Moved, bool]:
     """(the chain with DecodeJpeg first: tensor_path, else the decoder move; whether its first crop
-    ran on the PIL image in the chain, so a resize after it is PIL's)."""
+    ran on the PIL image in the chain, so a resize after it is PIL's). When neither applies to a chain
+    whose conversion has no decoder (ToTensor) and steps before it, the tensor path's reason is the one
+    that names the step in the way."""
     moved = tensor_path(chain, source)
     if moved.changes:
         return moved, True
-    return decoder(chain, REGION_DECODE), False
+    decoded = decoder(chain, REGION_DECODE)
+    if decoded.changes or decoder_conversion(chain) is not None or not _conversion_at(chain):
+        return decoded, False
+    return moved, False
 
 
 def region_decode(chain: Chain, source: Optional[SampleSource] = None, unavailable: str = "") -> Moved:

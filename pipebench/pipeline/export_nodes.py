@@ -3,7 +3,8 @@
 Shared by `recipe` (a recipe object opened into one node a step) and the export of a watched loader
 (`pipebench attach --export-config`): an object's constructor arguments are read back from its
 attributes of the same name (`inspect.signature`), and the object rebuilt from them must equal the
-original (the same repr, or the same attributes where its class has no repr of its own). A function
+original (the same repr, or the same attributes where its class has no repr of its own); an argument
+held as None where the constructor defaults to something else is tried at its default. A function
 is written by its importable name. What has no importable name (a lambda, a function or class
 defined inside a function, anything defined in the script run as `__main__`) cannot be.
 """
@@ -13,7 +14,7 @@ import importlib
 import inspect
 import pathlib
 from dataclasses import dataclass
-from typing import Any, Callable, Dict, Optional, Tuple
+from typing import Any, Callable, Dict, Iterator, Optional, Tuple
 
 import torch
 
@@ -166,15 +167,30 @@ def object_node(obj: Any, value: Callable[[Any], NodeOrWhy] = plain_node) -> Nod
     arguments, why = read_arguments(obj, value)
     if arguments is None:
         return NodeOrWhy(why=why)
-    node = {"_target_": public_target(type(obj)), **arguments}
-    try:
-        rebuilt = instantiate_node(node, "rebuilt")
-    except Exception as exc:  # a constructor that does not take back what it stored
-        return NodeOrWhy(why=f"rebuilding it from its attributes fails ({type(exc).__name__})")
-    if not _same_object(rebuilt, obj):
-        return NodeOrWhy(why="rebuilt from its attributes it is not the same (its arguments are not all kept "
-                             "as attributes of the same name)")
-    return NodeOrWhy(node)
+    for candidate in _argument_candidates(obj, arguments):
+        node = {"_target_": public_target(type(obj)), **candidate}
+        try:
+            rebuilt = instantiate_node(node, "rebuilt")
+        except Exception as exc:  # a constructor that does not take back what it stored (one line: instantiate_node)
+            why = f"rebuilding it from its attributes fails ({exc})"
+            continue
+        if _same_object(rebuilt, obj):
+            return NodeOrWhy(node)
+        why = "rebuilt from its attributes it is not the same (its arguments are not all kept as attributes " \
+              "of the same name)"
+    return NodeOrWhy(why=why)
+
+
+def _argument_candidates(obj: Any, arguments: Dict[str, Any]) -> Iterator[Dict[str, Any]]:
+    """The arguments as read, then, where some are held as None but default to something else, with
+    those left to their defaults: a class may keep a default as None ("no such step"), as v1's
+    ColorJitter keeps hue=0, and refuse the None back. The caller checks each rebuilt object."""
+    yield arguments
+    parameters = inspect.signature(type(obj).__init__).parameters
+    defaulted = {name for name, held in arguments.items() if held is None
+                 and parameters[name].default is not None and parameters[name].default is not inspect.Parameter.empty}
+    if defaulted:
+        yield {name: held for name, held in arguments.items() if name not in defaulted}
 
 
 def value_node(value: Any, depth: int = 0) -> NodeOrWhy:

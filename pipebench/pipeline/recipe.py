@@ -4,16 +4,18 @@ factories return) is opened into one node a step, so each step is timed on its o
 moves the steps as it moves a list written in YAML.
 
 A step becomes a plain `_target_` node with the arguments read back from it (its constructor's
-parameters, as attributes) when the rebuilt step is the same (equal repr); otherwise it stays the
-recipe's own object (`recipe_step`: the factory's k-th step), timed on its own row but declaring
-nothing, so explore leaves it in place. An object that is not a plain sequence of steps (torchvision's
-RandomApply, RandomChoice, RandomOrder draw which steps run) is kept whole, one row, and a note says why.
+parameters, as attributes: export_nodes.object_node) when the rebuilt step is the same; otherwise it
+stays the recipe's own object (`recipe_step`: the factory's k-th step), timed on its own row but
+declaring nothing, so explore leaves it in place and moves nothing across it, and a note says why.
+An object that is not a plain sequence of steps (torchvision's RandomApply, RandomChoice, RandomOrder
+draw which steps run) is kept whole, one row, and a note says why.
 """
 
 from dataclasses import dataclass
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
-from pipebench.pipeline.export_nodes import plain_node, public_target, read_arguments, same_repr
+from pipebench.base.errors import ConfigError
+from pipebench.pipeline.export_nodes import object_node
 from pipebench.pipeline.instantiate import instantiate_node
 
 # The attribute a recipe object lists its steps under (torchvision's Compose, timm's, most factories').
@@ -33,23 +35,25 @@ class Opened:
     notes: Tuple[str, ...] = ()
 
 
-def recipe_step(recipe: Any, index: int) -> Any:
-    """The recipe object's `index`-th step (Hydra builds the recipe from its node first)."""
-    return list(getattr(recipe, STEPS_ATTR))[index]
+def recipe_step(recipe: Any, index: int, step: Optional[str] = None) -> Any:
+    """The recipe object's `index`-th step (Hydra builds the recipe from its node first). `step`, the
+    class it had when opened, is checked: a factory edited since then fails here, not in a wrong row."""
+    found = list(getattr(recipe, STEPS_ATTR))[index]
+    if step is not None and type(found).__name__ != step:
+        raise ConfigError(f"recipe step {index} is now a {type(found).__name__}, not the {step} it was when the "
+                          "recipe was opened: the factory changed, so open it again (a fresh explore)")
+    return found
 
 
-def step_node(recipe_node: Node, step: Any, index: int) -> Dict[str, Any]:
-    """A `_target_` node that builds the same step: its class and arguments when rebuilding it gives
-    an equal repr, else the recipe's own k-th step."""
-    arguments, _ = read_arguments(step, plain_node)  # a step holding an object stays the recipe's own
-    if arguments is not None:
-        node = {"_target_": public_target(type(step)), **arguments}
-        try:
-            if same_repr(instantiate_node(node, "recipe step"), step):
-                return node
-        except Exception:  # a constructor that does not take back what it stored: keep the object
-            pass
-    return {"_target_": RECIPE_STEP, "recipe": dict(recipe_node), "index": index}
+def step_node(recipe_node: Node, step: Any, index: int) -> Tuple[Dict[str, Any], str]:
+    """(a `_target_` node that builds the same step, ""): its class and the arguments read back from its
+    attributes, checked by rebuilding it; else (the recipe's own k-th step, why it is not rebuilt).
+    Arguments must be plain values: a step holding other steps or objects stays the recipe's own."""
+    rebuilt = object_node(step)
+    if rebuilt.ok:
+        return dict(rebuilt.node), ""
+    return {"_target_": RECIPE_STEP, "recipe": dict(recipe_node), "index": index, "step": type(step).__name__}, \
+        rebuilt.why
 
 
 def _why_not_opened(built: Any) -> str:
@@ -81,7 +85,12 @@ def open_recipes(nodes: Sequence[Node], where: str = "transform.per_sample") -> 
             notes.append(f"{where}[{i}] ({target}): {why}")
             opened.append(node)
             continue
-        opened += [step_node(node, step, k) for k, step in enumerate(getattr(built, STEPS_ATTR))]
+        for k, step in enumerate(getattr(built, STEPS_ATTR)):
+            step_opened, why = step_node(node, step, k)
+            opened.append(step_opened)
+            if why:
+                notes.append(f"{where}[{i}] ({target}): step {k}, {type(step).__name__}, runs as the recipe's own "
+                             f"object, which declares no movement (explore moves nothing across it): {why}")
     return Opened(tuple(opened), tuple(notes))
 
 
