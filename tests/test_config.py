@@ -6,10 +6,12 @@ import pytest
 from conftest import assert_config_error_is_one_line, compose_spec, run_cli
 
 from pipebench.base.errors import ConfigError
+from pipebench.base.extras import install_line
 from pipebench.cli.main import main
-from pipebench.cli.run import _label, expand_sweep
+from pipebench.cli.run import MAX_LABEL_CHARS, _label, expand_sweep
 from pipebench.pipeline.build import build_transforms
 
+REPO = Path(__file__).resolve().parents[1]
 CHAINS = ["yuv_mask", "yuv_mask_fast", "yuv_mask_crop_first", "yuv_mask_batched"]
 
 
@@ -62,6 +64,15 @@ def test_bad_override_syntax_is_a_config_error():
 def test_label_is_folder_safe():
     assert _label(["transform=yuv_mask", "workers=0,4,8"]) == "transform-yuv_mask_workers-0+4+8"
     assert "/" not in _label(["dataset.path=/a/b"])
+
+
+def test_a_long_label_is_cut_between_words_and_stays_unique():
+    """The README's backends sweep was cut to `..._backend-dataloader+threads+` (the list broken off,
+    workers lost), so two sweeps that differ only past the cut shared one name."""
+    sweep = ["transform=yuv_mask_fast,imagenet", "loader.backend=dataloader,threads,spdl"]
+    two, four = _label([*sweep, "workers=2"]), _label([*sweep, "workers=4"])
+    assert two.startswith("transform-yuv_mask_fast+imagenet_backend-dataloader_")
+    assert len(two) <= MAX_LABEL_CHARS and two != four
 
 
 BAD_INPUTS = [
@@ -183,6 +194,15 @@ def test_cfg_prints_every_job_of_the_sweep_and_runs_none(tmp_path, capsys):
     assert not out_dir.exists()
 
 
+def test_info_lists_the_launcher_once(tmp_path):
+    """In a clone, whose folder is on the path, Hydra's plugin scan finds the launcher as well as the
+    CLI's registration, and it was listed twice. (Elsewhere an editable install's scan does not find
+    it: test_editable_install runs a job there.)"""
+    info = run_cli(["run", "--info", "plugins", f"results_dir={tmp_path / 'out'}"], REPO)
+    assert info.returncode == 0, info.stderr
+    assert info.stdout.count("SubprocessLauncher") == 1, info.stdout
+
+
 @pytest.mark.parametrize("args, named", [(["--resolve", "workers=0"], "--resolve goes with --cfg"),
                                          (["--cfg", "job", "trnsform=x"], "Key 'trnsform' not in")])
 def test_cfg_flags_misused_are_one_line(capsys, args, named):
@@ -198,5 +218,5 @@ def test_a_submitit_launcher_without_its_extra_names_the_extra():
 
     missing = MissingConfigException("Could not find 'hydra/launcher/submitit_local'\nAvailable options in "
                                      "'hydra/launcher':\n\tbasic\n\tpipebench_subprocess", "hydra/launcher/submitit_local")
-    assert one_line(missing).endswith('pip install "pipebench[slurm]"')
+    assert one_line(missing).endswith(f"the slurm extra: {install_line(['slurm'])}")
     assert "pip install" not in one_line(MissingConfigException("Could not find 'transform/mine'", "transform/mine"))

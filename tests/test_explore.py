@@ -2,6 +2,7 @@
 
 import csv
 import json
+import sys
 
 import pytest
 import torch
@@ -14,8 +15,11 @@ from pipebench.explore.equivalence import IDENTICAL, NOT_EQUIVALENT, Equivalence
 from pipebench.base.significance import NOISY
 from pipebench.config.limits import MAX_PREFETCH_FACTOR
 from pipebench.explore.plan import NO_DEVICE, Checked, Plan, conclusions, explore_rows, plan_exploration, what_to_do
-from pipebench.explore.chain import GPU_DECODER, Chain, Variant
+from pipebench.base.extras import MissingExtra, install_line, missing_line
+from pipebench.explore.chain import GPU_DECODER, GPU_REGION_DECODE, REGION_DECODE, Chain, SampleSource, Variant
+from pipebench.explore.variants import explore
 from pipebench.pipeline import loader_backends
+from pipebench.transforms import region_codec
 from pipebench.record.target import reached_target
 
 # Scale is pointwise, so the crop may move ahead of it; the trailing BusyWait has no per-batch
@@ -210,6 +214,29 @@ def test_what_to_do_walks_the_ladder_to_the_equivalent_winner_and_writes_it_as_a
     written = (tmp_path / "winner" / "transform" / "c_winner.yaml").read_text()
     assert "on_device:" in written and "pipebench.transforms.color.Scale" in written
     assert len((tmp_path / "waterfall.csv").read_text().strip().splitlines()) == 4, "a header and three rungs"
+TV = "torchvision.transforms"
+DECODED = Chain(({"_target_": f"{TV}.PILToTensor"}, {"_target_": f"{TV}.RandomCrop", "size": 16},
+                 {"_target_": "pipebench.transforms.color.Scale"}))
+
+
+def test_a_move_whose_library_is_missing_is_named_in_what_to_do(tmp_path, monkeypatch):
+    """Without nvImageCodec the region decodes are not tried; the final section says so with the pip
+    line, not only the not-applied list mid-output. A chain they could not take names nothing."""
+    monkeypatch.setitem(sys.modules, region_codec.MODULE, None)  # import raises ImportError, find_spec None
+    found = explore("c", DECODED, source=SampleSource("JPEG", (64, 48)))
+    nvimgcodec = [MissingExtra(move, "nvImageCodec", "decode") for move in (REGION_DECODE, GPU_REGION_DECODE)]
+    assert found.missing == tuple(nvimgcodec)
+    assert not explore("c", Chain(({"_target_": f"{TV}.CenterCrop", "size": 16},)),
+                       source=SampleSource("JPEG", (64, 48))).missing, "no decode to replace: nothing missing"
+    base = Variant("c", (), (), DECODED)
+    plan = Plan(tmp_path, (), (Checked(base, None),), found.not_applied, missing=found.missing)
+    _job(tmp_path, 0, "c", 0, 100, 8.0)
+    text = what_to_do(tmp_path, explore_rows(tmp_path, plan), plan)
+    line = text.strip().splitlines()[-1]
+    assert line == f"not tried here, for want of a library: {missing_line(nvimgcodec)} (then explore again)"
+    assert install_line(["decode"]) in line and (tmp_path / "waterfall.md").read_text() == text
+
+
 def test_the_stopping_rule_reads_a_finished_jobs_accel_util_and_ignores_a_job_without_a_sound_result(tmp_path):
     path = write_record(tmp_path, result_record(0, summary={"accel_util_pct": 92.5}))
     assert reached_target(path.parent, 90.0) == 92.5
@@ -345,10 +372,11 @@ def test_the_backend_move_says_why_it_does_not_apply(chain_project, monkeypatch,
 
 def test_a_backend_whose_library_is_missing_is_a_reason_not_a_variant(chain_project, monkeypatch):
     monkeypatch.chdir(chain_project)
-    monkeypatch.setattr(loader_backends, "_installed", lambda module: not module.startswith("spdl"))
+    monkeypatch.setattr(loader_backends, "installed", lambda module: not module.startswith("spdl"))
     plan = _plan(chain_project, *TINY_DATASET, "workers=1")
     assert [item.variant.name for item in plan.checked if "backend" in item.variant.name] == ["cropped+backend_threads"]
-    assert "backend: loader.backend=spdl needs spdl: pip install 'pipebench[spdl]'" in plan.not_applied
+    assert f"backend: loader.backend=spdl needs spdl: {install_line(['spdl'])}" in plan.not_applied
+    assert plan.missing == (MissingExtra("loader.backend=spdl", "spdl", "spdl"),)
 
 
 def test_a_backend_given_on_the_command_line_is_left_as_given(chain_project, monkeypatch):

@@ -5,6 +5,7 @@ one that holds it does not, and a backend that cannot run is one line before any
 import csv
 import dataclasses
 import pickle
+import re
 import threading
 import time
 
@@ -14,6 +15,7 @@ import torch
 from conftest import FAST_JOB, TINY_DATASET, compose_spec, results_folder, run_cli
 
 from pipebench.base.errors import ConfigError, SampleError
+from pipebench.base.extras import install_line
 from pipebench.cli.run import expand_sweep, preflight
 from pipebench.measure.job import measure_job
 from pipebench.measure.runner import BatchStream
@@ -208,8 +210,8 @@ def test_a_measured_job_on_threads_has_its_per_transform_rows(tmp_path):
 
 
 def test_an_uninstalled_backend_names_its_extra(monkeypatch):
-    monkeypatch.setattr(loader_backends, "_installed", lambda module: False)
-    with pytest.raises(ConfigError, match=r"loader.backend=spdl needs spdl: pip install 'pipebench\[spdl\]'"):
+    monkeypatch.setattr(loader_backends, "installed", lambda module: False)
+    with pytest.raises(ConfigError, match=re.escape(f"loader.backend=spdl needs spdl: {install_line(['spdl'])}")):
         check_backend(_spec("spdl", 2, []), object())
 
 
@@ -228,14 +230,20 @@ def test_the_backend_sweeps_as_a_key():
     assert [job[0] for job in jobs] == ["loader.backend=dataloader", "loader.backend=threads"]
 
 
-@pytest.mark.parametrize("override, line", [
-    ("loader.backend=thread", "loader.backend must be one of dataloader, threads, spdl, got 'thread'"),
-    ("loader.backend=threads", "loader.backend=threads needs torchdata: pip install 'pipebench[threads]'"),
+@pytest.mark.parametrize("override, line, extras", [
+    ("loader.backend=thread", "loader.backend must be one of dataloader, threads, spdl, got 'thread'", ()),
+    # The README's backends sweep without either library: both named in one line, one install for both.
+    ("loader.backend=dataloader,threads,spdl", "loader.backend=threads needs torchdata; loader.backend=spdl needs "
+                                               "spdl: ", ("threads", "spdl")),
 ])
-def test_a_bad_or_missing_backend_is_one_line_exit_2_before_any_job(override, line, tmp_path, monkeypatch):
-    # A module named torchdata that is no package: torchdata.nodes cannot be found, as if uninstalled.
+def test_a_bad_or_missing_backend_is_one_line_exit_2_before_any_job(override, line, extras, tmp_path, monkeypatch):
+    # Modules named torchdata and spdl that are no packages: torchdata.nodes and spdl.pipeline cannot
+    # be found, as if uninstalled.
     (tmp_path / "torchdata.py").write_text("")
+    (tmp_path / "spdl.py").write_text("")
     monkeypatch.setenv("PYTHONPATH", f"{tmp_path}:{__import__('os').environ.get('PYTHONPATH', '')}")
+    monkeypatch.chdir(tmp_path)  # the install line's form depends on the working directory, as the command's
+    line += install_line(extras) if extras else ""
     done = run_cli(["run", *FAST_JOB, "workers=2", override, f"results_dir={tmp_path / 'results'}"], tmp_path)
     assert done.returncode == 2, done.stderr
     assert line in done.stderr and len(done.stderr.strip().splitlines()) == 1, done.stderr

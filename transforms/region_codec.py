@@ -1,11 +1,11 @@
 """nvImageCodec as a region-of-interest JPEG decoder: loaded quietly, one decoder a process.
 
-`nvidia-nvimgcodec-cu12` (the `decode` extra) decodes a rectangle of a JPEG without decoding the
-rest (libjpeg-turbo's cropped scanlines on its CPU backend; nvJPEG on its GPU backend, which also
-needs the nvJPEG wheel of the CUDA that torch was built for: `gpu_install_command`). On first
-use it prints, from native code, that it cannot find optional sub-libraries (nvJPEG, nvJPEG2000,
-nvTIFF): `load_nvimgcodec` sets its verbosity to silent and holds the process's stdout and stderr
-closed while it loads, so none of that reaches the user's console.
+`nvidia-nvimgcodec-cu12` (a core dependency on Linux; the `decode` extra) decodes a rectangle of a
+JPEG without decoding the rest (libjpeg-turbo's cropped scanlines on its CPU backend; nvJPEG on its
+GPU backend, which also needs the nvJPEG wheel of the CUDA that torch was built for:
+`gpu_install_command`). On first use it prints, from native code, that it cannot find optional
+sub-libraries (nvJPEG, nvJPEG2000, nvTIFF): `load_nvimgcodec` sets its verbosity to silent and holds
+the process's stdout and stderr closed while it loads, so none of that reaches the user's console.
 
 `RegionCodec.decode` returns the region as a uint8 [3, H, W] tensor (RGB, as decode_jpeg gives),
 or None for anything it does not take (a region outside the image, a CMYK or non-8-bit JPEG, a
@@ -24,9 +24,12 @@ import numpy as np
 import torch
 from PIL import Image
 
+from pipebench.base.extras import install_line
+
 MODULE = "nvidia.nvimgcodec"
-# What the not-applied line tells a user without it.
-INSTALL_COMMAND = 'pip install "pipebench[decode]"'
+# The library and pipebench's extra that installs it, as a line for a user without it names them.
+LIBRARY = "nvImageCodec"
+EXTRA = "decode"
 # nvImageCodec's own switch for its log (0: nothing); a value the user set is kept.
 VERBOSITY_ENV = "PYNVIMGCODEC_VERBOSITY"
 SILENT = "0"
@@ -197,7 +200,7 @@ def gpu_install_command() -> str:
 
 def install_command(device: str) -> str:
     """The pip line a failure of the region decode on `device` names: the decode extra on the CPU."""
-    return INSTALL_COMMAND if device == CPU else gpu_install_command()
+    return install_line([EXTRA]) if device == CPU else gpu_install_command()
 
 
 def region_decode_problem(device: str = CPU) -> str:

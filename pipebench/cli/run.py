@@ -7,8 +7,10 @@ calibration workload first. `explore` runs its variants through `run_command` to
 """
 
 import argparse
+import hashlib
 import logging
 import os
+import re
 from importlib import resources
 import sys
 import time
@@ -22,6 +24,7 @@ from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
 from hydra.core.config_store import ConfigStore
 from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra.core.plugins import Plugins
+from hydra.plugins.launcher import Launcher
 from hydra.errors import HydraException
 
 from hydra_plugins.pipebench_launcher.subprocess_launcher import SubprocessLauncher
@@ -56,7 +59,7 @@ from pipebench.config.sweep_axes import expand_auto_workers
 from pipebench.measure.fingerprint import usable_cores
 from pipebench.measure.job_spawn import JobProcess, discard
 from pipebench.pipeline.build import build_dataset, build_transforms
-from pipebench.pipeline.loader_backends import check_backend
+from pipebench.pipeline.loader_backends import check_backends
 from pipebench.record.folder_lock import folder_lock
 from pipebench.record.results import (
     CALIBRATION_FILE,
@@ -72,6 +75,12 @@ __all__ = ["add_parser", "expand_sweep", "import_from_cwd", "main", "preflight",
 
 # Longest label in a results folder name; the full overrides are in every result.json.
 MAX_LABEL_CHARS = 60
+# A label cut to fit ends with this many hex digits of the whole label's digest, so two sweeps that
+# differ only past the cut get different names.
+LABEL_DIGEST_CHARS = 8
+# Where a label too long to keep whole may be cut: between overrides, a key and its value, the words
+# of a name or the values of a list (a "." may sit inside a number).
+WORD_BOUNDARY = re.compile(r"[-_+]")
 # The rounds sweep goes first: BasicSweeper varies its first list slowest, so every job runs
 # once before any job runs again, and drift hits every job alike.
 ROUND_SWEEP = "run.round=range(0,{rounds})"
@@ -128,9 +137,18 @@ def _label(overrides: Sequence[str]) -> str:
         key, _, value = item.partition("=")
         if key.startswith(("hydra.", "results_dir")):
             continue
-        parts.append(f"{key.split('.')[-1].lstrip('+~')}-{value.replace(',', '+')}")
-    label = folder_safe("_".join(parts))[:MAX_LABEL_CHARS]
-    return label or "default"
+        parts.append(folder_safe(f"{key.split('.')[-1].lstrip('+~')}-{value.replace(',', '+')}"))
+    label = "_".join(parts)
+    return _cut_label(label) if len(label) > MAX_LABEL_CHARS else label or "default"
+
+
+def _cut_label(label: str) -> str:
+    """`label` cut to fit MAX_LABEL_CHARS at its last word boundary, never inside a word or a number,
+    then the whole label's digest, so names cut alike stay apart."""
+    room = MAX_LABEL_CHARS - LABEL_DIGEST_CHARS - 1
+    cuts = [m.start() for m in WORD_BOUNDARY.finditer(label[:room + 1]) if m.start() > 0]
+    kept = label[:max(cuts)] if cuts else label[:room]
+    return f"{kept}_{hashlib.sha1(label.encode()).hexdigest()[:LABEL_DIGEST_CHARS]}"
 
 
 def _quote(value: str) -> str:
@@ -219,6 +237,7 @@ def preflight(jobs: Sequence[Sequence[str]]) -> List[Tuple[JobSpec, str]]:
     """
     checked = []
     datasets_built: Dict[str, Any] = {}
+    backends = []
     with job_spec_composer() as compose_one:
         for job in jobs:
             spec, results_dir = compose_one(job)
@@ -227,17 +246,24 @@ def preflight(jobs: Sequence[Sequence[str]]) -> List[Tuple[JobSpec, str]]:
             key = repr(sorted(spec.dataset.items())) + f"|{spec.loader.batch_size}|{spec.loader.drop_last}"
             if key not in datasets_built:
                 datasets_built[key] = build_dataset(spec)
-            # The backend's library is installed and can read this dataset, before any job runs.
-            check_backend(spec, datasets_built[key])
+            backends.append((spec.loader.backend, datasets_built[key]))
             checked.append((spec, results_dir))
+    # Every backend's library is installed (all the missing ones named in one line) and can read its
+    # dataset, before any job runs.
+    check_backends(backends)
     return checked
 
 
 def _hydra_entry():
     register_schema(ConfigStore.instance())
     # Hydra's plugin scan walks hydra_plugins.__path__, which setuptools' editable finder does not
-    # extend; registering the launcher (its import stored its config) works under every install.
-    Plugins.instance().register(SubprocessLauncher)
+    # extend, so the launcher is registered here (its import stored its config) unless the scan found
+    # it (a regular install, or a clone's folder on the path): the scan runs its module again, and
+    # that class is not this one, so registering both listed the launcher twice in --info.
+    plugins = Plugins.instance()
+    ours = (SubprocessLauncher.__module__, SubprocessLauncher.__qualname__)
+    if not any((found.__module__, found.__qualname__) == ours for found in plugins.discover(Launcher)):
+        plugins.register(SubprocessLauncher)
     return hydra.main(config_path=f"pkg://{CONFIG_MODULE}", config_name=CONFIG_NAME,
                       version_base=HYDRA_VERSION_BASE)(run_job_task)
 

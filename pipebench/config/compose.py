@@ -11,6 +11,7 @@ from omegaconf import DictConfig, ListConfig, OmegaConf, open_dict
 from omegaconf.errors import OmegaConfBaseException
 
 from pipebench.base.errors import ConfigError
+from pipebench.base.extras import install_line
 from pipebench.config.schema import register_schema
 from pipebench.config.specs import JobSpec, job_spec_from_config
 
@@ -20,7 +21,7 @@ HYDRA_VERSION_BASE = "1.3"
 
 
 # The submitit launchers come with an extra; a user who names one without it learns which.
-SUBMITIT_HINT = 'the submitit launchers come with the slurm extra: pip install "pipebench[slurm]"'
+SUBMITIT_EXTRA = "slurm"
 
 
 def one_line(exc: BaseException) -> str:
@@ -32,7 +33,7 @@ def one_line(exc: BaseException) -> str:
     if "Could not find" in message and options:
         message += "; available: " + ", ".join(options)
     if "Could not find 'hydra/launcher/submitit" in message:
-        message += f"; {SUBMITIT_HINT}"
+        message += f"; the submitit launchers come with the {SUBMITIT_EXTRA} extra: {install_line([SUBMITIT_EXTRA])}"
     cause = exc.__cause__
     if cause is not None and str(cause).strip():
         message += ": " + str(cause).strip().splitlines()[0]

@@ -5,6 +5,7 @@ import json
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Mapping, Optional, Tuple
 
+from pipebench.base.extras import MissingExtra
 from pipebench.pipeline.recipe import RECIPE_STEP
 
 REDUCED_DECODE = "reduced_decode"
@@ -135,10 +136,12 @@ class Variant:
 
 @dataclass(frozen=True)
 class Exploration:
-    """The base chain first, then its variants; `not_applied` says why each inapplicable move is."""
+    """The base chain first, then its variants; `not_applied` says why each inapplicable move is, and
+    `missing` names the moves among them that would apply here but for a library not installed."""
 
     variants: Tuple[Variant, ...]
     not_applied: Tuple[str, ...] = field(default=())
+    missing: Tuple[MissingExtra, ...] = field(default=())
 
     @property
     def base(self) -> Variant:

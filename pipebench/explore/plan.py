@@ -27,6 +27,7 @@ from torch.utils.data import IterableDataset
 
 from pipebench.base.csv_cells import csv_text
 from pipebench.base.errors import ConfigError
+from pipebench.base.extras import MissingExtra, missing_line
 from pipebench.base.io import folder_safe, write_json_atomic, write_text_atomic
 from pipebench.base.significance import DOWN, MIN_SAMPLES, UP, against_base
 from pipebench.base.tables import markdown_table
@@ -47,7 +48,7 @@ from pipebench.explore.waterfall import WATERFALL_COLUMNS, waterfall, winner
 from pipebench.measure.fingerprint import usable_cores
 from pipebench.pipeline.build import build_dataset
 from pipebench.pipeline.consumers import on_device_of
-from pipebench.pipeline.loader_backends import BACKENDS, backend_problem
+from pipebench.pipeline.loader_backends import BACKENDS, backend_missing, backend_problem
 from pipebench.pipeline.recipe import open_recipes
 from pipebench.record.jobs import ROUND_KEY, JobRecord, override_key, varying_keys
 from pipebench.record.results import load_job_results
@@ -129,6 +130,8 @@ class Plan:
     checked: Tuple[Checked, ...]
     not_applied: Tuple[str, ...]
     resumed: Optional[InvocationChoice] = None
+    # The moves among not_applied that would apply but for a library not installed.
+    missing: Tuple[MissingExtra, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -245,7 +248,7 @@ def _loader_settings_that_hold(found: Exploration, first_job: Sequence[str], com
                 continue
         kept.append(variant)
     # One line a key, though a move with a variant per value (the backend) loses each of them.
-    return Exploration(tuple(kept), (*found.not_applied, *dict.fromkeys(dropped)))
+    return dataclasses.replace(found, variants=tuple(kept), not_applied=(*found.not_applied, *dict.fromkeys(dropped)))
 
 
 def _sample_fetcher(dataset: Any) -> Callable[[int], list]:
@@ -278,8 +281,9 @@ def plan_exploration(overrides: Sequence[str], first_job: Sequence[str], fresh: 
         spec, results_dir = compose_one(first_job)
         dataset = build_dataset(spec)
         others = {name: backend_problem(name, dataset) for name in BACKENDS if name != spec.loader.backend}
+        lacking = tuple(m for m in (backend_missing(name, dataset) for name in others) if m is not None)
         setting = LoaderSetting(spec.workers, dataclasses.asdict(spec.loader), device_here, MAX_PREFETCH_FACTOR,
-                                others)
+                                others, lacking)
         fetch = _sample_fetcher(dataset)
         first = fetch(1)
         source = SampleSource.of(first[0]) if first else None
@@ -315,7 +319,7 @@ def plan_exploration(overrides: Sequence[str], first_job: Sequence[str], fresh: 
     resumed = None if fresh else unfinished_exploration(Path(results_dir), found.base.name, swept)
     invocation_dir = resumed.folder if resumed is not None else new_folder(
         Path(results_dir) / f"{time.strftime('%Y%m%d-%H%M%S')}-explore-{_folder_safe(found.base.name)}")
-    return Plan(invocation_dir, swept, tuple(checked), found.not_applied, resumed)
+    return Plan(invocation_dir, swept, tuple(checked), found.not_applied, resumed, found.missing)
 
 
 def write_plan(plan: Plan) -> str:
@@ -434,7 +438,8 @@ def conclusions(rows: Sequence[Mapping[str, object]], plan: Plan) -> List[str]:
 
 def what_to_do(invocation_dir: Path, rows: Sequence[Mapping[str, object]], plan: Plan) -> str:
     """Per setting: the winner, its waterfall from the base chain (waterfall.md / .csv) and the
-    winning chain as a transform config (winner/transform/<chain>_winner.yaml); returns the markdown."""
+    winning chain as a transform config (winner/transform/<chain>_winner.yaml); then the moves that
+    were not tried for want of a library, with one pip line for them all. Returns the markdown."""
     variants = [item.variant for item in plan.checked]
     base = plan.checked[0].variant.name
     parts, table_rows = [], []
@@ -460,6 +465,8 @@ def what_to_do(invocation_dir: Path, rows: Sequence[Mapping[str, object]], plan:
     if table_rows:
         write_text_atomic(invocation_dir / WATERFALL_CSV, csv_text(table_rows, list(table_rows[0])))
     markdown = "\n".join(parts) or "no equivalent variant ran faster than the chain: nothing to change\n"
+    if plan.missing:  # said mid-output among the not-applied lines too, where it is easily missed
+        markdown += f"\nnot tried here, for want of a library: {missing_line(plan.missing)} (then explore again)\n"
     write_text_atomic(invocation_dir / WATERFALL_MD, markdown)
     return markdown
 

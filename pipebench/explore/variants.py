@@ -49,6 +49,7 @@ import json
 from dataclasses import dataclass, field
 from typing import Any, Callable, List, Mapping, Optional, Sequence, Tuple
 
+from pipebench.base.extras import MissingExtra, installed
 from pipebench.explore.chain import (
     CROP_FIRST,
     DECODER,
@@ -83,6 +84,7 @@ from pipebench.explore.decode_moves import (
 )
 from pipebench.pipeline.consumers import HOST_DEVICE
 from pipebench.pipeline.loader_backends import BACKENDS, PROCESSES
+from pipebench.transforms import region_codec
 from pipebench.transforms.region_codec import region_decode_problem
 
 # Loader moves: one loader setting each, on top of the most-moved chain a host can run.
@@ -177,13 +179,15 @@ def _stack(chain: Chain, functions: Mapping[str, Callable[[Chain], Moved]], move
 class LoaderSetting:
     """What loader moves look at: the job's workers, its loader settings, whether CUDA is here, and
     each backend other than the job's with why it cannot run the job ("" where it can: its library
-    is installed and it can read the dataset)."""
+    is installed and it can read the dataset); `missing_backends`: those of them that lack only their
+    library."""
 
     workers: int
     values: Mapping[str, Any]
     cuda: bool
     max_prefetch_factor: int
     other_backends: Mapping[str, str] = field(default_factory=dict)
+    missing_backends: Tuple[MissingExtra, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -284,7 +288,23 @@ def explore(name: str, chain: Chain, setting: Optional[LoaderSetting] = None,
         on_loader, reasons = loader_variants(loader_parent(variants), setting)
         variants += on_loader
         not_applied += reasons
-    return Exploration(tuple(variants), tuple(not_applied))
+    return Exploration(tuple(variants), tuple(not_applied), missing_libraries(chain, source, device, region_problem,
+                                                                               setting))
+
+
+def missing_libraries(chain: Chain, source: Optional[SampleSource], device: str, region_problem: str,
+                      setting: Optional[LoaderSetting]) -> Tuple[MissingExtra, ...]:
+    """The moves that would apply here but for a library that is not installed: the region decodes
+    without nvImageCodec (each move tried as if it were installed), and each other backend that lacks
+    only its library where the backend move applies (the loader has workers)."""
+    missing: List[MissingExtra] = []
+    if region_problem and not installed(region_codec.MODULE):
+        as_installed = move_functions(source, device)
+        missing += [MissingExtra(move, region_codec.LIBRARY, region_codec.EXTRA)
+                    for move in (REGION_DECODE, GPU_REGION_DECODE) if as_installed[move](chain).changes]
+    if setting is not None and setting.workers > 0:
+        missing += setting.missing_backends
+    return tuple(missing)
 
 
 def ladder_of(variant: Variant, variants: Sequence[Variant]) -> List[Variant]:

@@ -13,25 +13,25 @@ the job process exits without joining it).
 as the DataLoader's in-process loop (and keeps the watchdog and the workers=0 profile).
 """
 
-import importlib.util
 import math
 import queue
 import threading
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Any, Callable, Dict, Iterable, Iterator, List, Optional, Protocol, Tuple, runtime_checkable
+from typing import Any, Callable, Dict, Iterable, Iterator, List, Optional, Protocol, Sequence, Tuple, runtime_checkable
 
 import torch
 from torch.utils.data import DataLoader, DistributedSampler, IterableDataset, RandomSampler, SequentialSampler
 
 from pipebench.base.errors import ConfigError, StuckThreadError
+from pipebench.base.extras import MissingExtra, installed, missing_line
 from pipebench.config.specs import BACKEND_WORKER_KINDS, PROCESSES, THREADS, JobSpec
 from pipebench.pipeline.rank_info import rank_and_world
 from pipebench.pipeline.timed_chain import InstrumentedDataset, NumberedGetitem, TimedBatch, TimedCollate, WorkerInit
 
 __all__ = ["BACKENDS", "PROCESSES", "THREADS", "BackendInfo", "DataLoaderBackend", "LoaderBackend",
-           "SpdlBackend", "ThreadsBackend", "backend_problem", "build_backend", "build_loader", "build_sampler",
-           "check_backend", "pin_memory_effective", "stuck_thread"]
+           "SpdlBackend", "ThreadsBackend", "backend_missing", "backend_problem", "build_backend", "build_loader",
+           "build_sampler", "check_backend", "check_backends", "pin_memory_effective", "stuck_thread"]
 
 
 def pin_memory_effective(spec: JobSpec) -> bool:
@@ -124,30 +124,46 @@ class LoaderBackend(Protocol):
     def close(self) -> None: ...
 
 
-def _installed(module: str) -> bool:
-    try:
-        return importlib.util.find_spec(module) is not None
-    except ModuleNotFoundError:  # the parent package is missing
-        return False
-
-
-def backend_problem(name: str, dataset: Any) -> str:
-    """Why loader.backend=`name` cannot read `dataset` here, in one line ("" when it can): its
-    library is not installed, or it reads samples by index and the dataset is an IterableDataset."""
-    info = BACKENDS[name]
-    if info.module is not None and not _installed(info.module):
-        return f"loader.backend={info.name} needs {info.module.split('.')[0]}: pip install 'pipebench[{info.extra}]'"
+def _unreadable(info: BackendInfo, dataset: Any) -> str:
+    """Why backend `info` cannot read `dataset` whatever is installed ("" when it can)."""
     if info.map_only and isinstance(dataset, IterableDataset):
         return (f"loader.backend={info.name} reads samples by index; dataset {type(dataset).__name__} is an "
                 "IterableDataset (use loader.backend=dataloader)")
     return ""
 
 
+def backend_missing(name: str, dataset: Any) -> Optional[MissingExtra]:
+    """The library loader.backend=`name` lacks here to read `dataset`, with the extra that installs it;
+    None when it lacks none, or when it could not read that dataset anyway (installing would not help)."""
+    info = BACKENDS[name]
+    if info.module is None or installed(info.module) or _unreadable(info, dataset):
+        return None
+    return MissingExtra(f"loader.backend={info.name}", info.module.split(".")[0], info.extra)
+
+
+def backend_problem(name: str, dataset: Any) -> str:
+    """Why loader.backend=`name` cannot read `dataset` here, in one line ("" when it can): it reads
+    samples by index and the dataset is an IterableDataset, or its library is not installed."""
+    lacking = backend_missing(name, dataset)
+    return missing_line([lacking]) if lacking is not None else _unreadable(BACKENDS[name], dataset)
+
+
+def check_backends(jobs: Sequence[Tuple[str, Any]]) -> None:
+    """Plan-time check of a sweep's (backend, dataset) pairs (ConfigError): every library missing
+    for any of them in one line with one install command, so a second try does not stop at the
+    next one; then each backend can read its dataset."""
+    lacking = [m for m in dict.fromkeys(backend_missing(name, dataset) for name, dataset in jobs) if m is not None]
+    if lacking:
+        raise ConfigError(missing_line(lacking))
+    for name, dataset in jobs:
+        problem = backend_problem(name, dataset)
+        if problem:
+            raise ConfigError(problem)
+
+
 def check_backend(spec: JobSpec, dataset: Any) -> None:
-    """Plan-time check: the backend's library is installed and can read this dataset (ConfigError)."""
-    problem = backend_problem(spec.loader.backend, dataset)
-    if problem:
-        raise ConfigError(problem)
+    """Plan-time check of one job: its backend's library is installed and can read this dataset."""
+    check_backends([(spec.loader.backend, dataset)])
 
 
 def _epoch_batches(samples: int, batch_size: int, drop_last: bool) -> int:

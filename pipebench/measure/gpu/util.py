@@ -17,6 +17,7 @@ from typing import Any, Dict, List, Optional, Tuple
 
 import torch
 
+from pipebench.base.extras import install_line
 from pipebench.measure.meter import FIRST_MEASURED, LAST_MEASURED
 
 # 0.1 s: shorter than NVML's own sample period on every GPU, so no period is missed, and
@@ -99,7 +100,7 @@ def _open_nvml():
     try:
         import pynvml
     except ImportError:
-        return None, "not measured: NVML bindings missing (pip install 'pipebench[gpu]')"
+        return None, f"not measured: NVML bindings missing ({install_line(['gpu'])})"
     try:
         pynvml.nvmlInit()
         handle, mig = nvml_device(pynvml, os.environ.get("CUDA_VISIBLE_DEVICES"))
