@@ -9,6 +9,7 @@ transform now) instead of sleeping for a guessed time, and knows whom to kill.
 The kit copies this file into a user project, where `_target_: fault_transforms.Fault` finds it.
 """
 
+import errno
 import os
 import time
 from pathlib import Path
@@ -16,8 +17,13 @@ from pathlib import Path
 # While this file exists in marker_dir, Fault acts.
 ARMED = "armed"
 # What Fault does: sleep (blocked in time.sleep), spin (a pure-Python busy loop), exit (the
-# process ends without a Python error, as a worker the OOM killer took), pass (marker only).
-ACTIONS = ("sleep", "spin", "exit", "pass")
+# process ends without a Python error, as a worker the OOM killer took), pass (marker only), fill
+# (fills the file system marker_dir is on, as a full disk, then passes its sample through).
+ACTIONS = ("sleep", "spin", "exit", "pass", "fill")
+# The file `fill` grows until the file system has no space left; deleting it frees the space.
+FILLER = "filler"
+# How much `fill` writes at a time.
+FILL_CHUNK = 1 << 20
 # One sleep longer than any test: only a kill or the watchdog ends it.
 HANG_S = 3600.0
 
@@ -37,6 +43,8 @@ class Fault:
         if not (self.active and self._armed()):
             return sample
         (self.marker_dir / str(os.getpid())).touch()
+        if self.action == "fill":
+            fill(self.marker_dir / FILLER)
         if self.action == "exit":
             os._exit(3)
         if self.action == "sleep":
@@ -44,3 +52,15 @@ class Fault:
         while self.action == "spin":
             pass
         return sample
+
+
+def fill(path: Path) -> None:
+    """Grow `path` until its file system is full."""
+    chunk = b"\0" * FILL_CHUNK
+    try:
+        with path.open("ab", buffering=0) as out:
+            while True:
+                out.write(chunk)
+    except OSError as exc:
+        if exc.errno != errno.ENOSPC:
+            raise

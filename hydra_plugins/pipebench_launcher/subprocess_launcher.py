@@ -48,7 +48,7 @@ from pipebench.base.errors import (
 from pipebench.config.schema import register_launcher_config
 from pipebench.measure.job_process import JobPayload
 from pipebench.measure.job_spawn import run_job, start_job_process, take
-from pipebench.record.resume import job_already_done
+from pipebench.record.resume import drop_links, job_already_done
 from pipebench.record.target import reached_target
 
 log = logging.getLogger(__name__)
@@ -138,6 +138,8 @@ class SubprocessLauncher(Launcher):
             # A resumed sweep (pipebench.record.resume) skips the jobs an interrupted run already finished.
             done = job_already_done(job_dir, list(sweep_config.hydra.overrides.task), sweep_config)
             print(f"[job {number}] {names}{' (already done, skipped)' if done else ''}", flush=True)
+            if not done:  # no write of this job's (Hydra's own in-place ones included) goes through a link
+                drop_links(job_dir)
             status = 0 if done else self._run_job_process(sweep_config)
             if status != 0:
                 reason, user_error = failure_reason(status, job_dir)

@@ -4,9 +4,11 @@ Stopping from outside is no error but ends the same way, in one line: Ctrl-C exi
 SIGTERM 143 (128 + the signal's number, as shells report a process a signal ended).
 """
 
+import errno
 import logging
 import os
 import re
+import shutil
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -69,12 +71,42 @@ def warn(message: str) -> None:
     print(f"pipebench: {printable(message)}", file=sys.stderr, flush=True)
 
 
+# A write refused for want of space (a full disk, a used-up quota): its line says how much the folder had.
+NO_SPACE = (errno.ENOSPC, errno.EDQUOT)
+SIZE_UNITS = ("B", "KiB", "MiB", "GiB", "TiB")
+
+
+def _size(count: float) -> str:
+    """A byte count as a person reads it: 0 B, 12.0 KiB, 3.5 GiB."""
+    unit = 0
+    while count >= 1024 and unit < len(SIZE_UNITS) - 1:
+        count, unit = count / 1024, unit + 1
+    return f"{count:.0f} B" if unit == 0 else f"{count:.1f} {SIZE_UNITS[unit]}"
+
+
+def space_left(path: str) -> str:
+    """How much space the folder of `path` has, as ` (0 B free of 4.0 MiB in FOLDER)`; '' if unknown.
+    A folder removed since (a run that could not start leaves none) is measured at its nearest parent."""
+    folder = os.path.dirname(path) or "."
+    measured = Path(folder)
+    while not measured.exists() and measured != measured.parent:
+        measured = measured.parent
+    try:
+        usage = shutil.disk_usage(measured)
+    except OSError:
+        return ""
+    return f" ({_size(usage.free)} free of {_size(usage.total)} in {folder})"
+
+
 def error_line(exc: Exception) -> str:
     """A user-facing error as one line; an OSError (read-only folder, a file where a folder belongs)
-    names its file(s) and what the system said."""
+    names its file(s) and what the system said, and a full disk how much space the folder had."""
     if isinstance(exc, OSError) and exc.strerror:
         names = " -> ".join(str(name) for name in (exc.filename, exc.filename2) if name is not None)
-        return printable(f"{names}: {exc.strerror}" if names else exc.strerror)
+        line = f"{names}: {exc.strerror}" if names else exc.strerror
+        if exc.errno in NO_SPACE and exc.filename is not None:
+            line += space_left(str(exc.filename))
+        return printable(line)
     return printable(str(exc))
 
 
@@ -122,10 +154,14 @@ class SweepIncomplete(SystemExit):
 
 
 def report_error(message: str, job_dir: Optional[Path] = None) -> None:
-    """The one line on stderr; in a job, also left in the job folder for the sweep's closing list."""
-    if job_dir is not None:
-        write_text_atomic(job_dir / ERROR_FILE, f"{message}\n")
+    """The one line on stderr; in a job, also left in the job folder for the sweep's closing list
+    when it can be (on a full disk it cannot, and the list points to the line instead)."""
     print(f"pipebench: error: {message}", file=sys.stderr, flush=True)
+    if job_dir is not None:
+        try:
+            write_text_atomic(job_dir / ERROR_FILE, f"{message}\n")
+        except OSError:
+            pass
 
 
 def exit_leaving_threads(status: int) -> None:

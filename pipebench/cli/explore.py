@@ -4,7 +4,7 @@ import argparse
 from typing import List, Mapping, Optional
 
 from pipebench.cli.common_args import add_config_dir, add_fresh, add_overrides
-from pipebench.cli.run import expand_sweep, import_from_cwd, run_command, search_path
+from pipebench.cli.run import expand_sweep, import_from_cwd, refuse_hydra_dirs, run_command, search_path
 from pipebench.explore.chain import MOVE_HELP
 from pipebench.explore.equivalence import DEFAULT_MAX_PIXEL_DIFF
 from pipebench.explore.plan import (
@@ -17,6 +17,7 @@ from pipebench.explore.plan import (
 from pipebench.explore.variants import LOADER_MOVE_HELP
 from pipebench.measure.job_spawn import JobProcess
 from pipebench.record.folder_lock import folder_lock
+from pipebench.record.resume import ready_for_sweep
 
 # An 8-bit pixel differs from another by at most this.
 MAX_GREY_LEVEL = 255
@@ -62,6 +63,7 @@ def explore_command(overrides: List[str], config_dir: Optional[str], fresh: bool
     """Generate the chain's variants, check their equivalence, then measure them all in one sweep
     (or up to the first chain that meets `target_pct`). `ahead`: as `run_command`'s."""
     import_from_cwd()
+    refuse_hydra_dirs(overrides)
     overrides = [*overrides, *target_overrides(target_pct)]
     plan = plan_exploration(overrides, expand_sweep([*search_path(config_dir), *overrides])[0], fresh,
                             max_pixel_diff)
@@ -69,6 +71,7 @@ def explore_command(overrides: List[str], config_dir: Optional[str], fresh: bool
         print(f"pipebench explore: no variants of transform={plan.base}: {'; '.join(plan.reasons)}")
         return 0
     with folder_lock(plan.invocation_dir):
+        ready_for_sweep(plan.invocation_dir)  # before its variants are written there
         print(f"\n## equivalence with {plan.checked[0].variant.name}\n\n{write_plan(plan)}", end="")
         measured = [item for item in plan.checked if item.measured]
         if plan.resumed is not None:

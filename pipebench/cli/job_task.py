@@ -6,6 +6,7 @@ carries no state; it lives apart from the verbs so a job process imports only wh
 """
 
 from pathlib import Path
+from typing import NoReturn, Union
 
 from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig, OmegaConf
@@ -14,6 +15,7 @@ from pipebench.base.errors import (
     USAGE_EXIT_STATUS,
     PipebenchError,
     StuckThreadError,
+    error_line,
     exit_leaving_threads,
     report_error,
 )
@@ -32,8 +34,22 @@ from pipebench.report.summary import write_summary_markdown
 __all__ = ["run_job_task"]
 
 
+def _stop(exc: Union[PipebenchError, OSError], job_dir: Path) -> NoReturn:
+    """End the job on a user error or a file it could not write (a full disk): one line, exit 2. An
+    OSError that names no file is no file of the job's: it stays a crash, with its traceback."""
+    if isinstance(exc, OSError):
+        if exc.filename is None:
+            raise exc
+        report_error(error_line(exc), job_dir)
+    else:
+        report_error(str(exc), job_dir)
+    if isinstance(exc, StuckThreadError):
+        exit_leaving_threads(USAGE_EXIT_STATUS)
+    raise SystemExit(USAGE_EXIT_STATUS) from None
+
+
 def run_job_task(cfg: DictConfig) -> None:
-    """Hydra task function: one job, one folder. User errors exit 2 with one line."""
+    """Hydra task function: one job, one folder. User errors, and files it cannot write, exit 2 with one line."""
     hydra_cfg = HydraConfig.get()
     job_dir = Path(hydra_cfg.runtime.output_dir)
     choices = dict(hydra_cfg.runtime.choices)
@@ -45,11 +61,8 @@ def run_job_task(cfg: DictConfig) -> None:
         if note:
             print(note, flush=True)
         record = measure(spec, job_dir)
-    except PipebenchError as exc:
-        report_error(str(exc), job_dir)
-        if isinstance(exc, StuckThreadError):
-            exit_leaving_threads(USAGE_EXIT_STATUS)
-        raise SystemExit(USAGE_EXIT_STATUS) from None
+    except (PipebenchError, OSError) as exc:
+        _stop(exc, job_dir)
     summary = {
         "job": name,
         "dataset": spec.dataset_name,
@@ -69,8 +82,11 @@ def run_job_task(cfg: DictConfig) -> None:
         **record,
         "summary": summary,
     }
-    write_result(job_dir, result)
-    write_summary_markdown(job_dir.parent, write_invocation_tables(job_dir.parent))
+    try:
+        write_result(job_dir, result)
+        write_summary_markdown(job_dir.parent, write_invocation_tables(job_dir.parent))
+    except OSError as exc:
+        _stop(exc, job_dir)
     print(f"\n## {name}\n")
     print(markdown_table(record["transforms"], printed_transform_columns(record["transforms"])))
     if summary.get("window_note"):

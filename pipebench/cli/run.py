@@ -31,9 +31,11 @@ from hydra_plugins.pipebench_launcher.subprocess_launcher import SubprocessLaunc
 from pipebench.base.errors import (
     INTERRUPTED_EXIT_STATUS,
     TERMINATED_EXIT_STATUS,
+    USAGE_EXIT_STATUS,
     ConfigError,
     SweepIncomplete,
     Terminated,
+    error_line,
 )
 from pipebench.base.io import folder_safe
 from pipebench.cli.common_args import (
@@ -67,11 +69,13 @@ from pipebench.record.results import (
     load_job_results,
     write_calibration,
 )
-from pipebench.record.resume import choose_invocation, record_invocation
+from pipebench.record.jobs import override_key
+from pipebench.record.resume import abandon_new_folder, choose_invocation, ready_for_sweep, record_invocation
 from pipebench.report.comparison import identity, select_job
 from pipebench.report.writer import print_summary, write_report
 
-__all__ = ["add_parser", "expand_sweep", "import_from_cwd", "main", "preflight", "run_command", "search_path", "sweep_overrides"]
+__all__ = ["add_parser", "expand_sweep", "import_from_cwd", "main", "preflight", "refuse_hydra_dirs", "run_command",
+           "search_path", "sweep_overrides"]
 
 # Longest label in a results folder name; the full overrides are in every result.json.
 MAX_LABEL_CHARS = 60
@@ -87,6 +91,9 @@ ROUND_SWEEP = "run.round=range(0,{rounds})"
 # The CLI folds the config's sweeper params (suite=nightly) into the command line after the
 # rounds sweep; Hydra must not prepend them a second time.
 CLEAR_SWEEPER_PARAMS = "hydra.sweeper.params=null"
+# Where Hydra puts a sweep and its jobs: pipebench sets them (a folder a run under results_dir, its
+# jobs job-N, found again on resume), so a user's value would be overridden in silence.
+HYDRA_DIR_KEYS = ("hydra.sweep.dir", "hydra.sweep.subdir")
 # Keys that describe the whole invocation, so every job of a sweep must agree on them.
 INVOCATION_KEYS = ("rounds", "calibrate", "run.on_job_error", "run.stop_at_target", "run.target_accel_util_pct")
 
@@ -182,6 +189,15 @@ def _spec_value(spec: JobSpec, key: str) -> object:
     for part in key.split("."):
         value = getattr(value, part)
     return value
+
+
+def refuse_hydra_dirs(overrides: Sequence[str]) -> None:
+    """A ConfigError naming results_dir for an override of where Hydra puts the sweep or its jobs."""
+    for item in overrides:
+        if override_key(item) in HYDRA_DIR_KEYS:
+            raise ConfigError(f"{override_key(item)} is set by pipebench (each run gets a folder of its own "
+                              "under results_dir, its jobs in job-N, so the same command resumes it); "
+                              "pass results_dir=DIR to choose where results go")
 
 
 def _check_invocation_keys(checked: Sequence[Tuple[JobSpec, str]]) -> None:
@@ -288,6 +304,7 @@ def _run_sweep(invocation_dir: Path, swept: Sequence[str], jobs: Sequence[Sequen
                calibrate: bool, baseline: Optional[str], epilogue: Optional[Callable[[Path], None]],
                ahead: Optional[JobProcess]) -> int:
     """Run the checked sweep in invocation_dir, whose lock the caller holds, then report."""
+    ready_for_sweep(invocation_dir)
     record_invocation(invocation_dir, swept, jobs, command)
     if calibrate and not (invocation_dir / CALIBRATION_FILE).is_file():
         # The calibration is timed: no process started ahead may still be importing beside it.
@@ -311,11 +328,18 @@ def _run_sweep(invocation_dir: Path, swept: Sequence[str], jobs: Sequence[Sequen
     except Terminated:
         print("\npipebench: terminated (SIGTERM); finished jobs are kept", file=sys.stderr)
         status = TERMINATED_EXIT_STATUS
-    _final_report(invocation_dir, baseline)
-    if epilogue is not None:
-        epilogue(invocation_dir)
+    unwritten = ""
+    try:
+        _final_report(invocation_dir, baseline)
+        if epilogue is not None:
+            epilogue(invocation_dir)
+    except OSError as exc:  # a full disk: the rows are kept, the list and the folder still named
+        unwritten = error_line(exc)
     for line in incomplete:
         print(line, file=sys.stderr)
+    if unwritten:  # after a failed job, whose own line is above, no second error line
+        print(f"pipebench: {'' if status else 'error: '}the tables were not written: {unwritten}", file=sys.stderr)
+        status = status or USAGE_EXIT_STATUS
     print(f"results: {invocation_dir}")
     return status
 
@@ -328,6 +352,7 @@ def run_command(overrides: List[str], config_dir: Optional[str], baseline: Optio
     resumed), and prints its own table after the report (`epilogue`). `ahead` is a job process
     started with the command, for the first job to run (its caller ends it if none does)."""
     import_from_cwd()
+    refuse_hydra_dirs(overrides)
     overrides = [*search_path(config_dir), *overrides]
     # Expanded here, so the checks below, the label and invocation.json all see the real jobs.
     overrides = expand_auto_workers(overrides, usable_cores())
@@ -342,11 +367,16 @@ def run_command(overrides: List[str], config_dir: Optional[str], baseline: Optio
     choice = choose_invocation(Path(results_dir),
                                Path(results_dir) / f"{time.strftime('%Y%m%d-%H%M%S')}-{_label(overrides)}",
                                swept, jobs, fresh)
-    with folder_lock(choice.folder):
-        if choice.resumed:
-            print(f"resuming {choice.folder}: {choice.done} of {choice.total} jobs already done", flush=True)
-        return _run_sweep(choice.folder, swept, jobs, overrides, first_spec.calibrate, baseline, epilogue,
-                          ahead)
+    try:
+        with folder_lock(choice.folder):
+            if choice.resumed:
+                print(f"resuming {choice.folder}: {choice.done} of {choice.total} jobs already done", flush=True)
+            return _run_sweep(choice.folder, swept, jobs, overrides, first_spec.calibrate, baseline, epilogue,
+                              ahead)
+    except BaseException:
+        if not choice.resumed:  # stopped before its sweep was recorded (a full disk): no empty folder left
+            abandon_new_folder(choice.folder)
+        raise
 
 
 # What `--info` may show: Hydra's own topics, passed to Hydra as they are.

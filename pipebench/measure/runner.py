@@ -18,6 +18,7 @@ from tqdm import tqdm
 from pipebench.base.errors import SampleError, StepTimeoutError, WorkerError
 from pipebench.base.gpu_timeline import GpuStepSplit, split_steps
 from pipebench.base.gpu_timing import AsyncStepClock, DeviceCopy, moved_to
+from pipebench.base.io import replacing, write_text_atomic
 from pipebench.base.watchdog import StepOverrun, Unwatched
 from pipebench.config.specs import PROCESSES, JobSpec
 from pipebench.measure.meter import FIRST_MEASURED, LAST_MEASURED
@@ -517,6 +518,7 @@ def profile_steps(loop: StepLoop, dataset: InstrumentedDataset, collate: TimedCo
         set_profiling_labels(dataset, collate, False)
     trace = job_dir / "trace.json"
     table = job_dir / "profile.txt"
-    prof.export_chrome_trace(str(trace))
-    table.write_text(prof.key_averages().table(sort_by="cpu_time_total", row_limit=PROFILE_TABLE_ROWS))
+    with replacing(trace, ".json") as new:  # the exporter writes by name: a new file, renamed over
+        prof.export_chrome_trace(str(new))
+    write_text_atomic(table, prof.key_averages().table(sort_by="cpu_time_total", row_limit=PROFILE_TABLE_ROWS))
     return {"trace": trace.name, "profile_table": table.name}

@@ -67,6 +67,7 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 import psutil
 
 from pipebench.base.errors import PipebenchError
+from pipebench.base.io import replacing
 
 TRACE_FILE = "viztrace.json"
 MODES = ("sparse", "full")
@@ -500,9 +501,8 @@ class VizTraceSession:
         }
         first = {"traceEvents": header + events, "otherData": other, "viztracer_metadata": {}}
         builder = ReportBuilder([first, *viz_parts], verbose=0)
-        tmp = out.with_name(".viztrace.partial.json")  # ReportBuilder picks the format by suffix
-        builder.save(output_file=str(tmp), file_info=False)
-        os.replace(tmp, out)
+        with replacing(out, ".json") as new:  # ReportBuilder picks the format by the suffix
+            builder.save(output_file=str(new), file_info=False)
         return other["pipebench_viztrace"]
 
     def _metadata_events(self, processes: Dict[int, Dict[str, Any]]) -> List[Dict[str, Any]]:

@@ -8,11 +8,18 @@ same resolved config. A finished invocation, or `--fresh`, starts a new folder.
 Resume reads JSON only, through pipebench.record.stored. A stored job it cannot trust (damaged,
 a row whose figures contradict each other, other overrides, another resolved config: a
 transform's YAML edited between the runs) runs again, with one line saying why.
+
+A resumed folder may be shared (a team's results on a network file system, CI artifacts), so
+nothing is written through a link there: a folder in it that is a symbolic link is refused
+before anything runs (`ready_for_sweep`), every file pipebench writes replaces what had its name
+(pipebench.base.io), and a job that runs again first drops the links in its folder
+(`drop_links`), for the files Hydra writes in place there.
 """
 
 import copy
 import json
 import os
+import stat
 import time
 from collections import Counter
 from dataclasses import dataclass
@@ -22,8 +29,9 @@ from typing import Callable, Iterable, Mapping, Optional, Sequence, Tuple
 from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig, OmegaConf, open_dict, read_write
 
-from pipebench.base.errors import warn
+from pipebench.base.errors import PipebenchError, warn
 from pipebench.base.io import write_json_atomic
+from pipebench.record.folder_lock import LOCK_FILE
 from pipebench.record.results import (
     RESULT_FILE,
     flat_config,
@@ -42,6 +50,8 @@ from pipebench.record.stored import (
 )
 
 INVOCATION_FILE = "invocation.json"
+# Hydra's sweeper saves the sweep's config here at every start, writing in place (OmegaConf.save).
+HYDRA_SWEEP_FILE = "multirun.yaml"
 # Where a stored result that resume will not keep goes: out of every table, still there to inspect.
 REJECTED_FILE = "result.rejected.json"
 # Hydra keeps `hydra.*` overrides out of a job's task overrides (result.json "overrides").
@@ -216,3 +226,51 @@ def record_invocation(folder: Path, swept: Sequence[str], jobs: Sequence[Sequenc
     folder.mkdir(parents=True, exist_ok=True)
     write_json_atomic(path, versioned({"command": list(command), "swept": list(swept),
                                        "jobs": [list(job) for job in jobs], "created": time.time()}))
+
+
+class LinkedFolder(PipebenchError):
+    """A folder in a results folder is a symbolic link: a run writing there would write elsewhere."""
+
+
+def _refuse_link(path: Path) -> None:
+    if path.is_symlink():
+        raise LinkedFolder(f"{path} is a symbolic link to {os.readlink(path)}: pipebench writes a results "
+                           "folder's own folders, never through a link; remove the link (what it points to is "
+                           "untouched), or pass --fresh for a new folder")
+
+
+def ready_for_sweep(folder: Path) -> None:
+    """Before a sweep runs in `folder`: refuse it, or any folder in it (`job-N`, `.hydra`), being a
+    symbolic link (LinkedFolder), and drop the old name of Hydra's multirun.yaml, which Hydra writes in place."""
+    _refuse_link(folder)
+    for root, folders, _ in os.walk(folder):  # a linked folder is listed here, never entered
+        for name in sorted(folders):
+            _refuse_link(Path(root) / name)
+    (folder / HYDRA_SWEEP_FILE).unlink(missing_ok=True)
+
+
+def drop_links(job_dir: Path) -> None:
+    """Before a job runs (again) in `job_dir`: remove the folder if it is a symbolic link, and in it
+    every symbolic link and every file with another name elsewhere (a hard link), so no writer
+    writes through one. Hydra writes the job's .hydra/*.yaml and its log in place; the job's own
+    files are rewritten anyway. What a link pointed to, and a file's other name, are untouched."""
+    if job_dir.is_symlink():
+        job_dir.unlink()
+        return
+    for root, folders, files in os.walk(job_dir):
+        for name in (*folders, *files):
+            info = os.lstat(Path(root) / name)
+            if stat.S_ISLNK(info.st_mode) or (stat.S_ISREG(info.st_mode) and info.st_nlink > 1):
+                (Path(root) / name).unlink()
+
+
+def abandon_new_folder(folder: Path) -> None:
+    """Remove a folder this run created but stopped in before recording its sweep (a full disk, a
+    Ctrl-C while it started), so no empty folder is left behind; a folder holding anything more is kept."""
+    if (folder / INVOCATION_FILE).exists():
+        return
+    (folder / LOCK_FILE).unlink(missing_ok=True)
+    try:
+        folder.rmdir()
+    except OSError:  # not empty: something else is in it
+        pass

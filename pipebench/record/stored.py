@@ -2,8 +2,8 @@
 
 result.json, invocation.json, calibration.json and variants.json carry `schema_version`
 (`versioned` adds it). `read_stored` parses a file as JSON and nothing else (no pickle, no
-YAML, no config search path), checks it is an object of a version this pipebench knows, and
-runs the caller's shape check. A file that is not what pipebench wrote (cut short, not UTF-8,
+YAML, no config search path, no symbolic link followed), checks it is an object of a version this
+pipebench knows, and runs the caller's shape check. A file that is not what pipebench wrote (cut short, not UTF-8,
 not an object, a key missing, a string where a number belongs, figures that contradict each
 other) raises `DamagedFile`; a file from a newer pipebench raises `NewerFile`. Both are one
 line that names the file and what is wrong.
@@ -11,6 +11,7 @@ line that names the file and what is wrong.
 
 import json
 import math
+import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Dict, Mapping
@@ -119,10 +120,10 @@ def _parse(raw: bytes) -> object:
     try:
         return json.loads(text)
     except json.JSONDecodeError as exc:
-        # A cut file stops mid-value, or right after an inner value where more was due.
-        stripped = text.rstrip()
-        if exc.pos >= len(stripped) or not stripped.endswith(("}", "]")):
-            raise Malformed(f"truncated JSON (it stops after {len(stripped)} characters, unclosed)") from None
+        # A cut file began as JSON and stops mid-value, or right after an inner value where more was due.
+        stripped = text.strip()
+        if stripped.startswith(("{", "[")) and (exc.pos >= len(text.rstrip()) or not stripped.endswith(("}", "]"))):
+            raise Malformed(f"truncated JSON (it stops after {len(text.rstrip())} characters, unclosed)") from None
         raise Malformed(f"not JSON ({exc.msg} at line {exc.lineno} column {exc.colno})") from None
     except RecursionError:
         raise Malformed("not JSON pipebench wrote (nested too deeply)") from None
@@ -140,6 +141,8 @@ def _version(path: Path, data: Mapping[str, object]) -> None:
 def read_stored(path: Path, check: Callable[[Dict[str, object]], None] = lambda data: None) -> Dict[str, object]:
     """The JSON object in `path`, version- and `check`-ed. Raises DamagedFile or NewerFile."""
     try:
+        if path.is_symlink():  # pipebench writes files, never links: not read through
+            raise Malformed(f"a symbolic link to {os.readlink(path)}, not a JSON file pipebench wrote")
         if not path.is_file():
             raise Malformed("not a regular file")
         raw = path.read_bytes()

@@ -201,7 +201,8 @@ def launch_ranks(spec: JobSpec, backend: str, job_dir: Path) -> List[Dict[str, A
     env.setdefault("OMP_NUM_THREADS", "1")  # what torchrun would set, without its warning
     timeout = spec.distributed.job_timeout_s
     # mkdtemp's folder is the user's alone (mode 0700): no one else can plant a task there.
-    with tempfile.TemporaryDirectory(prefix="pipebench-ranks-") as private, (job_dir / RANKS_LOG).open("wb") as log:
+    (job_dir / RANKS_LOG).unlink(missing_ok=True)  # a new file ("x"), never one a link planted there points to
+    with tempfile.TemporaryDirectory(prefix="pipebench-ranks-") as private, (job_dir / RANKS_LOG).open("xb") as log:
         task = Path(private) / TASK_FILE
         task.write_bytes(pickle.dumps(RankTask(spec, backend)))
         proc = subprocess.Popen(torchrun_command(spec.distributed.nproc, job_dir, task), stdout=log,

@@ -24,7 +24,7 @@ import torch.distributed as dist
 from torch.utils.data import IterableDataset
 
 from pipebench.base.errors import USAGE_EXIT_STATUS, PipebenchError, StuckThreadError, exit_leaving_threads
-from pipebench.base.io import write_json_atomic
+from pipebench.base.io import write_json_atomic, write_text_atomic
 from pipebench.base.lifeline import TIED_PID_ENV, die_with_parent, parent_is
 from pipebench.base.watchdog import Unwatched
 from pipebench.config.specs import JobSpec
@@ -185,18 +185,19 @@ def main(argv: Optional[List[str]] = None) -> int:
             device = torch.device("cuda")
         dist.init_process_group(task.backend, timeout=timedelta(seconds=spec.distributed.collective_timeout_s))
         # A step stuck in native code: the watchdog leaves its line where the job looks, then ends the rank.
-        watchdog = step_watchdog(spec, on_stuck=lambda line: _error_file(job_dir, rank).write_text(f"{line}\n"))
+        error_file = _error_file(job_dir, rank)
+        watchdog = step_watchdog(spec, on_stuck=lambda line: write_text_atomic(error_file, f"{line}\n"))
         with worker_faults_named(spec.loader.timeout_s), watchdog:
             record = measure_rank(spec, rank, world, device, job_dir, watchdog)
         write_json_atomic(job_dir / RANK_RESULT.format(rank=rank), record)
     except PipebenchError as exc:
-        _error_file(job_dir, rank).write_text(f"{exc}\n")
+        write_text_atomic(_error_file(job_dir, rank), f"{exc}\n")
         if isinstance(exc, StuckThreadError):
             exit_leaving_threads(USAGE_EXIT_STATUS)  # its peers see the rank gone
         return USAGE_EXIT_STATUS
     except Exception as exc:  # a crash: one line for the job's error, the traceback for the log
         text = str(exc).strip().splitlines()
-        _error_file(job_dir, rank).write_text(f"{type(exc).__name__}: {text[0] if text else ''}\n")
+        write_text_atomic(_error_file(job_dir, rank), f"{type(exc).__name__}: {text[0] if text else ''}\n")
         traceback.print_exc()
         return CRASH_EXIT_STATUS
     finally:

@@ -23,6 +23,7 @@ import numpy as np
 import torch
 
 from pipebench.base.gpu_timing import DeviceCopy
+from pipebench.base.io import replacing
 from pipebench.measure.gpu.alloc_churn import AllocatorTracker
 from pipebench.measure.gpu.idle import idle_breakdown
 from pipebench.measure.gpu.sync_detect import (
@@ -149,7 +150,8 @@ class GpuSession:
                     traced.append(loop.step(None))
         traced = loop.end_window(traced)
         path = job_dir / GPU_TRACE_FILE
-        prof.export_chrome_trace(str(path))
+        with replacing(path, ".json") as new:  # the exporter writes by name: a new file, renamed over
+            prof.export_chrome_trace(str(new))
         events = load_trace(path)
         steps = windows(events, STEP_LABEL)
         idle = idle_breakdown(events, (steps[0].start_ns, steps[-1].end_ns) if steps else None)
