@@ -8,7 +8,6 @@ import torchvision.transforms as v1
 import torchvision.transforms.v2 as v2
 from conftest import compose_spec
 from PIL import Image
-from torchvision.io import ImageReadMode, decode_jpeg
 
 from pipebench.datasets.lazy_image import open_rgb
 from pipebench.explore.equivalence import DEFAULT_MAX_PIXEL_DIFF, IDENTICAL, NOT_EQUIVALENT, check, close_within
@@ -20,7 +19,7 @@ from pipebench.pipeline.build import build_transforms
 from pipebench.pipeline.file_reads import FileReads
 from pipebench.pipeline.movement import TORCHVISION_MOVEMENT, declared_movement
 from pipebench.pipeline.timed_chain import InstrumentedDataset, undecoded
-from pipebench.transforms.decode import DecodeJpeg
+from pipebench.transforms.decode import DecodeJpeg, torchvision_rgb
 from pipebench.transforms.draft import DraftRandomResizedCrop, DraftRandomResizedCropV2, DraftResize
 
 COMMON = ("RandomResizedCrop", "Resize", "CenterCrop", "RandomCrop", "RandomHorizontalFlip", "RandomVerticalFlip",
@@ -186,7 +185,7 @@ def test_the_decoder_reuses_the_bytes_the_load_read_and_leaves_pil_undecoded(jpe
     assert undecoded(lazy), "PIL did not decode it"
     assert reads.counts()[2] == 1  # files read: once, by the load
     with open(jpeg_files[0], "rb") as handle:
-        expected = decode_jpeg(torch.frombuffer(bytearray(handle.read()), dtype=torch.uint8), mode=ImageReadMode.RGB)
+        expected = torchvision_rgb([handle.read()])[0]  # libjpeg-turbo's pixels, without its deprecation warning
     assert torch.equal(decoded, expected)
 
 

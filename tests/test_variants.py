@@ -7,6 +7,7 @@ from pipebench.explore.chain import GPU_DECODER, MOVES, Chain, SampleSource, sho
 from pipebench.explore.chain_moves import crop_first, late_cast, to_device
 from pipebench.explore.decode_moves import decoder, gpu_decoder
 from pipebench.explore.variants import explore, ladder_of
+from pipebench.transforms.decode import decoder_note
 
 TV = "torchvision.transforms"
 MASK = "pipebench.transforms.mask"
@@ -53,7 +54,8 @@ def test_seed_chain_variants_in_order():
     assert _names(late.chain.per_sample) == ["DecodeJpeg", "RandomCrop", "TorchRandomMask"]
     assert late.chain.per_batch == ()
     assert _names(late.chain.on_device) == ["BatchConvertColor", "BatchScale"]
-    assert late.changes == ("replace PILToTensor with DecodeJpeg (decode the JPEG file straight to a uint8 tensor)",
+    assert late.changes == ("replace PILToTensor with DecodeJpeg (decode the JPEG file straight to a uint8 tensor, "
+                            f"with {decoder_note()})",
                             "replace RandomMask with TorchRandomMask",
                             "run ConvertColor after the host-to-device copy as BatchConvertColor",
                             "run Scale after the host-to-device copy as BatchScale")
@@ -187,7 +189,7 @@ def test_gpu_decoder_reads_bytes_in_the_worker_and_does_the_rest_after_the_copy(
          {"_target_": f"{COLOR}.BatchConvertColor"}, {"_target_": f"{COLOR}.BatchScale"}))
     assert moved[0].changes == (
         "read the JPEG bytes in the worker (ReadJpegBytes) in place of PIL's decode and PILToTensor",
-        "decode the batch on the GPU after the copy (BatchDecodeJpeg, nvJPEG)",
+        f"decode the batch on the GPU after the copy (BatchDecodeJpeg, nvJPEG through {decoder_note('cuda')})",
         "crop on the device: RandomCrop as BatchRandomCrop",
         f"run {mask} after the host-to-device copy as BatchRandomMask",
         "run ConvertColor after the host-to-device copy as BatchConvertColor",

@@ -22,8 +22,10 @@ from pipebench.explore.chain import (
 from pipebench.explore.chain_moves import BATCHABLE, any_step, device_tail, keeps_draws
 from pipebench.pipeline.consumers import HOST_DEVICE
 from pipebench.pipeline.movement import PIL, TENSOR, declared_movement
+from pipebench.transforms.decode import decoder_note
 
-# The catalogue's decoder: torchvision.io.decode_jpeg on the file's bytes, to a uint8 [3, H, W] tensor.
+# The catalogue's decoder: decode_jpeg on the file's bytes, to a uint8 [3, H, W] tensor (TorchCodec's,
+# else torchvision's deprecated one: pipebench.transforms.decode.decoder_note says which runs here).
 DECODE_JPEG = "pipebench.transforms.decode.DecodeJpeg"
 # Its batched split at the copy (gpu_decoder): the file's bytes in the worker, one decode call after.
 READ_JPEG_BYTES = "pipebench.transforms.decode.ReadJpegBytes"
@@ -83,7 +85,7 @@ def decoder(chain: Chain, move: str = DECODER) -> Moved:
     conversion = steps[at]
     decoded = with_target(conversion, movements[at].decoder_form)
     changes = [f"replace {short_name(conversion)} with {short_name(decoded)} (decode the JPEG file straight to a "
-               "uint8 tensor)"]
+               f"uint8 tensor{_decoder_used(decoded)})"]
     if before:
         changes.append(f"move {', '.join(short_name(n) for n, _ in before)} after {short_name(decoded)}")
     new_steps = (decoded, *(n for n, _ in before), *steps[at + 1:])
@@ -91,12 +93,19 @@ def decoder(chain: Chain, move: str = DECODER) -> Moved:
 
 
 
+def _decoder_used(decoded: Node) -> str:
+    """Which decode_jpeg the catalogue's decoder runs in this process (", with ..."), or "" for another
+    declared decoder."""
+    return f", with {decoder_note()}" if decoded["_target_"] == DECODE_JPEG else ""
+
+
 def _batch_decode_change(device: str) -> str:
-    """gpu_decoder's decode, in words, for where it will run."""
+    """gpu_decoder's decode, in words, for where it will run, naming the decode_jpeg that runs there."""
     if device.startswith(CUDA):
-        return f"decode the batch on the GPU after the copy ({class_name(BATCH_DECODE_JPEG)}, nvJPEG)"
-    return (f"decode the batch in one call after the copy, on {device} here ({class_name(BATCH_DECODE_JPEG)}; "
-            "nvJPEG where there is a CUDA device)")
+        return (f"decode the batch on the GPU after the copy ({class_name(BATCH_DECODE_JPEG)}, nvJPEG through "
+                f"{decoder_note(device)})")
+    return (f"decode the batch in one call after the copy, on {device} here ({class_name(BATCH_DECODE_JPEG)}: "
+            f"{decoder_note(device)}; nvJPEG where there is a CUDA device)")
 
 
 def _device_crops(steps: Sequence[Node]) -> Tuple[List[Node], str]:

@@ -43,6 +43,7 @@ from pipebench.explore.chain import (
 from pipebench.explore.decode_moves import (
     BATCH_DECODE_JPEG,
     CUDA,
+    DECODE_JPEG,
     READ_JPEG_BYTES,
     decoder,
     decoder_conversion,
@@ -52,6 +53,7 @@ from pipebench.explore.variants import move_functions
 from pipebench.measure.setup import seed_everything
 from pipebench.pipeline.build import build_transforms
 from pipebench.pipeline.movement import declared_movement
+from pipebench.transforms.decode import decoder_note
 
 IDENTICAL = "identical"
 CLOSE = "close"
@@ -96,13 +98,16 @@ STATISTICS = ("mean", "std")
 # decoder and the tensor path (max 1 on the default corpus) are `close` within it. torchvision's
 # nvJPEG decode (gpu_decoder on CUDA) upsamples 4:2:0 chroma nearest-neighbour where libjpeg-turbo
 # interpolates: on the H100 host 57 levels from PIL on the synthetic JPEGs, 129 at flat-colour edges,
-# 0 on 4:4:4 files; so it is not, and its verdict says why (GPU_DECODER_CHROMA). A reduced-size
+# 0 on 4:4:4 files; so it is not, and its verdict says why (GPU_DECODER_CHROMA). TorchCodec's CUDA
+# decode, which gpu_decoder runs where TorchCodec is installed, goes through nvJPEG's batched decode too
+# (nvjpegDecodeBatched, its DecodeJpegCuda.cpp): presumably alike, not yet measured on a GPU. A reduced-size
 # decode is a different low-pass filter from the resize's and differs by up to ~54 levels at sharp,
 # grainy edges on the default corpus (measured): beyond this bound by design, so the user who
 # accepts that raises it (--max-pixel-diff 64).
 DEFAULT_MAX_PIXEL_DIFF = 4
 # Why gpu_decoder on a GPU can exceed the bound on 4:2:0 JPEGs (nearly every photo), and the ways out.
-GPU_DECODER_CHROMA = ("torchvision's nvJPEG decode upsamples 4:2:0 chroma nearest-neighbour where PIL interpolates, "
+GPU_DECODER_CHROMA = ("nvJPEG's batched decode (TorchCodec's or torchvision's) upsamples 4:2:0 chroma "
+                      "nearest-neighbour where PIL interpolates, "
                       "so colour edges differ; gpu_region_decode (nvImageCodec, interpolating) keeps PIL's pixels, "
                       "or --max-pixel-diff accepts the difference")
 # Random steps that give the same pixels on a PIL image and on a tensor (they move or crop pixels,
@@ -235,21 +240,24 @@ class _OneImage:
         return self.decode([self.read(image)])[0].cpu()
 
 
-def _decoder_under_test(move: str, base_chain: Chain, variant: Variant) -> Callable[[Any], torch.Tensor]:
-    """What turns one image into a uint8 tensor in place of the chain's conversion: the decoder
-    move's DecodeJpeg, or the variant's own batched decode (on the device it names)."""
+def _decoder_under_test(move: str, base_chain: Chain, variant: Variant) -> Tuple[Callable[[Any], torch.Tensor], str]:
+    """(what turns one image into a uint8 tensor in place of the chain's conversion, which decoder that
+    is): the decoder move's DecodeJpeg, or the variant's own batched decode (on the device it names)."""
     if move == DECODER:
-        return build_transforms([decoder(base_chain).chain.per_sample[0]], "transform.per_sample")[0]
+        node = decoder(base_chain).chain.per_sample[0]
+        which = decoder_note() if node["_target_"] == DECODE_JPEG else class_name(node["_target_"])
+        return build_transforms([node], "transform.per_sample")[0], which
     batched = next(n for n in variant.chain.on_device if n["_target_"] == BATCH_DECODE_JPEG)
     read, decode = build_transforms([{"_target_": READ_JPEG_BYTES}, batched], "transform.on_device")
-    return _OneImage(read, decode)
+    return _OneImage(read, decode), decoder_note(decode.device)
 
 
-def decoder_difference(base_chain: Chain, decode: Callable[[Any], torch.Tensor], fetch: Fetch) -> Tuple[int, str]:
-    """(largest |Δ| in grey levels, a note) between the chain's PIL->tensor conversion and `decode`,
-    on DECODER_SAMPLES files. Raises what the decoder raises. Each side gets its own image objects:
-    PIL drops a file's bytes once it has decoded it, and a decoder given a decoded image falls back
-    to reading its pixels, which would compare PIL with itself."""
+def decoder_difference(base_chain: Chain, decode: Callable[[Any], torch.Tensor], fetch: Fetch,
+                       which: str) -> Tuple[int, str]:
+    """(largest |Δ| in grey levels, a note naming `which` decoder) between the chain's PIL->tensor
+    conversion and `decode`, on DECODER_SAMPLES files. Raises what the decoder raises. Each side gets
+    its own image objects: PIL drops a file's bytes once it has decoded it, and a decoder given a
+    decoded image falls back to reading its pixels, which would compare PIL with itself."""
     node = base_chain.per_sample[decoder_conversion(base_chain)]
     conversion = build_transforms([node], "transform.per_sample")[0]
     worst = 0
@@ -258,7 +266,7 @@ def decoder_difference(base_chain: Chain, decode: Callable[[Any], torch.Tensor],
         if ours.shape != theirs.shape:
             raise ValueError(f"the decoder gives shape {tuple(theirs.shape)} instead of {tuple(ours.shape)}")
         worst = max(worst, int((ours.to(torch.int16) - theirs.to(torch.int16)).abs().max()))
-    return worst, f"decoded pixels: max |Δ| = {worst} grey levels over {DECODER_SAMPLES} files"
+    return worst, f"decoded pixels ({which}): max |Δ| = {worst} grey levels over {DECODER_SAMPLES} files"
 
 
 def _decoded_difference(move: str, base_chain: Chain, variant: Variant, fetch: Fetch, seed: int
@@ -266,7 +274,8 @@ def _decoded_difference(move: str, base_chain: Chain, variant: Variant, fetch: F
     """(largest |Δ| in grey levels, a note, the base chain with the move applied) for a decode move
     (gpu_decoder: with the decoder move, which decodes the same way one image at a time)."""
     if move in DECODER_MOVES:
-        worst, note = decoder_difference(base_chain, _decoder_under_test(move, base_chain, variant), fetch)
+        decode, which = _decoder_under_test(move, base_chain, variant)
+        worst, note = decoder_difference(base_chain, decode, fetch, which)
         return worst, note, decoder(base_chain).chain
     moved = move_functions(None)[move](base_chain).chain
     worst = pixel_difference(base_chain, moved, pixel_prefixes(move, base_chain), fetch, seed)
