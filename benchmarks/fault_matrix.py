@@ -57,7 +57,7 @@ def _row(case: FaultCase, outcomes: List[Optional[Outcome]]) -> Dict[str, object
 
 def _perfect(case: FaultCase, outcomes: List[Optional[Outcome]]) -> bool:
     return all(o is not None and o.clean_line and o.status == case.status and o.rows == case.rows
-               and o.orphans == 0 for o in outcomes)
+               and o.orphans == 0 and o.inputs_intact for o in outcomes)
 
 
 def _wrong(outcome: Optional[Outcome]) -> str:
@@ -65,7 +65,7 @@ def _wrong(outcome: Optional[Outcome]) -> str:
         return "WRONG: timed out"
     tail = " | ".join(outcome.stderr.strip().splitlines()[-3:])
     return (f"WRONG: status {outcome.status}, clean line {outcome.clean_line}, rows {outcome.rows}, "
-            f"orphans {outcome.orphans}; stderr ends: {tail}")
+            f"orphans {outcome.orphans}, input intact {outcome.inputs_intact}; stderr ends: {tail}")
 
 
 def main(argv: Optional[List[str]] = None) -> int:

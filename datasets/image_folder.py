@@ -10,9 +10,8 @@ from pathlib import Path
 import numpy as np
 from torch.utils.data import Dataset
 
-from pipebench.base.errors import DatasetError, warn
+from pipebench.base.errors import DatasetError
 from pipebench.pipeline.file_reads import FileReads
-from pipebench.pipeline.rank_info import rank_and_world
 
 from .folder_walk import walk_images
 from .lazy_image import IMAGE_EXTENSIONS, open_rgb
@@ -20,8 +19,8 @@ from .lazy_image import IMAGE_EXTENSIONS, open_rgb
 
 class ImageFolderDataset(Dataset):
     """Every image under `path` (recursive, sorted), opened lazily as RGB. Links are followed, each
-    real folder once; loops and entries that are no image file are skipped, counted in one line on
-    stderr and in `identity()` (datasets/folder_walk.py).
+    real folder once; loops and entries that are no image file are skipped, said in `notes()` and
+    counted in `identity()` (datasets/folder_walk.py).
 
     Labels: when every image sits inside a first-level subfolder, the label is the index
     of that subfolder among the sorted subfolders that hold images, as torchvision's
@@ -46,12 +45,11 @@ class ImageFolderDataset(Dataset):
             extensions = ", ".join(sorted(IMAGE_EXTENSIONS))
             also = f"; {skipped}" if skipped else ""
             raise DatasetError(f"image_folder: {root} holds no images (looked for {extensions}){also}")
-        if skipped and rank_and_world()[0] == 0:  # one line a job, not one a rank
-            warn(f"image_folder: {root}: {skipped}")
 
         self.root = root.resolve()
         self.seed = seed
         self.skipped = walk.skipped_counts()
+        self._note = f"image_folder: {root}: {skipped}" if skipped else None
         self._relative = relative
         top_folders = [p.split("/", 1)[0] if "/" in p else None for p in relative]
         if None in top_folders:
@@ -74,6 +72,11 @@ class ImageFolderDataset(Dataset):
     def describe(self, i: int) -> str:
         """The image file behind sample i."""
         return str(self.root / self._relative[i])
+
+    def notes(self) -> tuple[str, ...]:
+        """One line on what the walk skipped, if anything: each job prints it (not the build, which
+        the sweep's preflight repeats)."""
+        return (self._note,) if self._note else ()
 
     def files(self) -> list[str]:
         """Every file the dataset reads."""

@@ -57,6 +57,11 @@ class ShardedStream(IterableDataset):
         files = getattr(self.source, "files", None)
         return files() if files is not None else []
 
+    def notes(self) -> tuple:
+        """The source's notes on how it was built; none when it has none."""
+        notes = getattr(self.source, "notes", None)
+        return notes() if notes is not None else ()
+
     def describe(self, index: int) -> str:
         describe = getattr(self.source, "describe", None)
         return describe(index) if describe is not None and index >= 0 else f"sample {index}"

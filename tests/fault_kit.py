@@ -8,10 +8,12 @@ benchmarks/fault_matrix.py runs each many times and tabulates the rates.
 """
 
 import csv
+import hashlib
 import os
 import re
 import shutil
 import signal
+import stat
 import subprocess
 import sys
 import time
@@ -21,7 +23,9 @@ from pathlib import Path
 from typing import Callable, List, Optional, Sequence, Tuple
 
 import fault_transforms
+import numpy as np
 import psutil
+from PIL import Image
 
 from pipebench.record.resume import INVOCATION_FILE
 
@@ -38,6 +42,8 @@ MARKERS = "markers"
 CONF = "conf"
 FAULT_CHAIN = "fault"
 RESULTS = "out"
+# Where a case's own input (an image folder) is built; its files are checksummed before and after.
+INPUTS = "inputs"
 # Small, fast jobs: a decode-free dataset, three measured steps, no profile, no consumer time.
 FAST_JOB = ("dataset=random_tensors", "dataset.shape=[3,32,32]", "dataset.length=512", "run=quick",
             "run.progress=false", "run.warmup_steps=0", "run.min_time_s=0", "run.steps=3", "run.profile_steps=0",
@@ -161,6 +167,8 @@ class Outcome:
     stderr: str
     # stdout's last line names the results folder, as after any sweep that started measuring.
     results_line: bool
+    # Every entry of the case's input folder is as it was (content, link targets, kinds).
+    inputs_intact: bool = True
 
 
 @dataclass(frozen=True)
@@ -179,6 +187,9 @@ class FaultCase:
     fault: Optional[Tuple[str, int]] = None
     # pipebench says where the results are, last: it stopped on its own, after measuring began.
     results_line: bool = False
+    # Builds the case's input in the folder it is given and returns the dataset overrides that
+    # point the job at it, in place of FAST_JOB's.
+    inputs: Optional[Callable[[Path], Tuple[str, ...]]] = None
 
 
 def _rows(project: Path) -> int:
@@ -195,16 +206,36 @@ def _clean_line(stderr: str, line: Optional[str]) -> bool:
     return len(matched) == 1 and all(re.match(line, e) for e in errors)
 
 
+def _entries(folder: Path) -> dict:
+    """Each entry under `folder`, links not followed: a regular file's digest, a link's target, or
+    another kind's file type (a FIFO is never opened)."""
+    found = {}
+    for parent, folders, files in os.walk(folder):
+        for name in folders + files:
+            path = Path(parent, name)
+            mode = path.lstat().st_mode
+            found[str(path.relative_to(folder))] = (
+                hashlib.sha256(path.read_bytes()).hexdigest() if stat.S_ISREG(mode)
+                else os.readlink(path) if stat.S_ISLNK(mode) else stat.S_IFMT(mode))
+    return found
+
+
 def run_case(case: FaultCase, project: Path) -> Outcome:
     """Run `case` once in `project` (an empty folder) and measure the outcome."""
     markers = install_faults(project)
-    args = list(case.overrides)
+    args, job = list(case.overrides), FAST_JOB
+    inputs = project / INPUTS
+    inputs.mkdir()
+    if case.inputs is not None:
+        args += case.inputs(inputs)
+        job = tuple(arg for arg in FAST_JOB if not arg.startswith("dataset"))
+    before = _entries(inputs)
     if case.fault is not None:
         chain = project / CONF / "transform"
         chain.mkdir(parents=True, exist_ok=True)
         (chain / f"{FAULT_CHAIN}.yaml").write_text("per_sample:\n" + fault_node(markers, *case.fault))
         args = ["--config-dir", CONF, f"transform={FAULT_CHAIN}", *args]
-    run = Run(project, (*args, *FAST_JOB))
+    run = Run(project, (*args, *job))
     try:
         if case.hurt is not None:
             case.hurt(run, markers)
@@ -214,7 +245,7 @@ def run_case(case: FaultCase, project: Path) -> Outcome:
     stderr = run.stderr.read_text()
     last = (run.stdout.read_text().strip().splitlines() or [""])[-1]
     return Outcome(status, _clean_line(stderr, case.line), _rows(project), orphans,
-                   time.monotonic() - run.started, stderr, last.startswith("results: "))
+                   time.monotonic() - run.started, stderr, last.startswith("results: "), _entries(inputs) == before)
 
 
 # --- what a case does to the running sweep --------------------------------------------------
@@ -273,6 +304,39 @@ def hung_sample(backend: str) -> FaultCase:
                      rf"\(loader.timeout_s={HUNG_TIMEOUT_S}[;)]", rows=0, fault=("sleep", 1), results_line=True)
 
 
+def image_folder(*odd: Callable[[Path], None]) -> Callable[[Path], Tuple[str, ...]]:
+    """The issue's folder, 8 small JPEGs in two class folders, with each of `odd` done to it; the
+    overrides measure it with a one-step chain."""
+
+    def build(inputs: Path) -> Tuple[str, ...]:
+        rng = np.random.default_rng(0)
+        for label in ("a", "b"):
+            (inputs / label).mkdir()
+            for k in range(4):
+                Image.fromarray(rng.integers(0, 256, (32, 32, 3), dtype=np.uint8)).save(inputs / label / f"{k}.jpg")
+        for change in odd:
+            change(inputs)
+        return ("dataset=image_folder", f"dataset.path={inputs}",
+                "transform.per_sample=[{_target_: torchvision.transforms.PILToTensor}]")
+
+    return build
+
+
+def loop_links(inputs: Path) -> None:
+    """`loop -> ..` in both class folders: each image once a level, exponentially, before."""
+    for label in ("a", "b"):
+        os.symlink("..", inputs / label / "loop")
+
+
+def endless_files(inputs: Path) -> None:
+    """A FIFO with no writer and a link to /dev/zero, named like images: the warm-up hung on them."""
+    os.mkfifo(inputs / "a" / "pipe.jpg")
+    os.symlink("/dev/zero", inputs / "b" / "zero.jpg")
+
+
+IMAGE_FOLDER_LINE = r"^pipebench: image_folder: \S+: skipped "
+
+
 CASES = (
     FaultCase("SIGINT to pipebench's group mid-job", TWO_JOBS, signal_pipebench(signal.SIGINT, True, 2), 130,
               INTERRUPTED, rows=1, fault=("sleep", 2), results_line=True),
@@ -305,4 +369,10 @@ CASES = (
               r"^pipebench: error: consumer.step_ms must be a finite number, got inf$", rows=0),
     FaultCase("Ctrl-C as Hydra starts", ("workers=0",), interrupt_at_hydra_start, 130, INTERRUPTED, rows=0),
     *(hung_sample(backend) for backend in ("dataloader", "threads", "spdl")),
+    FaultCase("image folder with two link loops", ("workers=0",), None, 0,
+              IMAGE_FOLDER_LINE + r"2 links to folders already walked \(.*first: a/loop\)$", rows=1,
+              results_line=True, inputs=image_folder(loop_links)),
+    FaultCase("image folder with a FIFO and a /dev/zero link named *.jpg", ("workers=0",), None, 0,
+              IMAGE_FOLDER_LINE + r"2 image names on no regular file, not read \(.*first: a/pipe.jpg\)$", rows=1,
+              results_line=True, inputs=image_folder(endless_files)),
 )

@@ -285,7 +285,7 @@ def test_image_folder_identity_tracks_files(tmp_path):
 
 # --- image_folder: links, loops and entries that are no image file -----------------------
 # The walk follows links but each real folder once (datasets/folder_walk.py); what it skips is
-# counted in identity() and said in one line on stderr.
+# counted in identity() and said in one note line, which each job prints on stderr.
 
 # Each walk below ends this fast; before folders were known by device and inode, two loops made it
 # exponential (a minute and more for 8 images).
@@ -300,82 +300,82 @@ def eight_images(root):
     return root
 
 
-def walked(root, capsys):
-    """The dataset over root, its relative names, the skip counts and the lines it printed on stderr."""
+def walked(root):
+    """The dataset over root, its relative names, the skip counts and the notes a job prints of it."""
     start = time.monotonic()
     ds = ImageFolderDataset(root)
     assert time.monotonic() - start < WALK_BOUND_S
     names = [os.path.relpath(ds.describe(i), root.resolve()) for i in range(len(ds))]
-    return ds, names, ds.identity().get("skipped", {}), capsys.readouterr().err.splitlines()
+    return ds, names, ds.identity().get("skipped", {}), ds.notes()
 
 
-def test_image_folder_walks_a_folder_linked_back_up_once(tmp_path, capsys):
+def test_image_folder_walks_a_folder_linked_back_up_once(tmp_path):
     root = eight_images(tmp_path / "imgs")
     os.symlink("..", root / "a" / "loop")
-    ds, names, skipped, err = walked(root, capsys)
+    ds, names, skipped, notes = walked(root)
     assert len(ds) == 8 and len(set(names)) == 8
     assert skipped == {"repeated_folders": 1, "not_regular_files": 0, "unreadable": 0}
-    assert len(err) == 1 and err[0].startswith("pipebench: image_folder: ")
-    assert "skipped 1 link to folders already walked" in err[0] and "first: a/loop" in err[0]
+    assert len(notes) == 1 and notes[0].startswith(f"image_folder: {root}: skipped ")
+    assert "skipped 1 link to folders already walked" in notes[0] and "first: a/loop" in notes[0]
 
 
-def test_image_folder_with_two_loops_ends_at_once(tmp_path, capsys):
+def test_image_folder_with_two_loops_ends_at_once(tmp_path):
     root = eight_images(tmp_path / "imgs")
     os.symlink("..", root / "a" / "loop")
     os.symlink("..", root / "b" / "loop")
-    ds, _, skipped, err = walked(root, capsys)
-    assert len(ds) == 8 and skipped["repeated_folders"] == 2 and len(err) == 1
+    ds, _, skipped, notes = walked(root)
+    assert len(ds) == 8 and skipped["repeated_folders"] == 2 and len(notes) == 1
 
 
-def test_image_folder_link_to_a_file_in_the_tree_is_a_sample_of_its_own(tmp_path, capsys):
+def test_image_folder_link_to_a_file_in_the_tree_is_a_sample_of_its_own(tmp_path):
     """A file link is the user's own labelling (the same picture under another class, as torchvision's
     ImageFolder reads it); only folders repeat themselves, so only folders are walked once."""
     root = eight_images(tmp_path / "imgs")
     os.symlink("../a/0.jpg", root / "b" / "also.jpg")
-    ds, names, skipped, err = walked(root, capsys)
+    ds, names, skipped, notes = walked(root)
     assert len(ds) == 9 and "b/also.jpg" in names
     assert ds[names.index("b/also.jpg")][1] == ds.classes.index("b")
-    assert skipped == {} and err == []
+    assert skipped == {} and notes == ()
 
 
-def test_image_folder_follows_a_link_to_an_outside_folder_once(tmp_path, capsys):
+def test_image_folder_follows_a_link_to_an_outside_folder_once(tmp_path):
     root = eight_images(tmp_path / "imgs")
     write_image(tmp_path / "elsewhere" / "x.jpg")
     os.symlink(tmp_path / "elsewhere", root / "a" / "more")
     os.symlink(tmp_path / "elsewhere", root / "b" / "more")  # a second way to the same folder
     os.symlink(root, tmp_path / "elsewhere" / "back")  # and from there back into the tree
-    ds, names, skipped, err = walked(root, capsys)
+    ds, names, skipped, notes = walked(root)
     assert len(ds) == 9 and names.count("a/more/x.jpg") == 1 and not any("b/more" in n for n in names)
-    assert skipped["repeated_folders"] == 2 and len(err) == 1 and "first: a/more/back" in err[0]
+    assert skipped["repeated_folders"] == 2 and len(notes) == 1 and "first: a/more/back" in notes[0]
 
 
-def test_image_folder_walks_the_real_folder_and_skips_a_link_to_it(tmp_path, capsys):
+def test_image_folder_walks_the_real_folder_and_skips_a_link_to_it(tmp_path):
     """A link to a folder inside the tree is the one skipped, even where its name sorts first: the
     images keep the label of the folder they live in."""
     root = eight_images(tmp_path / "imgs")
     os.symlink("b", root / "0_alias")
-    ds, names, skipped, err = walked(root, capsys)
+    ds, names, skipped, notes = walked(root)
     assert ds.classes == ["a", "b"] and not any(n.startswith("0_alias") for n in names)
-    assert skipped["repeated_folders"] == 1 and "first: 0_alias" in err[0]
+    assert skipped["repeated_folders"] == 1 and "first: 0_alias" in notes[0]
 
 
-def test_image_folder_skips_a_fifo_and_a_dev_zero_link_named_like_images(tmp_path, capsys):
+def test_image_folder_skips_a_fifo_and_a_dev_zero_link_named_like_images(tmp_path):
     """Neither holds an image, and reading one never ends (the FIFO has no writer; /dev/zero no end)."""
     root = eight_images(tmp_path / "imgs")
     os.mkfifo(root / "a" / "pipe.jpg")
     os.symlink("/dev/zero", root / "b" / "zero.jpg")
     os.symlink(tmp_path / "gone.jpg", root / "b" / "dangling.jpg")
-    ds, names, skipped, err = walked(root, capsys)
+    ds, names, skipped, notes = walked(root)
     assert len(ds) == 8 and not any(n.endswith(("pipe.jpg", "zero.jpg", "dangling.jpg")) for n in names)
     assert skipped == {"repeated_folders": 0, "not_regular_files": 3, "unreadable": 0}
-    assert len(err) == 1 and "3 image names on no regular file, not read" in err[0] and "first: a/pipe.jpg" in err[0]
+    assert len(notes) == 1 and "3 image names on no regular file, not read" in notes[0] and "first: a/pipe.jpg" in notes[0]
 
 
-def test_image_folder_skips_a_link_it_cannot_follow(tmp_path, capsys):
+def test_image_folder_skips_a_link_it_cannot_follow(tmp_path):
     root = eight_images(tmp_path / "imgs")
     os.symlink("self", root / "self")  # stat() fails with "Too many levels of symbolic links"
-    ds, _, skipped, err = walked(root, capsys)
-    assert len(ds) == 8 and skipped["unreadable"] == 1 and "first: self (Too many levels" in err[0]
+    ds, _, skipped, notes = walked(root)
+    assert len(ds) == 8 and skipped["unreadable"] == 1 and "first: self (Too many levels" in notes[0]
 
 
 def test_image_folder_of_only_odd_entries_says_what_it_skipped(tmp_path):

@@ -9,7 +9,7 @@ from typing import Any, Dict, Optional, Tuple
 import torch
 from torch.utils.data import IterableDataset
 
-from pipebench.base.errors import report_error
+from pipebench.base.errors import report_error, warn
 from pipebench.base.watchdog import Unwatched
 from pipebench.config.specs import JobSpec
 from pipebench.measure.coverage import IndexLog, droppable_per_epoch
@@ -105,6 +105,8 @@ def _measure_job(spec: JobSpec, job_dir: Path, watchdog: Unwatched) -> Dict[str,
     if spec.loader.sharing_strategy is not None:
         torch.multiprocessing.set_sharing_strategy(spec.loader.sharing_strategy)
     parts = build_job(spec, spec.run.seed)
+    for line in getattr(parts.dataset, "notes", tuple)():
+        warn(line)  # what the dataset left out of what it was given (an image folder's loops, say)
     cache = prepare_cache(parts.dataset, spec.storage, watchdog=watchdog)
     for line in cache.notices:
         print(line, flush=True)
