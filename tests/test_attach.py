@@ -96,6 +96,8 @@ SCRIPT = textwrap.dedent("""
 """).format(batch=BATCH, steps=STEPS + SKIP + 5)
 # Where SCRIPT creates its DataLoader: the name attach must give the loader.
 LOADER_LINE = next(n for n, line in enumerate(SCRIPT.splitlines(), 1) if "return DataLoader(" in line)
+# ... and where it iterates it: the rest of the loader's name.
+ITERATED_LINE = next(n for n, line in enumerate(SCRIPT.splitlines(), 1) if "iter(loader)" in line)
 
 
 @pytest.fixture()
@@ -137,7 +139,7 @@ def test_attach_measures_the_known_costs_and_passes_the_exit_status(script, tmp_
     _assert_truth(summary, _hand_figures(*json.loads(clock.read_text())))
     assert summary["steps"] == STEPS
     site = f"train.py:{LOADER_LINE}"
-    assert summary["job"] == f"loader={site}"
+    assert summary["job"] == f"loader={site},iterated=train.py:{ITERATED_LINE},dataset=BusyDataset[4000],created=1"
     assert summary["dataset"] == "BusyDataset" and summary["workers"] == 0
     assert summary["batches_per_s"] == pytest.approx(summary["samples_per_s"] / BATCH, rel=1e-9)
     assert 0 < summary["first_batch_s"] < 1.0
@@ -150,7 +152,7 @@ def test_attach_measures_the_known_costs_and_passes_the_exit_status(script, tmp_
     # With the load timed, the chain's whole cost is known: the diagnosis models the watched loader.
     diagnosis = (out / "report.md").read_text().split("## diagnosis")[1]
     assert "left out of the model" not in diagnosis and not re.search(r"\bnan\b", diagnosis)
-    assert f"Dominant cost in loader={site}: BusyDataset" in diagnosis
+    assert f"Dominant cost in {summary['job']}: BusyDataset" in diagnosis
     (row,) = prediction_table_rows(diagnose([result]))
     assert abs(row["gap_pct"]) < 100 * MODEL_GAP
 
@@ -191,15 +193,18 @@ def test_a_failing_script_keeps_its_traceback_status_and_measurement(tmp_path, c
     assert read_result(out / "job-0" / "result.json")["summary"]["steps"] == 17  # 20 - first batch - 2 skipped
 
 
-def test_a_script_that_iterates_no_loader_exits_2_with_one_line(tmp_path, capsys):
+@pytest.mark.parametrize("exit_status, status, said", [
+    (0, 2, "iterated no torch.utils.data.DataLoader (it exited 0)"),
+    (5, 5, "failed (it exited 5) before it iterated a torch.utils.data.DataLoader"),  # a failure keeps its status
+])
+def test_a_script_that_iterates_no_loader_gets_one_line(tmp_path, capsys, exit_status, status, said):
     script = tmp_path / "idle.py"
-    script.write_text("import sys\nprint('hello')\nsys.exit(5)\n")
+    script.write_text(f"import sys\nprint('hello')\nsys.exit({exit_status})\n")
     out = tmp_path / "out"
-    assert main(["attach", "--out", str(out), "--", "python", str(script)]) == 2
+    assert main(["attach", "--out", str(out), "--", "python", str(script)]) == status
     captured = capsys.readouterr()
     assert captured.out == "hello\n"
-    assert len(captured.err.strip().splitlines()) == 1 and "iterated no torch.utils.data.DataLoader" in captured.err
-    assert "exited 5" in captured.err
+    assert len(captured.err.strip().splitlines()) == 1 and said in captured.err
     assert not out.exists()
 
 
@@ -207,7 +212,7 @@ def test_the_patch_is_removed_after_attach_even_when_the_script_fails(tmp_path):
     init, iterate = torch.utils.data.DataLoader.__init__, torch.utils.data.DataLoader.__iter__
     script = tmp_path / "boom.py"
     script.write_text("raise SystemExit('bad')\n")
-    assert main(["attach", "--out", str(tmp_path / "out"), "--", str(script)]) == 2
+    assert main(["attach", "--out", str(tmp_path / "out"), "--", str(script)]) == 1
     assert torch.utils.data.DataLoader.__init__ is init and torch.utils.data.DataLoader.__iter__ is iterate
 
 

@@ -93,17 +93,24 @@ def _start(tmp_path):
     return proc, out
 
 
-@pytest.mark.parametrize("signum, status, said", [
-    (signal.SIGINT, 130, "KeyboardInterrupt"),
-    (signal.SIGTERM, 143, "terminated (SIGTERM); what was measured is kept"),
-])
-def test_a_signal_ends_the_script_keeps_the_window_and_leaves_no_process(tmp_path, signum, status, said):
+TERMINATED = "terminated (SIGTERM); what was measured is kept"
+
+
+@pytest.mark.parametrize("signum, group, status, said", [
+    # Ctrl-C reaches the terminal's whole foreground group; SIGTERM, as a scheduler sends it, attach
+    # alone or its whole group (the workers then die with the script, not after it).
+    (signal.SIGINT, True, 130, "KeyboardInterrupt"),
+    (signal.SIGTERM, False, 143, TERMINATED),
+    (signal.SIGTERM, True, 143, TERMINATED),
+], ids=["SIGINT to the group", "SIGTERM to attach", "SIGTERM to the group"])
+def test_a_signal_ends_the_script_keeps_the_window_and_leaves_no_process(tmp_path, signum, group, status, said):
     proc, out = _start(tmp_path)
-    # Ctrl-C reaches the terminal's whole foreground group; SIGTERM, as a scheduler sends it, attach alone.
-    (os.killpg if signum == signal.SIGINT else os.kill)(proc.pid, signum)
+    (os.killpg if group else os.kill)(proc.pid, signum)
     _, err = proc.communicate(timeout=120)
     assert proc.returncode == status, err
     assert said in err
+    if signum == signal.SIGTERM:  # one line, no "DataLoader worker is killed by signal" from the dying workers
+        assert err.strip().splitlines() == [f"pipebench attach: {tmp_path / 'endless.py'} {said}"]
     summary = read_result(out / "job-0" / "result.json")["summary"]
     assert summary["steps"] >= MARKER_STEP - 2 - 1  # the steps measured up to the marker, at least
     assert _empty_within(proc.pid, REAP_GRACE_S) == []
@@ -149,10 +156,10 @@ CLASS_LINE = next(n for n, line in enumerate(OWN_LOADER.splitlines(), 1) if line
 def test_a_loader_of_its_own_is_named_in_one_line_with_the_way_in(tmp_path, capsys, where, seen):
     script = tmp_path / "train.py"
     script.write_text(OWN_LOADER)
-    assert main(["attach", "--out", str(tmp_path / "out"), "--", str(script), where, "4"]) == 2
+    assert main(["attach", "--out", str(tmp_path / "out"), "--", str(script), where, "4"]) == 4
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1
-    assert seen in err[0] and "exited 4" in err[0] and "pipebench.watch(loader)" in err[0]
+    assert seen in err[0] and "failed (it exited 4)" in err[0] and "pipebench.watch(loader)" in err[0]
     assert not (tmp_path / "out").exists()
 
 

@@ -18,7 +18,10 @@ Workers ended by a SIGTERM to attach's process group (`workers_end_quietly`): to
 handler raises "DataLoader worker (pid N) is killed by signal" wherever the main thread is when a
 worker dies, in the script's unwinding, in gc, in a loader's `__del__` (Python's 20-line "Exception
 ignored"). Once the script is terminated its workers' deaths are expected, so the SIGTERM handler
-disarms that check before it ends the script.
+disarms that check before it ends the script. A SIGTERM to attach alone is sent on to the workers
+at once, as one to the group would be: a worker left running while the script unwinds may be
+handing a batch's shared memory to it, and prints multiprocessing's traceback (ConnectionResetError)
+when the script's end cuts that handshake.
 """
 
 import linecache
@@ -115,10 +118,13 @@ def stop_workers() -> int:
 
 
 def _terminate_script(signum: int, frame: object) -> None:
-    """SIGTERM: torch's check of its workers disarmed (they are ending too), then Terminated, as
-    cli/main.py's handler raises it; raised even if the check fires before it is disarmed."""
+    """SIGTERM: torch's check of its workers disarmed, the workers sent SIGTERM too (as a SIGTERM to
+    the group sends it), then Terminated, as cli/main.py's handler raises it; raised even if the
+    check fires before it is disarmed."""
     try:
         signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+        for process in multiprocessing.active_children():
+            process.terminate()
     finally:
         raise Terminated()
 
