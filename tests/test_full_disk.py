@@ -95,7 +95,9 @@ def test_a_disk_that_fills_mid_sweep_is_one_line_keeps_the_first_row_and_resumes
     status, orphans, stdout, stderr = _finished(_sweep(project, markers, results))
     folder = project / results_folder(stdout)
     job_lines = [line for line in stderr.splitlines() if line.startswith("pipebench: error: ")]
-    assert status == 2 and "Traceback" not in stderr and orphans == 0, stderr
+    assert status == 2 and orphans == 0, stderr
+    assert all(line.startswith(("pipebench: ", "  job ")) for line in stderr.strip().splitlines()), \
+        "no traceback, no Hydra line"
     assert job_lines == [f"pipebench: error: {folder / 'job-1' / RESULT_FILE}: {FULL}{folder / 'job-1'})"], stderr
     assert stderr.strip().splitlines()[-1].startswith("pipebench: the tables were not written: "), stderr
     assert [r["summary"]["workers"] for r in load_job_results(folder)] == [0], "the first job's row is kept"
