@@ -6,12 +6,14 @@ never writes through it; a folder that is a link, and a lock file that is a link
 one line. Each test checksums the link's target before and after.
 """
 
+import errno
 import hashlib
 import os
 import re
 import stat
 from pathlib import Path
 
+import hydra.core.utils
 import psutil
 import pytest
 from conftest import FAST_JOB, NO_CHAIN, assert_config_error_is_one_line, results_folder
@@ -22,6 +24,7 @@ from stored_results import result_record, write_record
 from pipebench.base.io import replacing, write_text_atomic
 from pipebench.cli.main import main
 from pipebench.cli.run import expand_sweep, sweep_overrides
+from pipebench.measure import job_process
 from pipebench.measure.job_process import save_hydra_file
 from pipebench.record.folder_lock import LOCK_FILE, LockRefused, folder_lock
 from pipebench.record.results import SUMMARY_CSV, load_job_results
@@ -166,6 +169,26 @@ def test_hydra_files_are_written_as_a_new_file_renamed_over_a_link(tmp_path):
     save_hydra_file(OmegaConf.create(["workers=0"]), "overrides.yaml", hydra_dir)
     assert _digest(victim) == before and _own_file(hydra_dir / "overrides.yaml")
     assert OmegaConf.load(hydra_dir / "overrides.yaml") == ["workers=0"]
+
+
+def test_the_job_process_saves_hydra_files_with_that_writer_and_names_one_it_cannot_write(tmp_path, monkeypatch,
+                                                                                           capsys):
+    """Hydra's run_job writes .hydra/ before the task runs: a file it cannot write there (a full
+    disk) is the job's one line and exit 2, not Hydra's traceback."""
+    saver = {}
+    failed = tmp_path / "job-0" / ".hydra" / "config.yaml"
+
+    def run_job(**kwargs):
+        saver["now"] = hydra.core.utils._save_config
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(failed))
+
+    monkeypatch.setattr(hydra.core.utils, "_save_config", hydra.core.utils._save_config)  # put back after
+    monkeypatch.setattr(job_process, "run_job", run_job)
+    config = OmegaConf.create({"hydra": {"runtime": {"output_dir": str(tmp_path / "job-0")}}})
+    assert job_process.run_payload(job_process.JobPayload(None, config, None, None)) == 2
+    assert saver["now"] is save_hydra_file
+    err = capsys.readouterr().err
+    assert err.startswith(f"pipebench: error: {failed}: No space left on device (") and err.count("\n") == 1, err
 
 
 def test_hydra_sweep_dir_is_refused_and_results_dir_named(tmp_path, capsys):
