@@ -24,7 +24,8 @@ from pipebench.measure.watch import DEFAULT_REPLAY, DEFAULT_SECONDS, DEFAULT_SKI
 from pipebench.record.claimed_folder import claimed_folder
 from pipebench.record.export_config import write_exports
 from pipebench.record.watched import results_of, save_results, summary_line
-from pipebench.report.summary import first_batch_markdown
+from pipebench.report.summary import first_batch_markdown, loader_notes
+from pipebench.report.writer import REPORT_MD, write_report
 
 __all__ = ["add_parser", "attach_main", "main", "run_script"]
 
@@ -92,7 +93,13 @@ def run_script(kind: str, target: str, argv: Sequence[str], own: Optional[List[s
         return _failed(exc, target)
     finally:
         sys.argv, sys.path[:] = saved_argv, saved_path
-        gc.collect()  # the script's loaders and their workers go before the results are written
+        # The script's loaders and their workers go before the results are written. The workers
+        # first, as the interpreter's exit ends a bare script's: a loader freed only by the collect
+        # (one that keeps its own iterator, as timm's MultiEpochsDataLoader does) has its queues'
+        # feeder threads closed before torch's shutdown runs, so torch waits 5 s for each worker
+        # it can no longer tell to stop (issue 41.7).
+        stop_workers()
+        gc.collect()
 
 
 def _failed(exc: BaseException, target: str) -> int:
@@ -171,7 +178,12 @@ def _attach_script(kind: str, target: str, argv: Sequence[str], window: WatchWin
         return status or USAGE_EXIT_STATUS
     save_results(folder, results)
     print(markdown_table([summary_line(r) for r in results], SUMMARY_TABLE_COLUMNS))
-    print(first_batch_markdown([r.record["summary"] for r in results]))
+    named = [{**r.record["summary"], "job": r.name} for r in results]  # each loader as the table names it
+    print(first_batch_markdown(named))
+    for note in loader_notes(named):
+        print(note)
+    write_report([str(folder)], folder)  # report.md, as run writes it: each loader described on its own
+    print(f"report: {folder / REPORT_MD}")
     print(f"results: {folder}  (pipebench report {folder})")
     return status
 

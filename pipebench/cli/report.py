@@ -11,11 +11,11 @@ from pipebench.report.writer import print_summary, write_report
 __all__ = ["add_parser", "main", "report_main"]
 
 
-def report_main(dirs: Sequence[str], out: Optional[str], baseline: Optional[str]) -> int:
+def report_main(dirs: Sequence[str], out: Optional[str], baseline: Optional[str], compare_loaders: bool = False) -> int:
     """Several folders need --out; one folder gets its report written into it."""
     if out is None and len(dirs) > 1:
         raise ConfigError("merging several folders needs --out OUT for the merged report")
-    print_summary(write_report(dirs, Path(out) if out is not None else Path(dirs[0]), baseline))
+    print_summary(write_report(dirs, Path(out) if out is not None else Path(dirs[0]), baseline, compare_loaders))
     return 0
 
 
@@ -29,7 +29,10 @@ def add_parser(verbs: "argparse._SubParsersAction") -> None:
     parser.add_argument("dirs", nargs="+", metavar="DIR", help="results folders written by `pipebench run`")
     parser.add_argument("--out", help="where to write (default: the DIR itself; required with several DIRs)")
     add_baseline_job(parser, "row, e.g. workers=0 or host=ci,workers=0", "row")
+    parser.add_argument("--compare-loaders", action="store_true",
+                        help="rank the loaders `pipebench attach` watched against each other (speedup, best mark, "
+                             "--baseline); without it each loader of a script is described on its own")
 
 
 def main(args: argparse.Namespace) -> int:
-    return report_main(args.dirs, args.out, args.baseline)
+    return report_main(args.dirs, args.out, args.baseline, args.compare_loaders)

@@ -5,7 +5,10 @@
 step), over a bounded window after some warm-up steps; then it stops measuring and passes
 batches through untouched. Each epoch's first batch stays apart (worker start-up), as the
 harness keeps it apart. `watching_loaders` patches `torch.utils.data.DataLoader` for the length
-of a `with` block so every loader a script iterates is watched, named by where it was created.
+of a `with` block so every loader a script iterates is watched. A loader is named by its
+`LoaderIdentity`: where it was created, where it was first iterated, its dataset and its place in
+the order of creation, so two loaders one factory makes at one line (timm's train and eval
+loaders) stay two.
 
 The figures come from the harness's own summary (`summarize.summary_row` over `PassResult`s), so
 a watched loop and a pipebench job are read by one rule: whole worker cycles, the batch-means interval.
@@ -35,8 +38,8 @@ from pipebench.measure.watch_meters import WindowMeters
 from pipebench.measure.window import rate_interval, split_window
 from pipebench.pipeline.file_reads import IO_FIELDS
 
-__all__ = ["DEFAULT_REPLAY", "DEFAULT_SECONDS", "DEFAULT_SKIP_STEPS", "DEFAULT_STEPS", "LoaderWatch", "WatchWindow", "batch_samples",
-           "creation_site", "watching_loaders"]
+__all__ = ["DEFAULT_REPLAY", "DEFAULT_SECONDS", "DEFAULT_SKIP_STEPS", "DEFAULT_STEPS", "SITE_KEY", "LoaderIdentity",
+           "LoaderWatch", "WatchWindow", "batch_samples", "creation_site", "watching_loaders"]
 
 # The measured window ends on its own, so a long training run goes on unmeasured (and unslowed):
 # 200 steps hold 25+ worker cycles at up to 8 workers, enough blocks for the interval...
@@ -48,10 +51,22 @@ DEFAULT_SKIP_STEPS = 5
 DEFAULT_SECONDS = 120.0
 # Replay is off unless asked for: its extra steps train the user's model on repeated batches.
 DEFAULT_REPLAY = 0
-# Where a DataLoader is created from a subclass's __init__ or torch's own code, the creation site
-# is the first frame outside these folders.
+# A loader measured over fewer blocks of whole worker cycles than this (an eval loader of a few
+# steps) gets no interval, and its ci_note says why: the t quantile alone is 3.2 at 4 blocks and
+# 12.7 at 2 (1.96 with the noise known), and the blocks' spread read from so few values is off by
+# 40% or more, so such an interval spans orders of magnitude (7.5-10,877 samples/s, issue 41).
+MIN_INTERVAL_BLOCKS = 5
+FEW_BLOCKS_NOTE = ("no interval: {steps} measured steps make {blocks} block(s) of whole worker cycles; "
+                   "an interval needs {least}")
+# The summary figures made of a sample's rows: empty (None) where a loader has no rows, never 0.
+ROW_FIGURES = ("pipeline_ms_per_sample", "cpu_ms_per_sample", "worker_capacity_samples_per_s",
+               "cpu_capacity_samples_per_s")
+# The key of a loader's creation site in its name (`loader=train.py:57`), the one pair every name has.
+SITE_KEY = "loader"
+# Where a DataLoader is created or iterated from a subclass's method, torch's own code or
+# pipebench's (`pipebench.watch`), the site named is the first frame outside these folders.
 _TORCH_DIR = os.path.dirname(torch.__file__)
-_THIS_FILE = __file__
+_PIPEBENCH_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
 
 
 @dataclass(frozen=True)
@@ -90,16 +105,40 @@ def batch_samples(batch: Any, fallback: Optional[int]) -> int:
 
 
 def creation_site() -> str:
-    """`file:line` of the frame that created a DataLoader: the first one outside torch and this module."""
+    """`file:line` of the user's frame that created (or iterates) a DataLoader: the first one outside
+    torch and pipebench that is no method of a DataLoader (a subclass's __init__ or __iter__)."""
     frame = sys._getframe(1)
-    while frame is not None and (frame.f_code.co_filename.startswith(_TORCH_DIR)
-                                 or frame.f_code.co_filename == _THIS_FILE
-                                 or frame.f_code.co_name == "__init__" and "self" in frame.f_locals
-                                 and isinstance(frame.f_locals["self"], DataLoader)):
+    while frame is not None and (frame.f_code.co_filename.startswith((_TORCH_DIR, _PIPEBENCH_DIR))
+                                 or isinstance(frame.f_locals.get("self"), DataLoader)):
         frame = frame.f_back
     if frame is None:
         return "unknown:0"
     return f"{os.path.basename(frame.f_code.co_filename)}:{frame.f_lineno}"
+
+
+@dataclass(frozen=True)
+class LoaderIdentity:
+    """What tells a script's loaders apart, as its job's KEY=VALUE pairs: where it was created
+    (`loader`), where it was first iterated (`iterated`), its dataset's class and length
+    (`dataset`), and its place among the DataLoaders the script created (`created`, from 1). A
+    factory makes timm's train and eval loaders at one line; the rest tells them apart. A loader
+    wrapped by `pipebench.watch` has no iteration site or order of its own (None)."""
+
+    created_at: str
+    dataset: str
+    iterated_at: Optional[str] = None
+    order: Optional[int] = None
+
+    def pairs(self) -> Dict[str, str]:
+        """KEY -> VALUE in the label's order; None fields left out."""
+        pairs = {SITE_KEY: self.created_at, "iterated": self.iterated_at, "dataset": self.dataset,
+                 "created": None if self.order is None else str(self.order)}
+        return {key: value for key, value in pairs.items() if value is not None}
+
+    @property
+    def label(self) -> str:
+        """The job's name: `loader=train.py:57,iterated=train.py:80,dataset=ImageFolder[1000],created=1`."""
+        return ",".join(f"{key}={value}" for key, value in self.pairs().items())
 
 
 @dataclass
@@ -125,20 +164,23 @@ class LoaderWatch:
 
     def __init__(self, loader: DataLoader, window: WatchWindow = WatchWindow(), site: Optional[str] = None,
                  gpu_clock: Callable[[], Optional[GpuWatchClock]] = cuda_watch_clock,
-                 export: bool = False, built_with: Optional[BuiltWith] = None) -> None:
+                 export: bool = False, built_with: Optional[BuiltWith] = None, iterated_at: Optional[str] = None,
+                 order: Optional[int] = None) -> None:
         self.window = window
         self.site = site or creation_site()
         # A loader of another kind (any iterable of batches) is timed in the main loop only: named by
         # its own class, with no dataset, workers or recipe to look into.
         dataset = getattr(loader, "dataset", None) if isinstance(loader, DataLoader) else None
         self.dataset_class = type(subset_base(dataset) if dataset is not None else loader).__name__
+        self.samples_per_epoch = _sized(dataset)
+        length = "" if self.samples_per_epoch is None else f"[{self.samples_per_epoch}]"
+        self.identity = LoaderIdentity(self.site, self.dataset_class + length, iterated_at, order)
         self.workers = int(getattr(loader, "num_workers", 0)) if dataset is not None else 0
         self.batch_size = getattr(loader, "batch_size", None)
         # Read before the recipe is replaced by its timed copy: the user's own steps (a DataLoader's).
         self.exported: Optional[ExportedPipeline] = (export_pipeline(loader, built_with)
                                                      if export and dataset is not None else None)
         self.persistent = bool(getattr(loader, "persistent_workers", False)) and self.workers > 0
-        self.samples_per_epoch = _sized(dataset)
         self.batches_per_epoch = _sized(loader)
         self._logs: List[_EpochLog] = []
         self.first_batch_s: List[float] = []
@@ -153,8 +195,13 @@ class LoaderWatch:
         self.replay_ns: List[int] = []
         self._replayed = window.replay == 0
         self._restore = contextlib.ExitStack()
-        self.timing = self._restore.enter_context(timed_loader(loader)) if dataset is not None else None
+        timing = self._restore.enter_context(timed_loader(loader)) if dataset is not None else None
+        self.timing = timing if timing is not None and timing.timed else None
         self.recipe: Optional[Recipe] = None if self.timing is None else self.timing.recipe
+        # Why the rows miss part of a sample, or all of it (None: they hold all of it).
+        self.rows_note = (timing.rows_note if timing is not None else
+                          f"no transform rows: a {self.dataset_class} is no torch DataLoader, so its samples "
+                          "cannot be looked into; its batches are timed in the main loop")
         self.batch_steps = collate_step(loader.collate_fn) if dataset is not None else []
         # Batches come back as Riding (batch, timings) while the samples are timed: stripped here.
         self._riding = self.timing is not None
@@ -397,8 +444,15 @@ class LoaderWatch:
         # summary_row gives the first batch of every pass; the run's own first batch is the first
         # epoch's, measured or not.
         row.update(first_batch_s=self.first_batch_s[0], batches_per_s=1000.0 / row["step_ms_mean"],
-                   batches_per_s_ci_low=batches.low, batches_per_s_ci_high=batches.high,
+                   batches_per_s_ci_low=batches.low, batches_per_s_ci_high=batches.high, transforms_note=self.rows_note,
                    **self.first_batch_parts(), **self.meters.columns(), **self.meters.loader_columns(self.worker_pids))
+        if not rows:
+            row.update(dict.fromkeys(ROW_FIGURES))
+        if row["ci_blocks"] < MIN_INTERVAL_BLOCKS:
+            nan = float("nan")
+            row.update(samples_per_s_ci_low=nan, samples_per_s_ci_high=nan, batches_per_s_ci_low=nan,
+                       batches_per_s_ci_high=nan, ci_note=FEW_BLOCKS_NOTE.format(
+                           steps=row["steps"], blocks=row["ci_blocks"], least=MIN_INTERVAL_BLOCKS))
         if self.replay_ns:
             replay_ms = float(np.mean(self.replay_ns)) / NS_PER_MS
             row.update(replay_steps=len(self.replay_ns), replay_step_ms=replay_ms,
@@ -431,15 +485,25 @@ class _Patched:
     def __init__(self, window: WatchWindow, built_with: Optional[BuiltWith]) -> None:
         self.window = window
         self.built_with = built_with
-        self.sites: "weakref.WeakKeyDictionary[DataLoader, str]" = weakref.WeakKeyDictionary()
+        # loader -> (its creation site, its place in the order of creation, from 1).
+        self.sites: "weakref.WeakKeyDictionary[DataLoader, Tuple[str, int]]" = weakref.WeakKeyDictionary()
+        self.created = 0
         self.by_loader: "weakref.WeakKeyDictionary[DataLoader, LoaderWatch]" = weakref.WeakKeyDictionary()
         self.watches: List[LoaderWatch] = []
 
+    def created_here(self, loader: DataLoader, site: str) -> None:
+        """A DataLoader's __init__ began at `site` (once a loader: a subclass's super().__init__ is the same one)."""
+        if loader not in self.sites:
+            self.created += 1
+            self.sites[loader] = (site, self.created)
+
     def watch_of(self, loader: DataLoader) -> LoaderWatch:
+        """The loader's watch; made at its first iteration, whose site is part of its name."""
         watch = self.by_loader.get(loader)
         if watch is None:
-            watch = LoaderWatch(loader, self.window, self.sites.get(loader, "unknown:0"),
-                                export=self.built_with is not None, built_with=self.built_with)
+            site, order = self.sites.get(loader, ("unknown:0", None))
+            watch = LoaderWatch(loader, self.window, site, export=self.built_with is not None,
+                                built_with=self.built_with, iterated_at=creation_site(), order=order)
             self.by_loader[loader] = watch
             self.watches.append(watch)
         return watch
@@ -460,7 +524,7 @@ def _watching(state: _Patched) -> Iterator[List[LoaderWatch]]:
     original_init, original_iter = DataLoader.__init__, DataLoader.__iter__
 
     def __init__(self, *args, **kwargs):
-        state.sites.setdefault(self, creation_site())
+        state.created_here(self, creation_site())
         original_init(self, *args, **kwargs)
 
     def __iter__(self):

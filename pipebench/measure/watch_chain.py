@@ -27,6 +27,12 @@ datasets' recipes are timed where they are one recipe (the same steps, as when o
 given to each folder); where they differ, no step can be a row of all of them, and their time is
 the load row's, whose name says so. A dataset's `target_transform` (torchvision's datasets apply it
 to the label after the recipe) is a row of its own.
+
+torchvision's ImageFolder (any DatasetFolder) reads and decodes each file inside `__getitem__`,
+with the function it keeps as `loader`, before the recipe sees the image: that call is timed as
+the decode row (its file read included), so the load row keeps the rest of `__getitem__`.
+Where rows are missing, `Timing.rows_note` says why: a sample that cannot be timed (an
+IterableDataset, a dataset that fetches its own batches), a dataset with no recipe attach can open.
 """
 
 import contextlib
@@ -60,6 +66,12 @@ GETITEMS_ATTR = "__getitems__"
 TARGET_ATTR = "target_transform"
 # The load row's name where a ConcatDataset's datasets hold different recipes.
 RECIPES_DIFFER = "its datasets' recipes differ: timed whole in this row"
+# Where a dataset's recipe was not timed, and why.
+NO_RECIPE = ("the dataset holds no transform or transforms recipe attach can open (a transform applied in the "
+             "dataset's own code, as a WebDataset stage or Hugging Face's with_transform keeps it, is not seen)")
+RECIPE_REFUSED = "the dataset refused the recipe's timed copy"
+# Where torchvision's DatasetFolder (ImageFolder) keeps the function that reads and decodes a file.
+FILE_LOADER_ATTR = "loader"
 
 
 @dataclass(frozen=True)
@@ -256,17 +268,34 @@ def _timed_copy(dataset: Any, recipe: Recipe, clock: StepClock) -> Any:
 
 @dataclass(frozen=True)
 class Timing:
-    """What `timed_loader` put in place: the recipe (None: none found, or it refused its copy), the
-    rows (load, decode, the recipe's steps, the target_transform), and whether the load is timed,
-    or why not."""
+    """What `timed_loader` put in place: the recipe (None: none found, or it refused its copy, as
+    `recipe_note` says), the rows (load, decode, the recipe's steps, the target_transform; none
+    when nothing could be timed), and whether the load is timed, or why not."""
 
     recipe: Optional[Recipe]
     names: Tuple[StepName, ...]
     load_note: Optional[str]
+    recipe_note: Optional[str] = None
 
     @property
     def load_timed(self) -> bool:
         return self.load_note is None
+
+    @property
+    def timed(self) -> bool:
+        """Whether anything was timed (else nothing was changed)."""
+        return bool(self.names)
+
+    @property
+    def rows_note(self) -> Optional[str]:
+        """Why the rows miss part of a sample's time, in one phrase; None when they hold all of it."""
+        if not self.timed:
+            return f"no transform rows: {self.load_note}, and {self.recipe_note}"
+        if not self.load_timed:
+            return f"no load row: {self.load_note}; the rows hold the recipe, not the sample's whole time"
+        if self.recipe is None and self.recipe_note != RECIPES_DIFFER:
+            return f"no recipe rows: {self.recipe_note}; the load row holds the sample's whole __getitem__"
+        return None
 
 
 def subset_base(dataset: Any) -> Any:
@@ -351,15 +380,16 @@ def _install_items(dataset: Any, clock: StepClock) -> Optional[str]:
 
 
 @contextlib.contextmanager
-def timed_loader(loader: DataLoader) -> Iterator[Optional[Timing]]:
+def timed_loader(loader: DataLoader) -> Iterator[Timing]:
     """Within the block the loader's samples are timed (their load, their recipe's steps where one
-    is found, their target_transform), its collate carries the timings and its worker_init_fn
-    stamps each worker's start; yields the `Timing` (None when nothing could be timed: nothing is
-    changed then). What was changed is restored on the way out."""
+    is found, their target_transform, an ImageFolder's file loader), its collate carries the
+    timings and its worker_init_fn stamps each worker's start; yields the `Timing` (with no rows
+    when nothing could be timed: nothing is changed then). What was changed is restored on the way out."""
     dataset = subset_base(loader.dataset)
     holders = recipe_holders(dataset)
     found, shared = shared_recipe(holders)
     recipe = found[0][1] if found and shared else None
+    recipe_note = None if recipe is not None else RECIPES_DIFFER if found else NO_RECIPE
     target = _shared_target(holders)
     with contextlib.ExitStack() as restore:
         # Columns: the load, the decode, the recipe's steps, then the target_transform.
@@ -372,30 +402,53 @@ def timed_loader(loader: DataLoader) -> Iterator[Optional[Timing]]:
         if installed is not None:
             restore.enter_context(installed)
         elif recipe is not None:  # refused: the clock loses the recipe's columns
-            recipe, clock = None, clock_of(0)
+            recipe, clock, recipe_note = None, clock_of(0), RECIPE_REFUSED
         load_note = _load_refusal(loader, dataset) or _install_items(dataset, clock)
         if load_note is None:
             restore.callback(_remove_items, dataset)
         if recipe is None and load_note is not None:
-            yield None
+            yield Timing(None, (), load_note, recipe_note)
             return
+        # The file loader runs inside a sample's timed __getitem__, whose row it then splits.
+        decode_name = _timed_file_loaders(restore, holders, clock) if load_note is None else None
         if target is not None:
-            timed_targets = _install_each([(holder, TARGET_ATTR, functools.partial(
-                TimedStep, getattr(holder, TARGET_ATTR), clock, clock.columns - 1, False, False)) for holder in holders])
+            timed_targets = _timed_attribute(holders, TARGET_ATTR, clock, clock.columns - 1)
             if timed_targets is None:
                 target = None  # refused: its column stays empty
             else:
                 restore.enter_context(timed_targets)
         load_name = type(dataset).__name__ + (f" ({RECIPES_DIFFER})" if found and not shared else "")
-        names = (StepName(LOAD_STAGE, load_name),
-                 *(recipe.names if recipe is not None else [StepName(DECODE_STAGE, DECODE_NAME)]),
+        decode = StepName(DECODE_STAGE, decode_name or DECODE_NAME)
+        names = (StepName(LOAD_STAGE, load_name), decode, *(recipe.names[1:] if recipe is not None else []),
                  *([StepName(PER_SAMPLE_STAGE, target)] if target is not None else []))
         restore.callback(setattr, loader, "collate_fn", loader.collate_fn)
         restore.callback(setattr, loader, "worker_init_fn", loader.worker_init_fn)
         loader.collate_fn = RidingCollate(loader.collate_fn, clock)
         if loader.num_workers > 0:
             loader.worker_init_fn = StampedInit(loader.worker_init_fn, clock)
-        yield Timing(recipe, names, load_note)
+        yield Timing(recipe, names, load_note, recipe_note)
+
+
+def _timed_attribute(holders: Sequence[Any], attr: str, clock: StepClock,
+                     column: int) -> Optional[contextlib.ExitStack]:
+    """Each holder's callable `attr` replaced by a TimedStep into `column` (`_install_each`)."""
+    return _install_each([(holder, attr, functools.partial(TimedStep, getattr(holder, attr), clock, column,
+                                                           False, False)) for holder in holders])
+
+
+def _timed_file_loaders(restore: contextlib.ExitStack, holders: Sequence[Any], clock: StepClock) -> Optional[str]:
+    """Time each holder's file loader (FILE_LOADER_ATTR: torchvision's DatasetFolder reads and decodes
+    a file with it) in the decode column until `restore` closes; the decode row's name, or None where
+    a holder has none (or refuses its timed copy)."""
+    loaders = [getattr(holder, FILE_LOADER_ATTR, None) for holder in holders]
+    if not all(callable(one) and not isinstance(one, DataLoader) for one in loaders):
+        return None
+    timed = _timed_attribute(holders, FILE_LOADER_ATTR, clock, DECODE_COLUMN)
+    if timed is None:
+        return None
+    restore.enter_context(timed)
+    names = ", ".join(sorted({callable_name(one) for one in loaders}))
+    return f"{names} ({type(holders[0]).__name__}.{FILE_LOADER_ATTR}: the file's read and decode)"
 
 
 def _remove_items(dataset: Any) -> None:
@@ -403,12 +456,12 @@ def _remove_items(dataset: Any) -> None:
         delattr(dataset, GETITEMS_ATTR)
 
 
-def collate_name(collate: Callable) -> str:
-    """The collate row's name: the function's or the class's."""
-    return getattr(collate, "__name__", type(collate).__name__)
+def callable_name(step: Callable) -> str:
+    """A row's name for a callable (the collate, a file loader): the function's or the class's."""
+    return getattr(step, "__name__", type(step).__name__)
 
 
 def collate_step(loader_collate: Callable) -> Sequence[StepName]:
     """The per-batch rows of a watched loader: its collate alone."""
     collate = loader_collate.collate if isinstance(loader_collate, RidingCollate) else loader_collate
-    return [StepName(COLLATE_STAGE, collate_name(collate))]
+    return [StepName(COLLATE_STAGE, callable_name(collate))]

@@ -72,6 +72,8 @@ SUMMARY_COLUMNS = [
     "ranks", "straggler_ratio", "collective_wait_ms_mean", "duplicate_samples", "missed_samples",
     # Why the measured window is not a plain steady state (epoch ends, a time cap); empty when it is.
     "window_note",
+    # Why a watched loader's transform rows miss part of a sample, or all of it; empty for a job.
+    "transforms_note",
 ]
 TRANSFORM_COLUMNS = [
     "job", "stage", "transform", "calls", "ms_per_call_mean", "ms_per_call_median", "ms_per_sample", "share_pct",
@@ -92,7 +94,7 @@ def printed_transform_columns(rows: Sequence[Mapping[str, Any]]) -> List[str]:
 # Summary cells that are not figures; every other summary column holds a number or null.
 TEXT_SUMMARY_COLUMNS = ("job", "dataset", "transform", "consumer", "pin_memory", "sync_ops", "gpu_notes",
                         "reserved_oscillating", "epoch_restart_source", "window_note", "cache_mode", "storage_note",
-                        "step_sync", "ci_note", "start_method", "first_batch_note")
+                        "step_sync", "ci_note", "start_method", "first_batch_note", "transforms_note")
 NUMERIC_SUMMARY = {**{column: optional(NUMBER) for column in SUMMARY_COLUMNS if column not in TEXT_SUMMARY_COLUMNS},
                    "ranks": optional(WHOLE)}
 # What the readers of result.json index without a default (report, diagnosis, compare, explore, resume).
@@ -100,8 +102,10 @@ RESULT_FIELDS = {"job": TEXT, "job_num": WHOLE, "overrides": TEXTS, "config": OB
                  "transforms": list_of(OBJECT), "passes": list_of(OBJECT), "fingerprint": OBJECT}
 SUMMARY_FIELDS = {"job": TEXT, "workers": WHOLE, "batch_size": WHOLE, "steps": WHOLE,
                   **{key: NUMBER for key in ("samples_per_s", "samples_per_s_ci_low", "samples_per_s_ci_high",
-                                             "step_ms_mean", "starvation_pct", "cpu_ms_per_sample",
-                                             "pipeline_ms_per_sample", "transfer_ms_median", "ready_next_ms_median")}}
+                                             "step_ms_mean", "starvation_pct", "transfer_ms_median",
+                                             "ready_next_ms_median")},
+                  # Empty (null) for a watched loader without transform rows (`transforms_note` says why).
+                  **{key: optional(NUMBER) for key in ("cpu_ms_per_sample", "pipeline_ms_per_sample")}}
 FINGERPRINT_FIELDS = {"usable_cores": WHOLE}
 TRANSFORM_FIELDS = {"stage": TEXT, "transform": TEXT, "ms_per_sample": NUMBER, "share_pct": NUMBER}
 NUMERIC_TRANSFORM = {column: TEXT if column in PROFILE_TEXT_COLUMNS else NUMBER for column in TRANSFORM_COLUMNS[3:]}

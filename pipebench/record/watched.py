@@ -2,10 +2,13 @@
 
 The measuring is `pipebench.measure.watch`; this module freezes its figures into `WatchResult`
 and writes them in the project's schema (one job-N/result.json a loader, then summary.csv and
-transforms.csv), so `pipebench report` reads a watched run as it reads a sweep.
+transforms.csv), so `pipebench report` reads a watched run as it reads a sweep. A loader's job is
+named by its `LoaderIdentity` (`loader=train.py:57,iterated=train.py:80,dataset=ImageFolder[1000],
+created=1`), whose KEY=VALUE pairs are the job's overrides, so the report tells loaders apart by them.
 """
 
-from dataclasses import dataclass, field
+import math
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Dict, Iterator, List, Mapping, Optional, Sequence
 
@@ -15,7 +18,16 @@ from pipebench.config.specs import USER_STEP
 from pipebench.measure.fingerprint import fingerprint
 from pipebench.measure.job import SINGLE_PROCESS_FIELDS
 from pipebench.measure.summarize import pass_records, rows_as_dicts
-from pipebench.measure.watch import DEFAULT_REPLAY, DEFAULT_SECONDS, DEFAULT_SKIP_STEPS, DEFAULT_STEPS, LoaderWatch, WatchWindow
+from pipebench.measure.watch import (
+    DEFAULT_REPLAY,
+    DEFAULT_SECONDS,
+    DEFAULT_SKIP_STEPS,
+    DEFAULT_STEPS,
+    SITE_KEY,
+    LoaderWatch,
+    WatchWindow,
+)
+from pipebench.record.jobs import override_pairs, varying_keys
 from pipebench.record.export_config import write_exports
 from pipebench.record.results import write_invocation_tables, write_result
 
@@ -27,8 +39,10 @@ JOB_FOLDER = "job-{num}"
 
 @dataclass(frozen=True)
 class WatchResult:
-    """One watched loader's figures: rates over the steady steps (interval: batch means over whole cycles),
-    starvation = Σ wait / Σ (wait + step), the run's first batch, and `record`, its result.json."""
+    """One watched loader's figures: rates over the steady steps (interval: batch means over whole cycles;
+    NaN bounds where there is none, `record`'s ci_note says why), starvation = Σ wait / Σ (wait + step),
+    the run's first batch, and `record`, its result.json. `name`: what tells it apart from the other
+    loaders of its run (its creation site alone when nothing else is needed)."""
 
     name: str
     dataset_class: str
@@ -61,8 +75,10 @@ def watch_result(watch: LoaderWatch, job_num: int = 0) -> Optional[WatchResult]:
     summary, rows = watch.figures()
     if not summary:
         return None
-    name = f"loader={watch.site}"
-    config = {"loader": {"site": watch.site, "dataset_class": watch.dataset_class, "num_workers": watch.workers,
+    identity = watch.identity
+    name = identity.label
+    config = {"loader": {"site": watch.site, "iterated_at": identity.iterated_at, "created": identity.order,
+                         "dataset_class": watch.dataset_class, "num_workers": watch.workers,
                          "batch_size": watch.batch_size, "persistent_workers": watch.persistent},
               "window": {"steps": watch.window.steps, "skip_steps": watch.window.skip_steps,
                          "seconds": watch.window.seconds, "replay": watch.window.replay},
@@ -70,10 +86,11 @@ def watch_result(watch: LoaderWatch, job_num: int = 0) -> Optional[WatchResult]:
                                                           "not_opened": watch.recipe.not_opened}}
     row = {"job": name, "dataset": watch.dataset_class, "transform": None, "workers": watch.workers,
            "batch_size": watch.measured_batch_size(), "consumer": USER_STEP, **SINGLE_PROCESS_FIELDS, **summary}
-    record = {"job": name, "job_num": job_num, "overrides": [name], "config": config, "choices": {},
+    overrides = [f"{key}={value}" for key, value in identity.pairs().items()]
+    record = {"job": name, "job_num": job_num, "overrides": overrides, "config": config, "choices": {},
               "summary": row, "transforms": rows_as_dicts(rows), "passes": pass_records(watch.passes, watch.workers),
               "first_batch_s_per_epoch": list(watch.first_batch_s), "meters": watch.meters.record()}
-    return WatchResult(name=watch.site, dataset_class=watch.dataset_class, workers=watch.workers,
+    return WatchResult(name=f"{SITE_KEY}={watch.site}", dataset_class=watch.dataset_class, workers=watch.workers,
                        steps_measured=int(row["steps"]), samples_per_s=row["samples_per_s"],
                        samples_per_s_ci=(row["samples_per_s_ci_low"], row["samples_per_s_ci_high"]),
                        batches_per_s=row["batches_per_s"],
@@ -155,15 +172,22 @@ def watch(loader: DataLoader, steps: int = DEFAULT_STEPS, skip_steps: int = DEFA
 
 
 def results_of(watches: Sequence[LoaderWatch]) -> List[WatchResult]:
-    """The results of the watches that measured a step, numbered in order."""
-    return [r for r in (watch_result(w, num) for num, w in enumerate(watches)) if r is not None]
+    """The results of the watches that measured a step, numbered in order, each named by its creation
+    site and the pairs of its identity that differ between them."""
+    results = [r for r in (watch_result(w, num) for num, w in enumerate(watches)) if r is not None]
+    pairs = [override_pairs(r.record["overrides"]) for r in results]
+    differ = varying_keys(pairs)
+    names = [",".join(f"{key}={value}" for key, value in named.items() if key == SITE_KEY or key in differ)
+             for named in pairs]
+    return [replace(r, name=name) for r, name in zip(results, names)]
 
 
 def summary_line(result: WatchResult) -> Dict[str, Any]:
-    """One row of attach's printed table."""
+    """One row of attach's printed table (the rate alone where it has no interval)."""
     low, high = result.samples_per_s_ci
+    interval = f" ({low:.1f}..{high:.1f})" if math.isfinite(low) and math.isfinite(high) else ""
     return {"loader": result.name, "dataset": result.dataset_class, "workers": result.workers,
-            "steps": result.steps_measured, "samples_per_s": f"{result.samples_per_s:.1f} ({low:.1f}..{high:.1f})",
+            "steps": result.steps_measured, "samples_per_s": f"{result.samples_per_s:.1f}{interval}",
             "batches_per_s": f"{result.batches_per_s:.2f}", "starvation_pct": f"{result.starvation_pct:.1f}",
             "first_batch_s": f"{result.first_batch_s:.3f}",
             "headroom_x": "" if result.headroom_x is None else f"{result.headroom_x:.2f}"}

@@ -8,6 +8,11 @@ and the IQR across them. A single-round job shows its 95% CI over the measured s
 over whole worker cycles).
 Figures are rounded to what that noise supports (pipebench.base.noise_figures).
 
+Loaders watched by `pipebench attach` (their consumer is the user's step) are one row each, never
+pooled: a watched run has no rounds, so two records under one name are two loaders. They are not
+ranked against each other (a train and an eval loader are not competing setups) unless the report
+is asked to (`compare_loaders`, `pipebench report --compare-loaders`): no speedup, best mark or baseline.
+
 Naming a job (for `--baseline`): comma-separated KEY=VALUE pairs that together match exactly one
 row, e.g. `workers=0` or `transform=yuv_mask,workers=0`. Keys are the job's overrides (a job's
 label, minus `run.round`, is such a list), their short names (`batch_size`, `start_method`), the
@@ -33,6 +38,7 @@ from pipebench.base.noise_figures import (
     significant_figures,
 )
 from pipebench.base.tables import markdown_table
+from pipebench.config.specs import USER_STEP
 from pipebench.record.jobs import JobRecord, canonical, canonical_text, override_pairs, varying_keys
 
 # Columns whose override key reads better under another name (the DataLoader calls it a
@@ -153,6 +159,8 @@ class ComparisonTable:
     axes: Tuple[str, ...]
     baseline: int
     best: int
+    # False: the rows are a script's loaders, each described on its own (no speedup, best or baseline).
+    ranked: bool = True
 
     def speedup(self, i: int) -> float:
         return self.rows[i].rate.value / self.rows[self.baseline].rate.value
@@ -181,12 +189,32 @@ def _host_labels(fingerprints: Sequence[Tuple[object, ...]]) -> Dict[Tuple[objec
     return {f: (str(f[0]) if names.count(str(f[0])) == 1 else f"{f[0]}/{f[2]}c/{f[1]}") for f in distinct}
 
 
+def watched(result: JobRecord) -> bool:
+    """Whether a record is a loader watched in the user's own loop (`pipebench attach`, `pipebench.watch`)."""
+    return result.key.consumer == USER_STEP
+
+
+def _refuse_pooling(folder: Path, results: Sequence[JobRecord]) -> None:
+    """A ConfigError where `results`, grouped under one name, are not the rounds of one job: records
+    that differ in what identifies a job, or watched loaders (which have no rounds)."""
+    if len(results) < 2 or (len({r.key for r in results}) == 1 and not any(watched(r) for r in results)):
+        return
+    jobs = ", ".join(f"job-{r.job_num}" for r in results)
+    why = ("different loaders, not rounds of one job (written by a pipebench attach from before loaders were told "
+           "apart: run it again)" if any(watched(r) for r in results) else
+           "not rounds of one job: they differ in dataset, transform, workers, batch size or consumer")
+    raise ConfigError(f"{folder}: {jobs} share the name {results[0].job} but are {why}")
+
+
 def group_rows(runs: Sequence[Tuple[Path, Sequence[JobRecord]]]) -> List[ComparisonRow]:
-    """Rows from (folder, result records) pairs: rounds of one job in one folder make one row."""
+    """Rows from (folder, result records) pairs: rounds of one job in one folder make one row; the
+    records of different loaders never do (`_refuse_pooling`)."""
     grouped: Dict[Tuple[Path, str], List[JobRecord]] = {}
     for folder, results in runs:
         for result in results:
             grouped.setdefault((folder, result.key.label), []).append(result)
+    for (folder, _), results in grouped.items():
+        _refuse_pooling(folder, results)
     fingerprint = {key: tuple(rs[0].fingerprint.get(f) for f in HOST_FIELDS) for key, rs in grouped.items()}
     hosts = _host_labels(list(fingerprint.values()))
     rows = []
@@ -267,14 +295,20 @@ def row_label(row: ComparisonRow, axes: Sequence[str]) -> str:
     return ",".join(f"{axis_title(a, axes)}={row.value(a)}" for a in axes)
 
 
-def build_table(rows: Sequence[ComparisonRow], baseline: Optional[str] = None) -> ComparisonTable:
-    """The table over rows, with the baseline the selector names (default: the first row)."""
+def build_table(rows: Sequence[ComparisonRow], baseline: Optional[str] = None,
+                compare_loaders: bool = False) -> ComparisonTable:
+    """The table over rows, with the baseline the selector names (default: the first row); rows of
+    watched loaders are ranked only with `compare_loaders`."""
     if not rows:
         raise ConfigError("no finished jobs to compare")
+    ranked = compare_loaders or not any(watched(r) for row in rows for r in row.results)
+    if baseline is not None and not ranked:
+        raise ConfigError(f"--baseline {baseline!r} ranks the rows against one, and these are a script's loaders, "
+                          "each described on its own: add --compare-loaders to compare them")
     axes = swept_axes(rows)
     base = select_job(baseline, [r.names for r in rows])
     rates = [r.rate.value if math.isfinite(r.rate.value) else -math.inf for r in rows]
-    return ComparisonTable(tuple(rows), axes, base, int(np.argmax(rates)))
+    return ComparisonTable(tuple(rows), axes, base, int(np.argmax(rates)), ranked)
 
 
 def axis_title(key: str, axes: Sequence[str]) -> str:
@@ -314,15 +348,15 @@ def comparison_markdown(table: ComparisonTable) -> str:
     """The table, then a few lines that say what the spread, speedup and marks mean.
 
     With nothing swept, the job is named by the fields every job has (dataset, transform,
-    workers, batch size, consumer) rather than its whole override string; a single job has no
-    speedup or best row to show.
+    workers, batch size, consumer) rather than its whole override string; a single job, or a table
+    that is not ranked (a script's loaders), has no speedup or best row to show.
     """
     rates = [r.rate for r in table.rows]
     figures = [significant_figures(r.value, r.half_width) for r in rates]
     rate_cells, decimals = format_column([r.value for r in rates], figures)
     spread_title = _spread_title(table)
     titles = {key: axis_title(key, table.axes) for key in table.axes} or {name: name for name in IDENTITY_FIELDS}
-    compared = len(table.rows) > 1
+    compared = table.ranked and len(table.rows) > 1
     show_rounds = any(r.rounds > 1 for r in table.rows)
     show_ranks = any(r.summary_median("ranks", 1) > 1 for r in table.rows)
     show_backend = BACKEND_AXIS in table.axes
@@ -332,7 +366,7 @@ def comparison_markdown(table: ComparisonTable) -> str:
         cell = {title: row.value(key) for key, title in titles.items()}
         cell.update({
             "samples/s": rate_cells[i],
-            spread_title: f"{row.rate.low:.{decimals}f}–{row.rate.high:.{decimals}f}",
+            spread_title: _spread_cell(row.rate, decimals),
             "speedup": speedups[i],
             "starvation %": f"{row.starvation_pct:.{STARVATION_DECIMALS}f}",
             "best": BEST_MARK if i == table.best else (NEAR_BEST_MARK if table.near_best(i) else ""),
@@ -364,6 +398,12 @@ def comparison_markdown(table: ComparisonTable) -> str:
                      "ms/sample: the job's whole process tree (worker processes, or the worker, collate and prefetch "
                      "threads, and the main loop) over the measured window; summed PSS: main process and workers, "
                      "shared pages split (under thread backends the one process). Medians over rounds.")
+    if not all(math.isfinite(r.low) for r in rates):
+        notes.append("An empty spread: too few measured steps for an interval (summary.csv's ci_note says why).")
+    if not table.ranked and len(table.rows) > 1:
+        notes.insert(0, "Each row is one loader of the script, described on its own: loaders that feed different "
+                        "steps (train, eval) are not competing setups, so none is ranked against another "
+                        "(`pipebench report --compare-loaders` ranks them).")
     if compared:
         base_label = row_label(table.rows[table.baseline], table.axes)
         notes.insert(0, f"speedup: samples/s against `{base_label}`. {BEST_MARK}: highest samples/s; {NEAR_BEST_MARK}: "
@@ -371,19 +411,33 @@ def comparison_markdown(table: ComparisonTable) -> str:
     return markdown_table(cells, columns, right=numeric) + "\n" + "\n".join(notes) + "\n"
 
 
+def _spread_cell(rate: Spread, decimals: int) -> str:
+    """`low–high`; empty where the row has no interval."""
+    return f"{rate.low:.{decimals}f}–{rate.high:.{decimals}f}" if math.isfinite(rate.low) else ""
+
+
 def _figure_cell(value: float, decimals: int) -> str:
     """A figure to `decimals`; empty where no job measured it."""
     return f"{value:.{decimals}f}" if math.isfinite(value) else ""
 
 
+def _ranking(table: ComparisonTable, i: int) -> Tuple[Optional[float], Optional[bool], Optional[bool], Optional[bool]]:
+    """Row i's speedup, best, near_best and baseline cells; empty where the table is not ranked."""
+    if not table.ranked:
+        return None, None, None, None
+    return table.speedup(i), i == table.best, table.near_best(i), i == table.baseline
+
+
 def comparison_csv(table: ComparisonTable) -> str:
     """Every row at full precision, axis columns under their full override keys."""
     axes = [a for a in table.axes if a not in (HOST, RUN)]
-    return csv_table([*CSV_FIXED[:2], *axes, *CSV_FIXED[2:], *BACKEND_COLUMNS], (
-        [row.host, row.folder.name, *(row.value(a) for a in axes), row.label, row.rounds,
-         row.rate.value, row.rate.low, row.rate.high, row.rate.kind,
-         significant_figures(row.rate.value, row.rate.half_width), table.speedup(i), row.starvation_pct,
-         i == table.best, table.near_best(i), i == table.baseline, row.summary_median("ranks", 1),
-         row.summary_median("straggler_ratio", 1.0), row.summary_median("collective_wait_ms_mean", 0.0),
-         *(row.summary_median(key, math.nan) for key in BACKEND_COLUMNS)]
-        for i, row in enumerate(table.rows)))
+    rows = []
+    for i, row in enumerate(table.rows):
+        speedup, best, near_best, baseline = _ranking(table, i)
+        rows.append([row.host, row.folder.name, *(row.value(a) for a in axes), row.label, row.rounds,
+                     row.rate.value, row.rate.low, row.rate.high, row.rate.kind,
+                     significant_figures(row.rate.value, row.rate.half_width), speedup, row.starvation_pct,
+                     best, near_best, baseline, row.summary_median("ranks", 1),
+                     row.summary_median("straggler_ratio", 1.0), row.summary_median("collective_wait_ms_mean", 0.0),
+                     *(row.summary_median(key, math.nan) for key in BACKEND_COLUMNS)])
+    return csv_table([*CSV_FIXED[:2], *axes, *CSV_FIXED[2:], *BACKEND_COLUMNS], rows)

@@ -283,21 +283,29 @@ def _group(results: Sequence[Mapping]) -> Dict[str, List[Mapping]]:
     return groups
 
 
-def _dominant(results: Sequence[Mapping]) -> Optional[Tuple[str, float, float, str]]:
-    """The costliest step of a chain's workers=0 job: (name, ms a sample, share %, stage)."""
+def _watched(result: Mapping) -> bool:
+    """A loader watched in the user's own loop (`pipebench attach`): no sweep to add a job to."""
+    return result["summary"].get("consumer") == USER_STEP
+
+
+def _dominant(results: Sequence[Mapping]) -> Optional[Tuple[str, float, float, str, str]]:
+    """The costliest step of a chain's workers=0 job, else of a watched loader's rows at its own worker
+    count: (name, ms a sample, share %, stage, where it was measured)."""
     serial = [r for r in results if r["summary"]["workers"] == 0 and r.get("transforms")]
-    if not serial:
+    timed = serial or [r for r in results if _watched(r) and r.get("transforms")]
+    if not timed:
         return None
-    top = max(serial[0]["transforms"], key=lambda t: t["ms_per_sample"])
-    return top["transform"], top["ms_per_sample"], top["share_pct"], top.get("stage", "")
+    top = max(timed[0]["transforms"], key=lambda t: t["ms_per_sample"])
+    where = "at workers=0" if serial else f"inside its {timed[0]['summary']['workers']} workers"
+    return top["transform"], top["ms_per_sample"], top["share_pct"], top.get("stage", ""), where
 
 
 def _advice_dominant(base: str, results: Sequence[Mapping]) -> List[str]:
     dominant = _dominant(results)
     if dominant is None:
         return [f"{base}: no workers=0 job, so no per-transform split; add workers=0 to the sweep to get one."]
-    name, ms, share, stage = dominant
-    cost = f"{format_value(ms)} ms of each sample ({format_value(share)}% of the chain at workers=0)"
+    name, ms, share, stage, where = dominant
+    cost = f"{format_value(ms)} ms of each sample ({format_value(share)}% of the chain {where})"
     if stage == DECODE_STAGE:
         return [f"Dominant cost in {base}: the image decode, {cost}. No transform can make it cheaper: decode less. "
                 "`pipebench explore` tries the decode moves: a reduced-size decode (JPEG DCT scaling) when the crop is "
@@ -441,6 +449,10 @@ def _advice_variants(base: str, groups: Mapping[str, Sequence[Mapping]], costs: 
     | transform chain, dataset | CPU ms a sample (what the cores' budget is spent on; load moves it least) |
     """
     others = [chain for chain in groups if chain != base]
+    if not others and all(_watched(r) for r in groups[base]):
+        return ["Variants: `pipebench attach --export-config DIR -- python train.py ...` writes this loader's "
+                "dataset, transform and loader configs; `pipebench explore --config-dir DIR` then measures its "
+                "variants."]
     if not others:
         return ["Reordering and batching: only one chain was measured; `pipebench explore` measures the variants."]
     paying, losing, unclear = [], [], []

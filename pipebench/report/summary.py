@@ -3,16 +3,18 @@
 Rebuilt after every job from the rows record wrote to summary.csv, so the two never disagree.
 """
 
+import math
 from pathlib import Path
-from typing import Mapping, Sequence
+from typing import List, Mapping, Sequence
 
 from pipebench.base.io import write_text_atomic
 from pipebench.base.tables import markdown_table
+from pipebench.config.specs import USER_STEP
 from pipebench.record.results import SUMMARY_MD
 from pipebench.report.gpu import gpu_markdown
 
-__all__ = ["FIRST_BATCH_COLUMNS", "PRINTED_COLUMNS", "PRINTED_MULTIRANK_COLUMNS", "first_batch_markdown",
-           "write_summary_markdown"]
+__all__ = ["FIRST_BATCH_COLUMNS", "LOADER_NOTES_TITLE", "PRINTED_COLUMNS", "PRINTED_MULTIRANK_COLUMNS",
+           "first_batch_markdown", "loader_notes", "write_summary_markdown"]
 
 # The printed comparison keeps to what fits a terminal; summary.csv has everything.
 PRINTED_COLUMNS = [
@@ -33,6 +35,22 @@ def first_batch_markdown(rows: Sequence[Mapping[str, object]]) -> str:
     if not watched:
         return ""
     return "### first batch, taken apart\n\n" + markdown_table(watched, FIRST_BATCH_COLUMNS)
+
+
+LOADER_NOTES_TITLE = "what the loaders' figures leave out"
+
+
+def loader_notes(rows: Sequence[Mapping[str, object]]) -> List[str]:
+    """One markdown item a note of a watched loader's row (`pipebench attach`, `pipebench.watch`): why
+    its transform rows miss part of a sample, why it has no interval; none when nothing is left out."""
+    lines = []
+    for row in rows:
+        if row.get("consumer") != USER_STEP:
+            continue
+        low = row.get("samples_per_s_ci_low")
+        no_interval = row.get("ci_note") if low is None or not math.isfinite(float(low)) else None
+        lines += [f"- `{row['job']}`: {note}" for note in (row.get("transforms_note"), no_interval) if note]
+    return lines
 
 
 def write_summary_markdown(invocation_dir: Path, rows: Sequence[Mapping[str, object]]) -> str:

@@ -19,10 +19,12 @@ from pipebench.report.comparison import (
     comparison_csv,
     comparison_markdown,
     group_rows,
+    watched,
 )
 from pipebench.report.diagnosis import diagnose, render_diagnosis, whole_chain_timed
 from pipebench.report.gpu import gpu_markdown
 from pipebench.report.plots import PlotOutcome, write_plots
+from pipebench.report.summary import LOADER_NOTES_TITLE, loader_notes
 
 COMPARISON_MD = "comparison.md"
 COMPARISON_CSV = "comparison.csv"
@@ -91,8 +93,10 @@ def plots_section(inputs: ReportInputs) -> str:
 
 def diagnosis_section(inputs: ReportInputs) -> str:
     """The analytic model beside the measurement, and what to do; one diagnosis per machine, since the
-    model's core budget is a machine's."""
+    model's core budget is a machine's, and one per loader of an attached script unless the table
+    ranks its loaders (`--compare-loaders`)."""
     by_host: Dict[str, List[Mapping[str, object]]] = {}
+    loaders: List[Mapping[str, object]] = []
     untimed = 0
     for run in inputs.runs:
         for result in run.results:
@@ -100,17 +104,28 @@ def diagnosis_section(inputs: ReportInputs) -> str:
             # load row has none, so it would overstate capacity.
             if not whole_chain_timed(result):
                 untimed += 1
-                continue
-            by_host.setdefault(str(result.get("fingerprint", {}).get("hostname")), []).append(result)
+            elif watched(result) and not inputs.table.ranked:
+                loaders.append(result)
+            else:
+                by_host.setdefault(str(result.get("fingerprint", {}).get("hostname")), []).append(result)
     note = (f"\n{untimed} job(s) left out of the model: a loader watched by `pipebench attach` or `pipebench.watch` "
             "whose dataset's own loading could not be timed (no `load` row: an IterableDataset, a dataset with its own "
             "__getitems__), or a job without per-transform timings.\n" if untimed else "")
-    if not by_host:
+    if not by_host and not loaders:
         return f"## diagnosis\n{note}"
-    if len(by_host) == 1:
+    if len(by_host) == 1 and not loaders:
         return render_diagnosis(diagnose(next(iter(by_host.values())))) + note
-    return "\n".join(render_diagnosis(diagnose(results)).replace("## diagnosis", f"## diagnosis: host {host}", 1)
-                     for host, results in sorted(by_host.items())) + note
+    parts = [render_diagnosis(diagnose(results)).replace("## diagnosis", f"## diagnosis: host {host}", 1)
+             for host, results in sorted(by_host.items())]
+    parts += [render_diagnosis(diagnose([result])).replace("## diagnosis", f"## diagnosis: {result['job']}", 1)
+              for result in loaders]
+    return "\n".join(parts) + note
+
+
+def loader_notes_section(inputs: ReportInputs) -> Optional[str]:
+    """What each watched loader's figures leave out (no transform rows, no interval), and why."""
+    lines = loader_notes(summary_rows([r for run in inputs.runs for r in run.results]))
+    return f"## {LOADER_NOTES_TITLE}\n\n" + "\n".join(lines) + "\n" if lines else None
 
 
 def gpu_section(inputs: ReportInputs) -> Optional[str]:
@@ -119,8 +134,8 @@ def gpu_section(inputs: ReportInputs) -> Optional[str]:
 
 
 # In report order. Append a builder here to add a section to every report.
-REPORT_SECTIONS: Tuple[SectionBuilder, ...] = (sources_section, comparison_section, plots_section, gpu_section,
-                                               diagnosis_section)
+REPORT_SECTIONS: Tuple[SectionBuilder, ...] = (sources_section, comparison_section, loader_notes_section, plots_section,
+                                               gpu_section, diagnosis_section)
 
 
 def build_report_markdown(inputs: ReportInputs, sections: Sequence[SectionBuilder] = REPORT_SECTIONS) -> str:
@@ -128,10 +143,12 @@ def build_report_markdown(inputs: ReportInputs, sections: Sequence[SectionBuilde
     return "\n".join(text for text in (build(inputs) for build in sections) if text)
 
 
-def write_report(dirs: Sequence[str], out_dir: Path, baseline: Optional[str] = None) -> ReportInputs:
-    """Load the folders, then write comparison.md/.csv, the plots and report.md into out_dir."""
+def write_report(dirs: Sequence[str], out_dir: Path, baseline: Optional[str] = None,
+                 compare_loaders: bool = False) -> ReportInputs:
+    """Load the folders, then write comparison.md/.csv, the plots and report.md into out_dir. A script's
+    loaders (`pipebench attach`) are ranked against each other only with `compare_loaders`."""
     runs = load_runs(dirs)
-    table = build_table(group_rows([(run.folder, run.results) for run in runs]), baseline)
+    table = build_table(group_rows([(run.folder, run.results) for run in runs]), baseline, compare_loaders)
     out_dir.mkdir(parents=True, exist_ok=True)
     write_text_atomic(out_dir / COMPARISON_MD, comparison_markdown(table))
     write_text_atomic(out_dir / COMPARISON_CSV, comparison_csv(table))
@@ -141,8 +158,11 @@ def write_report(dirs: Sequence[str], out_dir: Path, baseline: Optional[str] = N
 
 
 def print_summary(inputs: ReportInputs) -> None:
-    """What the terminal shows: the comparison table, one line per plot, then the diagnosis."""
+    """What the terminal shows: the comparison table, the loaders' notes, one line per plot, then the diagnosis."""
     print(comparison_markdown(inputs.table))
+    notes = loader_notes_section(inputs)
+    if notes:
+        print(notes)
     for plot in inputs.plots:
         print(f"plot {plot.name}: {plot.note}")
     gpu = gpu_section(inputs)
