@@ -209,9 +209,18 @@ SHARDS = textwrap.dedent("""
         def __getitems__(self, indices):
             return [self[i] for i in indices]
 
+    class FormattedDataset(HubDataset):
+        # The same, its function kept as `transform`: no Compose to open, so it is timed whole.
+        def __init__(self, fn):
+            self.transform = fn
+        def __getitem__(self, i):
+            return self.transform(torch.full((3,), float(i)))
+
     for x in DataLoader(Shards(), batch_size=4):
         pass
     for x in DataLoader(HubDataset(lambda t: t * 2), batch_size=4):
+        pass
+    for x in DataLoader(FormattedDataset(lambda t: t * 2), batch_size=4):
         pass
 """)
 
@@ -221,7 +230,11 @@ def test_loaders_without_transform_rows_say_why_and_leave_their_figures_empty(tm
     script.write_text(SHARDS)
     assert main(["attach", "--steps", "20", "--skip-steps", "1", "--out", str(out), "--", "python", str(script)]) == 0
     printed = capsys.readouterr().out
-    jobs = [read_result(out / f"job-{n}" / "result.json") for n in range(2)]
+    jobs = [read_result(out / f"job-{n}" / "result.json") for n in range(3)]
+    # A recipe timed whole, without the load: its rows and figures stand, and the load row's absence is said.
+    formatted = jobs.pop()["summary"]
+    assert formatted["transforms_note"].startswith("no load row: FormattedDataset fetches its batches itself")
+    assert formatted["pipeline_ms_per_sample"] > 0 and formatted["transforms_note"] in printed
     for job, why in zip(jobs, ("an IterableDataset", "fetches its batches itself (__getitems__)")):
         summary = job["summary"]
         assert job["transforms"] == []
@@ -233,7 +246,7 @@ def test_loaders_without_transform_rows_say_why_and_leave_their_figures_empty(tm
     report = (out / REPORT_MD).read_text()
     assert all(job["summary"]["transforms_note"] in report for job in jobs)
     with open(out / "summary.csv", newline="") as table:
-        assert [row["pipeline_ms_per_sample"] for row in csv.DictReader(table)] == ["", ""]
+        assert [row["pipeline_ms_per_sample"] for row in csv.DictReader(table)][:2] == ["", ""]
 
 
 def _jpegs(root, count=8, size=160):
