@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import io
 import os
-from typing import Optional
+from typing import BinaryIO, Optional
 
 from PIL import Image
 
@@ -32,7 +32,13 @@ def open_rgb(path: str | os.PathLike, reads: Optional[FileReads] = None) -> Imag
     (L, CMYK, P, RGBA, ...) is decoded and converted here, since the transforms expect
     three channels; reading `mode` does not decode.
     """
-    img = Image.open(io.BytesIO(reads.read(str(path))) if reads is not None else path)
+    return rgb_from(io.BytesIO(reads.read(str(path))) if reads is not None else path)
+
+
+def rgb_from(source: str | os.PathLike | BinaryIO) -> Image.Image:
+    """The image in `source` (a path, or a file object over an encoded image such as a tar member's or
+    a Parquet cell's bytes) in mode RGB, undecoded when it is RGB already (see open_rgb)."""
+    img = Image.open(source)
     if img.mode == "RGB":
         return img
     with img:

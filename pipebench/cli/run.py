@@ -58,6 +58,7 @@ from pipebench.config.compose import (
 from pipebench.config.schema import register_schema
 from pipebench.config.specs import JobSpec
 from pipebench.config.sweep_axes import expand_auto_workers
+from pipebench.datasets.shard_split import idle_line
 from pipebench.measure.fingerprint import usable_cores
 from pipebench.measure.job_spawn import JobProcess, discard
 from pipebench.pipeline.build import build_dataset, build_transforms
@@ -267,7 +268,20 @@ def preflight(jobs: Sequence[Sequence[str]]) -> List[Tuple[JobSpec, str]]:
     # Every backend's library is installed (all the missing ones named in one line) and can read its
     # dataset, before any job runs.
     check_backends(backends)
+    for line in dict.fromkeys(idle_shard_lines(checked, [dataset for _, dataset in backends])):
+        print(f"warning: {line}", file=sys.stderr, flush=True)
     return checked
+
+
+def idle_shard_lines(checked: Sequence[Tuple[JobSpec, str]], datasets: Sequence[Any]) -> List[str]:
+    """The plan-time line of each job whose sharded dataset has fewer shards than ranks x workers."""
+    lines = []
+    for (spec, _), dataset in zip(checked, datasets):
+        shard_count = getattr(dataset, "shard_count", None)
+        if shard_count is not None:
+            line = idle_line(spec.dataset_name, shard_count(), spec.distributed.nproc, spec.workers)
+            lines += [line] if line else []
+    return lines
 
 
 def _hydra_entry():

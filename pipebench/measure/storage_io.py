@@ -39,7 +39,8 @@ def file_read_figures(io: np.ndarray, load_ns: np.ndarray) -> Dict[str, Optional
     the speed reads got (bytes over time in reads) and the I/O share of the load step. All None
     when nothing was read from files."""
     files = int(io[:, READ_FILES].sum()) if io.size else 0
-    if files == 0:
+    # A stream's shard opened before the window still feeds it: its samples read bytes, no file.
+    if files == 0 and not (io.size and io[:, READ_BYTES].any()):
         return {key: None for key in ("read_bytes_per_sample", "read_files_per_sample", "read_ms_per_sample",
                                       "read_speed_mb_per_s", "io_share_of_load_pct")}
     n = io.shape[0]

@@ -11,22 +11,33 @@ sample's load step, which is how bytes and read time ride back with the batch fr
   `consumer=emulated` stands in for an accelerator. The sleep counts as read time.
 
 Read time covers open and read, not the page drop (pipebench's own work, not the storage's).
+
+A format that reads a file in pieces (a tar shard as its samples stream past, a Parquet file's row
+groups) opens it with `open`: each read is counted as it happens, so each sample's load step gets the
+bytes it pulled, a cold read drops the pages of the range it reads first, and the emulated storage
+sleeps its latency once an open and its bandwidth on every read. A URL (`s3://...`) opens through
+fsspec; the cache mode does not apply to it (no local page cache holds it).
 """
 
+import io
 import os
 import threading
 import time
 from dataclasses import replace
-from typing import Callable, List, Optional, Tuple
+from typing import BinaryIO, Callable, List, Optional, Tuple
 
 import numpy as np
 
 from pipebench.config.specs import StorageSpec
 
-__all__ = ["FileReads", "IO_FIELDS", "NO_IO", "fadvise_available", "file_reads_of", "honoured"]
+__all__ = ["CountedFile", "FileReads", "IO_FIELDS", "NO_IO", "fadvise_available", "file_reads_of", "honoured",
+           "is_url"]
 
 BYTES_PER_MB = 1 << 20
 SECONDS_PER_MS = 1e-3
+# A file read in pieces (`FileReads.open`) is read this much at a time: a cold read drops the pages of
+# each piece before reading it, so a small piece would drop what the kernel read ahead for the next.
+READ_PIECE_BYTES = 1 << 20
 # What one sample's load step read, in this order, as int64: time in reads (ns), bytes, files.
 IO_FIELDS = ("read_ns", "read_bytes", "read_files")
 NO_IO = np.zeros(len(IO_FIELDS), dtype=np.int64)
@@ -35,6 +46,11 @@ NO_IO = np.zeros(len(IO_FIELDS), dtype=np.int64)
 def fadvise_available() -> bool:
     """Whether this platform can drop a file's pages (Linux and most Unixes; not macOS or Windows)."""
     return hasattr(os, "posix_fadvise") and hasattr(os, "POSIX_FADV_DONTNEED")
+
+
+def is_url(path: str) -> bool:
+    """Whether `path` names a URL fsspec opens (`s3://`, `https://`, `file://`) rather than a local path."""
+    return "://" in path
 
 
 def honoured(storage: StorageSpec) -> StorageSpec:
@@ -102,6 +118,24 @@ class FileReads:
         tally[2] += 1
         return data
 
+    def open(self, path: str) -> BinaryIO:
+        """`path` opened for reading in pieces, every read counted and read as the storage says (a
+        CountedFile, buffered). The open counts as one file read: the emulated latency is slept here."""
+        start = time.perf_counter_ns()
+        if is_url(path):
+            import fsspec  # torch's own dependency; imported only for a URL
+
+            raw = fsspec.open(path, "rb").open()
+        else:
+            raw = open(path, "rb", buffering=0)
+        if self.storage.latency_ms > 0:
+            self.sleep(self.storage.latency_ms * SECONDS_PER_MS)
+        tally = self._tally()
+        tally[0] += time.perf_counter_ns() - start
+        tally[2] += 1
+        cold = self.storage.cache == "cold" and not is_url(path)
+        return io.BufferedReader(CountedFile(raw, self, cold), READ_PIECE_BYTES)
+
     def counts(self) -> Tuple[int, int, int]:
         """(ns, bytes, files) read so far by this thread through this process's copy."""
         ns, size, files = self._tally()
@@ -116,3 +150,56 @@ def file_reads_of(dataset: object) -> Optional[FileReads]:
     """The dataset's FileReads, or None when it reads no files through one."""
     reads = getattr(dataset, "reads", None)
     return reads if isinstance(reads, FileReads) else None
+
+
+class CountedFile(io.RawIOBase):
+    """A file read in pieces through `reads`: each read's time and bytes go to the reading thread's
+    tally, a cold read first drops the pages of the range it reads, and an emulated bandwidth sleeps
+    bytes / mb_per_s a read. Seekable when the file is, so pyarrow can read a Parquet footer."""
+
+    def __init__(self, raw: BinaryIO, reads: FileReads, cold: bool) -> None:
+        super().__init__()
+        self.raw = raw
+        self.reads = reads
+        self.cold = cold
+
+    def readable(self) -> bool:
+        return True
+
+    def seekable(self) -> bool:
+        return self.raw.seekable()
+
+    def seek(self, offset: int, whence: int = io.SEEK_SET) -> int:
+        return self.raw.seek(offset, whence)
+
+    def tell(self) -> int:
+        return self.raw.tell()
+
+    def readall(self) -> bytes:
+        """The rest of the file, read a piece at a time (RawIOBase's would read 8 KiB pieces)."""
+        pieces = []
+        piece = bytearray(READ_PIECE_BYTES)
+        while True:
+            size = self.readinto(piece)
+            if not size:
+                return b"".join(pieces)
+            pieces.append(bytes(piece[:size]))
+
+    def readinto(self, buffer) -> int:
+        if self.cold:
+            os.posix_fadvise(self.raw.fileno(), self.raw.tell(), len(buffer), os.POSIX_FADV_DONTNEED)
+        start = time.perf_counter_ns()
+        data = self.raw.read(len(buffer))
+        size = len(data)
+        buffer[:size] = data
+        if self.reads.storage.mb_per_s is not None and size:
+            self.reads.sleep(size / (self.reads.storage.mb_per_s * BYTES_PER_MB))
+        tally = self.reads._tally()
+        tally[0] += time.perf_counter_ns() - start
+        tally[1] += size
+        return size
+
+    def close(self) -> None:
+        if not self.closed:
+            self.raw.close()
+        super().close()

@@ -33,6 +33,7 @@ import numpy as np
 from pipebench.base.noise_figures import compare_half_width
 from pipebench.base.tables import format_value, markdown_table
 from pipebench.config.specs import BACKEND_WORKER_KINDS, NO_CONSUMER, PROCESSES, THREADS, USER_STEP
+from pipebench.datasets.shard_split import idle_line
 from pipebench.pipeline.stages import DECODE_STAGE, LOAD_STAGE
 from pipebench.record.jobs import NOT_AXES, override_pairs, varying_keys
 from pipebench.report.comparison import measured_rate, told_apart
@@ -530,6 +531,17 @@ def _advice_epochs(results: Sequence[Mapping]) -> List[str]:
     return lines
 
 
+def _advice_idle_shards(results: Sequence[Mapping]) -> List[str]:
+    """Jobs whose sharded dataset (its identity's `shards`) has fewer shards than ranks x workers."""
+    lines = []
+    for result in results:
+        dataset = result.get("fingerprint", {}).get("dataset", {})
+        if "shards" in dataset:
+            lines.append(idle_line(dataset.get("name", "dataset"), int(dataset["shards"]), _ranks(result),
+                                   int(result["summary"]["workers"])))
+    return [line for line in dict.fromkeys(lines) if line]
+
+
 def _persistent(result: Mapping) -> bool:
     loader = (result.get("config") or {}).get("loader") or {}
     return bool(loader.get("persistent_workers"))
@@ -699,6 +711,7 @@ def diagnose(results: Sequence[Mapping]) -> Diagnosis:
     advice = [*_advice_dominant(base, groups[base]), *cap,
               *_advice_variants(base, groups, costs), *_advice_shared_interpreter(base, groups, threaded),
               *_advice_epochs(results), *gil_lines(results), *_advice_gil_disagreement(groups, threaded),
+              *_advice_idle_shards(results),
               *_advice_threads(rows), *unexplained]
     advice = _with_cap_gap(advice, cap, unexplained, base, rows, costs)
     target = target_pct_of(results)

@@ -1,0 +1,113 @@
+"""The same images as an image folder, WebDataset shards and Parquet files, measured side by side.
+
+The synthetic corpus generator writes --images distinct JPEGs (533x800, quality 90, about 125 KB each)
+once into --work; `pipebench dataset convert` writes that folder as tar shards and as Parquet files;
+then one `pipebench run` a format measures the same chain at the same worker counts, and
+`pipebench report` merges the three folders into one table. Every step is the command a user types.
+
+The check (issue 38's target): at workers=0, where the decode dominates, each format reads within 5%
+of the image folder's samples/s, or the table's load row says what the format's read adds.
+
+    python benchmarks/formats.py                               # 2,000 images, transform=imagenet, workers 0,2
+    python benchmarks/formats.py --images 32 --steps 5 --shard-size 8    # a check that it works
+"""
+
+import argparse
+import csv
+import shlex
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Dict, List, Sequence, Tuple
+
+from pipebench.datasets.synthetic_jpeg import SyntheticJpegDataset
+
+NUM_IMAGES = 2_000
+# The issue's target: each format within 5% of the folder's samples/s at workers=0.
+TOLERANCE = 0.05
+FORMATS = ("webdataset", "parquet")
+PIPEBENCH = str(Path(sys.executable).with_name("pipebench"))
+
+
+def pipebench(args: Sequence[str]) -> str:
+    """Run `pipebench ARGS` as a user would; its stdout, or exit with its error."""
+    done = subprocess.run([PIPEBENCH, *args], capture_output=True, text=True)
+    if done.returncode != 0:
+        sys.exit(f"pipebench {' '.join(args)} failed:\n{done.stderr}")
+    return done.stdout
+
+
+def results_folder(stdout: str) -> str:
+    return stdout.strip().splitlines()[-1].removeprefix("results: ")
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--images", type=int, default=NUM_IMAGES)
+    parser.add_argument("--shard-size", type=int, default=250, help="samples a shard or file (default: 250, 8 shards)")
+    parser.add_argument("--transform", default="imagenet")
+    parser.add_argument("--workers", default="0,2")
+    parser.add_argument("--steps", type=int, default=None, help="run.steps (default: pipebench's)")
+    parser.add_argument("--rounds", type=int, default=1)
+    parser.add_argument("--work", type=Path, default=Path("results/formats"), help="images, shards and results")
+    args = parser.parse_args()
+
+    started = time.perf_counter()
+    corpus = SyntheticJpegDataset(length=args.images, num_images=args.images, cache_dir=args.work / "jpegs")
+    folder = ["dataset=image_folder", f"dataset.path={corpus.cache_path}"]
+    sources = {"image_folder": folder}
+    for name in FORMATS:
+        out = args.work / name
+        shutil.rmtree(out, ignore_errors=True)
+        command = pipebench(["dataset", "convert", "--to", name, "--out", str(out), "--shard-size",
+                             str(args.shard_size), *folder]).strip()
+        sources[name] = shlex.split(command)[2:]  # its last line: `pipebench run dataset=NAME 'dataset.urls=...'`
+    print(f"{args.images} images in 3 formats under {args.work} ({time.perf_counter() - started:.0f} s)", flush=True)
+
+    common = [f"transform={args.transform}", f"workers={args.workers}", f"rounds={args.rounds}", "consumer=none",
+              "run.progress=false", f"results_dir={args.work / 'runs'}",
+              *([f"run.steps={args.steps}", "run.min_time_s=0"] if args.steps else [])]
+    folders = [results_folder(pipebench(["run", "--fresh", *common, *overrides])) for overrides in sources.values()]
+    merged = args.work / "side-by-side"
+    shutil.rmtree(merged, ignore_errors=True)
+    print(pipebench(["report", *folders, "--out", str(merged)]))
+    return _check([Path(folder) for folder in folders])
+
+
+def _means(paths: Sequence[Path], value: str, stage: str = "") -> Dict[Tuple[str, int], float]:
+    """Mean of column `value` by (dataset, workers) over the rows of the folders' CSVs (rows of `stage`
+    only, when given); the dataset and workers are read from each job's row of summary.csv."""
+    found: Dict[Tuple[str, int], List[float]] = {}
+    for path in paths:
+        with (path.parent / "summary.csv").open() as f:
+            jobs = {row["job"]: (row["dataset"], int(row["workers"])) for row in csv.DictReader(f)}
+        with path.open() as f:
+            for row in csv.DictReader(f):
+                if not stage or row["stage"] == stage:
+                    found.setdefault(jobs[row["job"]], []).append(float(row[value]))
+    return {key: sum(values) / len(values) for key, values in found.items()}
+
+
+def _check(folders: Sequence[Path]) -> int:
+    """Each format's samples/s against the folder's at each worker count (means over rounds), its load
+    step beside the folder's, and the target at workers=0."""
+    rates = _means([folder / "summary.csv" for folder in folders], "samples_per_s")
+    loads = _means([folder / "transforms.csv" for folder in folders], "ms_per_sample", "load")
+    missed = []
+    for (name, workers), rate in sorted(rates.items()):
+        if name == "image_folder":
+            continue
+        ratio = rate / rates["image_folder", workers]
+        print(f"{name} at workers={workers}: {ratio:.3f}x image_folder's samples/s; load {loads[name, workers]:.3f} ms "
+              f"a sample against {loads['image_folder', workers]:.3f}")
+        if workers == 0 and abs(ratio - 1) > TOLERANCE:
+            missed.append(f"{name} ({ratio:.3f}x)")
+    if missed:
+        print(f"outside {TOLERANCE:.0%} of image_folder at workers=0: {', '.join(missed)}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,315 @@
+"""Parquet files of encoded images (`dataset=parquet`): the layout Hugging Face `datasets` publishes.
+
+`files` takes a path, a glob or a list of either (local, or URLs fsspec opens). `image_column` holds
+HF's Image struct (`{bytes, path}`) or plain binary; `label_column` an integer label (null: none).
+Files are read with pyarrow one row group at a time, in two forms:
+- map-style (`streaming=false`): sample i is row i of the files in order; the sampler picks the order,
+  and each reader keeps its last ROW_GROUPS_KEPT row groups, so reading in order reads each row group
+  once and shuffled reading pays a row group a sample when the set is larger than that;
+- streaming (`streaming=true`): an IterableDataset whose shards are the row groups, split across ranks
+  and workers as webdataset splits tar shards (datasets/shard_split.py), each read once, in order.
+
+The chain gets the encoded image, opened lazily (datasets/lazy_image.py), so the decode stays a timed
+step. Files are read through the job's FileReads, so the bytes, the cold cache and the slow-storage
+what-if apply. Building the dataset reads each file's footer only: the row counts, and the bad input
+(a missing file, a file without the named column or whose column holds no image bytes), one line
+naming the file and column, or left out and counted under `on_bad_sample=skip`.
+"""
+
+from __future__ import annotations
+
+import glob
+import io
+import os
+import threading
+from collections import OrderedDict
+from dataclasses import dataclass
+from typing import Any, Callable, Iterable, Iterator, List, Optional, Sequence, Tuple, Union
+
+from torch.utils.data import Dataset, IterableDataset
+
+from pipebench.base.errors import DatasetError
+from pipebench.pipeline.file_reads import FileReads, is_url
+from pipebench.pipeline.rank_info import rank_and_world
+
+from .lazy_image import rgb_from
+from .shard_split import ShardFiles, ShardOffsets, bad_input, check_policy, require_library, split
+
+__all__ = ["ParquetRows", "ParquetStream", "expand_files", "parquet_dataset", "write_parquet"]
+
+NAME = "parquet"
+FEATURE = "dataset=parquet"
+# Row groups a map-style reader keeps decoded (a few MiB each at HF's 100 image rows): enough that
+# reading in order reads each once, few enough that 8 workers x 2 stay small beside their images.
+ROW_GROUPS_KEPT = 2
+# The field of HF's Image struct that holds the encoded file.
+IMAGE_BYTES_FIELD = "bytes"
+# What `convert` names its files, and the rows of a row group: HF `datasets` writes image sets in row
+# groups of 100 rows (its config.DEFAULT_MAX_BATCH_SIZE for image features).
+FILE_PATTERN = "part-{:05d}.parquet"
+ROW_GROUP_ROWS = 100
+GLOB_CHARS = "*?["
+
+
+def _pq() -> Any:
+    return require_library("pyarrow.parquet", FEATURE)
+
+
+def _glob(pattern: str) -> List[str]:
+    if not is_url(pattern):
+        return sorted(glob.glob(pattern))
+    import fsspec  # torch's own dependency
+
+    fs, _ = fsspec.core.url_to_fs(pattern)
+    protocol = pattern.split("://", 1)[0]
+    return sorted(f"{protocol}://{path}" for path in fs.glob(pattern))
+
+
+def expand_files(files: Union[str, Sequence[str]]) -> List[str]:
+    """Every file `files` names: each glob expanded (sorted), each plain path kept, in the order given."""
+    items = [files] if isinstance(files, str) else list(files)
+    if not items or not all(isinstance(item, str) and item for item in items):
+        raise DatasetError(f"{NAME}: files must be a path or a glob, or a list of them, got {files!r}")
+    found: List[str] = []
+    for item in items:
+        if any(char in item for char in GLOB_CHARS):
+            matched = _glob(item)
+            if not matched:
+                raise DatasetError(f"{NAME}: no file matches {item}")
+            found += matched
+        else:
+            found.append(item)
+    return found
+
+
+@dataclass(frozen=True)
+class FileScan:
+    """One file's footer: its size, the rows of each row group, whether the image column is HF's struct,
+    and what is wrong with the file ('' when nothing is)."""
+
+    path: str
+    size: int
+    row_groups: Tuple[int, ...]
+    struct: bool
+    problem: str
+
+
+def _image_kind(column_type: Any) -> Optional[bool]:
+    """True for HF's {bytes, path} struct, False for plain binary, None for anything else."""
+    import pyarrow as pa
+
+    if pa.types.is_struct(column_type):
+        index = column_type.get_field_index(IMAGE_BYTES_FIELD)
+        binary = index >= 0 and (pa.types.is_binary(column_type.field(index).type)
+                                 or pa.types.is_large_binary(column_type.field(index).type))
+        return True if binary else None
+    if pa.types.is_binary(column_type) or pa.types.is_large_binary(column_type):
+        return False
+    return None
+
+
+def scan_file(path: str, image_column: str, label_column: Optional[str], reads: FileReads) -> FileScan:
+    """Read one file's footer and check its columns."""
+    pq = _pq()
+    import pyarrow as pa
+
+    try:
+        with reads.open(path) as stream:
+            metadata = pq.ParquetFile(stream).metadata
+            size = stream.seek(0, io.SEEK_END)
+    except FileNotFoundError:
+        return FileScan(path, 0, (), False, "no such file")
+    except (OSError, pa.ArrowException) as exc:
+        return FileScan(path, 0, (), False, f"not a readable Parquet file ({str(exc).splitlines()[0]})")
+    schema = metadata.schema.to_arrow_schema()
+    groups = tuple(metadata.row_group(k).num_rows for k in range(metadata.num_row_groups))
+    names = ", ".join(schema.names)
+    for key, column in (("image_column", image_column), ("label_column", label_column)):
+        if column is not None and column not in schema.names:
+            return FileScan(path, size, groups, False, f"no column {column!r} (dataset.{key}; it has {names})")
+    struct = _image_kind(schema.field(image_column).type)
+    if struct is None:
+        return FileScan(path, size, groups, False, f"column {image_column!r} holds {schema.field(image_column).type}, "
+                        "not image bytes (HF's {bytes, path} struct or binary)")
+    if label_column is not None and not pa.types.is_integer(schema.field(label_column).type):
+        return FileScan(path, size, groups, struct, f"column {label_column!r} holds "
+                        f"{schema.field(label_column).type}, not integer labels")
+    return FileScan(path, size, groups, struct, "")
+
+
+class _ParquetBase(ShardFiles):
+    """The files scanned and checked, the row-group reads shared by both forms, and what a job asks of
+    a dataset (`files`, `identity`, `notes`, `describe`)."""
+
+    streaming = False
+
+    def __init__(self, files: Union[str, Sequence[str]], image_column: str = "image",
+                 label_column: Optional[str] = "label", on_bad_sample: str = "fail"):
+        for key, value, may_be_none in (("image_column", image_column, False), ("label_column", label_column, True)):
+            if not (isinstance(value, str) and value) and not (may_be_none and value is None):
+                raise DatasetError(f"{NAME}: {key} must be a column name, got {value!r}")
+        self.pattern = files
+        self.image_column = image_column
+        self.label_column = label_column
+        self.on_bad_sample = check_policy(NAME, on_bad_sample)
+        self.reads = FileReads()
+        scans = [scan_file(path, image_column, label_column, self.reads) for path in expand_files(files)]
+        problems = [f"{s.path}: {s.problem}" for s in scans if s.problem]
+        self._note = bad_input(NAME, problems, self.on_bad_sample)
+        kept = [s for s in scans if not s.problem and sum(s.row_groups)]
+        if not kept:
+            raise DatasetError(f"{NAME}: no rows in {files!r}" + (f" ({problems[0]})" if problems else ""))
+        self.paths = self.locations = tuple(s.path for s in kept)
+        self.sizes = tuple(s.size for s in kept)
+        self.structs = tuple(s.struct for s in kept)
+        # Every row group of every file, in order: (file, row group), and where its rows start.
+        self.groups = tuple((f, g) for f, s in enumerate(kept) for g in range(len(s.row_groups)))
+        self.offsets = ShardOffsets([rows for s in kept for rows in s.row_groups])
+        self.skipped = {"files": len(problems)} if problems else {}
+        self._local = threading.local()
+
+    def __getstate__(self) -> dict:
+        state = self.__dict__.copy()
+        del state["_local"]  # open files and kept row groups belong to one thread of one process
+        return state
+
+    def __setstate__(self, state: dict) -> None:
+        self.__dict__.update(state)
+        self._local = threading.local()
+
+    def __len__(self) -> int:
+        return len(self.offsets)
+
+    def _file(self, f: int) -> Any:
+        """File `f` opened through FileReads, once per thread (pyarrow seeks it; threads must not share)."""
+        opened = getattr(self._local, "files", None)
+        if opened is None:
+            opened = self._local.files = {}
+        if f not in opened:
+            opened[f] = _pq().ParquetFile(self.reads.open(self.paths[f]))
+        return opened[f]
+
+    def _row_group(self, group: int) -> Tuple[List[Optional[bytes]], List[int]]:
+        """The encoded images and labels of row group `group` (of self.groups)."""
+        f, g = self.groups[group]
+        columns = [self.image_column, *([self.label_column] if self.label_column else [])]
+        table = self._file(f).read_row_group(g, columns=columns, use_threads=False)
+        images = table.column(self.image_column)
+        if self.structs[f]:
+            images = images.combine_chunks().field(IMAGE_BYTES_FIELD)
+        labels = table.column(self.label_column).to_pylist() if self.label_column else [0] * table.num_rows
+        return images.to_pylist(), labels
+
+    def _sample(self, images: List[Optional[bytes]], labels: List[int], group: int, row: int) -> Tuple[Any, int]:
+        data = images[row]
+        if data is None:
+            f, g = self.groups[group]
+            raise DatasetError(f"{NAME}: {self.paths[f]}: row group {g}, row {row}: column {self.image_column!r} "
+                               "holds no image bytes")
+        return rgb_from(io.BytesIO(data)), int(labels[row])
+
+    def describe(self, index: int) -> str:
+        """The file, row group and row behind sample `index`."""
+        try:
+            group, row = self.offsets.locate(index)
+        except IndexError:
+            return f"sample {index}"
+        f, g = self.groups[group]
+        return f"{self.paths[f]}, row group {g}, row {row}"
+
+    def identity(self) -> dict:
+        """The files as given, the file, row-group and sample counts, the columns, and a digest of each
+        file's name and size."""
+        return {
+            "name": NAME,
+            "files": self.pattern if isinstance(self.pattern, str) else list(self.pattern),
+            "num_files": len(self.paths),
+            "row_groups": len(self.groups),
+            "num_samples": len(self),
+            "image_column": self.image_column,
+            "label_column": self.label_column,
+            "streaming": self.streaming,
+            **({"shards": len(self.groups)} if self.streaming else {}),
+            "content_digest": self.content_digest(),
+            **({"skipped": self.skipped} if self.skipped else {}),
+        }
+
+
+class ParquetRows(_ParquetBase, Dataset):
+    """Map-style: sample i is the i-th row over the files in order, read by row group."""
+
+    def __getitem__(self, index: int) -> Tuple[Any, int]:
+        group, row = self.offsets.locate(range(len(self))[index])
+        kept = getattr(self._local, "kept", None)
+        if kept is None:
+            kept = self._local.kept = OrderedDict()
+        if group in kept:
+            kept.move_to_end(group)
+        else:
+            kept[group] = self._row_group(group)
+            while len(kept) > ROW_GROUPS_KEPT:
+                kept.popitem(last=False)
+        return self._sample(*kept[group], group, row)
+
+
+class ParquetStream(_ParquetBase, IterableDataset):
+    """Streaming: yields `(index, image, label)` for this reader's row groups, each read once, in order."""
+
+    streaming = True
+
+    def shard_count(self) -> int:
+        """How many shards (row groups) the epoch is split into (datasets/shard_split.py's idle_line)."""
+        return len(self.groups)
+
+    def __iter__(self) -> Iterator[Tuple[int, Any, int]]:
+        from torch.utils.data import get_worker_info
+
+        rank, world = rank_and_world()
+        info = get_worker_info()
+        worker, workers = (info.id, info.num_workers) if info is not None else (0, 1)
+        for group in split(range(len(self.groups)), rank, world, worker, workers):
+            images, labels = self._row_group(group)
+            for row in range(len(images)):
+                yield (self.offsets.index(group, row), *self._sample(images, labels, group, row))
+
+
+def parquet_dataset(files: Union[str, Sequence[str]], image_column: str = "image",
+                    label_column: Optional[str] = "label", streaming: bool = False,
+                    on_bad_sample: str = "fail") -> Union[ParquetRows, ParquetStream]:
+    """`dataset=parquet`'s target: the map-style form, or the streaming one when `streaming`."""
+    if not isinstance(streaming, bool):
+        raise DatasetError(f"{NAME}: streaming must be true or false, got {streaming!r}")
+    form = ParquetStream if streaming else ParquetRows
+    return form(files, image_column, label_column, on_bad_sample)
+
+
+def write_parquet(samples: Iterable[Tuple[str, bytes, int]], out: Any, shard_size: int,
+                  progress: Callable[[int], None] = lambda done: None) -> List[str]:
+    """Write `(source path, encoded image, label)` samples as HF's layout: an `image` column of
+    {bytes, path} structs and an int64 `label`, `shard_size` rows a file in row groups of ROW_GROUP_ROWS,
+    with pyarrow; returns the files written."""
+    pq = _pq()
+    import pyarrow as pa
+
+    image_type = pa.struct([(IMAGE_BYTES_FIELD, pa.binary()), ("path", pa.string())])
+    schema = pa.schema([("image", image_type), ("label", pa.int64())])
+    written: List[str] = []
+    rows: List[Tuple[str, bytes, int]] = []
+
+    def flush() -> None:
+        path = str(out / FILE_PATTERN.format(len(written)))
+        images = [{IMAGE_BYTES_FIELD: data, "path": os.path.basename(source)} for source, data, _ in rows]
+        table = pa.table({"image": pa.array(images, image_type), "label": [label for _, _, label in rows]},
+                         schema=schema)
+        pq.write_table(table, path, row_group_size=ROW_GROUP_ROWS)
+        written.append(path)
+        rows.clear()
+
+    for number, sample in enumerate(samples, 1):
+        rows.append(sample)
+        if len(rows) == shard_size:
+            flush()
+        progress(number)
+    if rows:
+        flush()
+    return written

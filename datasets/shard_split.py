@@ -1,0 +1,154 @@
+"""What every sharded format shares: shards split across ranks and workers, each sample's index in the
+epoch, the bad-input policy, and the line for the workers that get no shard.
+
+A stream-style format decides for itself which samples a process reads: rank `r` of `world` takes
+shards r, r + world, ... of the list, and worker `w` of `W` every W-th of those, as webdataset's
+`split_by_node` and `split_by_worker` do (`split`). With fewer shards than ranks x workers some
+workers get none and read nothing the whole epoch, while the rest carry it: `idle_line` names them,
+at plan time (pipebench/cli/run.py) and in the report (pipebench/report/diagnosis.py), which reads
+the shard count from the dataset's identity. Nothing here imports torch, so the report can use it.
+
+A sample's index is its shard's offset plus its place among that shard's samples (`ShardOffsets`), so
+the exactly-once check (pipebench/measure/coverage.py) sees which sample each process read however
+the shards were split or shuffled.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib
+from bisect import bisect_right
+from itertools import accumulate
+from types import ModuleType
+from typing import List, Sequence, Tuple, TypeVar
+
+from pipebench.base.errors import DatasetError
+from pipebench.base.extras import MissingExtra, installed, missing_line
+from pipebench.pipeline.file_reads import is_url
+
+__all__ = ["FORMATS_EXTRA", "ON_BAD_SAMPLE", "ShardFiles", "ShardOffsets", "bad_input", "check_policy", "idle_line", "idle_readers",
+           "require_library", "split"]
+
+# The extra that installs every format's own library (webdataset, pyarrow).
+FORMATS_EXTRA = "formats"
+# dataset.on_bad_sample: fail stops before the job with one line naming the file and key; skip leaves the
+# shard, file or sample out, counts it in the dataset's identity and says so in one line a job.
+FAIL, SKIP = "fail", "skip"
+ON_BAD_SAMPLE = (FAIL, SKIP)
+# A bad-input line names this many of the places left out; the count covers all of them.
+NAMED_PLACES = 3
+
+T = TypeVar("T")
+
+
+def require_library(module: str, feature: str) -> ModuleType:
+    """The format's library, imported; a DatasetError with the one pip line (pipebench/base/extras.py)
+    when it is not installed."""
+    if not installed(module):
+        raise DatasetError(missing_line([MissingExtra(feature, module.split(".")[0], FORMATS_EXTRA)]))
+    return importlib.import_module(module)
+
+
+def check_policy(dataset: str, value: object) -> str:
+    """`value` if it is a dataset.on_bad_sample policy, else one line naming the key."""
+    if value not in ON_BAD_SAMPLE:
+        raise DatasetError(f"{dataset}: on_bad_sample must be one of {', '.join(ON_BAD_SAMPLE)}, got {value!r}")
+    return str(value)
+
+
+def bad_input(dataset: str, problems: Sequence[str], policy: str) -> str:
+    """Under on_bad_sample=fail, a DatasetError naming the first problem (file and key); under skip, one
+    line for what is left out, naming the first few ('' for none)."""
+    if problems and policy != SKIP:
+        more = f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""
+        raise DatasetError(f"{dataset}: {problems[0]}{more}; dataset.on_bad_sample=skip leaves it out")
+    if not problems:
+        return ""
+    more = f"; and {len(problems) - NAMED_PLACES} more" if len(problems) > NAMED_PLACES else ""
+    return (f"{dataset}: on_bad_sample=skip left out {len(problems)} bad input(s): "
+            f"{'; '.join(problems[:NAMED_PLACES])}{more}")
+
+
+def split(shards: Sequence[T], rank: int, world: int, worker: int, workers: int) -> List[T]:
+    """The shards one reader takes: every world-th from its rank, then every workers-th of those from
+    its worker, as webdataset's split_by_node and split_by_worker do."""
+    return list(shards[rank::world][worker::max(workers, 1)])
+
+
+def idle_readers(shards: int, world: int, workers: int) -> List[Tuple[int, int]]:
+    """(rank, worker) of every reader that gets no shard; `workers=0` reads in each rank's own process."""
+    readers = max(workers, 1)
+    return [(rank, worker) for rank in range(world) for worker in range(readers)
+            if not split(range(shards), rank, world, worker, readers)]
+
+
+def _named(idle: Sequence[Tuple[int, int]], world: int, workers: int) -> str:
+    if workers == 0:
+        return "ranks " + ", ".join(str(rank) for rank, _ in idle)
+    if world == 1:
+        return "workers " + ", ".join(str(worker) for _, worker in idle)
+    by_rank: dict = {}
+    for rank, worker in idle:
+        by_rank.setdefault(rank, []).append(str(worker))
+    return "; ".join(f"rank {rank} workers {', '.join(ws)}" for rank, ws in by_rank.items())
+
+
+def idle_line(dataset: str, shards: int, world: int, workers: int) -> str:
+    """One line when fewer shards than ranks x workers leave readers with none ('' otherwise): the
+    shard count, the workers (or ranks, at workers=0) that read nothing, and what to do."""
+    idle = idle_readers(shards, world, workers)
+    if not idle:
+        return ""
+    readers = world * max(workers, 1)
+    layout = f"{world} ranks x {workers} workers" if world > 1 and workers else \
+        f"{world} ranks" if world > 1 else f"{workers} workers"
+    fewer = f"distributed.nproc={shards}" if shards < world else f"workers={shards // world}"
+    return (f"{dataset}: {shards} shard(s) for {readers} readers ({layout}): {_named(idle, world, workers)} get no "
+            f"shard and read nothing this epoch, so {readers - len(idle)} carry it; write more, smaller shards "
+            f"(`pipebench dataset convert --shard-size N`, at least {readers}) or use {fewer}")
+
+
+class ShardOffsets:
+    """Where each shard's samples start in the epoch's index range: sample k of shard s is index
+    offsets[s] + k, so every sample has one index whichever reader reads it."""
+
+    def __init__(self, counts: Sequence[int]) -> None:
+        self.counts = tuple(counts)
+        self.starts = (0, *accumulate(self.counts))[:-1] if self.counts else ()
+
+    def __len__(self) -> int:
+        return sum(self.counts)
+
+    def index(self, shard: int, position: int) -> int:
+        return self.starts[shard] + position
+
+    def locate(self, index: int) -> Tuple[int, int]:
+        """(shard, position in it) of sample `index`; IndexError outside the epoch."""
+        if not 0 <= index < len(self):
+            raise IndexError(index)
+        shard = bisect_right(self.starts, index) - 1
+        return shard, index - self.starts[shard]
+
+
+class ShardFiles:
+    """What a job asks of a dataset read from shard files (`locations`, paths or URLs, and their `sizes`):
+    the files the page-cache warm-up reads, the line on what was left out, and a digest for its identity."""
+
+    locations: Tuple[str, ...]
+    sizes: Tuple[int, ...]
+    _note: str
+
+    def notes(self) -> Tuple[str, ...]:
+        """The bad input on_bad_sample=skip left out, in one line; each job prints it."""
+        return (self._note,) if self._note else ()
+
+    def files(self) -> List[str]:
+        """The files on local disk (the page-cache warm-up reads them); a URL's object has no pages here."""
+        return [location for location in self.locations if not is_url(location)]
+
+    def content_digest(self) -> str:
+        """A digest of each file's name and size: it changes when a shard is added, removed or rewritten."""
+        digest = hashlib.sha256()
+        for location, size in zip(self.locations, self.sizes):
+            digest.update(f"{location}\t{size}\n".encode())
+        return digest.hexdigest()

@@ -1,0 +1,254 @@
+"""WebDataset tar shards (`dataset=webdataset`): the format most users train from at ImageNet scale.
+
+`urls` takes webdataset's brace patterns (`shard-{000000..000127}.tar`), local paths, or URLs that
+fsspec opens, one string or a list. Each sample is the members sharing a key (`key.jpg`, `key.cls`),
+grouped with webdataset's own tar iterator; the extensions are the keys `image_ext` and `label_ext`.
+Shards are split across ranks and DataLoader workers with webdataset's `split_by_node` and
+`split_by_worker`, and `shuffle_buffer` samples are shuffled with its `shuffle` stage.
+
+The chain gets the encoded image, opened lazily (datasets/lazy_image.py), so the decode stays a timed
+step of its own. Shards are read through the job's FileReads (`open`), so the bytes, the cold cache
+and the slow-storage what-if apply as they do to an image folder.
+
+Building the dataset reads every shard's tar headers, not its images: the sample count, each
+sample's index (datasets/shard_split.py) and the bad input, found before any job runs: a missing
+shard, a truncated tar, a key with no image. Each is one line naming the file and key, or, under
+`on_bad_sample=skip`, left out and counted.
+"""
+
+from __future__ import annotations
+
+import io
+import re
+import tarfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable, Dict, Iterable, Iterator, List, Optional, Sequence, Tuple, Union
+
+from torch.utils.data import IterableDataset
+
+from pipebench.base.errors import DatasetError
+from pipebench.pipeline.file_reads import FileReads
+
+from .lazy_image import rgb_from
+from .shard_split import ShardFiles, ShardOffsets, bad_input, check_policy, require_library
+
+__all__ = ["WebDatasetShards", "expand_urls", "scan_shard", "write_shards"]
+
+NAME = "webdataset"
+FEATURE = "dataset=webdataset"
+# The members webdataset's tar iterator leaves out (its `skip_meta` default): `__key__`-style names.
+SKIP_META = re.compile(r"__[^/]*__($|/)")
+# What `convert` names the shards: ShardWriter's %-pattern, so a brace pattern reads them back.
+SHARD_PATTERN = "shard-%06d.tar"
+# An image's extension in a shard: JPEG files are `key.jpg` whatever their file said, as webdataset's
+# own examples and its decoders' first choice name them.
+JPEG_SUFFIXES = (".jpg", ".jpeg")
+
+
+def _wds() -> Any:
+    return require_library("webdataset", FEATURE)
+
+
+def expand_urls(urls: Union[str, Sequence[str]]) -> List[str]:
+    """Every shard `urls` names: brace patterns expanded by webdataset, a list expanded item by item."""
+    expand = _wds().shardlists.expand_urls
+    items = [urls] if isinstance(urls, str) else list(urls)
+    if not items or not all(isinstance(item, str) and item for item in items):
+        raise DatasetError(f"{NAME}: urls must be a path, URL or brace pattern, or a list of them, got {urls!r}")
+    return [url for item in items for url in expand(item)]
+
+
+@dataclass(frozen=True)
+class ShardScan:
+    """One shard's headers read: its size, how many samples have an image, the keys that have none,
+    and what is wrong with the shard as a whole ('' when nothing is)."""
+
+    url: str
+    size: int
+    samples: int
+    no_image: Tuple[str, ...]
+    problem: str
+
+
+def _open_fs(url: str) -> Tuple[Any, str]:
+    import fsspec  # torch's own dependency
+
+    return fsspec.core.url_to_fs(url)
+
+
+def scan_shard(url: str, image_exts: Sequence[str]) -> ShardScan:
+    """Read one shard's tar headers (member data is skipped by seeking), grouping members by key as
+    webdataset's `group_by_keys` does: consecutive members whose names share the part before the first
+    dot of the base name."""
+    key_of = _wds().tariterators.base_plus_ext
+    try:
+        fs, path = _open_fs(url)
+        size = fs.size(path)
+    except FileNotFoundError:
+        return ShardScan(url, 0, 0, (), "no such shard")
+    except (OSError, ValueError) as exc:
+        return ShardScan(url, 0, 0, (), f"cannot open it: {exc}")
+    samples, no_image = 0, []
+    key, suffixes, last = None, set(), "its first member"
+
+    def close_sample() -> None:
+        nonlocal samples
+        if key is None:
+            return
+        if suffixes.intersection(image_exts):
+            samples += 1
+        else:
+            no_image.append(key)
+
+    try:
+        with fs.open(path, "rb") as raw, tarfile.open(fileobj=raw, mode="r:") as tar:
+            for member in tar:
+                if member.offset_data + member.size > size:
+                    return ShardScan(url, size, samples, (), f"truncated tar: member {member.name} ends at byte "
+                                     f"{member.offset_data + member.size}, past the file's {size}")
+                last = f"member {member.name}"
+                if not member.isreg() or SKIP_META.match(member.name):
+                    continue
+                prefix, suffix = key_of(member.name)
+                if prefix is None:
+                    continue
+                if prefix != key:
+                    close_sample()
+                    key, suffixes = prefix, set()
+                suffixes.add(suffix.lower())
+    except tarfile.TarError as exc:
+        what = f"truncated tar: it ends after {last}" if "end of" in str(exc) else f"not a readable tar at {last}"
+        return ShardScan(url, size, samples, (), f"{what} ({exc})")
+    except OSError as exc:
+        return ShardScan(url, size, samples, (), f"cannot read it: {exc}")
+    close_sample()
+    return ShardScan(url, size, samples, tuple(no_image), "")
+
+
+def _extensions(value: Union[str, Sequence[str]], key: str) -> Tuple[str, ...]:
+    items = [value] if isinstance(value, str) else list(value)
+    if not items or not all(isinstance(item, str) and item for item in items):
+        raise DatasetError(f"{NAME}: {key} must be an extension such as jpg, or a list of them, got {value!r}")
+    return tuple(item.lower().lstrip(".") for item in items)
+
+
+class WebDatasetShards(ShardFiles, IterableDataset):
+    """Yields `(index, image, label)` for this reader's shards: the image undecoded, the label the
+    integer in `key.<label_ext>` (0 for every sample when `label_ext` is null)."""
+
+    def __init__(self, urls: Union[str, Sequence[str]], image_ext: Union[str, Sequence[str]] = "jpg",
+                 label_ext: Optional[str] = "cls", shuffle_buffer: int = 0, seed: int = 0,
+                 on_bad_sample: str = "fail"):
+        self.pattern = urls
+        self.image_exts = _extensions(image_ext, "image_ext")
+        self.label_ext = None if label_ext is None else _extensions(label_ext, "label_ext")[0]
+        for key, value in (("shuffle_buffer", shuffle_buffer), ("seed", seed)):
+            if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+                raise DatasetError(f"{NAME}: {key} must be an integer >= 0, got {value!r}")
+        self.shuffle_buffer = shuffle_buffer
+        self.seed = seed
+        self.on_bad_sample = check_policy(NAME, on_bad_sample)
+        scans = [scan_shard(url, self.image_exts) for url in expand_urls(urls)]
+        problems = [f"{s.url}: {s.problem}" for s in scans if s.problem]
+        problems += [f"{s.url}: key {key} has no image (no .{' or .'.join(self.image_exts)} member)"
+                     for s in scans if not s.problem for key in s.no_image]
+        self._note = bad_input(NAME, problems, self.on_bad_sample)
+        kept = [s for s in scans if not s.problem and s.samples]
+        if not kept:
+            raise DatasetError(f"{NAME}: no samples in {urls!r}" + (f" ({problems[0]})" if problems else ""))
+        self.urls = self.locations = tuple(s.url for s in kept)
+        self.sizes = tuple(s.size for s in kept)
+        self.offsets = ShardOffsets([s.samples for s in kept])
+        self.skipped = {k: v for k, v in (("shards", sum(1 for s in scans if s.problem)),
+                                          ("samples", sum(len(s.no_image) for s in scans if not s.problem))) if v}
+        self.reads = FileReads()
+
+    def __len__(self) -> int:
+        return len(self.offsets)
+
+    def shard_count(self) -> int:
+        """How many shards the epoch is split into (pipebench/datasets/shard_split.py's idle_line)."""
+        return len(self.urls)
+
+    def _opened(self, sources: Iterable[Dict[str, Any]]) -> Iterator[Dict[str, Any]]:
+        """webdataset's url_opener, reading through this process's FileReads; each shard is closed when
+        the next one is asked for."""
+        for source in sources:
+            with self.reads.open(source["url"]) as stream:
+                yield {**source, "stream": stream}
+
+    def _indexed(self, samples: Iterable[Dict[str, Any]]) -> Iterator[Tuple[int, bytes, Any, str]]:
+        """(index, image bytes, label member, where) for each sample with an image; a key without one was
+        left out when the shards were scanned (on_bad_sample=skip) and is passed over here alike."""
+        shard_of = {url: k for k, url in enumerate(self.urls)}
+        seen: Dict[str, int] = {}
+        for sample in samples:
+            image = next((sample[ext] for ext in self.image_exts if ext in sample), None)
+            if image is None:
+                continue
+            url = sample["__url__"]
+            position = seen.get(url, 0)
+            seen[url] = position + 1
+            label = sample.get(self.label_ext) if self.label_ext else None
+            yield self.offsets.index(shard_of[url], position), image, label, f"{url}: key {sample['__key__']}"
+
+    def __iter__(self) -> Iterator[Tuple[int, Any, int]]:
+        wds = _wds()
+        sources = wds.split_by_worker(wds.split_by_node({"url": url} for url in self.urls))
+        members = wds.tariterators.tar_file_expander(self._opened(sources))
+        samples: Iterator = self._indexed(wds.tariterators.group_by_keys(members))
+        if self.shuffle_buffer > 1:
+            samples = wds.shuffle(self.shuffle_buffer, initial=self.shuffle_buffer, seed=self.seed)(samples)
+        for index, image, label, where in samples:
+            yield index, rgb_from(io.BytesIO(image)), self._label(label, where)
+
+    def _label(self, member: Optional[bytes], where: str) -> int:
+        if self.label_ext is None:
+            return 0
+        try:
+            return int(member)  # type: ignore[arg-type]
+        except (TypeError, ValueError):
+            raise DatasetError(f"{NAME}: {where}: .{self.label_ext} holds {member!r}, not an integer label "
+                               "(dataset.label_ext=null reads no labels)") from None
+
+    def describe(self, index: int) -> str:
+        """The shard behind sample `index` and its place there."""
+        try:
+            shard, position = self.offsets.locate(index)
+        except IndexError:
+            return f"sample {index}"
+        return f"{self.urls[shard]}, sample {position} of it"
+
+    def identity(self) -> dict:
+        """The pattern, the shard and sample counts, and a digest of each shard's name and size."""
+        return {
+            "name": NAME,
+            "urls": self.pattern if isinstance(self.pattern, str) else list(self.pattern),
+            "shards": len(self.urls),
+            "num_samples": len(self),
+            "image_ext": list(self.image_exts),
+            "label_ext": self.label_ext,
+            "shuffle_buffer": self.shuffle_buffer,
+            "seed": self.seed,
+            "content_digest": self.content_digest(),
+            **({"skipped": self.skipped} if self.skipped else {}),
+        }
+
+
+def _image_ext(path: str) -> str:
+    suffix = Path(path).suffix.lower()
+    return "jpg" if suffix in JPEG_SUFFIXES else suffix.lstrip(".")
+
+
+def write_shards(samples: Iterable[Tuple[str, bytes, int]], out: Path, shard_size: int,
+                 progress: Callable[[int], None] = lambda done: None) -> List[str]:
+    """Write `(source path, encoded image, label)` samples as `key.<ext>` + `key.cls` into shards of
+    `shard_size` samples under `out`, with webdataset's ShardWriter; returns the shards written."""
+    wds = _wds()
+    written: List[str] = []
+    with wds.ShardWriter(str(out / SHARD_PATTERN), maxcount=shard_size, verbose=0, post=written.append) as sink:
+        for number, (path, data, label) in enumerate(samples):
+            sink.write({"__key__": f"{number:08d}", _image_ext(path): data, "cls": str(label).encode()})
+            progress(number + 1)
+    return written

@@ -1,0 +1,108 @@
+"""The `dataset` verb: `dataset convert` writes a dataset's images in a shard format, with that format's
+own writer, so the same images can be measured side by side as an image folder, tar shards and Parquet.
+
+`pipebench dataset convert --to webdataset --out DIR [dataset=image_folder dataset.path=...]` reads the
+dataset the overrides compose (the built-in synthetic corpus by default), file by file: each image's
+encoded bytes as they are on disk, never decoded again, and its label. It ends with the `pipebench run`
+command that reads what it wrote.
+"""
+
+import argparse
+import shlex
+import sys
+from pathlib import Path
+from typing import Any, Callable, Dict, Iterator, List, Tuple
+
+from torch.utils.data import IterableDataset
+from tqdm import tqdm
+
+from pipebench.base.errors import ConfigError
+from pipebench.cli.common_args import add_config_dir, add_overrides
+from pipebench.cli.run import import_from_cwd, search_path
+from pipebench.config.compose import compose_job_spec
+from pipebench.datasets.parquet_rows import write_parquet
+from pipebench.datasets.webdataset_shards import write_shards
+from pipebench.pipeline.instantiate import instantiate_node
+
+__all__ = ["FORMATS", "add_parser", "convert", "encoded_samples", "main"]
+
+# Each format's writer (samples, out folder, shard size, progress) -> files written.
+FORMATS: Dict[str, Callable[..., List[str]]] = {"webdataset": write_shards, "parquet": write_parquet}
+# Samples a shard (a tar shard, a Parquet file): about 125 MB of the corpus's 533x800 JPEGs, inside the
+# 100 MB-1 GB webdataset advises, so a 1.28M-image set makes 1,280 shards, enough for any workers.
+DEFAULT_SHARD_SIZE = 1000
+
+
+def encoded_samples(dataset: Any) -> Iterator[Tuple[str, bytes, int]]:
+    """(file, its bytes, label) for each sample of a map-style dataset whose samples are image files:
+    `describe(i)` names one of its `files()`, as synthetic_jpeg and image_folder do. Checked before the
+    first sample is asked for."""
+    describe, files = getattr(dataset, "describe", None), getattr(dataset, "files", None)
+    if isinstance(dataset, IterableDataset) or describe is None or files is None or describe(0) not in set(files()):
+        raise ConfigError(f"dataset convert reads a dataset of image files; {type(dataset).__name__} is not one "
+                          "(use dataset=synthetic_jpeg or dataset=image_folder)")
+    return (_encoded(dataset, index) for index in range(len(dataset)))
+
+
+def _encoded(dataset: Any, index: int) -> Tuple[str, bytes, int]:
+    path = dataset.describe(index)
+    image, label = dataset[index]
+    getattr(image, "close", lambda: None)()
+    with open(path, "rb") as f:
+        return path, f.read(), int(label)
+
+
+def _quoted(key: str, value: str) -> str:
+    """`key="value"` as a shell word: Hydra's grammar wants a brace pattern or a glob in double quotes."""
+    return shlex.quote(f'{key}="{value}"')
+
+
+def _run_command(to: str, out: Path, written: List[str]) -> str:
+    """The `pipebench run` line that reads the files written."""
+    if to == "webdataset":
+        numbers = [Path(path).stem.split("-")[-1] for path in written]
+        urls = str(out / f"shard-{{{numbers[0]}..{numbers[-1]}}}.tar") if len(written) > 1 else written[0]
+        return f"pipebench run dataset=webdataset {_quoted('dataset.urls', urls)}"
+    return f"pipebench run dataset=parquet {_quoted('dataset.files', str(out / '*.parquet'))}"
+
+
+def convert(to: str, out: Path, shard_size: int, overrides: List[str]) -> List[str]:
+    """Write the dataset `overrides` compose as format `to` under `out`; returns the files written."""
+    if to not in FORMATS:
+        raise ConfigError(f"--to must be one of {', '.join(FORMATS)}, got {to!r}")
+    if shard_size < 1:
+        raise ConfigError(f"--shard-size must be at least 1, got {shard_size}")
+    if out.exists() and (not out.is_dir() or any(out.iterdir())):
+        raise ConfigError(f"--out {out} exists and is not an empty folder; name a new one")
+    spec = compose_job_spec(overrides)
+    dataset = instantiate_node(spec.dataset, "dataset")
+    samples = encoded_samples(dataset)
+    out.mkdir(parents=True, exist_ok=True)
+    with tqdm(total=len(dataset), unit="img", desc=f"{spec.dataset_name} -> {to}", disable=None) as bar:
+        return FORMATS[to](samples, out, shard_size, lambda done: bar.update(done - bar.n))
+
+
+def add_parser(verbs: "argparse._SubParsersAction") -> None:
+    parser = verbs.add_parser("dataset", help="write a dataset's images as WebDataset shards or Parquet files")
+    actions = parser.add_subparsers(dest="action", metavar="ACTION", required=True)
+    convert_parser = actions.add_parser(
+        "convert", help="write the dataset the overrides name (default: the synthetic corpus) in a shard format",
+        description="Write every image of a dataset (dataset=synthetic_jpeg, the default, or dataset=image_folder "
+                    "dataset.path=DIR) as WebDataset tar shards (webdataset's ShardWriter: key.jpg + key.cls) or "
+                    "Parquet files (pyarrow: HF's image struct and a label column), its encoded bytes unchanged.",
+    )
+    convert_parser.add_argument("--to", required=True, choices=sorted(FORMATS), help="the format to write")
+    convert_parser.add_argument("--out", required=True, help="a new (or empty) folder for the shards or files")
+    convert_parser.add_argument("--shard-size", type=int, default=DEFAULT_SHARD_SIZE,
+                                help=f"samples a tar shard or a Parquet file (default: {DEFAULT_SHARD_SIZE})")
+    add_config_dir(convert_parser)
+    add_overrides(convert_parser, "dataset=image_folder dataset.path=/data/imgs")
+
+
+def main(args: argparse.Namespace) -> int:
+    import_from_cwd()
+    out = Path(args.out).expanduser()
+    written = convert(args.to, out, args.shard_size, [*search_path(args.config_dir), *args.overrides])
+    print(f"wrote {len(written)} {'shard' if args.to == 'webdataset' else 'file'}(s) to {out}", file=sys.stderr)
+    print(_run_command(args.to, out, written))
+    return 0
