@@ -41,7 +41,7 @@ def recipe_step(recipe: Any, index: int, step: Optional[str] = None) -> Any:
     found = list(getattr(recipe, STEPS_ATTR))[index]
     if step is not None and type(found).__name__ != step:
         raise ConfigError(f"recipe step {index} is now a {type(found).__name__}, not the {step} it was when the "
-                          "recipe was opened: the factory changed, so open it again (a fresh explore)")
+                          "recipe was opened: the factory changed, so rerun explore with --fresh")
     return found
 
 
