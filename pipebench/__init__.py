@@ -7,7 +7,7 @@ __all__ = ["__version__", "watch"]
 def __getattr__(name: str):
     """`pipebench.watch`, imported on first use, so `import pipebench` stays cheap (no torch)."""
     if name == "watch":
-        from pipebench.record.watched import watch
+        from pipebench.attach.watched import watch
 
         return watch
     raise AttributeError(f"module 'pipebench' has no attribute {name!r}")

@@ -25,8 +25,8 @@ import torch
 from known_cost_kit import known_cost
 
 import pipebench
+from pipebench.attach.watch import batch_samples
 from pipebench.cli.main import main
-from pipebench.measure.watch import batch_samples
 from pipebench.record.results import read_result
 from pipebench.report.diagnosis import diagnose, prediction_table_rows
 

@@ -21,10 +21,10 @@ from torchvision import datasets
 from torchvision import transforms as T
 
 import pipebench
+from pipebench.attach.built_with import recording_datasets
+from pipebench.attach.export_config import NOTES_FILE, config_name
 from pipebench.cli.main import main
-from pipebench.measure.built_with import recording_datasets
 from pipebench.pipeline.instantiate import instantiate_node
-from pipebench.record.export_config import NOTES_FILE, config_name
 from pipebench.record.results import read_result
 from conftest import results_folder, run_cli
 

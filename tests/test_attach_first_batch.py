@@ -17,7 +17,7 @@ from torch.utils.data import DataLoader, Dataset
 from torchvision.transforms import v2
 
 import pipebench
-from pipebench.measure.first_batch import FORK_NOTE, dataset_pickle
+from pipebench.attach.first_batch import FORK_NOTE, dataset_pickle
 from pipebench.report.summary import write_summary_markdown
 
 FIRST_FETCH_MS = 60.0

@@ -16,8 +16,8 @@ from typing import Dict
 
 import pytest
 
+from pipebench.attach.claimed_folder import claimed_folder
 from pipebench.cli.main import main
-from pipebench.record.claimed_folder import claimed_folder
 from pipebench.record.folder_lock import LOCK_FILE, FolderBusy
 from pipebench.record.results import read_result
 

@@ -1,4 +1,4 @@
-"""A watched loop on the GPU's own clock (pipebench.measure.watch_clock).
+"""A watched loop on the GPU's own clock (pipebench.attach.watch_clock).
 
 On any machine: a real DataLoader watched by LoaderWatch, its steps queueing made-up work on a
 fake GPU (test_async_steps.FakeGpu: one stream, events that complete when the GPU reaches them),
@@ -14,9 +14,9 @@ import torch
 from test_async_steps import FakeGpu
 from torch.utils.data import DataLoader, Dataset
 
+from pipebench.attach.watch import LoaderWatch, WatchWindow
+from pipebench.attach.watch_clock import GpuWatchClock, cuda_watch_clock
 from pipebench.config.specs import SYNC_ASYNC, SYNC_PER_STEP
-from pipebench.measure.watch import LoaderWatch, WatchWindow
-from pipebench.measure.watch_clock import GpuWatchClock, cuda_watch_clock
 
 BATCH = 4
 # 6 batches an epoch: a window of 12 steps after 1 warm-up step spans three epochs, each later

@@ -20,14 +20,14 @@ from torchvision.datasets import ImageFolder
 from torchvision.transforms import v2
 
 import pipebench
+from pipebench.attach.watch import WatchWindow, watching_loaders
+from pipebench.attach.watched import summary_line
 from pipebench.cli.attach import run_script
 from pipebench.cli.main import main
 from pipebench.config.specs import USER_STEP
-from pipebench.measure.watch import WatchWindow, watching_loaders
 from pipebench.pipeline.stages import DECODE_STAGE, LOAD_STAGE
 from pipebench.record.jobs import override_pairs
 from pipebench.record.results import read_result
-from pipebench.record.watched import summary_line
 from pipebench.report.writer import REPORT_MD
 
 # timm's create_loader makes the train and the eval loader at one line; the script iterates each

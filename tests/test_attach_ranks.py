@@ -21,11 +21,11 @@ import psutil
 import pytest
 from fault_kit import RUN_MARK_ENV, marked_processes, sigint_at_default
 
+from pipebench.attach.watched_ranks import RANKS_FOLDER, collective_estimates
 from pipebench.base.descendants import no_descendant_outlives
 from pipebench.base.errors import ConfigError
 from pipebench.cli.attach_torchrun import RANK_MODULE, parse_torchrun, torchrun_args
 from pipebench.record.results import scan_job_results
-from pipebench.record.watched_ranks import RANKS_FOLDER, collective_estimates
 
 FETCH_MS = 0.5
 EXTRA_MS = 2.0

@@ -17,8 +17,8 @@ from torch.utils.data import DataLoader, Dataset
 from torchvision.transforms import v2
 
 import pipebench
+from pipebench.attach.watch_chain import open_recipe
 from pipebench.cli.main import main
-from pipebench.measure.watch_chain import open_recipe
 from pipebench.record.results import read_result
 
 SLOW_MS = 2.0

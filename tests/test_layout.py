@@ -1,7 +1,8 @@
 """The package's stages import one way: a module imports its own stage or a lower one, never a higher one.
 
 Data flows config → pipeline → measure → record → report → regress → explore, with `base` under all
-and `cli` on top. Every import counts, function-level ones included, and no two modules may import
+and `cli` on top; `attach` (a user's own loop, watched) measures and writes its results, so it sits
+above record and below report. Every import counts, function-level ones included, and no two modules may import
 each other through any chain (a cycle).
 """
 
@@ -15,10 +16,10 @@ REPO = Path(__file__).resolve().parents[1]
 PACKAGE = REPO / "pipebench"
 # Lowest first. The catalogues sit at the repo top but install as pipebench.datasets / .transforms;
 # they are built by the pipeline stage, so they rank with it.
-STAGES = ("base", "config", "pipeline", "datasets", "transforms", "measure", "record", "report", "regress",
-          "explore", "cli")
+STAGES = ("base", "config", "pipeline", "datasets", "transforms", "measure", "record", "attach", "report",
+          "regress", "explore", "cli")
 STAGE_RANK = {"base": 0, "config": 1, "pipeline": 2, "datasets": 2, "transforms": 2, "measure": 3, "record": 4,
-              "report": 5, "regress": 6, "explore": 7, "cli": 8}
+              "attach": 5, "report": 6, "regress": 7, "explore": 8, "cli": 9}
 CATALOGUES = {"datasets": REPO / "datasets", "transforms": REPO / "transforms"}
 
 
@@ -89,6 +90,13 @@ def test_no_module_imports_a_higher_stage():
 
 def test_no_import_cycles():
     assert _cycles(_graph()) == []
+
+
+def test_record_imports_nothing_from_measure():
+    """record/ holds result files: it writes and reads them without the measuring side."""
+    offenders = sorted(f"{source} -> {target}" for source, targets in _graph().items() if _stage(source) == "record"
+                       for target in targets if _stage(target) == "measure")
+    assert offenders == []
 
 
 def test_no_stage_imports_the_cli_and_cli_init_is_empty():

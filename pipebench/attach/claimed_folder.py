@@ -11,11 +11,11 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Iterator, List, Optional
 
+from pipebench.attach.watched_ranks import RANKS_FOLDER
 from pipebench.base.errors import ConfigError, error_line
 from pipebench.record.folder_lock import LOCK_FILE, folder_lock
 from pipebench.record.results import JOB_RESULT_GLOB, SUMMARY_CSV
 from pipebench.record.resume import new_folder
-from pipebench.record.watched_ranks import RANKS_FOLDER
 
 __all__ = ["claimed_folder"]
 

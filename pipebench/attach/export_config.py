@@ -1,4 +1,4 @@
-"""Write exported pipelines (`measure.export_pipeline`) as a config dir `pipebench run --config-dir` reads.
+"""Write exported pipelines (`attach.export_pipeline`) as a config dir `pipebench run --config-dir` reads.
 
 Per loader, named after its creation site (`train.py:57` -> `train_57`): `dataset/<name>.yaml`,
 `transform/<name>.yaml` and `loader/<name>.yaml`, and the `pipebench run` / `pipebench explore`
@@ -13,7 +13,7 @@ from typing import Dict, List, Sequence, Tuple
 
 import yaml
 
-from pipebench.measure.export_pipeline import ExportedPipeline
+from pipebench.attach.export_pipeline import ExportedPipeline
 
 __all__ = ["NOTES_FILE", "config_name", "write_exports"]
 

@@ -20,8 +20,8 @@ from typing import Any, Dict, List, Optional, Tuple
 import torch
 from torch.utils.data import DataLoader, IterableDataset, RandomSampler, SequentialSampler, default_collate
 
-from pipebench.measure.built_with import BuiltWith
-from pipebench.measure.watch_chain import RECIPE_ATTRS, open_recipe, recipe_holders, shared_recipe, subset_base
+from pipebench.attach.built_with import BuiltWith
+from pipebench.attach.watch_chain import RECIPE_ATTRS, open_recipe, recipe_holders, shared_recipe, subset_base
 from pipebench.pipeline.export_nodes import NodeOrWhy, attribute_arguments, importable_why, public_target, value_node
 from pipebench.pipeline.recipe import emptied
 

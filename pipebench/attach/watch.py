@@ -26,15 +26,15 @@ import numpy as np
 import torch
 from torch.utils.data import DataLoader
 
-from pipebench.measure.built_with import BuiltWith, recording_datasets
-from pipebench.measure.export_pipeline import ExportedPipeline, export_pipeline
+from pipebench.attach.built_with import BuiltWith, recording_datasets
+from pipebench.attach.export_pipeline import ExportedPipeline, export_pipeline
+from pipebench.attach.first_batch import DatasetPickle, Startup, dataset_pickle
+from pipebench.attach.watch_chain import Recipe, Riding, collate_step, subset_base, timed_loader
+from pipebench.attach.watch_clock import GpuWatchClock, cuda_watch_clock, on_gpu_clock
+from pipebench.attach.watch_meters import WindowMeters
 from pipebench.measure.fingerprint import usable_cores
 from pipebench.measure.runner import NS_PER_MS, NS_PER_S, PassResult, StepSample, TimingSink
 from pipebench.measure.summarize import TransformRow, summary_row, transform_rows
-from pipebench.measure.first_batch import DatasetPickle, Startup, dataset_pickle
-from pipebench.measure.watch_chain import Recipe, Riding, collate_step, subset_base, timed_loader
-from pipebench.measure.watch_clock import GpuWatchClock, cuda_watch_clock, on_gpu_clock
-from pipebench.measure.watch_meters import WindowMeters
 from pipebench.measure.window import rate_interval, split_window
 from pipebench.pipeline.file_reads import IO_FIELDS
 
@@ -160,7 +160,7 @@ class LoaderWatch:
     it, and the watch closes itself once both are over. The memory and storage meters run over the
     window (`watch_meters`); the first batch is taken apart (`first_batch`). Where the loop runs on
     CUDA when the window opens, `gpu_clock()` gives the clock that puts the measured steps on the
-    GPU's own timeline (pipebench.measure.watch_clock; tests pass a fake)."""
+    GPU's own timeline (pipebench.attach.watch_clock; tests pass a fake)."""
 
     def __init__(self, loader: DataLoader, window: WatchWindow = WatchWindow(), site: Optional[str] = None,
                  gpu_clock: Callable[[], Optional[GpuWatchClock]] = cuda_watch_clock,

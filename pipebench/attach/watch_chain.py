@@ -47,7 +47,7 @@ import numpy as np
 from torch.utils.data import ConcatDataset, DataLoader, IterableDataset, Subset
 from torch.utils.data._utils.pin_memory import pin_memory
 
-from pipebench.measure.first_batch import StampedInit, Startup, TimedItems
+from pipebench.attach.first_batch import StampedInit, Startup, TimedItems
 from pipebench.pipeline.stages import COLLATE_STAGE, DECODE_STAGE, LOAD_STAGE, PER_SAMPLE_STAGE
 from pipebench.pipeline.timed_chain import DECODE_NAME, DECODES_ITSELF_ATTR, StepName, step_names, undecoded
 

@@ -1,6 +1,6 @@
 """What a watched loader measured (`pipebench.watch`, `pipebench attach`), as a frozen result and a results folder.
 
-The measuring is `pipebench.measure.watch`; this module freezes its figures into `WatchResult`
+The measuring is `pipebench.attach.watch`; this module freezes its figures into `WatchResult`
 and writes them in the project's schema (one job-N/result.json a loader, then summary.csv and
 transforms.csv), so `pipebench report` reads a watched run as it reads a sweep. A loader's job is
 named by its `LoaderIdentity` (`loader=train.py:57,iterated=train.py:80,dataset=ImageFolder[1000],
@@ -14,11 +14,8 @@ from typing import Any, Dict, Iterator, List, Mapping, Optional, Sequence
 
 from torch.utils.data import DataLoader
 
-from pipebench.config.specs import USER_STEP
-from pipebench.measure.fingerprint import fingerprint
-from pipebench.measure.job import SINGLE_PROCESS_FIELDS
-from pipebench.measure.summarize import pass_records, rows_as_dicts
-from pipebench.measure.watch import (
+from pipebench.attach.export_config import write_exports
+from pipebench.attach.watch import (
     DEFAULT_REPLAY,
     DEFAULT_SECONDS,
     DEFAULT_SKIP_STEPS,
@@ -27,8 +24,11 @@ from pipebench.measure.watch import (
     LoaderWatch,
     WatchWindow,
 )
+from pipebench.config.specs import USER_STEP
+from pipebench.measure.fingerprint import fingerprint
+from pipebench.measure.job import SINGLE_PROCESS_FIELDS
+from pipebench.measure.summarize import pass_records, rows_as_dicts
 from pipebench.record.jobs import override_pairs, varying_keys
-from pipebench.record.export_config import write_exports
 from pipebench.record.results import write_invocation_tables, write_result
 
 __all__ = ["Watched", "WatchResult", "save_results", "watch", "watch_result"]

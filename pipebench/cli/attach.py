@@ -16,14 +16,14 @@ import traceback
 from pathlib import Path
 from typing import List, Optional, Sequence, Tuple
 
+from pipebench.attach.claimed_folder import claimed_folder
+from pipebench.attach.export_config import write_exports
+from pipebench.attach.script_end import own_loaders, script_namespaces, stop_workers, workers_end_quietly
+from pipebench.attach.watch import DEFAULT_REPLAY, DEFAULT_SECONDS, DEFAULT_SKIP_STEPS, DEFAULT_STEPS, WatchWindow, watching_loaders
+from pipebench.attach.watched import results_of, save_results, summary_line
 from pipebench.base.errors import INTERRUPTED_EXIT_STATUS, TERMINATED_EXIT_STATUS, USAGE_EXIT_STATUS, ConfigError, Terminated
 from pipebench.base.tables import markdown_table
 from pipebench.cli.attach_torchrun import attach_torchrun, parse_torchrun, torchrun_args
-from pipebench.measure.script_end import own_loaders, script_namespaces, stop_workers, workers_end_quietly
-from pipebench.measure.watch import DEFAULT_REPLAY, DEFAULT_SECONDS, DEFAULT_SKIP_STEPS, DEFAULT_STEPS, WatchWindow, watching_loaders
-from pipebench.record.claimed_folder import claimed_folder
-from pipebench.record.export_config import write_exports
-from pipebench.record.watched import results_of, save_results, summary_line
 from pipebench.report.summary import first_batch_markdown, loader_notes
 from pipebench.report.writer import REPORT_MD, write_report
 

@@ -4,7 +4,7 @@ torchrun starts this module in place of the user's script (pipebench.cli.attach_
 rewrites the command). It does what attach does in-process: the script runs by runpy with its
 own argv while torch's DataLoader is watched, over the window attach passed in WINDOW_ENV; then
 it writes what this rank measured, with the script's exit status, to the rank's own folder under
-RANKS_DIR_ENV (pipebench.record.watched_ranks), and exits with that status.
+RANKS_DIR_ENV (pipebench.attach.watched_ranks), and exits with that status.
 
 SIGTERM (torchrun's way of stopping the ranks when one fails or when it is stopped) ends the
 script as `sys.exit(143)` would, so its `finally` blocks run and what was measured is written;
@@ -17,11 +17,11 @@ import signal
 import sys
 from typing import List, Optional
 
+from pipebench.attach.watch import watching_loaders
+from pipebench.attach.watched_ranks import rank_window, save_rank
 from pipebench.base.errors import INTERRUPTED_EXIT_STATUS, TERMINATED_EXIT_STATUS, USAGE_EXIT_STATUS, ConfigError
 from pipebench.base.lifeline import TIED_PID_ENV, die_with_parent, parent_is
 from pipebench.cli.attach import parse_command, run_script
-from pipebench.measure.watch import watching_loaders
-from pipebench.record.watched_ranks import rank_window, save_rank
 
 __all__ = ["main"]
 

@@ -6,7 +6,7 @@ script under pipebench's watch:
     python -m torch.distributed.run OPTIONS -m pipebench.cli.attach_rank [-m] TARGET ARGS
 
 (torchrun's own options kept as given; the rank module does what attach does in-process and
-writes to its own folder, pipebench.record.watched_ranks). torchrun runs as a child in a session
+writes to its own folder, pipebench.attach.watched_ranks). torchrun runs as a child in a session
 of its own, tied to this process (pipebench.base.lifeline); SIGINT and SIGTERM sent to attach go
 to that session, and torchrun hands them to the ranks as it does from a terminal. Its exit
 status is attach's. torchrun starts each rank in a session of its own, so on the way out every
@@ -23,13 +23,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator, List, NoReturn, Optional, Sequence, Tuple
 
+from pipebench.attach.watch import WatchWindow
+from pipebench.attach.watched_ranks import RANKS_FOLDER, merge_ranks, rank_environment, rank_status
 from pipebench.base.descendants import no_descendant_outlives
 from pipebench.base.errors import USAGE_EXIT_STATUS, ConfigError
 from pipebench.base.lifeline import tied_command
 from pipebench.base.tables import markdown_table
 from pipebench.measure.distributed.multirank import aggregate_line
-from pipebench.measure.watch import WatchWindow
-from pipebench.record.watched_ranks import RANKS_FOLDER, merge_ranks, rank_environment, rank_status
 
 __all__ = ["TorchrunCommand", "attach_torchrun", "parse_torchrun", "torchrun_args"]
 
@@ -121,7 +121,7 @@ def run_torchrun(command: TorchrunCommand, env: dict) -> int:
 
 def attach_torchrun(command: TorchrunCommand, window: WatchWindow, folder: Path) -> int:
     """Run torchrun's `command` with every rank watched; merge the ranks into `folder`, which the
-    caller has claimed, empty (pipebench.record.claimed_folder)."""
+    caller has claimed, empty (pipebench.attach.claimed_folder)."""
     ranks_dir = folder / RANKS_FOLDER
     status = run_torchrun(command, {**os.environ, **rank_environment(ranks_dir, window)})
     ranks = rank_status(ranks_dir) if ranks_dir.is_dir() else []

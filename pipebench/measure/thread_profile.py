@@ -108,7 +108,7 @@ class StepProfile:
                               self.levels[0].off_cpu, self.levels[-1].off_cpu)
 
     def columns(self) -> Dict[str, Any]:
-        """Its transforms.csv cells (thread_verdict.PROFILE_COLUMNS); none when it was not profiled."""
+        """Its transforms.csv cells (record.results.PROFILE_COLUMNS); none when it was not profiled."""
         if not self.levels:
             return {}
         figures = self.figures()

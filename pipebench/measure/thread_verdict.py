@@ -13,14 +13,7 @@ the GIL first of all (only at k > 1).
 from dataclasses import dataclass
 from typing import Tuple
 
-__all__ = ["CPU_BOUND", "HOLDS_GIL", "PROFILE_COLUMNS", "PROFILE_TEXT_COLUMNS", "SCALES", "VERDICTS", "WAITS",
-           "ScalingFigures", "thread_verdict"]
-
-# The transforms.csv columns a thread profile fills (empty for a step not profiled); here, torch-free,
-# so the record stage lists them without importing the profile.
-PROFILE_COLUMNS = ("profile_threads", "thread_speedup", "thread_speedups", "off_cpu_pct_1t", "off_cpu_pct_nt",
-                   "thread_verdict")
-PROFILE_TEXT_COLUMNS = ("thread_speedups", "thread_verdict")
+__all__ = ["CPU_BOUND", "HOLDS_GIL", "SCALES", "VERDICTS", "WAITS", "ScalingFigures", "thread_verdict"]
 
 SCALES = "scales"
 HOLDS_GIL = "holds_gil"

@@ -15,7 +15,6 @@ from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 from pipebench.base.csv_cells import csv_text
 from pipebench.base.errors import warn
 from pipebench.base.io import write_json_atomic, write_text_atomic
-from pipebench.measure.thread_verdict import PROFILE_COLUMNS, PROFILE_TEXT_COLUMNS
 from pipebench.record.jobs import JobRecord
 from pipebench.record.stored import (
     NUMBER,
@@ -57,7 +56,7 @@ SUMMARY_COLUMNS = [
     "pipeline_ms_per_sample", "cpu_ms_per_sample", "process_cpu_ms_per_sample", "worker_capacity_samples_per_s",
     "cpu_capacity_samples_per_s", "first_batch_s", "worker_startup_s_max", "rss_mb_peak", "pss_mb_peak",
     "worker_pss_growth_mb", "shm_mb_peak", "loader_workers_pss_mb", "loader_worker_pss_growth_mb",
-    # A watched loader's first batch taken apart (pipebench.measure.first_batch); empty for a job.
+    # A watched loader's first batch taken apart (pipebench.attach.first_batch); empty for a job.
     "worker_start_s", "first_fetch_s", "dataset_pickle_mb", "dataset_pickle_s", "start_method", "first_batch_note",
     "storage_read_mb", "storage_read_mb_per_s", "host_other_cpu_cores", "host_steal_pct",
     # File reads and the page cache (pipebench.measure.storage_io, storage_cache); empty for a
@@ -75,6 +74,10 @@ SUMMARY_COLUMNS = [
     # Why a watched loader's transform rows miss part of a sample, or all of it; empty for a job.
     "transforms_note",
 ]
+# The transforms.csv columns a thread profile fills (empty for a step not profiled).
+PROFILE_COLUMNS = ("profile_threads", "thread_speedup", "thread_speedups", "off_cpu_pct_1t", "off_cpu_pct_nt",
+                   "thread_verdict")
+PROFILE_TEXT_COLUMNS = ("thread_speedups", "thread_verdict")
 TRANSFORM_COLUMNS = [
     "job", "stage", "transform", "calls", "ms_per_call_mean", "ms_per_call_median", "ms_per_sample", "share_pct",
     # The step's thread-scaling profile (pipebench.measure.thread_profile); empty where none ran.
