@@ -145,7 +145,7 @@ def test_jpegs_it_does_not_take_fall_back_or_become_bad_samples(planted):
 
         def __getitem__(self, index):
             return _opened(data), 0
-    item = InstrumentedDataset(Files(), [RegionCenterCrop(64)]).timed_item(0, lambda: (0, *Files()[0]))
+    item = InstrumentedDataset(Files(), [RegionCenterCrop(64)])[0]
     if isinstance(item, SampleFailure):  # counted by the bad-sample policy, in one line
         assert planted in ("truncated", "corrupt") and "\n" not in item.message
         with pytest.raises(Exception):

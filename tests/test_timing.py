@@ -3,11 +3,19 @@
 import dataclasses
 
 import pytest
+import torch
 from conftest import QUICK_RUN, TINY_DATASET, compose_spec
 from known_cost_kit import known_cost
+from torch.utils.data import DataLoader
 
 from pipebench.base.errors import BatchStepError
+from pipebench.datasets.random_tensors import RandomTensorDataset
+from pipebench.datasets.sharded_stream import ShardedStream
 from pipebench.measure.job import measure_job
+from pipebench.pipeline.timed_chain import InstrumentedDataset, TimedCollate, set_profiling_labels
+from pipebench.pipeline.timed_iterable import InstrumentedIterable
+from pipebench.transforms.color import BatchScale, Scale
+from pipebench.transforms.synthetic import BusyWait
 
 BUSY = "pipebench.transforms.synthetic.BusyWait"
 SCALE = "pipebench.transforms.color.Scale"
@@ -113,3 +121,29 @@ def test_a_step_after_the_copy_that_fails_stops_the_job_with_one_line_naming_it_
     assert line.startswith("transform.on_device step BatchDecodeJpeg failed on the batch of samples ")
     assert "ValueError: BatchDecodeJpeg: expected a list of JPEG byte strings" in line
     assert line.endswith("so run.on_error=skip cannot drop one sample there)")
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["map_style", "stream"])
+def test_profiled_steps_get_one_label_per_step(stream):
+    """Under torch.profiler (the profiled steps at workers=0) every step of the chain runs inside
+    its record_function label, a stream's as a map-style dataset's: a stream once took a path that
+    never labelled its steps. The batch is the one the unprofiled chain makes."""
+    source = RandomTensorDataset(shape=[3, 4, 4], length=8)
+    transforms = [BusyWait(0.0), Scale()]
+    dataset = InstrumentedIterable(ShardedStream(source), transforms) if stream else \
+        InstrumentedDataset(source, transforms)
+    collate = TimedCollate([BatchScale()])
+    loader = DataLoader(dataset, batch_size=4, collate_fn=collate)  # workers=0
+    plain = next(iter(loader))
+    set_profiling_labels(dataset, collate, True)
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
+        labelled = next(iter(loader))
+    set_profiling_labels(dataset, collate, False)
+    labels = {event.key: event.count for event in prof.key_averages()}
+    load = "load/ShardedStream" if stream else "load/RandomTensorDataset"
+    assert {name: labels.get(name) for name in (load, "per_sample/BusyWait", "per_sample/Scale",
+                                                "collate/default_collate", "per_batch/BatchScale")} == \
+        {load: 4, "per_sample/BusyWait": 4, "per_sample/Scale": 4, "collate/default_collate": 1,
+         "per_batch/BatchScale": 1}
+    assert torch.equal(plain.data, labelled.data) and torch.equal(plain.labels, labelled.labels)
+    assert plain.indices.tolist() == labelled.indices.tolist() == [0, 1, 2, 3]

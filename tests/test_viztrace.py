@@ -17,9 +17,11 @@ import pytest
 import torch
 from torch.utils.data import DataLoader, Dataset
 
+from pipebench.datasets.sharded_stream import ShardedStream
 from pipebench.measure import viztrace
 from pipebench.measure.viztrace import TRACE_FILE, Recorder, VizTraceSession
 from pipebench.pipeline.timed_chain import InstrumentedDataset, TimedCollate, WorkerInit
+from pipebench.pipeline.timed_iterable import InstrumentedIterable
 from pipebench.transforms.synthetic import BusyWait
 
 SAMPLES = 32
@@ -199,18 +201,24 @@ def test_spawn_workers_trace_the_real_chain(session, tmp_path):
         assert sum(slices[pid][name] for pid in workers) == count, name
 
 
-def test_chain_records_one_slice_per_step_in_the_main_process(session, tmp_path):
+@pytest.mark.parametrize("stream", [False, True], ids=["map_style", "stream"])
+def test_chain_records_one_slice_per_step_in_the_main_process(session, tmp_path, stream):
     """workers=0: the main-process objects trace into the recorder start_main() put on them, and
-    the results are the same as with trace off."""
+    the results are the same as with trace off; a stream's steps are sliced as a map-style
+    dataset's (they once took a path that recorded nothing)."""
     s = session()
-    dataset = InstrumentedDataset(TinyBase(), [BusyWait(0.0), BusyWait(0.0)])
+    transforms = [BusyWait(0.0), BusyWait(0.0)]
+    dataset = InstrumentedIterable(ShardedStream(TinyBase()), transforms) if stream else \
+        InstrumentedDataset(TinyBase(), transforms)
     collate = TimedCollate([])
-    plain = collate([dataset[i] for i in range(BATCH)])
+    loader = DataLoader(dataset, batch_size=BATCH, collate_fn=collate)  # workers=0
+    plain = next(iter(loader))
     s.start_main(dataset, collate)
-    traced = collate([dataset[i] for i in range(BATCH)])
+    traced = next(iter(loader))
     assert torch.equal(plain.data, traced.data) and plain.sample_ns.shape == traced.sample_ns.shape
     slices = _step_slices(_load_trace(s.finish(tmp_path)))[os.getpid()]
-    assert slices == Counter({"load/TinyBase": BATCH, "per_sample/BusyWait": BATCH,
+    load = "load/ShardedStream" if stream else "load/TinyBase"
+    assert slices == Counter({load: BATCH, "per_sample/BusyWait": BATCH,
                               "per_sample/BusyWait#2": BATCH, "collate/default_collate": 1})
     assert dataset.trace is None and collate.trace is None
 

@@ -6,12 +6,11 @@ collate times itself and each per-batch transform, and returns the timings besid
 So per-transform numbers exist for any `num_workers` with no IPC beyond the batch itself.
 `record_function` labels are added only while a profiler is recording (workers=0), and one
 viztrace slice per step only while a recorder is set (`trace=viztracer`, see pipebench.measure.viztrace);
-with neither, __getitem__ takes a plain path that does nothing per step beyond the clock reads.
+with neither, the per-sample path does nothing per step beyond the clock reads and one test.
 """
 
 import threading
 import time
-from contextlib import nullcontext
 from typing import Any, Callable, Dict, List, NamedTuple, Optional, Sequence, Tuple, Union
 
 import numpy as np
@@ -155,8 +154,24 @@ def undecoded(sample: Any) -> bool:
     return isinstance(sample, ImageFile.ImageFile) and bool(sample.tile)
 
 
-def _label(enabled: bool, name: str):
-    return torch.profiler.record_function(name) if enabled else nullcontext()
+class Labelled:
+    """A step run inside its profiler label: what the chains call while a profiler records, so
+    one loop serves both and the unprofiled chain enters no context manager."""
+
+    __slots__ = ("name", "call")
+
+    def __init__(self, name: str, call: Callable) -> None:
+        self.name = name
+        self.call = call
+
+    def __call__(self, *args: Any) -> Any:
+        with torch.profiler.record_function(self.name):
+            return self.call(*args)
+
+
+def labelled_steps(names: Sequence[str], steps: Sequence[Callable]) -> List[Labelled]:
+    """Each step inside its label, `names` in step order."""
+    return [Labelled(name, step) for name, step in zip(names, steps)]
 
 
 class StreamEnd(Exception):
@@ -213,61 +228,38 @@ class InstrumentedDataset(Dataset):
         return describe(index) if describe is not None else f"sample {index}"
 
     def __getitem__(self, index: int):
-        if self.trace is not None or self.profiling:
-            return self._getitem_observed(index)
-        return self.timed_item(index, lambda: (index, *self.base[index]))
+        return self.timed_item(index, self.indexed)
 
-    def timed_item(self, index: int, load: Callable[[], Tuple[int, Any, Any]]):
-        """`load()` -> (index, sample, target), then every transform, each timed by the clock alone.
+    def indexed(self, index: int) -> Tuple[int, Any, Any]:
+        """The base's sample `index` with its index in front, the shape a stream yields."""
+        sample, target = self.base[index]
+        return index, sample, target
+
+    def timed_item(self, index: int, load: Callable[[int], Tuple[int, Any, Any]]):
+        """`load(index)` -> (index, sample, target), then every transform, each timed by the clock.
+
+        The one per-sample path, for map-style datasets and streams (InstrumentedIterable) alike.
+        While a profiler records (`profiling`) each step runs inside its `record_function` label;
+        while a recorder is set (`trace`) each step adds one slice, outside the timed span. Both are
+        read once a sample; when off they cost one test of a local a step, no context manager.
 
         Returns the timed item, or a SampleFailure naming the step (a bad sample must not kill
         the worker: the policy in the main process decides). `index` names the sample until
         `load` says which one it was. StreamEnd passes through: a stream has run out.
         """
         timings = np.zeros(len(self.steps), dtype=np.int64)
+        names, rec, labelled = self.labels, self.trace, self.profiling
+        transforms = self.transforms
+        if labelled:
+            load = Labelled(names[0], load)
+            transforms = labelled_steps(names[2:], transforms)
         step = 0
         reads = self.reads
         cpu_start = time.thread_time_ns()
         try:
             read_before = reads.counts() if reads is not None else None
             start = time.perf_counter_ns()
-            index, sample, target = load()
-            timings[0] = time.perf_counter_ns() - start
-            io = reads.since(read_before) if reads is not None else NO_IO
-            if self.force_decode and undecoded(sample):
-                step = 1
-                start = time.perf_counter_ns()
-                sample.load()
-                timings[1] = time.perf_counter_ns() - start
-            for step, transform in enumerate(self.transforms, start=2):
-                start = time.perf_counter_ns()
-                sample = transform(sample)
-                timings[step] = time.perf_counter_ns() - start
-        except (StreamEnd, StepOverrun) as exc:
-            if isinstance(exc, StepOverrun):
-                raise overrun_at(exc, self.steps[step], self.describe(index)) from None
-            raise
-        except Exception as exc:
-            return SampleFailure(index, self.describe(index), self.steps[step].name, first_line(exc))
-        return TimedItem(sample, target, timings, time.thread_time_ns() - cpu_start, int(index), io)
-
-    def _getitem_observed(self, index: int):
-        """The same, with a profiler label around each step and/or one trace slice per step."""
-        timings = np.zeros(len(self.steps), dtype=np.int64)
-        rec = self.trace
-        profiling = self.profiling
-        names = self.labels
-        step = 0
-        reads = self.reads
-        cpu_start = time.thread_time_ns()
-        try:
-            read_before = reads.counts() if reads is not None else None
-            start = time.perf_counter_ns()
-            if profiling:
-                with _label(True, names[0]):
-                    sample, target = self.base[index]
-            else:  # tracing only: no context manager per step
-                sample, target = self.base[index]
+            index, sample, target = load(index)
             end = time.perf_counter_ns()
             timings[0] = end - start
             io = reads.since(read_before) if reads is not None else NO_IO
@@ -275,29 +267,27 @@ class InstrumentedDataset(Dataset):
                 rec.add(names[0], start, end)
             if self.force_decode and undecoded(sample):
                 step = 1
+                decode = Labelled(names[1], sample.load) if labelled else sample.load
                 start = time.perf_counter_ns()
-                with _label(profiling, names[1]):
-                    sample.load()
+                decode()
                 end = time.perf_counter_ns()
                 timings[1] = end - start
                 if rec is not None:
                     rec.add(names[1], start, end)
-            for step, transform in enumerate(self.transforms, start=2):
+            for step, transform in enumerate(transforms, start=2):
                 start = time.perf_counter_ns()
-                if profiling:
-                    with _label(True, names[step]):
-                        sample = transform(sample)
-                else:
-                    sample = transform(sample)
+                sample = transform(sample)
                 end = time.perf_counter_ns()
                 timings[step] = end - start
                 if rec is not None:
                     rec.add(names[step], start, end)
-        except StepOverrun as exc:
-            raise overrun_at(exc, self.steps[step], self.describe(index)) from None
+        except (StreamEnd, StepOverrun) as exc:
+            if isinstance(exc, StepOverrun):
+                raise overrun_at(exc, self.steps[step], self.describe(index)) from None
+            raise
         except Exception as exc:
             return SampleFailure(index, self.describe(index), self.steps[step].name, first_line(exc))
-        return TimedItem(sample, target, timings, time.thread_time_ns() - cpu_start, index, io)
+        return TimedItem(sample, target, timings, time.thread_time_ns() - cpu_start, int(index), io)
 
 
 class TimedCollate:
@@ -350,19 +340,20 @@ class TimedCollate:
         sample_workers = np.array([worker_id if item.worker == MAIN_PROCESS_WORKER else item.worker for item in good],
                                   dtype=np.int64)
         names = self.labels
+        collate, transforms = default_collate, self.transforms
+        if self.profiling:
+            collate, *transforms = labelled_steps(names, [collate, *transforms])
         step = 0
         try:
             start = time.perf_counter_ns()
-            with _label(self.profiling, names[0]):
-                data, labels = default_collate([(item.sample, item.target) for item in good])
+            data, labels = collate([(item.sample, item.target) for item in good])
             end = time.perf_counter_ns()
             batch_ns[0] = end - start
             if rec is not None:
                 rec.add(names[0], start, end)
-            for step, transform in enumerate(self.transforms, start=1):
+            for step, transform in enumerate(transforms, start=1):
                 start = time.perf_counter_ns()
-                with _label(self.profiling, names[step]):
-                    data = transform(data)
+                data = transform(data)
                 end = time.perf_counter_ns()
                 batch_ns[step] = end - start
                 if rec is not None:

@@ -4,10 +4,11 @@ An iterable dataset for pipebench yields `(index, sample, target)`: the index is
 place in the epoch's full set, so the exactly-once check (pipebench.measure.coverage) can see whether
 the stream shards itself correctly by rank and worker. The load step is the time `next()` on
 the stream takes. Items have the same shape as InstrumentedDataset's, so TimedCollate and the
-step loop handle both alike. Profiler labels and viztrace slices are not emitted per step here.
+step loop handle both alike; they come out of the same per-sample path (`timed_item`), so a
+stream's steps get profiler labels and viztrace slices as a map-style dataset's do.
 """
 
-from typing import Iterator
+from typing import Any, Iterator, Tuple
 
 from torch.utils.data import IterableDataset
 
@@ -30,7 +31,7 @@ class InstrumentedIterable(InstrumentedDataset, IterableDataset):
     def __iter__(self) -> Iterator:
         source = iter(self.base)
 
-        def pull():
+        def pull(_index: int) -> Tuple[int, Any, Any]:  # the stream, not the index, says which sample
             try:
                 return next(source)
             except StopIteration:
