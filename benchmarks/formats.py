@@ -1,9 +1,9 @@
-"""The same images as an image folder, WebDataset shards and Parquet files, measured side by side.
+"""The same images as an image folder, WebDataset shards, Parquet files and LitData chunks, side by side.
 
 The synthetic corpus generator writes --images distinct JPEGs (533x800, quality 90, about 125 KB each)
-once into --work; `pipebench dataset convert` writes that folder as tar shards and as Parquet files;
-then one `pipebench run` a format measures the same chain at the same worker counts, and
-`pipebench report` merges the three folders into one table. Every step is the command a user types.
+once into --work; `pipebench dataset convert` writes that folder as tar shards, Parquet files and
+LitData chunks; then one `pipebench run` a format measures the same chain at the same worker counts,
+and `pipebench report` merges the four folders into one table. Every step is the command a user types.
 
 The check (issue 38's target): at workers=0, where the decode dominates, each format reads within 5%
 of the image folder's samples/s, or the table's load row says what the format's read adds.
@@ -27,7 +27,7 @@ from pipebench.datasets.synthetic_jpeg import SyntheticJpegDataset
 NUM_IMAGES = 2_000
 # The issue's target: each format within 5% of the folder's samples/s at workers=0.
 TOLERANCE = 0.05
-FORMATS = ("webdataset", "parquet")
+FORMATS = ("webdataset", "parquet", "litdata")
 PIPEBENCH = str(Path(sys.executable).with_name("pipebench"))
 
 
@@ -64,7 +64,7 @@ def main() -> int:
         command = pipebench(["dataset", "convert", "--to", name, "--out", str(out), "--shard-size",
                              str(args.shard_size), *folder]).strip()
         sources[name] = shlex.split(command)[2:]  # its last line: `pipebench run dataset=NAME 'dataset.urls=...'`
-    print(f"{args.images} images in 3 formats under {args.work} ({time.perf_counter() - started:.0f} s)", flush=True)
+    print(f"{args.images} images in {len(sources)} formats under {args.work} ({time.perf_counter() - started:.0f} s)", flush=True)
 
     common = [f"transform={args.transform}", f"workers={args.workers}", f"rounds={args.rounds}", "consumer=none",
               "run.progress=false", f"results_dir={args.work / 'runs'}",

@@ -1,4 +1,4 @@
-"""WebDataset shards and Parquet files as datasets: `dataset convert` writes them, the readers give the
+"""WebDataset shards, Parquet files and LitData chunks as datasets: `dataset convert` writes them, the readers give the
 same images and labels, split across ranks and workers exactly once, the bad input is one line naming
 the file and key (or left out and counted), and fewer shards than workers is said at plan time and in
 the report. One whole `pipebench run` is shared by the tests that need one."""
@@ -6,6 +6,7 @@ the report. One whole `pipebench run` is shared by the tests that need one."""
 import io
 import json
 import os
+import shutil
 import tarfile
 from multiprocessing.pool import ThreadPool
 from pathlib import Path
@@ -21,6 +22,7 @@ from pipebench.base.errors import ConfigError, DatasetError
 from pipebench.cli.dataset import _run_command, convert
 from pipebench.config.specs import StorageSpec
 from pipebench.datasets import shard_split
+from pipebench.datasets.litdata_chunks import LitDataChunks
 from pipebench.datasets.parquet_rows import parquet_dataset
 from pipebench.datasets.shard_split import ShardOffsets, idle_line, idle_readers, split
 from pipebench.datasets.webdataset_shards import WebDatasetShards
@@ -50,6 +52,7 @@ def written(tmp_path_factory):
     corpus = [*TINY_CORPUS, f"dataset.cache_dir={root / 'cache'}"]
     shards = convert("webdataset", root / "wds", SHARD_SIZE, corpus)
     files = convert("parquet", root / "pq", 2 * SHARD_SIZE, corpus)
+    convert("litdata", root / "ld", SHARD_SIZE, corpus)
     from pipebench.config.compose import compose_job_spec
     from pipebench.pipeline.instantiate import instantiate_node
 
@@ -275,3 +278,29 @@ def test_samples_of_a_shard_opened_before_the_window_still_give_read_figures():
     figures = file_read_figures(io_rows, np.array([2000, 2000]))
     assert figures["read_bytes_per_sample"] == 4096 and figures["io_share_of_load_pct"] == 50
     assert file_read_figures(np.zeros((2, 3), dtype=np.int64), np.array([1, 1]))["read_bytes_per_sample"] is None
+
+
+def test_litdata_chunks_give_the_same_images_and_every_index_once_across_workers(written):
+    chunks = LitDataChunks(str(written[0] / "ld"), shuffle=True)
+    assert len(chunks) == IMAGES and len(chunks.files()) == SHARDS
+    read = sorted((index, image.fp.getvalue(), label) for index, image, label in chunks)
+    assert [(data, label) for _, data, label in read] == written[3] and undecoded(read[0][1]) is False
+    loader = DataLoader(chunks, batch_size=None, num_workers=3, collate_fn=lambda item: item[0])
+    assert sorted(loader) == list(range(IMAGES))
+
+
+def test_litdata_bad_input_names_the_chunk_or_the_field(written, tmp_path):
+    folder = tmp_path / "ld"
+    shutil.copytree(written[0] / "ld", folder)
+    wrong_field = r"items have no bytes field 'pixels' \(dataset.image_key; fields: image \(bytes\)"
+    with pytest.raises(DatasetError, match=wrong_field):
+        LitDataChunks(str(folder), image_key="pixels")
+    chunk = next(folder.glob("chunk-*.bin"))
+    chunk.write_bytes(chunk.read_bytes()[:100])
+    with pytest.raises(DatasetError, match=rf"{chunk}: truncated chunk: 100 bytes of"):
+        LitDataChunks(str(folder))
+    chunk.unlink()
+    with pytest.raises(DatasetError, match=rf"{chunk}: no such chunk \(listed in index.json\)"):
+        LitDataChunks(str(folder))
+    with pytest.raises(DatasetError, match="no index.json"):
+        LitDataChunks(str(tmp_path))

@@ -1,5 +1,5 @@
 """The `dataset` verb: `dataset convert` writes a dataset's images in a shard format, with that format's
-own writer, so the same images can be measured side by side as an image folder, tar shards and Parquet.
+own writer, so the same images can be measured side by side as an image folder, tar shards, Parquet and LitData.
 
 `pipebench dataset convert --to webdataset --out DIR [dataset=image_folder dataset.path=...]` reads the
 dataset the overrides compose (the built-in synthetic corpus by default), file by file: each image's
@@ -20,6 +20,7 @@ from pipebench.base.errors import ConfigError
 from pipebench.cli.common_args import add_config_dir, add_overrides
 from pipebench.cli.run import import_from_cwd, search_path
 from pipebench.config.compose import compose_job_spec
+from pipebench.datasets.litdata_chunks import write_litdata
 from pipebench.datasets.parquet_rows import write_parquet
 from pipebench.datasets.webdataset_shards import write_shards
 from pipebench.pipeline.instantiate import instantiate_node
@@ -27,7 +28,10 @@ from pipebench.pipeline.instantiate import instantiate_node
 __all__ = ["FORMATS", "add_parser", "convert", "encoded_samples", "main"]
 
 # Each format's writer (samples, out folder, shard size, progress) -> files written.
-FORMATS: Dict[str, Callable[..., List[str]]] = {"webdataset": write_shards, "parquet": write_parquet}
+FORMATS: Dict[str, Callable[..., List[str]]] = {"webdataset": write_shards, "parquet": write_parquet,
+                                                 "litdata": write_litdata}
+# What each format's files are called in the closing line.
+UNITS = {"webdataset": "shard", "parquet": "file", "litdata": "chunk"}
 # Samples a shard (a tar shard, a Parquet file): about 125 MB of the corpus's 533x800 JPEGs, inside the
 # 100 MB-1 GB webdataset advises, so a 1.28M-image set makes 1,280 shards, enough for any workers.
 DEFAULT_SHARD_SIZE = 1000
@@ -63,6 +67,8 @@ def _run_command(to: str, out: Path, written: List[str]) -> str:
         numbers = [Path(path).stem.split("-")[-1] for path in written]
         urls = str(out / f"shard-{{{numbers[0]}..{numbers[-1]}}}.tar") if len(written) > 1 else written[0]
         return f"pipebench run dataset=webdataset {_quoted('dataset.urls', urls)}"
+    if to == "litdata":
+        return f"pipebench run dataset=litdata {_quoted('dataset.input_dir', str(out))}"
     return f"pipebench run dataset=parquet {_quoted('dataset.files', str(out / '*.parquet'))}"
 
 
@@ -83,18 +89,20 @@ def convert(to: str, out: Path, shard_size: int, overrides: List[str]) -> List[s
 
 
 def add_parser(verbs: "argparse._SubParsersAction") -> None:
-    parser = verbs.add_parser("dataset", help="write a dataset's images as WebDataset shards or Parquet files")
+    parser = verbs.add_parser("dataset", help="write a dataset's images as WebDataset shards, Parquet files or LitData "
+                                              "chunks")
     actions = parser.add_subparsers(dest="action", metavar="ACTION", required=True)
     convert_parser = actions.add_parser(
         "convert", help="write the dataset the overrides name (default: the synthetic corpus) in a shard format",
         description="Write every image of a dataset (dataset=synthetic_jpeg, the default, or dataset=image_folder "
                     "dataset.path=DIR) as WebDataset tar shards (webdataset's ShardWriter: key.jpg + key.cls) or "
-                    "Parquet files (pyarrow: HF's image struct and a label column), its encoded bytes unchanged.",
+                    "Parquet files (pyarrow: HF's image struct and a label column) or LitData chunks (litdata's writer: "
+                    "{index, image, label} items), its encoded bytes unchanged.",
     )
     convert_parser.add_argument("--to", required=True, choices=sorted(FORMATS), help="the format to write")
     convert_parser.add_argument("--out", required=True, help="a new (or empty) folder for the shards or files")
     convert_parser.add_argument("--shard-size", type=int, default=DEFAULT_SHARD_SIZE,
-                                help=f"samples a tar shard or a Parquet file (default: {DEFAULT_SHARD_SIZE})")
+                                help=f"samples a tar shard, a Parquet file or a LitData chunk (default: {DEFAULT_SHARD_SIZE})")
     add_config_dir(convert_parser)
     add_overrides(convert_parser, "dataset=image_folder dataset.path=/data/imgs")
 
@@ -103,6 +111,6 @@ def main(args: argparse.Namespace) -> int:
     import_from_cwd()
     out = Path(args.out).expanduser()
     written = convert(args.to, out, args.shard_size, [*search_path(args.config_dir), *args.overrides])
-    print(f"wrote {len(written)} {'shard' if args.to == 'webdataset' else 'file'}(s) to {out}", file=sys.stderr)
+    print(f"wrote {len(written)} {UNITS[args.to]}(s) to {out}", file=sys.stderr)
     print(_run_command(args.to, out, written))
     return 0
