@@ -1,4 +1,8 @@
-"""Structured configs: the typed schema Hydra validates every composed config against."""
+"""Structured configs: the typed schema Hydra validates every composed config against.
+
+Each key is a field of the job's frozen spec too (pipebench.config.specs), declared there with the
+same name and type and no default; tests/test_config.py fails where the two differ.
+"""
 
 from dataclasses import dataclass, field
 from typing import Any, List, Optional

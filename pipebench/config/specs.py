@@ -2,6 +2,8 @@
 
 Configs are resolved to plain Python here, before anything reaches a Dataset or a worker:
 DictConfig access in a hot loop is slow, and plain values pickle cheaply under spawn.
+A spec field named like a schema key (pipebench.config.schema) has its type and no default: the
+schema's is the one default, and Hydra applies it. tests/test_config.py fails where the two differ.
 """
 
 import math
@@ -73,7 +75,7 @@ class LoaderSpec:
     drop_last: bool
     timeout_s: float
     sharing_strategy: Optional[str]
-    backend: str = "dataloader"
+    backend: str
 
 
 @dataclass(frozen=True)
@@ -91,11 +93,11 @@ class RunSpec:
     progress: bool
     on_job_error: str
     step_timeout_s: float
-    sync: str = SYNC_AUTO
-    target_accel_util_pct: float = 90.0
-    stop_at_target: bool = False
+    sync: str
+    target_accel_util_pct: float
+    stop_at_target: bool
     # None: profile under a thread backend (pipebench.measure.thread_profile.profile_wanted).
-    thread_profile: Optional[bool] = None
+    thread_profile: Optional[bool]
 
 
 @dataclass(frozen=True)
@@ -138,6 +140,8 @@ class JobSpec:
     dataset: Mapping[str, Any]
     per_sample: Tuple[Mapping[str, Any], ...]
     per_batch: Tuple[Mapping[str, Any], ...]
+    # Steps run on the batch after the host-to-device copy (transform.on_device).
+    on_device: Tuple[Mapping[str, Any], ...]
     loader: LoaderSpec
     run: RunSpec
     consumer: ConsumerSpec
@@ -149,8 +153,6 @@ class JobSpec:
     transform_name: str
     distributed: DistributedSpec
     storage: StorageSpec = StorageSpec()
-    # Steps run on the batch after the host-to-device copy (transform.on_device).
-    on_device: Tuple[Mapping[str, Any], ...] = ()
 
     @property
     def worker_kind(self) -> str:
