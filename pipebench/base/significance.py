@@ -18,6 +18,7 @@ CPU time are positive and multiplicative. An outlier widens the t-test's varianc
 towards `noisy`, never towards a false verdict.
 """
 
+import math
 from dataclasses import dataclass
 from typing import Dict, List, Mapping, Optional, Sequence, Tuple
 
@@ -137,7 +138,10 @@ def against_base(base: Mapping[int, float], others: Mapping[str, Mapping[int, fl
 
 def intervals_overlap(low_a: float, high_a: float, low_b: float, high_b: float) -> bool:
     """Where only an interval per side exists (a single round), a difference is within the noise
-    while the two intervals overlap."""
+    while the two intervals overlap. A side with no interval (nan bounds: too few cycles for one)
+    cannot tell anything apart, so it overlaps everything."""
+    if any(math.isnan(bound) for bound in (low_a, high_a, low_b, high_b)):
+        return True
     return high_a >= low_b and low_a <= high_b
 
 

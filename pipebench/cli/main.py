@@ -29,12 +29,12 @@ from pipebench.measure.job_spawn import WAITS_UNREAPED, JobProcess, discard, sta
 __all__ = ["VERB_NAMES", "build_parser", "job_ahead", "main", "verbs"]
 
 # The verbs (modules of pipebench.cli) in workflow order, so help lists them as a user meets them.
-VERB_NAMES = ("attach", "dataset", "run", "explore", "report", "compare", "ab", "baseline", "history")
+VERB_NAMES = ("attach", "dataset", "run", "explore", "tune", "report", "compare", "ab", "baseline", "history")
 # The verbs that start their first job's process before they import anything heavy, so that
 # process's imports (2.8 s on the 2-core machine) run beside the command's own, its config checks
 # and explore's equivalence checks, none of them timed (pipebench.measure.job_spawn); the task
 # function it will be handed lives in JOB_TASK_MODULE.
-AHEAD_VERBS = ("run", "explore")
+AHEAD_VERBS = ("run", "explore", "tune")
 JOB_TASK_MODULE = "pipebench.cli.job_task"
 # Flags after which the verb runs no job, and overrides that send jobs to another launcher or
 # interpreter: no process is started ahead for those.

@@ -316,8 +316,9 @@ def search_path(config_dir: Optional[str]) -> List[str]:
 
 def _run_sweep(invocation_dir: Path, swept: Sequence[str], jobs: Sequence[Sequence[str]], command: Sequence[str],
                calibrate: bool, baseline: Optional[str], epilogue: Optional[Callable[[Path], None]],
-               ahead: Optional[JobProcess]) -> int:
-    """Run the checked sweep in invocation_dir, whose lock the caller holds, then report."""
+               ahead: Optional[JobProcess], stage: bool = False) -> int:
+    """Run the checked sweep in invocation_dir, whose lock the caller holds, then report (unless it
+    is a `stage` of another verb's, which reports)."""
     ready_for_sweep(invocation_dir)
     record_invocation(invocation_dir, swept, jobs, command)
     if calibrate and not (invocation_dir / CALIBRATION_FILE).is_file():
@@ -344,7 +345,8 @@ def _run_sweep(invocation_dir: Path, swept: Sequence[str], jobs: Sequence[Sequen
         status = TERMINATED_EXIT_STATUS
     unwritten = ""
     try:
-        _final_report(invocation_dir, baseline)
+        if not stage:
+            _final_report(invocation_dir, baseline)
         if epilogue is not None:
             epilogue(invocation_dir)
     except OSError as exc:  # a full disk: the rows are kept, the list and the folder still named
@@ -354,17 +356,21 @@ def _run_sweep(invocation_dir: Path, swept: Sequence[str], jobs: Sequence[Sequen
     if unwritten:  # after a failed job, whose own line is above, no second error line
         print(f"pipebench: {'' if status else 'error: '}the tables were not written: {unwritten}", file=sys.stderr)
         status = status or USAGE_EXIT_STATUS
-    print(f"results: {invocation_dir}")
+    if not stage:
+        print(f"results: {invocation_dir}")
     return status
 
 
 def run_command(overrides: List[str], config_dir: Optional[str], baseline: Optional[str] = None,
                 fresh: bool = False, invocation_dir: Optional[Path] = None,
-                epilogue: Optional[Callable[[Path], None]] = None, ahead: Optional[JobProcess] = None) -> int:
+                epilogue: Optional[Callable[[Path], None]] = None, ahead: Optional[JobProcess] = None,
+                stage: bool = False) -> int:
     """Check and run a sweep in a folder of its own, locked while it runs (a second run on it stops
     with one line). `explore` names the folder it has already started and locked (so it is never
     resumed), and prints its own table after the report (`epilogue`). `ahead` is a job process
-    started with the command, for the first job to run (its caller ends it if none does)."""
+    started with the command, for the first job to run (its caller ends it if none does). A `stage`
+    (one of `tune`'s rounds, in a folder it names) writes no report and prints no `results:` line:
+    the verb that runs it reports."""
     import_from_cwd()
     refuse_hydra_dirs(overrides)
     overrides = [*search_path(config_dir), *overrides]
@@ -377,7 +383,8 @@ def run_command(overrides: List[str], config_dir: Optional[str], baseline: Optio
     _check_baseline(baseline, jobs, checked)
     first_spec, results_dir = checked[0]
     if invocation_dir is not None:
-        return _run_sweep(invocation_dir, swept, jobs, overrides, first_spec.calibrate, baseline, epilogue, ahead)
+        return _run_sweep(invocation_dir, swept, jobs, overrides, first_spec.calibrate, baseline, epilogue, ahead,
+                          stage)
     choice = choose_invocation(Path(results_dir),
                                Path(results_dir) / f"{time.strftime('%Y%m%d-%H%M%S')}-{_label(overrides)}",
                                swept, jobs, fresh)

@@ -172,7 +172,7 @@ def register_variant_configs(plan: "Plan") -> None:
     """Each variant as `transform=<name>`, from the chains just generated, in Hydra's ConfigStore:
     the sweep composes them in memory, and the job processes get them with Hydra's own state."""
     for item in plan.checked[1:]:
-        _store_variant(item.variant)
+        store_variant(item.variant)
 
 
 def _equivalence_rows(checked: Sequence[Checked]) -> List[Dict[str, object]]:
@@ -220,8 +220,8 @@ def unfinished_exploration(results_dir: Path, base: str, overrides: Sequence[str
         lambda record: [c for c in record.get("command", []) if not c.startswith(SEARCH_PATH_KEY)] == wanted)
 
 
-def _store_variant(variant: Variant) -> None:
-    """`transform=<name>` in Hydra's ConfigStore; a loader move's variant also sets its loader key,
+def store_variant(variant: Variant) -> None:
+    """`transform=<name>` in Hydra's ConfigStore (explore's sweep and tune's points compose it); a loader move's variant also sets its loader key,
     so it is a global package (the chain under `transform`, the setting under `loader`)."""
     store = ConfigStore.instance()
     if not variant.loader:
@@ -238,7 +238,7 @@ def _loader_settings_that_hold(found: Exploration, first_job: Sequence[str], com
     kept, dropped = [], []
     for variant in found.variants:
         if variant.loader:
-            _store_variant(variant)
+            store_variant(variant)
             spec, _ = compose_one([o for o in first_job if override_key(o) != TRANSFORM_GROUP] +
                                   [f"{TRANSFORM_GROUP}={variant.name}"])
             key, value = variant.loader[0]
@@ -267,15 +267,21 @@ def _sample_fetcher(dataset: Any) -> Callable[[int], list]:
     return fetch_indexed
 
 
-def plan_exploration(overrides: Sequence[str], first_job: Sequence[str], fresh: bool = False,
-                     max_pixel_diff: int = DEFAULT_MAX_PIXEL_DIFF) -> Union[Plan, NoVariants]:
-    """Generate and check the variants of the chain `first_job` composes to, and pick their folder:
-    an interrupted exploration of the same chain and settings (unless `fresh`), else a new one,
-    created now. `write_plan` writes into it.
+@dataclass(frozen=True)
+class CheckedVariants:
+    """The chain `first_job` composes to and its variants, each checked; where its results go."""
 
-    When no move applies nothing is created, and the answer says why.
-    """
-    check_overrides(overrides)
+    checked: Tuple[Checked, ...]
+    not_applied: Tuple[str, ...]
+    missing: Tuple[MissingExtra, ...]
+    results_dir: str
+
+
+def check_variants(first_job: Sequence[str], max_pixel_diff: int = DEFAULT_MAX_PIXEL_DIFF,
+                   loader_moves: bool = True) -> Union[CheckedVariants, NoVariants]:
+    """Generate the variants of the chain `first_job` composes to (with the loader moves unless
+    `loader_moves` is false: tune searches the loader itself) and check each for equivalence with
+    it; NoVariants, saying why, when no move applies."""
     device_here = torch.cuda.is_available()
     with job_spec_composer() as compose_one:
         spec, results_dir = compose_one(first_job)
@@ -288,10 +294,9 @@ def plan_exploration(overrides: Sequence[str], first_job: Sequence[str], fresh: 
         first = fetch(1)
         source = SampleSource.of(first[0]) if first else None
         opened = open_recipes(spec.per_sample)  # a recipe object's steps move as a YAML list's do
-        found = _loader_settings_that_hold(
-            explore(spec.transform_name, Chain(opened.nodes, spec.per_batch, spec.on_device), setting, source,
-                    on_device_of(spec.consumer)),
-            first_job, compose_one)
+        found = explore(spec.transform_name, Chain(opened.nodes, spec.per_batch, spec.on_device),
+                        setting if loader_moves else None, source, on_device_of(spec.consumer))
+        found = _loader_settings_that_hold(found, first_job, compose_one)
         found = dataclasses.replace(found, not_applied=(*found.not_applied, *(f"recipe: {n}" for n in opened.notes)))
     if len(found.variants) == 1:
         return NoVariants(found.base.name, found.not_applied)
@@ -310,16 +315,33 @@ def plan_exploration(overrides: Sequence[str], first_job: Sequence[str], fresh: 
     if device_moves:
         print(f"notice: {', '.join(device_moves)}: no CUDA device here, so its variants are checked for equivalence "
               "on the CPU and not measured", flush=True)
+    return CheckedVariants(tuple(checked), found.not_applied, found.missing, results_dir)
+
+
+def plan_exploration(overrides: Sequence[str], first_job: Sequence[str], fresh: bool = False,
+                     max_pixel_diff: int = DEFAULT_MAX_PIXEL_DIFF) -> Union[Plan, NoVariants]:
+    """Generate and check the variants of the chain `first_job` composes to, and pick their folder:
+    an interrupted exploration of the same chain and settings (unless `fresh`), else a new one,
+    created now. `write_plan` writes into it.
+
+    When no move applies nothing is created, and the answer says why.
+    """
+    check_overrides(overrides)
+    found = check_variants(first_job, max_pixel_diff)
+    if isinstance(found, NoVariants):
+        return found
+    checked, results_dir = found.checked, found.results_dir
     given = {override_key(o) for o in overrides}
     kept = [o for o in overrides if override_key(o) != "transform"]
     defaults = [f"{key}={value}" for key, value in EXPLORE_DEFAULTS
                 if key not in given and key.partition(".")[0] not in given]
     names = ",".join(item.variant.name for item in checked if item.measured)
     swept = (*kept, *defaults, f"transform={names}")
-    resumed = None if fresh else unfinished_exploration(Path(results_dir), found.base.name, swept)
+    base = checked[0].variant.name
+    resumed = None if fresh else unfinished_exploration(Path(results_dir), base, swept)
     invocation_dir = resumed.folder if resumed is not None else new_folder(
-        Path(results_dir) / f"{time.strftime('%Y%m%d-%H%M%S')}-explore-{_folder_safe(found.base.name)}")
-    return Plan(invocation_dir, swept, tuple(checked), found.not_applied, resumed, found.missing)
+        Path(results_dir) / f"{time.strftime('%Y%m%d-%H%M%S')}-explore-{_folder_safe(base)}")
+    return Plan(invocation_dir, swept, checked, found.not_applied, resumed, found.missing)
 
 
 def write_plan(plan: Plan) -> str:

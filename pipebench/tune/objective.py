@@ -1,0 +1,165 @@
+"""What tune looks for, and how one point's measured rounds read against it.
+
+Three objectives, one at a time for the ranking, the memory cap beside either:
+- the highest samples/s at the consumer (the default): the epoch-effective rate
+  (`samples_per_s_epoch`: the steady rate less each epoch's restart, so `persistent_workers` is
+  judged by what it saves), with the steady rate's interval scaled alike;
+- `--target-starvation PCT`: the fewest workers (so cores) whose median starvation stays under PCT
+  (MLPerf Storage's AU >= 90% is PCT=10), the faster first among equals;
+- `--max-pss-gib G`: points whose median summed PSS passes G never win.
+
+A round is a job's summary mapping (result.json's `summary`): pure arithmetic here, no files.
+"""
+
+import math
+import statistics
+from dataclasses import dataclass
+from typing import Dict, List, Mapping, Optional, Sequence, Tuple
+
+from pipebench.base.significance import DOWN, MIN_SAMPLES, against_base
+from pipebench.report.comparison import Spread, measured_rate, told_apart
+
+__all__ = ["MIB_PER_GIB", "Objective", "cpu_ms", "pss_mb", "race_rates", "rate_spread", "starvation",
+           "slower_for_real", "told_apart_rounds"]
+
+MIB_PER_GIB = 1024.0
+# A point is out for starvation only once this many rounds all starve past the target: one short
+# round's starvation swings with the host's load.
+STARVATION_OUT_ROUNDS = 2
+# A point leaves the race on MIN_SAMPLES rounds only when it is slower for real (significant, Holm over
+# the survivors) by more than this: the race looks at the same points once a stage, and each look is
+# another chance to lose a tied point to the noise (planted ties 1000 vs 1000 at 5% round noise lost one
+# by a 3.4% draw in the third stage without it); a point within 5% of the best is as good a buy where it
+# costs less, and round-to-round spread on a shared 2-core machine is 10% and more
+# (pipebench.report.diagnosis.RUN_TO_RUN_RATE_FLOOR).
+RACE_THRESHOLD = 0.05
+# Where the race keeps which of its rounds a round was, so points' rounds run side by side pair up.
+ROUND_ID = "race_round"
+# The interval of two or three rounds (rate_spread).
+ROUNDS_HULL = "hull of the rounds' 95% CIs"
+
+Round = Mapping[str, object]
+
+
+def _number(value: object) -> float:
+    """A summary cell as a float; an empty one (None) is nan."""
+    return float("nan") if value is None else float(value)
+
+
+def _scaled(summary: Round) -> Round:
+    """The round with its samples/s (and interval) as the epoch-effective rate, where it has one."""
+    steady = float(summary["samples_per_s"])
+    epoch = _number(summary.get("samples_per_s_epoch"))
+    scale = epoch / steady if math.isfinite(epoch) and epoch > 0 else 1.0
+    return {"samples_per_s": steady * scale,
+            "samples_per_s_ci_low": _number(summary.get("samples_per_s_ci_low")) * scale,
+            "samples_per_s_ci_high": _number(summary.get("samples_per_s_ci_high")) * scale}
+
+
+def race_rates(rounds: Sequence[Round]) -> List[float]:
+    """Each round's rate as the race reads it (the epoch-effective rate)."""
+    return [float(_scaled(r)["samples_per_s"]) for r in rounds]
+
+
+def rate_spread(rounds: Sequence[Round]) -> Spread:
+    """The rounds' rate and interval. One round, or MIN_SAMPLES and more: as the comparison table
+    reads them (`measured_rate`: the round's 95% CI; the IQR over rounds, where the paired test
+    decides). Two or three: the hull of their 95% CIs and rates, as the IQR of so few rounds is a
+    fraction of their spread (two rounds' IQR is half their range, and told two points 0.5% apart
+    apart); no interval (nan) when none of them has one."""
+    scaled = [_scaled(r) for r in rounds]
+    if len(rounds) == 1 or len(rounds) >= MIN_SAMPLES:
+        return measured_rate([{"summary": r} for r in scaled])
+    rates = [float(r["samples_per_s"]) for r in scaled]
+    bounds = [b for r in scaled for b in (r["samples_per_s_ci_low"], r["samples_per_s_ci_high"]) if math.isfinite(b)]
+    low, high = (min(bounds + rates), max(bounds + rates)) if bounds else (math.nan, math.nan)
+    return Spread(statistics.median(rates), low, high, ROUNDS_HULL, (high - low) / 2)
+
+
+def _median(rounds: Sequence[Round], *keys: str) -> float:
+    """The median over rounds of the first of `keys` each round has a value for; nan when none has."""
+    values = [v for v in (next((_number(r.get(k)) for k in keys if r.get(k) is not None), math.nan)
+                          for r in rounds) if math.isfinite(v)]
+    return statistics.median(values) if values else float("nan")
+
+
+def cpu_ms(rounds: Sequence[Round]) -> float:
+    """CPU ms a sample, the whole process tree's (workers and main loop), else the chain's."""
+    return _median(rounds, "process_cpu_ms_per_sample", "cpu_ms_per_sample")
+
+
+def pss_mb(rounds: Sequence[Round]) -> float:
+    return _median(rounds, "pss_mb_peak")
+
+
+def starvation(rounds: Sequence[Round]) -> float:
+    return _median(rounds, "starvation_pct")
+
+
+@dataclass(frozen=True)
+class Objective:
+    """None: that objective is not asked for."""
+
+    target_starvation_pct: Optional[float] = None
+    max_pss_gib: Optional[float] = None
+
+    @property
+    def name(self) -> str:
+        ranked = (f"fewest workers keeping starvation under {self.target_starvation_pct:g}%"
+                  if self.target_starvation_pct is not None else "highest samples/s")
+        return ranked + (f", summed PSS under {self.max_pss_gib:g} GiB" if self.max_pss_gib is not None else "")
+
+    def unmet(self, rounds: Sequence[Round]) -> str:
+        """Why the rounds (medians) miss the objective's limits, '' when they meet them."""
+        if self.max_pss_gib is not None and pss_mb(rounds) > self.max_pss_gib * MIB_PER_GIB:
+            return f"summed PSS {pss_mb(rounds) / MIB_PER_GIB:.2f} GiB over the {self.max_pss_gib:g} GiB cap"
+        if self.target_starvation_pct is not None and starvation(rounds) > self.target_starvation_pct:
+            return f"starvation {starvation(rounds):.1f}% over the {self.target_starvation_pct:g}% target"
+        return ""
+
+    def surely_unmet(self, rounds: Sequence[Round]) -> str:
+        """Why the rounds miss a limit beyond doubt ('' otherwise): memory is read once and barely
+        moves, starvation only once STARVATION_OUT_ROUNDS rounds all pass the target."""
+        if self.max_pss_gib is not None and pss_mb(rounds) > self.max_pss_gib * MIB_PER_GIB:
+            return self.unmet(rounds)
+        target = self.target_starvation_pct
+        values = [_number(r.get("starvation_pct")) for r in rounds]
+        if target is not None and len(values) >= STARVATION_OUT_ROUNDS and min(values) > target:
+            return f"starvation over the {target:g}% target in all {len(values)} rounds (least {min(values):.1f}%)"
+        return ""
+
+    def rank(self, workers: int, rounds: Sequence[Round]) -> Tuple[float, ...]:
+        """Smaller is better: the fewest workers first for a starvation target, then the fastest."""
+        rate = -statistics.median(race_rates(rounds))
+        return (workers, rate) if self.target_starvation_pct is not None else (rate,)
+
+    def closest(self, rounds: Sequence[Round]) -> float:
+        """How far the rounds are from the objective's limit (smaller is closer), for when nothing meets it."""
+        if self.max_pss_gib is not None and pss_mb(rounds) > self.max_pss_gib * MIB_PER_GIB:
+            return pss_mb(rounds)
+        return starvation(rounds) if self.target_starvation_pct is not None else 0.0
+
+
+def told_apart_rounds(a: Sequence[Round], b: Sequence[Round]) -> bool:
+    """Whether two points' rates differ beyond the noise, by the comparison table's rule (`told_apart`)."""
+    return told_apart(race_rates(a), rate_spread(a), race_rates(b), rate_spread(b))
+
+
+def _by_round(rounds: Sequence[Round]) -> Dict[object, float]:
+    """Rates keyed by the race's round (ROUND_ID), so rounds run side by side pair up."""
+    return {r.get(ROUND_ID, i): rate for i, (r, rate) in enumerate(zip(rounds, race_rates(rounds)))}
+
+
+def slower_for_real(rounds: Mapping[str, Sequence[Round]], best: str, others: Sequence[str]) -> Dict[str, bool]:
+    """Whether each of `others` is slower than `best` beyond the noise. With MIN_SAMPLES rounds a side,
+    by the one rule of significance (`against_base`: paired over the rounds they ran side by side,
+    Holm-corrected over `others`, and by more than RACE_THRESHOLD); with fewer, by their intervals
+    (`told_apart`)."""
+    top = statistics.median(race_rates(rounds[best]))
+    tested = {n: _by_round(rounds[n]) for n in others if min(len(rounds[n]), len(rounds[best])) >= MIN_SAMPLES}
+    slower = {n: statistics.median(race_rates(rounds[n])) < top and told_apart_rounds(rounds[best], rounds[n])
+              for n in others if n not in tested}
+    if tested:
+        slower.update({n: direction == DOWN for n, (_, direction) in
+                       against_base(_by_round(rounds[best]), tested, RACE_THRESHOLD).items()})
+    return slower

@@ -1,0 +1,198 @@
+"""What `pipebench tune` will search: its `tune.*` options, the space's dimensions, and each point as a config.
+
+`tune.*` overrides are tune's own: they are parsed with Hydra's override parser and checked against
+the `TuneOptions` structured config (a typo or a bad value is one line naming the key), then left out
+of the jobs, which never see them. Each point reaches its jobs as a Hydra "experiment" config in the
+ConfigStore (`+tune_point=<name>`, package `_global_`: it selects the chain and sets the workers and
+loader keys), so a stage of the race is one sweep over the point names, interleaved round by round
+as `pipebench run` runs any sweep; the job processes get the configs with Hydra's own state.
+"""
+
+import math
+from dataclasses import dataclass, field
+from typing import Any, Dict, List, Optional, Sequence, Tuple
+
+from hydra.core.config_store import ConfigStore
+from hydra.core.override_parser.overrides_parser import OverridesParser
+from hydra.errors import HydraException
+from omegaconf import OmegaConf
+from omegaconf.errors import ConfigKeyError, OmegaConfBaseException
+
+from pipebench.base.errors import ConfigError
+from pipebench.config.compose import one_line
+from pipebench.config.limits import MAX_PREFETCH_FACTOR, MAX_WORKERS
+from pipebench.config.specs import JobSpec
+from pipebench.config.sweep_axes import worker_ladder
+from pipebench.record.jobs import override_key
+from pipebench.tune.race import Schedule
+from pipebench.tune.space import Dimensions, Point
+
+__all__ = ["OPTUNA", "POINT_GROUP", "RACE", "SEARCHED_KEYS", "TuneOptions", "current_point", "dimensions",
+           "job_overrides", "point_override", "round_defaults", "round_settings", "split_tune_overrides",
+           "store_point"]
+
+TUNE_PREFIX = "tune."
+# The ConfigStore group of the points (`+tune_point=<name>`).
+POINT_GROUP = "tune_point"
+RACE, OPTUNA = "race", "optuna"
+SEARCHES = (RACE, OPTUNA)
+# The keys a point sets: an override of one of them on the command line would win over the point's
+# config, so tune leaves them out of the jobs (they name the user's current settings, verified against).
+SEARCHED_KEYS = ("transform", "workers", "loader.backend", "loader.prefetch_factor", "loader.persistent_workers",
+                 "loader.pin_memory", "loader.batch_size")
+# A round of stage 1 unless the command line sets the run's length (`run=quick`, `run.min_time_s=...`):
+# as explore's, short jobs (more rounds of short jobs resist drift better than fewer long ones), no
+# profiler trace (its extra steps cost time a job), two worker cycles (a rate's interval needs two).
+ROUND_DEFAULTS = (("run.steps", "10"), ("run.min_time_s", "1"), ("run.worker_cycles", "2"), ("trace", "none"),
+                  ("run.profile_steps", "0"))
+# Each step's thread profile: the probe's alone (tune's GIL rule reads it); a race round never runs it.
+THREAD_PROFILE = "run.thread_profile"
+
+
+@dataclass
+class TuneOptions:
+    """`tune.*`: the space and the race. A null dimension takes what the host and the dataset allow."""
+
+    # race: the model-pruned race; optuna: Optuna's TPE sampler picks which points enter it.
+    search: str = RACE
+    # null: 0 up to twice the usable cores (workers=auto's ladder).
+    workers: Optional[List[int]] = None
+    # null: every installed backend that can read the dataset.
+    backends: Optional[List[str]] = None
+    # DataLoader's default and twice it (explore's prefetch move).
+    prefetch_factors: List[int] = field(default_factory=lambda: [2, 4])
+    persistent_workers: List[bool] = field(default_factory=lambda: [False, True])
+    # null: off and on where CUDA is (on without CUDA is pruned: it changes nothing).
+    pin_memory: Optional[List[bool]] = None
+    # null: the config's batch size only; the batch size changes what the model trains on, so only
+    # a user who allows it has it searched.
+    batch_sizes: Optional[List[int]] = None
+    # explore's equivalent chain variants: the probe measures each at workers=0 and keeps its winners.
+    variants: bool = True
+    # The most chains kept from the probe (the fastest within noise of the best).
+    max_chains: int = 2
+    rounds: int = 2
+    stages: int = 3
+    # Interleaved rounds a side for the winner against the current settings; 0: no verification.
+    verify_rounds: int = 4
+    # Optuna: points its sampler proposes a batch, and the sampler's seed.
+    optuna_batch: int = 4
+    seed: int = 0
+
+    def schedule(self, round_s: float, job_s: float) -> Schedule:
+        return Schedule(self.rounds, self.stages, round_s=round_s, job_s=job_s)
+
+
+def _bad(key: str, why: str) -> ConfigError:
+    return ConfigError(f"tune.{key}: {why}")
+
+
+def _check(options: TuneOptions) -> TuneOptions:
+    if options.search not in SEARCHES:
+        raise _bad("search", f"must be one of {', '.join(SEARCHES)}, got {options.search!r}")
+    for key, values, low, high in (("workers", options.workers, 0, MAX_WORKERS),
+                                   ("prefetch_factors", options.prefetch_factors, 1, MAX_PREFETCH_FACTOR),
+                                   ("batch_sizes", options.batch_sizes, 1, None)):
+        if values is not None and (not values or any(v < low or (high is not None and v > high) for v in values)):
+            raise _bad(key, f"must be a non-empty list of whole numbers from {low}"
+                            + (f" to {high}" if high is not None else "") + f", got {list(values)}")
+    for key in ("persistent_workers", "pin_memory", "backends"):
+        values = getattr(options, key)
+        if values is not None and not values:
+            raise _bad(key, "must list at least one value")
+    for key, value, low in (("max_chains", options.max_chains, 1), ("rounds", options.rounds, 1),
+                            ("stages", options.stages, 1), ("verify_rounds", options.verify_rounds, 0),
+                            ("optuna_batch", options.optuna_batch, 1)):
+        if value < low:
+            raise _bad(key, f"must be at least {low}, got {value}")
+    return options
+
+
+def split_tune_overrides(overrides: Sequence[str]) -> Tuple[TuneOptions, List[str]]:
+    """The `tune.*` overrides as checked options, and the other overrides as given. A comma list
+    (`tune.workers=0,2,4`) is the same list as `[0,2,4]`."""
+    ours = [o for o in overrides if override_key(o).startswith(TUNE_PREFIX)]
+    rest = [o for o in overrides if not override_key(o).startswith(TUNE_PREFIX)]
+    try:
+        parsed = OverridesParser.create().parse_overrides(ours)
+    except HydraException as exc:
+        raise ConfigError(one_line(exc)) from exc
+    dotlist = {}
+    for override in parsed:
+        value: Any = override.value()
+        if override.is_sweep_override():
+            value = list(override.sweep_iterator())
+        dotlist[override.get_key_element()[len(TUNE_PREFIX):]] = value
+    try:
+        merged = OmegaConf.merge(OmegaConf.structured(TuneOptions), OmegaConf.create(dotlist))
+    except ConfigKeyError as exc:
+        raise _bad(str(exc.full_key), f"no such key (tune.* keys: {', '.join(TuneOptions.__dataclass_fields__)})"
+                   ) from exc
+    except OmegaConfBaseException as exc:
+        raise _bad(str(getattr(exc, "full_key", "")), one_line(exc)) from exc
+    return _check(OmegaConf.to_object(merged)), rest
+
+
+def current_point(spec: JobSpec) -> Point:
+    """The user's settings as a point: what the winner is verified against."""
+    return Point(spec.transform_name, spec.workers, spec.loader.backend, spec.loader.prefetch_factor,
+                 spec.loader.persistent_workers, spec.loader.pin_memory, spec.loader.batch_size)
+
+
+def dimensions(options: TuneOptions, spec: JobSpec, chains: Sequence[str], usable_cores: int,
+               backends: Sequence[str]) -> Dimensions:
+    """The values each setting may take: the options', else the host's (`backends`: those installed
+    that can read the dataset)."""
+    unknown = [b for b in options.backends or () if b not in backends]
+    if unknown:
+        raise _bad("backends", f"{', '.join(unknown)} cannot run here (installed and able to read this dataset: "
+                               f"{', '.join(backends)})")
+    return Dimensions(
+        chains=tuple(chains),
+        workers=tuple(sorted(set(options.workers or worker_ladder(usable_cores)))),
+        backends=tuple(options.backends or backends),
+        prefetch_factors=tuple(sorted(set(options.prefetch_factors))),
+        persistent_workers=tuple(dict.fromkeys(options.persistent_workers)),
+        pin_memory=tuple(dict.fromkeys(options.pin_memory if options.pin_memory is not None else (False, True))),
+        batch_sizes=tuple(sorted(set(options.batch_sizes or [spec.loader.batch_size]))),
+    )
+
+
+def job_overrides(overrides: Sequence[str]) -> List[str]:
+    """The user's overrides less the keys a point sets (SEARCHED_KEYS)."""
+    return [o for o in overrides if override_key(o) not in SEARCHED_KEYS]
+
+
+def round_defaults(overrides: Sequence[str]) -> List[str]:
+    """ROUND_DEFAULTS where the command line does not set the key (or its group: `run=quick`)."""
+    given = {override_key(o) for o in overrides}
+    return [f"{k}={v}" for k, v in ROUND_DEFAULTS if k not in given and k.partition(".")[0] not in given]
+
+
+def round_settings(overrides: Sequence[str], round_spec: JobSpec, length: float, thread_profile: bool = False
+                   ) -> List[str]:
+    """The run overrides of a round `length` times stage 1's, whose run settings `round_spec` holds
+    (composed with `round_defaults`): its window's time and steps scaled; the thread profile only
+    where asked (the probe), as it adds seconds a job under a thread backend."""
+    return [*(o for o in round_defaults(overrides) if override_key(o) != THREAD_PROFILE),
+            f"{THREAD_PROFILE}={str(thread_profile).lower()}",
+            f"run.min_time_s={round_spec.run.min_time_s * length:g}", f"run.steps={math.ceil(round_spec.run.steps * length)}"]
+
+
+def point_override(names: Sequence[str]) -> str:
+    """The sweep over points: `+tune_point=a,b,c`."""
+    return f"+{POINT_GROUP}={','.join(names)}"
+
+
+def store_point(point: Point) -> None:
+    """The point as a global config in Hydra's ConfigStore: it selects its chain (a config under
+    `transform/`, explore's variants included once stored) and sets the workers and loader keys."""
+    node: Dict[str, Any] = {
+        "defaults": [{"override /transform": point.chain}, "_self_"],
+        "workers": point.workers,
+        "loader": {"backend": point.backend, "prefetch_factor": point.prefetch_factor,
+                   "persistent_workers": point.persistent_workers, "pin_memory": point.pin_memory,
+                   "batch_size": point.batch_size},
+    }
+    ConfigStore.instance().store(group=POINT_GROUP, name=point.name, node=node, package="_global_",
+                                 provider="pipebench tune")

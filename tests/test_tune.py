@@ -1,0 +1,331 @@
+"""`pipebench tune`: the pruning (each rule with its reason), the race on synthetic rounds of known truth,
+the objectives, what it writes, its bad input, and one whole command at tiny settings."""
+
+import csv
+import math
+from typing import Dict, List, Sequence
+
+import numpy as np
+import pytest
+from conftest import FAST_JOB, NO_CHAIN, results_folder, run_cli
+from omegaconf import OmegaConf
+
+from pipebench.base.errors import ConfigError
+from pipebench.base.extras import installed
+from pipebench.base.significance import intervals_overlap
+from pipebench.cli.main import main
+from pipebench.config.compose import job_spec_composer
+from pipebench.report.comparison import Spread, told_apart
+from pipebench.report.diagnosis import ChainCosts
+from pipebench.tune.files import best_config, paste_lines
+from pipebench.tune.objective import Objective
+from pipebench.tune.plan import split_tune_overrides, store_point
+from pipebench.tune.race import BUDGET, LAST_STAGE, NOTHING_MEETS, RESOLVED, Schedule, judge, run_race
+from pipebench.tune.recommend import recommend
+from pipebench.tune.space import ChainModel, Dimensions, Point, fit_budget, grid, knee_workers, prune
+
+CORES = 2
+
+
+def _costs(cpu_ms: float, wall_ms: float, consumer_ms: float = 0.0) -> ChainCosts:
+    return ChainCosts(wall_ms, cpu_ms, consumer_ms, 0.0, 32, CORES, "workers=0")
+
+
+# Busy: every ms of a sample is CPU (a pure-Python step). Sleepy: a sample waits 10 ms and spends 0.1 ms of CPU.
+BUSY = ChainModel(_costs(10.0, 10.0))
+SLEEPY = ChainModel(_costs(0.1, 10.0))
+GIL = ChainModel(_costs(10.0, 10.0), ("BusyWait",))
+
+
+def _dims(**given) -> Dimensions:
+    values = dict(chains=("busy",), workers=(0, 1, 2, 4), backends=("dataloader",), prefetch_factors=(2,),
+                  persistent_workers=(False,), pin_memory=(False,), batch_sizes=(32,))
+    return Dimensions(**{**values, **given})
+
+
+def _reasons(dropped) -> Dict[str, str]:
+    return {d.point.name: d.reason for d in dropped}
+
+
+# ---- the pruning, one rule at a time
+
+
+def test_pin_memory_without_cuda_is_dropped_for_changing_nothing():
+    kept, dropped = prune(grid(_dims(workers=(2,), pin_memory=(False, True))), {}, cuda=False)
+    assert [p.pin_memory for p in kept] == [False]
+    assert list(_reasons(dropped).values()) == ["pin_memory: no CUDA device here, so pinning does nothing"]
+    kept, dropped = prune(grid(_dims(workers=(2,), pin_memory=(False, True))), {}, cuda=True)
+    assert [p.pin_memory for p in kept] == [False, True] and not dropped
+
+
+def test_workers_0_is_one_point_whatever_the_worker_settings():
+    dims = _dims(workers=(0,), backends=("dataloader", "threads"), prefetch_factors=(2, 4),
+                 persistent_workers=(False, True))
+    kept, dropped = prune(grid(dims), {}, cuda=False)
+    assert [p.name for p in kept] == ["busy-w0-dataloader-pf2-b32"]
+    assert len(dropped) == 7
+    assert all(r.startswith("workers=0: one in-process loop under every backend") and
+               r.endswith("(raced as busy-w0-dataloader-pf2-b32)") for r in _reasons(dropped).values())
+
+
+def test_persistent_workers_under_threads_is_dropped():
+    kept, dropped = prune(grid(_dims(workers=(2,), backends=("threads",), persistent_workers=(False, True))), {},
+                          cuda=False)
+    assert [p.persistent_workers for p in kept] == [False]
+    assert list(_reasons(dropped).values()) == [
+        "persistent_workers: loader.backend=threads runs threads, and the setting is for worker processes"]
+
+
+def test_threads_are_not_tried_for_a_chain_whose_steps_hold_the_gil():
+    dims = _dims(chains=("gil", "sleepy"), workers=(2,), backends=("dataloader", "threads", "spdl"))
+    kept, dropped = prune(grid(dims), {"gil": GIL, "sleepy": SLEEPY}, cuda=False)
+    assert sorted(p.name for p in kept) == ["gil-w2-dataloader-pf2-b32", "sleepy-w2-dataloader-pf2-b32",
+                                            "sleepy-w2-spdl-pf2-b32", "sleepy-w2-threads-pf2-b32"]
+    reasons = _reasons(dropped)
+    assert reasons["gil-w2-threads-pf2-b32"] == ("loader.backend=threads: gil's steps BusyWait hold the GIL (its "
+                                                 "thread profile), so its threads would queue for it")
+    assert "gil-w2-spdl-pf2-b32" in reasons
+
+
+def test_workers_past_the_cores_knee_are_not_raced_but_one_count_past_it_is():
+    ladder = (0, 1, 2, 3, 4, 8)
+    assert knee_workers(BUSY.costs, ladder) == CORES
+    kept, dropped = prune(grid(_dims(workers=ladder)), {"busy": BUSY}, cuda=False)
+    assert [p.workers for p in kept] == [0, 1, 2, 3]
+    reasons = _reasons(dropped)
+    assert sorted(reasons) == ["busy-w4-dataloader-pf2-b32", "busy-w8-dataloader-pf2-b32"]
+    assert reasons["busy-w4-dataloader-pf2-b32"] == (
+        "workers=4: the model has busy at 200 samples/s (cores-bound) from 2 workers (2 usable cores at 10 ms of "
+        "CPU a sample); more workers only time-slice, and workers=3 checks it")
+    # A chain that waits more than it computes scales past the cores: every count races.
+    kept, dropped = prune(grid(_dims(chains=("sleepy",), workers=ladder)), {"sleepy": SLEEPY}, cuda=False)
+    assert [p.workers for p in kept] == list(ladder) and not dropped
+
+
+def test_the_budget_keeps_the_points_the_model_ranks_best_and_says_why_for_the_rest():
+    points = grid(_dims(chains=("sleepy",), workers=(1, 2, 4, 8)))
+    kept, cut = fit_budget(points, {"sleepy": SLEEPY}, room=2)
+    assert [p.workers for p in kept] == [4, 8]
+    assert [d.point.workers for d in cut] == [2, 1]
+    assert cut[0].reason.startswith("the budget fits one round of 2 points, and the model ranks this one below them")
+
+
+# ---- the race on synthetic rounds of known truth
+
+
+def _round(rate: float, rng: np.random.Generator, cv: float, cpu: float = 1.0, pss: float = 500.0,
+           starvation: float = 50.0) -> Dict[str, float]:
+    value = rate * float(np.exp(rng.normal(0, cv)))
+    return {"samples_per_s": value, "samples_per_s_ci_low": value * (1 - 2 * cv),
+            "samples_per_s_ci_high": value * (1 + 2 * cv), "process_cpu_ms_per_sample": cpu, "pss_mb_peak": pss,
+            "starvation_pct": starvation}
+
+
+class Planted:
+    """A measurer of known truth: each point's true rate (and cost), rounds with `cv` noise that
+    shrinks with the round's length; each job costs `job_s` on a fake clock."""
+
+    def __init__(self, truth: Dict[str, Dict[str, float]], cv: float = 0.05, job_s: float = 10.0, seed: int = 0):
+        self.truth, self.cv, self.job_s = truth, cv, job_s
+        self.rng = np.random.default_rng(seed)
+        self.now = 0.0
+        self.calls: List[Sequence[str]] = []
+
+    def clock(self) -> float:
+        return self.now
+
+    def __call__(self, names, rounds, length):
+        self.calls.append(tuple(names))
+        self.now += self.job_s * len(names) * rounds
+        return {n: [_round(rng=self.rng, cv=self.cv / math.sqrt(length), **self.truth[n]) for _ in range(rounds)]
+                for n in names}
+
+
+def _race(truth, objective=Objective(), deadline=10_000.0, workers=None, **planted):
+    measure = Planted(truth, **planted)
+    workers = workers or {n: 2 for n in truth}
+    outcome = run_race(list(truth), workers, measure, objective, Schedule(job_s=10.0), deadline, clock=measure.clock)
+    return outcome, measure
+
+
+def test_a_clear_winner_is_resolved_after_the_first_stage():
+    outcome, measure = _race({"fast": {"rate": 1000.0}, "mid": {"rate": 500.0}, "slow": {"rate": 300.0}})
+    assert outcome.stop == RESOLVED and outcome.survivors == ("fast",)
+    assert len(outcome.stages) == 1 and measure.calls == [("fast", "mid", "slow")]
+    assert outcome.out["slow"][0] == 1 and outcome.out["slow"][1].startswith("slower than fast beyond the noise")
+
+
+def test_two_points_within_noise_are_both_kept_and_the_cheaper_is_recommended():
+    truth = {"a": {"rate": 1000.0, "cpu": 2.0}, "b": {"rate": 1000.0, "cpu": 1.5}, "slow": {"rate": 400.0}}
+    outcome, measure = _race(truth)
+    assert outcome.stop == LAST_STAGE and set(outcome.survivors) == {"a", "b"}
+    assert measure.calls[1:] == [tuple(outcome.stages[1].entrants)] * 2 and "slow" not in measure.calls[1]
+    assert [len(outcome.rounds[n]) for n in ("a", "b", "slow")] == [6, 6, 2]
+    chosen = recommend(outcome.rounds, outcome.survivors, {n: 2 for n in truth}, Objective())
+    assert set(chosen.near) == {"a", "b"} and chosen.pick == "b" and chosen.met
+
+
+def test_a_spent_budget_stops_the_race_and_names_the_points_left():
+    truth = {"a": {"rate": 1000.0}, "b": {"rate": 990.0}, "c": {"rate": 985.0}}
+    # Stage 1 costs 3 points x 2 rounds x 10 s = 60 s; stage 2 would need about as much again.
+    outcome, _ = _race(truth, deadline=100.0)
+    assert outcome.stop == BUDGET and len(outcome.stages) == 1
+    assert set(outcome.survivors) == {"a", "b", "c"} and not outcome.out
+
+
+@pytest.mark.parametrize("reserve_jobs, stages, stop", [(0, 3, LAST_STAGE), (8, 1, BUDGET)])
+def test_the_verification_reserve_counts_against_the_budget(reserve_jobs, stages, stop):
+    """Stage 1 spends 40 s of 150; stage 2 takes 4 jobs of ~11 s (a round 1 s longer): they fit, but
+    not beside 8 verification jobs."""
+    truth = {"a": {"rate": 1000.0}, "b": {"rate": 1000.0}}
+    measure = Planted(truth)
+    outcome = run_race(list(truth), {"a": 2, "b": 2}, measure, Objective(), Schedule(job_s=10.0), 150.0,
+                       clock=measure.clock, reserve_jobs=reserve_jobs)
+    assert (len(outcome.stages), outcome.stop) == (stages, stop)
+
+
+# ---- the objectives
+
+
+def test_a_starvation_target_picks_the_fewest_workers_that_meet_it():
+    truth = {"w1": {"rate": 300.0, "starvation": 40.0}, "w2": {"rate": 600.0, "starvation": 8.0},
+             "w4": {"rate": 640.0, "starvation": 3.0}}
+    workers = {"w1": 1, "w2": 2, "w4": 4}
+    objective = Objective(target_starvation_pct=10.0)
+    outcome, _ = _race(truth, objective, workers=workers)
+    assert outcome.survivors == ("w2",) and outcome.stop == RESOLVED
+    assert outcome.out["w4"][1].startswith("the target is met with fewer workers (w2")
+    assert outcome.out["w1"][1] == "starvation over the 10% target in all 2 rounds (least 40.0%)"
+    assert recommend(outcome.rounds, outcome.survivors, workers, objective).pick == "w2"
+
+
+def test_a_memory_cap_rules_out_the_fastest_point():
+    truth = {"big": {"rate": 2000.0, "pss": 3000.0}, "small": {"rate": 1500.0, "pss": 1000.0}}
+    objective = Objective(max_pss_gib=2.0)
+    outcome, _ = _race(truth, objective)
+    assert outcome.survivors == ("small",)
+    assert outcome.out["big"][1] == "summed PSS 2.93 GiB over the 2 GiB cap"
+
+
+def test_an_objective_nothing_meets_recommends_the_closest_and_says_why():
+    truth = {"w1": {"rate": 300.0, "starvation": 60.0}, "w2": {"rate": 500.0, "starvation": 30.0}}
+    objective = Objective(target_starvation_pct=10.0)
+    outcome, _ = _race(truth, objective, workers={"w1": 1, "w2": 2})
+    assert outcome.stop == NOTHING_MEETS and outcome.survivors == ("w2",)
+    chosen = recommend(outcome.rounds, outcome.survivors, {"w1": 1, "w2": 2}, objective)
+    assert not chosen.met and chosen.pick == "w2" and chosen.unmet == "starvation 30.0% over the 10% target"
+
+
+def test_judge_keeps_a_point_whose_single_round_has_no_interval():
+    """A round too short for an interval (nan bounds) cannot tell anything apart."""
+    nan = float("nan")
+    rounds = {"a": [{"samples_per_s": 1000.0, "samples_per_s_ci_low": nan, "samples_per_s_ci_high": nan}],
+              "b": [{"samples_per_s": 500.0, "samples_per_s_ci_low": nan, "samples_per_s_ci_high": nan}]}
+    assert judge(rounds, {"a": 1, "b": 1}, Objective()).kept == ("a", "b")
+    assert intervals_overlap(nan, nan, 1.0, 2.0)
+    assert not told_apart([1000.0], Spread(1000.0, nan, nan, "", nan), [500.0], Spread(500.0, 490.0, 510.0, "", 10))
+
+
+@pytest.mark.skipif(not installed("optuna"), reason="tune.search=optuna needs Optuna")
+def test_optuna_proposes_each_pruned_point_once_in_batches_and_races_them():
+    from pipebench.tune.optuna_search import optuna_proposer
+
+    kept, _ = prune(grid(_dims(chains=("sleepy",), workers=(0, 1, 2, 4), prefetch_factors=(2, 4))),
+                    {"sleepy": SLEEPY}, cuda=False)
+    truth = {p.name: {"rate": 100.0 * (1 + p.workers) + p.prefetch_factor} for p in kept}
+    measure = Planted(truth)
+    propose = optuna_proposer(kept, Objective(), batch=3, seed=0)
+    outcome = run_race([p.name for p in kept], {p.name: p.workers for p in kept}, measure, Objective(),
+                       Schedule(job_s=10.0), 10_000.0, clock=measure.clock, propose=propose)
+    first = [n for call in measure.calls for n in call]
+    assert set(first) == set(truth) and len(measure.calls[0]) == 3
+    assert outcome.survivors[0].startswith("sleepy-w4-")
+
+
+# ---- what it writes
+
+
+def test_best_yaml_merged_onto_a_config_gives_the_recommended_settings():
+    point = Point("yuv_mask", 4, "dataloader", 4, True, False, 64)
+    with job_spec_composer() as compose_one:
+        spec, _ = compose_one([])
+    merged = OmegaConf.merge(OmegaConf.create({"workers": spec.workers, "loader": {"batch_size": 32}}),
+                             OmegaConf.create(best_config(point, None)))
+    assert merged.workers == 4 and merged.loader.batch_size == 64 and merged.loader.persistent_workers is True
+
+
+def test_paste_lines_follow_the_backend_and_drop_worker_settings_without_workers():
+    assert paste_lines(Point("c", 0, "dataloader", 2, False, False, 32)) == [
+        "DataLoader(dataset, batch_size=32, shuffle=True, num_workers=0, pin_memory=False)"]
+    assert "prefetch_factor=4, persistent_workers=True" in paste_lines(Point("c", 6, "dataloader", 4, True, True, 32))[0]
+    assert any("method=\"thread\"" in line for line in paste_lines(Point("c", 6, "threads", 4, False, False, 32)))
+    assert "concurrency=6" in paste_lines(Point("c", 6, "spdl", 2, False, False, 32))[-1]
+
+
+def test_a_point_reaches_its_job_as_a_config_that_selects_its_chain_and_loader():
+    point = Point("yuv_mask_fast", 3, "threads", 4, False, False, 16)
+    store_point(point)
+    with job_spec_composer() as compose_one:
+        spec, _ = compose_one(["loader=seed", f"+tune_point={point.name}"])
+    assert (spec.transform_name, spec.workers, spec.loader.backend, spec.loader.prefetch_factor,
+            spec.loader.batch_size) == ("yuv_mask_fast", 3, "threads", 4, 16)
+
+
+# ---- bad input: one line, exit 2, nothing run or written
+
+
+@pytest.mark.parametrize("args, message", [
+    (["tune.wrkers=[1]"], "tune.wrkers: no such key"),
+    (["tune.search=grid"], "tune.search: must be one of race, optuna, got 'grid'"),
+    (["--budget-s", "1"], "--budget-s is too small to measure one round: at least"),
+    (["--target-starvation", "10", "consumer=none"], "--target-starvation needs a consumer to starve"),
+    (["workers=0,2"], "tune starts from one setting, got a sweep of 2 jobs"),
+])
+def test_bad_input_is_one_line_and_exit_2(tmp_path, capsys, monkeypatch, args, message):
+    monkeypatch.chdir(tmp_path)
+    assert main(["tune", *args, "tune.variants=false", "results_dir=out"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("pipebench: error: ") and message in err, err
+    assert len(err.strip().splitlines()) == 1
+    assert not (tmp_path / "out").exists()
+
+
+def test_an_unknown_objective_value_is_refused_by_the_parser(capsys):
+    with pytest.raises(SystemExit) as stop:
+        main(["tune", "--target-starvation", "150"])
+    assert stop.value.code == 2
+    assert capsys.readouterr().err.strip().splitlines()[-1].endswith(
+        "must be a percentage above 0 and below 100, got '150'")
+
+
+def test_tune_options_read_a_comma_list_as_a_list():
+    options, rest = split_tune_overrides(["tune.workers=0,2,4", "workers=3"])
+    assert options.workers == [0, 2, 4] and rest == ["workers=3"]
+    with pytest.raises(ConfigError, match=r"tune\.workers\[0\]: Value 'a'"):
+        split_tune_overrides(["tune.workers=[a]"])
+
+
+# ---- the whole command, at tiny settings (a 2-point space, one stage, one verification round)
+
+
+def test_tune_end_to_end_writes_its_files_and_ends_with_the_results_line(tmp_path):
+    proc = run_cli(["tune", "--budget-s", "600", *FAST_JOB, *NO_CHAIN, "tune.variants=false", "tune.workers=[0,1]",
+                    "tune.backends=[dataloader]", "tune.prefetch_factors=[2]", "tune.persistent_workers=[false]",
+                    "tune.stages=1", "tune.verify_rounds=1", "workers=1", "results_dir=out"], cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    folder = tmp_path / results_folder(proc.stdout)
+    assert folder.name.endswith("-tune-yuv_mask")
+    with (folder / "tune.csv").open() as handle:
+        rows = list(csv.DictReader(handle))
+    raced = [r for r in rows if r["stage"] == "1"]
+    assert sorted(r["workers"] for r in raced) == ["0", "1"] and all(r["rounds"] == "2" for r in raced)
+    assert [r["verdict"] for r in rows if r["stage"] == "pruned"] == [
+        "pruned: pin_memory: no CUDA device here, so pinning does nothing"] * 2
+    assert sum(r["verdict"] == "recommended" for r in rows) == 1
+    best = OmegaConf.load(folder / "best.yaml")
+    assert best.workers in (0, 1) and best.loader.backend == "dataloader"
+    markdown = (folder / "tune.md").read_text()
+    for section in ("## the space", "## the race", "## recommendation", "paste into your script:"):
+        assert section in markdown
+    assert (folder / "tune.png").stat().st_size > 0 and (folder / "probe" / "job-0" / "result.json").is_file()
+    assert ("verified against your settings" in markdown) or ("your settings are the recommended ones" in markdown)
