@@ -19,7 +19,7 @@ from pipebench.report.comparison import Spread, told_apart
 from pipebench.report.diagnosis import ChainCosts
 from pipebench.tune.files import best_config, paste_lines
 from pipebench.tune.objective import Objective
-from pipebench.tune.plan import split_tune_overrides, store_point
+from pipebench.tune.plan import job_overrides, split_tune_overrides, store_point
 from pipebench.tune.race import BUDGET, LAST_STAGE, NOTHING_MEETS, RESOLVED, Schedule, judge, run_race
 from pipebench.tune.recommend import recommend
 from pipebench.tune.space import ChainModel, Dimensions, Point, fit_budget, grid, knee_workers, prune
@@ -163,6 +163,14 @@ def test_two_points_within_noise_are_both_kept_and_the_cheaper_is_recommended():
     assert [len(outcome.rounds[n]) for n in ("a", "b", "slow")] == [6, 6, 2]
     chosen = recommend(outcome.rounds, outcome.survivors, {n: 2 for n in truth}, Objective())
     assert set(chosen.near) == {"a", "b"} and chosen.pick == "b" and chosen.met
+    # The faster of two within noise is the best; the cheaper one is still the pick.
+    rng = np.random.default_rng(0)
+    rounds = {"fast": [_round(1010.0, rng, 0.0, cpu=2.0), _round(1010.0, rng, 0.0, cpu=2.0)],
+              "lean": [_round(1000.0, rng, 0.0, cpu=1.5), _round(1000.0, rng, 0.0, cpu=1.5)]}
+    for r in (*rounds["fast"], *rounds["lean"]):
+        r.update(samples_per_s_ci_low=r["samples_per_s"] * 0.95, samples_per_s_ci_high=r["samples_per_s"] * 1.05)
+    chosen = recommend(rounds, ("fast", "lean"), {"fast": 2, "lean": 2}, Objective())
+    assert (chosen.best, chosen.near, chosen.pick) == ("fast", ("fast", "lean"), "lean")
 
 
 def test_a_spent_budget_stops_the_race_and_names_the_points_left():
@@ -296,6 +304,15 @@ def test_an_unknown_objective_value_is_refused_by_the_parser(capsys):
     assert stop.value.code == 2
     assert capsys.readouterr().err.strip().splitlines()[-1].endswith(
         "must be a percentage above 0 and below 100, got '150'")
+
+
+def test_the_current_settings_read_as_they_run_and_the_jobs_lose_what_each_point_or_round_sets():
+    assert Point("c", 0, "threads", 4, True, True, 32).as_run(cuda=False) == Point("c", 0, "dataloader", 2, False,
+                                                                                    False, 32)
+    assert Point("c", 2, "threads", 4, True, True, 32).as_run(cuda=True) == Point("c", 2, "threads", 4, False, True, 32)
+    given = ["workers=4", "loader.backend=threads", "transform=x", "run.min_time_s=3", "run.thread_profile=true",
+             "dataset=image_folder", "loader.shuffle=false", "run=quick"]
+    assert job_overrides(given) == ["dataset=image_folder", "loader.shuffle=false", "run=quick"]
 
 
 def test_tune_options_read_a_comma_list_as_a_list():

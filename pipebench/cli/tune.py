@@ -16,13 +16,14 @@ Then tune.csv, best.yaml, tune.md and tune.png (`pipebench.tune.files`), and `re
 import argparse
 import dataclasses
 import math
+import sys
 import time
 from pathlib import Path
 from typing import Dict, List, Mapping, Optional, Sequence, Tuple
 
 import torch
 
-from pipebench.base.errors import INTERRUPTED_EXIT_STATUS, TERMINATED_EXIT_STATUS, ConfigError
+from pipebench.base.errors import CRASH_EXIT_STATUS, INTERRUPTED_EXIT_STATUS, TERMINATED_EXIT_STATUS, ConfigError
 from pipebench.base.io import folder_safe
 from pipebench.cli.common_args import add_config_dir, add_overrides
 from pipebench.cli.run import expand_sweep, import_from_cwd, refuse_hydra_dirs, run_command, search_path
@@ -299,8 +300,10 @@ def _tune(folder: Path, spec: JobSpec, round_spec: JobSpec, base: List[str], ove
                   {c: [r.summary for r in records] for c, records in probe.items() if records}, chain_verdicts,
                   verification, configs.get(points[chosen.pick].chain) if chosen is not None else None, notes, base)
     print("\n" + write_tune(folder, tuned, config_dir or ""), end="")
+    if chosen is None:
+        print(f"pipebench: error: tune: {outcome.stop}", file=sys.stderr)
     print(f"results: {folder}")
-    return 0
+    return 0 if chosen is not None else CRASH_EXIT_STATUS
 
 
 def add_parser(verbs: "argparse._SubParsersAction") -> None:

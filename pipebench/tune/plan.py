@@ -45,6 +45,8 @@ SEARCHED_KEYS = ("transform", "workers", "loader.backend", "loader.prefetch_fact
 # profiler trace (its extra steps cost time a job), two worker cycles (a rate's interval needs two).
 ROUND_DEFAULTS = (("run.steps", "10"), ("run.min_time_s", "1"), ("run.worker_cycles", "2"), ("trace", "none"),
                   ("run.profile_steps", "0"))
+# The run keys a round's length scales, from the values stage 1's round composes to.
+ROUND_SCALED = ("run.min_time_s", "run.steps")
 # Each step's thread profile: the probe's alone (tune's GIL rule reads it); a race round never runs it.
 THREAD_PROFILE = "run.thread_profile"
 
@@ -159,8 +161,9 @@ def dimensions(options: TuneOptions, spec: JobSpec, chains: Sequence[str], usabl
 
 
 def job_overrides(overrides: Sequence[str]) -> List[str]:
-    """The user's overrides less the keys a point sets (SEARCHED_KEYS)."""
-    return [o for o in overrides if override_key(o) not in SEARCHED_KEYS]
+    """The user's overrides less the keys a point sets (SEARCHED_KEYS) and those `round_settings`
+    gives each round (its length, ROUND_SCALED, and whether it profiles threads)."""
+    return [o for o in overrides if override_key(o) not in (*SEARCHED_KEYS, *ROUND_SCALED, THREAD_PROFILE)]
 
 
 def round_defaults(overrides: Sequence[str]) -> List[str]:
@@ -174,7 +177,7 @@ def round_settings(overrides: Sequence[str], round_spec: JobSpec, length: float,
     """The run overrides of a round `length` times stage 1's, whose run settings `round_spec` holds
     (composed with `round_defaults`): its window's time and steps scaled; the thread profile only
     where asked (the probe), as it adds seconds a job under a thread backend."""
-    return [*(o for o in round_defaults(overrides) if override_key(o) != THREAD_PROFILE),
+    return [*(o for o in round_defaults(overrides) if override_key(o) not in (THREAD_PROFILE, *ROUND_SCALED)),
             f"{THREAD_PROFILE}={str(thread_profile).lower()}",
             f"run.min_time_s={round_spec.run.min_time_s * length:g}", f"run.steps={math.ceil(round_spec.run.steps * length)}"]
 
