@@ -25,6 +25,7 @@ from torch.utils.data import IterableDataset
 
 from pipebench.base.errors import DatasetError
 from pipebench.pipeline.file_reads import is_url
+from pipebench.pipeline.object_store import unreadable, url_fs
 
 from .lazy_image import rgb_from
 from .shard_split import ShardFiles, require_library
@@ -42,16 +43,10 @@ def _litdata() -> Any:
     return require_library("litdata", FEATURE)
 
 
-def _fs(url: str) -> Tuple[Any, str]:
-    import fsspec  # torch's own dependency
-
-    return fsspec.core.url_to_fs(url)
-
-
 def _check_folder(input_dir: str, keys: dict) -> Tuple[List[str], List[int], List[int]]:
     """The chunk files, their sizes and item counts from index.json, each chunk checked on disk, and
     the item's fields checked against `keys` (field role -> name or None)."""
-    fs, root = _fs(input_dir)
+    fs, root = url_fs(input_dir)
     index_path = f"{root.rstrip('/')}/{INDEX_FILE}"
     try:
         with fs.open(index_path, "r") as f:
@@ -62,6 +57,10 @@ def _check_folder(input_dir: str, keys: dict) -> Tuple[List[str], List[int], Lis
                            "(`pipebench dataset convert --to litdata` writes one)") from None
     except (OSError, ValueError, KeyError, TypeError) as exc:
         raise DatasetError(f"{NAME}: {input_dir}/{INDEX_FILE}: not a LitData index ({exc})") from None
+    except Exception as exc:  # a URL's store raises its own errors (botocore's)
+        if is_url(input_dir):
+            raise unreadable(f"{input_dir}/{INDEX_FILE}", exc) from None
+        raise
     types = config.get("types") or {}
     for role, name in keys.items():
         wanted = BYTES_TYPE if role == "image_key" else "int"

@@ -13,7 +13,8 @@ The chain gets the encoded image, opened lazily (datasets/lazy_image.py), so the
 step. Files are read through the job's FileReads, so the bytes, the cold cache and the slow-storage
 what-if apply. Building the dataset reads each file's footer only: the row counts, and the bad input
 (a missing file, a file without the named column or whose column holds no image bytes), one line
-naming the file and column, or left out and counted under `on_bad_sample=skip`.
+naming the file and column, or left out and counted under `on_bad_sample=skip`. A URL that cannot be
+read at all is one line naming it, whatever the policy (pipebench/pipeline/object_store.py).
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ from torch.utils.data import Dataset, IterableDataset
 
 from pipebench.base.errors import DatasetError
 from pipebench.pipeline.file_reads import FileReads, is_url
+from pipebench.pipeline.object_store import unreadable, url_fs
 from pipebench.pipeline.rank_info import rank_and_world
 
 from .lazy_image import rgb_from
@@ -58,11 +60,12 @@ def _pq() -> Any:
 def _glob(pattern: str) -> List[str]:
     if not is_url(pattern):
         return sorted(glob.glob(pattern))
-    import fsspec  # torch's own dependency
-
-    fs, _ = fsspec.core.url_to_fs(pattern)
+    fs, _ = url_fs(pattern)
     protocol = pattern.split("://", 1)[0]
-    return sorted(f"{protocol}://{path}" for path in fs.glob(pattern))
+    try:
+        return sorted(f"{protocol}://{path}" for path in fs.glob(pattern))
+    except Exception as exc:  # the store's own errors (botocore's): the URL is unreadable
+        raise unreadable(pattern, exc) from None
 
 
 def expand_files(files: Union[str, Sequence[str]]) -> List[str]:
@@ -121,6 +124,10 @@ def scan_file(path: str, image_column: str, label_column: Optional[str], reads: 
         return FileScan(path, 0, (), False, "no such file")
     except (OSError, pa.ArrowException) as exc:
         return FileScan(path, 0, (), False, f"not a readable Parquet file ({str(exc).splitlines()[0]})")
+    except Exception as exc:  # a URL's store raises its own errors (botocore's)
+        if is_url(path):
+            raise unreadable(path, exc) from None
+        raise
     schema = metadata.schema.to_arrow_schema()
     groups = tuple(metadata.row_group(k).num_rows for k in range(metadata.num_row_groups))
     names = ", ".join(schema.names)

@@ -13,7 +13,9 @@ and the slow-storage what-if apply as they do to an image folder.
 Building the dataset reads every shard's tar headers, not its images: the sample count, each
 sample's index (datasets/shard_split.py) and the bad input, found before any job runs: a missing
 shard, a truncated tar, a key with no image. Each is one line naming the file and key, or, under
-`on_bad_sample=skip`, left out and counted.
+`on_bad_sample=skip`, left out and counted. A URL that cannot be read at all (no library for it, an
+endpoint that does not answer) is one line naming it, whatever the policy
+(pipebench/pipeline/object_store.py).
 """
 
 from __future__ import annotations
@@ -28,7 +30,8 @@ from typing import Any, Callable, Dict, Iterable, Iterator, List, Optional, Sequ
 from torch.utils.data import IterableDataset
 
 from pipebench.base.errors import DatasetError
-from pipebench.pipeline.file_reads import FileReads
+from pipebench.pipeline.file_reads import FileReads, is_url
+from pipebench.pipeline.object_store import unreadable, url_fs
 
 from .lazy_image import rgb_from
 from .shard_split import ShardFiles, ShardOffsets, bad_input, check_policy, require_library
@@ -71,23 +74,21 @@ class ShardScan:
     problem: str
 
 
-def _open_fs(url: str) -> Tuple[Any, str]:
-    import fsspec  # torch's own dependency
-
-    return fsspec.core.url_to_fs(url)
-
-
 def scan_shard(url: str, image_exts: Sequence[str]) -> ShardScan:
     """Read one shard's tar headers (member data is skipped by seeking), grouping members by key as
     webdataset's `group_by_keys` does: consecutive members whose names share the part before the first
     dot of the base name."""
     key_of = _wds().tariterators.base_plus_ext
+    fs, path = url_fs(url)
     try:
-        fs, path = _open_fs(url)
         size = fs.size(path)
     except FileNotFoundError:
         return ShardScan(url, 0, 0, (), "no such shard")
-    except (OSError, ValueError) as exc:
+    except Exception as exc:  # a URL's store raises its own errors (botocore's): the URL is unreadable
+        if is_url(url):
+            raise unreadable(url, exc) from None
+        if not isinstance(exc, OSError):
+            raise
         return ShardScan(url, 0, 0, (), f"cannot open it: {exc}")
     samples, no_image = 0, []
     key, suffixes, last = None, set(), "its first member"
@@ -120,7 +121,11 @@ def scan_shard(url: str, image_exts: Sequence[str]) -> ShardScan:
     except tarfile.TarError as exc:
         what = f"truncated tar: it ends after {last}" if "end of" in str(exc) else f"not a readable tar at {last}"
         return ShardScan(url, size, samples, (), f"{what} ({exc})")
-    except OSError as exc:
+    except Exception as exc:
+        if is_url(url):
+            raise unreadable(url, exc) from None
+        if not isinstance(exc, OSError):
+            raise
         return ShardScan(url, size, samples, (), f"cannot read it: {exc}")
     close_sample()
     return ShardScan(url, size, samples, tuple(no_image), "")

@@ -28,7 +28,7 @@ from pipebench.datasets.shard_split import ShardOffsets, idle_line, idle_readers
 from pipebench.datasets.webdataset_shards import WebDatasetShards
 from pipebench.measure.storage_cache import prepare_cache
 from pipebench.measure.storage_io import file_read_figures
-from pipebench.pipeline.file_reads import FileReads
+from pipebench.pipeline.file_reads import IO_FIELDS, FileReads
 from pipebench.pipeline.timed_chain import undecoded
 
 IMAGES, SHARD_SIZE, SHARDS = 16, 4, 4
@@ -243,7 +243,7 @@ def test_reads_in_pieces_count_bytes_sleep_the_emulated_storage_and_drop_pages_c
     reads = FileReads(StorageSpec(cache="cold", latency_ms=5.0, mb_per_s=100.0), sleep=slept.append)
     with reads.open(str(path)) as f:
         assert f.read() == path.read_bytes()
-    assert reads.counts()[1:] == (3 << 20, 1)
+    assert reads.counts()[1:4] == (3 << 20, 1, 3), "bytes, files, and a request a 1 MiB piece"
     assert slept[0] == pytest.approx(0.005) and sum(slept[1:]) == pytest.approx(3 / 100)
     assert dropped[0] == (0, 1 << 20), "each piece's pages dropped before it is read"
 
@@ -274,10 +274,10 @@ def test_the_whole_run_keeps_coverage_the_transform_table_and_the_read_figures(w
 
 def test_samples_of_a_shard_opened_before_the_window_still_give_read_figures():
     """A stream's samples read bytes from a shard opened earlier, so they count no file of their own."""
-    io_rows = np.array([[1000, 4096, 0], [1000, 4096, 0]], dtype=np.int64)
+    io_rows = np.array([[1000, 4096, 0, 1, 0], [1000, 4096, 0, 1, 0]], dtype=np.int64)  # IO_FIELDS
     figures = file_read_figures(io_rows, np.array([2000, 2000]))
     assert figures["read_bytes_per_sample"] == 4096 and figures["io_share_of_load_pct"] == 50
-    assert file_read_figures(np.zeros((2, 3), dtype=np.int64), np.array([1, 1]))["read_bytes_per_sample"] is None
+    assert file_read_figures(np.zeros((2, len(IO_FIELDS)), dtype=np.int64), np.array([1, 1]))["read_bytes_per_sample"] is None
 
 
 def test_litdata_chunks_give_the_same_images_and_every_index_once_across_workers(written):

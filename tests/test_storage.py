@@ -20,7 +20,7 @@ from pipebench.measure.repeats import STEP_TIMEOUT_KEY
 from pipebench.measure.runner import TimingSink
 from pipebench.measure.storage_cache import prepare_cache
 from pipebench.measure.storage_io import file_read_columns, file_read_figures
-from pipebench.pipeline.file_reads import BYTES_PER_MB, FileReads
+from pipebench.pipeline.file_reads import BYTES_PER_MB, IO_FIELDS, FileReads
 from pipebench.pipeline.timed_chain import InstrumentedDataset, TimedCollate
 
 MIB = 1 << 20
@@ -69,7 +69,7 @@ def test_cold_reads_go_to_storage_every_time_and_warm_reads_do_not(tmp_path):
         pytest.skip("tmp_path lives in memory (tmpfs): nothing is ever fetched from storage")
     assert warm_fetched < MIB
     assert cold_fetched >= 0.9 * 2 * 4 * 2 * MIB, "each of the two cold passes reads every byte from storage"
-    assert cold.counts()[1:] == (2 * 4 * 2 * MIB, 8)
+    assert cold.counts()[1:4] == (2 * 4 * 2 * MIB, 8, 8), "bytes, files, requests: one whole-file read each"
 
 
 def test_emulated_storage_sleeps_latency_plus_bytes_over_bandwidth(tmp_path):
@@ -120,16 +120,17 @@ def test_workers_send_back_the_bytes_each_sample_read(tmp_path):
 
 
 def test_read_figures_are_the_sums_they_say():
-    io = np.array([[2_000_000, 1000, 1], [6_000_000, 3000, 1]], dtype=np.int64)  # ns, bytes, files
+    io = np.array([[2_000_000, 1000, 1, 1, 500_000], [6_000_000, 3000, 1, 3, 500_000]], dtype=np.int64)  # IO_FIELDS
     figures = file_read_figures(io, load_ns=np.array([4_000_000, 12_000_000]))
     assert figures == {
         "read_bytes_per_sample": 2000.0,
         "read_files_per_sample": 1.0,
+        "read_requests_per_sample": 2.0,
         "read_ms_per_sample": 4.0,
         "read_speed_mb_per_s": pytest.approx(4000 / BYTES_PER_MB / 0.008),
         "io_share_of_load_pct": 50.0,
     }
-    assert set(file_read_figures(np.zeros((3, 3), np.int64), np.ones(3)).values()) == {None}
+    assert set(file_read_figures(np.zeros((3, len(IO_FIELDS)), np.int64), np.ones(3)).values()) == {None}
 
 
 def test_warm_says_the_page_cache_serves_the_run_when_the_files_fit(tmp_path):

@@ -8,6 +8,10 @@ file's pages as it reads it (pipebench.pipeline.file_reads), after one `sync` he
 kernel keeps a page that is not yet written back. Where posix_fadvise is missing, cold runs
 warm, with one notice and the row labelled so.
 
+A dataset read from URLs (`s3://...`, pipebench/pipeline/object_store.py) has no pages here: its
+`cache_mode` is `remote`, the cache setting does nothing and the note says so, while the emulated
+storage still applies.
+
 The warm-up reads only regular files (a link is followed to one): a FIFO or a device (a link to
 `/dev/zero` named `x.jpg`) is skipped and counted in a note, never opened for a blocking read.
 It keeps the step watchdog's rule (pipebench.base.watchdog, run.step_timeout_s): each look at a
@@ -26,12 +30,14 @@ import psutil
 from pipebench.base.errors import StepTimeoutError
 from pipebench.base.watchdog import StepOverrun, Unwatched
 from pipebench.config.specs import StorageSpec
-from pipebench.pipeline.file_reads import BYTES_PER_MB, file_reads_of, honoured
+from pipebench.pipeline.file_reads import BYTES_PER_MB, file_reads_of, honoured, is_url
 
 __all__ = ["CachePlan", "prepare_cache"]
 
 # Warm-up reads a file in pieces this large: the page cache keeps the pages, not the buffer.
 WARM_CHUNK_BYTES = 1 << 20
+# The cache mode of a dataset every file of which is a URL: no local page cache holds it.
+REMOTE = "remote"
 
 
 @dataclass(frozen=True)
@@ -110,6 +116,17 @@ def _mib(size: float) -> str:
     return f"{size / BYTES_PER_MB:,.1f} MiB"
 
 
+def _remote_line(urls: List[str]) -> str:
+    more = f" and {len(urls) - 1} more" if len(urls) > 1 else ""
+    return (f"read from the object store ({urls[0]}{more}): no local page cache holds it, so dataset.cache "
+            "does nothing for a URL")
+
+
+def _emulated_note(storage: StorageSpec) -> str:
+    bandwidth = f" + bytes / {storage.mb_per_s:g} MiB/s" if storage.mb_per_s is not None else ""
+    return f"storage emulated: {storage.latency_ms:g} ms{bandwidth} a file read"
+
+
 def prepare_cache(dataset: object, asked: StorageSpec, available_bytes: Optional[int] = None,
                   watchdog: Optional[Unwatched] = None) -> CachePlan:
     """Prepare the page cache for the mode the platform can honour and say what serves the run.
@@ -123,8 +140,15 @@ def prepare_cache(dataset: object, asked: StorageSpec, available_bytes: Optional
         notices = (f"note: dataset.cache and dataset.storage do nothing here: {type(dataset).__name__} reads no "
                    "files through pipebench",) if ignored else ()
         return CachePlan(None, asked, None, notices)
+    urls = [location for location in getattr(dataset, "locations", ()) if is_url(location)]
+    if urls and len(urls) == len(getattr(dataset, "locations", ())):
+        notes = [_remote_line(urls), *([_emulated_note(asked)] if asked.emulated else [])]
+        return CachePlan(REMOTE, asked, "; ".join(notes), (f"note: {notes[0]}",))
     used = honoured(asked)
     notices, notes = [], []
+    if urls:
+        notices.append(f"note: {_remote_line(urls)}")
+        notes.append(_remote_line(urls))
     if used.cache != asked.cache:
         notices.append("note: dataset.cache=cold needs os.posix_fadvise, which this platform lacks: "
                        "the run goes on warm")
@@ -149,6 +173,5 @@ def prepare_cache(dataset: object, asked: StorageSpec, available_bytes: Optional
             notices.append(f"note: {line}")
             notes.append(line)
     if used.emulated:
-        bandwidth = f" + bytes / {used.mb_per_s:g} MiB/s" if used.mb_per_s is not None else ""
-        notes.append(f"storage emulated: {used.latency_ms:g} ms{bandwidth} a file read")
+        notes.append(_emulated_note(used))
     return CachePlan(used.cache, used, "; ".join(notes) or None, tuple(notices))

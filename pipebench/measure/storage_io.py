@@ -3,8 +3,9 @@
 File reads (`file_read_columns`, `file_read_figures`): a file-backed dataset reads each file
 through pipebench.pipeline.file_reads, and each sample's load step sends back its read time,
 bytes and files with the batch, from whichever process read them (workers included). From those:
-bytes and files a sample, read time a sample, the read speed a read got, the job's read MiB/s,
-and the share of the load step that was I/O (the rest of it is opening the image lazily).
+bytes, files and requests a sample, read time a sample, the read speed a read got, the job's read
+MiB/s, and the share of the load step that was I/O (the rest of it is opening the image lazily). A
+URL's object read through fsspec gets the same figures, its requests being the ranged GETs sent.
 
 Bytes fetched from storage by the job's processes over the measured window (a Meter).
 
@@ -24,31 +25,32 @@ import psutil
 
 from pipebench.measure.meter import FIRST_MEASURED, LAST_MEASURED
 from pipebench.measure.runner import NS_PER_MS, NS_PER_S, TimingSink
-from pipebench.pipeline.file_reads import BYTES_PER_MB, IO_FIELDS
+from pipebench.pipeline.file_reads import BYTES_PER_MB, READ_BYTES, READ_FILES, READ_NS, READ_REQUESTS
 
 __all__ = ["StorageReadMeter", "file_read_columns", "file_read_figures"]
 
-READ_NS, READ_BYTES, READ_FILES = (IO_FIELDS.index(name) for name in ("read_ns", "read_bytes", "read_files"))
 # The summary cells of file reads, all empty for a dataset that reads no files through pipebench.
-FILE_READ_COLUMNS = ("read_bytes_per_sample", "read_files_per_sample", "read_ms_per_sample", "read_mb_per_s",
-                     "read_speed_mb_per_s", "io_share_of_load_pct")
+FILE_READ_COLUMNS = ("read_bytes_per_sample", "read_files_per_sample", "read_requests_per_sample",
+                     "read_ms_per_sample", "read_mb_per_s", "read_speed_mb_per_s", "io_share_of_load_pct")
+# The per-sample figures of `file_read_figures` (the rest of FILE_READ_COLUMNS needs the job's rate).
+SAMPLE_READ_FIGURES = tuple(key for key in FILE_READ_COLUMNS if key != "read_mb_per_s")
 
 
 def file_read_figures(io: np.ndarray, load_ns: np.ndarray) -> Dict[str, Optional[float]]:
-    """Per sample, from `io` [n, IO_FIELDS] and each sample's load step time: bytes, files, read ms,
-    the speed reads got (bytes over time in reads) and the I/O share of the load step. All None
-    when nothing was read from files."""
+    """Per sample, from `io` [n, IO_FIELDS] and each sample's load step time: bytes, files, requests,
+    read ms, the speed reads got (bytes over time in reads) and the I/O share of the load step. All
+    None when nothing was read from files."""
     files = int(io[:, READ_FILES].sum()) if io.size else 0
     # A stream's shard opened before the window still feeds it: its samples read bytes, no file.
     if files == 0 and not (io.size and io[:, READ_BYTES].any()):
-        return {key: None for key in ("read_bytes_per_sample", "read_files_per_sample", "read_ms_per_sample",
-                                      "read_speed_mb_per_s", "io_share_of_load_pct")}
+        return {key: None for key in SAMPLE_READ_FIGURES}
     n = io.shape[0]
     read_ns, read_bytes = float(io[:, READ_NS].sum()), float(io[:, READ_BYTES].sum())
     load = float(load_ns.sum())
     return {
         "read_bytes_per_sample": read_bytes / n,
         "read_files_per_sample": files / n,
+        "read_requests_per_sample": float(io[:, READ_REQUESTS].sum()) / n,
         "read_ms_per_sample": read_ns / NS_PER_MS / n,
         "read_speed_mb_per_s": read_bytes / BYTES_PER_MB / (read_ns / NS_PER_S) if read_ns > 0 else None,
         "io_share_of_load_pct": 100.0 * read_ns / load if load > 0 else None,

@@ -16,7 +16,13 @@ A format that reads a file in pieces (a tar shard as its samples stream past, a 
 groups) opens it with `open`: each read is counted as it happens, so each sample's load step gets the
 bytes it pulled, a cold read drops the pages of the range it reads first, and the emulated storage
 sleeps its latency once an open and its bandwidth on every read. A URL (`s3://...`) opens through
-fsspec; the cache mode does not apply to it (no local page cache holds it).
+fsspec (pipebench/pipeline/object_store.py); the cache mode does not apply to it (no local page cache
+holds it), the emulated storage does, and its figures are a local file's: bytes, time, opens and requests.
+
+Besides time, bytes and files, each process counts the requests its reads sent to storage (a whole
+file's read, each piece read from a local file, each ranged GET fsspec sent for a URL's object: its
+read-ahead cache's misses, so the 1 MiB pieces of one GET are one request) and the time in opens
+alone (a URL's open asks the store for the object's size: that look-up is the open's, not a request).
 """
 
 import io
@@ -29,17 +35,20 @@ from typing import BinaryIO, Callable, List, Optional, Tuple
 import numpy as np
 
 from pipebench.config.specs import StorageSpec
+from pipebench.pipeline.object_store import url_fs
 
-__all__ = ["CountedFile", "FileReads", "IO_FIELDS", "NO_IO", "fadvise_available", "file_reads_of", "honoured",
-           "is_url"]
+__all__ = ["CountedFile", "FileReads", "IO_FIELDS", "NO_IO", "OPEN_NS", "READ_BYTES", "READ_FILES", "READ_NS",
+           "READ_REQUESTS", "fadvise_available", "file_reads_of", "honoured", "is_url"]
 
 BYTES_PER_MB = 1 << 20
 SECONDS_PER_MS = 1e-3
 # A file read in pieces (`FileReads.open`) is read this much at a time: a cold read drops the pages of
 # each piece before reading it, so a small piece would drop what the kernel read ahead for the next.
 READ_PIECE_BYTES = 1 << 20
-# What one sample's load step read, in this order, as int64: time in reads (ns), bytes, files.
-IO_FIELDS = ("read_ns", "read_bytes", "read_files")
+# What one sample's load step read, in this order, as int64: time in opens and reads (ns), bytes, files
+# opened, requests sent to storage, and time in opens alone (ns, part of read_ns).
+IO_FIELDS = ("read_ns", "read_bytes", "read_files", "read_requests", "open_ns")
+READ_NS, READ_BYTES, READ_FILES, READ_REQUESTS, OPEN_NS = range(len(IO_FIELDS))
 NO_IO = np.zeros(len(IO_FIELDS), dtype=np.int64)
 
 
@@ -61,7 +70,7 @@ def honoured(storage: StorageSpec) -> StorageSpec:
 
 
 class FileReads:
-    """Reads whole files as `storage` asks and counts what it read (ns, bytes, files).
+    """Reads whole files as `storage` asks and counts what it read (IO_FIELDS).
 
     `sleep` is injectable so a test can check the emulated wait without waiting; it must pickle
     (workers get a copy), as time.sleep does.
@@ -84,10 +93,10 @@ class FileReads:
         self._local = threading.local()
 
     def _tally(self) -> List[int]:
-        """This thread's [ns, bytes, files]."""
+        """This thread's counts, in IO_FIELDS order."""
         tally = getattr(self._local, "tally", None)
         if tally is None:
-            tally = self._local.tally = [0, 0, 0]
+            tally = self._local.tally = [0] * len(IO_FIELDS)
         return tally
 
     def use(self, storage: StorageSpec) -> None:
@@ -113,9 +122,11 @@ class FileReads:
         if self.storage.emulated:
             self.sleep(self.emulated_wait_s(len(data)))
         tally = self._tally()
-        tally[0] += time.perf_counter_ns() - dropped + opened - start
-        tally[1] += len(data)
-        tally[2] += 1
+        tally[READ_NS] += time.perf_counter_ns() - dropped + opened - start
+        tally[READ_BYTES] += len(data)
+        tally[READ_FILES] += 1
+        tally[READ_REQUESTS] += 1
+        tally[OPEN_NS] += opened - start
         return data
 
     def open(self, path: str) -> BinaryIO:
@@ -123,25 +134,25 @@ class FileReads:
         CountedFile, buffered). The open counts as one file read: the emulated latency is slept here."""
         start = time.perf_counter_ns()
         if is_url(path):
-            import fsspec  # torch's own dependency; imported only for a URL
-
-            raw = fsspec.open(path, "rb").open()
+            fs, where = url_fs(path)
+            raw = fs.open(where, "rb")
         else:
             raw = open(path, "rb", buffering=0)
         if self.storage.latency_ms > 0:
             self.sleep(self.storage.latency_ms * SECONDS_PER_MS)
         tally = self._tally()
-        tally[0] += time.perf_counter_ns() - start
-        tally[2] += 1
+        opening = time.perf_counter_ns() - start
+        tally[READ_NS] += opening
+        tally[OPEN_NS] += opening
+        tally[READ_FILES] += 1
         cold = self.storage.cache == "cold" and not is_url(path)
         return io.BufferedReader(CountedFile(raw, self, cold), READ_PIECE_BYTES)
 
-    def counts(self) -> Tuple[int, int, int]:
-        """(ns, bytes, files) read so far by this thread through this process's copy."""
-        ns, size, files = self._tally()
-        return ns, size, files
+    def counts(self) -> Tuple[int, ...]:
+        """What this thread read so far through this process's copy, in IO_FIELDS order."""
+        return tuple(self._tally())
 
-    def since(self, before: Tuple[int, int, int]) -> np.ndarray:
+    def since(self, before: Tuple[int, ...]) -> np.ndarray:
         """What was read since `counts()` returned `before`, as an IO_FIELDS row."""
         return np.subtract(self.counts(), before, dtype=np.int64)
 
@@ -152,10 +163,16 @@ def file_reads_of(dataset: object) -> Optional[FileReads]:
     return reads if isinstance(reads, FileReads) else None
 
 
+def _fetches(raw: BinaryIO) -> Optional[int]:
+    """The requests a URL's fsspec file has sent to its store so far (its cache's misses: one ranged
+    GET each), or None for a local file, where every read is one request."""
+    return getattr(getattr(raw, "cache", None), "miss_count", None)
+
+
 class CountedFile(io.RawIOBase):
-    """A file read in pieces through `reads`: each read's time and bytes go to the reading thread's
-    tally, a cold read first drops the pages of the range it reads, and an emulated bandwidth sleeps
-    bytes / mb_per_s a read. Seekable when the file is, so pyarrow can read a Parquet footer."""
+    """A file read in pieces through `reads`: each read's time, bytes and requests go to the reading
+    thread's tally, a cold read first drops the pages of the range it reads, and an emulated bandwidth
+    sleeps bytes / mb_per_s a read. Seekable when the file is, so pyarrow can read a Parquet footer."""
 
     def __init__(self, raw: BinaryIO, reads: FileReads, cold: bool) -> None:
         super().__init__()
@@ -188,6 +205,7 @@ class CountedFile(io.RawIOBase):
     def readinto(self, buffer) -> int:
         if self.cold:
             os.posix_fadvise(self.raw.fileno(), self.raw.tell(), len(buffer), os.POSIX_FADV_DONTNEED)
+        fetched = _fetches(self.raw)
         start = time.perf_counter_ns()
         data = self.raw.read(len(buffer))
         size = len(data)
@@ -195,8 +213,9 @@ class CountedFile(io.RawIOBase):
         if self.reads.storage.mb_per_s is not None and size:
             self.reads.sleep(size / (self.reads.storage.mb_per_s * BYTES_PER_MB))
         tally = self.reads._tally()
-        tally[0] += time.perf_counter_ns() - start
-        tally[1] += size
+        tally[READ_NS] += time.perf_counter_ns() - start
+        tally[READ_BYTES] += size
+        tally[READ_REQUESTS] += int(size > 0) if fetched is None else _fetches(self.raw) - fetched
         return size
 
     def close(self) -> None:

@@ -61,8 +61,9 @@ SUMMARY_COLUMNS = [
     "storage_read_mb", "storage_read_mb_per_s", "host_other_cpu_cores", "host_steal_pct",
     # File reads and the page cache (pipebench.measure.storage_io, storage_cache); empty for a
     # dataset that reads no files through pipebench.
-    "cache_mode", "read_bytes_per_sample", "read_files_per_sample", "read_ms_per_sample", "read_mb_per_s",
-    "read_speed_mb_per_s", "io_share_of_load_pct", "storage_latency_ms", "storage_mb_per_s", "storage_note",
+    "cache_mode", "read_bytes_per_sample", "read_files_per_sample", "read_requests_per_sample", "read_ms_per_sample",
+    "read_mb_per_s", "read_speed_mb_per_s", "io_share_of_load_pct", "storage_latency_ms", "storage_mb_per_s",
+    "storage_note",
     "steps", "repeats", "skipped_samples", "epochs",
     # GPU-side truth (pipebench.measure.gpu.session): empty cells where not measured, `gpu_notes` says why.
     "pin_memory", "consumer_ms_median", "h2d_gpu_ms_median", "gpu_util_pct", "syncs_per_step", "sync_ops",
