@@ -236,7 +236,7 @@ class _ParquetBase(ShardFiles):
             "image_column": self.image_column,
             "label_column": self.label_column,
             "streaming": self.streaming,
-            **({"shards": len(self.groups)} if self.streaming else {}),
+            **({"shards": len(self.groups), "shard_samples": list(self.offsets.counts)} if self.streaming else {}),
             "content_digest": self.content_digest(),
             **({"skipped": self.skipped} if self.skipped else {}),
         }

@@ -226,11 +226,13 @@ class WebDatasetShards(ShardFiles, IterableDataset):
         return f"{self.urls[shard]}, sample {position} of it"
 
     def identity(self) -> dict:
-        """The pattern, the shard and sample counts, and a digest of each shard's name and size."""
+        """The pattern, the shard and sample counts (each shard's too), and a digest of each shard's name and size."""
         return {
             "name": NAME,
             "urls": self.pattern if isinstance(self.pattern, str) else list(self.pattern),
             "shards": len(self.urls),
+            # Each shard's samples: how unevenly the shards load the readers (shard_split.uneven_line).
+            "shard_samples": list(self.offsets.counts),
             "num_samples": len(self),
             "image_ext": list(self.image_exts),
             "label_ext": self.label_ext,

@@ -33,7 +33,7 @@ import numpy as np
 from pipebench.base.noise_figures import compare_half_width
 from pipebench.base.tables import format_value, markdown_table
 from pipebench.config.specs import BACKEND_WORKER_KINDS, NO_CONSUMER, PROCESSES, THREADS, USER_STEP
-from pipebench.datasets.shard_split import idle_line
+from pipebench.datasets.shard_split import idle_line, uneven_line
 from pipebench.pipeline.stages import DECODE_STAGE, LOAD_STAGE
 from pipebench.record.jobs import NOT_AXES, override_pairs, varying_keys
 from pipebench.report.comparison import measured_rate, told_apart
@@ -71,6 +71,9 @@ RESTART_SHARE_WORTH_NAMING = 0.05
 WORKER_CPU_INFLATION = 1.05
 # Consumers that spend main-process CPU while they run (the others sleep or wait on a GPU).
 CPU_CONSUMERS = {("toy_cnn", "cpu")}
+# A lone tail measured in a window is worth quoting from this many batches: any epoch may end with one
+# batch from one worker, the last to finish its share.
+LONE_TAIL_MIN_STEPS = 2
 # The accel_util_pct the workers and cores are sized for when the results do not say
 # (run.target_accel_util_pct; the schema's default, kept here for results written before it).
 DEFAULT_TARGET_ACCEL_UTIL_PCT = 90.0
@@ -531,15 +534,38 @@ def _advice_epochs(results: Sequence[Mapping]) -> List[str]:
     return lines
 
 
+def _lone_tail(result: Mapping) -> Optional[str]:
+    """What the job's window measured of a lone tail: at its first epoch end, the last batches that came
+    from one worker alone, when there are LONE_TAIL_MIN_STEPS of them or more; None otherwise (no epoch
+    end in the window, or the workers finished together)."""
+    for record in result["passes"]:
+        epochs, workers, step_ms = record.get("epoch") or [], record.get("worker_id") or [], record["step_ms"]
+        for end in (i for i in range(1, len(epochs)) if epochs[i] != epochs[i - 1]):
+            start, first = epochs.index(epochs[end - 1]), end - 1
+            while first > start and workers[first - 1] == workers[end - 1]:
+                first -= 1
+            if end - first >= LONE_TAIL_MIN_STEPS:
+                return (f"measured ({result['job']}): the last {end - first} batches of epoch {epochs[end - 1]} came "
+                        f"from worker {workers[end - 1]} alone, {format_value(sum(step_ms[first:end]) / 1000)} s of "
+                        f"the epoch's {format_value(sum(step_ms[start:end]) / 1000)} s in the window")
+    return None
+
+
 def _advice_idle_shards(results: Sequence[Mapping]) -> List[str]:
-    """Jobs whose sharded dataset (its identity's `shards`) has fewer shards than ranks x workers."""
-    lines = []
+    """Jobs whose sharded dataset (its identity's `shards`) leaves readers idle, with fewer shards than
+    ranks x workers, or one reader reading alone at the epoch's end, with uneven shards (its
+    `shard_samples`); the lone tail as measured where a job's window holds an epoch end."""
+    lines: Dict[str, Optional[str]] = {}
     for result in results:
         dataset = result.get("fingerprint", {}).get("dataset", {})
-        if "shards" in dataset:
-            lines.append(idle_line(dataset.get("name", "dataset"), int(dataset["shards"]), _ranks(result),
-                                   int(result["summary"]["workers"])))
-    return [line for line in dict.fromkeys(lines) if line]
+        if "shards" not in dataset:
+            continue
+        name, ranks, workers = dataset.get("name", "dataset"), _ranks(result), int(result["summary"]["workers"])
+        lines.setdefault(idle_line(name, int(dataset["shards"]), ranks, workers), None)
+        uneven = uneven_line(name, dataset["shard_samples"], ranks, workers) if dataset.get("shard_samples") else ""
+        if uneven and lines.get(uneven) is None:
+            lines[uneven] = _lone_tail(result) if workers > 1 else None
+    return [f"{line}; {measured}" if measured else line for line, measured in lines.items() if line]
 
 
 def _persistent(result: Mapping) -> bool:

@@ -1,0 +1,82 @@
+"""The diagnosis of sharded data beyond idle workers: uneven shards (the largest shard's share, the tail
+where one worker reads alone), modelled from each shard's samples and seen in a real DataLoader's order."""
+
+import pytest
+from torch.utils.data import DataLoader
+from torchvision.transforms import PILToTensor
+
+from pipebench.cli.dataset import convert
+from pipebench.datasets.shard_split import reader_loads, uneven_line, uneven_shards
+from pipebench.datasets.webdataset_shards import WebDatasetShards
+from pipebench.pipeline.timed_chain import TimedCollate
+from pipebench.pipeline.timed_iterable import InstrumentedIterable
+from pipebench.report.diagnosis import diagnose, render_diagnosis
+
+# Ten 32x32 JPEGs in shards of 2: five shards, so at 4 workers worker 0 reads two of them (4 samples)
+# and the others one each (2 samples): worker 0 reads the last half of the epoch alone.
+IMAGES, SHARD_SIZE, WORKERS = 10, 2, 4
+TINY_CORPUS = [f"dataset.num_images={IMAGES}", f"dataset.length={IMAGES}", "dataset.width=32", "dataset.height=32"]
+PATTERN = "shard-{000000..000004}.tar"
+
+
+@pytest.fixture(scope="module")
+def shards(tmp_path_factory):
+    root = tmp_path_factory.mktemp("uneven")
+    convert("webdataset", root / "wds", SHARD_SIZE, [*TINY_CORPUS, f"dataset.cache_dir={root / 'cache'}"])
+    return WebDatasetShards(str(root / "wds" / PATTERN))
+
+
+def test_the_model_gives_each_reader_its_shards_samples_and_the_lone_tail():
+    counts = [1000] * 5
+    assert [samples for _, samples in reader_loads(counts, 1, 4)] == [2000, 1000, 1000, 1000]
+    uneven = uneven_shards(counts, 1, 4)
+    assert (uneven.largest_share, uneven.busiest, uneven.lone_share, uneven.slowdown) == (0.2, (0, 0), 0.5, 1.6)
+    line = uneven_line("webdataset", counts, 1, 4)
+    assert ("the largest of 5 holds 20% of the epoch's 5000 samples, and at 4 workers worker 0 reads 2000 against "
+            "1000 for the next busiest, so for the last 50% of the epoch it reads alone while the other 3 wait, and "
+            "the epoch takes 1.60x an even split's time") in line
+    assert uneven_line("webdataset", [1000] * 8, 1, 4) == "", "an even split has no tail"
+    assert uneven_line("webdataset", [1000] * 10 + [500], 1, 4) == "", "the two busiest finish together"
+    assert uneven_shards([1000], 1, 4) is None, "one busy reader: idle_line's case, not this one"
+    assert "rank 0 reads 1100 against 100" in uneven_line("webdataset", [100, 100, 1000], 2, 0)
+
+
+def _worker_order(dataset, epochs):
+    """The worker of each batch a real DataLoader delivers over `epochs` epochs, and each batch's epoch."""
+    loader = DataLoader(InstrumentedIterable(dataset, [PILToTensor()]), batch_size=1, num_workers=WORKERS,
+                        collate_fn=TimedCollate([]))
+    order = [(epoch, batch.worker_id) for epoch in range(1, epochs + 1) for batch in loader]
+    return [epoch for epoch, _ in order], [worker for _, worker in order]
+
+
+def _result(job, workers, shard_samples, passes):
+    return {
+        "job": job,
+        "overrides": ["dataset=webdataset", f"workers={workers}"],
+        "summary": {"transform": "t", "workers": workers, "batch_size": 1, "samples_per_s": 100.0,
+                    "starvation_pct": 0.0, "pipeline_ms_per_sample": 1.0, "cpu_ms_per_sample": 1.0,
+                    "transfer_ms_median": 1.0, "ready_next_ms_median": 0.2},
+        "transforms": [{"transform": "decode", "ms_per_sample": 1.0, "share_pct": 100.0}],
+        "passes": passes,
+        "consumer_report": {"kind": "none", "device": None},
+        "fingerprint": {"usable_cores": 2,
+                        "dataset": {"name": "webdataset", "shards": len(shard_samples), "shard_samples": shard_samples}},
+        "pin_memory_effective": False,
+    }
+
+
+def test_a_real_loader_ends_the_epoch_with_the_busiest_worker_alone_and_the_report_says_so(shards):
+    """Known truth: worker 0 holds 4 of the 10 samples, the rest 2 each, so the DataLoader's last two
+    batches of each epoch come from worker 0 alone; the report's line gives the model and the tail measured."""
+    assert list(shards.offsets.counts) == [SHARD_SIZE] * 5 and shards.identity()["shard_samples"] == [2] * 5
+    epochs, workers = _worker_order(shards, 2)
+    assert workers[IMAGES - 2:IMAGES] == [0, 0] and workers[IMAGES - 3] != 0
+    passes = [{"epoch": epochs, "worker_id": workers, "step_ms": [100.0] * len(epochs), "compute_ms": [0.0] * 20,
+               "h2d_ms": [0.0] * 20}]
+    text = render_diagnosis(diagnose([_result("job-0", 0, [2] * 5, passes),
+                                      _result("job-1", WORKERS, [2] * 5, passes)]))
+    assert ("webdataset: uneven shards: the largest of 5 holds 20% of the epoch's 10 samples, and at 4 workers "
+            "worker 0 reads 4 against 2 for the next busiest, so for the last 50% of the epoch it reads alone") in text
+    assert ("measured (job-1): the last 2 batches of epoch 1 came from worker 0 alone, 0.2 s of the epoch's 1 s "
+            "in the window") in text
+    assert text.count("uneven shards") == 1, "workers=0 has one reader: no tail"
