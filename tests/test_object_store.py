@@ -189,3 +189,5 @@ def test_a_dataset_in_a_bucket_runs_remote_with_the_what_if_and_every_read_figur
     assert summary["read_bytes_per_sample"] > 0 and summary["read_requests_per_sample"] > 0
     assert summary["read_files_per_sample"] > 0, "the window opened a shard"
     assert summary["read_ms_per_sample"] >= 50 * summary["read_files_per_sample"], "the latency is read time"
+    assert summary["first_batch_open_s"] >= 0.05, "the first batch opened a shard, its latency slept"
+    assert summary["first_batch_fill_s"] > 0 and summary["first_batch_decode_s"] > 0

@@ -1,13 +1,17 @@
 """The diagnosis of sharded data beyond idle workers: uneven shards (the largest shard's share, the tail
-where one worker reads alone), modelled from each shard's samples and seen in a real DataLoader's order."""
+where one worker reads alone), modelled from each shard's samples and seen in a real DataLoader's order;
+and the first batch of a sharded set taken apart (the opens, the shuffle buffer's fill, the first decode)."""
 
 import pytest
 from torch.utils.data import DataLoader
 from torchvision.transforms import PILToTensor
 
 from pipebench.cli.dataset import convert
+from pipebench.config.specs import StorageSpec
 from pipebench.datasets.shard_split import reader_loads, uneven_line, uneven_shards
 from pipebench.datasets.webdataset_shards import WebDatasetShards
+from pipebench.measure.first_batch_parts import FirstBatchLog, FirstBatchParts, first_batch_columns
+from pipebench.pipeline.file_reads import READ_FILES
 from pipebench.pipeline.timed_chain import TimedCollate
 from pipebench.pipeline.timed_iterable import InstrumentedIterable
 from pipebench.report.diagnosis import diagnose, render_diagnosis
@@ -17,6 +21,10 @@ from pipebench.report.diagnosis import diagnose, render_diagnosis
 IMAGES, SHARD_SIZE, WORKERS = 10, 2, 4
 TINY_CORPUS = [f"dataset.num_images={IMAGES}", f"dataset.length={IMAGES}", "dataset.width=32", "dataset.height=32"]
 PATTERN = "shard-{000000..000004}.tar"
+
+
+# The emulated latency of a shard's open in the first-batch test: far above an open's own time here.
+OPEN_LATENCY_S = 0.04
 
 
 @pytest.fixture(scope="module")
@@ -80,3 +88,30 @@ def test_a_real_loader_ends_the_epoch_with_the_busiest_worker_alone_and_the_repo
     assert ("measured (job-1): the last 2 batches of epoch 1 came from worker 0 alone, 0.2 s of the epoch's 1 s "
             "in the window") in text
     assert text.count("uneven shards") == 1, "workers=0 has one reader: no tail"
+
+
+def _first_batch(dataset):
+    """The first batch of one sample the timed chain makes from `dataset`, seen by a FirstBatchLog."""
+    seen = []
+    log = FirstBatchLog(lambda batch, epoch: seen.append(batch))
+    log(TimedCollate([])([next(iter(InstrumentedIterable(dataset, [PILToTensor()])))]), 1)
+    return log.parts, seen[0]
+
+
+@pytest.mark.parametrize("buffer, opened", [(0, 1), (6, 3)])
+def test_the_first_batch_is_taken_apart_into_the_opens_the_buffers_fill_and_the_decode(shards, buffer, opened):
+    """Known truth: a shuffle buffer of 6 over shards of 2 reads 3 shards before its first sample comes out,
+    each open sleeping the emulated latency; without a buffer the first sample opens one."""
+    dataset = WebDatasetShards(shards.pattern, shuffle_buffer=buffer)
+    dataset.reads.use(StorageSpec(latency_ms=1000 * OPEN_LATENCY_S))
+    parts, batch = _first_batch(dataset)
+    assert batch.sample_io[0, READ_FILES] == opened
+    assert parts.open_s >= opened * OPEN_LATENCY_S
+    assert parts.fill_s > 0 and parts.decode_s > 0
+    assert parts.fill_s == pytest.approx(batch.sample_ns[0, 0] / 1e9 - parts.open_s), "the load less its opens"
+
+
+def test_the_columns_are_each_parts_median_over_the_repeats_that_measured_it():
+    columns = first_batch_columns([FirstBatchParts(0.1, 0.2, None), FirstBatchParts(0.3, 0.4, None), None])
+    assert columns == {"first_batch_open_s": pytest.approx(0.2), "first_batch_fill_s": pytest.approx(0.3),
+                       "first_batch_decode_s": None}

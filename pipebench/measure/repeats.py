@@ -19,13 +19,14 @@ synchronous path; when async was asked for, or a training consumer ends up on th
 line says so. The summary's `step_sync` names the loop a row used.
 """
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Callable, Optional, Sequence, Tuple
 
 from pipebench.base.gpu_timing import AsyncStepClock, DeviceCopy
 from pipebench.base.watchdog import Unwatched, Watchdog
 from pipebench.config.specs import SYNC_ASYNC, SYNC_AUTO, SYNC_PER_STEP, JobSpec
 from pipebench.measure.coverage import IndexLog
+from pipebench.measure.first_batch_parts import FirstBatchLog
 from pipebench.measure.gpu.session import GpuSession
 from pipebench.measure.meter import FIRST_MEASURED, Meter
 from pipebench.measure.runner import (
@@ -144,8 +145,8 @@ def measure_repeats(kit: LoopKit, meters: Sequence[Meter], index_log: IndexLog, 
                     label: str = "", agree: Optional[Callable[[bool], bool]] = None) -> Repeats:
     """`run.repeats` passes (the kit's plan), each on a fresh iteration of the loader. The meters
     start before the first, are marked around the first repeat's window and stop after the last
-    (in reverse, also on failure). `index_log` sees every batch; `agree` is a rank's shared stop
-    decision."""
+    (in reverse, also on failure). `index_log` sees every batch; each pass keeps its first batch taken
+    apart (`PassResult.first_batch`); `agree` is a rank's shared stop decision."""
 
     def marker(group: Sequence[Meter]) -> Callable[[str], None]:
         def mark(name: str) -> None:
@@ -162,9 +163,11 @@ def measure_repeats(kit: LoopKit, meters: Sequence[Meter], index_log: IndexLog, 
     try:
         for repeat in range(kit.plan.repeats):
             index_log.repeat = repeat
-            loop = kit.loop(measured=True, on_batch=index_log)
-            passes.append(measure_pass(loop, kit.plan, sink, f"{label}repeat {repeat + 1}/{kit.plan.repeats}",
-                                       marks=marks if repeat == 0 else None, agree=agree))
+            first_batch = FirstBatchLog(index_log)
+            loop = kit.loop(measured=True, on_batch=first_batch)
+            measured = measure_pass(loop, kit.plan, sink, f"{label}repeat {repeat + 1}/{kit.plan.repeats}",
+                                    marks=marks if repeat == 0 else None, agree=agree)
+            passes.append(replace(measured, first_batch=first_batch.parts))
             skipped.extend(loop.stream.skipped)
             epochs.append(loop.stream.epochs)
             loop.stream.close()

@@ -21,6 +21,7 @@ from pipebench.base.gpu_timing import AsyncStepClock, DeviceCopy, moved_to
 from pipebench.base.io import replacing, write_text_atomic
 from pipebench.base.watchdog import StepOverrun, Unwatched
 from pipebench.config.specs import PROCESSES, JobSpec
+from pipebench.measure.first_batch_parts import FirstBatchParts
 from pipebench.measure.meter import FIRST_MEASURED, LAST_MEASURED
 from pipebench.pipeline.device_chain import DeviceChain
 from pipebench.pipeline.loader_backends import LoaderBackend
@@ -107,6 +108,9 @@ class PassResult:
     stop_reason: str = "window"
     # Samples of the steps between the holding meters' first mark and the window (measure_pass's drain).
     drained_samples: int = 0
+    # The first batch taken apart (pipebench.measure.first_batch_parts), set by the repeat loop that
+    # saw it; None where none was (a rank merge).
+    first_batch: Optional[FirstBatchParts] = None
 
 
 @dataclass

@@ -7,6 +7,7 @@ import numpy as np
 
 from pipebench.base.stats import distribution
 from pipebench.config.specs import PROCESSES, SYNC_ASYNC, SYNC_PER_STEP
+from pipebench.measure.first_batch_parts import first_batch_columns
 from pipebench.measure.runner import NS_PER_MS, PassResult, StepSample, TimingSink
 from pipebench.measure.storage_io import file_read_figures
 from pipebench.measure.window import steady_masks, steady_state
@@ -233,6 +234,7 @@ def summary_row(passes: Sequence[PassResult], rows: Sequence[TransformRow], sink
         "worker_capacity_samples_per_s": worker_capacity(rows, workers, worker_kind),
         "cpu_capacity_samples_per_s": min(producers, usable_cores) * 1000.0 / cpu_ms,
         "first_batch_s": float(np.median([p.first_batch_s for p in passes])),
+        **first_batch_columns([p.first_batch for p in passes]),
         "worker_startup_s_max": max(startups) if startups else float("nan"),
         "steps": len(steady.window.steps),
         "repeats": len(passes),

@@ -58,6 +58,9 @@ SUMMARY_COLUMNS = [
     "worker_pss_growth_mb", "shm_mb_peak", "loader_workers_pss_mb", "loader_worker_pss_growth_mb",
     # A watched loader's first batch taken apart (pipebench.attach.first_batch); empty for a job.
     "worker_start_s", "first_fetch_s", "dataset_pickle_mb", "dataset_pickle_s", "start_method", "first_batch_note",
+    # A job's first batch taken apart (pipebench.measure.first_batch_parts): the opens, what the reader read
+    # before its first sample came out (a shuffle buffer's fill), the first decode; empty for a watched loader.
+    "first_batch_open_s", "first_batch_fill_s", "first_batch_decode_s",
     "storage_read_mb", "storage_read_mb_per_s", "host_other_cpu_cores", "host_steal_pct",
     # File reads and the page cache (pipebench.measure.storage_io, storage_cache); empty for a
     # dataset that reads no files through pipebench.
