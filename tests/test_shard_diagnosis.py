@@ -1,6 +1,9 @@
 """The diagnosis of sharded data beyond idle workers: uneven shards (the largest shard's share, the tail
 where one worker reads alone), modelled from each shard's samples and seen in a real DataLoader's order;
-and the first batch of a sharded set taken apart (the opens, the shuffle buffer's fill, the first decode)."""
+the first batch of a sharded set taken apart (the opens, the shuffle buffer's fill, the first decode); and
+samples/s window by window across the epoch, as a plot."""
+
+from pathlib import Path
 
 import pytest
 from torch.utils.data import DataLoader
@@ -14,7 +17,10 @@ from pipebench.measure.first_batch_parts import FirstBatchLog, FirstBatchParts, 
 from pipebench.pipeline.file_reads import READ_FILES
 from pipebench.pipeline.timed_chain import TimedCollate
 from pipebench.pipeline.timed_iterable import InstrumentedIterable
+from pipebench.record.jobs import JobRecord
+from pipebench.report.comparison import build_table, group_rows
 from pipebench.report.diagnosis import diagnose, render_diagnosis
+from pipebench.report.plots import EPOCH_PNG, EPOCH_TITLE, epoch_figure, window_rates, write_plots
 
 # Ten 32x32 JPEGs in shards of 2: five shards, so at 4 workers worker 0 reads two of them (4 samples)
 # and the others one each (2 samples): worker 0 reads the last half of the epoch alone.
@@ -60,11 +66,14 @@ def _worker_order(dataset, epochs):
 def _result(job, workers, shard_samples, passes):
     return {
         "job": job,
+        "job_num": int(job.split("-")[1]),
+        "config": {},
         "overrides": ["dataset=webdataset", f"workers={workers}"],
-        "summary": {"transform": "t", "workers": workers, "batch_size": 1, "samples_per_s": 100.0,
+        "summary": {"job": job, "transform": "t", "workers": workers, "batch_size": 1, "samples_per_s": 100.0,
+                    "samples_per_s_ci_low": 90.0, "samples_per_s_ci_high": 110.0,
                     "starvation_pct": 0.0, "pipeline_ms_per_sample": 1.0, "cpu_ms_per_sample": 1.0,
                     "transfer_ms_median": 1.0, "ready_next_ms_median": 0.2},
-        "transforms": [{"transform": "decode", "ms_per_sample": 1.0, "share_pct": 100.0}],
+        "transforms": [{"stage": "decode", "transform": "decode", "ms_per_sample": 1.0, "share_pct": 100.0}],
         "passes": passes,
         "consumer_report": {"kind": "none", "device": None},
         "fingerprint": {"usable_cores": 2,
@@ -115,3 +124,30 @@ def test_the_columns_are_each_parts_median_over_the_repeats_that_measured_it():
     columns = first_batch_columns([FirstBatchParts(0.1, 0.2, None), FirstBatchParts(0.3, 0.4, None), None])
     assert columns == {"first_batch_open_s": pytest.approx(0.2), "first_batch_fill_s": pytest.approx(0.3),
                        "first_batch_decode_s": None}
+
+
+def test_window_rates_cut_whole_worker_cycles_and_keep_the_epochs_end():
+    """Known truth: 8 steps of 2 samples at workers=2 are 4 windows of one cycle; the last two steps took
+    twice as long, so the last window's rate halves, and it is kept, not dropped as a short tail."""
+    ends, rates = window_rates([2] * 8, [100.0] * 6 + [200.0] * 2, workers=2)
+    assert ends.tolist() == pytest.approx([0.2, 0.4, 0.6, 1.0]) and rates.tolist() == pytest.approx([20, 20, 20, 10])
+    ends, rates = window_rates([1] * 65, [10.0] * 65, workers=1)
+    assert len(rates) == 33 and ends[-1] == pytest.approx(0.65), "2-step windows, and the step left over"
+
+
+def test_the_epoch_plot_draws_a_line_a_job_with_its_epoch_ends(shards, tmp_path):
+    epochs, workers = _worker_order(shards, 2)
+    step_ms = [50.0] * (IMAGES - 2) + [100.0, 100.0] + [50.0] * (IMAGES - 2) + [100.0, 100.0]
+    passes = [{"epoch": epochs, "worker_id": workers, "step_ms": step_ms, "samples": [1] * len(epochs),
+               "compute_ms": [0.0] * 20, "h2d_ms": [0.0] * 20}]
+    results = [JobRecord.from_stored({**_result("job-1", WORKERS, [2] * 5, passes), "coverage": {"length": IMAGES}})]
+    table = build_table(group_rows([(Path("run"), results)]))
+    figure = epoch_figure(table)
+    assert figure.get_suptitle() == EPOCH_TITLE
+    axes = figure.axes[0]
+    (line,) = axes.get_lines()[:1]
+    assert line.get_label().endswith("(2 epochs)") and "samples/s" in axes.get_ylabel()
+    assert min(line.get_ydata()) < max(line.get_ydata()), "the lone tail's slower steps show"
+    assert len(axes.get_lines()) == 2, "the line and one dotted epoch end"
+    outcome = next(o for o in write_plots(table, tmp_path) if o.name == EPOCH_PNG)
+    assert outcome.written and (tmp_path / EPOCH_PNG).read_bytes()[:4] == b"\x89PNG"

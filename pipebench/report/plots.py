@@ -1,4 +1,6 @@
-"""PNG plots of a comparison table: throughput and starvation against workers, per-transform cost.
+"""PNG plots of a comparison table: throughput and starvation against workers, per-transform cost, and
+throughput across the measured window (samples/s window by window, epoch ends marked), where a rate that
+falls or swings across an epoch shows: a shard stream's tail read by one worker alone, a store that slows.
 
 Figures are built on matplotlib's Agg canvas directly (no pyplot), so no global backend or figure
 state is touched and nothing needs a display. A plot the data cannot support is skipped with a
@@ -8,7 +10,7 @@ one-line note.
 import io
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Dict, List, Tuple, Union
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple, Union
 
 import numpy as np
 from matplotlib import colormaps
@@ -20,8 +22,14 @@ from pipebench.report.comparison import HOST, ComparisonRow, ComparisonTable, ax
 
 THROUGHPUT_PNG = "throughput_vs_workers.png"
 TRANSFORMS_PNG = "transform_costs.png"
+EPOCH_PNG = "throughput_over_epoch.png"
 THROUGHPUT_TITLE = "Throughput and starvation against DataLoader workers"
 TRANSFORMS_TITLE = "Per-transform time per sample, by variant"
+EPOCH_TITLE = "Throughput across the measured window, window by window"
+# The windows a job's pass is cut into for the epoch plot: enough to show a rate that falls or swings
+# across an epoch, few enough that each holds whole worker cycles (W workers' batches come in a burst,
+# then all wait: a window of part of a cycle would show that sawtooth as a swing).
+EPOCH_WINDOWS = 30
 WORKERS = "workers"
 # Inches and dots per inch: 800x600 px reads at a PR's width and stays a small file.
 FIGURE_SIZE = (8.0, 6.0)
@@ -140,7 +148,68 @@ def transforms_figure(table: ComparisonTable) -> Union[Figure, str]:
     return figure
 
 
-PLOTS = ((THROUGHPUT_PNG, THROUGHPUT_TITLE, throughput_figure), (TRANSFORMS_PNG, TRANSFORMS_TITLE, transforms_figure))
+def window_rates(samples: Sequence[float], step_ms: Sequence[float], workers: int) -> Tuple[np.ndarray, np.ndarray]:
+    """(each window's end in s since the measured window began, its samples/s): the steps cut into about
+    EPOCH_WINDOWS windows of whole worker cycles, the last one whatever is left, so an epoch's end stays in."""
+    cycle = max(workers, 1)
+    size = max(cycle, len(samples) // EPOCH_WINDOWS // cycle * cycle)
+    edges = [*range(size, len(samples), size), len(samples)]
+    ends_s = np.cumsum(step_ms) / 1000.0
+    rates = [sum(samples[start:end]) / (sum(step_ms[start:end]) / 1000.0)
+             for start, end in zip([0, *edges[:-1]], edges)]
+    return ends_s[np.array(edges) - 1], np.array(rates)
+
+
+def _job_label(row: ComparisonRow, table: ComparisonTable) -> str:
+    """Every axis's value, workers included: one line a job."""
+    return ", ".join(f"{axis_title(a, table.axes)}={row.value(a)}" for a in table.axes) or row.label
+
+
+def _epochs_seen(result: Mapping[str, Any], samples: Sequence[float]) -> Optional[float]:
+    """The window's samples over an epoch's (the exactly-once check's length); None when not recorded."""
+    length = (result.get("coverage") or {}).get("length")
+    return sum(samples) / length if length else None
+
+
+def epoch_figure(table: ComparisonTable) -> Union[Figure, str]:
+    """samples/s window by window over each job's first measured pass (its first round), epoch ends
+    dotted, so a rate that falls or fluctuates across an epoch shows."""
+    figure = Figure(figsize=FIGURE_SIZE, layout="constrained")
+    FigureCanvasAgg(figure)
+    axes = figure.subplots()
+    palette = colormaps[PALETTE]
+    drawn = 0
+    for row in table.rows:
+        result = row.results[0]
+        passes = result.get("passes") or []
+        record = passes[0] if passes else None
+        if record is None or len(record["samples"]) < 2 * max(_workers(row), 1):
+            continue  # fewer than two windows: no line to draw
+        ends, rates = window_rates(record["samples"], record["step_ms"], _workers(row))
+        seen = _epochs_seen(result, record["samples"])
+        colour = palette(drawn % palette.N)
+        label = _job_label(row, table) + (f" ({seen:.2g} epochs)" if seen is not None else "")
+        axes.plot(ends, rates, marker=".", color=colour, label=label)
+        epochs = record.get("epoch") or []
+        times = np.cumsum(record["step_ms"]) / 1000.0
+        for step in (i for i in range(1, len(epochs)) if epochs[i] != epochs[i - 1]):
+            axes.axvline(times[step - 1], color=colour, linestyle=":", alpha=0.7)
+        drawn += 1
+    if not drawn:
+        return "skipped: no job measured enough steps for two windows of whole worker cycles"
+    axes.set_title("dotted: an epoch's end; set run.steps to an epoch's batches or more to see it whole",
+                   fontsize="small")
+    axes.set_xlabel("time into the measured window (s)")
+    axes.set_ylabel("throughput (samples/s)")
+    axes.set_ylim(bottom=0)
+    axes.grid(alpha=0.3)
+    axes.legend(fontsize="x-small", loc="upper left", bbox_to_anchor=(1.01, 1.0))
+    figure.suptitle(EPOCH_TITLE)
+    return figure
+
+
+PLOTS = ((THROUGHPUT_PNG, THROUGHPUT_TITLE, throughput_figure), (TRANSFORMS_PNG, TRANSFORMS_TITLE, transforms_figure),
+         (EPOCH_PNG, EPOCH_TITLE, epoch_figure))
 
 
 def write_plots(table: ComparisonTable, out_dir: Path) -> Tuple[PlotOutcome, ...]:
