@@ -22,7 +22,19 @@ from pipebench.tune.objective import Objective
 from pipebench.tune.plan import job_overrides, split_tune_overrides, store_point
 from pipebench.tune.race import BUDGET, LAST_STAGE, NOTHING_MEETS, RESOLVED, Schedule, judge, run_race
 from pipebench.tune.recommend import recommend
-from pipebench.tune.space import ChainModel, Dimensions, Point, fit_budget, grid, knee_workers, prune
+from pipebench.tune.space import (
+    CHANGES_NOTHING,
+    HOLDS_GIL,
+    PAST_THE_BUDGET,
+    PAST_THE_KNEE,
+    ChainModel,
+    Dimensions,
+    Point,
+    fit_budget,
+    grid,
+    knee_workers,
+    prune,
+)
 
 CORES = 2
 
@@ -54,6 +66,7 @@ def test_pin_memory_without_cuda_is_dropped_for_changing_nothing():
     kept, dropped = prune(grid(_dims(workers=(2,), pin_memory=(False, True))), {}, cuda=False)
     assert [p.pin_memory for p in kept] == [False]
     assert list(_reasons(dropped).values()) == ["pin_memory: no CUDA device here, so pinning does nothing"]
+    assert [d.rule for d in dropped] == [CHANGES_NOTHING]
     kept, dropped = prune(grid(_dims(workers=(2,), pin_memory=(False, True))), {}, cuda=True)
     assert [p.pin_memory for p in kept] == [False, True] and not dropped
 
@@ -84,7 +97,7 @@ def test_threads_are_not_tried_for_a_chain_whose_steps_hold_the_gil():
     reasons = _reasons(dropped)
     assert reasons["gil-w2-threads-pf2-b32"] == ("loader.backend=threads: gil's steps BusyWait hold the GIL (its "
                                                  "thread profile), so its threads would queue for it")
-    assert "gil-w2-spdl-pf2-b32" in reasons
+    assert "gil-w2-spdl-pf2-b32" in reasons and {d.rule for d in dropped} == {HOLDS_GIL}
 
 
 def test_workers_past_the_cores_knee_are_not_raced_but_one_count_past_it_is():
@@ -94,6 +107,7 @@ def test_workers_past_the_cores_knee_are_not_raced_but_one_count_past_it_is():
     assert [p.workers for p in kept] == [0, 1, 2, 3]
     reasons = _reasons(dropped)
     assert sorted(reasons) == ["busy-w4-dataloader-pf2-b32", "busy-w8-dataloader-pf2-b32"]
+    assert {d.rule for d in dropped} == {PAST_THE_KNEE}
     assert reasons["busy-w4-dataloader-pf2-b32"] == (
         "workers=4: the model has busy at 200 samples/s (cores-bound) from 2 workers (2 usable cores at 10 ms of "
         "CPU a sample); more workers only time-slice, and workers=3 checks it")
@@ -108,6 +122,7 @@ def test_the_budget_keeps_the_points_the_model_ranks_best_and_says_why_for_the_r
     assert [p.workers for p in kept] == [4, 8]
     assert [d.point.workers for d in cut] == [2, 1]
     assert cut[0].reason.startswith("the budget fits one round of 2 points, and the model ranks this one below them")
+    assert {d.rule for d in cut} == {PAST_THE_BUDGET}
 
 
 # ---- the race on synthetic rounds of known truth
@@ -222,6 +237,16 @@ def test_an_objective_nothing_meets_recommends_the_closest_and_says_why():
     assert outcome.stop == NOTHING_MEETS and outcome.survivors == ("w2",)
     chosen = recommend(outcome.rounds, outcome.survivors, {"w1": 1, "w2": 2}, objective)
     assert not chosen.met and chosen.pick == "w2" and chosen.unmet == "starvation 30.0% over the 10% target"
+
+
+def test_a_missed_starvation_target_says_what_the_model_needs():
+    from pipebench.cli.tune import _model_needs
+
+    fed = ChainModel(_costs(10.0, 10.0, consumer_ms=30.0))
+    line = _model_needs(Point("busy", 2, "dataloader", 2, False, False, 32), {"busy": fed}, 10.0)
+    assert line == ("nothing kept starvation under 10%; the model: busy: 10 worker(s) and 10 usable core(s) keep the "
+                    "consumer 90% busy; this host has 2 usable, 8 short: more cores, or a cheaper chain "
+                    "(`pipebench explore`).")
 
 
 def test_judge_keeps_a_point_whose_single_round_has_no_interval():

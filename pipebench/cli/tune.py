@@ -15,6 +15,7 @@ Then tune.csv, best.yaml, tune.md and tune.png (`pipebench.tune.files`), and `re
 
 import argparse
 import dataclasses
+import itertools
 import math
 import sys
 import time
@@ -39,7 +40,7 @@ from pipebench.record.folder_lock import folder_lock
 from pipebench.record.jobs import JobRecord, override_key
 from pipebench.record.results import load_job_results
 from pipebench.record.resume import new_folder
-from pipebench.report.diagnosis import chain_costs
+from pipebench.report.diagnosis import chain_costs, needs_for_target, target_line
 from pipebench.report.thread_advice import gil_bound_steps
 from pipebench.tune.files import Tuned, write_tune
 from pipebench.tune.objective import Objective, race_rates, told_apart_rounds
@@ -153,6 +154,17 @@ def _winning_chains(probe: Mapping[str, List[JobRecord]], chains: Sequence[str],
 def _models(probe: Mapping[str, List[JobRecord]]) -> Dict[str, ChainModel]:
     return {chain: ChainModel(chain_costs(records), tuple(gil_bound_steps(records)))
             for chain, records in probe.items() if records}
+
+
+def _model_needs(point: Point, models: Mapping[str, ChainModel], target_pct: float) -> str:
+    """Why a starvation target was missed, in the model's words: the workers and cores the chain needs
+    to keep the consumer busy 100 - `target_pct` of the time, and whether this host has them."""
+    model = models.get(point.chain)
+    if model is None:
+        return f"nothing kept starvation under {target_pct:g}%; the model has no probe of {point.chain} to say why"
+    costs = dataclasses.replace(model.costs, batch_size=point.batch_size)
+    return (f"nothing kept starvation under {target_pct:g}%; the model: "
+            + target_line(point.chain, needs_for_target(costs, 100.0 - target_pct)))
 
 
 def _check_objective(objective: Objective, spec: JobSpec) -> None:
@@ -275,7 +287,7 @@ def _tune(folder: Path, spec: JobSpec, round_spec: JobSpec, base: List[str], ove
         print(f"tune: {notes[-1]}", flush=True)
     points = {p.name: p for p in [*kept, *(d.point for d in pruned)]}
     print(f"tune: {len(kept)} point(s) race, {len(pruned)} pruned (reasons in tune.csv)", flush=True)
-    batches = iter(range(1, 1000))
+    batches = itertools.count(1)
 
     def measure(names: Sequence[str], rounds: int, length: float) -> Dict[str, List[Mapping[str, object]]]:
         number = next(batches)
@@ -291,6 +303,8 @@ def _tune(folder: Path, spec: JobSpec, round_spec: JobSpec, base: List[str], ove
     chosen = recommend(outcome.rounds, outcome.survivors, {p.name: p.workers for p in kept}, objective) \
         if outcome.survivors else None
     verification = ""
+    if chosen is not None and not chosen.met and objective.target_starvation_pct is not None:
+        notes.append(_model_needs(points[chosen.pick], models, objective.target_starvation_pct))
     if chosen is not None:
         last_length = outcome.stages[-1].length if outcome.stages else 1.0
         verification = _verify(folder, points[chosen.pick], current_point(spec).as_run(cuda), options, outcome, base,

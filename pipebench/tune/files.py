@@ -186,12 +186,10 @@ def best_config(point: Point, chain_config: Optional[Mapping[str, object]]) -> s
 
 def _grouped(pruned: Sequence[Dropped]) -> List[Dict[str, object]]:
     """The pruned points by the rule that dropped them: how many, and one of them."""
-    def rule(reason: str) -> str:
-        return reason.split(":", 1)[0]
-    counts = Counter(rule(d.reason) for d in pruned)
-    first = {}
+    counts = Counter(d.rule for d in pruned)
+    first: Dict[str, Dropped] = {}
     for dropped in pruned:
-        first.setdefault(rule(dropped.reason), dropped)
+        first.setdefault(dropped.rule, dropped)
     return [{"rule": key, "points": counts[key], "for example": f"{first[key].point.name}: {first[key].reason}"}
             for key in counts]
 

@@ -25,8 +25,8 @@ from typing import Dict, List, Mapping, Optional, Sequence, Tuple
 from pipebench.config.specs import BACKEND_WORKER_KINDS, THREADS
 from pipebench.report.diagnosis import ChainCosts, predict
 
-__all__ = ["ChainModel", "Dimensions", "Dropped", "Point", "fit_budget", "grid", "knee_workers", "predicted_rate",
-           "prune"]
+__all__ = ["CHANGES_NOTHING", "HOLDS_GIL", "PAST_THE_BUDGET", "PAST_THE_KNEE", "ChainModel", "Dimensions", "Dropped",
+           "Point", "fit_budget", "grid", "knee_workers", "predicted_rate", "prune"]
 
 # The setting every workers=0 point carries: the in-process loop reads none of the worker settings,
 # so all workers=0 points of a chain are this one. The schema's defaults (pipebench.config.schema).
@@ -110,10 +110,18 @@ class ChainModel:
     gil_steps: Tuple[str, ...] = ()
 
 
+# The pruning rules, in the order they apply (module doc), as tune.md groups the dropped points.
+CHANGES_NOTHING = "a setting that changes nothing"
+HOLDS_GIL = "threads for a chain that holds the GIL"
+PAST_THE_KNEE = "workers past the cores' knee"
+PAST_THE_BUDGET = "more than one round of the budget fits"
+
+
 @dataclass(frozen=True)
 class Dropped:
     point: Point
     reason: str
+    rule: str
 
 
 def grid(dims: Dimensions) -> List[Point]:
@@ -185,10 +193,11 @@ def prune(points: Sequence[Point], models: Mapping[str, ChainModel], cuda: bool
     ladder = sorted({p.workers for p in points})
     for point in points:
         model = models.get(point.chain)
-        reason = (_changes_nothing(point, cuda) or _holds_gil(point, model)
-                  or _past_the_knee(point, model, ladder))
+        found = ((CHANGES_NOTHING, _changes_nothing(point, cuda)), (HOLDS_GIL, _holds_gil(point, model)),
+                 (PAST_THE_KNEE, _past_the_knee(point, model, ladder)))
+        rule, reason = next(((r, why) for r, why in found if why), ("", ""))
         if reason:
-            dropped.append(Dropped(point, reason))
+            dropped.append(Dropped(point, reason, rule))
         elif point not in kept:
             kept.append(point)
     return kept, dropped
@@ -211,4 +220,4 @@ def fit_budget(points: Sequence[Point], models: Mapping[str, ChainModel], room: 
     return ([p for p in points if p in kept],
             [Dropped(p, f"the budget fits one round of {room} points, and the model ranks this one below them "
                         f"(predicted {predicted_rate(p, models.get(p.chain)):.0f} samples/s, the last kept "
-                        f"{floor:.0f})") for p in cut])
+                        f"{floor:.0f})", PAST_THE_BUDGET) for p in cut])
