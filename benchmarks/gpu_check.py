@@ -75,7 +75,8 @@ GPU_TESTS = ("tests/test_gpu_trace.py", "tests/test_gpu_job.py", "tests/test_mas
              "test_gpu_decoder_on_cuda_is_close_without_chroma_subsampling_and_says_why_with_it",
              "tests/test_region_decode.py::test_gpu_backend_decodes_the_same_region",
              "tests/test_gpu_region_decode.py::test_the_cuda_path_decodes_the_batch_of_regions_on_the_gpu",
-             "tests/test_attach_gpu_clock.py::test_on_cuda_the_watched_loop_reads_starvation_from_the_gpus_timeline")
+             "tests/test_attach_gpu_clock.py::test_on_cuda_the_watched_loop_reads_starvation_from_the_gpus_timeline",
+             "tests/test_torchcodec_decode.py::test_torchcodec_decodes_a_batch_on_cuda_to_the_stored_pixels")
 # The slowest GPU test (4 tiny jobs through the CLI); --quick leaves it out.
 END_TO_END_TEST = "tests/test_gpu_job.py::test_on_cuda_the_jobs_report_gpu_timings_syncs_idle_and_allocator"
 # Files of a results folder worth keeping beside the transcript (the traces stay in the job folders).
