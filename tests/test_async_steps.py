@@ -19,6 +19,7 @@ from pipebench.measure.reference import plain_loop, window_spec
 from pipebench.measure.runner import StepLoop, TimingSink, measure_pass, pass_plan
 from pipebench.measure.repeats import resolve_sync
 from pipebench.measure.summarize import pass_records, summary_row
+from pipebench.measure.window import split_window
 from pipebench.record.results import _check_row
 from pipebench.report.diagnosis import _consumer_ms
 from pipebench.pipeline.consumers import EmulatedConsumer, NoConsumer, StepTimeDistribution, ToyCnnConsumer
@@ -216,7 +217,7 @@ def test_an_async_pass_reports_starvation_and_accel_util_from_the_gpu_timeline()
     result = measure_pass(loop, pass_plan(spec), TimingSink(), "async")
     assert [s.gpu_busy_ns for s in result.steps] == [1_000_000] * 8
     assert [s.gpu_idle_data_ns for s in result.steps] == [3_000_000] + [2_000_000] * 7
-    summary = summary_row([result], [], TimingSink(), 0, 1, 0)
+    summary = summary_row(split_window([result], 1), [], TimingSink(), 0, 1, 0)
     assert summary["step_sync"] == SYNC_ASYNC
     assert summary["starvation_pct"] == pytest.approx(100 * 17 / 25)
     assert summary["accel_util_pct"] == pytest.approx(100 * 8 / 25)
@@ -293,8 +294,9 @@ def test_an_async_result_is_sound_its_steps_are_the_gpus_and_the_diagnosis_reads
     loop = StepLoop(FakeStream(gpu, wait_ms=3.0), QueueingConsumer(gpu, busy_ms=1.0), non_blocking=True,
                     clock=_clock(gpu))
     passes = [measure_pass(loop, pass_plan(spec), TimingSink(), "async")]
-    summary = {**summary_row(passes, [], TimingSink(), 0, 1, 0), "batch_size": 4}
-    record = {"summary": summary, "passes": pass_records(passes, 0)}
+    window = split_window(passes, 1)
+    summary = {**summary_row(window, [], TimingSink(), 0, 1, 0), "batch_size": 4}
+    record = {"summary": summary, "passes": pass_records(window)}
     _check_row(record)
     assert record["passes"][0]["step_ms"] == pytest.approx([4.0] + [3.0] * 7)
     assert record["passes"][0]["gpu_busy_ms"] == pytest.approx([1.0] * 8)

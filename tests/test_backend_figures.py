@@ -117,8 +117,8 @@ def test_a_thread_pool_cycle_is_one_batch_and_its_restart_one_batch_of_work():
     passes = [PassResult(0.1, 0, _steps(10, 8), 0.08, 1, {})]
     assert cycle_steps(4, PROCESSES) == 4 and cycle_steps(4, THREADS) == 1
     for kind, restart_s in ((PROCESSES, 0.1 - 4 * 0.01), (THREADS, 0.1 - 0.01)):
-        window = split_window(passes, 4, kind)
-        cost = epoch_cost(window, passes, 4, persistent=False)
+        window = split_window(passes, cycle_steps(4, kind))
+        cost = epoch_cost(window, 4, persistent=False)
         assert cost.source == RESTART_FIRST_BATCH and cost.restart_s == pytest.approx(restart_s)
     # Both kinds are measured over windows of one length, so a backend sweep compares like with like.
     three = ["run.steps=3", "run.worker_cycles=2"]

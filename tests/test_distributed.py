@@ -24,12 +24,16 @@ from pipebench.measure.distributed.multirank import (
     total_rate,
 )
 from pipebench.measure.fingerprint import usable_cores
+from pipebench.measure.runner import PassResult, StepSample
+from pipebench.measure.window import split_window, window_record
 
 TWO_RANKS = ["distributed.nproc=2", "results_dir=out"]
 # 64 samples / 2 ranks / 8 a batch = 4 steps a rank per epoch: a quick run spans several epochs.
 SMALL = ["dataset=random_tensors", "dataset.shape=[3,32,32]", "dataset.length=64"]
 # The straggler's extra CPU a sample on rank 1; x 8 samples = 32 ms a step against ~35 ms.
 STRAGGLE_MS = 4.0
+# A step of epoch 1 whose times do not matter: what a window's cut reads of it is its epoch.
+IDLE_STEP = StepSample(0, 0, 0, 0, 0, 0, 0, False)
 
 
 @pytest.fixture
@@ -256,10 +260,13 @@ def test_meter_cells_merge_by_their_rules():
 
 
 def _rank_record(step_ms, samples, workers=2):
-    """A rank's record as multirank reads it: one pass of raw steps, all steady, one epoch."""
+    """A rank's record as multirank reads it: one pass of raw steps, all steady, one epoch, and
+    its window's cut in cycles of `workers` steps."""
+    cut = split_window([PassResult(1.0, 4, [IDLE_STEP] * len(step_ms), 0.0, 1, {})], workers)
     return {"passes": [{"first_batch_s": 1.0, "warmup_steps": 4, "wall_s": sum(step_ms) / 1000, "epochs": 1,
                         "start_epoch": 1, "stop_reason": "window", "step_ms": list(step_ms),
                         "samples": list(samples), "epoch": [1] * len(step_ms)}],
+            "window": window_record(cut),
             "summary": {"workers": workers, "samples_per_s": 1000.0 * sum(samples) / sum(step_ms)}}
 
 
@@ -270,7 +277,7 @@ def test_the_total_rate_interval_is_an_interval_of_the_sum_not_a_sum_of_bounds()
     steps = 800
     rng = np.random.default_rng(1)
     share = rng.integers(4, 13, steps)
-    total = total_rate([_rank_record([10.0] * steps, share), _rank_record([10.0] * steps, 16 - share)], workers=2)
+    total = total_rate([_rank_record([10.0] * steps, share), _rank_record([10.0] * steps, 16 - share)])
     assert total["samples_per_s"] == pytest.approx(1600.0)
     assert total["samples_per_s_ci_low"] == pytest.approx(1600.0) and total["samples_per_s_ci_high"] == pytest.approx(1600.0)
     assert total["ci_blocks"] >= 8
@@ -285,10 +292,10 @@ def test_the_total_rate_interval_covers_the_true_total_of_independent_ranks():
     runs = 40
     for _ in range(runs):
         ranks = [_rank_record(rng.normal(10.0, 2.0, 800).clip(1.0), [8] * 800) for _ in range(2)]
-        total = total_rate(ranks, workers=2)
+        total = total_rate(ranks)
         true_rate = 16 / (10.0 / 1000)
         covered += total["samples_per_s_ci_low"] <= true_rate <= total["samples_per_s_ci_high"]
-        alone = [total_rate([r], workers=2) for r in ranks]
+        alone = [total_rate([r]) for r in ranks]
         summed = sum(a["samples_per_s_ci_high"] - a["samples_per_s_ci_low"] for a in alone)
         ratios.append((total["samples_per_s_ci_high"] - total["samples_per_s_ci_low"]) / summed)
     assert covered >= 0.85 * runs and np.median(ratios) < 0.85

@@ -1,5 +1,6 @@
-"""The meter protocol: every meter of a job has the five methods, owns summary columns that exist,
-and survives the job's calling order (start, marks, stop twice) without CUDA."""
+"""The meter protocol: every meter of a job has the six methods, owns summary columns that exist,
+notes into note columns that exist, and survives the job's calling order (start, marks, stop
+twice) without CUDA."""
 
 import json
 import subprocess
@@ -8,6 +9,7 @@ import time
 from types import SimpleNamespace
 
 import numpy as np
+import psutil
 import pytest
 
 from pipebench.config.specs import ConsumerSpec
@@ -17,13 +19,21 @@ from pipebench.measure.gpu.session import GpuSession
 from pipebench.measure.gpu.util import GpuUtilSampler
 from pipebench.measure.host_load import HostLoadMeter, HostReading, host_load_note, other_load
 from pipebench.measure.memory import MemorySampler
-from pipebench.measure.meter import FIRST_MEASURED, LAST_MEASURED, Meter
+from pipebench.measure.meter import FIRST_MEASURED, LAST_MEASURED, Meter, add_notes
+from pipebench.measure.repeats import METER_KINDS
 from pipebench.measure.storage_io import StorageReadMeter
 from pipebench.pipeline.consumers import build_consumer
 from pipebench.record.results import SUMMARY_COLUMNS
 
 # The stranger process spins past the meter's one-second window.
 SPIN_S = 2.0
+# The summary's note columns, which meters' notes go to.
+NOTE_COLUMNS = {"window_note", "gpu_notes"}
+# A row every noting meter has a line for (other processes kept every CPU busy; the GPU trace's
+# steps were far busier than the window's), its note columns already holding one each.
+BUSY_ROW = {"window_note": "an epoch ended", "gpu_notes": "not measured: no CUDA",
+            "host_other_cpu_cores": float(psutil.cpu_count()), "host_steal_pct": 0.0, "accel_util_pct": 24.0,
+            "trace_accel_util_pct": 90.0}
 
 
 def _cpu_consumer():
@@ -53,6 +63,9 @@ def test_each_meter_follows_the_protocol(name):
     columns = meter.columns()
     assert set(columns) <= set(SUMMARY_COLUMNS), set(columns) - set(SUMMARY_COLUMNS)
     json.dumps(meter.record(), default=str)
+    notes = meter.notes(BUSY_ROW)
+    assert set(notes) <= NOTE_COLUMNS and all(isinstance(line, str) for line in notes.values())
+    assert type(meter).notes(BUSY_ROW) == notes  # from the row alone: a rank merge has no meter
 
 
 def test_the_job_meters_own_disjoint_columns_and_sections():
@@ -65,6 +78,25 @@ def test_the_job_meters_own_disjoint_columns_and_sections():
 
 def test_a_class_without_the_methods_is_not_a_meter():
     assert not isinstance(SimpleNamespace(key="x", start=lambda: None), Meter)
+    five = {name: lambda *_: None for name in ("start", "mark", "stop", "columns", "record")}
+    assert not isinstance(SimpleNamespace(key="x", holds_loop=False, **five), Meter)  # no notes
+
+
+def test_each_meter_notes_a_row_once_in_its_own_column_after_what_the_row_says():
+    """Known truth: a host kept busy by others and a GPU trace far busier than the window each add
+    their line to their column, after the line already there; the job's meters and
+    their classes (what a rank merge holds) note alike, and a quiet row gets no line."""
+    meters = [METERS[name]() for name in ("memory", "storage_io", "host_load", "coverage", "gpu")]
+    noted = dict(BUSY_ROW)
+    add_notes(noted, meters)
+    assert noted["window_note"].startswith("an epoch ended; other processes used ")
+    assert noted["gpu_notes"].startswith("not measured: no CUDA; the GPU trace's steps had accel_util_pct 90%")
+    merged = dict(BUSY_ROW)
+    add_notes(merged, METER_KINDS)
+    assert merged == noted and [type(m) for m in meters] == list(METER_KINDS)
+    quiet = {**BUSY_ROW, "host_other_cpu_cores": 0.0, "trace_accel_util_pct": 24.0}
+    add_notes(quiet, METER_KINDS)
+    assert quiet == {**BUSY_ROW, "host_other_cpu_cores": 0.0, "trace_accel_util_pct": 24.0}
 
 
 def test_the_index_log_checks_its_own_epochs():
@@ -127,7 +159,7 @@ def test_other_load_is_the_hosts_busy_cpu_less_the_jobs_own():
     last = HostReading(host_busy_s=104.0, host_steal_s=10.4, own_cpu_s=7.0, wall_s=2.0)
     figures = other_load(first, last)
     assert figures["host_other_cpu_cores"] == pytest.approx(1.0)  # (4 - 2) CPU s over 2 s
-    cpus = __import__("psutil").cpu_count()
+    cpus = psutil.cpu_count()
     assert figures["host_steal_pct"] == pytest.approx(100 * 0.4 / (2.0 * cpus))
 
 

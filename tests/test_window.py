@@ -2,13 +2,21 @@
 steady state, and priced; the rate over whole cycles is the true one."""
 
 import queue
+import sys
 import threading
 import time
 
 import numpy as np
 import pytest
 import torch
-from conftest import TINY_DATASET, compose_spec
+from conftest import FAST_JOB, NO_CHAIN, TINY_DATASET, compose_spec
+from torch.utils.data import DataLoader, TensorDataset
+
+from pipebench.attach.watch import LoaderWatch, WatchWindow
+from pipebench.attach.watched import watch_result
+from pipebench.measure import window as window_module
+from pipebench.measure.distributed.multirank import total_rate
+from pipebench.measure.job import measure_job
 
 from pipebench.measure.meter import FIRST_MEASURED, LAST_MEASURED
 from pipebench.measure.runner import (
@@ -21,15 +29,18 @@ from pipebench.measure.runner import (
     measure_pass,
     pass_plan,
 )
-from pipebench.measure.summarize import summary_row
+from pipebench.measure.summarize import pass_records, summary_row
 from pipebench.measure.window import (
     RESTART_FIRST_BATCH,
     RESTART_MEASURED,
     RESTART_PERSISTENT,
     epoch_cost,
     epoch_rate,
+    rate_interval,
+    reused_window,
     split_window,
     window_note,
+    window_record,
 )
 from pipebench.pipeline.consumers import NoConsumer
 from pipebench.pipeline.timed_chain import TimedBatch
@@ -66,7 +77,7 @@ def test_whole_cycles_without_epoch_ends_give_the_true_rate():
     result = starved_pass(4, 8)
     window = split_window([result], 4)
     assert len(window.blocks) == 8 and window.boundary_cycles == ()
-    row = summary_row([result], [], TimingSink(), 4, 4, 0)
+    row = summary_row(window, [], TimingSink(), 4, 4, 0)
     assert row["samples_per_s"] == pytest.approx(4 * BATCH / (CYCLE_MS / 1000))
     assert row["samples_per_s_ci_low"] == pytest.approx(row["samples_per_s_ci_high"])
     assert row["epoch_boundaries_in_window"] == 0 and row["window_note"] is None
@@ -76,9 +87,9 @@ def test_an_epoch_end_is_left_out_of_the_steady_rate_and_priced():
     result = starved_pass(4, 12, epoch_every=20)  # epoch ends after batches 20 and 40
     window = split_window([result], 4)
     assert window.boundary_cycles == ((20, 24), (40, 44))
-    cost = epoch_cost(window, [result], 4, persistent=False)
+    cost = epoch_cost(window, 4, persistent=False)
     assert cost.source == RESTART_MEASURED and cost.restart_s == pytest.approx(RESTART_MS / 1000)
-    row = summary_row([result], [], TimingSink(), 4, 4, 0, samples_per_epoch=20 * BATCH, batches_per_epoch=20)
+    row = summary_row(window, [], TimingSink(), 4, 4, 0, samples_per_epoch=20 * BATCH, batches_per_epoch=20)
     steady = 4 * BATCH / (CYCLE_MS / 1000)
     assert row["samples_per_s"] == pytest.approx(steady)
     epoch_seconds = 20 * BATCH / steady + RESTART_MS / 1000
@@ -96,9 +107,9 @@ def test_an_epoch_end_between_warm_up_and_the_window_is_seen():
 def test_without_an_epoch_end_the_restart_comes_from_the_first_batch_or_is_none():
     result = starved_pass(4, 8, first_batch_s=0.45)
     window = split_window([result], 4)
-    cost = epoch_cost(window, [result], 4, persistent=False)
+    cost = epoch_cost(window, 4, persistent=False)
     assert cost.source == RESTART_FIRST_BATCH and cost.restart_s == pytest.approx(0.45 - CYCLE_MS / 1000)
-    assert epoch_cost(window, [result], 4, persistent=True).source == RESTART_PERSISTENT
+    assert epoch_cost(window, 4, persistent=True).source == RESTART_PERSISTENT
     assert epoch_rate(100.0, None, cost) is None
 
 
@@ -106,13 +117,13 @@ def test_epochs_shorter_than_a_cycle_say_so():
     result = starved_pass(4, 3, epoch_every=2)
     window = split_window([result], 4)
     assert window.crossed and window.blocks
-    assert "every cycle of the window crossed an epoch end" in window_note(window, [result], 2, 12)
+    assert "every cycle of the window crossed an epoch end" in window_note(window, 2, 12)
 
 
 def test_a_time_capped_window_says_so():
     result = starved_pass(2, 2)
     capped = PassResult(0.4, 0, result.steps, 0.0, 1, {}, 1, WINDOW_TIME_CAP)
-    note = window_note(split_window([capped], 2), [capped], None, 16)
+    note = window_note(split_window([capped], 2), None, 16)
     assert note == "window capped by run.max_time_s at 4 steps (wanted 16)"
 
 
@@ -138,7 +149,7 @@ def test_the_interval_holds_the_steady_rate_when_leftover_cycles_are_slow():
     gave an interval of the other 18 (a point at 160/s) beside a steady rate that counts it (80/s)."""
     steps = [step(ms, 1) for cycle in range(19)
              for ms in ((CYCLE_MS * (20 if cycle == 18 else 1) - READY_MS), READY_MS)]
-    row = summary_row([PassResult(0.4, 0, steps, 0.0, 1, {}, 1)], [], TimingSink(), 2, 2, 0)
+    row = summary_row(split_window([PassResult(0.4, 0, steps, 0.0, 1, {}, 1)], 2), [], TimingSink(), 2, 2, 0)
     assert row["samples_per_s"] == pytest.approx(2 * BATCH * 19 / (CYCLE_MS * (18 + 20) / 1000))
     assert row["samples_per_s_ci_low"] <= row["samples_per_s"] <= row["samples_per_s_ci_high"]
     assert row["samples_per_s_ci_low"] < row["samples_per_s_ci_high"]  # the slow cycle is in a block
@@ -235,3 +246,64 @@ def test_slow_marks_give_the_window_no_free_batches(backlog, quick_s):
     assert backlog * BATCH <= result.drained_samples <= (backlog + 2) * BATCH
     rate = sum(s.samples for s in result.steps) * 1e9 / sum(s.step_ns for s in result.steps)
     assert rate == pytest.approx(BATCH / stream.period_made_s(), rel=0.08)
+
+
+def _counted_cuts(monkeypatch) -> list:
+    """Every cut of a window from here on, wherever split_window was imported: the cycles cut with."""
+    original = window_module.split_window
+    cycles = []
+
+    def counted(passes, cycle):
+        cycles.append(cycle)
+        return original(passes, cycle)
+
+    for module in list(sys.modules.values()):
+        if module.__name__.startswith("pipebench") and getattr(module, "split_window", None) is original:
+            monkeypatch.setattr(module, "split_window", counted)
+    return cycles
+
+
+@pytest.mark.parametrize("workers, backend", [(0, "dataloader"), (2, "dataloader"), (2, "threads")])
+def test_a_job_cuts_its_window_once_from_the_plans_cycle(tmp_path, monkeypatch, workers, backend):
+    """The summary row, the raw steps' steady marks and the stored cut all read one cut, made
+    with the plan's cycle (a thread pool's is one step whatever its workers)."""
+    spec = compose_spec([*FAST_JOB, *NO_CHAIN, f"workers={workers}", f"loader.backend={backend}", "run.repeats=2"])
+    cycles = _counted_cuts(monkeypatch)
+    record = measure_job(spec, tmp_path)
+    assert cycles == [pass_plan(spec).cycle]
+    assert record["window"]["cycle"] == pass_plan(spec).cycle
+    assert record["window"]["pass_steps"] == [len(one["samples"]) for one in record["passes"]]
+
+
+def test_a_watched_loader_cuts_its_window_once(monkeypatch):
+    loader = DataLoader(TensorDataset(torch.zeros(6 * BATCH, 2)), batch_size=BATCH, num_workers=0)
+    watch = LoaderWatch(loader, WatchWindow(steps=8, skip_steps=1), site="train.py:1")
+    for _ in range(3):
+        for _batch in watch.epoch(lambda: iter(loader)):
+            time.sleep(0.001)
+    cycles = _counted_cuts(monkeypatch)
+    result = watch_result(watch)
+    assert cycles == [1]
+    assert result.record["window"]["pass_steps"] == [len(one["samples"]) for one in result.record["passes"]]
+
+
+@pytest.mark.parametrize("short", [0, 1, 3, 6])
+def test_a_reused_cut_over_shorter_passes_is_the_cut_of_those_passes(short):
+    """Ranks that measured fewer steps than rank 0: its cut, reused over the steps all of them
+    have, is what a fresh cut of those steps gives (epoch ends, a crossed pass, cycles cut short)."""
+    passes = [starved_pass(4, 12, epoch_every=20), starved_pass(4, 3, epoch_every=2), starved_pass(4, 8)]
+    record = window_record(split_window(passes, 4))
+    shorter = [PassResult(p.first_batch_s, 0, p.steps[:len(p.steps) - short], 0.0, p.epochs, {}, p.start_epoch)
+               for p in passes[:2]]
+    assert reused_window(record, shorter) == split_window(shorter, 4)
+
+
+def test_the_rank_merge_reuses_rank_0s_cut(monkeypatch):
+    """The rate of all ranks together is read over the window rank 0 cut, not cut again."""
+    window = split_window([starved_pass(4, 12, epoch_every=20)], 4)
+    rank = {"passes": pass_records(window), "window": window_record(window), "summary": {"samples_per_s": 320.0}}
+    cycles = _counted_cuts(monkeypatch)
+    total = total_rate([rank, rank])
+    step_ns = np.array([s.step_ns for s in window.steps], dtype=np.float64)
+    alone = rate_interval(window, np.array([s.samples for s in window.steps], dtype=np.float64), step_ns)
+    assert cycles == [] and total["samples_per_s"] == 640.0 and total["ci_blocks"] == alone.blocks

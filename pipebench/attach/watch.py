@@ -33,9 +33,9 @@ from pipebench.attach.watch_chain import Recipe, Riding, collate_step, subset_ba
 from pipebench.attach.watch_clock import GpuWatchClock, cuda_watch_clock, on_gpu_clock
 from pipebench.attach.watch_meters import WindowMeters
 from pipebench.measure.fingerprint import usable_cores
-from pipebench.measure.runner import NS_PER_MS, NS_PER_S, PassResult, StepSample, TimingSink
+from pipebench.measure.runner import NS_PER_MS, NS_PER_S, PassResult, StepSample, TimingSink, cycle_steps
 from pipebench.measure.summarize import TransformRow, summary_row, transform_rows
-from pipebench.measure.window import rate_interval, split_window
+from pipebench.measure.window import Window, rate_interval, split_window
 from pipebench.pipeline.file_reads import IO_FIELDS
 
 __all__ = ["DEFAULT_REPLAY", "DEFAULT_SECONDS", "DEFAULT_SKIP_STEPS", "DEFAULT_STEPS", "SITE_KEY", "LoaderIdentity",
@@ -425,20 +425,22 @@ class LoaderWatch:
         was measured."""
         return self.figures()[0]
 
-    def figures(self) -> Tuple[Dict[str, Any], List[TransformRow]]:
-        """`summary()` and `transform_rows()` from one stacking of the measured timings."""
+    def figures(self) -> Tuple[Dict[str, Any], List[TransformRow], Optional[Window]]:
+        """`summary()` and `transform_rows()` from one stacking of the measured timings, and the
+        window they read, cut once (None when no step was measured)."""
         passes = self.passes
         if not passes:
-            return {}, []
+            return {}, [], None
         # The meters give figures once stopped: asked before the window is over, they stop at
         # their last reading (the last epoch end inside the window), and the rest goes unmetered.
         self.meters.end(fresh=False)
         sink = self.sink
         rows = self.transform_rows(sink)
-        row = summary_row(passes, rows, sink, self.workers, usable_cores(), 0, persistent=self.persistent,
+        # A DataLoader's worker processes: the cycle a pipebench job of these workers plans.
+        window = split_window(passes, cycle_steps(self.workers))
+        row = summary_row(window, rows, sink, self.workers, usable_cores(), 0, persistent=self.persistent,
                           samples_per_epoch=self.samples_per_epoch, batches_per_epoch=self.batches_per_epoch,
                           target_steps=self.window.steps)
-        window = split_window(passes, self.workers)
         step_ns = np.array([s.step_ns for s in window.steps], dtype=np.float64)
         batches = rate_interval(window, np.ones_like(step_ns), step_ns)
         # summary_row gives the first batch of every pass; the run's own first batch is the first
@@ -457,7 +459,7 @@ class LoaderWatch:
             replay_ms = float(np.mean(self.replay_ns)) / NS_PER_MS
             row.update(replay_steps=len(self.replay_ns), replay_step_ms=replay_ms,
                        headroom_x=row["step_ms_mean"] / replay_ms if replay_ms > 0 else float("nan"))
-        return row, rows
+        return row, rows, window
 
     def transform_rows(self, sink: Optional[TimingSink] = None) -> List[TransformRow]:
         """The sample's rows over the measured steps (load where timed, decode where something was

@@ -28,6 +28,7 @@ from pipebench.config.specs import USER_STEP
 from pipebench.measure.fingerprint import fingerprint
 from pipebench.measure.job import SINGLE_PROCESS_FIELDS
 from pipebench.measure.summarize import pass_records, rows_as_dicts
+from pipebench.measure.window import window_record
 from pipebench.record.jobs import override_pairs, varying_keys
 from pipebench.record.results import write_invocation_tables, write_result
 
@@ -72,7 +73,7 @@ class WatchResult:
 
 def watch_result(watch: LoaderWatch, job_num: int = 0) -> Optional[WatchResult]:
     """The frozen result of a watch; None when it measured no step."""
-    summary, rows = watch.figures()
+    summary, rows, window = watch.figures()
     if not summary:
         return None
     identity = watch.identity
@@ -88,7 +89,8 @@ def watch_result(watch: LoaderWatch, job_num: int = 0) -> Optional[WatchResult]:
            "batch_size": watch.measured_batch_size(), "consumer": USER_STEP, **SINGLE_PROCESS_FIELDS, **summary}
     overrides = [f"{key}={value}" for key, value in identity.pairs().items()]
     record = {"job": name, "job_num": job_num, "overrides": overrides, "config": config, "choices": {},
-              "summary": row, "transforms": rows_as_dicts(rows), "passes": pass_records(watch.passes, watch.workers),
+              "summary": row, "transforms": rows_as_dicts(rows), "passes": pass_records(window),
+              "window": window_record(window),
               "first_batch_s_per_epoch": list(watch.first_batch_s), "meters": watch.meters.record()}
     return WatchResult(name=f"{SITE_KEY}={watch.site}", dataset_class=watch.dataset_class, workers=watch.workers,
                        steps_measured=int(row["steps"]), samples_per_s=row["samples_per_s"],

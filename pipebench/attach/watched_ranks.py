@@ -139,11 +139,10 @@ def _merged(records: Sequence[Dict[str, Any]], statuses: Sequence[Mapping[str, A
     """One loader's job over its ranks, shaped as a multi-rank job's result.json."""
     for record, estimate in zip(records, collective_estimates(records)):
         record["summary"] = {**record["summary"], **estimate}
-    workers = int(records[0]["summary"]["workers"])
     # The ranks' passes cut to those every rank has, step for step, for the rate of all ranks together.
     common = min(len(r["passes"]) for r in records)
     summary = aggregate(records)
-    summary.update(total_rate([{**r, "passes": r["passes"][:common]} for r in records], workers))
+    summary.update(total_rate([{**r, "passes": r["passes"][:common]} for r in records]))
     timed = [r for r in records if (r["job_dir"] / TIMINGS_FILE).exists()]
     transforms = pooled_rows([load_timings(r["job_dir"] / TIMINGS_FILE) for r in timed],
                              timed[0]["step_names"]) if timed else []

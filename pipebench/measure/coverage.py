@@ -109,6 +109,11 @@ class IndexLog:
     def record(self) -> Dict[str, Any]:
         return self._report.as_dict() if self._report else {}
 
+    @staticmethod
+    def notes(summary: Mapping[str, Any]) -> Dict[str, str]:
+        """None: duplicate_samples and missed_samples say it all."""
+        return {}
+
     def mapping(self) -> Dict[Tuple[int, int], List[int]]:
         return {key: [int(i) for part in parts for i in part] for key, parts in sorted(self.parts.items())}
 

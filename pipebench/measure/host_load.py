@@ -11,7 +11,7 @@ the last measured step. A row that ran beside heavy load says so, and points at 
 
 import time
 from dataclasses import dataclass
-from typing import Any, Dict, Optional
+from typing import Any, Dict, Mapping, Optional
 
 import psutil
 
@@ -135,3 +135,11 @@ class HostLoadMeter:
         cpus = psutil.cpu_count() or 1
         return {**columns, "host_cpus": cpus,
                 "note": host_load_note(columns["host_other_cpu_cores"], columns["host_steal_pct"], cpus)}
+
+    @staticmethod
+    def notes(summary: Mapping[str, Any]) -> Dict[str, str]:
+        """`window_note`: other load on the host that may move a rerun beyond the row's interval,
+        from the row's own cells (for a merge of ranks, the ranks' merged load)."""
+        line = host_load_note(summary.get("host_other_cpu_cores"), summary.get("host_steal_pct"),
+                              psutil.cpu_count() or 1)
+        return {"window_note": line} if line else {}

@@ -15,13 +15,9 @@ from pipebench.config.specs import JobSpec
 from pipebench.measure.coverage import IndexLog, droppable_per_epoch
 from pipebench.measure.distributed.multirank import measure_multirank
 from pipebench.measure.fingerprint import job_fingerprint, usable_cores
-from pipebench.measure.gpu.session import (
-    GpuSession,
-    LabelledConsumer,
-    trace_window_note,
-)
+from pipebench.measure.gpu.session import GpuSession, LabelledConsumer
 from pipebench.measure.memory import MemorySampler
-from pipebench.measure.meter import Meter
+from pipebench.measure.meter import Meter, add_notes
 from pipebench.measure.repeats import LoopKit, build_loop_kit, measure_repeats, step_watchdog
 from pipebench.measure.runner import TimingSink, profile_steps, worker_faults_named
 from pipebench.measure.setup import seed_everything
@@ -38,6 +34,7 @@ from pipebench.measure.summarize import (
 )
 from pipebench.measure.viztrace import TRACE_FILE as VIZTRACE_FILE
 from pipebench.measure.viztrace import VizTraceSession
+from pipebench.measure.window import window_record
 from pipebench.pipeline.build import build_job
 from pipebench.config.specs import PROCESSES, THREADS
 from pipebench.pipeline.loader_backends import build_backend
@@ -145,7 +142,7 @@ def _measure_job(spec: JobSpec, job_dir: Path, watchdog: Unwatched) -> Dict[str,
     batches_per_epoch, samples_per_epoch = _epoch_size(spec, parts.dataset, parts.loader)
     # A thread backend starts a fresh pool every epoch, whatever loader.persistent_workers says.
     persistent = spec.worker_kind == PROCESSES and spec.workers > 0 and spec.loader.persistent_workers
-    summary = summary_row(list(repeats.passes), rows, sink, spec.workers, cores, len(repeats.skipped),
+    summary = summary_row(repeats.window, rows, sink, spec.workers, cores, len(repeats.skipped),
                           persistent=persistent, samples_per_epoch=samples_per_epoch,
                           batches_per_epoch=batches_per_epoch, target_steps=kit.plan.window,
                           worker_kind=spec.worker_kind)
@@ -153,12 +150,7 @@ def _measure_job(spec: JobSpec, job_dir: Path, watchdog: Unwatched) -> Dict[str,
     for meter in meters:
         summary.update(meter.columns())
     summary[PROCESS_CPU_COLUMN] = host_load.cpu_ms_per_sample(repeats.marked_samples)
-    busy_host = host_load.record()["note"]
-    if busy_host is not None:
-        summary["window_note"] = "; ".join(filter(None, (summary["window_note"], busy_host)))
-    mismatch = trace_window_note(summary["accel_util_pct"], summary["trace_accel_util_pct"])
-    if mismatch is not None:
-        summary["gpu_notes"] = "; ".join(filter(None, (summary["gpu_notes"], mismatch)))
+    add_notes(summary, meters)
     return {
         "summary": summary,
         **{meter.key: meter.record() for meter in meters},
@@ -167,7 +159,8 @@ def _measure_job(spec: JobSpec, job_dir: Path, watchdog: Unwatched) -> Dict[str,
         "thread_profile": threads.record() if threads else None,
         "workers_breakdown": worker_breakdown(sink, list(repeats.passes)),
         "consumer_report": parts.consumer.report(),
-        "passes": pass_records(list(repeats.passes), spec.workers, spec.worker_kind),
+        "passes": pass_records(repeats.window),
+        "window": window_record(repeats.window),
         "skipped": [f._asdict() for f in repeats.skipped[:MAX_LISTED_FAILURES]],
         "artifacts": artifacts,
         "viztrace": traced,

@@ -295,6 +295,11 @@ class MemorySampler:
     def record(self) -> Dict[str, Any]:
         return asdict(self._report) if self._report else {}
 
+    @staticmethod
+    def notes(summary: Mapping[str, Any]) -> Dict[str, str]:
+        """None: its cells say what it measured, and an empty cell that it could not."""
+        return {}
+
     def _halt(self) -> None:
         """Stop the thread and take the final sample, once."""
         if self._thread is None or self._halted:

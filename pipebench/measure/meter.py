@@ -3,14 +3,15 @@
 A meter is built before the loader's workers start, started before the first repeat, marked
 at the first and last measured step of the first repeat (one whose readings hold the loop, before
 the steps that drain the workers' backlog: `holds_loop`), and stopped once the repeats end
-(also when they fail). Then the job reads its summary cells and its result.json section.
-Adding a meter means one class with these five methods and one entry in the job's tuple.
+(also when they fail). Then the job reads its summary cells and its result.json section, and
+once the row is whole, each meter's notes on it (`add_notes`). Adding a meter means one class with
+these six methods and one entry in the job's tuple.
 A meter never fails a job for "not available": it leaves None cells and says why.
 """
 
-from typing import Any, Mapping, Optional, Protocol, runtime_checkable
+from typing import Any, Dict, Iterable, Mapping, Optional, Protocol, runtime_checkable
 
-__all__ = ["FIRST_MEASURED", "LAST_MEASURED", "Meter"]
+__all__ = ["FIRST_MEASURED", "LAST_MEASURED", "Meter", "add_notes"]
 
 # The step loop's marks: the first and the last measured step of the first repeat.
 FIRST_MEASURED, LAST_MEASURED = "first_measured", "last_measured"
@@ -38,3 +39,17 @@ class Meter(Protocol):
 
     def record(self) -> Mapping[str, Any]:
         """JSON-ready detail for result.json[key]."""
+
+    @staticmethod
+    def notes(summary: Mapping[str, Any]) -> Mapping[str, str]:
+        """Lines this meter adds to the row's note columns (`window_note`, `gpu_notes`), by column.
+        Read from the whole summary row alone, never the meter's state, so a row merged from ranks,
+        which has no meter, gets its notes by the same rule (`add_notes` over the meters' classes)."""
+
+
+def add_notes(summary: Dict[str, Any], meters: Iterable[Any]) -> None:
+    """Append each meter's notes (`Meter.notes`: meters or their classes) to `summary`'s note
+    columns, after what the columns already say; the one place a job's and a rank merge's rows get them."""
+    for notes in [meter.notes(summary) for meter in meters]:  # each read from the row before any is added
+        for column, line in notes.items():
+            summary[column] = "; ".join(filter(None, (summary.get(column), line)))

@@ -28,6 +28,8 @@ from pipebench.config.specs import SYNC_ASYNC, SYNC_AUTO, SYNC_PER_STEP, JobSpec
 from pipebench.measure.coverage import IndexLog
 from pipebench.measure.first_batch_parts import FirstBatchLog
 from pipebench.measure.gpu.session import GpuSession
+from pipebench.measure.host_load import HostLoadMeter
+from pipebench.measure.memory import MemorySampler
 from pipebench.measure.meter import FIRST_MEASURED, Meter
 from pipebench.measure.runner import (
     BatchStream,
@@ -39,16 +41,21 @@ from pipebench.measure.runner import (
     measure_pass,
     pass_plan,
 )
+from pipebench.measure.storage_io import StorageReadMeter
+from pipebench.measure.window import Window, split_window
 from pipebench.pipeline.build import JobParts
 from pipebench.pipeline.device_chain import DeviceChain
 from pipebench.pipeline.loader_backends import LoaderBackend
 from pipebench.pipeline.timed_chain import SampleFailure, TimedBatch
 
-__all__ = ["STEP_TIMEOUT_KEY", "LoopKit", "Repeats", "StepSync", "build_loop_kit", "measure_repeats", "resolve_sync",
-           "step_watchdog"]
+__all__ = ["METER_KINDS", "STEP_TIMEOUT_KEY", "LoopKit", "Repeats", "StepSync", "build_loop_kit", "measure_repeats",
+           "resolve_sync", "step_watchdog"]
 
 # The setting a step's watchdog enforces, named in its error line.
 STEP_TIMEOUT_KEY = "run.step_timeout_s"
+# The meters every job and every rank runs around its repeats, in the order they start. A rank
+# merge has their rows but no meter: it takes their notes from these classes (`meter.add_notes`).
+METER_KINDS = (MemorySampler, StorageReadMeter, HostLoadMeter, IndexLog, GpuSession)
 
 
 def step_watchdog(spec: JobSpec, on_stuck: Callable[[str], None]) -> Watchdog:
@@ -129,11 +136,16 @@ def build_loop_kit(spec: JobSpec, parts: JobParts, gpu: GpuSession, watchdog: Un
 
 @dataclass(frozen=True)
 class Repeats:
-    """The measured passes of a job (or a rank), the samples they skipped, the epoch each reached."""
+    """The measured passes of a job (or a rank) as their window, cut once from the plan's cycle
+    (every figure of the job reads this cut), the samples they skipped, the epoch each reached."""
 
-    passes: Tuple[PassResult, ...]
+    window: Window
     skipped: Tuple[SampleFailure, ...]
     epochs: Tuple[int, ...]
+
+    @property
+    def passes(self) -> Tuple[PassResult, ...]:
+        return self.window.passes
 
     @property
     def marked_samples(self) -> int:
@@ -174,4 +186,4 @@ def measure_repeats(kit: LoopKit, meters: Sequence[Meter], index_log: IndexLog, 
     finally:
         for meter in reversed(meters):
             meter.stop()
-    return Repeats(tuple(passes), tuple(skipped), tuple(epochs))
+    return Repeats(split_window(passes, kit.plan.cycle), tuple(skipped), tuple(epochs))

@@ -18,7 +18,7 @@ count with it (non-persistent workers at an epoch end), and the note says so.
 """
 
 import time
-from typing import Any, Dict, Optional
+from typing import Any, Dict, Mapping, Optional
 
 import numpy as np
 import psutil
@@ -125,3 +125,8 @@ class StorageReadMeter:
         note = (f"{delta['exited_in_window']} process(es) exited inside the window and took their counts"
                 if delta["exited_in_window"] else None)
         return {**delta, "note": note}
+
+    @staticmethod
+    def notes(summary: Mapping[str, Any]) -> Dict[str, str]:
+        """None: why a figure is missing is in its record, not the row."""
+        return {}

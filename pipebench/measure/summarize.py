@@ -10,7 +10,7 @@ from pipebench.config.specs import PROCESSES, SYNC_ASYNC, SYNC_PER_STEP
 from pipebench.measure.first_batch_parts import first_batch_columns
 from pipebench.measure.runner import NS_PER_MS, PassResult, StepSample, TimingSink
 from pipebench.measure.storage_io import file_read_figures
-from pipebench.measure.window import steady_masks, steady_state
+from pipebench.measure.window import Window, steady_masks, steady_state
 from pipebench.pipeline.stages import DECODE_STAGE, LOAD_STAGE, PER_SAMPLE_STAGE
 from pipebench.pipeline.timed_chain import StepName
 
@@ -170,23 +170,24 @@ def gpu_clock_figures(steps: Sequence[StepSample]) -> Dict[str, float]:
     }
 
 
-def summary_row(passes: Sequence[PassResult], rows: Sequence[TransformRow], sink: TimingSink, workers: int,
-                usable_cores: int, skipped: int, persistent: bool = False, samples_per_epoch: Optional[int] = None,
+def summary_row(window: Window, rows: Sequence[TransformRow], sink: TimingSink, workers: int, usable_cores: int,
+                skipped: int, persistent: bool = False, samples_per_epoch: Optional[int] = None,
                 batches_per_epoch: Optional[int] = None, target_steps: int = 0,
                 worker_kind: str = PROCESSES) -> Dict[str, object]:
-    """Steady-state figures over whole worker cycles of every repeat; the first batch and the
-    cycles that start at an epoch end stay apart (measure/window.py), and are reported as the
-    epoch's restart cost and the epoch-effective rate.
+    """Steady-state figures over whole worker cycles of every repeat, from the job's one cut of
+    its window (`window.split_window`); the first batch and the cycles that start at an epoch end
+    stay apart, and are reported as the epoch's restart cost and the epoch-effective rate.
 
     Two capacity figures check the per-transform numbers against the measured rate:
     `worker_capacity_samples_per_s` = W / wall time per sample inside a worker (what W busy
     workers produce, time-slicing included; `worker_capacity` for thread pools), and
     `cpu_capacity_samples_per_s` = min(W, cores) / CPU time per sample (what the machine could
     produce at best; under threads a bound the GIL may keep the chain far below).
-    `worker_kind`: PROCESSES or THREADS, what the W workers are (the cycle and the capacity).
+    `worker_kind`: PROCESSES or THREADS, what the W workers are (the capacity).
     """
+    passes = window.passes
     on_gpu_clock = _on_gpu_clock([s for p in passes for s in p.steps])
-    steady = steady_state(passes, workers, worker_kind, "gpu_span_ns" if on_gpu_clock else "step_ns", persistent,
+    steady = steady_state(window, "gpu_span_ns" if on_gpu_clock else "step_ns", workers, persistent,
                           samples_per_epoch, batches_per_epoch, target_steps)
     steps, step_ns = steady.steps, steady.step_ns
     wait_ns = np.array([s.wait_ns for s in steps], dtype=np.float64)
@@ -244,10 +245,10 @@ def summary_row(passes: Sequence[PassResult], rows: Sequence[TransformRow], sink
     }
 
 
-def pass_records(passes: Sequence[PassResult], workers: int, worker_kind: str = PROCESSES) -> List[Dict[str, object]]:
-    """Every repeat's raw steps for result.json, each step marked steady or not (`summary_row`'s rule)."""
-    return [{**pass_record(result), "steady": mask}
-            for result, mask in zip(passes, steady_masks(passes, workers, worker_kind))]
+def pass_records(window: Window) -> List[Dict[str, object]]:
+    """Every repeat's raw steps for result.json, each step marked steady or not (`summary_row`'s
+    rule, from the same cut)."""
+    return [{**pass_record(result), "steady": mask} for result, mask in zip(window.passes, steady_masks(window))]
 
 
 def pass_record(result: PassResult) -> Dict[str, object]:

@@ -10,22 +10,17 @@ restart cost an epoch pays.
 """
 
 from dataclasses import dataclass
-from typing import List, Optional, Sequence, Tuple
+from functools import cached_property
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
 import numpy as np
 
 from pipebench.base.stats import RatioInterval, block_ratio_interval
-from pipebench.config.specs import PROCESSES
-from pipebench.measure.runner import (
-    NS_PER_S,
-    WINDOW_TIME_CAP,
-    PassResult,
-    StepSample,
-    cycle_steps,
-)
+from pipebench.measure.runner import NS_PER_S, WINDOW_TIME_CAP, PassResult, StepSample
 
 __all__ = ["RESTART_SOURCES", "EpochCost", "SteadyState", "Window", "interval_blocks", "epoch_cost", "epoch_rate",
-           "rate_interval", "split_window", "steady_masks", "steady_state", "window_note"]
+           "rate_interval", "reused_window", "split_window", "steady_masks", "steady_state", "window_note",
+           "window_record"]
 
 CONFIDENCE_LEVEL = 0.95
 # An interval block spans whole worker cycles and at least this long: the load of a shared
@@ -49,17 +44,36 @@ RESTART_SOURCES = (RESTART_MEASURED, RESTART_FIRST_BATCH, RESTART_PERSISTENT, RE
 
 @dataclass(frozen=True)
 class Window:
-    """Measured steps of every pass, concatenated; [start, end) ranges into them.
+    """Every pass's measured steps, cut once into worker cycles of `cycle` steps; [start, end)
+    ranges into `steps`, the passes' steps concatenated.
 
-    `blocks`: whole worker cycles of steady state. `boundary_cycles`: the cycle that starts at
-    each epoch end (shorter when the window ended inside it). `crossed`: True when the epoch
-    ends left no steady block, so the blocks hold every whole cycle, restarts included."""
+    `steady_cycles`: whole cycles of steady state. `boundary_cycles`: the cycle that starts at each
+    epoch end (shorter when the window ended inside it). `crossed`: the epoch ends left no steady
+    cycle, so `blocks`, the cycles the steady rate counts, are every whole cycle, restarts included."""
 
-    steps: Tuple[StepSample, ...]
+    passes: Tuple[PassResult, ...]
     cycle: int
-    blocks: Tuple[Tuple[int, int], ...]
+    steady_cycles: Tuple[Tuple[int, int], ...]
     boundary_cycles: Tuple[Tuple[int, int], ...]
-    crossed: bool
+
+    @cached_property
+    def steps(self) -> Tuple[StepSample, ...]:
+        return tuple(step for result in self.passes for step in result.steps)
+
+    @property
+    def crossed(self) -> bool:
+        return not self.steady_cycles and bool(self.boundary_cycles)
+
+    @cached_property
+    def blocks(self) -> Tuple[Tuple[int, int], ...]:
+        if not self.crossed:
+            return self.steady_cycles
+        every: List[Tuple[int, int]] = []
+        offset = 0
+        for result in self.passes:
+            every.extend(_blocks(offset, offset + len(result.steps), self.cycle))
+            offset += len(result.steps)
+        return tuple(every)
 
     def steady_indices(self) -> np.ndarray:
         return np.array([i for start, end in self.blocks for i in range(start, end)], dtype=np.int64)
@@ -69,19 +83,17 @@ def _blocks(start: int, end: int, cycle: int) -> List[Tuple[int, int]]:
     return [(b, b + cycle) for b in range(start, end - cycle + 1, cycle)]
 
 
-def split_window(passes: Sequence[PassResult], workers: int, worker_kind: str = PROCESSES) -> Window:
-    """Cut each pass's steps into steady cycles and epoch-end cycles (`cycle_steps` of the workers' kind)."""
-    cycle = cycle_steps(workers, worker_kind)
+def split_window(passes: Sequence[PassResult], cycle: int) -> Window:
+    """Cut each pass's steps into steady cycles and epoch-end cycles of `cycle` steps (the pass
+    plan's: `runner.PassPlan.cycle`). A job cuts its window once; everything else reads the cut."""
     steps: List[StepSample] = []
     blocks: List[Tuple[int, int]] = []
     boundaries: List[Tuple[int, int]] = []
-    every_cycle: List[Tuple[int, int]] = []
     for result in passes:
-        offset = len(steps)
         steps.extend(result.steps)
-        segment_start = offset
+        segment_start = len(steps) - len(result.steps)
         previous_epoch = result.start_epoch
-        position = offset
+        position = segment_start
         end = len(steps)
         while position < end:
             if steps[position].epoch != previous_epoch:
@@ -95,9 +107,35 @@ def split_window(passes: Sequence[PassResult], workers: int, worker_kind: str = 
                 continue
             position += 1
         blocks.extend(_blocks(segment_start, end, cycle))
-        every_cycle.extend(_blocks(offset, end, cycle))
-    crossed = not blocks and bool(boundaries)
-    return Window(tuple(steps), cycle, tuple(every_cycle if crossed else blocks), tuple(boundaries), crossed)
+    return Window(tuple(passes), cycle, tuple(blocks), tuple(boundaries))
+
+
+def window_record(window: Window) -> Dict[str, Any]:
+    """The window's cut alone, JSON-ready, for a merge that reuses it over other steps (the ranks'
+    totals: `reused_window`)."""
+    return {"cycle": window.cycle, "pass_steps": [len(result.steps) for result in window.passes],
+            "steady_cycles": [list(c) for c in window.steady_cycles],
+            "boundary_cycles": [list(c) for c in window.boundary_cycles]}
+
+
+def reused_window(record: Mapping[str, Any], passes: Sequence[PassResult]) -> Window:
+    """The cut in `record` (`window_record`) over `passes`, whose steps stand for the cut's own pass
+    for pass (the ranks' totals, which step with rank 0): the first of its passes, each as long as
+    its own or cut short (steps not every rank measured). A cycle past a pass's end is left out and
+    an epoch end's cycle cut short there, as a cut of the shorter passes would have them."""
+    steady: List[Tuple[int, int]] = []
+    boundaries: List[Tuple[int, int]] = []
+    own = new = 0
+    for length, result in zip(record["pass_steps"], passes):
+        end = own + len(result.steps)
+        if end > own + length:
+            raise ValueError(f"a pass of {len(result.steps)} steps over a cut of {length}")
+        shift = new - own
+        steady.extend((a + shift, b + shift) for a, b in record["steady_cycles"] if own <= a and b <= end)
+        boundaries.extend((a + shift, min(b, end) + shift) for a, b in record["boundary_cycles"] if own <= a < end)
+        own += length
+        new += len(result.steps)
+    return Window(tuple(passes), int(record["cycle"]), tuple(steady), tuple(boundaries))
 
 
 def interval_blocks(window: Window, step_ns: np.ndarray, min_block_ns: float, min_blocks: int
@@ -136,13 +174,12 @@ def rate_interval(window: Window, samples: np.ndarray, step_ns: np.ndarray) -> R
     return block_ratio_interval(sample_blocks, time_blocks, CONFIDENCE_LEVEL)
 
 
-def steady_masks(passes: Sequence[PassResult], workers: int, worker_kind: str = PROCESSES) -> List[List[bool]]:
+def steady_masks(window: Window) -> List[List[bool]]:
     """Per pass, which measured steps the steady rate counts (every step when none is steady),
     so result.json's raw steps give back `samples_per_s` to whoever checks it."""
-    window = split_window(passes, workers, worker_kind)
     steady = set(window.steady_indices().tolist()) or set(range(len(window.steps)))
     masks, offset = [], 0
-    for result in passes:
+    for result in window.passes:
         masks.append([offset + i in steady for i in range(len(result.steps))])
         offset += len(result.steps)
     return masks
@@ -156,7 +193,7 @@ class EpochCost:
     source: str
 
 
-def epoch_cost(window: Window, passes: Sequence[PassResult], workers: int, persistent: bool) -> EpochCost:
+def epoch_cost(window: Window, workers: int, persistent: bool) -> EpochCost:
     """The restart cost of an epoch: a boundary cycle's time minus a steady cycle's.
 
     Measured where epoch ends fell inside the window (the median over them); else estimated from
@@ -177,7 +214,7 @@ def epoch_cost(window: Window, passes: Sequence[PassResult], workers: int, persi
         return EpochCost(max(float(np.median(excess)), 0.0) / NS_PER_S, RESTART_MEASURED)
     if persistent:
         return EpochCost(0.0, RESTART_PERSISTENT)
-    first = float(np.median([p.first_batch_s for p in passes]))
+    first = float(np.median([p.first_batch_s for p in window.passes]))
     return EpochCost(max(first - window.cycle * steady_step_ns / NS_PER_S, 0.0), RESTART_FIRST_BATCH)
 
 
@@ -188,8 +225,7 @@ def epoch_rate(steady_rate: float, samples_per_epoch: Optional[int], cost: Epoch
     return samples_per_epoch / (samples_per_epoch / steady_rate + cost.restart_s)
 
 
-def window_note(window: Window, passes: Sequence[PassResult], batches_per_epoch: Optional[int],
-                target_steps: int) -> Optional[str]:
+def window_note(window: Window, batches_per_epoch: Optional[int], target_steps: int) -> Optional[str]:
     """One line when the window is not the plain steady state it should be; None when it is."""
     notes = []
     if window.boundary_cycles:
@@ -202,7 +238,7 @@ def window_note(window: Window, passes: Sequence[PassResult], batches_per_epoch:
             notes.append(f"{epoch}the window crossed {len(window.boundary_cycles)} epoch end(s): samples/s is the "
                          f"steady state between them ({left_out} restart steps left out; samples_per_s_epoch "
                          "counts them)")
-    capped = [p for p in passes if p.stop_reason == WINDOW_TIME_CAP]
+    capped = [p for p in window.passes if p.stop_reason == WINDOW_TIME_CAP]
     if capped:
         steps = min(len(p.steps) for p in capped)
         notes.append(f"window capped by run.max_time_s at {steps} steps (wanted {target_steps})")
@@ -225,12 +261,10 @@ class SteadyState:
     note: Optional[str]
 
 
-def steady_state(passes: Sequence[PassResult], workers: int, worker_kind: str, step_field: str, persistent: bool,
-                 samples_per_epoch: Optional[int], batches_per_epoch: Optional[int], target_steps: int
-                 ) -> SteadyState:
+def steady_state(window: Window, step_field: str, workers: int, persistent: bool, samples_per_epoch: Optional[int],
+                 batches_per_epoch: Optional[int], target_steps: int) -> SteadyState:
     """The steady state of every repeat's window, each step timed by `step_field` (its host time,
     or at run.sync=async its span on the GPU's clock, so samples/s is what the GPU got through)."""
-    window = split_window(passes, workers, worker_kind)
     all_step_ns = np.array([getattr(s, step_field) for s in window.steps], dtype=np.float64)
     all_samples = np.array([s.samples for s in window.steps], dtype=np.float64)
     interval = rate_interval(window, all_samples, all_step_ns)
@@ -238,7 +272,6 @@ def steady_state(passes: Sequence[PassResult], workers: int, worker_kind: str, s
     if steady.size == 0:  # fewer steps than one cycle: every step, no interval
         steady = np.arange(len(window.steps))
     rate = float(all_samples[steady].sum() * NS_PER_S / all_step_ns[steady].sum())
-    cost = epoch_cost(window, passes, workers, persistent)
+    cost = epoch_cost(window, workers, persistent)
     return SteadyState(window, tuple(window.steps[i] for i in steady), all_step_ns[steady], rate, interval, cost,
-                       epoch_rate(rate, samples_per_epoch, cost),
-                       window_note(window, passes, batches_per_epoch, target_steps))
+                       epoch_rate(rate, samples_per_epoch, cost), window_note(window, batches_per_epoch, target_steps))

@@ -22,12 +22,11 @@ from pathlib import Path
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
-import psutil
 import torch
 
 from pipebench.base.errors import ConfigError, PipebenchError
 from pipebench.base.lifeline import tied_command
-from pipebench.config.specs import PROCESSES, JobSpec
+from pipebench.config.specs import JobSpec
 from pipebench.measure.coverage import (
     CoverageReport,
     check_coverage,
@@ -47,10 +46,11 @@ from pipebench.measure.distributed.ranks import (
     load_timings,
 )
 from pipebench.measure.fingerprint import usable_cores
-from pipebench.measure.host_load import host_load_note
+from pipebench.measure.meter import add_notes
+from pipebench.measure.repeats import METER_KINDS
 from pipebench.measure.runner import NS_PER_MS, PassResult, StepSample, TimingSink
 from pipebench.measure.summarize import rows_as_dicts, transform_rows
-from pipebench.measure.window import rate_interval, split_window
+from pipebench.measure.window import rate_interval, reused_window
 from pipebench.pipeline.timed_chain import StepName
 
 # torchrun's and the ranks' own output (tracebacks of a failed rank) go here, not to the console.
@@ -277,14 +277,15 @@ def total_passes(records: Sequence[Dict[str, Any]]) -> List[PassResult]:
     return passes
 
 
-def total_rate(records: Sequence[Dict[str, Any]], workers: int, worker_kind: str = PROCESSES) -> Dict[str, Any]:
+def total_rate(records: Sequence[Dict[str, Any]]) -> Dict[str, Any]:
     """samples/s of all ranks together (the sum of the ranks' rates, as their passes give it) and
-    an interval of that total: batch means of the per-step totals over whole worker
-    cycles (as one process's rate is measured), centred on the sum (the per-step totals' own
-    ratio differs from it only as far as the ranks' step times differ). A sum of the ranks' own
-    bounds is no interval of the sum: it ignores that a slow step on one rank is a slow step on
-    all of them (the all-reduce waits) and that independent noise partly cancels."""
-    window = split_window(total_passes(records), workers, worker_kind)
+    an interval of that total: batch means of the per-step totals over the whole worker cycles
+    of rank 0's window (its cut, reused: the totals step with rank 0), centred on the sum (the
+    per-step totals' own ratio differs from it only as far as the ranks' step times differ). A
+    sum of the ranks' own bounds is no interval of the sum: it ignores that a slow step on one
+    rank is a slow step on all of them (the all-reduce waits) and that independent noise partly
+    cancels."""
+    window = reused_window(records[0]["window"], total_passes(records))
     samples = np.array([s.samples for s in window.steps], dtype=np.float64)
     step_ns = np.array([s.step_ns for s in window.steps], dtype=np.float64)
     interval = rate_interval(window, samples, step_ns)
@@ -320,12 +321,13 @@ def aggregate(records: Sequence[Dict[str, Any]]) -> Dict[str, Any]:
 
 def rank_breakdown(records: Sequence[Dict[str, Any]]) -> Dict[str, Any]:
     """What a multi-rank result.json keeps of each rank: its row of RANK_FIELDS, its transforms and
-    its raw steps; rank 0's steps also stand as the job's `passes`, where tools that read one
-    process's passes (compare) look: the ranks step together, so its rate is the total over nproc."""
+    its raw steps; rank 0's steps and their `window` also stand as the job's, where tools that read
+    one process's passes (compare) look: the ranks step together, so its rate is the total over nproc."""
     return {
         "ranks": [{"rank": r["rank"], **{k: r["summary"].get(k) for k in RANK_FIELDS}} for r in records],
         "rank_transforms": {str(r["rank"]): r["transforms"] for r in records},
         "passes": records[0]["passes"],
+        "window": records[0]["window"],
         "rank_passes": {str(r["rank"]): r["passes"] for r in records},
     }
 
@@ -350,12 +352,10 @@ def measure_multirank(spec: JobSpec, job_dir: Path) -> Dict[str, Any]:
     coverage = coverage_of(records, spec)
     print(coverage.describe(), flush=True)
     summary = aggregate(records)
-    summary.update(total_rate(records, spec.workers, spec.worker_kind))
+    summary.update(total_rate(records))
     print(aggregate_line(summary), flush=True)
     summary.update(duplicate_samples=coverage.duplicates, missed_samples=coverage.missing)
-    busy_host = host_load_note(summary["host_other_cpu_cores"], summary["host_steal_pct"], psutil.cpu_count() or 1)
-    if busy_host is not None:
-        summary["window_note"] = "; ".join(filter(None, (summary.get("window_note"), busy_host)))
+    add_notes(summary, METER_KINDS)
     return {
         "summary": summary,
         "transforms": pooled_transforms(records, job_dir),

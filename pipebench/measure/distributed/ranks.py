@@ -44,6 +44,7 @@ from pipebench.measure.summarize import (
     summary_row,
     transform_rows,
 )
+from pipebench.measure.window import Window, window_record
 from pipebench.pipeline.build import build_job
 from pipebench.pipeline.timed_chain import TimedBatch
 
@@ -102,11 +103,11 @@ def _pin_gpu(local_rank: int) -> None:
     os.environ["CUDA_VISIBLE_DEVICES"] = devices[local_rank]
 
 
-def rank_summary(passes: list, sink: TimingSink, rows: list, spec: JobSpec, skipped: int) -> Dict[str, float]:
+def rank_summary(window: Window, sink: TimingSink, rows: list, spec: JobSpec, skipped: int) -> Dict[str, float]:
     """The ordinary summary row of this rank, plus its collective wait and its own busy time a
     step (the step without the all-reduce: what the straggler ratio compares)."""
-    steps = [s for p in passes for s in p.steps]
-    summary = summary_row(passes, rows, sink, spec.workers, usable_cores(), skipped, worker_kind=spec.worker_kind)
+    steps = window.steps
+    summary = summary_row(window, rows, sink, spec.workers, usable_cores(), skipped, worker_kind=spec.worker_kind)
     collective = np.array([s.collective_ns for s in steps], dtype=np.float64) / NS_PER_MS
     busy = np.array([s.step_ns - s.collective_ns for s in steps], dtype=np.float64) / NS_PER_MS
     summary.update(collective_ms_mean=float(collective.mean()), collective_ms_p99=float(np.percentile(collective, 99)),
@@ -144,7 +145,7 @@ def measure_rank(spec: JobSpec, rank: int, world: int, device: torch.device, job
     batch_steps = [*parts.collate.steps, *kit.device_chain.steps]
     rows = transform_rows(sink, parts.instrumented.steps, batch_steps)
     save_timings(job_dir / RANK_TIMINGS.format(rank=rank), sink)
-    summary = rank_summary(list(repeats.passes), sink, rows, spec, len(repeats.skipped))
+    summary = rank_summary(repeats.window, sink, rows, spec, len(repeats.skipped))
     for meter in meters:
         if meter is not index_log:  # the ranks' logs are pooled by the job (multirank.coverage_of)
             summary.update(meter.columns())
@@ -155,7 +156,9 @@ def measure_rank(spec: JobSpec, rank: int, world: int, device: torch.device, job
         "world_size": world,
         "summary": summary,
         "transforms": rows_as_dicts(rows),
-        "passes": pass_records(list(repeats.passes), spec.workers, spec.worker_kind),
+        "passes": pass_records(repeats.window),
+        # The job's rate of all ranks together reuses rank 0's cut (multirank.total_rate).
+        "window": window_record(repeats.window),
         "epochs_reached": list(repeats.epochs),
         "step_names": {"sample": parts.instrumented.steps, "batch": batch_steps},
         "dataset_length": len(parts.dataset),

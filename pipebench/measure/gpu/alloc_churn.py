@@ -8,7 +8,7 @@ a dict of ~100 entries). Without CUDA it records nothing and says so.
 """
 
 from dataclasses import asdict, dataclass
-from typing import Any, Dict, List, Optional, Sequence
+from typing import Any, Dict, List, Mapping, Optional, Sequence
 
 import torch
 
@@ -98,6 +98,11 @@ class AllocatorTracker:
 
     def record(self) -> Dict[str, Any]:
         return asdict(self.report())
+
+    @staticmethod
+    def notes(summary: Mapping[str, Any]) -> Dict[str, str]:
+        """None of its own: its note reaches the row in GpuSession's gpu_notes cell."""
+        return {}
 
     def report(self, first: str = FIRST_MEASURED, last: str = LAST_MEASURED) -> AllocatorReport:
         if not self.active:

@@ -17,7 +17,7 @@ When the consumer is not on CUDA, nothing here touches CUDA, every GPU column st
 
 from dataclasses import asdict
 from pathlib import Path
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, List, Mapping, Optional
 
 import numpy as np
 import torch
@@ -208,3 +208,9 @@ class GpuSession:
             "syncs_live": {**asdict(live), "per_step": live.per_step} if live else None,
             "note": None if self.on_cuda else _not_on_cuda_note(),
         }
+
+    @staticmethod
+    def notes(summary: Mapping[str, Any]) -> Dict[str, str]:
+        """`gpu_notes`: the GPU trace's accel_util_pct far from the row's (`trace_window_note`)."""
+        line = trace_window_note(summary.get("accel_util_pct"), summary.get("trace_accel_util_pct"))
+        return {"gpu_notes": line} if line else {}

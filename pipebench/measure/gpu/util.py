@@ -13,7 +13,7 @@ starts. Without CUDA, or without NVML, it records nothing and the report says wh
 import os
 import threading
 from dataclasses import dataclass
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, Dict, List, Mapping, Optional, Tuple
 
 import torch
 
@@ -186,3 +186,8 @@ class GpuUtilSampler:
     def record(self) -> Dict[str, Any]:
         report = self.stop()
         return {"samples_pct": report.samples, "interval_s": report.interval_s, "note": report.note}
+
+    @staticmethod
+    def notes(summary: Mapping[str, Any]) -> Dict[str, str]:
+        """None of its own: its note reaches the row in GpuSession's gpu_notes cell."""
+        return {}
