@@ -21,7 +21,7 @@ from typing import Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
 from pipebench.tune.objective import ROUND_ID, Objective, Round, race_rates, slower_for_real
 
-__all__ = ["Measure", "RaceOutcome", "Schedule", "StageLog", "Verdict", "judge", "run_race"]
+__all__ = ["Measure", "Propose", "RaceOutcome", "Schedule", "StageLog", "Verdict", "judge", "run_race"]
 
 # The stop reasons, as tune.md and the terminal say them.
 RESOLVED = "resolved: one point is left"
