@@ -76,7 +76,7 @@ examples:
   pipebench tune transform=yuv_mask                         the seed chain's loader settings, 5 minutes
   pipebench tune --budget-s 900 --target-starvation 10 consumer=toy_cnn   fewest workers keeping the model fed
   pipebench tune --max-pss-gib 8 tune.batch_sizes=[64,128]  a memory cap; the batch size searched too
-  pipebench tune tune.search=optuna                          Optuna's TPE picks which points race (pip install optuna)
+  pipebench tune tune.search=optuna                          Optuna's TPE picks which points race (the tune extra)
 
 space:  tune.workers=[..] (default 0 up to twice the usable cores), tune.backends=[..] (every installed one),
         tune.prefetch_factors=[2,4], tune.persistent_workers=[false,true], tune.pin_memory (with CUDA only),

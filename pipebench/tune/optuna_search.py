@@ -14,7 +14,7 @@ import statistics
 from typing import Dict, List, Mapping, Optional, Sequence, Set
 
 from pipebench.base.errors import ConfigError
-from pipebench.base.extras import installed
+from pipebench.base.extras import MissingExtra, installed, missing_line
 from pipebench.tune.objective import Objective, Round, race_rates
 from pipebench.tune.race import Propose
 from pipebench.tune.space import Point
@@ -22,6 +22,8 @@ from pipebench.tune.space import Point
 __all__ = ["LIBRARY", "optuna_missing", "optuna_proposer"]
 
 LIBRARY = "optuna"
+# pipebench's extra that installs it.
+EXTRA = "tune"
 # Asks a batch may spend on combinations the model pruned or the race has seen, before the study is
 # taken to have nothing new to propose (the pruned space is smaller than the grid it samples).
 ASKS_PER_POINT = 25
@@ -32,7 +34,7 @@ def optuna_missing() -> Optional[ConfigError]:
     """The one-line error for tune.search=optuna without Optuna; None where it is installed."""
     if installed(LIBRARY):
         return None
-    return ConfigError("tune.search=optuna needs Optuna, which is not installed here: pip install optuna "
+    return ConfigError(f"{missing_line([MissingExtra('tune.search=optuna', 'Optuna', EXTRA)])} "
                        "(or leave tune.search at race, the default)")
 
 
