@@ -213,12 +213,15 @@ def test_resume_refuses_a_job_folder_that_is_a_link_in_one_line(tmp_path, capsys
     outside = _victim(tmp_path).parent
     (folder / "job-1").symlink_to(outside, target_is_directory=True)
     before = {p.name: _digest(p) for p in outside.iterdir()}
+    # Children of pytest from earlier tests (multiprocessing's resource tracker lives as long as pytest).
+    earlier = {c.pid for c in psutil.Process().children()}
     assert main(["run", *overrides]) == 2
     err = capsys.readouterr().err
     assert err.startswith("pipebench: error: ") and len(err.strip().splitlines()) == 1, err
     assert f"{Path('out') / folder.name / 'job-1'} is a symbolic link to {outside}" in err and "--fresh" in err
     assert {p.name: _digest(p) for p in outside.iterdir()} == before
-    assert not psutil.Process().children(), "the job process started ahead is ended"
+    left = [c.cmdline() for c in psutil.Process().children() if c.pid not in earlier]
+    assert not left, f"the job process started ahead is ended: {left}"
 
 
 def test_a_resumed_sweep_writes_no_file_through_a_link(tmp_path):
