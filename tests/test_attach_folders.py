@@ -114,6 +114,16 @@ def test_force_never_empties_a_folder_that_holds_no_results(project, capsys):
     assert not (project / "ran").exists() and (mine / "notes.txt").read_text() == "the user's own"
 
 
+def test_force_never_removes_a_users_file_beside_results(project, capsys):
+    out = project / "out"
+    assert _attach(project, 1, "--out", str(out)) == SCRIPT_STATUS
+    (out / "train.py").write_text("the user's own")
+    capsys.readouterr()
+    assert _attach(project, 1, "--out", str(out), "--force") == 2
+    assert "also holds train.py, which attach does not write" in _one_line(capsys.readouterr().err)
+    assert (out / "train.py").read_text() == "the user's own" and (out / "job-0" / "result.json").exists()
+
+
 @pytest.mark.parametrize("out, said", [
     ("afile", "--out {project}/afile is a file, not a folder"),
     ("afile/sub", "--out {project}/afile/sub: the results folder cannot be created ({project}/afile/sub: Not a "

@@ -7,6 +7,7 @@ starts, not after, when the measurement would be lost or mixed with the other ru
 """
 
 import shutil
+from fnmatch import fnmatch
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Iterator, List, Optional
@@ -21,6 +22,9 @@ __all__ = ["claimed_folder"]
 
 # At most this many of a folder's entries are named in the line that refuses it.
 NAMED_AT_MOST = 3
+# What an attach run writes in its folder (jobs, ranks, tables, report, plots, logs): --force removes
+# these and nothing else, so a user's own file beside them (`--out .` in a project) is never deleted.
+WRITTEN_BY_ATTACH = ("job-*", RANKS_FOLDER, "summary.*", "comparison.*", "transforms.*", "report.md", "*.png")
 
 
 def _entries(folder: Path) -> List[Path]:
@@ -58,6 +62,10 @@ def _emptied(folder: Path, force: bool) -> None:
     if not _holds_results(folder):
         raise ConfigError(f"--force replaces a results folder, and {folder} holds no pipebench results "
                           f"({_names(entries)}): give another --out")
+    foreign = [e for e in entries if not any(fnmatch(e.name, pattern) for pattern in WRITTEN_BY_ATTACH)]
+    if foreign:
+        raise ConfigError(f"--force replaces a results folder, and {folder} also holds {_names(foreign)}, "
+                          "which attach does not write: give another --out, or move them")
     for entry in entries:
         _remove(entry)
 
