@@ -45,12 +45,12 @@ BLOB_BYTES = 3 << 20
 def store(tmp_path_factory):
     """moto's S3 server on the loopback, the environment pointing botocore at it, and the tiny corpus
     converted to shards and Parquet files, on disk and uploaded to the bucket."""
-    # The server logs each request through werkzeug's logger, which reaches whatever handler an earlier
+    # The server (werkzeug) and botocore log through loggers that reach whatever handler an earlier
     # in-process run left on the root logger (Hydra's, on a capture stream pytest has since closed):
-    # "Logging error" tracebacks then land in a later test's stderr, which must hold pipebench's line only.
-    werkzeug = logging.getLogger("werkzeug")
-    level = werkzeug.level
-    werkzeug.setLevel(logging.ERROR)
+    # each record then prints a "Logging error" traceback into this module's stderr, which must hold
+    # pipebench's line only. logging's own switch for handler errors silences them for the module.
+    raising = logging.raiseExceptions
+    logging.raiseExceptions = False
     server = moto_server.ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
     server.start()
     host, port = server.get_host_and_port()
@@ -74,7 +74,7 @@ def store(tmp_path_factory):
         yield root
         s3fs.S3FileSystem.clear_instance_cache()  # no later test may reuse a client of a stopped server
     server.stop()
-    werkzeug.setLevel(level)
+    logging.raiseExceptions = raising
 
 
 def _url(path: str) -> str:
