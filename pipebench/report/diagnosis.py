@@ -33,7 +33,7 @@ import numpy as np
 from pipebench.base.noise_figures import compare_half_width
 from pipebench.base.tables import format_value, markdown_table
 from pipebench.config.specs import BACKEND_WORKER_KINDS, NO_CONSUMER, PROCESSES, THREADS, USER_STEP
-from pipebench.datasets.shard_split import idle_line, uneven_line
+from pipebench.datasets.shard_split import idle_line, idle_readers, uneven_line
 from pipebench.pipeline.stages import DECODE_STAGE, LOAD_STAGE
 from pipebench.record.jobs import NOT_AXES, override_pairs, varying_keys
 from pipebench.report.comparison import measured_rate, told_apart
@@ -139,14 +139,16 @@ def _rate(amount: float, cost_ms: float) -> float:
     return amount / cost_ms if cost_ms > 0 else math.inf
 
 
-def predict(costs: ChainCosts, workers: int, ranks: int = 1) -> Prediction:
+def predict(costs: ChainCosts, workers: int, ranks: int = 1, busy: Optional[int] = None) -> Prediction:
     """Samples/s (all ranks together) and starvation % of `costs` with `workers` DataLoader workers
-    in each of `ranks` ranks (see the module doc)."""
+    in each of `ranks` ranks (see the module doc). `busy`: the readers (workers, or ranks at workers=0)
+    that get data at all, where a sharded set leaves some none; only they read, so only they count."""
     batch, c, s = costs.batch_size, costs.ms_per_sample, costs.consumer_ms
+    readers = ranks * max(workers, 1) if busy is None else busy
     consumer = _rate(ranks * batch, s)
-    limits = {"serial": _rate(ranks * batch, batch * c + s)} if workers == 0 else {
+    limits = {"serial": _rate(readers * batch, batch * c + s)} if workers == 0 else {
         "consumer": consumer,
-        "workers": _rate(ranks * workers, c),
+        "workers": _rate(readers, c),
     }
     limits["cores"] = _rate(costs.usable_cores, costs.cpu_ms_per_sample + costs.consumer_cpu_ms / batch)
     bound = min(limits, key=limits.get)
@@ -551,6 +553,15 @@ def _lone_tail(result: Mapping) -> Optional[str]:
     return None
 
 
+def _busy_readers(jobs: Sequence[Mapping], ranks: int, workers: int) -> Optional[int]:
+    """The readers of `ranks` x `workers` that get a shard of the jobs' sharded dataset (its identity's
+    `shards`); None for a dataset that is not sharded, whose every reader reads."""
+    shards = {result.get("fingerprint", {}).get("dataset", {}).get("shards") for result in jobs}
+    if len(shards) != 1 or None in shards:
+        return None
+    return ranks * max(workers, 1) - len(idle_readers(int(shards.pop()), ranks, workers))
+
+
 def _advice_idle_shards(results: Sequence[Mapping]) -> List[str]:
     """Jobs whose sharded dataset (its identity's `shards`) leaves readers idle, with fewer shards than
     ranks x workers, or one reader reading alone at the epoch's end, with uneven shards (its
@@ -724,7 +735,8 @@ def diagnose(results: Sequence[Mapping]) -> Diagnosis:
             same = [j["summary"] for j in jobs if place(j) == (ranks, workers, kind)]
             rows.append(PredictedRow(
                 chain=chain, ranks=ranks, workers=workers,
-                predicted=predict(costs[chain], workers, ranks) if kind == PROCESSES else None,
+                predicted=predict(costs[chain], workers, ranks, _busy_readers(jobs, ranks, workers))
+                if kind == PROCESSES else None,
                 measured_samples_per_s=float(np.median([s["samples_per_s"] for s in same])),
                 measured_starvation_pct=float(np.median([s["starvation_pct"] for s in same])),
                 measured_cpu_ms_per_sample=float(np.median([s["cpu_ms_per_sample"] for s in same])),
