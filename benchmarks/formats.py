@@ -8,8 +8,14 @@ and `pipebench report` merges the four folders into one table. Every step is the
 The check (issue 38's target): at workers=0, where the decode dominates, each format reads within 5%
 of the image folder's samples/s, or the table's load row says what the format's read adds.
 
+It prints one table, a row a (format, workers): samples/s (the mean over rounds), the ratio to the image
+folder's at the same workers, the load step's ms a sample beside the folder's, and at workers=0 whether
+the target holds; the same table, with the machine named, goes to WORK/formats.md and its figures to
+WORK/formats.csv. `pipebench report`'s whole report (each job, the diagnosis, the plots) is in
+WORK/side-by-side/.
+
     python benchmarks/formats.py                               # 2,000 images, transform=imagenet, workers 0,2
-    python benchmarks/formats.py --images 32 --steps 5 --shard-size 8    # a check that it works
+    python benchmarks/formats.py --images 32 --steps 5 --shard-size 8 --workers 0   # a check that it works
 """
 
 import argparse
@@ -20,14 +26,20 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Dict, List, Sequence, Tuple
+from typing import Dict, List, Mapping, Sequence, Tuple
 
+from pipebench.base.tables import markdown_table
 from pipebench.datasets.synthetic_jpeg import SyntheticJpegDataset
+from pipebench.measure.fingerprint import cpu_model, usable_cores
 
 NUM_IMAGES = 2_000
 # The issue's target: each format within 5% of the folder's samples/s at workers=0.
 TOLERANCE = 0.05
 FORMATS = ("webdataset", "parquet", "litdata")
+FOLDER = "image_folder"
+# The table's columns, printed and written (formats.md, formats.csv).
+COLUMNS = ("format", "workers", "samples_per_s", "x_image_folder", "load_ms_per_sample",
+           "image_folder_load_ms_per_sample", "within_target")
 PIPEBENCH = str(Path(sys.executable).with_name("pipebench"))
 
 
@@ -56,8 +68,8 @@ def main() -> int:
 
     started = time.perf_counter()
     corpus = SyntheticJpegDataset(length=args.images, num_images=args.images, cache_dir=args.work / "jpegs")
-    folder = ["dataset=image_folder", f"dataset.path={corpus.cache_path}"]
-    sources = {"image_folder": folder}
+    folder = [f"dataset={FOLDER}", f"dataset.path={corpus.cache_path}"]
+    sources = {FOLDER: folder}
     for name in FORMATS:
         out = args.work / name
         shutil.rmtree(out, ignore_errors=True)
@@ -72,8 +84,13 @@ def main() -> int:
     folders = [results_folder(pipebench(["run", "--fresh", *common, *overrides])) for overrides in sources.values()]
     merged = args.work / "side-by-side"
     shutil.rmtree(merged, ignore_errors=True)
-    print(pipebench(["report", *folders, "--out", str(merged)]))
-    return _check([Path(folder) for folder in folders])
+    pipebench(["report", *folders, "--out", str(merged)])
+    rows = _figures([Path(folder) for folder in folders])
+    table = markdown_table(rows, COLUMNS)
+    print(table)
+    _write(args, rows, table)
+    print(f"figures: {args.work / 'formats.md'}, {args.work / 'formats.csv'}; the whole report: {merged / 'report.md'}")
+    return 0
 
 
 def _means(paths: Sequence[Path], value: str, stage: str = "") -> Dict[Tuple[str, int], float]:
@@ -90,23 +107,34 @@ def _means(paths: Sequence[Path], value: str, stage: str = "") -> Dict[Tuple[str
     return {key: sum(values) / len(values) for key, values in found.items()}
 
 
-def _check(folders: Sequence[Path]) -> int:
-    """Each format's samples/s against the folder's at each worker count (means over rounds), its load
-    step beside the folder's, and the target at workers=0."""
+def _figures(folders: Sequence[Path]) -> List[Dict[str, object]]:
+    """A row a (format, workers): samples/s and the load step (means over rounds) against the folder's at
+    the same workers, and at workers=0 whether the format is within TOLERANCE of the folder."""
     rates = _means([folder / "summary.csv" for folder in folders], "samples_per_s")
     loads = _means([folder / "transforms.csv" for folder in folders], "ms_per_sample", "load")
-    missed = []
-    for (name, workers), rate in sorted(rates.items()):
-        if name == "image_folder":
-            continue
-        ratio = rate / rates["image_folder", workers]
-        print(f"{name} at workers={workers}: {ratio:.3f}x image_folder's samples/s; load {loads[name, workers]:.3f} ms "
-              f"a sample against {loads['image_folder', workers]:.3f}")
-        if workers == 0 and abs(ratio - 1) > TOLERANCE:
-            missed.append(f"{name} ({ratio:.3f}x)")
-    if missed:
-        print(f"outside {TOLERANCE:.0%} of image_folder at workers=0: {', '.join(missed)}")
-    return 0
+    rows = []
+    for (name, workers), rate in sorted(rates.items(), key=lambda item: (item[0][1], item[0][0] != FOLDER, item[0][0])):
+        ratio = rate / rates[FOLDER, workers]
+        rows.append({"format": name, "workers": workers, "samples_per_s": round(rate, 1), "x_image_folder": round(ratio, 3),
+                     "load_ms_per_sample": round(loads[name, workers], 3),
+                     "image_folder_load_ms_per_sample": round(loads[FOLDER, workers], 3),
+                     "within_target": ("yes" if abs(ratio - 1) <= TOLERANCE else "no")
+                     if workers == 0 and name != FOLDER else ""})
+    return rows
+
+
+def _write(args: argparse.Namespace, rows: Sequence[Mapping[str, object]], table: str) -> None:
+    """The table with the machine and the settings named (WORK/formats.md), and its figures (WORK/formats.csv)."""
+    machine = f"{cpu_model()}, {usable_cores()} usable cores"
+    settings = (f"{args.images} images, shards of {args.shard_size}, transform={args.transform}, "
+                f"rounds={args.rounds}, run.steps={args.steps or 'pipebench default'}")
+    (args.work / "formats.md").write_text(
+        f"# Formats side by side\n\n{machine}; {settings}. The target: at workers=0 each format within "
+        f"{TOLERANCE:.0%} of image_folder's samples/s.\n\n{table}")
+    with (args.work / "formats.csv").open("w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=COLUMNS)
+        writer.writeheader()
+        writer.writerows(rows)
 
 
 if __name__ == "__main__":
