@@ -26,7 +26,7 @@ from pipebench.attach.watch import (
 )
 from pipebench.config.specs import USER_STEP
 from pipebench.measure.fingerprint import fingerprint
-from pipebench.measure.job import SINGLE_PROCESS_FIELDS
+from pipebench.measure.result import SINGLE_PROCESS_FIELDS
 from pipebench.measure.summarize import pass_records, rows_as_dicts
 from pipebench.measure.window import window_record
 from pipebench.record.jobs import override_pairs, varying_keys

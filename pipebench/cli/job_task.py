@@ -22,7 +22,8 @@ from pipebench.base.errors import (
 from pipebench.base.tables import markdown_table
 from pipebench.config.specs import job_spec_from_config
 from pipebench.measure.fingerprint import usable_cores
-from pipebench.measure.job import SINGLE_PROCESS_FIELDS, measure
+from pipebench.measure.job import measure
+from pipebench.measure.result import JobIdentity, identity_columns
 from pipebench.measure.setup import oversubscription_note, quiet_torch_output
 from pipebench.record.results import (
     printed_transform_columns,
@@ -60,34 +61,18 @@ def run_job_task(cfg: DictConfig) -> None:
         note = oversubscription_note(spec, usable_cores())
         if note:
             print(note, flush=True)
-        record = measure(spec, job_dir)
+        measured = measure(spec, job_dir)
     except (PipebenchError, OSError) as exc:
         _stop(exc, job_dir)
-    summary = {
-        "job": name,
-        "dataset": spec.dataset_name,
-        "transform": spec.transform_name,
-        "workers": spec.workers,
-        "batch_size": spec.loader.batch_size,
-        "consumer": spec.consumer.kind,
-        **SINGLE_PROCESS_FIELDS,
-        **record["summary"],
-    }
-    result = {
-        "job": name,
-        "job_num": int(hydra_cfg.job.num),
-        "overrides": list(hydra_cfg.overrides.task),
-        "config": OmegaConf.to_container(cfg, resolve=True),
-        "choices": choices,
-        **record,
-        "summary": summary,
-    }
+    result = measured.identified(JobIdentity(
+        job=name, job_num=int(hydra_cfg.job.num), overrides=tuple(hydra_cfg.overrides.task),
+        config=OmegaConf.to_container(cfg, resolve=True), choices=choices, columns=identity_columns(spec)))
     try:
-        write_result(job_dir, result)
+        write_result(job_dir, result.to_json())
         write_summary_markdown(job_dir.parent, write_invocation_tables(job_dir.parent))
     except OSError as exc:
         _stop(exc, job_dir)
     print(f"\n## {name}\n")
-    print(markdown_table(record["transforms"], printed_transform_columns(record["transforms"])))
-    if summary.get("window_note"):
-        print(f"note: {summary['window_note']}")
+    print(markdown_table(result.transforms, printed_transform_columns(result.transforms)))
+    if result.summary.get("window_note"):
+        print(f"note: {result.summary['window_note']}")

@@ -61,6 +61,7 @@ from pipebench.config.sweep_axes import expand_auto_workers
 from pipebench.datasets.shard_split import idle_line
 from pipebench.measure.fingerprint import usable_cores
 from pipebench.measure.job_spawn import JobProcess, discard
+from pipebench.measure.result import identity_columns
 from pipebench.pipeline.build import build_dataset, build_transforms
 from pipebench.pipeline.loader_backends import check_backends
 from pipebench.record.folder_lock import folder_lock
@@ -215,9 +216,7 @@ def _check_baseline(selector: Optional[str], jobs: Sequence[Sequence[str]],
         return
     named: List[dict] = []
     for job, (spec, _) in zip(jobs, checked):
-        names = identity(job, {"dataset": spec.dataset_name, "transform": spec.transform_name,
-                               "workers": spec.workers, "batch_size": spec.loader.batch_size,
-                               "consumer": spec.consumer.kind})
+        names = identity(job, identity_columns(spec))
         if names not in named:
             named.append(names)
     select_job(selector, named)

@@ -19,8 +19,8 @@ from pipebench.measure.gpu.session import GpuSession, LabelledConsumer
 from pipebench.measure.memory import MemorySampler
 from pipebench.measure.meter import Meter, add_notes
 from pipebench.measure.repeats import LoopKit, build_loop_kit, measure_repeats, step_watchdog
-from pipebench.measure.runner import profile_steps, worker_faults_named
-from pipebench.measure.steps import TimingSink
+from pipebench.measure.result import JobResult
+from pipebench.measure.runner import TimingSink, profile_steps, worker_faults_named
 from pipebench.measure.setup import seed_everything
 from pipebench.measure.host_load import PROCESS_CPU_COLUMN, HostLoadMeter
 from pipebench.measure.thread_profile import profile_wanted, thread_profile_pass
@@ -41,9 +41,6 @@ from pipebench.config.specs import PROCESSES, THREADS
 from pipebench.pipeline.loader_backends import build_backend
 from pipebench.pipeline.timed_chain import InstrumentedDataset, TimedCollate
 
-# The multi-rank columns of a single-process job: one rank, no peer to wait for (multirank.py
-# fills them for distributed.nproc > 1).
-SINGLE_PROCESS_FIELDS = {"ranks": 1, "straggler_ratio": 1.0, "collective_wait_ms_mean": 0.0}
 # Failures listed by name in result.json; the count covers all of them.
 MAX_LISTED_FAILURES = 20
 
@@ -83,7 +80,7 @@ def _epoch_size(spec: JobSpec, dataset: Any, loader: Any) -> Tuple[Optional[int]
     return batches, batches * spec.loader.batch_size if spec.loader.drop_last else len(dataset)
 
 
-def measure_job(spec: JobSpec, job_dir: Path) -> Dict[str, Any]:
+def measure_job(spec: JobSpec, job_dir: Path) -> JobResult:
     """Run every repeat of one job and return its result record (without identity fields).
 
     A worker that dies or goes silent, whenever it does, ends the job with one WorkerError line;
@@ -94,7 +91,7 @@ def measure_job(spec: JobSpec, job_dir: Path) -> Dict[str, Any]:
         return _measure_job(spec, job_dir, watchdog)
 
 
-def _measure_job(spec: JobSpec, job_dir: Path, watchdog: Unwatched) -> Dict[str, Any]:
+def _measure_job(spec: JobSpec, job_dir: Path, watchdog: Unwatched) -> JobResult:
     seed_everything(spec.run.seed)
     if spec.workers == 0:
         # Workers run with one intra-op thread; so must the single-process profile, or its per-transform
@@ -152,8 +149,7 @@ def _measure_job(spec: JobSpec, job_dir: Path, watchdog: Unwatched) -> Dict[str,
         summary.update(meter.columns())
     summary[PROCESS_CPU_COLUMN] = host_load.cpu_ms_per_sample(repeats.marked_samples)
     add_notes(summary, meters)
-    return {
-        "summary": summary,
+    return JobResult(summary, {
         **{meter.key: meter.record() for meter in meters},
         "transforms": [{**row, **(threads.columns(row["stage"], row["transform"]) if threads else {})}
                        for row in rows_as_dicts(rows)],
@@ -167,10 +163,10 @@ def _measure_job(spec: JobSpec, job_dir: Path, watchdog: Unwatched) -> Dict[str,
         "viztrace": traced,
         "pin_memory_effective": kit.non_blocking,
         "fingerprint": job_fingerprint(spec, parts.dataset),
-    }
+    })
 
 
-def measure(spec: JobSpec, job_dir: Path) -> Dict[str, Any]:
+def measure(spec: JobSpec, job_dir: Path) -> JobResult:
     """One job's record: in this process, or on `distributed.nproc` ranks through torchrun."""
     if spec.distributed.nproc > 1:
         return measure_multirank(spec, job_dir)

@@ -48,7 +48,8 @@ from pipebench.measure.distributed.ranks import (
 from pipebench.measure.fingerprint import usable_cores
 from pipebench.measure.meter import add_notes
 from pipebench.measure.repeats import METER_KINDS
-from pipebench.measure.steps import NS_PER_MS, PassResult, StepSample, TimingSink
+from pipebench.measure.result import JobResult
+from pipebench.measure.runner import NS_PER_MS, PassResult, StepSample, TimingSink
 from pipebench.measure.summarize import rows_as_dicts, transform_rows
 from pipebench.measure.window import rate_interval, reused_window
 from pipebench.pipeline.timed_chain import StepName
@@ -269,10 +270,8 @@ def total_passes(records: Sequence[Dict[str, Any]]) -> List[PassResult]:
     for index, first in enumerate(records[0]["passes"]):
         ranks = [r["passes"][index] for r in records]
         count = min(len(p["step_ms"]) for p in ranks)
-        steps = [StepSample(gap_ns=0, wait_ns=0, h2d_ns=0,
-                            compute_ns=round(statistics.fmean(p["step_ms"][k] for p in ranks) * NS_PER_MS),
-                            samples=sum(p["samples"][k] for p in ranks), transfer_ns=0, worker_id=0, ready=False,
-                            epoch=first["epoch"][k])
+        steps = [StepSample(0, 0, 0, round(statistics.fmean(p["step_ms"][k] for p in ranks) * NS_PER_MS),
+                            sum(p["samples"][k] for p in ranks), 0, 0, False, epoch=first["epoch"][k])
                  for k in range(count)]
         passes.append(PassResult(first["first_batch_s"], first["warmup_steps"], steps, first["wall_s"],
                                  first["epochs"], {}, first["start_epoch"], first["stop_reason"]))
@@ -341,7 +340,7 @@ def aggregate_line(row: Dict[str, Any]) -> str:
             f"{row['straggler_ratio']:.3f}, {row['collective_wait_ms_mean']:.1f} ms a step waiting at the all-reduce")
 
 
-def measure_multirank(spec: JobSpec, job_dir: Path) -> Dict[str, Any]:
+def measure_multirank(spec: JobSpec, job_dir: Path) -> JobResult:
     """Run one job on `distributed.nproc` ranks; return its record, shaped like measure_job's."""
     backend = resolve_backend(spec.distributed.backend, spec.distributed.nproc)
     cores = usable_cores()
@@ -358,8 +357,7 @@ def measure_multirank(spec: JobSpec, job_dir: Path) -> Dict[str, Any]:
     print(aggregate_line(summary), flush=True)
     summary.update(duplicate_samples=coverage.duplicates, missed_samples=coverage.missing)
     add_notes(summary, METER_KINDS)
-    return {
-        "summary": summary,
+    return JobResult(summary, {
         "transforms": pooled_transforms(records, job_dir),
         **rank_breakdown(records),
         "distributed": {
@@ -373,4 +371,4 @@ def measure_multirank(spec: JobSpec, job_dir: Path) -> Dict[str, Any]:
         # Each rank's meter sections, as a single-process job's result.json has them at its top level.
         "rank_meters": {str(r["rank"]): r["meters"] for r in records},
         "fingerprint": records[0]["fingerprint"],
-    }
+    })
