@@ -48,7 +48,7 @@ from pipebench.measure.reference import (
     plain_loop,
     window_spec,
 )
-from pipebench.measure.runner import window_steps
+from pipebench.measure.steps import window_steps
 from pipebench.measure.setup import quiet_torch_output
 from pipebench.pipeline.build import build_dataset, build_transforms
 from pipebench.pipeline.loader_backends import pin_memory_effective

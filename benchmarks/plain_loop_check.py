@@ -31,7 +31,7 @@ from pipebench.measure.reference import (
     plain_loop,
     window_spec,
 )
-from pipebench.measure.runner import backlog_steps, warmup_steps, window_steps
+from pipebench.measure.steps import backlog_steps, warmup_steps, window_steps
 from pipebench.measure.setup import quiet_torch_output
 from pipebench.pipeline.build import build_dataset
 

@@ -16,7 +16,8 @@ from pipebench.base.gpu_timing import MAX_STEPS_IN_FLIGHT, AsyncStepClock
 from pipebench.config.specs import SYNC_ASYNC, SYNC_PER_STEP
 from pipebench.measure.job import measure_job
 from pipebench.measure.reference import plain_loop, window_spec
-from pipebench.measure.runner import StepLoop, TimingSink, measure_pass, pass_plan
+from pipebench.measure.runner import StepLoop, measure_pass
+from pipebench.measure.steps import TimingSink, pass_plan
 from pipebench.measure.repeats import resolve_sync
 from pipebench.measure.summarize import pass_records, summary_row
 from pipebench.measure.window import split_window

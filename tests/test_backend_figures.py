@@ -13,7 +13,7 @@ from conftest import FAST_JOB, compose_spec, results_folder, run_cli
 
 from pipebench.config.specs import PROCESSES, THREADS
 from pipebench.measure.job import measure_job
-from pipebench.measure.runner import PassResult, StepSample, cycle_steps, window_steps
+from pipebench.measure.steps import PassResult, StepSample, cycle_steps, window_steps
 from pipebench.measure.summarize import COLLATE_THREAD
 from pipebench.measure.window import RESTART_FIRST_BATCH, epoch_cost, split_window
 from pipebench.pipeline.build import build_pipeline
@@ -108,7 +108,8 @@ def test_cpu_and_memory_figures_count_every_worker_of_every_backend(backend, tmp
 
 
 def _steps(ms, count):
-    return [StepSample(0, int(ms * MS), 0, 0, BATCH, 0, 0, False, 0, 1) for _ in range(count)]
+    return [StepSample(gap_ns=0, wait_ns=int(ms * MS), h2d_ns=0, compute_ns=0, samples=BATCH, transfer_ns=0,
+                       worker_id=0, ready=False) for _ in range(count)]
 
 
 def test_a_thread_pool_cycle_is_one_batch_and_its_restart_one_batch_of_work():

@@ -24,7 +24,7 @@ from pipebench.measure.distributed.multirank import (
     total_rate,
 )
 from pipebench.measure.fingerprint import usable_cores
-from pipebench.measure.runner import PassResult, StepSample
+from pipebench.measure.steps import PassResult, StepSample
 from pipebench.measure.window import split_window, window_record
 
 TWO_RANKS = ["distributed.nproc=2", "results_dir=out"]
@@ -33,7 +33,7 @@ SMALL = ["dataset=random_tensors", "dataset.shape=[3,32,32]", "dataset.length=64
 # The straggler's extra CPU a sample on rank 1; x 8 samples = 32 ms a step against ~35 ms.
 STRAGGLE_MS = 4.0
 # A step of epoch 1 whose times do not matter: what a window's cut reads of it is its epoch.
-IDLE_STEP = StepSample(0, 0, 0, 0, 0, 0, 0, False)
+IDLE_STEP = StepSample(gap_ns=0, wait_ns=0, h2d_ns=0, compute_ns=0, samples=0, transfer_ns=0, worker_id=0, ready=False)
 
 
 @pytest.fixture

@@ -20,7 +20,7 @@ from pipebench.cli.dataset import convert
 from pipebench.config.specs import StorageSpec
 from pipebench.datasets.parquet_rows import parquet_dataset
 from pipebench.datasets.webdataset_shards import WebDatasetShards
-from pipebench.measure.runner import TimingSink
+from pipebench.measure.steps import TimingSink
 from pipebench.measure.storage_cache import REMOTE, prepare_cache
 from pipebench.measure.storage_io import file_read_columns
 from pipebench.pipeline.file_reads import IO_FIELDS, FileReads

@@ -17,7 +17,7 @@ from pipebench.config.specs import StorageSpec
 from pipebench.datasets.image_folder import ImageFolderDataset
 from pipebench.measure import storage_cache
 from pipebench.measure.repeats import STEP_TIMEOUT_KEY
-from pipebench.measure.runner import TimingSink
+from pipebench.measure.steps import TimingSink
 from pipebench.measure.storage_cache import prepare_cache
 from pipebench.measure.storage_io import file_read_columns, file_read_figures
 from pipebench.pipeline.file_reads import BYTES_PER_MB, IO_FIELDS, FileReads

@@ -19,16 +19,8 @@ from pipebench.measure.distributed.multirank import total_rate
 from pipebench.measure.job import measure_job
 
 from pipebench.measure.meter import FIRST_MEASURED, LAST_MEASURED
-from pipebench.measure.runner import (
-    WINDOW_TIME_CAP,
-    PassResult,
-    StepLoop,
-    StepSample,
-    TimingSink,
-    WindowMarks,
-    measure_pass,
-    pass_plan,
-)
+from pipebench.measure.runner import StepLoop, measure_pass
+from pipebench.measure.steps import WINDOW_TIME_CAP, PassResult, StepSample, TimingSink, WindowMarks, pass_plan
 from pipebench.measure.summarize import pass_records, summary_row
 from pipebench.measure.window import (
     RESTART_FIRST_BATCH,
@@ -53,7 +45,8 @@ RESTART_MS = 300
 
 
 def step(ms, epoch):
-    return StepSample(0, int(ms * MS), 0, 0, BATCH, 0, 0, False, 0, epoch)
+    return StepSample(gap_ns=0, wait_ns=int(ms * MS), h2d_ns=0, compute_ns=0, samples=BATCH, transfer_ns=0,
+                      worker_id=0, ready=False, epoch=epoch)
 
 
 def starved_pass(workers, cycles, epoch_every=None, first_batch_s=0.4, start_epoch=1):

@@ -23,7 +23,7 @@ from typing import Callable, List, Optional, Sequence
 import torch
 
 from pipebench.base.gpu_timeline import EventRing, GpuStepSplit, StepTimes, TimedEvent, split_steps
-from pipebench.measure.runner import StepSample, with_gpu_split
+from pipebench.measure.steps import StepSample, with_gpu_split
 
 __all__ = ["STEPS_IN_FLIGHT", "GpuWatchClock", "cuda_watch_clock", "on_gpu_clock"]
 

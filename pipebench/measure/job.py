@@ -20,7 +20,8 @@ from pipebench.measure.memory import MemorySampler
 from pipebench.measure.meter import Meter, add_notes
 from pipebench.measure.repeats import LoopKit, build_loop_kit, measure_repeats, step_watchdog
 from pipebench.measure.result import JobResult
-from pipebench.measure.runner import TimingSink, profile_steps, worker_faults_named
+from pipebench.measure.runner import profile_steps, worker_faults_named
+from pipebench.measure.steps import TimingSink
 from pipebench.measure.setup import seed_everything
 from pipebench.measure.host_load import PROCESS_CPU_COLUMN, HostLoadMeter
 from pipebench.measure.thread_profile import profile_wanted, thread_profile_pass

@@ -27,7 +27,7 @@ from torch.utils.data import (
 from pipebench.base.errors import ConfigError
 from pipebench.config.specs import JobSpec
 from pipebench.measure.job import measure_job
-from pipebench.measure.runner import warmup_steps, window_steps
+from pipebench.measure.steps import warmup_steps, window_steps
 from pipebench.pipeline.build import build_dataset, build_transforms
 from pipebench.pipeline.loader_backends import pin_memory_effective
 from pipebench.pipeline.consumers import ToyCNN

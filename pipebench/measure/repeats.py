@@ -31,16 +31,8 @@ from pipebench.measure.gpu.session import GpuSession
 from pipebench.measure.host_load import HostLoadMeter
 from pipebench.measure.memory import MemorySampler
 from pipebench.measure.meter import FIRST_MEASURED, Meter
-from pipebench.measure.runner import (
-    BatchStream,
-    PassPlan,
-    PassResult,
-    StepLoop,
-    TimingSink,
-    WindowMarks,
-    measure_pass,
-    pass_plan,
-)
+from pipebench.measure.runner import BatchStream, StepLoop, measure_pass
+from pipebench.measure.steps import PassPlan, PassResult, TimingSink, WindowMarks, pass_plan
 from pipebench.measure.storage_io import StorageReadMeter
 from pipebench.measure.window import Window, split_window
 from pipebench.pipeline.build import JobParts

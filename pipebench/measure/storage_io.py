@@ -24,7 +24,7 @@ import numpy as np
 import psutil
 
 from pipebench.measure.meter import FIRST_MEASURED, LAST_MEASURED
-from pipebench.measure.runner import NS_PER_MS, NS_PER_S, TimingSink
+from pipebench.measure.steps import NS_PER_MS, NS_PER_S, TimingSink
 from pipebench.pipeline.file_reads import BYTES_PER_MB, READ_BYTES, READ_FILES, READ_NS, READ_REQUESTS
 
 __all__ = ["StorageReadMeter", "file_read_columns", "file_read_figures"]

@@ -8,7 +8,7 @@ import numpy as np
 from pipebench.base.stats import distribution
 from pipebench.config.specs import PROCESSES, SYNC_ASYNC, SYNC_PER_STEP
 from pipebench.measure.first_batch_parts import first_batch_columns
-from pipebench.measure.runner import NS_PER_MS, PassResult, StepSample, TimingSink
+from pipebench.measure.steps import NS_PER_MS, PassResult, StepSample, TimingSink
 from pipebench.measure.storage_io import file_read_figures
 from pipebench.measure.window import Window, steady_masks, steady_state
 from pipebench.pipeline.stages import DECODE_STAGE, LOAD_STAGE, PER_SAMPLE_STAGE

@@ -16,7 +16,7 @@ from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 import numpy as np
 
 from pipebench.base.stats import RatioInterval, block_ratio_interval
-from pipebench.measure.runner import NS_PER_S, WINDOW_TIME_CAP, PassResult, StepSample
+from pipebench.measure.steps import NS_PER_S, WINDOW_TIME_CAP, PassResult, StepSample
 
 __all__ = ["RESTART_SOURCES", "EpochCost", "SteadyState", "Window", "interval_blocks", "epoch_cost", "epoch_rate",
            "rate_interval", "reused_window", "split_window", "steady_masks", "steady_state", "window_note",
@@ -85,7 +85,7 @@ def _blocks(start: int, end: int, cycle: int) -> List[Tuple[int, int]]:
 
 def split_window(passes: Sequence[PassResult], cycle: int) -> Window:
     """Cut each pass's steps into steady cycles and epoch-end cycles of `cycle` steps (the pass
-    plan's: `runner.PassPlan.cycle`). A job cuts its window once; everything else reads the cut."""
+    plan's: `steps.PassPlan.cycle`). A job cuts its window once; everything else reads the cut."""
     steps: List[StepSample] = []
     blocks: List[Tuple[int, int]] = []
     boundaries: List[Tuple[int, int]] = []

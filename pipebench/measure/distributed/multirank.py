@@ -49,7 +49,7 @@ from pipebench.measure.fingerprint import usable_cores
 from pipebench.measure.meter import add_notes
 from pipebench.measure.repeats import METER_KINDS
 from pipebench.measure.result import JobResult
-from pipebench.measure.runner import NS_PER_MS, PassResult, StepSample, TimingSink
+from pipebench.measure.steps import NS_PER_MS, PassResult, StepSample, TimingSink
 from pipebench.measure.summarize import rows_as_dicts, transform_rows
 from pipebench.measure.window import rate_interval, reused_window
 from pipebench.pipeline.timed_chain import StepName
@@ -270,8 +270,10 @@ def total_passes(records: Sequence[Dict[str, Any]]) -> List[PassResult]:
     for index, first in enumerate(records[0]["passes"]):
         ranks = [r["passes"][index] for r in records]
         count = min(len(p["step_ms"]) for p in ranks)
-        steps = [StepSample(0, 0, 0, round(statistics.fmean(p["step_ms"][k] for p in ranks) * NS_PER_MS),
-                            sum(p["samples"][k] for p in ranks), 0, 0, False, epoch=first["epoch"][k])
+        steps = [StepSample(gap_ns=0, wait_ns=0, h2d_ns=0,
+                            compute_ns=round(statistics.fmean(p["step_ms"][k] for p in ranks) * NS_PER_MS),
+                            samples=sum(p["samples"][k] for p in ranks), transfer_ns=0, worker_id=0, ready=False,
+                            epoch=first["epoch"][k])
                  for k in range(count)]
         passes.append(PassResult(first["first_batch_s"], first["warmup_steps"], steps, first["wall_s"],
                                  first["epochs"], {}, first["start_epoch"], first["stop_reason"]))

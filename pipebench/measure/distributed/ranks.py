@@ -35,8 +35,9 @@ from pipebench.measure.host_load import PROCESS_CPU_COLUMN, HostLoadMeter
 from pipebench.measure.memory import MemorySampler
 from pipebench.measure.meter import Meter
 from pipebench.measure.repeats import build_loop_kit, measure_repeats, step_watchdog
-from pipebench.measure.runner import NS_PER_MS, TimingSink, worker_faults_named
+from pipebench.measure.runner import worker_faults_named
 from pipebench.measure.setup import seed_everything
+from pipebench.measure.steps import NS_PER_MS, TimingSink
 from pipebench.measure.storage_io import StorageReadMeter
 from pipebench.measure.summarize import (
     pass_records,
