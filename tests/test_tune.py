@@ -3,7 +3,7 @@ the objectives, what it writes, its bad input, and one whole command at tiny set
 
 import csv
 import math
-from typing import Dict, List, Sequence
+from typing import Dict, List, Optional, Sequence
 
 import numpy as np
 import pytest
@@ -17,11 +17,11 @@ from pipebench.cli.main import main
 from pipebench.config.compose import job_spec_composer
 from pipebench.report.comparison import Spread, told_apart
 from pipebench.report.diagnosis import ChainCosts
-from pipebench.tune.files import best_config, paste_lines
+from pipebench.tune.files import Tuned, best_config, paste_lines, unresolved_line, write_tune
 from pipebench.tune.objective import Objective
 from pipebench.tune.plan import job_overrides, split_tune_overrides, store_point
-from pipebench.tune.race import BUDGET, LAST_STAGE, NOTHING_MEETS, RESOLVED, Schedule, judge, run_race
-from pipebench.tune.recommend import recommend
+from pipebench.tune.race import BUDGET, FAILED, LAST_STAGE, NOTHING_MEETS, RESOLVED, Schedule, judge, run_race
+from pipebench.tune.recommend import recommend, verify_line
 from pipebench.tune.space import (
     CHANGES_NOTHING,
     HOLDS_GIL,
@@ -33,6 +33,7 @@ from pipebench.tune.space import (
     fit_budget,
     grid,
     knee_workers,
+    one_point_note,
     prune,
 )
 
@@ -129,22 +130,27 @@ def test_the_budget_keeps_the_points_the_model_ranks_best_and_says_why_for_the_r
 
 
 def _round(rate: float, rng: np.random.Generator, cv: float, cpu: float = 1.0, pss: float = 500.0,
-           starvation: float = 50.0) -> Dict[str, float]:
+           starvation: float = 50.0, ci: float = 0.0) -> Dict[str, float]:
+    """One round of `cv` noise; its interval `ci` of its rate either side (2 cv where 0)."""
     value = rate * float(np.exp(rng.normal(0, cv)))
-    return {"samples_per_s": value, "samples_per_s_ci_low": value * (1 - 2 * cv),
-            "samples_per_s_ci_high": value * (1 + 2 * cv), "process_cpu_ms_per_sample": cpu, "pss_mb_peak": pss,
+    half = ci or 2 * cv
+    return {"samples_per_s": value, "samples_per_s_ci_low": value * (1 - half),
+            "samples_per_s_ci_high": value * (1 + half), "process_cpu_ms_per_sample": cpu, "pss_mb_peak": pss,
             "starvation_pct": starvation}
 
 
 class Planted:
     """A measurer of known truth: each point's true rate (and cost), rounds with `cv` noise that
-    shrinks with the round's length; each job costs `job_s` on a fake clock."""
+    shrinks with the round's length; each job costs `job_s` on a fake clock. A point in `fails`
+    returns no rounds for that many calls, as a point whose jobs ended without a result."""
 
-    def __init__(self, truth: Dict[str, Dict[str, float]], cv: float = 0.05, job_s: float = 10.0, seed: int = 0):
+    def __init__(self, truth: Dict[str, Dict[str, float]], cv: float = 0.05, job_s: float = 10.0, seed: int = 0,
+                 fails: Optional[Dict[str, int]] = None):
         self.truth, self.cv, self.job_s = truth, cv, job_s
         self.rng = np.random.default_rng(seed)
         self.now = 0.0
         self.calls: List[Sequence[str]] = []
+        self.fails = dict(fails or {})
 
     def clock(self) -> float:
         return self.now
@@ -152,14 +158,17 @@ class Planted:
     def __call__(self, names, rounds, length):
         self.calls.append(tuple(names))
         self.now += self.job_s * len(names) * rounds
+        failing = {n for n in names if self.fails.get(n, 0) > 0}
+        for name in failing:
+            self.fails[name] -= 1
         return {n: [_round(rng=self.rng, cv=self.cv / math.sqrt(length), **self.truth[n]) for _ in range(rounds)]
-                for n in names}
+                for n in names if n not in failing}
 
 
-def _race(truth, objective=Objective(), deadline=10_000.0, workers=None, **planted):
+def _race(truth, objective=Objective(), deadline=10_000.0, workers=None, schedule=Schedule(job_s=10.0), **planted):
     measure = Planted(truth, **planted)
     workers = workers or {n: 2 for n in truth}
-    outcome = run_race(list(truth), workers, measure, objective, Schedule(job_s=10.0), deadline, clock=measure.clock)
+    outcome = run_race(list(truth), workers, measure, objective, schedule, deadline, clock=measure.clock)
     return outcome, measure
 
 
@@ -207,6 +216,80 @@ def test_the_verification_reserve_counts_against_the_budget(reserve_jobs, stages
     assert (len(outcome.stages), outcome.stop) == (stages, stop)
 
 
+def _tuned(outcome, chosen, workers, objective=Objective()) -> Tuned:
+    points = {n: Point("busy", w, "dataloader", 2, False, False, 32) for n, w in workers.items()}
+    return Tuned("busy", objective, 300.0, 60.0, points, [], {}, outcome, chosen)
+
+
+def test_a_point_whose_jobs_failed_runs_once_more_before_it_leaves():
+    """A job can end without a result for a cause outside its point; the busy planted case lost its
+    workers=1 and 2 points so, and the race called workers=0 'resolved'."""
+    truth = {"w0": {"rate": 480.0}, "w2": {"rate": 900.0}}
+    outcome, measure = _race(truth, fails={"w2": 1})
+    assert measure.calls[:2] == [("w0", "w2"), ("w2",)]
+    assert outcome.survivors == ("w2",) and outcome.stop == RESOLVED
+
+
+def test_a_point_whose_jobs_fail_twice_is_out_in_tune_csv_and_the_race_is_not_called_resolved(tmp_path):
+    workers = {"w0": 0, "w2": 2}
+    outcome, measure = _race({"w0": {"rate": 480.0}, "w2": {"rate": 900.0}}, fails={"w2": 2}, workers=workers)
+    assert measure.calls == [("w0", "w2"), ("w2",)]
+    assert outcome.survivors == ("w0",) and outcome.out["w2"] == (1, FAILED)
+    assert outcome.stop == "resolved among the points measured: one is left, and 1 point(s) whose jobs failed are out"
+    chosen = recommend(outcome.rounds, outcome.survivors, workers, Objective())
+    markdown = write_tune(tmp_path, _tuned(outcome, chosen, workers))
+    with (tmp_path / "tune.csv").open() as handle:
+        rows = {r["point"]: r for r in csv.DictReader(handle)}
+    assert (rows["w2"]["stage"], rows["w2"]["rounds"]) == ("1", "0")
+    assert rows["w2"]["verdict"] == f"out at stage 1: {FAILED}"
+    assert "2 raced (1 never measured: their jobs failed twice)" in markdown
+
+
+def test_points_the_race_could_not_resolve_are_not_recommended_for_being_cheaper(tmp_path):
+    """The busy planted case at one short round: workers=0's interval is narrow, the worker points'
+    span 2x (two worker cycles). Nothing is told apart; recommending the cheapest of them picked
+    workers=0, the cheapest in CPU, though the workers measured twice its rate."""
+    truth = {"w0": {"rate": 480.0, "cpu": 2.05, "pss": 400.0, "ci": 0.05},
+             "w2": {"rate": 900.0, "cpu": 2.2, "pss": 440.0, "ci": 0.6},
+             "w4": {"rate": 880.0, "cpu": 2.3, "pss": 480.0, "ci": 0.6}}
+    workers = {"w0": 0, "w2": 2, "w4": 4}
+    outcome, _ = _race(truth, workers=workers, schedule=Schedule(rounds_per_stage=1, max_stages=1, job_s=10.0))
+    assert outcome.stop == LAST_STAGE and set(outcome.survivors) == set(truth)
+    chosen = recommend(outcome.rounds, outcome.survivors, workers, Objective())
+    assert chosen.pick in ("w2", "w4") and chosen.pick == chosen.best and "w0" in chosen.unresolved
+    markdown = write_tune(tmp_path, _tuned(outcome, chosen, workers))
+    assert unresolved_line(chosen, LAST_STAGE) in markdown
+    assert f"the race stopped: {LAST_STAGE}" in unresolved_line(chosen, LAST_STAGE)
+    # With the issue's schedule (two rounds a stage, three stages) the workers are told apart from workers=0.
+    outcome, _ = _race({n: {**t, "ci": 0.0} for n, t in truth.items()}, workers=workers, cv=0.1)
+    chosen = recommend(outcome.rounds, outcome.survivors, workers, Objective())
+    assert chosen.pick in ("w2", "w4") and outcome.out["w0"][1].startswith("slower than")
+    # Where workers do not pay (a host whose other load takes a core), the measured tie goes to the cheapest.
+    level = {n: {**t, "rate": 480.0, "ci": 0.03} for n, t in truth.items()}
+    outcome, _ = _race(level, workers=workers, schedule=Schedule(rounds_per_stage=1, max_stages=1, job_s=10.0),
+                       cv=0.01)
+    chosen = recommend(outcome.rounds, outcome.survivors, workers, Objective())
+    assert chosen.pick == "w0" and not chosen.unresolved and set(chosen.near) == set(truth)
+
+
+def test_a_space_of_one_point_says_so_and_races_it():
+    only = Point("busy", 2, "dataloader", 2, False, False, 32)
+    assert one_point_note([only]) == (
+        "the space has one point after pruning and the budget's cut: busy-w2-dataloader-pf2-b32; there is nothing "
+        "to race it against, and it is measured all the same")
+    assert one_point_note([only, only.serial()]) == ""
+    outcome, measure = _race({only.name: {"rate": 500.0}})
+    assert measure.calls == [(only.name,)] and outcome.survivors == (only.name,) and outcome.stop == RESOLVED
+
+
+def test_the_verification_prints_the_gain_with_its_interval_and_compare_s_verdict():
+    current = {0: 100.0, 1: 104.0, 2: 97.0, 3: 101.0}
+    line = verify_line("w2", "w0", current, {0: 201.0, 1: 205.0, 2: 196.0, 3: 199.0})
+    assert line == ("verified against your settings (w0), 4 interleaved rounds a side: w2 gives 1.99x their "
+                    "samples/s (95% interval 1.97x to 2.02x): faster")
+    assert verify_line("w2", "w0", current, {0: 101.0, 1: 103.0, 2: 98.0, 3: 100.0}).endswith(": no change")
+
+
 # ---- the objectives
 
 
@@ -230,13 +313,19 @@ def test_a_memory_cap_rules_out_the_fastest_point():
     assert outcome.out["big"][1] == "summed PSS 2.93 GiB over the 2 GiB cap"
 
 
-def test_an_objective_nothing_meets_recommends_the_closest_and_says_why():
+def test_an_objective_nothing_meets_recommends_the_closest_and_says_why(tmp_path):
     truth = {"w1": {"rate": 300.0, "starvation": 60.0}, "w2": {"rate": 500.0, "starvation": 30.0}}
     objective = Objective(target_starvation_pct=10.0)
     outcome, _ = _race(truth, objective, workers={"w1": 1, "w2": 2})
     assert outcome.stop == NOTHING_MEETS and outcome.survivors == ("w2",)
     chosen = recommend(outcome.rounds, outcome.survivors, {"w1": 1, "w2": 2}, objective)
     assert not chosen.met and chosen.pick == "w2" and chosen.unmet == "starvation 30.0% over the 10% target"
+    markdown = write_tune(tmp_path, _tuned(outcome, chosen, {"w1": 1, "w2": 2}, objective))
+    assert "nothing met the objective; the closest: w2 (starvation 30.0% over the 10% target)" in markdown
+    with (tmp_path / "tune.csv").open() as handle:
+        verdicts = {r["point"]: r["verdict"] for r in csv.DictReader(handle)}
+    assert verdicts["w2"] == "recommended: the closest, as nothing met the objective"
+    assert verdicts["w1"].startswith("out at stage 1: nothing meets the objective: starvation over the 10% target")
 
 
 def test_a_missed_starvation_target_says_what_the_model_needs():

@@ -60,7 +60,7 @@ from pipebench.tune.plan import (
 )
 from pipebench.tune.race import RaceOutcome, run_race
 from pipebench.tune.recommend import recommend, verify_line
-from pipebench.tune.space import ChainModel, Dimensions, Point, fit_budget, grid, predicted_rate, prune
+from pipebench.tune.space import ChainModel, Dimensions, Point, fit_budget, grid, one_point_note, predicted_rate, prune
 
 __all__ = ["add_parser", "main", "tune_command"]
 
@@ -282,8 +282,8 @@ def _tune(folder: Path, spec: JobSpec, round_spec: JobSpec, base: List[str], ove
     if options.search != OPTUNA:
         kept, cut = fit_budget(kept, models, max(1, room))
         pruned += cut
-    if len(kept) == 1:
-        notes.append(f"the space has one point after pruning: {kept[0].name}; it is measured all the same")
+    if one_point_note(kept):
+        notes.append(one_point_note(kept))
         print(f"tune: {notes[-1]}", flush=True)
     points = {p.name: p for p in [*kept, *(d.point for d in pruned)]}
     print(f"tune: {len(kept)} point(s) race, {len(pruned)} pruned (reasons in tune.csv)", flush=True)

@@ -25,13 +25,14 @@ from omegaconf import OmegaConf
 from pipebench.base.csv_cells import csv_text
 from pipebench.base.io import write_bytes_atomic, write_text_atomic
 from pipebench.base.tables import markdown_table
+from pipebench.regress.compare import DEFAULT_THRESHOLD
 from pipebench.report.plots import DPI, FIGURE_SIZE
 from pipebench.tune.objective import Objective, Round, cpu_ms, pss_mb, rate_spread, starvation
 from pipebench.tune.race import RaceOutcome
 from pipebench.tune.recommend import Recommendation
 from pipebench.tune.space import Dropped, Point
 
-__all__ = ["BEST_YAML", "TUNE_CSV", "TUNE_MD", "TUNE_PNG", "Tuned", "paste_lines", "write_tune"]
+__all__ = ["BEST_YAML", "TUNE_CSV", "TUNE_MD", "TUNE_PNG", "Tuned", "paste_lines", "unresolved_line", "write_tune"]
 
 TUNE_CSV = "tune.csv"
 TUNE_MD = "tune.md"
@@ -48,6 +49,7 @@ TUNE_COLUMNS = ["point", *SETTING_COLUMNS, "stage", "rounds", "samples_per_s", "
 RACED_COLUMNS = ["point", "stage", "rounds", "samples_per_s", "samples_per_s_low", "samples_per_s_high",
                  "cpu_ms_per_sample", "pss_mb", "starvation_pct", "verdict"]
 RECOMMENDED, BEST, NEAR = "recommended", "best (not the cheapest)", "within noise of the best"
+UNRESOLVED = "unresolved: not told apart from the best, nor shown as fast"
 # tune.png's colour for each kind of verdict.
 VERDICT_COLOURS = {RECOMMENDED: "tab:green", BEST: "tab:blue", NEAR: "tab:cyan"}
 OUT_COLOUR = "tab:grey"
@@ -92,6 +94,8 @@ def _verdict(name: str, tuned: Tuned) -> str:
         return BEST
     if chosen is not None and name in chosen.near:
         return NEAR
+    if chosen is not None and name in chosen.unresolved:
+        return UNRESOLVED
     if name in tuned.race.out:
         stage, why = tuned.race.out[name]
         return f"out at stage {stage}: {why}"
@@ -103,11 +107,14 @@ def _stage_of(name: str, race: RaceOutcome) -> int:
 
 
 def trial_rows(tuned: Tuned) -> List[Dict[str, object]]:
-    """One row a point: the raced ones in the order first measured, then the probe's, then the pruned."""
+    """One row a point: the raced ones in the order first measured, then those whose jobs failed, then
+    the probe's, then the pruned."""
     rows = []
-    for name, rounds in tuned.race.rounds.items():
-        point = tuned.points[name]
-        rows.append({"point": name, **point.settings(), "stage": _stage_of(name, tuned.race), **_figures(rounds),
+    failed = [n for n in tuned.race.out if n not in tuned.race.rounds]
+    for name in [*tuned.race.rounds, *failed]:
+        figures = _figures(tuned.race.rounds[name]) if name in tuned.race.rounds else {"rounds": 0}
+        stage = _stage_of(name, tuned.race) if name in tuned.race.rounds else tuned.race.out[name][0]
+        rows.append({"point": name, **tuned.points[name].settings(), "stage": stage, **figures,
                      "predicted_samples_per_s": tuned.predicted.get(name, math.nan),
                      "verdict": _verdict(name, tuned)})
     for chain, rounds in tuned.probe.items():
@@ -120,8 +127,16 @@ def trial_rows(tuned: Tuned) -> List[Dict[str, object]]:
     return rows
 
 
+def unresolved_line(chosen: Recommendation, stop: str) -> str:
+    """Why the race left points it could not resolve, and what that means for the pick."""
+    return (f"not resolved: {', '.join(chosen.unresolved)} could not be told apart from {chosen.best}, nor shown "
+            f"within {DEFAULT_THRESHOLD:.0%} of it (their intervals overlap and are too wide to bound the gap; the "
+            f"race stopped: {stop}), so the pick is not the cheapest of them; a larger --budget-s, tune.rounds or "
+            "tune.stages measures more rounds")
+
+
 def _plot(rows: Sequence[Mapping[str, object]]) -> Figure:
-    raced = [r for r in rows if isinstance(r["stage"], int) and r["stage"] > 0]
+    raced = [r for r in rows if isinstance(r["stage"], int) and r["stage"] > 0 and r["rounds"]]
     figure = Figure(figsize=FIGURE_SIZE, layout="constrained")
     FigureCanvasAgg(figure)
     axes = figure.subplots()
@@ -201,9 +216,10 @@ def tune_markdown(folder: Path, tuned: Tuned, rows: Sequence[Mapping[str, object
     if tuned.probe:
         lines += ["## chains (explore's variants at workers=0, the cost model's probe)", ""]
         lines += [f"- {chain}: {verdict}" for chain, verdict in tuned.probe_verdicts.items()] + [""]
-    raced = len(tuned.race.rounds)
+    failed = sum(n not in tuned.race.rounds for n in tuned.race.out)
+    raced = len(tuned.race.rounds) + failed
     lines += [f"## the space: {raced + len(tuned.pruned)} points, {len(tuned.pruned)} pruned by the model, "
-              f"{raced} raced", ""]
+              f"{raced} raced" + (f" ({failed} never measured: their jobs failed twice)" if failed else ""), ""]
     if tuned.pruned:
         lines += [markdown_table(_grouped(tuned.pruned), ["rule", "points", "for example"]).rstrip(), "",
                   f"every pruned point and its reason: {TUNE_CSV}", ""]
@@ -225,6 +241,8 @@ def tune_markdown(folder: Path, tuned: Tuned, rows: Sequence[Mapping[str, object
             lines += [f"within noise of the best ({chosen.best}): {', '.join(chosen.near)}",
                       f"recommended, the cheapest of them (fewest CPU ms a sample, then least summed PSS): "
                       f"{chosen.pick}"]
+            if chosen.unresolved:
+                lines += ["", unresolved_line(chosen, tuned.race.stop)]
         else:
             lines += [f"nothing met the objective; the closest: {chosen.pick} ({chosen.unmet})"]
         if tuned.verification:

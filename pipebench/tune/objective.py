@@ -16,10 +16,10 @@ import statistics
 from dataclasses import dataclass
 from typing import Dict, List, Mapping, Optional, Sequence, Tuple
 
-from pipebench.base.significance import DOWN, MIN_SAMPLES, against_base
+from pipebench.base.significance import DOWN, MIN_SAMPLES, NO_CHANGE, against_base
 from pipebench.report.comparison import Spread, measured_rate, told_apart
 
-__all__ = ["MIB_PER_GIB", "Objective", "cpu_ms", "pss_mb", "race_rates", "rate_spread", "starvation",
+__all__ = ["MIB_PER_GIB", "Objective", "cpu_ms", "pss_mb", "race_rates", "rate_spread", "shown_alike", "starvation",
            "slower_for_real", "told_apart_rounds"]
 
 MIB_PER_GIB = 1024.0
@@ -163,3 +163,26 @@ def slower_for_real(rounds: Mapping[str, Sequence[Round]], best: str, others: Se
         slower.update({n: direction == DOWN for n, (_, direction) in
                        against_base(_by_round(rounds[best]), tested, RACE_THRESHOLD).items()})
     return slower
+
+
+def shown_alike(rounds: Mapping[str, Sequence[Round]], best: str, others: Sequence[str], margin: float
+                ) -> Dict[str, bool]:
+    """Whether each of `others` is shown within `margin` of `best`, which is more than not being told
+    apart from it: compare's `no change` (the ratio of rates and its interval's half-width both within
+    the margin; `pipebench.base.significance`). With MIN_SAMPLES rounds a side, the paired ratio's
+    interval (`against_base`); with fewer, the widest ratio the two intervals allow (the other's low
+    over the best's high, its high over the best's low). A side with no interval shows nothing: one
+    short round whose interval spans 2x cannot say that a point is as fast as the best."""
+    tested = {n: _by_round(rounds[n]) for n in others if min(len(rounds[n]), len(rounds[best])) >= MIN_SAMPLES}
+    alike = {n: direction == NO_CHANGE for n, (_, direction) in
+             (against_base(_by_round(rounds[best]), tested, margin).items() if tested else ())}
+    top = rate_spread(rounds[best])
+    for name in (n for n in others if n not in tested):
+        other = rate_spread(rounds[name])
+        bounds = (other.low, other.high, top.low, top.high)
+        if not all(math.isfinite(b) and b > 0 for b in bounds):
+            alike[name] = False
+            continue
+        low, high = other.low / top.high, other.high / top.low
+        alike[name] = abs(other.value / top.value - 1) <= margin and (high - low) / 2 <= margin
+    return alike

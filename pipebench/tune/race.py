@@ -5,8 +5,11 @@ Every point that survives the pruning runs short interleaved rounds (stage 1). A
 apart from it (`pipebench.report.comparison.told_apart`: intervals on a few rounds, the paired
 significance test from MIN_SAMPLES rounds on); the others leave, each with its reason. Survivors run
 more rounds, each `Schedule.growth` times longer than the stage before, until one point is left
-(the winner is resolved), the last stage has run (the survivors are within noise of each other), or
-the next stage would not fit the budget (the survivors are named as they stand).
+(the winner is resolved), the last stage has run (the survivors were not told apart: whether they
+are shown alike is the recommendation's to say, `pipebench.tune.recommend`), or the next stage would
+not fit the budget (the survivors are named as they stand). A point whose every job in a stage
+failed runs once more in that stage before it leaves (FAILED), and a race that ends with one point
+because the others failed says so rather than "resolved".
 
 `run_race` drives it through a `measure(names, rounds, length)` callable, so the same rule runs on
 synthetic rounds of known truth in tests and on real jobs in `pipebench tune`. A `propose` callable
@@ -25,10 +28,16 @@ __all__ = ["Measure", "Propose", "RaceOutcome", "Schedule", "StageLog", "Verdict
 
 # The stop reasons, as tune.md and the terminal say them.
 RESOLVED = "resolved: one point is left"
-LAST_STAGE = "the last stage has run: the points left are within noise of each other"
+LAST_STAGE = "the last stage has run: the points left were not told apart"
 BUDGET = "the budget is spent: the points left are those the race had not yet told apart"
 NOTHING_MEETS = "nothing meets the objective"
 NOTHING_MEASURED = "no point was measured: every job failed"
+# A point whose every job failed, run again once in the same stage: a job can end without a result for
+# a cause outside the point (a crash from a package edited under a running sweep, a process killed by
+# another's hand), and a point lost that way in stage 1 left the race "resolved" with the true answer
+# never measured. A point whose jobs fail twice is out for it.
+FAILED = "its jobs failed twice, so it was never measured (their lines are above)"
+RESOLVED_AMONG_MEASURED = "resolved among the points measured: one is left, and {} point(s) whose jobs failed are out"
 
 # measure(names, rounds, length) -> each name's new rounds (a point whose job failed may be missing).
 Measure = Callable[[Sequence[str], int, float], Mapping[str, Sequence[Round]]]
@@ -142,15 +151,20 @@ def run_race(entrants: Sequence[str], workers: Mapping[str, int], measure: Measu
     def run_stage(number: int, names: Sequence[str]) -> None:
         nonlocal job_s, verdict
         started = clock()
-        call = len(stages)
-        for name, new in measure(names, schedule.rounds_per_stage, schedule.length(number)).items():
-            rounds.setdefault(name, []).extend({**r, ROUND_ID: (call, i)} for i, r in enumerate(new))
+        first = measure(names, schedule.rounds_per_stage, schedule.length(number))
+        failed = [n for n in names if not first.get(n)]
+        # Once more (FAILED), as a call of its own: its rounds pair with none of the first call's.
+        again = measure(failed, schedule.rounds_per_stage, schedule.length(number)) if failed else {}
+        for call, found in enumerate((first, again)):
+            for name in names:
+                rounds.setdefault(name, []).extend({**r, ROUND_ID: (len(stages), call, i)}
+                                                   for i, r in enumerate(found.get(name) or ()))
         seconds = clock() - started
-        job_s = seconds / max(1, len(names) * schedule.rounds_per_stage)
-        measured = {n: rounds[n] for n in rounds if n not in out}
+        job_s = seconds / max(1, (len(names) + len(failed)) * schedule.rounds_per_stage)
         for name in names:
             if not rounds.get(name):
-                out[name] = (number, "its jobs failed (their lines are above)")
+                out[name] = (number, FAILED)
+        measured = {n: rounds[n] for n in rounds if n not in out and rounds[n]}
         if not measured:
             verdict = None
             return
@@ -182,8 +196,9 @@ def run_race(entrants: Sequence[str], workers: Mapping[str, int], measure: Measu
         run_stage(number, verdict.kept)
     if verdict is None:
         return RaceOutcome(tuple(stages), {}, (), out, NOTHING_MEASURED, job_s)
+    failures = sum(why == FAILED for _, why in out.values())
     if any(why.startswith(NOTHING_MEETS) for why in verdict.out.values()):
         stop = NOTHING_MEETS
     elif len(verdict.kept) == 1:
-        stop = RESOLVED
-    return RaceOutcome(tuple(stages), {n: tuple(r) for n, r in rounds.items()}, verdict.kept, out, stop, job_s)
+        stop = RESOLVED_AMONG_MEASURED.format(failures) if failures else RESOLVED
+    return RaceOutcome(tuple(stages), {n: tuple(r) for n, r in rounds.items() if r}, verdict.kept, out, stop, job_s)

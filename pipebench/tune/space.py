@@ -26,7 +26,7 @@ from pipebench.config.specs import BACKEND_WORKER_KINDS, THREADS
 from pipebench.report.diagnosis import ChainCosts, predict
 
 __all__ = ["CHANGES_NOTHING", "HOLDS_GIL", "PAST_THE_BUDGET", "PAST_THE_KNEE", "ChainModel", "Dimensions", "Dropped",
-           "Point", "fit_budget", "grid", "knee_workers", "predicted_rate", "prune"]
+           "Point", "fit_budget", "grid", "knee_workers", "one_point_note", "predicted_rate", "prune"]
 
 # The setting every workers=0 point carries: the in-process loop reads none of the worker settings,
 # so all workers=0 points of a chain are this one. The schema's defaults (pipebench.config.schema).
@@ -221,3 +221,12 @@ def fit_budget(points: Sequence[Point], models: Mapping[str, ChainModel], room: 
             [Dropped(p, f"the budget fits one round of {room} points, and the model ranks this one below them "
                         f"(predicted {predicted_rate(p, models.get(p.chain)):.0f} samples/s, the last kept "
                         f"{floor:.0f})", PAST_THE_BUDGET) for p in cut])
+
+
+def one_point_note(kept: Sequence[Point]) -> str:
+    """The line saying the space left one point to race ('' otherwise): a race of one has nothing to
+    compare, but the point is measured all the same, for its figures and the verification."""
+    if len(kept) != 1:
+        return ""
+    return (f"the space has one point after pruning and the budget's cut: {kept[0].name}; there is nothing to race "
+            "it against, and it is measured all the same")
