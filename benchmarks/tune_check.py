@@ -17,7 +17,6 @@ default), Optuna's sampler (`--search optuna`, needs optuna) or both;
 
 import argparse
 import csv
-import statistics
 import subprocess
 import sys
 import time
@@ -25,6 +24,7 @@ from pathlib import Path
 from typing import Dict, List, Mapping, Sequence, Tuple
 
 from pipebench.measure.fingerprint import usable_cores
+from pipebench.report.comparison import measured_rate
 
 PIPEBENCH = str(Path(sys.executable).with_name("pipebench"))
 # The issue's budget for each planted case on this machine.
@@ -71,6 +71,12 @@ def recommended(folder: Path) -> Dict[str, str]:
     return next(r for r in _rows(folder / "tune.csv") if r["verdict"].startswith("recommended"))
 
 
+def why(folder: Path) -> str:
+    """What tune.md says of how its race ended: where it stopped, and the points it left unresolved."""
+    lines = (folder / "tune.md").read_text().splitlines()
+    return " ".join(line.removeprefix("- ") for line in lines if line.startswith(("- stopped:", "not resolved:")))
+
+
 def _check_sleepy(pick: Mapping[str, str], cores: int) -> Tuple[bool, str]:
     workers = int(pick["workers"])
     return workers > cores, f"many workers: workers={workers} against {cores} usable cores"
@@ -96,11 +102,12 @@ def planted(work: Path, search: str, budget_s: float, quick: bool, cores: int) -
                 *([f"tune.workers=[{','.join(str(w) for w in sorted(set(ladder)))}]"] if ladder else []),
                 *(QUICK if quick else [])]
         stdout, wall = pipebench(args, work)
-        pick = recommended(results_folder(stdout, work))
+        folder = results_folder(stdout, work)
+        pick = recommended(folder)
         passed, says = check(pick, cores)
         rows.append({"case": chain, "search": search, "budget_s": budget_s, "wall_s": round(wall), "pick": pick["point"],
                      "samples_per_s": round(float(pick["samples_per_s"])), "expected": says,
-                     "result": "pass" if passed and wall <= budget_s + 60 else "FAIL"})
+                     "result": "pass" if passed and wall <= budget_s + 60 else "FAIL", "race": why(folder)})
         print(rows[-1], flush=True)
     return rows
 
@@ -119,23 +126,26 @@ def grid(work: Path, budget_s: float, quick: bool) -> Dict[str, object]:
                                    "loader.prefetch_factor=2,4", "loader.persistent_workers=false,true",
                                    "loader.pin_memory=false", "trace=none", f"rounds={rounds}",
                                    *(QUICK[:2] if quick else ["run.steps=10", "run.min_time_s=1"])], work)
-    rates: Dict[Tuple[str, ...], List[float]] = {}
+    rounds_of: Dict[Tuple[str, ...], List[Dict[str, str]]] = {}
     for row in _rows(results_folder(stdout, work) / "summary.csv"):
         config = row["job"]
         key = tuple(sorted(p for p in config.split(",") if not p.startswith(("run.round", "results_dir"))))
-        rates.setdefault(key, []).append(float(row["samples_per_s"]))
-    best_key = max(rates, key=lambda k: statistics.median(rates[k]))
-    best = sorted(rates[best_key])
-    low = best[len(best) // 4]  # the IQR's lower end, as the comparison table shows rounds
+        rounds_of.setdefault(key, []).append(row)
+    # Each grid point's rate and interval as the comparison table gives them: one round's 95% CI, the
+    # IQR of several.
+    spreads = {k: measured_rate([{"summary": r} for r in rows]) for k, rows in rounds_of.items()}
+    best_key = max(spreads, key=lambda k: spreads[k].value)
+    best = spreads[best_key]
     wanted = {f"workers={pick['workers']}", f"loader.backend={pick['loader.backend']}",
               f"loader.prefetch_factor={pick['loader.prefetch_factor']}",
               f"loader.persistent_workers={pick['loader.persistent_workers'].lower()}"}
-    picked = next((statistics.median(v) for k, v in rates.items() if wanted <= set(k)), float("nan"))
+    picked = next((spreads[k].value for k in spreads if wanted <= set(k)), float("nan"))
     share = tune_wall / grid_wall
     row = {"case": "grid", "pick": pick["point"], "pick_in_grid": round(picked), "grid_best": ",".join(best_key),
-           "grid_best_median": round(statistics.median(best)), "grid_best_low": round(low),
-           "time_share": round(share, 2),
-           "result": "pass" if picked >= low and share <= GRID_TIME_SHARE else "FAIL"}
+           "grid_best_samples_per_s": round(best.value), "grid_best_interval": f"{best.low:.0f} to {best.high:.0f}",
+           "interval": best.kind, "tune_wall_s": round(tune_wall), "grid_wall_s": round(grid_wall),
+           "time_share": round(share, 2), "time_share_target": GRID_TIME_SHARE,
+           "result": "pass" if best.low <= picked and share <= GRID_TIME_SHARE else "FAIL"}
     print(row, flush=True)
     return row
 
