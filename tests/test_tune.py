@@ -3,6 +3,7 @@ the objectives, what it writes, its bad input, and one whole command at tiny set
 
 import csv
 import math
+import re
 from typing import Dict, List, Optional, Sequence
 
 import numpy as np
@@ -399,7 +400,7 @@ def test_a_point_reaches_its_job_as_a_config_that_selects_its_chain_and_loader()
 @pytest.mark.parametrize("args, message", [
     (["tune.wrkers=[1]"], "tune.wrkers: no such key"),
     (["tune.search=grid"], "tune.search: must be one of race, optuna, got 'grid'"),
-    (["--budget-s", "1"], "--budget-s is too small to measure one round: at least"),
+    (["--budget-s", "1"], r"--budget-s is too small to measure one round: at least \d+ s here"),
     (["--target-starvation", "10", "consumer=none"], "--target-starvation needs a consumer to starve"),
     (["workers=0,2"], "tune starts from one setting, got a sweep of 2 jobs"),
 ])
@@ -407,7 +408,7 @@ def test_bad_input_is_one_line_and_exit_2(tmp_path, capsys, monkeypatch, args, m
     monkeypatch.chdir(tmp_path)
     assert main(["tune", *args, "tune.variants=false", "results_dir=out"]) == 2
     err = capsys.readouterr().err
-    assert err.startswith("pipebench: error: ") and message in err, err
+    assert err.startswith("pipebench: error: ") and re.search(message, err), err
     assert len(err.strip().splitlines()) == 1
     assert not (tmp_path / "out").exists()
 
