@@ -22,7 +22,8 @@ from pipebench.base.errors import ConfigError, StepTimeoutError, StuckThreadErro
 from pipebench.base.watchdog import StepOverrun, Watchdog
 from pipebench.cli.main import main
 from pipebench.measure.job import measure_job
-from pipebench.measure.runner import BatchStream, StepLoop, worker_faults_named
+from pipebench.measure.guard import worker_faults_named
+from pipebench.measure.runner import BatchStream, StepLoop
 from pipebench.pipeline.build import build_pipeline
 from pipebench.pipeline.loader_backends import build_loader
 from pipebench.pipeline.consumers import NoConsumer

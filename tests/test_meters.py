@@ -20,7 +20,7 @@ from pipebench.measure.gpu.util import GpuUtilSampler
 from pipebench.measure.host_load import HostLoadMeter, HostReading, host_load_note, other_load
 from pipebench.measure.memory import MemorySampler
 from pipebench.measure.meter import FIRST_MEASURED, LAST_MEASURED, Meter, add_notes
-from pipebench.measure.repeats import METER_KINDS
+from pipebench.measure.job_run import METER_KINDS, job_meters
 from pipebench.measure.storage_io import StorageReadMeter
 from pipebench.pipeline.consumers import build_consumer
 from pipebench.record.results import SUMMARY_COLUMNS
@@ -68,8 +68,13 @@ def test_each_meter_follows_the_protocol(name):
     assert type(meter).notes(BUSY_ROW) == notes  # from the row alone: a rank merge has no meter
 
 
+def _job_meters():
+    """The meters a job and a rank run, as they build them (pipebench.measure.job_run)."""
+    return job_meters(IndexLog(length=4), GpuSession(_cpu_consumer())).all()
+
+
 def test_the_job_meters_own_disjoint_columns_and_sections():
-    meters = [METERS[name]() for name in ("memory", "storage_io", "host_load", "coverage", "gpu")]
+    meters = _job_meters()
     keys = [meter.key for meter in meters]
     columns = [name for meter in meters for name in meter.columns()]
     assert len(set(keys)) == len(keys)
@@ -86,7 +91,7 @@ def test_each_meter_notes_a_row_once_in_its_own_column_after_what_the_row_says()
     """Known truth: a host kept busy by others and a GPU trace far busier than the window each add
     their line to their column, after the line already there; the job's meters and
     their classes (what a rank merge holds) note alike, and a quiet row gets no line."""
-    meters = [METERS[name]() for name in ("memory", "storage_io", "host_load", "coverage", "gpu")]
+    meters = _job_meters()
     noted = dict(BUSY_ROW)
     add_notes(noted, meters)
     assert noted["window_note"].startswith("an epoch ended; other processes used ")

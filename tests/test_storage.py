@@ -16,7 +16,7 @@ from pipebench.base.watchdog import Watchdog
 from pipebench.config.specs import StorageSpec
 from pipebench.datasets.image_folder import ImageFolderDataset
 from pipebench.measure import storage_cache
-from pipebench.measure.repeats import STEP_TIMEOUT_KEY
+from pipebench.measure.guard import STEP_TIMEOUT_KEY
 from pipebench.measure.steps import TimingSink
 from pipebench.measure.storage_cache import prepare_cache
 from pipebench.measure.storage_io import file_read_columns, file_read_figures

@@ -6,27 +6,23 @@ Writing the record and printing it belong to the task function (pipebench.cli.jo
 from pathlib import Path
 from typing import Any, Dict, Optional, Tuple
 
-import torch
 from torch.utils.data import IterableDataset
 
 from pipebench.base.errors import report_error, warn
-from pipebench.base.watchdog import Unwatched
 from pipebench.config.specs import JobSpec
-from pipebench.measure.coverage import IndexLog, droppable_per_epoch
 from pipebench.measure.distributed.multirank import measure_multirank
 from pipebench.measure.fingerprint import job_fingerprint, usable_cores
-from pipebench.measure.gpu.session import GpuSession, LabelledConsumer
-from pipebench.measure.memory import MemorySampler
-from pipebench.measure.meter import Meter, add_notes
-from pipebench.measure.repeats import LoopKit, build_loop_kit, measure_repeats, step_watchdog
+from pipebench.measure.gpu.session import LabelledConsumer
+from pipebench.measure.guard import job_guard
+from pipebench.measure.job_run import JobRun, job_run
+from pipebench.measure.meter import add_notes
+from pipebench.measure.repeats import LoopKit
 from pipebench.measure.result import JobResult
-from pipebench.measure.runner import profile_steps, worker_faults_named
-from pipebench.measure.steps import TimingSink
-from pipebench.measure.setup import seed_everything
-from pipebench.measure.host_load import PROCESS_CPU_COLUMN, HostLoadMeter
+from pipebench.measure.runner import profile_steps
+from pipebench.measure.host_load import PROCESS_CPU_COLUMN
 from pipebench.measure.thread_profile import profile_wanted, thread_profile_pass
 from pipebench.measure.storage_cache import prepare_cache
-from pipebench.measure.storage_io import StorageReadMeter, file_read_columns
+from pipebench.measure.storage_io import file_read_columns
 from pipebench.measure.summarize import (
     pass_records,
     rows_as_dicts,
@@ -37,8 +33,7 @@ from pipebench.measure.summarize import (
 from pipebench.measure.viztrace import TRACE_FILE as VIZTRACE_FILE
 from pipebench.measure.viztrace import VizTraceSession
 from pipebench.measure.window import window_record
-from pipebench.pipeline.build import build_job
-from pipebench.config.specs import PROCESSES, THREADS
+from pipebench.config.specs import PROCESSES
 from pipebench.pipeline.loader_backends import build_backend
 from pipebench.pipeline.timed_chain import InstrumentedDataset, TimedCollate
 
@@ -87,38 +82,20 @@ def measure_job(spec: JobSpec, job_dir: Path) -> JobResult:
     A worker that dies or goes silent, whenever it does, ends the job with one WorkerError line;
     a step whose own work runs past run.step_timeout_s, with one StepTimeoutError line.
     """
-    watchdog = step_watchdog(spec, on_stuck=lambda line: report_error(line, job_dir))
-    with worker_faults_named(spec.loader.timeout_s), watchdog:
-        return _measure_job(spec, job_dir, watchdog)
+    with job_guard(spec, on_stuck=lambda line: report_error(line, job_dir)) as watchdog:
+        run = job_run(spec, watchdog)
+        return _measure_job(run, job_dir)
 
 
-def _measure_job(spec: JobSpec, job_dir: Path, watchdog: Unwatched) -> JobResult:
-    seed_everything(spec.run.seed)
-    if spec.workers == 0:
-        # Workers run with one intra-op thread; so must the single-process profile, or its per-transform
-        # times are not comparable with the workers' (a multi-threaded op reads cheaper in one process).
-        torch.set_num_threads(1)
-    if spec.loader.sharing_strategy is not None:
-        torch.multiprocessing.set_sharing_strategy(spec.loader.sharing_strategy)
-    parts = build_job(spec, spec.run.seed)
+def _measure_job(run: JobRun, job_dir: Path) -> JobResult:
+    spec, parts, kit, sink = run.spec, run.parts, run.kit, run.sink
     for line in getattr(parts.dataset, "notes", tuple)():
         warn(line)  # what the dataset left out of what it was given (an image folder's loops, say)
-    cache = prepare_cache(parts.dataset, spec.storage, watchdog=watchdog)
+    cache = prepare_cache(parts.dataset, spec.storage, watchdog=kit.watchdog)
     for line in cache.notices:
         print(line, flush=True)
-    if parts.loader.worker_kind == THREADS:
-        # Worker threads share this process's intra-op pool; one intra-op thread each, as a
-        # DataLoader worker process runs, keeps per-transform times comparable across backends.
-        torch.set_num_threads(1)
-    sink = TimingSink()
-    gpu = GpuSession(parts.consumer)
-    kit = build_loop_kit(spec, parts, gpu, watchdog)
-    # A map-style dataset is split by the sampler in this process; a stream by each worker's copy.
-    shards = max(spec.workers, 1) if isinstance(parts.dataset, IterableDataset) else 1
-    index_log = IndexLog(len(parts.dataset), droppable_per_epoch(shards, spec.loader.batch_size, spec.loader.drop_last))
-    host_load = HostLoadMeter()
-    meters: Tuple[Meter, ...] = (MemorySampler(), StorageReadMeter(), host_load, index_log, gpu)
-    repeats = measure_repeats(kit, meters, index_log, sink)
+    repeats = run.measure()
+    gpu, host_load, meters = run.meters.gpu, run.meters.host_load, run.meters.all()
     artifacts: Dict[str, str] = {}
     traced: Optional[Dict[str, Any]] = None
     if spec.workers == 0 and spec.run.profile_steps > 0 and spec.trace == "torch":

@@ -5,7 +5,7 @@ at the first and last measured step of the first repeat (one whose readings hold
 the steps that drain the workers' backlog: `holds_loop`), and stopped once the repeats end
 (also when they fail). Then the job reads its summary cells and its result.json section, and
 once the row is whole, each meter's notes on it (`add_notes`). Adding a meter means one class with
-these six methods and one entry in the job's tuple.
+these six methods and one field of pipebench.measure.job_run.JobMeters.
 A meter never fails a job for "not available": it leaves None cells and says why.
 """
 

@@ -23,36 +23,21 @@ from dataclasses import dataclass, replace
 from typing import Any, Callable, Optional, Sequence, Tuple
 
 from pipebench.base.gpu_timing import AsyncStepClock, DeviceCopy
-from pipebench.base.watchdog import Unwatched, Watchdog
+from pipebench.base.watchdog import Unwatched
 from pipebench.config.specs import SYNC_ASYNC, SYNC_AUTO, SYNC_PER_STEP, JobSpec
 from pipebench.measure.coverage import IndexLog
 from pipebench.measure.first_batch_parts import FirstBatchLog
 from pipebench.measure.gpu.session import GpuSession
-from pipebench.measure.host_load import HostLoadMeter
-from pipebench.measure.memory import MemorySampler
 from pipebench.measure.meter import FIRST_MEASURED, Meter
 from pipebench.measure.runner import BatchStream, StepLoop, measure_pass
 from pipebench.measure.steps import PassPlan, PassResult, TimingSink, WindowMarks, pass_plan
-from pipebench.measure.storage_io import StorageReadMeter
 from pipebench.measure.window import Window, split_window
 from pipebench.pipeline.build import JobParts
 from pipebench.pipeline.device_chain import DeviceChain
 from pipebench.pipeline.loader_backends import LoaderBackend
 from pipebench.pipeline.timed_chain import SampleFailure, TimedBatch
 
-__all__ = ["METER_KINDS", "STEP_TIMEOUT_KEY", "LoopKit", "Repeats", "StepSync", "build_loop_kit", "measure_repeats",
-           "resolve_sync", "step_watchdog"]
-
-# The setting a step's watchdog enforces, named in its error line.
-STEP_TIMEOUT_KEY = "run.step_timeout_s"
-# The meters every job and every rank runs around its repeats, in the order they start. A rank
-# merge has their rows but no meter: it takes their notes from these classes (`meter.add_notes`).
-METER_KINDS = (MemorySampler, StorageReadMeter, HostLoadMeter, IndexLog, GpuSession)
-
-
-def step_watchdog(spec: JobSpec, on_stuck: Callable[[str], None]) -> Watchdog:
-    """The deadline on every step's own work in this process (enter it in the main thread)."""
-    return Watchdog(spec.run.step_timeout_s, STEP_TIMEOUT_KEY, on_stuck=on_stuck)
+__all__ = ["LoopKit", "Repeats", "StepSync", "build_loop_kit", "measure_repeats", "resolve_sync"]
 
 
 @dataclass(frozen=True)

@@ -7,7 +7,6 @@ runs by are pipebench.measure.steps.
 """
 
 import time
-from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Dict, Iterator, List, Optional
@@ -15,7 +14,7 @@ from typing import Any, Callable, Dict, Iterator, List, Optional
 import torch
 from tqdm import tqdm
 
-from pipebench.base.errors import SampleError, StepTimeoutError, WorkerError
+from pipebench.base.errors import SampleError, StepTimeoutError
 from pipebench.base.gpu_timeline import split_steps
 from pipebench.base.gpu_timing import AsyncStepClock, DeviceCopy, moved_to
 from pipebench.base.io import replacing, write_text_atomic
@@ -53,31 +52,6 @@ def batch_bytes(data: Any) -> int:
     if isinstance(data, (list, tuple)):
         return sum(batch_bytes(item) for item in data)
     return len(data) if isinstance(data, (bytes, bytearray)) else 0
-
-
-def worker_error(exc: RuntimeError, timeout_s: float) -> Optional[WorkerError]:
-    """DataLoader's own words for a worker that died, was killed or went silent past `timeout`, as
-    one line; None for any other error."""
-    text = str(exc)
-    if not text.startswith(("DataLoader worker", "DataLoader timed out")):
-        return None
-    hint = (f"loader.timeout_s={timeout_s:g}" if text.startswith("DataLoader timed out") else
-            "a worker that dies without a Python error was often killed for memory: check `dmesg`")
-    return WorkerError(f"{text.splitlines()[0].rstrip('. ')} ({hint})")
-
-
-@contextmanager
-def worker_faults_named(timeout_s: float) -> Iterator[None]:
-    """A dead or silent worker becomes one WorkerError line wherever the main thread is when torch
-    reports it: blocked in next(), or anywhere else, as torch's SIGCHLD handler raises it in the
-    middle of whatever runs (a consumer's sleep, a meter, the loop's bookkeeping)."""
-    try:
-        yield
-    except RuntimeError as exc:
-        error = worker_error(exc, timeout_s)
-        if error is None:
-            raise
-        raise error from None
 
 
 class BatchStream:

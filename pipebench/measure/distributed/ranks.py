@@ -2,8 +2,8 @@
 
 Every rank reads the same pickled RankTask from TASK (in the job process's private temporary
 folder, never the results folder), joins the process group,
-measures its own DistributedSampler loader (its own DataLoader workers) with the job's step loop
-and meters (pipebench.measure.repeats: the step watchdog, run.sync, the copier), and ends each step with an all-reduce of a small tensor, standing in for the gradient
+measures its own DistributedSampler loader (its own DataLoader workers) with the job's run, set up
+as a job's is (pipebench.measure.job_run: the guard, the step loop, run.sync, the meters), and ends each step with an all-reduce of a small tensor, standing in for the gradient
 sync of data-parallel training: a slow rank stalls the others there, and the time each rank
 spends in it is its collective wait. It writes `rank-N.json`, or on failure one line in
 `rank-N.error`.
@@ -16,7 +16,7 @@ import traceback
 from dataclasses import dataclass, replace
 from datetime import timedelta
 from pathlib import Path
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, Dict, List, Optional
 
 import numpy as np
 import torch
@@ -26,19 +26,12 @@ from torch.utils.data import IterableDataset
 from pipebench.base.errors import USAGE_EXIT_STATUS, PipebenchError, StuckThreadError, exit_leaving_threads
 from pipebench.base.io import write_json_atomic, write_text_atomic
 from pipebench.base.lifeline import TIED_PID_ENV, die_with_parent, parent_is
-from pipebench.base.watchdog import Unwatched
 from pipebench.config.specs import JobSpec
-from pipebench.measure.coverage import IndexLog
 from pipebench.measure.fingerprint import job_fingerprint, usable_cores
-from pipebench.measure.gpu.session import GpuSession
-from pipebench.measure.host_load import PROCESS_CPU_COLUMN, HostLoadMeter
-from pipebench.measure.memory import MemorySampler
-from pipebench.measure.meter import Meter
-from pipebench.measure.repeats import build_loop_kit, measure_repeats, step_watchdog
-from pipebench.measure.runner import worker_faults_named
-from pipebench.measure.setup import seed_everything
+from pipebench.measure.host_load import PROCESS_CPU_COLUMN
+from pipebench.measure.guard import job_guard
+from pipebench.measure.job_run import JobRun, RankPart, job_run
 from pipebench.measure.steps import NS_PER_MS, TimingSink
-from pipebench.measure.storage_io import StorageReadMeter
 from pipebench.measure.summarize import (
     pass_records,
     rows_as_dicts,
@@ -46,7 +39,6 @@ from pipebench.measure.summarize import (
     transform_rows,
 )
 from pipebench.measure.window import Window, window_record
-from pipebench.pipeline.build import build_job
 from pipebench.pipeline.timed_chain import TimedBatch
 
 RANKS_MODULE = "pipebench.measure.distributed.ranks"
@@ -126,30 +118,19 @@ def load_timings(path: Path) -> TimingSink:
         return TimingSink(sample_ns=[saved["sample_ns"]], batch_ns=list(saved["batch_ns"]))
 
 
-def measure_rank(spec: JobSpec, rank: int, world: int, device: torch.device, job_dir: Path,
-                 watchdog: Unwatched) -> Dict[str, Any]:
-    """Every repeat of the job on this rank, with the job's meters (pipebench.measure.repeats);
+def measure_rank(run: JobRun, world: int, job_dir: Path) -> Dict[str, Any]:
+    """Every repeat of the job on this rank (its run set up by `job_run` with the rank's part);
     returns the rank's record and saves its timings."""
-    seed_everything(spec.run.seed + rank)  # own random crops per rank; the sampler shares the seed
-    torch.set_num_threads(1)  # ranks share the cores with each other's workers
-    if spec.loader.sharing_strategy is not None:
-        torch.multiprocessing.set_sharing_strategy(spec.loader.sharing_strategy)
-    parts = build_job(spec, spec.run.seed + rank)
-    sink = TimingSink()
-    sync = CollectiveSync(device)
-    gpu = GpuSession(parts.consumer, untraced_note=UNTRACED_NOTE)
-    kit = build_loop_kit(spec, parts, gpu, watchdog, after_step=sync)
-    index_log = IndexLog()  # for the exactly-once check across ranks (pipebench.measure.coverage)
-    host_load = HostLoadMeter()
-    meters: Tuple[Meter, ...] = (MemorySampler(), StorageReadMeter(), host_load, index_log, gpu)
-    repeats = measure_repeats(kit, meters, index_log, sink, f"rank {rank} ", agree=sync.agree)
-    batch_steps = [*parts.collate.steps, *kit.device_chain.steps]
+    spec, parts, sink, rank = run.spec, run.parts, run.sink, run.rank.rank
+    index_log, host_load = run.meters.coverage, run.meters.host_load
+    meters = [meter for meter in run.meters.all() if meter is not index_log]  # logs are pooled (multirank.coverage_of)
+    repeats = run.measure()
+    batch_steps = [*parts.collate.steps, *run.kit.device_chain.steps]
     rows = transform_rows(sink, parts.instrumented.steps, batch_steps)
     save_timings(job_dir / RANK_TIMINGS.format(rank=rank), sink)
     summary = rank_summary(repeats.window, sink, rows, spec, len(repeats.skipped))
     for meter in meters:
-        if meter is not index_log:  # the ranks' logs are pooled by the job (multirank.coverage_of)
-            summary.update(meter.columns())
+        summary.update(meter.columns())
     summary[OWN_CPU_CORES] = host_load.own_cpu_cores()
     summary[PROCESS_CPU_COLUMN] = host_load.cpu_ms_per_sample(repeats.marked_samples)
     return {
@@ -165,7 +146,7 @@ def measure_rank(spec: JobSpec, rank: int, world: int, device: torch.device, job
         "dataset_length": len(parts.dataset),
         "iterable": isinstance(parts.dataset, IterableDataset),
         "indices": index_log.as_json(),
-        "meters": {meter.key: meter.record() for meter in meters if meter is not index_log},
+        "meters": {meter.key: meter.record() for meter in meters},
         # Rank 0's is the job's: the host it ran on is what lets results from many hosts merge.
         "fingerprint": job_fingerprint(spec, parts.dataset),
     }
@@ -190,9 +171,10 @@ def main(argv: Optional[List[str]] = None) -> int:
         dist.init_process_group(task.backend, timeout=timedelta(seconds=spec.distributed.collective_timeout_s))
         # A step stuck in native code: the watchdog leaves its line where the job looks, then ends the rank.
         error_file = _error_file(job_dir, rank)
-        watchdog = step_watchdog(spec, on_stuck=lambda line: write_text_atomic(error_file, f"{line}\n"))
-        with worker_faults_named(spec.loader.timeout_s), watchdog:
-            record = measure_rank(spec, rank, world, device, job_dir, watchdog)
+        part = RankPart(rank, CollectiveSync(device), UNTRACED_NOTE)
+        with job_guard(spec, on_stuck=lambda line: write_text_atomic(error_file, f"{line}\n")) as watchdog:
+            run = job_run(spec, watchdog, part)
+            record = measure_rank(run, world, job_dir)
         write_json_atomic(job_dir / RANK_RESULT.format(rank=rank), record)
     except PipebenchError as exc:
         write_text_atomic(_error_file(job_dir, rank), f"{exc}\n")
