@@ -11,6 +11,8 @@ import re
 from dataclasses import dataclass
 from typing import Any, Dict, Iterator, List, Mapping, Optional, Sequence, Tuple
 
+from pipebench.record.figures import Summary
+
 __all__ = ["HYDRA_PREFIX", "JobKey", "JobRecord", "NOT_AXES", "ROUND_COMPONENT", "ROUND_KEY", "canonical",
            "canonical_text", "job_key", "override_key", "override_pairs", "round_of", "varying_keys"]
 
@@ -90,8 +92,9 @@ class JobKey:
 
 @dataclass(frozen=True, eq=False)
 class JobRecord(Mapping[str, Any]):
-    """One stored job (result.json, checked by the loader), with its identity typed. It also reads
-    as the stored mapping, for the sections no reader needs typed (gpu, memory, ranks...)."""
+    """One stored job (result.json, checked by the loader), with its identity and its summary's figures
+    typed. It also reads as the stored mapping, for the sections no reader needs typed (gpu, memory,
+    ranks...)."""
 
     key: JobKey
     job: str
@@ -99,22 +102,33 @@ class JobRecord(Mapping[str, Any]):
     # The round it ran in: its `run.round=K` override, None when it has none (one round).
     round: Optional[int]
     overrides: Tuple[str, ...]
-    summary: Mapping[str, Any]
+    summary: Summary
     config: Mapping[str, Any]
     choices: Mapping[str, Any]
     fingerprint: Mapping[str, Any]
+    # The per-transform rows and each measured pass's per-step lists.
+    transforms: Tuple[Mapping[str, Any], ...]
+    passes: Tuple[Mapping[str, Any], ...]
     stored: Mapping[str, Any]
 
     @classmethod
     def from_stored(cls, data: Mapping[str, Any]) -> "JobRecord":
-        """The record of a checked result.json; files older than `choices` read as having none."""
-        summary = data["summary"]
-        key = JobKey(job_key(str(data["job"])), canonical(summary.get("dataset")),
-                     canonical(summary.get("transform")), int(summary["workers"]), int(summary["batch_size"]),
-                     canonical(summary.get("consumer")))
-        overrides = tuple(str(o) for o in data["overrides"])
-        return cls(key, str(data["job"]), int(data["job_num"]), round_of(overrides), overrides, summary,
-                   data["config"], data.get("choices") or {}, data["fingerprint"], data)
+        """The record of a result.json mapping. Only the summary's workers and batch size are required: a
+        file older than `choices` reads as having none, and an in-memory result that carries only what
+        its reader needs (no label, number or config) as having empty ones."""
+        summary = Summary.from_row(data["summary"])
+        job = str(data.get("job", summary.job or DEFAULT_LABEL))
+        key = JobKey(job_key(job), canonical(summary.dataset), canonical(summary.transform), int(summary["workers"]),
+                     int(summary["batch_size"]), canonical(summary.consumer))
+        overrides = tuple(str(o) for o in data.get("overrides", ()))
+        return cls(key, job, int(data.get("job_num", 0)), round_of(overrides), overrides, summary,
+                   data.get("config") or {}, data.get("choices") or {}, data.get("fingerprint") or {},
+                   tuple(data.get("transforms") or ()), tuple(data.get("passes") or ()), data)
+
+    @classmethod
+    def read(cls, data: Mapping[str, Any]) -> "JobRecord":
+        """`data` as a record: itself when it is one, else `from_stored`'s."""
+        return data if isinstance(data, JobRecord) else cls.from_stored(data)
 
     @property
     def pairs(self) -> Dict[str, str]:

@@ -35,7 +35,7 @@ from pipebench.base.tables import format_value, markdown_table
 from pipebench.config.specs import BACKEND_WORKER_KINDS, NO_CONSUMER, PROCESSES, THREADS, USER_STEP
 from pipebench.datasets.shard_split import idle_line, idle_readers, uneven_line
 from pipebench.pipeline.stages import DECODE_STAGE, LOAD_STAGE
-from pipebench.record.jobs import NOT_AXES, override_pairs, varying_keys
+from pipebench.record.jobs import NOT_AXES, JobRecord, override_pairs, varying_keys
 from pipebench.report.comparison import measured_rate, told_apart
 from pipebench.report.thread_advice import gil_bound_steps, gil_lines
 
@@ -213,35 +213,35 @@ def target_line(chain: str, needs: TargetNeeds) -> str:
             f"{format_value(needs.target_pct)}% busy; {have}.")
 
 
-def target_pct_of(results: Sequence[Mapping]) -> float:
+def target_pct_of(results: Sequence[JobRecord]) -> float:
     """run.target_accel_util_pct of the results (the first job's), else the default."""
-    run = ((results[0].get("config") or {}).get("run") or {}) if results else {}
+    run = (results[0].config.get("run") or {}) if results else {}
     return float(run.get("target_accel_util_pct", DEFAULT_TARGET_ACCEL_UTIL_PCT))
 
 
-def _chain_overrides(result: Mapping) -> Dict[str, str]:
+def _chain_overrides(result: JobRecord) -> Dict[str, str]:
     """The job's override pairs that define its chain (NON_CHAIN_KEYS left out)."""
-    return override_pairs(result.get("overrides", []), ignored=NON_CHAIN_KEYS)
+    return override_pairs(result.overrides, ignored=NON_CHAIN_KEYS)
 
 
 def chain_labels(results: Sequence[Mapping]) -> List[str]:
     """Each job's chain: the overrides that differ between the jobs, less the worker count and the
     round (settings every job shares say nothing); `transform=NAME` when nothing differs."""
+    results = [JobRecord.read(r) for r in results]
     overrides = [_chain_overrides(r) for r in results]
     differing = sorted(varying_keys(overrides))
     return [",".join(f"{k}={o[k]}" for k in differing if k in o) or _chain_name(r) for o, r in zip(overrides, results)]
 
 
-def _chain_name(result: Mapping) -> str:
+def _chain_name(result: JobRecord) -> str:
     """`transform=NAME`; a watched loader, which has no transform config, by its job name (`loader=train.py:57`)."""
-    transform = result["summary"].get("transform")
-    return f"transform={transform}" if transform is not None else str(result["job"])
+    transform = result.summary.transform
+    return f"transform={transform}" if transform is not None else result.job
 
 
-def _consumer_ms(result: Mapping) -> float:
-    """The consumer's time a step, copy included: the GPU's busy time from its own timeline
-    (run.sync=async, where the host's step time is only the launch), else the host's."""
-    passes = result["passes"]
+def _consumer_ms(passes: Sequence[Mapping]) -> float:
+    """The consumer's time a step in a job's `passes`, copy included: the GPU's busy time from its own
+    timeline (run.sync=async, where the host's step time is only the launch), else the host's."""
     if passes and all("gpu_busy_ms" in p for p in passes):
         steps = [b for p in passes for b in p["gpu_busy_ms"]]
     else:
@@ -252,61 +252,63 @@ def _consumer_ms(result: Mapping) -> float:
 def chain_costs(results: Sequence[Mapping]) -> ChainCosts:
     """One chain's costs, from its single-rank workers=0 jobs (median over rounds), else any workers=0
     job's, else its CPU time in workers."""
-    serial = [r for r in results if r["summary"]["workers"] == 0 and _ranks(r) == 1] or \
-        [r for r in results if r["summary"]["workers"] == 0]
-    picked = serial or list(results)
-    wall_key = "pipeline_ms_per_sample" if serial else "cpu_ms_per_sample"
+    results = [JobRecord.read(r) for r in results]
+    serial = [r for r in results if r.summary.workers == 0 and _ranks(r) == 1] or \
+        [r for r in results if r.summary.workers == 0]
+    picked = serial or results
     first = picked[0]
     consumer = first.get("consumer_report") or {}
     # consumer=none times only the loop's bookkeeping: there is no consumer to feed or keep busy.
-    consumer_ms = 0.0 if consumer.get("kind") == NO_CONSUMER else float(np.median([_consumer_ms(r) for r in picked]))
+    consumer_ms = 0.0 if consumer.get("kind") == NO_CONSUMER else float(np.median([_consumer_ms(r.passes)
+                                                                                    for r in picked]))
     on_cpu = (consumer.get("kind"), consumer.get("device")) in CPU_CONSUMERS
     return ChainCosts(
-        ms_per_sample=float(np.median([r["summary"][wall_key] for r in picked])),
-        cpu_ms_per_sample=float(np.median([r["summary"]["cpu_ms_per_sample"] for r in picked])),
+        ms_per_sample=float(np.median([r.summary.pipeline_ms_per_sample if serial else r.summary.cpu_ms_per_sample
+                                       for r in picked])),
+        cpu_ms_per_sample=float(np.median([r.summary.cpu_ms_per_sample for r in picked])),
         consumer_ms=consumer_ms,
         consumer_cpu_ms=consumer_ms if on_cpu else 0.0,
-        batch_size=int(first["summary"]["batch_size"]),
-        usable_cores=int(first["fingerprint"]["usable_cores"]),
-        source="workers=0" if serial else f"CPU time in workers={first['summary']['workers']}",
+        batch_size=first.key.batch_size,
+        usable_cores=int(first.fingerprint["usable_cores"]),
+        source="workers=0" if serial else f"CPU time in workers={first.summary.workers}",
     )
 
 
-def _ranks(result: Mapping) -> int:
-    return int(result["summary"].get("ranks", 1))
+def _ranks(result: JobRecord) -> int:
+    return result.summary.ranks or 1
 
 
-def worker_kind_of(result: Mapping) -> str:
+def worker_kind_of(result: JobRecord) -> str:
     """THREADS for a job whose workers were threads (a thread backend, workers > 0), else PROCESSES."""
-    backend = ((result.get("config") or {}).get("loader") or {}).get("backend", "dataloader")
-    return BACKEND_WORKER_KINDS.get(backend, PROCESSES) if result["summary"]["workers"] > 0 else PROCESSES
+    backend = (result.config.get("loader") or {}).get("backend", "dataloader")
+    return BACKEND_WORKER_KINDS.get(backend, PROCESSES) if result.key.workers > 0 else PROCESSES
 
 
-def _group(results: Sequence[Mapping]) -> Dict[str, List[Mapping]]:
-    groups: Dict[str, List[Mapping]] = {}
+def _group(results: Sequence[JobRecord]) -> Dict[str, List[JobRecord]]:
+    groups: Dict[str, List[JobRecord]] = {}
     for label, result in zip(chain_labels(results), results):
         groups.setdefault(label, []).append(result)
     return groups
 
 
-def _watched(result: Mapping) -> bool:
+def _watched(result: JobRecord) -> bool:
     """A loader watched in the user's own loop (`pipebench attach`): no sweep to add a job to."""
-    return result["summary"].get("consumer") == USER_STEP
+    return result.summary.consumer == USER_STEP
 
 
-def _dominant(results: Sequence[Mapping]) -> Optional[Tuple[str, float, float, str, str]]:
+def _dominant(results: Sequence[JobRecord]) -> Optional[Tuple[str, float, float, str, str]]:
     """The costliest step of a chain's workers=0 job, else of a watched loader's rows at its own worker
     count: (name, ms a sample, share %, stage, where it was measured)."""
-    serial = [r for r in results if r["summary"]["workers"] == 0 and r.get("transforms")]
-    timed = serial or [r for r in results if _watched(r) and r.get("transforms")]
+    serial = [r for r in results if r.key.workers == 0 and r.transforms]
+    timed = serial or [r for r in results if _watched(r) and r.transforms]
     if not timed:
         return None
-    top = max(timed[0]["transforms"], key=lambda t: t["ms_per_sample"])
-    where = "at workers=0" if serial else f"inside its {timed[0]['summary']['workers']} workers"
+    top = max(timed[0].transforms, key=lambda t: t["ms_per_sample"])
+    where = "at workers=0" if serial else f"inside its {timed[0].key.workers} workers"
     return top["transform"], top["ms_per_sample"], top["share_pct"], top.get("stage", ""), where
 
 
-def _advice_dominant(base: str, results: Sequence[Mapping]) -> List[str]:
+def _advice_dominant(base: str, results: Sequence[JobRecord]) -> List[str]:
     dominant = _dominant(results)
     if dominant is None:
         return [f"{base}: no workers=0 job, so no per-transform split; add workers=0 to the sweep to get one."]
@@ -354,9 +356,9 @@ def _noise_of_rounds(values: Sequence[float], floor: float) -> float:
     return max(spread, floor) if math.isfinite(spread) else floor
 
 
-def _per_step_figure(name: str, results: Sequence[Mapping], series) -> Optional[Figure]:
+def _per_step_figure(name: str, results: Sequence[JobRecord], series) -> Optional[Figure]:
     """The median of a per-step series over every measured step, with its notch half-width."""
-    values = np.array([v for r in results for p in r.get("passes", []) for v in series(p)], dtype=np.float64)
+    values = np.array([v for r in results for p in r.passes for v in series(p)], dtype=np.float64)
     if values.size == 0:
         return None
     median = float(np.median(values))
@@ -365,24 +367,24 @@ def _per_step_figure(name: str, results: Sequence[Mapping], series) -> Optional[
     return Figure(name, median, noise if math.isfinite(noise) else 0.0, lower_is_better=True)
 
 
-def _consumer_step_figure(results: Sequence[Mapping]) -> Optional[Figure]:
+def _consumer_step_figure(results: Sequence[JobRecord]) -> Optional[Figure]:
     """The consumer's host ms a step (its copy aside), over every measured step."""
     return _per_step_figure("consumer ms a step", results, lambda p: p.get("compute_ms", []))
 
 
-def _cpu_figure(results: Sequence[Mapping]) -> Figure:
-    serial = [r for r in results if r["summary"]["workers"] == 0] or list(results)
-    values = [float(r["summary"]["cpu_ms_per_sample"]) for r in serial]
+def _cpu_figure(results: Sequence[JobRecord]) -> Figure:
+    serial = [r for r in results if r.key.workers == 0] or results
+    values = [r.summary.cpu_ms_per_sample for r in serial]
     return Figure("CPU ms a sample", float(np.median(values)), _noise_of_rounds(values, CPU_COST_NOISE_FLOOR), True)
 
 
-def _rate_figure(results: Sequence[Mapping], workers: int) -> Figure:
-    same = [r["summary"] for r in results if r["summary"]["workers"] == workers]
-    rates = [float(s["samples_per_s"]) for s in same]
+def _rate_figure(results: Sequence[JobRecord], workers: int) -> Figure:
+    same = [r.summary for r in results if r.key.workers == workers]
+    rates = [s.samples_per_s for s in same]
     if len(rates) > 1:
         noise = _noise_of_rounds(rates, 0.0)
     else:
-        low, high = float(same[0].get("samples_per_s_ci_low", "nan")), float(same[0].get("samples_per_s_ci_high", "nan"))
+        low, high = (math.nan if v is None else v for v in (same[0].samples_per_s_ci_low, same[0].samples_per_s_ci_high))
         within = (high - low) / 2 / rates[0] if rates[0] and math.isfinite(high - low) else 0.0
         noise = max(within, RUN_TO_RUN_RATE_FLOOR)
     return Figure(f"samples/s at workers={workers}", float(np.median(rates)), noise, lower_is_better=False)
@@ -396,13 +398,13 @@ def swept_axis(keys: Sequence[str]) -> str:
     return AXIS_CHAIN
 
 
-def _axis_between(base: Mapping, other: Mapping) -> str:
+def _axis_between(base: JobRecord, other: JobRecord) -> str:
     """The axis two jobs' chains differ along (`swept_axis` of the override keys they set differently)."""
     base_keys, keys = _chain_overrides(base), _chain_overrides(other)
     return swept_axis([k for k in set(base_keys) | set(keys) if base_keys.get(k) != keys.get(k)])
 
 
-def axis_figures(axis: str, base: Sequence[Mapping], other: Sequence[Mapping]) -> List[Tuple[Figure, Figure]]:
+def axis_figures(axis: str, base: Sequence[JobRecord], other: Sequence[JobRecord]) -> List[Tuple[Figure, Figure]]:
     """(base, other) figures that `axis` moves; see the table in the module doc of `_advice_variants`."""
     if axis == AXIS_CONSUMER:
         pairs = [(_consumer_step_figure(base), _consumer_step_figure(other))]
@@ -411,7 +413,7 @@ def axis_figures(axis: str, base: Sequence[Mapping], other: Sequence[Mapping]) -
             ("H2D ms a step", lambda p: p.get("h2d_ms", [])),
             ("main-process ms a step", lambda p: [g + h for g, h in zip(p.get("gap_ms", []), p.get("h2d_ms", []))]))]
     elif axis == AXIS_LOADER:
-        common = sorted({r["summary"]["workers"] for r in base} & {r["summary"]["workers"] for r in other})
+        common = sorted({r.key.workers for r in base} & {r.key.workers for r in other})
         pairs = [(_rate_figure(base, common[-1]), _rate_figure(other, common[-1]))] if common else []
     else:
         pairs = [(_cpu_figure(base), _cpu_figure(other))]
@@ -445,7 +447,8 @@ def verdict(base: Figure, other: Figure) -> Verdict:
     return Verdict(base.name, base.value, other.value, ratio, math.hypot(base.noise, other.noise))
 
 
-def _advice_variants(base: str, groups: Mapping[str, Sequence[Mapping]], costs: Mapping[str, ChainCosts]) -> List[str]:
+def _advice_variants(base: str, groups: Mapping[str, Sequence[JobRecord]],
+                     costs: Mapping[str, ChainCosts]) -> List[str]:
     """Each chain against the base, by the figure its swept axis moves, with a claim only above the noise.
 
     | swept axis | compared by |
@@ -486,18 +489,19 @@ def _advice_variants(base: str, groups: Mapping[str, Sequence[Mapping]], costs: 
     return lines
 
 
-def _syncs_text(axis: str, base: Sequence[Mapping], other: Sequence[Mapping]) -> str:
+def _syncs_text(axis: str, base: Sequence[JobRecord], other: Sequence[JobRecord]) -> str:
     """Syncs a step beside a consumer's time, where the GPU probe measured them (exact counts, no noise)."""
     if axis != AXIS_CONSUMER:
         return ""
-    counts = [np.median([r["summary"]["syncs_per_step"] for r in rs]) if all(
-        r["summary"].get("syncs_per_step") is not None for r in rs) else None for rs in (base, other)]
+    counts = [np.median([r.summary.syncs_per_step for r in rs]) if all(
+        r.summary.syncs_per_step is not None for r in rs) else None for rs in (base, other)]
     if None in counts:
         return ""
     return f"; syncs a step {format_value(float(counts[1]))} against {format_value(float(counts[0]))}"
 
 
-def _advice_shared_interpreter(base: str, groups: Mapping[str, Sequence[Mapping]], threaded: Set[str]) -> List[str]:
+def _advice_shared_interpreter(base: str, groups: Mapping[str, Sequence[JobRecord]],
+                               threaded: Set[str]) -> List[str]:
     """Thread-backend chains whose training step itself ran slower than the base's, where the base runs
     worker processes and the two differ only in loader settings: samples/s counts that cost, but
     only this line names it. On the 16-core H100 host the toy CNN's step took 31.3 ms beside 8 loader
@@ -519,59 +523,59 @@ def _advice_shared_interpreter(base: str, groups: Mapping[str, Sequence[Mapping]
     return lines
 
 
-def _advice_epochs(results: Sequence[Mapping]) -> List[str]:
+def _advice_epochs(results: Sequence[JobRecord]) -> List[str]:
     """Jobs whose workers restart at every epoch end for more than RESTART_SHARE_WORTH_NAMING of an epoch."""
     lines = []
     for label, result in zip(chain_labels(results), results):
-        summary = result["summary"]
-        steady, epoch = summary.get("samples_per_s"), summary.get("samples_per_s_epoch")
-        if summary["workers"] == 0 or not steady or epoch is None or not math.isfinite(float(epoch)):
+        summary = result.summary
+        steady, epoch = summary.samples_per_s, summary.samples_per_s_epoch
+        if summary.workers == 0 or not steady or epoch is None or not math.isfinite(epoch):
             continue
-        share = 1.0 - float(epoch) / float(steady)
+        share = 1.0 - epoch / steady
         if share > RESTART_SHARE_WORTH_NAMING and not _persistent(result):
-            lines.append(f"{label} at workers={summary['workers']}: restarting the workers at each epoch end costs "
-                         f"{format_value(float(summary['epoch_restart_s']))} s, {100 * share:.0f}% of an epoch "
-                         f"({format_value(float(epoch))} samples/s an epoch against {format_value(float(steady))} "
+            lines.append(f"{label} at workers={summary.workers}: restarting the workers at each epoch end costs "
+                         f"{format_value(summary.epoch_restart_s)} s, {100 * share:.0f}% of an epoch "
+                         f"({format_value(epoch)} samples/s an epoch against {format_value(steady)} "
                          "between ends); loader.persistent_workers=true keeps them.")
     return lines
 
 
-def _lone_tail(result: Mapping) -> Optional[str]:
+def _lone_tail(result: JobRecord) -> Optional[str]:
     """What the job's window measured of a lone tail: at its first epoch end, the last batches that came
     from one worker alone, when there are LONE_TAIL_MIN_STEPS of them or more; None otherwise (no epoch
     end in the window, or the workers finished together)."""
-    for record in result["passes"]:
+    for record in result.passes:
         epochs, workers, step_ms = record.get("epoch") or [], record.get("worker_id") or [], record["step_ms"]
         for end in (i for i in range(1, len(epochs)) if epochs[i] != epochs[i - 1]):
             start, first = epochs.index(epochs[end - 1]), end - 1
             while first > start and workers[first - 1] == workers[end - 1]:
                 first -= 1
             if end - first >= LONE_TAIL_MIN_STEPS:
-                return (f"measured ({result['job']}): the last {end - first} batches of epoch {epochs[end - 1]} came "
+                return (f"measured ({result.job}): the last {end - first} batches of epoch {epochs[end - 1]} came "
                         f"from worker {workers[end - 1]} alone, {format_value(sum(step_ms[first:end]) / 1000)} s of "
                         f"the epoch's {format_value(sum(step_ms[start:end]) / 1000)} s in the window")
     return None
 
 
-def _busy_readers(jobs: Sequence[Mapping], ranks: int, workers: int) -> Optional[int]:
+def _busy_readers(jobs: Sequence[JobRecord], ranks: int, workers: int) -> Optional[int]:
     """The readers of `ranks` x `workers` that get a shard of the jobs' sharded dataset (its identity's
     `shards`); None for a dataset that is not sharded, whose every reader reads."""
-    shards = {result.get("fingerprint", {}).get("dataset", {}).get("shards") for result in jobs}
+    shards = {result.fingerprint.get("dataset", {}).get("shards") for result in jobs}
     if len(shards) != 1 or None in shards:
         return None
     return ranks * max(workers, 1) - len(idle_readers(int(shards.pop()), ranks, workers))
 
 
-def _advice_idle_shards(results: Sequence[Mapping]) -> List[str]:
+def _advice_idle_shards(results: Sequence[JobRecord]) -> List[str]:
     """Jobs whose sharded dataset (its identity's `shards`) leaves readers idle, with fewer shards than
     ranks x workers, or one reader reading alone at the epoch's end, with uneven shards (its
     `shard_samples`); the lone tail as measured where a job's window holds an epoch end."""
     lines: Dict[str, Optional[str]] = {}
     for result in results:
-        dataset = result.get("fingerprint", {}).get("dataset", {})
+        dataset = result.fingerprint.get("dataset", {})
         if "shards" not in dataset:
             continue
-        name, ranks, workers = dataset.get("name", "dataset"), _ranks(result), int(result["summary"]["workers"])
+        name, ranks, workers = dataset.get("name", "dataset"), _ranks(result), result.key.workers
         lines.setdefault(idle_line(name, int(dataset["shards"]), ranks, workers), None)
         uneven = uneven_line(name, dataset["shard_samples"], ranks, workers) if dataset.get("shard_samples") else ""
         if uneven and lines.get(uneven) is None:
@@ -579,8 +583,8 @@ def _advice_idle_shards(results: Sequence[Mapping]) -> List[str]:
     return [f"{line}; {measured}" if measured else line for line, measured in lines.items() if line]
 
 
-def _persistent(result: Mapping) -> bool:
-    loader = (result.get("config") or {}).get("loader") or {}
+def _persistent(result: JobRecord) -> bool:
+    loader = result.config.get("loader") or {}
     return bool(loader.get("persistent_workers"))
 
 
@@ -612,18 +616,18 @@ def _advice_threads(rows: Sequence[PredictedRow]) -> List[str]:
             "for worker processes only."]
 
 
-def _advice_unexplained(rows: Sequence[PredictedRow], results: Sequence[Mapping],
+def _advice_unexplained(rows: Sequence[PredictedRow], results: Sequence[JobRecord],
                         costs: Mapping[str, ChainCosts]) -> List[str]:
     off = [r for r in rows if r.predicted is not None and abs(r.gap) > EXPLAINED_WITHIN]
     if not off:
         return [f"Unexplained: nothing beyond {format_value(100 * EXPLAINED_WITHIN)}%; the model accounts for "
                 f"every measured row."]
-    worker_jobs = [r["summary"] for r in results if r["summary"]["workers"] > 0]
+    worker_jobs = [r.summary for r in results if r.key.workers > 0]
     candidates = []
     if worker_jobs:
-        transfer = np.nanmedian([s["transfer_ms_median"] for s in worker_jobs])
-        ready = np.nanmedian([s["ready_next_ms_median"] for s in worker_jobs]) if any(
-            not math.isnan(s["ready_next_ms_median"]) for s in worker_jobs) else float("nan")
+        transfer = np.nanmedian([s.transfer_ms_median for s in worker_jobs])
+        ready = np.nanmedian([s.ready_next_ms_median for s in worker_jobs]) if any(
+            not math.isnan(s.ready_next_ms_median) for s in worker_jobs) else float("nan")
         done = (f"{format_value(float(ready))} ms a next() took for a batch already done, the delivery alone: "
                 "unpickling and the shared-memory rebuild" if math.isfinite(ready) else
                 "no batch was done before next() asked for it")
@@ -677,20 +681,20 @@ def _with_cap_gap(advice: Sequence[str], cap: Sequence[str], unexplained: Sequen
     return [line + gap if line is cap[0] else line for line in advice]
 
 
-def _advice_gil_disagreement(groups: Mapping[str, Sequence[Mapping]], threaded: Set[str]) -> List[str]:
+def _advice_gil_disagreement(groups: Mapping[str, Sequence[JobRecord]], threaded: Set[str]) -> List[str]:
     """Where a thread-backend chain and a worker-process one that differ in loader settings only are told
     apart at their largest common worker count (the comparison table's rule) and the winner contradicts
     the thread-scaling profile: threads win although steps hold the GIL, or lose although none does."""
     lines = []
     for chain, other in ((c, o) for c in groups if c in threaded for o in groups if o not in threaded):
-        common = {r["summary"]["workers"] for r in groups[chain]} & {r["summary"]["workers"] for r in groups[other]}
+        common = {r.key.workers for r in groups[chain]} & {r.key.workers for r in groups[other]}
         if _axis_between(groups[other][0], groups[chain][0]) != AXIS_LOADER or not common - {0}:
             continue
         workers = max(common)
-        threads, processes = ([r for r in groups[c] if r["summary"]["workers"] == workers] for c in (chain, other))
+        threads, processes = ([r for r in groups[c] if r.key.workers == workers] for c in (chain, other))
         if not any(r.get("thread_profile") for r in (*threads, *processes)):
             continue
-        rates_t, rates_p = ([float(r["summary"]["samples_per_s"]) for r in jobs] for jobs in (threads, processes))
+        rates_t, rates_p = ([r.summary.samples_per_s for r in jobs] for jobs in (threads, processes))
         spread_t, spread_p = measured_rate(threads), measured_rate(processes)
         held = gil_bound_steps([*threads, *processes])
         won = spread_t.value > spread_p.value
@@ -716,30 +720,31 @@ def whole_chain_timed(result: Mapping) -> bool:
     always do; a watched loader's (`pipebench attach`, `pipebench.watch`) only with its `load` row,
     the dataset's own __getitem__ outside the recipe. The user's step is then the consumer, taken
     as using none of the loader's cores (its CPU time is not known)."""
-    transforms = result["transforms"]
-    if not transforms:
-        return False
-    return result["summary"].get("consumer") != USER_STEP or any(t.get("stage") == LOAD_STAGE for t in transforms)
+    record = JobRecord.read(result)
+    return bool(record.transforms) and (not _watched(record) or any(t.get("stage") == LOAD_STAGE
+                                                                      for t in record.transforms))
 
 
 def diagnose(results: Sequence[Mapping]) -> Diagnosis:
-    """Predict every measured (chain, workers) and write the advice; `results` are result.json dicts."""
+    """Predict every measured (chain, workers) and write the advice; `results` are the loader's
+    `JobRecord`s, or result.json mappings (read as records)."""
+    results = [JobRecord.read(r) for r in results]
     groups = _group(results)
     costs = {chain: chain_costs(jobs) for chain, jobs in groups.items()}
     rows = []
     for chain, jobs in groups.items():
-        def place(job: Mapping) -> Tuple[int, int, str]:
-            return _ranks(job), job["summary"]["workers"], worker_kind_of(job)
+        def place(job: JobRecord) -> Tuple[int, int, str]:
+            return _ranks(job), job.key.workers, worker_kind_of(job)
 
         for ranks, workers, kind in sorted({place(j) for j in jobs}):
-            same = [j["summary"] for j in jobs if place(j) == (ranks, workers, kind)]
+            same = [j.summary for j in jobs if place(j) == (ranks, workers, kind)]
             rows.append(PredictedRow(
                 chain=chain, ranks=ranks, workers=workers,
                 predicted=predict(costs[chain], workers, ranks, _busy_readers(jobs, ranks, workers))
                 if kind == PROCESSES else None,
-                measured_samples_per_s=float(np.median([s["samples_per_s"] for s in same])),
-                measured_starvation_pct=float(np.median([s["starvation_pct"] for s in same])),
-                measured_cpu_ms_per_sample=float(np.median([s["cpu_ms_per_sample"] for s in same])),
+                measured_samples_per_s=float(np.median([s.samples_per_s for s in same])),
+                measured_starvation_pct=float(np.median([s.starvation_pct for s in same])),
+                measured_cpu_ms_per_sample=float(np.median([s.cpu_ms_per_sample for s in same])),
                 jobs=len(same), worker_kind=kind,
             ))
     threaded = {chain for chain, jobs in groups.items() if any(worker_kind_of(j) == THREADS for j in jobs)}
