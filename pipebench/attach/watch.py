@@ -29,7 +29,8 @@ from torch.utils.data import DataLoader
 from pipebench.attach.built_with import BuiltWith, recording_datasets
 from pipebench.attach.export_pipeline import ExportedPipeline, export_pipeline
 from pipebench.attach.first_batch import DatasetPickle, Startup, dataset_pickle
-from pipebench.attach.watch_chain import Recipe, Riding, collate_step, subset_base, timed_loader
+from pipebench.attach.watch_chain import Recipe, Riding, collate_step, subset_base
+from pipebench.attach.watch_stages import timed_any
 from pipebench.attach.watch_clock import GpuWatchClock, cuda_watch_clock, on_gpu_clock
 from pipebench.attach.watch_meters import WindowMeters
 from pipebench.measure.fingerprint import usable_cores
@@ -156,7 +157,7 @@ class LoaderWatch:
 
     Not frozen: it collects steps as the user's loop runs. What it gives back (`summary`,
     `passes`) is built from them when asked, and the caller freezes it. While the window (and the
-    replay) lasts, the loader's samples are timed (`watch_chain.timed_loader`); `close` restores
+    replay) lasts, the loader's samples are timed (`watch_stages.timed_any`); `close` restores
     it, and the watch closes itself once both are over. The memory and storage meters run over the
     window (`watch_meters`); the first batch is taken apart (`first_batch`). Where the loop runs on
     CUDA when the window opens, `gpu_clock()` gives the clock that puts the measured steps on the
@@ -195,7 +196,7 @@ class LoaderWatch:
         self.replay_ns: List[int] = []
         self._replayed = window.replay == 0
         self._restore = contextlib.ExitStack()
-        timing = self._restore.enter_context(timed_loader(loader)) if dataset is not None else None
+        timing = self._restore.enter_context(timed_any(loader)) if dataset is not None else None
         self.timing = timing if timing is not None and timing.timed else None
         self.recipe: Optional[Recipe] = None if self.timing is None else self.timing.recipe
         # Why the rows miss part of a sample, or all of it (None: they hold all of it).

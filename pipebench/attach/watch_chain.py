@@ -51,8 +51,8 @@ from pipebench.attach.first_batch import StampedInit, Startup, TimedItems
 from pipebench.pipeline.stages import COLLATE_STAGE, DECODE_STAGE, LOAD_STAGE, PER_SAMPLE_STAGE
 from pipebench.pipeline.timed_chain import DECODE_NAME, DECODES_ITSELF_ATTR, StepName, step_names, undecoded
 
-__all__ = ["Recipe", "Riding", "RidingCollate", "StepClock", "TimedStep", "Timing", "open_recipe", "recipe_holders",
-           "shared_recipe", "subset_base", "timed_loader"]
+__all__ = ["Recipe", "Riding", "RidingCollate", "StepClock", "TimedStep", "Timing", "install", "open_recipe",
+           "recipe_holders", "ride", "shared_recipe", "subset_base", "timed_loader"]
 
 # The attributes a dataset's recipe is looked for under, in this order: torchvision's
 # VisionDataset sets both, `transforms` to a StandardTransform of `transform`, which it calls.
@@ -68,7 +68,7 @@ TARGET_ATTR = "target_transform"
 RECIPES_DIFFER = "its datasets' recipes differ: timed whole in this row"
 # Where a dataset's recipe was not timed, and why.
 NO_RECIPE = ("the dataset holds no transform or transforms recipe attach can open (a transform applied in the "
-             "dataset's own code, as a WebDataset stage or Hugging Face's with_transform keeps it, is not seen)")
+             "dataset's own code is not seen)")
 RECIPE_REFUSED = "the dataset refused the recipe's timed copy"
 # Where torchvision's DatasetFolder (ImageFolder) keeps the function that reads and decodes a file.
 FILE_LOADER_ATTR = "loader"
@@ -151,6 +151,21 @@ class StepClock:
         self.in_item = False
         if self.first_fetch_ns is None:
             self.first_fetch_ns = total_ns
+
+    def drop_item(self) -> None:
+        """The sample begun by `begin_item` never came (its stream ended, or it raised): its row goes."""
+        self.wall.pop()
+        self.cpu.pop()
+        self.in_item = False
+
+    def add_samples(self, column: int, wall_ns: int, cpu_ns: int, samples: int) -> None:
+        """A step called once for `samples` samples (a transform given a batch) took `wall_ns` and
+        `cpu_ns`: one row a sample, each with its even share."""
+        for _ in range(samples):
+            row = [0] * self.columns
+            row[column] = wall_ns // samples
+            self.wall.append(row)
+            self.cpu.append(cpu_ns // samples)
 
     def take_startup(self) -> Optional[Startup]:
         """This process's start and first fetch, the first time it is asked; None after."""
@@ -342,7 +357,7 @@ def _load_refusal(loader: DataLoader, dataset: Any) -> Optional[str]:
     return None
 
 
-def _install(stack: contextlib.ExitStack, dataset: Any, attr: str, value: Any) -> bool:
+def install(stack: contextlib.ExitStack, dataset: Any, attr: str, value: Any) -> bool:
     """Set `dataset.attr` to `value` until `stack` closes; False (nothing changed) where the dataset
     refuses it."""
     original = getattr(dataset, attr)
@@ -365,7 +380,7 @@ def _install_each(changes: Sequence[Tuple[Any, str, Callable[[], Any]]]) -> Opti
                 value = make()
             except (AttributeError, TypeError, ValueError):  # a Compose that refuses a list of steps
                 return None
-            if not _install(stack, dataset, attr, value):
+            if not install(stack, dataset, attr, value):
                 return None
         return stack.pop_all()
 
@@ -421,12 +436,18 @@ def timed_loader(loader: DataLoader) -> Iterator[Timing]:
         decode = StepName(DECODE_STAGE, decode_name or DECODE_NAME)
         names = (StepName(LOAD_STAGE, load_name), decode, *(recipe.names[1:] if recipe is not None else []),
                  *([StepName(PER_SAMPLE_STAGE, target)] if target is not None else []))
-        restore.callback(setattr, loader, "collate_fn", loader.collate_fn)
-        restore.callback(setattr, loader, "worker_init_fn", loader.worker_init_fn)
-        loader.collate_fn = RidingCollate(loader.collate_fn, clock)
-        if loader.num_workers > 0:
-            loader.worker_init_fn = StampedInit(loader.worker_init_fn, clock)
+        ride(restore, loader, clock)
         yield Timing(recipe, names, load_note, recipe_note)
+
+
+def ride(restore: contextlib.ExitStack, loader: DataLoader, clock: StepClock) -> None:
+    """Until `restore` closes, the loader's batches carry `clock`'s timings (`RidingCollate`) and its
+    workers stamp their start (`StampedInit`)."""
+    restore.callback(setattr, loader, "collate_fn", loader.collate_fn)
+    restore.callback(setattr, loader, "worker_init_fn", loader.worker_init_fn)
+    loader.collate_fn = RidingCollate(loader.collate_fn, clock)
+    if loader.num_workers > 0:
+        loader.worker_init_fn = StampedInit(loader.worker_init_fn, clock)
 
 
 def _timed_attribute(holders: Sequence[Any], attr: str, clock: StepClock,

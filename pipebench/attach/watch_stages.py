@@ -1,0 +1,275 @@
+"""Per-step time inside a dataset that applies its own transforms: a WebDataset pipeline's stages and
+Hugging Face's `with_transform`, where `watch_chain` finds no `transform` recipe to open.
+
+A `wds.WebDataset(...).decode(...).map(fn).to_tuple(...)` is an IterableDataset whose `pipeline` list
+holds its stages: the shard list, then one `FilterFunction` a stage (webdataset.filters: the function
+that runs the stage over the upstream iterator, with the stage's arguments). For the window the
+dataset's `pipeline` is a copy (the user's list and stages are not touched) in which
+- each user function of a `map`, `map_dict` or `map_tuple` stage is a `TimedStep` (a row each);
+- each decode goes to the `decode` row: the fluid `.decode(...)`, a `map` of webdataset's `Decoder`,
+  timed as a step; a `wds.decode(...)` stage given to `DataPipeline` as an `ExclusiveStage` (what an
+  output sample's pull took in it, less what it spent pulling from upstream);
+- a `SampleBoundary` after the last stage before any `batched` / `unbatched` one times each sample's
+  whole pull: what the rows above did not take is the `load` row (the shards' reads, the tar parsing,
+  the pipeline's other stages: shuffle, to_tuple, rename).
+Stages after the pipeline's own batching (its collation) run once a batch, in no row.
+
+Hugging Face's `Dataset.with_transform(fn)` keeps `fn` as `dataset._format_kwargs["transform"]` and
+calls it once a fetch, on a batch (a dict of columns, each a list of the batch's values): it is a
+`BatchedStep` for the window, whose time is shared evenly among the batch's samples. HF's Dataset
+fetches its batches itself (`__getitems__`), so there is no load row: the rows hold the transform, not
+the Arrow read and the feature decoding before it.
+
+Both ride with the batch as `watch_chain`'s rows do (`watch_chain.ride`); the stages and steps are
+plain picklable objects holding the one clock, so fork and spawn workers alike carry them.
+"""
+
+import contextlib
+import time
+from collections import Counter
+from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence, Tuple
+
+from torch.utils.data import DataLoader, IterableDataset
+
+from pipebench.attach.watch_chain import (
+    DECODE_COLUMN,
+    FIRST_STEP_COLUMN,
+    Recipe,
+    StepClock,
+    TimedStep,
+    Timing,
+    callable_name,
+    install,
+    ride,
+    subset_base,
+    timed_loader,
+)
+from pipebench.pipeline.stages import DECODE_STAGE, LOAD_STAGE, PER_SAMPLE_STAGE
+from pipebench.pipeline.timed_chain import DECODE_NAME, StepName
+
+__all__ = ["BatchedStep", "ExclusiveStage", "SampleBoundary", "timed_any"]
+
+# Where webdataset keeps its stage functions, and the names of those attach looks into.
+WDS_FILTERS = "webdataset.filters"
+MAP, MAP_DICT, MAP_TUPLE, DECODE = "_map", "_map_dict", "_map_tuple", "_decode"
+# The fluid `.decode(...)` is a map of webdataset's own Decoder object: timed as the decode row.
+WDS_AUTODECODE, DECODER = "webdataset.autodecode", "Decoder"
+# Stages that make batches of samples (or take them apart): a sample's row ends before the first.
+BATCHING = ("_batched", "_unbatched")
+# Keyword arguments of a map stage that are no user function.
+NOT_STEPS = ("handler",)
+# The attribute a WebDataset DataPipeline keeps its stages in.
+PIPELINE_ATTR = "pipeline"
+# Where Hugging Face's Dataset keeps with_transform's function: format_kwargs["transform"].
+FORMAT_ATTR, FORMAT_TRANSFORM = "_format_kwargs", "transform"
+# Why a Hugging Face dataset has no load row (the transform's rows stand).
+HF_NO_LOAD = ("{name} fetches its batches itself (__getitems__): the Arrow read and the feature decoding before "
+              "with_transform's function are in no row")
+LOAD_NAME = "{name} (the shards' reads, the tar parsing and the pipeline's other stages)"
+WDS_DECODE_NAME = "decode (the pipeline's .decode stage)"
+
+
+class SampleBoundary:
+    """The stage that ends a sample: each pull from upstream is one sample's row, begun before it and
+    ended with its whole time (`StepClock.begin_item` / `end_item`: the rest of the row is the load)."""
+
+    def __init__(self, clock: StepClock) -> None:
+        self.clock = clock
+
+    def __call__(self, source: Any) -> Iterator[Any]:
+        upstream = iter(source)
+        while True:
+            self.clock.begin_item()
+            start = time.perf_counter_ns()
+            try:
+                sample = next(upstream)
+            except StopIteration:  # the stream ended: no sample, no row
+                self.clock.drop_item()
+                return
+            except BaseException:
+                self.clock.drop_item()
+                raise
+            self.clock.end_item(time.perf_counter_ns() - start)
+            yield sample
+
+
+class _Pulls:
+    """An iterator that counts the wall time spent in its source's next()."""
+
+    def __init__(self, source: Any) -> None:
+        self.source = iter(source)
+        self.ns = 0
+
+    def __iter__(self) -> "_Pulls":
+        return self
+
+    def __next__(self) -> Any:
+        start = time.perf_counter_ns()
+        try:
+            return next(self.source)
+        finally:
+            self.ns += time.perf_counter_ns() - start
+
+
+class ExclusiveStage:
+    """A pipeline stage whose own time is timed into `column`: each output's pull less the time it
+    spent pulling from upstream, so the upstream stages' time stays theirs."""
+
+    def __init__(self, stage: Callable, clock: StepClock, column: int) -> None:
+        self.stage = stage
+        self.clock = clock
+        self.column = column
+
+    def __call__(self, source: Any) -> Iterator[Any]:
+        pulls = _Pulls(source)
+        outputs = iter(self.stage(pulls))
+        while True:
+            start, before = time.perf_counter_ns(), pulls.ns
+            try:
+                out = next(outputs)
+            except StopIteration:
+                return
+            self.clock.add(self.column, time.perf_counter_ns() - start - (pulls.ns - before))
+            yield out
+
+
+class BatchedStep:
+    """A transform called once for a batch of samples (a dict of columns, each a list): its wall and
+    thread-CPU time, shared evenly among the batch's samples, one row each (`StepClock.add_samples`)."""
+
+    def __init__(self, step: Callable, clock: StepClock, column: int) -> None:
+        self.step = step
+        self.clock = clock
+        self.column = column
+
+    def __call__(self, batch: Any, *args: Any, **kwargs: Any) -> Any:
+        cpu, start = time.thread_time_ns(), time.perf_counter_ns()
+        out = self.step(batch, *args, **kwargs)
+        wall, cpu = time.perf_counter_ns() - start, time.thread_time_ns() - cpu
+        self.clock.add_samples(self.column, wall, cpu, _batch_samples(batch))
+        return out
+
+
+def _batch_samples(batch: Any) -> int:
+    """The samples in a batch of columns: the length of its first list; 1 for anything else."""
+    first = next(iter(batch.values()), None) if isinstance(batch, dict) else None
+    return max(len(first), 1) if isinstance(first, (list, tuple)) else 1
+
+
+def _wds_kind(stage: Any) -> Optional[str]:
+    """The name of a webdataset stage's function (`_map`, `_decode`, ...); None for any other stage."""
+    f = getattr(stage, "f", None)
+    if getattr(f, "__module__", None) != WDS_FILTERS or not hasattr(stage, "args") or not hasattr(stage, "kw"):
+        return None
+    return f.__name__
+
+
+def _map_steps(stage: Any, kind: str) -> List[Tuple[str, Callable]]:
+    """(where, function) of each user function a map stage holds: `map`'s one, `map_dict`'s by key,
+    `map_tuple`'s by place; none for any other stage."""
+    if kind == MAP:
+        fn = stage.args[0] if stage.args else stage.kw.get("f")
+        return [("map", fn)] if callable(fn) else []
+    if kind == MAP_DICT:
+        return [(f"map_dict {key}", fn) for key, fn in stage.kw.items() if key not in NOT_STEPS and callable(fn)]
+    if kind == MAP_TUPLE:
+        return [(f"map_tuple {place}", fn) for place, fn in enumerate(stage.args) if callable(fn)]
+    return []
+
+
+def _timed_map(stage: Any, kind: str, timed: Sequence[TimedStep]) -> Any:
+    """A copy of a map stage whose user functions are `timed`, in `_map_steps`'s order."""
+    steps = iter(timed)
+    if kind == MAP and stage.args:
+        args, kw = (next(steps), *stage.args[1:]), dict(stage.kw)
+    elif kind == MAP:
+        args, kw = stage.args, {**stage.kw, "f": next(steps)}
+    elif kind == MAP_DICT:
+        args = stage.args
+        kw = {key: next(steps) if key not in NOT_STEPS and callable(fn) else fn for key, fn in stage.kw.items()}
+    else:
+        args, kw = tuple(next(steps) if callable(fn) else fn for fn in stage.args), dict(stage.kw)
+    return type(stage)(stage.f, *args, **kw)
+
+
+def _unique(names: Sequence[str]) -> List[str]:
+    """Names made distinct with `#2`, `#3`, as the timed chain names repeated steps."""
+    seen: Counter = Counter()
+    out = []
+    for name in names:
+        seen[name] += 1
+        out.append(name if seen[name] == 1 else f"{name}#{seen[name]}")
+    return out
+
+
+def _wds_pipeline(dataset: Any) -> Optional[List[Any]]:
+    """The stages of a WebDataset pipeline (an IterableDataset whose `pipeline` holds webdataset stages)."""
+    stages = getattr(dataset, PIPELINE_ATTR, None) if isinstance(dataset, IterableDataset) else None
+    if not isinstance(stages, list) or not any(_wds_kind(stage) for stage in stages):
+        return None
+    return stages
+
+
+def _decoder(fn: Callable) -> bool:
+    """Whether a map stage's function is webdataset's own decoder (what the fluid `.decode()` maps)."""
+    return type(fn).__module__ == WDS_AUTODECODE and type(fn).__name__ == DECODER
+
+
+def _timed_pipeline(dataset: Any, stages: List[Any]) -> Tuple[List[Any], StepClock, Recipe, Tuple[StepName, ...]]:
+    """The pipeline's timed copy, its clock, the user's functions as a recipe and the rows' names."""
+    kinds = [_wds_kind(stage) for stage in stages]
+    end = next((k for k, kind in enumerate(kinds) if kind in BATCHING), len(stages))
+    mapped = [(k, where, fn) for k, stage in enumerate(stages[:end]) for where, fn in _map_steps(stage, kinds[k] or "")]
+    found = [(k, where, fn) for k, where, fn in mapped if not _decoder(fn)]
+    clock = StepClock(FIRST_STEP_COLUMN + len(found))
+    columns = iter(range(FIRST_STEP_COLUMN, clock.columns))
+    timed: Dict[int, List[TimedStep]] = {}
+    for k, _, fn in mapped:
+        column = DECODE_COLUMN if _decoder(fn) else next(columns)
+        timed.setdefault(k, []).append(TimedStep(fn, clock, column, False, False))
+    copy = [_timed_map(stage, kinds[k], timed[k]) if k in timed else
+            ExclusiveStage(stage, clock, DECODE_COLUMN) if kinds[k] == DECODE and k < end else stage
+            for k, stage in enumerate(stages)]
+    copy.insert(end, SampleBoundary(clock))
+    names = _unique([f"{callable_name(fn)} ({where})" for _, where, fn in found])
+    rows = (StepName(LOAD_STAGE, LOAD_NAME.format(name=type(dataset).__name__)), StepName(DECODE_STAGE, WDS_DECODE_NAME),
+            *(StepName(PER_SAMPLE_STAGE, name) for name in names))
+    return copy, clock, Recipe(PIPELINE_ATTR, tuple(fn for _, _, fn in found)), rows
+
+
+def _format_transform(dataset: Any) -> Optional[Callable]:
+    """Hugging Face's with_transform function (`_format_kwargs["transform"]`), where the dataset has one."""
+    kwargs = getattr(dataset, FORMAT_ATTR, None)
+    fn = kwargs.get(FORMAT_TRANSFORM) if isinstance(kwargs, dict) else None
+    return fn if callable(fn) else None
+
+
+@contextlib.contextmanager
+def timed_any(loader: DataLoader) -> Iterator[Timing]:
+    """`watch_chain.timed_loader`, or within the block the steps of a dataset that applies its own
+    transforms timed where they can be found: a WebDataset pipeline's stages, Hugging Face's
+    with_transform function (see the module doc). What was changed is restored on the way out."""
+    dataset = subset_base(loader.dataset)
+    stages, transform = _wds_pipeline(dataset), _format_transform(dataset)
+    if stages is None and transform is None:
+        with timed_loader(loader) as timing:
+            yield timing
+        return
+    with contextlib.ExitStack() as restore:
+        if stages is not None:
+            copy, clock, recipe, names = _timed_pipeline(dataset, stages)
+            changed, load_note = install(restore, dataset, PIPELINE_ATTR, copy), None
+        else:
+            clock = StepClock(FIRST_STEP_COLUMN + 1)
+            recipe = Recipe(FORMAT_ATTR, (transform,))
+            names = (StepName(LOAD_STAGE, type(dataset).__name__), StepName(DECODE_STAGE, DECODE_NAME),
+                     StepName(PER_SAMPLE_STAGE, f"{callable_name(transform)} (with_transform)"))
+            timed = BatchedStep(transform, clock, FIRST_STEP_COLUMN)
+            changed = install(restore, dataset, FORMAT_ATTR, {**getattr(dataset, FORMAT_ATTR), FORMAT_TRANSFORM: timed})
+            load_note = HF_NO_LOAD.format(name=type(dataset).__name__)
+        if not changed:  # the dataset refused its timed copy: timed as any other dataset
+            with timed_loader(loader) as timing:
+                yield timing
+            return
+        ride(restore, loader, clock)
+        yield Timing(recipe, names, load_note)
