@@ -70,7 +70,7 @@ def test_each_meter_follows_the_protocol(name):
 
 def _job_meters():
     """The meters a job and a rank run, as they build them (pipebench.measure.job_run)."""
-    return job_meters(IndexLog(length=4), GpuSession(_cpu_consumer())).all()
+    return job_meters(IndexLog(length=4), GpuSession(_cpu_consumer()))
 
 
 def test_the_job_meters_own_disjoint_columns_and_sections():

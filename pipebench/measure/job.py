@@ -4,76 +4,34 @@ Writing the record and printing it belong to the task function (pipebench.cli.jo
 """
 
 from pathlib import Path
-from typing import Any, Dict, Optional, Tuple
-
-from torch.utils.data import IterableDataset
 
 from pipebench.base.errors import report_error, warn
 from pipebench.config.specs import JobSpec
+from pipebench.measure.after_window import after_window
 from pipebench.measure.distributed.multirank import measure_multirank
 from pipebench.measure.fingerprint import job_fingerprint, usable_cores
-from pipebench.measure.gpu.session import LabelledConsumer
 from pipebench.measure.guard import job_guard
 from pipebench.measure.job_run import JobRun, job_run
 from pipebench.measure.meter import add_notes
-from pipebench.measure.repeats import LoopKit
+from pipebench.measure.repeats import measure_repeats
 from pipebench.measure.result import JobResult
-from pipebench.measure.runner import profile_steps
 from pipebench.measure.host_load import PROCESS_CPU_COLUMN
 from pipebench.measure.thread_profile import profile_wanted, thread_profile_pass
 from pipebench.measure.storage_cache import prepare_cache
 from pipebench.measure.storage_io import file_read_columns
 from pipebench.measure.summarize import (
+    epoch_size,
     pass_records,
     rows_as_dicts,
     summary_row,
     transform_rows,
     worker_breakdown,
 )
-from pipebench.measure.viztrace import TRACE_FILE as VIZTRACE_FILE
-from pipebench.measure.viztrace import VizTraceSession
 from pipebench.measure.window import window_record
 from pipebench.config.specs import PROCESSES
-from pipebench.pipeline.loader_backends import build_backend
-from pipebench.pipeline.timed_chain import InstrumentedDataset, TimedCollate
 
 # Failures listed by name in result.json; the count covers all of them.
 MAX_LISTED_FAILURES = 20
-
-
-def _traced_steps(spec: JobSpec, kit: LoopKit, session: VizTraceSession, instrumented: InstrumentedDataset,
-                  collate: TimedCollate) -> None:
-    loop = kit.loop(loader=build_backend(spec, instrumented, collate, trace_session=session))
-    # The loop is not a start_main target: the session would keep it, and through it the loader.
-    loop.trace = session.start_main(instrumented, collate)
-    try:
-        for _ in range(spec.run.profile_steps):
-            loop.step(None)
-    finally:
-        loop.stream.close()
-    # Returning drops the last reference to the loader, so persistent workers (which the loader
-    # itself keeps) shut down here too, and every worker exits cleanly and writes its last part.
-
-
-def viztrace_pass(spec: JobSpec, kit: LoopKit, instrumented: InstrumentedDataset, collate: TimedCollate,
-                  job_dir: Path) -> Dict[str, Any]:
-    """`run.profile_steps` extra steps on a fresh loader (fresh workers), traced by every process
-    into `job_dir/viztrace.json`. Runs after the measured repeats, so it never touches them.
-    Returns the session's summary (processes, slices, workers that did not close cleanly)."""
-    session = VizTraceSession(mode="sparse")
-    try:
-        _traced_steps(spec, kit, session, instrumented, collate)
-    finally:
-        session.finish(job_dir)  # bounded: never waits past the session's finish_timeout_s
-    return session.summary
-
-
-def _epoch_size(spec: JobSpec, dataset: Any, loader: Any) -> Tuple[Optional[int], Optional[int]]:
-    """Batches and samples in one epoch of a map-style dataset; (None, None) for a stream."""
-    if isinstance(dataset, IterableDataset):
-        return None, None
-    batches = len(loader)
-    return batches, batches * spec.loader.batch_size if spec.loader.drop_last else len(dataset)
 
 
 def measure_job(spec: JobSpec, job_dir: Path) -> JobResult:
@@ -88,34 +46,23 @@ def measure_job(spec: JobSpec, job_dir: Path) -> JobResult:
 
 
 def _measure_job(run: JobRun, job_dir: Path) -> JobResult:
-    spec, parts, kit, sink = run.spec, run.parts, run.kit, run.sink
+    spec, parts, kit, sink, meters = run.spec, run.parts, run.kit, run.sink, run.meters
     for line in getattr(parts.dataset, "notes", tuple)():
         warn(line)  # what the dataset left out of what it was given (an image folder's loops, say)
     cache = prepare_cache(parts.dataset, spec.storage, watchdog=kit.watchdog)
     for line in cache.notices:
         print(line, flush=True)
-    repeats = run.measure()
-    gpu, host_load, meters = run.meters.gpu, run.meters.host_load, run.meters.all()
-    artifacts: Dict[str, str] = {}
-    traced: Optional[Dict[str, Any]] = None
-    if spec.workers == 0 and spec.run.profile_steps > 0 and spec.trace == "torch":
-        loop = kit.loop()
-        artifacts = profile_steps(loop, parts.instrumented, parts.collate, spec.run.profile_steps, job_dir)
-        loop.stream.close()
-    if gpu.on_cuda and spec.run.profile_steps > 0:
-        loop = kit.loop(LabelledConsumer(parts.consumer))
-        gpu.profile(loop, job_dir, kit.plan.warmup, kit.plan.cycle)
-        loop.stream.close()
-    if spec.run.profile_steps > 0 and spec.trace == "viztracer":
-        traced = viztrace_pass(spec, kit, parts.instrumented, parts.collate, job_dir)
-        artifacts = {"viztrace": VIZTRACE_FILE}
+    repeats = measure_repeats(run.kit, run.meters, run.meters.coverage, run.sink)
+    extra = after_window(run, job_dir)
+    artifacts, traced = extra.artifacts, extra.viztrace
     rows = transform_rows(sink, parts.instrumented.steps, [*parts.collate.steps, *kit.device_chain.steps])
     cores = usable_cores()
     # Last of the extra passes: it calls the steps alone, on threads of this process.
     kind = parts.loader.worker_kind
-    threads = (thread_profile_pass(spec, parts.instrumented, parts.collate, kind, cores)
-               if profile_wanted(spec, kind) else None)
-    batches_per_epoch, samples_per_epoch = _epoch_size(spec, parts.dataset, parts.loader)
+    threads = None
+    if profile_wanted(spec, kind):
+        threads = thread_profile_pass(spec, parts.instrumented, parts.collate, kind, cores)
+    batches_per_epoch, samples_per_epoch = epoch_size(spec, parts.dataset, parts.loader)
     # A thread backend starts a fresh pool every epoch, whatever loader.persistent_workers says.
     persistent = spec.worker_kind == PROCESSES and spec.workers > 0 and spec.loader.persistent_workers
     summary = summary_row(repeats.window, rows, sink, spec.workers, cores, len(repeats.skipped),
@@ -125,7 +72,7 @@ def _measure_job(run: JobRun, job_dir: Path) -> JobResult:
     summary.update(pin_memory=kit.non_blocking, **cache.columns(), **file_read_columns(sink, summary["samples_per_s"]))
     for meter in meters:
         summary.update(meter.columns())
-    summary[PROCESS_CPU_COLUMN] = host_load.cpu_ms_per_sample(repeats.marked_samples)
+    summary[PROCESS_CPU_COLUMN] = meters.host_load.cpu_ms_per_sample(repeats.marked_samples)
     add_notes(summary, meters)
     return JobResult(summary, {
         **{meter.key: meter.record() for meter in meters},

@@ -6,8 +6,8 @@ only what `RankPart` holds: its seed offset, its end-of-step sync and its GPU no
 what it does around the run (its cache, its extra passes, its summary) in pipebench.measure.job.
 """
 
-from dataclasses import dataclass, fields
-from typing import Optional, Protocol, Tuple
+from dataclasses import dataclass
+from typing import NamedTuple, Optional, Protocol
 
 import torch
 from torch.utils.data import IterableDataset
@@ -18,8 +18,7 @@ from pipebench.measure.coverage import IndexLog, droppable_per_epoch
 from pipebench.measure.gpu.session import NO_TRACE_NOTE, GpuSession
 from pipebench.measure.host_load import HostLoadMeter
 from pipebench.measure.memory import MemorySampler
-from pipebench.measure.meter import Meter
-from pipebench.measure.repeats import LoopKit, Repeats, build_loop_kit, measure_repeats
+from pipebench.measure.repeats import LoopKit, build_loop_kit
 from pipebench.measure.setup import seed_everything
 from pipebench.measure.steps import TimingSink
 from pipebench.measure.storage_io import StorageReadMeter
@@ -29,9 +28,9 @@ from pipebench.pipeline.timed_chain import TimedBatch
 __all__ = ["METER_KINDS", "JobMeters", "JobRun", "RankPart", "RankSync", "job_meters", "job_run"]
 
 
-@dataclass(frozen=True)
-class JobMeters:
-    """The meters every job and every rank runs around its repeats, in the order they start."""
+class JobMeters(NamedTuple):
+    """The meters every job and every rank runs around its repeats, in the order they start: a
+    tuple, so it is the meter list itself, with each meter also by name."""
 
     memory: MemorySampler
     storage: StorageReadMeter
@@ -39,13 +38,10 @@ class JobMeters:
     coverage: IndexLog
     gpu: GpuSession
 
-    def all(self) -> Tuple[Meter, ...]:
-        return tuple(getattr(self, field.name) for field in fields(self))
-
 
 # The meters' classes, in order: a rank merge has their rows but no meter, and takes their notes
 # from these (`meter.add_notes`).
-METER_KINDS = tuple(field.type for field in fields(JobMeters))
+METER_KINDS = tuple(JobMeters.__annotations__.values())
 
 
 def job_meters(coverage: IndexLog, gpu: GpuSession) -> JobMeters:
@@ -73,7 +69,8 @@ class RankPart:
 
 @dataclass(frozen=True)
 class JobRun:
-    """One job's (or one rank's) pipeline, loop kit, timings and meters, set up by `job_run`."""
+    """One job's (or one rank's) pipeline, loop kit, timings and meters, set up by `job_run`; its
+    repeats run on them (pipebench.measure.repeats.measure_repeats)."""
 
     spec: JobSpec
     parts: JobParts
@@ -81,12 +78,6 @@ class JobRun:
     sink: TimingSink
     meters: JobMeters
     rank: Optional[RankPart] = None
-
-    def measure(self) -> Repeats:
-        """Every measured repeat, the meters around them (pipebench.measure.repeats)."""
-        rank = self.rank
-        return measure_repeats(self.kit, self.meters.all(), self.meters.coverage, self.sink,
-                               f"rank {rank.rank} " if rank else "", agree=rank.sync.agree if rank else None)
 
 
 def job_run(spec: JobSpec, watchdog: Unwatched, rank: Optional[RankPart] = None) -> JobRun:

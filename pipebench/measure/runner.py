@@ -8,7 +8,6 @@ runs by are pipebench.measure.steps.
 
 import time
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any, Callable, Dict, Iterator, List, Optional
 
 import torch
@@ -17,7 +16,6 @@ from tqdm import tqdm
 from pipebench.base.errors import SampleError, StepTimeoutError
 from pipebench.base.gpu_timeline import split_steps
 from pipebench.base.gpu_timing import AsyncStepClock, DeviceCopy, moved_to
-from pipebench.base.io import replacing, write_text_atomic
 from pipebench.base.watchdog import StepOverrun, Unwatched
 from pipebench.measure.meter import FIRST_MEASURED, LAST_MEASURED
 from pipebench.measure.steps import (
@@ -33,17 +31,7 @@ from pipebench.measure.steps import (
 )
 from pipebench.pipeline.device_chain import DeviceChain
 from pipebench.pipeline.loader_backends import LoaderBackend
-from pipebench.pipeline.timed_chain import (
-    InstrumentedDataset,
-    SampleFailure,
-    TimedBatch,
-    TimedCollate,
-    set_profiling_labels,
-)
-
-# Rows of torch.profiler's key_averages table saved beside the trace.
-PROFILE_TABLE_ROWS = 40
-
+from pipebench.pipeline.timed_chain import SampleFailure, TimedBatch
 
 def batch_bytes(data: Any) -> int:
     """The bytes a collated batch holds: a tensor's, or a list's items' (the GPU decoder's JPEG bytes)."""
@@ -315,25 +303,3 @@ def measure_pass(loop: StepLoop, plan: PassPlan, sink: TimingSink, label: str,
     bar.close()
     return PassResult(first_batch_s, plan.warmup, steps, measured_ns / NS_PER_S, loop.stream.epochs,
                       dict(loop.stream.worker_startup_s), start_epoch, stop_reason, drained_samples)
-
-
-def profile_steps(loop: StepLoop, dataset: InstrumentedDataset, collate: TimedCollate, steps: int,
-                  job_dir: Path) -> Dict[str, str]:
-    """Run a few in-process steps under torch.profiler; save a Perfetto-loadable trace and the table."""
-    activities = [torch.profiler.ProfilerActivity.CPU]
-    if torch.cuda.is_available():
-        activities.append(torch.profiler.ProfilerActivity.CUDA)
-    set_profiling_labels(dataset, collate, True)
-    try:
-        with torch.profiler.profile(activities=activities) as prof:
-            for _ in range(steps):
-                with torch.profiler.record_function("step"):
-                    loop.step(None)
-    finally:
-        set_profiling_labels(dataset, collate, False)
-    trace = job_dir / "trace.json"
-    table = job_dir / "profile.txt"
-    with replacing(trace, ".json") as new:  # the exporter writes by name: a new file, renamed over
-        prof.export_chrome_trace(str(new))
-    write_text_atomic(table, prof.key_averages().table(sort_by="cpu_time_total", row_limit=PROFILE_TABLE_ROWS))
-    return {"trace": trace.name, "profile_table": table.name}

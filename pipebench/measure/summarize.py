@@ -1,12 +1,13 @@
 """Turn raw step samples and stage timings into the summary row and the per-transform rows."""
 
 from dataclasses import asdict, dataclass
-from typing import Dict, List, Optional, Sequence
+from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
+from torch.utils.data import IterableDataset
 
 from pipebench.base.stats import distribution
-from pipebench.config.specs import PROCESSES, SYNC_ASYNC, SYNC_PER_STEP
+from pipebench.config.specs import PROCESSES, SYNC_ASYNC, SYNC_PER_STEP, JobSpec
 from pipebench.measure.first_batch_parts import first_batch_columns
 from pipebench.measure.steps import NS_PER_MS, PassResult, StepSample, TimingSink
 from pipebench.measure.storage_io import file_read_figures
@@ -168,6 +169,15 @@ def gpu_clock_figures(steps: Sequence[StepSample]) -> Dict[str, float]:
         "accel_util_pct": float(100.0 * busy.sum() / span.sum()),
         "consumer_ms_median": float(np.median(busy) / NS_PER_MS),
     }
+
+
+def epoch_size(spec: JobSpec, dataset: Any, loader: Any) -> Tuple[Optional[int], Optional[int]]:
+    """Batches and samples in one epoch of a map-style dataset, for the summary's epoch figures;
+    (None, None) for a stream."""
+    if isinstance(dataset, IterableDataset):
+        return None, None
+    batches = len(loader)
+    return batches, batches * spec.loader.batch_size if spec.loader.drop_last else len(dataset)
 
 
 def summary_row(window: Window, rows: Sequence[TransformRow], sink: TimingSink, workers: int, usable_cores: int,

@@ -288,7 +288,8 @@ def total_rate(records: Sequence[Dict[str, Any]]) -> Dict[str, Any]:
     sum of the ranks' own bounds is no interval of the sum: it ignores that a slow step on one
     rank is a slow step on all of them (the all-reduce waits) and that independent noise partly
     cancels."""
-    window = reused_window(records[0]["window"], total_passes(records))
+    passes = total_passes(records)
+    window = reused_window(records[0]["window"], passes)
     samples = np.array([s.samples for s in window.steps], dtype=np.float64)
     step_ns = np.array([s.step_ns for s in window.steps], dtype=np.float64)
     interval = rate_interval(window, samples, step_ns)

@@ -31,6 +31,7 @@ from pipebench.measure.fingerprint import job_fingerprint, usable_cores
 from pipebench.measure.host_load import PROCESS_CPU_COLUMN
 from pipebench.measure.guard import job_guard
 from pipebench.measure.job_run import JobRun, RankPart, job_run
+from pipebench.measure.repeats import measure_repeats
 from pipebench.measure.steps import NS_PER_MS, TimingSink
 from pipebench.measure.summarize import (
     pass_records,
@@ -123,8 +124,8 @@ def measure_rank(run: JobRun, world: int, job_dir: Path) -> Dict[str, Any]:
     returns the rank's record and saves its timings."""
     spec, parts, sink, rank = run.spec, run.parts, run.sink, run.rank.rank
     index_log, host_load = run.meters.coverage, run.meters.host_load
-    meters = [meter for meter in run.meters.all() if meter is not index_log]  # logs are pooled (multirank.coverage_of)
-    repeats = run.measure()
+    meters = [meter for meter in run.meters if meter is not index_log]  # logs are pooled (multirank.coverage_of)
+    repeats = measure_repeats(run.kit, run.meters, index_log, sink, f"rank {rank} ", agree=run.rank.sync.agree)
     batch_steps = [*parts.collate.steps, *run.kit.device_chain.steps]
     rows = transform_rows(sink, parts.instrumented.steps, batch_steps)
     save_timings(job_dir / RANK_TIMINGS.format(rank=rank), sink)

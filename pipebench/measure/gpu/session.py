@@ -5,7 +5,7 @@ Over the measured steps (cheap readings only, so the steps stay honest):
 - NVML utilisation from a background thread (`GpuUtilSampler`), beside `accel_util_pct`;
 - reserved memory after each step and allocator counters at the first/last step (`AllocatorTracker`).
 
-After them, on extra steps (as the torch.profiler trace at workers=0 is; none when run.profile_steps=0):
+After them, on extra steps (pipebench.measure.after_window; none when run.profile_steps=0):
 - a short torch.profiler CPU+CUDA trace (`gpu_trace.json`) -> GPU busy %, HTA's idle breakdown
   (`gpu_idle`) and the syncs in the consumer step, named by op (`sync_detect`);
 - the same consumer step on one held batch under torch.cuda.set_sync_debug_mode("warn"), a
@@ -23,7 +23,6 @@ import numpy as np
 import torch
 
 from pipebench.base.gpu_timing import DeviceCopy
-from pipebench.base.io import replacing
 from pipebench.measure.gpu.alloc_churn import AllocatorTracker
 from pipebench.measure.gpu.idle import idle_breakdown
 from pipebench.measure.gpu.sync_detect import (
@@ -130,32 +129,14 @@ class GpuSession:
         for part in reversed(self._parts):
             part.stop()
 
-    def profile(self, loop: Any, job_dir: Path, warmup: int, cycle: int = 1) -> None:
-        """Extra steps on `loop` (its consumer a LabelledConsumer): the GPU trace, then the sync probe.
-
-        The first batch and `warmup` steps (the start-up backlog) run unprofiled, and the trace
-        spans whole worker cycles of `cycle` steps, so it stands for the steady state; its own
-        accel_util_pct is kept to show that it does.
-        """
-        if not self.on_cuda:
-            return
-        for _ in range(warmup + 1):
-            loop.step(None)
-        activities = [torch.profiler.ProfilerActivity.CPU, torch.profiler.ProfilerActivity.CUDA]
-        traced = []
-        loop.begin_window()
-        with torch.profiler.profile(activities=activities) as prof:
-            for _ in range(trace_steps(cycle)):
-                with torch.profiler.record_function(STEP_LABEL):
-                    traced.append(loop.step(None))
-        traced = loop.end_window(traced)
-        path = job_dir / GPU_TRACE_FILE
-        with replacing(path, ".json") as new:  # the exporter writes by name: a new file, renamed over
-            prof.export_chrome_trace(str(new))
+    def read_trace(self, path: Path, traced: List[Any], last_batch: tuple) -> None:
+        """Read the GPU trace pass's trace at `path` (pipebench.measure.after_window; `traced`: its
+        steps): GPU busy %, HTA's idle breakdown and the syncs, then the sync probe on the pass's
+        last batch. The trace's own accel_util_pct is kept to show that it stands for the window."""
         events = load_trace(path)
         steps = windows(events, STEP_LABEL)
         idle = idle_breakdown(events, (steps[0].start_ns, steps[-1].end_ns) if steps else None)
-        data, labels = loop.consumer.last_batch
+        data, labels = last_batch
         self._profiled = {
             "trace_accel_util_pct": accel_util_pct(traced),
             "trace_steps": len(traced),
