@@ -141,7 +141,7 @@ def grid(work: Path, budget_s: float, quick: bool) -> Dict[str, object]:
               f"loader.persistent_workers={pick['loader.persistent_workers'].lower()}"}
     picked = next((spreads[k].value for k in spreads if wanted <= set(k)), float("nan"))
     share = tune_wall / grid_wall
-    row = {"case": "grid", "pick": pick["point"], "pick_in_grid": round(picked), "grid_best": ",".join(best_key),
+    row = {"case": "grid", "pick": pick["point"], "pick_in_grid": f"{picked:.0f}", "grid_best": ",".join(best_key),
            "grid_best_samples_per_s": round(best.value), "grid_best_interval": f"{best.low:.0f} to {best.high:.0f}",
            "interval": best.kind, "tune_wall_s": round(tune_wall), "grid_wall_s": round(grid_wall),
            "time_share": round(share, 2), "time_share_target": GRID_TIME_SHARE,
