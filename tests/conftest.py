@@ -1,9 +1,11 @@
-"""Shared helpers: compose real pipebench configs, and run the real CLI in a subprocess."""
+"""Shared helpers: compose real pipebench configs, and run the real CLI in a subprocess; and the
+rule that lets tests run side by side under pytest-xdist while those that measure run alone."""
 
+import fcntl
 import subprocess
 import sys
 from pathlib import Path
-from typing import List, Sequence
+from typing import Iterator, List, Sequence
 
 import pytest
 
@@ -23,6 +25,28 @@ NO_PROFILE = ["trace=none", "run.profile_steps=0"]
 # No thread-scaling profile either: under a thread backend it adds about a second a step of the chain.
 FAST_JOB = [*TINY_DATASET, *QUICK_RUN, "consumer=none", *NO_PROFILE, "run.warmup_steps=0", "run.min_time_s=0",
             "run.thread_profile=false"]
+
+
+# The lock file every xdist worker of one session shares, beside the workers' own temp folders.
+ALONE_LOCK = "tests-alone.lock"
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_protocol(item: pytest.Item, nextitem) -> Iterator[None]:
+    """Under xdist, hold a shared lock for a test's setup, call and teardown, or an exclusive one for
+    a test marked `alone`: a test that asserts on measured rates, CPU time or the host's load then
+    has the cores to itself, while tests of behaviour share them. Its module fixtures are set up
+    inside the first test's protocol, so they are held too."""
+    if not hasattr(item.config, "workerinput"):  # not an xdist worker: tests run one at a time anyway
+        yield
+        return
+    lock_path = item.config._tmp_path_factory.getbasetemp().parent / ALONE_LOCK
+    with open(lock_path, "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX if item.get_closest_marker("alone") else fcntl.LOCK_SH)
+        try:
+            yield
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
 
 
 def compose_spec(overrides: Sequence[str]) -> JobSpec:

@@ -26,6 +26,9 @@ from pipebench.report.diagnosis import _consumer_ms
 from pipebench.pipeline.consumers import EmulatedConsumer, NoConsumer, StepTimeDistribution, ToyCnnConsumer
 from pipebench.pipeline.timed_chain import TimedBatch
 
+# It asserts on measured rates, CPU time or the host's load: under xdist it runs with no other test beside it.
+pytestmark = pytest.mark.alone
+
 
 class FakeGpu:
     """One CUDA stream on a made-up clock (ms). `host` is the host's time; work queued runs after

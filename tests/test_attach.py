@@ -30,6 +30,9 @@ from pipebench.cli.main import main
 from pipebench.record.results import read_result
 from pipebench.report.diagnosis import diagnose, prediction_table_rows
 
+# It asserts on measured rates, CPU time or the host's load: under xdist it runs with no other test beside it.
+pytestmark = pytest.mark.alone
+
 # The spins are long against the loader's own work a batch (its fetch and collate: up to 0.5 ms on
 # a slow host), which the measured wait holds and the spins' truth does not: 2% of a 24 ms wait.
 FETCH_MS = 6.0
@@ -130,6 +133,7 @@ def _assert_truth(summary, hand):
     assert summary["starvation_pct"] == pytest.approx(TRUE_STARVATION_PCT, abs=STARVATION_POINTS)
 
 
+@pytest.mark.slow
 @known_cost
 def test_attach_measures_the_known_costs_and_passes_the_exit_status(script, tmp_path, capsys):
     out, clock = tmp_path / "out", tmp_path / "clock.json"
@@ -157,6 +161,7 @@ def test_attach_measures_the_known_costs_and_passes_the_exit_status(script, tmp_
     assert abs(row["gap_pct"]) < 100 * MODEL_GAP
 
 
+@pytest.mark.slow
 @known_cost
 def test_watch_in_process_agrees_with_attach(script, tmp_path, monkeypatch):
     monkeypatch.setattr("sys.argv", ["train.py", str(FETCH_MS), str(STEP_MS), "0"])
@@ -246,6 +251,7 @@ def test_watch_keeps_none_of_the_users_batches():
     assert [ref for ref in seen if ref() is not None] == []
 
 
+@pytest.mark.slow
 def test_a_script_that_exits_with_a_watched_epoch_open_exits(tmp_path):
     script = tmp_path / "open_epoch.py"
     script.write_text(textwrap.dedent("""

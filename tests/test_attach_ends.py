@@ -96,6 +96,7 @@ def _start(tmp_path):
 TERMINATED = "terminated (SIGTERM); what was measured is kept"
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("signum, group, status, said", [
     # Ctrl-C reaches the terminal's whole foreground group; SIGTERM, as a scheduler sends it, attach
     # alone or its whole group (the workers then die with the script, not after it).
@@ -116,6 +117,7 @@ def test_a_signal_ends_the_script_keeps_the_window_and_leaves_no_process(tmp_pat
     assert _empty_within(proc.pid, REAP_GRACE_S) == []
 
 
+@pytest.mark.slow
 def test_a_killed_attach_takes_its_workers_with_it(tmp_path):
     proc, _ = _start(tmp_path)
     proc.kill()

@@ -20,6 +20,9 @@ import pipebench
 from pipebench.attach.first_batch import FORK_NOTE, dataset_pickle
 from pipebench.report.summary import write_summary_markdown
 
+# It asserts on measured rates, CPU time or the host's load: under xdist it runs with no other test beside it.
+pytestmark = pytest.mark.alone
+
 FIRST_FETCH_MS = 60.0
 LOAD_MS = 1.0
 STEP_MS = 1.5
@@ -103,6 +106,7 @@ def test_the_first_batch_in_the_main_process_is_its_first_fetch_and_nothing_is_p
     assert summary["first_fetch_s"] < summary["first_batch_s"]
 
 
+@pytest.mark.slow
 @known_cost
 def test_a_spawned_worker_gets_the_dataset_pickled_and_its_start_and_first_fetch_are_apart():
     loader = DataLoader(Known(), batch_size=BATCH, num_workers=1, multiprocessing_context="spawn")

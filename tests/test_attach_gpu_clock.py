@@ -18,6 +18,9 @@ from pipebench.attach.watch import LoaderWatch, WatchWindow
 from pipebench.attach.watch_clock import GpuWatchClock, cuda_watch_clock
 from pipebench.config.specs import SYNC_ASYNC, SYNC_PER_STEP
 
+# It asserts on measured rates, CPU time or the host's load: under xdist it runs with no other test beside it.
+pytestmark = pytest.mark.alone
+
 BATCH = 4
 # 6 batches an epoch: a window of 12 steps after 1 warm-up step spans three epochs, each later
 # epoch's first batch a measured step of the window's one pass (its restart).

@@ -27,6 +27,9 @@ from pipebench.base.errors import ConfigError
 from pipebench.cli.attach_torchrun import RANK_MODULE, parse_torchrun, torchrun_args
 from pipebench.record.results import scan_job_results
 
+# It asserts on measured rates, CPU time or the host's load: under xdist it runs with no other test beside it.
+pytestmark = pytest.mark.alone
+
 FETCH_MS = 0.5
 EXTRA_MS = 2.0
 STEP_MS = 5.0
@@ -122,6 +125,7 @@ def _assert_rank_rows(result) -> None:
     assert set(result["rank_passes"]) == {"0", "1"}
 
 
+@pytest.mark.slow
 def test_torchrun_under_attach_gives_a_row_a_rank_and_the_straggler_figures(project):
     mark = uuid.uuid4().hex
     proc = _attach(project, ["torchrun"], steps=AFTER_WINDOW + 2, mark=mark)
@@ -147,6 +151,7 @@ def test_torchrun_under_attach_gives_a_row_a_rank_and_the_straggler_figures(proj
     assert _no_orphans(mark)
 
 
+@pytest.mark.slow
 def test_a_rank_that_fails_fails_attach_and_what_was_measured_is_kept(project):
     mark = uuid.uuid4().hex
     proc = _attach(project, [sys.executable, "-m", "torch.distributed.run"], steps=10 * AFTER_WINDOW,
@@ -161,6 +166,7 @@ def test_a_rank_that_fails_fails_attach_and_what_was_measured_is_kept(project):
     assert _no_orphans(mark)
 
 
+@pytest.mark.slow
 def test_ctrl_c_reaches_the_ranks_whose_windows_are_written_and_nothing_outlives_attach(project):
     mark = uuid.uuid4().hex
     proc = _attach(project, ["torchrun"], steps=100 * AFTER_WINDOW, mark_at=AFTER_WINDOW, mark=mark)

@@ -26,6 +26,9 @@ from pipebench.cli.main import main
 from pipebench.pipeline.stages import DECODE_STAGE, LOAD_STAGE, PER_SAMPLE_STAGE
 from pipebench.record.results import read_result
 
+# It asserts on measured rates, CPU time or the host's load: under xdist it runs with no other test beside it.
+pytestmark = pytest.mark.alone
+
 SLOW_MS, FAST_MS = 4.0, 1.0
 SAMPLES, SHARD_SIZE = 48, 24
 # A sleep or a spin overshoots its time by a wake-up or a time slice on a loaded 2-core machine, and
@@ -130,6 +133,7 @@ HF_SCRIPT = textwrap.dedent("""
 """).format(ms=SLOW_MS)
 
 
+@pytest.mark.slow
 @known_cost
 def test_a_hugging_face_with_transform_function_is_a_row_of_its_time_a_sample(tmp_path):
     script, out = tmp_path / "train.py", tmp_path / "out"

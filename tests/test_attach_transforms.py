@@ -21,6 +21,9 @@ from pipebench.attach.watch_chain import open_recipe
 from pipebench.cli.main import main
 from pipebench.record.results import read_result
 
+# It asserts on measured rates, CPU time or the host's load: under xdist it runs with no other test beside it.
+pytestmark = pytest.mark.alone
+
 SLOW_MS = 2.0
 FAST_MS = 0.5
 BATCH = 4
@@ -260,6 +263,7 @@ REPLAY_STEP_MS = 8.0
 HEADROOM_TOLERANCE = 0.1
 
 
+@pytest.mark.slow
 @known_cost
 def test_attach_replay_gives_the_headroom_of_a_perfect_loader(tmp_path):
     script = tmp_path / "train.py"

@@ -22,6 +22,9 @@ from pipebench.pipeline.timed_chain import ThreadNumbers
 from pipebench.report.comparison import BACKEND_COLUMNS
 from pipebench.report.diagnosis import THREADS_BOUND, diagnose, render_diagnosis
 
+# It asserts on measured rates, CPU time or the host's load: under xdist it runs with no other test beside it.
+pytestmark = pytest.mark.alone
+
 BUSY = "pipebench.transforms.synthetic.BusyWait"
 BACKENDS = ("dataloader", "threads", "spdl")
 WORKERS = 2
@@ -162,6 +165,7 @@ def test_the_diagnosis_predicts_worker_processes_and_marks_threads_not_predicted
     assert "loader.backend=threads at workers=2 (" not in text
 
 
+@pytest.mark.slow
 def test_a_backend_sweep_is_one_table_with_every_figure_side_by_side(user_project):
     done = run_cli(["run", "--config-dir", "my_conf", "transform=tiny", *FAST_JOB, "workers=2",
                     "loader.backend=dataloader,threads,spdl", "results_dir=out"], user_project)

@@ -5,6 +5,7 @@ import json
 import pickle
 from pathlib import Path
 
+import pytest
 import cloudpickle
 from conftest import NO_PROFILE, QUICK_RUN, TINY_DATASET, compose_spec, results_folder, run_cli
 from hydra import compose, initialize_config_module
@@ -40,6 +41,7 @@ def test_what_submitit_carries_round_trips_through_pickling():
     assert pickle.loads(pickle.dumps(task)) == task
 
 
+@pytest.mark.slow
 def test_one_job_through_submitit_local(tmp_path):
     proc = run_cli(["run", "hydra/launcher=submitit_local", "workers=0", *TINY_DATASET, *TENSOR_CHAIN, *QUICK_RUN,
                     *NO_PROFILE, "results_dir=out"], cwd=tmp_path)

@@ -36,6 +36,9 @@ from pipebench.regress.compare import (
     write_comparison,
 )
 
+# It asserts on measured rates, CPU time or the host's load: under xdist it runs with no other test beside it.
+pytestmark = pytest.mark.alone
+
 JOB = "transform=yuv_mask,workers=0"
 BASE_RATE = 1000.0  # samples/s
 STEPS, BATCH = 8, 32
@@ -229,6 +232,7 @@ def _chain_config_dir(root: Path, ms: float) -> Path:
     return root
 
 
+@pytest.mark.slow
 @known_cost
 def test_real_runs_flag_a_25pct_slower_transform(tmp_path, capsys):
     """Two real runs with the same overrides; only the config dir's BusyWait cost differs (1.0 vs 1.25 ms).
@@ -281,6 +285,7 @@ def test_results_without_cpu_time_still_say_they_predate_the_signal(tmp_path, ca
     assert "results written before the CPU-time signal" in capsys.readouterr().out
 
 
+@pytest.mark.slow
 def test_a_spinning_process_beside_one_real_run_is_the_host_not_a_regression(tmp_path, capsys):
     """Two real one-round runs of one chain; CPU spinners beside the second take most of the cores.
     Throughput alone would call it `slower`; the host-load meter saw the spinners, so `host busier`."""

@@ -180,6 +180,7 @@ def test_empty_image_folder_is_refused(capsys, tmp_path):
     assert str(empty) in err and err.count("\n") == 1
 
 
+@pytest.mark.slow
 def test_real_cli_error_has_no_traceback(tmp_path):
     proc = run_cli(["run", "transform=nope"], cwd=tmp_path)
     assert proc.returncode == 2
@@ -247,6 +248,7 @@ def test_the_decode_floor_examples_run_on_a_jpeg(tmp_path):
         assert tuple(sample.shape) == (3, 256, 256), path.stem
 
 
+@pytest.mark.slow
 def test_cfg_prints_every_job_of_the_sweep_and_runs_none(tmp_path, capsys):
     out_dir = tmp_path / "out"
     assert main(["run", "--cfg", "job", "transform=yuv_mask_fast", "workers=0,2", f"results_dir={out_dir}"]) == 0
@@ -264,6 +266,7 @@ def test_cfg_prints_every_job_of_the_sweep_and_runs_none(tmp_path, capsys):
     assert not out_dir.exists()
 
 
+@pytest.mark.slow
 def test_info_lists_the_launcher_once(tmp_path):
     """In a clone, whose folder is on the path, Hydra's plugin scan finds the launcher as well as the
     CLI's registration, and it was listed twice. (Elsewhere an editable install's scan does not find

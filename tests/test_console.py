@@ -5,6 +5,7 @@ import os
 import re
 import warnings
 
+import pytest
 from conftest import NO_CHAIN, QUICK_RUN, TINY_DATASET, compose_spec, run_cli
 
 from pipebench.measure.fingerprint import usable_cores
@@ -17,6 +18,7 @@ TORCH_NOISE = ("USDT:", "profiler_start", "profiler_stop", "gpuGetDeviceCount", 
 NOTE = re.compile(r"^note: (\d+) workers on (\d+) usable cores?: workers beyond the cores time-slice$", re.M)
 
 
+@pytest.mark.slow
 def test_a_tiny_run_prints_one_note_for_too_many_workers_and_none_of_torchs_lines(tmp_path):
     """workers=0 runs the torch profiler; one worker more than the cores makes torch warn."""
     cores = usable_cores()

@@ -22,6 +22,9 @@ from pipebench.pipeline.consumers import (
     build_consumer,
 )
 
+# It asserts on measured rates, CPU time or the host's load: under xdist it runs with no other test beside it.
+pytestmark = pytest.mark.alone
+
 NEEDS_CUDA = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 # Enough draws that the sample mean/std sit well inside the tolerances below (SE ~ 0.04 ms).
 DRAWS = 20_000

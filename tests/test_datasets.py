@@ -485,6 +485,7 @@ def collate_to_arrays(batch):
     return [(np.asarray(sample), label) for sample, label in batch]
 
 
+@pytest.mark.slow
 def test_spawned_workers_load_the_same_samples(tmp_path):
     ds = small_synthetic(tmp_path)
     loader = torch.utils.data.DataLoader(

@@ -14,6 +14,9 @@ from pipebench.measure.job import measure_job
 from pipebench.pipeline.stages import DECODE_STAGE
 from pipebench.pipeline.timed_chain import InstrumentedDataset, undecoded
 
+# It asserts on measured rates, CPU time or the host's load: under xdist it runs with no other test beside it.
+pytestmark = pytest.mark.alone
+
 BUSY = "pipebench.transforms.synthetic.BusyWait"
 TO_TENSOR = "torchvision.transforms.PILToTensor"
 DECODE_MS = 4.0
@@ -33,6 +36,7 @@ def _rows(record):
     return {(r["stage"], r["transform"]): r for r in record["transforms"]}
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("workers", [0, 2])
 @known_cost
 def test_decode_has_its_own_line_and_the_first_transform_keeps_its_own_cost(tmp_path, workers):

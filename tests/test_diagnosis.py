@@ -21,6 +21,9 @@ from pipebench.report.diagnosis import (
     workers_to_feed,
 )
 
+# It asserts on measured rates, CPU time or the host's load: under xdist it runs with no other test beside it.
+pytestmark = pytest.mark.alone
+
 BUSY = "pipebench.transforms.synthetic.BusyWait"
 # The model leaves out batch delivery from workers (about 2 ms a batch here, see
 # test_starvation.py) and the shared machine wobbles by up to ~15%; a wrong formula is off by 2x.
@@ -155,6 +158,7 @@ def _known_cost_spec(workers):
     return dataclasses.replace(spec, per_sample=({"_target_": BUSY, "ms": 1.5},))
 
 
+@pytest.mark.slow
 @known_cost
 def test_model_predicts_a_chain_of_known_cost(tmp_path):
     """1.5 ms a sample, 8 a batch, 30 ms consumer: 190/s and 29% starved in one process; one

@@ -27,6 +27,9 @@ from pipebench.measure.fingerprint import usable_cores
 from pipebench.measure.steps import PassResult, StepSample
 from pipebench.measure.window import split_window, window_record
 
+# It asserts on measured rates, CPU time or the host's load: under xdist it runs with no other test beside it.
+pytestmark = pytest.mark.alone
+
 TWO_RANKS = ["distributed.nproc=2", "results_dir=out"]
 # 64 samples / 2 ranks / 8 a batch = 4 steps a rank per epoch: a quick run spans several epochs.
 SMALL = ["dataset=random_tensors", "dataset.shape=[3,32,32]", "dataset.length=64"]
@@ -68,6 +71,7 @@ def _results(folder: Path):
     return [json.loads(p.read_text()) for p in sorted(folder.glob("job-*/result.json"))]
 
 
+@pytest.mark.slow
 def test_two_ranks_balanced_straggler_and_a_rank_that_dies(rank_project):
     # One sweep (one CLI start-up): two good jobs, then one whose rank 1 dies at its first sample.
     proc = run_cli(["run", "--config-dir", "conf", "transform=balanced,straggler,dieonrank1", "workers=0", *SMALL,
@@ -129,6 +133,7 @@ def test_two_ranks_balanced_straggler_and_a_rank_that_dies(rank_project):
     assert "straggler_ratio" in (folder / "summary.md").read_text()
 
 
+@pytest.mark.slow
 def test_unsharded_iterable_is_caught(rank_project):
     stream = ["dataset=sharded_stream", "dataset.source.shape=[3,32,32]", "dataset.source.length=64",
               "transform=balanced", "workers=2"]
@@ -148,6 +153,7 @@ def test_unsharded_iterable_is_caught(rank_project):
     assert unsharded["distributed"]["oversubscribed"] == oversubscribed
 
 
+@pytest.mark.slow
 def test_hung_ranks_are_stopped_at_the_job_timeout(rank_project, monkeypatch):
     # In-process (the CLI's one-line failure path is covered above): the ranks import faults.py from here.
     monkeypatch.chdir(rank_project)
@@ -164,6 +170,7 @@ def test_hung_ranks_are_stopped_at_the_job_timeout(rank_project, monkeypatch):
     assert time.monotonic() - started < 12 + 2 * KILL_GRACE_S
 
 
+@pytest.mark.slow
 def test_a_hung_rank_is_stopped_by_the_step_watchdog_and_ranks_resolve_run_sync(rank_project, monkeypatch):
     # Rank 1 sleeps in its first sample: its own watchdog stops it with one line, long before the
     # job timeout; rank 0 waits at the all-reduce, which its watchdog leaves to the collective's timeout.

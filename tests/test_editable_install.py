@@ -10,6 +10,7 @@ import subprocess
 import venv
 from pathlib import Path
 
+import pytest
 from conftest import NO_CHAIN, QUICK_RUN, TINY_DATASET, results_folder
 
 REPO = Path(__file__).resolve().parents[1]
@@ -35,6 +36,7 @@ def _view_of_dependencies(view: Path) -> None:
             (view / entry.name).symlink_to(entry)
 
 
+@pytest.mark.slow
 def test_editable_install_runs_a_job_from_another_directory(tmp_path):
     env_dir = tmp_path / "venv"
     venv.EnvBuilder(with_pip=False).create(env_dir)

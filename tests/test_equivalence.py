@@ -54,6 +54,7 @@ def _nodes(*items):
     return tuple({"_target_": t, **kwargs} for t, kwargs in items)
 
 
+@pytest.mark.slow
 def test_seed_chain_variants_come_out_identical():
     chain = Chain(_nodes((f"{TV}.PILToTensor", {}), (f"{TV}.RandomCrop", {"size": CROP}),
                          ("pipebench.transforms.mask.RandomMask", {"ratio": 0.25}),
@@ -164,6 +165,7 @@ def _gpu_decoded(fetch, device="cpu"):
     return found.base.chain, next(v for v in found.variants if v.moves == (GPU_DECODER,))
 
 
+@pytest.mark.slow
 def test_gpu_decoder_is_the_same_distribution_on_the_synthetic_jpegs(synthetic_jpegs):
     base, variant = _gpu_decoded(synthetic_jpegs)
     verdict = check(base, variant, synthetic_jpegs, seed=0)

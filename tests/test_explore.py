@@ -22,6 +22,9 @@ from pipebench.pipeline import loader_backends
 from pipebench.transforms import region_codec
 from pipebench.record.target import reached_target
 
+# It asserts on measured rates, CPU time or the host's load: under xdist it runs with no other test beside it.
+pytestmark = pytest.mark.alone
+
 # Scale is pointwise, so the crop may move ahead of it; the trailing BusyWait has no per-batch
 # form, so nothing moves into the collate. Two chains x two rounds: four quick jobs.
 CHAIN = ("per_sample:\n"
@@ -51,6 +54,7 @@ def _csv(path):
         return list(csv.DictReader(handle))
 
 
+@pytest.mark.slow
 def test_explore_measures_every_variant_interleaved(chain_project):
     proc = run_cli(["explore", "--config-dir", "conf", "transform=scaled", *FAST_JOB, "rounds=2", "results_dir=out"],
                    cwd=chain_project)
@@ -246,6 +250,7 @@ def test_the_stopping_rule_reads_a_finished_jobs_accel_util_and_ignores_a_job_wi
     assert reached_target(path.parent, 10.0) is None
 
 
+@pytest.mark.slow
 def test_explore_with_a_target_stops_at_the_first_chain_that_meets_it(chain_project):
     """A trivial chain into a 40 ms emulated step keeps the consumer well over 50% busy at workers=0,
     so the base chain's first job meets the target and the three jobs after it never run."""
@@ -314,6 +319,7 @@ def test_every_built_in_dataset_goes_through_explore(chain_project, monkeypatch,
     assert moved, [(item.variant.name, item.equivalence.detail) for item in plan.checked]
 
 
+@pytest.mark.slow
 def test_explore_measures_an_iterable_dataset_and_refuses_a_chain_that_fails_on_it(chain_project, capsys,
                                                                                      monkeypatch):
     proc = run_cli(["explore", "--config-dir", "conf", "transform=scaled", *STREAM, *QUICK_RUN, "consumer=none",
@@ -392,6 +398,7 @@ def test_a_backend_given_on_the_command_line_is_left_as_given(chain_project, mon
             "leaves it as given"} <= set(plan.not_applied)
 
 
+@pytest.mark.slow
 def test_explore_measures_the_backend_variants(chain_project):
     proc = run_cli(["explore", "--config-dir", "conf", "transform=cropped", *FAST_JOB, "workers=1",
                     *OTHER_LOADER_MOVES_HELD, "rounds=1", "results_dir=out"], cwd=chain_project)

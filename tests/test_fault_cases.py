@@ -6,6 +6,7 @@ import pytest
 from fault_kit import CASES, run_case
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("case", CASES, ids=[case.name for case in CASES])
 def test_fault_case(case, tmp_path):
     outcome = run_case(case, tmp_path)

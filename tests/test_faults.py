@@ -95,6 +95,7 @@ def released():
     RELEASE.set()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("backend", ["threads", "spdl"])
 def test_hung_thread_times_out_as_a_hung_worker_does(tmp_path, backend, released):
     spec = _spec([{"_target_": f"{__name__}.HangUntilReleased"}], ["loader.timeout_s=1", f"loader.backend={backend}"])
@@ -121,6 +122,7 @@ class KillWorkerThenSleep:
         time.sleep(30)
 
 
+@pytest.mark.slow
 def test_worker_death_during_the_consumer_step_is_a_worker_error(tmp_path, bounded):
     spec = _spec([_fault(tmp_path, "pass")])
     _, instrumented, collate = build_pipeline(spec)
@@ -162,6 +164,7 @@ def test_consumer_step_past_the_limit_is_stopped(tmp_path, bounded):
             loop.step(None)
 
 
+@pytest.mark.slow
 def test_watchdog_leaves_steps_within_the_limit_alone(bounded):
     with Watchdog(0.3, "limit", on_stuck=print) as watchdog:
         for _ in range(5):
@@ -193,6 +196,7 @@ def test_a_step_stuck_in_native_code_ends_the_process_in_one_line():
         "(stuck in native code); ended the job"]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("overrides,named", [
     (["consumer.step_ms=1e12"], "consumer.step_ms must be >= 0 and <= 60000"),
     (["consumer.step_ms=inf"], "consumer.step_ms must be a finite number"),

@@ -76,6 +76,7 @@ def whole_run(written, tmp_path_factory):
     return done, folder, jobs
 
 
+@pytest.mark.slow
 def test_convert_writes_each_format_with_the_same_images_and_labels(written):
     root, shards, files, truth = written
     assert [Path(s).name for s in shards] == [f"shard-{k:06d}.tar" for k in range(SHARDS)]
@@ -255,6 +256,7 @@ def test_the_warm_up_reads_the_local_shards(written):
     assert "page cache serves this run" in plan.note
 
 
+@pytest.mark.slow
 def test_the_whole_run_says_which_workers_get_no_shard_at_plan_time_and_in_the_report(whole_run):
     done, folder, _ = whole_run
     expected = idle_line("webdataset", SHARDS, 1, RUN_WORKERS)
@@ -262,6 +264,7 @@ def test_the_whole_run_says_which_workers_get_no_shard_at_plan_time_and_in_the_r
     assert expected in (folder / "report.md").read_text()
 
 
+@pytest.mark.slow
 def test_the_whole_run_keeps_coverage_the_transform_table_and_the_read_figures(whole_run):
     _, folder, jobs = whole_run
     for job in jobs:

@@ -84,6 +84,7 @@ def _finished(run: Run):
     return status, orphans, run.stdout.read_text(), run.stderr.read_text()
 
 
+@pytest.mark.slow
 def test_a_disk_that_fills_mid_sweep_is_one_line_keeps_the_first_row_and_resumes(tmp_path, small_fs):
     project = tmp_path / "project"
     project.mkdir()

@@ -22,6 +22,9 @@ from pipebench.measure.gpu.trace import CPU_OP_CATEGORY, load_trace, windows
 from pipebench.pipeline.consumers import build_consumer
 from pipebench.record.results import SUMMARY_COLUMNS
 
+# It asserts on measured rates, CPU time or the host's load: under xdist it runs with no other test beside it.
+pytestmark = pytest.mark.alone
+
 NEEDS_CUDA = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 NO_CUDA_ONLY = pytest.mark.skipif(torch.cuda.is_available(), reason="checks the machine without CUDA")
 GPU_COLUMNS = ["h2d_gpu_ms_median", "gpu_util_pct", "syncs_per_step", "sync_ops", "sync_wait_ms_per_step",
@@ -81,6 +84,7 @@ def test_real_torch_traces_carry_the_fields_the_analyses_read(tmp_path):
     assert {"aten::nonzero", "aten::_unique2", "aten::index"} <= ops, sorted(ops)
 
 
+@pytest.mark.slow
 @NO_CUDA_ONLY
 def test_masked_loss_pair_on_the_cpu_reports_the_ratio_and_no_sync_count(tmp_path):
     proc = run_cli(["run", *TINY_DATASET, *NO_CHAIN, *QUICK_RUN, "consumer=masked_loss_sync,masked_loss_fixed"],

@@ -31,6 +31,9 @@ from pipebench.measure.gpu.trace import (
     windows,
 )
 
+# It asserts on measured rates, CPU time or the host's load: under xdist it runs with no other test beside it.
+pytestmark = pytest.mark.alone
+
 FIXTURES = Path(__file__).parent / "fixtures" / "gpu"
 RECORDED = FIXTURES / "recorded"
 

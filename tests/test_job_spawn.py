@@ -78,6 +78,7 @@ def _unreaped_child(pid: int) -> bool:
     return True
 
 
+@pytest.mark.slow
 def test_the_first_job_runs_in_the_process_started_ahead_and_an_error_or_a_calibration_ends_it(
         tmp_path, monkeypatch, capsys):
     """Spawns are counted where both starters spawn (Hydra's plugin scan re-executes the launcher's

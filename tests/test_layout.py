@@ -12,6 +12,8 @@ import sys
 from pathlib import Path
 from typing import Dict, Iterator, List, Set, Tuple
 
+import pytest
+
 REPO = Path(__file__).resolve().parents[1]
 PACKAGE = REPO / "pipebench"
 # Lowest first. The catalogues sit at the repo top but install as pipebench.datasets / .transforms;
@@ -127,6 +129,7 @@ def test_the_checker_finds_a_planted_upward_import_and_cycle(tmp_path):
 HEAVY_OPTIONAL_MODULES = ("torchvision", "scipy.stats")
 
 
+@pytest.mark.slow
 def test_a_job_process_imports_neither_torchvision_nor_scipy_stats_until_a_chain_asks():
     """A tiny job's cost is mostly its process start; this keeps it from paying for what it never uses."""
     probe = (
@@ -137,6 +140,7 @@ def test_a_job_process_imports_neither_torchvision_nor_scipy_stats_until_a_chain
     assert out.stdout.strip() == ""
 
 
+@pytest.mark.slow
 def test_the_fingerprint_reads_torchvisions_version_without_importing_it():
     probe = (
         "import sys\n"

@@ -24,6 +24,9 @@ from pipebench.pipeline.build import build_pipeline
 from pipebench.pipeline.file_reads import IO_FIELDS, FileReads
 from pipebench.pipeline.loader_backends import PROCESSES, THREADS, build_backend, check_backend
 
+# It asserts on measured rates, CPU time or the host's load: under xdist it runs with no other test beside it.
+pytestmark = pytest.mark.alone
+
 SLEEP = "pipebench.transforms.synthetic.Sleep"
 BUSY = "pipebench.transforms.synthetic.BusyWait"
 BATCH = 8
@@ -190,6 +193,7 @@ def _best_rates(backend, chain, length):
     return best[1], best[2]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("backend", THREAD_BACKENDS)
 def test_a_chain_that_releases_the_gil_scales_with_threads_and_one_that_holds_it_does_not(backend):
     one, two = _best_rates(backend, [{"_target_": SLEEP, "ms": 8.0}], length=96)
@@ -230,6 +234,7 @@ def test_the_backend_sweeps_as_a_key():
     assert [job[0] for job in jobs] == ["loader.backend=dataloader", "loader.backend=threads"]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("override, line, extras", [
     ("loader.backend=thread", "loader.backend must be one of dataloader, threads, spdl, got 'thread'", ()),
     # The README's backends sweep without either library: both named in one line, one install for both.
@@ -283,6 +288,7 @@ def test_file_reads_are_counted_per_thread(tmp_path):
     assert copy.counts() == (0,) * len(IO_FIELDS)
 
 
+@pytest.mark.slow
 def test_a_backend_sweep_from_the_cli_is_two_rows(user_project):
     # The user's own chain (a module in the working directory) under both backends.
     done = run_cli(["run", "--config-dir", "my_conf", "transform=tiny", *FAST_JOB, "workers=1",

@@ -17,6 +17,9 @@ import pytest
 from pipebench.measure.memory import MemorySampler
 from pipebench.measure.meter import FIRST_MEASURED, LAST_MEASURED
 
+# It asserts on measured rates, CPU time or the host's load: under xdist it runs with no other test beside it.
+pytestmark = pytest.mark.alone
+
 FORK = multiprocessing.get_context("fork")
 
 # What a child allocates and touches between the marks. Large against the noise: the child's

@@ -182,6 +182,8 @@ def _spin(seconds: float) -> None:
         pass
 
 
+@pytest.mark.slow
+@pytest.mark.alone  # it reads the host's load: another test beside it is load
 def test_a_process_outside_the_job_counts_and_the_jobs_own_work_does_not():
     """A busy process the job did not start (reparented to init) shows as other load; the job's own
     spinning does not. Side by side in one test, so the machine's other load cancels out."""

@@ -17,6 +17,9 @@ from pipebench.record.baseline import update_baseline
 from pipebench.record.results import CALIBRATION_FILE, load_job_results
 from pipebench.transforms.synthetic import BusyWait
 
+# It asserts on measured rates, CPU time or the host's load: under xdist it runs with no other test beside it.
+pytestmark = pytest.mark.alone
+
 # Small enough for a unit test, big enough for a median: ~0.3 s of decode + chain.
 TEST_PLAN = calibration.CalibrationPlan(repetitions=7, samples_per_repetition=4, warmup=1)
 NIGHTLY_TRANSFORMS = ["yuv_mask", "yuv_mask_fast", "yuv_mask_crop_first", "yuv_mask_batched"]
@@ -87,6 +90,7 @@ def tiny_rounds_run(tmp_path_factory):
     return cwd / results_folder(proc.stdout)
 
 
+@pytest.mark.slow
 def test_real_run_has_a_row_per_round_and_writes_calibration(tiny_rounds_run):
     assert "-rounds-2_calibrate-true" in tiny_rounds_run.name
     with (tiny_rounds_run / "summary.csv").open() as handle:
@@ -97,6 +101,7 @@ def test_real_run_has_a_row_per_round_and_writes_calibration(tiny_rounds_run):
     assert 0 < saved["score_s"] < 5 and saved["fingerprint"]["usable_cores"] >= 1
 
 
+@pytest.mark.slow
 def test_baseline_update_replaces_with_compare_inputs_only(tiny_rounds_run, tmp_path, capsys):
     machine = machine_folder(load_job_results(tiny_rounds_run)[0]["fingerprint"])
     target = tmp_path / "baselines" / machine / "nightly"

@@ -7,6 +7,9 @@ import pytest
 
 from pipebench.base.stats import block_ratio_interval
 
+# It asserts on measured rates, CPU time or the host's load: under xdist it runs with no other test beside it.
+pytestmark = pytest.mark.alone
+
 # Simulated runs per case: the coverage's own standard error is then ~1.1 points at 95%.
 RUNS = 400
 BATCH = 32

@@ -214,6 +214,7 @@ def test_not_a_jpeg_dataset_skips_the_move():
     assert any(r.startswith(f"{REGION_DECODE}: the dataset gives PNG") for r in found.not_applied)
 
 
+@pytest.mark.slow
 def test_loading_and_decoding_print_nothing():
     """nvImageCodec's missing-sub-library notices and decode errors never reach the console."""
     code = ("from pipebench.transforms.region_codec import RegionCodec, region_decode_problem\n"

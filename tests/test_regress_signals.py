@@ -25,6 +25,9 @@ from pipebench.regress.compare import (
 )
 from pipebench.regress.history import HistoryRow, append_rows, find_steps, load_history
 
+# It asserts on measured rates, CPU time or the host's load: under xdist it runs with no other test beside it.
+pytestmark = pytest.mark.alone
+
 BASE_RATE, BASE_CPU = 1000.0, 2.0  # samples/s, CPU ms a sample
 ROUNDS = 5
 

@@ -366,6 +366,7 @@ def test_a_read_only_results_folder_is_one_line_and_exit_2(tmp_path, capsys):
 TINY_CHAIN = "per_sample:\n  - _target_: pipebench.transforms.synthetic.BusyWait\n    ms: {ms}\nper_batch: []\n"
 
 
+@pytest.mark.slow
 def test_resume_refuses_a_held_folder_then_reruns_damaged_and_changed_jobs_and_executes_nothing(
         tmp_path, capsys, monkeypatch):
     (tmp_path / "conf" / "transform").mkdir(parents=True)
@@ -408,6 +409,7 @@ EXPLORE_CHAIN = ("per_sample:\n  - _target_: pipebench.transforms.color.Scale\n"
                  "  - _target_: pipebench.transforms.synthetic.BusyWait\n    ms: 0\nper_batch: []\n")
 
 
+@pytest.mark.slow
 def test_resumed_explore_composes_nothing_from_its_folder(tmp_path):
     (tmp_path / "conf" / "transform").mkdir(parents=True)
     (tmp_path / "conf" / "transform" / "scaled.yaml").write_text(EXPLORE_CHAIN)

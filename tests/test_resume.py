@@ -10,6 +10,7 @@ import subprocess
 import time
 from pathlib import Path
 
+import pytest
 from conftest import TINY_DATASET, results_folder, run_cli
 from fault_kit import CASE_TIMEOUT_S, fault_node, install_faults, markers_written, start_pipebench
 from fault_transforms import ARMED
@@ -39,6 +40,7 @@ def _finished(out: Path):
     return sorted(out.glob(f"*/job-*/{RESULT_FILE}"))
 
 
+@pytest.mark.slow
 def test_interrupted_auto_sweep_resumes_without_remeasuring(user_project):
     markers = install_faults(user_project)
     chains = user_project / "my_conf" / "transform"

@@ -12,6 +12,9 @@ from pipebench.cli.dataset import convert
 from pipebench.measure.job import measure_job
 from pipebench.report.diagnosis import ChainCosts, diagnose, predict, render_diagnosis
 
+# It asserts on measured rates, CPU time or the host's load: under xdist it runs with no other test beside it.
+pytestmark = pytest.mark.alone
+
 SLEEP = "pipebench.transforms.synthetic.Sleep"
 # 4 shards of 40 tiny JPEGs read at 8 workers: workers 4-7 get none. Each sample sleeps SLEEP_MS, far
 # above its read and decode (~0.2 ms at 32x32), so a busy worker makes about 1000 / SLEEP_MS samples/s.
@@ -39,6 +42,7 @@ def _spec(urls, workers):
                                                     {"_target_": "torchvision.transforms.PILToTensor"}))
 
 
+@pytest.mark.slow
 @known_cost
 def test_a_4_shard_set_at_8_workers_is_modelled_and_measured_as_4_busy_workers(tmp_path):
     convert("webdataset", tmp_path / "wds", SHARD_SIZE,

@@ -17,6 +17,9 @@ from known_cost_kit import known_cost
 from pipebench.measure.job import measure_job
 from pipebench.measure.reference import plain_loop
 
+# It asserts on measured rates, CPU time or the host's load: under xdist it runs with no other test beside it.
+pytestmark = pytest.mark.alone
+
 BUSY = "pipebench.transforms.synthetic.BusyWait"
 BATCH = 8
 STEPS = 24
@@ -59,6 +62,7 @@ def _spec(x_ms, workers, y_ms):
     return dataclasses.replace(spec, per_sample=({"_target_": BUSY, "ms": x_ms},))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("case", sorted(CASES))
 @known_cost
 def test_meter_matches_a_plain_loop(case, tmp_path):
@@ -107,6 +111,7 @@ def test_per_worker_timings_merge_and_explain_the_rate(tmp_path):
     assert rows["BusyWait"]["calls"] == summary["steps"] * BATCH
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("case", sorted(KNOWN_COST))
 @known_cost
 def test_the_plain_loop_reads_a_pipeline_of_known_cost(case):

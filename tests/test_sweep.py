@@ -4,6 +4,7 @@ import csv
 import json
 from pathlib import Path
 
+import pytest
 from conftest import NO_PROFILE, QUICK_RUN, TINY_DATASET, results_folder, run_cli
 from PIL import Image
 
@@ -17,6 +18,7 @@ def _csv(path: Path):
         return list(csv.DictReader(handle))
 
 
+@pytest.mark.slow
 def test_user_chain_sweep_writes_one_row_per_job(user_project):
     proc = run_cli(["run", "--config-dir", "my_conf", "transform=tiny", "workers=0,1", *TINY_DATASET, *QUICK_RUN,
                     "results_dir=out"], cwd=user_project)
@@ -61,6 +63,7 @@ def _small_images(folder: Path, count: int = 8) -> Path:
     return folder
 
 
+@pytest.mark.slow
 def test_image_smaller_than_crop_names_the_file(tmp_path):
     images = _small_images(tmp_path / "small")
     proc = run_cli(["run", "dataset=image_folder", f"dataset.path={images}", "loader.shuffle=false",
@@ -71,6 +74,7 @@ def test_image_smaller_than_crop_names_the_file(tmp_path):
     assert len(error) == 1 and "img0.jpg" in error[0] and "crop size" in error[0]
 
 
+@pytest.mark.slow
 def test_skip_counts_bad_images_and_a_failing_job_keeps_earlier_rows(tmp_path):
     images = tmp_path / "mixed"
     images.mkdir()
@@ -91,6 +95,7 @@ def test_skip_counts_bad_images_and_a_failing_job_keeps_earlier_rows(tmp_path):
     assert "on_error=skip" in rows[0]["job"] and int(rows[0]["skipped_samples"]) >= 2
 
 
+@pytest.mark.slow
 def test_runs_from_a_source_checkout_with_spawned_workers(tmp_path):
     """From the repo root, `pipebench` in the cwd must not hide the catalogues, even under spawn."""
     images = tmp_path / "photos"

@@ -38,6 +38,7 @@ def fetch(tmp_path):
     return lambda n: [dataset[i % len(dataset)][0] for i in range(n)]
 
 
+@pytest.mark.slow
 def test_colorjitter_rides_the_tensor_path_and_the_guard_judges_it(fetch):
     found = explore("jitter", Chain(JITTER), source=SampleSource.of(fetch(1)[0]), region_problem="")
     moved = next(v for v in found.variants if v.moves == (TENSOR_PATH,))

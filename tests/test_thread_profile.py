@@ -16,6 +16,9 @@ from pipebench.measure.thread_profile import thread_counts
 from pipebench.measure.thread_verdict import CPU_BOUND, HOLDS_GIL, SCALES, WAITS, ScalingFigures, thread_verdict
 from pipebench.report.thread_advice import gil_lines
 
+# It asserts on measured rates, CPU time or the host's load: under xdist it runs with no other test beside it.
+pytestmark = pytest.mark.alone
+
 BUSY = {"_target_": "pipebench.transforms.synthetic.BusyWait", "ms": 2.0}
 SLEEP = {"_target_": "pipebench.transforms.synthetic.Sleep", "ms": 2.0}
 CHAIN = ("transform.per_sample=[{_target_: pipebench.transforms.synthetic.BusyWait, ms: 2},"
@@ -74,6 +77,7 @@ def test_thread_counts_double_up_to_the_workers_and_never_past_the_cores(workers
     assert thread_counts(workers, cores) == (counts, capped)
 
 
+@pytest.mark.slow
 @needs_two_cores
 def test_the_report_names_the_busy_wait_as_gil_bound_and_not_the_sleep(tmp_path):
     # run.thread_profile=null: the default, which profiles under a thread backend.
@@ -100,6 +104,7 @@ def test_the_report_names_the_busy_wait_as_gil_bound_and_not_the_sleep(tmp_path)
     assert "holds_gil" in transforms_csv and "1:1.00 2:" in transforms_csv
 
 
+@pytest.mark.slow
 @needs_two_cores
 def test_asked_for_under_the_dataloader_the_profile_says_a_thread_backend_would_not_help(tmp_path):
     spec = compose_spec([*FAST_JOB, "workers=0", "run.thread_profile=true"])

@@ -17,6 +17,9 @@ from pipebench.pipeline.timed_iterable import InstrumentedIterable
 from pipebench.transforms.color import BatchScale, Scale
 from pipebench.transforms.synthetic import BusyWait
 
+# It asserts on measured rates, CPU time or the host's load: under xdist it runs with no other test beside it.
+pytestmark = pytest.mark.alone
+
 BUSY = "pipebench.transforms.synthetic.BusyWait"
 SCALE = "pipebench.transforms.color.Scale"
 # BusyWait spins until its thread has used X ms of CPU, so its CPU time is exact and its wall

@@ -18,6 +18,9 @@ from pipebench.transforms.color import (
 from pipebench.transforms.mask import FastRandomMask, RandomMask
 from pipebench.transforms.synthetic import BusyWait, Sleep
 
+# It asserts on measured rates, CPU time or the host's load: under xdist it runs with no other test beside it.
+pytestmark = pytest.mark.alone
+
 
 def reference_dilate(mask: np.ndarray) -> np.ndarray:
     """Cross dilation by explicit loops: a pixel is set if it or an in-bounds 4-neighbour is."""

@@ -24,6 +24,9 @@ from pipebench.pipeline.timed_chain import InstrumentedDataset, TimedCollate, Wo
 from pipebench.pipeline.timed_iterable import InstrumentedIterable
 from pipebench.transforms.synthetic import BusyWait
 
+# It asserts on measured rates, CPU time or the host's load: under xdist it runs with no other test beside it.
+pytestmark = pytest.mark.alone
+
 SAMPLES = 32
 BATCH = 8
 WORKERS = 2
@@ -177,6 +180,7 @@ class TinyBase(Dataset):
         return torch.full((16,), float(index)), index
 
 
+@pytest.mark.slow
 def test_spawn_workers_trace_the_real_chain(session, tmp_path):
     """The real chain objects under spawn: the dataset, collate and worker init are pickled to the
     workers without any recorder, and each worker's collate finds the worker's own recorder."""

@@ -8,10 +8,14 @@ import dataclasses
 import json
 from collections import defaultdict
 
+import pytest
 from conftest import QUICK_RUN, TINY_DATASET, compose_spec
 
 from pipebench.measure.job import measure_job
 from pipebench.measure.viztrace import CATEGORY, TRACE_FILE
+
+# It asserts on measured rates, CPU time or the host's load: under xdist it runs with no other test beside it.
+pytestmark = pytest.mark.alone
 
 BUSY = {"_target_": "pipebench.transforms.synthetic.BusyWait", "ms": 0.2}
 TORCH_TRACE_FILE = "trace.json"

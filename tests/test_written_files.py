@@ -224,6 +224,7 @@ def test_resume_refuses_a_job_folder_that_is_a_link_in_one_line(tmp_path, capsys
     assert not left, f"the job process started ahead is ended: {left}"
 
 
+@pytest.mark.slow
 def test_a_resumed_sweep_writes_no_file_through_a_link(tmp_path):
     """The whole command: every job file Hydra and the job write, the sweep's table and Hydra's
     multirun.yaml planted as links to a file outside; the resumed run replaces each one."""
