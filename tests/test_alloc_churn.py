@@ -3,6 +3,7 @@
 import pytest
 import torch
 
+from cuda_marks import NEEDS_CUDA
 from pipebench.measure.gpu.alloc_churn import (
     OSCILLATION_MIN_REVERSALS,
     OSCILLATION_MIN_SWING_FRACTION,
@@ -11,7 +12,6 @@ from pipebench.measure.gpu.alloc_churn import (
     reversals,
 )
 
-NEEDS_CUDA = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 MB = 1 << 20
 
 

@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 import torch
 
+from cuda_marks import NEEDS_CUDA
 from pipebench.base.errors import ConfigError
 from pipebench.config.specs import ConsumerSpec
 from pipebench.pipeline.consumers import (
@@ -25,7 +26,6 @@ from pipebench.pipeline.consumers import (
 # It asserts on measured rates, CPU time or the host's load: under xdist it runs with no other test beside it.
 pytestmark = pytest.mark.alone
 
-NEEDS_CUDA = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 # Enough draws that the sample mean/std sit well inside the tolerances below (SE ~ 0.04 ms).
 DRAWS = 20_000
 

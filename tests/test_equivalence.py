@@ -10,6 +10,7 @@ from PIL import Image
 
 from torchvision.transforms.functional import pil_to_tensor
 
+from cuda_marks import NEEDS_CUDA
 from pipebench.explore.equivalence import (
     ALPHA,
     FAILS,
@@ -146,7 +147,6 @@ def test_torch_mask_forms_agree_with_the_seed_mask():
     assert batch.dtype == torch.uint8 and not torch.equal(batch[0], batch[1]), "one draw a sample"
 
 
-NEEDS_CUDA = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 SEED_CHAIN = _nodes((f"{TV}.PILToTensor", {}), (f"{TV}.RandomCrop", {"size": CROP}),
                     ("pipebench.transforms.mask.RandomMask", {"ratio": 0.25}),
                     ("pipebench.transforms.color.ConvertColor", {}), ("pipebench.transforms.color.Scale", {}))

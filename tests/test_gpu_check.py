@@ -9,6 +9,8 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
+# The tests' shared module whose NEEDS_CUDA mark skips without a GPU (tests/cuda_marks.py).
+CUDA_MARKS = "cuda_marks"
 
 
 def _gpu_check():
@@ -30,6 +32,8 @@ def cuda_tests(path: Path):
     tree = ast.parse(path.read_text())
     markers = {target.id for stmt in tree.body if isinstance(stmt, ast.Assign) and _needs_cuda(stmt.value)
                for target in stmt.targets if isinstance(target, ast.Name)}
+    markers |= {alias.asname or alias.name for stmt in tree.body
+                if isinstance(stmt, ast.ImportFrom) and stmt.module == CUDA_MARKS for alias in stmt.names}
     return [f"tests/{path.name}::{stmt.name}" for stmt in tree.body
             if isinstance(stmt, ast.FunctionDef) and stmt.name.startswith("test_")
             and any(_needs_cuda(d) or (isinstance(d, ast.Name) and d.id in markers) for d in stmt.decorator_list)]

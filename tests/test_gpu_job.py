@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 import torch
 from conftest import NO_CHAIN, QUICK_RUN, TINY_DATASET, results_folder, run_cli
+from cuda_marks import NEEDS_CUDA
 
 from pipebench.config.specs import ConsumerSpec
 from pipebench.measure.gpu.session import (
@@ -25,7 +26,6 @@ from pipebench.record.results import SUMMARY_COLUMNS
 # It asserts on measured rates, CPU time or the host's load: under xdist it runs with no other test beside it.
 pytestmark = pytest.mark.alone
 
-NEEDS_CUDA = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 NO_CUDA_ONLY = pytest.mark.skipif(torch.cuda.is_available(), reason="checks the machine without CUDA")
 GPU_COLUMNS = ["h2d_gpu_ms_median", "gpu_util_pct", "syncs_per_step", "sync_ops", "sync_wait_ms_per_step",
                "gpu_busy_pct", "trace_accel_util_pct", "idle_host_wait_pct", "idle_kernel_wait_pct", "idle_other_pct",

@@ -6,11 +6,10 @@ from types import SimpleNamespace
 import pytest
 import torch
 
+from cuda_marks import NEEDS_CUDA
 from pipebench.measure.gpu import util as gpu_util
 from pipebench.measure.gpu.util import GpuUtilSampler
 from pipebench.measure.meter import FIRST_MEASURED
-
-NEEDS_CUDA = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 
 
 class FakeNvml:

@@ -7,6 +7,7 @@ import pytest
 import torch
 from torch.nn import functional as F
 
+from cuda_marks import NEEDS_CUDA
 from pipebench.config.specs import CONSUMER_KINDS, ConsumerSpec
 from pipebench.measure.gpu.sync_detect import count_sync_warnings
 from pipebench.pipeline.consumers import MaskedLossConsumer, build_consumer
@@ -20,7 +21,6 @@ from pipebench.pipeline.masked_loss import (
 # It asserts on measured rates, CPU time or the host's load: under xdist it runs with no other test beside it.
 pytestmark = pytest.mark.alone
 
-NEEDS_CUDA = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 CLASSES = 10
 
 

@@ -14,6 +14,7 @@ import torch
 from PIL import Image
 from torchvision.transforms.functional import pil_to_tensor
 
+from cuda_marks import NEEDS_CUDA
 from pipebench.base.extras import install_line
 from pipebench.datasets.synthetic_jpeg import SyntheticJpegDataset
 from pipebench.explore.chain import DECODER, Chain, SampleSource
@@ -34,7 +35,6 @@ from pipebench.transforms.decode import (
 
 NEEDS_TORCHCODEC = pytest.mark.skipif(importlib.util.find_spec("torchcodec") is None,
                                       reason="TorchCodec is not installed (the codec extra)")
-NEEDS_CUDA = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 TV = "torchvision.transforms"
 PICTURE_HW = (48, 64)
 # EXIF orientations 1-8, and 0 and 9, which are not orientations (nothing to undo).
