@@ -5,7 +5,8 @@ HF's Image struct (`{bytes, path}`) or plain binary; `label_column` an integer l
 Files are read with pyarrow one row group at a time, in two forms:
 - map-style (`streaming=false`): sample i is row i of the files in order; the sampler picks the order,
   and each reader keeps its last ROW_GROUPS_KEPT row groups, so reading in order reads each row group
-  once and shuffled reading pays a row group a sample when the set is larger than that;
+  once and shuffled reading pays a row group a sample when the set is larger than that (the line that
+  says so: datasets/row_group_reads.py);
 - streaming (`streaming=true`): an IterableDataset whose shards are the row groups, split across ranks
   and workers as webdataset splits tar shards (datasets/shard_split.py), each read once, in order.
 
@@ -35,21 +36,17 @@ from pipebench.pipeline.object_store import unreadable, url_fs
 from pipebench.pipeline.rank_info import rank_and_world
 
 from .lazy_image import rgb_from
+from .row_group_reads import ROW_GROUP_ROWS, ROW_GROUPS_KEPT
 from .shard_split import ShardFiles, ShardOffsets, bad_input, check_policy, require_library, split
 
 __all__ = ["ParquetRows", "ParquetStream", "expand_files", "parquet_dataset", "write_parquet"]
 
 NAME = "parquet"
 FEATURE = "dataset=parquet"
-# Row groups a map-style reader keeps decoded (a few MiB each at HF's 100 image rows): enough that
-# reading in order reads each once, few enough that 8 workers x 2 stay small beside their images.
-ROW_GROUPS_KEPT = 2
 # The field of HF's Image struct that holds the encoded file.
 IMAGE_BYTES_FIELD = "bytes"
-# What `convert` names its files, and the rows of a row group: HF `datasets` writes image sets in row
-# groups of 100 rows (its config.DEFAULT_MAX_BATCH_SIZE for image features).
+# What `convert` names its files (their row groups: ROW_GROUP_ROWS rows, datasets/row_group_reads.py).
 FILE_PATTERN = "part-{:05d}.parquet"
-ROW_GROUP_ROWS = 100
 GLOB_CHARS = "*?["
 
 
@@ -193,7 +190,9 @@ class _ParquetBase(ShardFiles):
         if opened is None:
             opened = self._local.files = {}
         if f not in opened:
-            opened[f] = _pq().ParquetFile(self.reads.open(self.paths[f]))
+            # pre_buffer off: pyarrow's pre-buffering reads in its own IO threads, where FileReads counts
+            # nothing for the sample and the slow-storage what-if sleeps outside the sample's load step.
+            opened[f] = _pq().ParquetFile(self.reads.open(self.paths[f]), pre_buffer=False)
         return opened[f]
 
     def _row_group(self, group: int) -> Tuple[List[Optional[bytes]], List[int]]:
@@ -225,14 +224,15 @@ class _ParquetBase(ShardFiles):
         return f"{self.paths[f]}, row group {g}, row {row}"
 
     def identity(self) -> dict:
-        """The files as given, the file, row-group and sample counts, the columns, and a digest of each
-        file's name and size."""
+        """The files as given, the file, row-group and sample counts, the files' bytes, the columns, and a
+        digest of each file's name and size."""
         return {
             "name": NAME,
             "files": self.pattern if isinstance(self.pattern, str) else list(self.pattern),
             "num_files": len(self.paths),
             "row_groups": len(self.groups),
             "num_samples": len(self),
+            "file_bytes": sum(self.sizes),
             "image_column": self.image_column,
             "label_column": self.label_column,
             "streaming": self.streaming,

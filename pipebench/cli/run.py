@@ -58,6 +58,8 @@ from pipebench.config.compose import (
 from pipebench.config.schema import register_schema
 from pipebench.config.specs import JobSpec
 from pipebench.config.sweep_axes import expand_auto_workers
+from pipebench.datasets.parquet_rows import ParquetRows
+from pipebench.datasets.row_group_reads import random_access_line
 from pipebench.datasets.shard_split import idle_line
 from pipebench.measure.fingerprint import usable_cores
 from pipebench.measure.job_spawn import JobProcess, discard
@@ -267,7 +269,8 @@ def preflight(jobs: Sequence[Sequence[str]]) -> List[Tuple[JobSpec, str]]:
     # Every backend's library is installed (all the missing ones named in one line) and can read its
     # dataset, before any job runs.
     check_backends(backends)
-    for line in dict.fromkeys(idle_shard_lines(checked, [dataset for _, dataset in backends])):
+    datasets = [dataset for _, dataset in backends]
+    for line in dict.fromkeys([*idle_shard_lines(checked, datasets), *random_access_lines(checked, datasets)]):
         print(f"warning: {line}", file=sys.stderr, flush=True)
     return checked
 
@@ -279,6 +282,17 @@ def idle_shard_lines(checked: Sequence[Tuple[JobSpec, str]], datasets: Sequence[
         shard_count = getattr(dataset, "shard_count", None)
         if shard_count is not None:
             line = idle_line(spec.dataset_name, shard_count(), spec.distributed.nproc, spec.workers)
+            lines += [line] if line else []
+    return lines
+
+
+def random_access_lines(checked: Sequence[Tuple[JobSpec, str]], datasets: Sequence[Any]) -> List[str]:
+    """The plan-time line of each job that reads a map-style Parquet set under a shuffling sampler
+    (datasets/row_group_reads.py): nothing measured yet, so the rows a sample reads."""
+    lines = []
+    for (spec, _), dataset in zip(checked, datasets):
+        if isinstance(dataset, ParquetRows):
+            line = random_access_line(dataset.identity(), spec.loader.shuffle)
             lines += [line] if line else []
     return lines
 

@@ -52,6 +52,8 @@ class Summary(Mapping[str, Any]):
     pipeline_ms_per_sample: Optional[float]
     transfer_ms_median: Optional[float]
     ready_next_ms_median: Optional[float]
+    # What the job read from its files a sample (the diagnosis's row-group line).
+    read_bytes_per_sample: Optional[float]
     # The whole stored row, every column in its stored order.
     row: Mapping[str, Any]
 

@@ -33,6 +33,7 @@ import numpy as np
 from pipebench.base.noise_figures import compare_half_width
 from pipebench.base.tables import format_value, markdown_table
 from pipebench.config.specs import BACKEND_WORKER_KINDS, NO_CONSUMER, PROCESSES, THREADS, USER_STEP
+from pipebench.datasets.row_group_reads import random_access_line
 from pipebench.datasets.shard_split import idle_line, idle_readers, uneven_line
 from pipebench.pipeline.stages import DECODE_STAGE, LOAD_STAGE
 from pipebench.record.jobs import NOT_AXES, JobRecord, override_pairs, varying_keys
@@ -583,6 +584,27 @@ def _advice_idle_shards(results: Sequence[JobRecord]) -> List[str]:
     return [f"{line}; {measured}" if measured else line for line, measured in lines.items() if line]
 
 
+def _advice_random_access(results: Sequence[JobRecord]) -> List[str]:
+    """Map-style row-group datasets (Parquet) read under a shuffling sampler, one line a dataset, with the
+    median bytes its jobs read a sample where their read figures have them (datasets/row_group_reads.py)."""
+    jobs: Dict[str, List[JobRecord]] = {}
+    for result in results:
+        dataset = result.fingerprint.get("dataset", {})
+        if random_access_line(dataset, _shuffled(result)):
+            jobs.setdefault(repr(sorted(dataset.items())), []).append(result)
+    lines = []
+    for same in jobs.values():
+        read = [r.summary.read_bytes_per_sample for r in same if r.summary.read_bytes_per_sample]
+        lines.append(random_access_line(same[0].fingerprint["dataset"], True,
+                                        float(np.median(read)) if read else None))
+    return lines
+
+
+def _shuffled(result: JobRecord) -> bool:
+    """Whether the job's sampler shuffled (loader.shuffle, true unless the config says otherwise)."""
+    return bool((result.config.get("loader") or {}).get("shuffle", True))
+
+
 def _persistent(result: JobRecord) -> bool:
     loader = result.config.get("loader") or {}
     return bool(loader.get("persistent_workers"))
@@ -754,7 +776,7 @@ def diagnose(results: Sequence[Mapping]) -> Diagnosis:
     advice = [*_advice_dominant(base, groups[base]), *cap,
               *_advice_variants(base, groups, costs), *_advice_shared_interpreter(base, groups, threaded),
               *_advice_epochs(results), *gil_lines(results), *_advice_gil_disagreement(groups, threaded),
-              *_advice_idle_shards(results),
+              *_advice_idle_shards(results), *_advice_random_access(results),
               *_advice_threads(rows), *unexplained]
     advice = _with_cap_gap(advice, cap, unexplained, base, rows, costs)
     target = target_pct_of(results)
