@@ -6,7 +6,7 @@ Writing the record and printing it belong to the task function (pipebench.cli.jo
 from pathlib import Path
 
 from pipebench.base.errors import report_error, warn
-from pipebench.config.specs import JobSpec
+from pipebench.config.specs import PROCESSES, JobSpec
 from pipebench.measure.after_window import after_window
 from pipebench.measure.distributed.multirank import measure_multirank
 from pipebench.measure.fingerprint import job_fingerprint, usable_cores
@@ -28,7 +28,6 @@ from pipebench.measure.summarize import (
     worker_breakdown,
 )
 from pipebench.measure.window import window_record
-from pipebench.config.specs import PROCESSES
 
 # Failures listed by name in result.json; the count covers all of them.
 MAX_LISTED_FAILURES = 20
@@ -52,7 +51,7 @@ def _measure_job(run: JobRun, job_dir: Path) -> JobResult:
     cache = prepare_cache(parts.dataset, spec.storage, watchdog=kit.watchdog)
     for line in cache.notices:
         print(line, flush=True)
-    repeats = measure_repeats(run.kit, run.meters, run.meters.coverage, run.sink)
+    repeats = measure_repeats(kit, meters, meters.coverage, sink)
     extra = after_window(run, job_dir)
     artifacts, traced = extra.artifacts, extra.viztrace
     rows = transform_rows(sink, parts.instrumented.steps, [*parts.collate.steps, *kit.device_chain.steps])
