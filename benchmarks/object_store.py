@@ -48,10 +48,10 @@ import torch
 from pipebench.base.errors import INTERRUPTED_EXIT_STATUS, USAGE_EXIT_STATUS, PipebenchError, error_line
 from pipebench.base.tables import markdown_table
 from pipebench.cli.dataset import convert
-from pipebench.config.compose import compose_job_spec
 from pipebench.measure.fingerprint import cpu_model, usable_cores
-from pipebench.measure.job import measure_job
 from pipebench.measure.setup import quiet_torch_output
+
+from storage_check import interleaved_rounds  # the benchmarks' one round-robin of jobs
 
 BUCKET = "pipebench-object-store"
 # Sized for a few minutes on a 2-core machine at the defaults: 5 shards, enough for 2 workers, and each
@@ -165,13 +165,9 @@ def upload(work: Path) -> None:
         fs.put(f"{work / name}/", f"{BUCKET}/{name}/", recursive=True)
 
 
-def job_figures(overrides: Sequence[str], job_dir: Path) -> Dict[str, float]:
-    """One pipebench job's FIGURES: its summary's, and the load step's ms a sample."""
-    record = measure_job(compose_job_spec(list(overrides)), job_dir)
-    summary = record["summary"]
-    figures = {key: summary[key] for key in FIGURES if key != "load_ms_per_sample"}
-    figures["load_ms_per_sample"] = next(r["ms_per_sample"] for r in record["transforms"] if r["stage"] == "load")
-    return {key: (float("nan") if value is None else float(value)) for key, value in figures.items()}
+def _figures(run: Mapping[str, object]) -> Dict[str, float]:
+    """A job's FIGURES from storage_check's reading of it; an empty cell is NaN."""
+    return {key: float("nan") if run[key] is None else float(run[key]) for key in FIGURES}
 
 
 def table_rows(results: Mapping[Job, List[Dict[str, float]]]) -> List[Dict[str, object]]:
@@ -224,14 +220,7 @@ def measure(args: argparse.Namespace) -> None:
                   *((f"loader.batch_size={QUICK_BATCH}", "run=quick") if args.quick else ()))
         jobs = {(name, storage, w): (*common, *locations(name, roots[storage](name), files[name]), f"workers={w}")
                 for w in args.worker_counts for name in FORMATS for storage in STORAGES}
-        results: Dict[Job, List[Dict[str, float]]] = {job: [] for job in jobs}
-        with tempfile.TemporaryDirectory() as scratch:
-            for round_ in range(args.rounds):
-                for job, overrides in jobs.items():
-                    figures = job_figures(overrides, Path(scratch))
-                    results[job].append(figures)
-                    print(f"round {round_ + 1} {'/'.join(map(str, job))}: {figures['samples_per_s']:.1f} samples/s, "
-                          f"read {figures['read_ms_per_sample']:.3f} ms a sample", flush=True)
+        results = {job: [_figures(run) for run in runs] for job, runs in interleaved_rounds(jobs, args.rounds).items()}
     table = markdown_table(table_rows(results), COLUMNS, right=("samples_per_s_range", "x_local"))
     print(f"\n{table}")
     write(args, results, table)

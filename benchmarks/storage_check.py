@@ -27,7 +27,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import Dict, List, Optional, Sequence
+from typing import Dict, Hashable, List, Mapping, Optional, Sequence, TypeVar
 
 import torch
 
@@ -36,6 +36,8 @@ from pipebench.datasets.synthetic_jpeg import SyntheticJpegDataset
 from pipebench.measure.job import measure_job
 from pipebench.measure.setup import quiet_torch_output
 
+# A job's name in a benchmark's table: a label, or a tuple of what tells the jobs apart.
+Label = TypeVar("Label", bound=Hashable)
 NUM_IMAGES = 2_000
 # The fast seed chain: cheap enough (~5 ms a sample here) that the reads are a visible part of it.
 CHAIN = ("transform=yuv_mask_fast", "consumer=none", "trace=none", "run.profile_steps=0", "run.progress=false",
@@ -75,6 +77,21 @@ def job_figures(overrides: Sequence[str], job_dir: Path) -> Dict[str, float]:
     window_samples = summary["samples_per_s"] * io.get("seconds", float("nan"))
     summary["storage_bytes_per_sample"] = io.get("bytes", float("nan")) / window_samples
     return summary
+
+
+def interleaved_rounds(jobs: Mapping[Label, Sequence[str]], rounds: int) -> Dict[Label, List[Dict[str, float]]]:
+    """Every job once a round, round after round (ABAB...), so drift on a shared machine hits them
+    alike: each job's `job_figures` a round, each printed as it lands."""
+    results: Dict[Label, List[Dict[str, float]]] = {label: [] for label in jobs}
+    with tempfile.TemporaryDirectory() as scratch:
+        for round_ in range(rounds):
+            for label, overrides in jobs.items():
+                figures = job_figures(overrides, Path(scratch))
+                results[label].append(figures)
+                name = "/".join(map(str, label)) if isinstance(label, tuple) else label
+                print(f"round {round_ + 1} {name}: {figures['samples_per_s']:.1f} samples/s, read "
+                      f"{figures['read_ms_per_sample']:.3f} ms a sample", flush=True)
+    return results
 
 
 def _median(runs: List[Dict[str, float]], key: str) -> float:
@@ -155,15 +172,8 @@ def main(argv: Optional[List[str]] = None) -> int:
                  for w in COLD_WARM_WORKERS for cache in ("warm", "cold")}
     what_if = {"base": (*base, "workers=0"), "slow": (*base, "workers=0", f"dataset.storage.latency_ms={LATENCY_MS:g}")}
     jobs = {**cold_warm, **what_if}
-    results: Dict[str, List[Dict[str, float]]] = {label: [] for label in jobs}
     started = time.perf_counter()
-    with tempfile.TemporaryDirectory() as scratch:
-        for round_ in range(args.rounds):
-            for label, overrides in jobs.items():
-                figures = job_figures(overrides, Path(scratch))
-                results[label].append(figures)
-                print(f"round {round_ + 1} {label}: {figures['samples_per_s']:.1f} samples/s, read "
-                      f"{figures['read_ms_per_sample']:.3f} ms a sample", flush=True)
+    results = interleaved_rounds(jobs, args.rounds)
     print(f"\n(a) cold against warm, {NUM_IMAGES} JPEGs on disk, {' '.join(CHAIN[:2])}; "
           f"medians of {args.rounds} rounds\n")
     print(cold_warm_table({label: results[label] for label in cold_warm}))

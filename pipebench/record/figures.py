@@ -7,7 +7,9 @@ in its stored order, for the readers that index it).
 """
 
 from dataclasses import dataclass, fields
-from typing import Any, Callable, Dict, Iterator, Mapping, Optional
+from typing import Any, Callable, Dict, Mapping, Optional
+
+from pipebench.base.mapping_view import MappingView
 
 __all__ = ["Summary"]
 
@@ -25,7 +27,7 @@ def _number(value: Any) -> Optional[float]:
 
 
 @dataclass(frozen=True, eq=False)
-class Summary(Mapping[str, Any]):
+class Summary(MappingView):
     """One summary row (result.json's `summary`, a summary.csv row): each field is the column of its
     name, None where the row has none."""
 
@@ -67,14 +69,8 @@ class Summary(Mapping[str, Any]):
         """The row's cells no field types, by column name."""
         return {key: value for key, value in self.row.items() if key not in _READERS}
 
-    def __getitem__(self, name: str) -> Any:
-        return self.row[name]
-
-    def __iter__(self) -> Iterator[str]:
-        return iter(self.row)
-
-    def __len__(self) -> int:
-        return len(self.row)
+    def _view(self) -> Mapping[str, Any]:
+        return self.row
 
 
 # How each typed field is read from its column: the identity's whole numbers and names, every other a number.

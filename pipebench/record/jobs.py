@@ -9,8 +9,9 @@ and which keys tell jobs apart (`varying_keys`). Report, compare, explore and hi
 
 import re
 from dataclasses import dataclass
-from typing import Any, Dict, Iterator, List, Mapping, Optional, Sequence, Tuple
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
+from pipebench.base.mapping_view import MappingView
 from pipebench.record.figures import Summary
 
 __all__ = ["HYDRA_PREFIX", "JobKey", "JobRecord", "NOT_AXES", "ROUND_COMPONENT", "ROUND_KEY", "canonical",
@@ -91,7 +92,7 @@ class JobKey:
 
 
 @dataclass(frozen=True, eq=False)
-class JobRecord(Mapping[str, Any]):
+class JobRecord(MappingView):
     """One stored job (result.json, checked by the loader), with its identity and its summary's figures
     typed. It also reads as the stored mapping, for the sections no reader needs typed (gpu, memory,
     ranks...)."""
@@ -135,11 +136,5 @@ class JobRecord(Mapping[str, Any]):
         """Its override pairs that can tell jobs apart (override_pairs)."""
         return override_pairs(self.overrides)
 
-    def __getitem__(self, name: str) -> Any:
-        return self.stored[name]
-
-    def __iter__(self) -> Iterator[str]:
-        return iter(self.stored)
-
-    def __len__(self) -> int:
-        return len(self.stored)
+    def _view(self) -> Mapping[str, Any]:
+        return self.stored
