@@ -6,7 +6,10 @@ such tests by 12-23% (the plain loop's own 119 samples/s for a truth of 154), te
 So a failing attempt reads the host's load over its own span with pipebench's own meter (other
 processes' CPU and the hypervisor's steal, `pipebench.measure.host_load`):
 
-- on a quiet host the failure is the test's: it fails at once, the load reading appended;
+- on a quiet host a wall-clock truth still misses now and then by a wake-up or a reading a few
+  batches late (CI, 2026-11-27: a 1 ms nap read 1.27 ms once in 1279 tests, the host quiet), so it is
+  measured once more, and a second quiet failure fails, the load reading appended: a meter that is
+  wrong misses every time;
 - beside load, the attempt is measured again, in a fresh folder, up to `ATTEMPTS` times;
 - if every attempt failed beside load, the test skips, naming the load and the last failure, so
   `-ra` shows it: the truth in wall time is unknown there, and a pass would be luck.
@@ -21,12 +24,14 @@ import pytest
 
 from pipebench.measure.host_load import OTHER_LOAD_NOTE_SHARE, STEAL_NOTE_PCT, other_load, read_host
 
-__all__ = ["ATTEMPTS", "known_cost"]
+__all__ = ["ATTEMPTS", "QUIET_ATTEMPTS", "known_cost"]
 
 # Load on these hosts comes in spells of tens of seconds to minutes (the failing runs' durations
 # stretched by a fifth): three tries span most spells of the short tests, and keep a test whose
 # clock is wrong to three times its cost.
 ATTEMPTS = 3
+# Failures on a quiet host that fail the test: the second, as a wake-up's miss seldom comes twice.
+QUIET_ATTEMPTS = 2
 # Steal comes in bursts that a test-long average dilutes: half the row's note threshold counts.
 STEAL_SHARE_OF_NOTE = 0.5
 
@@ -55,7 +60,7 @@ def known_cost(test):
 
     @functools.wraps(test)
     def attempts(*args, **kwargs):
-        tried = []
+        tried, quiet_failures = [], 0
         for attempt in range(ATTEMPTS):
             if takes_tmp_path and attempt:
                 kwargs["tmp_path"] = Path(kwargs["tmp_path"]) / f"attempt{attempt + 1}"
@@ -66,7 +71,9 @@ def known_cost(test):
             except AssertionError as failure:
                 load = other_load(before, read_host())
                 failure.add_note(f"host during this attempt: {_load_line(load)}")
-                if not _loaded(load):
+                quiet_failures += not _loaded(load)
+                # A quiet failure among the attempts is the test's: it never ends in a skip.
+                if quiet_failures == QUIET_ATTEMPTS or (quiet_failures and attempt == ATTEMPTS - 1):
                     raise
                 first_line = (str(failure).strip().splitlines() or ["assertion failed"])[0]
                 tried.append(f"{_load_line(load)}: {first_line}")

@@ -27,7 +27,6 @@ FIRST_FETCH_MS = 60.0
 LOAD_MS = 1.0
 STEP_MS = 1.5
 PAYLOAD_MB = 4
-KEEP_MB = 1
 BATCH = 4
 # Spins end on their deadline; the clock reads around them add microseconds, a descheduled spinner
 # a time slice on a loaded 2-core machine.
@@ -44,8 +43,8 @@ PREFETCH_BATCHES = 4
 # a reading can come batches after its mark: CI once read a whole-tree growth of 50.7 MiB for 80
 # kept at 4 MiB a batch (7 batches off; not reproduced here beside two spinning processes). The
 # two-loader test keeps the same 80 MiB in quarter-size samples over 4x the steps: a reading that
-# many batches off moves its growth by 7 MiB, inside its slack.
-TWO_LOADER_STEPS, TWO_LOADER_KEEP_MB = 80, 0.25
+# many batches off moves its growth by 7 MiB, inside its slack. Both memory tests keep it so.
+KEEP_STEPS, KEEP_MB = 80, 0.25
 
 
 class Known(Dataset):
@@ -133,10 +132,14 @@ def test_a_forked_worker_pickles_nothing_and_the_markdown_shows_the_parts(tmp_pa
 
 
 def test_workers_pss_growth_is_what_they_keep_and_the_epoch_restart_is_measured():
-    steps = 20
-    # The epoch outlasts the window, so the prefetch runs as far ahead at both readings.
-    loader = DataLoader(Known(keep_mb=KEEP_MB, length=200), batch_size=BATCH, num_workers=2, persistent_workers=True,
-                        multiprocessing_context="fork")
+    # A reading off its mark by a few batches moves the growth by that many batches' keep: the same
+    # 80 MiB as 20 steps of 1 MiB samples read 65 in CI (3.6 batches off), so it is kept in
+    # quarter-size samples over 4x the steps, as the two-loader test keeps it.
+    steps = KEEP_STEPS
+    # The epoch outlasts the window and its prefetch, so the prefetch runs as far ahead at both readings.
+    length = (steps + 2 + 2 * PREFETCH_BATCHES) * BATCH
+    loader = DataLoader(Known(keep_mb=KEEP_MB, length=length), batch_size=BATCH, num_workers=2,
+                        persistent_workers=True, multiprocessing_context="fork")
     summary = _run(loader, steps=steps, skip=2).record["summary"]
     # Between the readings the workers fetched the window's samples.
     assert summary["worker_pss_growth_mb"] == pytest.approx(steps * BATCH * KEEP_MB, rel=PSS_TOLERANCE)
@@ -159,13 +162,13 @@ def test_the_start_method_default_is_read_when_the_loader_names_none():
 
 
 def test_two_loaders_at_once_each_get_their_own_workers_memory():
-    steps = TWO_LOADER_STEPS
+    steps = KEEP_STEPS
 
     def loader(keep_mb):
         return DataLoader(Known(keep_mb=keep_mb, length=BATCH * (steps + 20)), batch_size=BATCH, num_workers=2,
                           persistent_workers=True, multiprocessing_context="fork")
 
-    keeps = pipebench.watch(loader(TWO_LOADER_KEEP_MB), steps=steps, skip_steps=2)
+    keeps = pipebench.watch(loader(KEEP_MB), steps=steps, skip_steps=2)
     lean = pipebench.watch(loader(0), steps=steps, skip_steps=2)
     for _ in zip(keeps, lean):
         time.sleep(0.002)
@@ -174,8 +177,8 @@ def test_two_loaders_at_once_each_get_their_own_workers_memory():
     kept, other = keeps.result().record["summary"], lean.result().record["summary"]
     # The whole tree is both loaders' in each (the lean watch's too holds what the other keeps);
     # each loader's own workers are its own.
-    kept_mb = steps * BATCH * TWO_LOADER_KEEP_MB
-    whole_tree_slack = PSS_TOLERANCE * kept_mb + PREFETCH_BATCHES * BATCH * TWO_LOADER_KEEP_MB
+    kept_mb = steps * BATCH * KEEP_MB
+    whole_tree_slack = PSS_TOLERANCE * kept_mb + PREFETCH_BATCHES * BATCH * KEEP_MB
     for summary in (kept, other):
         assert abs(summary["worker_pss_growth_mb"] - kept_mb) <= whole_tree_slack, summary["worker_pss_growth_mb"]
     assert kept["loader_worker_pss_growth_mb"] == pytest.approx(kept_mb, rel=PSS_TOLERANCE)
