@@ -10,17 +10,32 @@ import pytest
 from conftest import FAST_JOB, NO_CHAIN
 
 import pipebench.cli.run as run_module
+from pipebench.base.errors import CRASH_EXIT_STATUS
+from pipebench.measure import job_spawn
 from pipebench.cli.main import job_ahead, main
-from pipebench.measure.job_spawn import JOB_PROCESS_MODULE, JobProcess, discard, run_job, start_job_process, take
+from pipebench.measure.job_spawn import (
+    FRAME_HEADER_BYTES,
+    JOB_PROCESS_MODULE,
+    JobProcess,
+    discard,
+    run_job,
+    serving,
+    start_job_process,
+    take,
+)
 
-# A stand-in interpreter: keeps its stdin in $OUT, leaves a grandchild sleeping in its process
-# group, and exits 3, so the hand-over, the exit status and the group's end can all be seen.
-FAKE_PYTHON = """#!/bin/sh
-cat > "$OUT"
+# A stand-in interpreter: keeps the first $SIZE bytes of its stdin in $OUT, leaves a grandchild
+# sleeping in its process group, and exits 3 without answering, so the hand-over, a job process
+# that ends instead of answering, and the group's end can all be seen.
+FAKE_PYTHON = """#!/usr/bin/env bash
+head -c "$SIZE" > "$OUT"
+answer=$5  # the answer pipe, its last argument: a job process's job never holds it
+exec {answer}>&-
 sleep 1000 &
 echo $! > "$OUT.sleeper"
 exit 3
 """
+JOB = b"pickled job"
 
 
 @pytest.fixture
@@ -29,13 +44,14 @@ def fake_python(tmp_path, monkeypatch):
     path.write_text(FAKE_PYTHON)
     path.chmod(path.stat().st_mode | stat.S_IXUSR)
     monkeypatch.setenv("OUT", str(tmp_path / "stdin.bin"))
+    monkeypatch.setenv("SIZE", str(FRAME_HEADER_BYTES + len(JOB)))
     return path
 
 
-def test_a_job_is_handed_over_on_stdin_and_its_group_ends_with_it(fake_python, tmp_path):
+def test_a_job_is_handed_over_on_stdin_and_a_job_process_that_ends_is_the_jobs_status(fake_python, tmp_path):
     process = start_job_process(str(fake_python), os.getpid(), "warm.module")
-    assert run_job(process, b"pickled job") == 3
-    assert (tmp_path / "stdin.bin").read_bytes() == b"pickled job"
+    assert run_job(process, JOB) == 3 and not serving(process)
+    assert (tmp_path / "stdin.bin").read_bytes() == len(JOB).to_bytes(FRAME_HEADER_BYTES, "big") + JOB
     sleeper = int((tmp_path / "stdin.bin.sleeper").read_text())
     time.sleep(0.2)
     assert not psutil.pid_exists(sleeper) or psutil.Process(sleeper).status() == psutil.STATUS_ZOMBIE
@@ -43,22 +59,45 @@ def test_a_job_is_handed_over_on_stdin_and_its_group_ends_with_it(fake_python, t
         os.waitpid(process.pid, os.WNOHANG)
 
 
+def test_each_job_runs_in_a_child_of_its_own_and_the_job_process_serves_the_next():
+    """A job that crashes (here: a pickle that is no job) ends its child alone, with its status; the
+    job process goes on to the next job and ends, reaped, when asked."""
+    process = start_job_process(sys.executable, os.getpid(), "os")
+    children = []
+    real_read = job_spawn.read_number
+
+    def reading(fd):
+        number = real_read(fd)
+        children.append(number)
+        return number
+
+    for _ in range(2):
+        with pytest.MonkeyPatch.context() as patch:
+            patch.setattr(job_spawn, "read_number", reading)
+            assert run_job(process, b"no job") == CRASH_EXIT_STATUS
+        assert serving(process)
+    job_pids = children[0::2]
+    assert len(set(job_pids)) == 2 and process.pid not in job_pids
+    discard(process, kill=False)
+    assert not psutil.pid_exists(process.pid) and not any(psutil.pid_exists(pid) for pid in job_pids)
+
+
 def test_only_a_running_child_is_taken_and_discard_ends_only_what_was_never_run(tmp_path):
     sleeper = start_job_process(sys.executable, os.getpid(), "warm.module")  # waits on its stdin...
     # ... after failing to import "warm.module": it has ended, unreaped, so it is not taken.
     os.waitid(os.P_PID, sleeper.pid, os.WEXITED | os.WNOWAIT)
-    assert take([sleeper.pid, sleeper.stdin_fd]) is None and take(None) is None
+    assert take([sleeper.pid, sleeper.stdin_fd, sleeper.status_fd]) is None and take(None) is None
     discard(sleeper)
     with pytest.raises(ChildProcessError):
         os.waitpid(sleeper.pid, os.WNOHANG)
 
     alive = start_job_process(sys.executable, os.getpid(), "os")  # imports os, then waits for a job
-    assert take([alive.pid, alive.stdin_fd]) == alive
+    assert take([alive.pid, alive.stdin_fd, alive.status_fd]) == alive
     discard(alive)
     assert not psutil.pid_exists(alive.pid)
     # A second discard, after the pid and its descriptor number may serve others, touches neither.
     reused = os.open(os.devnull, os.O_RDONLY)
-    discard(JobProcess(alive.pid, reused))
+    discard(JobProcess(alive.pid, reused, reused))
     os.fstat(reused)
     os.close(reused)
 
@@ -82,8 +121,8 @@ def _unreaped_child(pid: int) -> bool:
 def test_the_first_job_runs_in_the_process_started_ahead_and_an_error_or_a_calibration_ends_it(
         tmp_path, monkeypatch, capsys):
     """Spawns are counted where both starters spawn (Hydra's plugin scan re-executes the launcher's
-    module, so a name patched there would not hold): two jobs, two job processes, not three. A
-    calibration is timed, so the process started ahead is gone before it begins."""
+    module, so a name patched there would not hold): two jobs, one job process, the one started
+    ahead. A calibration is timed, so the process started ahead is gone before it begins."""
     spawned = []
     real_spawn = os.posix_spawnp
 
@@ -95,14 +134,15 @@ def test_the_first_job_runs_in_the_process_started_ahead_and_an_error_or_a_calib
 
     monkeypatch.setattr(os, "posix_spawnp", counting)
     assert main(["run", *FAST_JOB, *NO_CHAIN, "workers=0,1", f"results_dir={tmp_path}"]) == 0, capsys.readouterr().err
-    assert len(spawned) == 2 and len(list(tmp_path.glob("*/job-*/result.json"))) == 2
+    assert len(spawned) == 1 and len(list(tmp_path.glob("*/job-*/result.json"))) == 2
+    assert not _unreaped_child(spawned[-1])  # the sweep's job process ended with it
 
     assert main(["run", *FAST_JOB, *NO_CHAIN, "trnsform=x", f"results_dir={tmp_path / 'typo'}"]) == 2
-    assert len(spawned) == 3 and "trnsform" in capsys.readouterr().err
+    assert len(spawned) == 2 and "trnsform" in capsys.readouterr().err
     assert not _unreaped_child(spawned[-1])  # ended and reaped by the command that started it
 
     beside_calibration = []
     monkeypatch.setattr(run_module, "_calibrate",
                         lambda folder: beside_calibration.append(_unreaped_child(spawned[-1])))
     assert main(["run", *FAST_JOB, *NO_CHAIN, "calibrate=true", f"results_dir={tmp_path / 'calibrated'}"]) == 0
-    assert beside_calibration == [False] and len(spawned) == 5  # the one ahead, ended first, then the job's own
+    assert beside_calibration == [False] and len(spawned) == 4  # the one ahead, ended first, then the job's own

@@ -9,11 +9,13 @@ import threading
 import time
 from contextlib import contextmanager
 from dataclasses import asdict
+from types import SimpleNamespace
 
 import numpy as np
 import psutil
 import pytest
 
+from pipebench.measure import memory as memory_module
 from pipebench.measure.memory import MemorySampler
 from pipebench.measure.meter import FIRST_MEASURED, LAST_MEASURED
 
@@ -209,6 +211,24 @@ def test_pss_denied_keeps_rss_and_reports_pss_as_none(monkeypatch):
     assert report.rss_mb_peak > 0
     assert report.pss_mb_peak is None and report.main_pss_growth_mb is None
     assert _by_pid(report, os.getpid()).pss_mb_at == {FIRST_MEASURED: None, LAST_MEASURED: None}
+
+
+def test_a_job_forked_from_the_job_process_counts_that_process_share_of_their_pages(monkeypatch):
+    """The job process's PSS less its USS is the half of each page it shares with the job that a
+    fresh interpreter would own alone: it lands on the main process, the marks and the peak."""
+    mib, share_mib, main_mib, parent = 1 << 20, 150, 400, os.getppid()
+    readings = {os.getpid(): SimpleNamespace(rss=600 * mib, pss=main_mib * mib, uss=300 * mib),
+                parent: SimpleNamespace(rss=500 * mib, pss=(50 + share_mib) * mib, uss=50 * mib)}
+    monkeypatch.setattr(psutil.Process, "memory_full_info", lambda self: readings[self.pid])
+    monkeypatch.setattr(memory_module, "_processes", lambda pid: [psutil.Process(pid)])
+    for forked_from, expected in ((parent, main_mib + share_mib), (None, main_mib)):
+        with MemorySampler(interval_s=MARKS_ONLY_INTERVAL_S, forked_from=forked_from) as mem:
+            mem.mark(FIRST_MEASURED)
+            mem.mark(LAST_MEASURED)
+        report = mem.stop()
+        assert report.pss_mb_peak == expected
+        assert _by_pid(report, os.getpid()).pss_mb_at == {FIRST_MEASURED: expected, LAST_MEASURED: expected}
+        assert report.main_pss_growth_mb == 0
 
 
 def test_unreadable_proc_and_shm_degrade_to_none(monkeypatch):

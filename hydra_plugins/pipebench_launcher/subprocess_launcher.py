@@ -1,6 +1,8 @@
-"""pipebench's default Hydra launcher: each job of a sweep in a fresh Python process, one at a time.
+"""pipebench's default Hydra launcher: each job of a sweep in a process of its own, one at a time.
 
-Fresh processes keep page cache, allocator and thread state from leaking between jobs;
+Each job runs in a child the sweep's job process forks after its imports and nothing else
+(pipebench.measure.job_spawn), so page cache, allocator and thread state never leak between jobs,
+as in a fresh interpreter, and no job but the first waits for torch's imports;
 running them one at a time keeps jobs from competing for the same cores (docs/multirank-and-clusters.md, the launchers table).
 Hydra's BasicLauncher runs every job in one process, and submitit_local starts them all at
 once, so neither fits a benchmark. Swap in `hydra/launcher=submitit_slurm` for a cluster.
@@ -47,7 +49,7 @@ from pipebench.base.errors import (
 )
 from pipebench.config.schema import register_launcher_config
 from pipebench.measure.job_process import JobPayload
-from pipebench.measure.job_spawn import run_job, start_job_process, take
+from pipebench.measure.job_spawn import JobProcess, discard, run_job, serving, start_job_process, take
 from pipebench.record.resume import drop_links, job_already_done
 from pipebench.record.target import reached_target
 
@@ -97,8 +99,9 @@ class SubprocessLauncher(Launcher):
     def __init__(self, python: Optional[str] = None, ahead: Optional[List[int]] = None) -> None:
         self.python = python or sys.executable
         # The job process `pipebench run` started before its own imports (pipebench.measure.job_spawn):
-        # the first job to run takes it.
+        # the first job to run takes it, and the sweep's later jobs run from it too.
         self.ahead = list(ahead) if ahead else None
+        self.jobs: Optional[JobProcess] = None
         self.config: Optional[DictConfig] = None
         self.task_function: Optional[TaskFunction] = None
         self.hydra_context: Optional[HydraContext] = None
@@ -109,7 +112,15 @@ class SubprocessLauncher(Launcher):
         self.task_function = task_function
 
     def launch(self, job_overrides: Sequence[Sequence[str]], initial_job_idx: int) -> Sequence[JobReturn]:
-        """Run the jobs one after another; raise SweepIncomplete at the end if any did not finish."""
+        """Run the jobs one after another; raise SweepIncomplete at the end if any did not finish.
+        The sweep's job process ends with it, however it ends."""
+        try:
+            return self._launch_jobs(job_overrides, initial_job_idx)
+        finally:
+            discard(self.jobs, kill=False)  # between jobs it is reading its stdin: it ends at once
+            self.jobs = None
+
+    def _launch_jobs(self, job_overrides: Sequence[Sequence[str]], initial_job_idx: int) -> Sequence[JobReturn]:
         assert self.config is not None and self.hydra_context is not None and self.task_function is not None
         setup_globals()
         configure_log(self.config.hydra.hydra_logging, self.config.hydra.verbose)
@@ -165,7 +176,7 @@ class SubprocessLauncher(Launcher):
         return runs
 
     def _run_job_process(self, sweep_config: DictConfig) -> int:
-        """Run one job to completion in a new interpreter and process group; return its exit status.
+        """Run one job to completion in a process and process group of its own; return its exit status.
 
         Its results land in its job folder. However this returns or raises, the job's whole
         process group is killed first, so nothing the job started outlives it.
@@ -174,7 +185,13 @@ class SubprocessLauncher(Launcher):
         # Resolvers are closures that pickle cannot carry; the job process registers Hydra's own.
         del state["omegaconf_resolvers"]
         payload = pickle.dumps(JobPayload(self.hydra_context, sweep_config, self.task_function, state))
-        process, self.ahead = take(self.ahead), None
-        if process is None:
-            process = start_job_process(self.python, os.getpid(), self.task_function.__module__)
-        return run_job(process, payload)
+        if not serving(self.jobs):
+            discard(self.jobs)  # ended on its own (killed, or its imports failed): reaped now
+            self.jobs, self.ahead = take(self.ahead), None
+            if self.jobs is None:
+                self.jobs = start_job_process(self.python, os.getpid(), self.task_function.__module__)
+        try:
+            return run_job(self.jobs, payload)
+        except BaseException:
+            self.jobs = None  # run_job ended it
+            raise

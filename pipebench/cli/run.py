@@ -339,7 +339,7 @@ def _run_sweep(invocation_dir: Path, swept: Sequence[str], jobs: Sequence[Sequen
         discard(ahead)
         ahead = None
         _calibrate(invocation_dir)
-    handed = [] if ahead is None else [f"hydra.launcher.ahead=[{ahead.pid},{ahead.stdin_fd}]"]
+    handed = [] if ahead is None else [f"hydra.launcher.ahead=[{ahead.pid},{ahead.stdin_fd},{ahead.status_fd}]"]
     sys.argv = ["pipebench", "--multirun", *swept, CLEAR_SWEEPER_PARAMS,
                 f"hydra.sweep.dir={_quote(str(invocation_dir))}", *handed]
     status = 0

@@ -161,7 +161,7 @@ class SubprocessLauncherConf:
     _target_: str = "hydra_plugins.pipebench_launcher.subprocess_launcher.SubprocessLauncher"
     # Interpreter for job processes; null means the one running pipebench.
     python: Optional[str] = None
-    # [pid, fd] of the job process `pipebench run` or `explore` started ahead of its first job
+    # [pid, stdin, status] of the job process `pipebench run` or `explore` started ahead of its first job
     # (pipebench.measure.job_spawn); set by the command itself, never by a user.
     ahead: Optional[List[int]] = None
 

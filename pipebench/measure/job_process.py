@@ -1,23 +1,29 @@
-"""Entry point of one job process started by the pipebench_subprocess launcher.
+"""Entry point of the job process started by the pipebench_subprocess launcher: a sweep's jobs run from it.
 
-    python -m pipebench.measure.job_process LAUNCHER_PID TASK_MODULE < pickled JobPayload
+    python -m pipebench.measure.job_process LAUNCHER_PID TASK_MODULE ANSWER_FD < framed JobPayloads
 
 It ties its life to the launcher's first (pipebench.base.lifeline) and imports the task
-function's module (torch with it: seconds) before it reads its job, so a process started ahead
-of its job (pipebench.measure.job_spawn) is ready when the job comes. Then it reads the pickled
-job from stdin and runs it through Hydra's own `run_job`, so the job folder, logging and callbacks
-are exactly Hydra's. The exit status is the whole answer: 0 done, 2 a user error it has printed
-and left in the job folder (pipebench.base.errors.ERROR_FILE), a file it could not write (a full
-disk) included, 130 interrupted, anything else a crash.
+function's module (torch with it: seconds) before it reads a job, so a process started ahead
+of its first job (pipebench.measure.job_spawn) is ready when the job comes, and every later job
+of the sweep starts without those seconds. Each job's pickle it reads from stdin runs in a child
+it forks, in a session of its own, that unpickles it and runs it through Hydra's own `run_job`, so
+the job folder, logging and callbacks are exactly Hydra's, and this process stays as it was after
+its imports. It answers on ANSWER_FD with the child's pid, then the child's exit status: 0 done, 2
+a user error the job has printed and left in its folder (pipebench.base.errors.ERROR_FILE), a file
+it could not write (a full disk) included, 130 interrupted, a negative signal number killed,
+anything else a crash.
 
 Hydra's run_job saves the job's .hydra/*.yaml with a plain open(): through a link planted in a
 shared results folder, and on a full disk with no file named. Here they are written as pipebench
 writes every file (pipebench.base.io): a new file renamed over the old name.
 """
 
+import atexit
 import importlib
+import os
 import pickle
 import sys
+import traceback
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Optional, Sequence
@@ -28,9 +34,16 @@ from hydra.core.utils import run_job, setup_globals
 from hydra.types import HydraContext, TaskFunction
 from omegaconf import DictConfig, OmegaConf
 
-from pipebench.base.errors import INTERRUPTED_EXIT_STATUS, USAGE_EXIT_STATUS, error_line, report_error
+from pipebench.base.errors import (
+    CRASH_EXIT_STATUS,
+    INTERRUPTED_EXIT_STATUS,
+    USAGE_EXIT_STATUS,
+    error_line,
+    report_error,
+)
 from pipebench.base.io import write_text_atomic
 from pipebench.base.lifeline import die_with_parent, parent_is
+from pipebench.measure.job_spawn import WAITS_UNREAPED, kill_group, read_frame
 
 
 @dataclass(frozen=True)
@@ -68,16 +81,77 @@ def run_payload(payload: JobPayload) -> int:
     return 0
 
 
-def main(argv: Optional[Sequence[str]] = None) -> int:
-    launcher_pid, task_module = (sys.argv[1:] if argv is None else argv)[:2]
-    die_with_parent(parent_is(int(launcher_pid)))
+def run_job_bytes(job: bytes) -> int:
+    """Unpickle one job and run it, in the process that will end with it."""
     try:
-        importlib.import_module(task_module)
-        payload: JobPayload = pickle.load(sys.stdin.buffer)
+        payload: JobPayload = pickle.loads(job)
         setup_globals()
         resolvers = Singleton.get_state()["omegaconf_resolvers"]
         Singleton.set_state({**payload.singleton_state, "omegaconf_resolvers": resolvers})
         return run_payload(payload)
+    except KeyboardInterrupt:  # only when sent to this process alone: the launcher says so
+        return INTERRUPTED_EXIT_STATUS
+    except SystemExit as exc:
+        return exc.code if isinstance(exc.code, int) else (0 if exc.code is None else CRASH_EXIT_STATUS)
+    except BaseException:
+        traceback.print_exc()
+        return CRASH_EXIT_STATUS
+
+
+def _job_child(job: bytes, answer_fd: int, job_process_pid: int) -> None:
+    """The forked child: a session of its own, tied to the job process, the job's; never returns."""
+    code = CRASH_EXIT_STATUS
+    try:
+        os.setsid()
+        die_with_parent(parent_is(job_process_pid))
+        os.close(answer_fd)
+        devnull = os.open(os.devnull, os.O_RDONLY)
+        os.dup2(devnull, 0)
+        os.close(devnull)
+        code = run_job_bytes(job)
+        atexit._run_exitfuncs()  # what a fresh interpreter's exit would run: multiprocessing's clean-up
+    finally:
+        for stream in (sys.stdout, sys.stderr):
+            try:
+                stream.flush()
+            except (OSError, ValueError):
+                pass
+        os._exit(code)
+
+
+def _ended_status(job: int) -> int:
+    """Wait for the job's child to end; its exit status as Popen gives it, the child left unreaped
+    where waitid can (pipebench.measure.job_spawn)."""
+    if not WAITS_UNREAPED:
+        return os.waitstatus_to_exitcode(os.waitpid(job, 0)[1])
+    ended = os.waitid(os.P_PID, job, os.WEXITED | os.WNOWAIT)
+    return ended.si_status if ended.si_code == os.CLD_EXITED else -ended.si_status
+
+
+def serve(answer_fd: int) -> int:
+    """Run each job read from stdin in a child, one at a time, until the launcher closes the pipe."""
+    job = None
+    while True:
+        payload = read_frame(0)
+        if job is not None and WAITS_UNREAPED:
+            os.waitpid(job, 0)  # the launcher has read its status: its pid may go
+        if payload is None:
+            return 0
+        job = os.fork()
+        if job == 0:
+            _job_child(payload, answer_fd, os.getppid())
+        os.write(answer_fd, f"{job}\n".encode())
+        status = _ended_status(job)
+        kill_group(job)  # what the job started ends with it
+        os.write(answer_fd, f"{status}\n".encode())
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    launcher_pid, task_module, answer_fd = (sys.argv[1:] if argv is None else argv)[:3]
+    die_with_parent(parent_is(int(launcher_pid)))
+    try:
+        importlib.import_module(task_module)
+        return serve(int(answer_fd))
     except KeyboardInterrupt:  # only when sent to this process alone: the launcher says so
         return INTERRUPTED_EXIT_STATUS
 

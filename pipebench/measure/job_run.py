@@ -18,6 +18,7 @@ from pipebench.config.specs import THREADS, JobSpec
 from pipebench.measure.coverage import IndexLog, droppable_per_epoch
 from pipebench.measure.gpu.session import NO_TRACE_NOTE, GpuSession
 from pipebench.measure.host_load import HostLoadMeter
+from pipebench.measure.job_spawn import forking_job_process
 from pipebench.measure.memory import MemorySampler
 from pipebench.measure.repeats import LoopKit, build_loop_kit
 from pipebench.measure.setup import seed_everything
@@ -47,7 +48,8 @@ METER_KINDS = tuple(JobMeters.__annotations__.values())
 
 def job_meters(coverage: IndexLog, gpu: GpuSession) -> JobMeters:
     """The job's meters around its index log and GPU session, which the loop kit shares."""
-    return JobMeters(MemorySampler(), StorageReadMeter(), HostLoadMeter(), coverage, gpu)
+    return JobMeters(MemorySampler(forked_from=forking_job_process()), StorageReadMeter(), HostLoadMeter(), coverage,
+                     gpu)
 
 
 class RankSync(Protocol):

@@ -1,16 +1,21 @@
-"""Job processes as the launcher runs them, and the one `pipebench run` starts ahead of its first job.
+"""The job process a sweep's jobs run from, and the one `pipebench run` starts ahead of its first job.
 
-A job process (pipebench.measure.job_process) costs seconds before it can run anything: Python,
-Hydra and torch imports (2.8 s on the 2-core machine). `pipebench run` (and `explore`) spends
-about as long on its own imports and config checks before its first job, so it starts that job's
-process first: the two import side by side, and the job is handed over on the process's stdin
-when its turn comes.
+A fresh interpreter costs seconds before it can run a job: Python, Hydra and torch imports (2.8 s
+on the 2-core machine). So a sweep pays them once: its job process (pipebench.measure.job_process)
+imports them, then runs each job in a child it forks, in a session of its own, and answers with the
+child's pid and then its exit status. Each job still starts from the same untouched state, the
+imports and nothing else, as it did in a fresh interpreter: the job process never unpickles a job
+itself, nor runs anything of one. `pipebench run` (and `explore`, `tune`) spends about as long on
+its own imports and config checks before its first job, so it starts the job process first: the
+two import side by side.
 
 Processes are plain pids here, not Popen objects: the launcher receives the one started ahead as
-numbers in its config (`hydra.launcher.ahead=[pid,fd]`) and owns it from then on. Which side ends
-it follows from the kernel: a process still this process's unreaped child was never run (the
-launcher reaps every job it runs before it returns), so only that one is the starter's to end.
-Neither side ever kills a pid it has reaped, or closes a descriptor it has handed on.
+numbers in its config (`hydra.launcher.ahead=[pid,stdin,status]`) and owns it from then on. Which
+side ends it follows from the kernel: a process still this process's unreaped child was never run
+(the launcher reaps its job process before it returns), so only that one is the starter's to end.
+Neither side ever kills a pid it has reaped, or closes a descriptor it has handed on. A job's
+child is left unreaped, its group killed, until the next job or the end is asked for, so its pid
+names its process group for as long as the launcher may still kill that group.
 """
 
 import os
@@ -18,8 +23,8 @@ import signal
 from dataclasses import dataclass
 from typing import List, Optional, Sequence
 
-__all__ = ["JOB_PROCESS_MODULE", "WAITS_UNREAPED", "JobProcess", "discard", "job_process_command", "run_job",
-           "start_job_process", "take"]
+__all__ = ["JOB_PROCESS_MODULE", "WAITS_UNREAPED", "JobProcess", "discard", "end", "forking_job_process", "job_process_command",
+           "read_frame", "read_number", "run_job", "serving", "start_job_process", "take", "write_frame"]
 
 JOB_PROCESS_MODULE = "pipebench.measure.job_process"
 # What subprocess.Popen(restore_signals=True) resets in a child: Python ignores SIGPIPE and
@@ -30,25 +35,28 @@ PROC_FDS = "/proc/self/fd"
 # children from the rest: what keeps a job's pid, and so its group, from reuse before the group is
 # killed, and the two owners of a process started ahead apart. Without it, none is started ahead.
 WAITS_UNREAPED = hasattr(os, "waitid")
+# A job's pickle on the job process's stdin follows its length in this many bytes (big-endian).
+FRAME_HEADER_BYTES = 8
 
 
 @dataclass(frozen=True)
 class JobProcess:
-    """A job process waiting for its job: its pid (its session and process group too) and the
-    write end of its stdin."""
+    """A job process waiting for jobs: its pid (its session and process group too), the write end of
+    its stdin, and the read end of the pipe it answers on."""
 
     pid: int
     stdin_fd: int
+    status_fd: int
 
 
-def job_process_command(python: str, launcher_pid: int, warm: str) -> List[str]:
-    """The command line of a job process that dies with `launcher_pid` and imports `warm` (the
-    task function's module) while it waits for its job."""
-    return [python, "-m", JOB_PROCESS_MODULE, str(launcher_pid), warm]
+def job_process_command(python: str, launcher_pid: int, warm: str, status_fd: int) -> List[str]:
+    """The command line of a job process that dies with `launcher_pid`, imports `warm` (the task
+    function's module) while it waits for its first job, and answers on `status_fd`."""
+    return [python, "-m", JOB_PROCESS_MODULE, str(launcher_pid), warm, str(status_fd)]
 
 
-def _inherited_fds() -> List[int]:
-    """Descriptors above stderr a child would inherit: closed in it, as Popen's close_fds does."""
+def _inherited_fds(keep: int) -> List[int]:
+    """Descriptors above stderr a child would inherit, but `keep`: closed in it, as Popen's close_fds does."""
     try:
         fds = [int(name) for name in os.listdir(PROC_FDS)]
     except OSError:
@@ -56,7 +64,7 @@ def _inherited_fds() -> List[int]:
     kept = []
     for fd in fds:
         try:
-            if fd > 2 and os.get_inheritable(fd):
+            if fd > 2 and fd != keep and os.get_inheritable(fd):
                 kept.append(fd)
         except OSError:  # the listing's own descriptor, closed by now
             continue
@@ -64,18 +72,69 @@ def _inherited_fds() -> List[int]:
 
 
 def start_job_process(python: str, launcher_pid: int, warm: str) -> JobProcess:
-    """Start a job process in a session of its own, its stdin a pipe this process writes."""
+    """Start a job process in a session of its own, its stdin a pipe this process writes and an
+    answer pipe this process reads."""
     read_fd, write_fd = os.pipe()
-    actions = [(os.POSIX_SPAWN_DUP2, read_fd, 0), *((os.POSIX_SPAWN_CLOSE, fd) for fd in _inherited_fds())]
+    answer_read, answer_write = os.pipe()
+    os.set_inheritable(answer_write, True)
+    actions = [(os.POSIX_SPAWN_DUP2, read_fd, 0), *((os.POSIX_SPAWN_CLOSE, fd) for fd in _inherited_fds(answer_write))]
     try:
-        pid = os.posix_spawnp(python, job_process_command(python, launcher_pid, warm), os.environ,
+        pid = os.posix_spawnp(python, job_process_command(python, launcher_pid, warm, answer_write), os.environ,
                               file_actions=actions, setsid=True, setsigdef=RESTORED_SIGNALS)
     except BaseException:
         os.close(write_fd)
+        os.close(answer_read)
         raise
     finally:
         os.close(read_fd)
-    return JobProcess(pid, write_fd)
+        os.close(answer_write)
+    return JobProcess(pid, write_fd, answer_read)
+
+
+def write_frame(fd: int, payload: bytes) -> None:
+    os.write(fd, len(payload).to_bytes(FRAME_HEADER_BYTES, "big"))
+    view = memoryview(payload)
+    while view:
+        view = view[os.write(fd, view):]
+
+
+def _read_exactly(fd: int, size: int) -> Optional[bytes]:
+    chunks, left = [], size
+    while left:
+        chunk = os.read(fd, left)
+        if not chunk:
+            return None
+        chunks.append(chunk)
+        left -= len(chunk)
+    return b"".join(chunks)
+
+
+def read_frame(fd: int) -> Optional[bytes]:
+    """The next job's pickle, or None when the launcher closed the pipe (or died)."""
+    header = _read_exactly(fd, FRAME_HEADER_BYTES)
+    return None if header is None else _read_exactly(fd, int.from_bytes(header, "big"))
+
+
+def read_number(fd: int) -> Optional[int]:
+    """The next line's number on the answer pipe, or None once the job process has ended."""
+    line = b""
+    while not line.endswith(b"\n"):
+        byte = os.read(fd, 1)
+        if not byte:
+            return None
+        line += byte
+    return int(line)
+
+
+def forking_job_process() -> Optional[int]:
+    """The pid of the job process this process was forked from, if it was (a job); else None."""
+    parent = os.getppid()
+    try:
+        with open(f"/proc/{parent}/cmdline", "rb") as cmdline:
+            words = cmdline.read().split(b"\0")
+    except OSError:  # no /proc (macOS), or the parent is gone
+        return None
+    return parent if JOB_PROCESS_MODULE.encode() in words else None
 
 
 def _child_running(pid: int) -> Optional[bool]:
@@ -87,56 +146,86 @@ def _child_running(pid: int) -> Optional[bool]:
         return None
 
 
+def serving(process: Optional[JobProcess]) -> bool:
+    """Whether `process` still runs, so the next job may go to it."""
+    return process is not None and bool(_child_running(process.pid))
+
+
 def take(ahead: Optional[Sequence[int]]) -> Optional[JobProcess]:
-    """The process started ahead (`[pid, fd]`), if it is still running and this process's child;
-    None otherwise (its starter then ends it)."""
+    """The process started ahead (`[pid, stdin, status]`), if it is still running and this process's
+    child; None otherwise (its starter then ends it)."""
     if not ahead:
         return None
-    pid, fd = (int(n) for n in ahead)
-    return JobProcess(pid, fd) if _child_running(pid) else None
+    process = JobProcess(*(int(n) for n in ahead))
+    return process if _child_running(process.pid) else None
 
 
-def _kill_group(pgid: int) -> None:
+def kill_group(pgid: int) -> None:
     try:
         os.killpg(pgid, signal.SIGKILL)
     except ProcessLookupError:
         pass
 
 
-def run_job(process: JobProcess, payload: bytes) -> int:
-    """Hand the job over, wait for the process to end, kill its group, reap it; its exit status
-    as Popen gives it (minus the signal that killed it).
+def _close(fd: int) -> None:
+    try:
+        os.close(fd)
+    except OSError:  # closed already, by an earlier end of the same process
+        pass
 
-    Where it can (`WAITS_UNREAPED`) it waits without reaping, so the pid naming the process group
-    cannot be reused before the group is killed; however this returns or raises, nothing the job
-    started outlives it.
+
+def end(process: JobProcess, kill: bool = False) -> int:
+    """End the job process, its group killed and it reaped; its exit status as Popen gives it.
+
+    Closing its stdin asks it to end once it has reaped its last job; `kill` ends it at once (an
+    interrupted sweep), the job it was running then dying with it by the kernel's parent-death
+    signal (pipebench.base.lifeline).
     """
+    _close(process.stdin_fd)
     status = None
     try:
-        try:
-            with open(process.stdin_fd, "wb") as stdin:
-                stdin.write(payload)
-        except BrokenPipeError:  # it died before reading its job; the exit status says how
-            pass
+        if kill:
+            kill_group(process.pid)
         if WAITS_UNREAPED:
             os.waitid(os.P_PID, process.pid, os.WEXITED | os.WNOWAIT)
         else:
             _, status = os.waitpid(process.pid, 0)
     finally:
-        _kill_group(process.pid)
+        kill_group(process.pid)
         if status is None:
             _, status = os.waitpid(process.pid, 0)
+        _close(process.status_fd)
     return os.waitstatus_to_exitcode(status)
 
 
-def discard(process: Optional[JobProcess]) -> None:
-    """End a process started ahead that no launcher ran (a config error, `--help`, every job
-    already done); one that was run has been reaped by its launcher and is left alone."""
+def run_job(process: JobProcess, payload: bytes) -> int:
+    """Hand the job over and wait for its exit status (minus the signal that killed it).
+
+    A job process that ends instead of answering (it could not import its task's module, or it was
+    killed) is reaped, and its own status is the job's; `serving` then says it is gone. However
+    this raises, the job's group is killed and the job process ended, so nothing the job started
+    outlives it; the job's pid is still unreaped then, so the group it names is still the job's.
+    """
+    job = None
+    try:
+        try:
+            write_frame(process.stdin_fd, payload)
+        except BrokenPipeError:  # it died before reading the job; its exit status says how
+            return end(process)
+        job = read_number(process.status_fd)
+        status = None if job is None else read_number(process.status_fd)
+        return end(process) if status is None else status
+    except BaseException:
+        if job is not None:
+            kill_group(job)
+        end(process, kill=True)
+        raise
+
+
+def discard(process: Optional[JobProcess], kill: bool = True) -> None:
+    """End a job process still this process's unreaped child: one started ahead that no launcher ran
+    (a config error, `--help`, every job already done), or a sweep's at its end (`kill=False`: it
+    reaps its last job and exits). One its launcher has reaped already is left alone."""
     if process is None or _child_running(process.pid) is None:
         return
-    _kill_group(process.pid)
-    os.waitpid(process.pid, 0)
-    try:
-        os.close(process.stdin_fd)
-    except OSError:  # a launcher's run, cut short before its reap, closed it already
-        pass
+    end(process, kill=kill)
