@@ -29,6 +29,20 @@ FAST_JOB = [*TINY_DATASET, *QUICK_RUN, "consumer=none", *NO_PROFILE, "run.warmup
 
 # The lock file every xdist worker of one session shares, beside the workers' own temp folders.
 ALONE_LOCK = "tests-alone.lock"
+# Times a test that measures (`alone`) runs again after an assertion misses: a reading on a quiet
+# host still misses now and then by a wake-up or a reading a few batches late (CI, 2026-11-27: the
+# workers' PSS growth read 65 MiB for 80 once in 1279 tests), while a meter that is wrong misses
+# every time. Only an AssertionError reruns, never a crash; known-cost tests re-measure on their
+# own terms (known_cost_kit) and are left to it.
+MEASURED_RERUNS = 1
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: List[pytest.Item]) -> None:
+    """Mark each test that measures to run once more when an assertion misses (pytest-rerunfailures)."""
+    for item in items:
+        function = getattr(item, "function", None)
+        if item.get_closest_marker("alone") and not getattr(function, "known_cost", False):
+            item.add_marker(pytest.mark.flaky(reruns=MEASURED_RERUNS, only_rerun=[AssertionError]))
 
 
 @pytest.hookimpl(hookwrapper=True)

@@ -80,4 +80,5 @@ def known_cost(test):
         pytest.skip(f"{test.__name__}: known cost unmeasurable, every one of {ATTEMPTS} attempts failed "
                     f"beside load ({'; '.join(tried)})")
 
+    attempts.known_cost = True  # its own attempts: conftest.py adds no rerun of its own
     return attempts

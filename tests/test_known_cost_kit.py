@@ -78,3 +78,15 @@ def test_a_passing_test_runs_once_and_pytest_still_sees_its_fixtures(loads):
     assert list(inspect.signature(wrapped).parameters) == ["tmp_path"]
     wrapped(tmp_path="here")
     assert calls == ["here"] and loads == []
+
+
+def test_a_test_that_measures_reruns_once_on_an_assertion_alone(request):
+    """This module measures (`alone`): conftest.py marks each of its tests to run once more after an
+    AssertionError, and only then."""
+    flaky = request.node.get_closest_marker("flaky")
+    assert flaky is not None and flaky.kwargs == {"reruns": 1, "only_rerun": [AssertionError]}
+
+
+@known_cost
+def test_a_known_cost_test_gets_no_rerun_beside_its_own_attempts(request):
+    assert request.node.get_closest_marker("flaky") is None
