@@ -2,6 +2,7 @@
 
 import os
 import stat
+import subprocess
 import sys
 import time
 
@@ -146,3 +147,25 @@ def test_the_first_job_runs_in_the_process_started_ahead_and_an_error_or_a_calib
                         lambda folder: beside_calibration.append(_unreaped_child(spawned[-1])))
     assert main(["run", *FAST_JOB, *NO_CHAIN, "calibrate=true", f"results_dir={tmp_path / 'calibrated'}"]) == 0
     assert beside_calibration == [False] and len(spawned) == 4  # the one ahead, ended first, then the job's own
+
+
+# Imports the task function's module as a job process does, with every way torch's Python side
+# reaches the CUDA driver counted: a driver touched before a fork is unusable in the forked job.
+CUDA_AT_IMPORT = """
+import importlib, sys, torch, torch.cuda
+calls = []
+for owner, name in ((torch._C, "_cuda_getDeviceCount"), (torch.cuda, "is_available"), (torch.cuda, "_lazy_init"),
+                    (torch.cuda, "device_count"), (torch.cuda, "init")):
+    real = getattr(owner, name)
+    setattr(owner, name, lambda *a, _name=name, _real=real, **k: calls.append(_name) or _real(*a, **k))
+importlib.import_module(sys.argv[1])
+print(calls)
+"""
+
+
+@pytest.mark.slow
+def test_the_job_process_imports_touch_no_cuda_so_forked_jobs_can_use_it():
+    out = subprocess.run([sys.executable, "-c", CUDA_AT_IMPORT, "pipebench.cli.job_task"], capture_output=True,
+                         text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "[]"
