@@ -218,7 +218,9 @@ def run_job(process: JobProcess, payload: bytes) -> int:
     except BaseException:
         if job is not None:
             kill_group(job)
-        end(process, kill=True)
+        # With its job killed, the job process reaps it and ends on its closed stdin (no zombie is left
+        # to init); before it has named a job, it may still be importing, or forking the one written.
+        end(process, kill=job is None)
         raise
 
 
