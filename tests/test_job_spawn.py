@@ -138,6 +138,12 @@ def test_the_first_job_runs_in_the_process_started_ahead_and_an_error_or_a_calib
     assert len(spawned) == 1 and len(list(tmp_path.glob("*/job-*/result.json"))) == 2
     assert not _unreaped_child(spawned[-1])  # the sweep's job process ended with it
 
+    # Interleaved rounds: a job process a round (the one started ahead runs the first), so the
+    # rounds compare pools are apart as processes.
+    assert main(["run", *FAST_JOB, *NO_CHAIN, "workers=0,1", "rounds=2", f"results_dir={tmp_path / 'rounds'}"]) == 0
+    assert len(spawned) == 3 and len(list((tmp_path / "rounds").glob("*/job-*/result.json"))) == 4
+    del spawned[1:]
+
     assert main(["run", *FAST_JOB, *NO_CHAIN, "trnsform=x", f"results_dir={tmp_path / 'typo'}"]) == 2
     assert len(spawned) == 2 and "trnsform" in capsys.readouterr().err
     assert not _unreaped_child(spawned[-1])  # ended and reaped by the command that started it

@@ -102,6 +102,10 @@ class SubprocessLauncher(Launcher):
         # the first job to run takes it, and the sweep's later jobs run from it too.
         self.ahead = list(ahead) if ahead else None
         self.jobs: Optional[JobProcess] = None
+        # The interleaved round (`run.round`) whose jobs `jobs` runs: each round has a job process of
+        # its own, so rounds stay independent processes (address layout, hash seed, the imports'
+        # heap) and the spread `compare` pools across them is a spread between processes.
+        self.jobs_round: Optional[int] = None
         self.config: Optional[DictConfig] = None
         self.task_function: Optional[TaskFunction] = None
         self.hydra_context: Optional[HydraContext] = None
@@ -185,11 +189,15 @@ class SubprocessLauncher(Launcher):
         # Resolvers are closures that pickle cannot carry; the job process registers Hydra's own.
         del state["omegaconf_resolvers"]
         payload = pickle.dumps(JobPayload(self.hydra_context, sweep_config, self.task_function, state))
+        job_round = int(sweep_config.run.round)
+        if serving(self.jobs) and job_round != self.jobs_round:
+            discard(self.jobs, kill=False)  # the last round's: between jobs it ends at once
         if not serving(self.jobs):
             discard(self.jobs)  # ended on its own (killed, or its imports failed): reaped now
             self.jobs, self.ahead = take(self.ahead), None
             if self.jobs is None:
                 self.jobs = start_job_process(self.python, os.getpid(), self.task_function.__module__)
+            self.jobs_round = job_round
         try:
             return run_job(self.jobs, payload)
         except BaseException:
