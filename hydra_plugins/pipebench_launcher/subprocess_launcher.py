@@ -190,10 +190,12 @@ class SubprocessLauncher(Launcher):
         del state["omegaconf_resolvers"]
         payload = pickle.dumps(JobPayload(self.hydra_context, sweep_config, self.task_function, state))
         job_round = int(sweep_config.run.round)
-        if serving(self.jobs) and job_round != self.jobs_round:
-            discard(self.jobs, kill=False)  # the last round's: between jobs it ends at once
-        if not serving(self.jobs):
-            discard(self.jobs)  # ended on its own (killed, or its imports failed): reaped now
+        if self.jobs is not None and (job_round != self.jobs_round or not serving(self.jobs)):
+            # The last round's (between jobs it ends at once), or one that ended on its own (killed,
+            # or its imports failed): reaped now.
+            discard(self.jobs, kill=False)
+            self.jobs = None
+        if self.jobs is None:
             self.jobs, self.ahead = take(self.ahead), None
             if self.jobs is None:
                 self.jobs = start_job_process(self.python, os.getpid(), self.task_function.__module__)

@@ -277,24 +277,17 @@ def preflight(jobs: Sequence[Sequence[str]]) -> List[Tuple[JobSpec, str]]:
 
 def idle_shard_lines(checked: Sequence[Tuple[JobSpec, str]], datasets: Sequence[Any]) -> List[str]:
     """The plan-time line of each job whose sharded dataset has fewer shards than ranks x workers."""
-    lines = []
-    for (spec, _), dataset in zip(checked, datasets):
-        shard_count = getattr(dataset, "shard_count", None)
-        if shard_count is not None:
-            line = idle_line(spec.dataset_name, shard_count(), spec.distributed.nproc, spec.workers)
-            lines += [line] if line else []
-    return lines
+    lines = (idle_line(spec.dataset_name, dataset.shard_count(), spec.distributed.nproc, spec.workers)
+             for (spec, _), dataset in zip(checked, datasets) if hasattr(dataset, "shard_count"))
+    return [line for line in lines if line]
 
 
 def random_access_lines(checked: Sequence[Tuple[JobSpec, str]], datasets: Sequence[Any]) -> List[str]:
     """The plan-time line of each job that reads a map-style Parquet set under a shuffling sampler
     (datasets/row_group_reads.py): nothing measured yet, so the rows a sample reads."""
-    lines = []
-    for (spec, _), dataset in zip(checked, datasets):
-        if isinstance(dataset, ParquetRows):
-            line = random_access_line(dataset.identity(), spec.loader.shuffle)
-            lines += [line] if line else []
-    return lines
+    lines = (random_access_line(dataset.identity(), spec.loader.shuffle)
+             for (spec, _), dataset in zip(checked, datasets) if isinstance(dataset, ParquetRows))
+    return [line for line in lines if line]
 
 
 def _hydra_entry():

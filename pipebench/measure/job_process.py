@@ -130,7 +130,7 @@ def _ended_status(job: int) -> int:
 
 def serve(answer_fd: int) -> int:
     """Run each job read from stdin in a child, one at a time, until the launcher closes the pipe."""
-    job = None
+    job, me = None, os.getpid()
     while True:
         payload = read_frame(0)
         if job is not None and WAITS_UNREAPED:
@@ -139,7 +139,7 @@ def serve(answer_fd: int) -> int:
             return 0
         job = os.fork()
         if job == 0:
-            _job_child(payload, answer_fd, os.getppid())
+            _job_child(payload, answer_fd, me)  # not getppid(): if this process died first, that is init
         os.write(answer_fd, f"{job}\n".encode())
         status = _ended_status(job)
         kill_group(job)  # what the job started ends with it

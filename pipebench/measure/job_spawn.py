@@ -23,8 +23,9 @@ import signal
 from dataclasses import dataclass
 from typing import List, Optional, Sequence
 
-__all__ = ["JOB_PROCESS_MODULE", "WAITS_UNREAPED", "JobProcess", "discard", "end", "forking_job_process", "job_process_command",
-           "read_frame", "read_number", "run_job", "serving", "start_job_process", "take", "write_frame"]
+__all__ = ["JOB_PROCESS_MODULE", "WAITS_UNREAPED", "JobProcess", "discard", "forking_job_process",
+           "job_process_command", "kill_group", "read_frame", "read_number", "run_job", "serving", "start_job_process",
+           "take"]
 
 JOB_PROCESS_MODULE = "pipebench.measure.job_process"
 # What subprocess.Popen(restore_signals=True) resets in a child: Python ignores SIGPIPE and
@@ -91,7 +92,7 @@ def start_job_process(python: str, launcher_pid: int, warm: str) -> JobProcess:
     return JobProcess(pid, write_fd, answer_read)
 
 
-def write_frame(fd: int, payload: bytes) -> None:
+def _write_frame(fd: int, payload: bytes) -> None:
     os.write(fd, len(payload).to_bytes(FRAME_HEADER_BYTES, "big"))
     view = memoryview(payload)
     while view:
@@ -174,7 +175,7 @@ def _close(fd: int) -> None:
         pass
 
 
-def end(process: JobProcess, kill: bool = False) -> int:
+def _end(process: JobProcess, kill: bool = False) -> int:
     """End the job process, its group killed and it reaped; its exit status as Popen gives it.
 
     Closing its stdin asks it to end once it has reaped its last job; `kill` ends it at once (an
@@ -209,18 +210,18 @@ def run_job(process: JobProcess, payload: bytes) -> int:
     job = None
     try:
         try:
-            write_frame(process.stdin_fd, payload)
+            _write_frame(process.stdin_fd, payload)
         except BrokenPipeError:  # it died before reading the job; its exit status says how
-            return end(process)
+            return _end(process)
         job = read_number(process.status_fd)
         status = None if job is None else read_number(process.status_fd)
-        return end(process) if status is None else status
+        return _end(process) if status is None else status
     except BaseException:
         if job is not None:
             kill_group(job)
         # With its job killed, the job process reaps it and ends on its closed stdin (no zombie is left
         # to init); before it has named a job, it may still be importing, or forking the one written.
-        end(process, kill=job is None)
+        _end(process, kill=job is None)
         raise
 
 
@@ -230,4 +231,4 @@ def discard(process: Optional[JobProcess], kill: bool = True) -> None:
     reaps its last job and exits). One its launcher has reaped already is left alone."""
     if process is None or _child_running(process.pid) is None:
         return
-    end(process, kill=kill)
+    _end(process, kill=kill)

@@ -589,15 +589,14 @@ def _advice_random_access(results: Sequence[JobRecord]) -> List[str]:
     median bytes its jobs read a sample where their read figures have them (datasets/row_group_reads.py)."""
     jobs: Dict[str, List[JobRecord]] = {}
     for result in results:
-        dataset = result.fingerprint.get("dataset", {})
-        if random_access_line(dataset, _shuffled(result)):
-            jobs.setdefault(repr(sorted(dataset.items())), []).append(result)
+        if _shuffled(result):
+            jobs.setdefault(repr(sorted(result.fingerprint.get("dataset", {}).items())), []).append(result)
     lines = []
     for same in jobs.values():
         read = [r.summary.read_bytes_per_sample for r in same if r.summary.read_bytes_per_sample]
-        lines.append(random_access_line(same[0].fingerprint["dataset"], True,
+        lines.append(random_access_line(same[0].fingerprint.get("dataset", {}), True,
                                         float(np.median(read)) if read else None))
-    return lines
+    return [line for line in lines if line]
 
 
 def _shuffled(result: JobRecord) -> bool:
