@@ -144,19 +144,30 @@ def frozen_heap():
     gc.unfreeze()
 
 
-@pytest.mark.usefixtures("frozen_heap")
+def _keeping_summary(answer) -> None:
+    """Watch a loader whose workers keep KEEP_MB a sample; send its summary back on `answer`."""
+    # The epoch outlasts the window and its prefetch, so the prefetch runs as far ahead at both readings.
+    length = (KEEP_STEPS + 2 + 2 * PREFETCH_BATCHES) * BATCH
+    loader = DataLoader(Known(keep_mb=KEEP_MB, length=length), batch_size=BATCH, num_workers=2,
+                        persistent_workers=True, multiprocessing_context="fork")
+    answer.send(dict(_run(loader, steps=KEEP_STEPS, skip=2).record["summary"]))
+
+
 def test_workers_pss_growth_is_what_they_keep_and_the_epoch_restart_is_measured():
     # A reading off its mark by a few batches moves the growth by that many batches' keep: the same
     # 80 MiB as 20 steps of 1 MiB samples read 65 in CI (3.6 batches off), so it is kept in
-    # quarter-size samples over 4x the steps, as the two-loader test keeps it.
-    steps = KEEP_STEPS
-    # The epoch outlasts the window and its prefetch, so the prefetch runs as far ahead at both readings.
-    length = (steps + 2 + 2 * PREFETCH_BATCHES) * BATCH
-    loader = DataLoader(Known(keep_mb=KEEP_MB, length=length), batch_size=BATCH, num_workers=2,
-                        persistent_workers=True, multiprocessing_context="fork")
-    summary = _run(loader, steps=steps, skip=2).record["summary"]
+    # quarter-size samples over 4x the steps, as the two-loader test keeps it. And the workers are
+    # forked from a fresh interpreter: forked from a long-lived xdist worker (its heap a GiB of a
+    # thousand tests' objects, shared with them) their growth read 63 MiB for 80 twice in a full run.
+    context = multiprocessing.get_context("spawn")
+    receive, answer = context.Pipe(duplex=False)
+    fresh = context.Process(target=_keeping_summary, args=(answer,))
+    fresh.start()
+    answer.close()  # the child's is then the only write end: a child that dies is EOFError, not a hang
+    summary = receive.recv()
+    fresh.join()
     # Between the readings the workers fetched the window's samples.
-    assert summary["worker_pss_growth_mb"] == pytest.approx(steps * BATCH * KEEP_MB, rel=PSS_TOLERANCE)
+    assert summary["worker_pss_growth_mb"] == pytest.approx(KEEP_STEPS * BATCH * KEEP_MB, rel=PSS_TOLERANCE)
     assert summary["pss_mb_peak"] > summary["worker_pss_growth_mb"]
     assert summary["storage_read_mb"] is not None
 
