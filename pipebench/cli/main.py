@@ -23,10 +23,11 @@ from pipebench.base.errors import (
     PipebenchError,
     Terminated,
     error_line,
+    exit_without_teardown,
 )
 from pipebench.measure.job_spawn import WAITS_UNREAPED, JobProcess, discard, start_job_process
 
-__all__ = ["VERB_NAMES", "build_parser", "job_ahead", "main", "verbs"]
+__all__ = ["VERB_NAMES", "build_parser", "entry", "job_ahead", "main", "verbs"]
 
 # The verbs (modules of pipebench.cli) in workflow order, so help lists them as a user meets them.
 VERB_NAMES = ("attach", "dataset", "run", "explore", "tune", "report", "compare", "ab", "baseline", "history")
@@ -105,5 +106,10 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         signal.signal(signal.SIGTERM, previous)
 
 
+def entry() -> None:
+    """The `pipebench` console script: `main`, then an exit that skips the modules' teardown."""
+    exit_without_teardown(main())
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    entry()

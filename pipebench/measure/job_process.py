@@ -18,7 +18,6 @@ shared results folder, and on a full disk with no file named. Here they are writ
 writes every file (pipebench.base.io): a new file renamed over the old name.
 """
 
-import atexit
 import importlib
 import os
 import pickle
@@ -39,6 +38,7 @@ from pipebench.base.errors import (
     INTERRUPTED_EXIT_STATUS,
     USAGE_EXIT_STATUS,
     error_line,
+    exit_without_teardown,
     report_error,
 )
 from pipebench.base.io import write_text_atomic
@@ -109,14 +109,8 @@ def _job_child(job: bytes, answer_fd: int, job_process_pid: int) -> None:
         os.dup2(devnull, 0)
         os.close(devnull)
         code = run_job_bytes(job)
-        atexit._run_exitfuncs()  # what a fresh interpreter's exit would run: multiprocessing's clean-up
     finally:
-        for stream in (sys.stdout, sys.stderr):
-            try:
-                stream.flush()
-            except (OSError, ValueError):
-                pass
-        os._exit(code)
+        exit_without_teardown(code)  # a fresh interpreter's exit handlers (multiprocessing's clean-up), no more
 
 
 def _ended_status(job: int) -> int:
@@ -157,4 +151,4 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    exit_without_teardown(main())
