@@ -27,6 +27,9 @@ from pipebench.base.errors import ConfigError
 from pipebench.cli.attach_torchrun import RANK_MODULE, parse_torchrun, torchrun_args
 from pipebench.record.results import scan_job_results
 
+# It asserts on measured rates, CPU time or the host's load: under xdist it runs with no other test beside it.
+pytestmark = pytest.mark.alone
+
 FETCH_MS = 0.5
 EXTRA_MS = 2.0
 STEP_MS = 5.0
@@ -122,7 +125,6 @@ def _assert_rank_rows(result) -> None:
     assert set(result["rank_passes"]) == {"0", "1"}
 
 
-@pytest.mark.alone  # asserts on measured rates or CPU time: nothing may run beside it
 @pytest.mark.slow
 def test_torchrun_under_attach_gives_a_row_a_rank_and_the_straggler_figures(project):
     mark = uuid.uuid4().hex

@@ -27,6 +27,9 @@ from pipebench.measure.fingerprint import usable_cores
 from pipebench.measure.steps import PassResult, StepSample
 from pipebench.measure.window import split_window, window_record
 
+# It asserts on measured rates, CPU time or the host's load: under xdist it runs with no other test beside it.
+pytestmark = pytest.mark.alone
+
 TWO_RANKS = ["distributed.nproc=2", "results_dir=out"]
 # 64 samples / 2 ranks / 8 a batch = 4 steps a rank per epoch: a quick run spans several epochs.
 SMALL = ["dataset=random_tensors", "dataset.shape=[3,32,32]", "dataset.length=64"]
@@ -68,7 +71,6 @@ def _results(folder: Path):
     return [json.loads(p.read_text()) for p in sorted(folder.glob("job-*/result.json"))]
 
 
-@pytest.mark.alone  # asserts on measured rates or CPU time: nothing may run beside it
 @pytest.mark.slow
 def test_two_ranks_balanced_straggler_and_a_rank_that_dies(rank_project):
     # One sweep (one CLI start-up): two good jobs, then one whose rank 1 dies at its first sample.

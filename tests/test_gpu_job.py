@@ -23,6 +23,9 @@ from pipebench.measure.gpu.trace import CPU_OP_CATEGORY, load_trace, windows
 from pipebench.pipeline.consumers import build_consumer
 from pipebench.record.results import SUMMARY_COLUMNS
 
+# It asserts on measured rates, CPU time or the host's load: under xdist it runs with no other test beside it.
+pytestmark = pytest.mark.alone
+
 NO_CUDA_ONLY = pytest.mark.skipif(torch.cuda.is_available(), reason="checks the machine without CUDA")
 GPU_COLUMNS = ["h2d_gpu_ms_median", "gpu_util_pct", "syncs_per_step", "sync_ops", "sync_wait_ms_per_step",
                "gpu_busy_pct", "trace_accel_util_pct", "idle_host_wait_pct", "idle_kernel_wait_pct", "idle_other_pct",
@@ -110,7 +113,6 @@ def _cuda_run(tmp_path: Path, *overrides: str) -> Path:
     return tmp_path / results_folder(proc.stdout)
 
 
-@pytest.mark.alone  # asserts on measured rates or CPU time: nothing may run beside it
 @NEEDS_CUDA
 def test_on_cuda_the_jobs_report_gpu_timings_syncs_idle_and_allocator(tmp_path):
     # Four jobs, not the six of a consumer x pin_memory sweep: only the toy CNN is read unpinned.
@@ -152,7 +154,6 @@ def test_on_cuda_the_jobs_report_gpu_timings_syncs_idle_and_allocator(tmp_path):
     assert "## GPU" in (pinned / "summary.md").read_text()
 
 
-@pytest.mark.alone  # asserts on measured rates or CPU time: nothing may run beside it
 @NEEDS_CUDA
 def test_on_cuda_the_toy_cnn_runs_ahead_by_default_and_reads_the_gpus_own_timeline(tmp_path):
     folder = _cuda_run(tmp_path, "consumer=toy_cnn", "loader.pin_memory=true")

@@ -24,6 +24,9 @@ from pipebench.pipeline.build import build_pipeline
 from pipebench.pipeline.file_reads import IO_FIELDS, FileReads
 from pipebench.pipeline.loader_backends import PROCESSES, THREADS, build_backend, check_backend
 
+# It asserts on measured rates, CPU time or the host's load: under xdist it runs with no other test beside it.
+pytestmark = pytest.mark.alone
+
 SLEEP = "pipebench.transforms.synthetic.Sleep"
 BUSY = "pipebench.transforms.synthetic.BusyWait"
 BATCH = 8
@@ -190,7 +193,6 @@ def _best_rates(backend, chain, length):
     return best[1], best[2]
 
 
-@pytest.mark.alone  # asserts on measured rates or CPU time: nothing may run beside it
 @pytest.mark.slow
 @pytest.mark.parametrize("backend", THREAD_BACKENDS)
 def test_a_chain_that_releases_the_gil_scales_with_threads_and_one_that_holds_it_does_not(backend):
