@@ -5,6 +5,7 @@ import stat
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import psutil
 import pytest
@@ -175,3 +176,31 @@ def test_the_job_process_imports_touch_no_cuda_so_forked_jobs_can_use_it():
                          text=True, timeout=120)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "[]"
+
+
+# A process that ends through exit_without_teardown: its exit handler and its buffered output must
+# still reach the file and the pipe, while an object's finalizer (module teardown) never runs.
+ENDS_WITHOUT_TEARDOWN = """
+import atexit, sys
+from pipebench.base.errors import exit_without_teardown
+
+class Torn:
+    def __del__(self):
+        print("torn down", flush=True)
+
+kept = Torn()
+atexit.register(lambda: open(sys.argv[1], "w").write("handler ran"))
+sys.stdout.write("buffered, not flushed")
+exit_without_teardown(7)
+"""
+
+
+def test_the_command_and_the_job_process_exit_with_their_handlers_and_output_but_no_teardown(tmp_path):
+    marker = tmp_path / "handler"
+    buffered = {key: value for key, value in os.environ.items() if key != "PYTHONUNBUFFERED"}
+    out = subprocess.run([sys.executable, "-c", ENDS_WITHOUT_TEARDOWN, str(marker)], capture_output=True, text=True,
+                         timeout=60, env=buffered)
+    assert (out.returncode, out.stdout, out.stderr) == (7, "buffered, not flushed", "")
+    assert marker.read_text() == "handler ran"
+    console = Path(sys.executable).with_name("pipebench").read_text()
+    assert "from pipebench.cli.main import entry" in console  # the installed script ends this way too
