@@ -2,9 +2,9 @@
 rule that lets tests run side by side under pytest-xdist while those that measure run alone."""
 
 import fcntl
-from collections import Counter
 import subprocess
 import sys
+from collections import Counter
 from pathlib import Path
 from typing import Callable, Iterator, List, Sequence, Tuple
 
@@ -28,6 +28,8 @@ FAST_JOB = [*TINY_DATASET, *QUICK_RUN, "consumer=none", *NO_PROFILE, "run.warmup
             "run.thread_profile=false"]
 
 
+# The installed console script, beside this interpreter: the command exactly as a user types it.
+PIPEBENCH_SCRIPT = Path(sys.executable).with_name("pipebench")
 # The lock file every xdist worker of one session shares, beside the workers' own temp folders.
 ALONE_LOCK = "tests-alone.lock"
 # Times a test that measures (`alone`) runs again after an assertion misses: a reading on a quiet
@@ -61,11 +63,11 @@ def file_order(items: Sequence[pytest.Item]) -> Callable[[pytest.Item], Tuple[fl
     """
     alone, slow, total = Counter(), Counter(), Counter()
     for item in items:
-        path = item.nodeid.split("::", 1)[0]
+        path = item.path
         total[path] += 1
         alone[path] += item.get_closest_marker("alone") is not None
         slow[path] += item.get_closest_marker("slow") is not None
-    return lambda item: (alone[path := item.nodeid.split("::", 1)[0]] / total[path], -slow[path])
+    return lambda item: (alone[item.path] / total[item.path], -slow[item.path])
 
 
 @pytest.hookimpl(hookwrapper=True)
@@ -93,8 +95,8 @@ def compose_spec(overrides: Sequence[str]) -> JobSpec:
 def run_cli(args: List[str], cwd: Path, timeout: float = 240, prefix: Sequence[str] = ()) -> subprocess.CompletedProcess:
     """`pipebench ...` exactly as a user types it, from the installed console script (after `prefix`,
     e.g. taskset)."""
-    exe = Path(sys.executable).with_name("pipebench")
-    return subprocess.run([*prefix, str(exe), *args], cwd=cwd, capture_output=True, text=True, timeout=timeout)
+    return subprocess.run([*prefix, str(PIPEBENCH_SCRIPT), *args], cwd=cwd, capture_output=True, text=True,
+                          timeout=timeout)
 
 
 def results_folder(stdout: str) -> Path:

@@ -10,7 +10,7 @@ from typing import Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 import pytest
-from conftest import TINY_DATASET, results_folder, run_cli
+from conftest import PIPEBENCH_SCRIPT, TINY_DATASET, results_folder, run_cli
 from known_cost_kit import known_cost
 from stored_results import result_record, write_record
 
@@ -293,7 +293,7 @@ def _run_spun_from_the_first_job(args: Sequence[str], cwd: Path) -> Tuple[int, s
     err_path = cwd / "spun.stderr"
     try:
         with err_path.open("w") as err, subprocess.Popen(
-                [str(Path(sys.executable).with_name("pipebench")), *args], cwd=cwd, stdout=subprocess.PIPE,
+                [str(PIPEBENCH_SCRIPT), *args], cwd=cwd, stdout=subprocess.PIPE,
                 stderr=err, text=True) as proc:
             lines = []
             for line in proc.stdout:  # stderr goes to a file: a full pipe there could not stall this loop

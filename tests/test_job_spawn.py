@@ -5,11 +5,10 @@ import stat
 import subprocess
 import sys
 import time
-from pathlib import Path
 
 import psutil
 import pytest
-from conftest import FAST_JOB, NO_CHAIN
+from conftest import FAST_JOB, NO_CHAIN, PIPEBENCH_SCRIPT
 
 import pipebench.cli.run as run_module
 from pipebench.base.errors import CRASH_EXIT_STATUS
@@ -202,5 +201,5 @@ def test_the_command_and_the_job_process_exit_with_their_handlers_and_output_but
                          timeout=60, env=buffered)
     assert (out.returncode, out.stdout, out.stderr) == (7, "buffered, not flushed", "")
     assert marker.read_text() == "handler ran"
-    console = Path(sys.executable).with_name("pipebench").read_text()
+    console = PIPEBENCH_SCRIPT.read_text()
     assert "from pipebench.cli.main import entry" in console  # the installed script ends this way too

@@ -170,12 +170,7 @@ def exit_without_teardown(status: int) -> None:
     flushed, but without tearing its modules down: torch's and matplotlib's teardown took 0.8 s of
     every `pipebench run`'s end on the 2-core VM, and each forked job would pay it again."""
     atexit._run_exitfuncs()  # multiprocessing's and logging's clean-up, temporary folders' finalizers
-    for stream in (sys.stdout, sys.stderr):
-        try:
-            stream.flush()
-        except (OSError, ValueError):  # a reader that went away, a stream already closed
-            pass
-    os._exit(status)
+    _flushed_exit(status)
 
 
 def exit_leaving_threads(status: int) -> None:
@@ -183,6 +178,14 @@ def exit_leaving_threads(status: int) -> None:
     thread stuck in a transform would hold a normal exit forever (Python joins the thread pools'
     threads at exit) or abort it (a daemon thread that wakes during shutdown)."""
     logging.shutdown()
+    _flushed_exit(status)
+
+
+def _flushed_exit(status: int) -> None:
+    """os._exit(status) once stdout and stderr are flushed, as far as they still can be."""
     for stream in (sys.stdout, sys.stderr):
-        stream.flush()
+        try:
+            stream.flush()
+        except (OSError, ValueError):  # a reader that went away, a stream already closed
+            pass
     os._exit(status)
