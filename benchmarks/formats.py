@@ -28,9 +28,10 @@ import time
 from pathlib import Path
 from typing import Dict, List, Mapping, Sequence, Tuple
 
+from pipebench.base.cores import usable_cores
 from pipebench.base.tables import markdown_table
 from pipebench.datasets.synthetic_jpeg import SyntheticJpegDataset
-from pipebench.measure.fingerprint import cpu_model, usable_cores
+from pipebench.measure.fingerprint import cpu_model
 
 NUM_IMAGES = 2_000
 # The target: each format within 5% of the folder's samples/s at workers=0.

@@ -45,10 +45,11 @@ from unittest import mock
 import s3fs
 import torch
 
+from pipebench.base.cores import usable_cores
 from pipebench.base.errors import INTERRUPTED_EXIT_STATUS, USAGE_EXIT_STATUS, PipebenchError, error_line
 from pipebench.base.tables import markdown_table
 from pipebench.cli.dataset import convert
-from pipebench.measure.fingerprint import cpu_model, usable_cores
+from pipebench.measure.fingerprint import cpu_model
 from pipebench.measure.setup import quiet_torch_output
 
 from storage_check import interleaved_rounds  # the benchmarks' one round-robin of jobs

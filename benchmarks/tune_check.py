@@ -23,7 +23,7 @@ import time
 from pathlib import Path
 from typing import Dict, List, Mapping, Sequence, Tuple
 
-from pipebench.measure.fingerprint import usable_cores
+from pipebench.base.cores import usable_cores
 from pipebench.report.comparison import measured_rate
 
 PIPEBENCH = str(Path(sys.executable).with_name("pipebench"))

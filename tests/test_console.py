@@ -8,7 +8,7 @@ import warnings
 import pytest
 from conftest import NO_CHAIN, QUICK_RUN, TINY_DATASET, compose_spec, run_cli
 
-from pipebench.measure.fingerprint import usable_cores
+from pipebench.base.cores import usable_cores
 from pipebench.measure.setup import oversubscription_note, quiet_torch_output
 
 # What torch prints on its own on a machine without a GPU: kineto's C++ log lines at the

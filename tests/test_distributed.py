@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 from conftest import NO_PROFILE, QUICK_RUN, compose_spec, results_folder, run_cli
 
+from pipebench.base.cores import usable_cores
 from pipebench.config.specs import DistributedSpec
 from pipebench.measure.distributed.multirank import (
     KILL_GRACE_S,
@@ -23,7 +24,6 @@ from pipebench.measure.distributed.multirank import (
     root_cause,
     total_rate,
 )
-from pipebench.measure.fingerprint import usable_cores
 from pipebench.measure.steps import PassResult, StepSample
 from pipebench.measure.window import split_window, window_record
 

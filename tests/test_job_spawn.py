@@ -1,6 +1,8 @@
 """Job processes: the one `pipebench run` starts ahead of its first job, handed over or ended."""
 
+import functools
 import os
+import pickle
 import stat
 import subprocess
 import sys
@@ -8,7 +10,7 @@ import time
 
 import psutil
 import pytest
-from conftest import FAST_JOB, NO_CHAIN, PIPEBENCH_SCRIPT
+from conftest import FAST_JOB, NO_CHAIN, PIPEBENCH_SCRIPT, TINY_DATASET
 
 import pipebench.cli.run as run_module
 from pipebench.base.errors import CRASH_EXIT_STATUS
@@ -23,6 +25,7 @@ from pipebench.measure.job_spawn import (
     serving,
     start_job_process,
     take,
+    warm,
 )
 
 # A stand-in interpreter: keeps the first $SIZE bytes of its stdin in $OUT, leaves a grandchild
@@ -81,6 +84,30 @@ def test_each_job_runs_in_a_child_of_its_own_and_the_job_process_serves_the_next
     assert len(set(job_pids)) == 2 and process.pid not in job_pids
     discard(process, kill=False)
     assert not psutil.pid_exists(process.pid) and not any(psutil.pid_exists(pid) for pid in job_pids)
+
+
+def _imported_in_a_job(process: JobProcess, module: str) -> bool:
+    """Whether a job forked now would start with `module` imported: a callable payload (a check run
+    in a job's place) whose status says so, built from builtins so its unpickling imports nothing."""
+    probe = functools.partial(eval, f"0 if {module!r} in __import__('sys').modules else 3")
+    status = run_job(process, pickle.dumps(probe))
+    assert status in (0, 3), status
+    return status == 0
+
+
+def test_the_job_process_imports_what_an_import_frame_names_from_its_own_packages_only():
+    """The chains' torchvision and pipebench modules, imported once by the job process, are there
+    for every job it forks after; a module of any other package (a user's) is left to the job."""
+    process = start_job_process(sys.executable, os.getpid(), "os")
+    try:
+        assert not _imported_in_a_job(process, "pipebench.base.tables")
+        warm(process, ["pipebench.base.tables.markdown_table", None, "numpy.linalg.norm", "no_such.module.Thing"])
+        assert _imported_in_a_job(process, "pipebench.base.tables")
+        assert not _imported_in_a_job(process, "numpy")
+        warm(process, ["pipebench.no_such_module.Thing"])  # the job that names it reports it, not this
+        assert _imported_in_a_job(process, "pipebench.base.tables") and serving(process)
+    finally:
+        discard(process, kill=False)
 
 
 def test_only_a_running_child_is_taken_and_discard_ends_only_what_was_never_run(tmp_path):
@@ -155,6 +182,36 @@ def test_the_first_job_runs_in_the_process_started_ahead_and_an_error_or_a_calib
     assert beside_calibration == [False] and len(spawned) == 4  # the one ahead, ended first, then the job's own
 
 
+# A `pipebench run` that says, once done, whether its own process imported torch.
+RUN_SAYING_IF_TORCH = """
+import sys
+from pipebench.cli.main import main
+status = main(sys.argv[1:])
+print(f"status {status}, torch imported: {'torch' in sys.modules}")
+"""
+
+
+@pytest.mark.slow
+def test_the_command_imports_no_torch_and_its_jobs_are_built_in_a_child_of_the_job_process(tmp_path):
+    """The builds before any job (chains, datasets, backends) run where torch is imported already,
+    and a job that does not build is still one line and exit 2 before anything runs."""
+    built = subprocess.run([sys.executable, "-c", RUN_SAYING_IF_TORCH, "run", *FAST_JOB, *NO_CHAIN,
+                            f"results_dir={tmp_path / 'built'}"], cwd=tmp_path, capture_output=True, text=True,
+                           timeout=240)
+    assert built.stdout.strip().endswith("status 0, torch imported: False"), built.stdout + built.stderr
+    assert len(list(tmp_path.glob("built/*/job-*/result.json"))) == 1
+
+    missing = tmp_path / "no-such-folder"
+    fast_without_its_dataset = [word for word in FAST_JOB if word not in TINY_DATASET]
+    unbuilt = subprocess.run([sys.executable, "-c", RUN_SAYING_IF_TORCH, "run", *fast_without_its_dataset, *NO_CHAIN,
+                              "dataset=image_folder", f"dataset.path={missing}", f"results_dir={tmp_path / 'unbuilt'}"],
+                             cwd=tmp_path, capture_output=True, text=True, timeout=240)
+    assert unbuilt.stdout.strip() == "status 2, torch imported: False", unbuilt.stdout + unbuilt.stderr
+    (line,) = unbuilt.stderr.strip().splitlines()
+    assert line.startswith("pipebench: error: ") and str(missing) in line
+    assert not list(tmp_path.glob("unbuilt/*/job-*"))
+
+
 # Imports the task function's module as a job process does, with every way torch's Python side
 # reaches the CUDA driver counted: a driver touched before a fork is unusable in the forked job.
 CUDA_AT_IMPORT = """
@@ -164,7 +221,9 @@ for owner, name in ((torch._C, "_cuda_getDeviceCount"), (torch.cuda, "is_availab
                     (torch.cuda, "device_count"), (torch.cuda, "init")):
     real = getattr(owner, name)
     setattr(owner, name, lambda *a, _name=name, _real=real, **k: calls.append(_name) or _real(*a, **k))
-importlib.import_module(sys.argv[1])
+module = importlib.import_module(sys.argv[1])
+for name in module.WARM_MODULES:  # as the job process imports them (pipebench.measure.job_process)
+    importlib.import_module(name)
 print(calls)
 """
 

@@ -133,7 +133,7 @@ HEAVY_OPTIONAL_MODULES = ("torchvision", "scipy.stats")
 def test_a_job_process_imports_neither_torchvision_nor_scipy_stats_until_a_chain_asks():
     """A tiny job's cost is mostly its process start; this keeps it from paying for what it never uses."""
     probe = (
-        "import sys, pipebench.cli.job_task, pipebench.measure.job_process, pipebench.cli.run\n"
+        "import sys, pipebench.cli.one_job, pipebench.measure.job_process, pipebench.cli.run\n"
         f"print(','.join(m for m in {HEAVY_OPTIONAL_MODULES!r} if m in sys.modules))\n"
     )
     out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True)

@@ -8,10 +8,10 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from pipebench.cli.run import random_access_lines
 from pipebench.datasets.parquet_rows import parquet_dataset, write_parquet
 from pipebench.datasets.row_group_reads import random_access_line
 from pipebench.pipeline.file_reads import READ_BYTES
+from pipebench.pipeline.sweep_check import random_access_lines
 from pipebench.report.diagnosis import diagnose, render_diagnosis
 
 # The finding's set: 2,000 images of ~130 KB in 24 row groups (8 files of 250 rows, row groups of 100).
@@ -87,7 +87,7 @@ def test_plan_time_names_a_shuffled_map_style_read_and_leaves_streaming_and_orde
     rows, stream = parquet_dataset(parquet_files[0]), parquet_dataset(parquet_files[0], streaming=True)
 
     def job(shuffle):
-        return SimpleNamespace(loader=SimpleNamespace(shuffle=shuffle)), ""
+        return SimpleNamespace(loader=SimpleNamespace(shuffle=shuffle))
 
     (line,) = random_access_lines([job(True)], [rows])
     assert line.startswith("parquet: shuffled random access reads whole row groups: 12 samples in 3 row groups "

@@ -10,7 +10,7 @@ import re
 import pytest
 from conftest import FAST_JOB, compose_spec, results_folder, run_cli
 
-from pipebench.measure.fingerprint import usable_cores
+from pipebench.base.cores import usable_cores
 from pipebench.measure.job import measure_job
 from pipebench.measure.thread_profile import thread_counts
 from pipebench.measure.thread_verdict import CPU_BOUND, HOLDS_GIL, SCALES, WAITS, ScalingFigures, thread_verdict

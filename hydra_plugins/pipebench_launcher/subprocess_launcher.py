@@ -49,7 +49,7 @@ from pipebench.base.errors import (
 )
 from pipebench.config.schema import register_launcher_config
 from pipebench.measure.job_process import JobPayload
-from pipebench.measure.job_spawn import JobProcess, discard, run_job, serving, start_job_process, take
+from pipebench.measure.job_spawn import JobProcess, discard, run_job, serving, start_job_process, take, warm
 from pipebench.record.resume import drop_links, job_already_done
 from pipebench.record.target import reached_target
 
@@ -199,6 +199,9 @@ class SubprocessLauncher(Launcher):
             self.jobs, self.ahead = take(self.ahead), None
             if self.jobs is None:
                 self.jobs = start_job_process(self.python, os.getpid(), self.task_function.__module__)
+                warm(self.jobs, [node.get("_target_") for node in (*sweep_config.transform.per_sample,
+                                                                   *sweep_config.transform.per_batch,
+                                                                   sweep_config.dataset)])
             self.jobs_round = job_round
         try:
             return run_job(self.jobs, payload)

@@ -33,7 +33,7 @@ from pipebench.attach.watch_chain import Recipe, Riding, collate_step, subset_ba
 from pipebench.attach.watch_stages import timed_any
 from pipebench.attach.watch_clock import GpuWatchClock, cuda_watch_clock, on_gpu_clock
 from pipebench.attach.watch_meters import WindowMeters
-from pipebench.measure.fingerprint import usable_cores
+from pipebench.base.cores import usable_cores
 from pipebench.measure.steps import NS_PER_MS, NS_PER_S, PassResult, StepSample, TimingSink, cycle_steps
 from pipebench.measure.summarize import TransformRow, summary_row, transform_rows
 from pipebench.measure.window import Window, rate_interval, split_window

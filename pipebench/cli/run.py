@@ -15,7 +15,7 @@ from importlib import resources
 import sys
 import time
 from pathlib import Path
-from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
+from typing import Callable, List, Optional, Sequence, Tuple
 
 import hydra
 
@@ -28,6 +28,7 @@ from hydra.plugins.launcher import Launcher
 from hydra.errors import HydraException
 
 from hydra_plugins.pipebench_launcher.subprocess_launcher import SubprocessLauncher
+from pipebench.base.cores import usable_cores
 from pipebench.base.errors import (
     INTERRUPTED_EXIT_STATUS,
     TERMINATED_EXIT_STATUS,
@@ -38,6 +39,7 @@ from pipebench.base.errors import (
     error_line,
 )
 from pipebench.base.io import folder_safe
+from pipebench.cli.build_check import check_builds
 from pipebench.cli.common_args import (
     add_baseline_job,
     add_config_dir,
@@ -58,14 +60,8 @@ from pipebench.config.compose import (
 from pipebench.config.schema import register_schema
 from pipebench.config.specs import JobSpec
 from pipebench.config.sweep_axes import expand_auto_workers
-from pipebench.datasets.parquet_rows import ParquetRows
-from pipebench.datasets.row_group_reads import random_access_line
-from pipebench.datasets.shard_split import idle_line
-from pipebench.measure.fingerprint import usable_cores
 from pipebench.measure.job_spawn import JobProcess, discard
 from pipebench.measure.result import identity_columns
-from pipebench.pipeline.build import build_dataset, build_transforms
-from pipebench.pipeline.loader_backends import check_backends
 from pipebench.record.folder_lock import folder_lock
 from pipebench.record.results import (
     CALIBRATION_FILE,
@@ -248,46 +244,16 @@ def _calibrate(invocation_dir: Path) -> None:
     print(f"calibration: {calibration.score_s * 1000:.1f} ms a repetition (median) -> {path}", flush=True)
 
 
-def preflight(jobs: Sequence[Sequence[str]]) -> List[Tuple[JobSpec, str]]:
-    """Compose and check every job, and build each distinct dataset once, before measuring anything.
+def preflight(jobs: Sequence[Sequence[str]], ahead: Optional[JobProcess] = None) -> List[Tuple[JobSpec, str]]:
+    """Compose and check every job, and build each distinct dataset once (in a child of `ahead`
+    when it serves: pipebench.cli.build_check), before measuring anything.
 
     Returns each job's spec with its results_dir.
     """
-    checked = []
-    datasets_built: Dict[str, Any] = {}
-    backends = []
     with job_spec_composer() as compose_one:
-        for job in jobs:
-            spec, results_dir = compose_one(job)
-            build_transforms(spec.per_sample, "transform.per_sample")
-            build_transforms(spec.per_batch, "transform.per_batch")
-            key = repr(sorted(spec.dataset.items())) + f"|{spec.loader.batch_size}|{spec.loader.drop_last}"
-            if key not in datasets_built:
-                datasets_built[key] = build_dataset(spec)
-            backends.append((spec.loader.backend, datasets_built[key]))
-            checked.append((spec, results_dir))
-    # Every backend's library is installed (all the missing ones named in one line) and can read its
-    # dataset, before any job runs.
-    check_backends(backends)
-    datasets = [dataset for _, dataset in backends]
-    for line in dict.fromkeys([*idle_shard_lines(checked, datasets), *random_access_lines(checked, datasets)]):
-        print(f"warning: {line}", file=sys.stderr, flush=True)
+        checked = [compose_one(job) for job in jobs]
+    check_builds([spec for spec, _ in checked], ahead)
     return checked
-
-
-def idle_shard_lines(checked: Sequence[Tuple[JobSpec, str]], datasets: Sequence[Any]) -> List[str]:
-    """The plan-time line of each job whose sharded dataset has fewer shards than ranks x workers."""
-    lines = (idle_line(spec.dataset_name, dataset.shard_count(), spec.distributed.nproc, spec.workers)
-             for (spec, _), dataset in zip(checked, datasets) if hasattr(dataset, "shard_count"))
-    return [line for line in lines if line]
-
-
-def random_access_lines(checked: Sequence[Tuple[JobSpec, str]], datasets: Sequence[Any]) -> List[str]:
-    """The plan-time line of each job that reads a map-style Parquet set under a shuffling sampler
-    (datasets/row_group_reads.py): nothing measured yet, so the rows a sample reads."""
-    lines = (random_access_line(dataset.identity(), spec.loader.shuffle)
-             for (spec, _), dataset in zip(checked, datasets) if isinstance(dataset, ParquetRows))
-    return [line for line in lines if line]
 
 
 def _hydra_entry():
@@ -384,7 +350,7 @@ def run_command(overrides: List[str], config_dir: Optional[str], baseline: Optio
     overrides = expand_auto_workers(overrides, usable_cores())
     swept = sweep_overrides(overrides)
     jobs = expand_sweep(swept)
-    checked = preflight(jobs)
+    checked = preflight(jobs, ahead)
     _check_invocation_keys(checked)
     _check_baseline(baseline, jobs, checked)
     first_spec, results_dir = checked[0]

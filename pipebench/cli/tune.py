@@ -24,6 +24,7 @@ from typing import Dict, List, Mapping, Optional, Sequence, Tuple
 
 import torch
 
+from pipebench.base.cores import usable_cores
 from pipebench.base.errors import CRASH_EXIT_STATUS, INTERRUPTED_EXIT_STATUS, TERMINATED_EXIT_STATUS, ConfigError
 from pipebench.base.io import folder_safe
 from pipebench.cli.common_args import add_config_dir, add_overrides
@@ -32,7 +33,6 @@ from pipebench.config.compose import job_spec_composer
 from pipebench.config.specs import NO_CONSUMER, THREADS, JobSpec
 from pipebench.explore.equivalence import is_equivalent
 from pipebench.explore.plan import NoVariants, check_variants, store_variant
-from pipebench.measure.fingerprint import usable_cores
 from pipebench.measure.job_spawn import JobProcess
 from pipebench.pipeline.build import build_dataset
 from pipebench.pipeline.loader_backends import BACKENDS, backend_problem

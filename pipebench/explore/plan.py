@@ -25,6 +25,7 @@ from hydra.errors import HydraException
 from omegaconf import OmegaConf
 from torch.utils.data import IterableDataset
 
+from pipebench.base.cores import usable_cores
 from pipebench.base.csv_cells import csv_text
 from pipebench.base.errors import ConfigError
 from pipebench.base.extras import MissingExtra, missing_line
@@ -45,7 +46,6 @@ from pipebench.explore.equivalence import (
 from pipebench.explore.chain import DEVICE_MOVES, Chain, Exploration, SampleSource, Variant
 from pipebench.explore.variants import LoaderSetting, explore
 from pipebench.explore.waterfall import WATERFALL_COLUMNS, waterfall, winner
-from pipebench.measure.fingerprint import usable_cores
 from pipebench.pipeline.build import build_dataset
 from pipebench.pipeline.consumers import on_device_of
 from pipebench.pipeline.loader_backends import BACKENDS, backend_missing, backend_problem

@@ -17,8 +17,9 @@ import torch
 from PIL import Image
 from torchvision.transforms import PILToTensor, RandomCrop
 
+from pipebench.base.cores import usable_cores
 from pipebench.datasets.synthetic_jpeg import draw_picture
-from pipebench.measure.fingerprint import cpu_model, usable_cores
+from pipebench.measure.fingerprint import cpu_model
 from pipebench.transforms.color import ConvertColor, Scale
 from pipebench.transforms.mask import FastRandomMask
 

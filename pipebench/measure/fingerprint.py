@@ -19,13 +19,10 @@ import torch
 from PIL import features
 
 import pipebench
+from pipebench.base.cores import cgroup_cpu_quota, usable_cores
 from pipebench.base.io import folder_safe
 from pipebench.config.specs import JobSpec
 
-# cgroup v2 then v1 files that hold the CPU quota a container may use.
-CGROUP_V2_CPU_MAX = Path("/sys/fs/cgroup/cpu.max")
-CGROUP_V1_QUOTA = Path("/sys/fs/cgroup/cpu/cpu.cfs_quota_us")
-CGROUP_V1_PERIOD = Path("/sys/fs/cgroup/cpu/cpu.cfs_period_us")
 # The line of torchvision's version.py that holds `torchvision.__version__` (local build tag included).
 TORCHVISION_VERSION_LINE = re.compile(r"""^__version__\s*=\s*['"]([^'"]+)['"]""", re.MULTILINE)
 # git must answer quickly or not at all: a fingerprint is never worth a hang.
@@ -40,27 +37,6 @@ def cpu_model() -> str:
     except OSError:
         pass
     return platform.processor() or platform.machine()
-
-
-def cgroup_cpu_quota() -> Optional[float]:
-    """CPUs the cgroup allows (e.g. 2.0), or None when unlimited or unreadable."""
-    try:
-        if CGROUP_V2_CPU_MAX.exists():
-            quota, period = CGROUP_V2_CPU_MAX.read_text().split()
-            return None if quota == "max" else int(quota) / int(period)
-        if CGROUP_V1_QUOTA.exists():
-            quota = int(CGROUP_V1_QUOTA.read_text())
-            return None if quota < 0 else quota / int(CGROUP_V1_PERIOD.read_text())
-    except (OSError, ValueError):
-        pass
-    return None
-
-
-def usable_cores() -> int:
-    """Cores this process may run on: the affinity mask, capped by the cgroup quota."""
-    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
-    quota = cgroup_cpu_quota()
-    return max(1, min(cores, int(quota))) if quota else cores
 
 
 def git_commit() -> Optional[str]:

@@ -5,11 +5,12 @@ Writing the record and printing it belong to the task function (pipebench.cli.jo
 
 from pathlib import Path
 
+from pipebench.base.cores import usable_cores
 from pipebench.base.errors import report_error, warn
 from pipebench.config.specs import PROCESSES, JobSpec
 from pipebench.measure.after_window import after_window
 from pipebench.measure.distributed.multirank import measure_multirank
-from pipebench.measure.fingerprint import job_fingerprint, usable_cores
+from pipebench.measure.fingerprint import job_fingerprint
 from pipebench.measure.guard import job_guard
 from pipebench.measure.job_run import JobRun, job_run
 from pipebench.measure.meter import add_notes

@@ -3,15 +3,18 @@
     python -m pipebench.measure.job_process LAUNCHER_PID TASK_MODULE ANSWER_FD < framed JobPayloads
 
 It ties its life to the launcher's first (pipebench.base.lifeline) and imports the task
-function's module (torch with it: seconds) before it reads a job, so a process started ahead
-of its first job (pipebench.measure.job_spawn) is ready when the job comes, and every later job
-of the sweep starts without those seconds. Each job's pickle it reads from stdin runs in a child
-it forks, in a session of its own, that unpickles it and runs it through Hydra's own `run_job`, so
+function's module and the modules it names in `WARM_MODULES` (torch with them: seconds) before it
+reads a job, so a process started ahead of its first job (pipebench.measure.job_spawn) is ready
+when the job comes, and every later job of the sweep starts without those seconds. An import
+frame names more modules for it to import, the chains' torchvision among them
+(pipebench.measure.job_spawn.warm). Each job's pickle it reads from stdin runs in a child it
+forks, in a session of its own, that unpickles it and runs it through Hydra's own `run_job`, so
 the job folder, logging and callbacks are exactly Hydra's, and this process stays as it was after
-its imports. It answers on ANSWER_FD with the child's pid, then the child's exit status: 0 done, 2
-a user error the job has printed and left in its folder (pipebench.base.errors.ERROR_FILE), a file
-it could not write (a full disk) included, 130 interrupted, a negative signal number killed,
-anything else a crash.
+its imports. A callable payload is run the same way, in a job's place: the check of a sweep's
+builds (pipebench.cli.build_check). It answers on ANSWER_FD with the child's pid, then the child's
+exit status: 0 done, 2 a user error the job has printed and left in its folder
+(pipebench.base.errors.ERROR_FILE), a file it could not write (a full disk) included, 130
+interrupted, a negative signal number killed, anything else a crash.
 
 Hydra's run_job saves the job's .hydra/*.yaml with a plain open(): through a link planted in a
 shared results folder, and on a full disk with no file named. Here they are written as pipebench
@@ -43,7 +46,7 @@ from pipebench.base.errors import (
 )
 from pipebench.base.io import write_text_atomic
 from pipebench.base.lifeline import die_with_parent, parent_is
-from pipebench.measure.job_spawn import WAITS_UNREAPED, kill_group, read_frame
+from pipebench.measure.job_spawn import WAITS_UNREAPED, imported_modules, kill_group, read_frame
 
 
 @dataclass(frozen=True)
@@ -82,9 +85,12 @@ def run_payload(payload: JobPayload) -> int:
 
 
 def run_job_bytes(job: bytes) -> int:
-    """Unpickle one job and run it, in the process that will end with it."""
+    """Unpickle one job and run it, in the process that will end with it. A callable payload is a
+    check run in a job's place (pipebench.cli.build_check): called, its result the exit status."""
     try:
-        payload: JobPayload = pickle.loads(job)
+        payload = pickle.loads(job)
+        if callable(payload):
+            return payload()
         setup_globals()
         resolvers = Singleton.get_state()["omegaconf_resolvers"]
         Singleton.set_state({**payload.singleton_state, "omegaconf_resolvers": resolvers})
@@ -122,15 +128,31 @@ def _ended_status(job: int) -> int:
     return ended.si_status if ended.si_code == os.CLD_EXITED else -ended.si_status
 
 
+def _import_all(modules: Sequence[str]) -> None:
+    """Import what the jobs to come will (pipebench.measure.job_spawn.warm); a module that fails
+    is left for the job that names it to report."""
+    for name in modules:
+        try:
+            importlib.import_module(name)
+        except Exception:
+            continue
+
+
 def serve(answer_fd: int) -> int:
-    """Run each job read from stdin in a child, one at a time, until the launcher closes the pipe."""
+    """Run each job read from stdin in a child, one at a time, until the launcher closes the pipe;
+    import the modules an import frame names, here."""
     job, me = None, os.getpid()
     while True:
         payload = read_frame(0)
         if job is not None and WAITS_UNREAPED:
             os.waitpid(job, 0)  # the launcher has read its status: its pid may go
+            job = None
         if payload is None:
             return 0
+        modules = imported_modules(payload)
+        if modules is not None:
+            _import_all(modules)
+            continue
         job = os.fork()
         if job == 0:
             _job_child(payload, answer_fd, me)  # not getppid(): if this process died first, that is init
@@ -144,7 +166,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     launcher_pid, task_module, answer_fd = (sys.argv[1:] if argv is None else argv)[:3]
     die_with_parent(parent_is(int(launcher_pid)))
     try:
-        importlib.import_module(task_module)
+        module = importlib.import_module(task_module)
+        for name in getattr(module, "WARM_MODULES", ()):  # what its jobs import, before the first job
+            importlib.import_module(name)
         return serve(int(answer_fd))
     except KeyboardInterrupt:  # only when sent to this process alone: the launcher says so
         return INTERRUPTED_EXIT_STATUS

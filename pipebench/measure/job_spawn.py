@@ -5,9 +5,12 @@ on the 2-core machine). So a sweep pays them once: its job process (pipebench.me
 imports them, then runs each job in a child it forks, in a session of its own, and answers with the
 child's pid and then its exit status. Each job still starts from the same untouched state, the
 imports and nothing else, as it did in a fresh interpreter: the job process never unpickles a job
-itself, nor runs anything of one. `pipebench run` (and `explore`, `tune`) spends about as long on
-its own imports and config checks before its first job, so it starts the job process first: the
-two import side by side.
+itself, nor runs anything of one; the only modules it imports on request are torchvision's and
+pipebench's own that the chains name (`warm`), which each job would import alike. `pipebench run`
+(and `explore`, `tune`) spends about as long on its own imports and config checks before its
+first job, so it starts the job process first: the two import side by side, and the command
+builds its jobs for the check in a child of that process (pipebench.cli.build_check), so it never
+imports torch itself.
 
 Processes are plain pids here, not Popen objects: the launcher receives the one started ahead as
 numbers in its config (`hydra.launcher.ahead=[pid,stdin,status]`) and owns it from then on. Which
@@ -21,11 +24,11 @@ names its process group for as long as the launcher may still kill that group.
 import os
 import signal
 from dataclasses import dataclass
-from typing import List, Optional, Sequence
+from typing import Iterable, List, Optional, Sequence
 
-__all__ = ["JOB_PROCESS_MODULE", "WAITS_UNREAPED", "JobProcess", "discard", "forking_job_process",
+__all__ = ["JOB_PROCESS_MODULE", "WAITS_UNREAPED", "JobProcess", "discard", "forking_job_process", "imported_modules",
            "job_process_command", "kill_group", "read_frame", "read_number", "run_job", "serving", "start_job_process",
-           "take"]
+           "take", "warm"]
 
 JOB_PROCESS_MODULE = "pipebench.measure.job_process"
 # What subprocess.Popen(restore_signals=True) resets in a child: Python ignores SIGPIPE and
@@ -38,6 +41,14 @@ PROC_FDS = "/proc/self/fd"
 WAITS_UNREAPED = hasattr(os, "waitid")
 # A job's pickle on the job process's stdin follows its length in this many bytes (big-endian).
 FRAME_HEADER_BYTES = 8
+# A frame that starts with these bytes is no job: it names modules, one a line, for the job process
+# itself to import before the jobs that use them, and gets no answer (`warm`).
+IMPORT_FRAME = b"\0import\n"
+# The only packages whose modules a job process imports on request: their import runs no user code
+# (a user's module is imported in each job's child, where a failing import is that job's error),
+# and torchvision's costs every job whose chain names it 1.6 s on the 2-core machine (torch._dynamo
+# with it), the check of the sweep's builds (pipebench.cli.build_check) once more.
+WARMED_PACKAGES = ("torchvision", "pipebench")
 
 
 @dataclass(frozen=True)
@@ -97,6 +108,27 @@ def _write_frame(fd: int, payload: bytes) -> None:
     view = memoryview(payload)
     while view:
         view = view[os.write(fd, view):]
+
+
+def warm(process: JobProcess, targets: Iterable[Optional[str]]) -> None:
+    """Ask the job process to import, itself, the modules of these `_target_`s that belong to
+    WARMED_PACKAGES, so every job forked after starts with them. One that has ended is left to
+    the next job's hand-over to tell."""
+    modules = dict.fromkeys(target.rpartition(".")[0] for target in targets
+                            if target and target.split(".", 1)[0] in WARMED_PACKAGES)
+    if not modules:
+        return
+    try:
+        _write_frame(process.stdin_fd, IMPORT_FRAME + "\n".join(modules).encode())
+    except BrokenPipeError:
+        pass
+
+
+def imported_modules(payload: bytes) -> Optional[List[str]]:
+    """The modules an import frame names; None for a job's frame."""
+    if not payload.startswith(IMPORT_FRAME):
+        return None
+    return payload[len(IMPORT_FRAME):].decode().split("\n")
 
 
 def _read_exactly(fd: int, size: int) -> Optional[bytes]:

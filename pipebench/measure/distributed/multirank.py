@@ -24,6 +24,7 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 import numpy as np
 import torch
 
+from pipebench.base.cores import usable_cores
 from pipebench.base.errors import ConfigError, PipebenchError
 from pipebench.base.lifeline import tied_command
 from pipebench.config.specs import JobSpec
@@ -45,7 +46,6 @@ from pipebench.measure.distributed.ranks import (
     RankTask,
     load_timings,
 )
-from pipebench.measure.fingerprint import usable_cores
 from pipebench.measure.meter import add_notes
 from pipebench.measure.job_run import METER_KINDS
 from pipebench.measure.result import JobResult

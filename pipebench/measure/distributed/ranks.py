@@ -23,11 +23,12 @@ import torch
 import torch.distributed as dist
 from torch.utils.data import IterableDataset
 
+from pipebench.base.cores import usable_cores
 from pipebench.base.errors import USAGE_EXIT_STATUS, PipebenchError, StuckThreadError, exit_leaving_threads
 from pipebench.base.io import write_json_atomic, write_text_atomic
 from pipebench.base.lifeline import TIED_PID_ENV, die_with_parent, parent_is
 from pipebench.config.specs import JobSpec
-from pipebench.measure.fingerprint import job_fingerprint, usable_cores
+from pipebench.measure.fingerprint import job_fingerprint
 from pipebench.measure.host_load import PROCESS_CPU_COLUMN
 from pipebench.measure.guard import job_guard
 from pipebench.measure.job_run import JobRun, RankPart, job_run

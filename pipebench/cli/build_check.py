@@ -1,0 +1,81 @@
+"""Where `pipebench run` builds its sweep's jobs before it measures any: in a child of the job
+process it started ahead, or here when it has none.
+
+The builds import torch and what the chains name (torchvision: seconds), which the job process
+has imported already, so the command's own process imports no torch at all: on the 2-core
+machine that was 2 of the 6 CPU seconds a minimal `pipebench run` spent outside its job. The
+child runs the check the way a job runs (pipebench.measure.job_process), answers 0 when every job
+builds, 2 with the one-line error left in a file this side reads, and leaves the job process as
+it was for the first job.
+"""
+
+import os
+import pickle
+import sys
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Optional, Sequence, Tuple
+
+from pipebench.base.errors import USAGE_EXIT_STATUS, ConfigError, PipebenchError, error_line
+from pipebench.config.specs import JobSpec
+from pipebench.measure.job_spawn import JobProcess, run_job, serving, warm
+
+__all__ = ["BuildCheck", "check_builds"]
+
+
+@dataclass(frozen=True)
+class BuildCheck:
+    """Every job of a sweep built once, run in a forked child of a job process: the specs, the
+    command's working directory (user modules named by `_target_` resolve from it) and the file
+    the one-line error goes to."""
+
+    specs: Tuple[JobSpec, ...]
+    cwd: str
+    error_file: str
+
+    def __call__(self) -> int:
+        # Imported here, in the job process's child, where torch is imported already.
+        from pipebench.pipeline.sweep_check import check_sweep_builds
+
+        if self.cwd not in sys.path:
+            sys.path.insert(0, self.cwd)
+        try:
+            check_sweep_builds(self.specs)
+        except (PipebenchError, OSError) as exc:
+            Path(self.error_file).write_text(error_line(exc), encoding="utf-8")
+            return USAGE_EXIT_STATUS
+        return 0
+
+
+def check_builds(specs: Sequence[JobSpec], ahead: Optional[JobProcess]) -> None:
+    """Build every job once (a ConfigError for the first that does not), in a child of `ahead`
+    while it serves, else in this process."""
+    if serving(ahead):
+        assert ahead is not None
+        # Imported by the job process itself first: the check and every job it forks then have them.
+        warm(ahead, [node.get("_target_") for spec in specs for node in (*spec.per_sample, *spec.per_batch, spec.dataset)])
+        status, line = _checked_in(ahead, tuple(specs))
+        if status == 0:
+            return
+        if status == USAGE_EXIT_STATUS:
+            raise ConfigError(line)
+        if serving(ahead):  # the check crashed (its traceback is above); the job process is fine
+            raise PipebenchError(f"checking the jobs crashed (exit status {status}); its traceback is above")
+        # The job process itself ended (it could not import its modules): checked here, whose
+        # imports name the cause.
+    # Imported here: torch, and torchvision where a chain names it, only when no job process has them.
+    from pipebench.pipeline.sweep_check import check_sweep_builds
+
+    check_sweep_builds(specs)
+
+
+def _checked_in(process: JobProcess, specs: Tuple[JobSpec, ...]) -> Tuple[int, str]:
+    """The exit status of the check run in a child of `process`, and its error line if any."""
+    handle, error_file = tempfile.mkstemp(prefix="pipebench-check-", suffix=".txt")
+    os.close(handle)
+    try:
+        status = run_job(process, pickle.dumps(BuildCheck(specs, os.getcwd(), error_file)))
+        return status, Path(error_file).read_text(encoding="utf-8")
+    finally:
+        os.unlink(error_file)
