@@ -35,7 +35,7 @@ def test_auto_workers_expand_before_the_up_front_checks(monkeypatch):
     assert expand_auto_workers(["transform=a,b", "workers=auto"], 3) == ["transform=a,b", "workers=0,1,2,3,4,6"]
     seen = []
 
-    def fake_preflight(jobs, ahead):
+    def fake_preflight(jobs, ahead, baseline):
         seen.extend(jobs)
         raise cli.ConfigError("stop before measuring")
 

@@ -50,8 +50,10 @@ class BuildCheck:
 
 def check_builds(specs: Sequence[JobSpec], ahead: Optional[JobProcess]) -> None:
     """Build every job once (a ConfigError for the first that does not), in a child of `ahead`
-    while it serves, else in this process."""
-    if serving(ahead):
+    while it serves, else in this process. A process that has imported torch already (a caller of
+    `pipebench.cli.main.main`, a test) builds here: the child would spare it nothing, and it would
+    wait for the job process's imports."""
+    if serving(ahead) and "torch" not in sys.modules:
         assert ahead is not None
         # Imported by the job process itself first: the check and every job it forks then have them.
         warm(ahead, [node.get("_target_") for spec in specs for node in (*spec.per_sample, *spec.per_batch, spec.dataset)])

@@ -244,7 +244,8 @@ def _calibrate(invocation_dir: Path) -> None:
     print(f"calibration: {calibration.score_s * 1000:.1f} ms a repetition (median) -> {path}", flush=True)
 
 
-def preflight(jobs: Sequence[Sequence[str]], ahead: Optional[JobProcess] = None) -> List[Tuple[JobSpec, str]]:
+def preflight(jobs: Sequence[Sequence[str]], ahead: Optional[JobProcess] = None,
+              baseline: Optional[str] = None) -> List[Tuple[JobSpec, str]]:
     """Compose and check every job, and build each distinct dataset once (in a child of `ahead`
     when it serves: pipebench.cli.build_check), before measuring anything.
 
@@ -252,6 +253,9 @@ def preflight(jobs: Sequence[Sequence[str]], ahead: Optional[JobProcess] = None)
     """
     with job_spec_composer() as compose_one:
         checked = [compose_one(job) for job in jobs]
+    # What the configs alone show first: one line at once, not after the builds' seconds.
+    _check_invocation_keys(checked)
+    _check_baseline(baseline, jobs, checked)
     check_builds([spec for spec, _ in checked], ahead)
     return checked
 
@@ -350,9 +354,7 @@ def run_command(overrides: List[str], config_dir: Optional[str], baseline: Optio
     overrides = expand_auto_workers(overrides, usable_cores())
     swept = sweep_overrides(overrides)
     jobs = expand_sweep(swept)
-    checked = preflight(jobs, ahead)
-    _check_invocation_keys(checked)
-    _check_baseline(baseline, jobs, checked)
+    checked = preflight(jobs, ahead, baseline)
     first_spec, results_dir = checked[0]
     if invocation_dir is not None:
         return _run_sweep(invocation_dir, swept, jobs, overrides, first_spec.calibrate, baseline, epilogue, ahead,
