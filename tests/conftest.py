@@ -45,9 +45,15 @@ def pytest_collection_modifyitems(config: pytest.Config, items: List[pytest.Item
     and order the files so the tests that share the cores run before those that measure alone."""
     for item in items:
         function = getattr(item, "function", None)
-        if item.get_closest_marker("alone") and not getattr(function, "known_cost", False):
+        if measures_alone(item) and not getattr(function, "known_cost", False):
             item.add_marker(pytest.mark.flaky(reruns=MEASURED_RERUNS, only_rerun=[AssertionError]))
     items[:] = sorted(items, key=file_order(items))
+
+
+def measures_alone(item: pytest.Item) -> bool:
+    """Marked `alone` (itself or its module), and not `beside`: a behaviour test in a module of
+    measuring ones, whose assertions hold with other tests beside it."""
+    return item.get_closest_marker("alone") is not None and item.get_closest_marker("beside") is None
 
 
 def file_order(items: Sequence[pytest.Item]) -> Callable[[pytest.Item], Tuple[float, int]]:
@@ -65,7 +71,7 @@ def file_order(items: Sequence[pytest.Item]) -> Callable[[pytest.Item], Tuple[fl
     for item in items:
         path = item.path
         total[path] += 1
-        alone[path] += item.get_closest_marker("alone") is not None
+        alone[path] += measures_alone(item)
         slow[path] += item.get_closest_marker("slow") is not None
     return lambda item: (alone[item.path] / total[item.path], -slow[item.path])
 
@@ -81,7 +87,7 @@ def pytest_runtest_protocol(item: pytest.Item, nextitem) -> Iterator[None]:
         return
     lock_path = item.config._tmp_path_factory.getbasetemp().parent / ALONE_LOCK
     with open(lock_path, "a") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX if item.get_closest_marker("alone") else fcntl.LOCK_SH)
+        fcntl.flock(lock, fcntl.LOCK_EX if measures_alone(item) else fcntl.LOCK_SH)
         try:
             yield
         finally:

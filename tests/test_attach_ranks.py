@@ -151,6 +151,7 @@ def test_torchrun_under_attach_gives_a_row_a_rank_and_the_straggler_figures(proj
     assert _no_orphans(mark)
 
 
+@pytest.mark.beside
 @pytest.mark.slow
 def test_a_rank_that_fails_fails_attach_and_what_was_measured_is_kept(project):
     mark = uuid.uuid4().hex
@@ -166,6 +167,7 @@ def test_a_rank_that_fails_fails_attach_and_what_was_measured_is_kept(project):
     assert _no_orphans(mark)
 
 
+@pytest.mark.beside
 @pytest.mark.slow
 def test_ctrl_c_reaches_the_ranks_whose_windows_are_written_and_nothing_outlives_attach(project):
     mark = uuid.uuid4().hex

@@ -133,6 +133,7 @@ def test_two_ranks_balanced_straggler_and_a_rank_that_dies(rank_project):
     assert "straggler_ratio" in (folder / "summary.md").read_text()
 
 
+@pytest.mark.beside
 @pytest.mark.slow
 def test_unsharded_iterable_is_caught(rank_project):
     stream = ["dataset=sharded_stream", "dataset.source.shape=[3,32,32]", "dataset.source.length=64",
@@ -153,6 +154,7 @@ def test_unsharded_iterable_is_caught(rank_project):
     assert unsharded["distributed"]["oversubscribed"] == oversubscribed
 
 
+@pytest.mark.beside
 @pytest.mark.slow
 def test_hung_ranks_are_stopped_at_the_job_timeout(rank_project, monkeypatch):
     # In-process (the CLI's one-line failure path is covered above): the ranks import faults.py from here.
@@ -170,6 +172,7 @@ def test_hung_ranks_are_stopped_at_the_job_timeout(rank_project, monkeypatch):
     assert time.monotonic() - started < 12 + 2 * KILL_GRACE_S
 
 
+@pytest.mark.beside
 @pytest.mark.slow
 def test_a_hung_rank_is_stopped_by_the_step_watchdog_and_ranks_resolve_run_sync(rank_project, monkeypatch):
     # Rank 1 sleeps in its first sample: its own watchdog stops it with one line, long before the

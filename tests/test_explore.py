@@ -54,6 +54,7 @@ def _csv(path):
         return list(csv.DictReader(handle))
 
 
+@pytest.mark.beside
 @pytest.mark.slow
 def test_explore_measures_every_variant_interleaved(chain_project):
     proc = run_cli(["explore", "--config-dir", "conf", "transform=scaled", *FAST_JOB, "rounds=2", "results_dir=out"],
@@ -319,6 +320,7 @@ def test_every_built_in_dataset_goes_through_explore(chain_project, monkeypatch,
     assert moved, [(item.variant.name, item.equivalence.detail) for item in plan.checked]
 
 
+@pytest.mark.beside
 @pytest.mark.slow
 def test_explore_measures_an_iterable_dataset_and_refuses_a_chain_that_fails_on_it(chain_project, capsys,
                                                                                      monkeypatch):
@@ -398,6 +400,7 @@ def test_a_backend_given_on_the_command_line_is_left_as_given(chain_project, mon
             "leaves it as given"} <= set(plan.not_applied)
 
 
+@pytest.mark.beside
 @pytest.mark.slow
 def test_explore_measures_the_backend_variants(chain_project):
     proc = run_cli(["explore", "--config-dir", "conf", "transform=cropped", *FAST_JOB, "workers=1",

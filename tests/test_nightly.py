@@ -90,6 +90,7 @@ def tiny_rounds_run(tmp_path_factory):
     return cwd / results_folder(proc.stdout)
 
 
+@pytest.mark.beside
 @pytest.mark.slow
 def test_real_run_has_a_row_per_round_and_writes_calibration(tiny_rounds_run):
     assert "-rounds-2_calibrate-true" in tiny_rounds_run.name
@@ -101,6 +102,7 @@ def test_real_run_has_a_row_per_round_and_writes_calibration(tiny_rounds_run):
     assert 0 < saved["score_s"] < 5 and saved["fingerprint"]["usable_cores"] >= 1
 
 
+@pytest.mark.beside
 @pytest.mark.slow
 def test_baseline_update_replaces_with_compare_inputs_only(tiny_rounds_run, tmp_path, capsys):
     machine = machine_folder(load_job_results(tiny_rounds_run)[0]["fingerprint"])

@@ -443,6 +443,7 @@ def test_tune_options_read_a_comma_list_as_a_list():
 # ---- the whole command, at tiny settings (a 2-point space, one stage, one verification round)
 
 
+@pytest.mark.beside
 @pytest.mark.slow
 def test_tune_end_to_end_writes_its_files_and_ends_with_the_results_line(tmp_path):
     proc = run_cli(["tune", "--budget-s", "600", *FAST_JOB, *NO_CHAIN, "tune.variants=false", "tune.workers=[0,1]",
