@@ -59,6 +59,7 @@ def jpeg_folder(tmp_path_factory, round_trip):
     return round_trip.make_jpeg_folder(tmp_path_factory.mktemp("jpegs"), IMAGES_A_CLASS)
 
 
+@pytest.mark.beside
 @pytest.mark.slow
 def test_the_imagenet_recipes_round_trip_through_pipebench_run(round_trip, jpeg_folder, tmp_path, capsys):
     script, conf, out = tmp_path / "train.py", tmp_path / "conf", tmp_path / "out"

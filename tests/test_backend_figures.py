@@ -165,6 +165,7 @@ def test_the_diagnosis_predicts_worker_processes_and_marks_threads_not_predicted
     assert "loader.backend=threads at workers=2 (" not in text
 
 
+@pytest.mark.beside
 @pytest.mark.slow
 def test_a_backend_sweep_is_one_table_with_every_figure_side_by_side(user_project):
     done = run_cli(["run", "--config-dir", "my_conf", "transform=tiny", *FAST_JOB, "workers=2",

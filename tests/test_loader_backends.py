@@ -234,6 +234,7 @@ def test_the_backend_sweeps_as_a_key():
     assert [job[0] for job in jobs] == ["loader.backend=dataloader", "loader.backend=threads"]
 
 
+@pytest.mark.beside
 @pytest.mark.slow
 @pytest.mark.parametrize("override, line, extras", [
     ("loader.backend=thread", "loader.backend must be one of dataloader, threads, spdl, got 'thread'", ()),
@@ -288,6 +289,7 @@ def test_file_reads_are_counted_per_thread(tmp_path):
     assert copy.counts() == (0,) * len(IO_FIELDS)
 
 
+@pytest.mark.beside
 @pytest.mark.slow
 def test_a_backend_sweep_from_the_cli_is_two_rows(user_project):
     # The user's own chain (a module in the working directory) under both backends.
