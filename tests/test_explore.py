@@ -251,6 +251,7 @@ def test_the_stopping_rule_reads_a_finished_jobs_accel_util_and_ignores_a_job_wi
     assert reached_target(path.parent, 10.0) is None
 
 
+@pytest.mark.beside
 @pytest.mark.slow
 def test_explore_with_a_target_stops_at_the_first_chain_that_meets_it(chain_project):
     """A trivial chain into a 40 ms emulated step keeps the consumer well over 50% busy at workers=0,

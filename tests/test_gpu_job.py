@@ -84,6 +84,7 @@ def test_real_torch_traces_carry_the_fields_the_analyses_read(tmp_path):
     assert {"aten::nonzero", "aten::_unique2", "aten::index"} <= ops, sorted(ops)
 
 
+@pytest.mark.beside
 @pytest.mark.slow
 @NO_CUDA_ONLY
 def test_masked_loss_pair_on_the_cpu_reports_the_ratio_and_no_sync_count(tmp_path):
