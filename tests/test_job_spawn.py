@@ -101,10 +101,11 @@ def test_the_job_process_imports_what_an_import_frame_names_from_its_own_package
     process = start_job_process(sys.executable, os.getpid(), "os")
     try:
         assert not _imported_in_a_job(process, "pipebench.base.tables")
-        warm(process, ["pipebench.base.tables.markdown_table", None, "numpy.linalg.norm", "no_such.module.Thing"])
+        warm(process, [{"_target_": "pipebench.base.tables.markdown_table"}, {"path": "no target"},
+                       {"_target_": "numpy.linalg.norm"}, {"_target_": "no_such.module.Thing"}])
         assert _imported_in_a_job(process, "pipebench.base.tables")
         assert not _imported_in_a_job(process, "numpy")
-        warm(process, ["pipebench.no_such_module.Thing"])  # the job that names it reports it, not this
+        warm(process, [{"_target_": "pipebench.no_such_module.Thing"}])  # the job that names it reports it, not this
         assert _imported_in_a_job(process, "pipebench.base.tables") and serving(process)
     finally:
         discard(process, kill=False)

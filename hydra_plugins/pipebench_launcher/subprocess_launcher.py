@@ -199,9 +199,8 @@ class SubprocessLauncher(Launcher):
             self.jobs, self.ahead = take(self.ahead), None
             if self.jobs is None:
                 self.jobs = start_job_process(self.python, os.getpid(), self.task_function.__module__)
-                warm(self.jobs, [node.get("_target_") for node in (*sweep_config.transform.per_sample,
-                                                                   *sweep_config.transform.per_batch,
-                                                                   sweep_config.dataset)])
+                warm(self.jobs, (*sweep_config.transform.per_sample, *sweep_config.transform.per_batch,
+                                 sweep_config.dataset))
             self.jobs_round = job_round
         try:
             return run_job(self.jobs, payload)

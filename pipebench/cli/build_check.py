@@ -56,8 +56,7 @@ def check_builds(specs: Sequence[JobSpec], ahead: Optional[JobProcess]) -> None:
     if serving(ahead) and "torch" not in sys.modules:
         assert ahead is not None
         # Imported by the job process itself first: the check and every job it forks then have them.
-        warm(ahead, [node.get("_target_") for spec in specs
-                     for node in (*spec.per_sample, *spec.per_batch, spec.dataset)])
+        warm(ahead, [node for spec in specs for node in (*spec.per_sample, *spec.per_batch, spec.dataset)])
         status, line = _checked_in(ahead, tuple(specs))
         if status == 0:
             return

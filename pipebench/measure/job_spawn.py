@@ -24,7 +24,7 @@ names its process group for as long as the launcher may still kill that group.
 import os
 import signal
 from dataclasses import dataclass
-from typing import Iterable, List, Optional, Sequence
+from typing import Any, Iterable, List, Mapping, Optional, Sequence
 
 __all__ = ["JOB_PROCESS_MODULE", "WAITS_UNREAPED", "JobProcess", "discard", "forking_job_process", "imported_modules",
            "job_process_command", "kill_group", "read_frame", "read_number", "run_job", "serving", "start_job_process",
@@ -110,12 +110,13 @@ def _write_frame(fd: int, payload: bytes) -> None:
         view = view[os.write(fd, view):]
 
 
-def warm(process: JobProcess, targets: Iterable[Optional[str]]) -> None:
-    """Ask the job process to import, itself, the modules of these `_target_`s that belong to
-    WARMED_PACKAGES, so every job forked after starts with them. One that has ended is left to
-    the next job's hand-over to tell."""
+def warm(process: JobProcess, nodes: Iterable[Mapping[str, Any]]) -> None:
+    """Ask the job process to import, itself, the modules of these config nodes' `_target_`s (a
+    job's chain steps and dataset) that belong to WARMED_PACKAGES, so every job forked after starts
+    with them. One that has ended is left to the next job's hand-over to tell."""
+    targets = [str(node.get("_target_") or "") for node in nodes]
     modules = dict.fromkeys(target.rpartition(".")[0] for target in targets
-                            if target and target.split(".", 1)[0] in WARMED_PACKAGES)
+                            if target.split(".", 1)[0] in WARMED_PACKAGES)
     if not modules:
         return
     try:
