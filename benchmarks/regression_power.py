@@ -1,32 +1,40 @@
 """How often the nightly cries wolf, and how often it catches a real regression: measured.
 
-N trials each of A/A, +10% and +20% on the real `yuv_mask_fast` chain at workers=0,2. The
-slowdown is in code: a repository made in a temporary folder holds the chain config (unchanged
-between commits) and a user transform appended to the chain that burns a set share of the chain's
-own CPU time a sample (measured once at the start, one thread). Commit 0 burns nothing; the A/A,
-+10% and +20% commits burn 0%, 10% and 20% (the A/A commit differs only in a comment).
+N trials each of A/A, +10% and +20% (or the `--scenarios` named) on the real `yuv_mask_fast`
+chain at workers=0,2 (or `--workers`). The slowdown is in code: a repository made in a temporary
+folder holds the chain config (unchanged between commits) and a user transform appended to the
+chain that burns a set share of the chain's own CPU time a sample (measured once at the start,
+one thread). Commit 0 burns nothing; the A/A, +10%, +15% and +20% commits burn that share (the
+A/A commit differs only in a comment). Every run has calibrate=true, so it carries the CPU
+reference, as the nightly's do.
 
 Both modes:
 - `ab`: `pipebench ab BASE HEAD`, both commits in one session, rounds paired;
 - `stored`: one stored run of the base commit, then each trial's head run compared with it.
 
-Per job, signal (throughput, CPU time, the job's verdict) and mode it prints the false-alarm rate
-(A/A called `slower` or `faster`; per job, and per night = any job), the power (+10% and +20%
-called `slower`) and the share called `noisy`, each with its Wilson 95% interval.
+Per job, signal and mode it prints the false-alarm rate (A/A called `slower` or `faster`; per job,
+and per night = any job), the power (each +N% called `slower`) and the share called `noisy`, each
+with its Wilson 95% interval. The signals: throughput; CPU time as compare judges it (per ms of the
+CPU reference, both sides carrying it); the raw CPU time a sample, judged by the same compare on
+the same runs with the reference taken out (what compare did before the reference); the job's
+verdict.
 
 In `stored` mode a fourth scenario, `A/A+hog`, runs the A/A commit with a CPU hog beside the head
 run (issue 41: under a hog the process's CPU time a sample rose 11%, between the 10% threshold and
 a real regression's). Its false alarms are the busy-host column: a signal that separates a busy
-host from a dearer chain keeps it near zero while still catching +20%. Not in `ab` mode: its
+host from a dearer chain keeps it near zero while still catching +15%. Not in `ab` mode: its
 rounds interleave, so a hog would sit beside both sides alike.
 
     python benchmarks/regression_power.py                 # N=20, 5 rounds: hours on a 2-core machine
     python benchmarks/regression_power.py --quick         # N=1, 4 rounds, short jobs, workers=0 only
     python benchmarks/regression_power.py --trials 1 --rounds 4 --modes ab
+    # issue 41's busy-host case: a hog beside the same code against a 15% dearer chain
+    python benchmarks/regression_power.py --modes stored --workers 2 --scenarios A/A+hog +15%
 """
 
 import argparse
 import csv
+import dataclasses
 import subprocess
 import sys
 import tempfile
@@ -39,23 +47,34 @@ from scipy.stats import binomtest
 
 from pipebench.config.compose import compose_job_spec
 from pipebench.pipeline.build import build_dataset, build_transforms
+from pipebench.regress.compare import Run, compare_runs, load_run
 
 PIPEBENCH = [sys.executable, "-c", "import sys; from pipebench.cli.main import main; sys.exit(main())"]
-SCENARIOS = (("A/A", 0.0), ("+10%", 0.10), ("+20%", 0.20))
+# Each scenario's commit and the share of the chain's CPU time its user transform burns.
+SHARES = {"A/A": 0.0, "+10%": 0.10, "+15%": 0.15, "+20%": 0.20}
 # The A/A commit measured with a CPU hog beside the head run (stored mode only: see the docstring).
 HOG = "A/A+hog"
+# Those that change nothing: any `slower` or `faster` there is a false alarm.
+UNCHANGED = ("A/A", HOG)
+DEFAULT_SCENARIOS = ("A/A", "+10%", "+20%", HOG)
 # One spinning process, in a session of its own (the kernel's autogroup would otherwise share it
 # with the benchmark's session as one): a tenant that takes one core of the host, as issue 41's hog did.
 HOG_PROCESSES = 1
 SIGNALS = (("throughput", "wall_verdict"), ("CPU time", "cpu_verdict"), ("job", "verdict"))
-# The nightly's own settings, two worker counts; --quick shortens each job.
+# compare's CPU verdict on the same runs with the CPU reference taken out of both sides.
+RAW_CPU = "CPU time raw"
+# The nightly's own settings (calibrate=true: the CPU reference rides in every run); --quick
+# shortens each job.
 JOB = ["dataset=synthetic_jpeg", "dataset.num_images=16", "dataset.length=2048", "consumer=emulated",
-       "transform=power_chain", "trace=none", "run.progress=false", "run.profile_steps=0", "run.repeats=1"]
-FULL_RUN = ["workers=0,2", "run.warmup_steps=3", "run.steps=15", "run.min_time_s=2.0"]
+       "transform=power_chain", "trace=none", "run.progress=false", "run.profile_steps=0", "run.repeats=1",
+       "calibrate=true"]
+DEFAULT_WORKERS = "0,2"
+FULL_RUN = ["run.warmup_steps=3", "run.steps=15", "run.min_time_s=2.0"]
 # One worker count: measured here, one trial of both modes at workers=0,2 took 565 s for A/A alone
 # (each side of each round starts the CLI, ~12 s, besides its jobs), so all three scenarios ran
 # past 25 minutes; at workers=0 alone the three took 791 s (2026-11-23), inside the 15 asked for.
-QUICK_RUN = ["workers=0", "run.warmup_steps=1", "run.steps=6", "run.min_time_s=0.5"]
+QUICK_WORKERS = "0"
+QUICK_RUN = ["run.warmup_steps=1", "run.steps=6", "run.min_time_s=0.5"]
 CHAIN = """per_sample:
   - _target_: torchvision.transforms.PILToTensor
   - _target_: torchvision.transforms.RandomCrop
@@ -116,7 +135,7 @@ def make_repo(root: Path, cost_ms: float) -> Dict[str, str]:
     git(repo, "config", "user.email", "bench@example.com")
     git(repo, "config", "user.name", "bench")
     commits = {}
-    for label, share in (("base", 0.0), *SCENARIOS):
+    for label, share in (("base", 0.0), *SHARES.items()):
         (repo / "power_user.py").write_text(EXTRA.format(ms=share * cost_ms, label=label))
         git(repo, "add", "-A")
         git(repo, "commit", "-q", "--allow-empty", "-m", label)
@@ -129,6 +148,18 @@ def verdicts(compare_csv: Path) -> Dict[Tuple[str, str], str]:
     """(job, signal) -> verdict from a compare.csv."""
     rows = list(csv.DictReader(compare_csv.open()))
     return {(row["job"], name): row[column] for row in rows for name, column in SIGNALS}
+
+
+def without_reference(run: Run) -> Run:
+    """The run as compare saw it before the CPU reference."""
+    return dataclasses.replace(run, jobs={label: dataclasses.replace(job, reference_cpu_ms=())
+                                          for label, job in run.jobs.items()})
+
+
+def raw_cpu_verdicts(baseline: Path, current: Path) -> Dict[Tuple[str, str], str]:
+    """(job, RAW_CPU) -> compare's CPU verdict on raw CPU time a sample, same runs."""
+    comparison = compare_runs(without_reference(load_run(str(baseline))), without_reference(load_run(str(current))))
+    return {(job.job, RAW_CPU): job.cpu_verdict for job in comparison.jobs}
 
 
 def ab_trial(repo: Path, base: str, head: str, rounds: int, run: Sequence[str], results: Path) -> Dict:
@@ -168,7 +199,7 @@ def stored_trial(repo: Path, baseline: Path, head: str, rounds: int, run: Sequen
         folder = stored_run(repo, head, rounds, run, results)
     subprocess.run([*PIPEBENCH, "compare", "--out", str(folder), str(baseline), str(folder)], capture_output=True,
                    text=True)
-    return verdicts(folder / "compare.csv")
+    return {**verdicts(folder / "compare.csv"), **raw_cpu_verdicts(baseline, folder)}
 
 
 def wilson(k: int, n: int) -> str:
@@ -178,27 +209,28 @@ def wilson(k: int, n: int) -> str:
     return f"{k}/{n} = {k / n:.0%} [{ci.low:.0%}, {ci.high:.0%}]"
 
 
-def report(outcomes: Dict[Tuple[str, str], List[Dict]]) -> str:
-    """The markdown table: a row per mode, job and signal."""
-    lines = ["| mode | job | signal | A/A false alarms | +10% called slower | +20% called slower | noisy (all) "
-             "| A/A beside a hog: false alarms |",
-             "|---|---|---|---|---|---|---|---|"]
-    modes = sorted({m for m, _ in outcomes})
-    for mode in modes:
-        aa = outcomes.get((mode, "A/A"), [])
-        keys = sorted({k for trial in aa for k in trial}) or sorted({k for s in SCENARIOS
-                                                                     for t in outcomes.get((mode, s[0]), []) for k in t})
+def report(outcomes: Dict[Tuple[str, str], List[Dict]], scenarios: Sequence[str]) -> str:
+    """The markdown table: a row per mode, job and signal, a column per scenario."""
+    def heading(label: str) -> str:
+        return f"{label}: false alarms" if label in UNCHANGED else f"{label} called slower"
+    lines = ["| mode | job | signal | " + " | ".join(heading(label) for label in scenarios) + " | noisy (all) |",
+             "|---|---|---|" + "---|" * (len(scenarios) + 1)]
+    for mode in sorted({m for m, _ in outcomes}):
+        keys = sorted({k for label in scenarios for trial in outcomes.get((mode, label), []) for k in trial})
         for job, signal in keys:
-            def count(label: str, wanted: Sequence[str]) -> Tuple[int, int]:
+            def cell(label: str) -> str:
                 trials = outcomes.get((mode, label), [])
-                return sum(t.get((job, signal)) in wanted for t in trials), len(trials)
-            all_trials = [t for s, _ in SCENARIOS for t in outcomes.get((mode, s), [])]
+                wanted = ("slower", "faster") if label in UNCHANGED else ("slower",)
+                return wilson(sum(t.get((job, signal)) in wanted for t in trials), len(trials))
+            all_trials = [t for label in scenarios for t in outcomes.get((mode, label), [])]
             noisy = sum(t.get((job, signal)) == "noisy" for t in all_trials)
-            lines.append(f"| {mode} | `{job}` | {signal} | {wilson(*count('A/A', ('slower', 'faster')))} "
-                         f"| {wilson(*count('+10%', ('slower',)))} | {wilson(*count('+20%', ('slower',)))} "
-                         f"| {wilson(noisy, len(all_trials))} | {wilson(*count(HOG, ('slower', 'faster')))} |")
-        per_night = [any(v in ("slower", "faster") for (j, s), v in t.items() if s == "job") for t in aa]
-        lines.append(f"| {mode} | every job (per night) | job | {wilson(sum(per_night), len(per_night))} | | | | |")
+            lines.append(f"| {mode} | `{job}` | {signal} | " + " | ".join(cell(label) for label in scenarios)
+                         + f" | {wilson(noisy, len(all_trials))} |")
+        aa = outcomes.get((mode, "A/A"), [])
+        if aa:
+            per_night = [any(v in ("slower", "faster") for (j, s), v in t.items() if s == "job") for t in aa]
+            lines.append(f"| {mode} | every job (per night) | job | A/A: {wilson(sum(per_night), len(per_night))} |"
+                         + " |" * len(scenarios))
     return "\n".join(lines)
 
 
@@ -209,14 +241,21 @@ def main(argv: Sequence[str] = ()) -> int:
     parser.add_argument("--quick", action="store_true",
                         help="1 trial, 4 rounds, short jobs at workers=0: the protocol end to end, not a power estimate")
     parser.add_argument("--modes", nargs="+", default=["ab", "stored"], choices=["ab", "stored"])
+    parser.add_argument("--scenarios", nargs="+", default=list(DEFAULT_SCENARIOS), choices=[*SHARES, HOG],
+                        help=f"which commits to measure against the base (default: {' '.join(DEFAULT_SCENARIOS)}); "
+                             f"{HOG} runs in stored mode only")
+    parser.add_argument("--workers",
+                        help=f"the sweep's worker counts (default {DEFAULT_WORKERS}; --quick {QUICK_WORKERS})")
     args = parser.parse_args(argv or None)
     trials = args.trials or (1 if args.quick else 20)
     rounds = args.rounds or (4 if args.quick else 5)
-    run = QUICK_RUN if args.quick else FULL_RUN
+    workers = args.workers or (QUICK_WORKERS if args.quick else DEFAULT_WORKERS)
+    run = [f"workers={workers}", *(QUICK_RUN if args.quick else FULL_RUN)]
     start = time.monotonic()
     cost = chain_cpu_ms()
-    print(f"yuv_mask_fast: {cost:.2f} CPU ms a sample; +10% = {0.1 * cost:.2f} ms, +20% = {0.2 * cost:.2f} ms "
-          f"injected; {trials} trials, {rounds} rounds, modes {args.modes}", flush=True)
+    injected = ", ".join(f"{label} = {SHARES[label] * cost:.2f} ms" for label in args.scenarios if SHARES.get(label))
+    print(f"yuv_mask_fast: {cost:.2f} CPU ms a sample; {injected or 'nothing'} injected; {trials} trials, "
+          f"{rounds} rounds, workers={workers}, modes {args.modes}", flush=True)
     outcomes: Dict[Tuple[str, str], List[Dict]] = {}
     with tempfile.TemporaryDirectory(prefix="pipebench-power-") as tmp:
         root = Path(tmp)
@@ -224,19 +263,19 @@ def main(argv: Sequence[str] = ()) -> int:
         repo, results = root / "repo", root / "results"
         baseline = stored_run(repo, commits["base"], rounds, run, results) if "stored" in args.modes else None
         for trial in range(trials):
-            for label, _ in SCENARIOS:
-                if "ab" in args.modes:
-                    outcomes.setdefault(("ab", label), []).append(
-                        ab_trial(repo, commits["base"], commits[label], rounds, run, results))
+            for label in args.scenarios:
+                head = commits["A/A" if label == HOG else label]
+                if "ab" in args.modes and label != HOG:
+                    outcomes.setdefault(("ab", label), []).append(ab_trial(repo, commits["base"], head, rounds, run,
+                                                                           results))
                 if baseline is not None:
                     outcomes.setdefault(("stored", label), []).append(
-                        stored_trial(repo, baseline, commits[label], rounds, run, results))
-                print(f"trial {trial + 1}/{trials} {label}: {time.monotonic() - start:.0f} s", flush=True)
-            if baseline is not None:
-                outcomes.setdefault(("stored", HOG), []).append(
-                    stored_trial(repo, baseline, commits["A/A"], rounds, run, results, hog=True))
-                print(f"trial {trial + 1}/{trials} {HOG}: {time.monotonic() - start:.0f} s", flush=True)
-    print(report(outcomes))
+                        stored_trial(repo, baseline, head, rounds, run, results, hog=label == HOG))
+                called = {f"{mode} {job} {signal}": verdict for (mode, scenario), runs in outcomes.items()
+                          if scenario == label for (job, signal), verdict in runs[-1].items()}
+                print(f"trial {trial + 1}/{trials} {label}: {time.monotonic() - start:.0f} s {called}", flush=True)
+            # The table so far after each trial: a run cut short keeps what it measured.
+            print(report(outcomes, args.scenarios), flush=True)
     print(f"took {time.monotonic() - start:.0f} s")
     return 0
 

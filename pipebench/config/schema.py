@@ -148,8 +148,10 @@ class PipebenchConfig:
     # so drift on a shared machine hits every job alike. Each round is a fresh job process.
     rounds: int = 1
     # Time a fixed decode + transform micro-benchmark once per invocation (calibration.json),
-    # so a machine that got slower overall is told apart from a slower pipeline. Off by
-    # default: it costs a few seconds per `pipebench run`; suite=nightly turns it on.
+    # so a machine that got slower overall is told apart from a slower pipeline, and run the same
+    # workload now and then inside each job's workers (the CPU reference, about 2% of their CPU),
+    # so a busier host is told apart from a dearer chain. Off by default: it costs a few seconds
+    # per `pipebench run`; suite=nightly turns it on.
     calibrate: bool = False
     distributed: DistributedConfig = field(default_factory=DistributedConfig)
 

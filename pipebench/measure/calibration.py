@@ -1,4 +1,4 @@
-"""The calibration workload: a small fixed decode + transform micro-benchmark, timed once per invocation.
+"""The calibration: the fixed decode + transform workload (pipebench.pipeline.cpu_reference), timed once per invocation.
 
 It runs in the CLI process before the jobs and lands in `<invocation>/calibration.json`.
 Its score tracks how fast the machine is right now at exactly the kind of work pipebench
@@ -12,25 +12,19 @@ import time
 from dataclasses import asdict, dataclass
 from typing import Any, Callable, List, Mapping, Tuple
 
-import numpy as np
 import torch
 from PIL import Image
-from torchvision.transforms import PILToTensor, RandomCrop
 
 from pipebench.base.cores import usable_cores
-from pipebench.datasets.synthetic_jpeg import draw_picture
 from pipebench.measure.fingerprint import cpu_model
-from pipebench.transforms.color import ConvertColor, Scale
-from pipebench.transforms.mask import FastRandomMask
-
-# Bump whenever the workload below changes: scores of different workloads do not compare.
-WORKLOAD_VERSION = 1
-# The seed's photo (the default corpus, datasets/synthetic_jpeg.py): 533x800 RGB at JPEG quality 90, cropped to 256.
-IMAGE_WIDTH = 533
-IMAGE_HEIGHT = 800
-JPEG_QUALITY = 90
-CROP_SIZE = 256
-MASK_RATIO = 0.25
+from pipebench.pipeline.cpu_reference import (
+    IMAGE_HEIGHT,
+    IMAGE_WIDTH,
+    JPEG_QUALITY,
+    WORKLOAD_VERSION,
+    seed_chain,
+    synthetic_jpeg,
+)
 
 
 @dataclass(frozen=True)
@@ -53,18 +47,6 @@ class Calibration:
     score_s: float
     samples_s: Tuple[float, ...]
     fingerprint: Mapping[str, Any]
-
-
-def synthetic_jpeg(seed: int) -> bytes:
-    """The fixed test photo, drawn and encoded in memory (no dataset cache involved)."""
-    buffer = io.BytesIO()
-    draw_picture(np.random.default_rng(seed), IMAGE_WIDTH, IMAGE_HEIGHT).save(buffer, "JPEG", quality=JPEG_QUALITY)
-    return buffer.getvalue()
-
-
-def seed_chain() -> List[Callable[[Any], Any]]:
-    """The seed's per-sample chain with the fast dilation; decode happens in PILToTensor."""
-    return [PILToTensor(), RandomCrop(CROP_SIZE), FastRandomMask(MASK_RATIO), ConvertColor(), Scale()]
 
 
 def _one_repetition(jpeg: bytes, chain: List[Callable[[Any], Any]], samples: int) -> float:

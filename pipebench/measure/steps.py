@@ -115,6 +115,8 @@ class TimingSink:
     sample_io: List[np.ndarray] = field(default_factory=list)
     # The worker that made each sample (TimedBatch.sample_workers): [n_samples] per batch.
     sample_workers: List[np.ndarray] = field(default_factory=list)
+    # Thread CPU ns of each CPU reference run after a measured batch (TimedBatch.reference_cpu_ns), none for 0.
+    reference_cpu_ns: List[int] = field(default_factory=list)
 
     def add(self, batch: TimedBatch) -> None:
         self.sample_ns.append(batch.sample_ns)
@@ -124,6 +126,8 @@ class TimingSink:
         self.worker_ids.append(batch.worker_id)
         self.sample_io.append(batch.sample_io)
         self.sample_workers.append(batch.sample_workers)
+        if batch.reference_cpu_ns:
+            self.reference_cpu_ns.append(batch.reference_cpu_ns)
 
 
 def backlog_steps(spec: JobSpec) -> int:

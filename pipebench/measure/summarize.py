@@ -137,6 +137,11 @@ def cpu_ms_per_sample(sink: TimingSink) -> float:
     return float((sum(a.sum() for a in sink.sample_cpu_ns) + sum(sink.batch_cpu_ns)) / NS_PER_MS / samples)
 
 
+def reference_cpu_ms(sink: TimingSink) -> float:
+    """Median thread CPU ms of the CPU reference runs beside the measured batches; NaN without any."""
+    return _median_ms(sink.reference_cpu_ns)
+
+
 def _median_ms(values_ns: Sequence[int]) -> float:
     return float(np.median(values_ns) / NS_PER_MS) if len(values_ns) else float("nan")
 
@@ -242,6 +247,7 @@ def summary_row(window: Window, rows: Sequence[TransformRow], sink: TimingSink, 
         "ready_steps_pct": float(100.0 * sum(s.ready for s in steps) / len(steps)),
         "pipeline_ms_per_sample": pipeline_ms,
         "cpu_ms_per_sample": cpu_ms,
+        "reference_cpu_ms": reference_cpu_ms(sink),
         "worker_capacity_samples_per_s": worker_capacity(rows, workers, worker_kind),
         "cpu_capacity_samples_per_s": min(producers, usable_cores) * 1000.0 / cpu_ms,
         "first_batch_s": float(np.median([p.first_batch_s for p in passes])),

@@ -11,6 +11,7 @@ from torch.utils.data import IterableDataset
 from pipebench.base.errors import ConfigError
 from pipebench.config.specs import JobSpec
 from pipebench.pipeline.consumers import Consumer, build_consumer
+from pipebench.pipeline.cpu_reference import CpuReference
 from pipebench.pipeline.device_chain import DeviceChain
 from pipebench.pipeline.file_reads import file_reads_of, honoured
 from pipebench.pipeline.instantiate import instantiate_node
@@ -49,7 +50,8 @@ def build_pipeline(spec: JobSpec) -> Tuple[Any, InstrumentedDataset, TimedCollat
     for note in opened.notes:
         print(f"notice: {note}", file=sys.stderr, flush=True)
     instrumented = wrapper(dataset, build_transforms(opened.nodes, "transform.per_sample"))
-    collate = TimedCollate(build_transforms(spec.per_batch, "transform.per_batch"))
+    collate = TimedCollate(build_transforms(spec.per_batch, "transform.per_batch"),
+                           CpuReference() if spec.calibrate else None)
     return dataset, instrumented, collate
 
 

@@ -20,6 +20,7 @@ from torch.utils.data import Dataset, default_collate, get_worker_info
 
 from pipebench.base.lifeline import die_with_parent, multiprocessing_parent_alive
 from pipebench.base.watchdog import StepOverrun
+from pipebench.pipeline.cpu_reference import CpuReference
 from pipebench.pipeline.file_reads import IO_FIELDS, NO_IO, file_reads_of
 from pipebench.pipeline.stages import (
     COLLATE_STAGE,
@@ -147,6 +148,9 @@ class TimedBatch(NamedTuple):
     sample_io: np.ndarray = np.zeros((0, len(IO_FIELDS)), np.int64)
     # [n_samples] int64: the worker that made each sample (see the class doc).
     sample_workers: np.ndarray = np.zeros(0, np.int64)
+    # Thread CPU ns of the CPU reference run after this batch in the same thread (calibrate=true,
+    # pipebench.pipeline.cpu_reference); 0 where none ran. Not part of batch_cpu_ns.
+    reference_cpu_ns: int = 0
 
 
 def undecoded(sample: Any) -> bool:
@@ -291,18 +295,20 @@ class InstrumentedDataset(Dataset):
 
 
 class TimedCollate:
-    """Collates TimedItems, then runs the per-batch chain, timing both.
+    """Collates TimedItems, then runs the per-batch chain, timing both; then, when given one, the CPU
+    reference when it is due (pipebench.pipeline.cpu_reference).
 
     In a worker it traces into the recorder on the worker's dataset copy (`get_worker_info().dataset
     .trace`); in the main process (workers=0) into its own `trace`, set by `start_main`.
     """
 
-    def __init__(self, transforms: Sequence[Callable]) -> None:
+    def __init__(self, transforms: Sequence[Callable], reference: Optional[CpuReference] = None) -> None:
         self.transforms = list(transforms)
         self.steps = [StepName(COLLATE_STAGE, COLLATE_NAME), *step_names(self.transforms, PER_BATCH_STAGE)]
         self.labels = _step_labels(self.steps)
         self.profiling = False
         self.trace: Optional[Any] = None
+        self.reference = reference
 
     def __getstate__(self) -> dict:
         state = self.__dict__.copy()
@@ -326,9 +332,11 @@ class TimedCollate:
         def batch(data: Any, labels: Any, sample_ns: np.ndarray, sample_cpu_ns: np.ndarray,
                   failed: Tuple[SampleFailure, ...], indices: np.ndarray, sample_io: np.ndarray,
                   sample_workers: np.ndarray) -> TimedBatch:
-            return TimedBatch(data, labels, sample_ns, batch_ns, sample_cpu_ns, time.thread_time_ns() - cpu_start,
-                              failed, worker_id, started_ns, time.perf_counter_ns(), indices, sample_io,
-                              sample_workers)
+            cpu_ns = time.thread_time_ns() - cpu_start
+            reference = self.reference
+            reference_ns = 0 if reference is None else reference.after_batch(cpu_ns + int(sample_cpu_ns.sum()))
+            return TimedBatch(data, labels, sample_ns, batch_ns, sample_cpu_ns, cpu_ns, failed, worker_id, started_ns,
+                              time.perf_counter_ns(), indices, sample_io, sample_workers, reference_ns)
 
         if not good:
             return batch(None, None, np.zeros((0, len(self.steps)), np.int64), np.zeros(0, np.int64), failures,

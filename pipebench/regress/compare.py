@@ -8,7 +8,11 @@ Two signals a job (docs/compare-and-nightly.md, "Two signals"):
 
 - **throughput**, samples/s of each repeat (or of each round, paired, in an A/B session);
 - **CPU time**, the thread CPU ms a sample of each round (`cpu_ms_per_sample`). Other tenants
-  on the machine move wall time a lot and CPU time little.
+  on the machine move wall time a lot and CPU time little, but not nothing: a busy host slows
+  every instruction. Where both runs carry the CPU reference in every round (`calibrate=true`:
+  the fixed workload timed inside the workers beside the chain, `reference_cpu_ms`), the signal
+  is the chain's CPU time a sample *per reference ms*, which a busier host leaves where it was
+  and a dearer chain moves (pipebench.pipeline.cpu_reference).
 
 The job's verdict: a real change of CPU time is a pipeline change (`slower` / `faster`) whatever
 the wall clock says; a real change of throughput alone, CPU time holding, is `wall only`: the
@@ -93,7 +97,9 @@ CSV_COLUMNS = ("job", "baseline_samples_per_s", "current_samples_per_s", "ratio"
                "baseline_repeats", "current_repeats", "mismatch", "wall_verdict", "baseline_cpu_ms_per_sample",
                "current_cpu_ms_per_sample", "cpu_ratio", "cpu_ratio_ci_low", "cpu_ratio_ci_high", "cpu_p_value",
                "cpu_verdict", "flagged_by", "moved_transform", "full_job", "baseline_host_other_cores",
-               "current_host_other_cores")
+               "current_host_other_cores", "baseline_reference_cpu_ms", "current_reference_cpu_ms", "cpu_ratio_of")
+# What compare.csv's cpu_ratio is a ratio of.
+CPU_RATIO_RAW, CPU_RATIO_PER_REFERENCE = "cpu ms a sample", "cpu ms a sample per reference ms"
 
 
 class CompareError(PipebenchError):
@@ -126,11 +132,23 @@ class JobRuns:
     overrides: Tuple[str, ...] = ()
     # Other processes' CPU on the host during each round's window (cores; NaN where not measured).
     host_other_cores: Tuple[float, ...] = ()
+    # The CPU reference's median thread CPU ms in each round (NaN where it did not run).
+    reference_cpu_ms: Tuple[float, ...] = ()
 
     @property
     def has_cpu(self) -> bool:
         """CPU time in every round, and rounds enough (MIN_CPU_ROUNDS) to have a spread."""
         return len(self.cpu_ms_per_sample) >= MIN_CPU_ROUNDS and all(np.isfinite(self.cpu_ms_per_sample))
+
+    @property
+    def has_reference(self) -> bool:
+        """The CPU reference beside every round that has CPU time."""
+        return (self.has_cpu and len(self.reference_cpu_ms) == len(self.cpu_ms_per_sample)
+                and all(np.isfinite(self.reference_cpu_ms)))
+
+    def cpu_per_reference(self) -> Tuple[float, ...]:
+        """Each round's CPU ms a sample over its reference ms: the chain's cost in the host's units of the moment."""
+        return tuple(c / r for c, r in zip(self.cpu_ms_per_sample, self.reference_cpu_ms))
 
 
 @dataclass(frozen=True)
@@ -172,6 +190,8 @@ class JobComparison:
     full_job: str = ""
     baseline_host_other_cores: float = float("nan")
     current_host_other_cores: float = float("nan")
+    baseline_reference_ms: float = float("nan")
+    current_reference_ms: float = float("nan")
 
 
 @dataclass(frozen=True)
@@ -189,6 +209,8 @@ class Comparison:
     cpu_signal: bool = True
     paired: bool = False
     cpu_missing: str = ""
+    # True when the CPU signal is CPU time per reference ms (every round of both sides carries it).
+    cpu_per_reference: bool = False
 
     def counts(self) -> Dict[str, int]:
         return {v: sum(j.verdict == v for j in self.jobs) for v in VERDICTS}
@@ -222,9 +244,13 @@ def _summary_figure(record: JobRecord, key: str) -> float:
     return float(value) if isinstance(value, (int, float)) and value >= 0 else float("nan")
 
 
-def _cpu_ms(record: JobRecord) -> float:
-    value = _summary_figure(record, "cpu_ms_per_sample")
+def _positive_figure(record: JobRecord, key: str) -> float:
+    value = _summary_figure(record, key)
     return value if value > 0 else float("nan")
+
+
+def _cpu_ms(record: JobRecord) -> float:
+    return _positive_figure(record, "cpu_ms_per_sample")
 
 
 def _transform_ms(records: Sequence[Mapping[str, Any]]) -> Dict[str, float]:
@@ -250,6 +276,7 @@ def _job_runs(label: str, records: Sequence[JobRecord]) -> JobRuns:
         transform_ms=_transform_ms(records),
         overrides=records[0].overrides,
         host_other_cores=tuple(_summary_figure(r, "host_other_cpu_cores") for r in records),
+        reference_cpu_ms=tuple(_positive_figure(r, "reference_cpu_ms") for r in records),
     )
 
 
@@ -378,7 +405,7 @@ class _Measured:
 
 
 def _measure(baseline: JobRuns, current: JobRuns, threshold: float, factor: Optional[float],
-             factors: np.ndarray, paired: bool, use_cpu: bool) -> _Measured:
+             factors: np.ndarray, paired: bool, use_cpu: bool, per_reference: bool) -> _Measured:
     pair = paired and _paired(baseline, current)
     if pair:
         b, c = _by_round(baseline, baseline.round_samples_per_s), _by_round(current, current.round_samples_per_s)
@@ -389,12 +416,15 @@ def _measure(baseline: JobRuns, current: JobRuns, threshold: float, factor: Opti
     cpu = cpu_normalised = None
     if use_cpu:
         cb, cc = baseline.cpu_ms_per_sample, current.cpu_ms_per_sample
+        if per_reference:
+            cb, cc = baseline.cpu_per_reference(), current.cpu_per_reference()
         if pair:
             cb, cc = _by_round(baseline, cb), _by_round(current, cc)
         cpu = measure_change(cb, cc, threshold, pair)
         # A machine whose clock is slower spends more CPU time on the same work: the calibration
-        # (a time) divides it out, as it multiplies throughput.
-        if factor is not None:
+        # (a time) divides it out, as it multiplies throughput. The reference, timed beside each
+        # round, has divided it out already, and at the moment it applied.
+        if factor is not None and not per_reference:
             cpu_normalised = measure_change(cb, cc, threshold, pair, 1 / factor, 1 / factors)
     return _Measured(wall, normalised, cpu, cpu_normalised)
 
@@ -424,7 +454,12 @@ def _judged(baseline: JobRuns, current: JobRuns, m: _Measured, p_wall: float, p_
         cpu_ratio=m.cpu.ratio if m.cpu else nan, cpu_ci_low=m.cpu.ci_low if m.cpu else nan,
         cpu_ci_high=m.cpu.ci_high if m.cpu else nan, cpu_p_value=p_cpu, cpu_verdict=cpu or "",
         flagged_by=flagged, moved_transform=_moved_transform(baseline, current), full_job=baseline.label,
-        baseline_host_other_cores=_median_load(baseline), current_host_other_cores=_median_load(current))
+        baseline_host_other_cores=_median_load(baseline), current_host_other_cores=_median_load(current),
+        baseline_reference_ms=_median_reference(baseline), current_reference_ms=_median_reference(current))
+
+
+def _median_reference(job: JobRuns) -> float:
+    return float(np.median(job.reference_cpu_ms)) if job.has_reference else float("nan")
 
 
 def _one_sided(label: str, baseline: Optional[JobRuns], current: Optional[JobRuns]) -> JobComparison:
@@ -459,13 +494,14 @@ def compare_runs(baseline: Run, current: Run, threshold: float = DEFAULT_THRESHO
     both = [label for label in sorted(set(baseline.jobs) | set(current.jobs))
             if label in baseline.jobs and label in current.jobs]
     use_cpu = bool(both) and all(side.jobs[label].has_cpu for label in both for side in (baseline, current))
-    measured = {label: _measure(baseline.jobs[label], current.jobs[label], threshold, factor, factors, paired, use_cpu)
-                for label in both}
+    per_reference = use_cpu and all(side.jobs[label].has_reference for label in both for side in (baseline, current))
+    measured = {label: _measure(baseline.jobs[label], current.jobs[label], threshold, factor, factors, paired, use_cpu,
+                                per_reference) for label in both}
     p_wall = dict(zip(both, holm([measured[k].wall.p_value for k in both])))
     p_norm = dict(zip(both, holm([measured[k].normalised.p_value if factor else float("nan") for k in both])))
     p_cpu = dict(zip(both, holm([measured[k].cpu.p_value if use_cpu else float("nan") for k in both])))
-    p_cpu_norm = dict(zip(both, holm([measured[k].cpu_normalised.p_value if use_cpu and factor else float("nan")
-                                      for k in both])))
+    p_cpu_norm = dict(zip(both, holm([measured[k].cpu_normalised.p_value if measured[k].cpu_normalised
+                                      else float("nan") for k in both])))
     labels = short_labels([*baseline.jobs.values(), *(j for k, j in current.jobs.items() if k not in baseline.jobs)])
     results, mismatch = [], []
     for label in sorted(set(baseline.jobs) | set(current.jobs)):
@@ -479,7 +515,7 @@ def compare_runs(baseline: Run, current: Run, threshold: float = DEFAULT_THRESHO
         results.append(replace(job, job=labels.get(label, label)))
     missing = "" if use_cpu else _cpu_missing([side.jobs[label] for label in both for side in (baseline, current)])
     return Comparison(baseline.path, current.path, threshold, tuple(results), tuple(mismatch),
-                      allow_mismatch, factor is not None, use_cpu, paired, missing)
+                      allow_mismatch, factor is not None, use_cpu, paired, missing, per_reference)
 
 
 def _cpu_missing(jobs: Sequence[JobRuns]) -> str:
@@ -501,7 +537,11 @@ def _signals_line(comparison: Comparison) -> str:
                 f"slower side ran beside more of other tenants' CPU load (>= {HOST_LOAD_GAP_SHARE:.0%} of the "
                 "host's CPUs more), so the host, not the pipeline.")
     pairing = "rounds paired (one A/B session)" if comparison.paired else "rounds unpaired"
-    return (f"Signals: throughput and CPU time a sample, each Holm-corrected across {len(comparison.jobs)} jobs "
+    cpu = ("CPU time a sample per ms of the CPU reference timed beside it in the workers (a busier host moves "
+           "both, a dearer chain only the first)" if comparison.cpu_per_reference else
+           "CPU time a sample (no CPU reference on both sides: measure with calibrate=true to tell a busier host "
+           "from a dearer chain)")
+    return (f"Signals: throughput and {cpu}, each Holm-corrected across {len(comparison.jobs)} jobs "
             f"(alpha {ALPHA}), {pairing}. `wall only`: throughput moved, CPU time held; the host, not the pipeline.")
 
 
@@ -538,7 +578,9 @@ def render_csv(comparison: Comparison) -> str:
                                     j.baseline_repeats, j.current_repeats, ";".join(j.mismatch), j.wall_verdict,
                                     j.baseline_cpu_ms, j.current_cpu_ms, j.cpu_ratio, j.cpu_ci_low, j.cpu_ci_high,
                                     j.cpu_p_value, j.cpu_verdict, j.flagged_by, j.moved_transform, j.full_job,
-                                    j.baseline_host_other_cores, j.current_host_other_cores]
+                                    j.baseline_host_other_cores, j.current_host_other_cores,
+                                    j.baseline_reference_ms, j.current_reference_ms,
+                                    CPU_RATIO_PER_REFERENCE if comparison.cpu_per_reference else CPU_RATIO_RAW]
                                    for j in comparison.jobs))
 
 

@@ -1,0 +1,97 @@
+"""The reference workload, and the CPU reference: that workload run now and then in the threads that make batches.
+
+The workload is the seed's per-sample chain on a fixed photo. The calibration
+(pipebench.measure.calibration) times it once, in the CLI process, before the jobs.
+
+A busy host makes the same chain cost more thread CPU time: time-slicing, shared caches and
+memory bandwidth slow every instruction, so `cpu_ms_per_sample` rises with no change to the code
+(issue 41: 11% under one CPU hog, beside a 10% threshold). A calibration timed before the jobs
+cannot see that, because the jobs' own workers are part of the load. The CPU reference runs the
+workload inside each worker between batches, so it pays the same contention as the chain at the
+same moments. `compare` divides the chain's CPU time a sample by the reference's and compares
+the quotient: the reference's code never changes with the user's chain, so a dearer chain moves
+the quotient and a busier host does not.
+
+The CPU reference runs only under `calibrate=true` (the nightly suite). It costs about
+REFERENCE_SHARE of each worker's CPU time, timed apart from the batch's own.
+"""
+
+import io
+import time
+from typing import Any, Callable, List, Optional
+
+import numpy as np
+import torch
+from PIL import Image
+
+from pipebench.datasets.synthetic_jpeg import draw_picture
+
+# Bump whenever the workload below changes: scores of different workloads do not compare.
+WORKLOAD_VERSION = 1
+# The seed's photo (the default corpus, datasets/synthetic_jpeg.py): 533x800 RGB at JPEG quality 90, cropped to 256.
+IMAGE_WIDTH = 533
+IMAGE_HEIGHT = 800
+JPEG_QUALITY = 90
+CROP_SIZE = 256
+MASK_RATIO = 0.25
+# One probe for every 1 / REFERENCE_SHARE of a worker's CPU time in batches: 2% slows the loader
+# by less than a round's own spread (3-5% here), and a round of 15 steps of 32 samples at 5 ms a
+# sample (2.4 s of CPU) still holds about 10 probes for their median.
+REFERENCE_SHARE = 0.02
+# The photo's seed and the RNG seed of each probe, so every probe does the same work.
+REFERENCE_SEED = 0
+
+
+def synthetic_jpeg(seed: int) -> bytes:
+    """The fixed test photo, drawn and encoded in memory (no dataset cache involved)."""
+    buffer = io.BytesIO()
+    draw_picture(np.random.default_rng(seed), IMAGE_WIDTH, IMAGE_HEIGHT).save(buffer, "JPEG", quality=JPEG_QUALITY)
+    return buffer.getvalue()
+
+
+def seed_chain() -> List[Callable[[Any], Any]]:
+    """The seed's per-sample chain with the fast dilation; decode happens in PILToTensor."""
+    # Imported here: a job without calibrate=true needs none of these for its reference.
+    from torchvision.transforms import PILToTensor, RandomCrop
+
+    from pipebench.transforms.color import ConvertColor, Scale
+    from pipebench.transforms.mask import FastRandomMask
+    return [PILToTensor(), RandomCrop(CROP_SIZE), FastRandomMask(MASK_RATIO), ConvertColor(), Scale()]
+
+
+class CpuReference:
+    """Runs the workload once the thread has spent enough CPU on batches since the last run, and
+    answers the run's thread CPU ns (0 when not due). Picklable: each worker's copy builds its own
+    inputs on first use and starts its count afresh, under fork and spawn alike."""
+
+    def __init__(self) -> None:
+        self._jpeg: Optional[bytes] = None
+        self._chain: List[Callable[[Any], Any]] = []
+        self._spent_ns = 0
+        self._due_ns = 0  # the first batch probes at once, which also learns what a probe costs
+
+    def __getstate__(self) -> dict:
+        return {"_jpeg": None, "_chain": [], "_spent_ns": 0, "_due_ns": 0}
+
+    def after_batch(self, batch_cpu_ns: int) -> int:
+        """Count a batch's CPU ns; run the workload when due and answer its thread CPU ns, else 0."""
+        self._spent_ns += int(batch_cpu_ns)
+        if self._spent_ns < self._due_ns:
+            return 0
+        cost = self.probe()
+        self._spent_ns = 0
+        self._due_ns = int(cost / REFERENCE_SHARE)
+        return cost
+
+    def probe(self) -> int:
+        """One sample of the workload, its thread CPU ns. Torch's global RNG is left as it was, so the
+        user's random transforms draw what they would have drawn without it."""
+        if self._jpeg is None:
+            self._jpeg, self._chain = synthetic_jpeg(REFERENCE_SEED), seed_chain()
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(REFERENCE_SEED)
+            start = time.thread_time_ns()
+            sample = Image.open(io.BytesIO(self._jpeg))
+            for step in self._chain:
+                sample = step(sample)
+            return time.thread_time_ns() - start

@@ -1,0 +1,166 @@
+"""The CPU reference: its schedule in the workers, what it leaves alone, and compare's CPU signal per reference ms."""
+
+import pickle
+from pathlib import Path
+from typing import Optional, Sequence
+
+import numpy as np
+import pytest
+import torch
+from stored_results import result_record, write_record
+
+from pipebench.measure.steps import TimingSink
+from pipebench.measure.summarize import reference_cpu_ms
+from pipebench.pipeline.cpu_reference import REFERENCE_SHARE, CpuReference
+from pipebench.pipeline.file_reads import NO_IO
+from pipebench.pipeline.timed_chain import TimedCollate, TimedItem
+from pipebench.regress.compare import (
+    CPU_RATIO_PER_REFERENCE,
+    CPU_RATIO_RAW,
+    NO_CHANGE,
+    SLOWER,
+    WALL_ONLY,
+    JobRuns,
+    Run,
+    compare_runs,
+    load_run,
+    render_csv,
+    render_markdown,
+)
+
+PROBE_NS = 1_000_000  # a stand-in probe's cost, so the schedule is exact
+JOB = "transform=chain,workers=2"
+ROUNDS = 5
+BASE_CPU_MS, BASE_REFERENCE_MS, BASE_RATE = 5.0, 4.0, 300.0
+# A round's own spread, about what this machine shows between rounds of one job.
+ROUND_CV = 0.02
+
+
+class CountingReference(CpuReference):
+    """A CpuReference whose probe costs PROBE_NS and counts its runs."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.runs = 0
+
+    def probe(self) -> int:
+        self.runs += 1
+        return PROBE_NS
+
+
+def test_the_first_batch_probes_then_one_probe_for_every_share_of_the_batches_cpu():
+    reference = CountingReference()
+    assert reference.after_batch(10) == PROBE_NS  # at once: it learns what a probe costs
+    every_ns = int(PROBE_NS / REFERENCE_SHARE)
+    batch_ns = every_ns // 4
+    answers = [reference.after_batch(batch_ns) for _ in range(8)]
+    assert answers == [0, 0, 0, PROBE_NS, 0, 0, 0, PROBE_NS]
+    assert reference.runs == 3
+
+
+def test_a_workers_copy_starts_its_count_afresh_and_builds_its_own_inputs():
+    reference = CpuReference()
+    assert reference.after_batch(0) > 0
+    assert reference.after_batch(0) == 0  # not due again so soon
+    copy = pickle.loads(pickle.dumps(reference))
+    assert copy.after_batch(0) > 0  # a fresh worker probes its first batch
+    assert pickle.loads(pickle.dumps(reference)).__getstate__()["_jpeg"] is None
+
+
+def test_a_probe_leaves_torchs_random_stream_where_it_was():
+    torch.manual_seed(7)
+    expected = torch.rand(4)
+    torch.manual_seed(7)
+    CpuReference().probe()
+    assert torch.equal(torch.rand(4), expected)
+
+
+def _item(index: int) -> TimedItem:
+    return TimedItem(torch.zeros(3), 0, np.zeros(3, np.int64), 2_000_000, index, NO_IO)
+
+
+def test_the_collate_runs_the_reference_after_the_batch_and_keeps_it_out_of_the_batchs_cpu():
+    reference = CountingReference()
+    collate = TimedCollate([], reference)
+    batch = collate([_item(0), _item(1)])
+    assert batch.reference_cpu_ns == PROBE_NS and reference.runs == 1
+    assert batch.batch_cpu_ns < PROBE_NS  # the collate of two tiny samples, not the probe
+    # The batch's samples count towards the next probe: 4 ms of samples a batch against 50 ms due,
+    # so the 13th batch runs it and no other of these 14 does.
+    assert [collate([_item(0), _item(1)]).reference_cpu_ns for _ in range(14)].count(PROBE_NS) == 1
+    assert TimedCollate([])([_item(0)]).reference_cpu_ns == 0  # calibrate=false: no reference
+
+
+def test_the_round_figure_is_the_median_of_the_probes_and_empty_without_any():
+    sink = TimingSink(reference_cpu_ns=[3_000_000, 5_000_000, 4_000_000, 40_000_000])
+    assert reference_cpu_ms(sink) == pytest.approx(4.5)
+    assert np.isnan(reference_cpu_ms(TimingSink()))
+
+
+def _side(rng: np.random.Generator, cpu_factor: float, reference_factor: float, rate_factor: float,
+          with_reference: bool = True) -> JobRuns:
+    """One job's 5 rounds: CPU time, the reference and the rate, each scaled, with ROUND_CV noise."""
+    def noisy(mean: float) -> tuple:
+        return tuple(mean * (1 + ROUND_CV * rng.standard_normal(ROUNDS)))
+    # The host's speed of the moment moves the chain and the reference together.
+    host = 1 + ROUND_CV * rng.standard_normal(ROUNDS)
+    cpu = tuple(np.array(noisy(BASE_CPU_MS * cpu_factor)) * host)
+    reference = tuple(np.array(noisy(BASE_REFERENCE_MS * reference_factor)) * host) if with_reference else ()
+    rates = noisy(BASE_RATE * rate_factor)
+    return JobRuns(JOB, rates, (50.0,) * ROUNDS, {}, {}, rounds=tuple(range(ROUNDS)), round_samples_per_s=rates,
+                   cpu_ms_per_sample=cpu, reference_cpu_ms=reference)
+
+
+def _compare(baseline: JobRuns, current: JobRuns):
+    return compare_runs(Run(Path("base"), {JOB: baseline}, None), Run(Path("head"), {JOB: current}, None))
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_a_busier_host_moves_cpu_time_and_its_reference_alike_and_is_not_a_regression(seed):
+    rng = np.random.default_rng(seed)
+    # Issue 41's hog: 12% more CPU time a sample, 25% less throughput, the same code.
+    comparison = _compare(_side(rng, 1.0, 1.0, 1.0), _side(rng, 1.12, 1.12, 0.75))
+    job = comparison.jobs[0]
+    assert comparison.cpu_per_reference
+    assert job.cpu_verdict == NO_CHANGE and job.verdict == WALL_ONLY
+    assert job.current_cpu_ms / job.baseline_cpu_ms == pytest.approx(1.12, rel=0.05)  # raw figures still shown
+    assert job.current_reference_ms / job.baseline_reference_ms == pytest.approx(1.12, rel=0.05)
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_a_chain_15_percent_dearer_is_slower_per_reference(seed):
+    rng = np.random.default_rng(seed)
+    comparison = _compare(_side(rng, 1.0, 1.0, 1.0), _side(rng, 1.15, 1.0, 0.87))
+    job = comparison.jobs[0]
+    assert job.cpu_verdict == SLOWER and job.verdict == SLOWER
+    assert job.cpu_ratio == pytest.approx(1.15, rel=0.04)
+
+
+def test_without_the_reference_on_a_side_raw_cpu_time_decides_and_the_report_says_how_to_get_it():
+    rng = np.random.default_rng(0)
+    comparison = _compare(_side(rng, 1.0, 1.0, 1.0, with_reference=False), _side(rng, 1.12, 1.12, 0.75))
+    assert not comparison.cpu_per_reference
+    assert comparison.jobs[0].cpu_verdict == SLOWER  # what a busy host did to compare before the reference
+    assert "calibrate=true" in render_markdown(comparison)
+    assert render_csv(comparison).splitlines()[1].endswith(CPU_RATIO_RAW)
+
+
+def _write_rounds(folder: Path, cpu_ms: Sequence[float], reference_ms: Optional[Sequence[float]]) -> Path:
+    for num, cpu in enumerate(cpu_ms):
+        summary = {"cpu_ms_per_sample": cpu}
+        if reference_ms is not None:
+            summary["reference_cpu_ms"] = reference_ms[num]
+        overrides = ["transform=chain", f"run.round={num + 1}"]
+        write_record(folder, result_record(num, overrides=overrides, rates=(BASE_RATE,), summary=summary))
+    (folder / "summary.csv").write_text("job\n")
+    return folder
+
+
+def test_stored_rounds_carry_the_reference_into_compare_and_its_csv(tmp_path):
+    base = _write_rounds(tmp_path / "base", [5.0, 5.1, 4.9, 5.0, 5.05], [4.0, 4.1, 3.9, 4.0, 4.02])
+    busy = _write_rounds(tmp_path / "busy", [5.6, 5.7, 5.5, 5.6, 5.65], [4.48, 4.6, 4.36, 4.48, 4.5])
+    comparison = compare_runs(load_run(str(base)), load_run(str(busy)))
+    assert comparison.cpu_per_reference
+    assert comparison.jobs[0].cpu_verdict == NO_CHANGE
+    assert comparison.jobs[0].baseline_reference_ms == pytest.approx(4.0)
+    assert render_csv(comparison).splitlines()[1].endswith(CPU_RATIO_PER_REFERENCE)
