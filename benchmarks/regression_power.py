@@ -174,7 +174,7 @@ def ab_trial(repo: Path, base: str, head: str, rounds: int, run: Sequence[str], 
 def stored_run(repo: Path, commit: str, rounds: int, run: Sequence[str], results: Path) -> Path:
     git(repo, "checkout", "-q", "--detach", commit)
     proc = subprocess.run([*PIPEBENCH, "run", "--fresh", "--config-dir", "conf", *JOB, *run, f"rounds={rounds}",
-                           "calibrate=false", f"results_dir={results}"], cwd=repo, capture_output=True, text=True)
+                           f"results_dir={results}"], cwd=repo, capture_output=True, text=True)
     if proc.returncode != 0:
         raise SystemExit(f"run failed (exit {proc.returncode}): {proc.stderr.strip()[-500:]}")
     return Path(proc.stdout.strip().splitlines()[-1][len("results: "):])

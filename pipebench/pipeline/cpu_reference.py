@@ -18,7 +18,7 @@ REFERENCE_SHARE of each worker's CPU time, timed apart from the batch's own.
 
 import io
 import time
-from typing import Any, Callable, List, Optional
+from typing import Any, Callable, List
 
 import numpy as np
 import torch
@@ -61,17 +61,18 @@ def seed_chain() -> List[Callable[[Any], Any]]:
 
 class CpuReference:
     """Runs the workload once the thread has spent enough CPU on batches since the last run, and
-    answers the run's thread CPU ns (0 when not due). Picklable: each worker's copy builds its own
-    inputs on first use and starts its count afresh, under fork and spawn alike."""
+    answers the run's thread CPU ns (0 when not due). Its inputs are made where it is built (the
+    job process, before any worker starts), so no worker's first batch pays for drawing the photo;
+    a worker's copy (fork or spawn) carries them and starts its count afresh."""
 
     def __init__(self) -> None:
-        self._jpeg: Optional[bytes] = None
-        self._chain: List[Callable[[Any], Any]] = []
+        self._jpeg = synthetic_jpeg(REFERENCE_SEED)
+        self._chain = seed_chain()
         self._spent_ns = 0
         self._due_ns = 0  # the first batch probes at once, which also learns what a probe costs
 
     def __getstate__(self) -> dict:
-        return {"_jpeg": None, "_chain": [], "_spent_ns": 0, "_due_ns": 0}
+        return {**self.__dict__, "_spent_ns": 0, "_due_ns": 0}
 
     def after_batch(self, batch_cpu_ns: int) -> int:
         """Count a batch's CPU ns; run the workload when due and answer its thread CPU ns, else 0."""
@@ -86,8 +87,6 @@ class CpuReference:
     def probe(self) -> int:
         """One sample of the workload, its thread CPU ns. Torch's global RNG is left as it was, so the
         user's random transforms draw what they would have drawn without it."""
-        if self._jpeg is None:
-            self._jpeg, self._chain = synthetic_jpeg(REFERENCE_SEED), seed_chain()
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(REFERENCE_SEED)
             start = time.thread_time_ns()
