@@ -11,7 +11,6 @@ import json
 import textwrap
 import time
 
-import pytest
 import torch
 from PIL import Image
 from stored_results import result_record, write_record

@@ -7,7 +7,6 @@ import logging
 import os
 import re
 import socket
-from pathlib import Path
 
 import numpy as np
 import pytest

@@ -29,7 +29,7 @@ from pipebench.attach.watch import LoaderWatch, WatchWindow
 from pipebench.attach.watched import JOB_FOLDER, save_results, watch_result
 from pipebench.base.errors import ConfigError
 from pipebench.base.io import write_json_atomic
-from pipebench.measure.distributed.multirank import RANK_FIELDS, aggregate, pooled_rows, rank_breakdown, total_rate
+from pipebench.measure.distributed.multirank import aggregate, pooled_rows, rank_breakdown, total_rate
 from pipebench.measure.distributed.ranks import load_timings, save_timings
 from pipebench.record.results import read_result, write_invocation_tables, write_result
 from pipebench.record.stored import NUMBER, OBJECT, WHOLE, check_fields, read_stored, versioned
