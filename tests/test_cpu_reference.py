@@ -7,13 +7,16 @@ from typing import Optional, Sequence
 import numpy as np
 import pytest
 import torch
+from conftest import FAST_JOB
 from stored_results import result_record, write_record
 
+from pipebench.cli.main import main
 from pipebench.measure.steps import TimingSink
-from pipebench.measure.summarize import reference_cpu_ms
+from pipebench.measure.summarize import MIN_REFERENCE_RUNS, reference_cpu_ms
 from pipebench.pipeline.cpu_reference import REFERENCE_SHARE, CpuReference
 from pipebench.pipeline.file_reads import NO_IO
 from pipebench.pipeline.timed_chain import TimedCollate, TimedItem
+from pipebench.record.results import load_job_results
 from pipebench.regress.compare import (
     CPU_RATIO_PER_REFERENCE,
     CPU_RATIO_RAW,
@@ -91,10 +94,23 @@ def test_the_collate_runs_the_reference_after_the_batch_and_keeps_it_out_of_the_
     assert TimedCollate([])([_item(0)]).reference_cpu_ns == 0  # calibrate=false: no reference
 
 
-def test_the_round_figure_is_the_median_of_the_probes_and_empty_without_any():
+def test_the_round_figure_is_the_median_of_the_probes_and_empty_with_too_few():
     sink = TimingSink(reference_cpu_ns=[3_000_000, 5_000_000, 4_000_000, 40_000_000])
     assert reference_cpu_ms(sink) == pytest.approx(4.5)
+    assert np.isnan(reference_cpu_ms(TimingSink(reference_cpu_ns=[3_000_000] * (MIN_REFERENCE_RUNS - 1))))
     assert np.isnan(reference_cpu_ms(TimingSink()))
+
+
+@pytest.mark.slow
+def test_a_real_job_with_calibrate_true_records_the_reference_beside_its_measured_batches(tmp_path):
+    # 4 ms of CPU a sample, 8 a batch: a probe (~5 ms) is due about every 8 batches, so the 48
+    # measured steps hold about 6, past MIN_REFERENCE_RUNS.
+    chain = "transform.per_sample=[{_target_: pipebench.transforms.synthetic.BusyWait, ms: 4.0}]"
+    assert main(["run", *FAST_JOB, "transform.per_batch=[]", chain, "run.steps=48", "calibrate=true", "workers=0",
+                 f"results_dir={tmp_path}"]) == 0
+    (record,) = load_job_results(next(tmp_path.iterdir()))
+    assert record.summary["reference_cpu_ms"] > 0
+    assert record.summary["cpu_ms_per_sample"] >= 4.0  # the chain's own CPU, the reference not in it
 
 
 def _side(rng: np.random.Generator, cpu_factor: float, reference_factor: float, rate_factor: float,

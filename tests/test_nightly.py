@@ -97,8 +97,8 @@ def test_real_run_has_a_row_per_round_and_writes_calibration(tiny_rounds_run):
     with (tiny_rounds_run / "summary.csv").open() as handle:
         rows = list(csv.DictReader(handle))
     assert ["run.round=0" in rows[0]["job"], "run.round=1" in rows[1]["job"]] == [True, True] and len(rows) == 2
-    # The CPU reference ran beside each round's batches (pipebench.pipeline.cpu_reference).
-    assert all(float(row["reference_cpu_ms"]) > 0 for row in rows)
+    # A chain-free job's window holds too little CPU for the CPU reference's runs (too few for a median).
+    assert all(row["reference_cpu_ms"] in ("", "nan") for row in rows)
     saved = json.loads((tiny_rounds_run / CALIBRATION_FILE).read_text())
     assert len(saved["samples_s"]) == calibration.CalibrationPlan().repetitions
     assert 0 < saved["score_s"] < 5 and saved["fingerprint"]["usable_cores"] >= 1

@@ -16,6 +16,10 @@ from pipebench.pipeline.stages import DECODE_STAGE, LOAD_STAGE, PER_SAMPLE_STAGE
 from pipebench.pipeline.timed_chain import StepName
 
 BYTES_PER_MB = 1e6
+# The fewest CPU reference runs a window's median is taken over: the median of one or two runs
+# moves with one preempted run (a run's own spread here is 10-20%), which is the noise the
+# reference is there to take out. A chain that cheap gets no reference, and compare says so.
+MIN_REFERENCE_RUNS = 3
 
 
 @dataclass(frozen=True)
@@ -138,8 +142,9 @@ def cpu_ms_per_sample(sink: TimingSink) -> float:
 
 
 def reference_cpu_ms(sink: TimingSink) -> float:
-    """Median thread CPU ms of the CPU reference runs beside the measured batches; NaN without any."""
-    return _median_ms(sink.reference_cpu_ns)
+    """Median thread CPU ms of the CPU reference runs beside the measured batches; NaN with fewer than
+    MIN_REFERENCE_RUNS (a chain so cheap that its window holds too little CPU for them)."""
+    return _median_ms(sink.reference_cpu_ns) if len(sink.reference_cpu_ns) >= MIN_REFERENCE_RUNS else float("nan")
 
 
 def _median_ms(values_ns: Sequence[int]) -> float:
