@@ -539,7 +539,8 @@ def _signals_line(comparison: Comparison) -> str:
     pairing = "rounds paired (one A/B session)" if comparison.paired else "rounds unpaired"
     cpu = ("CPU time a sample per ms of the CPU reference timed beside it in the workers (a busier host moves "
            "both, a dearer chain only the first)" if comparison.cpu_per_reference else
-           "CPU time a sample (no CPU reference on both sides: measure with calibrate=true to tell a busier host "
+           "CPU time a sample (the CPU reference is not in every round of both sides: calibrate=true runs it, "
+           "and a chain too cheap for 3 runs of it in its window gets none; with it, a busier host is told "
            "from a dearer chain)")
     return (f"Signals: throughput and {cpu}, each Holm-corrected across {len(comparison.jobs)} jobs "
             f"(alpha {ALPHA}), {pairing}. `wall only`: throughput moved, CPU time held; the host, not the pipeline.")
