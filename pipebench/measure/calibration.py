@@ -5,7 +5,6 @@ Its score tracks how fast the machine is right now at exactly the kind of work p
 measures, so `compare` can tell "the machine got 10% slower" from "the pipeline got slower".
 """
 
-import io
 import statistics
 import sys
 import time
@@ -13,7 +12,6 @@ from dataclasses import asdict, dataclass
 from typing import Any, Callable, List, Mapping, Tuple
 
 import torch
-from PIL import Image
 
 from pipebench.base.cores import usable_cores
 from pipebench.measure.fingerprint import cpu_model
@@ -22,6 +20,7 @@ from pipebench.pipeline.cpu_reference import (
     IMAGE_WIDTH,
     JPEG_QUALITY,
     WORKLOAD_VERSION,
+    run_workload,
     seed_chain,
     synthetic_jpeg,
 )
@@ -52,9 +51,7 @@ class Calibration:
 def _one_repetition(jpeg: bytes, chain: List[Callable[[Any], Any]], samples: int) -> float:
     start = time.perf_counter()
     for _ in range(samples):
-        sample = Image.open(io.BytesIO(jpeg))
-        for transform in chain:
-            sample = transform(sample)
+        run_workload(jpeg, chain)
     return time.perf_counter() - start
 
 

@@ -18,7 +18,7 @@ REFERENCE_SHARE of each worker's CPU time, timed apart from the batch's own.
 
 import io
 import time
-from typing import Any, Callable, List
+from typing import Any, Callable, List, Sequence
 
 import numpy as np
 import torch
@@ -59,6 +59,14 @@ def seed_chain() -> List[Callable[[Any], Any]]:
     return [PILToTensor(), RandomCrop(CROP_SIZE), FastRandomMask(MASK_RATIO), ConvertColor(), Scale()]
 
 
+def run_workload(jpeg: bytes, chain: Sequence[Callable[[Any], Any]]) -> Any:
+    """One sample of the workload: the photo opened, then the chain, which decodes it (PILToTensor)."""
+    sample = Image.open(io.BytesIO(jpeg))
+    for step in chain:
+        sample = step(sample)
+    return sample
+
+
 class CpuReference:
     """Runs the workload once the thread has spent enough CPU on batches since the last run, and
     answers the run's thread CPU ns (0 when not due). Its inputs are made where it is built (the
@@ -90,7 +98,5 @@ class CpuReference:
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(REFERENCE_SEED)
             start = time.thread_time_ns()
-            sample = Image.open(io.BytesIO(self._jpeg))
-            for step in self._chain:
-                sample = step(sample)
+            run_workload(self._jpeg, self._chain)
             return time.thread_time_ns() - start
