@@ -16,7 +16,7 @@ from pipebench.pipeline.stages import DECODE_STAGE, LOAD_STAGE, PER_SAMPLE_STAGE
 from pipebench.pipeline.timed_chain import StepName
 
 BYTES_PER_MB = 1e6
-# The fewest CPU reference runs a window's median is taken over: the median of one or two runs
+# The fewest CPU reference runs a window's mean is taken over: the mean of one or two runs
 # moves with one preempted run (a run's own spread here is 10-20%), which is the noise the
 # reference is there to take out. A chain that cheap gets no reference, and compare says so.
 MIN_REFERENCE_RUNS = 3
@@ -142,9 +142,16 @@ def cpu_ms_per_sample(sink: TimingSink) -> float:
 
 
 def reference_cpu_ms(sink: TimingSink) -> float:
-    """Median thread CPU ms of the CPU reference runs beside the measured batches; NaN with fewer than
-    MIN_REFERENCE_RUNS (a chain so cheap that its window holds too little CPU for them)."""
-    return _median_ms(sink.reference_cpu_ns) if len(sink.reference_cpu_ns) >= MIN_REFERENCE_RUNS else float("nan")
+    """Mean thread CPU ms of the CPU reference runs beside the measured batches; NaN with fewer than
+    MIN_REFERENCE_RUNS (a chain so cheap that its window holds too little CPU for them).
+
+    The mean, like the chain's own CPU ms a sample (a total over samples): a run's cost is
+    bimodal (about 5.7 ms with the other core idle, 7.7 ms with both busy, on this 2-core VM), so
+    a median of ten jumps between the modes (8% round to round) where the mean, which weighs the
+    modes as the chain's total does, moves 4.6% (benchmarks/reference_noise.py)."""
+    if len(sink.reference_cpu_ns) < MIN_REFERENCE_RUNS:
+        return float("nan")
+    return float(np.mean(sink.reference_cpu_ns) / NS_PER_MS)
 
 
 def _median_ms(values_ns: Sequence[int]) -> float:
