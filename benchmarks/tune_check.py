@@ -12,6 +12,7 @@ default), Optuna's sampler (`--search optuna`, needs optuna) or both;
 
     python benchmarks/tune_check.py                          # the planted cases, 5-minute budgets
     python benchmarks/tune_check.py --search both --grid     # both searches, and the grid on yuv_mask
+    python benchmarks/tune_check.py --grid-only              # the grid alone
     python benchmarks/tune_check.py --quick                  # a check that it works: one short stage each
 """
 
@@ -155,6 +156,7 @@ def main() -> int:
     parser.add_argument("--search", choices=("race", "optuna", "both"), default="race")
     parser.add_argument("--budget-s", type=float, default=BUDGET_S)
     parser.add_argument("--grid", action="store_true", help="also the seed chain's full grid (an hour or more here)")
+    parser.add_argument("--grid-only", action="store_true", help="the grid without the planted cases")
     parser.add_argument("--quick", action="store_true", help="one short stage a case, no verification: that it runs")
     parser.add_argument("--work", type=Path, default=Path("results/tune_check"))
     args = parser.parse_args()
@@ -165,8 +167,9 @@ def main() -> int:
         (conf / f"{name}.yaml").write_text(text)
     cores = usable_cores()
     searches = ("race", "optuna") if args.search == "both" else (args.search,)
-    rows = [row for search in searches for row in planted(args.work, search, args.budget_s, args.quick, cores)]
-    if args.grid:
+    rows = [] if args.grid_only else [row for search in searches
+                                      for row in planted(args.work, search, args.budget_s, args.quick, cores)]
+    if args.grid or args.grid_only:
         rows.append(grid(args.work, args.budget_s, args.quick))
     failed = [r for r in rows if r["result"] != "pass"]
     print(f"{len(rows) - len(failed)} passed, {len(failed)} failed")
