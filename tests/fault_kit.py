@@ -15,7 +15,6 @@ import shutil
 import signal
 import stat
 import subprocess
-import sys
 import time
 import uuid
 from dataclasses import dataclass
@@ -25,6 +24,7 @@ from typing import Callable, List, Optional, Sequence, Tuple
 import fault_transforms
 import numpy as np
 import psutil
+from conftest import PIPEBENCH_SCRIPT
 from PIL import Image
 
 from pipebench.record.resume import INVOCATION_FILE
@@ -100,8 +100,7 @@ def sigint_at_default() -> None:
 def start_pipebench(args: Sequence[str], cwd: Path, prefix: Sequence[str] = (), **popen) -> subprocess.Popen:
     """`pipebench ARGS` (after `prefix`, e.g. taskset) in a session of its own, so a signal sent to
     its group reaches it and what it starts as a terminal's Ctrl-C would, with SIGINT at its default."""
-    exe = Path(sys.executable).with_name("pipebench")
-    return subprocess.Popen([*prefix, str(exe), *args], cwd=cwd, start_new_session=True,
+    return subprocess.Popen([*prefix, str(PIPEBENCH_SCRIPT), *args], cwd=cwd, start_new_session=True,
                             preexec_fn=sigint_at_default, **popen)
 
 

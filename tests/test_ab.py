@@ -3,12 +3,11 @@ is set in a commit, so the truth is known; and `git bisect run` with ab as its t
 
 import os
 import subprocess
-import sys
 from pathlib import Path
 from typing import Dict, List
 
 import pytest
-from conftest import TINY_DATASET
+from conftest import PIPEBENCH_SCRIPT, TINY_DATASET
 
 from pipebench.base.errors import ConfigError
 from pipebench.base.significance import MIN_SAMPLES
@@ -16,7 +15,7 @@ from pipebench.cli.main import main
 from pipebench.regress.ab import EXIT_REGRESSION
 from pipebench.regress.history import load_history
 
-PIPEBENCH = str(Path(sys.executable).with_name("pipebench"))
+PIPEBENCH = str(PIPEBENCH_SCRIPT)
 # Tiny jobs: one process start dominates; 4 rounds a side is the fewest the rule calls a change on.
 JOB = [*TINY_DATASET, "consumer=none", "workers=0", "loader.batch_size=8", "run.steps=6",
        "run.warmup_steps=1", "run.min_time_s=0", "run.repeats=1", "run.profile_steps=0", "trace=none",

@@ -19,6 +19,7 @@ from pathlib import Path
 
 import psutil
 import pytest
+from conftest import PIPEBENCH_SCRIPT
 from fault_kit import RUN_MARK_ENV, marked_processes, sigint_at_default
 
 from pipebench.attach.watched_ranks import RANKS_FOLDER, collective_estimates
@@ -93,9 +94,8 @@ def project(tmp_path: Path) -> Path:
 
 def _attach(project: Path, launcher, steps: int, fail_at: int = -1, mark_at: int = -1, mark: str = "") -> subprocess.Popen:
     """`pipebench attach` over two ranks, in a session of its own, every process it starts marked."""
-    exe = Path(sys.executable).with_name("pipebench")
     script = ["-m", "ranktrain"] if launcher[-1] != "torchrun" else ["ranktrain.py"]
-    command = [str(exe), "attach", "--steps", str(STEPS), "--skip-steps", str(SKIP), "--out", "out", "--",
+    command = [str(PIPEBENCH_SCRIPT), "attach", "--steps", str(STEPS), "--skip-steps", str(SKIP), "--out", "out", "--",
                *launcher, "--standalone", "--nproc-per-node", "2", *script,
                str(FETCH_MS), str(EXTRA_MS), str(STEP_MS), str(steps), str(fail_at), str(mark_at)]
     return subprocess.Popen(command, cwd=project, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,

@@ -240,7 +240,7 @@ def test_real_runs_flag_a_25pct_slower_transform(tmp_path, capsys):
     The job's config then differs, as it must: compare refuses it naming exactly that key (torch, CPU,
     cores and dataset agree between two real runs), and with --allow-mismatch calls it `slower`.
     """
-    assert Path(sys.executable).with_name("pipebench").exists()
+    assert PIPEBENCH_SCRIPT.exists()
     overrides = [*TINY_DATASET, "transform=cmp_chain", "consumer=none", "workers=0", "loader.batch_size=16",
                  "run.repeats=5", "run.steps=8", "run.min_time_s=0", "run.warmup_steps=1", "run.profile_steps=0",
                  "run.progress=false", "trace=none"]
