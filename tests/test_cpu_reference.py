@@ -13,7 +13,7 @@ from stored_results import result_record, write_record
 from pipebench.cli.main import main
 from pipebench.measure.steps import TimingSink
 from pipebench.measure.summarize import MIN_REFERENCE_RUNS, reference_cpu_ms
-from pipebench.pipeline.cpu_reference import REFERENCE_SHARE, CpuReference
+from pipebench.pipeline.cpu_reference import REFERENCE_SHARE, REFERENCE_VERSION, CpuReference
 from pipebench.pipeline.file_reads import NO_IO
 from pipebench.pipeline.timed_chain import TimedCollate, TimedItem
 from pipebench.record.results import load_job_results
@@ -112,6 +112,7 @@ def test_a_real_job_with_calibrate_true_records_the_reference_beside_its_measure
                  f"results_dir={tmp_path}"]) == 0
     (record,) = load_job_results(next(tmp_path.iterdir()))
     assert record.summary["reference_cpu_ms"] > 0
+    assert record.summary["reference_version"] == REFERENCE_VERSION
     assert record.summary["cpu_ms_per_sample"] >= 4.0  # the chain's own CPU, the reference not in it
 
 
@@ -163,11 +164,15 @@ def test_without_the_reference_on_a_side_raw_cpu_time_decides_and_the_report_say
     assert render_csv(comparison).splitlines()[1].endswith(CPU_RATIO_RAW)
 
 
-def _write_rounds(folder: Path, cpu_ms: Sequence[float], reference_ms: Optional[Sequence[float]]) -> Path:
+def _write_rounds(folder: Path, cpu_ms: Sequence[float], reference_ms: Optional[Sequence[float]],
+                  version: Optional[int] = REFERENCE_VERSION) -> Path:
+    """Stored rounds; `version` None writes none, as results from before the reference's version."""
     for num, cpu in enumerate(cpu_ms):
         summary = {"cpu_ms_per_sample": cpu}
         if reference_ms is not None:
             summary["reference_cpu_ms"] = reference_ms[num]
+        if version is not None:
+            summary["reference_version"] = version
         overrides = ["transform=chain", f"run.round={num + 1}"]
         write_record(folder, result_record(num, overrides=overrides, rates=(BASE_RATE,), summary=summary))
     (folder / "summary.csv").write_text("job\n")
@@ -182,3 +187,17 @@ def test_stored_rounds_carry_the_reference_into_compare_and_its_csv(tmp_path):
     assert comparison.jobs[0].cpu_verdict == NO_CHANGE
     assert comparison.jobs[0].baseline_reference_ms == pytest.approx(4.0)
     assert render_csv(comparison).splitlines()[1].endswith(CPU_RATIO_PER_REFERENCE)
+
+
+def test_a_reference_of_another_version_on_one_side_is_not_divided_by(tmp_path):
+    # The same chain; the baseline stored before the reference's figure became a mean (no version
+    # recorded: the median), which reads 7% lower on the same host.
+    cpu = [5.0, 5.1, 4.9, 5.0, 5.05]
+    base = _write_rounds(tmp_path / "base", cpu, [4.0, 4.1, 3.9, 4.0, 4.02], version=None)
+    head = _write_rounds(tmp_path / "head", cpu, [4.3, 4.4, 4.2, 4.3, 4.32])
+    assert compare_runs(load_run(str(base)), load_run(str(base))).cpu_per_reference  # one version: divided
+    comparison = compare_runs(load_run(str(base)), load_run(str(head)))
+    assert not comparison.cpu_per_reference  # else the new meaning reads as a 7% cheaper chain
+    assert comparison.jobs[0].cpu_verdict == NO_CHANGE
+    assert "older pipebench" in render_markdown(comparison)
+    assert render_csv(comparison).splitlines()[1].endswith(CPU_RATIO_RAW)

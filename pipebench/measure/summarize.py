@@ -12,6 +12,7 @@ from pipebench.measure.first_batch_parts import first_batch_columns
 from pipebench.measure.steps import NS_PER_MS, PassResult, StepSample, TimingSink
 from pipebench.measure.storage_io import file_read_figures
 from pipebench.measure.window import Window, steady_masks, steady_state
+from pipebench.pipeline.cpu_reference import REFERENCE_VERSION
 from pipebench.pipeline.stages import DECODE_STAGE, LOAD_STAGE, PER_SAMPLE_STAGE
 from pipebench.pipeline.timed_chain import StepName
 
@@ -260,6 +261,7 @@ def summary_row(window: Window, rows: Sequence[TransformRow], sink: TimingSink, 
         "pipeline_ms_per_sample": pipeline_ms,
         "cpu_ms_per_sample": cpu_ms,
         "reference_cpu_ms": reference_cpu_ms(sink),
+        "reference_version": REFERENCE_VERSION,
         "worker_capacity_samples_per_s": worker_capacity(rows, workers, worker_kind),
         "cpu_capacity_samples_per_s": min(producers, usable_cores) * 1000.0 / cpu_ms,
         "first_batch_s": float(np.median([p.first_batch_s for p in passes])),

@@ -54,6 +54,7 @@ SUMMARY_COLUMNS = [
     "h2d_ms_median", "transfer_ms_median", "ready_next_ms_median", "batch_mb_median",
     "on_device_ms_median", "ready_steps_pct",
     "pipeline_ms_per_sample", "cpu_ms_per_sample", "process_cpu_ms_per_sample", "reference_cpu_ms",
+    "reference_version",
     "worker_capacity_samples_per_s",
     "cpu_capacity_samples_per_s", "first_batch_s", "worker_startup_s_max", "rss_mb_peak", "pss_mb_peak",
     "worker_pss_growth_mb", "shm_mb_peak", "loader_workers_pss_mb", "loader_worker_pss_growth_mb",

@@ -100,6 +100,8 @@ CSV_COLUMNS = ("job", "baseline_samples_per_s", "current_samples_per_s", "ratio"
                "current_host_other_cores", "baseline_reference_cpu_ms", "current_reference_cpu_ms", "cpu_ratio_of")
 # What compare.csv's cpu_ratio is a ratio of.
 CPU_RATIO_RAW, CPU_RATIO_PER_REFERENCE = "cpu ms a sample", "cpu ms a sample per reference ms"
+# The CPU reference's version in results written before they recorded it (the median of its runs).
+FIRST_REFERENCE_VERSION = 1.0
 
 
 class CompareError(PipebenchError):
@@ -132,8 +134,10 @@ class JobRuns:
     overrides: Tuple[str, ...] = ()
     # Other processes' CPU on the host during each round's window (cores; NaN where not measured).
     host_other_cores: Tuple[float, ...] = ()
-    # The CPU reference's median thread CPU ms in each round (NaN where it did not run).
+    # The CPU reference's thread CPU ms in each round (NaN where it did not run), and the version of
+    # that figure (pipebench.pipeline.cpu_reference.REFERENCE_VERSION; 1 where the result predates it).
     reference_cpu_ms: Tuple[float, ...] = ()
+    reference_version: Tuple[float, ...] = ()
 
     @property
     def has_cpu(self) -> bool:
@@ -277,7 +281,13 @@ def _job_runs(label: str, records: Sequence[JobRecord]) -> JobRuns:
         overrides=records[0].overrides,
         host_other_cores=tuple(_summary_figure(r, "host_other_cpu_cores") for r in records),
         reference_cpu_ms=tuple(_positive_figure(r, "reference_cpu_ms") for r in records),
+        reference_version=tuple(_reference_version(r) for r in records),
     )
+
+
+def _reference_version(record: JobRecord) -> float:
+    version = _summary_figure(record, "reference_version")
+    return FIRST_REFERENCE_VERSION if np.isnan(version) else version
 
 
 def _results_folder(path: str) -> Path:
@@ -494,7 +504,10 @@ def compare_runs(baseline: Run, current: Run, threshold: float = DEFAULT_THRESHO
     both = [label for label in sorted(set(baseline.jobs) | set(current.jobs))
             if label in baseline.jobs and label in current.jobs]
     use_cpu = bool(both) and all(side.jobs[label].has_cpu for label in both for side in (baseline, current))
-    per_reference = use_cpu and all(side.jobs[label].has_reference for label in both for side in (baseline, current))
+    # One version of the reference on both sides: a round figure of another meaning would read as a change.
+    versions = {v for label in both for side in (baseline, current) for v in side.jobs[label].reference_version}
+    per_reference = use_cpu and len(versions) == 1 and all(side.jobs[label].has_reference for label in both
+                                                           for side in (baseline, current))
     measured = {label: _measure(baseline.jobs[label], current.jobs[label], threshold, factor, factors, paired, use_cpu,
                                 per_reference) for label in both}
     p_wall = dict(zip(both, holm([measured[k].wall.p_value for k in both])))
@@ -539,9 +552,10 @@ def _signals_line(comparison: Comparison) -> str:
     pairing = "rounds paired (one A/B session)" if comparison.paired else "rounds unpaired"
     cpu = ("CPU time a sample per ms of the CPU reference timed beside it in the workers (a busier host moves "
            "both, a dearer chain only the first)" if comparison.cpu_per_reference else
-           "CPU time a sample (the CPU reference is not in every round of both sides: calibrate=true runs it, "
-           "and a chain too cheap for 3 runs of it in its window gets none; with it, a busier host is told "
-           "from a dearer chain)")
+           "CPU time a sample (the CPU reference is not in every round of both sides, in one version: "
+           "calibrate=true runs it, a chain too cheap for 3 runs of it in its window gets none, and a run "
+           "stored by an older pipebench may carry another version; with it, a busier host is told from a "
+           "dearer chain)")
     return (f"Signals: throughput and {cpu}, each Holm-corrected across {len(comparison.jobs)} jobs "
             f"(alpha {ALPHA}), {pairing}. `wall only`: throughput moved, CPU time held; the host, not the pipeline.")
 
