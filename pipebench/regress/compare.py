@@ -506,7 +506,7 @@ def compare_runs(baseline: Run, current: Run, threshold: float = DEFAULT_THRESHO
     use_cpu = bool(both) and all(side.jobs[label].has_cpu for label in both for side in (baseline, current))
     # One version of the reference on both sides: a round figure of another meaning would read as a change.
     versions = {v for label in both for side in (baseline, current) for v in side.jobs[label].reference_version}
-    per_reference = use_cpu and len(versions) == 1 and all(side.jobs[label].has_reference for label in both
+    per_reference = use_cpu and len(versions) <= 1 and all(side.jobs[label].has_reference for label in both
                                                            for side in (baseline, current))
     measured = {label: _measure(baseline.jobs[label], current.jobs[label], threshold, factor, factors, paired, use_cpu,
                                 per_reference) for label in both}
