@@ -76,7 +76,8 @@ def main() -> None:
     args = parser.parse_args()
     costs = probe_costs_ms(args.workers, args.seconds, args.every)
     centre = float(np.median(costs))
-    print(f"{len(costs)} runs at {args.workers} workers: median {centre:.2f} ms, SD/median {costs.std() / centre:.3f}")
+    print(f"{len(costs)} runs at {args.workers} workers: median {centre:.2f} ms, mean {costs.mean():.2f} ms "
+          f"({costs.mean() / centre - 1:+.1%}), SD/median {costs.std() / centre:.3f}")
     print("quantiles 0/10/25/50/75/90/100%:", np.round(np.quantile(costs, [0, .1, .25, .5, .75, .9, 1]), 2))
     rng = np.random.default_rng(0)
     print("| runs a round | " + " | ".join(STATISTICS) + " |")
