@@ -3,12 +3,14 @@
 N trials each of A/A, +10% and +20% (or the `--scenarios` named) on the real `yuv_mask_fast`
 chain at workers=0,2 (or `--workers`). The slowdown is in code: a repository made in a temporary
 folder holds the chain config (unchanged between commits) and a user transform appended to the
-chain that does a set share of the chain's own CPU time a sample in extra work (both measured
-once at the start, one thread): passes of a tensor product over the sample, which a busy host
-slows as it slows the chain, as real added code is slowed (`--injection work`, the default). The
-old `--injection cpu-time` burns thread CPU time to a deadline instead, a cost no host can slow:
-under contention it reads as a smaller share of a chain that did slow. Commit 0 adds nothing; the
-A/A, +10%, +15% and +20% commits add that share (the A/A commit differs only in a comment). Every run has calibrate=true, so it carries the CPU
+chain that makes the chain a set share dearer: it runs the chain's own steps once more, on a
+photo of its own, for that share of the samples (`--injection chain`, the default). A busy host
+slows that work exactly as it slows the chain, so the chain is that share dearer in any load,
+as with real added code. Extra work of another kind is not: passes of a tensor product,
+calibrated to 15% on one idle thread, read +20-24% per reference ms in the loop (tried
+2026-11-28). The old `--injection cpu-time` burns thread CPU time to a deadline, a cost no
+contention can stretch, so it reads smaller than its share under load. Commit 0 adds nothing;
+the A/A, +10%, +15% and +20% commits add that share (the A/A commit differs only in a comment). Every run has calibrate=true, so it carries the CPU
 reference, as the nightly's do.
 
 Both modes:
@@ -107,30 +109,33 @@ class Extra:
             pass
         return sample
 """
-EXTRA_WORK = """PASSES = {passes!r}  # {label}: about {ms:.2f} ms a sample on one idle thread
+EXTRA_CHAIN = """from pipebench.pipeline.cpu_reference import run_workload, seed_chain, synthetic_jpeg
+
+SHARE = {share!r}  # {label}
+# A photo of the chain's corpus that neither the dataset's first images nor the CPU reference use.
+PHOTO_SEED = 1000
 
 
 class Extra:
-    \"\"\"The injected slowdown: PASSES products over the sample, work a busy host slows as it slows the chain.\"\"\"
+    \"\"\"The injected slowdown: the chain's own steps once more for SHARE of the samples.\"\"\"
+
+    def __init__(self):
+        self.photo, self.chain, self.owed = synthetic_jpeg(PHOTO_SEED), seed_chain(), 0.0
 
     def __call__(self, sample):
-        for _ in range(PASSES):
-            sample.mul(WORK_FACTOR)
+        self.owed += SHARE
+        while self.owed >= 1.0:
+            self.owed -= 1.0
+            run_workload(self.photo, self.chain)
         return sample
-
-
-WORK_FACTOR = 1.0001
 """
-INJECTIONS = ("work", "cpu-time")
-# Passes timed to learn what one pass of the injected work costs.
-PASS_SAMPLES = 200
+INJECTIONS = ("chain", "cpu-time")
 # Samples timed to learn the chain's CPU cost a sample.
 COST_SAMPLES = 40
 
 
-def chain_cpu_ms() -> Tuple[float, float]:
-    """The yuv_mask_fast chain's median thread CPU ms a sample here, one thread, and that of one
-    pass of the injected work over its output."""
+def chain_cpu_ms() -> float:
+    """The yuv_mask_fast chain's median thread CPU ms a sample here, one thread."""
     import torch
     torch.set_num_threads(1)
     spec = compose_job_spec(["transform=yuv_mask_fast", "dataset=synthetic_jpeg", "dataset.num_images=16"])
@@ -143,19 +148,14 @@ def chain_cpu_ms() -> Tuple[float, float]:
         for transform in chain:
             sample = transform(sample)
         costs.append((time.thread_time_ns() - start) / 1e6)
-    passes = []
-    for _ in range(PASS_SAMPLES):
-        start = time.thread_time_ns()
-        sample.mul(1.0001)
-        passes.append((time.thread_time_ns() - start) / 1e6)
-    return sorted(costs)[len(costs) // 2], sorted(passes)[len(passes) // 2]
+    return sorted(costs)[len(costs) // 2]
 
 
 def git(repo: Path, *args: str) -> str:
     return subprocess.run(["git", "-C", str(repo), *args], check=True, capture_output=True, text=True).stdout.strip()
 
 
-def make_repo(root: Path, cost_ms: float, pass_ms: float, injection: str) -> Dict[str, str]:
+def make_repo(root: Path, cost_ms: float, injection: str) -> Dict[str, str]:
     """The user repository: commit `base`, then one commit a scenario; returns scenario -> commit."""
     repo = root / "repo"
     (repo / "conf" / "transform").mkdir(parents=True)
@@ -166,9 +166,8 @@ def make_repo(root: Path, cost_ms: float, pass_ms: float, injection: str) -> Dic
     git(repo, "config", "user.name", "bench")
     commits = {}
     for label, share in (("base", 0.0), *SHARES.items()):
-        ms = share * cost_ms
-        extra = (EXTRA_WORK.format(passes=round(ms / pass_ms), ms=ms, label=label) if injection == "work"
-                 else EXTRA_CPU_TIME.format(ms=ms, label=label))
+        extra = (EXTRA_CHAIN.format(share=share, label=label) if injection == "chain"
+                 else EXTRA_CPU_TIME.format(ms=share * cost_ms, label=label))
         (repo / "power_user.py").write_text(extra)
         git(repo, "add", "-A")
         git(repo, "commit", "-q", "--allow-empty", "-m", label)
@@ -281,27 +280,23 @@ def main(argv: Sequence[str] = ()) -> int:
                         help=f"the sweep's worker counts (default {DEFAULT_WORKERS}; --quick {QUICK_WORKERS})")
     parser.add_argument("--baseline", choices=("per-trial", "once"), default="per-trial",
                         help="stored mode: a baseline run for each trial (independent trials) or one for all")
-    parser.add_argument("--injection", choices=INJECTIONS, default="work",
-                        help="the slowdown: extra work (slowed by a busy host) or a CPU-time burn (not)")
+    parser.add_argument("--injection", choices=INJECTIONS, default="chain",
+                        help="the slowdown: the chain's own work again (a busy host slows it) or a CPU-time burn (not)")
     args = parser.parse_args(argv or None)
     trials = args.trials or (1 if args.quick else 20)
     rounds = args.rounds or (4 if args.quick else 5)
     workers = args.workers or (QUICK_WORKERS if args.quick else DEFAULT_WORKERS)
     run = [f"workers={workers}", *(QUICK_RUN if args.quick else FULL_RUN)]
     start = time.monotonic()
-    cost, pass_ms = chain_cpu_ms()
-
-    def injected_ms(share: float) -> float:
-        return round(share * cost / pass_ms) * pass_ms if args.injection == "work" else share * cost
-    injected = ", ".join(f"{label} = {injected_ms(SHARES[label]):.2f} ms ({injected_ms(SHARES[label]) / cost:.1%})"
-                         for label in args.scenarios if SHARES.get(label))
-    print(f"yuv_mask_fast: {cost:.2f} CPU ms a sample; {injected or 'nothing'} injected as {args.injection} "
-          f"(one pass {pass_ms:.3f} ms); {trials} trials, {rounds} rounds, workers={workers}, modes {args.modes}, "
-          f"baseline {args.baseline}", flush=True)
+    cost = chain_cpu_ms()
+    injected = ", ".join(f"{label} = {SHARES[label] * cost:.2f} ms" for label in args.scenarios if SHARES.get(label))
+    print(f"yuv_mask_fast: {cost:.2f} CPU ms a sample; {injected or 'nothing'} injected as {args.injection}; "
+          f"{trials} trials, {rounds} rounds, workers={workers}, modes {args.modes}, baseline {args.baseline}",
+          flush=True)
     outcomes: Dict[Tuple[str, str], List[Dict]] = {}
     with tempfile.TemporaryDirectory(prefix="pipebench-power-") as tmp:
         root = Path(tmp)
-        commits = make_repo(root, cost, pass_ms, args.injection)
+        commits = make_repo(root, cost, args.injection)
         repo, results = root / "repo", root / "results"
         stored = "stored" in args.modes
         baseline = stored_run(repo, commits["base"], rounds, run, results) if stored else None
