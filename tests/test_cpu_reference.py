@@ -191,7 +191,7 @@ def test_stored_rounds_carry_the_reference_into_compare_and_its_csv(tmp_path):
 
 def test_a_reference_of_another_version_on_one_side_is_not_divided_by(tmp_path):
     # The same chain; the baseline stored before the reference's figure became a mean (no version
-    # recorded: the median), which reads 7% lower on the same host.
+    # recorded: the median), which can read lower on the same host (here 7%).
     cpu = [5.0, 5.1, 4.9, 5.0, 5.05]
     base = _write_rounds(tmp_path / "base", cpu, [4.0, 4.1, 3.9, 4.0, 4.02], version=None)
     head = _write_rounds(tmp_path / "head", cpu, [4.3, 4.4, 4.2, 4.3, 4.32])

@@ -146,10 +146,10 @@ def reference_cpu_ms(sink: TimingSink) -> float:
     """Mean thread CPU ms of the CPU reference runs beside the measured batches; NaN with fewer than
     MIN_REFERENCE_RUNS (a chain so cheap that its window holds too little CPU for them).
 
-    The mean, like the chain's own CPU ms a sample (a total over samples): a run's cost is
-    bimodal (about 5.7 ms with the other core idle, 7.7 ms with both busy, on this 2-core VM), so
-    a median of ten jumps between the modes (8% round to round) where the mean, which weighs the
-    modes as the chain's total does, moves 4.6% (benchmarks/reference_noise.py)."""
+    The mean, like the chain's own CPU ms a sample (a total over samples): beside a 2-worker
+    loader on this 2-core VM a run's cost fell in two modes (about 5.5 and 7.5 ms), so the median
+    of ten jumped between them (8-8.5% round to round) where the mean, which weighs the modes as
+    the chain's total does, moved 4.6-5.8% (benchmarks/reference_noise.py)."""
     if len(sink.reference_cpu_ns) < MIN_REFERENCE_RUNS:
         return float("nan")
     return float(np.mean(sink.reference_cpu_ns) / NS_PER_MS)

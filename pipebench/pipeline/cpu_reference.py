@@ -30,7 +30,7 @@ from pipebench.datasets.synthetic_jpeg import draw_picture
 WORKLOAD_VERSION = 1
 # Bump whenever the CPU reference's round figure changes meaning (its workload, statistic or share):
 # compare divides by it only between runs of one version. 1: the median of the runs at 2% of the
-# workers' CPU; 2: their mean at 3%, which reads about 7% above the median here.
+# workers' CPU; 2: their mean at 3%, which reads above the median where the runs fall in two modes.
 REFERENCE_VERSION = 2
 # The seed's photo (the default corpus, datasets/synthetic_jpeg.py): 533x800 RGB at JPEG quality 90, cropped to 256.
 IMAGE_WIDTH = 533
