@@ -7,11 +7,11 @@ chain that makes the chain a set share dearer: it runs the chain's own steps onc
 photo of its own, for that share of the samples (`--injection chain`, the default). A busy host
 slows that work exactly as it slows the chain, so the chain is that share dearer in any load,
 as with real added code. Extra work of another kind is not: passes of a tensor product,
-calibrated to 15% on one idle thread, read +20-24% per reference ms in the loop (tried
+calibrated to 15% on one idle thread, read +18-24% per reference ms in the loop (tried
 2026-11-28). The old `--injection cpu-time` burns thread CPU time to a deadline, a cost no
 contention can stretch, so it reads smaller than its share under load. Commit 0 adds nothing;
-the A/A, +10%, +15% and +20% commits add that share (the A/A commit differs only in a comment). Every run has calibrate=true, so it carries the CPU
-reference, as the nightly's do.
+the A/A, +10%, +15% and +20% commits add that share (the A/A commit differs only in a comment).
+Every run has calibrate=true, so it carries the CPU reference, as the nightly's do.
 
 Both modes:
 - `ab`: `pipebench ab BASE HEAD`, both commits in one session, rounds paired;
