@@ -274,8 +274,9 @@ def main(argv: Sequence[str] = ()) -> int:
                         help="1 trial, 4 rounds, short jobs at workers=0: the protocol end to end, not a power estimate")
     parser.add_argument("--modes", nargs="+", default=["ab", "stored"], choices=["ab", "stored"])
     parser.add_argument("--scenarios", nargs="+", default=list(DEFAULT_SCENARIOS), choices=[*SHARES, HOG],
-                        help=f"which commits to measure against the base (default: {' '.join(DEFAULT_SCENARIOS)}); "
-                             f"{HOG} runs in stored mode only")
+                        # argparse %-formats help: the scenarios' own % signs are doubled.
+                        help=f"which commits to measure against the base (default: "
+                             f"{' '.join(DEFAULT_SCENARIOS).replace('%', '%%')}); {HOG} runs in stored mode only")
     parser.add_argument("--workers",
                         help=f"the sweep's worker counts (default {DEFAULT_WORKERS}; --quick {QUICK_WORKERS})")
     parser.add_argument("--baseline", choices=("per-trial", "once"), default="per-trial",
@@ -298,10 +299,9 @@ def main(argv: Sequence[str] = ()) -> int:
         root = Path(tmp)
         commits = make_repo(root, cost, args.injection)
         repo, results = root / "repo", root / "results"
-        stored = "stored" in args.modes
-        baseline = stored_run(repo, commits["base"], rounds, run, results) if stored else None
+        baseline = None
         for trial in range(trials):
-            if stored and args.baseline == "per-trial" and trial:
+            if "stored" in args.modes and (baseline is None or args.baseline == "per-trial"):
                 baseline = stored_run(repo, commits["base"], rounds, run, results)
             for label in args.scenarios:
                 head = commits["A/A" if label == HOG else label]

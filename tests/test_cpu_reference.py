@@ -95,7 +95,7 @@ def test_the_collate_runs_the_reference_after_the_batch_and_keeps_it_out_of_the_
 
 
 def test_the_round_figure_is_the_mean_of_the_probes_and_empty_with_too_few():
-    # Two modes, as with the other core idle or busy: the mean weighs them as the chain's total
+    # Two modes, as measured beside a 2-worker loader: the mean weighs them as the chain's total
     # does (their median reads 7 ms, the upper mode).
     sink = TimingSink(reference_cpu_ns=[5_000_000, 7_000_000, 5_000_000, 7_000_000, 7_000_000])
     assert reference_cpu_ms(sink) == pytest.approx(6.2)
