@@ -127,8 +127,16 @@ def grid(work: Path, budget_s: float, quick: bool) -> Dict[str, object]:
                                    "loader.prefetch_factor=2,4", "loader.persistent_workers=false,true",
                                    "loader.pin_memory=false", "trace=none", f"rounds={rounds}",
                                    *(QUICK[:2] if quick else ["run.steps=10", "run.min_time_s=1"])], work)
+    row = judge_grid(pick, results_folder(stdout, work), tune_wall, grid_wall)
+    print(row, flush=True)
+    return row
+
+
+def judge_grid(pick: Mapping[str, str], grid_folder: Path, tune_wall: float, grid_wall: float) -> Dict[str, object]:
+    """The grid's row: the tuner's pick read from the grid's summary, against the grid winner's interval
+    and the time target."""
     rounds_of: Dict[Tuple[str, ...], List[Dict[str, str]]] = {}
-    for row in _rows(results_folder(stdout, work) / "summary.csv"):
+    for row in _rows(grid_folder / "summary.csv"):
         config = row["job"]
         key = tuple(sorted(p for p in config.split(",") if not p.startswith(("run.round", "results_dir"))))
         rounds_of.setdefault(key, []).append(row)
@@ -137,17 +145,18 @@ def grid(work: Path, budget_s: float, quick: bool) -> Dict[str, object]:
     spreads = {k: measured_rate([{"summary": r} for r in rows]) for k, rows in rounds_of.items()}
     best_key = max(spreads, key=lambda k: spreads[k].value)
     best = spreads[best_key]
-    wanted = {f"workers={pick['workers']}", f"loader.backend={pick['loader.backend']}",
-              f"loader.prefetch_factor={pick['loader.prefetch_factor']}",
-              f"loader.persistent_workers={pick['loader.persistent_workers'].lower()}"}
-    picked = next((spreads[k].value for k in spreads if wanted <= set(k)), float("nan"))
+    # Lower-cased on both sides: a flag reads `True` in tune.csv and in Hydra's job name, `true` as an
+    # override, and a match must not hang on which.
+    wanted = {part.lower() for part in (f"workers={pick['workers']}", f"loader.backend={pick['loader.backend']}",
+                                        f"loader.prefetch_factor={pick['loader.prefetch_factor']}",
+                                        f"loader.persistent_workers={pick['loader.persistent_workers']}")}
+    picked = next((spreads[k].value for k in spreads if wanted <= {part.lower() for part in k}), float("nan"))
     share = tune_wall / grid_wall
     row = {"case": "grid", "pick": pick["point"], "pick_in_grid": f"{picked:.0f}", "grid_best": ",".join(best_key),
            "grid_best_samples_per_s": round(best.value), "grid_best_interval": f"{best.low:.0f} to {best.high:.0f}",
            "interval": best.kind, "tune_wall_s": round(tune_wall), "grid_wall_s": round(grid_wall),
            "time_share": round(share, 2), "time_share_target": GRID_TIME_SHARE,
            "result": "pass" if best.low <= picked and share <= GRID_TIME_SHARE else "FAIL"}
-    print(row, flush=True)
     return row
 
 
