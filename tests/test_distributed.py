@@ -1,23 +1,17 @@
 """Multi-rank jobs through the real CLI and torchrun: per-rank rows, aggregates, exactly-once, failures."""
 
 import csv
-import json
-import os
-import time
 from pathlib import Path
 
 import numpy as np
 import pytest
 from conftest import NO_PROFILE, QUICK_RUN, compose_spec, results_folder, run_cli
+from rank_kit import SMALL, STRAGGLE_MS, TWO_RANKS, rank_results, write_rank_project
 
-from pipebench.base.cores import usable_cores
 from pipebench.config.specs import DistributedSpec
 from pipebench.measure.distributed.multirank import (
-    KILL_GRACE_S,
-    DistributedError,
     aggregate,
     exit_codes,
-    measure_multirank,
     merge_meter_columns,
     oversubscription_warning,
     resolve_backend,
@@ -30,45 +24,13 @@ from pipebench.measure.window import split_window, window_record
 # It asserts on measured rates, CPU time or the host's load: under xdist it runs with no other test beside it.
 pytestmark = pytest.mark.alone
 
-TWO_RANKS = ["distributed.nproc=2", "results_dir=out"]
-# 64 samples / 2 ranks / 8 a batch = 4 steps a rank per epoch: a quick run spans several epochs.
-SMALL = ["dataset=random_tensors", "dataset.shape=[3,32,32]", "dataset.length=64"]
-# The straggler's extra CPU a sample on rank 1; x 8 samples = 32 ms a step against ~35 ms.
-STRAGGLE_MS = 4.0
 # A step of epoch 1 whose times do not matter: what a window's cut reads of it is its epoch.
 IDLE_STEP = StepSample(gap_ns=0, wait_ns=0, h2d_ns=0, compute_ns=0, samples=0, transfer_ns=0, worker_id=0, ready=False)
 
 
 @pytest.fixture
 def rank_project(tmp_path: Path) -> Path:
-    """Chains of known cost, a balanced one and one whose rank 1 is slower, plus faulty ones."""
-    (tmp_path / "faults.py").write_text(
-        "import os, time\n\n"
-        "class DieOnRank1:\n"
-        "    def __call__(self, x):\n"
-        "        if os.environ.get('RANK') == '1':\n"
-        "            os._exit(3)\n"
-        "        return x\n\n"
-        "class HangOnRank1:\n"
-        "    def __call__(self, x):\n"
-        "        while os.environ.get('RANK') == '1':\n"
-        "            time.sleep(1)\n"
-        "        return x\n"
-    )
-    chains = tmp_path / "conf" / "transform"
-    chains.mkdir(parents=True)
-    busy = "  - _target_: pipebench.transforms.synthetic.BusyWait\n    ms: 0.2\n"
-    (chains / "balanced.yaml").write_text(f"per_sample:\n{busy}")
-    (chains / "straggler.yaml").write_text(
-        f"per_sample:\n{busy}  - _target_: pipebench.transforms.synthetic.RankBusyWait\n"
-        f"    ms: {STRAGGLE_MS}\n    rank: 1\n")
-    for name in ("DieOnRank1", "HangOnRank1"):
-        (chains / f"{name.lower()}.yaml").write_text(f"per_sample:\n  - _target_: faults.{name}\n")
-    return tmp_path
-
-
-def _results(folder: Path):
-    return [json.loads(p.read_text()) for p in sorted(folder.glob("job-*/result.json"))]
+    return write_rank_project(tmp_path)
 
 
 @pytest.mark.slow
@@ -82,7 +44,7 @@ def test_two_ranks_balanced_straggler_and_a_rank_that_dies(rank_project):
     assert "rank 1 failed (exit code 3): it exited without a Python error" in errors[0]
     assert "Traceback" not in proc.stderr
     folder = rank_project / results_folder(proc.stdout)
-    balanced, straggler = _results(folder)  # the rows measured before the failure are kept
+    balanced, straggler = rank_results(folder)  # the rows measured before the failure are kept
 
     for result in (balanced, straggler):
         assert [r["rank"] for r in result["ranks"]] == [0, 1]
@@ -131,70 +93,6 @@ def test_two_ranks_balanced_straggler_and_a_rank_that_dies(rank_project):
     assert [r["ranks"] for r in rows] == ["2", "2"]
     assert all(float(r["straggler_ratio"]) >= 1 and float(r["collective_wait_ms_mean"]) > 0 for r in rows)
     assert "straggler_ratio" in (folder / "summary.md").read_text()
-
-
-@pytest.mark.beside
-@pytest.mark.slow
-def test_unsharded_iterable_is_caught(rank_project):
-    stream = ["dataset=sharded_stream", "dataset.source.shape=[3,32,32]", "dataset.source.length=64",
-              "transform=balanced", "workers=2"]
-    # The sharded stream's exactly-once reads are checked in-process in test_coverage.py.
-    proc = run_cli(["run", "--config-dir", "conf", "dataset.shard=false", *stream, *QUICK_RUN, *TWO_RANKS],
-                   cwd=rank_project)
-    assert proc.returncode == 0, proc.stderr
-    (unsharded,) = _results(rank_project / results_folder(proc.stdout))
-    coverage = unsharded["coverage"]
-    # Every copy (2 ranks x 2 workers) reads the whole stream: each index read 4 times an epoch.
-    assert coverage["complete_epochs"] == 0 or coverage["duplicates"] >= 3 * coverage["length"], coverage
-    assert unsharded["summary"]["duplicate_samples"] == coverage["duplicates"] > 0
-    assert "duplicate reads" in proc.stdout
-    # 2 ranks x 2 workers: more loader processes than cores on this 2-core machine, not on a big one.
-    oversubscribed = 4 > usable_cores()
-    assert ("ranks x 2 loader processes = 4" in proc.stderr) == oversubscribed
-    assert unsharded["distributed"]["oversubscribed"] == oversubscribed
-
-
-@pytest.mark.beside
-@pytest.mark.slow
-def test_hung_ranks_are_stopped_at_the_job_timeout(rank_project, monkeypatch):
-    # In-process (the CLI's one-line failure path is covered above): the ranks import faults.py from here.
-    monkeypatch.chdir(rank_project)
-    monkeypatch.syspath_prepend(str(rank_project))
-    # Ahead of, not instead of, the caller's PYTHONPATH: the ranks must import the same pipebench as this test.
-    monkeypatch.setenv("PYTHONPATH", os.pathsep.join(filter(None, (str(rank_project), os.environ.get("PYTHONPATH")))))
-    spec = compose_spec(["hydra.searchpath=[file://conf]", "transform=hangonrank1", "workers=0", *SMALL, *QUICK_RUN,
-                         "distributed.nproc=2", "distributed.job_timeout_s=12"])
-    job_dir = rank_project / "job"
-    job_dir.mkdir()
-    started = time.monotonic()
-    with pytest.raises(DistributedError, match="did not finish within distributed.job_timeout_s=12; stopped them"):
-        measure_multirank(spec, job_dir)
-    assert time.monotonic() - started < 12 + 2 * KILL_GRACE_S
-
-
-@pytest.mark.beside
-@pytest.mark.slow
-def test_a_hung_rank_is_stopped_by_the_step_watchdog_and_ranks_resolve_run_sync(rank_project, monkeypatch):
-    # Rank 1 sleeps in its first sample: its own watchdog stops it with one line, long before the
-    # job timeout; rank 0 waits at the all-reduce, which its watchdog leaves to the collective's timeout.
-    monkeypatch.chdir(rank_project)
-    monkeypatch.syspath_prepend(str(rank_project))
-    monkeypatch.setenv("PYTHONPATH", os.pathsep.join(filter(None, (str(rank_project), os.environ.get("PYTHONPATH")))))
-    spec = compose_spec(["hydra.searchpath=[file://conf]", "transform=hangonrank1", "workers=0", *SMALL, *QUICK_RUN,
-                         "distributed.nproc=2", "distributed.job_timeout_s=120", "run.step_timeout_s=2",
-                         "run.sync=async"])
-    job_dir = rank_project / "job"
-    job_dir.mkdir()
-    started = time.monotonic()
-    # The rank exits 2 after writing why, unless torchrun's teardown, started by the peer's exit,
-    # reaches it first with SIGTERM (-15): a race, seen once in a CI run. Which rank, which step and
-    # which limit are the figures that must hold.
-    with pytest.raises(DistributedError, match=r"rank 1 failed \(exit code (2|-15)\): per_sample/HangOnRank1 .*ran "
-                                               r"past run.step_timeout_s=2; stopped the job"):
-        measure_multirank(spec, job_dir)
-    assert time.monotonic() - started < 60
-    # run.sync reached the ranks: async was asked for a consumer off CUDA, and each rank said so.
-    assert (job_dir / "ranks.log").read_text().count("note: run.sync=async: the consumer runs") == 2
 
 
 TORCHRUN_FAILURE = """\

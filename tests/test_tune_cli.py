@@ -1,0 +1,33 @@
+"""`pipebench tune` end to end through the real CLI: the files it writes and its last line. It asserts
+on files and lines, not rates, so it runs beside other tests (test_tune.py measures, alone). Tiny
+settings: a 2-point space, one stage, one verification round."""
+
+import csv
+
+import pytest
+from conftest import FAST_JOB, NO_CHAIN, results_folder, run_cli
+from omegaconf import OmegaConf
+
+
+@pytest.mark.slow
+def test_tune_end_to_end_writes_its_files_and_ends_with_the_results_line(tmp_path):
+    proc = run_cli(["tune", "--budget-s", "600", *FAST_JOB, *NO_CHAIN, "tune.variants=false", "tune.workers=[0,1]",
+                    "tune.backends=[dataloader]", "tune.prefetch_factors=[2]", "tune.persistent_workers=[false]",
+                    "tune.stages=1", "tune.verify_rounds=1", "workers=1", "results_dir=out"], cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    folder = tmp_path / results_folder(proc.stdout)
+    assert folder.name.endswith("-tune-yuv_mask")
+    with (folder / "tune.csv").open() as handle:
+        rows = list(csv.DictReader(handle))
+    raced = [r for r in rows if r["stage"] == "1"]
+    assert sorted(r["workers"] for r in raced) == ["0", "1"] and all(r["rounds"] == "2" for r in raced)
+    assert [r["verdict"] for r in rows if r["stage"] == "pruned"] == [
+        "pruned: pin_memory: no CUDA device here, so pinning does nothing"] * 2
+    assert sum(r["verdict"] == "recommended" for r in rows) == 1
+    best = OmegaConf.load(folder / "best.yaml")
+    assert best.workers in (0, 1) and best.loader.backend == "dataloader"
+    markdown = (folder / "tune.md").read_text()
+    for section in ("## the space", "## the race", "## recommendation", "paste into your script:"):
+        assert section in markdown
+    assert (folder / "tune.png").stat().st_size > 0 and (folder / "probe" / "job-0" / "result.json").is_file()
+    assert ("verified against your settings" in markdown) or ("your settings are the recommended ones" in markdown)
