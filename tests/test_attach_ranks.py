@@ -1,138 +1,39 @@
-"""`pipebench attach -- torchrun ...`: every rank watched, a row a rank and the straggler figures.
+"""`pipebench attach -- torchrun ...`: every rank watched, a row a rank and the straggler figures, on
+attach_ranks_kit's two-rank training script; its faults are in test_attach_ranks_faults.py."""
 
-Two gloo ranks on the CPU run a small training script: a DistributedSampler loader over a dataset
-that sleeps FETCH_MS a sample (rank 1: EXTRA_MS more), a step that sleeps STEP_MS and ends in an
-all-reduce. Rank 1's loader makes both ranks wait: its own wait is longer by BATCH * EXTRA_MS a
-step, and rank 0 waits as long at the all-reduce. Sleeps, not busy-waits, so the two ranks and
-the rest of this 2-core machine do not time-slice each other's costs.
-"""
-
-import json
 import os
-import signal
 import subprocess
 import sys
-import textwrap
-import time
 import uuid
 from pathlib import Path
 
 import psutil
 import pytest
-from conftest import PIPEBENCH_SCRIPT
-from fault_kit import RUN_MARK_ENV, marked_processes, sigint_at_default
+from attach_ranks_kit import (AFTER_WINDOW, BATCH, FETCH_MS, RUN_TIMEOUT_S, STEPS, STRAGGLE_MS, assert_rank_rows,
+                              attach_two_ranks, merged_result, no_orphans, write_rank_script)
 
 from pipebench.attach.watched_ranks import RANKS_FOLDER, collective_estimates
 from pipebench.base.descendants import no_descendant_outlives
 from pipebench.base.errors import ConfigError
 from pipebench.cli.attach_torchrun import RANK_MODULE, parse_torchrun, torchrun_args
-from pipebench.record.results import scan_job_results
 
 # It asserts on measured rates, CPU time or the host's load: under xdist it runs with no other test beside it.
 pytestmark = pytest.mark.alone
 
-FETCH_MS = 0.5
-EXTRA_MS = 2.0
-STEP_MS = 5.0
-BATCH = 4
-STEPS = 30
-SKIP = 3
-# Rank 1's extra wait a step, and rank 0's extra wait at the all-reduce.
-STRAGGLE_MS = BATCH * EXTRA_MS
-# torchrun, two ranks importing torch and pipebench, a few hundred ms of steps: well under this.
-RUN_TIMEOUT_S = 180
-# Every process attach started is gone this long after it ends (the fault work's target).
-ORPHAN_DEADLINE_S = 2.0
-
-SCRIPT = textwrap.dedent("""
-    import os, sys, time
-    from pathlib import Path
-    import torch
-    import torch.distributed as dist
-    from torch.utils.data import DataLoader, Dataset, DistributedSampler
-
-    FETCH_MS, EXTRA_MS, STEP_MS = (float(a) for a in sys.argv[1:4])
-    STEPS, FAIL_AT, MARK_AT = (int(a) for a in sys.argv[4:7])
-    RANK = int(os.environ["RANK"])
-
-    class SlowSamples(Dataset):
-        def __len__(self):
-            return 100_000
-
-        def __getitem__(self, i):
-            time.sleep((FETCH_MS + (EXTRA_MS if RANK == 1 else 0.0)) / 1000)
-            return torch.zeros(4), i
-
-    def main():
-        dist.init_process_group("gloo")
-        dataset = SlowSamples()
-        loader = DataLoader(dataset, batch_size={batch}, sampler=DistributedSampler(dataset, shuffle=False))
-        grad = torch.zeros(16)
-        for n, (x, y) in enumerate(loader):
-            time.sleep(STEP_MS / 1000)
-            dist.all_reduce(grad)
-            if RANK == 1 and n == FAIL_AT:
-                sys.exit(3)
-            if RANK == 0 and n == MARK_AT:
-                Path("window-over").touch()
-            if n == STEPS:
-                break
-        dist.destroy_process_group()
-
-    if __name__ == "__main__":
-        main()
-""").format(batch=BATCH)
-# Past the measured window: the warm-up, the window and the first batch.
-AFTER_WINDOW = SKIP + STEPS + 3
-
 
 @pytest.fixture()
 def project(tmp_path: Path) -> Path:
-    (tmp_path / "ranktrain.py").write_text(SCRIPT)
-    return tmp_path
-
-
-def _attach(project: Path, launcher, steps: int, fail_at: int = -1, mark_at: int = -1, mark: str = "") -> subprocess.Popen:
-    """`pipebench attach` over two ranks, in a session of its own, every process it starts marked."""
-    script = ["-m", "ranktrain"] if launcher[-1] != "torchrun" else ["ranktrain.py"]
-    command = [str(PIPEBENCH_SCRIPT), "attach", "--steps", str(STEPS), "--skip-steps", str(SKIP), "--out", "out", "--",
-               *launcher, "--standalone", "--nproc-per-node", "2", *script,
-               str(FETCH_MS), str(EXTRA_MS), str(STEP_MS), str(steps), str(fail_at), str(mark_at)]
-    return subprocess.Popen(command, cwd=project, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            start_new_session=True, preexec_fn=sigint_at_default,
-                            env={**os.environ, RUN_MARK_ENV: mark or uuid.uuid4().hex})
-
-
-def _no_orphans(mark: str) -> bool:
-    deadline = time.monotonic() + ORPHAN_DEADLINE_S
-    while marked_processes(mark) and time.monotonic() < deadline:
-        time.sleep(0.05)
-    return not marked_processes(mark)
-
-
-def _merged(project: Path):
-    scan = scan_job_results(project / "out")  # read back as report/compare read it: the checks pass
-    assert not scan.damaged and len(scan.results) == 1
-    return json.loads((project / "out" / "job-0" / "result.json").read_text())
-
-
-def _assert_rank_rows(result) -> None:
-    assert [r["rank"] for r in result["ranks"]] == [0, 1]
-    summary = result["summary"]
-    assert summary["ranks"] == 2 and summary["straggler_ratio"] >= 1.0
-    assert summary["samples_per_s"] == pytest.approx(sum(r["samples_per_s"] for r in result["ranks"]))
-    assert summary["starvation_pct_max"] == max(r["starvation_pct"] for r in result["ranks"])
-    assert set(result["rank_passes"]) == {"0", "1"}
+    return write_rank_script(tmp_path)
 
 
 @pytest.mark.slow
 def test_torchrun_under_attach_gives_a_row_a_rank_and_the_straggler_figures(project):
     mark = uuid.uuid4().hex
-    proc = _attach(project, ["torchrun"], steps=AFTER_WINDOW + 2, mark=mark)
+    proc = attach_two_ranks(project, ["torchrun"], steps=AFTER_WINDOW + 2, mark=mark)
     out, err = proc.communicate(timeout=RUN_TIMEOUT_S)
     assert proc.returncode == 0, err
-    result = _merged(project)
-    _assert_rank_rows(result)
+    result = merged_result(project)
+    assert_rank_rows(result)
     assert result["distributed"]["exit_status"] == {"0": 0, "1": 0}
     assert (project / "out" / RANKS_FOLDER / "rank-1" / "job-0" / "result.json").is_file()
     # Both ranks' samples pooled: the load row (each sample's __getitem__) under its own name.
@@ -148,48 +49,7 @@ def test_torchrun_under_attach_gives_a_row_a_rank_and_the_straggler_figures(proj
     assert slow["starvation_pct"] > fast["starvation_pct"] + 20
     assert f"straggler ratio {result['summary']['straggler_ratio']:.3f}" in out
     assert out.strip().splitlines()[-1].startswith("results: out")
-    assert _no_orphans(mark)
-
-
-@pytest.mark.beside
-@pytest.mark.slow
-def test_a_rank_that_fails_fails_attach_and_what_was_measured_is_kept(project):
-    mark = uuid.uuid4().hex
-    proc = _attach(project, [sys.executable, "-m", "torch.distributed.run"], steps=10 * AFTER_WINDOW,
-                   fail_at=AFTER_WINDOW, mark=mark)
-    out, err = proc.communicate(timeout=RUN_TIMEOUT_S)
-    assert proc.returncode != 0
-    result = _merged(project)
-    _assert_rank_rows(result)
-    statuses = result["distributed"]["exit_status"]
-    assert statuses["1"] == 3 and statuses["0"] != 0  # its peer lost it at the all-reduce, or was stopped
-    assert all(r["steps"] == STEPS for r in result["ranks"])
-    assert _no_orphans(mark)
-
-
-@pytest.mark.beside
-@pytest.mark.slow
-def test_ctrl_c_reaches_the_ranks_whose_windows_are_written_and_nothing_outlives_attach(project):
-    mark = uuid.uuid4().hex
-    proc = _attach(project, ["torchrun"], steps=100 * AFTER_WINDOW, mark_at=AFTER_WINDOW, mark=mark)
-    deadline = time.monotonic() + RUN_TIMEOUT_S
-    try:
-        while not (project / "window-over").exists():
-            if proc.poll() is not None or time.monotonic() > deadline:
-                pytest.fail(f"attach ended (status {proc.poll()}) or timed out before rank 0's window was over")
-            time.sleep(0.05)
-        proc.send_signal(signal.SIGINT)  # attach alone, as a terminal's Ctrl-C reaches attach's group
-        out, err = proc.communicate(timeout=RUN_TIMEOUT_S)
-    finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
-    assert proc.returncode != 0
-    result = _merged(project)
-    _assert_rank_rows(result)
-    # The ranks' scripts got it as they would without attach (a peer may see the other's exit first).
-    assert 130 in result["distributed"]["exit_status"].values() and "KeyboardInterrupt" in err
-    assert _no_orphans(mark)
+    assert no_orphans(mark)
 
 
 def test_the_command_is_rewritten_with_torchruns_options_kept(tmp_path, monkeypatch):

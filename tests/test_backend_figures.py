@@ -9,7 +9,7 @@ import threading
 
 import numpy as np
 import pytest
-from conftest import FAST_JOB, compose_spec, results_folder, run_cli
+from conftest import FAST_JOB, compose_spec
 
 from pipebench.config.specs import PROCESSES, THREADS
 from pipebench.measure.job import measure_job
@@ -19,7 +19,6 @@ from pipebench.measure.window import RESTART_FIRST_BATCH, epoch_cost, split_wind
 from pipebench.pipeline.build import build_pipeline
 from pipebench.pipeline.loader_backends import build_backend
 from pipebench.pipeline.timed_chain import ThreadNumbers
-from pipebench.report.comparison import BACKEND_COLUMNS
 from pipebench.report.diagnosis import THREADS_BOUND, diagnose, render_diagnosis
 
 # It asserts on measured rates, CPU time or the host's load: under xdist it runs with no other test beside it.
@@ -163,21 +162,3 @@ def test_the_diagnosis_predicts_worker_processes_and_marks_threads_not_predicted
     assert not any(chain == "loader.backend=threads" for chain, _ in diagnosis.targets)
     # Its gap is no "unexplained" one: the model made no claim.
     assert "loader.backend=threads at workers=2 (" not in text
-
-
-@pytest.mark.beside
-@pytest.mark.slow
-def test_a_backend_sweep_is_one_table_with_every_figure_side_by_side(user_project):
-    done = run_cli(["run", "--config-dir", "my_conf", "transform=tiny", *FAST_JOB, "workers=2",
-                    "loader.backend=dataloader,threads,spdl", "results_dir=out"], user_project)
-    assert done.returncode == 0, done.stderr[-2000:]
-    table = (user_project / results_folder(done.stdout) / "comparison.md").read_text()
-    lines = [line for line in table.splitlines() if line.startswith("|")]
-    header = [c.strip() for c in lines[0].strip("|").split("|")]
-    rows = [[c.strip() for c in line.strip("|").split("|")] for line in lines[2:]]
-    titles = ["samples/s", "spread (95% CI)", "starvation %", *(title for title, _ in BACKEND_COLUMNS.values())]
-    assert header[0] == "backend" and set(titles) <= set(header), header
-    assert [row[0] for row in rows] == list(BACKENDS)
-    for row in rows:
-        assert "–" in row[header.index("spread (95% CI)")]
-        assert all(float(row[header.index(title)]) >= 0 for title in titles if title != "spread (95% CI)"), row

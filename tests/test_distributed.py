@@ -6,7 +6,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from conftest import NO_PROFILE, QUICK_RUN, compose_spec, results_folder, run_cli
-from rank_kit import SMALL, STRAGGLE_MS, TWO_RANKS, rank_results, write_rank_project
+from multirank_kit import SMALL, STRAGGLE_MS, TWO_RANKS, rank_results, write_rank_project
 
 from pipebench.config.specs import DistributedSpec
 from pipebench.measure.distributed.multirank import (

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 from conftest import QUICK_RUN, compose_spec, results_folder, run_cli
-from rank_kit import SMALL, TWO_RANKS, rank_results, write_rank_project
+from multirank_kit import SMALL, TWO_RANKS, rank_results, write_rank_project
 
 from pipebench.base.cores import usable_cores
 from pipebench.measure.distributed.multirank import KILL_GRACE_S, DistributedError, measure_multirank

@@ -2,7 +2,6 @@
 one seed with their per-transform timings, a chain that releases the GIL scales on threads and
 one that holds it does not, and a backend that cannot run is one line before any job does."""
 
-import csv
 import dataclasses
 import pickle
 import re
@@ -12,7 +11,7 @@ import time
 import numpy as np
 import pytest
 import torch
-from conftest import FAST_JOB, TINY_DATASET, compose_spec, results_folder, run_cli
+from conftest import FAST_JOB, TINY_DATASET, compose_spec
 
 from pipebench.base.errors import ConfigError, SampleError
 from pipebench.base.extras import install_line
@@ -234,28 +233,6 @@ def test_the_backend_sweeps_as_a_key():
     assert [job[0] for job in jobs] == ["loader.backend=dataloader", "loader.backend=threads"]
 
 
-@pytest.mark.beside
-@pytest.mark.slow
-@pytest.mark.parametrize("override, line, extras", [
-    ("loader.backend=thread", "loader.backend must be one of dataloader, threads, spdl, got 'thread'", ()),
-    # The README's backends sweep without either library: both named in one line, one install for both.
-    ("loader.backend=dataloader,threads,spdl", "loader.backend=threads needs torchdata; loader.backend=spdl needs "
-                                               "spdl: ", ("threads", "spdl")),
-])
-def test_a_bad_or_missing_backend_is_one_line_exit_2_before_any_job(override, line, extras, tmp_path, monkeypatch):
-    # Modules named torchdata and spdl that are no packages: torchdata.nodes and spdl.pipeline cannot
-    # be found, as if uninstalled.
-    (tmp_path / "torchdata.py").write_text("")
-    (tmp_path / "spdl.py").write_text("")
-    monkeypatch.setenv("PYTHONPATH", f"{tmp_path}:{__import__('os').environ.get('PYTHONPATH', '')}")
-    monkeypatch.chdir(tmp_path)  # the install line's form depends on the working directory, as the command's
-    line += install_line(extras) if extras else ""
-    done = run_cli(["run", *FAST_JOB, "workers=2", override, f"results_dir={tmp_path / 'results'}"], tmp_path)
-    assert done.returncode == 2, done.stderr
-    assert line in done.stderr and len(done.stderr.strip().splitlines()) == 1, done.stderr
-    assert not (tmp_path / "results").exists() or not any((tmp_path / "results").rglob("result.json"))
-
-
 @pytest.mark.parametrize("backend", THREAD_BACKENDS)
 def test_a_dropped_epoch_leaves_no_thread_running(backend):
     # A thread left running a transform when the job process exits aborts it (SIGABRT): an epoch
@@ -287,16 +264,3 @@ def test_file_reads_are_counted_per_thread(tmp_path):
     # A copy (a worker's, under spawn) pickles without its thread-local and counts from zero.
     copy = pickle.loads(pickle.dumps(reads))
     assert copy.counts() == (0,) * len(IO_FIELDS)
-
-
-@pytest.mark.beside
-@pytest.mark.slow
-def test_a_backend_sweep_from_the_cli_is_two_rows(user_project):
-    # The user's own chain (a module in the working directory) under both backends.
-    done = run_cli(["run", "--config-dir", "my_conf", "transform=tiny", *FAST_JOB, "workers=1",
-                    "loader.backend=dataloader,threads", "results_dir=out"], user_project)
-    assert done.returncode == 0, done.stderr[-2000:]
-    summary = user_project / results_folder(done.stdout) / "summary.csv"
-    with summary.open() as f:
-        rows = list(csv.DictReader(f))
-    assert len(rows) == 2 and all(float(row["samples_per_s"]) > 0 for row in rows)
