@@ -356,7 +356,7 @@ CASES = (
               r".*dmesg", rows=0, fault=("sleep", 1), results_line=True),
     # The Ctrl-C cases at a start run a job that hangs in the fault: a job that ran on before the
     # Ctrl-C landed would end in its own way (the default chain's PILToTensor fails on the random
-    # tensors: a second line beside "interrupted", seen twice in full runs under load).
+    # tensors: a second line beside "interrupted", seen in a full run under load).
     FaultCase("Ctrl-C as the command starts", ("workers=0",), interrupt_at_command_start, 130, INTERRUPTED,
               rows=0, fault=("sleep", 0)),
     FaultCase("Ctrl-C as the job process starts", ("workers=0",), interrupt_at_job_start, 130, INTERRUPTED,
