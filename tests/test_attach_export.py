@@ -59,7 +59,8 @@ def jpeg_folder(tmp_path_factory, round_trip):
     return round_trip.make_jpeg_folder(tmp_path_factory.mktemp("jpegs"), IMAGES_A_CLASS)
 
 
-@pytest.mark.beside
+# Not `beside`: it judges each step's measured share of the recipe, which another test's load moves
+# (CI, 2026-11-28, beside a shared test: a 0.1 ms flip read 0.23 ms attached, 0.14 ms run, 41% off).
 @pytest.mark.slow
 def test_the_imagenet_recipes_round_trip_through_pipebench_run(round_trip, jpeg_folder, tmp_path, capsys):
     script, conf, out = tmp_path / "train.py", tmp_path / "conf", tmp_path / "out"
