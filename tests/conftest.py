@@ -10,6 +10,9 @@ from typing import Callable, Iterator, List, Sequence, Tuple
 
 import pytest
 
+from explore_kit import write_chain_project
+from multirank_kit import write_rank_project
+
 from pipebench.config.compose import compose_job_spec
 from pipebench.config.specs import JobSpec
 
@@ -131,6 +134,27 @@ def user_project(tmp_path: Path) -> Path:
         "  - _target_: pipebench.transforms.color.BatchScale\n"
     )
     return tmp_path
+
+
+@pytest.fixture
+def chain_project(tmp_path: Path) -> Path:
+    """explore_kit's project: the explore tests' three chains (test_explore.py, test_explore_cli.py)."""
+    return write_chain_project(tmp_path)
+
+
+@pytest.fixture
+def rank_project(tmp_path: Path) -> Path:
+    """multirank_kit's project: chains of known cost and faulty ones for two ranks (test_distributed*.py)."""
+    return write_rank_project(tmp_path)
+
+
+@pytest.fixture
+def torchrun_project(tmp_path: Path) -> Path:
+    """attach_ranks_kit's two-rank training script (test_attach_ranks*.py). Imported here, not at the top:
+    the kit imports this module."""
+    from attach_ranks_kit import write_rank_script
+
+    return write_rank_script(tmp_path)
 
 
 def assert_config_error_is_one_line(args: Sequence[str], named: str, capsys, results_dir: Path) -> None:

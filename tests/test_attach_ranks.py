@@ -10,7 +10,7 @@ from pathlib import Path
 import psutil
 import pytest
 from attach_ranks_kit import (AFTER_WINDOW, BATCH, FETCH_MS, RUN_TIMEOUT_S, STEPS, STRAGGLE_MS, assert_rank_rows,
-                              attach_two_ranks, merged_result, no_orphans, write_rank_script)
+                              attach_two_ranks, merged_result, no_orphans)
 
 from pipebench.attach.watched_ranks import RANKS_FOLDER, collective_estimates
 from pipebench.base.descendants import no_descendant_outlives
@@ -21,21 +21,16 @@ from pipebench.cli.attach_torchrun import RANK_MODULE, parse_torchrun, torchrun_
 pytestmark = pytest.mark.alone
 
 
-@pytest.fixture()
-def project(tmp_path: Path) -> Path:
-    return write_rank_script(tmp_path)
-
-
 @pytest.mark.slow
-def test_torchrun_under_attach_gives_a_row_a_rank_and_the_straggler_figures(project):
+def test_torchrun_under_attach_gives_a_row_a_rank_and_the_straggler_figures(torchrun_project):
     mark = uuid.uuid4().hex
-    proc = attach_two_ranks(project, ["torchrun"], steps=AFTER_WINDOW + 2, mark=mark)
+    proc = attach_two_ranks(torchrun_project, ["torchrun"], steps=AFTER_WINDOW + 2, mark=mark)
     out, err = proc.communicate(timeout=RUN_TIMEOUT_S)
     assert proc.returncode == 0, err
-    result = merged_result(project)
+    result = merged_result(torchrun_project)
     assert_rank_rows(result)
     assert result["distributed"]["exit_status"] == {"0": 0, "1": 0}
-    assert (project / "out" / RANKS_FOLDER / "rank-1" / "job-0" / "result.json").is_file()
+    assert (torchrun_project / "out" / RANKS_FOLDER / "rank-1" / "job-0" / "result.json").is_file()
     # Both ranks' samples pooled: the load row (each sample's __getitem__) under its own name.
     rows = {r["transform"]: r for r in result["transforms"]}
     assert list(rows) == ["SlowSamples", "default_collate"]

@@ -7,26 +7,20 @@ import signal
 import sys
 import time
 import uuid
-from pathlib import Path
 
 import pytest
 from attach_ranks_kit import (AFTER_WINDOW, RUN_TIMEOUT_S, STEPS, assert_rank_rows, attach_two_ranks, merged_result,
-                              no_orphans, write_rank_script)
-
-
-@pytest.fixture()
-def project(tmp_path: Path) -> Path:
-    return write_rank_script(tmp_path)
+                              no_orphans)
 
 
 @pytest.mark.slow
-def test_a_rank_that_fails_fails_attach_and_what_was_measured_is_kept(project):
+def test_a_rank_that_fails_fails_attach_and_what_was_measured_is_kept(torchrun_project):
     mark = uuid.uuid4().hex
-    proc = attach_two_ranks(project, [sys.executable, "-m", "torch.distributed.run"], steps=10 * AFTER_WINDOW,
-                   fail_at=AFTER_WINDOW, mark=mark)
+    proc = attach_two_ranks(torchrun_project, [sys.executable, "-m", "torch.distributed.run"],
+                            steps=10 * AFTER_WINDOW, fail_at=AFTER_WINDOW, mark=mark)
     out, err = proc.communicate(timeout=RUN_TIMEOUT_S)
     assert proc.returncode != 0
-    result = merged_result(project)
+    result = merged_result(torchrun_project)
     assert_rank_rows(result)
     statuses = result["distributed"]["exit_status"]
     assert statuses["1"] == 3 and statuses["0"] != 0  # its peer lost it at the all-reduce, or was stopped
@@ -35,12 +29,12 @@ def test_a_rank_that_fails_fails_attach_and_what_was_measured_is_kept(project):
 
 
 @pytest.mark.slow
-def test_ctrl_c_reaches_the_ranks_whose_windows_are_written_and_nothing_outlives_attach(project):
+def test_ctrl_c_reaches_the_ranks_whose_windows_are_written_and_nothing_outlives_attach(torchrun_project):
     mark = uuid.uuid4().hex
-    proc = attach_two_ranks(project, ["torchrun"], steps=100 * AFTER_WINDOW, mark_at=AFTER_WINDOW, mark=mark)
+    proc = attach_two_ranks(torchrun_project, ["torchrun"], steps=100 * AFTER_WINDOW, mark_at=AFTER_WINDOW, mark=mark)
     deadline = time.monotonic() + RUN_TIMEOUT_S
     try:
-        while not (project / "window-over").exists():
+        while not (torchrun_project / "window-over").exists():
             if proc.poll() is not None or time.monotonic() > deadline:
                 pytest.fail(f"attach ended (status {proc.poll()}) or timed out before rank 0's window was over")
             time.sleep(0.05)
@@ -51,7 +45,7 @@ def test_ctrl_c_reaches_the_ranks_whose_windows_are_written_and_nothing_outlives
             os.killpg(proc.pid, signal.SIGKILL)
             proc.wait()
     assert proc.returncode != 0
-    result = merged_result(project)
+    result = merged_result(torchrun_project)
     assert_rank_rows(result)
     # The ranks' scripts got it as they would without attach (a peer may see the other's exit first).
     assert 130 in result["distributed"]["exit_status"].values() and "KeyboardInterrupt" in err

@@ -1,12 +1,11 @@
 """Multi-rank jobs through the real CLI and torchrun: per-rank rows, aggregates, exactly-once, failures."""
 
 import csv
-from pathlib import Path
 
 import numpy as np
 import pytest
 from conftest import NO_PROFILE, QUICK_RUN, compose_spec, results_folder, run_cli
-from multirank_kit import SMALL, STRAGGLE_MS, TWO_RANKS, rank_results, write_rank_project
+from multirank_kit import SMALL, STRAGGLE_MS, TWO_RANKS, rank_results
 
 from pipebench.config.specs import DistributedSpec
 from pipebench.measure.distributed.multirank import (
@@ -26,11 +25,6 @@ pytestmark = pytest.mark.alone
 
 # A step of epoch 1 whose times do not matter: what a window's cut reads of it is its epoch.
 IDLE_STEP = StepSample(gap_ns=0, wait_ns=0, h2d_ns=0, compute_ns=0, samples=0, transfer_ns=0, worker_id=0, ready=False)
-
-
-@pytest.fixture
-def rank_project(tmp_path: Path) -> Path:
-    return write_rank_project(tmp_path)
 
 
 @pytest.mark.slow

@@ -5,18 +5,15 @@ timeouts, not on a rate, so it runs beside other tests (test_distributed.py meas
 import os
 import time
 from pathlib import Path
+from typing import Tuple
 
 import pytest
 from conftest import QUICK_RUN, compose_spec, results_folder, run_cli
-from multirank_kit import SMALL, TWO_RANKS, rank_results, write_rank_project
+from multirank_kit import SMALL, TWO_RANKS, rank_results
 
 from pipebench.base.cores import usable_cores
+from pipebench.config.specs import JobSpec
 from pipebench.measure.distributed.multirank import KILL_GRACE_S, DistributedError, measure_multirank
-
-
-@pytest.fixture
-def rank_project(tmp_path: Path) -> Path:
-    return write_rank_project(tmp_path)
 
 
 @pytest.mark.slow
@@ -39,17 +36,23 @@ def test_unsharded_iterable_is_caught(rank_project):
     assert unsharded["distributed"]["oversubscribed"] == oversubscribed
 
 
-@pytest.mark.slow
-def test_hung_ranks_are_stopped_at_the_job_timeout(rank_project, monkeypatch):
-    # In-process (the CLI's one-line failure path is in test_distributed.py): the ranks import faults.py from here.
+def _hung_rank_job(rank_project: Path, monkeypatch, *overrides: str) -> Tuple[JobSpec, Path]:
+    """Two ranks of the chain that hangs on rank 1, composed in-process (the CLI's one-line failure path
+    is in test_distributed.py), and an empty job folder; the ranks import faults.py from rank_project."""
     monkeypatch.chdir(rank_project)
     monkeypatch.syspath_prepend(str(rank_project))
     # Ahead of, not instead of, the caller's PYTHONPATH: the ranks must import the same pipebench as this test.
     monkeypatch.setenv("PYTHONPATH", os.pathsep.join(filter(None, (str(rank_project), os.environ.get("PYTHONPATH")))))
     spec = compose_spec(["hydra.searchpath=[file://conf]", "transform=hangonrank1", "workers=0", *SMALL, *QUICK_RUN,
-                         "distributed.nproc=2", "distributed.job_timeout_s=12"])
+                         "distributed.nproc=2", *overrides])
     job_dir = rank_project / "job"
     job_dir.mkdir()
+    return spec, job_dir
+
+
+@pytest.mark.slow
+def test_hung_ranks_are_stopped_at_the_job_timeout(rank_project, monkeypatch):
+    spec, job_dir = _hung_rank_job(rank_project, monkeypatch, "distributed.job_timeout_s=12")
     started = time.monotonic()
     with pytest.raises(DistributedError, match="did not finish within distributed.job_timeout_s=12; stopped them"):
         measure_multirank(spec, job_dir)
@@ -60,14 +63,8 @@ def test_hung_ranks_are_stopped_at_the_job_timeout(rank_project, monkeypatch):
 def test_a_hung_rank_is_stopped_by_the_step_watchdog_and_ranks_resolve_run_sync(rank_project, monkeypatch):
     # Rank 1 sleeps in its first sample: its own watchdog stops it with one line, long before the
     # job timeout; rank 0 waits at the all-reduce, which its watchdog leaves to the collective's timeout.
-    monkeypatch.chdir(rank_project)
-    monkeypatch.syspath_prepend(str(rank_project))
-    monkeypatch.setenv("PYTHONPATH", os.pathsep.join(filter(None, (str(rank_project), os.environ.get("PYTHONPATH")))))
-    spec = compose_spec(["hydra.searchpath=[file://conf]", "transform=hangonrank1", "workers=0", *SMALL, *QUICK_RUN,
-                         "distributed.nproc=2", "distributed.job_timeout_s=120", "run.step_timeout_s=2",
-                         "run.sync=async"])
-    job_dir = rank_project / "job"
-    job_dir.mkdir()
+    spec, job_dir = _hung_rank_job(rank_project, monkeypatch, "distributed.job_timeout_s=120", "run.step_timeout_s=2",
+                                   "run.sync=async")
     started = time.monotonic()
     # The rank exits 2 after writing why, unless torchrun's teardown, started by the peer's exit,
     # reaches it first with SIGTERM (-15): a race, seen once in a CI run. Which rank, which step and

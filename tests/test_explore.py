@@ -6,7 +6,7 @@ import sys
 import pytest
 import torch
 from conftest import TINY_DATASET
-from explore_kit import STREAM, write_chain_project
+from explore_kit import STREAM
 from stored_results import result_record, write_record
 
 from pipebench.cli.main import main
@@ -22,11 +22,6 @@ from pipebench.record.target import reached_target
 
 # It asserts on measured rates, CPU time or the host's load: under xdist it runs with no other test beside it.
 pytestmark = pytest.mark.alone
-
-
-@pytest.fixture
-def chain_project(tmp_path):
-    return write_chain_project(tmp_path)
 
 
 # In-process from here (a CLI start costs ~8 s): these cases end before any job process starts, and

@@ -7,7 +7,7 @@ import json
 
 import pytest
 from conftest import FAST_JOB, NO_PROFILE, QUICK_RUN, TINY_DATASET, results_folder, run_cli
-from explore_kit import STREAM, write_chain_project
+from explore_kit import STREAM
 
 from pipebench.base.significance import NOISY
 from pipebench.cli.main import main
@@ -17,11 +17,6 @@ from pipebench.config.limits import MAX_PREFETCH_FACTOR
 # only loader variants (no CUDA here: pin_memory does not apply either).
 OTHER_LOADER_MOVES_HELD = ["loader.persistent_workers=true", "loader.sharing_strategy=file_system",
                            f"loader.prefetch_factor={MAX_PREFETCH_FACTOR}"]
-
-
-@pytest.fixture
-def chain_project(tmp_path):
-    return write_chain_project(tmp_path)
 
 
 def _csv(path):
