@@ -11,7 +11,8 @@ from conftest import FAST_JOB, results_folder, run_cli
 from pipebench.base.extras import install_line
 from pipebench.report.comparison import BACKEND_COLUMNS
 
-BACKENDS = ("dataloader", "threads", "spdl")
+# Every backend, in the order the sweep names them and the table must list them.
+SWEPT = ["dataloader", "threads", "spdl"]
 
 
 @pytest.mark.slow
@@ -39,7 +40,7 @@ def test_a_bad_or_missing_backend_is_one_line_exit_2_before_any_job(override, li
 def test_a_backend_sweep_is_one_table_with_every_figure_side_by_side(user_project):
     # The user's own chain (a module in the working directory) under every backend.
     done = run_cli(["run", "--config-dir", "my_conf", "transform=tiny", *FAST_JOB, "workers=2",
-                    "loader.backend=dataloader,threads,spdl", "results_dir=out"], user_project)
+                    f"loader.backend={','.join(SWEPT)}", "results_dir=out"], user_project)
     assert done.returncode == 0, done.stderr[-2000:]
     table = (user_project / results_folder(done.stdout) / "comparison.md").read_text()
     lines = [line for line in table.splitlines() if line.startswith("|")]
@@ -47,7 +48,7 @@ def test_a_backend_sweep_is_one_table_with_every_figure_side_by_side(user_projec
     rows = [[c.strip() for c in line.strip("|").split("|")] for line in lines[2:]]
     titles = ["samples/s", "spread (95% CI)", "starvation %", *(title for title, _ in BACKEND_COLUMNS.values())]
     assert header[0] == "backend" and set(titles) <= set(header), header
-    assert [row[0] for row in rows] == list(BACKENDS)
+    assert [row[0] for row in rows] == SWEPT
     for row in rows:
         assert float(row[header.index("samples/s")]) > 0, row
         assert "–" in row[header.index("spread (95% CI)")]
