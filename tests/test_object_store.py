@@ -7,6 +7,7 @@ import logging
 import os
 import re
 import socket
+import time
 
 import numpy as np
 import pytest
@@ -23,6 +24,7 @@ from pipebench.measure.steps import TimingSink
 from pipebench.measure.storage_cache import REMOTE, prepare_cache
 from pipebench.measure.storage_io import file_read_columns
 from pipebench.pipeline.file_reads import IO_FIELDS, FileReads
+from pipebench.pipeline import object_store
 from pipebench.pipeline.object_store import url_fs
 from pipebench.pipeline.timed_iterable import InstrumentedIterable
 from pipebench.pipeline.timed_chain import TimedCollate
@@ -162,6 +164,41 @@ def test_a_url_that_cannot_be_read_is_one_line_naming_it_exit_2_before_any_job(e
     assert_config_error_is_one_line(["dataset=webdataset", f'dataset.urls="{_url(f"wds/{PATTERN}")}"'],
                                     f"{_url('wds/shard-000000.tar')}: cannot read it (EndpointConnectionError: Could "
                                     "not connect to the endpoint URL", capsys, out)
+
+
+# The black hole's bounds, tiny so the test takes about a second: two attempts of 0.3 s each.
+HOLE_TIMEOUT_S, HOLE_ATTEMPTS = 0.3, 2
+# What the test allows before calling it a hang: the defaults took over 400 s.
+HOLE_LIMIT_S = 30
+
+
+def test_a_store_that_accepts_and_never_answers_ends_in_one_line_naming_the_attempts_and_time(monkeypatch):
+    """A listening socket that nobody accepts from: the kernel completes the connection and the request
+    waits for an answer that never comes."""
+    with socket.socket() as hole:
+        hole.bind(("127.0.0.1", 0))
+        hole.listen(16)
+        for key, value in (("AWS_ENDPOINT_URL", f"http://127.0.0.1:{hole.getsockname()[1]}"),
+                           ("AWS_ACCESS_KEY_ID", "testing"), ("AWS_SECRET_ACCESS_KEY", "testing"),
+                           ("AWS_DEFAULT_REGION", "us-east-1")):
+            monkeypatch.setenv(key, value)
+        for key in ("AWS_ENDPOINT_URL_S3", "AWS_PROFILE", object_store.ATTEMPTS_VARIABLE):
+            monkeypatch.delenv(key, raising=False)
+        monkeypatch.setattr(object_store, "STORE_READ_TIMEOUT_S", HOLE_TIMEOUT_S)
+        monkeypatch.setattr(object_store, "STORE_CONNECT_TIMEOUT_S", HOLE_TIMEOUT_S)
+        monkeypatch.setattr(object_store, "STORE_ATTEMPTS", HOLE_ATTEMPTS)
+        s3fs.S3FileSystem.clear_instance_cache()
+        files = _url("pq/*.parquet")
+        start = time.monotonic()
+        try:
+            with pytest.raises(DatasetError) as refused:
+                parquet_dataset(files)
+        finally:
+            s3fs.S3FileSystem.clear_instance_cache()
+    assert time.monotonic() - start < HOLE_LIMIT_S, "bounded, not the defaults' 400 s"
+    line = str(refused.value)
+    assert line.startswith(f"{files}: the store gave no answer: 2 attempt(s) of a 0.3 s read timeout, about 0.6 s "), line
+    assert "ReadTimeoutError" in line and "\n" not in line
 
 
 def test_a_missing_s3fs_names_the_s3_extra_in_one_pip_line(store, monkeypatch, capsys, tmp_path):

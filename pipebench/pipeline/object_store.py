@@ -6,19 +6,31 @@ configuration chain, so the endpoint and credentials come from the usual environ
 `AWS_ENDPOINT_URL_S3`, else `AWS_ENDPOINT_URL` (an S3-compatible server: MinIO, Ceph, moto), the
 credentials from `AWS_ACCESS_KEY_ID` / `AWS_SECRET_ACCESS_KEY` (`AWS_SESSION_TOKEN`), `AWS_PROFILE` or
 `~/.aws`, and the region from `AWS_REGION` / `AWS_DEFAULT_REGION`. pipebench passes s3fs nothing of
-its own, so a URL reads here as it reads in the user's training script.
+its own but the bounds below, so a URL reads here as it reads in the user's training script.
+
+Every read is bounded: an endpoint that accepts the connection and never answers (a black hole) gave
+no output for over 400 s under s3fs's and botocore's defaults, which multiply (s3fs retries each call 5
+times, botocore each request 5 times, 15 s a read). pipebench gives botocore a connect and a read timeout
+and a total attempt count (STORE_CONNECT_TIMEOUT_S, STORE_READ_TIMEOUT_S, STORE_ATTEMPTS) and leaves s3fs's
+own loop one try, so a black hole ends within STORE_ATTEMPTS x the read timeout, in a line that names the
+URL, the attempts and the time. The user's own settings win: `AWS_MAX_ATTEMPTS` (botocore's), and
+fsspec's configuration for the protocol (`FSSPEC_S3='{"config_kwargs": {"read_timeout": 60}}'`, or
+`fsspec.config.conf["s3"]`). An `http(s)://` URL (fsspec's HTTP filesystem, aiohttp) gets the same two
+timeouts and one attempt.
 
 An object that does not exist is the dataset's bad input (a missing shard: named, or skipped under
 `dataset.on_bad_sample=skip`); anything else a URL raises (no library for its protocol, an endpoint
 that does not answer, credentials refused) is one line naming the URL, before any job runs.
 """
 
-from typing import Any, Tuple
+import os
+from typing import Any, Dict, Optional, Tuple
 
 from pipebench.base.errors import DatasetError
-from pipebench.base.extras import MissingExtra, missing_line
+from pipebench.base.extras import MissingExtra, installed, missing_line
 
-__all__ = ["ENDPOINT_SETTINGS", "PROTOCOL_EXTRAS", "protocol_of", "unreadable", "url_fs"]
+__all__ = ["ENDPOINT_SETTINGS", "PROTOCOL_EXTRAS", "STORE_ATTEMPTS", "STORE_CONNECT_TIMEOUT_S", "STORE_READ_TIMEOUT_S",
+           "protocol_of", "store_options", "unreadable", "url_fs"]
 
 # The protocols whose fsspec library an extra of pipebench installs: protocol -> (library, extra).
 PROTOCOL_EXTRAS = {"s3": ("s3fs", "s3"), "s3a": ("s3fs", "s3")}
@@ -27,18 +39,80 @@ ENDPOINT_SETTINGS = ("the endpoint comes from AWS_ENDPOINT_URL_S3 or AWS_ENDPOIN
                      "AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY, AWS_PROFILE or ~/.aws")
 
 
+# Seconds a connection to the store may take to open: s3fs's own default; a store in the same region or
+# on the LAN opens one in milliseconds, so 5 s is a store that is not there.
+STORE_CONNECT_TIMEOUT_S = 5.0
+# Seconds a request may wait for its next bytes (botocore's socket read timeout, not the whole transfer):
+# s3fs's own default. A shard's ranged GET streams continuously; 15 s of silence is a store that hangs.
+STORE_READ_TIMEOUT_S = 15.0
+# Attempts a request gets, the first included (botocore's standard retry mode, with its jittered
+# backoff of at most 1 s then 2 s): a throttled or restarted store recovers, a black hole ends in about
+# 3 x 15 s + 3 s, where the defaults took more than 400 s.
+STORE_ATTEMPTS = 3
+# botocore reads the user's attempt count from here when its Config names none.
+ATTEMPTS_VARIABLE = "AWS_MAX_ATTEMPTS"
+HTTP_PROTOCOLS = ("http", "https")
+
+
 def protocol_of(url: str) -> str:
     """`s3` of `s3://bucket/key`."""
     return url.split("://", 1)[0].lower()
 
 
+def _attempts() -> int:
+    """The attempts botocore gives a request: the user's AWS_MAX_ATTEMPTS, else STORE_ATTEMPTS."""
+    try:
+        return max(1, int(os.environ[ATTEMPTS_VARIABLE]))
+    except (KeyError, ValueError):
+        return STORE_ATTEMPTS
+
+
+def _s3_options() -> Dict[str, Any]:
+    """s3fs's storage options: botocore's timeouts and retries, under fsspec's own s3 configuration."""
+    config: Dict[str, Any] = {"connect_timeout": STORE_CONNECT_TIMEOUT_S, "read_timeout": STORE_READ_TIMEOUT_S}
+    if ATTEMPTS_VARIABLE not in os.environ:
+        config["retries"] = {"total_max_attempts": STORE_ATTEMPTS, "mode": "standard"}
+    user = _fsspec_conf(("s3",))
+    return {**user, "config_kwargs": {**config, **user.get("config_kwargs", {})}}
+
+
+def _http_options() -> Dict[str, Any]:
+    """fsspec's HTTP filesystem's options: aiohttp's connect and read timeouts, under fsspec's configuration."""
+    import aiohttp  # fsspec's HTTP filesystem needs it
+
+    user = _fsspec_conf(HTTP_PROTOCOLS)
+    timeout = aiohttp.ClientTimeout(sock_connect=STORE_CONNECT_TIMEOUT_S, sock_read=STORE_READ_TIMEOUT_S)
+    return {**user, "client_kwargs": {"timeout": timeout, **user.get("client_kwargs", {})}}
+
+
+def _fsspec_conf(protocols: Tuple[str, ...]) -> Dict[str, Any]:
+    """fsspec's configuration for the first of `protocols` that has one."""
+    import fsspec.config
+
+    return next((dict(fsspec.config.conf[p]) for p in protocols if p in fsspec.config.conf), {})
+
+
+def store_options(url: str) -> Dict[str, Any]:
+    """The storage options that bound every read of `url` ({} for a protocol read without a network)."""
+    protocol = protocol_of(url)
+    if protocol in PROTOCOL_EXTRAS and installed("s3fs"):
+        return _s3_options()
+    if protocol in HTTP_PROTOCOLS and installed("aiohttp"):
+        return _http_options()
+    return {}
+
+
 def url_fs(url: str) -> Tuple[Any, str]:
-    """(fsspec filesystem, path in it) of `url`; a DatasetError line naming the URL when no library
-    reads its protocol (with the pip line of pipebench's extra where one installs it)."""
+    """(fsspec filesystem, path in it) of `url`, its reads bounded (store_options); a DatasetError line
+    naming the URL when no library reads its protocol (with the pip line of pipebench's extra where one
+    installs it)."""
     import fsspec  # torch's own dependency
 
     try:
-        return fsspec.core.url_to_fs(url)
+        fs, path = fsspec.core.url_to_fs(url, **store_options(url))
+        if protocol_of(url) in PROTOCOL_EXTRAS:
+            fs.retries = 1  # s3fs's own loop around botocore's would multiply the attempts
+        return fs, path
     except ImportError as exc:
         protocol = protocol_of(url)
         if protocol in PROTOCOL_EXTRAS:
@@ -57,4 +131,24 @@ def unreadable(url: str, exc: BaseException) -> DatasetError:
     text = str(exc).strip().splitlines()
     why = f"{type(exc).__name__}: {text[0]}" if text else type(exc).__name__
     where = f"; {ENDPOINT_SETTINGS}" if protocol_of(url) in PROTOCOL_EXTRAS else ""
+    waited = _no_answer(url, exc)
+    if waited is not None:
+        return DatasetError(f"{url}: the store gave no answer: {waited} ({why}){where}")
     return DatasetError(f"{url}: cannot read it ({why}){where}")
+
+
+def _no_answer(url: str, exc: BaseException) -> Optional[str]:
+    """For a read that timed out: its attempts and the time they took as the bounds give them (each
+    attempt waits out its timeout), and what changes them. None for any other error."""
+    name = type(exc).__name__
+    if not (isinstance(exc, TimeoutError) or name.endswith(("TimeoutError", "Timeout"))):
+        return None
+    what = "connect" if "Connect" in name else "read"
+    if protocol_of(url) in PROTOCOL_EXTRAS:
+        config = _s3_options()["config_kwargs"]
+        attempts = config.get("retries", {}).get("total_max_attempts", _attempts())
+        change = f"fsspec's s3 config_kwargs or {ATTEMPTS_VARIABLE} change them"
+    else:
+        config, attempts, change = {}, 1, "fsspec's client_kwargs change them"
+    each = float(config.get(f"{what}_timeout", STORE_CONNECT_TIMEOUT_S if what == "connect" else STORE_READ_TIMEOUT_S))
+    return f"{attempts} attempt(s) of a {each:g} s {what} timeout, about {attempts * each:g} s ({change})"
