@@ -11,6 +11,9 @@ MAX_STEP_MS = 60_000.0
 # A day for any timeout or minimum measuring time: past that it is no timeout, and the C calls
 # it reaches (queue waits, the process group's timedelta) overflow somewhere above 1e9 s.
 MAX_TIMEOUT_S = 86_400.0
+# A week for `pipebench tune --budget-s`: a search is minutes to hours; past that the value is a
+# unit slip (minutes typed as seconds) or 1e300, and the host drifts under any race that long.
+MAX_TUNE_BUDGET_S = 7 * 86_400.0
 # A million steps is hours for the fastest pipeline; each measured step keeps a few numbers.
 MAX_STEPS = 1_000_000
 # Profiled steps each add megabytes to the torch.profiler or viztracer trace.
@@ -42,5 +45,6 @@ MAX_IMAGE_SIDE = 8_192
 MAX_STORAGE_LATENCY_MS = 10_000.0
 # Emulated storage bandwidth (dataset.storage.mb_per_s), MiB/s: from a slow network share (0.1) to
 # past any local NVMe array (1e6, about a TB/s). Below the floor one JPEG takes minutes to read.
+# The same range bounds the host-wide bandwidth every worker and rank shares (shared_mb_per_s).
 MIN_STORAGE_MB_PER_S = 0.1
 MAX_STORAGE_MB_PER_S = 1_000_000.0

@@ -58,7 +58,7 @@ DISTRIBUTED_BACKENDS = ("auto", "gloo", "nccl")
 # warm: the files are read once before measuring, so the page cache serves the run; cold: each
 # file's pages are dropped before it is read, so every read goes to storage (a set larger than RAM).
 CACHE_MODES = ("warm", "cold")
-STORAGE_EMULATION_KEYS = ("latency_ms", "mb_per_s")
+STORAGE_EMULATION_KEYS = ("latency_ms", "mb_per_s", "shared_mb_per_s")
 # run.sync: the step loop (pipebench.measure.repeats).
 SYNC_AUTO, SYNC_ASYNC, SYNC_PER_STEP = "auto", "async", "per_step"
 SYNC_MODES = (SYNC_AUTO, SYNC_ASYNC, SYNC_PER_STEP)
@@ -122,15 +122,19 @@ class DistributedSpec:
 @dataclass(frozen=True)
 class StorageSpec:
     """How a file-backed dataset's files are read: the cache mode, and an emulated storage
-    (`latency_ms` + bytes / `mb_per_s` slept on every file read; 0 and None: no emulation)."""
+    (`latency_ms` + bytes / `mb_per_s` slept on every file read; 0 and None: no emulation), and
+    `shared_mb_per_s`, one bandwidth every worker and rank of the host draws from
+    (pipebench.pipeline.shared_link), through the link file at `link` (set where the job starts)."""
 
     cache: str = "warm"
     latency_ms: float = 0.0
     mb_per_s: Optional[float] = None
+    shared_mb_per_s: Optional[float] = None
+    link: Optional[str] = None
 
     @property
     def emulated(self) -> bool:
-        return self.latency_ms > 0 or self.mb_per_s is not None
+        return self.latency_ms > 0 or self.mb_per_s is not None or self.shared_mb_per_s is not None
 
 
 @dataclass(frozen=True)
@@ -252,14 +256,18 @@ def _storage_spec(dataset: dict) -> StorageSpec:
                  f"dataset.storage.{key} is not a key; known: {', '.join(STORAGE_EMULATION_KEYS)}")
     latency_ms = storage.get("latency_ms", 0.0)
     mb_per_s = storage.get("mb_per_s")  # None: no bandwidth limit
-    for key, value, may_be_none in (("latency_ms", latency_ms, False), ("mb_per_s", mb_per_s, True)):
+    shared = storage.get("shared_mb_per_s")  # None: no host-wide bandwidth
+    for key, value, may_be_none in (("latency_ms", latency_ms, False), ("mb_per_s", mb_per_s, True),
+                                    ("shared_mb_per_s", shared, True)):
         number = isinstance(value, (int, float)) and not isinstance(value, bool)
         _require(number or (may_be_none and value is None), f"dataset.storage.{key} must be a number, got {value!r}")
     _bounded("dataset.storage.latency_ms", latency_ms, 0, MAX_STORAGE_LATENCY_MS)
-    if mb_per_s is not None:
-        _bounded("dataset.storage.mb_per_s", mb_per_s, MIN_STORAGE_MB_PER_S, MAX_STORAGE_MB_PER_S)
+    for key, value in (("mb_per_s", mb_per_s), ("shared_mb_per_s", shared)):
+        if value is not None:
+            _bounded(f"dataset.storage.{key}", value, MIN_STORAGE_MB_PER_S, MAX_STORAGE_MB_PER_S)
     return StorageSpec(cache=cache, latency_ms=float(latency_ms),
-                       mb_per_s=None if mb_per_s is None else float(mb_per_s))
+                       mb_per_s=None if mb_per_s is None else float(mb_per_s),
+                       shared_mb_per_s=None if shared is None else float(shared))
 
 
 def _to_plain(cfg: DictConfig) -> dict:

@@ -29,6 +29,7 @@ from pipebench.measure.summarize import (
     worker_breakdown,
 )
 from pipebench.measure.window import window_record
+from pipebench.pipeline.shared_link import opened_link
 
 # Failures listed by name in result.json; the count covers all of them.
 MAX_LISTED_FAILURES = 20
@@ -92,7 +93,9 @@ def _measure_job(run: JobRun, job_dir: Path) -> JobResult:
 
 
 def measure(spec: JobSpec, job_dir: Path) -> JobResult:
-    """One job's record: in this process, or on `distributed.nproc` ranks through torchrun."""
-    if spec.distributed.nproc > 1:
-        return measure_multirank(spec, job_dir)
-    return measure_job(spec, job_dir)
+    """One job's record: in this process, or on `distributed.nproc` ranks through torchrun; with the
+    host's shared link (dataset.storage.shared_mb_per_s) opened for the job, its workers and ranks."""
+    with opened_link(spec) as linked:
+        if linked.distributed.nproc > 1:
+            return measure_multirank(linked, job_dir)
+        return measure_job(linked, job_dir)

@@ -175,6 +175,13 @@ def accel_util_pct(steps: Sequence[StepSample]) -> float:
     return float(100.0 * _ns(steps, "compute_ns").sum() / _ns(steps, "step_ns").sum())
 
 
+def au_pct(passes: Sequence[PassResult]) -> float:
+    """Accelerator utilisation the MLPerf Storage way: the consumer's busy share of every measured step
+    of every pass, epoch ends included (accel_util_pct keeps only the steady whole cycles); the first
+    batch's wait (reported as first_batch_s) and the warm-up steps are outside the measured steps."""
+    return accel_util_pct([s for p in passes for s in p.steps])
+
+
 def gpu_clock_figures(steps: Sequence[StepSample]) -> Dict[str, float]:
     """run.sync=async: starvation, the other idle share and accel_util_pct as shares of the GPU's
     own window (each step from the previous step's last kernel to its own), and the consumer's
@@ -251,6 +258,7 @@ def summary_row(window: Window, rows: Sequence[TransformRow], sink: TimingSink, 
         "wait_ms_median": wait.median,
         "wait_ms_p99": wait.p99,
         **shares,
+        "au_pct": au_pct(passes),
         "step_sync": SYNC_ASYNC if on_gpu_clock else SYNC_PER_STEP,
         "h2d_ms_median": float(np.median([s.h2d_ns for s in steps]) / NS_PER_MS),
         "transfer_ms_median": float(np.median([s.transfer_ns for s in steps]) / NS_PER_MS),

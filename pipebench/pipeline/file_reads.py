@@ -8,7 +8,9 @@ sample's load step, which is how bytes and read time ride back with the batch fr
 - cold: the file's pages are dropped (posix_fadvise DONTNEED, no root needed) before it is read,
   so the read goes to storage, as every read of a set larger than RAM does.
 - emulated storage: after the real read, sleep latency + bytes / bandwidth, the way
-  `consumer=emulated` stands in for an accelerator. The sleep counts as read time.
+  `consumer=emulated` stands in for an accelerator. The sleep counts as read time. With
+  `shared_mb_per_s`, the bytes then cross the host's one link (pipebench.pipeline.shared_link),
+  which every worker and rank of the job shares, so together they read no faster than it.
 
 Read time covers open and read, not the page drop (pipebench's own work, not the storage's).
 
@@ -36,6 +38,7 @@ import numpy as np
 
 from pipebench.config.specs import StorageSpec
 from pipebench.pipeline.object_store import url_fs
+from pipebench.pipeline.shared_link import SharedLink
 
 __all__ = ["CountedFile", "FileReads", "IO_FIELDS", "NO_IO", "OPEN_NS", "READ_BYTES", "READ_FILES", "READ_NS",
            "READ_REQUESTS", "fadvise_available", "file_reads_of", "honoured", "is_url"]
@@ -79,6 +82,7 @@ class FileReads:
     def __init__(self, storage: StorageSpec = StorageSpec(), sleep: Callable[[float], None] = time.sleep) -> None:
         self.storage = storage
         self.sleep = sleep
+        self.link = self._link(storage)
         # Counted per thread: under a thread backend (loader.backend=threads, spdl) several threads
         # read at once, and each sample's `since` must see only its own thread's reads.
         self._local = threading.local()
@@ -99,9 +103,35 @@ class FileReads:
             tally = self._local.tally = [0] * len(IO_FIELDS)
         return tally
 
+    def _link(self, storage: StorageSpec) -> Optional[SharedLink]:
+        """The host's shared link `storage` names, or None where it asks for none."""
+        if storage.shared_mb_per_s is None:
+            return None
+        return SharedLink(storage.link, storage.shared_mb_per_s, sleep=self.sleep)
+
     def use(self, storage: StorageSpec) -> None:
         """Read as `storage` says from now on (the job sets the mode it can honour)."""
         self.storage = storage
+        self.link = self._link(storage)
+
+    def _emulate(self, size: int) -> None:
+        """The emulated storage's wait for a read of `size` bytes: its own sleep, then the shared link."""
+        wait = self.emulated_wait_s(size)
+        if wait > 0:
+            self.sleep(wait)
+        if self.link is not None and size:
+            self.link.transfer(size)
+
+    def draw(self, size: int) -> None:
+        """A read of `size` bytes from no file (a generated sample standing for one): the emulated
+        storage's wait, counted as one file read of `size` bytes."""
+        start = time.perf_counter_ns()
+        self._emulate(size)
+        tally = self._tally()
+        tally[READ_NS] += time.perf_counter_ns() - start
+        tally[READ_BYTES] += size
+        tally[READ_FILES] += 1
+        tally[READ_REQUESTS] += 1
 
     def emulated_wait_s(self, size: int) -> float:
         """Seconds the emulated storage adds to a read of `size` bytes."""
@@ -120,7 +150,7 @@ class FileReads:
             dropped = time.perf_counter_ns()
             data = f.read()
         if self.storage.emulated:
-            self.sleep(self.emulated_wait_s(len(data)))
+            self._emulate(len(data))
         tally = self._tally()
         tally[READ_NS] += time.perf_counter_ns() - dropped + opened - start
         tally[READ_BYTES] += len(data)
@@ -172,7 +202,7 @@ def _fetches(raw: BinaryIO) -> Optional[int]:
 class CountedFile(io.RawIOBase):
     """A file read in pieces through `reads`: each read's time, bytes and requests go to the reading
     thread's tally, a cold read first drops the pages of the range it reads, and an emulated bandwidth
-    sleeps bytes / mb_per_s a read. Seekable when the file is, so pyarrow can read a Parquet footer."""
+    sleeps bytes / mb_per_s a read (and crosses the shared link). Seekable when the file is, so pyarrow can read a Parquet footer."""
 
     def __init__(self, raw: BinaryIO, reads: FileReads, cold: bool) -> None:
         super().__init__()
@@ -212,6 +242,8 @@ class CountedFile(io.RawIOBase):
         buffer[:size] = data
         if self.reads.storage.mb_per_s is not None and size:
             self.reads.sleep(size / (self.reads.storage.mb_per_s * BYTES_PER_MB))
+        if self.reads.link is not None and size:
+            self.reads.link.transfer(size)
         tally = self.reads._tally()
         tally[READ_NS] += time.perf_counter_ns() - start
         tally[READ_BYTES] += size

@@ -49,6 +49,8 @@ SUMMARY_COLUMNS = [
     "samples_per_s_epoch", "epoch_restart_s", "epoch_restart_source", "epoch_boundaries_in_window",
     "step_ms_mean", "step_ms_var", "step_ms_median", "step_ms_iqr", "step_ms_p99",
     "wait_ms_mean", "wait_ms_median", "wait_ms_p99", "starvation_pct", "accel_util_pct",
+    # MLPerf Storage-style AU: every measured step, epoch ends included (multi-rank: the least rank's).
+    "au_pct",
     # Which step loop the row used (run.sync), and the GPU's idle share not spent waiting for data.
     "step_sync", "starvation_other_pct",
     "h2d_ms_median", "transfer_ms_median", "ready_next_ms_median", "batch_mb_median",

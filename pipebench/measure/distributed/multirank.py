@@ -63,7 +63,7 @@ FAILURE = re.compile(r"rank\s*:\s*(\d+)[^\n]*\n\s*exitcode\s*:\s*(-?\d+)")
 # After the job timeout: SIGTERM the whole group, then SIGKILL what is left this long after.
 KILL_GRACE_S = 10
 # Per-rank figures kept in result.json's `ranks` breakdown.
-RANK_FIELDS = ("samples_per_s", "starvation_pct", "wait_ms_median", "wait_ms_p99", "step_ms_median",
+RANK_FIELDS = ("samples_per_s", "starvation_pct", "au_pct", "wait_ms_median", "wait_ms_p99", "step_ms_median",
                "busy_ms_mean", "collective_ms_mean", "collective_ms_p99", "cpu_ms_per_sample", "steps", "epochs")
 
 
@@ -301,7 +301,7 @@ def total_rate(records: Sequence[Dict[str, Any]]) -> Dict[str, Any]:
 
 def aggregate(records: Sequence[Dict[str, Any]]) -> Dict[str, Any]:
     """The job's row from its ranks: total samples/s (its interval is `total_rate`'s), mean and max
-    starvation, straggler ratio (slowest rank's busy time a step over the median rank's),
+    starvation, the least rank's AU, straggler ratio (slowest rank's busy time a step over the median rank's),
     collective wait, the meters' cells by METER_MERGE. The other step columns are rank 0's
     (`steps` too: the ranks step together)."""
     summaries = [r["summary"] for r in records]
@@ -316,6 +316,7 @@ def aggregate(records: Sequence[Dict[str, Any]]) -> Dict[str, Any]:
         samples_per_s_ci_high=None,
         starvation_pct=statistics.fmean(starvation),
         starvation_pct_max=max(starvation),
+        au_pct=min(s["au_pct"] for s in summaries),
         ranks=len(records),
         straggler_ratio=max(busy) / statistics.median(busy),
         collective_wait_ms_mean=statistics.fmean(s["collective_ms_mean"] for s in summaries),
