@@ -11,8 +11,7 @@ from pipebench.regress.compare import (
     EXIT_OK,
     EXIT_REGRESSION,
     SLOWER,
-    CompareError,
-    compare_runs,
+    checked_comparison,
     load_run,
     render_markdown,
     write_comparison,
@@ -25,12 +24,7 @@ def compare_main(baseline: str, current: str, threshold: float = DEFAULT_THRESHO
                  allow_mismatch: bool = False, out_dir: Optional[str] = None) -> int:
     """Print markdown, optionally write it and CSV; exit 0, 1 (a `slower`) or 2."""
     try:
-        comparison = compare_runs(load_run(baseline), load_run(current), threshold, allow_mismatch)
-        if not any(j.baseline_repeats and j.current_repeats for j in comparison.jobs):
-            raise CompareError(f"no job in common between {baseline} and {current}")
-        if comparison.mismatch and not allow_mismatch:
-            raise CompareError(f"fingerprints differ in {', '.join(comparison.mismatch)} "
-                               "(--allow-mismatch compares anyway)")
+        comparison = checked_comparison(load_run(baseline), load_run(current), threshold, allow_mismatch)
         if out_dir is not None:
             write_comparison(comparison, out_dir)
     except (PipebenchError, OSError) as exc:

@@ -83,6 +83,10 @@ WALL_ONLY = "wall only"
 # No CPU time to tell, but the slower side ran beside more of other tenants' load: the host.
 HOST_BUSIER = "host busier"
 VERDICTS = (SLOWER, FASTER, WALL_ONLY, HOST_BUSIER, NOISY, NO_CHANGE, INCOMPARABLE)
+# Which job verdict names a whole comparison: one slower job is a regression whatever the rest did (as the
+# exit status says), a job that could not be judged comes before any good news, and "faster" only when no
+# job is unsettled; "no change" only when every judged job held.
+VERDICT_PRECEDENCE = (SLOWER, INCOMPARABLE, NOISY, WALL_ONLY, HOST_BUSIER, FASTER, NO_CHANGE)
 # Which signal called a job's verdict.
 SIGNAL_CPU, SIGNAL_WALL, SIGNAL_BOTH, SIGNAL_HOST = "cpu", "wall", "cpu+wall", "wall+host load"
 # Other tenants' load a side must carry beyond the other's, as a share of the host's CPUs, for a
@@ -219,6 +223,12 @@ class Comparison:
     def counts(self) -> Dict[str, int]:
         return {v: sum(j.verdict == v for j in self.jobs) for v in VERDICTS}
 
+    @property
+    def verdict(self) -> str:
+        """The whole comparison's word: the first of VERDICT_PRECEDENCE that any job got."""
+        counts = self.counts()
+        return next((v for v in VERDICT_PRECEDENCE if counts[v]), INCOMPARABLE)
+
 
 def _pass_rate(p: Mapping[str, Sequence[float]]) -> float:
     return 1000.0 * float(sum(p["samples"])) / float(sum(p["step_ms"]))
@@ -306,12 +316,17 @@ def load_run(path: str, *more: str) -> Run:
     Pass step times are positive and results whole: `read_result` refuses any other file.
     """
     folders = [_results_folder(p) for p in (path, *more)]
+    records = [record for folder in folders for record in load_job_results(folder)]
+    return run_of_records(folders[0], records, _load_calibration(folders[0]) if len(folders) == 1 else None)
+
+
+def run_of_records(path: Path, records: Sequence[JobRecord], calibration: Optional[Calibration] = None) -> Run:
+    """A run of records already loaded (the Python API's results), grouped by job as `load_run` groups them."""
     grouped: Dict[str, List[JobRecord]] = {}
-    for folder in folders:
-        for record in load_job_results(folder):
-            grouped.setdefault(record.key.label, []).append(record)
-    jobs = {label: _job_runs(label, records) for label, records in grouped.items()}
-    return Run(folders[0], jobs, _load_calibration(folders[0]) if len(folders) == 1 else None)
+    for record in records:
+        grouped.setdefault(record.key.label, []).append(record)
+    jobs = {label: _job_runs(label, group) for label, group in grouped.items()}
+    return Run(path, jobs, calibration)
 
 
 def fingerprint_mismatch(baseline: JobRuns, current: JobRuns) -> Tuple[str, ...]:
@@ -529,6 +544,19 @@ def compare_runs(baseline: Run, current: Run, threshold: float = DEFAULT_THRESHO
     missing = "" if use_cpu else _cpu_missing([side.jobs[label] for label in both for side in (baseline, current)])
     return Comparison(baseline.path, current.path, threshold, tuple(results), tuple(mismatch),
                       allow_mismatch, factor is not None, use_cpu, paired, missing, per_reference)
+
+
+def checked_comparison(baseline: Run, current: Run, threshold: float = DEFAULT_THRESHOLD,
+                       allow_mismatch: bool = False) -> Comparison:
+    """`compare_runs`, refused (CompareError) when the runs share no job or, unless allowed, their
+    fingerprints differ: what the `compare` verb and the Python API both judge."""
+    comparison = compare_runs(baseline, current, threshold, allow_mismatch)
+    if not any(j.baseline_repeats and j.current_repeats for j in comparison.jobs):
+        raise CompareError(f"no job in common between {baseline.path} and {current.path}")
+    if comparison.mismatch and not allow_mismatch:
+        raise CompareError(f"fingerprints differ in {', '.join(comparison.mismatch)} "
+                           "(allowing the mismatch compares anyway: --allow-mismatch)")
+    return comparison
 
 
 def _cpu_missing(jobs: Sequence[JobRuns]) -> str:
