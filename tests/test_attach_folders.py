@@ -9,6 +9,7 @@ file's checksum before and after).
 
 import csv
 import hashlib
+import os
 import textwrap
 import time
 from pathlib import Path
@@ -16,7 +17,7 @@ from typing import Dict
 
 import pytest
 
-from pipebench.attach.claimed_folder import claimed_folder
+from pipebench.attach.claimed_folder import BUSY_ADVICE, claimed_folder
 from pipebench.cli.main import main
 from pipebench.record.folder_lock import LOCK_FILE, FolderBusy
 from pipebench.record.results import read_result
@@ -81,9 +82,12 @@ def test_two_attaches_started_in_one_second_get_a_folder_each(project, monkeypat
 def test_runs_holding_one_name_at_once_are_given_two_folders_and_one_out_is_held_by_one(tmp_path):
     with claimed_folder(None, tmp_path / "t") as first, claimed_folder(None, tmp_path / "t") as second:
         assert (first, second) == (tmp_path / "t", tmp_path / "t-2")
-        with pytest.raises(FolderBusy, match="in use by another pipebench run"):
+        with pytest.raises(FolderBusy, match="in use by another pipebench run") as busy:
             with claimed_folder(first, tmp_path / "unused"):
                 pass
+        # attach's own way out (issue 55.4): run's --fresh is no flag of attach's.
+        assert f"process {os.getpid()} holds" in str(busy.value) and "--fresh" not in str(busy.value)
+        assert str(busy.value).endswith(BUSY_ADVICE)
     assert not first.exists() and not second.exists()  # nothing written: nothing left
 
 

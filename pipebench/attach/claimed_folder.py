@@ -8,23 +8,27 @@ starts, not after, when the measurement would be lost or mixed with the other ru
 
 import shutil
 from fnmatch import fnmatch
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from pathlib import Path
 from typing import Iterator, List, Optional
 
 from pipebench.attach.watched_ranks import RANKS_FOLDER
 from pipebench.base.errors import ConfigError, error_line
-from pipebench.record.folder_lock import LOCK_FILE, folder_lock
+from pipebench.record.folder_lock import LOCK_FILE, FolderBusy, folder_lock
 from pipebench.record.results import JOB_RESULT_GLOB, SUMMARY_CSV
 from pipebench.record.resume import new_folder
 
-__all__ = ["claimed_folder"]
+__all__ = ["BUSY_ADVICE", "claimed_folder"]
 
 # At most this many of a folder's entries are named in the line that refuses it.
 NAMED_AT_MOST = 3
 # What an attach run writes in its folder (jobs, ranks, tables, report, plots, logs): --force removes
 # these and nothing else, so a user's own file beside them (`--out .` in a project) is never deleted.
 WRITTEN_BY_ATTACH = ("job-*", RANKS_FOLDER, "summary.*", "comparison.*", "transforms.*", "report.md", "*.png")
+# What to do about a folder another run holds, in attach's own flags: the lock's line names `run`'s
+# --fresh, which attach has not; --force does not help either (it replaces a finished run, never a
+# running one's folder), so the way out is another folder.
+BUSY_ADVICE = "wait for it, or give another --out (without --out, attach makes a new folder)"
 
 
 def _entries(folder: Path) -> List[Path]:
@@ -91,7 +95,11 @@ def claimed_folder(out: Optional[Path], fresh_name: Path, force: bool = False) -
     nothing in it is removed again (only its lock, if the user's folder was there before)."""
     folder, created = (new_folder(fresh_name), True) if out is None else (out, _made(out))
     try:
-        with folder_lock(folder):
+        with ExitStack() as held:
+            try:
+                held.enter_context(folder_lock(folder))
+            except FolderBusy as exc:  # the holder named as the lock names it, with attach's way out
+                raise FolderBusy(f"{str(exc).rsplit('; ', 1)[0]}; {BUSY_ADVICE}") from None
             _emptied(folder, force)
             try:
                 yield folder
