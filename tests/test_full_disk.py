@@ -15,8 +15,9 @@ from conftest import FAST_JOB, results_folder
 from fault_kit import CONF, FAULT_CHAIN, Run, fault_node, install_faults
 from fault_transforms import ARMED, FILLER, fill
 
-from pipebench.base.errors import error_line
+from pipebench.base.errors import PipebenchError, error_line
 from pipebench.base.io import write_text_atomic
+from pipebench.cli.dataset import convert
 from pipebench.cli.main import main
 from pipebench.record.folder_lock import LOCK_FILE, folder_lock
 from pipebench.record.results import RESULT_FILE, load_job_results
@@ -111,3 +112,24 @@ def test_a_disk_that_fills_mid_sweep_is_one_line_keeps_the_first_row_and_resumes
     assert "resuming" in stdout and project / results_folder(stdout) == folder
     assert [r["summary"]["workers"] for r in load_job_results(folder)] == [0, 1]
     assert hashlib.sha256((folder / "job-0" / RESULT_FILE).read_bytes()).hexdigest() == first
+
+
+# `dataset convert`'s corpus: 8 JPEGs of about 7 KB; a shard (or chunk) of 4 is 29-51 KB.
+CONVERT_CORPUS = ["dataset.num_images=8", "dataset.length=8", "dataset.width=128", "dataset.height=128",
+                  "dataset.num_classes=3"]
+# Space left for it: less than a tar shard, more than a LitData chunk, so the writer stops mid-file.
+CONVERT_ROOM = 40 << 10
+
+
+@pytest.mark.parametrize("to, cut", [("webdataset", "shard-000000.tar"), ("litdata", "chunk-0-1.bin")])
+def test_convert_on_a_full_disk_names_the_file_and_the_space_and_leaves_nothing(to, cut, small_fs, tmp_path):
+    reserve = small_fs / "reserve"
+    reserve.write_bytes(b"\0" * CONVERT_ROOM)
+    fill(small_fs / FILLER)
+    reserve.unlink()
+    out = small_fs / "out"
+    with pytest.raises(PipebenchError) as full:
+        convert(to, out, 4, [*CONVERT_CORPUS, f"dataset.cache_dir={tmp_path / 'cache'}"])
+    assert str(full.value).startswith(f"{out / cut}: No space left on device ("), str(full.value)
+    assert f" free of {SMALL_FS[:-1]}.0 MiB in {out})" in str(full.value)
+    assert sorted(p.name for p in small_fs.iterdir()) == [FILLER], "no half-written shard, no folder"

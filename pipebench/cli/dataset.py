@@ -5,10 +5,19 @@ own writer, so the same images can be measured side by side as an image folder, 
 dataset the overrides compose (the built-in synthetic corpus by default), file by file: each image's
 encoded bytes as they are on disk, never decoded again, and its label. It ends with the `pipebench run`
 command that reads what it wrote.
+
+The files are written into a hidden folder beside `--out` and the folder renamed to `--out` when the
+writer has finished, so a convert that fails (a full disk, Ctrl-C) leaves no half-written shard and no
+LitData chunks without their index: the folder is whole or absent. A full disk is one line naming the
+file being written and the space its folder had, as `run` says it. The format's library is checked
+before anything is created.
 """
 
 import argparse
+import os
+import secrets
 import shlex
+import shutil
 import sys
 from pathlib import Path
 from typing import Any, Callable, Dict, Iterator, List, Tuple
@@ -16,12 +25,14 @@ from typing import Any, Callable, Dict, Iterator, List, Tuple
 from torch.utils.data import IterableDataset
 from tqdm import tqdm
 
-from pipebench.base.errors import ConfigError
+from pipebench.base.errors import ConfigError, PipebenchError, error_line
+from pipebench.base.io import NAME_TOKEN_BYTES, with_name
 from pipebench.cli.common_args import add_config_dir, add_overrides
 from pipebench.cli.run import import_from_cwd, search_path
 from pipebench.config.compose import compose_job_spec
 from pipebench.datasets.litdata_chunks import write_litdata
 from pipebench.datasets.parquet_rows import write_parquet
+from pipebench.datasets.shard_split import require_library
 from pipebench.datasets.webdataset_shards import write_shards
 from pipebench.pipeline.instantiate import instantiate_node
 
@@ -30,6 +41,8 @@ __all__ = ["FORMATS", "add_parser", "convert", "encoded_samples", "main"]
 # Each format's writer (samples, out folder, shard size, progress) -> files written.
 FORMATS: Dict[str, Callable[..., List[str]]] = {"webdataset": write_shards, "parquet": write_parquet,
                                                  "litdata": write_litdata}
+# The library each format's writer needs (the `formats` extra), checked before --out is created.
+LIBRARIES = {"webdataset": "webdataset", "parquet": "pyarrow.parquet", "litdata": "litdata"}
 # What each format's files are called in the closing line.
 UNITS = {"webdataset": "shard", "parquet": "file", "litdata": "chunk"}
 # Samples a shard (a tar shard, a Parquet file): about 125 MB of the corpus's 533x800 JPEGs, inside the
@@ -80,12 +93,31 @@ def convert(to: str, out: Path, shard_size: int, overrides: List[str]) -> List[s
         raise ConfigError(f"--shard-size must be at least 1, got {shard_size}")
     if out.exists() and (not out.is_dir() or any(out.iterdir())):
         raise ConfigError(f"--out {out} exists and is not an empty folder; name a new one")
+    require_library(LIBRARIES[to], f"dataset convert --to {to}")
     spec = compose_job_spec(overrides)
     dataset = instantiate_node(spec.dataset, "dataset")
     samples = encoded_samples(dataset)
-    out.mkdir(parents=True, exist_ok=True)
-    with tqdm(total=len(dataset), unit="img", desc=f"{spec.dataset_name} -> {to}", disable=None) as bar:
-        return FORMATS[to](samples, out, shard_size, lambda done: bar.update(done - bar.n))
+    out.parent.mkdir(parents=True, exist_ok=True)
+    staging = out.with_name(f".{out.name}.{secrets.token_hex(NAME_TOKEN_BYTES)}.tmp")
+    try:
+        staging.mkdir()
+        with tqdm(total=len(dataset), unit="img", desc=f"{spec.dataset_name} -> {to}", disable=None) as bar:
+            written = FORMATS[to](samples, staging, shard_size, lambda done: bar.update(done - bar.n))
+        os.replace(staging, out)  # an empty --out is replaced whole
+    except OSError as exc:
+        # The line is made while the half-written files still fill the disk: the space it names is the
+        # space the writer met.
+        line = error_line(with_name(exc, out / _last_written(staging).relative_to(staging)))
+        raise PipebenchError(line) from None
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+    return [str(out / Path(path).relative_to(staging)) for path in written]
+
+
+def _last_written(folder: Path) -> Path:
+    """The file under `folder` written last (the one a full disk cut), else `folder` itself."""
+    files = [path for path in folder.rglob("*") if path.is_file()]
+    return max(files, key=lambda path: path.stat().st_mtime_ns, default=folder)
 
 
 def add_parser(verbs: "argparse._SubParsersAction") -> None:
