@@ -2,6 +2,7 @@
 the objectives, what it writes, its bad input, and one whole command at tiny settings."""
 
 import csv
+import dataclasses
 import math
 import re
 from typing import Dict, List, Optional, Sequence
@@ -30,11 +31,17 @@ from pipebench.tune.space import (
     ChainModel,
     Dimensions,
     Point,
+    LADDER_CAP,
+    MIN_RACED_POINTS,
     fit_budget,
+    gil_share,
     grid,
     knee_workers,
+    ladder_top,
+    model_ladder,
     one_point_note,
     prune,
+    thread_speedup_bound,
 )
 
 # It asserts on measured rates, CPU time or the host's load: under xdist it runs with no other test beside it.
@@ -50,7 +57,9 @@ def _costs(cpu_ms: float, wall_ms: float, consumer_ms: float = 0.0) -> ChainCost
 # Busy: every ms of a sample is CPU (a pure-Python step). Sleepy: a sample waits 10 ms and spends 0.1 ms of CPU.
 BUSY = ChainModel(_costs(10.0, 10.0))
 SLEEPY = ChainModel(_costs(0.1, 10.0))
-GIL = ChainModel(_costs(10.0, 10.0), ("BusyWait",))
+GIL = ChainModel(_costs(10.0, 10.0), ("BusyWait",), gil_share=1.0)
+# The issue's chain: a read that waits 8 ms, and a crop that holds the GIL 10% of the sample's time.
+WAITS_WITH_A_GIL_STEP = ChainModel(_costs(2.0, 10.0), ("RegionRandomCrop",), gil_share=0.1)
 
 
 def _dims(**given) -> Dimensions:
@@ -93,15 +102,48 @@ def test_persistent_workers_under_threads_is_dropped():
         "persistent_workers: loader.backend=threads runs threads, and the setting is for worker processes"]
 
 
-def test_threads_are_not_tried_for_a_chain_whose_steps_hold_the_gil():
+def test_threads_are_pruned_by_amdahls_bound_on_the_gil_share_not_by_one_gil_step():
     dims = _dims(chains=("gil", "sleepy"), workers=(2,), backends=("dataloader", "threads", "spdl"))
     kept, dropped = prune(grid(dims), {"gil": GIL, "sleepy": SLEEPY}, cuda=False)
     assert sorted(p.name for p in kept) == ["gil-w2-dataloader-pf2-b32", "sleepy-w2-dataloader-pf2-b32",
                                             "sleepy-w2-spdl-pf2-b32", "sleepy-w2-threads-pf2-b32"]
     reasons = _reasons(dropped)
-    assert reasons["gil-w2-threads-pf2-b32"] == ("loader.backend=threads: gil's steps BusyWait hold the GIL (its "
-                                                 "thread profile), so its threads would queue for it")
+    assert reasons["gil-w2-threads-pf2-b32"] == (
+        "loader.backend=threads: 100% of gil's time holds the GIL (BusyWait), so by Amdahl's bound 2 threads reach "
+        "at most 1x one (100 samples/s), short of the 200 worker processes would give")
     assert "gil-w2-spdl-pf2-b32" in reasons and {d.rule for d in dropped} == {HOLDS_GIL}
+    # A chain that waits, with one step holding the GIL a tenth of its time: threads reach 1/0.1 = 10x one,
+    # past the 1000 samples/s the cores give, so every count races; at a third of its time they stop at 3.3x.
+    dims = _dims(chains=("io",), workers=(1, 2, 8, 12, 16), backends=("threads",))
+    kept, dropped = prune(grid(dims), {"io": WAITS_WITH_A_GIL_STEP}, cuda=False)
+    assert [p.workers for p in kept] == [1, 2, 8, 12, 16] and not dropped
+    third = dataclasses.replace(WAITS_WITH_A_GIL_STEP, gil_share=0.3)
+    kept, dropped = prune(grid(dims), {"io": third}, cuda=False)
+    assert [p.workers for p in kept] == [1, 2] and [d.point.workers for d in dropped] == [8, 12, 16]
+    assert thread_speedup_bound(0.1, 8) == 8 and thread_speedup_bound(0.1, 16) == 10
+    assert thread_speedup_bound(0.0, 16) == 16
+
+
+def test_the_gil_share_is_the_profiled_gil_holding_steps_share_of_the_chain():
+    rows = [{"transform": "Read", "share_pct": 80.0, "thread_verdict": "waits"},
+            {"transform": "Crop", "share_pct": 12.0, "thread_verdict": "holds_gil"},
+            {"transform": "Mask", "share_pct": 8.0, "thread_verdict": "holds_gil"}]
+    assert gil_share([{"thread_profile": {"steps": []}, "transforms": rows}]) == pytest.approx(0.2)
+    assert gil_share([{"thread_profile": None, "transforms": rows}]) == 0.0
+
+
+def test_the_ladder_stops_where_the_model_puts_the_knee_bounded_by_memory_and_the_cap():
+    # A pure-Python chain: its knee is the cores, and the ladder stops at twice them.
+    assert ladder_top(BUSY.costs, 500.0, 20_000.0).workers == 2 * CORES
+    # The issue's chain: 10 ms of wall against 2 of CPU on 2 cores: knee 10, the ladder 1.5x past it.
+    top = ladder_top(WAITS_WITH_A_GIL_STEP.costs, 500.0, 20_000.0)
+    assert top.workers == 15 and top.why.startswith("the model's knee: 10 ms of wall against 2 ms of CPU")
+    assert model_ladder(15, CORES) == (0, 1, 2, 4, 6, 8, 12, 15)
+    assert model_ladder(4, CORES) == (0, 1, 2, 4)
+    # A chain that all but sleeps: the cap, unless memory runs out first.
+    assert ladder_top(SLEEPY.costs, 100.0, 100_000.0).workers == LADDER_CAP
+    memory = ladder_top(SLEEPY.costs, 1000.0, 8_000.0)
+    assert memory.workers == 4 and memory.why.startswith("memory: 1000 MiB a worker")
 
 
 def test_workers_past_the_cores_knee_are_not_raced_but_one_count_past_it_is():
@@ -121,12 +163,20 @@ def test_workers_past_the_cores_knee_are_not_raced_but_one_count_past_it_is():
 
 
 def test_the_budget_keeps_the_points_the_model_ranks_best_and_says_why_for_the_rest():
-    points = grid(_dims(chains=("sleepy",), workers=(1, 2, 4, 8)))
-    kept, cut = fit_budget(points, {"sleepy": SLEEPY}, room=2)
-    assert [p.workers for p in kept] == [4, 8]
-    assert [d.point.workers for d in cut] == [2, 1]
-    assert cut[0].reason.startswith("the budget fits one round of 2 points, and the model ranks this one below them")
+    points = grid(_dims(chains=("sleepy",), workers=(1, 2, 4, 8, 16)))
+    kept, cut = fit_budget(points, {"sleepy": SLEEPY}, room=4)
+    assert [p.workers for p in kept] == [2, 4, 8, 16] and [d.point.workers for d in cut] == [1]
+    assert cut[0].reason == ("one round of the budget fits 4 points, the model's best: the model predicts 100 "
+                             "samples/s, below the last kept, sleepy-w2-dataloader-pf2-b32 (200)")
     assert {d.rule for d in cut} == {PAST_THE_BUDGET}
+    # However little is left, the race gets the model's top MIN_RACED_POINTS.
+    kept, cut = fit_budget(points, {"sleepy": SLEEPY}, room=0)
+    assert [p.workers for p in kept] == [4, 8, 16] and len(kept) == MIN_RACED_POINTS >= 3
+    # Points the model cannot rank apart: the cut says so, and keeps fewer workers first.
+    kept, cut = fit_budget(grid(_dims(workers=(2, 4, 8, 16))), {"busy": BUSY}, room=3)
+    assert [p.workers for p in kept] == [2, 4, 8] and cut[0].reason.endswith(
+        "the model predicts it level with the last kept, busy-w8-dataloader-pf2-b32 (200 samples/s each), and "
+        "keeps the fewer workers first")
 
 
 # ---- the race on synthetic rounds of known truth

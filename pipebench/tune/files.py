@@ -4,9 +4,13 @@
   interval, CPU a sample, summed PSS, starvation, the model's prediction and its verdict;
 - `best.yaml`: the recommended settings as a config (package `_global_`: merge it onto a
   pipebench config, or copy it into your config folder's `tune/` and add `+tune=best`);
-- `tune.md`: the space, what the model pruned and why, each stage of the race, the
-  recommendation, the verification and the lines to paste, with `tune.png` (each raced point's
-  samples/s and interval, in the order the race first measured them).
+- `tune.md`: any warning first (a chain whose probe crashed), the space, what the model pruned and
+  why, each stage of the race, the recommendation, the verification and the lines to paste (the
+  loader, and the chain as code where it changed), with `tune.png` (each raced point's samples/s
+  and interval, in the order the race first measured them);
+- `conf/transform/<chain>.yaml`: the recommended chain where it is one of explore's variants, in a
+  config folder of its own that the printed `pipebench run --config-dir` line names (the results
+  folder itself is data, not a config folder).
 """
 
 import io
@@ -27,6 +31,7 @@ from pipebench.base.io import write_bytes_atomic, write_text_atomic
 from pipebench.base.tables import markdown_table
 from pipebench.regress.compare import DEFAULT_THRESHOLD
 from pipebench.report.plots import DPI, FIGURE_SIZE
+from pipebench.tune.chain_code import chain_code
 from pipebench.tune.objective import Objective, Round, cpu_ms, pss_mb, rate_spread, starvation
 from pipebench.tune.race import RaceOutcome
 from pipebench.tune.recommend import Recommendation
@@ -38,8 +43,10 @@ TUNE_CSV = "tune.csv"
 TUNE_MD = "tune.md"
 TUNE_PNG = "tune.png"
 BEST_YAML = "best.yaml"
-# The recommended chain's config, where it is one of explore's variants (a `transform` config).
-VARIANT_FILE = "transform/{}.yaml"
+# The config folder tune writes for the run line, and in it the recommended chain's config where it
+# is one of explore's variants (a `transform` config).
+CONFIG_DIR = "conf"
+VARIANT_FILE = CONFIG_DIR + "/transform/{}.yaml"
 SETTING_COLUMNS = ["transform", "workers", "loader.backend", "loader.prefetch_factor", "loader.persistent_workers",
                    "loader.pin_memory", "loader.batch_size"]
 TUNE_COLUMNS = ["point", *SETTING_COLUMNS, "stage", "rounds", "samples_per_s", "samples_per_s_low",
@@ -77,6 +84,10 @@ class Tuned:
     notes: Sequence[str] = ()
     # The user's overrides that no point sets (dataset, consumer, run...), for the run line.
     overrides: Sequence[str] = ()
+    # Findings that come first in tune.md (a chain whose probe crashed), and the warning the
+    # recommendation carries ('' when none: its chain shares no move with a crashed one).
+    warnings: Sequence[str] = ()
+    pick_warning: str = ""
 
 
 def _figures(rounds: Sequence[Round]) -> Dict[str, object]:
@@ -209,8 +220,17 @@ def _grouped(pruned: Sequence[Dropped]) -> List[Dict[str, object]]:
             for key in counts]
 
 
+def chain_lines(chain: str, chain_config: Optional[Mapping[str, object]]) -> List[str]:
+    """The recommended chain as code to paste (a fenced block), or the line saying it is the user's own."""
+    if chain_config is None:
+        return [f"the chain: yours, unchanged (transform={chain})"]
+    return [f"the chain ({chain}, explore's variant of yours), as code:", "", "```python",
+            *chain_code(chain_config), "```"]
+
+
 def tune_markdown(folder: Path, tuned: Tuned, rows: Sequence[Mapping[str, object]], config_dir: str) -> str:
     lines = [f"# pipebench tune: transform={tuned.chain}", "",
+             *(f"**warning: {warning}**" for warning in tuned.warnings), *([""] if tuned.warnings else []),
              f"objective: {tuned.objective.name}; budget {tuned.budget_s:g} s, spent {tuned.spent_s:.0f} s", ""]
     lines += [f"note: {note}" for note in tuned.notes] + ([""] if tuned.notes else [])
     if tuned.probe:
@@ -234,20 +254,25 @@ def tune_markdown(folder: Path, tuned: Tuned, rows: Sequence[Mapping[str, object
     if chosen is not None:
         pick = tuned.points[chosen.pick]
         variant = VARIANT_FILE.format(pick.chain) if tuned.chain_config is not None else ""
-        run_dir = config_dir if config_dir or not variant else str(folder)
-        copy = f"copy {variant} into {config_dir}/transform/, then: " if variant and config_dir else ""
+        run_dir = config_dir if config_dir or not variant else str(folder / CONFIG_DIR)
+        copy = f"copy {folder / variant} into {config_dir}/transform/, then: " if variant and config_dir else ""
         lines += ["## recommendation", ""]
+        if tuned.pick_warning:
+            lines += [f"**warning: {tuned.pick_warning}**", ""]
         if chosen.met:
             lines += [f"within noise of the best ({chosen.best}): {', '.join(chosen.near)}",
                       f"recommended, the cheapest of them (fewest CPU ms a sample, then least summed PSS): "
                       f"{chosen.pick}"]
+            if chosen.stricter:
+                lines += ["", chosen.stricter]
             if chosen.unresolved:
                 lines += ["", unresolved_line(chosen, tuned.race.stop)]
         else:
             lines += [f"nothing met the objective; the closest: {chosen.pick} ({chosen.unmet})"]
         if tuned.verification:
             lines += ["", tuned.verification]
-        lines += ["", "paste into your script:", "", "```python", *paste_lines(pick), "```", "",
+        lines += ["", "paste into your script:", "", *chain_lines(pick.chain, tuned.chain_config), "",
+                  "the loader:", "", "```python", *paste_lines(pick), "```", "",
                   f"or run it ({copy or 'as it is'}):", "", "```", run_line(pick, run_dir, tuned.overrides), "```", "",
                   f"as a config: {BEST_YAML}", ""]
     return "\n".join(lines) + "\n"
@@ -266,7 +291,7 @@ def write_tune(folder: Path, tuned: Tuned, config_dir: str = "") -> str:
                                                           tuned.chain_config))
     if tuned.recommendation is not None and tuned.chain_config is not None:
         path = folder / VARIANT_FILE.format(tuned.points[tuned.recommendation.pick].chain)
-        path.parent.mkdir(exist_ok=True)
+        path.parent.mkdir(parents=True, exist_ok=True)
         write_text_atomic(path, f"# pipebench tune: explore's variant {path.stem}\n"
                           + OmegaConf.to_yaml(dict(tuned.chain_config)))
     markdown = tune_markdown(folder, tuned, rows, config_dir)

@@ -29,11 +29,13 @@ from pipebench.tune.space import Dimensions, Point
 
 __all__ = ["OPTUNA", "POINT_GROUP", "RACE", "SEARCHED_KEYS", "TuneOptions", "current_point", "dimensions",
            "job_overrides", "point_override", "round_defaults", "round_settings", "split_tune_overrides",
-           "store_point"]
+           "store_chain", "store_point"]
 
 TUNE_PREFIX = "tune."
-# The ConfigStore group of the points (`+tune_point=<name>`).
+# The ConfigStore group of the points (`+tune_point=<name>`), and of the chains they select.
 POINT_GROUP = "tune_point"
+TRANSFORM_GROUP = "transform"
+PROVIDER = "pipebench tune"
 RACE, OPTUNA = "race", "optuna"
 SEARCHES = (RACE, OPTUNA)
 # The keys a point sets: an override of one of them on the command line would win over the point's
@@ -57,7 +59,8 @@ class TuneOptions:
 
     # race: the model-pruned race; optuna: Optuna's TPE sampler picks which points enter it.
     search: str = RACE
-    # null: 0 up to twice the usable cores (workers=auto's ladder).
+    # null: the model's ladder, from the probe (pipebench.tune.space.ladder_top: up to the knee of a
+    # chain that waits, bounded by memory and a cap; twice the usable cores before the probe).
     workers: Optional[List[int]] = None
     # null: every installed backend that can read the dataset.
     backends: Optional[List[str]] = None
@@ -198,4 +201,10 @@ def store_point(point: Point) -> None:
                    "batch_size": point.batch_size},
     }
     ConfigStore.instance().store(group=POINT_GROUP, name=point.name, node=node, package="_global_",
-                                 provider="pipebench tune")
+                                 provider=PROVIDER)
+
+
+def store_chain(name: str, config: Dict[str, Any]) -> None:
+    """An explore variant's chain, as a resumed tune read it from its plan, as `transform=<name>` in
+    Hydra's ConfigStore (explore's checks are not run again)."""
+    ConfigStore.instance().store(group=TRANSFORM_GROUP, name=name, node=config, provider=PROVIDER)

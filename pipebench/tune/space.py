@@ -6,27 +6,36 @@ A point is one loader setting for one chain: workers, `loader.backend`, `prefetc
 
 - a setting that changes nothing: `pin_memory` without CUDA; at workers=0 the backend, prefetch and
   persistence (one in-process loop under every backend); `persistent_workers` under a thread backend;
-- threads for a chain whose steps hold the GIL (its workers-=0 thread profile,
-  `pipebench.report.thread_advice.gil_bound_steps`): its threads would queue for the GIL;
+- threads the GIL would hold back: Amdahl's bound on the chain's share of time spent in steps that
+  hold the GIL (its workers=0 thread profile, `gil_share`) caps what threads can reach, and a
+  thread point whose cap falls short of what worker processes would reach at the same count is
+  dropped; a chain with a small GIL-holding share keeps its threads;
 - workers past what the cores allow: the diagnosis's napkin model (`pipebench.report.diagnosis.predict`)
   says where added workers stop adding samples/s (the cores' budget, or the consumer's appetite);
   the worker counts up to that knee and one count past it race, so the measurement checks the model,
   and the rest never run.
 
-`fit_budget` then keeps what one round of the race can measure in the budget, best predicted first.
+`fit_budget` then keeps what one round of the race can measure in the budget, best predicted first,
+and never fewer than MIN_RACED_POINTS. `model_ladder` sets the worker counts themselves where the
+user gave none: up to where the model's knee lies for a chain that waits, bounded by memory and
+LADDER_CAP.
 """
 
 import dataclasses
 import itertools
 import math
+import statistics
 from dataclasses import dataclass
 from typing import Dict, List, Mapping, Optional, Sequence, Tuple
 
 from pipebench.config.specs import BACKEND_WORKER_KINDS, THREADS
+from pipebench.measure.thread_verdict import HOLDS_GIL as THREAD_HOLDS_GIL
 from pipebench.report.diagnosis import ChainCosts, predict
 
-__all__ = ["CHANGES_NOTHING", "HOLDS_GIL", "PAST_THE_BUDGET", "PAST_THE_KNEE", "ChainModel", "Dimensions", "Dropped",
-           "Point", "fit_budget", "grid", "knee_workers", "one_point_note", "predicted_rate", "prune"]
+__all__ = ["CHANGES_NOTHING", "HOLDS_GIL", "LADDER_CAP", "MIN_RACED_POINTS", "PAST_THE_BUDGET", "PAST_THE_KNEE",
+           "ChainModel", "Dimensions", "Dropped", "LadderTop", "Point", "fit_budget", "gil_share", "grid",
+           "knee_workers", "ladder_top", "model_ladder", "one_point_note", "predicted_rate", "prune",
+           "thread_speedup_bound"]
 
 # The setting every workers=0 point carries: the in-process loop reads none of the worker settings,
 # so all workers=0 points of a chain are this one. The schema's defaults (pipebench.config.schema).
@@ -38,6 +47,24 @@ NAME_SEPARATOR = "-"
 # the fewest workers within it of the most the model predicts (EXPLAINED_WITHIN: what it cannot tell
 # apart from the measurement anyway).
 KNEE_WITHIN = 0.15
+# The fewest points the race measures, whatever the budget's cut: a race of one or two points has
+# nothing to check the model's ranking against (the seed chain at --budget-s 240 raced one point of
+# 96, and the cut and the kept point were predicted alike).
+MIN_RACED_POINTS = 3
+# The most workers the ladder offers where the user names none, whatever the model says: each worker
+# is a process holding its own interpreter, file descriptors and pipes, and the main process unpickles
+# every batch alone; a chain that needs more than 64 waiting readers wants an asynchronous reader
+# (SPDL, an object store's async client), not more processes.
+LADDER_CAP = 64
+# The share of the host's available memory the workers may take between them: the rest is the
+# main process's, the page cache's (the data set) and other tenants'.
+MEMORY_SHARE = 0.5
+# How far past the model's knee the ladder reaches: one rung past it races, so the measurement can
+# find a knee later than the model's (the issue's sleeping chain: model 10 workers, measured 12+).
+KNEE_HEADROOM = 1.5
+# The ladder's rungs: powers of two, with the half octaves from 6 up (3 would add a rung next to 2
+# and 4, where a 2-core host's knee is the cores anyway).
+HALF_OCTAVE_FROM = 6
 
 
 @dataclass(frozen=True)
@@ -104,17 +131,72 @@ class Dimensions:
 
 @dataclass(frozen=True)
 class ChainModel:
-    """What the model knows of one chain from its workers=0 probe: its costs, and the steps that hold the GIL."""
+    """What the model knows of one chain from its workers=0 probe: its costs, the steps that hold the
+    GIL, their share of the chain's time (0..1, from the thread profile), and each worker's memory
+    (MiB: the probe's PSS, the most a worker process that copies it can hold; nan where unmeasured)."""
 
     costs: ChainCosts
     gil_steps: Tuple[str, ...] = ()
+    gil_share: float = 0.0
+    worker_mb: float = float("nan")
+
+
+def gil_share(results: Sequence[Mapping[str, object]]) -> float:
+    """The share (0..1) of a chain's time in steps whose thread profile says they hold the GIL: the
+    median over the jobs that ran the profile of their `holds_gil` rows' `share_pct`; 0 with none."""
+    shares = [sum(float(row.get("share_pct") or 0.0) for row in result.get("transforms") or ()
+                  if row.get("thread_verdict") == THREAD_HOLDS_GIL) / 100.0
+              for result in results if result.get("thread_profile")]
+    return statistics.median(shares) if shares else 0.0
+
+
+@dataclass(frozen=True)
+class LadderTop:
+    """The most workers the ladder offers, and which bound set it (the model's knee, memory or the cap)."""
+
+    workers: int
+    why: str
+
+
+def ladder_top(costs: ChainCosts, worker_mb: float, available_mb: float) -> LadderTop:
+    """Where the worker ladder stops for one chain. The model's knee for a chain that waits is near
+    (wall / CPU a sample) x cores: that many workers keep the cores busy while the rest wait; the
+    ladder reaches KNEE_HEADROOM past it (never below twice the cores), bounded by MEMORY_SHARE of
+    the available memory at `worker_mb` a worker and by LADDER_CAP."""
+    cores = max(1, costs.usable_cores)
+    waits = costs.ms_per_sample / costs.cpu_ms_per_sample if costs.cpu_ms_per_sample > 0 else math.inf
+    knee = max(1.0, waits) * cores
+    by_model = max(2 * cores, math.ceil(KNEE_HEADROOM * knee)) if math.isfinite(knee) else LADDER_CAP
+    bounds = [(min(by_model, LADDER_CAP), f"the model's knee: {costs.ms_per_sample:.3g} ms of wall against "
+                                           f"{costs.cpu_ms_per_sample:.3g} ms of CPU a sample x {cores} cores "
+                                           f"= {knee:.3g} workers, and {KNEE_HEADROOM:g}x past it"),
+              (LADDER_CAP, f"the cap of {LADDER_CAP} workers (a chain that needs more wants an async reader)")]
+    if math.isfinite(worker_mb) and worker_mb > 0:
+        bounds.append((max(1, math.floor(MEMORY_SHARE * available_mb / worker_mb)),
+                       f"memory: {worker_mb:.0f} MiB a worker (the probe's PSS) in {MEMORY_SHARE:.0%} of "
+                       f"{available_mb:.0f} MiB available"))
+    workers, why = min(bounds, key=lambda bound: bound[0])
+    return LadderTop(workers, why)
+
+
+def model_ladder(top: int, cores: int) -> Tuple[int, ...]:
+    """0, the powers of two and (from HALF_OCTAVE_FROM) the half octaves up to `top`, the cores, twice
+    the cores and `top` itself: a rung at each step where the rate can still change by a third or more."""
+    rungs = {0, top, *(c for c in (max(1, cores), 2 * max(1, cores)) if c <= top)}
+    power = 1
+    while power <= top:
+        rungs.add(power)
+        if power * 3 // 2 >= HALF_OCTAVE_FROM and power * 3 // 2 <= top:
+            rungs.add(power * 3 // 2)
+        power *= 2
+    return tuple(sorted(rungs))
 
 
 # The pruning rules, in the order they apply (module doc), as tune.md groups the dropped points.
 CHANGES_NOTHING = "a setting that changes nothing"
-HOLDS_GIL = "threads for a chain that holds the GIL"
+HOLDS_GIL = "threads the GIL holds back (Amdahl's bound)"
 PAST_THE_KNEE = "workers past the cores' knee"
-PAST_THE_BUDGET = "more than one round of the budget fits"
+PAST_THE_BUDGET = "ranked below the points one round of the budget fits"
 
 
 @dataclass(frozen=True)
@@ -143,11 +225,27 @@ def _changes_nothing(point: Point, cuda: bool) -> str:
     return ""
 
 
+def thread_speedup_bound(share: float, workers: int) -> float:
+    """Amdahl's bound on `workers` threads' speed-up over one for a chain that holds the GIL a `share`
+    of its time: the GIL-holding part runs one thread at a time, so the speed-up never passes 1/share
+    (Amdahl's limit; the rest of the chain overlaps it, so the limit rather than the formula's curve
+    at `workers`), nor `workers`."""
+    return min(float(workers), 1.0 / share) if share > 0 else float(workers)
+
+
 def _holds_gil(point: Point, model: Optional[ChainModel]) -> str:
-    if point.workers == 0 or point.worker_kind != THREADS or model is None or not model.gil_steps:
+    if point.workers == 0 or point.worker_kind != THREADS or model is None or model.gil_share <= 0:
         return ""
-    return (f"loader.backend={point.backend}: {point.chain}'s steps {', '.join(model.gil_steps)} hold the GIL "
-            "(its thread profile), so its threads would queue for it")
+    costs = _with_batch(model.costs, point.batch_size)
+    processes = predict(costs, point.workers).samples_per_s
+    bound = thread_speedup_bound(model.gil_share, point.workers)
+    threads = min(processes, bound * predict(costs, 1).samples_per_s)
+    if threads >= (1 - KNEE_WITHIN) * processes:
+        return ""
+    steps = f" ({', '.join(model.gil_steps)})" if model.gil_steps else ""
+    return (f"loader.backend={point.backend}: {model.gil_share:.0%} of {point.chain}'s time holds the GIL{steps}, "
+            f"so by Amdahl's bound {point.workers} threads reach at most {bound:.2g}x one ({threads:.0f} samples/s), "
+            f"short of the {processes:.0f} worker processes would give")
 
 
 def _with_batch(costs: ChainCosts, batch_size: int) -> ChainCosts:
@@ -205,8 +303,9 @@ def prune(points: Sequence[Point], models: Mapping[str, ChainModel], cuda: bool
 
 def fit_budget(points: Sequence[Point], models: Mapping[str, ChainModel], room: int
                ) -> Tuple[List[Point], List[Dropped]]:
-    """The `room` points the model ranks best (predicted samples/s, then fewer workers), and the rest,
-    each with the reason; all of them where they fit."""
+    """The `room` points (never fewer than MIN_RACED_POINTS) the model ranks best (predicted samples/s,
+    then fewer workers), and the rest, each with the reason; all of them where they fit."""
+    room = max(room, MIN_RACED_POINTS)
     if len(points) <= room:
         return list(points), []
 
@@ -216,11 +315,19 @@ def fit_budget(points: Sequence[Point], models: Mapping[str, ChainModel], room: 
 
     ranked = sorted(points, key=rank)
     kept, cut = ranked[:room], ranked[room:]
-    floor = predicted_rate(kept[-1], models.get(kept[-1].chain))
-    return ([p for p in points if p in kept],
-            [Dropped(p, f"the budget fits one round of {room} points, and the model ranks this one below them "
-                        f"(predicted {predicted_rate(p, models.get(p.chain)):.0f} samples/s, the last kept "
-                        f"{floor:.0f})", PAST_THE_BUDGET) for p in cut])
+    return [p for p in points if p in kept], [Dropped(p, _cut_reason(p, kept[-1], room, models), PAST_THE_BUDGET)
+                                              for p in cut]
+
+
+def _cut_reason(point: Point, last: Point, room: int, models: Mapping[str, ChainModel]) -> str:
+    """Why the budget's cut left `point` out, against `last`, the last point kept."""
+    rate, floor = (predicted_rate(p, models.get(p.chain)) for p in (point, last))
+    if not math.isnan(rate) and not math.isnan(floor) and round(rate) >= round(floor):
+        ranked = (f"the model predicts it level with the last kept, {last.name} ({rate:.0f} samples/s each), "
+                  "and keeps the fewer workers first")
+    else:
+        ranked = f"the model predicts {rate:.0f} samples/s, below the last kept, {last.name} ({floor:.0f})"
+    return f"one round of the budget fits {room} points, the model's best: {ranked}"
 
 
 def one_point_note(kept: Sequence[Point]) -> str:

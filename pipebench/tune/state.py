@@ -1,0 +1,68 @@
+"""A tune's plan in its results folder (`tune.json`), so the same command resumes it.
+
+`pipebench tune` writes, as it decides them, the command it runs (its overrides, config folder and
+objective), the chains it probes (with each variant's config, explore's verdict and moves) and the
+points the race starts with. Run again, the same command (the budget may differ) finds the latest
+of its folders with no tune.md (it never ended), reads the plan back instead of deciding it again
+(explore's checks, a budget cut that depends on the time left), and runs each stage's sweep in the
+same folder, where `pipebench run`'s resume skips every job already finished
+(`pipebench.record.resume`): only the trials it had not finished are measured. `--fresh` starts a
+new folder.
+"""
+
+import json
+import time
+from pathlib import Path
+from typing import Any, Dict, List, Mapping, Optional, Sequence
+
+from pipebench.base.errors import warn
+from pipebench.base.io import write_json_atomic
+from pipebench.record.results import RESULT_FILE
+
+__all__ = ["STATE_FILE", "finished_trials", "points_of", "read_state", "unfinished_folder", "update_state"]
+
+STATE_FILE = "tune.json"
+# The file whose presence says a tune ended (files.TUNE_MD, named here so the rule reads in one place).
+ENDED_FILE = "tune.md"
+
+
+def read_state(folder: Path) -> Optional[Dict[str, Any]]:
+    """The folder's plan; None where it has none, or one that does not read (with a warning)."""
+    path = folder / STATE_FILE
+    if not path.is_file():
+        return None
+    try:
+        state = json.loads(path.read_text())
+    except (OSError, ValueError) as exc:
+        warn(f"{path} does not read ({exc}); that tune is not resumed")
+        return None
+    return state if isinstance(state, dict) else None
+
+
+def update_state(folder: Path, **fields: Any) -> Dict[str, Any]:
+    """The plan with `fields` added, written at once (atomically); returns it."""
+    state = {**(read_state(folder) or {"created": time.time()}), **fields}
+    write_json_atomic(folder / STATE_FILE, state)
+    return state
+
+
+def unfinished_folder(results_dir: Path, pattern: str, command: Sequence[str]) -> Optional[Path]:
+    """The latest folder under `results_dir` matching `pattern` whose plan records `command` and that
+    has no ENDED_FILE; None when there is none."""
+    found = []
+    for path in results_dir.glob(f"{pattern}/{STATE_FILE}"):
+        state = read_state(path.parent)
+        if state is not None and state.get("command") == list(command) and not (path.parent / ENDED_FILE).exists():
+            found.append((float(state.get("created", 0.0)), path.parent))
+    return max(found)[1] if found else None
+
+
+def finished_trials(folder: Path) -> int:
+    """Jobs with a result in the tune's stage folders (probe/, race-N/, verify/)."""
+    return sum(1 for _ in folder.glob(f"*/job-*/{RESULT_FILE}"))
+
+
+def points_of(state: Mapping[str, Any], key: str) -> Optional[List[Dict[str, Any]]]:
+    """A recorded list of points' fields, where the plan has one."""
+    value = state.get(key)
+    return list(value) if isinstance(value, list) else None
