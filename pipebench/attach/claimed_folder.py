@@ -24,7 +24,9 @@ __all__ = ["BUSY_ADVICE", "claimed_folder"]
 NAMED_AT_MOST = 3
 # What an attach run writes in its folder (jobs, ranks, tables, report, plots, logs): --force removes
 # these and nothing else, so a user's own file beside them (`--out .` in a project) is never deleted.
-WRITTEN_BY_ATTACH = ("job-*", RANKS_FOLDER, "summary.*", "comparison.*", "transforms.*", "report.md", "*.png")
+WRITTEN_BY_ATTACH = ("job-*", RANKS_FOLDER, "summary.*", "comparison.*", "transforms.*", "report.md", "*.png",
+                     # attach --record's (pipebench.attach.recorder)
+                     "series.csv", "events.csv", "capture-*")
 # What to do about a folder another run holds, in attach's own flags: the lock's line names `run`'s
 # --fresh, which attach has not; --force does not help either (it replaces a finished run, never a
 # running one's folder), so the way out is another folder.

@@ -20,7 +20,7 @@ import sys
 import time
 import weakref
 from dataclasses import dataclass, field
-from typing import Any, Callable, Dict, Iterator, List, Mapping, Optional, Set, Tuple
+from typing import Any, Callable, Dict, Iterator, List, Mapping, Optional, Sequence, Set, Tuple
 
 import numpy as np
 import torch
@@ -217,6 +217,9 @@ class LoaderWatch:
         self._loader = weakref.ref(loader) if dataset is not None else (lambda: None)
         self._new_clock: Optional[Callable[[], Optional[GpuWatchClock]]] = gpu_clock
         self.gpu_clock: Optional[GpuWatchClock] = None
+        # A recorder's (pipebench.attach.recorder): every batch's timings, the window's and after it;
+        # while set, the samples stay timed after the window (close() still restores the loader).
+        self.tap: Optional[Callable[[Tuple[np.ndarray, np.ndarray, int, int]], None]] = None
 
     def close(self) -> None:
         """Put the loader's recipe and collate back, end the window's meters (idempotent)."""
@@ -245,23 +248,15 @@ class LoaderWatch:
                 self.worker_pids.add(batch.startup.pid)
         if measured and len(batch.sample_ns):
             self._timings.append((batch.sample_ns, batch.sample_cpu_ns, batch.collate_ns, batch.collate_cpu_ns))
+        if self.tap is not None:
+            self.tap((batch.sample_ns, batch.sample_cpu_ns, batch.collate_ns, batch.collate_cpu_ns))
         return batch.batch
 
     @property
     def sink(self) -> TimingSink:
         """The measured samples' timings in the harness's form (no worker ids, no file reads: a
         watched loader's workers are not told apart, and its reads are the storage meter's)."""
-        sink = TimingSink()
-        for sample_ns, sample_cpu_ns, collate_ns, collate_cpu_ns in self._timings:
-            samples = len(sample_ns)
-            sink.sample_ns.append(sample_ns)
-            sink.batch_ns.append(np.array([collate_ns], np.int64))
-            sink.sample_cpu_ns.append(sample_cpu_ns)
-            sink.batch_cpu_ns.append(collate_cpu_ns)
-            sink.worker_ids.append(-1)
-            sink.sample_workers.append(np.full(samples, -1, np.int64))
-            sink.sample_io.append(np.zeros((samples, len(IO_FIELDS)), np.int64))
-        return sink
+        return riding_sink(self._timings)
 
     def _after_window(self, iterator: Iterator[Any]) -> Iterator[Any]:
         """The batches after the window: first the replay, when asked for and not yet done, then
@@ -280,13 +275,18 @@ class LoaderWatch:
                     delivered = time.perf_counter_ns()
                     yield batch
                     self.replay_ns.append(time.perf_counter_ns() - delivered)
-        if self._replayed:
+        if self._replayed and self.tap is None:
             self.close()
         if self._riding:
             for batch in iterator:
                 yield self._strip(batch, False)
         else:
             yield from iterator
+
+    @property
+    def loader(self) -> Optional[DataLoader]:
+        """The watched DataLoader while it lives (None for a loader of another kind, or once freed)."""
+        return self._loader()
 
     @property
     def iterated(self) -> bool:
@@ -473,6 +473,23 @@ class LoaderWatch:
         """The largest batch measured, or the loader's batch_size where that is larger."""
         seen = max((s.samples for p in self.passes for s in p.steps), default=0)
         return max(seen, self.batch_size or 0)
+
+
+def riding_sink(timings: Sequence[Tuple[np.ndarray, np.ndarray, int, int]]) -> TimingSink:
+    """Batches' timings as they rode in (sample wall and CPU ns, collate wall and CPU ns) in the
+    harness's form: no worker ids, no file reads (a watched loader's workers are not told apart,
+    and its reads are the storage meter's)."""
+    sink = TimingSink()
+    for sample_ns, sample_cpu_ns, collate_ns, collate_cpu_ns in timings:
+        samples = len(sample_ns)
+        sink.sample_ns.append(sample_ns)
+        sink.batch_ns.append(np.array([collate_ns], np.int64))
+        sink.sample_cpu_ns.append(sample_cpu_ns)
+        sink.batch_cpu_ns.append(collate_cpu_ns)
+        sink.worker_ids.append(-1)
+        sink.sample_workers.append(np.full(samples, -1, np.int64))
+        sink.sample_io.append(np.zeros((samples, len(IO_FIELDS)), np.int64))
+    return sink
 
 
 def _sized(value: Any) -> Optional[int]:

@@ -34,7 +34,7 @@ from pipebench.measure.distributed.ranks import load_timings, save_timings
 from pipebench.record.results import read_result, write_invocation_tables, write_result
 from pipebench.record.stored import NUMBER, OBJECT, WHOLE, check_fields, read_stored, versioned
 
-__all__ = ["COLLECTIVE_ESTIMATE", "RANKS_DIR_ENV", "RANKS_FOLDER", "WINDOW_ENV", "collective_estimates", "merge_ranks",
+__all__ = ["COLLECTIVE_ESTIMATE", "RANKS_DIR_ENV", "RANKS_FOLDER", "WINDOW_ENV", "collective_estimates", "merge_ranks", "rank_folder",
            "rank_environment", "rank_status", "rank_window", "save_rank"]
 
 # The folder of the ranks' own results, inside the results folder.
@@ -69,12 +69,18 @@ def _step_pairs(names: Sequence[Any]) -> List[List[str]]:
     return [[name.stage, name.name] for name in names]
 
 
+def rank_folder() -> Path:
+    """This rank's own folder (RANK from torchrun) under RANKS_DIR_ENV, created."""
+    folder = Path(os.environ[RANKS_DIR_ENV]) / RANK_FOLDER.format(rank=int(os.environ.get("RANK", "0")))
+    folder.mkdir(parents=True, exist_ok=True)
+    return folder
+
+
 def save_rank(watches: Sequence[LoaderWatch], exit_status: int) -> Path:
     """This rank's folder (RANK, WORLD_SIZE from torchrun): its watched results, each job's
     timings and rank.json. Returns the folder."""
     rank, world = int(os.environ.get("RANK", "0")), int(os.environ.get("WORLD_SIZE", "1"))
-    folder = Path(os.environ[RANKS_DIR_ENV]) / RANK_FOLDER.format(rank=rank)
-    folder.mkdir(parents=True, exist_ok=True)
+    folder = rank_folder()
     measured = [(watch, result) for watch in watches if (result := watch_result(watch)) is not None]
     jobs = {}
     if measured:

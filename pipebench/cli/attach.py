@@ -18,11 +18,15 @@ from typing import List, Optional, Sequence, Tuple
 
 from pipebench.attach.claimed_folder import claimed_folder
 from pipebench.attach.export_config import write_exports
+from pipebench.attach.recording import Recording, recorded
 from pipebench.attach.script_end import own_loaders, script_namespaces, stop_workers, workers_end_quietly
 from pipebench.attach.watch import DEFAULT_REPLAY, DEFAULT_SECONDS, DEFAULT_SKIP_STEPS, DEFAULT_STEPS, WatchWindow, watching_loaders
 from pipebench.attach.watched import results_of, save_results, summary_line
 from pipebench.base.errors import INTERRUPTED_EXIT_STATUS, TERMINATED_EXIT_STATUS, USAGE_EXIT_STATUS, ConfigError, Terminated
 from pipebench.base.tables import markdown_table
+from pipebench.cli.attach_record import add_record_args, recording_of
+from pipebench.cli.attach_python import (CODE_FILE, PYTHON_NAMES, TARGET_OPTIONS, path_entry, python_flags, rerun,
+                                         rerun_argv, run_code, split_python)
 from pipebench.cli.attach_torchrun import attach_torchrun, parse_torchrun, torchrun_args
 from pipebench.report.summary import first_batch_markdown, loader_notes
 from pipebench.report.writer import REPORT_MD, write_report
@@ -33,25 +37,29 @@ __all__ = ["add_parser", "attach_main", "main", "run_script"]
 UNCAUGHT_EXIT_STATUS = 1
 # Where a run's folder goes when --out does not say: one folder a run, named by its start time.
 DEFAULT_OUT = "results/attach"
-# Interpreter names the command may start with (`pipebench attach -- python train.py`).
-PYTHON_NAMES = ("python", "python3", os.path.basename(sys.executable))
 SUMMARY_TABLE_COLUMNS = ("loader", "dataset", "workers", "steps", "samples_per_s", "batches_per_s",
                          "starvation_pct", "first_batch_s", "headroom_x")
 
 
 def parse_command(words: Sequence[str]) -> Tuple[str, str, List[str]]:
-    """('path' | 'module', target, argv) of `[python] script.py ARGS` or `[python] -m module ARGS`."""
+    """('path' | 'module' | 'code', target, argv) of `[python] script.py ARGS`, `[python] -m module ARGS`
+    or `[python] -c code ARGS`. The interpreter's flags are refused here: `attach_main` runs attach
+    again under them (pipebench.cli.attach_python)."""
     words = list(words)
     if words[:1] == ["--"]:
         words = words[1:]
     if words and os.path.basename(words[0]) in PYTHON_NAMES:
-        words = words[1:]
+        parsed = split_python(words[1:])
+        if parsed.flags:
+            raise ConfigError(f"attach runs a script under the interpreter's flags ({' '.join(parsed.flags)}) "
+                              "only as the command `pipebench attach -- python FLAGS ...`")
+        words = list(parsed.rest)
     if not words:
         raise ConfigError("attach needs a command: pipebench attach -- python train.py ARGS")
-    if words[0] == "-m":
+    if words[0] in TARGET_OPTIONS:
         if len(words) < 2:
-            raise ConfigError("attach -- python -m needs a module name")
-        return "module", words[1], words[2:]
+            raise ConfigError(f"attach -- python {words[0]} needs " + ("a module name" if words[0] == "-m" else "code"))
+        return ("module" if words[0] == "-m" else "code"), words[1], words[2:]
     if words[0].startswith("-"):
         raise ConfigError(f"attach runs a script or -m module, not the interpreter option {words[0]}")
     if not Path(words[0]).is_file():
@@ -69,18 +77,23 @@ def _script_frames(tb):
 
 
 def run_script(kind: str, target: str, argv: Sequence[str], own: Optional[List[str]] = None) -> int:
-    """Run the script as `python target argv...` would, in this process; its exit status. `own`
-    gets the loader-likes of its own the script left (`script_end.own_loaders`)."""
+    """Run the script as `python target argv...` would (`-c target argv...` for 'code'), in this
+    process; its exit status. `own` gets the loader-likes of its own the script left
+    (`script_end.own_loaders`)."""
     saved_argv, saved_path = sys.argv[:], sys.path[:]
-    sys.argv = [target, *argv]
-    sys.path.insert(0, os.path.dirname(os.path.abspath(target)) if kind == "path" else os.getcwd())
+    sys.argv = ["-c" if kind == "code" else target, *argv]
+    entry = path_entry(kind, target)
+    if entry is not None:
+        sys.path.insert(0, entry)
     try:
-        script_file = target if kind == "path" else (importlib.util.find_spec(target).origin or "")
+        script_file = {"path": target, "code": CODE_FILE}.get(kind) or (importlib.util.find_spec(target).origin or "")
     except (ImportError, AttributeError, ValueError):  # runpy says why, in the script's own words, below
         script_file = ""
     try:
         if kind == "path":
             left = runpy.run_path(target, run_name="__main__")
+        elif kind == "code":
+            left = run_code(target)
         else:
             left = runpy.run_module(target, run_name="__main__", alter_sys=True)
         if own is not None:
@@ -140,10 +153,13 @@ def _not_measured(target: str, status: int, own: Sequence[str]) -> int:
 
 
 def attach_main(command: Sequence[str], window: WatchWindow, out: Optional[str], export_dir: Optional[str] = None,
-                force: bool = False) -> int:
+                force: bool = False, recording: Optional[Recording] = None) -> int:
     """Run the command with its loaders watched and write what they measured to `out` (a new folder
     under DEFAULT_OUT when None), claimed before the script starts (claimed_folder: `force` replaces
     an earlier run there)."""
+    flagged = python_flags(command)
+    if flagged is not None:  # the interpreter's flags act at its start: attach runs again under them
+        rerun(rerun_argv(sys.argv[1:], command, *flagged))
     torchrun = torchrun_args(command)
     if torchrun is not None:  # every rank watched (pipebench.cli.attach_torchrun)
         if export_dir is not None:
@@ -151,19 +167,21 @@ def attach_main(command: Sequence[str], window: WatchWindow, out: Optional[str],
                               "python (one rank), then sweep distributed.nproc= under pipebench run")
         parsed = parse_torchrun(torchrun)
         with claimed_folder(None if out is None else Path(out), _fresh_name(), force) as folder:
-            return attach_torchrun(parsed, window, folder)
+            return attach_torchrun(parsed, window, folder, recording)
     kind, target, argv = parse_command(command)
     if export_dir is not None and Path(export_dir).exists() and not Path(export_dir).is_dir():
         raise ConfigError(f"--export-config {export_dir}: not a directory")
     with claimed_folder(None if out is None else Path(out), _fresh_name(), force) as folder:
-        return _attach_script(kind, target, argv, window, folder, export_dir)
+        return _attach_script(kind, target, argv, window, folder, export_dir, recording)
 
 
 def _attach_script(kind: str, target: str, argv: Sequence[str], window: WatchWindow, folder: Path,
-                   export_dir: Optional[str]) -> int:
-    """Run the script with its loaders watched; write what they measured to `folder`, claimed."""
+                   export_dir: Optional[str], recording: Optional[Recording] = None) -> int:
+    """Run the script with its loaders watched (and recorded, pipebench.attach.recording); write what
+    they measured to `folder`, claimed."""
     own: List[str] = []
-    with watching_loaders(window, export=export_dir is not None) as watches, workers_end_quietly():
+    with watching_loaders(window, export=export_dir is not None) as watches, \
+            recorded(watches, folder, recording), workers_end_quietly():
         status = run_script(kind, target, argv, own)
     stop_workers()  # no worker outlives attach, nor waits for it to write
     if not any(w.iterated for w in watches):
@@ -213,6 +231,7 @@ def add_parser(verbs: "argparse._SubParsersAction") -> None:
     parser.add_argument("--force", action="store_true",
                         help="replace the results already in --out (an earlier run's): removed before the "
                              "script starts")
+    add_record_args(parser)
     parser.add_argument("command", nargs=argparse.REMAINDER,
                         help="-- python train.py ARGS, -- python -m module ARGS, or -- torchrun [OPTIONS] train.py ARGS")
 
@@ -222,4 +241,4 @@ def main(args: argparse.Namespace) -> int:
         window = WatchWindow(args.steps, args.skip_steps, args.seconds, args.replay)
     except ValueError as exc:
         raise ConfigError(str(exc)) from None
-    return attach_main(args.command, window, args.out, args.export_config, args.force)
+    return attach_main(args.command, window, args.out, args.export_config, args.force, recording_of(args))

@@ -17,11 +17,13 @@ import signal
 import sys
 from typing import List, Optional
 
+from pipebench.attach.recording import recorded, recording_from_environment
 from pipebench.attach.watch import watching_loaders
-from pipebench.attach.watched_ranks import rank_window, save_rank
+from pipebench.attach.watched_ranks import rank_folder, rank_window, save_rank
 from pipebench.base.errors import INTERRUPTED_EXIT_STATUS, TERMINATED_EXIT_STATUS, USAGE_EXIT_STATUS, ConfigError
 from pipebench.base.lifeline import TIED_PID_ENV, die_with_parent, parent_is
 from pipebench.cli.attach import parse_command, run_script
+from pipebench.pipeline.rank_info import rank_and_world
 
 __all__ = ["main"]
 
@@ -54,7 +56,11 @@ def main(argv: Optional[List[str]] = None) -> int:
     stop = _Stop()
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, stop)
-    with watching_loaders(window) as watches:
+    # attach --record: every rank appends its windows to the results folder's series.csv, its
+    # captures in its own folder.
+    folder, recording = recording_from_environment() or (None, None)
+    with watching_loaders(window) as watches, \
+            recorded(watches, folder, recording, rank_and_world()[0], rank_folder() if recording else None):
         try:
             status = run_script(kind, target, args)
             stop.armed = False

@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator, List, NoReturn, Optional, Sequence, Tuple
 
+from pipebench.attach.recording import Recording, recording_environment, start_files
 from pipebench.attach.watch import WatchWindow
 from pipebench.attach.watched_ranks import RANKS_FOLDER, merge_ranks, rank_environment, rank_status
 from pipebench.base.descendants import no_descendant_outlives
@@ -119,11 +120,16 @@ def run_torchrun(command: TorchrunCommand, env: dict) -> int:
             return proc.wait()
 
 
-def attach_torchrun(command: TorchrunCommand, window: WatchWindow, folder: Path) -> int:
-    """Run torchrun's `command` with every rank watched; merge the ranks into `folder`, which the
-    caller has claimed, empty (pipebench.attach.claimed_folder)."""
+def attach_torchrun(command: TorchrunCommand, window: WatchWindow, folder: Path,
+                    recording: Optional[Recording] = None) -> int:
+    """Run torchrun's `command` with every rank watched (and recorded: each rank appends to the
+    folder's series.csv); merge the ranks into `folder`, which the caller has claimed, empty
+    (pipebench.attach.claimed_folder)."""
     ranks_dir = folder / RANKS_FOLDER
-    status = run_torchrun(command, {**os.environ, **rank_environment(ranks_dir, window)})
+    if recording is not None:
+        start_files(folder)
+    status = run_torchrun(command, {**os.environ, **rank_environment(ranks_dir, window),
+                                    **recording_environment(recording, folder)})
     ranks = rank_status(ranks_dir) if ranks_dir.is_dir() else []
     if not ranks:
         print(f"pipebench attach: no rank of {command.target} wrote its results (torchrun exited {status})",

@@ -1,0 +1,364 @@
+"""The flight recorder: a watched run measured from its first batch to its last, a row a window.
+
+`pipebench attach --record` and `pipebench.watch(loader, record=True)` keep measuring after the
+bounded window (`watch.LoaderWatch`) ends. Per loader, a `LoaderRecorder` times the wait in
+`next()` and the user's step after it, and the per-transform timings that ride back from the
+workers keep coming (the watch's `tap`). Every `every_s` seconds (or `every_steps` steps) the
+window closes: one row goes to `series.csv` at the top of the results folder, flushed and fsynced
+as written (`recorder_files.AppendedCsv`), to the sinks, and to the stall rule
+(`recorder_stalls.Baseline`). A stall opens a capture (`capture-N/`: the stalled windows'
+transform rows and the stall's figures); its end is a row of `events.csv`, as is every epoch
+start with its cost. `close()` writes each loader's partial window (attach calls it when the
+script ends, SIGTERM and Ctrl-C included).
+
+Memory is bounded whatever the run's length: a window is sums and a DDSketch
+(`recorder_window`), the whole run's quantiles the windows' sketches merged, the baseline the last
+20 windows' figures, and a capture's raw timings at most KEPT_BATCHES batches a window.
+"""
+
+import contextlib
+import json
+import time
+import weakref
+from collections import deque
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Deque, Dict, Iterable, Iterator, List, Optional, Sequence, Tuple
+
+from torch.utils.data import DataLoader
+
+from pipebench.attach.recorder_files import DEFAULT_MAX_CAPTURES, AppendedCsv, Captures
+from pipebench.attach.recorder_stalls import EPOCH_START, Baseline, StallRule, Verdict
+from pipebench.attach.recorder_window import (
+    KEPT_BATCHES,
+    TOP_STEPS,
+    BatchTimings,
+    WindowFigures,
+    WindowSums,
+    new_sketch,
+    quantiles_ms,
+    top_steps,
+)
+from pipebench.attach.watch import LoaderWatch, batch_samples, riding_sink
+from pipebench.measure.steps import NS_PER_S
+from pipebench.measure.summarize import rows_as_dicts, transform_rows
+from pipebench.pipeline.timed_chain import StepName
+from pipebench.record.results import TRANSFORM_COLUMNS
+
+__all__ = ["DEFAULT_EVERY_S", "EVENTS_CSV", "EVENT_COLUMNS", "SERIES_COLUMNS", "SERIES_CSV", "LoaderRecorder",
+           "RecordSettings", "Recorder", "recording_loaders"]
+
+# A window every 30 s: 2,880 rows a day a loader (a few hundred KiB), fine enough to see a stall of
+# a minute, long enough that a window holds many worker cycles.
+DEFAULT_EVERY_S = 30.0
+SERIES_CSV = "series.csv"
+EVENTS_CSV = "events.csv"
+SERIES_COLUMNS = (
+    "loader", "rank", "first_step", "last_step", "epoch", "t_end_s", "steps", "samples", "samples_per_s",
+    "starvation_pct", "wait_p50_ms", "wait_p95_ms", "wait_p99_ms", "run_wait_p50_ms", "run_wait_p95_ms",
+    "run_wait_p99_ms", *(f"top_step_{n}{unit}" for n in range(1, TOP_STEPS + 1) for unit in ("", "_ms")),
+    "stall", "capture",
+)
+EVENT_COLUMNS = ("loader", "rank", "kind", "epoch", "first_step", "last_step", "t_end_s", "lost_s",
+                 "starvation_pct", "samples_per_s", "baseline_starvation_pct", "baseline_samples_per_s",
+                 "capture")
+# A capture's transforms.csv: the columns `pipebench run` writes, and the step's ms a sample in the
+# baseline windows beside it, so the step that changed reads off one row.
+CAPTURE_COLUMNS = (*TRANSFORM_COLUMNS, "baseline_ms_per_sample")
+
+
+@dataclass(frozen=True)
+class RecordSettings:
+    """How a run is recorded: a window every `every_steps` steps when set, else every `every_s`
+    seconds; the stall rule; at most `max_captures` capture folders."""
+
+    every_steps: Optional[int] = None
+    every_s: float = DEFAULT_EVERY_S
+    rule: StallRule = field(default_factory=StallRule)
+    max_captures: int = DEFAULT_MAX_CAPTURES
+
+    def __post_init__(self) -> None:
+        if (self.every_steps is not None and self.every_steps < 1) or not self.every_s > 0 or self.max_captures < 0:
+            raise ValueError(f"recording needs --every-steps >= 1, --every-s > 0 and --max-captures >= 0, not "
+                             f"every_steps={self.every_steps}, every_s={self.every_s}, max_captures={self.max_captures}")
+
+    def to_json(self) -> str:
+        return json.dumps(asdict(self))
+
+    @classmethod
+    def from_json(cls, text: str) -> "RecordSettings":
+        data = json.loads(text)
+        return cls(**{**data, "rule": StallRule(**data["rule"])})
+
+
+Sink = Callable[[str, Dict[str, Any]], None]
+
+
+class Recorder:
+    """One process's recording: series.csv and events.csv (appended), its captures, its sinks (each
+    called with ("window" | "event", row)). `clock` is perf_counter_ns; tests pass a fake."""
+
+    def __init__(self, folder: Path, settings: RecordSettings = RecordSettings(), rank: int = 0,
+                 sink: Optional[Sink] = None, captures_folder: Optional[Path] = None,
+                 clock: Callable[[], int] = time.perf_counter_ns) -> None:
+        self.folder = Path(folder)
+        self.settings = settings
+        self.rank = rank
+        self.sink = sink
+        self.clock = clock
+        self.start_ns = clock()
+        self.series = AppendedCsv(self.folder / SERIES_CSV, SERIES_COLUMNS)
+        self.events = AppendedCsv(self.folder / EVENTS_CSV, EVENT_COLUMNS)
+        self.captures = Captures(captures_folder or self.folder, settings.max_captures)
+        self.loaders: List["LoaderRecorder"] = []
+        self._closed = False
+
+    def loader(self, name: str, sample_steps: Sequence[StepName] = (), batch_steps: Sequence[StepName] = (),
+               context: Optional[Dict[str, Any]] = None) -> "LoaderRecorder":
+        """The recorder of one loader, named `name` in every row; its timed columns' names."""
+        recorder = LoaderRecorder(self, name, list(sample_steps), list(batch_steps), context or {})
+        self.loaders.append(recorder)
+        return recorder
+
+    def seconds(self, now_ns: int) -> float:
+        return (now_ns - self.start_ns) / NS_PER_S
+
+    def emit(self, kind: str, row: Dict[str, Any]) -> None:
+        """A row to its file, then to the sinks (which never stop the run: sinks.SinkSet)."""
+        (self.series if kind == "window" else self.events).append(row)
+        if self.sink is not None:
+            self.sink(kind, row)
+
+    def close(self) -> None:
+        """Each loader's partial window and open stall written; the files closed (idempotent)."""
+        if self._closed:
+            return
+        self._closed = True
+        for loader in self.loaders:
+            loader.finish()
+        self.series.close()
+        self.events.close()
+
+
+@dataclass
+class _Stall:
+    """A stall while it lasts: its capture (None where K worse ones are kept), its windows."""
+
+    verdict: Verdict
+    capture: Optional[int]
+    first_step: int
+    epoch: int
+    windows: List[WindowFigures] = field(default_factory=list)
+    kept: List[BatchTimings] = field(default_factory=list)
+    lost_s: float = 0.0
+
+
+class LoaderRecorder:
+    """One loader's windows, its whole-run quantiles, its baseline and its stall in progress."""
+
+    def __init__(self, recorder: Recorder, name: str, sample_steps: List[StepName], batch_steps: List[StepName],
+                 context: Dict[str, Any]) -> None:
+        self.recorder = recorder
+        self.name = name
+        self.sample_steps = sample_steps
+        self.batch_steps = batch_steps
+        self.step_names = [s.name for s in sample_steps] + [s.name for s in batch_steps]
+        self.context = context
+        self.baseline = Baseline(recorder.settings.rule)
+        self.baseline_columns: Deque[Tuple[float, ...]] = deque(maxlen=self.baseline.windows.maxlen)
+        self.run_sketch = new_sketch()
+        self.epoch_number = 0
+        self.step_number = 0
+        self.window = WindowSums(1, recorder.clock())
+        self.stall: Optional[_Stall] = None
+
+    # The loop's side: epochs, steps and the timings that ride in.
+
+    def epoch(self, batches: Iterable[Any], batch_size: Optional[int] = None) -> Iterator[Any]:
+        """One epoch of the user's batches, each step timed: the wait in next(), the step after."""
+        clock = self.recorder.clock
+        self.epoch_number += 1
+        iterator = iter(batches)
+        pending: Optional[Tuple[int, int, int]] = None  # (wait, samples, delivered) of the last batch
+        first = True
+        while True:
+            before = clock()
+            if pending is not None:
+                wait_ns, samples, delivered = pending
+                self.step(wait_ns, before - delivered, samples, before)
+                pending = None
+            try:
+                batch = next(iterator)
+            except StopIteration:
+                return
+            delivered = clock()
+            self.step_number += 1
+            if first:
+                first = False
+                self.epoch_started(delivered - before, delivered)
+            else:
+                pending = (delivered - before, batch_samples(batch, batch_size), delivered)
+            yield batch
+
+    def timings(self, timings: BatchTimings) -> None:
+        """A batch's per-transform timings (the watch's tap)."""
+        self.window.timings(timings)
+
+    def step(self, wait_ns: int, step_ns: int, samples: int, now_ns: int) -> None:
+        """One step ended at `now_ns`; the window closes when it is full."""
+        window = self.window
+        window.step(self.step_number, wait_ns, step_ns, samples)
+        every = self.recorder.settings
+        full = (window.steps >= every.every_steps if every.every_steps is not None
+                else now_ns - window.start_ns >= every.every_s * NS_PER_S)
+        if full:
+            self.close_window(now_ns, partial=False)
+
+    # The window's side: its row, its verdict, its capture.
+
+    def close_window(self, now_ns: int, partial: bool) -> None:
+        window, self.window = self.window, WindowSums(self.step_number + 1, now_ns)
+        if window.steps == 0:
+            return
+        figures = window.figures(self.epoch_number, self.recorder.seconds(now_ns))
+        self.run_sketch.merge(window.sketch)
+        verdict = None if partial else self.baseline.judge(figures)
+        if verdict is None and not partial and figures.column_ms is not None:
+            self.baseline_columns.append(figures.column_ms)
+        if verdict is not None:
+            self._stalled(verdict, figures, window.kept)
+        elif self.stall is not None:
+            self._stall_ended()
+        stall = self.stall if verdict is not None else None
+        self.recorder.emit("window", self._row(figures, verdict, stall))
+
+    def _row(self, figures: WindowFigures, verdict: Optional[Verdict], stall: Optional[_Stall]) -> Dict[str, Any]:
+        run = quantiles_ms(self.run_sketch)
+        row = {"loader": self.name, "rank": self.recorder.rank, "first_step": figures.first_step,
+               "last_step": figures.last_step, "epoch": figures.epoch, "t_end_s": figures.t_end_s,
+               "steps": figures.steps, "samples": figures.samples, "samples_per_s": figures.samples_per_s,
+               "starvation_pct": figures.starvation_pct, "wait_p50_ms": figures.wait_ms[0],
+               "wait_p95_ms": figures.wait_ms[1], "wait_p99_ms": figures.wait_ms[2], "run_wait_p50_ms": run[0],
+               "run_wait_p95_ms": run[1], "run_wait_p99_ms": run[2],
+               "stall": "" if verdict is None else verdict.kind,
+               "capture": "" if stall is None or stall.capture is None else stall.capture}
+        for n, (name, ms) in enumerate(top_steps(self.step_names, figures), start=1):
+            row[f"top_step_{n}"], row[f"top_step_{n}_ms"] = name, ms
+        return row
+
+    def _stalled(self, verdict: Verdict, figures: WindowFigures, kept: List[BatchTimings]) -> None:
+        stall = self.stall
+        if stall is None or stall.verdict.kind != verdict.kind:
+            if stall is not None:
+                self._stall_ended()
+            stall = self.stall = _Stall(verdict, self.recorder.captures.open(verdict.lost_s), figures.first_step,
+                                        figures.epoch)
+        stall.windows.append(figures)
+        stall.lost_s += verdict.lost_s
+        stall.kept.extend(kept[:max(KEPT_BATCHES - len(stall.kept), 0)])
+        if stall.capture is not None and self.recorder.captures.held(stall.capture):
+            self._write_capture(stall)
+
+    def _write_capture(self, stall: _Stall) -> None:
+        last = stall.windows[-1]
+        span = sum(w.span_s for w in stall.windows)
+        record = {"kind": stall.verdict.kind, "loader": self.name, "rank": self.recorder.rank,
+                  "first_step": stall.first_step, "last_step": last.last_step, "epoch": stall.epoch,
+                  "t_end_s": last.t_end_s, "windows": len(stall.windows), "lost_s": stall.lost_s,
+                  "starvation_pct": 100 * sum(w.wait_s for w in stall.windows) / span if span else None,
+                  "samples_per_s": sum(w.samples for w in stall.windows) / span if span else None,
+                  "baseline_starvation_pct": stall.verdict.baseline_starvation_pct,
+                  "baseline_samples_per_s": stall.verdict.baseline_samples_per_s, **self.context}
+        self.recorder.captures.write(stall.capture, stall.lost_s, record, self._capture_rows(stall.kept),
+                                     CAPTURE_COLUMNS)
+
+    def _capture_rows(self, kept: Sequence[BatchTimings]) -> List[Dict[str, Any]]:
+        """The kept batches' transform rows, as `pipebench run` writes them, with the baseline's ms a sample."""
+        if not kept or not self.sample_steps:
+            return []
+        rows = rows_as_dicts(transform_rows(riding_sink(kept), self.sample_steps, self.batch_steps))
+        base: Dict[str, float] = {}
+        if self.baseline_columns:
+            columns = list(zip(*self.baseline_columns))
+            base = {step.name: sum(values) / len(values) for step, values in zip(self.sample_steps, columns)}
+        return [{"job": self.name, **row, "baseline_ms_per_sample": base.get(row["transform"])} for row in rows]
+
+    def _stall_ended(self) -> None:
+        stall, self.stall = self.stall, None
+        last = stall.windows[-1]
+        span = sum(w.span_s for w in stall.windows)
+        self.recorder.emit("event", {
+            "loader": self.name, "rank": self.recorder.rank, "kind": stall.verdict.kind, "epoch": stall.epoch,
+            "first_step": stall.first_step, "last_step": last.last_step, "t_end_s": last.t_end_s,
+            "lost_s": stall.lost_s, "starvation_pct": 100 * sum(w.wait_s for w in stall.windows) / span,
+            "samples_per_s": sum(w.samples for w in stall.windows) / span,
+            "baseline_starvation_pct": stall.verdict.baseline_starvation_pct,
+            "baseline_samples_per_s": stall.verdict.baseline_samples_per_s,
+            "capture": "" if stall.capture is None or not self.recorder.captures.held(stall.capture)
+            else stall.capture})
+
+    def epoch_started(self, wait_ns: int, now_ns: int) -> None:
+        """An epoch's first batch came after `wait_ns`: an event with its cost, a capture when it is a stall."""
+        if self.epoch_number == 1:  # the run's first batch: start-up, kept apart as every job keeps it
+            return
+        wait_s = wait_ns / NS_PER_S
+        cost, stalled = self.baseline.epoch_start(wait_s)
+        starvation, rate, _ = self.baseline.medians()
+        capture = self.recorder.captures.open(cost) if stalled else None
+        if capture is not None:
+            record = {"kind": EPOCH_START, "loader": self.name, "rank": self.recorder.rank,
+                      "first_step": self.step_number, "last_step": self.step_number, "epoch": self.epoch_number,
+                      "t_end_s": self.recorder.seconds(now_ns), "windows": 0, "lost_s": cost, "wait_s": wait_s,
+                      "baseline_starvation_pct": starvation, "baseline_samples_per_s": rate, **self.context}
+            self.recorder.captures.write(capture, cost, record, self._capture_rows(self.window.kept[-1:]),
+                                         CAPTURE_COLUMNS)
+        self.recorder.emit("event", {
+            "loader": self.name, "rank": self.recorder.rank, "kind": EPOCH_START, "epoch": self.epoch_number,
+            "first_step": self.step_number, "last_step": self.step_number, "t_end_s": self.recorder.seconds(now_ns),
+            "lost_s": cost, "baseline_starvation_pct": starvation, "baseline_samples_per_s": rate,
+            "capture": "" if capture is None else capture})
+
+    def finish(self) -> None:
+        """The run ended: the partial window's row, and the open stall's end."""
+        self.close_window(self.recorder.clock(), partial=True)
+        if self.stall is not None:
+            self._stall_ended()
+
+
+def watch_context(watch: LoaderWatch) -> Dict[str, Any]:
+    """What a capture's report needs of the loader: its workers, batch, persistence and dataset."""
+    return {"workers": watch.workers, "batch_size": watch.batch_size, "persistent_workers": watch.persistent,
+            "dataset_class": watch.dataset_class, "site": watch.site}
+
+
+def record_watch(recorder: Recorder, watch: LoaderWatch) -> LoaderRecorder:
+    """A recorder for a watched loader: named by its identity, fed every batch's timings (its tap)."""
+    timing = watch.timing
+    loader = recorder.loader(watch.identity.label, list(timing.names) if timing is not None else [],
+                             list(watch.batch_steps) if timing is not None else [], watch_context(watch))
+    watch.tap = loader.timings
+    return loader
+
+
+@contextlib.contextmanager
+def recording_loaders(watches: List[LoaderWatch], recorder: Recorder) -> Iterator[Recorder]:
+    """Inside a `watching_loaders` block: every epoch of every watched loader is recorded too
+    (DataLoader.__iter__ wrapped once more, restored on the way out); the recorder is closed at the
+    end, so each loader's partial window is written whatever ended the block."""
+    watched_iter = DataLoader.__iter__
+    by_loader: "weakref.WeakKeyDictionary[DataLoader, LoaderRecorder]" = weakref.WeakKeyDictionary()
+
+    def __iter__(self):
+        epoch = watched_iter(self)
+        loader = by_loader.get(self)
+        if loader is None:
+            watch = next(w for w in reversed(watches) if w.loader is self)
+            loader = by_loader[self] = record_watch(recorder, watch)
+        return loader.epoch(epoch, self.batch_size)
+
+    DataLoader.__iter__ = __iter__
+    try:
+        yield recorder
+    finally:
+        DataLoader.__iter__ = watched_iter
+        recorder.close()

@@ -1,0 +1,111 @@
+"""The recorder's files: rows appended and flushed as written, and a stall's capture folder.
+
+`AppendedCsv` opens its file with O_APPEND and writes each row with one `os.write`, then fsyncs:
+rows are never rewritten, so a crash (SIGKILL, a dead node) loses at most the window in progress,
+and the ranks of a torchrun job append to one file without interleaving a line (one write of a
+short line under O_APPEND lands whole on a local file system). `Captures` keeps at most K
+`capture-N/` folders, the worst stalls by the time they lost.
+"""
+
+import csv
+import io
+import os
+import shutil
+from pathlib import Path
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
+
+from pipebench.base.csv_cells import csv_text, safe_cell
+from pipebench.base.io import write_json_atomic, write_text_atomic
+
+__all__ = ["CAPTURE_FOLDER", "CAPTURE_JSON", "CAPTURE_TRANSFORMS", "DEFAULT_MAX_CAPTURES", "AppendedCsv", "Captures"]
+
+CAPTURE_FOLDER = "capture-{num}"
+CAPTURE_JSON = "capture.json"
+CAPTURE_TRANSFORMS = "transforms.csv"
+# A week-long run with a stall an epoch would otherwise fill the disk with folders no one reads:
+# the 10 worst are what a person takes apart.
+DEFAULT_MAX_CAPTURES = 10
+
+
+def csv_line(row: Sequence[Any]) -> str:
+    """One CSV line, every cell made safe for a spreadsheet (base.csv_cells)."""
+    buffer = io.StringIO()
+    csv.writer(buffer, lineterminator="\n").writerow([safe_cell(cell) for cell in row])
+    return buffer.getvalue()
+
+
+class AppendedCsv:
+    """A CSV file rows are only appended to, each flushed to the disk as it is written."""
+
+    def __init__(self, path: Path, columns: Sequence[str]) -> None:
+        self.path = path
+        self.columns = tuple(columns)
+        self._fd: Optional[int] = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        if os.fstat(self._fd).st_size == 0:
+            self._write(csv_line(self.columns))
+
+    def _write(self, line: str) -> None:
+        os.write(self._fd, line.encode())
+        os.fsync(self._fd)
+
+    def append(self, row: Mapping[str, Any]) -> None:
+        """One row, its cells in the file's columns (a missing one empty)."""
+        self._write(csv_line([_cell(row.get(column)) for column in self.columns]))
+
+    def close(self) -> None:
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None
+
+
+def _cell(value: Any) -> Any:
+    if value is None:
+        return ""
+    if isinstance(value, float):
+        return "" if value != value else round(value, 4)  # NaN: an empty cell
+    return value
+
+
+class Captures:
+    """At most `limit` capture folders under `folder`, the worst (most time lost) kept."""
+
+    def __init__(self, folder: Path, limit: int = DEFAULT_MAX_CAPTURES) -> None:
+        self.folder = folder
+        self.limit = limit
+        self._kept: Dict[int, float] = {}
+        self._next = 1
+
+    def open(self, lost_s: float) -> Optional[int]:
+        """The number of a new capture of a stall that lost `lost_s`; None where the K kept are all
+        worse. A capture that is better than the new one goes to make room."""
+        if self.limit <= 0:
+            return None
+        if len(self._kept) >= self.limit:
+            least = min(self._kept, key=self._kept.get)
+            if self._kept[least] >= lost_s:
+                return None
+            del self._kept[least]
+            shutil.rmtree(self.path(least), ignore_errors=True)
+        num, self._next = self._next, self._next + 1
+        self._kept[num] = lost_s
+        return num
+
+    def path(self, num: int) -> Path:
+        return self.folder / CAPTURE_FOLDER.format(num=num)
+
+    def held(self, num: int) -> bool:
+        return num in self._kept
+
+    def write(self, num: int, lost_s: float, record: Mapping[str, Any], rows: List[Mapping[str, Any]],
+              columns: Sequence[str]) -> Path:
+        """capture-N/: capture.json (the stall) and transforms.csv (its per-transform rows), written
+        whole each time the stall goes on (it is no series: a stall's last state is what counts)."""
+        self._kept[num] = lost_s
+        path = self.path(num)
+        path.mkdir(parents=True, exist_ok=True)
+        write_text_atomic(path / CAPTURE_TRANSFORMS, csv_text(rows, columns))
+        write_json_atomic(path / CAPTURE_JSON, dict(record))
+        return path
+
+    def kept(self) -> List[Tuple[int, float]]:
+        return sorted(self._kept.items())

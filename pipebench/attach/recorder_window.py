@@ -1,0 +1,143 @@
+"""One recorded window of one loader: its steps' sums, its waits' streaming quantiles, its steps' time a sample.
+
+A window holds no list of its steps: the data wait and the step are summed, the waits go into a
+DDSketch, and the per-transform timings that ride back from the workers (`watch_chain.Riding`) are
+summed by column. Only a bounded number of batches' raw timings are kept (KEPT_BATCHES), which a
+stall's capture turns into its transform rows. So a window costs the same memory at 10 steps or at
+a million, and a run's whole-run quantiles are the windows' sketches merged.
+
+Why DDSketch (the `ddsketch` package, DataDog's): its quantiles carry a *relative*-error guarantee
+(1% here), which holds in the tail a stall lives in (p99 of a wait that jumps from 2 ms to 5 s);
+a rank-error sketch (KLL, t-digest) bounds the rank instead, whose value can be far off in a sparse
+tail. It is pure Python with no dependency beyond `six`, and its collapsing store caps its bins,
+so the memory bound is the sketch's own (SKETCH_BIN_LIMIT), not a promise of this module.
+"""
+
+from dataclasses import dataclass
+from typing import List, Optional, Sequence, Tuple
+
+import numpy as np
+from ddsketch import LogCollapsingLowestDenseDDSketch
+
+from pipebench.measure.steps import NS_PER_MS, NS_PER_S
+
+__all__ = ["KEPT_BATCHES", "SKETCH_BIN_LIMIT", "SKETCH_RELATIVE_ACCURACY", "TOP_STEPS", "WindowFigures",
+           "WindowSums", "new_sketch", "quantiles_ms"]
+
+# A quantile is within 1% of the true value: finer than the run-to-run noise of a data wait.
+SKETCH_RELATIVE_ACCURACY = 0.01
+# At 1% accuracy, 2048 bins span a factor of e^(2048 * 0.02) ~ 10^17 between the smallest and the
+# largest wait kept apart: 1 ns to years. Beyond it the lowest bins collapse (the fastest waits, which
+# no one reads a quantile of). A dense store of 2048 counts is ~16 KiB.
+SKETCH_BIN_LIMIT = 2048
+# The quantiles series.csv writes, a window's and the whole run's.
+QUANTILES = (0.50, 0.95, 0.99)
+# The chain's costliest steps named in each row of series.csv, with their ms a sample.
+TOP_STEPS = 3
+# Raw timings kept a window for a capture's transform rows: 256 batches of a chain's ~6 columns at
+# batch 256 is ~3 MiB at most, and enough samples for a step's median.
+KEPT_BATCHES = 256
+
+
+def new_sketch() -> LogCollapsingLowestDenseDDSketch:
+    """An empty sketch of waits in ms, bounded (SKETCH_BIN_LIMIT)."""
+    return LogCollapsingLowestDenseDDSketch(SKETCH_RELATIVE_ACCURACY, bin_limit=SKETCH_BIN_LIMIT)
+
+
+def quantiles_ms(sketch: LogCollapsingLowestDenseDDSketch) -> Tuple[float, ...]:
+    """p50, p95, p99 of the sketch; NaN where it is empty."""
+    if sketch.count == 0:
+        return tuple(float("nan") for _ in QUANTILES)
+    return tuple(float(sketch.get_quantile_value(q)) for q in QUANTILES)
+
+
+# The raw timings of one batch as they ride back: sample wall ns [samples, columns], sample CPU
+# ns [samples], collate wall and CPU ns.
+BatchTimings = Tuple[np.ndarray, np.ndarray, int, int]
+
+
+@dataclass(frozen=True)
+class WindowFigures:
+    """What a closed window says: its steps, its rate and starvation, its waits' quantiles, and
+    each timed column's ms a sample (None where nothing was timed)."""
+
+    first_step: int
+    last_step: int
+    epoch: int
+    t_end_s: float
+    steps: int
+    samples: int
+    span_s: float
+    wait_s: float
+    wait_ms: Tuple[float, ...]
+    column_ms: Optional[Tuple[float, ...]]
+    collate_ms: Optional[float]
+
+    @property
+    def samples_per_s(self) -> float:
+        return self.samples / self.span_s if self.span_s > 0 else float("nan")
+
+    @property
+    def starvation_pct(self) -> float:
+        return 100.0 * self.wait_s / self.span_s if self.span_s > 0 else float("nan")
+
+
+class WindowSums:
+    """A window as it fills (mutable: the user's loop is still running)."""
+
+    def __init__(self, first_step: int, start_ns: int) -> None:
+        self.first_step = first_step
+        self.start_ns = start_ns
+        self.last_step = first_step - 1
+        self.steps = 0
+        self.samples = 0
+        self.wait_ns = 0
+        self.span_ns = 0
+        self.sketch = new_sketch()
+        self.column_ns: Optional[np.ndarray] = None
+        self.timed_samples = 0
+        self.collate_ns = 0
+        self.timed_batches = 0
+        self.kept: List[BatchTimings] = []
+
+    def step(self, step_number: int, wait_ns: int, step_ns: int, samples: int) -> None:
+        """One measured step: its wait in next(), the user's step after it, its samples."""
+        self.last_step = step_number
+        self.steps += 1
+        self.samples += samples
+        self.wait_ns += wait_ns
+        self.span_ns += wait_ns + step_ns
+        self.sketch.add(wait_ns / NS_PER_MS)
+
+    def timings(self, timings: BatchTimings) -> None:
+        """One batch's per-transform timings, summed by column; the first KEPT_BATCHES kept whole."""
+        sample_ns, _, collate_ns, _ = timings
+        if len(sample_ns) == 0:
+            return
+        sums = sample_ns.sum(axis=0)
+        self.column_ns = sums if self.column_ns is None else self.column_ns + sums
+        self.timed_samples += len(sample_ns)
+        self.collate_ns += collate_ns
+        self.timed_batches += 1
+        if len(self.kept) < KEPT_BATCHES:
+            self.kept.append(timings)
+
+    def figures(self, epoch: int, t_end_s: float) -> WindowFigures:
+        column_ms = None
+        collate_ms = None
+        if self.column_ns is not None and self.timed_samples:
+            column_ms = tuple(float(v) / self.timed_samples / NS_PER_MS for v in self.column_ns)
+            collate_ms = self.collate_ns / self.timed_samples / NS_PER_MS
+        return WindowFigures(self.first_step, self.last_step, epoch, t_end_s, self.steps, self.samples,
+                             self.span_ns / NS_PER_S, self.wait_ns / NS_PER_S, quantiles_ms(self.sketch),
+                             column_ms, collate_ms)
+
+
+def top_steps(names: Sequence[str], figures: WindowFigures, count: int = TOP_STEPS) -> List[Tuple[str, float]]:
+    """The window's costliest steps a sample (the collate's share included), costliest first."""
+    if figures.column_ms is None:
+        return []
+    costs = [(name, ms) for name, ms in zip(names, figures.column_ms) if ms > 0]
+    if figures.collate_ms:
+        costs.append((names[-1] if len(names) > len(figures.column_ms) else "collate", figures.collate_ms))
+    return sorted(costs, key=lambda item: -item[1])[:count]

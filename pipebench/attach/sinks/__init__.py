@@ -1,0 +1,1 @@
+"""The recorder's sinks (pipebench.attach.sinks.sink_set), one module a library."""

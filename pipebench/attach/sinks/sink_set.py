@@ -1,0 +1,87 @@
+"""The recorder's sinks: each window's row pushed to the dashboards a user already watches.
+
+Each sink is its ecosystem's own library, optional (`pip install pipebench[telemetry]` brings them
+all): TensorBoard event files (`tensorboard`), an MLflow run (`mlflow`), a W&B run (`wandb`),
+a Prometheus endpoint (`prometheus`). `open_sinks` starts the ones asked for before the script
+runs, and a sink that cannot start (its library missing, a port taken, a folder that cannot be
+written) is a `ConfigError`: one line, exit 2. Once running, a sink that fails is one warning and
+is dropped: the run, the series and the other sinks go on (`SinkSet`).
+"""
+
+from dataclasses import dataclass
+from typing import Any, Callable, Dict, List, Optional, Protocol
+
+from pipebench.base.errors import ConfigError, warn
+
+__all__ = ["Sink", "SinkSet", "SinkSpec", "open_sinks"]
+
+
+class Sink(Protocol):
+    name: str
+
+    def window(self, row: Dict[str, Any]) -> None: ...
+
+    def close(self) -> None: ...
+
+
+@dataclass(frozen=True)
+class SinkSpec:
+    """Which sinks to start: a TensorBoard log folder, an MLflow tracking URI, a W&B project, a
+    Prometheus port (each None: off)."""
+
+    tensorboard: Optional[str] = None
+    mlflow: Optional[str] = None
+    wandb: Optional[str] = None
+    prometheus_port: Optional[int] = None
+
+    @property
+    def any(self) -> bool:
+        return any(value is not None for value in (self.tensorboard, self.mlflow, self.wandb, self.prometheus_port))
+
+
+class SinkSet:
+    """The started sinks; the recorder's sink callable. A sink that raises is warned of once and dropped."""
+
+    def __init__(self, sinks: List[Sink]) -> None:
+        self.sinks = list(sinks)
+
+    def __call__(self, kind: str, row: Dict[str, Any]) -> None:
+        if kind != "window":
+            return
+        for sink in list(self.sinks):
+            try:
+                sink.window(row)
+            except Exception as exc:  # telemetry never stops the user's training
+                warn(f"the {sink.name} sink failed ({type(exc).__name__}: {exc}); the run and the series go on "
+                     "without it")
+                self.sinks.remove(sink)
+
+    def close(self) -> None:
+        for sink in self.sinks:
+            try:
+                sink.close()
+            except Exception as exc:
+                warn(f"the {sink.name} sink failed to close ({type(exc).__name__}: {exc})")
+        self.sinks = []
+
+
+def _starters() -> Dict[str, Callable[[Any, int], Sink]]:
+    # Each sink's module imports its library only when it is asked for.
+    from pipebench.attach.sinks import mlflow_sink, prometheus_sink, tensorboard_sink, wandb_sink
+
+    return {"tensorboard": tensorboard_sink.start, "mlflow": mlflow_sink.start, "wandb": wandb_sink.start,
+            "prometheus_port": prometheus_sink.start}
+
+
+def open_sinks(spec: SinkSpec, rank: int = 0) -> SinkSet:
+    """Start each sink asked for; ConfigError (the started ones closed) where one cannot start."""
+    started: List[Sink] = []
+    try:
+        for field_name, start in _starters().items():
+            value = getattr(spec, field_name)
+            if value is not None:
+                started.append(start(value, rank))
+    except ConfigError:
+        SinkSet(started).close()
+        raise
+    return SinkSet(started)
