@@ -19,9 +19,10 @@ PACKAGE = REPO / "pipebench"
 # Lowest first. The catalogues sit at the repo top but install as pipebench.datasets / .transforms;
 # they are built by the pipeline stage, so they rank with it.
 STAGES = ("base", "config", "pipeline", "datasets", "transforms", "measure", "record", "attach", "report",
-          "regress", "explore", "tune", "cli", "api")
+          "regress", "explore", "tune", "storage_track", "cli", "api")
 STAGE_RANK = {"base": 0, "config": 1, "pipeline": 2, "datasets": 2, "transforms": 2, "measure": 3, "record": 4,
-              "attach": 5, "report": 6, "regress": 7, "explore": 8, "tune": 9, "cli": 10, "api": 10}
+              "attach": 5, "report": 6, "regress": 7, "explore": 8, "tune": 9,
+              "storage_track": 10, "cli": 11, "api": 11}
 CATALOGUES = {"datasets": REPO / "datasets", "transforms": REPO / "transforms"}
 
 
