@@ -128,3 +128,47 @@ def test_stream_without_len_is_a_config_error():
     spec = replace(compose_spec([]), dataset={"_target_": f"{__name__}.NoLenStream"})
     with pytest.raises(ConfigError, match="must define __len__"):
         build_dataset(spec)
+
+
+def test_misses_drop_last_explains_are_a_known_loss_and_only_the_rest_fail():
+    """Known truth: 300 samples at batch 32 leave 12 unread an epoch under drop_last; a miss of 40
+    is more than one reader's last batch can hold."""
+    read = list(range(288))
+    report = check_coverage({1: read, 2: read}, length=300, complete={1, 2}, droppable=32)
+    assert (report.missing, report.dropped_last, report.exactly_once) == (0, 24, True)
+    assert "24 in last batches loader.drop_last=true drops" in report.describe()
+    assert report.columns() == {"duplicate_samples": 0, "missed_samples": 0, "dropped_last_samples": 24}
+    lost = check_coverage({1: read, 2: list(range(260))}, length=300, complete={1, 2}, droppable=32)
+    assert (lost.missing, lost.dropped_last, lost.exactly_once) == (40, 12, False)
+    assert lost.missing_examples[0] == 260
+    assert check_coverage({1: read}, length=300, complete={1}).missing == 12, "drop_last=false explains none"
+
+
+def _job(workers, coverage):
+    """A result.json as the diagnosis reads it, with only what it needs and its coverage record."""
+    return {"overrides": ["transform=seed", f"workers={workers}"],
+            "summary": {"transform": "seed", "workers": workers, "batch_size": 32, "samples_per_s": 100.0,
+                        "starvation_pct": 50.0, "pipeline_ms_per_sample": 8.0, "cpu_ms_per_sample": 8.0,
+                        "transfer_ms_median": 1.0, "ready_next_ms_median": 0.2},
+            "transforms": [{"transform": "Decode", "ms_per_sample": 8.0, "share_pct": 100.0}],
+            "passes": [{"compute_ms": [30.0] * 5, "h2d_ms": [0.0] * 5}],
+            "consumer_report": {"kind": "emulated", "device": None}, "fingerprint": {"usable_cores": 2},
+            "coverage": coverage}
+
+
+def test_the_diagnosis_names_the_drop_last_loss_and_the_jobs_that_fail_the_check():
+    from pipebench.report.diagnosis import diagnose, render_diagnosis
+
+    read = list(range(288))
+    dropped = check_coverage({1: read, 2: read}, length=300, complete={1, 2}, droppable=32).as_dict()
+    text = render_diagnosis(diagnose([_job(0, dropped), _job(2, dropped)]))
+    assert ("Exactly once but for the last batch: transform=seed at workers=0 (12 samples an epoch), transform=seed "
+            "at workers=2 (12 samples an epoch) read every sample index once an epoch except the last partial batch "
+            "each reader drops under loader.drop_last=true, a known loss and no failure of the check; "
+            "loader.drop_last=false reads them.") in text
+    assert "check failed" not in text
+    twice = check_coverage({1: [*read, 0]}, length=300, complete={1}, droppable=32).as_dict()
+    text = render_diagnosis(diagnose([_job(0, dropped), _job(2, twice)]))
+    assert ("Exactly-once check failed, transform=seed at workers=2: 1 duplicate reads (e.g. [0]) in 1 finished "
+            "epoch(s)") in text
+    assert "transform=seed at workers=0 (12 samples an epoch) read" in text, "the other job's known loss"

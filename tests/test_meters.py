@@ -111,7 +111,7 @@ def test_the_index_log_checks_its_own_epochs():
     for indices, epoch in (([0, 1], 1), ([2, 3], 1), ([1, 1], 2)):
         log(SimpleNamespace(indices=np.array(indices)), epoch)
     log.stop()
-    assert log.columns() == {"duplicate_samples": 1, "missed_samples": 0}
+    assert log.columns() == {"duplicate_samples": 1, "missed_samples": 0, "dropped_last_samples": 0}
     record = log.record()
     assert record["complete_epochs"] == 1 and record["partial_epochs"] == 1
 
@@ -121,13 +121,14 @@ def test_the_index_log_finds_a_miss_in_a_finished_epoch():
     for indices, epoch in (([0, 1], 1), ([2, 2], 1), ([0, 1], 2)):
         log(SimpleNamespace(indices=np.array(indices)), epoch)
     log.stop()
-    assert log.columns() == {"duplicate_samples": 1, "missed_samples": 1}
+    assert log.columns() == {"duplicate_samples": 1, "missed_samples": 1, "dropped_last_samples": 0}
 
 
 def test_a_meter_that_was_never_stopped_leaves_empty_cells():
     assert MemorySampler().columns() == {"rss_mb_peak": None, "pss_mb_peak": None,
                                          "worker_pss_growth_mb": None, "shm_mb_peak": None}
-    assert IndexLog(length=3).columns() == {"duplicate_samples": None, "missed_samples": None}
+    assert IndexLog(length=3).columns() == {"duplicate_samples": None, "missed_samples": None,
+                                            "dropped_last_samples": None}
 
 
 def test_storage_reads_are_counted_only_when_they_miss_the_page_cache(tmp_path):

@@ -77,6 +77,7 @@ SUMMARY_COLUMNS = [
     "sync_wait_ms_per_step", "gpu_busy_pct", "trace_accel_util_pct", "idle_host_wait_pct", "idle_kernel_wait_pct", "idle_other_pct",
     "reserved_mb_peak", "alloc_retries", "device_frees", "reserved_oscillating", "gpu_notes",
     "ranks", "straggler_ratio", "collective_wait_ms_mean", "duplicate_samples", "missed_samples",
+    "dropped_last_samples",
     # Why the measured window is not a plain steady state (epoch ends, a time cap); empty when it is.
     "window_note",
     # Why a watched loader's transform rows miss part of a sample, or all of it; empty for a job.

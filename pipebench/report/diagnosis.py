@@ -541,6 +541,32 @@ def _advice_epochs(results: Sequence[JobRecord]) -> List[str]:
     return lines
 
 
+def _advice_coverage(results: Sequence[JobRecord]) -> List[str]:
+    """The exactly-once check (result.json's `coverage`): a line a job that read a sample twice or missed
+    one that drop_last does not explain, and one line for the jobs whose every miss is a last batch
+    loader.drop_last=true dropped, the known loss the check does not count."""
+    failed, dropped = [], []
+    for label, result in zip(chain_labels(results), results):
+        coverage = result.get("coverage") or {}
+        where = f"{label} at workers={result.key.workers}"
+        if coverage.get("duplicates") or coverage.get("missing"):
+            found = [f"{coverage['duplicates']} duplicate reads (e.g. {list(coverage['duplicate_examples'])})"
+                     if coverage.get("duplicates") else "",
+                     f"{coverage['missing']} missed samples that drop_last does not explain (e.g. "
+                     f"{list(coverage['missing_examples'])})" if coverage.get("missing") else ""]
+            failed.append(f"Exactly-once check failed, {where}: {' and '.join(f for f in found if f)} in "
+                          f"{coverage['complete_epochs']} finished epoch(s): readers that share or skip samples (a "
+                          "missing DistributedSampler, a stream not split with get_worker_info()).")
+        elif coverage.get("dropped_last") and coverage.get("complete_epochs"):
+            dropped.append(f"{where} ({format_value(coverage['dropped_last'] / coverage['complete_epochs'])} "
+                           "samples an epoch)")
+    if dropped:
+        failed.append(f"Exactly once but for the last batch: {', '.join(dropped)} read every sample index once an "
+                      "epoch except the last partial batch each reader drops under loader.drop_last=true, a known "
+                      "loss and no failure of the check; loader.drop_last=false reads them.")
+    return failed
+
+
 def _lone_tail(result: JobRecord) -> Optional[str]:
     """What the job's window measured of a lone tail: at its first epoch end, the last batches that came
     from one worker alone, when there are LONE_TAIL_MIN_STEPS of them or more; None otherwise (no epoch
@@ -774,7 +800,7 @@ def diagnose(results: Sequence[Mapping]) -> Diagnosis:
     unexplained = _advice_unexplained(rows, results, costs)
     advice = [*_advice_dominant(base, groups[base]), *cap,
               *_advice_variants(base, groups, costs), *_advice_shared_interpreter(base, groups, threaded),
-              *_advice_epochs(results), *gil_lines(results), *_advice_gil_disagreement(groups, threaded),
+              *_advice_epochs(results), *_advice_coverage(results), *gil_lines(results), *_advice_gil_disagreement(groups, threaded),
               *_advice_idle_shards(results), *_advice_random_access(results),
               *_advice_threads(rows), *unexplained]
     advice = _with_cap_gap(advice, cap, unexplained, base, rows, costs)

@@ -359,7 +359,7 @@ def measure_multirank(spec: JobSpec, job_dir: Path) -> JobResult:
     summary = aggregate(records)
     summary.update(total_rate(records))
     print(aggregate_line(summary), flush=True)
-    summary.update(duplicate_samples=coverage.duplicates, missed_samples=coverage.missing)
+    summary.update(coverage.columns())
     add_notes(summary, METER_KINDS)
     return JobResult(summary, {
         "transforms": pooled_transforms(records, job_dir),
