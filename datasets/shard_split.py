@@ -1,5 +1,6 @@
 """What every sharded format shares: shards split across ranks and workers, each sample's index in the
-epoch, the bad-input policy, and the line for the workers that get no shard.
+epoch, the bad-input policy, the line for the workers that get no shard, and the check that a file is
+a regular one before it is read.
 
 A stream-style format decides for itself which samples a process reads: rank `r` of `world` takes
 shards r, r + world, ... of the list, and worker `w` of `W` every W-th of those, as webdataset's
@@ -19,12 +20,18 @@ identity keeps (`shard_samples`).
 A sample's index is its shard's offset plus its place among that shard's samples (`ShardOffsets`), so
 the exactly-once check (pipebench/measure/coverage.py) sees which sample each process read however
 the shards were split or shuffled.
+
+A shard, a Parquet file or an index must be a regular file (or a link to one) before it is opened:
+opening a FIFO waits for a writer that may never come, and a device such as `/dev/zero` never ends
+(`not_regular`, the image folder's rule, datasets/folder_walk.py).
 """
 
 from __future__ import annotations
 
 import hashlib
 import importlib
+import os
+import stat
 from bisect import bisect_right
 from dataclasses import dataclass
 from itertools import accumulate
@@ -36,8 +43,8 @@ from pipebench.base.extras import MissingExtra, installed, missing_line
 from pipebench.pipeline.file_reads import is_url
 
 __all__ = ["FORMATS_EXTRA", "LONE_TAIL_WORTH_NAMING", "ON_BAD_SAMPLE", "ShardFiles", "ShardOffsets", "UnevenShards",
-           "bad_input", "check_policy", "idle_line", "idle_readers", "reader_loads", "require_library", "split",
-           "uneven_line", "uneven_shards"]
+           "bad_input", "check_policy", "idle_line", "idle_readers", "not_regular", "reader_loads", "require_library",
+           "split", "uneven_line", "uneven_shards"]
 
 # The extra that installs every format's own library (webdataset, pyarrow).
 FORMATS_EXTRA = "formats"
@@ -51,7 +58,34 @@ NAMED_PLACES = 3
 # below a tenth it hides within a run's noise (shared 2-core machines wobble by up to ~15% between runs).
 LONE_TAIL_WORTH_NAMING = 0.10
 
+# What a file that is no regular one is, by its stat mode, for the line that names it.
+NOT_REGULAR_KINDS = ((stat.S_ISFIFO, "a FIFO"), (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"),
+                     (stat.S_ISSOCK, "a socket"), (stat.S_ISDIR, "a folder"))
+# A local file named as a URL.
+FILE_SCHEME = "file://"
+
 T = TypeVar("T")
+
+
+def not_regular(location: str) -> str:
+    """Why the local file at `location` is not read, for a line naming it: '' for a regular file or a
+    link to one, for a URL (an object store has no FIFOs) and for a path that does not exist (the
+    caller's own 'no such file' line); else what it is, e.g. `not a regular file but a character device
+    (a link to /dev/zero): not read`."""
+    path = location[len(FILE_SCHEME):] if location.startswith(FILE_SCHEME) else location
+    if is_url(path):
+        return ""
+    try:
+        mode = os.stat(path).st_mode
+    except FileNotFoundError:
+        return ""
+    except OSError as exc:
+        return f"cannot look at it ({exc.strerror or exc})"
+    if stat.S_ISREG(mode):
+        return ""
+    kind = next((name for test, name in NOT_REGULAR_KINDS if test(mode)), "no regular file")
+    link = f" (a link to {os.readlink(path)})" if os.path.islink(path) else ""
+    return f"not a regular file but {kind}{link}: not read (reading one may never end)"
 
 
 def require_library(module: str, feature: str) -> ModuleType:
@@ -200,6 +234,14 @@ class ShardOffsets:
             raise IndexError(index)
         shard = bisect_right(self.starts, index) - 1
         return shard, index - self.starts[shard]
+
+    def where(self, index: int, locations: Sequence[str]) -> str:
+        """The shard of `locations` behind sample `index` and its place there, for a line naming it."""
+        try:
+            shard, position = self.locate(index)
+        except IndexError:
+            return f"sample {index}"
+        return f"{locations[shard]}, sample {position} of it"
 
 
 class ShardFiles:

@@ -12,8 +12,15 @@ and the slow-storage what-if apply as they do to an image folder.
 
 Building the dataset reads every shard's tar headers, not its images: the sample count, each
 sample's index (datasets/shard_split.py) and the bad input, found before any job runs: a missing
-shard, a truncated tar, a key with no image. Each is one line naming the file and key, or, under
-`on_bad_sample=skip`, left out and counted. A URL that cannot be read at all (no library for it, an
+shard, a truncated tar, a key with no image, a member larger than `max_member_mb`, a shard that is no
+regular file. Each is one line naming the file and key, or, under `on_bad_sample=skip`, left out and
+counted.
+
+A tar ends with an end-of-archive marker (zero blocks). Python's tarfile, and so webdataset, takes a
+file that stops at a member's end, or inside the next header, for a whole archive: a shard cut there
+would read as fewer samples with no word. So the scan looks for the marker after the last member and
+calls a shard without one truncated. webdataset reads each member whole into memory, in each worker:
+a member larger than the limit is refused before it can fill the host's memory. A URL that cannot be read at all (no library for it, an
 endpoint that does not answer) is one line naming it, whatever the policy
 (pipebench/pipeline/object_store.py).
 """
@@ -33,8 +40,9 @@ from pipebench.base.errors import DatasetError
 from pipebench.pipeline.file_reads import FileReads, is_url
 from pipebench.pipeline.object_store import unreadable, url_fs
 
+from .checks import require_int
 from .lazy_image import rgb_from
-from .shard_split import ShardFiles, ShardOffsets, bad_input, check_policy, require_library
+from .shard_split import ShardFiles, ShardOffsets, bad_input, check_policy, not_regular, require_library
 
 __all__ = ["WebDatasetShards", "expand_urls", "scan_shard", "write_shards"]
 
@@ -47,6 +55,14 @@ SHARD_PATTERN = "shard-%06d.tar"
 # An image's extension in a shard: JPEG files are `key.jpg` whatever their file said, as webdataset's
 # own examples and its decoders' first choice name them.
 JPEG_SUFFIXES = (".jpg", ".jpeg")
+# A tar block; the end-of-archive marker is blocks of zeros after the last member.
+TAR_BLOCK = tarfile.BLOCKSIZE
+# dataset.max_member_mb's default: webdataset reads a member whole into memory, in every worker, and a
+# photo is KB to a few MB; 1 GiB is hundreds of the largest, yet far from the 10 GB member that got a job
+# OOM-killed. The setting may go up to 64 GiB (MAX_MEMBER_MB), past what a host holds per worker.
+DEFAULT_MAX_MEMBER_MB = 1024
+MAX_MEMBER_MB = 65_536
+BYTES_PER_MB = 1 << 20
 
 
 def _wds() -> Any:
@@ -74,12 +90,29 @@ class ShardScan:
     problem: str
 
 
-def scan_shard(url: str, image_exts: Sequence[str]) -> ShardScan:
+def _end_problem(raw: Any, end: int, size: int, last: str) -> str:
+    """'' when an end-of-archive block (zeros) follows the last member at byte `end`, else why not."""
+    raw.seek(end)
+    block = raw.read(TAR_BLOCK)
+    if len(block) < TAR_BLOCK:
+        cut = "just after it" if end == size else f"{size - end} bytes into the next header"
+        return f"truncated tar: no end-of-archive marker: it ends after {last}, cut {cut} (at byte {size})"
+    if block.count(0) != TAR_BLOCK:
+        return f"not a readable tar after {last}: the header at byte {end} is damaged"
+    return ""
+
+
+def scan_shard(url: str, image_exts: Sequence[str], max_member_bytes: int = DEFAULT_MAX_MEMBER_MB * BYTES_PER_MB
+               ) -> ShardScan:
     """Read one shard's tar headers (member data is skipped by seeking), grouping members by key as
     webdataset's `group_by_keys` does: consecutive members whose names share the part before the first
-    dot of the base name."""
+    dot of the base name. The shard must be a regular file, end with its end-of-archive marker and hold
+    no member over `max_member_bytes`."""
     key_of = _wds().tariterators.base_plus_ext
     fs, path = url_fs(url)
+    odd = not_regular(url)
+    if odd:
+        return ShardScan(url, 0, 0, (), odd)
     try:
         size = fs.size(path)
     except FileNotFoundError:
@@ -108,6 +141,10 @@ def scan_shard(url: str, image_exts: Sequence[str]) -> ShardScan:
                 if member.offset_data + member.size > size:
                     return ShardScan(url, size, samples, (), f"truncated tar: member {member.name} ends at byte "
                                      f"{member.offset_data + member.size}, past the file's {size}")
+                if member.size > max_member_bytes:
+                    return ShardScan(url, size, samples, (), f"member {member.name} holds {member.size} bytes, over the "
+                                     f"{max_member_bytes / BYTES_PER_MB:g} MiB dataset.max_member_mb allows "
+                                     "(webdataset reads a member whole into memory)")
                 last = f"member {member.name}"
                 if not member.isreg() or SKIP_META.match(member.name):
                     continue
@@ -118,6 +155,9 @@ def scan_shard(url: str, image_exts: Sequence[str]) -> ShardScan:
                     close_sample()
                     key, suffixes = prefix, set()
                 suffixes.add(suffix.lower())
+            end = _end_problem(raw, tar.offset, size, last)
+        if end:
+            return ShardScan(url, size, samples, (), end)
     except tarfile.TarError as exc:
         what = f"truncated tar: it ends after {last}" if "end of" in str(exc) else f"not a readable tar at {last}"
         return ShardScan(url, size, samples, (), f"{what} ({exc})")
@@ -144,7 +184,7 @@ class WebDatasetShards(ShardFiles, IterableDataset):
 
     def __init__(self, urls: Union[str, Sequence[str]], image_ext: Union[str, Sequence[str]] = "jpg",
                  label_ext: Optional[str] = "cls", shuffle_buffer: int = 0, seed: int = 0,
-                 on_bad_sample: str = "fail"):
+                 on_bad_sample: str = "fail", max_member_mb: int = DEFAULT_MAX_MEMBER_MB):
         self.pattern = urls
         self.image_exts = _extensions(image_ext, "image_ext")
         self.label_ext = None if label_ext is None else _extensions(label_ext, "label_ext")[0]
@@ -154,7 +194,8 @@ class WebDatasetShards(ShardFiles, IterableDataset):
         self.shuffle_buffer = shuffle_buffer
         self.seed = seed
         self.on_bad_sample = check_policy(NAME, on_bad_sample)
-        scans = [scan_shard(url, self.image_exts) for url in expand_urls(urls)]
+        self.max_member_mb = require_int(NAME, "max_member_mb", max_member_mb, 1, MAX_MEMBER_MB)
+        scans = [scan_shard(url, self.image_exts, self.max_member_mb * BYTES_PER_MB) for url in expand_urls(urls)]
         problems = [f"{s.url}: {s.problem}" for s in scans if s.problem]
         problems += [f"{s.url}: key {key} has no image (no .{' or .'.join(self.image_exts)} member)"
                      for s in scans if not s.problem for key in s.no_image]
@@ -219,11 +260,7 @@ class WebDatasetShards(ShardFiles, IterableDataset):
 
     def describe(self, index: int) -> str:
         """The shard behind sample `index` and its place there."""
-        try:
-            shard, position = self.offsets.locate(index)
-        except IndexError:
-            return f"sample {index}"
-        return f"{self.urls[shard]}, sample {position} of it"
+        return self.offsets.where(index, self.urls)
 
     def identity(self) -> dict:
         """The pattern, the shard and sample counts (each shard's too), and a digest of each shard's name and size."""
