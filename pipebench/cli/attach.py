@@ -70,7 +70,7 @@ def parse_command(words: Sequence[str]) -> Tuple[str, str, List[str]]:
 def _script_frames(tb):
     """The traceback from the script's first frame: attach's and runpy's own frames left out."""
     # runpy may be frozen into the interpreter (3.11+), its frames then named "<frozen runpy>".
-    skipped = (__file__, runpy.__file__, "<frozen runpy>")
+    skipped = (__file__, runpy.__file__, "<frozen runpy>", run_code.__code__.co_filename)
     while tb is not None and tb.tb_frame.f_code.co_filename in skipped:
         tb = tb.tb_next
     return tb
