@@ -102,6 +102,8 @@ class WindowSums:
 
     def step(self, step_number: int, wait_ns: int, step_ns: int, samples: int) -> None:
         """One measured step: its wait in next(), the user's step after it, its samples."""
+        if not self.steps:  # an epoch's first batch, kept apart, may have come first
+            self.first_step = step_number
         self.last_step = step_number
         self.steps += 1
         self.samples += samples
