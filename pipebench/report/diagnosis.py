@@ -24,6 +24,7 @@ bookkeeping, page cache) is what the gap between prediction and measurement is m
 the report prints both side by side and names the candidates.
 """
 
+import dataclasses
 import math
 from dataclasses import dataclass
 from typing import Dict, List, Mapping, Optional, Sequence, Set, Tuple
@@ -176,19 +177,25 @@ class TargetNeeds:
     workers: Optional[int]
     cores: Optional[int]
     host_cores: int
+    # A sharded dataset with fewer shards than the workers needed: its shard count (the most workers
+    # that get data, as the idle-readers line says) and the consumer's busy % they reach. None otherwise.
+    shards: Optional[int] = None
+    busy_pct_at_shards: Optional[float] = None
 
     @property
     def host_has_them(self) -> bool:
         return self.cores is not None and self.cores <= self.host_cores
 
 
-def needs_for_target(costs: ChainCosts, target_pct: float) -> TargetNeeds:
+def needs_for_target(costs: ChainCosts, target_pct: float, shards: Optional[int] = None) -> TargetNeeds:
     """Workers and cores for accel_util_pct >= `target_pct`, by the same model as `predict`.
 
     The consumer is busy rate / (B/s) of the time, so the loader must deliver u·B/s samples a
     ms (u = target_pct / 100): W workers make W/c, so W = ⌈u·B·c/s⌉; the cores spend
     c_cpu + s_cpu/B ms of CPU a sample, so C = ⌈u·(B·c_cpu + s_cpu)/s⌉. When workers=0 already
-    reaches the target (B·c + s ≤ s/u), no worker is needed, and one core does it.
+    reaches the target (B·c + s ≤ s/u), no worker is needed, and one core does it. A sharded set of
+    `shards` shards feeds no more than that many workers: where W is more, the needs say so, with the
+    busy % its shards' readers reach by `predict`, the model the idle-readers line uses.
     """
     batch, c, s = costs.batch_size, costs.ms_per_sample, costs.consumer_ms
     if not s > 0:
@@ -196,9 +203,13 @@ def needs_for_target(costs: ChainCosts, target_pct: float) -> TargetNeeds:
     share = target_pct / 100.0
     if batch * c + s <= s / share:
         return TargetNeeds(target_pct, 0, 1, costs.usable_cores)
-    workers = math.ceil(share * batch * c / s)
-    cores = math.ceil(share * (batch * costs.cpu_ms_per_sample + costs.consumer_cpu_ms) / s)
-    return TargetNeeds(target_pct, max(workers, 1), max(cores, 1), costs.usable_cores)
+    workers = max(math.ceil(share * batch * c / s), 1)
+    cores = max(math.ceil(share * (batch * costs.cpu_ms_per_sample + costs.consumer_cpu_ms) / s), 1)
+    needs = TargetNeeds(target_pct, workers, cores, costs.usable_cores)
+    if shards is None or workers <= shards:
+        return needs
+    reached = 100.0 - predict(costs, shards, busy=shards).starvation_pct
+    return dataclasses.replace(needs, shards=shards, busy_pct_at_shards=reached)
 
 
 def target_line(chain: str, needs: TargetNeeds) -> str:
@@ -207,6 +218,11 @@ def target_line(chain: str, needs: TargetNeeds) -> str:
         return f"{chain}: no consumer time was measured, so no accel_util_pct target applies."
     if needs.workers == 0:
         return f"{chain}: workers=0 already keeps the consumer {format_value(needs.target_pct)}% busy; any host does."
+    if needs.shards is not None:
+        return (f"{chain}: {needs.workers} reading worker(s) would keep the consumer {format_value(needs.target_pct)}% "
+                f"busy, but its {needs.shards} shard(s) give data to {needs.shards} worker(s) at most, which keep it "
+                f"about {format_value(needs.busy_pct_at_shards)}% busy (workers={needs.shards}); write at least "
+                f"{needs.workers} shards (`pipebench dataset convert --shard-size N`) to reach the target.")
     have = (f"this host has them ({needs.host_cores} usable)" if needs.host_has_them else
             f"this host has {needs.host_cores} usable, {needs.cores - needs.host_cores} short: more cores, or a "
             "cheaper chain (`pipebench explore`)")
@@ -297,6 +313,10 @@ def _watched(result: JobRecord) -> bool:
     return result.summary.consumer == USER_STEP
 
 
+# Where _dominant measured a chain's costliest step when a workers=0 job timed it.
+SERIAL_WHERE = "at workers=0"
+
+
 def _dominant(results: Sequence[JobRecord]) -> Optional[Tuple[str, float, float, str, str]]:
     """The costliest step of a chain's workers=0 job, else of a watched loader's rows at its own worker
     count: (name, ms a sample, share %, stage, where it was measured)."""
@@ -305,7 +325,7 @@ def _dominant(results: Sequence[JobRecord]) -> Optional[Tuple[str, float, float,
     if not timed:
         return None
     top = max(timed[0].transforms, key=lambda t: t["ms_per_sample"])
-    where = "at workers=0" if serial else f"inside its {timed[0].key.workers} workers"
+    where = SERIAL_WHERE if serial else f"inside its {timed[0].key.workers} workers"
     return top["transform"], top["ms_per_sample"], top["share_pct"], top.get("stage", ""), where
 
 
@@ -315,6 +335,14 @@ def _advice_dominant(base: str, results: Sequence[JobRecord]) -> List[str]:
         return [f"{base}: no workers=0 job, so no per-transform split; add workers=0 to the sweep to get one."]
     name, ms, share, stage, where = dominant
     cost = f"{format_value(ms)} ms of each sample ({format_value(share)}% of the chain {where})"
+    # A job's load row is its dataset's fetch; a watched loader's is the user's whole __getitem__.
+    if stage == LOAD_STAGE and where == SERIAL_WHERE and not any(_watched(r) for r in results):
+        io = next((r.summary.get("io_share_of_load_pct") for r in results if r.key.workers == 0), None)
+        reads = f"; {format_value(float(io))}% of it in file reads" if io is not None and math.isfinite(io) else ""
+        return [f"Dominant cost in {base}: the dataset's read ({name}: fetching and unpacking each sample from its "
+                f"storage), {cost}{reads}. It is the storage's cost, not the chain's: no transform change touches it. "
+                "Faster or warmer storage (dataset.cache), a layout that reads less a sample, or workers reading side "
+                "by side make it cheaper."]
     if stage == DECODE_STAGE:
         return [f"Dominant cost in {base}: the image decode, {cost}. No transform can make it cheaper: decode less. "
                 "`pipebench explore` tries the decode moves: a reduced-size decode (JPEG DCT scaling) when the crop is "
@@ -584,13 +612,25 @@ def _lone_tail(result: JobRecord) -> Optional[str]:
     return None
 
 
+def _shard_count(jobs: Sequence[JobRecord]) -> Optional[int]:
+    """The shards of the jobs' sharded dataset (its identity's `shards`); None for a dataset that is not
+    sharded, or jobs that disagree."""
+    shards = {result.fingerprint.get("dataset", {}).get("shards") for result in jobs}
+    return int(shards.pop()) if len(shards) == 1 and None not in shards else None
+
+
+def _single_rank_shards(jobs: Sequence[JobRecord]) -> Optional[int]:
+    """The shard count that caps one rank's reading workers (`_shard_count`), for single-rank jobs."""
+    return _shard_count(jobs) if all(_ranks(j) == 1 for j in jobs) else None
+
+
 def _busy_readers(jobs: Sequence[JobRecord], ranks: int, workers: int) -> Optional[int]:
     """The readers of `ranks` x `workers` that get a shard of the jobs' sharded dataset (its identity's
     `shards`); None for a dataset that is not sharded, whose every reader reads."""
-    shards = {result.fingerprint.get("dataset", {}).get("shards") for result in jobs}
-    if len(shards) != 1 or None in shards:
+    shards = _shard_count(jobs)
+    if shards is None:
         return None
-    return ranks * max(workers, 1) - len(idle_readers(int(shards.pop()), ranks, workers))
+    return ranks * max(workers, 1) - len(idle_readers(shards, ranks, workers))
 
 
 def _advice_idle_shards(results: Sequence[JobRecord]) -> List[str]:
@@ -805,8 +845,8 @@ def diagnose(results: Sequence[Mapping]) -> Diagnosis:
               *_advice_threads(rows), *unexplained]
     advice = _with_cap_gap(advice, cap, unexplained, base, rows, costs)
     target = target_pct_of(results)
-    targets = tuple((chain, needs_for_target(c, target)) for chain, c in costs.items()
-                    if c.consumer_ms > 0 and chain not in threaded)
+    targets = tuple((chain, needs_for_target(c, target, _single_rank_shards(groups[chain])))
+                    for chain, c in costs.items() if c.consumer_ms > 0 and chain not in threaded)
     return Diagnosis(rows=tuple(rows), costs=tuple(costs.items()), advice=tuple(advice), targets=targets)
 
 

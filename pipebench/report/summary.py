@@ -14,7 +14,7 @@ from pipebench.record.results import SUMMARY_MD
 from pipebench.report.gpu import gpu_markdown
 
 __all__ = ["FIRST_BATCH_COLUMNS", "LOADER_NOTES_TITLE", "PRINTED_COLUMNS", "PRINTED_MULTIRANK_COLUMNS",
-           "first_batch_markdown", "loader_notes", "write_summary_markdown"]
+           "first_batch_markdown", "loader_notes", "skipped_lines", "write_summary_markdown"]
 
 # The printed comparison keeps to what fits a terminal; summary.csv has everything.
 PRINTED_COLUMNS = [
@@ -50,6 +50,23 @@ def loader_notes(rows: Sequence[Mapping[str, object]]) -> List[str]:
         low = row.get("samples_per_s_ci_low")
         no_interval = row.get("ci_note") if low is None or not math.isfinite(float(low)) else None
         lines += [f"- `{row['job']}`: {note}" for note in (row.get("transforms_note"), no_interval) if note]
+    return lines
+
+
+def skipped_lines(results: Sequence[Mapping[str, object]]) -> List[str]:
+    """One line a job whose samples raised and were dropped under run.on_error=skip, naming the first
+    (result.json's `skipped`), as dataset.on_bad_sample=skip names what it leaves out; none otherwise."""
+    lines = []
+    for result in results:
+        count = (result.get("summary") or {}).get("skipped_samples") or 0
+        first = (result.get("skipped") or [None])[0]
+        if not count:
+            continue
+        named = (f": sample {first['index']} ({first['where']}) failed in {first['step']}: {first['message']}"
+                 if first else "")
+        more = f"; and {count - 1} more" if first and count > 1 else ""
+        lines.append(f"{result.get('job')}: run.on_error=skip dropped {count} sample(s) that raised{named}{more}; "
+                     "the rates count only the samples that made it")
     return lines
 
 

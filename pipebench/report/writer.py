@@ -5,6 +5,7 @@ is a list of section builders (REPORT_SECTIONS), each ReportInputs -> markdown o
 section (e.g. a diagnosis) is one more function appended to that tuple.
 """
 
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Dict, List, Mapping, Optional, Sequence, Tuple
@@ -24,7 +25,7 @@ from pipebench.report.comparison import (
 from pipebench.report.diagnosis import diagnose, render_diagnosis, whole_chain_timed
 from pipebench.report.gpu import gpu_markdown
 from pipebench.report.plots import PlotOutcome, write_plots
-from pipebench.report.summary import LOADER_NOTES_TITLE, loader_notes
+from pipebench.report.summary import LOADER_NOTES_TITLE, loader_notes, skipped_lines
 
 COMPARISON_MD = "comparison.md"
 COMPARISON_CSV = "comparison.csv"
@@ -128,14 +129,24 @@ def loader_notes_section(inputs: ReportInputs) -> Optional[str]:
     return f"## {LOADER_NOTES_TITLE}\n\n" + "\n".join(lines) + "\n" if lines else None
 
 
+def _skipped(inputs: ReportInputs) -> List[str]:
+    return skipped_lines([r for run in inputs.runs for r in run.results])
+
+
+def skipped_section(inputs: ReportInputs) -> Optional[str]:
+    """The samples run.on_error=skip dropped, a line a job, when any were."""
+    lines = _skipped(inputs)
+    return "## skipped samples\n\n" + "\n".join(f"- {line}" for line in lines) + "\n" if lines else None
+
+
 def gpu_section(inputs: ReportInputs) -> Optional[str]:
     """The masked-loss pair (syncs a step, step-time ratio) and what the GPU did, when the runs have them."""
     return gpu_markdown(summary_rows([r for run in inputs.runs for r in run.results])) or None
 
 
 # In report order. Append a builder here to add a section to every report.
-REPORT_SECTIONS: Tuple[SectionBuilder, ...] = (sources_section, comparison_section, loader_notes_section, plots_section,
-                                               gpu_section, diagnosis_section)
+REPORT_SECTIONS: Tuple[SectionBuilder, ...] = (sources_section, comparison_section, skipped_section,
+                                               loader_notes_section, plots_section, gpu_section, diagnosis_section)
 
 
 def build_report_markdown(inputs: ReportInputs, sections: Sequence[SectionBuilder] = REPORT_SECTIONS) -> str:
@@ -160,6 +171,8 @@ def write_report(dirs: Sequence[str], out_dir: Path, baseline: Optional[str] = N
 def print_summary(inputs: ReportInputs) -> None:
     """What the terminal shows: the comparison table, the loaders' notes, one line per plot, then the diagnosis."""
     print(comparison_markdown(inputs.table))
+    for line in _skipped(inputs):
+        print(f"pipebench: {line}", file=sys.stderr)
     notes = loader_notes_section(inputs)
     if notes:
         print(notes)
