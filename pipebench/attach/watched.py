@@ -15,12 +15,14 @@ from typing import Any, Dict, Iterator, List, Mapping, Optional, Sequence
 from torch.utils.data import DataLoader
 
 from pipebench.attach.export_config import write_exports
+from pipebench.attach.recorder import RecordSettings, Recorder, record_watch
 from pipebench.attach.watch import (
     DEFAULT_REPLAY,
     DEFAULT_SECONDS,
     DEFAULT_SKIP_STEPS,
     DEFAULT_STEPS,
     SITE_KEY,
+    VIA_KEY,
     LoaderWatch,
     WatchWindow,
 )
@@ -78,8 +80,8 @@ def watch_result(watch: LoaderWatch, job_num: int = 0) -> Optional[WatchResult]:
         return None
     identity = watch.identity
     name = identity.label
-    config = {"loader": {"site": watch.site, "iterated_at": identity.iterated_at, "created": identity.order,
-                         "dataset_class": watch.dataset_class, "num_workers": watch.workers,
+    config = {"loader": {"site": watch.site, "via": watch.via, "iterated_at": identity.iterated_at,
+                         "created": identity.order, "dataset_class": watch.dataset_class, "num_workers": watch.workers,
                          "batch_size": watch.batch_size, "persistent_workers": watch.persistent},
               "window": {"steps": watch.window.steps, "skip_steps": watch.window.skip_steps,
                          "seconds": watch.window.seconds, "replay": watch.window.replay},
@@ -92,7 +94,8 @@ def watch_result(watch: LoaderWatch, job_num: int = 0) -> Optional[WatchResult]:
               "summary": row, "transforms": rows_as_dicts(rows), "passes": pass_records(window),
               "window": window_record(window),
               "first_batch_s_per_epoch": list(watch.first_batch_s), "meters": watch.meters.record()}
-    return WatchResult(name=f"{SITE_KEY}={watch.site}", dataset_class=watch.dataset_class, workers=watch.workers,
+    site = ",".join(f"{key}={value}" for key, value in identity.pairs().items() if key in (SITE_KEY, VIA_KEY))
+    return WatchResult(name=site, dataset_class=watch.dataset_class, workers=watch.workers,
                        steps_measured=int(row["steps"]), samples_per_s=row["samples_per_s"],
                        samples_per_s_ci=(row["samples_per_s_ci_low"], row["samples_per_s_ci_high"]),
                        batches_per_s=row["batches_per_s"],
@@ -116,14 +119,18 @@ def save_results(folder: "str | Path", results: Sequence[WatchResult]) -> Path:
 
 
 class Watched:
-    """A loader, watched: iterate it instead of the loader; `result()` once the window is over."""
+    """A loader, watched: iterate it instead of the loader; `result()` once the window is over. With
+    a `Recorder`, every epoch is recorded too (pipebench.attach.recorder), until `close()`."""
 
-    def __init__(self, loader: DataLoader, window: WatchWindow) -> None:
+    def __init__(self, loader: DataLoader, window: WatchWindow, recorder: Optional[Recorder] = None) -> None:
         self.loader = loader
         self.watch = LoaderWatch(loader, window, export=True)
+        self.recorder = recorder
+        self._recorded = None if recorder is None else record_watch(recorder, self.watch)
 
     def __iter__(self) -> Iterator[Any]:
-        return self.watch.epoch(lambda: iter(self.loader))
+        epoch = self.watch.epoch(lambda: iter(self.loader))
+        return epoch if self._recorded is None else self._recorded.epoch(epoch, getattr(self.loader, "batch_size", None))
 
     def __len__(self) -> int:
         return len(self.loader)
@@ -136,8 +143,10 @@ class Watched:
 
     def close(self) -> None:
         """Put the loader's transform recipe and collate back now (the watch does it by itself once
-        its window and replay are over)."""
+        its window and replay are over); a recording writes its partial window and ends."""
         self.watch.close()
+        if self.recorder is not None:
+            self.recorder.close()
 
     def export_config(self, folder: "str | Path") -> List[str]:
         """Write the loader's dataset, transform and loader configs into `folder` (a `--config-dir`);
@@ -163,14 +172,23 @@ class Watched:
 
 
 def watch(loader: DataLoader, steps: int = DEFAULT_STEPS, skip_steps: int = DEFAULT_SKIP_STEPS,
-          seconds: float = DEFAULT_SECONDS, replay: int = DEFAULT_REPLAY) -> Watched:
-    """Wrap `loader` so the loop that iterates the wrapper is measured: see `Watched`.
+          seconds: float = DEFAULT_SECONDS, replay: int = DEFAULT_REPLAY, record: bool = False,
+          out: "str | Path | None" = None, settings: Optional[RecordSettings] = None) -> Watched:
+    """Wrap `loader` so the loop that iterates the wrapper is measured: see `Watched`. With `record`,
+    the whole run is recorded into `out` (series.csv, events.csv, capture-N/; docs/attach.md) until
+    `close()` (or the `with` block's end).
 
     >>> watched = pipebench.watch(loader, steps=100)
     >>> for batch in watched: train_step(batch)
     >>> watched.result().save("results/watch")
     """
-    return Watched(loader, WatchWindow(steps, skip_steps, seconds, replay))
+    recorder = None
+    if record:
+        if out is None:
+            raise ValueError("pipebench.watch(record=True) needs out=FOLDER, where series.csv is written as the run goes")
+        Path(out).mkdir(parents=True, exist_ok=True)
+        recorder = Recorder(Path(out), settings or RecordSettings())
+    return Watched(loader, WatchWindow(steps, skip_steps, seconds, replay), recorder)
 
 
 def results_of(watches: Sequence[LoaderWatch]) -> List[WatchResult]:
@@ -179,7 +197,7 @@ def results_of(watches: Sequence[LoaderWatch]) -> List[WatchResult]:
     results = [r for r in (watch_result(w, num) for num, w in enumerate(watches)) if r is not None]
     pairs = [override_pairs(r.record["overrides"]) for r in results]
     differ = varying_keys(pairs)
-    names = [",".join(f"{key}={value}" for key, value in named.items() if key == SITE_KEY or key in differ)
+    names = [",".join(f"{key}={value}" for key, value in named.items() if key in (SITE_KEY, VIA_KEY) or key in differ)
              for named in pairs]
     return [replace(r, name=name) for r, name in zip(results, names)]
 
