@@ -10,6 +10,7 @@ import csv
 import json
 import textwrap
 import time
+from types import SimpleNamespace
 
 import torch
 from PIL import Image
@@ -19,7 +20,8 @@ from torchvision.datasets import ImageFolder
 from torchvision.transforms import v2
 
 import pipebench
-from pipebench.attach.watch import WatchWindow, watching_loaders
+from pipebench.attach.call_site import UNKNOWN_SITE, CallSite, call_site, user_code
+from pipebench.attach.watch import LoaderIdentity, WatchWindow, watching_loaders
 from pipebench.attach.watched import summary_line
 from pipebench.cli.attach import run_script
 from pipebench.cli.main import main
@@ -287,3 +289,43 @@ def test_a_loader_of_a_handful_of_steps_gets_no_interval_and_says_why():
     assert "nan" not in json.dumps(summary_line(result))
     long = _few(40)
     assert all(value == value for value in long.samples_per_s_ci)
+
+
+def _frame(filename, line, back=None, self=None):
+    """A stand-in for a stack frame: what call_site reads of one."""
+    return SimpleNamespace(f_code=SimpleNamespace(co_filename=filename), f_lineno=line, f_back=back,
+                           f_locals={} if self is None else {"self": self})
+
+
+LIBS = ("/env/lib/python3.11/site-packages/", "/usr/lib/python3.11/")
+PASSED = ("/env/lib/python3.11/site-packages/torch/", "/src/pipebench/")
+
+
+def test_a_loader_built_inside_a_library_is_named_by_the_users_line_with_the_librarys_beside_it():
+    """timm's create_loader (issue 55, attach on real scripts): torch's frames, the library's, the stdlib's runpy, then the script."""
+    script = _frame("/home/me/proj/train.py", 120, _frame("<frozen runpy>", 88, _frame("/src/pipebench/cli/attach.py", 9)))
+    timm = _frame("/env/lib/python3.11/site-packages/timm/data/loader.py", 467, script)
+    torch_init = _frame("/env/lib/python3.11/site-packages/torch/utils/data/dataloader.py", 240, timm)
+    assert call_site(torch_init, DataLoader, PASSED, LIBS) == CallSite("train.py:120", "loader.py:467")
+    # A subclass's own __init__ is no line of either; a stdlib frame (functools) is no user's line.
+    loader = DataLoader(torch.arange(4.0))
+    partial = _frame("/usr/lib/python3.11/functools.py", 12, script)
+    sub = _frame("/env/lib/python3.11/site-packages/wds/compat.py", 520, partial, self=loader)
+    assert call_site(_frame("/src/pipebench/attach/watch.py", 1, sub), DataLoader, PASSED, LIBS) == \
+        CallSite("train.py:120", "functools.py:12")
+    # The user's own code made it: no library line; -c code is the user's too.
+    assert call_site(_frame("/home/me/proj/data.py", 7, script), DataLoader, PASSED, LIBS) == CallSite("data.py:7")
+    assert call_site(_frame("<string>", 1), DataLoader, PASSED, LIBS) == CallSite("<string>:1")
+    # Nothing of the user's on the stack (python -m a library's own trainer): the library's line alone.
+    assert call_site(timm.__class__(**{**vars(timm), "f_back": None}), DataLoader, PASSED, LIBS) == \
+        CallSite("loader.py:467")
+    assert call_site(None, DataLoader, PASSED, LIBS) == CallSite(UNKNOWN_SITE)
+    # A dist-packages folder is installed code wherever it sits.
+    assert not user_code("/opt/conda/envs/x/lib/python3.11/dist-packages/webdataset/compat.py", ())
+
+
+def test_the_library_line_is_a_pair_of_the_loaders_name():
+    identity = LoaderIdentity("train.py:120", "ImageDataset[50000]", "train.py:880", 2, "loader.py:467")
+    assert identity.label == ("loader=train.py:120,via=loader.py:467,iterated=train.py:880,"
+                              "dataset=ImageDataset[50000],created=2")
+    assert LoaderIdentity("train.py:57", "X[3]").label == "loader=train.py:57,dataset=X[3]"

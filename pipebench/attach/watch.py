@@ -15,18 +15,18 @@ a watched loop and a pipebench job are read by one rule: whole worker cycles, th
 """
 
 import contextlib
-import os
 import sys
 import time
 import weakref
 from dataclasses import dataclass, field
-from typing import Any, Callable, Dict, Iterator, List, Mapping, Optional, Sequence, Set, Tuple
+from typing import Any, Callable, Dict, Iterator, List, Mapping, Optional, Sequence, Set, Tuple, Union
 
 import numpy as np
 import torch
 from torch.utils.data import DataLoader
 
 from pipebench.attach.built_with import BuiltWith, recording_datasets
+from pipebench.attach.call_site import UNKNOWN_SITE, CallSite, call_site
 from pipebench.attach.export_pipeline import ExportedPipeline, export_pipeline
 from pipebench.attach.first_batch import DatasetPickle, Startup, dataset_pickle
 from pipebench.attach.watch_chain import Recipe, Riding, collate_step, subset_base
@@ -40,7 +40,7 @@ from pipebench.measure.window import Window, rate_interval, split_window
 from pipebench.pipeline.file_reads import IO_FIELDS
 
 __all__ = ["DEFAULT_REPLAY", "DEFAULT_SECONDS", "DEFAULT_SKIP_STEPS", "DEFAULT_STEPS", "SITE_KEY", "LoaderIdentity",
-           "LoaderWatch", "WatchWindow", "batch_samples", "creation_site", "watching_loaders"]
+           "LoaderWatch", "VIA_KEY", "WatchWindow", "batch_samples", "creation_site", "watching_loaders"]
 
 # The measured window ends on its own, so a long training run goes on unmeasured (and unslowed):
 # 200 steps hold 25+ worker cycles at up to 8 workers, enough blocks for the interval...
@@ -64,10 +64,8 @@ ROW_FIGURES = ("pipeline_ms_per_sample", "cpu_ms_per_sample", "worker_capacity_s
                "cpu_capacity_samples_per_s")
 # The key of a loader's creation site in its name (`loader=train.py:57`), the one pair every name has.
 SITE_KEY = "loader"
-# Where a DataLoader is created or iterated from a subclass's method, torch's own code or
-# pipebench's (`pipebench.watch`), the site named is the first frame outside these folders.
-_TORCH_DIR = os.path.dirname(torch.__file__)
-_PIPEBENCH_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
+# The key of the library's line that created the loader on the user's behalf (`via=loader.py:467`).
+VIA_KEY = "via"
 
 
 @dataclass(frozen=True)
@@ -105,16 +103,11 @@ def batch_samples(batch: Any, fallback: Optional[int]) -> int:
     return fallback or 0
 
 
-def creation_site() -> str:
-    """`file:line` of the user's frame that created (or iterates) a DataLoader: the first one outside
-    torch and pipebench that is no method of a DataLoader (a subclass's __init__ or __iter__)."""
-    frame = sys._getframe(1)
-    while frame is not None and (frame.f_code.co_filename.startswith((_TORCH_DIR, _PIPEBENCH_DIR))
-                                 or isinstance(frame.f_locals.get("self"), DataLoader)):
-        frame = frame.f_back
-    if frame is None:
-        return "unknown:0"
-    return f"{os.path.basename(frame.f_code.co_filename)}:{frame.f_lineno}"
+def creation_site() -> CallSite:
+    """Where the user's own code created (or iterates) a DataLoader, and the library's line that did
+    it on its behalf (pipebench.attach.call_site): torch's and pipebench's frames and a DataLoader
+    subclass's own methods stepped over."""
+    return call_site(sys._getframe(1), DataLoader)
 
 
 @dataclass(frozen=True)
@@ -123,17 +116,19 @@ class LoaderIdentity:
     (`loader`), where it was first iterated (`iterated`), its dataset's class and length
     (`dataset`), and its place among the DataLoaders the script created (`created`, from 1). A
     factory makes timm's train and eval loaders at one line; the rest tells them apart. A loader
-    wrapped by `pipebench.watch` has no iteration site or order of its own (None)."""
+    wrapped by `pipebench.watch` has no iteration site or order of its own (None). Sites are in the
+    user's own code; a library's line that created the loader for it is `via` (`library_at`)."""
 
     created_at: str
     dataset: str
     iterated_at: Optional[str] = None
     order: Optional[int] = None
+    library_at: Optional[str] = None
 
     def pairs(self) -> Dict[str, str]:
         """KEY -> VALUE in the label's order; None fields left out."""
-        pairs = {SITE_KEY: self.created_at, "iterated": self.iterated_at, "dataset": self.dataset,
-                 "created": None if self.order is None else str(self.order)}
+        pairs = {SITE_KEY: self.created_at, VIA_KEY: self.library_at, "iterated": self.iterated_at,
+                 "dataset": self.dataset, "created": None if self.order is None else str(self.order)}
         return {key: value for key, value in pairs.items() if value is not None}
 
     @property
@@ -163,19 +158,21 @@ class LoaderWatch:
     CUDA when the window opens, `gpu_clock()` gives the clock that puts the measured steps on the
     GPU's own timeline (pipebench.attach.watch_clock; tests pass a fake)."""
 
-    def __init__(self, loader: DataLoader, window: WatchWindow = WatchWindow(), site: Optional[str] = None,
-                 gpu_clock: Callable[[], Optional[GpuWatchClock]] = cuda_watch_clock,
+    def __init__(self, loader: DataLoader, window: WatchWindow = WatchWindow(),
+                 site: Union[str, CallSite, None] = None, gpu_clock: Callable[[], Optional[GpuWatchClock]] = cuda_watch_clock,
                  export: bool = False, built_with: Optional[BuiltWith] = None, iterated_at: Optional[str] = None,
                  order: Optional[int] = None) -> None:
         self.window = window
-        self.site = site or creation_site()
+        called = CallSite(site) if isinstance(site, str) else site or creation_site()
+        # Where the user's code created the loader, and the library's line that did it for it (or None).
+        self.site, self.via = called.user, called.library
         # A loader of another kind (any iterable of batches) is timed in the main loop only: named by
         # its own class, with no dataset, workers or recipe to look into.
         dataset = getattr(loader, "dataset", None) if isinstance(loader, DataLoader) else None
         self.dataset_class = type(subset_base(dataset) if dataset is not None else loader).__name__
         self.samples_per_epoch = _sized(dataset)
         length = "" if self.samples_per_epoch is None else f"[{self.samples_per_epoch}]"
-        self.identity = LoaderIdentity(self.site, self.dataset_class + length, iterated_at, order)
+        self.identity = LoaderIdentity(self.site, self.dataset_class + length, iterated_at, order, self.via)
         self.workers = int(getattr(loader, "num_workers", 0)) if dataset is not None else 0
         self.batch_size = getattr(loader, "batch_size", None)
         # Read before the recipe is replaced by its timed copy: the user's own steps (a DataLoader's).
@@ -506,12 +503,12 @@ class _Patched:
         self.window = window
         self.built_with = built_with
         # loader -> (its creation site, its place in the order of creation, from 1).
-        self.sites: "weakref.WeakKeyDictionary[DataLoader, Tuple[str, int]]" = weakref.WeakKeyDictionary()
+        self.sites: "weakref.WeakKeyDictionary[DataLoader, Tuple[CallSite, int]]" = weakref.WeakKeyDictionary()
         self.created = 0
         self.by_loader: "weakref.WeakKeyDictionary[DataLoader, LoaderWatch]" = weakref.WeakKeyDictionary()
         self.watches: List[LoaderWatch] = []
 
-    def created_here(self, loader: DataLoader, site: str) -> None:
+    def created_here(self, loader: DataLoader, site: CallSite) -> None:
         """A DataLoader's __init__ began at `site` (once a loader: a subclass's super().__init__ is the same one)."""
         if loader not in self.sites:
             self.created += 1
@@ -521,9 +518,9 @@ class _Patched:
         """The loader's watch; made at its first iteration, whose site is part of its name."""
         watch = self.by_loader.get(loader)
         if watch is None:
-            site, order = self.sites.get(loader, ("unknown:0", None))
+            site, order = self.sites.get(loader, (CallSite(UNKNOWN_SITE), None))
             watch = LoaderWatch(loader, self.window, site, export=self.built_with is not None,
-                                built_with=self.built_with, iterated_at=creation_site(), order=order)
+                                built_with=self.built_with, iterated_at=creation_site().user, order=order)
             self.by_loader[loader] = watch
             self.watches.append(watch)
         return watch
