@@ -1,17 +1,26 @@
 """LitData's optimized chunks (`dataset=litdata`): `litdata.StreamingDataset` over a folder that
 `litdata.optimize` (or `pipebench dataset convert --to litdata`) wrote.
 
-Each item is a dict; `image_key` holds the encoded image as bytes, `label_key` an integer label, and
-`index_key` the sample's index in the set, which the exactly-once check reads (litdata splits chunks
-across ranks and workers itself, and shuffles them, so a reader's place in its stream says nothing).
-The chain gets the encoded image, opened lazily (datasets/lazy_image.py), so the decode stays a timed
-step.
+Each item is a dict; `image_key` holds the image, `label_key` an integer label, and `index_key` the
+sample's index in the set, which the exactly-once check reads (litdata splits chunks across ranks and
+workers itself, and shuffles them, so a reader's place in its stream says nothing). Items without that
+field are known by their position in the set, the global index litdata's own sampler gives each item
+(datasets/litdata_items.py).
+
+The image field may hold any serializer litdata writes an image with: `bytes` (what convert writes),
+`jpeg` (a JPEG opened with PIL: the file's bytes) and `image:<ext>` (`litdata.types.Image`): the chain
+gets the encoded image, opened lazily (datasets/lazy_image.py), so the decode stays a timed step. `pil`
+(any other PIL image) holds raw pixels, not a file: litdata's own deserializer gives the decoded image,
+so that set's decode is in the dataset's load row, which the plan-time note says (`plan_notes`).
 
 litdata reads its chunks itself, not through pipebench's FileReads: the read columns stay empty, and
 `dataset.cache` / `dataset.storage` do nothing here (the job says so). Building the dataset reads the
-folder's index.json: a missing or truncated chunk, or items without the named fields, are one line
-naming the file and key before any job runs. litdata cannot read a set with a chunk left out, so
-there is no `on_bad_sample=skip` for chunks.
+folder's index.json (a regular file, at most INDEX_MAX_BYTES) and checks it against the chunks before
+any job, each in one line naming the file: a chunk name that leaves the folder, a chunk missing, not a
+regular file, shorter than index.json says or too short to hold the items it counts, and items without
+the named fields. litdata cannot read a set with a chunk left out, so there is no
+`on_bad_sample=skip` for chunks. From a bucket, access refused is named as such, and an `http://`
+endpoint, which litdata's downloader refuses, is one line naming it.
 """
 
 from __future__ import annotations
@@ -19,13 +28,15 @@ from __future__ import annotations
 import io
 import json
 import logging
-from typing import Any, Callable, Iterable, Iterator, List, Optional, Tuple
+import posixpath
+from typing import Any, Callable, Dict, Iterable, Iterator, List, Optional, Tuple
 
+from PIL import Image
 from torch.utils.data import IterableDataset
 
 from pipebench.base.errors import DatasetError
 from pipebench.pipeline.file_reads import is_url
-from pipebench.pipeline.object_store import unreadable, url_fs
+from pipebench.pipeline.object_store import ENDPOINT_SETTINGS, unreadable, url_fs
 
 from .lazy_image import rgb_from
 from .shard_split import ShardFiles, require_library
@@ -35,60 +46,155 @@ __all__ = ["LitDataChunks", "write_litdata"]
 NAME = "litdata"
 FEATURE = "dataset=litdata"
 INDEX_FILE = "index.json"
-# The serializer litdata records for a bytes field: the encoded image, undecoded.
-BYTES_TYPE = "bytes"
+# The largest index.json read: a set of a million chunks lists them in about 100 MB.
+INDEX_MAX_BYTES = 256 << 20
+# The serializers litdata writes an image with whose bytes are the encoded file (`image:<ext>` is
+# keyed `image`); the chain gets them undecoded.
+ENCODED_FORMATS = ("bytes", "jpeg", "image")
+# litdata's PIL serializer: raw pixels, which its deserializer turns back into a decoded image.
+DECODED_FORMAT = "pil"
+INT_FORMAT = "int"
+# A chunk of N items starts with their count and N + 1 offsets, each a uint32 (litdata's writer).
+HEADER_BYTES = 4
+# litdata downloads a bucket's chunks through obstore, which refuses a plain-http endpoint (BadScheme).
+REFUSED_SCHEME = "http://"
 
 
 def _litdata() -> Any:
     return require_library("litdata", FEATURE)
 
 
-def _check_folder(input_dir: str, keys: dict) -> Tuple[List[str], List[int], List[int]]:
-    """The chunk files, their sizes and item counts from index.json, each chunk checked on disk, and
-    the item's fields checked against `keys` (field role -> name or None)."""
-    fs, root = url_fs(input_dir)
-    index_path = f"{root.rstrip('/')}/{INDEX_FILE}"
+def _serializer(data_format: str) -> str:
+    """The serializer's key of a field's data format (`image:jpg` is written by `image`)."""
+    return data_format.split(":", 1)[0]
+
+
+def _read_index(fs: Any, root: str, input_dir: str) -> dict:
+    """index.json, read only when it is a regular file of at most INDEX_MAX_BYTES; one line otherwise."""
+    where = f"{input_dir}/{INDEX_FILE}"
     try:
-        with fs.open(index_path, "r") as f:
-            index = json.load(f)
-        config, chunks = index["config"], index["chunks"]
+        info = fs.info(f"{root}/{INDEX_FILE}")
+        if info.get("type") != "file":
+            raise DatasetError(f"{NAME}: {where}: not a regular file ({info.get('type')}), so not read")
+        if info.get("size", 0) > INDEX_MAX_BYTES:
+            raise DatasetError(f"{NAME}: {where}: {info['size']} bytes, more than the {INDEX_MAX_BYTES} an index "
+                               "is read to, so not a LitData index")
+        with fs.open(f"{root}/{INDEX_FILE}", "r") as f:
+            return json.load(f)
     except FileNotFoundError:
         raise DatasetError(f"{NAME}: {input_dir}: no {INDEX_FILE}, so no optimized LitData set "
                            "(`pipebench dataset convert --to litdata` writes one)") from None
-    except (OSError, ValueError, KeyError, TypeError) as exc:
-        raise DatasetError(f"{NAME}: {input_dir}/{INDEX_FILE}: not a LitData index ({exc})") from None
+    except PermissionError as exc:
+        settings = f"; {ENDPOINT_SETTINGS}" if is_url(input_dir) else ""
+        raise DatasetError(f"{NAME}: {where}: access denied ({exc}){settings}") from None
+    except (OSError, ValueError) as exc:
+        raise DatasetError(f"{NAME}: {where}: not a LitData index ({exc})") from None
+    except DatasetError:
+        raise
     except Exception as exc:  # a URL's store raises its own errors (botocore's)
         if is_url(input_dir):
-            raise unreadable(f"{input_dir}/{INDEX_FILE}", exc) from None
+            raise unreadable(where, exc) from None
         raise
-    types = config.get("types") or {}
-    for role, name in keys.items():
-        wanted = BYTES_TYPE if role == "image_key" else "int"
-        if name is not None and types.get(name) != wanted:
-            have = ", ".join(f"{k} ({v})" for k, v in types.items()) or "none recorded"
-            raise DatasetError(f"{NAME}: {input_dir}/{INDEX_FILE}: items have no {wanted} field {name!r} "
-                               f"(dataset.{role}; fields: {have})")
+
+
+def _field_formats(config: dict, where: str) -> Dict[str, str]:
+    """Each item field's data format, from index.json's flattened formats and the items' tree spec."""
+    from litdata.utilities._pytree import tree_unflatten, treespec_loads
+
+    try:
+        fields = tree_unflatten(config["data_format"], treespec_loads(config["data_spec"]))
+    except Exception as exc:  # litdata's own parse of a damaged spec raises what it raises
+        raise DatasetError(f"{NAME}: {where}: not a LitData index (its data_spec: {exc})") from None
+    if not isinstance(fields, dict) or not all(isinstance(v, str) for v in fields.values()):
+        raise DatasetError(f"{NAME}: {where}: items are not flat dicts of fields, so no named image "
+                           f"(dataset.image_key) can be read")
+    return fields
+
+
+def _check_fields(fields: Dict[str, str], keys: dict, where: str) -> Tuple[str, Optional[str], Optional[str]]:
+    """The image field's serializer and the label and index fields read (None where the items have no
+    such field: labels 0, each item known by its position), each named field checked against `fields`."""
+    have = ", ".join(f"{k} ({v})" for k, v in fields.items()) or "none recorded"
+    image = fields.get(keys["image_key"])
+    if image is None or _serializer(image) not in (*ENCODED_FORMATS, DECODED_FORMAT):
+        raise DatasetError(f"{NAME}: {where}: items have no image field {keys['image_key']!r} (dataset.image_key; "
+                           f"one of litdata's {', '.join((*ENCODED_FORMATS, DECODED_FORMAT))} serializers; "
+                           f"fields: {have})")
+    read = []
+    for role in ("label_key", "index_key"):
+        name = keys[role]
+        if name is not None and name in fields and fields[name] != INT_FORMAT:
+            raise DatasetError(f"{NAME}: {where}: items have no {INT_FORMAT} field {name!r} (dataset.{role}; "
+                               f"fields: {have})")
+        read.append(name if name in fields else None)
+    return _serializer(image), read[0], read[1]
+
+
+def _leaves_folder(name: object) -> bool:
+    """Whether a chunk name in index.json is not a plain name below the folder."""
+    if not isinstance(name, str) or not name or "://" in name or "\\" in name or posixpath.isabs(name):
+        return True
+    normal = posixpath.normpath(name)
+    return normal == ".." or normal.startswith("../")
+
+
+def _check_chunks(fs: Any, root: str, config: dict, chunks: List[dict],
+                  input_dir: str) -> Tuple[List[str], List[int], List[int]]:
+    """Each chunk's location, real size and item count, checked against index.json: inside the folder,
+    a regular file, as long as index.json says, and long enough for the items it counts."""
+    plain = not (config.get("compression") or config.get("compression_level") or config.get("encryption"))
     paths, sizes, counts = [], [], []
     for chunk in chunks:
-        path = f"{root.rstrip('/')}/{chunk['filename']}"
+        name = chunk.get("filename")
+        if _leaves_folder(name):
+            raise DatasetError(f"{NAME}: {input_dir}/{INDEX_FILE}: chunk name {name!r} leaves the folder, so not read")
+        path = f"{root}/{name}"
+        where = fs.unstrip_protocol(path) if is_url(input_dir) else path
         try:
-            size = fs.size(path)
+            info = fs.info(path)
         except FileNotFoundError:
-            raise DatasetError(f"{NAME}: {path}: no such chunk (listed in {INDEX_FILE})") from None
-        if config.get("compression") is None and size < chunk["chunk_bytes"]:
-            raise DatasetError(f"{NAME}: {path}: truncated chunk: {size} bytes of {chunk['chunk_bytes']}")
-        paths.append(fs.unstrip_protocol(path) if is_url(input_dir) else path)
+            raise DatasetError(f"{NAME}: {where}: no such chunk (listed in {INDEX_FILE})") from None
+        if info.get("type") != "file":
+            raise DatasetError(f"{NAME}: {where}: not a regular file ({info.get('type')}), so not read as a chunk")
+        size, count, listed = int(info["size"]), chunk.get("chunk_size"), chunk.get("chunk_bytes")
+        if isinstance(count, bool) or not isinstance(count, int) or count < 0:
+            raise DatasetError(f"{NAME}: {where}: {INDEX_FILE} gives it chunk_size {count!r}, not a count of items")
+        if plain and isinstance(listed, int) and size < listed:
+            raise DatasetError(f"{NAME}: {where}: truncated chunk: {size} bytes of {listed}")
+        if plain and size < HEADER_BYTES * (count + 2):
+            raise DatasetError(f"{NAME}: {where}: {INDEX_FILE} says it holds {count} items, whose count and offsets "
+                               f"alone take {HEADER_BYTES * (count + 2)} bytes, but the file has {size}")
+        paths.append(where)
         sizes.append(size)
-        counts.append(int(chunk["chunk_size"]))
+        counts.append(count)
     return paths, sizes, counts
 
 
+def _s3_endpoint(fs: Any) -> Optional[str]:
+    """The endpoint s3fs's client resolved through botocore's chain, the one litdata's boto3 client gets."""
+    client = getattr(fs, "s3", None)
+    return getattr(getattr(client, "meta", None), "endpoint_url", None)
+
+
+def _check_endpoint(fs: Any, input_dir: str) -> None:
+    """One line, before any job, when litdata's downloader would refuse the bucket's endpoint."""
+    if not is_url(input_dir):
+        return
+    endpoint = _s3_endpoint(fs)
+    from litdata.constants import _OBSTORE_AVAILABLE
+
+    if endpoint and endpoint.lower().startswith(REFUSED_SCHEME) and bool(_OBSTORE_AVAILABLE):
+        raise DatasetError(f"{NAME}: {input_dir}: the endpoint {endpoint} is plain http, which litdata's "
+                           "downloader (obstore) refuses (BadScheme): litdata reads a bucket only through an "
+                           "https:// endpoint (AWS_ENDPOINT_URL_S3 or AWS_ENDPOINT_URL) or AWS's own")
+
+
 class LitDataChunks(ShardFiles, IterableDataset):
-    """Yields `(index, image, label)` from litdata's StreamingDataset: the image undecoded, the label
-    the item's `label_key` field (0 for every sample when it is null)."""
+    """Yields `(index, image, label)` from litdata's StreamingDataset: the image undecoded where litdata
+    kept the encoded file, the label the item's `label_key` field (0 for every sample when it is null)."""
 
     def __init__(self, input_dir: str, image_key: str = "image", label_key: Optional[str] = "label",
-                 index_key: str = "index", shuffle: bool = False, seed: int = 0):
+                 index_key: Optional[str] = "index", shuffle: bool = False, seed: int = 0):
         _litdata()
         if not isinstance(input_dir, str) or not input_dir:
             raise DatasetError(f"{NAME}: input_dir must be a folder or a URL, got {input_dir!r}")
@@ -98,12 +204,23 @@ class LitDataChunks(ShardFiles, IterableDataset):
             raise DatasetError(f"{NAME}: seed must be an integer >= 0, got {seed!r}")
         self.input_dir = input_dir
         self.keys = {"image_key": image_key, "label_key": label_key, "index_key": index_key}
-        for role in ("image_key", "index_key"):
-            if not isinstance(self.keys[role], str) or not self.keys[role]:
-                raise DatasetError(f"{NAME}: {role} must be a field name, got {self.keys[role]!r}")
+        for role, may_be_none in (("image_key", False), ("label_key", True), ("index_key", True)):
+            value = self.keys[role]
+            if not (isinstance(value, str) and value) and not (may_be_none and value is None):
+                raise DatasetError(f"{NAME}: {role} must be a field name, got {value!r}")
         self.shuffle = shuffle
         self.seed = seed
-        paths, sizes, counts = _check_folder(input_dir, self.keys)
+        fs, root = url_fs(input_dir)
+        root = root.rstrip("/")
+        index = _read_index(fs, root, input_dir)
+        where = f"{input_dir}/{INDEX_FILE}"
+        if not isinstance(index, dict) or not isinstance(index.get("config"), dict) \
+                or not isinstance(index.get("chunks"), list):
+            raise DatasetError(f"{NAME}: {where}: not a LitData index (no config and chunks)")
+        fields = _field_formats(index["config"], where)
+        self.image_format, self.label_field, self.index_field = _check_fields(fields, self.keys, where)
+        paths, sizes, counts = _check_chunks(fs, root, index["config"], index["chunks"], input_dir)
+        _check_endpoint(fs, input_dir)
         self.locations, self.sizes, self.counts = tuple(paths), tuple(sizes), tuple(counts)
         self._note = ""
         self._stream: Optional[Any] = None
@@ -114,31 +231,57 @@ class LitDataChunks(ShardFiles, IterableDataset):
     def __len__(self) -> int:
         return sum(self.counts)
 
+    def plan_notes(self) -> Tuple[str, ...]:
+        """The plan-time notes: a label field the items lack (every label 0), and images stored as
+        pixels, whose decode is then the load's."""
+        notes = []
+        if self.keys["label_key"] is not None and self.label_field is None:
+            notes.append(f"{NAME}: {self.input_dir}: items have no field {self.keys['label_key']!r} "
+                         "(dataset.label_key), so every label is 0")
+        if self.image_format == DECODED_FORMAT:
+            notes.append(f"{NAME}: {self.input_dir}: field {self.keys['image_key']!r} holds litdata's "
+                         f"{DECODED_FORMAT} serializer (raw pixels, no encoded file), so litdata's deserializer "
+                         "decodes it: the decode is in the dataset's load row and the decode row is empty")
+        return tuple(notes)
+
     def _items(self) -> Any:
         if self._stream is None:
+            from .litdata_items import PositionedStream, undecoded_serializers
+
             # litdata logs its cache choices at INFO on every epoch, into the job's output.
             logging.getLogger(NAME).setLevel(logging.WARNING)
-            self._stream = _litdata().StreamingDataset(self.input_dir, shuffle=self.shuffle, seed=self.seed,
-                                                       drop_last=False)
+            self._stream = PositionedStream(self.input_dir, shuffle=self.shuffle, seed=self.seed, drop_last=False,
+                                            serializers=undecoded_serializers())
         return self._stream
 
     def __iter__(self) -> Iterator[Tuple[int, Any, int]]:
-        image_key, label_key, index_key = (self.keys[k] for k in ("image_key", "label_key", "index_key"))
-        for item in self._items():
+        image_key, label_key = self.keys["image_key"], self.label_field
+        for position, item in self._items():
             label = int(item[label_key]) if label_key is not None else 0
-            yield int(item[index_key]), rgb_from(io.BytesIO(item[image_key])), label
+            index = int(item[self.index_field]) if self.index_field is not None else position
+            image = item[image_key]
+            if isinstance(image, Image.Image):
+                yield index, image if image.mode == "RGB" else image.convert("RGB"), label
+            else:
+                yield index, rgb_from(io.BytesIO(image)), label
 
     def describe(self, index: int) -> str:
-        return f"{self.input_dir}, item with {self.keys['index_key']}={index}"
+        if self.index_field is None:
+            return f"{self.input_dir}, item {index} of the set"
+        return f"{self.input_dir}, item with {self.index_field}={index}"
 
     def identity(self) -> dict:
-        """The folder, its chunk and sample counts, the fields read, and a digest of each chunk's name and size."""
+        """The folder, its chunk and sample counts, the fields read and the image's serializer, and a
+        digest of each chunk's name and size."""
         return {
             "name": NAME,
             "input_dir": self.input_dir,
             "chunks": len(self.locations),
             "num_samples": len(self),
             **self.keys,
+            "label_read": self.label_field,
+            "index_read": self.index_field or "position",
+            "image_format": self.image_format,
             "shuffle": self.shuffle,
             "seed": self.seed,
             "content_digest": self.content_digest(),

@@ -1,7 +1,10 @@
 """Parquet files of encoded images (`dataset=parquet`): the layout Hugging Face `datasets` publishes.
 
 `files` takes a path, a glob or a list of either (local, or URLs fsspec opens). `image_column` holds
-HF's Image struct (`{bytes, path}`) or plain binary; `label_column` an integer label (null: none).
+HF's Image struct (`{bytes, path}`) or plain binary; `label_column` an integer label (null: none). A
+struct whose `bytes` is null names the image by its `path` (what `Dataset.cast_column('image', Image())`
+of file paths, then `to_parquet`, writes): that file is read, absolute, a URL, or relative to the
+Parquet file's folder, as HF's own Image feature reads it, through the job's FileReads in the load.
 Files are read with pyarrow one row group at a time, in two forms:
 - map-style (`streaming=false`): sample i is row i of the files in order; the sampler picks the order,
   and each reader keeps its last ROW_GROUPS_KEPT row groups, so reading in order reads each row group
@@ -12,9 +15,12 @@ Files are read with pyarrow one row group at a time, in two forms:
 
 The chain gets the encoded image, opened lazily (datasets/lazy_image.py), so the decode stays a timed
 step. Files are read through the job's FileReads, so the bytes, the cold cache and the slow-storage
-what-if apply. Building the dataset reads each file's footer only: the row counts, and the bad input
-(a missing file, a file without the named column or whose column holds no image bytes), one line
-naming the file and column, or left out and counted under `on_bad_sample=skip`. A URL that cannot be
+what-if apply. Building the dataset reads each file's footer: the row counts, and the bad input (a
+missing file, a file without the named column or whose column holds no image bytes), one line naming
+the file and column, or left out and counted under `on_bad_sample=skip`. Where the footer's
+statistics count rows without bytes, it also reads those row groups' image column (null bytes cost
+nothing) and checks each such row has a path whose file exists (every local one; a URL's first, one
+request a Parquet file), so a set of paths is checked before any job too. A URL that cannot be
 read at all is one line naming it, whatever the policy (pipebench/pipeline/object_store.py).
 """
 
@@ -23,6 +29,7 @@ from __future__ import annotations
 import glob
 import io
 import os
+import posixpath
 import threading
 from collections import OrderedDict
 from dataclasses import dataclass
@@ -37,14 +44,14 @@ from pipebench.pipeline.rank_info import rank_and_world
 
 from .lazy_image import rgb_from
 from .row_group_reads import ROW_GROUP_ROWS, ROW_GROUPS_KEPT
-from .shard_split import ShardFiles, ShardOffsets, bad_input, check_policy, require_library, split
+from .shard_split import ShardFiles, ShardOffsets, bad_input, check_policy, not_regular, require_library, split
 
 __all__ = ["ParquetRows", "ParquetStream", "expand_files", "parquet_dataset", "write_parquet"]
 
 NAME = "parquet"
 FEATURE = "dataset=parquet"
-# The field of HF's Image struct that holds the encoded file.
-IMAGE_BYTES_FIELD = "bytes"
+# The fields of HF's Image struct: the encoded file, or where to read it when that is null.
+IMAGE_BYTES_FIELD, IMAGE_PATH_FIELD = "bytes", "path"
 # What `convert` names its files (their row groups: ROW_GROUP_ROWS rows, datasets/row_group_reads.py).
 FILE_PATTERN = "part-{:05d}.parquet"
 GLOB_CHARS = "*?["
@@ -85,13 +92,14 @@ def expand_files(files: Union[str, Sequence[str]]) -> List[str]:
 @dataclass(frozen=True)
 class FileScan:
     """One file's footer: its size, the rows of each row group, whether the image column is HF's struct,
-    and what is wrong with the file ('' when nothing is)."""
+    whether rows of it name their image by path, and what is wrong with the file ('' when nothing is)."""
 
     path: str
     size: int
     row_groups: Tuple[int, ...]
     struct: bool
     problem: str
+    by_path: bool = False
 
 
 def _image_kind(column_type: Any) -> Optional[bool]:
@@ -109,10 +117,13 @@ def _image_kind(column_type: Any) -> Optional[bool]:
 
 
 def scan_file(path: str, image_column: str, label_column: Optional[str], reads: FileReads) -> FileScan:
-    """Read one file's footer and check its columns."""
+    """Read one file's footer and check its columns; a FIFO or a device is named, never opened."""
     pq = _pq()
     import pyarrow as pa
 
+    odd = not_regular(path)
+    if odd:
+        return FileScan(path, 0, (), False, odd)
     try:
         with reads.open(path) as stream:
             metadata = pq.ParquetFile(stream).metadata
@@ -138,7 +149,72 @@ def scan_file(path: str, image_column: str, label_column: Optional[str], reads: 
     if label_column is not None and not pa.types.is_integer(schema.field(label_column).type):
         return FileScan(path, size, groups, struct, f"column {label_column!r} holds "
                         f"{schema.field(label_column).type}, not integer labels")
-    return FileScan(path, size, groups, struct, "")
+    unread = _groups_without_bytes(metadata, image_column) if struct else []
+    if not unread:
+        return FileScan(path, size, groups, struct, "")
+    return FileScan(path, size, groups, struct, _check_paths(path, image_column, unread, reads), by_path=True)
+
+
+def _groups_without_bytes(metadata: Any, image_column: str) -> List[int]:
+    """The row groups whose footer statistics count rows with null image bytes, or count nothing."""
+    leaf = f"{image_column}.{IMAGE_BYTES_FIELD}"
+    unread = []
+    for g in range(metadata.num_row_groups):
+        group = metadata.row_group(g)
+        column = next(group.column(j) for j in range(group.num_columns) if group.column(j).path_in_schema == leaf)
+        stats = column.statistics
+        if stats is None or not stats.has_null_count or stats.null_count:
+            unread.append(g)
+    return unread
+
+
+def resolve_image_path(parquet_path: str, image_path: str) -> str:
+    """Where an Image struct's `path` points: a URL or an absolute path as written, else relative to the
+    Parquet file's folder."""
+    if is_url(image_path) or os.path.isabs(image_path):
+        return image_path
+    if is_url(parquet_path):
+        return posixpath.join(posixpath.dirname(parquet_path), image_path)
+    return os.path.join(os.path.dirname(parquet_path), image_path)
+
+
+def _check_paths(path: str, image_column: str, unread: Sequence[int], reads: FileReads) -> str:
+    """What is wrong with the rows of `unread` row groups that have no image bytes ('' when nothing is):
+    a row with no path either, or a path naming no file (each local one checked; of URLs, the first)."""
+    with reads.open(path) as stream:
+        parquet = _pq().ParquetFile(stream)
+        if parquet.schema_arrow.field(image_column).type.get_field_index(IMAGE_PATH_FIELD) < 0:
+            return f"column {image_column!r} holds rows with no image bytes and has no {IMAGE_PATH_FIELD!r} field"
+        missing, checked_url = [], False
+        for g in unread:
+            images = parquet.read_row_group(g, columns=[image_column], use_threads=False).column(0).combine_chunks()
+            for row, (no_bytes, named) in enumerate(zip(images.field(IMAGE_BYTES_FIELD).is_null().to_pylist(),
+                                                        images.field(IMAGE_PATH_FIELD).to_pylist())):
+                if not no_bytes:
+                    continue
+                if named is None:
+                    return f"row group {g}, row {row}: column {image_column!r} holds neither image bytes nor a path"
+                target = resolve_image_path(path, named)
+                if is_url(target):
+                    if not checked_url:
+                        checked_url = True
+                        missing += [] if _url_exists(target) else [(g, row, target)]
+                elif not os.path.isfile(target):
+                    missing.append((g, row, target))
+    if not missing:
+        return ""
+    g, row, target = missing[0]
+    more = f" (and {len(missing) - 1} more rows)" if len(missing) > 1 else ""
+    return (f"row group {g}, row {row}: column {image_column!r} has no image bytes and its path names {target}, "
+            f"no such file{more}")
+
+
+def _url_exists(url: str) -> bool:
+    fs, where = url_fs(url)
+    try:
+        return bool(fs.isfile(where))
+    except Exception as exc:  # the store's own errors (botocore's): the URL is unreadable
+        raise unreadable(url, exc) from None
 
 
 class _ParquetBase(ShardFiles):
@@ -166,6 +242,7 @@ class _ParquetBase(ShardFiles):
         self.paths = self.locations = tuple(s.path for s in kept)
         self.sizes = tuple(s.size for s in kept)
         self.structs = tuple(s.struct for s in kept)
+        self.by_path = tuple(s.by_path for s in kept)
         # Every row group of every file, in order: (file, row group), and where its rows start.
         self.groups = tuple((f, g) for f, s in enumerate(kept) for g in range(len(s.row_groups)))
         self.offsets = ShardOffsets([rows for s in kept for rows in s.row_groups])
@@ -195,24 +272,47 @@ class _ParquetBase(ShardFiles):
             opened[f] = _pq().ParquetFile(self.reads.open(self.paths[f]), pre_buffer=False)
         return opened[f]
 
-    def _row_group(self, group: int) -> Tuple[List[Optional[bytes]], List[int]]:
-        """The encoded images and labels of row group `group` (of self.groups)."""
+    def _row_group(self, group: int) -> Tuple[List[Union[bytes, str, None]], List[int]]:
+        """The encoded images (or, for a struct row without bytes, the file its path names) and labels of
+        row group `group` (of self.groups)."""
         f, g = self.groups[group]
         columns = [self.image_column, *([self.label_column] if self.label_column else [])]
         table = self._file(f).read_row_group(g, columns=columns, use_threads=False)
         images = table.column(self.image_column)
-        if self.structs[f]:
-            images = images.combine_chunks().field(IMAGE_BYTES_FIELD)
         labels = table.column(self.label_column).to_pylist() if self.label_column else [0] * table.num_rows
-        return images.to_pylist(), labels
+        if not self.structs[f]:
+            return images.to_pylist(), labels
+        images = images.combine_chunks()
+        encoded = images.field(IMAGE_BYTES_FIELD).to_pylist()
+        if self.by_path[f]:
+            named = images.field(IMAGE_PATH_FIELD).to_pylist()
+            encoded = [data if data is not None or path is None else resolve_image_path(self.paths[f], path)
+                       for data, path in zip(encoded, named)]
+        return encoded, labels
 
-    def _sample(self, images: List[Optional[bytes]], labels: List[int], group: int, row: int) -> Tuple[Any, int]:
+    def _sample(self, images: List[Union[bytes, str, None]], labels: List[int], group: int,
+                row: int) -> Tuple[Any, int]:
         data = images[row]
         if data is None:
             f, g = self.groups[group]
             raise DatasetError(f"{NAME}: {self.paths[f]}: row group {g}, row {row}: column {self.image_column!r} "
                                "holds no image bytes")
+        if isinstance(data, str):  # the file an Image struct's path names
+            data = self.reads.read(data) if not is_url(data) else self._read_url(data)
         return rgb_from(io.BytesIO(data)), int(labels[row])
+
+    def _read_url(self, url: str) -> bytes:
+        with self.reads.open(url) as stream:
+            return stream.read()
+
+    def plan_notes(self) -> Tuple[str, ...]:
+        """The plan-time note of files whose image column names files by path: each sample reads one."""
+        named = [path for path, by_path in zip(self.paths, self.by_path) if by_path]
+        if not named:
+            return ()
+        return (f"{NAME}: column {self.image_column!r} of {len(named)} of {len(self.paths)} file(s) ({named[0]}"
+                f"{' and more' if len(named) > 1 else ''}) names images by path, not bytes: each such sample reads "
+                "the file its path names, in the dataset's load row (dataset.cache warms the Parquet files only)",)
 
     def describe(self, index: int) -> str:
         """The file, row group and row behind sample `index`."""

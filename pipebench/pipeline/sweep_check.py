@@ -15,7 +15,7 @@ from pipebench.datasets.shard_split import idle_line
 from pipebench.pipeline.build import build_dataset, build_transforms
 from pipebench.pipeline.loader_backends import check_backends
 
-__all__ = ["check_sweep_builds", "idle_shard_lines", "random_access_lines"]
+__all__ = ["check_sweep_builds", "dataset_notes", "idle_shard_lines", "random_access_lines"]
 
 
 def check_sweep_builds(specs: Sequence[JobSpec]) -> None:
@@ -36,6 +36,15 @@ def check_sweep_builds(specs: Sequence[JobSpec]) -> None:
     datasets = [dataset for _, dataset in backends]
     for line in dict.fromkeys([*idle_shard_lines(specs, datasets), *random_access_lines(specs, datasets)]):
         print(f"warning: {line}", file=sys.stderr, flush=True)
+    for line in dataset_notes(datasets):
+        print(f"note: {line}", file=sys.stderr, flush=True)
+
+
+def dataset_notes(datasets: Sequence[Any]) -> List[str]:
+    """Each distinct dataset's plan-time notes (`plan_notes`): what its build found about how it reads,
+    such as a LitData set of decoded images, whose decode is in the load row."""
+    lines = (line for dataset in datasets for line in getattr(dataset, "plan_notes", tuple)())
+    return list(dict.fromkeys(lines))
 
 
 def idle_shard_lines(specs: Sequence[JobSpec], datasets: Sequence[Any]) -> List[str]:
