@@ -25,6 +25,7 @@ from pipebench.report.comparison import (
 from pipebench.report.diagnosis import diagnose, render_diagnosis, whole_chain_timed
 from pipebench.report.gpu import gpu_markdown
 from pipebench.report.plots import PlotOutcome, write_plots
+from pipebench.report.recorded import recording_markdown
 from pipebench.report.summary import LOADER_NOTES_TITLE, loader_notes, skipped_lines
 
 COMPARISON_MD = "comparison.md"
@@ -139,6 +140,12 @@ def skipped_section(inputs: ReportInputs) -> Optional[str]:
     return "## skipped samples\n\n" + "\n".join(f"- {line}" for line in lines) + "\n" if lines else None
 
 
+def recording_section(inputs: ReportInputs) -> Optional[str]:
+    """A recorded run (`attach --record`): its timeline and captures (writes timeline.png and each
+    capture's report.md beside the report, as write_plots writes the plots)."""
+    return recording_markdown([run.folder for run in inputs.runs], inputs.out_dir)
+
+
 def gpu_section(inputs: ReportInputs) -> Optional[str]:
     """The masked-loss pair (syncs a step, step-time ratio) and what the GPU did, when the runs have them."""
     return gpu_markdown(summary_rows([r for run in inputs.runs for r in run.results])) or None
@@ -146,7 +153,8 @@ def gpu_section(inputs: ReportInputs) -> Optional[str]:
 
 # In report order. Append a builder here to add a section to every report.
 REPORT_SECTIONS: Tuple[SectionBuilder, ...] = (sources_section, comparison_section, skipped_section,
-                                               loader_notes_section, plots_section, gpu_section, diagnosis_section)
+                                               loader_notes_section, plots_section, recording_section, gpu_section,
+                                               diagnosis_section)
 
 
 def build_report_markdown(inputs: ReportInputs, sections: Sequence[SectionBuilder] = REPORT_SECTIONS) -> str:
