@@ -143,6 +143,8 @@ def test_what_to_do_walks_the_ladder_to_the_equivalent_winner_and_writes_it_as_a
         "the faster not-equivalent chain never wins"
     assert "1. replace Slow with Fast (1.50x on the way; alone 1.50x)" in text
     assert "2. run Scale after the copy (1.60x on the way; alone 1.20x)" in text
+    assert f"ready to use: `pipebench run --config-dir {tmp_path / 'winner'} transform=c_winner`" in text, \
+        "the line runs as printed: the winner's folder is on Hydra's search path"
     written = (tmp_path / "winner" / "transform" / "c_winner.yaml").read_text()
     assert "on_device:" in written and "pipebench.transforms.color.Scale" in written
     assert len((tmp_path / "waterfall.csv").read_text().strip().splitlines()) == 4, "a header and three rungs"

@@ -12,6 +12,7 @@ sweeps `transform=<base>,<variant>,...` through the same path as `pipebench run`
 
 import dataclasses
 import itertools
+import shlex
 import statistics
 import time
 from dataclasses import dataclass
@@ -482,8 +483,9 @@ def what_to_do(invocation_dir: Path, rows: Sequence[Mapping[str, object]], plan:
                      f"{best['speedup']:.2f}x the samples/s and {best['cpu_speedup']:.2f}x less CPU a sample):\n"
                      + "".join(f"{k}. {step['edit']} ({step['step_gain']:.2f}x on the way; alone "
                                f"{step['alone_speedup']:.2f}x)\n" for k, step in enumerate(steps[1:], start=1))
-                     + f"ready to use: {path} (copy it into your config folder's transform/, then "
-                       f"`pipebench run transform={name}{loader}`)\n\n" + markdown_table(steps, WATERFALL_COLUMNS))
+                     + f"ready to use: `pipebench run --config-dir {shlex.quote(str(path.parent.parent))} "
+                       f"transform={name}{loader}` (or copy {path} into your own config folder's transform/)\n\n"
+                     + markdown_table(steps, WATERFALL_COLUMNS))
     if table_rows:
         write_text_atomic(invocation_dir / WATERFALL_CSV, csv_text(table_rows, list(table_rows[0])))
     markdown = "\n".join(parts) or "no equivalent variant ran faster than the chain: nothing to change\n"
