@@ -5,7 +5,9 @@ A `wds.WebDataset(...).decode(...).map(fn).to_tuple(...)` is an IterableDataset 
 holds its stages: the shard list, then one `FilterFunction` a stage (webdataset.filters: the function
 that runs the stage over the upstream iterator, with the stage's arguments). For the window the
 dataset's `pipeline` is a copy (the user's list and stages are not touched) in which
-- each user function of a `map`, `map_dict` or `map_tuple` stage is a `TimedStep` (a row each);
+- each user function of a `map`, `map_dict` or `map_tuple` stage is a `TimedStep` (a row each); a
+  torchvision `Compose` (or any Compose-like with a list of steps) given as one is opened into its
+  steps, a row each, as a dataset's `transform` recipe is (`watch_chain`);
 - each decode goes to the `decode` row: the fluid `.decode(...)`, a `map` of webdataset's `Decoder`,
   timed as a step; a `wds.decode(...)` stage given to `DataPipeline` as an `ExclusiveStage` (what an
   output sample's pull took in it, less what it spent pulling from upstream);
@@ -25,6 +27,7 @@ plain picklable objects holding the one clock, so fork and spawn workers alike c
 """
 
 import contextlib
+import copy
 import time
 from collections import Counter
 from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence, Tuple
@@ -56,6 +59,8 @@ MAP, MAP_DICT, MAP_TUPLE, DECODE = "_map", "_map_dict", "_map_tuple", "_decode"
 WDS_AUTODECODE, DECODER = "webdataset.autodecode", "Decoder"
 # Stages that make batches of samples (or take them apart): a sample's row ends before the first.
 BATCHING = ("_batched", "_unbatched")
+# Where a Compose keeps its steps (torchvision's v1 and v2 alike): a function there is opened into them.
+RECIPE_STEPS_ATTR = "transforms"
 # Keyword arguments of a map stage that are no user function.
 NOT_STEPS = ("handler",)
 # The attribute a WebDataset DataPipeline keeps its stages in.
@@ -177,7 +182,7 @@ def _map_steps(stage: Any, kind: str) -> List[Tuple[str, Callable]]:
     return []
 
 
-def _timed_map(stage: Any, kind: str, timed: Sequence[TimedStep]) -> Any:
+def _timed_map(stage: Any, kind: str, timed: Sequence[Callable]) -> Any:
     """A copy of a map stage whose user functions are `timed`, in `_map_steps`'s order."""
     steps = iter(timed)
     if kind == MAP and stage.args:
@@ -190,6 +195,31 @@ def _timed_map(stage: Any, kind: str, timed: Sequence[TimedStep]) -> Any:
     else:
         args, kw = tuple(next(steps) if callable(fn) else fn for fn in stage.args), dict(stage.kw)
     return type(stage)(stage.f, *args, **kw)
+
+
+def _steps_of(fn: Callable) -> Tuple[Callable, ...]:
+    """A Compose-like's steps (a `transforms` list or tuple of callables that a shallow copy of it
+    takes in place); `(fn,)` for any other function, timed whole."""
+    steps = getattr(fn, RECIPE_STEPS_ATTR, None)
+    if not isinstance(steps, (list, tuple)) or not steps or not all(callable(step) for step in steps):
+        return (fn,)
+    try:  # a Compose that refuses its list replaced is timed whole
+        setattr(copy.copy(fn), RECIPE_STEPS_ATTR, type(steps)(steps))
+    except (AttributeError, TypeError, ValueError):
+        return (fn,)
+    return tuple(steps)
+
+
+def _timed_function(fn: Callable, clock: StepClock, first_column: int) -> Callable:
+    """`fn` timed into columns from `first_column`: whole as one `TimedStep`, or a Compose-like as a
+    shallow copy whose steps are TimedSteps, a column each (the user's Compose is not touched)."""
+    steps = _steps_of(fn)
+    timed = [TimedStep(step, clock, column, False, False) for column, step in enumerate(steps, start=first_column)]
+    if steps == (fn,):
+        return timed[0]
+    twin = copy.copy(fn)
+    setattr(twin, RECIPE_STEPS_ATTR, type(getattr(fn, RECIPE_STEPS_ATTR))(timed))
+    return twin
 
 
 def _unique(names: Sequence[str]) -> List[str]:
@@ -221,20 +251,25 @@ def _timed_pipeline(dataset: Any, stages: List[Any]) -> Tuple[List[Any], StepClo
     end = next((k for k, kind in enumerate(kinds) if kind in BATCHING), len(stages))
     mapped = [(k, where, fn) for k, stage in enumerate(stages[:end]) for where, fn in _map_steps(stage, kinds[k] or "")]
     found = [(k, where, fn) for k, where, fn in mapped if not _decoder(fn)]
-    clock = StepClock(FIRST_STEP_COLUMN + len(found))
-    columns = iter(range(FIRST_STEP_COLUMN, clock.columns))
-    timed: Dict[int, List[TimedStep]] = {}
+    # A row a step: a Compose-like function opened into its steps.
+    steps = [(where, step) for _, where, fn in found for step in _steps_of(fn)]
+    clock = StepClock(FIRST_STEP_COLUMN + len(steps))
+    column = FIRST_STEP_COLUMN
+    timed: Dict[int, List[Callable]] = {}
     for k, _, fn in mapped:
-        column = DECODE_COLUMN if _decoder(fn) else next(columns)
-        timed.setdefault(k, []).append(TimedStep(fn, clock, column, False, False))
-    copy = [_timed_map(stage, kinds[k], timed[k]) if k in timed else
-            ExclusiveStage(stage, clock, DECODE_COLUMN) if kinds[k] == DECODE and k < end else stage
-            for k, stage in enumerate(stages)]
-    copy.insert(end, SampleBoundary(clock))
-    names = _unique([f"{callable_name(fn)} ({where})" for _, where, fn in found])
+        if _decoder(fn):
+            timed.setdefault(k, []).append(TimedStep(fn, clock, DECODE_COLUMN, False, False))
+            continue
+        timed.setdefault(k, []).append(_timed_function(fn, clock, column))
+        column += len(_steps_of(fn))
+    stages_copy = [_timed_map(stage, kinds[k], timed[k]) if k in timed else
+                   ExclusiveStage(stage, clock, DECODE_COLUMN) if kinds[k] == DECODE and k < end else stage
+                   for k, stage in enumerate(stages)]
+    stages_copy.insert(end, SampleBoundary(clock))
+    names = _unique([f"{callable_name(step)} ({where})" for where, step in steps])
     rows = (StepName(LOAD_STAGE, LOAD_NAME.format(name=type(dataset).__name__)), StepName(DECODE_STAGE, WDS_DECODE_NAME),
             *(StepName(PER_SAMPLE_STAGE, name) for name in names))
-    return copy, clock, Recipe(PIPELINE_ATTR, tuple(fn for _, _, fn in found)), rows
+    return stages_copy, clock, Recipe(PIPELINE_ATTR, tuple(step for _, step in steps)), rows
 
 
 def _format_transform(dataset: Any) -> Optional[Callable]:
@@ -257,8 +292,8 @@ def timed_any(loader: DataLoader) -> Iterator[Timing]:
         return
     with contextlib.ExitStack() as restore:
         if stages is not None:
-            copy, clock, recipe, names = _timed_pipeline(dataset, stages)
-            changed, load_note = install(restore, dataset, PIPELINE_ATTR, copy), None
+            timed_stages, clock, recipe, names = _timed_pipeline(dataset, stages)
+            changed, load_note = install(restore, dataset, PIPELINE_ATTR, timed_stages), None
         else:
             clock = StepClock(FIRST_STEP_COLUMN + 1)
             recipe = Recipe(FORMAT_ATTR, (transform,))
