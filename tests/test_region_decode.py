@@ -216,13 +216,20 @@ def test_not_a_jpeg_dataset_skips_the_move():
 
 @pytest.mark.slow
 def test_loading_and_decoding_print_nothing():
-    """nvImageCodec's missing-sub-library notices and decode errors never reach the console."""
-    code = ("from pipebench.transforms.region_codec import RegionCodec, region_decode_problem\n"
+    """nvImageCodec's missing-sub-library notices and decode errors never reach the console, with
+    4 threads loading it at once; the console is back afterwards."""
+    code = ("import os, threading\n"
+            "from pipebench.transforms.region_codec import RegionCodec, region_decode_problem\n"
+            "codec = RegionCodec()\n"
+            "threads = [threading.Thread(target=codec.decode, args=(b'\\xff\\xd8' + b'x' * 99, 0, 0, 4, 4))\n"
+            "           for _ in range(4)]\n"
+            "[t.start() for t in threads]; [t.join() for t in threads]\n"
             "assert region_decode_problem() == ''\n"
-            "assert RegionCodec().decode(b'\\xff\\xd8' + b'x' * 99, 0, 0, 4, 4) is None\n")
+            "assert RegionCodec().decode(b'\\xff\\xd8' + b'x' * 99, 0, 0, 4, 4) is None\n"
+            "os.write(2, b'console')\n")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
-    assert done.stdout == "" and done.stderr == "", (done.stdout, done.stderr)
+    assert done.stdout == "" and done.stderr == "console", (done.stdout, done.stderr)
 
 
 def test_region_forms_survive_pickling_for_spawned_workers():

@@ -1,4 +1,4 @@
-"""nvImageCodec as a region-of-interest JPEG decoder: loaded quietly, one decoder a process.
+"""nvImageCodec as a region-of-interest JPEG decoder: loaded quietly, one decoder a thread of each process.
 
 `nvidia-nvimgcodec-cu12` (a core dependency on Linux; the `decode` extra) decodes a rectangle of a
 JPEG without decoding the rest (libjpeg-turbo's cropped scanlines on its CPU backend; nvJPEG on its
@@ -6,6 +6,17 @@ GPU backend, which also needs the nvJPEG wheel of the CUDA that torch was built 
 `gpu_install_command`). On first use it prints, from native code, that it cannot find optional
 sub-libraries (nvJPEG, nvJPEG2000, nvTIFF): `load_nvimgcodec` sets its verbosity to silent and holds
 the process's stdout and stderr closed while it loads, so none of that reaches the user's console.
+
+A Decoder is not shared between threads. nvImageCodec's Python `Decoder.decode` releases the GIL
+around its C call (`nvimgcodecDecoderDecode` and the wait on its future, python/decoder.cpp), and
+its documentation says only that "not all nvImageCodec types are thread safe". Two threads in one
+Decoder broke it here: 4 threads x 250 region decodes of the catalogue photos gave wrong or missing
+regions, `[ERROR] [nvimgcodec] std::future_error: Broken promise` on fd 2 (the core library's own
+log, which PYNVIMGCODEC_VERBOSITY does not silence) and, one run in three, SIGABRT. NVIDIA's own
+users keep one decoder a thread (DALI's nvImageCodec decoders, each with max_num_cpu_threads=1,
+indexed by thread) or lock a shared one (cuCIM's fix for the same segfault); a lock would serialise
+the decode the thread backends and the thread profile measure, so each thread makes its own
+Decoder (about 10 us) on its first call, and again after a fork.
 
 `RegionCodec.decode` returns the region as a uint8 [3, H, W] tensor (RGB, as decode_jpeg gives),
 or None for anything it does not take (a region outside the image, a CMYK or non-8-bit JPEG, a
@@ -18,6 +29,8 @@ import importlib
 import io
 import os
 import sys
+import threading
+from dataclasses import dataclass
 from typing import Any, Iterator, List, Optional, Sequence, Tuple
 
 import numpy as np
@@ -52,10 +65,25 @@ GPU_OPTIONS = ":fancy_upsampling=1"
 # equivalence check's default bound.
 GPU_PIXEL_BOUND = 4
 
+# Held while fds 1 and 2 point at /dev/null: the process has one pair, so two threads closing them at
+# once could each restore the other's /dev/null and silence the console for good. A fork waits for
+# it, so no child starts with its output closed (the stdlib's pattern for concurrent.futures' lock).
+_OUTPUT_CLOSED = threading.Lock()
+os.register_at_fork(before=_OUTPUT_CLOSED.acquire, after_in_parent=_OUTPUT_CLOSED.release,
+                    after_in_child=_OUTPUT_CLOSED.release)
+
 
 @contextlib.contextmanager
 def _native_output_closed() -> Iterator[None]:
-    """fds 1 and 2 point at /dev/null inside; C stdio buffers are flushed before they come back."""
+    """fds 1 and 2 point at /dev/null inside, one thread at a time (see _fds_to_null)."""
+    with _OUTPUT_CLOSED, _fds_to_null():
+        yield
+
+
+@contextlib.contextmanager
+def _fds_to_null() -> Iterator[None]:
+    """fds 1 and 2 point at /dev/null inside; C stdio buffers are flushed before they come back.
+    The caller holds _OUTPUT_CLOSED."""
     sys.stdout.flush()
     sys.stderr.flush()
     saved = [os.dup(1), os.dup(2)]
@@ -74,14 +102,16 @@ def _native_output_closed() -> Iterator[None]:
 
 
 def load_nvimgcodec() -> Any:
-    """The nvimgcodec module, imported without its console output; raises ImportError without it."""
-    loaded = sys.modules.get(MODULE)
-    if loaded is not None:
-        return loaded
-    os.environ.setdefault(VERBOSITY_ENV, SILENT)
-    with _native_output_closed():
-        module = importlib.import_module(MODULE)
-        _new_decoder(module, CPU)  # the library sets itself up (and prints) on its first decoder
+    """The nvimgcodec module, imported without its console output; raises ImportError without it.
+    Threads wait for the one that loads it (sys.modules holds the module before its import ends)."""
+    with _OUTPUT_CLOSED:
+        loaded = sys.modules.get(MODULE)
+        if loaded is not None:
+            return loaded
+        os.environ.setdefault(VERBOSITY_ENV, SILENT)
+        with _fds_to_null():
+            module = importlib.import_module(MODULE)
+            _new_decoder(module, CPU)  # the library sets itself up (and prints) on its first decoder
     return module
 
 
@@ -99,32 +129,49 @@ class RegionDecodeFailed(RuntimeError):
     """A batch's regions all came back empty: the decoder's backend, not the files, failed."""
 
 
+@dataclass(frozen=True)
+class _ThreadDecoder:
+    """One thread's decoder, with what its calls share, and the process it was made in."""
+
+    module: Any
+    decoder: Any
+    params: Any
+    pid: int
+
+
 class RegionCodec:
-    """One process's nvImageCodec decoder on `device` ("cpu": the CPU backend; "cuda[:k]": nvJPEG),
-    made on first use and never pickled (each DataLoader worker makes its own)."""
+    """nvImageCodec decoders on `device` ("cpu": the CPU backend; "cuda[:k]": nvJPEG): one a thread of
+    each process, made on the thread's first call, never shared or pickled (see the module's note)."""
 
     def __init__(self, device: str = CPU):
         self.device = device
-        self._module: Any = None
-        self._decoder: Any = None
-        self._params: Any = None
+        self._threads = threading.local()
 
     def __getstate__(self) -> dict:
-        return {"device": self.device, "_module": None, "_decoder": None, "_params": None}
+        return {"device": self.device}
 
-    def _ready(self) -> Any:
-        if self._decoder is None:
+    def __setstate__(self, state: dict) -> None:
+        self.__init__(state["device"])
+
+    def _ready(self) -> _ThreadDecoder:
+        """This thread's decoder, made here on first use; a forked child makes its own."""
+        mine = getattr(self._threads, "decoder", None)
+        if mine is None or mine.pid != os.getpid():
             module = load_nvimgcodec()
-            with _native_output_closed():
-                self._decoder = _new_decoder(module, self.device)
+            if self.device == CPU:  # the library printed its notices when it loaded
+                decoder = _new_decoder(module, CPU)
+            else:
+                with _native_output_closed():
+                    decoder = _new_decoder(module, self.device)
             # decode_jpeg ignores EXIF orientation, so the region must too, or the boxes would differ.
-            self._params = module.DecodeParams(apply_exif_orientation=False, color_spec=module.ColorSpec.SRGB)
-            self._module = module
-        return self._module
+            params = module.DecodeParams(apply_exif_orientation=False, color_spec=module.ColorSpec.SRGB)
+            mine = _ThreadDecoder(module, decoder, params, os.getpid())
+            self._threads.decoder = mine
+        return mine
 
     def stream(self, data: bytes, top: int, left: int, height: int, width: int) -> Optional[Any]:
         """The region's code stream, or None when this decoder does not take the file or the box."""
-        module = self._ready()
+        module = self._ready().module
         try:  # the header is parsed on first access to it
             whole = module.CodeStream(data)
             foreign = whole.precision != EIGHT_BITS or whole.color_spec.name in FOREIGN_COLOR
@@ -142,8 +189,9 @@ class RegionCodec:
         region = self.stream(data, top, left, height, width)
         if region is None:
             return None
+        mine = self._ready()
         try:
-            image = self._decoder.decode(region, params=self._params)
+            image = mine.decoder.decode(region, params=mine.params)
         except RuntimeError:
             return None
         return None if image is None else as_tensor(image)
@@ -155,14 +203,14 @@ class RegionCodec:
         Raises RegionDecodeFailed when it took regions and decoded none of them: its backend is not
         working in this process (on the H100 host, nvImageCodec's GPU backend without nvJPEG), and
         every region would otherwise be decoded whole by the fallback under the region decode's name."""
-        self._ready()
+        mine = self._ready()
         streams = [self.stream(data, *(int(v) for v in box)) for data, box in items]
         taken = [s for s in streams if s is not None]
-        kwargs = {"params": self._params}
+        kwargs = {"params": mine.params}
         if self.device != CPU:  # decode on torch's current stream, so later kernels see the pixels
             kwargs["cuda_stream"] = torch.cuda.current_stream(torch.device(self.device)).cuda_stream
         try:
-            decoded = list(self._decoder.decode(taken, **kwargs)) if taken else []
+            decoded = list(mine.decoder.decode(taken, **kwargs)) if taken else []
         except RuntimeError:
             decoded = [None] * len(taken)
         if decoded and all(image is None for image in decoded):
