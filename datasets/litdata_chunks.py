@@ -15,7 +15,7 @@ so that set's decode is in the dataset's load row, which the plan-time note says
 
 litdata reads its chunks itself, not through pipebench's FileReads: the read columns stay empty, and
 `dataset.cache` / `dataset.storage` do nothing here (the job says so). Building the dataset reads the
-folder's index.json (a regular file, at most INDEX_MAX_BYTES) and checks it against the chunks before
+folder's index.json (a regular file, at most INDEX_MAX_BYTES: a FIFO or a device is never opened) and checks it against the chunks before
 any job, each in one line naming the file: a chunk name that leaves the folder, a chunk missing, not a
 regular file, shorter than index.json says or too short to hold the items it counts, and items without
 the named fields. litdata cannot read a set with a chunk left out, so there is no
@@ -39,7 +39,7 @@ from pipebench.pipeline.file_reads import is_url
 from pipebench.pipeline.object_store import ENDPOINT_SETTINGS, unreadable, url_fs
 
 from .lazy_image import rgb_from
-from .shard_split import ShardFiles, require_library
+from .shard_split import ShardFiles, not_regular, require_library
 
 __all__ = ["LitDataChunks", "write_litdata"]
 
@@ -72,10 +72,11 @@ def _serializer(data_format: str) -> str:
 def _read_index(fs: Any, root: str, input_dir: str) -> dict:
     """index.json, read only when it is a regular file of at most INDEX_MAX_BYTES; one line otherwise."""
     where = f"{input_dir}/{INDEX_FILE}"
+    odd = not_regular(f"{root}/{INDEX_FILE}") if not is_url(input_dir) else ""
+    if odd:
+        raise DatasetError(f"{NAME}: {where}: {odd}")
     try:
         info = fs.info(f"{root}/{INDEX_FILE}")
-        if info.get("type") != "file":
-            raise DatasetError(f"{NAME}: {where}: not a regular file ({info.get('type')}), so not read")
         if info.get("size", 0) > INDEX_MAX_BYTES:
             raise DatasetError(f"{NAME}: {where}: {info['size']} bytes, more than the {INDEX_MAX_BYTES} an index "
                                "is read to, so not a LitData index")
@@ -150,12 +151,13 @@ def _check_chunks(fs: Any, root: str, config: dict, chunks: List[dict],
             raise DatasetError(f"{NAME}: {input_dir}/{INDEX_FILE}: chunk name {name!r} leaves the folder, so not read")
         path = f"{root}/{name}"
         where = fs.unstrip_protocol(path) if is_url(input_dir) else path
+        odd = not_regular(where)
+        if odd:
+            raise DatasetError(f"{NAME}: {where}: {odd}")
         try:
             info = fs.info(path)
         except FileNotFoundError:
             raise DatasetError(f"{NAME}: {where}: no such chunk (listed in {INDEX_FILE})") from None
-        if info.get("type") != "file":
-            raise DatasetError(f"{NAME}: {where}: not a regular file ({info.get('type')}), so not read as a chunk")
         size, count, listed = int(info["size"]), chunk.get("chunk_size"), chunk.get("chunk_bytes")
         if isinstance(count, bool) or not isinstance(count, int) or count < 0:
             raise DatasetError(f"{NAME}: {where}: {INDEX_FILE} gives it chunk_size {count!r}, not a count of items")

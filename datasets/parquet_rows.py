@@ -206,7 +206,7 @@ def _check_paths(path: str, image_column: str, unread: Sequence[int], reads: Fil
     g, row, target = missing[0]
     more = f" (and {len(missing) - 1} more rows)" if len(missing) > 1 else ""
     return (f"row group {g}, row {row}: column {image_column!r} has no image bytes and its path names {target}, "
-            f"no such file{more}")
+            f"{not_regular(target) or 'no such file'}{more}")
 
 
 def _url_exists(url: str) -> bool:

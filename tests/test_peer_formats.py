@@ -200,15 +200,16 @@ def test_litdata_index_checked_against_its_chunks_before_any_job(optimized, tmp_
     fifo = _edited(optimized, tmp_path / "fifo", lambda index: None)
     os.remove(f"{fifo}/chunk-0-1.bin")
     os.mkfifo(f"{fifo}/chunk-0-1.bin")
-    with pytest.raises(DatasetError, match=rf"{fifo}/chunk-0-1.bin: not a regular file \(other\), so not read as a chunk"):
+    with pytest.raises(DatasetError, match=rf"{fifo}/chunk-0-1.bin: not a regular file but a FIFO: not read"):
         LitDataChunks(fifo, image_key="jpeg")
     os.remove(f"{fifo}/chunk-0-1.bin")
     os.symlink("/dev/zero", f"{fifo}/chunk-0-1.bin")
-    with pytest.raises(DatasetError, match=r"chunk-0-1.bin: not a regular file"):
+    with pytest.raises(DatasetError, match=r"chunk-0-1.bin: not a regular file but a character device \(a link to "
+                                           r"/dev/zero\)"):
         LitDataChunks(fifo, image_key="jpeg")
     os.remove(f"{fifo}/index.json")
     os.mkfifo(f"{fifo}/index.json")
-    with pytest.raises(DatasetError, match=rf"{fifo}/index.json: not a regular file \(other\), so not read"):
+    with pytest.raises(DatasetError, match=rf"{fifo}/index.json: not a regular file but a FIFO: not read"):
         LitDataChunks(fifo, image_key="jpeg")
 
 
