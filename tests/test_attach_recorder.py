@@ -255,3 +255,42 @@ def test_attach_record_end_to_end_catches_the_slow_step(tmp_path):
         steps = {r["transform"]: r for r in csv.DictReader(f)}
     assert max(steps, key=lambda name: float(steps[name]["ms_per_sample"])) == "Slow"
     assert float(steps["Slow"]["ms_per_call_median"]) > 10 * float(steps["Slow"]["baseline_ms_per_sample"])
+
+
+ROW = {"loader": "loader=t.py:3", "rank": 0, "starvation_pct": 12.5, "samples_per_s": 100.0}
+
+
+@pytest.mark.slow  # MLflow creates its sqlite tables: about 3 s
+def test_mlflow_logs_into_the_scripts_active_run_read_back_by_mlflowclient(tmp_path):
+    mlflow = pytest.importorskip("mlflow")
+    from mlflow.tracking import MlflowClient
+
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    mlflow.set_tracking_uri(uri)
+    with mlflow.start_run() as active:  # the script's own run: the metrics go into it
+        sinks = open_sinks(SinkSpec(mlflow=uri))
+        sinks("window", {**ROW, "last_step": 10})
+        sinks("window", {**ROW, "last_step": 20, "starvation_pct": 40.0})
+        sinks.close()
+    history = MlflowClient(uri).get_metric_history(active.info.run_id, "pipebench/starvation_pct")
+    assert [(m.step, m.value) for m in history] == [(10, 12.5), (20, 40.0)]
+
+
+@pytest.mark.slow  # wandb starts its service process: about 2 s
+def test_wandb_logs_offline_into_the_scripts_run_without_moving_its_step(tmp_path, monkeypatch):
+    wandb = pytest.importorskip("wandb")
+    monkeypatch.setenv("WANDB_DIR", str(tmp_path))
+    monkeypatch.setenv("WANDB_SILENT", "true")
+    run = wandb.init(project="p", mode="offline")
+    try:
+        run.log({"loss": 1.0})
+        sinks = open_sinks(SinkSpec(wandb="p"))
+        sinks("window", {**ROW, "last_step": 10})
+        run.log({"loss": 0.5})
+        sinks.close()
+        # Read back through the run's own API: the point joined the script's step, which did not move.
+        assert run.summary["pipebench/starvation_pct"] == 12.5 and run.summary["pipebench/step"] == 10
+        assert run.step == 2
+    finally:
+        run.finish()
+    assert list(tmp_path.glob("wandb/offline-run-*/run-*.wandb"))
