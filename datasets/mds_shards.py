@@ -75,7 +75,6 @@ INT_LABELS = ("int", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint
 TEXT_INT = "str_int"
 # Offsets in a shard are uint32, so a shard as written holds at most this many bytes.
 MAX_RAW_BYTES = 1 << 32
-UINT32 = struct.Struct("<I")
 
 
 def _encoding_name(encoding: str) -> str:
@@ -163,7 +162,8 @@ def _entry(root: str, shard: Any) -> Tuple[ShardEntry, str]:
 def _columns_problem(entry: ShardEntry, image_key: str, label_key: Optional[str]) -> str:
     """Why the shard's columns do not give an image and a label ('' when they do)."""
     have = ", ".join(f"{c} ({e})" for c, e in zip(entry.columns, entry.encodings))
-    wanted = ((image_key, "image_key", ENCODED_IMAGES + (RAW_PIXELS,)), (label_key, "label_key", INT_LABELS + (TEXT_INT,)))
+    wanted = ((image_key, "image_key", ENCODED_IMAGES + (RAW_PIXELS,)),
+              (label_key, "label_key", INT_LABELS + (TEXT_INT,)))
     for column, key, accepted in wanted:
         if column is None:
             continue

@@ -14,15 +14,14 @@ Building the dataset reads every shard's tar headers, not its images: the sample
 sample's index (datasets/shard_split.py) and the bad input, found before any job runs: a missing
 shard, a truncated tar, a key with no image, a member larger than `max_member_mb`, a shard that is no
 regular file. Each is one line naming the file and key, or, under `on_bad_sample=skip`, left out and
-counted.
+counted. A URL that cannot be read at all (no library for it, an endpoint that does not answer) is one
+line naming it, whatever the policy (pipebench/pipeline/object_store.py).
 
 A tar ends with an end-of-archive marker (zero blocks). Python's tarfile, and so webdataset, takes a
 file that stops at a member's end, or inside the next header, for a whole archive: a shard cut there
 would read as fewer samples with no word. So the scan looks for the marker after the last member and
 calls a shard without one truncated. webdataset reads each member whole into memory, in each worker:
-a member larger than the limit is refused before it can fill the host's memory. A URL that cannot be read at all (no library for it, an
-endpoint that does not answer) is one line naming it, whatever the policy
-(pipebench/pipeline/object_store.py).
+a member larger than the limit is refused before it can fill the host's memory.
 """
 
 from __future__ import annotations
@@ -142,9 +141,9 @@ def scan_shard(url: str, image_exts: Sequence[str], max_member_bytes: int = DEFA
                     return ShardScan(url, size, samples, (), f"truncated tar: member {member.name} ends at byte "
                                      f"{member.offset_data + member.size}, past the file's {size}")
                 if member.size > max_member_bytes:
-                    return ShardScan(url, size, samples, (), f"member {member.name} holds {member.size} bytes, over the "
-                                     f"{max_member_bytes / BYTES_PER_MB:g} MiB dataset.max_member_mb allows "
-                                     "(webdataset reads a member whole into memory)")
+                    return ShardScan(url, size, samples, (), f"member {member.name} holds {member.size} bytes, "
+                                     f"over the {max_member_bytes / BYTES_PER_MB:g} MiB dataset.max_member_mb "
+                                     "allows (webdataset reads a member whole into memory)")
                 last = f"member {member.name}"
                 if not member.isreg() or SKIP_META.match(member.name):
                     continue
