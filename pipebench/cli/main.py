@@ -30,7 +30,8 @@ from pipebench.measure.job_spawn import WAITS_UNREAPED, JobProcess, discard, sta
 __all__ = ["VERB_NAMES", "build_parser", "entry", "job_ahead", "main", "verbs"]
 
 # The verbs (modules of pipebench.cli) in workflow order, so help lists them as a user meets them.
-VERB_NAMES = ("attach", "dataset", "run", "explore", "tune", "report", "compare", "ab", "baseline", "history")
+VERB_NAMES = ("attach", "dataset", "run", "explore", "tune", "storage_check", "report", "compare", "ab", "baseline",
+              "history")
 # The verbs that start their first job's process before they import anything heavy, so that
 # process's imports (2.8 s on the 2-core machine) run beside the command's own, its config checks
 # and explore's equivalence checks, none of them timed (pipebench.measure.job_spawn); the task
@@ -52,7 +53,13 @@ def asked_verbs(argv: Sequence[str]) -> Tuple[str, ...]:
     """The verb a command line asks for (the first word that is not an option), or every verb when
     it names none or an unknown one: top-level help and argparse's error then list them all."""
     first = next((word for word in argv if not word.startswith("-")), None)
-    return (first,) if first in VERB_NAMES else VERB_NAMES
+    module = _module_name(first) if first else None
+    return (module,) if module in VERB_NAMES else VERB_NAMES
+
+
+def _module_name(verb: str) -> str:
+    """The module of a verb as typed: a hyphen in a verb's name (storage-check) is its module's underscore."""
+    return verb.replace("-", "_")
 
 
 def build_parser(modules: Sequence[ModuleType]) -> argparse.ArgumentParser:
@@ -90,7 +97,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         modules = verbs(asked_verbs(words))
         args = build_parser(modules).parse_args(words)
         args.job_ahead = ahead
-        verb = next(v for v in modules if v.__name__.rsplit(".", 1)[-1] == args.verb)
+        verb = next(v for v in modules if v.__name__.rsplit(".", 1)[-1] == _module_name(args.verb))
         return verb.main(args)
     except (PipebenchError, OSError) as exc:
         print(f"pipebench: error: {error_line(exc)}", file=sys.stderr)

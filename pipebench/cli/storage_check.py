@@ -1,0 +1,287 @@
+"""The `storage-check` verb: an MLPerf Storage-style check with the preprocessing left in.
+
+How many emulated accelerators this host and its storage feed at the workload's minimum AU,
+through the user's own chain ([storage-check.md](../../docs/storage-check.md)). In order, each part
+a sweep run as `pipebench run` runs one (a fresh process a job; N accelerators are N torchrun ranks,
+each with its own loader and emulated step), in a folder of its own under the check's folder:
+1. `search/nN-K/`: the search for the largest N whose every rank keeps the minimum AU
+   (pipebench.storage_track.search), from the arithmetic's guess where the shared bandwidth is known;
+2. `runs/`: at that N, 1 warm-up run and storage_check.runs runs (5), a new seed each;
+3. `no-chain/`: the same N without the chain, where there is one: what the preprocessing costs.
+Then verdict.json and report.md (pipebench.storage_track.files), and `results: <folder>`. A run that
+fails or is interrupted keeps the runs that finished; the verdict says INVALID and why.
+These are MLPerf Storage-style results, not MLPerf results.
+"""
+
+import argparse
+import itertools
+import math
+import time
+from pathlib import Path
+from typing import List, Optional, Sequence, Tuple
+
+import psutil
+
+from pipebench.base.errors import INTERRUPTED_EXIT_STATUS, TERMINATED_EXIT_STATUS, ConfigError
+from pipebench.base.io import folder_safe
+from pipebench.cli.common_args import add_config_dir, add_overrides
+from pipebench.cli.run import expand_sweep, import_from_cwd, refuse_hydra_dirs, run_command, search_path
+from pipebench.config.compose import job_spec_composer
+from pipebench.config.specs import JobSpec
+from pipebench.pipeline.build import build_dataset
+from pipebench.record.folder_lock import folder_lock
+from pipebench.record.jobs import JobRecord
+from pipebench.record.results import load_job_results
+from pipebench.record.resume import new_folder
+from pipebench.storage_track.files import NOT_MLPERF, CheckResult, Run, write_check
+from pipebench.storage_track.options import CheckOptions, split_check_overrides, user_value
+from pipebench.storage_track.presets import CUSTOM, DEFAULT_MIN_AU_PCT, WORKLOADS, Preset, custom_preset, preset
+from pipebench.storage_track.rules import (
+    MEMORY_FACTOR,
+    MIN_STEPS_PER_EPOCH,
+    RUNS,
+    Procedure,
+    memory_rule,
+    steps_rule,
+    verdict,
+)
+from pipebench.storage_track.search import SearchOutcome, predicted_accelerators, search_accelerators
+
+__all__ = ["add_parser", "main", "storage_check_command"]
+
+SEARCH_DIR, RUNS_DIR, NO_CHAIN_DIR = "search", "runs", "no-chain"
+# A search round's steps (at most run.steps): each N is judged on a short run, raced where it is close.
+SEARCH_STEPS = 100
+BYTES_PER_MB = 1 << 20
+MS_PER_S = 1000.0
+# The transform rows that are no step of the chain: the dataset's load and the collate.
+NOT_CHAIN_STAGES = ("load", "collate")
+
+EPILOG = """\
+examples:
+  pipebench storage-check workload=resnet50 accelerator=h100 dataset.storage.shared_mb_per_s=500
+  pipebench storage-check workload=resnet50 accelerator=h100 transform=imagenet   the preprocessing left in
+  pipebench storage-check workload=custom consumer.step_ms=50 loader.batch_size=64 dataset=image_folder ...
+  pipebench storage-check workload=unet3d accelerator=a100 storage_check.runs=2 run.steps=50   a quick look
+
+workloads (accelerators): """ + "; ".join(f"{w.name} ({', '.join(w.steps)})" for w in WORKLOADS.values()) + """; custom
+keys:   storage_check.runs=5, storage_check.max_accelerators=64, storage_check.min_au_pct (workload=custom, 90)
+writes: verdict.json, report.md, and search/, runs/, no-chain/ as `run` writes them
+""" + NOT_MLPERF + "."
+
+
+class Stopped(Exception):
+    def __init__(self, status: int) -> None:
+        super().__init__(status)
+        self.status = status
+
+
+def _preset(options: CheckOptions, spec: JobSpec) -> Preset:
+    """The preset the options name; workload=custom's from the user's consumer and batch."""
+    if options.workload == CUSTOM:
+        return custom_preset(spec.consumer.step_ms, spec.loader.batch_size,
+                             options.min_au_pct if options.min_au_pct is not None else DEFAULT_MIN_AU_PCT)
+    if options.min_au_pct is not None:
+        raise ConfigError("storage_check.min_au_pct is workload=custom's; a preset has its own minimum")
+    return preset(options.workload, options.accelerator)
+
+
+def _dataset_bytes(dataset: object) -> Optional[int]:
+    """The dataset's size on storage, where it can say: generated samples' total, or its files' sizes."""
+    total = getattr(dataset, "total_bytes", None)
+    if callable(total):
+        return int(total())
+    files = getattr(dataset, "files", None)
+    if callable(files):
+        paths = list(files())
+        return sum(Path(p).stat().st_size for p in paths) if paths else None
+    return None
+
+
+def _chain(spec: JobSpec) -> str:
+    """The chain's name as the verdict reads it: none when it has no step."""
+    if not spec.per_sample and not spec.per_batch and not spec.on_device:
+        return "none"
+    return spec.transform_name if spec.transform_name != "none" else "custom"
+
+
+def _run_of(record: JobRecord, sample_bytes: Optional[float]) -> Run:
+    """A finished run's figures; samples/s keeps the first batch's wait in the run's time (the rules do),
+    and MiB/s is samples/s x the dataset's bytes a sample (a rank merge's row has no file-read columns)."""
+    s = record.summary
+    steady_s = float(s["steps"]) * float(s["step_ms_mean"]) / MS_PER_S
+    first = float(s["first_batch_s"])
+    rate = float(s["samples_per_s"]) * steady_s / (steady_s + first) if steady_s > 0 else float(s["samples_per_s"])
+    per_sample = sample_bytes if sample_bytes is not None else s.get("read_bytes_per_sample")
+    mb = rate * float(per_sample) / BYTES_PER_MB if per_sample is not None else math.nan
+    return Run(int(record.config["run"]["seed"]), float(s["au_pct"]), rate, mb, first)
+
+
+def _costliest(records: Sequence[JobRecord]) -> Optional[Tuple[str, float]]:
+    rows = [r for record in records for r in record.transforms if r.get("stage") not in NOT_CHAIN_STAGES]
+    if not rows:
+        return None
+    top = max(rows, key=lambda r: float(r.get("ms_per_sample") or 0.0))
+    return str(top["transform"]), float(top["ms_per_sample"])
+
+
+class Check:
+    """One check's sweeps: the jobs' overrides, how each N is sized, and running a sweep in a folder."""
+
+    def __init__(self, folder: Path, base: List[str], config_dir: Optional[str], length_for, steps: int,
+                 sample_bytes: Optional[float]) -> None:
+        self.folder, self.base, self.config_dir = folder, base, config_dir
+        self.length_for, self.steps, self.sample_bytes = length_for, steps, sample_bytes
+        self.rounds = itertools.count(1)
+
+    def overrides(self, n: int, *extra: str) -> List[str]:
+        sized = [f"dataset.length={self.length_for(n)}"] if self.length_for is not None else []
+        return [*self.base, *sized, f"distributed.nproc={n}", *extra]
+
+    def sweep(self, where: Path, overrides: Sequence[str]) -> Tuple[int, List[JobRecord]]:
+        status = run_command(list(overrides), self.config_dir, invocation_dir=where, stage=True)
+        records = load_job_results(where) if where.exists() else []
+        if status in (INTERRUPTED_EXIT_STATUS, TERMINATED_EXIT_STATUS):
+            raise Stopped(status)
+        return status, records
+
+    def measure(self, n: int, rounds: int) -> List[Optional[float]]:
+        """The search's measure: `rounds` rounds at N = n, each a job; a failed one is None."""
+        found: List[Optional[float]] = []
+        for _ in range(rounds):
+            number = next(self.rounds)
+            print(f"storage-check: search: {n} accelerator(s), round {number}", flush=True)
+            _, records = self.sweep(self.folder / SEARCH_DIR / f"n{n}-{number}",
+                                    self.overrides(n, f"run.steps={min(self.steps, SEARCH_STEPS)}",
+                                                   f"run.seed={number}"))
+            found.append(float(records[0].summary["au_pct"]) if records else None)
+        return found
+
+
+def storage_check_command(overrides: List[str], config_dir: Optional[str], strict: bool = False) -> int:
+    """The check (module doc); 0 when it reached a verdict, an interruption's status when stopped."""
+    import_from_cwd()
+    refuse_hydra_dirs(overrides)
+    options, user = split_check_overrides(overrides)
+    if options.workload is None:
+        raise ConfigError("storage-check needs workload=...: "
+                          + "; ".join(f"{w.name} ({', '.join(w.steps)})" for w in WORKLOADS.values()) + "; custom")
+    if len(expand_sweep([*search_path(config_dir), *user])) != 1:
+        raise ConfigError("storage-check runs one setting: a sweep (a comma list) is not its to run")
+    with job_spec_composer() as compose_one:
+        first, _ = compose_one([*search_path(config_dir), *user])
+        chosen = _preset(options, first)
+        base = [*chosen.overrides(tuple(user)), *user]
+        spec, results_dir = compose_one([*search_path(config_dir), *base])
+    ram = psutil.virtual_memory().total
+    notes: List[str] = []
+    length_for = None
+    if chosen.dataset is not None and user_value(user, "dataset.length") is None:
+        data = chosen.dataset
+        # Sized as mlpstorage sizes a workload's data for a host: MEMORY_FACTOR x its memory, and
+        # MIN_STEPS_PER_EPOCH steps an epoch on each of the N accelerators; never below DLIO's own.
+        least = max(data.dataset_length, math.ceil(MEMORY_FACTOR * ram / data.sample_bytes))
+        length_for = lambda n: max(least, MIN_STEPS_PER_EPOCH * chosen.batch_size * n)  # noqa: E731
+        memory = ""
+        sample_bytes: Optional[float] = data.sample_bytes
+    else:
+        dataset = build_dataset(spec)
+        size = _dataset_bytes(dataset)
+        sample_bytes = size / len(dataset) if size is not None else None
+        need = steps_rule(len(dataset), spec.loader.batch_size, 1)
+        if need:
+            raise ConfigError(f"the dataset's {len(dataset)} samples are too few for {MIN_STEPS_PER_EPOCH} steps an "
+                              f"epoch of {spec.loader.batch_size}: it needs {need} samples (x the accelerators)")
+        memory = memory_rule(size, ram)
+        if memory and strict:
+            raise ConfigError(f"--rules strict: {memory}; a dataset {MEMORY_FACTOR}x the memory is the rule")
+        if memory:
+            print(f"storage-check: {memory}: running with dataset.cache=cold, and the result says so", flush=True)
+            base.append("dataset.cache=cold")
+    steps_given = user_value(user, "run.steps")
+    steps = int(steps_given) if steps_given is not None else MIN_STEPS_PER_EPOCH
+    shortened = tuple(line for line in (
+        f"storage_check.runs={options.runs} of {RUNS}" if options.runs < RUNS else "",
+        f"run.steps={steps}, under the rules' epoch of {MIN_STEPS_PER_EPOCH} steps" if steps < MIN_STEPS_PER_EPOCH
+        else "") if line)
+    shared = spec.storage.shared_mb_per_s
+    predicted = None
+    if shared is not None and sample_bytes:
+        predicted = predicted_accelerators(shared, chosen.step_ms / MS_PER_S, chosen.batch_size, sample_bytes,
+                                           chosen.min_au_pct)
+    label = folder_safe(f"{chosen.workload}-{chosen.accelerator}")
+    folder = new_folder(Path(results_dir) / f"{time.strftime('%Y%m%d-%H%M%S')}-storage-check-{label}")
+    check = Check(folder, base if steps_given is not None else [*base, f"run.steps={steps}"], config_dir,
+                  length_for, steps, sample_bytes)
+    with folder_lock(folder):
+        return _check(check, chosen, spec, options, shortened, memory, notes, predicted, shared, tuple(overrides))
+
+
+def _check(check: Check, chosen: Preset, spec: JobSpec, options: CheckOptions, shortened: Tuple[str, ...],
+           memory: str, notes: List[str], predicted: Optional[int], shared: Optional[float],
+           overrides: Tuple[str, ...]) -> int:
+    """The search, the runs and the no-chain run inside the check's locked folder; the files written
+    whatever stopped it."""
+    chain = _chain(spec)
+    status = 0
+    failure = ""
+    search = SearchOutcome(0, (), False)
+    records: List[JobRecord] = []
+    without, costliest = None, None
+    try:
+        search = search_accelerators(check.measure, chosen.min_au_pct, predicted or 1, options.max_accelerators)
+        n = search.accelerators
+        if n >= 1:
+            seeds = ",".join(str(seed) for seed in range(options.runs + 1))
+            print(f"storage-check: {n} accelerator(s): 1 warm-up run and {options.runs} runs", flush=True)
+            code, records = check.sweep(check.folder / RUNS_DIR, check.overrides(n, f"run.seed={seeds}"))
+            if code != 0:
+                failure = f"a run failed (exit status {code}; its line is above, its files in {RUNS_DIR}/)"
+            if chain != "none" and chosen.dataset is not None and not failure:
+                print(f"storage-check: {n} accelerator(s) without the chain", flush=True)
+                _, plain = check.sweep(check.folder / NO_CHAIN_DIR,
+                                       check.overrides(n, "transform=none", "dataset.images=false", "run.seed=1"))
+                without = _run_of(plain[0], check.sample_bytes) if plain else None
+            elif chain != "none":
+                notes.append("the same N without the chain is not measured: the dataset hands the chain images, "
+                             "which need a chain to become tensors (a workload's preset hands tensors without one)")
+    except Stopped as stop:
+        status = stop.status
+        failure = "interrupted"
+        if not records and (check.folder / RUNS_DIR).exists():
+            records = load_job_results(check.folder / RUNS_DIR)
+    runs = tuple(_run_of(r, check.sample_bytes) for r in sorted(records, key=lambda r: int(r.config["run"]["seed"]))
+                 if int(r.config["run"]["seed"]) > 0)  # seed 0 is the warm-up
+    costliest = _costliest(records) if chain != "none" else None
+    n = search.accelerators
+    length = check.length_for(n) if check.length_for is not None else len(build_dataset(spec))
+    done = Procedure(accelerators=n, min_au_pct=chosen.min_au_pct, au_pct=tuple(r.au_pct for r in runs),
+                     samples_per_s=tuple(r.samples_per_s for r in runs), runs_asked=options.runs, failure=failure,
+                     preset=chosen.dataset is not None, chain=chain, shortened=shortened, memory=memory,
+                     steps_needed=steps_rule(length, chosen.batch_size, n) if n else 0, notes=tuple(notes))
+    result = CheckResult(chosen, chain, done, verdict(done), search, runs, without, costliest, shared, predicted,
+                         overrides)
+    print("\n" + write_check(check.folder, result), end="")
+    print(f"results: {check.folder}")
+    return status
+
+
+def add_parser(verbs: "argparse._SubParsersAction") -> None:
+    parser = verbs.add_parser(
+        "storage-check", help="MLPerf Storage-style: how many emulated accelerators this host and storage feed "
+                              "at the minimum AU, through your chain (not MLPerf results)",
+        description="Find the most emulated accelerators (torchrun ranks, each with its own loader and the "
+                    "workload's emulated step) whose every AU meets the workload's minimum, then run 1 warm-up "
+                    "and 5 runs there, a new seed each, and the same N without the chain; write verdict.json "
+                    "(CLOSED, OPEN or INVALID, with reasons) and report.md. " + NOT_MLPERF + ".",
+        epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    add_config_dir(parser)
+    parser.add_argument("--rules", choices=("open", "strict"), default="open",
+                        help="strict: refuse a dataset under 5x the host's memory; open (default): run it with "
+                             "dataset.cache=cold and say so in the verdict")
+    add_overrides(parser, "workload=resnet50 accelerator=h100 dataset.storage.shared_mb_per_s=500")
+
+
+def main(args: argparse.Namespace) -> int:
+    return storage_check_command(list(args.overrides), args.config_dir, args.rules == "strict")

@@ -1,0 +1,33 @@
+"""`pipebench storage-check` from the command line: a preset error's one line, and one short check's files."""
+
+import json
+
+import pytest
+from conftest import results_folder, run_cli
+
+pytestmark = pytest.mark.slow
+
+
+def test_an_unknown_accelerator_is_one_line_listing_the_presets(tmp_path):
+    done = run_cli(["storage-check", "workload=resnet50", "accelerator=tpu", f"results_dir={tmp_path}"], tmp_path)
+    assert done.returncode == 2
+    line = done.stderr.strip()
+    assert "\n" not in line and "accelerator 'tpu'" in line and "h100, a100" in line and "cosmoflow" in line
+
+
+def test_a_short_check_writes_its_verdict_and_says_it_was_shortened(tmp_path):
+    """One accelerator at most, one run: the verdict's shape and reasons, whatever the host's load."""
+    done = run_cli(["storage-check", "workload=custom", "dataset=storage_samples", "transform=none",
+                    "dataset.sample_bytes=10000", "dataset.length=2000", "consumer.step_ms=40", "loader.batch_size=4",
+                    "dataset.storage.shared_mb_per_s=50", "workers=1", "run.steps=8", "run.min_time_s=0.2",
+                    "run.worker_cycles=1", "trace=none", "storage_check.runs=1", "storage_check.max_accelerators=1",
+                    "storage_check.min_au_pct=10", f"results_dir={tmp_path}"], tmp_path)
+    assert done.returncode == 0, done.stderr
+    folder = results_folder(done.stdout)
+    verdict = json.loads((folder / "verdict.json").read_text())
+    assert verdict["verdict"] in ("OPEN", "INVALID") and isinstance(verdict["accelerators"], int)
+    assert "shortened: storage_check.runs=1 of 5" in verdict["reasons"]
+    assert any("under 5x the host's memory" in r for r in verdict["reasons"])
+    assert len(verdict["au_pct"]) == (1 if verdict["accelerators"] else 0)
+    assert "not MLPerf results" in (folder / "report.md").read_text()
+    assert (folder / "search").is_dir()
