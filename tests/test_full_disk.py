@@ -68,6 +68,28 @@ def test_a_run_that_starts_on_a_full_disk_is_one_line_and_leaves_no_folder(small
     assert list((small_fs / "out").iterdir()) == [], "no empty run folder is left"
 
 
+# Room for the run's lock and invocation.json (a tmpfs page each), not for Hydra's multirun.yaml.
+SWEEP_START_ROOM = 8 << 10
+
+
+def _leave_room(fs: Path, room: int) -> None:
+    """Fill `fs` all but `room` bytes."""
+    reserve = fs / "reserve"
+    reserve.write_bytes(b"\0" * room)
+    fill(fs / FILLER)
+    reserve.unlink()
+
+
+def test_a_sweep_whose_multirun_yaml_does_not_fit_is_one_line_exit_2_and_leaves_no_folder(small_fs, capsys):
+    (small_fs / "out").mkdir()
+    _leave_room(small_fs, SWEEP_START_ROOM)
+    assert main(["run", "transform.per_sample=[]", *FAST_JOB, f"results_dir={small_fs / 'out'}"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("pipebench: error: ") and len(err.strip().splitlines()) == 1, err
+    assert f"multirun.yaml: {FULL}" in err, err
+    assert list((small_fs / "out").iterdir()) == [], "no folder with a truncated multirun.yaml is left"
+
+
 def _sweep(project: Path, markers: Path, results: Path) -> Run:
     """Two jobs (workers=0,1); the second fills the disk `markers` is on while it measures."""
     (project / CONF / "transform").mkdir(parents=True, exist_ok=True)
@@ -123,10 +145,7 @@ CONVERT_ROOM = 40 << 10
 
 @pytest.mark.parametrize("to, cut", [("webdataset", "shard-000000.tar"), ("litdata", "chunk-0-1.bin")])
 def test_convert_on_a_full_disk_names_the_file_and_the_space_and_leaves_nothing(to, cut, small_fs, tmp_path):
-    reserve = small_fs / "reserve"
-    reserve.write_bytes(b"\0" * CONVERT_ROOM)
-    fill(small_fs / FILLER)
-    reserve.unlink()
+    _leave_room(small_fs, CONVERT_ROOM)
     out = small_fs / "out"
     with pytest.raises(PipebenchError) as full:
         convert(to, out, 4, [*CONVERT_CORPUS, f"dataset.cache_dir={tmp_path / 'cache'}"])

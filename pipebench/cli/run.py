@@ -14,8 +14,9 @@ import re
 from importlib import resources
 import sys
 import time
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Callable, List, Optional, Sequence, Tuple
+from typing import Callable, Iterator, List, Optional, Sequence, Tuple
 
 import hydra
 
@@ -34,11 +35,12 @@ from pipebench.base.errors import (
     TERMINATED_EXIT_STATUS,
     USAGE_EXIT_STATUS,
     ConfigError,
+    PipebenchError,
     SweepIncomplete,
     Terminated,
     error_line,
 )
-from pipebench.base.io import folder_safe
+from pipebench.base.io import folder_safe, with_name
 from pipebench.cli.build_check import check_builds
 from pipebench.cli.common_args import (
     add_baseline_job,
@@ -70,7 +72,14 @@ from pipebench.record.results import (
     write_calibration,
 )
 from pipebench.record.jobs import override_key
-from pipebench.record.resume import abandon_new_folder, choose_invocation, ready_for_sweep, record_invocation
+from pipebench.record.resume import (
+    HYDRA_SWEEP_FILE,
+    INVOCATION_FILE,
+    abandon_new_folder,
+    choose_invocation,
+    ready_for_sweep,
+    record_invocation,
+)
 from pipebench.report.comparison import identity, select_job
 from pipebench.report.writer import print_summary, write_report
 
@@ -290,6 +299,41 @@ def search_path(config_dir: Optional[str]) -> List[str]:
     return [f"hydra.searchpath=[{_quote('file://' + str(Path(config_dir).resolve()))}]"]
 
 
+# Hydra's switch that lets an exception out of its entry point instead of printing a traceback and
+# exiting 1 (hydra._internal.utils.run_and_report).
+HYDRA_RAISES = "HYDRA_FULL_ERROR"
+
+
+@contextmanager
+def _hydra_raising() -> Iterator[None]:
+    """Hydra's entry point lets exceptions out while the block runs, so a file its sweeper writes (its
+    multirun.yaml, on a full disk) reaches pipebench's one line rather than Hydra's traceback."""
+    before = os.environ.get(HYDRA_RAISES)
+    os.environ[HYDRA_RAISES] = "1"
+    try:
+        yield
+    finally:
+        if before is None:
+            os.environ.pop(HYDRA_RAISES, None)
+        else:
+            os.environ[HYDRA_RAISES] = before
+
+
+def _sweep_not_started(invocation_dir: Path, exc: OSError) -> PipebenchError:
+    """The one line for a file the sweep's process could not write before any job had a folder (a
+    full disk), naming it (a buffered write names none, and the only one there is Hydra's
+    multirun.yaml) and the space it met. Then the truncated multirun.yaml and invocation.json are
+    removed, so a new folder is left as the run found it (run_command removes it)."""
+    line = error_line(exc if exc.filename else with_name(exc, invocation_dir / HYDRA_SWEEP_FILE))
+    (invocation_dir / HYDRA_SWEEP_FILE).unlink(missing_ok=True)
+    (invocation_dir / INVOCATION_FILE).unlink(missing_ok=True)
+    return PipebenchError(line)
+
+
+def _any_job(invocation_dir: Path) -> bool:
+    return any(path.is_dir() for path in invocation_dir.glob("job-*"))
+
+
 def _run_sweep(invocation_dir: Path, swept: Sequence[str], jobs: Sequence[Sequence[str]], command: Sequence[str],
                calibrate: bool, baseline: Optional[str], epilogue: Optional[Callable[[Path], None]],
                ahead: Optional[JobProcess], stage: bool = False) -> int:
@@ -308,7 +352,13 @@ def _run_sweep(invocation_dir: Path, swept: Sequence[str], jobs: Sequence[Sequen
     status = 0
     incomplete: List[str] = []
     try:
-        _hydra_entry()()
+        with _hydra_raising():
+            _hydra_entry()()
+    except OSError as exc:  # a full disk: one line; at the sweep's start, no folder left either
+        if not _any_job(invocation_dir):
+            raise _sweep_not_started(invocation_dir, exc) from None
+        print(f"pipebench: error: {error_line(exc)}", file=sys.stderr)
+        status = USAGE_EXIT_STATUS
     except SweepIncomplete as exc:  # jobs failed; the finished ones are reported all the same
         status, incomplete = exc.code, exc.lines()
     except SystemExit as exc:
