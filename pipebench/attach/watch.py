@@ -52,13 +52,6 @@ DEFAULT_SKIP_STEPS = 5
 DEFAULT_SECONDS = 120.0
 # Replay is off unless asked for: its extra steps train the user's model on repeated batches.
 DEFAULT_REPLAY = 0
-# A loader measured over fewer blocks of whole worker cycles than this (an eval loader of a few
-# steps) gets no interval, and its ci_note says why: the t quantile alone is 3.2 at 4 blocks and
-# 12.7 at 2 (1.96 with the noise known), and the blocks' spread read from so few values is off by
-# 40% or more, so such an interval spans orders of magnitude (7.5-10,877 samples/s, issue 41).
-MIN_INTERVAL_BLOCKS = 5
-FEW_BLOCKS_NOTE = ("no interval: {steps} measured steps make {blocks} block(s) of whole worker cycles; "
-                   "an interval needs {least}")
 # The summary figures made of a sample's rows: empty (None) where a loader has no rows, never 0.
 ROW_FIGURES = ("pipeline_ms_per_sample", "cpu_ms_per_sample", "worker_capacity_samples_per_s",
                "cpu_capacity_samples_per_s")
@@ -448,11 +441,6 @@ class LoaderWatch:
                    **self.first_batch_parts(), **self.meters.columns(), **self.meters.loader_columns(self.worker_pids))
         if not rows:
             row.update(dict.fromkeys(ROW_FIGURES))
-        if row["ci_blocks"] < MIN_INTERVAL_BLOCKS:
-            nan = float("nan")
-            row.update(samples_per_s_ci_low=nan, samples_per_s_ci_high=nan, batches_per_s_ci_low=nan,
-                       batches_per_s_ci_high=nan, ci_note=FEW_BLOCKS_NOTE.format(
-                           steps=row["steps"], blocks=row["ci_blocks"], least=MIN_INTERVAL_BLOCKS))
         if self.replay_ns:
             replay_ms = float(np.mean(self.replay_ns)) / NS_PER_MS
             row.update(replay_steps=len(self.replay_ns), replay_step_ms=replay_ms,

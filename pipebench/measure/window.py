@@ -15,7 +15,7 @@ from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
 import numpy as np
 
-from pipebench.base.stats import RatioInterval, block_ratio_interval
+from pipebench.base.stats import RatioInterval, block_ratio_interval, telling
 from pipebench.measure.steps import NS_PER_S, WINDOW_TIME_CAP, PassResult, StepSample
 
 __all__ = ["RESTART_SOURCES", "EpochCost", "SteadyState", "Window", "interval_blocks", "epoch_cost", "epoch_rate",
@@ -167,11 +167,12 @@ def _block_end(start: int, k: int, cycles: int) -> int:
 
 def rate_interval(window: Window, samples: np.ndarray, step_ns: np.ndarray) -> RatioInterval:
     """samples/s over the steady blocks, with the batch-means interval over blocks of whole
-    cycles that each span at least BLOCK_MIN_S (machine load varies on that scale too)."""
+    cycles that each span at least BLOCK_MIN_S (machine load varies on that scale too); none where
+    it is too wide to say anything (`stats.telling`, one rule for jobs, ranks and attach)."""
     blocks = interval_blocks(window, step_ns, BLOCK_MIN_S * NS_PER_S, MIN_TIME_BLOCKS)
     sample_blocks = np.array([samples[list(b)].sum() for b in blocks])
     time_blocks = np.array([step_ns[list(b)].sum() for b in blocks]) / NS_PER_S
-    return block_ratio_interval(sample_blocks, time_blocks, CONFIDENCE_LEVEL)
+    return telling(block_ratio_interval(sample_blocks, time_blocks, CONFIDENCE_LEVEL))
 
 
 def steady_masks(window: Window) -> List[List[bool]]:
