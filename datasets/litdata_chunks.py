@@ -76,26 +76,29 @@ def _read_index(fs: Any, root: str, input_dir: str) -> dict:
     if odd:
         raise DatasetError(f"{NAME}: {where}: {odd}")
     try:
-        info = fs.info(f"{root}/{INDEX_FILE}")
-        if info.get("size", 0) > INDEX_MAX_BYTES:
-            raise DatasetError(f"{NAME}: {where}: {info['size']} bytes, more than the {INDEX_MAX_BYTES} an index "
-                               "is read to, so not a LitData index")
-        with fs.open(f"{root}/{INDEX_FILE}", "r") as f:
-            return json.load(f)
+        size = fs.info(f"{root}/{INDEX_FILE}").get("size", 0)
+        if size <= INDEX_MAX_BYTES:
+            with fs.open(f"{root}/{INDEX_FILE}", "r") as f:
+                return json.load(f)
     except FileNotFoundError:
         raise DatasetError(f"{NAME}: {input_dir}: no {INDEX_FILE}, so no optimized LitData set "
                            "(`pipebench dataset convert --to litdata` writes one)") from None
     except PermissionError as exc:
-        settings = f"; {ENDPOINT_SETTINGS}" if is_url(input_dir) else ""
-        raise DatasetError(f"{NAME}: {where}: access denied ({exc}){settings}") from None
+        raise _denied(where, exc, input_dir) from None
     except (OSError, ValueError) as exc:
         raise DatasetError(f"{NAME}: {where}: not a LitData index ({exc})") from None
-    except DatasetError:
-        raise
     except Exception as exc:  # a URL's store raises its own errors (botocore's)
         if is_url(input_dir):
             raise unreadable(where, exc) from None
         raise
+    raise DatasetError(f"{NAME}: {where}: {size} bytes, more than the {INDEX_MAX_BYTES} an index is read to, "
+                       "so not a LitData index")
+
+
+def _denied(where: str, exc: BaseException, input_dir: str) -> DatasetError:
+    """The line for a file the storage refuses to let us read (a bucket's 403)."""
+    settings = f"; {ENDPOINT_SETTINGS}" if is_url(input_dir) else ""
+    return DatasetError(f"{NAME}: {where}: access denied ({exc}){settings}")
 
 
 def _field_formats(config: dict, where: str) -> Dict[str, str]:
@@ -146,6 +149,8 @@ def _check_chunks(fs: Any, root: str, config: dict, chunks: List[dict],
     plain = not (config.get("compression") or config.get("compression_level") or config.get("encryption"))
     paths, sizes, counts = [], [], []
     for chunk in chunks:
+        if not isinstance(chunk, dict):
+            raise DatasetError(f"{NAME}: {input_dir}/{INDEX_FILE}: not a LitData index (a chunk entry {chunk!r})")
         name = chunk.get("filename")
         if _leaves_folder(name):
             raise DatasetError(f"{NAME}: {input_dir}/{INDEX_FILE}: chunk name {name!r} leaves the folder, so not read")
@@ -158,6 +163,12 @@ def _check_chunks(fs: Any, root: str, config: dict, chunks: List[dict],
             info = fs.info(path)
         except FileNotFoundError:
             raise DatasetError(f"{NAME}: {where}: no such chunk (listed in {INDEX_FILE})") from None
+        except PermissionError as exc:
+            raise _denied(where, exc, input_dir) from None
+        except Exception as exc:  # a URL's store raises its own errors (botocore's)
+            if is_url(input_dir):
+                raise unreadable(where, exc) from None
+            raise
         size, count, listed = int(info["size"]), chunk.get("chunk_size"), chunk.get("chunk_bytes")
         if isinstance(count, bool) or not isinstance(count, int) or count < 0:
             raise DatasetError(f"{NAME}: {where}: {INDEX_FILE} gives it chunk_size {count!r}, not a count of items")
@@ -219,10 +230,10 @@ class LitDataChunks(ShardFiles, IterableDataset):
         if not isinstance(index, dict) or not isinstance(index.get("config"), dict) \
                 or not isinstance(index.get("chunks"), list):
             raise DatasetError(f"{NAME}: {where}: not a LitData index (no config and chunks)")
+        _check_endpoint(fs, input_dir)
         fields = _field_formats(index["config"], where)
         self.image_format, self.label_field, self.index_field = _check_fields(fields, self.keys, where)
         paths, sizes, counts = _check_chunks(fs, root, index["config"], index["chunks"], input_dir)
-        _check_endpoint(fs, input_dir)
         self.locations, self.sizes, self.counts = tuple(paths), tuple(sizes), tuple(counts)
         self._note = ""
         self._stream: Optional[Any] = None

@@ -253,3 +253,22 @@ def test_litdata_in_a_bucket_names_the_http_endpoint_and_a_403_as_access_denied(
     line = str(caught.value)
     assert line.startswith("litdata: s3://peer/set/index.json: access denied (") and "\n" not in line
     assert "not a LitData index" not in line and "AWS_ACCESS_KEY_ID" in line
+
+
+@pytest.mark.slow
+def test_a_run_over_litdata_pixels_says_where_the_decode_is_and_reads_every_position_once(optimized, tmp_path):
+    """One whole `pipebench run` at workers=2, drop_last=false, over the optimize set's `pil` field: the
+    plan-time note once, and the job's exactly-once check over items known by their position."""
+    from conftest import NO_PROFILE, results_folder, run_cli
+
+    done = run_cli(["run", "dataset=litdata", f"dataset.input_dir={optimized}", "dataset.image_key=pil", "workers=2",
+                    "run=quick", "consumer=none", "loader.batch_size=4", "loader.drop_last=false", "run.progress=false",
+                    "run.warmup_steps=0", "run.min_time_s=0", "transform.per_batch=[]",
+                    "transform.per_sample=[{_target_:torchvision.transforms.PILToTensor}]",
+                    *NO_PROFILE, f"results_dir={tmp_path}"], cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    notes = [line for line in done.stderr.splitlines() if "holds litdata's pil serializer" in line]
+    assert len(notes) == 1 and notes[0].startswith("note: litdata: "), done.stderr
+    job = json.loads((results_folder(done.stdout) / "job-0" / "result.json").read_text())
+    assert job["coverage"]["exactly_once"] and job["coverage"]["length"] == IMAGES
+    assert job["fingerprint"]["dataset"]["index_read"] == "position"
