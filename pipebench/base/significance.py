@@ -145,6 +145,13 @@ def intervals_overlap(low_a: float, high_a: float, low_b: float, high_b: float) 
     return high_a >= low_b and low_a <= high_b
 
 
+def reaches(low: float, high: float, rate: float) -> bool:
+    """Whether an interval holds a rate: the rate is one the interval's noise allows. An interval
+    with NaN bounds (none: too few cycles, or too wide to say anything) holds none, so a row
+    without one is never called within the noise of another."""
+    return low <= rate <= high
+
+
 def separated(a: Sequence[float], b: Sequence[float]) -> bool:
     """Whether `a` and `b` (rounds of two jobs) differ for real at any size: the rule above with a
     zero threshold, unpaired and uncorrected; one round a side can never separate."""

@@ -29,7 +29,7 @@ import numpy as np
 
 from pipebench.base.csv_cells import csv_table
 from pipebench.base.errors import ConfigError
-from pipebench.base.significance import MIN_SAMPLES, intervals_overlap, separated
+from pipebench.base.significance import MIN_SAMPLES, intervals_overlap, reaches, separated
 from pipebench.base.noise_figures import (
     MAX_SIGNIFICANT_FIGURES,
     compare_half_width,
@@ -166,12 +166,17 @@ class ComparisonTable:
         return self.rows[i].rate.value / self.rows[self.baseline].rate.value
 
     def near_best(self, i: int) -> bool:
-        """Not the best, but not told apart from it by the one rule of pipebench.base.significance:
-        on the rounds' samples/s where both rows have rounds enough for it, else on their intervals."""
+        """Not the best, but within its noise by the one rule of pipebench.base.significance: on the
+        rounds' samples/s where both rows have rounds enough for it (not `separated`), else where the
+        row's spread reaches the best's samples/s (`reaches`); a row without a spread is never marked.
+        Overlapping spreads are not enough: a row whose spread stops short of the best's rate is
+        slower by its own noise."""
         if i == self.best:
             return False
         best, row = self.rows[self.best], self.rows[i]
-        return not told_apart(best.round_rates(), best.rate, row.round_rates(), row.rate)
+        if min(len(best.round_rates()), len(row.round_rates())) >= MIN_SAMPLES:
+            return not separated(best.round_rates(), row.round_rates())
+        return reaches(row.rate.low, row.rate.high, best.rate.value)
 
 
 def told_apart(rates_a: Sequence[float], a: Spread, rates_b: Sequence[float], b: Spread) -> bool:
@@ -399,7 +404,8 @@ def comparison_markdown(table: ComparisonTable) -> str:
                      "threads, and the main loop) over the measured window; summed PSS: main process and workers, "
                      "shared pages split (under thread backends the one process). Medians over rounds.")
     if not all(math.isfinite(r.low) for r in rates):
-        notes.append("An empty spread: too few measured steps for an interval (summary.csv's ci_note says why).")
+        notes.append("An empty spread: no interval that says anything (too few measured steps, or one too wide; "
+                     "summary.csv's ci_note says why).")
     if not table.ranked and len(table.rows) > 1:
         notes.insert(0, "Each row is one loader of the script, described on its own: loaders that feed different "
                         "steps (train, eval) are not competing setups, so none is ranked against another "
@@ -407,7 +413,7 @@ def comparison_markdown(table: ComparisonTable) -> str:
     if compared:
         base_label = row_label(table.rows[table.baseline], table.axes)
         notes.insert(0, f"speedup: samples/s against `{base_label}`. {BEST_MARK}: highest samples/s; {NEAR_BEST_MARK}: "
-                        "its spread overlaps the best's, so the difference is within the noise.")
+                        "its spread reaches the best's samples/s, so the difference is within the noise.")
     return markdown_table(cells, columns, right=numeric) + "\n" + "\n".join(notes) + "\n"
 
 
