@@ -152,3 +152,23 @@ def test_convert_on_a_full_disk_names_the_file_and_the_space_and_leaves_nothing(
     assert str(full.value).startswith(f"{out / cut}: No space left on device ("), str(full.value)
     assert f" free of {SMALL_FS[:-1]}.0 MiB in {out})" in str(full.value)
     assert sorted(p.name for p in small_fs.iterdir()) == [FILLER], "no half-written shard, no folder"
+
+
+# Room for a little of the trace of TRACED_OPS matrix products (about 100 KB), not for all of it.
+TRACE_ROOM, TRACED_OPS = 16 << 10, 200
+
+
+def test_a_trace_that_does_not_fit_is_one_line_and_leaves_no_file(small_fs):
+    import torch
+
+    from pipebench.measure.after_window import TORCH_TRACE_FILE, _export
+
+    profiler = torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU])
+    with profiler:
+        for _ in range(TRACED_OPS):
+            torch.ones(8, 8) @ torch.ones(8, 8)
+    _leave_room(small_fs, TRACE_ROOM)
+    with pytest.raises(PipebenchError) as full:
+        _export(profiler, small_fs / TORCH_TRACE_FILE)
+    assert str(full.value) == f"{small_fs / TORCH_TRACE_FILE}: {FULL}{small_fs})"
+    assert sorted(p.name for p in small_fs.iterdir()) == [FILLER], "no empty trace.json, no kineto temporary"

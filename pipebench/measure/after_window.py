@@ -6,6 +6,9 @@ through one stepping function, `run_steps`. The thread profile stays in
 pipebench.measure.thread_profile: it calls the steps on threads, not through a loop.
 """
 
+import errno
+import os
+import shutil
 from contextlib import AbstractContextManager, contextmanager, nullcontext
 from dataclasses import dataclass
 from pathlib import Path
@@ -13,6 +16,7 @@ from typing import Any, Dict, Iterator, List, Optional
 
 import torch
 
+from pipebench.base.errors import PipebenchError, error_line
 from pipebench.base.io import replacing, write_text_atomic
 from pipebench.measure.gpu.session import GPU_TRACE_FILE, STEP_LABEL, LabelledConsumer, trace_steps
 from pipebench.measure.job_run import JobRun
@@ -31,6 +35,8 @@ PROFILE_TABLE_ROWS = 40
 TORCH_TRACE_FILE, PROFILE_TABLE_FILE = "trace.json", "profile.txt"
 # record_function label around each step of the single-process torch.profiler trace.
 TORCH_STEP_LABEL = "step"
+# What kineto's Chrome trace writer adds to the name it is given for the file it writes first.
+KINETO_TEMP_SUFFIX = ".tmp"
 
 
 def run_steps(loop: StepLoop, steps: int, label: Optional[str] = None,
@@ -53,9 +59,29 @@ def run_steps(loop: StepLoop, steps: int, label: Optional[str] = None,
 
 
 def _export(profiler: torch.profiler.profile, path: Path) -> Path:
+    """The profiler's Chrome trace at `path`, whole, or a PipebenchError line naming it and the space
+    its folder had, with nothing left behind. The exporter (kineto) writes `NAME.tmp` and renames it to
+    the name it is given; a write that fails (a full disk) it only logs, leaving that temporary and an
+    empty file: renamed over, that was a 0-byte trace.json beside a 454 KB temporary."""
     with replacing(path, ".json") as new:  # the exporter writes by name: a new file, renamed over
-        profiler.export_chrome_trace(str(new))
+        leftover = Path(f"{new}{KINETO_TEMP_SUFFIX}")
+        try:
+            profiler.export_chrome_trace(str(new))
+            failed = leftover.exists() or new.stat().st_size == 0
+            line = _unwritten(path) if failed else ""
+        finally:
+            leftover.unlink(missing_ok=True)
+        if failed:
+            raise PipebenchError(line)
     return path
+
+
+def _unwritten(path: Path) -> str:
+    """The line for a trace the exporter could not write whole, made while its temporary still holds
+    the space: a full disk as every full disk reads (errors.error_line), else what the exporter said."""
+    full = shutil.disk_usage(path.parent).free == 0
+    why = os.strerror(errno.ENOSPC) if full else "torch.profiler's exporter could not write it whole"
+    return error_line(OSError(errno.ENOSPC if full else errno.EIO, why, str(path)))
 
 
 @contextmanager
