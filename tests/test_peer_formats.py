@@ -12,6 +12,7 @@ import shutil
 
 import numpy as np
 import pytest
+from conftest import NO_PROFILE, results_folder, run_cli
 from PIL import Image
 from torch.utils.data import DataLoader
 
@@ -90,7 +91,8 @@ def _hf_files(jpegs, folder):
 
 @pytest.mark.slow
 def test_hugging_face_parquet_with_paths_opened_images_and_embedded_bytes(jpegs, tmp_path):
-    pytest.importorskip("datasets", reason="HF datasets writes the files: pip install '.[test]'")
+    # A submodule of HF's alone: the repo's own datasets/ folder, were it on sys.path, has none.
+    pytest.importorskip("datasets.arrow_dataset", reason="HF datasets writes the files: pip install '.[test]'")
     logging.getLogger("datasets").setLevel(logging.WARNING)
     paths, opened, embedded = _hf_files(jpegs, tmp_path)
     labels = [number % 3 for number in range(IMAGES)]
@@ -259,8 +261,6 @@ def test_litdata_in_a_bucket_names_the_http_endpoint_and_a_403_as_access_denied(
 def test_a_run_over_litdata_pixels_says_where_the_decode_is_and_reads_every_position_once(optimized, tmp_path):
     """One whole `pipebench run` at workers=2, drop_last=false, over the optimize set's `pil` field: the
     plan-time note once, and the job's exactly-once check over items known by their position."""
-    from conftest import NO_PROFILE, results_folder, run_cli
-
     done = run_cli(["run", "dataset=litdata", f"dataset.input_dir={optimized}", "dataset.image_key=pil", "workers=2",
                     "run=quick", "consumer=none", "loader.batch_size=4", "loader.drop_last=false", "run.progress=false",
                     "run.warmup_steps=0", "run.min_time_s=0", "transform.per_batch=[]",
