@@ -294,3 +294,22 @@ def test_wandb_logs_offline_into_the_scripts_run_without_moving_its_step(tmp_pat
     finally:
         run.finish()
     assert list(tmp_path.glob("wandb/offline-run-*/run-*.wandb"))
+
+
+def test_the_report_draws_the_timeline_and_names_each_captures_cause(tmp_path):
+    from pipebench.report.recorded import TIMELINE_PNG, write_recording
+
+    capture = tmp_path / "capture-1"
+    capture.mkdir()
+    (capture / "capture.json").write_text('{"kind": "starvation", "loader": "loader=t.py:3", "rank": 0, '
+                                          '"first_step": 40, "last_step": 59, "lost_s": 2.5}')
+    (capture / "transforms.csv").write_text("job,stage,transform,ms_per_sample,ms_per_call_median,baseline_ms_per_sample\n"
+                                            "x,per_sample,Crop,0.5,0.5,0.5\nx,per_sample,Decode,9.0,9.1,3.0\n")
+    clock = FakeClock()
+    recorder = Recorder(tmp_path, RecordSettings(every_steps=10), clock=clock)
+    run_epoch(recorder.loader("loader=t.py:3"), clock, [0.0] + [1.0] * 60, 9.0)
+    recorder.close()
+    section = write_recording(tmp_path, tmp_path)
+    assert (tmp_path / TIMELINE_PNG).stat().st_size > 0
+    assert "Decode: 9.00 ms a sample (baseline 3.00)" in section
+    assert "Decode" in (capture / "report.md").read_text()
