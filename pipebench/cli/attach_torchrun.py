@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Iterator, List, NoReturn, Optional, Sequence, Tuple
 
 from pipebench.attach.recording import Recording, recording_environment, start_files
+from pipebench.attach.sinks.sink_set import open_sinks
 from pipebench.attach.watch import WatchWindow
 from pipebench.attach.watched_ranks import RANKS_FOLDER, merge_ranks, rank_environment, rank_status
 from pipebench.base.descendants import no_descendant_outlives
@@ -127,6 +128,8 @@ def attach_torchrun(command: TorchrunCommand, window: WatchWindow, folder: Path,
     (pipebench.attach.claimed_folder)."""
     ranks_dir = folder / RANKS_FOLDER
     if recording is not None:
+        # A sink that cannot start is one line and exit 2 before torchrun starts (each rank starts its own).
+        open_sinks(recording.sinks).close()
         start_files(folder)
     status = run_torchrun(command, {**os.environ, **rank_environment(ranks_dir, window),
                                     **recording_environment(recording, folder)})
