@@ -23,7 +23,7 @@ import weakref
 from collections import deque
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Deque, Dict, Iterable, Iterator, List, Optional, Sequence, Tuple
+from typing import Any, Callable, Deque, Dict, Iterable, Iterator, List, Optional, Protocol, Sequence, Tuple
 
 from torch.utils.data import DataLoader
 
@@ -91,12 +91,17 @@ class RecordSettings:
         return cls(**{**data, "rule": StallRule(**data["rule"])})
 
 
-Sink = Callable[[str, Dict[str, Any]], None]
+class Sink(Protocol):
+    """Where rows go beside the files (`sinks.sink_set.SinkSet`): called with ("window" | "event", row)."""
+
+    def __call__(self, kind: str, row: Dict[str, Any]) -> None: ...
+
+    def close(self) -> None: ...
 
 
 class Recorder:
-    """One process's recording: series.csv and events.csv (appended), its captures, its sinks (each
-    called with ("window" | "event", row)). `clock` is perf_counter_ns; tests pass a fake."""
+    """One process's recording: series.csv and events.csv (appended), its captures, its sink (closed
+    with it). `clock` is perf_counter_ns; tests pass a fake."""
 
     def __init__(self, folder: Path, settings: RecordSettings = RecordSettings(), rank: int = 0,
                  sink: Optional[Sink] = None, captures_folder: Optional[Path] = None,
@@ -138,6 +143,8 @@ class Recorder:
             loader.finish()
         self.series.close()
         self.events.close()
+        if self.sink is not None:
+            self.sink.close()
 
 
 @dataclass

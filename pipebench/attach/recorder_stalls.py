@@ -35,8 +35,8 @@ STARVATION_RISE, RATE_DROP, EPOCH_START = "starvation", "rate", "epoch_start"
 # a steady run would cross the bound a thousand times, and only the minimum effect would hold them.
 STALL_ALPHA = 0.001
 # The case is a rise from ~0 to 30% starvation; half of it catches a stall that began
-# mid-window (its first window half stalled) and lies far above a healthy run's window-to-window
-# noise (a few points, measured on the attach overhead script).
+# mid-window (its first window half stalled), and a rise of 15 points is no window-to-window noise
+# of a loader that keeps up (the prediction bound judges the noise; this is the least effect).
 DEFAULT_MIN_RISE_PCT = 15.0
 # A rate 25% below the baseline's median: the loop lost a quarter of its pace.
 DEFAULT_MIN_DROP = 0.25
@@ -46,7 +46,7 @@ BASELINE_WINDOWS = 20
 # No judgement before this many baseline windows: two windows give no spread worth a bound.
 MIN_BASELINE_WINDOWS = 3
 # An epoch start is a stall when its cost is at least 1 s and 10 steps of the baseline's: a 30 s
-# start every epoch is one; the 50 ms a persistent loader's new epoch takes is not.
+# start every epoch is one; a new epoch that costs a step or two (persistent workers) is not.
 DEFAULT_EPOCH_MIN_S = 1.0
 DEFAULT_EPOCH_MIN_STEPS = 10.0
 

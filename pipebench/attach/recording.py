@@ -45,10 +45,11 @@ def recorded(watches: List[LoaderWatch], folder: Path, recording: Optional[Recor
     sinks = open_sinks(recording.sinks, rank)
     try:
         recorder = Recorder(folder, recording.settings, rank, sinks, captures_folder)
-        with recording_loaders(watches, recorder):
-            yield recorder
-    finally:
+    except BaseException:
         sinks.close()
+        raise
+    with recording_loaders(watches, recorder):  # closing the recorder closes its sinks
+        yield recorder
 
 
 def recording_environment(recording: Optional[Recording], folder: Path) -> Dict[str, str]:

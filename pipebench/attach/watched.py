@@ -16,6 +16,7 @@ from torch.utils.data import DataLoader
 
 from pipebench.attach.export_config import write_exports
 from pipebench.attach.recorder import RecordSettings, Recorder, record_watch
+from pipebench.attach.sinks.sink_set import SinkSpec, open_sinks
 from pipebench.attach.watch import (
     DEFAULT_REPLAY,
     DEFAULT_SECONDS,
@@ -173,10 +174,12 @@ class Watched:
 
 def watch(loader: DataLoader, steps: int = DEFAULT_STEPS, skip_steps: int = DEFAULT_SKIP_STEPS,
           seconds: float = DEFAULT_SECONDS, replay: int = DEFAULT_REPLAY, record: bool = False,
-          out: "str | Path | None" = None, settings: Optional[RecordSettings] = None) -> Watched:
+          out: "str | Path | None" = None, settings: Optional[RecordSettings] = None,
+          sinks: Optional[SinkSpec] = None) -> Watched:
     """Wrap `loader` so the loop that iterates the wrapper is measured: see `Watched`. With `record`,
     the whole run is recorded into `out` (series.csv, events.csv, capture-N/; docs/attach.md) until
-    `close()` (or the `with` block's end).
+    `close()` (or the `with` block's end), each window pushed to `sinks` too (TensorBoard, MLflow, W&B,
+    Prometheus; a sink that cannot start raises ConfigError here).
 
     >>> watched = pipebench.watch(loader, steps=100)
     >>> for batch in watched: train_step(batch)
@@ -187,7 +190,7 @@ def watch(loader: DataLoader, steps: int = DEFAULT_STEPS, skip_steps: int = DEFA
         if out is None:
             raise ValueError("pipebench.watch(record=True) needs out=FOLDER, where series.csv is written as the run goes")
         Path(out).mkdir(parents=True, exist_ok=True)
-        recorder = Recorder(Path(out), settings or RecordSettings())
+        recorder = Recorder(Path(out), settings or RecordSettings(), sink=open_sinks(sinks) if sinks else None)
     return Watched(loader, WatchWindow(steps, skip_steps, seconds, replay), recorder)
 
 
