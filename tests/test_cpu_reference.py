@@ -1,8 +1,9 @@
 """The CPU reference: its schedule in the workers, what it leaves alone, and compare's CPU signal per reference ms."""
 
 import pickle
+import time
 from pathlib import Path
-from typing import Optional, Sequence
+from typing import List, Optional, Sequence
 
 import numpy as np
 import pytest
@@ -82,12 +83,34 @@ def _item(index: int) -> TimedItem:
     return TimedItem(torch.zeros(3), 0, np.zeros(3, np.int64), 2_000_000, index, NO_IO)
 
 
+class SpinningReference(CountingReference):
+    """A probe that spends PROBE_NS of real thread CPU, and a record of the CPU each batch reported to it."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.given: List[int] = []
+
+    def after_batch(self, batch_cpu_ns: int) -> int:
+        self.given.append(batch_cpu_ns)
+        return super().after_batch(batch_cpu_ns)
+
+    def probe(self) -> int:
+        super().probe()
+        start = time.thread_time_ns()
+        while time.thread_time_ns() - start < PROBE_NS:
+            pass
+        return PROBE_NS
+
+
 def test_the_collate_runs_the_reference_after_the_batch_and_keeps_it_out_of_the_batchs_cpu():
-    reference = CountingReference()
+    reference = SpinningReference()
     collate = TimedCollate([], reference)
     batch = collate([_item(0), _item(1)])
     assert batch.reference_cpu_ns == PROBE_NS and reference.runs == 1
-    assert batch.batch_cpu_ns < PROBE_NS  # the collate of two tiny samples, not the probe
+    # The batch's CPU was read before the probe spun, and not again after: what the reference was told
+    # is exactly the batch's figure and its samples', so none of the probe's spin is in it (an order,
+    # not a time: the check holds on any host).
+    assert reference.given == [batch.batch_cpu_ns + int(batch.sample_cpu_ns.sum())]
     # The batch's samples count towards the next probe: 4 ms of samples a batch against 33 ms due
     # (1 ms / REFERENCE_SHARE), so the 9th batch runs it and no other of these 14 does.
     assert [collate([_item(0), _item(1)]).reference_cpu_ns for _ in range(14)].count(PROBE_NS) == 1

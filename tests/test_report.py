@@ -5,6 +5,7 @@ import json
 import math
 import shutil
 import struct
+import warnings
 from pathlib import Path
 from typing import Dict, List, Sequence
 
@@ -265,3 +266,23 @@ def test_report_ends_with_the_diagnosis(tmp_path):
     assert "## diagnosis" in text and "### what to do" in text
     assert "Dominant cost in transform=yuv_mask: RandomMask" in text
     assert "predicted_samples_per_s" in text
+
+
+# A step named as a long custom transform's import path: wider in a legend than the figure itself.
+LONG_STEP = "per_sample/" + "my_project.augmentations.colour.RandomisedPhotometricDistortion" * 3
+
+
+def test_a_long_legend_label_wraps_and_the_layout_still_applies(tmp_path, monkeypatch):
+    from pipebench.report import plots
+
+    results = [JobRecord.from_stored({**r.stored, "transforms": [{"stage": "per_sample", "transform": LONG_STEP[11:],
+                                                                 "ms_per_sample": 5.0}]}) for r in _sweep_results()]
+    table = build_table(group_rows([(Path("run"), results)]))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # matplotlib's "constrained_layout not applied" is a UserWarning
+        assert all(o.written for o in write_plots(table, tmp_path)[:2])
+    assert max(len(line) for text in transforms_figure(table).axes[0].get_legend().get_texts()
+               for line in text.get_text().splitlines()) <= plots.LEGEND_LINE_CHARS
+    monkeypatch.setattr(plots, "_legend", lambda label: label)  # unwrapped, the legend outgrows the figure
+    with pytest.warns(UserWarning, match="constrained_layout not applied"):
+        write_plots(table, tmp_path)

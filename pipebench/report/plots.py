@@ -8,6 +8,7 @@ one-line note.
 """
 
 import io
+import textwrap
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple, Union
@@ -39,6 +40,15 @@ PALETTE = "tab20"
 # Where each stage runs in a step, so stacks read bottom-up in pipeline order (sorted() is stable:
 # within a stage, steps keep the order the chains list them).
 STAGE_ORDER = ("load", "decode", "per_sample", "collate", "per_batch")
+# Characters a legend line holds before it wraps. A legend beside the axes as wide as a job's whole
+# label (every axis's value: 120 characters and more) left the axes no width, and matplotlib warned
+# "constrained_layout not applied because axes sizes collapsed to zero" and drew the figure unlaid.
+LEGEND_LINE_CHARS = 40
+
+
+def _legend(label: str) -> str:
+    """`label` wrapped to lines of LEGEND_LINE_CHARS, so no legend outgrows its figure."""
+    return textwrap.fill(label, LEGEND_LINE_CHARS, break_on_hyphens=False)
 
 
 @dataclass(frozen=True)
@@ -79,8 +89,8 @@ def throughput_figure(table: ComparisonTable) -> Union[Figure, str]:
         x = [_workers(r) for r in rows]
         y = np.array([r.rate.value for r in rows])
         error = np.array([[max(v - r.rate.low, 0), max(r.rate.high - v, 0)] for v, r in zip(y, rows)]).T
-        rate_axes.errorbar(x, y, yerr=error, marker="o", capsize=3, label=label)
-        starvation_axes.plot(x, [r.starvation_pct for r in rows], marker="o", label=label)
+        rate_axes.errorbar(x, y, yerr=error, marker="o", capsize=3, label=_legend(label))
+        starvation_axes.plot(x, [r.starvation_pct for r in rows], marker="o", label=_legend(label))
     rate_axes.set_ylabel("throughput (samples/s)")
     rate_axes.set_ylim(bottom=0)
     rate_axes.legend(fontsize="small")
@@ -134,7 +144,7 @@ def transforms_figure(table: ComparisonTable) -> Union[Figure, str]:
     bottom = np.zeros(len(variants))
     for i, step in enumerate(steps):
         heights = np.array([costs[v].get(step, 0.0) for v in variants])
-        axes.bar(variants, heights, bottom=bottom, label=step, color=palette(i % palette.N))
+        axes.bar(variants, heights, bottom=bottom, label=_legend(step), color=palette(i % palette.N))
         bottom += heights
     counts = sorted(set(basis.values()))
     axes.set_title(f"from workers={','.join(map(str, counts))} jobs"
@@ -189,7 +199,7 @@ def epoch_figure(table: ComparisonTable) -> Union[Figure, str]:
         seen = _epochs_seen(result, record["samples"])
         colour = palette(drawn % palette.N)
         label = _job_label(row, table) + (f" ({seen:.2g} epochs)" if seen is not None else "")
-        axes.plot(ends, rates, marker=".", color=colour, label=label)
+        axes.plot(ends, rates, marker=".", color=colour, label=_legend(label))
         epochs = record.get("epoch") or []
         times = np.cumsum(record["step_ms"]) / 1000.0
         for step in (i for i in range(1, len(epochs)) if epochs[i] != epochs[i - 1]):
