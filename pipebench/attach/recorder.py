@@ -40,7 +40,9 @@ from pipebench.attach.recorder_window import (
     top_steps,
 )
 from pipebench.attach.watch import LoaderWatch, batch_samples, riding_sink
+from pipebench.measure.meter import FIRST_MEASURED, LAST_MEASURED
 from pipebench.measure.steps import NS_PER_S
+from pipebench.measure.storage_io import StorageReadMeter
 from pipebench.measure.summarize import rows_as_dicts, transform_rows
 from pipebench.pipeline.timed_chain import StepName
 from pipebench.record.results import TRANSFORM_COLUMNS
@@ -57,7 +59,7 @@ SERIES_COLUMNS = (
     "loader", "rank", "first_step", "last_step", "epoch", "t_end_s", "steps", "samples", "samples_per_s",
     "starvation_pct", "wait_p50_ms", "wait_p95_ms", "wait_p99_ms", "run_wait_p50_ms", "run_wait_p95_ms",
     "run_wait_p99_ms", *(f"top_step_{n}{unit}" for n in range(1, TOP_STEPS + 1) for unit in ("", "_ms")),
-    "stall", "capture",
+    "storage_read_mb_per_s", "stall", "capture",
 )
 EVENT_COLUMNS = ("loader", "rank", "kind", "epoch", "first_step", "last_step", "t_end_s", "lost_s",
                  "starvation_pct", "samples_per_s", "baseline_starvation_pct", "baseline_samples_per_s",
@@ -158,6 +160,8 @@ class _Stall:
     windows: List[WindowFigures] = field(default_factory=list)
     kept: List[BatchTimings] = field(default_factory=list)
     lost_s: float = 0.0
+    # What the process tree read from storage over the stalled windows (None: no counters here).
+    storage_mb: Optional[float] = 0.0
 
 
 class LoaderRecorder:
@@ -177,6 +181,7 @@ class LoaderRecorder:
         self.epoch_number = 0
         self.step_number = 0
         self.window = WindowSums(1, recorder.clock())
+        self.storage = _storage_meter()
         self.stall: Optional[_Stall] = None
 
     # The loop's side: epochs, steps and the timings that ride in.
@@ -227,17 +232,20 @@ class LoaderRecorder:
         window, self.window = self.window, WindowSums(self.step_number + 1, now_ns)
         if window.steps == 0:
             return
+        self.storage.mark(LAST_MEASURED)
+        storage, self.storage = self.storage.columns(), _storage_meter()
         figures = window.figures(self.epoch_number, self.recorder.seconds(now_ns))
         self.run_sketch.merge(window.sketch)
         verdict = None if partial else self.baseline.judge(figures)
         if verdict is None and not partial and figures.column_ms is not None:
             self.baseline_columns.append(figures.column_ms)
         if verdict is not None:
-            self._stalled(verdict, figures, window.kept)
+            self._stalled(verdict, figures, window.kept, storage["storage_read_mb"])
         elif self.stall is not None:
             self._stall_ended()
         stall = self.stall if verdict is not None else None
-        self.recorder.emit("window", self._row(figures, verdict, stall))
+        self.recorder.emit("window", {**self._row(figures, verdict, stall),
+                                      "storage_read_mb_per_s": storage["storage_read_mb_per_s"]})
 
     def _row(self, figures: WindowFigures, verdict: Optional[Verdict], stall: Optional[_Stall]) -> Dict[str, Any]:
         run = quantiles_ms(self.run_sketch)
@@ -253,7 +261,8 @@ class LoaderRecorder:
             row[f"top_step_{n}"], row[f"top_step_{n}_ms"] = name, ms
         return row
 
-    def _stalled(self, verdict: Verdict, figures: WindowFigures, kept: List[BatchTimings]) -> None:
+    def _stalled(self, verdict: Verdict, figures: WindowFigures, kept: List[BatchTimings],
+                 storage_mb: Optional[float]) -> None:
         stall = self.stall
         if stall is None or stall.verdict.kind != verdict.kind:
             if stall is not None:
@@ -262,6 +271,7 @@ class LoaderRecorder:
                                         figures.epoch)
         stall.windows.append(figures)
         stall.lost_s += verdict.lost_s
+        stall.storage_mb = None if storage_mb is None or stall.storage_mb is None else stall.storage_mb + storage_mb
         stall.kept.extend(kept[:max(KEPT_BATCHES - len(stall.kept), 0)])
         if stall.capture is not None and self.recorder.captures.held(stall.capture):
             self._write_capture(stall)
@@ -275,7 +285,10 @@ class LoaderRecorder:
                   "starvation_pct": 100 * sum(w.wait_s for w in stall.windows) / span if span else None,
                   "samples_per_s": sum(w.samples for w in stall.windows) / span if span else None,
                   "baseline_starvation_pct": stall.verdict.baseline_starvation_pct,
-                  "baseline_samples_per_s": stall.verdict.baseline_samples_per_s, **self.context}
+                  "baseline_samples_per_s": stall.verdict.baseline_samples_per_s,
+                  "storage_read_mb": stall.storage_mb,
+                  "storage_read_mb_per_s": None if stall.storage_mb is None or not span else stall.storage_mb / span,
+                  **self.context}
         self.recorder.captures.write(stall.capture, stall.lost_s, record, self._capture_rows(stall.kept),
                                      CAPTURE_COLUMNS)
 
@@ -330,6 +343,14 @@ class LoaderRecorder:
         self.close_window(self.recorder.clock(), partial=True)
         if self.stall is not None:
             self._stall_ended()
+
+
+def _storage_meter() -> StorageReadMeter:
+    """The bytes the process tree (the loop, every loader's workers) reads from storage, from now on
+    (Linux's per-process counters: a read the page cache serves adds nothing)."""
+    meter = StorageReadMeter()
+    meter.mark(FIRST_MEASURED)
+    return meter
 
 
 def watch_context(watch: LoaderWatch) -> Dict[str, Any]:

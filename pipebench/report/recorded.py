@@ -131,7 +131,12 @@ def capture_report(capture: Mapping[str, Any], folder: Path) -> str:
              f"- starvation {_fmt(record.get('starvation_pct'))} % against the run's baseline "
              f"{_fmt(record.get('baseline_starvation_pct'))} %; samples/s {_fmt(record.get('samples_per_s'))} "
              f"against {_fmt(record.get('baseline_samples_per_s'))}",
-             f"- cause: {cause}", ""]
+             f"- cause: {cause}"]
+    if record.get("storage_read_mb") is not None:
+        lines.append(f"- storage: {_fmt(record['storage_read_mb'])} MB read from storage by the process tree over the "
+                     f"stalled windows ({_fmt(record.get('storage_read_mb_per_s'))} MB/s; reads the page cache served "
+                     "count nothing)")
+    lines.append("")
     if rows:
         lines += ["## per-transform rows of the stalled windows", "",
                   markdown_table(rows, ("stage", "transform", "ms_per_sample", "ms_per_call_median",
