@@ -14,11 +14,12 @@ These are MLPerf Storage-style results, not MLPerf results.
 """
 
 import argparse
+import dataclasses
 import itertools
 import math
 import time
 from pathlib import Path
-from typing import List, Optional, Sequence, Tuple
+from typing import Callable, List, Optional, Sequence, Tuple
 
 import psutil
 
@@ -125,17 +126,51 @@ def _costliest(records: Sequence[JobRecord]) -> Optional[Tuple[str, float]]:
     return str(top["transform"]), float(top["ms_per_sample"])
 
 
+@dataclasses.dataclass(frozen=True)
+class Sizing:
+    """The dataset against the size rules: its length at N accelerators, whether the check sets it, the
+    memory rule's miss ('' when met) and its bytes a sample (None when it cannot say)."""
+
+    length_for: Callable[[int], int]
+    sized: bool
+    memory: str
+    sample_bytes: Optional[float]
+
+
+def _sizing(chosen: Preset, spec: JobSpec, user: Sequence[str], strict: bool, ram: int) -> Sizing:
+    """A preset's generated data sized as mlpstorage sizes a workload's for a host (MEMORY_FACTOR x its
+    memory, MIN_STEPS_PER_EPOCH steps an epoch on each of the N accelerators, never below DLIO's own
+    count) unless the user gave dataset.length; any other dataset checked against the rules: too few
+    samples for one accelerator is one line, under the memory rule refused under `strict`."""
+    data = chosen.dataset
+    if data is not None and user_value(user, "dataset.length") is None:
+        least = max(data.dataset_length, math.ceil(MEMORY_FACTOR * ram / data.sample_bytes))
+        return Sizing(lambda n: max(least, MIN_STEPS_PER_EPOCH * chosen.batch_size * n), True, "", data.sample_bytes)
+    dataset = build_dataset(spec)
+    length, size = len(dataset), _dataset_bytes(dataset)
+    need = steps_rule(length, spec.loader.batch_size, 1)
+    if need:
+        raise ConfigError(f"the dataset's {length} samples are too few for {MIN_STEPS_PER_EPOCH} steps an epoch of "
+                          f"{spec.loader.batch_size}: it needs {need} samples (x the accelerators)")
+    memory = memory_rule(size, ram)
+    if memory and strict:
+        raise ConfigError(f"--rules strict: {memory}; a dataset {MEMORY_FACTOR}x the memory is the rule")
+    return Sizing(lambda n: length, False, memory, size / length if size is not None else None)
+
+
 class Check:
     """One check's sweeps: the jobs' overrides, how each N is sized, and running a sweep in a folder."""
 
-    def __init__(self, folder: Path, base: List[str], config_dir: Optional[str], length_for, steps: int,
-                 sample_bytes: Optional[float]) -> None:
+    def __init__(self, folder: Path, base: List[str], config_dir: Optional[str], length_for: Callable[[int], int],
+                 sized: bool, steps: int, sample_bytes: Optional[float]) -> None:
         self.folder, self.base, self.config_dir = folder, base, config_dir
-        self.length_for, self.steps, self.sample_bytes = length_for, steps, sample_bytes
+        # The dataset's length at N accelerators; `sized`: the check sets it (a preset's generated data).
+        self.length_for, self.sized = length_for, sized
+        self.steps, self.sample_bytes = steps, sample_bytes
         self.rounds = itertools.count(1)
 
     def overrides(self, n: int, *extra: str) -> List[str]:
-        sized = [f"dataset.length={self.length_for(n)}"] if self.length_for is not None else []
+        sized = [f"dataset.length={self.length_for(n)}"] if self.sized else []
         return [*self.base, *sized, f"distributed.nproc={n}", *extra]
 
     def sweep(self, where: Path, overrides: Sequence[str]) -> Tuple[int, List[JobRecord]]:
@@ -173,48 +208,34 @@ def storage_check_command(overrides: List[str], config_dir: Optional[str], stric
         chosen = _preset(options, first)
         base = [*chosen.overrides(tuple(user)), *user]
         spec, results_dir = compose_one([*search_path(config_dir), *base])
-    ram = psutil.virtual_memory().total
     notes: List[str] = []
-    length_for = None
-    if chosen.dataset is not None and user_value(user, "dataset.length") is None:
-        data = chosen.dataset
-        # Sized as mlpstorage sizes a workload's data for a host: MEMORY_FACTOR x its memory, and
-        # MIN_STEPS_PER_EPOCH steps an epoch on each of the N accelerators; never below DLIO's own.
-        least = max(data.dataset_length, math.ceil(MEMORY_FACTOR * ram / data.sample_bytes))
-        length_for = lambda n: max(least, MIN_STEPS_PER_EPOCH * chosen.batch_size * n)  # noqa: E731
-        memory = ""
-        sample_bytes: Optional[float] = data.sample_bytes
-    else:
-        dataset = build_dataset(spec)
-        size = _dataset_bytes(dataset)
-        sample_bytes = size / len(dataset) if size is not None else None
-        need = steps_rule(len(dataset), spec.loader.batch_size, 1)
-        if need:
-            raise ConfigError(f"the dataset's {len(dataset)} samples are too few for {MIN_STEPS_PER_EPOCH} steps an "
-                              f"epoch of {spec.loader.batch_size}: it needs {need} samples (x the accelerators)")
-        memory = memory_rule(size, ram)
-        if memory and strict:
-            raise ConfigError(f"--rules strict: {memory}; a dataset {MEMORY_FACTOR}x the memory is the rule")
-        if memory:
-            print(f"storage-check: {memory}: running with dataset.cache=cold, and the result says so", flush=True)
-            base.append("dataset.cache=cold")
+    if (spec.consumer.step_ms, spec.loader.batch_size) != (chosen.step_ms, chosen.batch_size):
+        # The user's consumer.step_ms or loader.batch_size won over the preset's: the jobs ran theirs.
+        notes.append(f"the preset's step and batch ({chosen.step_ms:g} ms, {chosen.batch_size}) overridden: "
+                     f"{spec.consumer.step_ms:g} ms a batch of {spec.loader.batch_size}")
+        chosen = dataclasses.replace(chosen, step_ms=spec.consumer.step_ms, batch_size=spec.loader.batch_size)
+    sizing = _sizing(chosen, spec, user, strict, psutil.virtual_memory().total)
+    if sizing.memory:
+        print(f"storage-check: {sizing.memory}: running with dataset.cache=cold, and the result says so", flush=True)
+        base.append("dataset.cache=cold")
     steps_given = user_value(user, "run.steps")
-    steps = int(steps_given) if steps_given is not None else MIN_STEPS_PER_EPOCH
+    steps = spec.run.steps if steps_given is not None else MIN_STEPS_PER_EPOCH
     shortened = tuple(line for line in (
         f"storage_check.runs={options.runs} of {RUNS}" if options.runs < RUNS else "",
         f"run.steps={steps}, under the rules' epoch of {MIN_STEPS_PER_EPOCH} steps" if steps < MIN_STEPS_PER_EPOCH
         else "") if line)
     shared = spec.storage.shared_mb_per_s
     predicted = None
-    if shared is not None and sample_bytes:
-        predicted = predicted_accelerators(shared, chosen.step_ms / MS_PER_S, chosen.batch_size, sample_bytes,
+    if shared is not None and sizing.sample_bytes:
+        predicted = predicted_accelerators(shared, chosen.step_ms / MS_PER_S, chosen.batch_size, sizing.sample_bytes,
                                            chosen.min_au_pct)
     label = folder_safe(f"{chosen.workload}-{chosen.accelerator}")
     folder = new_folder(Path(results_dir) / f"{time.strftime('%Y%m%d-%H%M%S')}-storage-check-{label}")
     check = Check(folder, base if steps_given is not None else [*base, f"run.steps={steps}"], config_dir,
-                  length_for, steps, sample_bytes)
+                  sizing.length_for, sizing.sized, steps, sizing.sample_bytes)
     with folder_lock(folder):
-        return _check(check, chosen, spec, options, shortened, memory, notes, predicted, shared, tuple(overrides))
+        return _check(check, chosen, spec, options, shortened, sizing.memory, notes, predicted, shared,
+                      tuple(overrides))
 
 
 def _check(check: Check, chosen: Preset, spec: JobSpec, options: CheckOptions, shortened: Tuple[str, ...],
@@ -227,7 +248,7 @@ def _check(check: Check, chosen: Preset, spec: JobSpec, options: CheckOptions, s
     failure = ""
     search = SearchOutcome(0, (), False)
     records: List[JobRecord] = []
-    without, costliest = None, None
+    without = None
     try:
         search = search_accelerators(check.measure, chosen.min_au_pct, predicted or 1, options.max_accelerators)
         n = search.accelerators
@@ -252,9 +273,12 @@ def _check(check: Check, chosen: Preset, spec: JobSpec, options: CheckOptions, s
             records = load_job_results(check.folder / RUNS_DIR)
     runs = tuple(_run_of(r, check.sample_bytes) for r in sorted(records, key=lambda r: int(r.config["run"]["seed"]))
                  if int(r.config["run"]["seed"]) > 0)  # seed 0 is the warm-up
-    costliest = _costliest(records) if chain != "none" else None
+    # The chain's cost from the runs, or from the search's rounds where no N met the minimum.
+    searched = [r for sub in sorted((check.folder / SEARCH_DIR).glob("n*")) for r in load_job_results(sub)] \
+        if chain != "none" and not records and (check.folder / SEARCH_DIR).is_dir() else []
+    costliest = _costliest(records or searched) if chain != "none" else None
     n = search.accelerators
-    length = check.length_for(n) if check.length_for is not None else len(build_dataset(spec))
+    length = check.length_for(n)
     done = Procedure(accelerators=n, min_au_pct=chosen.min_au_pct, au_pct=tuple(r.au_pct for r in runs),
                      samples_per_s=tuple(r.samples_per_s for r in runs), runs_asked=options.runs, failure=failure,
                      preset=chosen.dataset is not None, chain=chain, shortened=shortened, memory=memory,
