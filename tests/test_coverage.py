@@ -142,6 +142,8 @@ def test_misses_drop_last_explains_are_a_known_loss_and_only_the_rest_fail():
     assert (lost.missing, lost.dropped_last, lost.exactly_once) == (40, 12, False)
     assert lost.missing_examples[0] == 260
     assert check_coverage({1: read}, length=300, complete={1}).missing == 12, "drop_last=false explains none"
+    raised = check_coverage({1: [i for i in read if i != 7]}, length=300, complete={1}, droppable=32, failed={1: [7]})
+    assert (raised.missing, raised.dropped_last, raised.skipped) == (0, 12, 1), "on_error=skip's sample was read"
 
 
 def _job(workers, coverage):
@@ -172,3 +174,15 @@ def test_the_diagnosis_names_the_drop_last_loss_and_the_jobs_that_fail_the_check
     assert ("Exactly-once check failed, transform=seed at workers=2: 1 duplicate reads (e.g. [0]) in 1 finished "
             "epoch(s)") in text
     assert "transform=seed at workers=0 (12 samples an epoch) read" in text, "the other job's known loss"
+
+
+def test_the_index_log_counts_a_sample_on_error_skip_dropped_as_read():
+    from types import SimpleNamespace
+
+    from pipebench.measure.coverage import IndexLog
+
+    log = IndexLog(length=4)
+    for indices, failed, epoch in (([0, 1], (), 1), ([2], (3,), 1), ([0, 1], (), 2)):
+        log(SimpleNamespace(indices=indices, failures=tuple(SimpleNamespace(index=i) for i in failed)), epoch)
+    log.stop()
+    assert log.columns()["missed_samples"] == 0 and log.record()["skipped"] == 1

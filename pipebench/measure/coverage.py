@@ -11,7 +11,8 @@ Under loader.drop_last=true (the default) each reader drops the tail that does n
 batch, so an epoch misses up to a batch per reader by design. An epoch whose misses that allowance
 covers counts them as `dropped_last`, a known loss the report names; only misses beyond it count as
 `missing`, the failure: on a 300-sample folder at batch 32 every epoch missed 12, and the check read
-false on every dataset.
+false on every dataset. A sample that raised and run.on_error=skip dropped was read: it counts as
+`skipped`, never as a miss.
 """
 
 from collections import Counter
@@ -52,6 +53,7 @@ class CoverageReport:
     duplicate_examples: Tuple[int, ...]
     missing_examples: Tuple[int, ...]
     dropped_last: int = 0
+    skipped: int = 0
 
     @property
     def exactly_once(self) -> bool:
@@ -100,11 +102,15 @@ class IndexLog:
         # The epoch each repeat had reached at its last batch: BatchStream counts an epoch only
         # when it returns that epoch's first batch, so this equals the stream's own count.
         self.reached: Dict[int, int] = {}
+        # The indices of samples that raised, which run.on_error=skip dropped from their batch.
+        self.failed: Dict[Tuple[int, int], List[int]] = {}
         self._report: Optional[CoverageReport] = None
 
     def __call__(self, batch, epoch: int) -> None:
         self.parts.setdefault((self.repeat, epoch), []).append(batch.indices)
         self.reached[self.repeat] = epoch
+        for failure in getattr(batch, "failures", ()):
+            self.failed.setdefault((self.repeat, epoch), []).append(int(failure.index))
 
     def start(self) -> None:
         """Nothing: the log fills as batches arrive."""
@@ -115,7 +121,8 @@ class IndexLog:
     def stop(self) -> None:
         if self.length is not None:
             reached = [self.reached.get(r, 0) for r in range(max(self.reached, default=-1) + 1)]
-            self._report = check_coverage(self.mapping(), self.length, complete_epochs([reached]), self.droppable)
+            self._report = check_coverage(self.mapping(), self.length, complete_epochs([reached]), self.droppable,
+                                          self.failed)
 
     def columns(self) -> Dict[str, Optional[int]]:
         if self._report is None:
@@ -165,7 +172,7 @@ def merge_logs(logs: Iterable[Mapping[Hashable, Sequence[int]]]) -> Dict[Hashabl
 
 
 def check_coverage(epochs: Mapping[Hashable, Sequence[int]], length: int, complete: Iterable[Hashable],
-                   droppable: int = 0) -> CoverageReport:
+                   droppable: int = 0, failed: Optional[Mapping[Hashable, Sequence[int]]] = None) -> CoverageReport:
     """Check pooled indices per epoch against `range(length)`.
 
     `complete`: the epochs every rank finished (checked for misses too); any other epoch in
@@ -173,7 +180,8 @@ def check_coverage(epochs: Mapping[Hashable, Sequence[int]], length: int, comple
     an exactly-once epoch cannot hold.
     """
     complete = set(complete)
-    duplicates = missing = dropped = seen = 0
+    failed = failed or {}
+    duplicates = missing = dropped = skipped = seen = 0
     dup_examples: List[int] = []
     miss_examples: List[int] = []
     for epoch in sorted(epochs):
@@ -183,7 +191,9 @@ def check_coverage(epochs: Mapping[Hashable, Sequence[int]], length: int, comple
         duplicates += sum(counts[i] - (1 if 0 <= i < length else 0) for i in extra)
         dup_examples.extend(extra[:MAX_LISTED_INDICES - len(dup_examples)])
         if epoch in complete:
-            absent = [i for i in range(length) if i not in counts]
+            raised = set(failed.get(epoch, ()))
+            absent = [i for i in range(length) if i not in counts and i not in raised]
+            skipped += len(raised.difference(counts))
             if len(absent) <= droppable:
                 dropped += len(absent)
                 continue
@@ -201,4 +211,5 @@ def check_coverage(epochs: Mapping[Hashable, Sequence[int]], length: int, comple
         duplicate_examples=tuple(dup_examples),
         missing_examples=tuple(miss_examples),
         dropped_last=dropped,
+        skipped=skipped,
     )

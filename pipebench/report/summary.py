@@ -65,8 +65,8 @@ def skipped_lines(results: Sequence[Mapping[str, object]]) -> List[str]:
         named = (f": sample {first['index']} ({first['where']}) failed in {first['step']}: {first['message']}"
                  if first else "")
         more = f"; and {count - 1} more" if first and count > 1 else ""
-        lines.append(f"{result.get('job')}: run.on_error=skip dropped {count} sample(s) that raised{named}{more}; "
-                     "the rates count only the samples that made it")
+        lines.append(f"job-{result.get('job_num', 0)}: run.on_error=skip dropped {count} sample(s) that raised"
+                     f"{named}{more}; the rates count only the samples that made it")
     return lines
 
 
