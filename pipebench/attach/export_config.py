@@ -1,8 +1,10 @@
 """Write exported pipelines (`attach.export_pipeline`) as a config dir `pipebench run --config-dir` reads.
 
 Per loader, named after its creation site (`train.py:57` -> `train_57`): `dataset/<name>.yaml`,
-`transform/<name>.yaml` and `loader/<name>.yaml`, and the `pipebench run` / `pipebench explore`
-commands that use them. `EXPORT_NOTES.md` lists what each export left out or changed, and why.
+`transform/<name>.yaml`, `loader/<name>.yaml` and, where attach measured the script's own step,
+`consumer/<name>.yaml` (an emulated consumer of that step's median and spread, so `run` and `tune`
+feed a step as long as the script's, not the default 30 ms), and the `pipebench run` /
+`pipebench explore` commands that use them. `EXPORT_NOTES.md` lists what each export left out or changed, and why.
 `workers` is pipebench's top-level setting, which a loader config cannot set, so it goes on the command.
 """
 
@@ -41,7 +43,8 @@ def _write_yaml(path: Path, header: str, body: Dict) -> None:
 
 def _commands(folder: Path, name: str, exported: ExportedPipeline) -> Tuple[str, str]:
     groups = [f"dataset={name}"] if exported.dataset is not None else []
-    groups += [f"transform={name}", f"loader={name}", f"workers={exported.workers}"]
+    groups += [f"transform={name}", f"loader={name}", *([f"consumer={name}"] if exported.consumer else []),
+               f"workers={exported.workers}"]
     tail = f"--config-dir {shlex.quote(str(folder))} {' '.join(groups)}"
     return f"pipebench run {tail}", f"pipebench explore {tail}"
 
@@ -56,6 +59,10 @@ def _write_one(folder: Path, site: str, name: str, exported: ExportedPipeline) -
     _write_yaml(folder / "loader" / f"{name}.yaml",
                 f"{source}\nnum_workers={exported.workers}: give it as workers={exported.workers} (a top-level setting)",
                 exported.loader)
+    if exported.consumer is not None:
+        _write_yaml(folder / "consumer" / f"{name}.yaml",
+                    f"{source}: the script's own step as attach measured it (median, and a normal spread from "
+                    "its IQR), emulated", exported.consumer)
     run, explore = _commands(folder, name, exported)
     notes = [f"- {note}" for note in exported.notes] or ["- everything was exported"]
     return [f"## {name} (the loader created at {site})", "", *notes, "", "```", run, explore, "```", ""]

@@ -10,12 +10,18 @@ recipe: the steps `watch_chain.open_recipe` finds, each rebuilt from its attribu
 (`export_nodes.value_node`); a step that cannot be is left out and named. The loader: its settings, as
 `loader.*` and `workers`. A loader over a `Subset` (what `random_split` returns) is written as the
 dataset the subsets select from, all of it, with a note: its per-sample costs are the subset's, and
-a list of indices in a config would be as long as the split.
+a list of indices in a config would be as long as the split. The consumer: the script's own step as
+attach measured it (the time between a batch handed over and the next asked for), as an emulated
+consumer of its median and spread (`with_measured_step`), so a run or a tune of the export feeds a
+step as long as the script's.
 """
 
+import dataclasses
 import pathlib
 from dataclasses import dataclass, field
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, Dict, List, Optional, Sequence, Tuple
+
+import numpy as np
 
 import torch
 from torch.utils.data import DataLoader, IterableDataset, RandomSampler, SequentialSampler, default_collate
@@ -25,7 +31,7 @@ from pipebench.attach.watch_chain import RECIPE_ATTRS, open_recipe, recipe_holde
 from pipebench.pipeline.export_nodes import NodeOrWhy, attribute_arguments, importable_why, public_target, value_node
 from pipebench.pipeline.recipe import emptied
 
-__all__ = ["ExportedPipeline", "export_pipeline"]
+__all__ = ["ExportedPipeline", "export_pipeline", "measured_consumer", "with_measured_step"]
 
 # pipebench's own folder dataset, the target a torchvision ImageFolder maps to.
 IMAGE_FOLDER_TARGET = "pipebench.datasets.image_folder.ImageFolderDataset"
@@ -36,6 +42,10 @@ DEFAULT_FILE_LOADERS = ("default_loader", "pil_loader")
 # The arguments ImageFolder may be given that pipebench's folder dataset reads the same way when
 # left at these values (anything else keeps the torchvision class).
 IMAGE_FOLDER_DEFAULTS = {"target_transform": None, "is_valid_file": None, "allow_empty": False}
+# A normal distribution's standard deviation from its interquartile range (IQR = 1.349 sigma): the
+# emulated consumer's `normal` spread from a robust reading of the script's step times.
+IQR_PER_SIGMA = 1.349
+NS_PER_MS = 1e6
 
 
 @dataclass(frozen=True)
@@ -48,6 +58,8 @@ class ExportedPipeline:
     loader: Dict[str, Any]
     workers: int
     notes: Tuple[str, ...] = field(default=())
+    # The script's own step as an emulated consumer (`consumer.*`), where attach measured one.
+    consumer: Optional[Dict[str, Any]] = None
 
 
 def _is_torchvision_image_folder(dataset: Any) -> bool:
@@ -195,3 +207,21 @@ def export_pipeline(loader: DataLoader, built_with: Optional[BuiltWith] = None) 
         notes.append(f"loader: at workers=0 the script ran its recipe with torch's {torch.get_num_threads()} intra-op "
                      "threads, pipebench run with one (as in workers): a step that uses threads reads slower there")
     return ExportedPipeline(dataset, per_sample, settings, int(loader.num_workers), tuple(notes))
+
+
+def measured_consumer(step_ms: Sequence[float]) -> Dict[str, Any]:
+    """The emulated consumer of the script's measured steps: their median, and their spread as a
+    normal distribution's (from the IQR; `fixed` when the steps did not vary)."""
+    low, median, high = (float(v) for v in np.percentile(np.asarray(step_ms, dtype=np.float64), [25, 50, 75]))
+    spread = (high - low) / IQR_PER_SIGMA
+    return {"kind": "emulated", "step_ms": round(median, 3),
+            "distribution": "normal" if spread > 0 else "fixed", "spread_ms": round(spread, 3)}
+
+
+def with_measured_step(exported: ExportedPipeline, passes: Sequence[Any]) -> ExportedPipeline:
+    """The export with the script's own step (each measured step's compute time, from attach's
+    `passes`) as its consumer; unchanged where no step was measured."""
+    step_ms = [s.compute_ns / NS_PER_MS for p in passes for s in p.steps]
+    if not step_ms:
+        return exported
+    return dataclasses.replace(exported, consumer=measured_consumer(step_ms))

@@ -166,10 +166,12 @@ def ladder_top(costs: ChainCosts, worker_mb: float, available_mb: float) -> Ladd
     cores = max(1, costs.usable_cores)
     waits = costs.ms_per_sample / costs.cpu_ms_per_sample if costs.cpu_ms_per_sample > 0 else math.inf
     knee = max(1.0, waits) * cores
-    by_model = max(2 * cores, math.ceil(KNEE_HEADROOM * knee)) if math.isfinite(knee) else LADDER_CAP
-    bounds = [(min(by_model, LADDER_CAP), f"the model's knee: {costs.ms_per_sample:.3g} ms of wall against "
-                                           f"{costs.cpu_ms_per_sample:.3g} ms of CPU a sample x {cores} cores "
-                                           f"= {knee:.3g} workers, and {KNEE_HEADROOM:g}x past it"),
+    past = math.ceil(KNEE_HEADROOM * knee) if math.isfinite(knee) else LADDER_CAP
+    knee_words = (f"the model's knee: {costs.ms_per_sample:.3g} ms of wall against {costs.cpu_ms_per_sample:.3g} ms "
+                  f"of CPU a sample x {cores} cores = {knee:.3g} workers")
+    by_model = (past, f"{knee_words}, and {KNEE_HEADROOM:g}x past it") if past > 2 * cores else \
+        (2 * cores, f"twice the {cores} cores, as {knee_words}, lies within them")
+    bounds = [(min(by_model[0], LADDER_CAP), by_model[1]),
               (LADDER_CAP, f"the cap of {LADDER_CAP} workers (a chain that needs more wants an async reader)")]
     if math.isfinite(worker_mb) and worker_mb > 0:
         bounds.append((max(1, math.floor(MEMORY_SHARE * available_mb / worker_mb)),
