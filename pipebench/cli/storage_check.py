@@ -19,7 +19,7 @@ import itertools
 import math
 import time
 from pathlib import Path
-from typing import Callable, List, Optional, Sequence, Tuple
+from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
 import psutil
 
@@ -46,7 +46,14 @@ from pipebench.storage_track.rules import (
     steps_rule,
     verdict,
 )
-from pipebench.storage_track.search import SearchOutcome, predicted_accelerators, search_accelerators
+from pipebench.storage_track.search import (
+    FAILED_AU,
+    Probe,
+    SearchOutcome,
+    judge_rounds,
+    predicted_accelerators,
+    search_accelerators,
+)
 
 __all__ = ["add_parser", "main", "storage_check_command"]
 
@@ -168,6 +175,8 @@ class Check:
         self.length_for, self.sized = length_for, sized
         self.steps, self.sample_bytes = steps, sample_bytes
         self.rounds = itertools.count(1)
+        # Each N's rounds as measured, kept for a search that is interrupted before it returns.
+        self.measured: Dict[int, List[float]] = {}
 
     def overrides(self, n: int, *extra: str) -> List[str]:
         sized = [f"dataset.length={self.length_for(n)}"] if self.sized else []
@@ -190,7 +199,13 @@ class Check:
                                     self.overrides(n, f"run.steps={min(self.steps, SEARCH_STEPS)}",
                                                    f"run.seed={number}"))
             found.append(float(records[0].summary["au_pct"]) if records else None)
+            self.measured.setdefault(n, []).append(FAILED_AU if found[-1] is None else found[-1])
         return found
+
+    def searched_so_far(self, min_au_pct: float) -> SearchOutcome:
+        """The probes of a search stopped part way, each judged on the rounds it had; no N claimed."""
+        return SearchOutcome(0, tuple(Probe(n, tuple(au), bool(judge_rounds(au, min_au_pct)))
+                                      for n, au in self.measured.items()), False)
 
 
 def storage_check_command(overrides: List[str], config_dir: Optional[str], strict: bool = False) -> int:
@@ -269,6 +284,8 @@ def _check(check: Check, chosen: Preset, spec: JobSpec, options: CheckOptions, s
     except Stopped as stop:
         status = stop.status
         failure = "interrupted"
+        if not search.probes:
+            search = check.searched_so_far(chosen.min_au_pct)
         if not records and (check.folder / RUNS_DIR).exists():
             records = load_job_results(check.folder / RUNS_DIR)
     runs = tuple(_run_of(r, check.sample_bytes) for r in sorted(records, key=lambda r: int(r.config["run"]["seed"]))

@@ -124,9 +124,9 @@ def _remote_line(urls: List[str]) -> str:
 
 def _emulated_note(storage: StorageSpec) -> str:
     bandwidth = f" + bytes / {storage.mb_per_s:g} MiB/s" if storage.mb_per_s is not None else ""
-    if storage.shared_mb_per_s is not None:
-        bandwidth += f", over one {storage.shared_mb_per_s:g} MiB/s link the host's workers and ranks share"
-    return f"storage emulated: {storage.latency_ms:g} ms{bandwidth} a file read"
+    shared = (f", then one {storage.shared_mb_per_s:g} MiB/s link the host's workers and ranks share"
+              if storage.shared_mb_per_s is not None else "")
+    return f"storage emulated: {storage.latency_ms:g} ms{bandwidth} a file read{shared}"
 
 
 def prepare_cache(dataset: object, asked: StorageSpec, available_bytes: Optional[int] = None,

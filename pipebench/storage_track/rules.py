@@ -92,7 +92,7 @@ def verdict(done: Procedure) -> Verdict:
     invalid, open_ = [], []
     if done.failure:
         invalid.append(f"the procedure stopped: {done.failure}")
-    if done.accelerators < 1:
+    if done.accelerators < 1 and not done.failure:
         invalid.append(f"no number of accelerators kept the AU at {done.min_au_pct:g}% or more")
     if len(done.au_pct) < done.runs_asked:
         invalid.append(f"{len(done.au_pct)} of {done.runs_asked} runs finished")

@@ -17,7 +17,7 @@ from typing import Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
 from pipebench.tune.objective import Objective
 
-__all__ = ["DECISIVE_POINTS", "MAX_ROUNDS", "Probe", "SearchOutcome", "judge_rounds", "predicted_accelerators",
+__all__ = ["DECISIVE_POINTS", "FAILED_AU", "MAX_ROUNDS", "Probe", "SearchOutcome", "judge_rounds", "predicted_accelerators",
            "search_accelerators"]
 
 # A round this many AU points or more from the minimum decides alone: the tolerance between
