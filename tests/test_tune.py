@@ -18,11 +18,16 @@ from pipebench.cli.main import main
 from pipebench.config.compose import job_spec_composer
 from pipebench.report.comparison import Spread, told_apart
 from pipebench.report.diagnosis import ChainCosts
+from pipebench.attach.export_config import write_exports
+from pipebench.attach.export_pipeline import ExportedPipeline, measured_consumer
+from pipebench.cli.tune import ChainSet
+from pipebench.tune.chain_code import chain_code
 from pipebench.tune.files import Tuned, best_config, paste_lines, unresolved_line, write_tune
-from pipebench.tune.objective import Objective
+from pipebench.tune.objective import Objective, probe_ties
 from pipebench.tune.plan import job_overrides, split_tune_overrides, store_point
 from pipebench.tune.race import BUDGET, FAILED, LAST_STAGE, NOTHING_MEETS, RESOLVED, Schedule, judge, run_race
-from pipebench.tune.recommend import recommend, verify_line
+from pipebench.tune.recommend import bottleneck_note, crash_warning, recommend, sibling_warning, verify_line
+from pipebench.tune.state import finished_trials, read_state, unfinished_folder, update_state
 from pipebench.tune.space import (
     CHANGES_NOTHING,
     HOLDS_GIL,
@@ -487,3 +492,126 @@ def test_tune_options_read_a_comma_list_as_a_list():
     assert options.workers == [0, 2, 4] and rest == ["workers=3"]
     with pytest.raises(ConfigError, match=r"tune\.workers\[0\]: Value 'a'"):
         split_tune_overrides(["tune.workers=[a]"])
+
+
+# ---- issue 54: the chain as code, resume, ties, crashes, the user's own step, the budget's limit
+
+
+def test_the_chain_prints_as_the_code_that_builds_it_in_torchvision_s_terms():
+    seed = {"per_sample": [{"_target_": "torchvision.transforms.PILToTensor"},
+                           {"_target_": "torchvision.transforms.RandomCrop", "size": 256},
+                           {"_target_": "pipebench.transforms.mask.RandomMask", "ratio": 0.25}],
+            "per_batch": [{"_target_": "pipebench.transforms.color.BatchConvertColor"}]}
+    assert chain_code(seed) == [
+        "from pipebench.transforms.color import BatchConvertColor",
+        "from pipebench.transforms.mask import RandomMask",
+        "from torchvision import transforms",
+        "# each sample, in the Dataset's __getitem__ (the workers)",
+        "per_sample = transforms.Compose([", "    transforms.PILToTensor(),", "    transforms.RandomCrop(size=256),",
+        "    RandomMask(ratio=0.25),", "])",
+        "# each batch, after default_collate in the collate_fn",
+        "per_batch = transforms.Compose([", "    BatchConvertColor(),", "])"]
+    v2 = {"per_sample": [{"_target_": "torchvision.transforms.v2.ToDtype", "scale": True,
+                          "dtype": {"_target_": "hydra.utils.get_object", "path": "torch.float32"}}], "per_batch": []}
+    assert chain_code(v2) == ["import torch", "from torchvision.transforms import v2",
+                              "# each sample, in the Dataset's __getitem__ (the workers)",
+                              "per_sample = v2.Compose([", "    v2.ToDtype(scale=True, dtype=torch.float32),", "])"]
+
+
+def test_tune_md_prints_a_variant_chain_as_code_and_a_run_line_into_its_own_config_folder(tmp_path):
+    workers = {"w2": 2}
+    outcome, _ = _race({"w2": {"rate": 500.0}}, workers=workers)
+    chosen = recommend(outcome.rounds, outcome.survivors, workers, Objective())
+    config = {"per_sample": [{"_target_": "torchvision.transforms.RandomCrop", "size": 8}], "per_batch": []}
+    tuned = dataclasses.replace(_tuned(outcome, chosen, workers), chain_config=config)
+    markdown = write_tune(tmp_path, tuned)
+    assert "    transforms.RandomCrop(size=8)," in markdown
+    assert f"--config-dir {tmp_path / 'conf'} " in markdown and f"--config-dir {tmp_path} " not in markdown
+    assert OmegaConf.load(tmp_path / "conf" / "transform" / "busy.yaml").per_sample[0].size == 8
+    mine = write_tune(tmp_path, _tuned(outcome, chosen, workers))
+    assert "the chain: yours, unchanged (transform=busy)" in mine and "--config-dir" not in mine
+
+
+def test_the_same_command_finds_its_unfinished_tune_and_its_plan(tmp_path):
+    command = ["transform=busy", "--config-dir=", "objective=highest samples/s"]
+    old, new, done, other = (tmp_path / f"2026120{i}-000000-tune-busy" for i in range(1, 5))
+    for folder, key in ((old, command), (new, command), (done, command), (other, ["transform=other"])):
+        folder.mkdir()
+        update_state(folder, command=key, created=float(folder.name[:8]))
+    (done / "tune.md").write_text("ended")
+    (new / "race-1" / "job-0").mkdir(parents=True)
+    (new / "race-1" / "job-0" / "result.json").write_text("{}")
+    assert unfinished_folder(tmp_path, "*-tune-busy*", command) == new
+    assert unfinished_folder(tmp_path, "*-tune-busy*", ["transform=busy"]) is None
+    assert finished_trials(new) == 1
+    chains = ChainSet(("busy", "busy+fast"), {"busy+fast": {"per_sample": [], "per_batch": []}},
+                      {"busy": "base", "busy+fast": "identical"}, {"busy": (), "busy+fast": ("fast",)})
+    update_state(new, chains=chains.record())
+    assert ChainSet.read(read_state(new)["chains"]) == chains
+    assert read_state(new)["command"] == command  # the plan's fields are added, never lost
+
+
+def test_a_probe_keeps_the_chains_its_one_job_cannot_tell_apart():
+    def probe(rate, half):
+        return [{"samples_per_s": rate, "samples_per_s_ci_low": rate * (1 - half),
+                 "samples_per_s_ci_high": rate * (1 + half)}]
+
+    # 282 against 278: the intervals are narrow, but one job each cannot tell a 1.4% gap.
+    probes = {"a+region": probe(282.0, 0.005), "a+region+fast": probe(278.0, 0.005), "a": probe(150.0, 0.005)}
+    assert probe_ties(probes, "a+region") == ["a+region", "a+region+fast"]
+
+
+def test_a_tie_between_chains_goes_to_the_stricter_equivalence_and_says_so():
+    truth = {"loose": {"rate": 500.0, "cpu": 1.0}, "strict": {"rate": 500.0, "cpu": 1.5}}
+    workers = {"loose": 2, "strict": 2}
+    outcome, _ = _race(truth, workers=workers, cv=0.001)
+    equivalence = {"loose": "same distribution", "strict": "close (max |Δ| = 2)"}
+    chosen = recommend(outcome.rounds, outcome.survivors, workers, Objective(), equivalence)
+    assert chosen.pick == "strict" and chosen.stricter.startswith("strict is recommended over loose")
+    assert "close (max |Δ| = 2) to yours" in chosen.stricter
+    assert recommend(outcome.rounds, outcome.survivors, workers, Objective()).pick == "loose"
+
+
+def test_a_crashed_probe_is_named_first_and_warns_on_the_siblings_it_shares_a_move_with(tmp_path):
+    moves = {"a+region": ("region_decode",), "a+region+fast": ("region_decode", "fast"), "a+fast": ("fast",)}
+    warning = sibling_warning("a+region", ["a+region+fast"], moves)
+    assert warning.startswith("a+region shares a move with chain(s) whose probe crashed: a+region+fast (shares "
+                              "region_decode)")
+    assert sibling_warning("a", ["a+region+fast"], moves) == ""
+    workers = {"w2": 2}
+    outcome, _ = _race({"w2": {"rate": 500.0}}, workers=workers)
+    chosen = recommend(outcome.rounds, outcome.survivors, workers, Objective())
+    crash = crash_warning("a+region+fast", "its probe job ended without a result")
+    markdown = write_tune(tmp_path, dataclasses.replace(_tuned(outcome, chosen, workers), warnings=[crash],
+                                                        pick_warning=warning))
+    assert markdown.splitlines()[2] == f"**warning: {crash}**"
+    recommendation = markdown[markdown.index("## recommendation"):]
+    assert f"**warning: {warning}**" in recommendation
+
+
+def test_tune_says_when_the_loader_is_not_the_bottleneck_at_the_user_s_own_step():
+    note = bottleneck_note(2.5, "measured, 4 round(s)", "consumer=emulated, 127.7 ms a step")
+    assert note.startswith("the loader is not the bottleneck at your own step (consumer=emulated, 127.7 ms a step): "
+                           "your settings starve it 2.5% of the time (measured, 4 round(s))")
+    assert bottleneck_note(30.0, "measured", "x") == "" and bottleneck_note(math.nan, "measured", "x") == ""
+
+
+def test_an_export_carries_the_script_s_measured_step_as_its_consumer(tmp_path):
+    steps = [120.0, 125.0, 127.7, 130.0, 140.0]
+    consumer = measured_consumer(steps)
+    assert consumer["kind"] == "emulated" and consumer["step_ms"] == 127.7 and consumer["distribution"] == "normal"
+    assert consumer["spread_ms"] == pytest.approx(5.0 / 1.349, abs=1e-3)
+    assert measured_consumer([50.0, 50.0])["distribution"] == "fixed"
+    exported = ExportedPipeline(None, (), {"batch_size": 8}, 2, (), consumer)
+    printed = write_exports(tmp_path, [("train.py:57", exported)])
+    assert any("consumer=train_57" in line for line in printed)
+    with job_spec_composer() as compose_one:
+        spec, _ = compose_one([f"hydra.searchpath=[file://{tmp_path}]", "consumer=train_57"])
+    assert (spec.consumer.kind, spec.consumer.step_ms, spec.consumer.distribution) == ("emulated", 127.7, "normal")
+
+
+def test_a_budget_past_the_limit_is_refused_in_one_line(capsys):
+    with pytest.raises(SystemExit) as stop:
+        main(["tune", "--budget-s", "1e300"])
+    assert stop.value.code == 2
+    assert capsys.readouterr().err.strip().splitlines()[-1].endswith("must be at most 604800 s (a week), got '1e300'")

@@ -48,10 +48,10 @@ from pipebench.record.jobs import JobRecord, override_key
 from pipebench.record.results import load_job_results
 from pipebench.record.resume import new_folder
 from pipebench.measure.memory import BYTES_PER_MB
-from pipebench.report.diagnosis import RUN_TO_RUN_RATE_FLOOR, chain_costs, needs_for_target, predict, target_line
+from pipebench.report.diagnosis import chain_costs, needs_for_target, predict, target_line
 from pipebench.report.thread_advice import gil_bound_steps
 from pipebench.tune.files import Tuned, write_tune
-from pipebench.tune.objective import Objective, pss_mb, race_rates, starvation, told_apart_rounds
+from pipebench.tune.objective import Objective, probe_ties, pss_mb, race_rates, starvation
 from pipebench.tune.optuna_search import optuna_missing, optuna_proposer
 from pipebench.tune.plan import (
     OPTUNA,
@@ -193,15 +193,6 @@ def _chains(first_job: Sequence[str], options: TuneOptions, base: str) -> ChainS
     return ChainSet(tuple(names), configs, verdicts, moves)
 
 
-def _probe_ties(rate: Mapping[str, float], summaries: Mapping[str, Sequence[Mapping[str, object]]],
-                fastest: str) -> List[str]:
-    """The chains a probe of one short job cannot tell from the fastest: those its intervals do not
-    tell apart, and those within RUN_TO_RUN_RATE_FLOOR of it (one job's interval sees only the load
-    inside its own window; jobs minutes apart differ by more)."""
-    return [c for c in summaries if c == fastest or rate[c] >= (1 - RUN_TO_RUN_RATE_FLOOR) * rate[fastest]
-            or not told_apart_rounds(summaries[fastest], summaries[c])]
-
-
 def _winning_chains(probe: Mapping[str, List[JobRecord]], chains: ChainSet, most: int
                     ) -> Tuple[List[str], Dict[str, str]]:
     """Explore's winners at workers=0: the chains the probe cannot tell apart from its fastest, the
@@ -213,7 +204,7 @@ def _winning_chains(probe: Mapping[str, List[JobRecord]], chains: ChainSet, most
         return [], verdicts
     rate = {c: race_rates(s)[0] for c, s in summaries.items()}
     fastest = max(summaries, key=rate.get)
-    near = sorted(_probe_ties(rate, summaries, fastest),
+    near = sorted(probe_ties(summaries, fastest),
                   key=lambda c: (strictness(chains.verdicts.get(c, STRICTNESS[0])), -rate[c]))
     for chain in summaries:
         if chain in near[:most]:

@@ -18,8 +18,9 @@ from typing import Dict, List, Mapping, Optional, Sequence, Tuple
 
 from pipebench.base.significance import DOWN, MIN_SAMPLES, NO_CHANGE, against_base
 from pipebench.report.comparison import Spread, measured_rate, told_apart
+from pipebench.report.diagnosis import RUN_TO_RUN_RATE_FLOOR
 
-__all__ = ["MIB_PER_GIB", "Objective", "cpu_ms", "pss_mb", "race_rates", "rate_spread", "shown_alike", "starvation",
+__all__ = ["MIB_PER_GIB", "Objective", "cpu_ms", "probe_ties", "pss_mb", "race_rates", "rate_spread", "shown_alike", "starvation",
            "slower_for_real", "told_apart_rounds"]
 
 MIB_PER_GIB = 1024.0
@@ -143,6 +144,15 @@ class Objective:
 def told_apart_rounds(a: Sequence[Round], b: Sequence[Round]) -> bool:
     """Whether two points' rates differ beyond the noise, by the comparison table's rule (`told_apart`)."""
     return told_apart(race_rates(a), rate_spread(a), race_rates(b), rate_spread(b))
+
+
+def probe_ties(probes: Mapping[str, Sequence[Round]], fastest: str) -> List[str]:
+    """The chains a probe of one short job each cannot tell from `fastest`: those their intervals do
+    not tell apart, and those within RUN_TO_RUN_RATE_FLOOR of it (one job's interval sees only the load
+    inside its own window, and jobs minutes apart differ by more), in `probes`' order."""
+    top = race_rates(probes[fastest])[0]
+    return [c for c in probes if c == fastest or race_rates(probes[c])[0] >= (1 - RUN_TO_RUN_RATE_FLOOR) * top
+            or not told_apart_rounds(probes[fastest], probes[c])]
 
 
 def _by_round(rounds: Sequence[Round]) -> Dict[object, float]:
