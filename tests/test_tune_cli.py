@@ -1,6 +1,6 @@
-"""`pipebench tune` end to end through the real CLI: the files it writes and its last line. It asserts
-on files and lines, not rates, so it runs beside other tests (test_tune.py measures, alone). Tiny
-settings: a 2-point space, one stage, one verification round."""
+"""`pipebench tune` end to end through the real CLI: the files it writes and its last line, and the
+same command resuming it. It asserts on files and lines, not rates, so it runs beside other tests
+(test_tune.py measures, alone). Tiny settings: a 2-point space, one stage, one verification round."""
 
 import csv
 
@@ -9,11 +9,14 @@ from conftest import FAST_JOB, NO_CHAIN, results_folder, run_cli
 from omegaconf import OmegaConf
 
 
+TINY_TUNE = ["tune", "--budget-s", "600", *FAST_JOB, *NO_CHAIN, "tune.variants=false", "tune.workers=[0,1]",
+             "tune.backends=[dataloader]", "tune.prefetch_factors=[2]", "tune.persistent_workers=[false]",
+             "tune.stages=1", "tune.verify_rounds=1", "workers=1", "results_dir=out"]
+
+
 @pytest.mark.slow
-def test_tune_end_to_end_writes_its_files_and_ends_with_the_results_line(tmp_path):
-    proc = run_cli(["tune", "--budget-s", "600", *FAST_JOB, *NO_CHAIN, "tune.variants=false", "tune.workers=[0,1]",
-                    "tune.backends=[dataloader]", "tune.prefetch_factors=[2]", "tune.persistent_workers=[false]",
-                    "tune.stages=1", "tune.verify_rounds=1", "workers=1", "results_dir=out"], cwd=tmp_path)
+def test_tune_end_to_end_writes_its_files_and_ends_with_the_results_line_and_resumes(tmp_path):
+    proc = run_cli(TINY_TUNE, cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr
     folder = tmp_path / results_folder(proc.stdout)
     assert folder.name.endswith("-tune-yuv_mask")
@@ -31,3 +34,16 @@ def test_tune_end_to_end_writes_its_files_and_ends_with_the_results_line(tmp_pat
         assert section in markdown
     assert (folder / "tune.png").stat().st_size > 0 and (folder / "probe" / "job-0" / "result.json").is_file()
     assert ("verified against your settings" in markdown) or ("your settings are the recommended ones" in markdown)
+
+    # Interrupted (as a Ctrl-C leaves it: no tune.md, a trial unfinished), the same command measures
+    # only that trial: every other result is kept as it was.
+    (folder / "tune.md").unlink()
+    lost = folder / "race-1" / "job-0" / "result.json"
+    lost.unlink()
+    kept = {path: path.read_bytes() for path in folder.glob("*/job-*/result.json")}
+    proc = run_cli(TINY_TUNE, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    assert tmp_path / results_folder(proc.stdout) == folder
+    assert f"tune: resuming {results_folder(proc.stdout)}: {len(kept)} finished trial(s) kept" in proc.stdout
+    assert lost.is_file() and (folder / "tune.md").is_file()
+    assert all(path.read_bytes() == text for path, text in kept.items())
