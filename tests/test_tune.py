@@ -144,7 +144,7 @@ def test_the_ladder_stops_where_the_model_puts_the_knee_bounded_by_memory_and_th
     top = ladder_top(WAITS_WITH_A_GIL_STEP.costs, 500.0, 20_000.0)
     assert top.workers == 15 and top.why.startswith("the model's knee: 10 ms of wall against 2 ms of CPU")
     assert model_ladder(15, CORES) == (0, 1, 2, 4, 6, 8, 12, 15)
-    assert model_ladder(4, CORES) == (0, 1, 2, 4)
+    assert model_ladder(4, CORES) == (0, 1, 2, 4) and model_ladder(25, CORES) == (0, 1, 2, 4, 6, 8, 12, 16, 25)
     # A chain that all but sleeps: the cap, unless memory runs out first.
     assert ladder_top(SLEEPY.costs, 100.0, 100_000.0).workers == LADDER_CAP
     memory = ladder_top(SLEEPY.costs, 1000.0, 8_000.0)

@@ -65,6 +65,9 @@ KNEE_HEADROOM = 1.5
 # The ladder's rungs: powers of two, with the half octaves from 6 up (3 would add a rung next to 2
 # and 4, where a 2-core host's knee is the cores anyway).
 HALF_OCTAVE_FROM = 6
+# A rung this close below the top is left out: the top alone stands for it (24 and 25 workers would
+# race two points whose rates the intervals cannot tell apart).
+RUNG_GAP = 1.125
 
 
 @dataclass(frozen=True)
@@ -183,7 +186,8 @@ def ladder_top(costs: ChainCosts, worker_mb: float, available_mb: float) -> Ladd
 
 def model_ladder(top: int, cores: int) -> Tuple[int, ...]:
     """0, the powers of two and (from HALF_OCTAVE_FROM) the half octaves up to `top`, the cores, twice
-    the cores and `top` itself: a rung at each step where the rate can still change by a third or more."""
+    the cores and `top` itself (less a rung within RUNG_GAP below it): a rung at each step where the
+    rate can still change by a third or more."""
     rungs = {0, top, *(c for c in (max(1, cores), 2 * max(1, cores)) if c <= top)}
     power = 1
     while power <= top:
@@ -191,7 +195,7 @@ def model_ladder(top: int, cores: int) -> Tuple[int, ...]:
         if power * 3 // 2 >= HALF_OCTAVE_FROM and power * 3 // 2 <= top:
             rungs.add(power * 3 // 2)
         power *= 2
-    return tuple(sorted(rungs))
+    return tuple(sorted(r for r in rungs if r == top or r * RUNG_GAP < top))
 
 
 # The pruning rules, in the order they apply (module doc), as tune.md groups the dropped points.
