@@ -14,31 +14,53 @@ Workers left running (`stop_workers`): DataLoader workers whose loader the scrip
 it ended (a persistent loader in a global). Without attach the interpreter's exit would stop
 them; attach goes on to write its results, so it stops them itself: SIGTERM, then SIGKILL.
 
-Workers ended by a SIGTERM to attach's process group (`workers_end_quietly`): torch's SIGCHLD
-handler raises "DataLoader worker (pid N) is killed by signal" wherever the main thread is when a
-worker dies, in the script's unwinding, in gc, in a loader's `__del__` (Python's 20-line "Exception
-ignored"). Once the script is terminated its workers' deaths are expected, so the SIGTERM handler
-disarms that check before it ends the script. A SIGTERM to attach alone is sent on to the workers
-at once, as one to the group would be: a worker left running while the script unwinds may be
-handing a batch's shared memory to it, and prints multiprocessing's traceback (ConnectionResetError)
-when the script's end cuts that handshake.
+Ctrl-C and SIGTERM while the script runs (`workers_end_quietly`, `ScriptStop`):
+- torch's SIGCHLD handler raises "DataLoader worker (pid N) is killed by signal" wherever the main
+  thread is when a worker dies, in the script's unwinding, in gc, in a loader's `__del__` (Python's
+  20-line "Exception ignored"). Once the script is terminated its workers' deaths are expected, so
+  the SIGTERM handler disarms that check before it ends the script. A SIGTERM to attach alone is
+  sent on to the workers at once, as one to the group would be: a worker left running while the
+  script unwinds may be handing a batch's shared memory to it, and prints multiprocessing's
+  traceback (ConnectionResetError) when the script's end cuts that handshake.
+- The signal lands between two bytecodes of whatever the main thread runs, torch's own included: in
+  a queue's `put` it can leave the queue's lock held (a `with` whose `__enter__` took the lock, then
+  raised), and torch's shutdown of that loader (its iterator's `__del__`) then puts into that queue
+  and waits forever; in torch's shutdown itself it raises out of a `__del__`, where Python prints it
+  as "Exception ignored" (issue 55: 2 SIGTERM trials of 7) and swallows it, so the script runs on
+  (a Ctrl-C trial of 35 hung until killed, with nothing written); an at-fork hook (logging's, while
+  a new epoch forks its workers) swallows it the same way. So at the signal every live
+  multiprocessing iterator is abandoned (`abandon_iterators`: its `__del__` does nothing, its queues
+  are never joined) and its workers are ended by multiprocessing (`stop_workers`), not by torch's
+  queue handshake; and a signal's exception that Python swallows is handed on as the signal again
+  (`sys.unraisablehook`, then `_thread.interrupt_main` from a thread), printing nothing, so it ends
+  the script.
+- A second signal first writes every thread's stack to stderr (faulthandler), then acts as the
+  first; and from the first signal on, a watchdog writes them once attach has taken HANG_DUMP_S
+  to end (`hang_shows_itself`): a future hang shows where it is.
 """
 
+import _thread
+import faulthandler
+import gc
 import linecache
 import multiprocessing
 import os
 import re
 import signal
+import sys
+import threading
 from contextlib import contextmanager
 from types import FrameType, TracebackType
 from typing import Any, Dict, Iterator, List, Mapping, Optional
 
 from torch.utils.data import DataLoader
-from torch.utils.data.dataloader import _BaseDataLoaderIter
+from torch.utils.data import _utils as torch_data_utils
+from torch.utils.data.dataloader import _BaseDataLoaderIter, _MultiProcessingDataLoaderIter
 
 from pipebench.base.errors import Terminated
 
-__all__ = ["LOADER_LIKE", "own_loaders", "script_namespaces", "stop_workers", "workers_end_quietly"]
+__all__ = ["HANG_DUMP_S", "LOADER_LIKE", "ScriptStop", "abandon_iterators", "hang_shows_itself", "own_loaders",
+           "script_namespaces", "stop_workers", "without_handler", "workers_end_quietly"]
 
 # A class whose name says it loads or pipes batches (torchdata.nodes.Loader, MyDataPipeline, ...).
 LOADER_LIKE = re.compile(r"loader|pipeline", re.IGNORECASE)
@@ -46,6 +68,13 @@ LOADER_LIKE = re.compile(r"loader|pipeline", re.IGNORECASE)
 WORKER_EXIT_S = 2.0
 # At most this many loader-likes are named in attach's one line.
 NAMED_AT_MOST = 3
+# From a signal that ends the script, how long attach may take to end before every thread's stack is
+# written to stderr: writing the results and report.md takes a few seconds on the loaded 2-core
+# machine, so a minute is a hang (issue 55's was killed after 120 s with nothing to show where).
+HANG_DUMP_S = 60.0
+# A signal's exception swallowed by Python is handed on again this much later, from a thread: handed
+# on at once, it would be raised in the hook that saw it swallowed, and swallowed there too.
+HAND_ON_S = 0.001
 
 
 def script_namespaces(script_globals: Optional[Mapping[str, Any]], tb: Optional[TracebackType],
@@ -117,25 +146,149 @@ def stop_workers() -> int:
     return len(left)
 
 
-def _terminate_script(signum: int, frame: object) -> None:
-    """SIGTERM: torch's check of its workers disarmed, the workers sent SIGTERM too (as a SIGTERM to
-    the group sends it), then Terminated, as cli/main.py's handler raises it; raised even if the
-    check fires before it is disarmed."""
-    try:
-        signal.signal(signal.SIGCHLD, signal.SIG_DFL)
-        for process in multiprocessing.active_children():
-            process.terminate()
-    finally:
-        raise Terminated()
+def _no_shutdown() -> None:
+    """An abandoned iterator's shutdown: its workers are `stop_workers`'."""
+
+
+def abandon_iterators() -> int:
+    """Every live multiprocessing DataLoader iterator left to `stop_workers`: its shutdown (`__del__`,
+    an epoch's end) made a no-op, so it never puts into a queue whose lock an interrupt may hold, nor
+    prints from a `__del__`; its queues never joined at exit; its workers' pids out of torch's SIGCHLD
+    check. It still delivers its batches. How many."""
+    # type(), not isinstance(): an object's __class__ may be a property (torch's deprecated module
+    # attributes warn when read), and the scan reads every object the process holds.
+    found = [o for o in gc.get_objects() if issubclass(type(o), _MultiProcessingDataLoaderIter)]
+    for iterator in found:
+        # Its shutdown made a no-op for this instance (torch's `_shutdown` flag would also stop the
+        # iterator from delivering, where the script goes on: its exception swallowed, then raised again).
+        iterator._shutdown_workers = _no_shutdown
+        queues = [*getattr(iterator, "_index_queues", []), getattr(iterator, "_worker_result_queue", None)]
+        for queue in queues:
+            if queue is not None:
+                queue.cancel_join_thread()
+        if getattr(iterator, "_worker_pids_set", False):
+            torch_data_utils.signal_handling._remove_worker_pids(id(iterator))
+            iterator._worker_pids_set = False
+        done = getattr(iterator, "_pin_memory_thread_done_event", None)
+        if done is not None:
+            done.set()
+    return len(found)
+
+
+def _ignore_child(signum: int, frame: Optional[FrameType]) -> None:
+    """SIGCHLD once the script is terminated: its workers' deaths are expected. A Python handler, not
+    SIG_DFL: Python prints "Signal 17 ignored due to race condition" for a SIGCHLD already pending
+    when its handler becomes SIG_DFL."""
+
+
+# The signal whose Python exception each is, to hand a swallowed one on as the signal again.
+SIGNAL_OF = {KeyboardInterrupt: signal.SIGINT, Terminated: signal.SIGTERM}
+
+
+class ScriptStop:
+    """The script's SIGINT and SIGTERM handler while attach runs it (see the module's docstring): the
+    first ends the script, as KeyboardInterrupt or Terminated (cli/main.py's), its loaders' iterators
+    abandoned first; each later one writes every thread's stack to stderr, then does the same.
+
+    Where Python swallows the exception (raised inside a `__del__`, an at-fork hook, a weakref
+    callback: "Exception ignored in ..."), `swallowed` hands the signal on again (`_thread.interrupt_main`,
+    HAND_ON_S later from a thread), so it ends the script outside such a place, and nothing is printed. In a process forked from this one (a DataLoader worker before its own loop
+    takes over), it acts as Python's defaults would."""
+
+    def __init__(self) -> None:
+        self.taken = 0
+        self.pid = os.getpid()
+        # A signal handed on again (its exception was swallowed): raised again, not counted again.
+        self.again: Optional[int] = None
+
+    def __call__(self, signum: int, frame: Optional[FrameType]) -> None:
+        if os.getpid() != self.pid:  # a forked child: Python's own behaviour
+            if signum == signal.SIGTERM:
+                signal.signal(signum, signal.SIG_DFL)
+                os.kill(os.getpid(), signum)
+                return
+            raise KeyboardInterrupt
+        if self.again == signum:
+            self.again = None
+            raise Terminated() if signum == signal.SIGTERM else KeyboardInterrupt
+        self.taken += 1
+        if self.taken > 1:
+            print(f"pipebench attach: signal {signal.Signals(signum).name} again; every thread's stack:",
+                  file=sys.stderr, flush=True)
+            faulthandler.dump_traceback(all_threads=True)
+        else:
+            faulthandler.dump_traceback_later(HANG_DUMP_S)
+        try:
+            abandon_iterators()
+            if signum == signal.SIGTERM:  # torch's check of its workers disarmed, the workers sent SIGTERM
+                signal.signal(signal.SIGCHLD, _ignore_child)
+                for process in multiprocessing.active_children():
+                    process.terminate()
+        finally:
+            handled = sys.exc_info()[1]  # the first signal's exception, where the script's `except` runs
+            if handled is not None:
+                without_handler(handled.__traceback__)
+            if signum == signal.SIGTERM:
+                raise Terminated()
+            raise KeyboardInterrupt
+
+    def swallowed(self, unraisable: Any) -> bool:
+        """`sys.unraisablehook`'s part: whether the exception Python is about to print and swallow is
+        one this handler raised; if so, its signal is handed on again (and nothing is printed). In a
+        process forked as the signal came (a new epoch's worker, in an at-fork hook), it is dropped:
+        that worker is stopped with the others (`stop_workers`)."""
+        signum = SIGNAL_OF.get(type(unraisable.exc_value))
+        if signum is None:
+            return False
+        if os.getpid() != self.pid:  # a worker forked as the signal came: it is stopped with the rest
+            return True
+        if not self.taken:
+            return False
+        self.again = signum
+        if not sys.is_finalizing():  # handed on from a thread, once the main thread has left the swallowing place
+            threading.Timer(HAND_ON_S, _thread.interrupt_main, (signum,)).start()
+        return True
+
+
+def without_handler(tb: Optional[TracebackType]) -> Optional[TracebackType]:
+    """The traceback less its last frame where that is `ScriptStop`'s, which raised the
+    KeyboardInterrupt (or Terminated): Python's own handler raises it with no frame of its own."""
+    if tb is None or tb.tb_frame.f_code is ScriptStop.__call__.__code__:
+        return None
+    last = tb
+    while last.tb_next is not None and last.tb_next.tb_frame.f_code is not ScriptStop.__call__.__code__:
+        last = last.tb_next
+    last.tb_next = None
+    return tb
 
 
 @contextmanager
-def workers_end_quietly() -> Iterator[None]:
-    """Within the block, SIGTERM ends the script with Terminated and without torch's "DataLoader
-    worker is killed by signal" from its workers' deaths (see the module's docstring). A script
-    that sets a SIGTERM handler of its own keeps it."""
-    previous = signal.signal(signal.SIGTERM, _terminate_script)
+def workers_end_quietly() -> Iterator[ScriptStop]:
+    """Within the block, SIGINT and SIGTERM end the script (KeyboardInterrupt, Terminated) with its
+    loaders abandoned and without torch's "DataLoader worker is killed by signal" from its workers'
+    deaths (`ScriptStop`; the module's docstring). A script that sets a handler of its own keeps it."""
+    stop = ScriptStop()
+    previous = {sig: signal.signal(sig, stop) for sig in (signal.SIGINT, signal.SIGTERM)}
+    hook = sys.unraisablehook
+
+    def unraisable(seen: Any) -> None:
+        if not stop.swallowed(seen):
+            hook(seen)
+
+    sys.unraisablehook = unraisable
+    try:
+        yield stop
+    finally:
+        sys.unraisablehook = hook
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+
+
+@contextmanager
+def hang_shows_itself() -> Iterator[None]:
+    """The block is attach's run: the watchdog a signal arms (every thread's stack written to stderr
+    HANG_DUMP_S after it, `ScriptStop`) is cancelled once attach has ended."""
     try:
         yield
     finally:
-        signal.signal(signal.SIGTERM, previous)
+        faulthandler.cancel_dump_traceback_later()

@@ -20,7 +20,8 @@ from pipebench.attach.claimed_folder import claimed_folder
 from pipebench.attach.export_config import write_exports
 from pipebench.attach.export_pipeline import with_measured_step
 from pipebench.attach.recording import Recording, recorded
-from pipebench.attach.script_end import own_loaders, script_namespaces, stop_workers, workers_end_quietly
+from pipebench.attach.script_end import (hang_shows_itself, own_loaders, script_namespaces, stop_workers,
+                                         without_handler, workers_end_quietly)
 from pipebench.attach.watch import DEFAULT_REPLAY, DEFAULT_SECONDS, DEFAULT_SKIP_STEPS, DEFAULT_STEPS, WatchWindow, watching_loaders
 from pipebench.attach.watched import results_of, save_results, summary_line
 from pipebench.base.errors import INTERRUPTED_EXIT_STATUS, TERMINATED_EXIT_STATUS, USAGE_EXIT_STATUS, ConfigError, Terminated
@@ -69,12 +70,13 @@ def parse_command(words: Sequence[str]) -> Tuple[str, str, List[str]]:
 
 
 def _script_frames(tb):
-    """The traceback from the script's first frame: attach's and runpy's own frames left out."""
+    """The traceback from the script's first frame: attach's and runpy's own frames left out, and
+    attach's signal handler that raised a Ctrl-C's KeyboardInterrupt."""
     # runpy may be frozen into the interpreter (3.11+), its frames then named "<frozen runpy>".
     skipped = (__file__, runpy.__file__, "<frozen runpy>", run_code.__code__.co_filename)
     while tb is not None and tb.tb_frame.f_code.co_filename in skipped:
         tb = tb.tb_next
-    return tb
+    return without_handler(tb)
 
 
 def run_script(kind: str, target: str, argv: Sequence[str], own: Optional[List[str]] = None) -> int:
@@ -172,7 +174,7 @@ def attach_main(command: Sequence[str], window: WatchWindow, out: Optional[str],
     kind, target, argv = parse_command(command)
     if export_dir is not None and Path(export_dir).exists() and not Path(export_dir).is_dir():
         raise ConfigError(f"--export-config {export_dir}: not a directory")
-    with claimed_folder(None if out is None else Path(out), _fresh_name(), force) as folder:
+    with claimed_folder(None if out is None else Path(out), _fresh_name(), force) as folder, hang_shows_itself():
         return _attach_script(kind, target, argv, window, folder, export_dir, recording)
 
 
