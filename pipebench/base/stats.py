@@ -60,9 +60,9 @@ MIN_BLOCKS = 2
 TOO_FEW_BLOCKS_NOTE = "no interval: fewer than {min_blocks} whole worker cycles measured"
 # An interval with a bound more than this factor from its rate (under a third of it, or over three
 # times it: a span of about an order of magnitude) says nothing a reader can use: it cannot tell this
-# setup from one 3x slower or faster, more than any one change pipebench compares (the seed's whole
-# hand-tuning gained 1.8x, DESIGN §1). Such intervals come from few blocks (the t quantile is 4.3 at
-# 3 blocks, 12.7 at 2) or a block far off the rest; pytorch/examples' eval loader read 76.5-1,036.6
+# setup from one 3x slower or faster, more than any one change pipebench compares (the README's
+# ImageNet recipe gains 1.83x from its explored chain). Such intervals come from few blocks (the t
+# quantile is 4.3 at 3 blocks, 12.7 at 2) or a block far off the rest; pytorch/examples' eval loader read 76.5-1,036.6
 # around 281.7 samples/s (3.7x either way, issue 55). The rule is on the width, whatever the count of
 # blocks: jobs, ranks and attach alike (`measure.window.rate_interval`).
 MAX_BOUND_FACTOR = 3.0
