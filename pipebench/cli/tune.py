@@ -343,6 +343,8 @@ def tune_command(overrides: List[str], config_dir: Optional[str], budget_s: floa
     """Search the loader settings for the chain `overrides` compose to (module doc); exit status 0
     when done, a stage's interruption status when stopped. The same command resumes an interrupted
     tune (`pipebench.tune.state`) unless `fresh`."""
+    if budget_s > MAX_TUNE_BUDGET_S:
+        raise ConfigError(f"--budget-s must be at most {MAX_TUNE_BUDGET_S:g} s (a week), got {budget_s:g}")
     started = time.monotonic()
     deadline = started + budget_s
     import_from_cwd()
@@ -487,7 +489,7 @@ def add_parser(verbs: "argparse._SubParsersAction") -> None:
         epilog=TUNE_EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     add_config_dir(parser)
-    parser.add_argument("--budget-s", type=_budget, default=DEFAULT_BUDGET_S, metavar="S",
+    parser.add_argument("--budget-s", type=_positive, default=DEFAULT_BUDGET_S, metavar="S",
                         help=f"wall-clock seconds for the whole search (default {DEFAULT_BUDGET_S:g}, at most "
                              f"{MAX_TUNE_BUDGET_S:g})")
     add_fresh(parser, "tune")
@@ -518,14 +520,6 @@ def _positive(text: str) -> float:
     value = _number(text)
     if value <= 0:
         raise argparse.ArgumentTypeError(f"must be above 0, got {text!r}")
-    return value
-
-
-def _budget(text: str) -> float:
-    """An argparse type: seconds above 0 and at most MAX_TUNE_BUDGET_S."""
-    value = _positive(text)
-    if value > MAX_TUNE_BUDGET_S:
-        raise argparse.ArgumentTypeError(f"must be at most {MAX_TUNE_BUDGET_S:g} s (a week), got {text!r}")
     return value
 
 
