@@ -274,7 +274,7 @@ def test_an_image_folder_decode_gets_its_own_row_out_of_the_load(tmp_path):
     assert not hasattr(dataset.loader, "clock")
 
 
-def _watched(step_s):
+def _stepped(step_s):
     """A watched loader whose loop's step after each batch sleeps the next of `step_s`."""
     watched = pipebench.watch(DataLoader(torch.arange(400.0), batch_size=4), steps=len(step_s), skip_steps=0)
     for n, _ in enumerate(watched):
@@ -286,12 +286,12 @@ def _watched(step_s):
 def test_a_loader_whose_interval_says_nothing_gets_none_and_says_why():
     """One rule on the interval's width (stats.telling), not on its count of blocks (issue 55): three
     steps of 1, 40 and 1 ms make an interval far past 3x of the rate; forty even steps one that is shown."""
-    result = _watched([0.001, 0.04, 0.001])
+    result = _stepped([0.001, 0.04, 0.001])
     assert result.steps_measured == 3
     assert all(value != value for value in (*result.samples_per_s_ci, *result.batches_per_s_ci))
     assert "spread too far" in result.record["summary"]["ci_note"]
     assert "nan" not in json.dumps(summary_line(result))
-    even = _watched([0.002] * 40)
+    even = _stepped([0.002] * 40)
     low, high = even.samples_per_s_ci
     assert low <= even.samples_per_s <= high and not even.record["summary"]["ci_note"]
 
