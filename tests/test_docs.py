@@ -4,7 +4,8 @@ README stays short with links that resolve."""
 import re
 from pathlib import Path
 
-from pipebench.record.results import SUMMARY_COLUMNS, TRANSFORM_COLUMNS
+from pipebench.record.figures import SUMMARY_TABLE
+from pipebench.record.results import TRANSFORM_COLUMNS
 
 REPO = Path(__file__).resolve().parents[1]
 README = REPO / "README.md"
@@ -12,12 +13,27 @@ SCHEMA = REPO / "docs" / "results-schema.md"
 README_MAX_LINES = 200
 # A markdown link's target: [text](target) or [text](target#anchor).
 LINK = re.compile(r"\]\(([^)#\s]+)(?:#[^)\s]*)?\)")
+# A results-schema table row: | `column` | unit | meaning |
+SUMMARY_ROW = re.compile(r"\| `(\w+)` \| ([^|]*) \|")
 
 
-def test_every_summary_and_transform_column_is_in_the_results_schema():
+def test_every_transform_column_is_in_the_results_schema():
     text = SCHEMA.read_text()
-    missing = [name for name in (*SUMMARY_COLUMNS, *TRANSFORM_COLUMNS) if f"`{name}`" not in text]
+    missing = [name for name in TRANSFORM_COLUMNS if f"`{name}`" not in text]
     assert not missing, f"docs/results-schema.md does not list: {missing}"
+
+
+def test_summary_section_lists_the_column_table_in_order():
+    """summary.csv's section holds one row a column of SUMMARY_TABLE, in its order, under its section and with
+    its unit."""
+    part = SCHEMA.read_text().split("## summary.csv", 1)[1].split("## transforms.csv", 1)[0]
+    documented, section = [], None
+    for line in part.splitlines():
+        section = line[4:].strip() if line.startswith("### ") else section
+        row = SUMMARY_ROW.match(line)
+        if row:
+            documented.append((row[1], row[2].strip(), section))
+    assert documented == [(c.name, c.unit, c.section) for c in SUMMARY_TABLE]
 
 
 def test_readme_links_to_docs_resolve_and_readme_is_short():

@@ -1,11 +1,13 @@
 """The readers' typed summary: figures typed, missing columns None, and old result folders still load."""
 
+import dataclasses
 import json
+from typing import Optional
 
 import pytest
 from stored_results import result_record, write_record
 
-from pipebench.record.figures import Summary
+from pipebench.record.figures import SUMMARY_COLUMNS, SUMMARY_TABLE, Summary
 from pipebench.record.jobs import JobRecord
 from pipebench.record.results import load_job_results
 from pipebench.report.diagnosis import chain_costs, diagnose
@@ -25,15 +27,24 @@ def test_a_row_without_columns_reads_them_as_none():
 
 def test_a_row_reads_typed_and_keeps_every_cell_in_order():
     row = {"job": "workers=2", "workers": 2, "batch_size": 8, "samples_per_s": 100, "ranks": 1,
-           "gpu_notes": "no GPU", "starvation_pct": 12.5, "samples_per_s_ci_low": float("nan")}
+           "gpu_notes": "no GPU", "starvation_pct": 12.5, "samples_per_s_ci_low": float("nan"), "batches_per_s": 3.0,
+           "pin_memory": False, "alloc_retries": float("nan")}
     summary = Summary.from_row(row)
     assert (summary.job, summary.workers, summary.batch_size, summary.ranks) == ("workers=2", 2, 8, 1)
     assert isinstance(summary.samples_per_s, float) and summary.samples_per_s == 100.0
     assert summary.starvation_pct == 12.5 and summary.samples_per_s_ci_low != summary.samples_per_s_ci_low
-    assert summary.extra == {"gpu_notes": "no GPU"}
+    assert summary.gpu_notes == "no GPU" and summary.pin_memory is False and summary.alloc_retries is None
+    assert summary.extra == {"batches_per_s": 3.0}
     assert list(summary) == list(row) and summary["gpu_notes"] == "no GPU" and summary == row
     with pytest.raises(AttributeError):
         summary.workers = 4  # frozen
+
+
+def test_every_column_of_the_table_is_a_typed_field():
+    fields = {f.name: f.type for f in dataclasses.fields(Summary)}
+    assert [name for name in fields if name != "row"] == SUMMARY_COLUMNS
+    assert all(fields[c.name] == Optional[c.kind] for c in SUMMARY_TABLE)
+    assert Summary.from_row({"epochs": 2.0, "reserved_oscillating": True}).epochs == 2
 
 
 def test_an_early_result_folder_loads_typed_and_diagnoses(tmp_path):

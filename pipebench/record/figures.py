@@ -1,80 +1,134 @@
-"""A job's summary row as the readers see it: the identity and the figures they use, typed.
+"""A job's summary row: its one column table, and the typed `Summary` built from it.
 
-`Summary.from_row` reads a stored row (result.json's `summary`) tolerantly: a column an older
-pipebench did not write reads as None, so old result folders still load. The row's other cells stay
-readable by their column names (`extra`, or the row itself: a `Summary` is also the stored mapping,
-in its stored order, for the readers that index it).
+`SUMMARY_TABLE` holds every summary column once: its name, the type of its cell, its unit and the
+section of docs/results-schema.md that says what it means. summary.csv's column order
+(`SUMMARY_COLUMNS`), the stored check's text columns, the fields of `Summary` and the docs check
+(tests/test_docs.py) are all read from it. `Summary.from_row` reads a stored row tolerantly: a column an
+older pipebench did not write reads as None, so old result folders still load. Cells no column names
+(a watched loader's `batches_per_s`, a merge's `starvation_pct_max`) stay readable in `extra`.
 """
 
-from dataclasses import dataclass, fields
-from typing import Any, Callable, Dict, Mapping, Optional
+import math
+from dataclasses import dataclass, make_dataclass
+from typing import Any, Callable, Dict, Mapping, NamedTuple, Optional, Tuple
 
 from pipebench.base.mapping_view import MappingView
 
-__all__ = ["Summary"]
+__all__ = ["SUMMARY_COLUMNS", "SUMMARY_TABLE", "TEXT_SUMMARY_COLUMNS", "Column", "Summary"]
 
 
-def _text(value: Any) -> Optional[str]:
-    return None if value is None else str(value)
+class Column(NamedTuple):
+    """One summary column: its name, what its cell holds, its unit and its section in the docs."""
+
+    name: str
+    kind: type
+    unit: str
+    section: str
+
+
+T, B, I, F = str, bool, int, float
+# Every summary column in summary.csv's order (identity first, then the figures a reader compares,
+# then the detail), by the section of docs/results-schema.md that gives its meaning; its rows there
+# carry the same names and units, in this order (tests/test_docs.py).
+_SECTIONS: Dict[str, Tuple[Tuple[str, type, str], ...]] = {
+    "Identity": (
+        ("job", T, "text"), ("dataset", T, "text"), ("transform", T, "text"), ("workers", I, "count"),
+        ("batch_size", I, "samples"), ("consumer", T, "text"),
+    ),
+    "Throughput": (
+        ("samples_per_s", F, "samples/s"), ("samples_per_s_ci_low", F, "samples/s"),
+        ("samples_per_s_ci_high", F, "samples/s"), ("speedup", F, "ratio"), ("ci_blocks", I, "count"),
+        ("ci_note", T, "text"), ("samples_per_s_epoch", F, "samples/s"), ("epoch_restart_s", F, "s"),
+        ("epoch_restart_source", T, "text"), ("epoch_boundaries_in_window", I, "count"),
+    ),
+    "Step time and wait": (
+        ("step_ms_mean", F, "ms"), ("step_ms_var", F, "ms²"), ("step_ms_median", F, "ms"), ("step_ms_iqr", F, "ms"),
+        ("step_ms_p99", F, "ms"), ("wait_ms_mean", F, "ms"), ("wait_ms_median", F, "ms"), ("wait_ms_p99", F, "ms"),
+        ("starvation_pct", F, "%"), ("accel_util_pct", F, "%"), ("au_pct", F, "%"), ("step_sync", T, "text"),
+        ("starvation_other_pct", F, "%"),
+    ),
+    "Delivery": (
+        ("h2d_ms_median", F, "ms"), ("transfer_ms_median", F, "ms"), ("ready_next_ms_median", F, "ms"),
+        ("batch_mb_median", F, "MB"), ("on_device_ms_median", F, "ms"), ("ready_steps_pct", F, "%"),
+    ),
+    "Pipeline cost and capacity": (
+        ("pipeline_ms_per_sample", F, "ms/sample"), ("cpu_ms_per_sample", F, "ms/sample"),
+        ("process_cpu_ms_per_sample", F, "ms/sample"), ("reference_cpu_ms", F, "ms"),
+        ("reference_version", I, "version"), ("worker_capacity_samples_per_s", F, "samples/s"),
+        ("cpu_capacity_samples_per_s", F, "samples/s"),
+    ),
+    "Start-up and memory": (
+        ("first_batch_s", F, "s"), ("worker_startup_s_max", F, "s"), ("rss_mb_peak", F, "MiB"),
+        ("pss_mb_peak", F, "MiB"), ("worker_pss_growth_mb", F, "MiB"), ("shm_mb_peak", F, "MiB"),
+        ("loader_workers_pss_mb", F, "MiB"), ("loader_worker_pss_growth_mb", F, "MiB"), ("worker_start_s", F, "s"),
+        ("first_fetch_s", F, "s"), ("dataset_pickle_mb", F, "MiB"), ("dataset_pickle_s", F, "s"),
+        ("start_method", T, "text"), ("first_batch_note", T, "text"), ("first_batch_open_s", F, "s"),
+        ("first_batch_fill_s", F, "s"), ("first_batch_decode_s", F, "s"), ("storage_read_mb", F, "MiB"),
+        ("storage_read_mb_per_s", F, "MiB/s"), ("host_other_cpu_cores", F, "cores"), ("host_steal_pct", F, "%"),
+    ),
+    "Storage I/O": (
+        ("cache_mode", T, "text"), ("read_bytes_per_sample", F, "bytes/sample"),
+        ("read_files_per_sample", F, "files/sample"), ("read_requests_per_sample", F, "requests/sample"),
+        ("read_ms_per_sample", F, "ms/sample"), ("read_mb_per_s", F, "MiB/s"), ("read_speed_mb_per_s", F, "MiB/s"),
+        ("io_share_of_load_pct", F, "%"), ("storage_latency_ms", F, "ms"), ("storage_mb_per_s", F, "MiB/s"),
+        ("storage_note", T, "text"),
+    ),
+    "Counts": (
+        ("steps", I, "count"), ("repeats", I, "count"), ("skipped_samples", I, "count"), ("epochs", I, "count"),
+    ),
+    "GPU-side truth": (
+        ("pin_memory", B, "bool"), ("consumer_ms_median", F, "ms"), ("h2d_gpu_ms_median", F, "ms"),
+        ("gpu_util_pct", F, "%"), ("syncs_per_step", F, "syncs/step"), ("sync_ops", T, "text"),
+        ("sync_wait_ms_per_step", F, "ms/step"), ("gpu_busy_pct", F, "%"), ("trace_accel_util_pct", F, "%"),
+        ("idle_host_wait_pct", F, "% of idle"), ("idle_kernel_wait_pct", F, "% of idle"),
+        ("idle_other_pct", F, "% of idle"), ("reserved_mb_peak", F, "MiB"), ("alloc_retries", I, "count"),
+        ("device_frees", I, "count"), ("reserved_oscillating", B, "bool"), ("gpu_notes", T, "text"),
+    ),
+    "Multi-rank and coverage": (
+        ("ranks", I, "count"), ("straggler_ratio", F, "ratio"), ("collective_wait_ms_mean", F, "ms/step"),
+        ("duplicate_samples", I, "count"), ("missed_samples", I, "count"), ("dropped_last_samples", I, "count"),
+        ("window_note", T, "text"), ("transforms_note", T, "text"),
+    ),
+}
+SUMMARY_TABLE: Tuple[Column, ...] = tuple(Column(name, kind, unit, section) for section, rows in _SECTIONS.items()
+                                          for name, kind, unit in rows)
+SUMMARY_COLUMNS = [column.name for column in SUMMARY_TABLE]
+# Summary cells that are not figures; every other summary column holds a number or null.
+TEXT_SUMMARY_COLUMNS = tuple(column.name for column in SUMMARY_TABLE if column.kind in (str, bool))
 
 
 def _whole(value: Any) -> Optional[int]:
-    return None if value is None else int(value)
+    # A count not measured may be stored as NaN: it reads as None, as a missing one does.
+    return None if isinstance(value, float) and math.isnan(value) else int(value)
 
 
-def _number(value: Any) -> Optional[float]:
-    return None if value is None else float(value)
+# How a stored cell becomes its field's type; None stays None.
+_READ: Dict[type, Callable[[Any], Any]] = {str: str, bool: bool, int: _whole, float: float}
 
 
 @dataclass(frozen=True, eq=False)
-class Summary(MappingView):
-    """One summary row (result.json's `summary`, a summary.csv row): each field is the column of its
-    name, None where the row has none."""
+class _Row(MappingView):
+    """What every `Summary` has beside its columns' fields: the stored row, in its stored order."""
 
-    # Identity: the columns a job is named by.
-    job: Optional[str]
-    dataset: Optional[str]
-    transform: Optional[str]
-    consumer: Optional[str]
-    workers: Optional[int]
-    batch_size: Optional[int]
-    ranks: Optional[int]
-    # The steady-state rate, its interval and the epoch-effective rate beside it.
-    samples_per_s: Optional[float]
-    samples_per_s_ci_low: Optional[float]
-    samples_per_s_ci_high: Optional[float]
-    samples_per_s_epoch: Optional[float]
-    epoch_restart_s: Optional[float]
-    # The consumer's side.
-    starvation_pct: Optional[float]
-    accel_util_pct: Optional[float]
-    syncs_per_step: Optional[float]
-    # What a sample costs, and the trip of a batch from a worker.
-    cpu_ms_per_sample: Optional[float]
-    pipeline_ms_per_sample: Optional[float]
-    transfer_ms_median: Optional[float]
-    ready_next_ms_median: Optional[float]
-    # What the job read from its files a sample (the diagnosis's row-group line).
-    read_bytes_per_sample: Optional[float]
-    # The whole stored row, every column in its stored order.
     row: Mapping[str, Any]
 
     @classmethod
     def from_row(cls, row: Mapping[str, Any]) -> "Summary":
         """The typed view of a stored row; a missing column (an older file) reads as None."""
-        return cls(**{name: read(row.get(name)) for name, read in _READERS.items()}, row=row)
+        return cls(row, **{c.name: None if row.get(c.name) is None else _READ[c.kind](row[c.name])
+                           for c in SUMMARY_TABLE})
 
     @property
     def extra(self) -> Dict[str, Any]:
-        """The row's cells no field types, by column name."""
-        return {key: value for key, value in self.row.items() if key not in _READERS}
+        """The row's cells no column names, by name."""
+        return {key: value for key, value in self.row.items() if key not in _FIELDS}
 
     def _view(self) -> Mapping[str, Any]:
         return self.row
 
 
-# How each typed field is read from its column: the identity's whole numbers and names, every other a number.
-_WHOLE, _TEXT = ("workers", "batch_size", "ranks"), ("job", "dataset", "transform", "consumer")
-_READERS: Dict[str, Callable[[Any], Any]] = {
-    f.name: _whole if f.name in _WHOLE else _text if f.name in _TEXT else _number
-    for f in fields(Summary) if f.name != "row"}
+_FIELDS = frozenset(SUMMARY_COLUMNS)
+# One summary row (result.json's `summary`, a summary.csv row): a field a column, None where the row has
+# none, typed by the table; every cell still readable by its column name.
+Summary = make_dataclass("Summary", [(c.name, Optional[c.kind]) for c in SUMMARY_TABLE], bases=(_Row,),
+                         frozen=True, eq=False, namespace={"__module__": __name__})

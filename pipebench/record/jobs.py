@@ -119,8 +119,8 @@ class JobRecord(MappingView):
         its reader needs (no label, number or config) as having empty ones."""
         summary = Summary.from_row(data["summary"])
         job = str(data.get("job", summary.job or DEFAULT_LABEL))
-        key = JobKey(job_key(job), canonical(summary.dataset), canonical(summary.transform), int(summary["workers"]),
-                     int(summary["batch_size"]), canonical(summary.consumer))
+        key = JobKey(job_key(job), canonical(summary.dataset), canonical(summary.transform), summary.workers,
+                     summary.batch_size, canonical(summary.consumer))
         overrides = tuple(str(o) for o in data.get("overrides", ()))
         return cls(key, job, int(data.get("job_num", 0)), round_of(overrides), overrides, summary,
                    data.get("config") or {}, data.get("choices") or {}, data.get("fingerprint") or {},

@@ -15,6 +15,7 @@ from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 from pipebench.base.csv_cells import csv_text
 from pipebench.base.errors import warn
 from pipebench.base.io import write_json_atomic, write_text_atomic
+from pipebench.record.figures import SUMMARY_COLUMNS, TEXT_SUMMARY_COLUMNS
 from pipebench.record.jobs import JobRecord
 from pipebench.record.stored import (
     NUMBER,
@@ -42,47 +43,6 @@ TRANSFORMS_CSV = "transforms.csv"
 # Written at the invocation root by `calibrate=true`; read by compare and baseline update.
 CALIBRATION_FILE = "calibration.json"
 
-# Identity columns first, then the figures a reader compares, then the detail.
-SUMMARY_COLUMNS = [
-    "job", "dataset", "transform", "workers", "batch_size", "consumer",
-    "samples_per_s", "samples_per_s_ci_low", "samples_per_s_ci_high", "speedup", "ci_blocks", "ci_note",
-    "samples_per_s_epoch", "epoch_restart_s", "epoch_restart_source", "epoch_boundaries_in_window",
-    "step_ms_mean", "step_ms_var", "step_ms_median", "step_ms_iqr", "step_ms_p99",
-    "wait_ms_mean", "wait_ms_median", "wait_ms_p99", "starvation_pct", "accel_util_pct",
-    # MLPerf Storage-style AU: every measured step, epoch ends included (multi-rank: the least rank's).
-    "au_pct",
-    # Which step loop the row used (run.sync), and the GPU's idle share not spent waiting for data.
-    "step_sync", "starvation_other_pct",
-    "h2d_ms_median", "transfer_ms_median", "ready_next_ms_median", "batch_mb_median",
-    "on_device_ms_median", "ready_steps_pct",
-    "pipeline_ms_per_sample", "cpu_ms_per_sample", "process_cpu_ms_per_sample", "reference_cpu_ms",
-    "reference_version",
-    "worker_capacity_samples_per_s",
-    "cpu_capacity_samples_per_s", "first_batch_s", "worker_startup_s_max", "rss_mb_peak", "pss_mb_peak",
-    "worker_pss_growth_mb", "shm_mb_peak", "loader_workers_pss_mb", "loader_worker_pss_growth_mb",
-    # A watched loader's first batch taken apart (pipebench.attach.first_batch); empty for a job.
-    "worker_start_s", "first_fetch_s", "dataset_pickle_mb", "dataset_pickle_s", "start_method", "first_batch_note",
-    # A job's first batch taken apart (pipebench.measure.first_batch_parts): the opens, what the reader read
-    # before its first sample came out (a shuffle buffer's fill), the first decode; empty for a watched loader.
-    "first_batch_open_s", "first_batch_fill_s", "first_batch_decode_s",
-    "storage_read_mb", "storage_read_mb_per_s", "host_other_cpu_cores", "host_steal_pct",
-    # File reads and the page cache (pipebench.measure.storage_io, storage_cache); empty for a
-    # dataset that reads no files through pipebench.
-    "cache_mode", "read_bytes_per_sample", "read_files_per_sample", "read_requests_per_sample", "read_ms_per_sample",
-    "read_mb_per_s", "read_speed_mb_per_s", "io_share_of_load_pct", "storage_latency_ms", "storage_mb_per_s",
-    "storage_note",
-    "steps", "repeats", "skipped_samples", "epochs",
-    # GPU-side truth (pipebench.measure.gpu.session): empty cells where not measured, `gpu_notes` says why.
-    "pin_memory", "consumer_ms_median", "h2d_gpu_ms_median", "gpu_util_pct", "syncs_per_step", "sync_ops",
-    "sync_wait_ms_per_step", "gpu_busy_pct", "trace_accel_util_pct", "idle_host_wait_pct", "idle_kernel_wait_pct", "idle_other_pct",
-    "reserved_mb_peak", "alloc_retries", "device_frees", "reserved_oscillating", "gpu_notes",
-    "ranks", "straggler_ratio", "collective_wait_ms_mean", "duplicate_samples", "missed_samples",
-    "dropped_last_samples",
-    # Why the measured window is not a plain steady state (epoch ends, a time cap); empty when it is.
-    "window_note",
-    # Why a watched loader's transform rows miss part of a sample, or all of it; empty for a job.
-    "transforms_note",
-]
 # The transforms.csv columns a thread profile fills (empty for a step not profiled).
 PROFILE_COLUMNS = ("profile_threads", "thread_speedup", "thread_speedups", "off_cpu_pct_1t", "off_cpu_pct_nt",
                    "thread_verdict")
@@ -103,10 +63,6 @@ def printed_transform_columns(rows: Sequence[Mapping[str, Any]]) -> List[str]:
     return [*PRINTED_TRANSFORM_COLUMNS, *(PRINTED_PROFILE_COLUMNS if profiled else ())]
 
 
-# Summary cells that are not figures; every other summary column holds a number or null.
-TEXT_SUMMARY_COLUMNS = ("job", "dataset", "transform", "consumer", "pin_memory", "sync_ops", "gpu_notes",
-                        "reserved_oscillating", "epoch_restart_source", "window_note", "cache_mode", "storage_note",
-                        "step_sync", "ci_note", "start_method", "first_batch_note", "transforms_note")
 NUMERIC_SUMMARY = {**{column: optional(NUMBER) for column in SUMMARY_COLUMNS if column not in TEXT_SUMMARY_COLUMNS},
                    "ranks": optional(WHOLE)}
 # What the readers of result.json index without a default (report, diagnosis, compare, explore, resume).
