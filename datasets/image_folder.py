@@ -11,7 +11,7 @@ import numpy as np
 from torch.utils.data import Dataset
 
 from pipebench.base.errors import DatasetError
-from pipebench.pipeline.file_reads import FileReads
+from pipebench.storage.file_reads import FileReads
 
 from .folder_walk import walk_images
 from .lazy_image import IMAGE_EXTENSIONS, open_rgb

@@ -11,7 +11,7 @@ from typing import BinaryIO, Optional
 
 from PIL import Image
 
-from pipebench.pipeline.file_reads import FileReads
+from pipebench.storage.file_reads import FileReads
 
 # The extensions torchvision's ImageFolder accepts, so a folder holds the same images
 # in both. Compared lower-case.

@@ -35,8 +35,8 @@ from PIL import Image
 from torch.utils.data import IterableDataset
 
 from pipebench.base.errors import DatasetError
-from pipebench.pipeline.file_reads import is_url
-from pipebench.pipeline.object_store import ENDPOINT_SETTINGS, unreadable, url_fs
+from pipebench.storage.file_reads import is_url
+from pipebench.storage.object_store import ENDPOINT_SETTINGS, unreadable, url_fs
 
 from .lazy_image import rgb_from
 from .shard_split import ShardFiles, not_regular, require_library

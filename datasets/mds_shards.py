@@ -43,9 +43,9 @@ from PIL import Image
 from torch.utils.data import IterableDataset, get_worker_info
 
 from pipebench.base.errors import DatasetError
-from pipebench.pipeline.file_reads import FileReads, is_url
-from pipebench.pipeline.object_store import unreadable, url_fs
-from pipebench.pipeline.rank_info import rank_and_world
+from pipebench.storage.file_reads import FileReads, is_url
+from pipebench.storage.object_store import unreadable, url_fs
+from pipebench.storage.rank_info import rank_and_world
 
 from .lazy_image import rgb_from
 from .shard_split import ShardFiles, ShardOffsets, bad_input, check_policy, not_regular, require_library, split

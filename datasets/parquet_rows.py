@@ -21,7 +21,7 @@ the file and column, or left out and counted under `on_bad_sample=skip`. Where t
 statistics count rows without bytes, it also reads those row groups' image column (null bytes cost
 nothing) and checks each such row has a path whose file exists (every local one; a URL's first, one
 request a Parquet file), so a set of paths is checked before any job too. A URL that cannot be
-read at all is one line naming it, whatever the policy (pipebench/pipeline/object_store.py).
+read at all is one line naming it, whatever the policy (pipebench/storage/object_store.py).
 """
 
 from __future__ import annotations
@@ -38,9 +38,9 @@ from typing import Any, Callable, Iterable, Iterator, List, Optional, Sequence, 
 from torch.utils.data import Dataset, IterableDataset
 
 from pipebench.base.errors import DatasetError
-from pipebench.pipeline.file_reads import FileReads, is_url
-from pipebench.pipeline.object_store import unreadable, url_fs
-from pipebench.pipeline.rank_info import rank_and_world
+from pipebench.storage.file_reads import FileReads, is_url
+from pipebench.storage.object_store import unreadable, url_fs
+from pipebench.storage.rank_info import rank_and_world
 
 from .lazy_image import rgb_from
 from .row_group_reads import ROW_GROUP_ROWS, ROW_GROUPS_KEPT

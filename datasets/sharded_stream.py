@@ -14,7 +14,7 @@ from typing import Any, Iterator, Tuple
 
 from torch.utils.data import IterableDataset, get_worker_info
 
-from pipebench.pipeline.rank_info import rank_and_world
+from pipebench.storage.rank_info import rank_and_world
 
 
 def shard_of(rank: int, world: int, worker: int, workers: int) -> Tuple[int, int]:
@@ -49,7 +49,7 @@ class ShardedStream(IterableDataset):
 
     @property
     def reads(self) -> Any:
-        """The source's file reader (pipebench.pipeline.file_reads), if it reads files."""
+        """The source's file reader (pipebench.storage.file_reads), if it reads files."""
         return getattr(self.source, "reads", None)
 
     def files(self) -> list:

@@ -21,7 +21,7 @@ from torch.utils.data import Dataset
 
 from pipebench.base.errors import DatasetError
 from pipebench.config.limits import MAX_DATASET_LENGTH, MAX_DISTINCT_SAMPLES, MAX_POOL_BYTES, MAX_SEED
-from pipebench.pipeline.file_reads import FileReads
+from pipebench.storage.file_reads import FileReads
 
 from .checks import require_int
 from .lazy_image import rgb_from

@@ -23,7 +23,7 @@ from pipebench.config.limits import (
     MAX_IMAGE_SIDE,
     MAX_SEED,
 )
-from pipebench.pipeline.file_reads import FileReads
+from pipebench.storage.file_reads import FileReads
 
 from .checks import require_int
 from .lazy_image import open_rgb

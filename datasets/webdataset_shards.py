@@ -15,7 +15,7 @@ sample's index (datasets/shard_split.py) and the bad input, found before any job
 shard, a truncated tar, a key with no image, a member larger than `max_member_mb`, a shard that is no
 regular file. Each is one line naming the file and key, or, under `on_bad_sample=skip`, left out and
 counted. A URL that cannot be read at all (no library for it, an endpoint that does not answer) is one
-line naming it, whatever the policy (pipebench/pipeline/object_store.py).
+line naming it, whatever the policy (pipebench/storage/object_store.py).
 
 A tar ends with an end-of-archive marker (zero blocks). Python's tarfile, and so webdataset, takes a
 file that stops at a member's end, or inside the next header, for a whole archive: a shard cut there
@@ -36,8 +36,8 @@ from typing import Any, Callable, Dict, Iterable, Iterator, List, Optional, Sequ
 from torch.utils.data import IterableDataset
 
 from pipebench.base.errors import DatasetError
-from pipebench.pipeline.file_reads import FileReads, is_url
-from pipebench.pipeline.object_store import unreadable, url_fs
+from pipebench.storage.file_reads import FileReads, is_url
+from pipebench.storage.object_store import unreadable, url_fs
 
 from .checks import require_int
 from .lazy_image import rgb_from

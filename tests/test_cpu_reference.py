@@ -15,7 +15,7 @@ from pipebench.cli.main import main
 from pipebench.measure.steps import TimingSink
 from pipebench.measure.summarize import MIN_REFERENCE_RUNS, reference_cpu_ms
 from pipebench.pipeline.cpu_reference import REFERENCE_SHARE, REFERENCE_VERSION, CpuReference
-from pipebench.pipeline.file_reads import NO_IO
+from pipebench.storage.file_reads import NO_IO
 from pipebench.pipeline.timed_chain import TimedCollate, TimedItem
 from pipebench.record.results import load_job_results
 from pipebench.regress.compare import (

@@ -26,9 +26,9 @@ from pipebench.datasets.litdata_chunks import LitDataChunks
 from pipebench.datasets.parquet_rows import parquet_dataset
 from pipebench.datasets.shard_split import ShardOffsets, idle_line, idle_readers, split
 from pipebench.datasets.webdataset_shards import WebDatasetShards
-from pipebench.measure.storage_cache import prepare_cache
+from pipebench.storage.page_cache import prepare_cache
 from pipebench.measure.storage_io import file_read_figures
-from pipebench.pipeline.file_reads import IO_FIELDS, FileReads
+from pipebench.storage.file_reads import IO_FIELDS, FileReads
 from pipebench.pipeline.timed_chain import undecoded
 
 IMAGES, SHARD_SIZE, SHARDS = 16, 4, 4

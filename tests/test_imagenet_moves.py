@@ -16,7 +16,7 @@ from pipebench.explore.chain_moves import fast
 from pipebench.explore.decode_moves import DECODE_JPEG, reduced_decode, tensor_path
 from pipebench.explore.variants import explore
 from pipebench.pipeline.build import build_transforms
-from pipebench.pipeline.file_reads import FileReads
+from pipebench.storage.file_reads import FileReads
 from pipebench.pipeline.movement import TORCHVISION_MOVEMENT, declared_movement
 from pipebench.pipeline.timed_chain import InstrumentedDataset, undecoded
 from pipebench.transforms.decode import DecodeJpeg, torchvision_rgb

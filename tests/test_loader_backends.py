@@ -20,7 +20,7 @@ from pipebench.measure.job import measure_job
 from pipebench.measure.runner import BatchStream
 from pipebench.pipeline import loader_backends
 from pipebench.pipeline.build import build_pipeline
-from pipebench.pipeline.file_reads import IO_FIELDS, FileReads
+from pipebench.storage.file_reads import IO_FIELDS, FileReads
 from pipebench.pipeline.loader_backends import PROCESSES, THREADS, build_backend, check_backend
 
 # It asserts on measured rates, CPU time or the host's load: under xdist it runs with no other test beside it.

@@ -21,11 +21,11 @@ from pipebench.config.specs import StorageSpec
 from pipebench.datasets.parquet_rows import parquet_dataset
 from pipebench.datasets.webdataset_shards import WebDatasetShards
 from pipebench.measure.steps import TimingSink
-from pipebench.measure.storage_cache import REMOTE, prepare_cache
+from pipebench.storage.page_cache import REMOTE, prepare_cache
 from pipebench.measure.storage_io import file_read_columns
-from pipebench.pipeline.file_reads import IO_FIELDS, FileReads
-from pipebench.pipeline import object_store
-from pipebench.pipeline.object_store import url_fs
+from pipebench.storage.file_reads import IO_FIELDS, FileReads
+from pipebench.storage import object_store
+from pipebench.storage.object_store import url_fs
 from pipebench.pipeline.timed_iterable import InstrumentedIterable
 from pipebench.pipeline.timed_chain import TimedCollate
 

@@ -9,8 +9,8 @@ from conftest import compose_spec
 
 from pipebench.base.errors import ConfigError
 from pipebench.config.specs import StorageSpec
-from pipebench.pipeline.file_reads import READ_BYTES, READ_FILES, FileReads
-from pipebench.pipeline.shared_link import BYTES_PER_MB, SharedLink, opened_link
+from pipebench.storage.file_reads import READ_BYTES, READ_FILES, FileReads
+from pipebench.storage.shared_link import BYTES_PER_MB, SharedLink, opened_link
 
 MB_PER_S = 50.0
 SIZE = 1 << 20  # one MiB a read: 20 ms on the link

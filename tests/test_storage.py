@@ -15,12 +15,12 @@ from pipebench.base.errors import StepTimeoutError
 from pipebench.base.watchdog import Watchdog
 from pipebench.config.specs import StorageSpec
 from pipebench.datasets.image_folder import ImageFolderDataset
-from pipebench.measure import storage_cache
+from pipebench.storage import page_cache
 from pipebench.measure.guard import STEP_TIMEOUT_KEY
 from pipebench.measure.steps import TimingSink
-from pipebench.measure.storage_cache import prepare_cache
+from pipebench.storage.page_cache import prepare_cache
 from pipebench.measure.storage_io import file_read_columns, file_read_figures
-from pipebench.pipeline.file_reads import BYTES_PER_MB, IO_FIELDS, FileReads
+from pipebench.storage.file_reads import BYTES_PER_MB, IO_FIELDS, FileReads
 from pipebench.pipeline.timed_chain import InstrumentedDataset, TimedCollate
 
 # It asserts on measured rates, CPU time or the host's load: under xdist it runs with no other test beside it.
@@ -192,8 +192,8 @@ def _fifo_and_dev_zero(folder):
 def test_the_warm_up_reads_only_regular_files_and_counts_the_others(tmp_path, monkeypatch):
     (blob,) = _blobs(tmp_path, 1, 4096)
     fifo, zero = _fifo_and_dev_zero(tmp_path)
-    warmed, warm_file = [], storage_cache._warm_file
-    monkeypatch.setattr(storage_cache, "_warm_file",
+    warmed, warm_file = [], page_cache._warm_file
+    monkeypatch.setattr(page_cache, "_warm_file",
                         lambda path, watchdog: warmed.append(path) or warm_file(path, watchdog))
     with Watchdog(WARM_BOUND_S, STEP_TIMEOUT_KEY, on_stuck=print) as watchdog:
         plan = prepare_cache(_Files([blob, fifo, zero]), StorageSpec(), available_bytes=100 * MIB, watchdog=watchdog)
@@ -207,8 +207,8 @@ def test_a_fifo_or_device_put_in_since_the_look_is_not_read(tmp_path):
     """The open does not wait for a FIFO's writer, and what is no regular file once open is left unread."""
     fifo, zero = _fifo_and_dev_zero(tmp_path)
     with Watchdog(WARM_BOUND_S, STEP_TIMEOUT_KEY, on_stuck=print) as watchdog:
-        assert storage_cache._warm_file(str(fifo), watchdog) is False
-        assert storage_cache._warm_file(str(zero), watchdog) is False
+        assert page_cache._warm_file(str(fifo), watchdog) is False
+        assert page_cache._warm_file(str(zero), watchdog) is False
 
 
 def test_a_warm_up_read_that_stalls_ends_the_job_in_one_line_naming_the_file(tmp_path, monkeypatch):
@@ -222,8 +222,8 @@ def test_a_warm_up_read_that_stalls_ends_the_job_in_one_line_naming_the_file(tmp
     quiet = os.open(fifo, os.O_RDONLY | os.O_NONBLOCK)
     writer = os.open(fifo, os.O_WRONLY)
     os.set_blocking(quiet, True)
-    warm_file = storage_cache._warm_file
-    monkeypatch.setattr(storage_cache, "_warm_file",
+    warm_file = page_cache._warm_file
+    monkeypatch.setattr(page_cache, "_warm_file",
                         lambda path, watchdog: warm_file(path, watchdog, read=lambda fd, size: os.read(quiet, size)))
     spec = compose_spec(["dataset=image_folder", f"dataset.path={folder}", "run=quick", "run.progress=false",
                          "loader.batch_size=2", f"run.step_timeout_s={WARM_BOUND_S / 2:g}", "run.profile_steps=0",

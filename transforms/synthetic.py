@@ -5,7 +5,7 @@ import math
 import time
 
 from pipebench.pipeline.movement import BOTH, Movement
-from pipebench.pipeline.rank_info import rank_and_world
+from pipebench.storage.rank_info import rank_and_world
 
 
 class _Delay:

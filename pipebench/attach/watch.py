@@ -37,7 +37,7 @@ from pipebench.base.cores import usable_cores
 from pipebench.measure.steps import NS_PER_MS, NS_PER_S, PassResult, StepSample, TimingSink, cycle_steps
 from pipebench.measure.summarize import TransformRow, summary_row, transform_rows
 from pipebench.measure.window import Window, rate_interval, split_window
-from pipebench.pipeline.file_reads import IO_FIELDS
+from pipebench.storage.file_reads import IO_FIELDS
 
 __all__ = ["DEFAULT_REPLAY", "DEFAULT_SECONDS", "DEFAULT_SKIP_STEPS", "DEFAULT_STEPS", "SITE_KEY", "LoaderIdentity",
            "LoaderWatch", "VIA_KEY", "WatchWindow", "batch_samples", "creation_site", "watching_loaders"]

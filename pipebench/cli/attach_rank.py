@@ -23,7 +23,7 @@ from pipebench.attach.watched_ranks import rank_folder, rank_window, save_rank
 from pipebench.base.errors import INTERRUPTED_EXIT_STATUS, TERMINATED_EXIT_STATUS, USAGE_EXIT_STATUS, ConfigError
 from pipebench.base.lifeline import TIED_PID_ENV, die_with_parent, parent_is
 from pipebench.cli.attach import parse_command, run_script
-from pipebench.pipeline.rank_info import rank_and_world
+from pipebench.storage.rank_info import rank_and_world
 
 __all__ = ["main"]
 

@@ -24,7 +24,7 @@ from typing import Callable, Dict, Optional, Sequence
 
 import numpy as np
 
-from pipebench.pipeline.file_reads import OPEN_NS
+from pipebench.storage.file_reads import OPEN_NS
 from pipebench.pipeline.timed_chain import TimedBatch
 
 __all__ = ["FIRST_BATCH_PART_COLUMNS", "FirstBatchLog", "FirstBatchParts", "first_batch_columns", "parts_of"]

@@ -18,7 +18,7 @@ from pipebench.measure.repeats import measure_repeats
 from pipebench.measure.result import JobResult
 from pipebench.measure.host_load import PROCESS_CPU_COLUMN
 from pipebench.measure.thread_profile import profile_wanted, thread_profile_pass
-from pipebench.measure.storage_cache import prepare_cache
+from pipebench.storage.page_cache import prepare_cache
 from pipebench.measure.storage_io import file_read_columns
 from pipebench.measure.summarize import (
     epoch_size,
@@ -29,7 +29,7 @@ from pipebench.measure.summarize import (
     worker_breakdown,
 )
 from pipebench.measure.window import window_record
-from pipebench.pipeline.shared_link import opened_link
+from pipebench.storage.shared_link import opened_link
 
 # Failures listed by name in result.json; the count covers all of them.
 MAX_LISTED_FAILURES = 20

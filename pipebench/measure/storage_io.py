@@ -1,7 +1,7 @@
 """Storage I/O figures of a job: what its file reads cost, and what storage itself delivered.
 
 File reads (`file_read_columns`, `file_read_figures`): a file-backed dataset reads each file
-through pipebench.pipeline.file_reads, and each sample's load step sends back its read time,
+through pipebench.storage.file_reads, and each sample's load step sends back its read time,
 bytes and files with the batch, from whichever process read them (workers included). From those:
 bytes, files and requests a sample, read time a sample, the read speed a read got, the job's read
 MiB/s, and the share of the load step that was I/O (the rest of it is opening the image lazily). A
@@ -25,7 +25,7 @@ import psutil
 
 from pipebench.measure.meter import FIRST_MEASURED, LAST_MEASURED
 from pipebench.measure.steps import NS_PER_MS, NS_PER_S, TimingSink
-from pipebench.pipeline.file_reads import BYTES_PER_MB, READ_BYTES, READ_FILES, READ_NS, READ_REQUESTS
+from pipebench.storage.file_reads import BYTES_PER_MB, READ_BYTES, READ_FILES, READ_NS, READ_REQUESTS
 
 __all__ = ["StorageReadMeter", "file_read_columns", "file_read_figures"]
 

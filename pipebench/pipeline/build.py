@@ -13,7 +13,7 @@ from pipebench.config.specs import JobSpec
 from pipebench.pipeline.consumers import Consumer, build_consumer
 from pipebench.pipeline.cpu_reference import CpuReference
 from pipebench.pipeline.device_chain import DeviceChain
-from pipebench.pipeline.file_reads import file_reads_of, honoured
+from pipebench.storage.file_reads import file_reads_of, honoured
 from pipebench.pipeline.instantiate import instantiate_node
 from pipebench.pipeline.loader_backends import LoaderBackend, build_backend, pin_memory_effective
 from pipebench.pipeline.recipe import open_recipes

@@ -26,7 +26,7 @@ from torch.utils.data import DataLoader, DistributedSampler, IterableDataset, Ra
 from pipebench.base.errors import ConfigError, StuckThreadError
 from pipebench.base.extras import MissingExtra, installed, missing_line
 from pipebench.config.specs import BACKEND_WORKER_KINDS, PROCESSES, THREADS, JobSpec
-from pipebench.pipeline.rank_info import rank_and_world
+from pipebench.storage.rank_info import rank_and_world
 from pipebench.pipeline.timed_chain import InstrumentedDataset, NumberedGetitem, TimedBatch, TimedCollate, WorkerInit
 
 __all__ = ["BACKENDS", "PROCESSES", "THREADS", "BackendInfo", "DataLoaderBackend", "LoaderBackend",

@@ -21,7 +21,7 @@ from torch.utils.data import Dataset, default_collate, get_worker_info
 from pipebench.base.lifeline import die_with_parent, multiprocessing_parent_alive
 from pipebench.base.watchdog import StepOverrun
 from pipebench.pipeline.cpu_reference import CpuReference
-from pipebench.pipeline.file_reads import IO_FIELDS, NO_IO, file_reads_of
+from pipebench.storage.file_reads import IO_FIELDS, NO_IO, file_reads_of
 from pipebench.pipeline.stages import (
     COLLATE_STAGE,
     DECODE_STAGE,
@@ -144,7 +144,7 @@ class TimedBatch(NamedTuple):
     # multi-rank runs (pipebench.measure.coverage); it rides back the same way the timings do.
     indices: np.ndarray = np.zeros(0, np.int64)
     # [n_samples, len(IO_FIELDS)] int64: what each sample's load step read from files (time,
-    # bytes, files; pipebench.pipeline.file_reads); zeros for a dataset that reads no files.
+    # bytes, files; pipebench.storage.file_reads); zeros for a dataset that reads no files.
     sample_io: np.ndarray = np.zeros((0, len(IO_FIELDS)), np.int64)
     # [n_samples] int64: the worker that made each sample (see the class doc).
     sample_workers: np.ndarray = np.zeros(0, np.int64)

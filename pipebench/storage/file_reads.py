@@ -9,7 +9,7 @@ sample's load step, which is how bytes and read time ride back with the batch fr
   so the read goes to storage, as every read of a set larger than RAM does.
 - emulated storage: after the real read, sleep latency + bytes / bandwidth, the way
   `consumer=emulated` stands in for an accelerator. The sleep counts as read time. With
-  `shared_mb_per_s`, the bytes then cross the host's one link (pipebench.pipeline.shared_link),
+  `shared_mb_per_s`, the bytes then cross the host's one link (pipebench.storage.shared_link),
   which every worker and rank of the job shares, so together they read no faster than it.
 
 Read time covers open and read, not the page drop (pipebench's own work, not the storage's).
@@ -18,7 +18,7 @@ A format that reads a file in pieces (a tar shard as its samples stream past, a 
 groups) opens it with `open`: each read is counted as it happens, so each sample's load step gets the
 bytes it pulled, a cold read drops the pages of the range it reads first, and the emulated storage
 sleeps its latency once an open and its bandwidth on every read. A URL (`s3://...`) opens through
-fsspec (pipebench/pipeline/object_store.py); the cache mode does not apply to it (no local page cache
+fsspec (pipebench/storage/object_store.py); the cache mode does not apply to it (no local page cache
 holds it), the emulated storage does, and its figures are a local file's: bytes, time, opens and requests.
 
 Besides time, bytes and files, each process counts the requests its reads sent to storage (a whole
@@ -37,8 +37,8 @@ from typing import BinaryIO, Callable, List, Optional, Tuple
 import numpy as np
 
 from pipebench.config.specs import StorageSpec
-from pipebench.pipeline.object_store import url_fs
-from pipebench.pipeline.shared_link import SharedLink
+from pipebench.storage.object_store import url_fs
+from pipebench.storage.shared_link import SharedLink
 
 __all__ = ["CountedFile", "FileReads", "IO_FIELDS", "NO_IO", "OPEN_NS", "READ_BYTES", "READ_FILES", "READ_NS",
            "READ_REQUESTS", "fadvise_available", "file_reads_of", "honoured", "is_url"]

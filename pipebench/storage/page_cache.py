@@ -4,11 +4,11 @@ and say which one serves the run.
 The page cache is the kernel's: a fresh job process finds every file an earlier job (or the
 corpus build) read still cached. So `dataset.cache=warm` reads every file once before measuring,
 and when the files fit in free memory the job says the page cache serves it; `cold` drops each
-file's pages as it reads it (pipebench.pipeline.file_reads), after one `sync` here, since the
+file's pages as it reads it (pipebench.storage.file_reads), after one `sync` here, since the
 kernel keeps a page that is not yet written back. Where posix_fadvise is missing, cold runs
 warm, with one notice and the row labelled so.
 
-A dataset read from URLs (`s3://...`, pipebench/pipeline/object_store.py) has no pages here: its
+A dataset read from URLs (`s3://...`, pipebench/storage/object_store.py) has no pages here: its
 `cache_mode` is `remote`, the cache setting does nothing and the note says so, while the emulated
 storage still applies.
 
@@ -30,7 +30,7 @@ import psutil
 from pipebench.base.errors import StepTimeoutError
 from pipebench.base.watchdog import StepOverrun, Unwatched
 from pipebench.config.specs import StorageSpec
-from pipebench.pipeline.file_reads import BYTES_PER_MB, file_reads_of, honoured, is_url
+from pipebench.storage.file_reads import BYTES_PER_MB, file_reads_of, honoured, is_url
 
 __all__ = ["CachePlan", "prepare_cache"]
 
