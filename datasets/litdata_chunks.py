@@ -35,8 +35,7 @@ from PIL import Image
 from torch.utils.data import IterableDataset
 
 from pipebench.base.errors import DatasetError
-from pipebench.storage.file_reads import is_url
-from pipebench.storage.object_store import ENDPOINT_SETTINGS, unreadable, url_fs
+from pipebench.storage.object_store import ENDPOINT_SETTINGS, is_url, read_failure, url_fs
 
 from .lazy_image import rgb_from
 from .shard_split import ShardFiles, not_regular, require_library
@@ -87,10 +86,8 @@ def _read_index(fs: Any, root: str, input_dir: str) -> dict:
         raise _denied(where, exc, input_dir) from None
     except (OSError, ValueError) as exc:
         raise DatasetError(f"{NAME}: {where}: not a LitData index ({exc})") from None
-    except Exception as exc:  # a URL's store raises its own errors (botocore's)
-        if is_url(input_dir):
-            raise unreadable(where, exc) from None
-        raise
+    except Exception as exc:
+        raise read_failure(input_dir, exc, where) from None
     raise DatasetError(f"{NAME}: {where}: {size} bytes, more than the {INDEX_MAX_BYTES} an index is read to, "
                        "so not a LitData index")
 
@@ -165,10 +162,8 @@ def _check_chunks(fs: Any, root: str, config: dict, chunks: List[dict],
             raise DatasetError(f"{NAME}: {where}: no such chunk (listed in {INDEX_FILE})") from None
         except PermissionError as exc:
             raise _denied(where, exc, input_dir) from None
-        except Exception as exc:  # a URL's store raises its own errors (botocore's)
-            if is_url(input_dir):
-                raise unreadable(where, exc) from None
-            raise
+        except Exception as exc:
+            raise read_failure(input_dir, exc, where) from None
         size, count, listed = int(info["size"]), chunk.get("chunk_size"), chunk.get("chunk_bytes")
         if isinstance(count, bool) or not isinstance(count, int) or count < 0:
             raise DatasetError(f"{NAME}: {where}: {INDEX_FILE} gives it chunk_size {count!r}, not a count of items")

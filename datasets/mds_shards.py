@@ -43,8 +43,8 @@ from PIL import Image
 from torch.utils.data import IterableDataset, get_worker_info
 
 from pipebench.base.errors import DatasetError
-from pipebench.storage.file_reads import FileReads, is_url
-from pipebench.storage.object_store import unreadable, url_fs
+from pipebench.storage.file_reads import FileReads
+from pipebench.storage.object_store import is_url, read_failure, url_fs
 from pipebench.storage.rank_info import rank_and_world
 
 from .lazy_image import rgb_from
@@ -208,10 +208,8 @@ def _read_index(input_dir: str) -> Any:
         raise DatasetError(f"{NAME}: {input_dir}: no {INDEX_FILE}, so no MDS set (MDSWriter writes one)") from None
     except (OSError, ValueError, AttributeError) as exc:
         raise DatasetError(f"{NAME}: {input_dir}/{INDEX_FILE}: not an MDS index ({exc})") from None
-    except Exception as exc:  # a URL's store raises its own errors (botocore's)
-        if is_url(input_dir):
-            raise unreadable(f"{input_dir}/{INDEX_FILE}", exc) from None
-        raise
+    except Exception as exc:
+        raise read_failure(input_dir, exc, f"{input_dir}/{INDEX_FILE}") from None
 
 
 def _check_file(entry: ShardEntry) -> str:
@@ -234,10 +232,8 @@ def _check_file(entry: ShardEntry) -> str:
     except ValueError as exc:
         return f"not an MDS shard: {exc}"
     except Exception as exc:
-        if is_url(entry.location):
-            raise unreadable(entry.location, exc) from None
-        if not isinstance(exc, OSError):
-            raise
+        if is_url(entry.location) or not isinstance(exc, OSError):
+            raise read_failure(entry.location, exc) from None
         return f"cannot read it: {exc}"
     return ""
 

@@ -38,8 +38,8 @@ from typing import Any, Callable, Iterable, Iterator, List, Optional, Sequence, 
 from torch.utils.data import Dataset, IterableDataset
 
 from pipebench.base.errors import DatasetError
-from pipebench.storage.file_reads import FileReads, is_url
-from pipebench.storage.object_store import unreadable, url_fs
+from pipebench.storage.file_reads import FileReads
+from pipebench.storage.object_store import is_url, read_failure, unreadable, url_fs
 from pipebench.storage.rank_info import rank_and_world
 
 from .lazy_image import rgb_from
@@ -132,10 +132,8 @@ def scan_file(path: str, image_column: str, label_column: Optional[str], reads: 
         return FileScan(path, 0, (), False, "no such file")
     except (OSError, pa.ArrowException) as exc:
         return FileScan(path, 0, (), False, f"not a readable Parquet file ({str(exc).splitlines()[0]})")
-    except Exception as exc:  # a URL's store raises its own errors (botocore's)
-        if is_url(path):
-            raise unreadable(path, exc) from None
-        raise
+    except Exception as exc:
+        raise read_failure(path, exc) from None
     schema = metadata.schema.to_arrow_schema()
     groups = tuple(metadata.row_group(k).num_rows for k in range(metadata.num_row_groups))
     names = ", ".join(schema.names)

@@ -40,7 +40,7 @@ from typing import List, Optional, Sequence, Tuple, TypeVar
 
 from pipebench.base.errors import DatasetError
 from pipebench.base.extras import MissingExtra, installed, missing_line
-from pipebench.storage.file_reads import is_url
+from pipebench.storage.object_store import is_url
 
 __all__ = ["FORMATS_EXTRA", "LONE_TAIL_WORTH_NAMING", "ON_BAD_SAMPLE", "ShardFiles", "ShardOffsets", "UnevenShards",
            "bad_input", "check_policy", "idle_line", "idle_readers", "not_regular", "reader_loads", "require_library",

@@ -36,8 +36,8 @@ from typing import Any, Callable, Dict, Iterable, Iterator, List, Optional, Sequ
 from torch.utils.data import IterableDataset
 
 from pipebench.base.errors import DatasetError
-from pipebench.storage.file_reads import FileReads, is_url
-from pipebench.storage.object_store import unreadable, url_fs
+from pipebench.storage.file_reads import FileReads
+from pipebench.storage.object_store import is_url, read_failure, url_fs
 
 from .checks import require_int
 from .lazy_image import rgb_from
@@ -116,11 +116,9 @@ def scan_shard(url: str, image_exts: Sequence[str], max_member_bytes: int = DEFA
         size = fs.size(path)
     except FileNotFoundError:
         return ShardScan(url, 0, 0, (), "no such shard")
-    except Exception as exc:  # a URL's store raises its own errors (botocore's): the URL is unreadable
-        if is_url(url):
-            raise unreadable(url, exc) from None
-        if not isinstance(exc, OSError):
-            raise
+    except Exception as exc:
+        if is_url(url) or not isinstance(exc, OSError):
+            raise read_failure(url, exc) from None
         return ShardScan(url, 0, 0, (), f"cannot open it: {exc}")
     samples, no_image = 0, []
     key, suffixes, last = None, set(), "its first member"
@@ -161,10 +159,8 @@ def scan_shard(url: str, image_exts: Sequence[str], max_member_bytes: int = DEFA
         what = f"truncated tar: it ends after {last}" if "end of" in str(exc) else f"not a readable tar at {last}"
         return ShardScan(url, size, samples, (), f"{what} ({exc})")
     except Exception as exc:
-        if is_url(url):
-            raise unreadable(url, exc) from None
-        if not isinstance(exc, OSError):
-            raise
+        if is_url(url) or not isinstance(exc, OSError):
+            raise read_failure(url, exc) from None
         return ShardScan(url, size, samples, (), f"cannot read it: {exc}")
     close_sample()
     return ShardScan(url, size, samples, tuple(no_image), "")

@@ -166,6 +166,15 @@ def test_a_url_that_cannot_be_read_is_one_line_naming_it_exit_2_before_any_job(e
                                     "not connect to the endpoint URL", capsys, out)
 
 
+def test_a_failed_read_is_the_unreadable_line_for_a_url_and_the_error_itself_for_a_local_path():
+    """The one rule every reader's last except clause hands its error to (object_store.read_failure)."""
+    local = PermissionError("denied")
+    assert object_store.read_failure("/data/shard.tar", local) is local
+    remote = object_store.read_failure("s3://bucket/shard.tar", RuntimeError("AccessDenied"), "s3://bucket/index.json")
+    assert isinstance(remote, DatasetError)
+    assert str(remote).startswith("s3://bucket/index.json: cannot read it (RuntimeError: AccessDenied); the endpoint")
+
+
 # The black hole's bounds, tiny so the test takes about a second: two attempts of 0.3 s each.
 HOLE_TIMEOUT_S, HOLE_ATTEMPTS = 0.3, 2
 # What the test allows before calling it a hang: the defaults took over 400 s.

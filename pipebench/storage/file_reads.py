@@ -37,11 +37,11 @@ from typing import BinaryIO, Callable, List, Optional, Tuple
 import numpy as np
 
 from pipebench.config.specs import StorageSpec
-from pipebench.storage.object_store import url_fs
+from pipebench.storage.object_store import is_url, url_fs
 from pipebench.storage.shared_link import SharedLink
 
 __all__ = ["CountedFile", "FileReads", "IO_FIELDS", "NO_IO", "OPEN_NS", "READ_BYTES", "READ_FILES", "READ_NS",
-           "READ_REQUESTS", "fadvise_available", "file_reads_of", "honoured", "is_url"]
+           "READ_REQUESTS", "fadvise_available", "file_reads_of", "honoured"]
 
 BYTES_PER_MB = 1 << 20
 SECONDS_PER_MS = 1e-3
@@ -58,11 +58,6 @@ NO_IO = np.zeros(len(IO_FIELDS), dtype=np.int64)
 def fadvise_available() -> bool:
     """Whether this platform can drop a file's pages (Linux and most Unixes; not macOS or Windows)."""
     return hasattr(os, "posix_fadvise") and hasattr(os, "POSIX_FADV_DONTNEED")
-
-
-def is_url(path: str) -> bool:
-    """Whether `path` names a URL fsspec opens (`s3://`, `https://`, `file://`) rather than a local path."""
-    return "://" in path
 
 
 def honoured(storage: StorageSpec) -> StorageSpec:

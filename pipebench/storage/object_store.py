@@ -30,7 +30,7 @@ from pipebench.base.errors import DatasetError
 from pipebench.base.extras import MissingExtra, installed, missing_line
 
 __all__ = ["ENDPOINT_SETTINGS", "PROTOCOL_EXTRAS", "STORE_ATTEMPTS", "STORE_CONNECT_TIMEOUT_S", "STORE_READ_TIMEOUT_S",
-           "protocol_of", "store_options", "unreadable", "url_fs"]
+           "is_url", "protocol_of", "read_failure", "store_options", "unreadable", "url_fs"]
 
 # The protocols whose fsspec library an extra of pipebench installs: protocol -> (library, extra).
 PROTOCOL_EXTRAS = {"s3": ("s3fs", "s3"), "s3a": ("s3fs", "s3")}
@@ -52,6 +52,11 @@ STORE_ATTEMPTS = 3
 # botocore reads the user's attempt count from here when its Config names none.
 ATTEMPTS_VARIABLE = "AWS_MAX_ATTEMPTS"
 HTTP_PROTOCOLS = ("http", "https")
+
+
+def is_url(path: str) -> bool:
+    """Whether `path` names a URL fsspec opens (`s3://`, `https://`, `file://`) rather than a local path."""
+    return "://" in path
 
 
 def protocol_of(url: str) -> str:
@@ -135,6 +140,13 @@ def unreadable(url: str, exc: BaseException) -> DatasetError:
     if waited is not None:
         return DatasetError(f"{url}: the store gave no answer: {waited} ({why}){where}")
     return DatasetError(f"{url}: cannot read it ({why}){where}")
+
+
+def read_failure(location: str, exc: BaseException, where: Optional[str] = None) -> BaseException:
+    """What a reader raises for a read of `location` that failed in a way it does not name itself: for a
+    URL, whose store raises its own errors (botocore's, not only OSError), the one unreadable line naming
+    `where` (the location unless given); for a local path, the error itself."""
+    return unreadable(where or location, exc) if is_url(location) else exc
 
 
 def _no_answer(url: str, exc: BaseException) -> Optional[str]:

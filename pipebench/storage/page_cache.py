@@ -30,7 +30,8 @@ import psutil
 from pipebench.base.errors import StepTimeoutError
 from pipebench.base.watchdog import StepOverrun, Unwatched
 from pipebench.config.specs import StorageSpec
-from pipebench.storage.file_reads import BYTES_PER_MB, file_reads_of, honoured, is_url
+from pipebench.storage.file_reads import BYTES_PER_MB, file_reads_of, honoured
+from pipebench.storage.object_store import is_url
 
 __all__ = ["CachePlan", "prepare_cache"]
 
