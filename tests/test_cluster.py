@@ -11,7 +11,7 @@ from conftest import NO_PROFILE, QUICK_RUN, TINY_DATASET, compose_spec, results_
 from hydra import compose, initialize_config_module
 from hydra.core.config_store import ConfigStore
 
-from pipebench.cli.job_task import run_job_task
+from pipebench.sweep.job_task import run_job_task
 from pipebench.config.compose import CONFIG_MODULE, CONFIG_NAME, HYDRA_VERSION_BASE
 from pipebench.config.schema import register_schema
 from pipebench.measure.distributed.ranks import RankTask

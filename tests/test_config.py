@@ -10,7 +10,7 @@ from conftest import assert_config_error_is_one_line, compose_spec, run_cli
 from pipebench.base.errors import ConfigError
 from pipebench.base.extras import install_line
 from pipebench.cli.main import main
-from pipebench.cli.run import MAX_LABEL_CHARS, _label, expand_sweep
+from pipebench.sweep.expand import MAX_LABEL_CHARS, expand_sweep, label
 from pipebench.config import schema, specs
 from pipebench.pipeline.build import build_transforms
 
@@ -132,15 +132,15 @@ def test_bad_override_syntax_is_a_config_error():
 
 
 def test_label_is_folder_safe():
-    assert _label(["transform=yuv_mask", "workers=0,4,8"]) == "transform-yuv_mask_workers-0+4+8"
-    assert "/" not in _label(["dataset.path=/a/b"])
+    assert label(["transform=yuv_mask", "workers=0,4,8"]) == "transform-yuv_mask_workers-0+4+8"
+    assert "/" not in label(["dataset.path=/a/b"])
 
 
 def test_a_long_label_is_cut_between_words_and_stays_unique():
     """The README's backends sweep was cut to `..._backend-dataloader+threads+` (the list broken off,
     workers lost), so two sweeps that differ only past the cut shared one name."""
     sweep = ["transform=yuv_mask_fast,imagenet", "loader.backend=dataloader,threads,spdl"]
-    two, four = _label([*sweep, "workers=2"]), _label([*sweep, "workers=4"])
+    two, four = label([*sweep, "workers=2"]), label([*sweep, "workers=4"])
     assert two.startswith("transform-yuv_mask_fast+imagenet_backend-dataloader_")
     assert len(two) <= MAX_LABEL_CHARS and two != four
 

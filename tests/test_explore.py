@@ -10,7 +10,7 @@ from explore_kit import STREAM
 from stored_results import result_record, write_record
 
 from pipebench.cli.main import main
-from pipebench.cli.run import expand_sweep, search_path
+from pipebench.sweep.expand import expand_sweep, search_path
 from pipebench.explore.equivalence import IDENTICAL, NOT_EQUIVALENT, Equivalence
 from pipebench.explore.plan import NO_DEVICE, Checked, Plan, conclusions, explore_rows, plan_exploration, what_to_do
 from pipebench.base.extras import MissingExtra, install_line, missing_line

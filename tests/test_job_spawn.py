@@ -12,7 +12,7 @@ import psutil
 import pytest
 from conftest import FAST_JOB, NO_CHAIN, PIPEBENCH_SCRIPT, TINY_DATASET
 
-import pipebench.cli.run as run_module
+import pipebench.sweep.launch as launch_module
 from pipebench.base.errors import CRASH_EXIT_STATUS
 from pipebench.measure import job_spawn
 from pipebench.cli.main import job_ahead, main
@@ -177,7 +177,7 @@ def test_the_first_job_runs_in_the_process_started_ahead_and_an_error_or_a_calib
     assert not _unreaped_child(spawned[-1])  # ended and reaped by the command that started it
 
     beside_calibration = []
-    monkeypatch.setattr(run_module, "_calibrate",
+    monkeypatch.setattr(launch_module, "_calibrate",
                         lambda folder: beside_calibration.append(_unreaped_child(spawned[-1])))
     assert main(["run", *FAST_JOB, *NO_CHAIN, "calibrate=true", f"results_dir={tmp_path / 'calibrated'}"]) == 0
     assert beside_calibration == [False] and len(spawned) == 4  # the one ahead, ended first, then the job's own
@@ -231,7 +231,7 @@ print(calls)
 
 @pytest.mark.slow
 def test_the_job_process_imports_touch_no_cuda_so_forked_jobs_can_use_it():
-    out = subprocess.run([sys.executable, "-c", CUDA_AT_IMPORT, "pipebench.cli.job_task"], capture_output=True,
+    out = subprocess.run([sys.executable, "-c", CUDA_AT_IMPORT, "pipebench.sweep.job_task"], capture_output=True,
                          text=True, timeout=120)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "[]"

@@ -19,8 +19,11 @@ PACKAGE = REPO / "pipebench"
 # Lowest first, one tier a rank: a module imports its own tier or a lower one. The catalogues sit at the
 # repo top but install as pipebench.datasets / .transforms; they are built by the pipeline stage, so they
 # rank with it. storage (file reads, object stores, the page cache, the rank) sits under the pipeline.
+# sweep (a command's jobs expanded, checked and launched) sits under tune and storage_track, which run
+# their parts as sweeps, and over report, whose tables a finished sweep writes.
 TIERS = (("base",), ("config",), ("storage",), ("pipeline", "datasets", "transforms"), ("measure",), ("record",),
-         ("attach",), ("report",), ("regress",), ("explore",), ("tune",), ("storage_track",), ("cli", "api"))
+         ("attach",), ("report",), ("regress",), ("explore",), ("sweep",), ("tune",), ("storage_track",),
+         ("cli", "api"))
 STAGES = tuple(stage for tier in TIERS for stage in tier)
 STAGE_RANK = {stage: rank for rank, tier in enumerate(TIERS) for stage in tier}
 CATALOGUES = {"datasets": REPO / "datasets", "transforms": REPO / "transforms"}
@@ -134,7 +137,7 @@ HEAVY_OPTIONAL_MODULES = ("torchvision", "scipy.stats")
 def test_a_job_process_imports_neither_torchvision_nor_scipy_stats_until_a_chain_asks():
     """A tiny job's cost is mostly its process start; this keeps it from paying for what it never uses."""
     probe = (
-        "import sys, pipebench.cli.one_job, pipebench.measure.job_process, pipebench.cli.run\n"
+        "import sys, pipebench.sweep.one_job, pipebench.measure.job_process, pipebench.cli.run\n"
         f"print(','.join(m for m in {HEAVY_OPTIONAL_MODULES!r} if m in sys.modules))\n"
     )
     out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True)

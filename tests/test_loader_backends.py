@@ -15,7 +15,8 @@ from conftest import FAST_JOB, TINY_DATASET, compose_spec
 
 from pipebench.base.errors import ConfigError, SampleError
 from pipebench.base.extras import install_line
-from pipebench.cli.run import expand_sweep, preflight
+from pipebench.sweep.expand import expand_sweep
+from pipebench.sweep.preflight import preflight
 from pipebench.measure.job import measure_job
 from pipebench.measure.runner import BatchStream
 from pipebench.pipeline import loader_backends

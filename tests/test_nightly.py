@@ -7,7 +7,7 @@ from conftest import QUICK_RUN, TINY_DATASET, compose_spec
 
 from pipebench.base.errors import ConfigError
 from pipebench.cli.main import main
-from pipebench.cli.run import expand_sweep, sweep_overrides
+from pipebench.sweep.expand import expand_sweep, sweep_overrides
 from pipebench.config.compose import job_spec_composer
 from pipebench.measure import calibration
 from pipebench.transforms.synthetic import BusyWait

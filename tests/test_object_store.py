@@ -218,7 +218,7 @@ def test_a_missing_s3fs_names_the_s3_extra_in_one_pip_line(store, monkeypatch, c
 
     monkeypatch.setattr(fsspec.core, "url_to_fs", no_s3fs)
     # The sweep's builds then run in this process, where s3fs is patched away, not in a child of a
-    # job process started ahead (pipebench.cli.build_check).
+    # job process started ahead (pipebench.sweep.build_check).
     monkeypatch.setattr("pipebench.cli.main.job_ahead", lambda words: None)
     url = _url("wds/shard-000000.tar")
     with pytest.raises(DatasetError, match=rf"^{url}: an s3:// URL needs s3fs: pip install .*\[s3\]"):

@@ -19,7 +19,7 @@ IDENTITY = ["job", "job_num", "overrides", "config", "choices"]
 
 
 def _legacy(record, identity):
-    """result.json as pipebench.cli.job_task composed it by hand before JobResult (the reference)."""
+    """result.json as pipebench.sweep.one_job composed it by hand before JobResult (the reference)."""
     summary = {"job": identity.job, **identity.columns, **SINGLE_PROCESS_FIELDS, **record["summary"]}
     return {"job": identity.job, "job_num": identity.job_num, "overrides": list(identity.overrides),
             "config": identity.config, "choices": identity.choices, **record, "summary": summary}

@@ -5,14 +5,16 @@ import sys
 import pytest
 from conftest import QUICK_RUN, TINY_DATASET
 
+from pipebench.base.errors import ConfigError
 from pipebench.cli import main as cli_main
-from pipebench.cli import run as cli
-from pipebench.cli.run import expand_sweep, sweep_overrides
 from pipebench.config.compose import job_spec_composer
 from pipebench.config.sweep_axes import expand_auto_workers, worker_ladder
 from pipebench.pipeline.build import build_pipeline
 from pipebench.pipeline.loader_backends import build_loader
 from pipebench.report.comparison import identity
+from pipebench.sweep import launch
+from pipebench.sweep.expand import expand_sweep, sweep_overrides
+from pipebench.sweep.preflight import preflight
 
 # Loader keys a user sweeps, each with two values that differ from the defaults' and each other.
 LOADER_AXES = {
@@ -37,10 +39,10 @@ def test_auto_workers_expand_before_the_up_front_checks(monkeypatch):
 
     def fake_preflight(jobs, ahead, baseline):
         seen.extend(jobs)
-        raise cli.ConfigError("stop before measuring")
+        raise ConfigError("stop before measuring")
 
-    monkeypatch.setattr(cli, "usable_cores", lambda: 3)
-    monkeypatch.setattr(cli, "preflight", fake_preflight)
+    monkeypatch.setattr(launch, "usable_cores", lambda: 3)
+    monkeypatch.setattr(launch, "preflight", fake_preflight)
     monkeypatch.setattr(sys, "path", list(sys.path))  # run puts the working directory on sys.path
     assert cli_main.main(["run", "workers=auto", *TINY_DATASET]) == 2
     assert [identity(job, {})["workers"] for job in seen] == ["0", "1", "2", "3", "4", "6"]
@@ -55,7 +57,7 @@ def test_range_and_choice_sweep(override, values):
     jobs = expand_sweep(sweep_overrides([override, *TINY_DATASET]))
     key = override.split("=")[0]
     assert [identity(job, {})[key] for job in jobs] == values
-    specs = cli.preflight(jobs)  # every job composes and passes the checks
+    specs = preflight(jobs)  # every job composes and passes the checks
     got = [s.workers if key == "workers" else s.loader.batch_size for s, _ in specs]
     assert got == [int(v) for v in values]
 

@@ -23,7 +23,7 @@ from stored_results import result_record, write_record
 
 from pipebench.base.io import replacing, write_text_atomic
 from pipebench.cli.main import main
-from pipebench.cli.run import expand_sweep, sweep_overrides
+from pipebench.sweep.expand import expand_sweep, sweep_overrides
 from pipebench.measure import job_process
 from pipebench.measure.job_process import save_hydra_file
 from pipebench.record.folder_lock import LOCK_FILE, LockRefused, folder_lock

@@ -12,7 +12,6 @@ from typing import Tuple
 
 from pipebench.base.errors import ConfigError
 from pipebench.cli.common_args import add_config_dir
-from pipebench.cli.run import expand_sweep, import_from_cwd, search_path
 from pipebench.config.compose import sweep_settings
 from pipebench.regress.ab import (
     EXIT_GOOD,
@@ -26,6 +25,7 @@ from pipebench.regress.ab import (
 from pipebench.regress.compare import DEFAULT_THRESHOLD, SLOWER, render_markdown, write_comparison
 from pipebench.regress.git_tree import GitError, checked_out, dirty_paths, repo_root, resolve_commit
 from pipebench.regress.history import append_session
+from pipebench.sweep.expand import expand_sweep, import_from_cwd, search_path
 
 __all__ = ["add_parser", "main"]
 

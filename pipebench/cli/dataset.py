@@ -28,13 +28,13 @@ from tqdm import tqdm
 from pipebench.base.errors import ConfigError, PipebenchError, error_line
 from pipebench.base.io import NAME_TOKEN_BYTES, with_name
 from pipebench.cli.common_args import add_config_dir, add_overrides
-from pipebench.cli.run import import_from_cwd, search_path
 from pipebench.config.compose import compose_job_spec
 from pipebench.datasets.litdata_chunks import write_litdata
 from pipebench.datasets.parquet_rows import write_parquet
 from pipebench.datasets.shard_split import require_library
 from pipebench.datasets.webdataset_shards import write_shards
 from pipebench.pipeline.instantiate import instantiate_node
+from pipebench.sweep.expand import import_from_cwd, search_path
 
 __all__ = ["FORMATS", "add_parser", "convert", "encoded_samples", "main"]
 

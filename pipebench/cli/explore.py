@@ -4,7 +4,6 @@ import argparse
 from typing import List, Mapping, Optional
 
 from pipebench.cli.common_args import add_config_dir, add_fresh, add_overrides
-from pipebench.cli.run import expand_sweep, import_from_cwd, refuse_hydra_dirs, run_command, search_path
 from pipebench.explore.chain import MOVE_HELP
 from pipebench.explore.equivalence import DEFAULT_MAX_PIXEL_DIFF
 from pipebench.explore.plan import (
@@ -18,6 +17,8 @@ from pipebench.explore.variants import LOADER_MOVE_HELP
 from pipebench.measure.job_spawn import JobProcess
 from pipebench.record.folder_lock import folder_lock
 from pipebench.record.resume import ready_for_sweep
+from pipebench.sweep.expand import expand_sweep, import_from_cwd, refuse_hydra_dirs, search_path
+from pipebench.sweep.launch import Into, run_command
 
 # An 8-bit pixel differs from another by at most this.
 MAX_GREY_LEVEL = 255
@@ -78,9 +79,8 @@ def explore_command(overrides: List[str], config_dir: Optional[str], fresh: bool
             print(f"resuming {plan.invocation_dir}: {plan.resumed.done} of {plan.resumed.total} jobs already done",
                   flush=True)
         print(f"explore: measuring {len(measured)} chains, interleaved, in one sweep", flush=True)
-        return run_command(list(plan.overrides), config_dir, invocation_dir=plan.invocation_dir,
-                           epilogue=lambda folder: print(f"## explore\n\n{write_explore_table(folder, plan)}"),
-                           ahead=ahead)
+        return run_command(list(plan.overrides), config_dir, ahead=ahead, into=Into(
+            plan.invocation_dir, epilogue=lambda folder: print(f"## explore\n\n{write_explore_table(folder, plan)}")))
 
 
 def add_parser(verbs: "argparse._SubParsersAction") -> None:

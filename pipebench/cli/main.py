@@ -37,7 +37,7 @@ VERB_NAMES = ("attach", "dataset", "run", "explore", "tune", "storage_check", "r
 # and explore's equivalence checks, none of them timed (pipebench.measure.job_spawn); the task
 # function it will be handed lives in JOB_TASK_MODULE.
 AHEAD_VERBS = ("run", "explore", "tune")
-JOB_TASK_MODULE = "pipebench.cli.job_task"
+JOB_TASK_MODULE = "pipebench.sweep.job_task"
 # Flags after which the verb runs no job, and overrides that send jobs to another launcher or
 # interpreter: no process is started ahead for those.
 NO_JOB_FLAGS = ("-h", "--help", "-c", "--cfg", "--resolve", "-i", "--info")

@@ -26,7 +26,6 @@ import psutil
 from pipebench.base.errors import INTERRUPTED_EXIT_STATUS, TERMINATED_EXIT_STATUS, ConfigError
 from pipebench.base.io import folder_safe
 from pipebench.cli.common_args import add_config_dir, add_overrides
-from pipebench.cli.run import expand_sweep, import_from_cwd, refuse_hydra_dirs, run_command, search_path
 from pipebench.config.compose import job_spec_composer
 from pipebench.config.specs import JobSpec
 from pipebench.pipeline.build import build_dataset
@@ -54,6 +53,8 @@ from pipebench.storage_track.search import (
     predicted_accelerators,
     search_accelerators,
 )
+from pipebench.sweep.expand import expand_sweep, import_from_cwd, refuse_hydra_dirs, search_path
+from pipebench.sweep.launch import Into, run_command
 
 __all__ = ["add_parser", "main", "storage_check_command"]
 
@@ -183,7 +184,7 @@ class Check:
         return [*self.base, *sized, f"distributed.nproc={n}", *extra]
 
     def sweep(self, where: Path, overrides: Sequence[str]) -> Tuple[int, List[JobRecord]]:
-        status = run_command(list(overrides), self.config_dir, invocation_dir=where, stage=True)
+        status = run_command(list(overrides), self.config_dir, into=Into(where, stage=True))
         records = load_job_results(where) if where.exists() else []
         if status in (INTERRUPTED_EXIT_STATUS, TERMINATED_EXIT_STATUS):
             raise Stopped(status)

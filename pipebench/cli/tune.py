@@ -34,7 +34,6 @@ from pipebench.base.cores import usable_cores
 from pipebench.base.errors import CRASH_EXIT_STATUS, INTERRUPTED_EXIT_STATUS, TERMINATED_EXIT_STATUS, ConfigError
 from pipebench.base.io import folder_safe
 from pipebench.cli.common_args import add_config_dir, add_fresh, add_overrides
-from pipebench.cli.run import expand_sweep, import_from_cwd, refuse_hydra_dirs, run_command, search_path
 from pipebench.config.compose import job_spec_composer
 from pipebench.config.limits import MAX_TUNE_BUDGET_S
 from pipebench.config.specs import NO_CONSUMER, THREADS, JobSpec
@@ -50,6 +49,8 @@ from pipebench.record.resume import new_folder
 from pipebench.measure.memory import BYTES_PER_MB
 from pipebench.report.diagnosis import chain_costs, needs_for_target, predict, target_line
 from pipebench.report.thread_advice import gil_bound_steps
+from pipebench.sweep.expand import expand_sweep, import_from_cwd, refuse_hydra_dirs, search_path
+from pipebench.sweep.launch import Into, run_command
 from pipebench.tune.files import Tuned, write_tune
 from pipebench.tune.objective import Objective, probe_ties, pss_mb, race_rates, starvation
 from pipebench.tune.optuna_search import optuna_missing, optuna_proposer
@@ -136,7 +137,7 @@ def _measure(folder: Path, points: Sequence[Point], rounds: int, base: Sequence[
     for point in points:
         store_point(point)
     sweep = [*base, *run_settings, f"rounds={rounds}", point_override([p.name for p in points])]
-    status = run_command(sweep, config_dir, invocation_dir=folder, ahead=ahead, stage=True)
+    status = run_command(sweep, config_dir, ahead=ahead, into=Into(folder, stage=True))
     if status in (INTERRUPTED_EXIT_STATUS, TERMINATED_EXIT_STATUS):
         raise Stopped(status)
     found: Dict[str, List[JobRecord]] = {}

@@ -1,6 +1,6 @@
 """One benchmark job: build the pipeline, measure it, and return its record.
 
-Writing the record and printing it belong to the job the task function runs (pipebench.cli.one_job).
+Writing the record and printing it belong to the job the task function runs (pipebench.sweep.one_job).
 """
 
 from pathlib import Path

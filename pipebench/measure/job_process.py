@@ -11,7 +11,7 @@ frame names more modules for it to import, the chains' torchvision among them
 forks, in a session of its own, that unpickles it and runs it through Hydra's own `run_job`, so
 the job folder, logging and callbacks are exactly Hydra's, and this process stays as it was after
 its imports. A callable payload is run the same way, in a job's place: the check of a sweep's
-builds (pipebench.cli.build_check). It answers on ANSWER_FD with the child's pid, then the child's
+builds (pipebench.sweep.build_check). It answers on ANSWER_FD with the child's pid, then the child's
 exit status: 0 done, 2 a user error the job has printed and left in its folder
 (pipebench.base.errors.ERROR_FILE), a file it could not write (a full disk) included, 130
 interrupted, a negative signal number killed, anything else a crash.
@@ -86,7 +86,7 @@ def run_payload(payload: JobPayload) -> int:
 
 def run_job_bytes(job: bytes) -> int:
     """Unpickle one job and run it, in the process that will end with it. A callable payload is a
-    check run in a job's place (pipebench.cli.build_check): called, its result the exit status."""
+    check run in a job's place (pipebench.sweep.build_check): called, its result the exit status."""
     try:
         payload = pickle.loads(job)
         if callable(payload):

@@ -9,7 +9,7 @@ itself, nor runs anything of one; the only modules it imports on request are tor
 pipebench's own that the chains name (`warm`), which each job would import alike. `pipebench run`
 (and `explore`, `tune`) spends about as long on its own imports and config checks before its
 first job, so it starts the job process first: the two import side by side, and the command
-builds its jobs for the check in a child of that process (pipebench.cli.build_check), so it never
+builds its jobs for the check in a child of that process (pipebench.sweep.build_check), so it never
 imports torch itself.
 
 Processes are plain pids here, not Popen objects: the launcher receives the one started ahead as
@@ -47,7 +47,7 @@ IMPORT_FRAME = b"\0import\n"
 # The only packages whose modules a job process imports on request: their import runs no user code
 # (a user's module is imported in each job's child, where a failing import is that job's error),
 # and torchvision's costs every job whose chain names it 1.6 s on the 2-core machine (torch._dynamo
-# with it), the check of the sweep's builds (pipebench.cli.build_check) once more.
+# with it), the check of the sweep's builds (pipebench.sweep.build_check) once more.
 WARMED_PACKAGES = ("torchvision", "pipebench")
 
 

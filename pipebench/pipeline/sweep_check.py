@@ -2,7 +2,7 @@
 dataset once, and the plan-time lines of what the builds show.
 
 The builds import what the chains and datasets need (torch, torchvision: seconds); the command
-runs this in a child of its job process, which has them already (pipebench.cli.build_check).
+runs this in a child of its job process, which has them already (pipebench.sweep.build_check).
 """
 
 import sys

@@ -12,12 +12,12 @@ from omegaconf import DictConfig
 __all__ = ["WARM_MODULES", "run_job_task"]
 
 # What a job imports (torch with it: seconds), for a job process to import before its first job.
-WARM_MODULES = ("pipebench.cli.one_job",)
+WARM_MODULES = ("pipebench.sweep.one_job",)
 
 
 def run_job_task(cfg: DictConfig) -> None:
-    """Hydra task function: one job, one folder (pipebench.cli.one_job)."""
+    """Hydra task function: one job, one folder (pipebench.sweep.one_job)."""
     # Imported here, not with this module: see the module's docstring.
-    from pipebench.cli.one_job import run_one_job
+    from pipebench.sweep.one_job import run_one_job
 
     run_one_job(cfg)

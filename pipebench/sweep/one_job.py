@@ -1,5 +1,5 @@
 """One job, one folder, one result.json, and the sweep's tables refreshed: what the Hydra task
-function (pipebench.cli.job_task) runs, in a job process's child or on a cluster node.
+function (pipebench.sweep.job_task) runs, in a job process's child or on a cluster node.
 
 It lives apart from the verbs so a job process imports only what a job needs, and apart from the
 task function so the command that plans the sweep imports none of it (torch: seconds).

@@ -1,0 +1,61 @@
+"""Every job of a sweep composed and checked before any is measured: the keys the whole invocation
+shares, `--baseline`'s job, and each distinct dataset and chain built once (`build_check`)."""
+
+from typing import List, Optional, Sequence, Tuple
+
+from pipebench.base.errors import ConfigError
+from pipebench.config.compose import job_spec_composer
+from pipebench.config.specs import JobSpec
+from pipebench.measure.job_spawn import JobProcess
+from pipebench.measure.result import identity_columns
+from pipebench.report.comparison import identity, select_job
+from pipebench.sweep.build_check import check_builds
+
+__all__ = ["INVOCATION_KEYS", "preflight"]
+
+# Keys that describe the whole invocation, so every job of a sweep must agree on them.
+INVOCATION_KEYS = ("rounds", "calibrate", "run.on_job_error", "run.stop_at_target", "run.target_accel_util_pct")
+
+
+def _spec_value(spec: JobSpec, key: str) -> object:
+    """The value of a dotted config key (`run.on_job_error`) in a spec."""
+    value: object = spec
+    for part in key.split("."):
+        value = getattr(value, part)
+    return value
+
+
+def _check_invocation_keys(checked: Sequence[Tuple[JobSpec, str]]) -> None:
+    for key in INVOCATION_KEYS:
+        values = {_spec_value(spec, key) for spec, _ in checked}
+        if len(values) > 1:
+            raise ConfigError(f"{key} applies to the whole invocation and cannot be swept, got {sorted(values)}")
+
+
+def _check_baseline(selector: Optional[str], jobs: Sequence[Sequence[str]],
+                    checked: Sequence[Tuple[JobSpec, str]]) -> None:
+    """`--baseline` must name exactly one job of the sweep (its rounds together) before anything runs."""
+    if selector is None:
+        return
+    named: List[dict] = []
+    for job, (spec, _) in zip(jobs, checked):
+        names = identity(job, identity_columns(spec))
+        if names not in named:
+            named.append(names)
+    select_job(selector, named)
+
+
+def preflight(jobs: Sequence[Sequence[str]], ahead: Optional[JobProcess] = None,
+              baseline: Optional[str] = None) -> List[Tuple[JobSpec, str]]:
+    """Compose and check every job, and build each distinct dataset once (in a child of `ahead`
+    when it serves: pipebench.sweep.build_check), before measuring anything.
+
+    Returns each job's spec with its results_dir.
+    """
+    with job_spec_composer() as compose_one:
+        checked = [compose_one(job) for job in jobs]
+    # What the configs alone show first: one line at once, not after the builds' seconds.
+    _check_invocation_keys(checked)
+    _check_baseline(baseline, jobs, checked)
+    check_builds([spec for spec, _ in checked], ahead)
+    return checked
