@@ -11,13 +11,14 @@ import numpy as np
 from torch.utils.data import Dataset
 
 from pipebench.base.errors import DatasetError
+from pipebench.storage.dataset_contract import DatasetContract
 from pipebench.storage.file_reads import FileReads
 
 from .folder_walk import walk_images
 from .lazy_image import IMAGE_EXTENSIONS, open_rgb
 
 
-class ImageFolderDataset(Dataset):
+class ImageFolderDataset(Dataset, DatasetContract):
     """Every image under `path` (recursive, sorted), opened lazily as RGB. Links are followed, each
     real folder once; loops and entries that are no image file are skipped, said in `notes()` and
     counted in `identity()` (datasets/folder_walk.py).

@@ -35,6 +35,7 @@ from PIL import Image
 from torch.utils.data import IterableDataset
 
 from pipebench.base.errors import DatasetError
+from pipebench.storage.dataset_contract import DatasetContract
 from pipebench.storage.object_store import ENDPOINT_SETTINGS, is_url, read_failure, url_fs
 
 from .lazy_image import rgb_from
@@ -197,7 +198,7 @@ def _check_endpoint(fs: Any, input_dir: str) -> None:
                            "https:// endpoint (AWS_ENDPOINT_URL_S3 or AWS_ENDPOINT_URL) or AWS's own")
 
 
-class LitDataChunks(ShardFiles, IterableDataset):
+class LitDataChunks(ShardFiles, DatasetContract, IterableDataset):
     """Yields `(index, image, label)` from litdata's StreamingDataset: the image undecoded where litdata
     kept the encoded file, the label the item's `label_key` field (0 for every sample when it is null)."""
 

@@ -48,6 +48,7 @@ from pipebench.storage.object_store import is_url, read_failure, url_fs
 from pipebench.storage.rank_info import rank_and_world
 
 from .lazy_image import rgb_from
+from .sharded_plan import ShardedPlan
 from .shard_split import ShardFiles, ShardOffsets, bad_input, check_policy, not_regular, require_library, split
 
 __all__ = ["MDSShards", "ShardEntry", "decode_int", "sample_columns"]
@@ -265,7 +266,7 @@ def _shard_offsets(entry: ShardEntry, head: bytes) -> Tuple[int, ...]:
         raise DatasetError(f"{NAME}: {entry.location}: not an MDS shard: {exc}") from None
 
 
-class MDSShards(ShardFiles, IterableDataset):
+class MDSShards(ShardFiles, ShardedPlan, IterableDataset):
     """Yields `(index, image, label)` for this reader's shards: the image as stored (see the module doc),
     the label the integer in `label_key` (0 for every sample when it is null)."""
 

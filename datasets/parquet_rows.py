@@ -38,12 +38,15 @@ from typing import Any, Callable, Iterable, Iterator, List, Optional, Sequence, 
 from torch.utils.data import Dataset, IterableDataset
 
 from pipebench.base.errors import DatasetError
+from pipebench.config.specs import JobSpec
+from pipebench.storage.dataset_contract import DatasetContract
 from pipebench.storage.file_reads import FileReads
 from pipebench.storage.object_store import is_url, read_failure, unreadable, url_fs
 from pipebench.storage.rank_info import rank_and_world
 
 from .lazy_image import rgb_from
-from .row_group_reads import ROW_GROUP_ROWS, ROW_GROUPS_KEPT
+from .row_group_reads import ROW_GROUP_ROWS, ROW_GROUPS_KEPT, random_access_line
+from .sharded_plan import ShardedPlan
 from .shard_split import ShardFiles, ShardOffsets, bad_input, check_policy, not_regular, require_library, split
 
 __all__ = ["ParquetRows", "ParquetStream", "expand_files", "parquet_dataset", "write_parquet"]
@@ -215,7 +218,7 @@ def _url_exists(url: str) -> bool:
         raise unreadable(url, exc) from None
 
 
-class _ParquetBase(ShardFiles):
+class _ParquetBase(ShardFiles, DatasetContract):
     """The files scanned and checked, the row-group reads shared by both forms, and what a job asks of
     a dataset (`files`, `identity`, `notes`, `describe`)."""
 
@@ -356,8 +359,13 @@ class ParquetRows(_ParquetBase, Dataset):
                 kept.popitem(last=False)
         return self._sample(*kept[group], group, row)
 
+    def plan_warnings(self, spec: JobSpec) -> Tuple[str, ...]:
+        """Shuffled reads of whole row groups (datasets/row_group_reads.py), from the rows a sample reads."""
+        line = random_access_line(self.identity(), spec.loader.shuffle)
+        return (line,) if line else ()
 
-class ParquetStream(_ParquetBase, IterableDataset):
+
+class ParquetStream(_ParquetBase, ShardedPlan, IterableDataset):
     """Streaming: yields `(index, image, label)` for this reader's row groups, each read once, in order."""
 
     streaming = True

@@ -18,6 +18,7 @@ from pipebench.config.limits import (
     MAX_SAMPLE_ELEMENTS,
     MAX_SEED,
 )
+from pipebench.storage.dataset_contract import DatasetContract
 
 from .checks import require_int
 
@@ -30,7 +31,7 @@ def _require_int(name: str, value, minimum: int, maximum: int) -> int:
     return require_int("random_tensors", name, value, minimum, maximum)
 
 
-class RandomTensorDataset(Dataset):
+class RandomTensorDataset(Dataset, DatasetContract):
     """`length` samples cycling over a seeded pool of `num_distinct` uint8 tensors of
     `shape`, with seeded random labels fixed per index.
 

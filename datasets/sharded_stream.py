@@ -14,6 +14,7 @@ from typing import Any, Iterator, Tuple
 
 from torch.utils.data import IterableDataset, get_worker_info
 
+from pipebench.storage.dataset_contract import DatasetContract
 from pipebench.storage.rank_info import rank_and_world
 
 
@@ -22,7 +23,7 @@ def shard_of(rank: int, world: int, worker: int, workers: int) -> Tuple[int, int
     return rank * workers + worker, world * workers
 
 
-class ShardedStream(IterableDataset):
+class ShardedStream(IterableDataset, DatasetContract):
     """Yields `(index, sample, target)` for this process's share of `source`, in index order.
 
     `source` is any map-style dataset (a `_target_` node in the config, built by Hydra).

@@ -21,6 +21,7 @@ from torch.utils.data import Dataset
 
 from pipebench.base.errors import DatasetError
 from pipebench.config.limits import MAX_DATASET_LENGTH, MAX_DISTINCT_SAMPLES, MAX_POOL_BYTES, MAX_SEED
+from pipebench.storage.dataset_contract import DatasetContract
 from pipebench.storage.file_reads import FileReads
 
 from .checks import require_int
@@ -40,7 +41,7 @@ def _require_int(name: str, value, minimum: int, maximum: int) -> int:
     return require_int("storage_samples", name, value, minimum, maximum)
 
 
-class StorageSampleDataset(Dataset):
+class StorageSampleDataset(Dataset, DatasetContract):
     """`length` samples of a workload's sizes (module doc); `reads` is the emulated storage they
     are read from, which pipebench sets as `dataset.storage` says."""
 

@@ -23,6 +23,7 @@ from pipebench.config.limits import (
     MAX_IMAGE_SIDE,
     MAX_SEED,
 )
+from pipebench.storage.dataset_contract import DatasetContract
 from pipebench.storage.file_reads import FileReads
 
 from .checks import require_int
@@ -103,7 +104,7 @@ def draw_picture(rng: np.random.Generator, width: int, height: int) -> Image.Ima
     return Image.fromarray(np.clip(pixels, 0, 255).astype(np.uint8))
 
 
-class SyntheticJpegDataset(Dataset):
+class SyntheticJpegDataset(Dataset, DatasetContract):
     """`length` samples cycling over `num_images` distinct seeded JPEGs on disk, each
     opened lazily (see lazy_image), with seeded random labels fixed per index.
 

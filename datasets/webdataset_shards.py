@@ -41,6 +41,7 @@ from pipebench.storage.object_store import is_url, read_failure, url_fs
 
 from .checks import require_int
 from .lazy_image import rgb_from
+from .sharded_plan import ShardedPlan
 from .shard_split import ShardFiles, ShardOffsets, bad_input, check_policy, not_regular, require_library
 
 __all__ = ["WebDatasetShards", "expand_urls", "scan_shard", "write_shards"]
@@ -173,7 +174,7 @@ def _extensions(value: Union[str, Sequence[str]], key: str) -> Tuple[str, ...]:
     return tuple(item.lower().lstrip(".") for item in items)
 
 
-class WebDatasetShards(ShardFiles, IterableDataset):
+class WebDatasetShards(ShardFiles, ShardedPlan, IterableDataset):
     """Yields `(index, image, label)` for this reader's shards: the image undecoded, the label the
     integer in `key.<label_ext>` (0 for every sample when `label_ext` is null)."""
 

@@ -18,6 +18,7 @@ from pipebench.datasets.image_folder import ImageFolderDataset
 from pipebench.datasets.lazy_image import IMAGE_EXTENSIONS, open_rgb
 from pipebench.datasets.random_tensors import RandomTensorDataset
 from pipebench.datasets.synthetic_jpeg import SyntheticJpegDataset
+from pipebench.storage.dataset_contract import DatasetContract, told
 
 # Small pictures keep the cache builds in these tests to a few milliseconds each.
 SMALL = dict(num_images=6, width=48, height=32)
@@ -497,3 +498,18 @@ def test_spawned_workers_load_the_same_samples(tmp_path):
     for i, (pixels, label) in enumerate(loaded):
         assert label == ds[i][1]
         assert np.array_equal(pixels, np.asarray(ds[i][0]))
+
+
+def test_every_reader_asks_the_contract_and_a_users_dataset_keeps_what_it_defines():
+    """A catalogue dataset keeps the whole contract; a user's own keeps its members, the rest default."""
+    tensors = RandomTensorDataset(length=4)
+    assert isinstance(tensors, DatasetContract) and told(tensors) is tensors
+    assert told(tensors).files() == [] and told(tensors).identity()["name"] == "random_tensors"
+
+    class Own:
+        def describe(self, index):
+            return f"row {index}"
+
+    own = told(Own())
+    assert own.describe(2) == "row 2" and own.identity() == {"class": "Own"}
+    assert (own.notes(), own.files(), own.plan_notes(), own.plan_warnings(None)) == ((), [], (), ())

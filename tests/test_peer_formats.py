@@ -20,7 +20,7 @@ from pipebench.base.errors import DatasetError
 from pipebench.datasets.litdata_chunks import LitDataChunks
 from pipebench.datasets.parquet_rows import parquet_dataset
 from pipebench.datasets.webdataset_shards import WebDatasetShards
-from pipebench.pipeline.sweep_check import dataset_notes
+from pipebench.pipeline.sweep_check import plan_lines
 from pipebench.pipeline.timed_chain import undecoded
 
 IMAGES, PER_SHARD = 6, 4
@@ -101,7 +101,7 @@ def test_hugging_face_parquet_with_paths_opened_images_and_embedded_bytes(jpegs,
         assert [(_encoded(rows[i][0]), rows[i][1]) for i in range(IMAGES)] == list(zip(jpegs[1], labels))
         stream = _every_index_once(parquet_dataset(str(by_path), streaming=True), workers=1)
         assert [_encoded(image) for _, image, _ in stream] == jpegs[1]
-        assert f"({by_path}) names images by path, not bytes" in dataset_notes([rows])[0]
+        assert f"({by_path}) names images by path, not bytes" in plan_lines([], [rows])[1][0]
     rows = parquet_dataset(str(embedded))
     assert [np.array_equal(np.asarray(rows[n][0]), _pixels(n)) for n in range(IMAGES)] == [True] * IMAGES
     assert rows.plan_notes() == (), "embedded bytes: nothing to say"

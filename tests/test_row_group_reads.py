@@ -11,7 +11,7 @@ from PIL import Image
 from pipebench.datasets.parquet_rows import parquet_dataset, write_parquet
 from pipebench.datasets.row_group_reads import random_access_line
 from pipebench.storage.file_reads import READ_BYTES
-from pipebench.pipeline.sweep_check import random_access_lines
+from pipebench.pipeline.sweep_check import plan_lines
 from pipebench.report.diagnosis import diagnose, render_diagnosis
 
 # The finding's set: 2,000 images of ~130 KB in 24 row groups (8 files of 250 rows, row groups of 100).
@@ -87,13 +87,14 @@ def test_plan_time_names_a_shuffled_map_style_read_and_leaves_streaming_and_orde
     rows, stream = parquet_dataset(parquet_files[0]), parquet_dataset(parquet_files[0], streaming=True)
 
     def job(shuffle):
-        return SimpleNamespace(loader=SimpleNamespace(shuffle=shuffle))
+        return SimpleNamespace(loader=SimpleNamespace(shuffle=shuffle), dataset_name="parquet",
+                               distributed=SimpleNamespace(nproc=1), workers=1)
 
-    (line,) = random_access_lines([job(True)], [rows])
+    (line,), _ = plan_lines([job(True)], [rows])
     assert line.startswith("parquet: shuffled random access reads whole row groups: 12 samples in 3 row groups "
                            "of 4 rows on average") and "4 rows read for one (about" in line
-    assert random_access_lines([job(False)], [rows]) == [], "in order, each row group is read once"
-    assert random_access_lines([job(True)], [stream]) == [], "a stream reads each row group once"
+    assert plan_lines([job(False)], [rows])[0] == [], "in order, each row group is read once"
+    assert plan_lines([job(True)], [stream])[0] == [], "a stream reads each row group once"
 
 
 def test_a_row_group_read_counts_its_bytes_for_the_sample_that_read_it(parquet_files):

@@ -22,6 +22,7 @@ import pipebench
 from pipebench.base.cores import cgroup_cpu_quota, usable_cores
 from pipebench.base.io import folder_safe
 from pipebench.config.specs import JobSpec
+from pipebench.storage.dataset_contract import told
 
 # The line of torchvision's version.py that holds `torchvision.__version__` (local build tag included).
 TORCHVISION_VERSION_LINE = re.compile(r"""^__version__\s*=\s*['"]([^'"]+)['"]""", re.MULTILINE)
@@ -132,5 +133,4 @@ def start_method(spec: JobSpec) -> str:
 
 def job_fingerprint(spec: JobSpec, dataset: Any) -> Dict[str, Any]:
     """The fingerprint of a job on this host; call once the loader's workers are gone."""
-    identity = getattr(dataset, "identity", None)
-    return fingerprint(identity() if identity else {"class": type(dataset).__name__}, start_method(spec))
+    return fingerprint(told(dataset).identity(), start_method(spec))

@@ -29,6 +29,7 @@ from pipebench.measure.summarize import (
     worker_breakdown,
 )
 from pipebench.measure.window import window_record
+from pipebench.storage.dataset_contract import told
 from pipebench.storage.shared_link import opened_link
 
 # Failures listed by name in result.json; the count covers all of them.
@@ -48,7 +49,7 @@ def measure_job(spec: JobSpec, job_dir: Path) -> JobResult:
 
 def _measure_job(run: JobRun, job_dir: Path) -> JobResult:
     spec, parts, kit, sink, meters = run.spec, run.parts, run.kit, run.sink, run.meters
-    for line in getattr(parts.dataset, "notes", tuple)():
+    for line in told(parts.dataset).notes():
         warn(line)  # what the dataset left out of what it was given (an image folder's loops, say)
     cache = prepare_cache(parts.dataset, spec.storage, watchdog=kit.watchdog)
     for line in cache.notices:

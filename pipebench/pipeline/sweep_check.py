@@ -6,16 +6,14 @@ runs this in a child of its job process, which has them already (pipebench.sweep
 """
 
 import sys
-from typing import Any, Dict, List, Sequence
+from typing import Any, Dict, List, Sequence, Tuple
 
 from pipebench.config.specs import JobSpec
-from pipebench.datasets.parquet_rows import ParquetRows
-from pipebench.datasets.row_group_reads import random_access_line
-from pipebench.datasets.shard_split import idle_line
 from pipebench.pipeline.build import build_dataset, build_transforms
 from pipebench.pipeline.loader_backends import check_backends
+from pipebench.storage.dataset_contract import told
 
-__all__ = ["check_sweep_builds", "dataset_notes", "idle_shard_lines", "random_access_lines"]
+__all__ = ["check_sweep_builds", "plan_lines"]
 
 
 def check_sweep_builds(specs: Sequence[JobSpec]) -> None:
@@ -33,30 +31,17 @@ def check_sweep_builds(specs: Sequence[JobSpec]) -> None:
     # Every backend's library is installed (all the missing ones named in one line) and can read its
     # dataset, before any job runs.
     check_backends(backends)
-    datasets = [dataset for _, dataset in backends]
-    for line in dict.fromkeys([*idle_shard_lines(specs, datasets), *random_access_lines(specs, datasets)]):
+    warnings, notes = plan_lines(specs, [dataset for _, dataset in backends])
+    for line in warnings:
         print(f"warning: {line}", file=sys.stderr, flush=True)
-    for line in dataset_notes(datasets):
+    for line in notes:
         print(f"note: {line}", file=sys.stderr, flush=True)
 
 
-def dataset_notes(datasets: Sequence[Any]) -> List[str]:
-    """Each distinct dataset's plan-time notes (`plan_notes`): what its build found about how it reads,
-    such as a LitData set of decoded images, whose decode is in the load row."""
-    lines = (line for dataset in datasets for line in getattr(dataset, "plan_notes", tuple)())
-    return list(dict.fromkeys(lines))
-
-
-def idle_shard_lines(specs: Sequence[JobSpec], datasets: Sequence[Any]) -> List[str]:
-    """The plan-time line of each job whose sharded dataset has fewer shards than ranks x workers."""
-    lines = (idle_line(spec.dataset_name, dataset.shard_count(), spec.distributed.nproc, spec.workers)
-             for spec, dataset in zip(specs, datasets) if hasattr(dataset, "shard_count"))
-    return [line for line in lines if line]
-
-
-def random_access_lines(specs: Sequence[JobSpec], datasets: Sequence[Any]) -> List[str]:
-    """The plan-time line of each job that reads a map-style Parquet set under a shuffling sampler
-    (datasets/row_group_reads.py): nothing measured yet, so the rows a sample reads."""
-    lines = (random_access_line(dataset.identity(), spec.loader.shuffle)
-             for spec, dataset in zip(specs, datasets) if isinstance(dataset, ParquetRows))
-    return [line for line in lines if line]
+def plan_lines(specs: Sequence[JobSpec], datasets: Sequence[Any]) -> Tuple[List[str], List[str]]:
+    """The sweep's plan-time warnings (each job's, as its dataset reads it) and notes (each dataset's
+    build), each line once (pipebench.storage.dataset_contract)."""
+    contracts = [told(dataset) for dataset in datasets]
+    warnings = (line for spec, contract in zip(specs, contracts) for line in contract.plan_warnings(spec))
+    notes = (line for contract in contracts for line in contract.plan_notes())
+    return list(dict.fromkeys(warnings)), list(dict.fromkeys(notes))

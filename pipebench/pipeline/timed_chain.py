@@ -21,6 +21,7 @@ from torch.utils.data import Dataset, default_collate, get_worker_info
 from pipebench.base.lifeline import die_with_parent, multiprocessing_parent_alive
 from pipebench.base.watchdog import StepOverrun
 from pipebench.pipeline.cpu_reference import CpuReference
+from pipebench.storage.dataset_contract import told
 from pipebench.storage.file_reads import IO_FIELDS, NO_IO, file_reads_of
 from pipebench.pipeline.stages import (
     COLLATE_STAGE,
@@ -228,8 +229,7 @@ class InstrumentedDataset(Dataset):
         return len(self.base)
 
     def describe(self, index: int) -> str:
-        describe = getattr(self.base, "describe", None)
-        return describe(index) if describe is not None else f"sample {index}"
+        return told(self.base).describe(index)
 
     def __getitem__(self, index: int):
         return self.timed_item(index, self.indexed)

@@ -30,6 +30,7 @@ import psutil
 from pipebench.base.errors import StepTimeoutError
 from pipebench.base.watchdog import StepOverrun, Unwatched
 from pipebench.config.specs import StorageSpec
+from pipebench.storage.dataset_contract import told
 from pipebench.storage.file_reads import BYTES_PER_MB, file_reads_of, honoured
 from pipebench.storage.object_store import is_url
 
@@ -160,8 +161,7 @@ def prepare_cache(dataset: object, asked: StorageSpec, available_bytes: Optional
         os.sync()
     else:
         free = psutil.virtual_memory().available if available_bytes is None else available_bytes
-        files = getattr(dataset, "files", lambda: [])()
-        size, skipped = _look_and_warm(files, free, watchdog or Unwatched())
+        size, skipped = _look_and_warm(told(dataset).files(), free, watchdog or Unwatched())
         if size <= free:
             line = f"page cache serves this run: the dataset's {_mib(size)} fit in {_mib(free)} of free memory"
             notices.append(f"note: {line} (dataset.cache=cold to read from storage)")
