@@ -33,7 +33,7 @@ from pathlib import Path
 from typing import Dict, List, Mapping, Sequence, Tuple
 
 from pipebench.base.cores import usable_cores
-from pipebench.report.comparison import measured_rate
+from pipebench.model.judging import rate_spread
 
 PIPEBENCH = str(Path(sys.executable).with_name("pipebench"))
 # The budget for each planted case on this machine, and for the default chain.
@@ -217,9 +217,10 @@ def judge_grid(pick: Mapping[str, str], grid_folder: Path, tune_wall: float, gri
         config = row["job"]
         key = tuple(sorted(p for p in config.split(",") if not p.startswith(("run.round", "results_dir"))))
         rounds_of.setdefault(key, []).append(row)
-    # Each grid point's rate and interval as the comparison table gives them: one round's 95% CI, the
-    # IQR of several.
-    spreads = {k: measured_rate([{"summary": r} for r in rows]) for k, rows in rounds_of.items()}
+    # Each grid point's rate and interval as the comparison table gives them (pipebench.model.judging).
+    spreads = {k: rate_spread(*([float(r[cell] or "nan") for r in rows] for cell in
+                                ("samples_per_s", "samples_per_s_ci_low", "samples_per_s_ci_high")))
+               for k, rows in rounds_of.items()}
     best_key = max(spreads, key=lambda k: spreads[k].value)
     best = spreads[best_key]
     # Lower-cased on both sides: a flag reads `True` in tune.csv and in Hydra's job name, `true` as an

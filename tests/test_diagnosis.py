@@ -9,17 +9,8 @@ from known_cost_kit import known_cost
 from pipebench.measure.job import measure_job
 from pipebench.measure.reference import plain_loop
 from pipebench.measure.thread_verdict import HOLDS_GIL, SCALES
-from pipebench.report.diagnosis import (
-    CAP_GAP_WORTH_NAMING,
-    ChainCosts,
-    TargetNeeds,
-    diagnose,
-    needs_for_target,
-    predict,
-    render_diagnosis,
-    target_line,
-    workers_to_feed,
-)
+from pipebench.model.costs import ChainCosts, TargetNeeds, needs_for_target, predict, target_line, workers_to_feed
+from pipebench.report.diagnosis import CAP_GAP_WORTH_NAMING, diagnose, render_diagnosis
 
 # It asserts on measured rates, CPU time or the host's load: under xdist it runs with no other test beside it.
 pytestmark = pytest.mark.alone

@@ -19,9 +19,11 @@ PACKAGE = REPO / "pipebench"
 # Lowest first, one tier a rank: a module imports its own tier or a lower one. The catalogues sit at the
 # repo top but install as pipebench.datasets / .transforms; they are built by the pipeline stage, so they
 # rank with it. storage (file reads, object stores, the page cache, the rank) sits under the pipeline.
+# model (the cost model, the one spread-and-verdict rule, the shard lines) imports base only, so the
+# plan-time checks read it as well as report, regress, explore and tune.
 # sweep (a command's jobs expanded, checked and launched) sits under tune and storage_track, which run
 # their parts as sweeps, and over report, whose tables a finished sweep writes.
-TIERS = (("base",), ("config",), ("storage",), ("pipeline", "datasets", "transforms"), ("measure",), ("record",),
+TIERS = (("base",), ("model",), ("config",), ("storage",), ("pipeline", "datasets", "transforms"), ("measure",), ("record",),
          ("attach",), ("report",), ("regress",), ("explore",), ("sweep",), ("tune",), ("storage_track",),
          ("cli", "api"))
 STAGES = tuple(stage for tier in TIERS for stage in tier)

@@ -1,13 +1,13 @@
 """The comparison table's ≈ (issue 55): a row is within the noise of the best when its spread reaches
 the best's samples/s (or, with rounds enough a side, the rounds are not separated), never merely
-because two spreads overlap, and never for a row that has no spread (`significance.reaches`)."""
+because two spreads overlap, and never for a row that has no spread (`pipebench.model.judging`)."""
 
 import math
 from pathlib import Path
 
 import pytest
 
-from pipebench.base.significance import reaches
+from pipebench.model.judging import reaches
 from pipebench.record.jobs import JobRecord
 from pipebench.report.comparison import NEAR_BEST_MARK, build_table, comparison_markdown, group_rows
 

@@ -20,16 +20,9 @@ from pipebench.base.noise_figures import (
     significant_figures,
 )
 from pipebench.cli.main import main
+from pipebench.model.judging import ROUNDS_SPREAD
 from pipebench.record.jobs import JobRecord, override_pairs
-from pipebench.report.comparison import (
-    BEST_MARK,
-    NEAR_BEST_MARK,
-    ROUNDS_SPREAD,
-    build_table,
-    comparison_markdown,
-    group_rows,
-    swept_axes,
-)
+from pipebench.report.comparison import BEST_MARK, NEAR_BEST_MARK, build_table, comparison_markdown, group_rows, swept_axes
 from pipebench.report.plots import (
     THROUGHPUT_PNG,
     THROUGHPUT_TITLE,

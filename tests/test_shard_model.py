@@ -10,7 +10,8 @@ from known_cost_kit import known_cost
 
 from pipebench.cli.dataset import convert
 from pipebench.measure.job import measure_job
-from pipebench.report.diagnosis import ChainCosts, diagnose, predict, render_diagnosis
+from pipebench.model.costs import ChainCosts, predict
+from pipebench.report.diagnosis import diagnose, render_diagnosis
 
 # It asserts on measured rates, CPU time or the host's load: under xdist it runs with no other test beside it.
 pytestmark = pytest.mark.alone

@@ -13,11 +13,10 @@ from omegaconf import OmegaConf
 
 from pipebench.base.errors import ConfigError
 from pipebench.base.extras import installed
-from pipebench.base.significance import intervals_overlap
 from pipebench.cli.main import main
 from pipebench.config.compose import job_spec_composer
-from pipebench.report.comparison import Spread, told_apart
-from pipebench.report.diagnosis import ChainCosts
+from pipebench.model.costs import ChainCosts
+from pipebench.model.judging import UNTOLD, Spread, judged
 from pipebench.attach.export_config import write_exports
 from pipebench.attach.export_pipeline import ExportedPipeline, measured_consumer
 from pipebench.cli.tune import ChainSet
@@ -402,8 +401,7 @@ def test_judge_keeps_a_point_whose_single_round_has_no_interval():
     rounds = {"a": [{"samples_per_s": 1000.0, "samples_per_s_ci_low": nan, "samples_per_s_ci_high": nan}],
               "b": [{"samples_per_s": 500.0, "samples_per_s_ci_low": nan, "samples_per_s_ci_high": nan}]}
     assert judge(rounds, {"a": 1, "b": 1}, Objective()).kept == ("a", "b")
-    assert intervals_overlap(nan, nan, 1.0, 2.0)
-    assert not told_apart([1000.0], Spread(1000.0, nan, nan, "", nan), [500.0], Spread(500.0, 490.0, 510.0, "", 10))
+    assert judged(Spread(1000.0, nan, nan, "", nan), Spread(500.0, 490.0, 510.0, "", 10)) == UNTOLD
 
 
 @pytest.mark.skipif(not installed("optuna"), reason="tune.search=optuna needs Optuna")

@@ -1,4 +1,5 @@
-"""The one rule for "is this change real?", used by compare, the comparison table and explore.
+"""The one rule for "is this change real?", used by compare, explore, tune and (through
+pipebench.model.judging) the comparison table.
 
 A change between two sets of measurements (rounds, repeats) is *real* when it is significant
 **and** larger than a threshold, in the manner of asv:
@@ -18,7 +19,6 @@ CPU time are positive and multiplicative. An outlier widens the t-test's varianc
 towards `noisy`, never towards a false verdict.
 """
 
-import math
 from dataclasses import dataclass
 from typing import Dict, List, Mapping, Optional, Sequence, Tuple
 
@@ -134,22 +134,6 @@ def against_base(base: Mapping[int, float], others: Mapping[str, Mapping[int, fl
         changes[name] = measure_change(b, h, threshold, paired)
     adjusted = holm([c.p_value for c in changes.values()])
     return {name: (change, change.direction(p)) for (name, change), p in zip(changes.items(), adjusted)}
-
-
-def intervals_overlap(low_a: float, high_a: float, low_b: float, high_b: float) -> bool:
-    """Where only an interval per side exists (a single round), a difference is within the noise
-    while the two intervals overlap. A side with no interval (nan bounds: too few cycles for one)
-    cannot tell anything apart, so it overlaps everything."""
-    if any(math.isnan(bound) for bound in (low_a, high_a, low_b, high_b)):
-        return True
-    return high_a >= low_b and low_a <= high_b
-
-
-def reaches(low: float, high: float, rate: float) -> bool:
-    """Whether an interval holds a rate: the rate is one the interval's noise allows. An interval
-    with NaN bounds (none: too few cycles, or too wide to say anything) holds none, so a row
-    without one is never called within the noise of another."""
-    return low <= rate <= high
 
 
 def separated(a: Sequence[float], b: Sequence[float]) -> bool:

@@ -48,6 +48,7 @@ from pipebench.base.significance import (
     measure_change,
 )
 from pipebench.measure.host_load import OTHER_LOAD_NOTE_SHARE
+from pipebench.model.judging import DEFAULT_THRESHOLD, FASTER, INCOMPARABLE, NO_CHANGE, NOISY, SLOWER
 from pipebench.record.jobs import JobRecord, override_pairs, varying_keys
 from pipebench.record.results import (
     CALIBRATION_FILE,
@@ -58,10 +59,6 @@ from pipebench.record.results import (
     read_calibration,
 )
 
-# Half the 20% slowdown the nightly must catch, asv's default factor (1.1), and about 2.5x
-# the spread of a ratio of two 5-repeat medians at 5% CV (~4%): large enough not to cry
-# wolf, small enough to catch a 20% regression. The lead confirms it from measured noise.
-DEFAULT_THRESHOLD = 0.10
 # The per-job A/A false `faster`/`slower` rate this module claims at 5 repeats and <= 5% CV.
 CLAIMED_FALSE_ALARM_RATE = 0.01
 
@@ -77,7 +74,6 @@ FINGERPRINT_FIELDS = ("torch", "cpu_model", "usable_cores", "dataset")
 # progress bars, and how many rounds the invocation ran (each round is one more sample).
 CONFIG_IGNORED = ("run.round", "results_dir", "run.progress", "rounds", "calibrate")
 
-FASTER, SLOWER, NO_CHANGE, NOISY, INCOMPARABLE = "faster", "slower", "no change", "noisy", "incomparable"
 # Throughput changed for real while CPU time a sample held: the host, not the pipeline.
 WALL_ONLY = "wall only"
 # No CPU time to tell, but the slower side ran beside more of other tenants' load: the host.

@@ -4,8 +4,9 @@ swept, the figures a backend is chosen by stand beside them (BACKEND_COLUMNS: CP
 chain and of the whole process tree, peak RSS, summed PSS, time to the first batch).
 
 A job's rounds (`rounds=N`, override `run.round=K`) make one row: the median of their samples/s
-and the IQR across them. A single-round job shows its 95% CI over the measured steps (batch means
-over whole worker cycles).
+and its spread, by the one rule every ranking reader uses (pipebench.model.judging): one round's 95%
+CI over the measured steps (batch means over whole worker cycles), the hull of two or three rounds'
+CIs, the IQR across four and more. ★ marks the best row and ≈ a row that rule puts within its noise.
 Figures are rounded to what that noise supports (pipebench.base.noise_figures).
 
 Loaders watched by `pipebench attach` (their consumer is the user's step) are one row each, never
@@ -29,16 +30,10 @@ import numpy as np
 
 from pipebench.base.csv_cells import csv_table
 from pipebench.base.errors import ConfigError
-from pipebench.base.significance import MIN_SAMPLES, intervals_overlap, reaches, separated
-from pipebench.base.noise_figures import (
-    MAX_SIGNIFICANT_FIGURES,
-    compare_half_width,
-    format_column,
-    ratio_figures,
-    significant_figures,
-)
+from pipebench.base.noise_figures import MAX_SIGNIFICANT_FIGURES, format_column, ratio_figures, significant_figures
 from pipebench.base.tables import markdown_table
 from pipebench.config.specs import USER_STEP
+from pipebench.model.judging import WITHIN_NOISE, Spread, judged, rate_spread
 from pipebench.record.jobs import JobRecord, canonical, canonical_text, override_pairs, varying_keys
 
 # Columns whose override key reads better under another name (the DataLoader calls it a
@@ -54,7 +49,6 @@ IDENTITY_FIELDS = {
     "consumer": ("consumer", "consumer.kind"),
 }
 HOST, RUN = "host", "run"
-CI_SPREAD, ROUNDS_SPREAD = "95% CI", "IQR over rounds"
 # Starvation is a share of step time; between two runs of one job it moves by more than a tenth
 # of a point on any shared machine, so one decimal is all it can carry.
 STARVATION_DECIMALS = 1
@@ -90,27 +84,18 @@ def identity(overrides: Sequence[str], fields: Mapping[str, object]) -> Dict[str
     return named
 
 
-@dataclass(frozen=True)
-class Spread:
-    """A central samples/s figure, the interval shown beside it, and the half-width that sets its figures."""
-
-    value: float
-    low: float
-    high: float
-    kind: str
-    half_width: float
+def _number(value: Optional[float]) -> float:
+    """A summary cell as a float; an empty one (None) is nan."""
+    return math.nan if value is None else float(value)
 
 
 def measured_rate(results: Sequence[Mapping[str, object]]) -> Spread:
-    """One round: its samples/s and 95% CI. Several: median and IQR across rounds."""
-    summaries = [r["summary"] for r in results]
-    if len(summaries) == 1:
-        s = summaries[0]
-        low, high = float(s["samples_per_s_ci_low"]), float(s["samples_per_s_ci_high"])
-        return Spread(float(s["samples_per_s"]), low, high, CI_SPREAD, (high - low) / 2)
-    rates = np.array([float(s["samples_per_s"]) for s in summaries])
-    low, median, high = np.percentile(rates, [25, 50, 75])
-    return Spread(float(median), float(low), float(high), ROUNDS_SPREAD, compare_half_width(rates))
+    """The rounds' samples/s and spread, by the one rule (pipebench.model.judging.rate_spread); `results`
+    are records, or result.json mappings."""
+    summaries = [JobRecord.read(r).summary for r in results]
+    return rate_spread([_number(s.samples_per_s) for s in summaries],
+                       [_number(s.samples_per_s_ci_low) for s in summaries],
+                       [_number(s.samples_per_s_ci_high) for s in summaries])
 
 
 @dataclass(frozen=True)
@@ -129,13 +114,10 @@ class ComparisonRow:
     def rounds(self) -> int:
         return len(self.results)
 
-    def round_rates(self) -> List[float]:
-        return [float(r["summary"]["samples_per_s"]) for r in self.results]
-
     def summary_median(self, key: str, default: float) -> float:
         """The median over rounds of a summary figure; `default` for results written without it
         (or with an empty cell: a meter that could not read it)."""
-        values = [float(default if r["summary"].get(key) is None else r["summary"][key]) for r in self.results]
+        values = [float(default if r.summary.get(key) is None else r.summary[key]) for r in self.results]
         return float(np.median(values))
 
     def value(self, key: str) -> str:
@@ -166,25 +148,9 @@ class ComparisonTable:
         return self.rows[i].rate.value / self.rows[self.baseline].rate.value
 
     def near_best(self, i: int) -> bool:
-        """Not the best, but within its noise by the one rule of pipebench.base.significance: on the
-        rounds' samples/s where both rows have rounds enough for it (not `separated`), else where the
-        row's spread reaches the best's samples/s (`reaches`); a row without a spread is never marked.
-        Overlapping spreads are not enough: a row whose spread stops short of the best's rate is
-        slower by its own noise."""
-        if i == self.best:
-            return False
-        best, row = self.rows[self.best], self.rows[i]
-        if min(len(best.round_rates()), len(row.round_rates())) >= MIN_SAMPLES:
-            return not separated(best.round_rates(), row.round_rates())
-        return reaches(row.rate.low, row.rate.high, best.rate.value)
-
-
-def told_apart(rates_a: Sequence[float], a: Spread, rates_b: Sequence[float], b: Spread) -> bool:
-    """Whether two jobs' samples/s differ beyond the noise, by the one rule of pipebench.base.significance:
-    on their rounds' samples/s where both have rounds enough for it, else on their intervals being disjoint."""
-    if min(len(rates_a), len(rates_b)) >= MIN_SAMPLES:
-        return separated(rates_a, rates_b)
-    return not intervals_overlap(a.low, a.high, b.low, b.high)
+        """Not the best, but within its noise by the one rule (pipebench.model.judging.judged): a row
+        whose spread stops short of the best's samples/s, or that has no spread, is never marked."""
+        return i != self.best and judged(self.rows[self.best].rate, self.rows[i].rate) == WITHIN_NOISE
 
 
 def _host_labels(fingerprints: Sequence[Tuple[object, ...]]) -> Dict[Tuple[object, ...], str]:
@@ -228,7 +194,7 @@ def group_rows(runs: Sequence[Tuple[Path, Sequence[JobRecord]]]) -> List[Compari
         host = hosts[fingerprint[(folder, label)]]
         names.update({HOST: host, RUN: folder.name})
         rows.append(ComparisonRow(label, folder, host, names, measured_rate(results),
-                                  float(np.median([float(r["summary"]["starvation_pct"]) for r in results])),
+                                  float(np.median([_number(r.summary.starvation_pct) for r in results])),
                                   tuple(results)))
     return rows
 
@@ -394,8 +360,8 @@ def comparison_markdown(table: ComparisonTable) -> str:
                *(["best"] if compared else [])]
     notes = [
         "spread: the 95% CI of batch means over a job's whole worker cycles (the noise inside one run; "
-        "rounds=N adds the run-to-run part), or with several rounds the IQR across rounds "
-        "(samples/s is then the median round). Figures are rounded to the digits that noise supports, as "
+        "rounds=N adds the run-to-run part), with two or three rounds the hull of their CIs, with more the "
+        "IQR across rounds (samples/s is then the median round). Figures are rounded to the digits that noise supports, as "
         "torch.utils.benchmark.Compare does.",
     ]
     if show_backend:

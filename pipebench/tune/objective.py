@@ -17,8 +17,8 @@ from dataclasses import dataclass
 from typing import Dict, List, Mapping, Optional, Sequence, Tuple
 
 from pipebench.base.significance import DOWN, MIN_SAMPLES, NO_CHANGE, against_base
-from pipebench.report.comparison import Spread, measured_rate, told_apart
-from pipebench.report.diagnosis import RUN_TO_RUN_RATE_FLOOR
+from pipebench.model import judging
+from pipebench.model.judging import APART, RUN_TO_RUN_RATE_FLOOR, Spread, judged
 
 __all__ = ["MIB_PER_GIB", "Objective", "cpu_ms", "probe_ties", "pss_mb", "race_rates", "rate_spread", "shown_alike", "starvation",
            "slower_for_real", "told_apart_rounds"]
@@ -32,12 +32,10 @@ STARVATION_OUT_ROUNDS = 2
 # another chance to lose a tied point to the noise (planted ties 1000 vs 1000 at 5% round noise lost one
 # by a 3.4% draw in the third stage without it); a point within 5% of the best is as good a buy where it
 # costs less, and round-to-round spread on a shared 2-core machine is 10% and more
-# (pipebench.report.diagnosis.RUN_TO_RUN_RATE_FLOOR).
+# (pipebench.model.judging.RUN_TO_RUN_RATE_FLOOR).
 RACE_THRESHOLD = 0.05
 # Where the race keeps which of its rounds a round was, so points' rounds run side by side pair up.
 ROUND_ID = "race_round"
-# The interval of two or three rounds (rate_spread).
-ROUNDS_HULL = "hull of the rounds' 95% CIs"
 
 Round = Mapping[str, object]
 
@@ -47,34 +45,24 @@ def _number(value: object) -> float:
     return float("nan") if value is None else float(value)
 
 
-def _scaled(summary: Round) -> Round:
-    """The round with its samples/s (and interval) as the epoch-effective rate, where it has one."""
+def _scaled(summary: Round) -> Tuple[float, float, float]:
+    """The round's samples/s and 95% CI as the epoch-effective rate, where it has one."""
     steady = float(summary["samples_per_s"])
     epoch = _number(summary.get("samples_per_s_epoch"))
     scale = epoch / steady if math.isfinite(epoch) and epoch > 0 else 1.0
-    return {"samples_per_s": steady * scale,
-            "samples_per_s_ci_low": _number(summary.get("samples_per_s_ci_low")) * scale,
-            "samples_per_s_ci_high": _number(summary.get("samples_per_s_ci_high")) * scale}
+    return (steady * scale, _number(summary.get("samples_per_s_ci_low")) * scale,
+            _number(summary.get("samples_per_s_ci_high")) * scale)
 
 
 def race_rates(rounds: Sequence[Round]) -> List[float]:
     """Each round's rate as the race reads it (the epoch-effective rate)."""
-    return [float(_scaled(r)["samples_per_s"]) for r in rounds]
+    return [_scaled(r)[0] for r in rounds]
 
 
 def rate_spread(rounds: Sequence[Round]) -> Spread:
-    """The rounds' rate and interval. One round, or MIN_SAMPLES and more: as the comparison table
-    reads them (`measured_rate`: the round's 95% CI; the IQR over rounds, where the paired test
-    decides). Two or three: the hull of their 95% CIs and rates, as the IQR of so few rounds is a
-    fraction of their spread (two rounds' IQR is half their range, and told two points 0.5% apart
-    apart); no interval (nan) when none of them has one."""
-    scaled = [_scaled(r) for r in rounds]
-    if len(rounds) == 1 or len(rounds) >= MIN_SAMPLES:
-        return measured_rate([{"summary": r} for r in scaled])
-    rates = [float(r["samples_per_s"]) for r in scaled]
-    bounds = [b for r in scaled for b in (r["samples_per_s_ci_low"], r["samples_per_s_ci_high"]) if math.isfinite(b)]
-    low, high = (min(bounds + rates), max(bounds + rates)) if bounds else (math.nan, math.nan)
-    return Spread(statistics.median(rates), low, high, ROUNDS_HULL, (high - low) / 2)
+    """The rounds' epoch-effective rate and its spread, by the one rule (pipebench.model.judging)."""
+    rates, lows, highs = zip(*(_scaled(r) for r in rounds))
+    return judging.rate_spread(rates, lows, highs)
 
 
 def _median(rounds: Sequence[Round], *keys: str) -> float:
@@ -142,8 +130,8 @@ class Objective:
 
 
 def told_apart_rounds(a: Sequence[Round], b: Sequence[Round]) -> bool:
-    """Whether two points' rates differ beyond the noise, by the comparison table's rule (`told_apart`)."""
-    return told_apart(race_rates(a), rate_spread(a), race_rates(b), rate_spread(b))
+    """Whether two points' rates differ beyond the noise, by the one rule (pipebench.model.judging.judged)."""
+    return judged(rate_spread(a), rate_spread(b)) == APART
 
 
 def probe_ties(probes: Mapping[str, Sequence[Round]], fastest: str) -> List[str]:
@@ -162,9 +150,9 @@ def _by_round(rounds: Sequence[Round]) -> Dict[object, float]:
 
 def slower_for_real(rounds: Mapping[str, Sequence[Round]], best: str, others: Sequence[str]) -> Dict[str, bool]:
     """Whether each of `others` is slower than `best` beyond the noise. With MIN_SAMPLES rounds a side,
-    by the one rule of significance (`against_base`: paired over the rounds they ran side by side,
-    Holm-corrected over `others`, and by more than RACE_THRESHOLD); with fewer, by their intervals
-    (`told_apart`)."""
+    by the rule of significance (`against_base`: paired over the rounds they ran side by side,
+    Holm-corrected over `others`, and by more than RACE_THRESHOLD); with fewer, by the one rule
+    (`told_apart_rounds`)."""
     top = statistics.median(race_rates(rounds[best]))
     tested = {n: _by_round(rounds[n]) for n in others if min(len(rounds[n]), len(rounds[best])) >= MIN_SAMPLES}
     slower = {n: statistics.median(race_rates(rounds[n])) < top and told_apart_rounds(rounds[best], rounds[n])

@@ -2,8 +2,8 @@
 
 Every point that survives the pruning runs short interleaved rounds (stage 1). After each stage
 `judge` keeps the best (by the objective) and every point the project's one rule cannot tell
-apart from it (`pipebench.report.comparison.told_apart`: intervals on a few rounds, the paired
-significance test from MIN_SAMPLES rounds on); the others leave, each with its reason. Survivors run
+apart from it (`pipebench.model.judging.judged`, which the report's ≈ reads too: intervals on a few
+rounds, the paired significance test from MIN_SAMPLES rounds on); the others leave, each with its reason. Survivors run
 more rounds, each `Schedule.growth` times longer than the stage before, until one point is left
 (the winner is resolved), the last stage has run (the survivors were not told apart: whether they
 are shown alike is the recommendation's to say, `pipebench.tune.recommend`), or the next stage would

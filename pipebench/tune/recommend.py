@@ -26,7 +26,7 @@ from typing import Mapping, Optional, Sequence, Tuple
 
 from pipebench.base.significance import DOWN, UP, against_base
 from pipebench.explore.equivalence import CLOSE, IDENTICAL, SAME_DISTRIBUTION
-from pipebench.regress.compare import DEFAULT_THRESHOLD, FASTER, SLOWER
+from pipebench.model.judging import DEFAULT_THRESHOLD, FASTER, SLOWER
 from pipebench.tune.objective import Objective, Round, cpu_ms, pss_mb, shown_alike, slower_for_real
 
 __all__ = ["NOT_THE_BOTTLENECK_PCT", "STRICTNESS", "Recommendation", "bottleneck_note", "crash_warning", "recommend",

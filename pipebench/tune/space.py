@@ -10,7 +10,7 @@ A point is one loader setting for one chain: workers, `loader.backend`, `prefetc
   hold the GIL (its workers=0 thread profile, `gil_share`) caps what threads can reach, and a
   thread point whose cap falls short of what worker processes would reach at the same count is
   dropped; a chain with a small GIL-holding share keeps its threads;
-- workers past what the cores allow: the diagnosis's napkin model (`pipebench.report.diagnosis.predict`)
+- workers past what the cores allow: the napkin cost model (`pipebench.model.costs.predict`)
   says where added workers stop adding samples/s (the cores' budget, or the consumer's appetite);
   the worker counts up to that knee and one count past it race, so the measurement checks the model,
   and the rest never run.
@@ -30,7 +30,7 @@ from typing import Dict, List, Mapping, Optional, Sequence, Tuple
 
 from pipebench.config.specs import BACKEND_WORKER_KINDS, THREADS
 from pipebench.measure.thread_verdict import HOLDS_GIL as THREAD_HOLDS_GIL
-from pipebench.report.diagnosis import ChainCosts, predict
+from pipebench.model.costs import ChainCosts, predict
 
 __all__ = ["CHANGES_NOTHING", "HOLDS_GIL", "LADDER_CAP", "MIN_RACED_POINTS", "PAST_THE_BUDGET", "PAST_THE_KNEE",
            "ChainModel", "Dimensions", "Dropped", "LadderTop", "Point", "fit_budget", "gil_share", "grid",
