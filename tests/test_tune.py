@@ -19,7 +19,7 @@ from pipebench.model.costs import ChainCosts
 from pipebench.model.judging import UNTOLD, Spread, judged
 from pipebench.attach.export_config import write_exports
 from pipebench.attach.export_pipeline import ExportedPipeline, measured_consumer
-from pipebench.cli.tune import ChainSet
+from pipebench.tune.chains import ChainSet
 from pipebench.tune.chain_code import chain_code
 from pipebench.tune.files import Tuned, best_config, paste_lines, unresolved_line, write_tune
 from pipebench.tune.objective import Objective, probe_ties
@@ -386,7 +386,7 @@ def test_an_objective_nothing_meets_recommends_the_closest_and_says_why(tmp_path
 
 
 def test_a_missed_starvation_target_says_what_the_model_needs():
-    from pipebench.cli.tune import _model_needs
+    from pipebench.tune.session import _model_needs
 
     fed = ChainModel(_costs(10.0, 10.0, consumer_ms=30.0))
     line = _model_needs(Point("busy", 2, "dataloader", 2, False, False, 32), {"busy": fed}, 10.0)
