@@ -87,15 +87,16 @@ def ab_main(args: argparse.Namespace) -> int:
     with checked_out(repo, base_commit) as base_tree:
         base = Side("base", base_tree, base_commit, args.base_python or sys.executable)
         if head_ref is None:
-            return _measure(args, base, Side("head", repo, head_commit, sys.executable, bool(dirty)),
+            return _measure(args, (base, Side("head", repo, head_commit, sys.executable, bool(dirty))),
                             overrides, (rounds, rounds_note), cwd_in_tree, cwd)
         with checked_out(repo, head_commit) as head_tree:
-            return _measure(args, base, Side("head", head_tree, head_commit, sys.executable),
+            return _measure(args, (base, Side("head", head_tree, head_commit, sys.executable)),
                             overrides, (rounds, rounds_note), cwd_in_tree, cwd)
 
 
-def _measure(args, base: Side, head: Side, overrides, rounds_said: Tuple[int, str], cwd_in_tree: Path,
+def _measure(args, sides: Tuple[Side, Side], overrides, rounds_said: Tuple[int, str], cwd_in_tree: Path,
              cwd: Path) -> int:
+    base, head = sides
     rounds, rounds_note = rounds_said
     folder = session_folder(cwd / args.results_dir, base, head)
     print(f"A/B session: {base.describe()} vs {head.describe()}, {rounds} rounds alternating{rounds_note} -> {folder}",
