@@ -1,6 +1,7 @@
 """The package's stages import one way: a module imports its own stage or a lower one, never a higher one.
 
-Data flows config → pipeline → measure → record → report → regress → explore, with `base` under all
+Stages rank config → pipeline → record → measure → report → regress → explore (record, the result type,
+sits under measure, which returns it), with `base` under all
 and `cli` on top; `attach` (a user's own loop, watched) measures and writes its results, so it sits
 above record and below report. Every import counts, function-level ones included, and no two modules may import
 each other through any chain (a cycle).
@@ -19,11 +20,13 @@ PACKAGE = REPO / "pipebench"
 # Lowest first, one tier a rank: a module imports its own tier or a lower one. The catalogues sit at the
 # repo top but install as pipebench.datasets / .transforms; they are built by the pipeline stage, so they
 # rank with it. storage (file reads, object stores, the page cache, the rank) sits under the pipeline.
+# record (result.json as one typed JobResult, and the results folder's files) sits under measure, which
+# returns that type, and over the pipeline.
 # model (the cost model, the one spread-and-verdict rule, the shard lines) imports base only, so the
 # plan-time checks read it as well as report, regress, explore and tune.
 # sweep (a command's jobs expanded, checked and launched) sits under tune and storage_track, which run
 # their parts as sweeps, and over report, whose tables a finished sweep writes.
-TIERS = (("base",), ("model",), ("config",), ("storage",), ("pipeline", "datasets", "transforms"), ("measure",), ("record",),
+TIERS = (("base",), ("model",), ("config",), ("storage",), ("pipeline", "datasets", "transforms"), ("record",), ("measure",),
          ("attach",), ("report",), ("regress",), ("explore",), ("sweep",), ("tune",), ("storage_track",),
          ("cli", "api"))
 STAGES = tuple(stage for tier in TIERS for stage in tier)

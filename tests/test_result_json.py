@@ -6,7 +6,7 @@ import pytest
 from conftest import FAST_JOB, NO_CHAIN, compose_spec
 
 from pipebench.measure.job import measure_job
-from pipebench.measure.result import SINGLE_PROCESS_FIELDS, JobIdentity, JobResult, identity_columns
+from pipebench.record.jobs import SINGLE_PROCESS_FIELDS, JobIdentity, JobResult, identity_columns
 
 # result.json's sections as a single-process job wrote them before the typed result, in order.
 JOB_SECTIONS = ["summary", "memory", "storage_io", "host_load", "coverage", "gpu", "transforms", "thread_profile",
@@ -42,7 +42,7 @@ def test_a_jobs_result_json_is_the_file_it_wrote_before(tmp_path):
     assert list(written) == [*IDENTITY, *JOB_SECTIONS]
     assert list(written["summary"])[:9] == ["job", "dataset", "transform", "workers", "batch_size", "consumer",
                                             *SINGLE_PROCESS_FIELDS]
-    assert written["transforms"] is measured.transforms and written["passes"] is measured.passes
+    assert written["transforms"] is measured.sections["transforms"] and written["passes"] is measured.sections["passes"]
     with pytest.raises(AttributeError):
         measured.summary = {}  # frozen
 

@@ -29,10 +29,9 @@ from pipebench.attach.watch import (
 )
 from pipebench.config.specs import USER_STEP
 from pipebench.measure.fingerprint import fingerprint
-from pipebench.measure.result import SINGLE_PROCESS_FIELDS
 from pipebench.measure.summarize import pass_records, rows_as_dicts
 from pipebench.measure.window import window_record
-from pipebench.record.jobs import override_pairs, varying_keys
+from pipebench.record.jobs import JobIdentity, JobResult, varying_keys
 from pipebench.record.results import write_invocation_tables, write_result
 
 __all__ = ["Watched", "WatchResult", "save_results", "watch", "watch_result"]
@@ -58,7 +57,7 @@ class WatchResult:
     batches_per_s_ci: tuple
     starvation_pct: float
     first_batch_s: float
-    record: Mapping[str, Any] = field(repr=False)
+    record: JobResult = field(repr=False)
     # With replay: the step's mean with the loader out of the way, and the speed-up a perfect
     # loader would give (the measured step with its wait / that); None without.
     replay_step_ms: Optional[float] = None
@@ -67,7 +66,7 @@ class WatchResult:
     @property
     def transforms(self) -> List[Mapping[str, Any]]:
         """The per-transform rows (transforms.csv's columns less `job`); empty without a recipe."""
-        return list(self.record["transforms"])
+        return list(self.record.transforms)
 
     def save(self, folder: "str | Path") -> Path:
         """Write this result as a one-job results folder that `pipebench report FOLDER` reads."""
@@ -88,21 +87,22 @@ def watch_result(watch: LoaderWatch, job_num: int = 0) -> Optional[WatchResult]:
                          "seconds": watch.window.seconds, "replay": watch.window.replay},
               "recipe": None if watch.recipe is None else {"attr": watch.recipe.attr,
                                                           "not_opened": watch.recipe.not_opened}}
-    row = {"job": name, "dataset": watch.dataset_class, "transform": None, "workers": watch.workers,
-           "batch_size": watch.measured_batch_size(), "consumer": USER_STEP, **SINGLE_PROCESS_FIELDS, **summary}
-    overrides = [f"{key}={value}" for key, value in identity.pairs().items()]
-    record = {"job": name, "job_num": job_num, "overrides": overrides, "config": config, "choices": {},
-              "summary": row, "transforms": rows_as_dicts(rows), "passes": pass_records(window),
-              "window": window_record(window),
-              "first_batch_s_per_epoch": list(watch.first_batch_s), "meters": watch.meters.record()}
+    columns = {"dataset": watch.dataset_class, "transform": None, "workers": watch.workers,
+               "batch_size": watch.measured_batch_size(), "consumer": USER_STEP}
+    overrides = tuple(f"{key}={value}" for key, value in identity.pairs().items())
+    record = JobResult(summary, {"transforms": rows_as_dicts(rows), "passes": pass_records(window),
+                                 "window": window_record(window), "first_batch_s_per_epoch": list(watch.first_batch_s),
+                                 "meters": watch.meters.record()}).identified(
+        JobIdentity(name, job_num, overrides, config, {}, columns))
+    row, extra = record.summary, record.summary.extra
     site = ",".join(f"{key}={value}" for key, value in identity.pairs().items() if key in (SITE_KEY, VIA_KEY))
     return WatchResult(name=site, dataset_class=watch.dataset_class, workers=watch.workers,
-                       steps_measured=int(row["steps"]), samples_per_s=row["samples_per_s"],
-                       samples_per_s_ci=(row["samples_per_s_ci_low"], row["samples_per_s_ci_high"]),
-                       batches_per_s=row["batches_per_s"],
-                       batches_per_s_ci=(row["batches_per_s_ci_low"], row["batches_per_s_ci_high"]),
-                       starvation_pct=row["starvation_pct"], first_batch_s=row["first_batch_s"], record=record,
-                       replay_step_ms=row.get("replay_step_ms"), headroom_x=row.get("headroom_x"))
+                       steps_measured=row.steps, samples_per_s=row.samples_per_s,
+                       samples_per_s_ci=(row.samples_per_s_ci_low, row.samples_per_s_ci_high),
+                       batches_per_s=extra["batches_per_s"],
+                       batches_per_s_ci=(extra["batches_per_s_ci_low"], extra["batches_per_s_ci_high"]),
+                       starvation_pct=row.starvation_pct, first_batch_s=row.first_batch_s, record=record,
+                       replay_step_ms=extra.get("replay_step_ms"), headroom_x=extra.get("headroom_x"))
 
 
 def save_results(folder: "str | Path", results: Sequence[WatchResult]) -> Path:
@@ -114,7 +114,9 @@ def save_results(folder: "str | Path", results: Sequence[WatchResult]) -> Path:
     for num, result in enumerate(results):
         job_dir = folder / JOB_FOLDER.format(num=num)
         job_dir.mkdir(parents=True, exist_ok=True)
-        write_result(job_dir, {**result.record, "job_num": num, "fingerprint": host})
+        record = result.record
+        write_result(job_dir, replace(record, identity=replace(record.identity, job_num=num),
+                                      sections={**record.sections, "fingerprint": host}).to_json())
     write_invocation_tables(folder)
     return folder
 
@@ -198,7 +200,7 @@ def results_of(watches: Sequence[LoaderWatch]) -> List[WatchResult]:
     """The results of the watches that measured a step, numbered in order, each named by its creation
     site and the pairs of its identity that differ between them."""
     results = [r for r in (watch_result(w, num) for num, w in enumerate(watches)) if r is not None]
-    pairs = [override_pairs(r.record["overrides"]) for r in results]
+    pairs = [r.record.pairs for r in results]
     differ = varying_keys(pairs)
     names = [",".join(f"{key}={value}" for key, value in named.items() if key in (SITE_KEY, VIA_KEY) or key in differ)
              for named in pairs]

@@ -51,6 +51,7 @@ from pipebench.pipeline.build import build_dataset
 from pipebench.pipeline.consumers import on_device_of
 from pipebench.pipeline.loader_backends import BACKENDS, backend_missing, backend_problem
 from pipebench.pipeline.recipe import open_recipes
+from pipebench.record.figures import Summary
 from pipebench.record.jobs import ROUND_KEY, JobRecord, override_key, varying_keys
 from pipebench.record.results import load_job_results
 from pipebench.record.resume import (
@@ -368,18 +369,13 @@ EXTRA_FIGURES = (("samples_per_s_epoch", "samples_per_s_epoch"), ("batch_mb", "b
                  ("ready_next_ms", "ready_next_ms_median"))
 
 
-def _median(summaries: Sequence[Mapping[str, object]], key: str) -> float:
-    values = [float(r[key]) for r in summaries if r.get(key) is not None]
-    return statistics.median(values) if values else float("nan")
-
-
 def explore_rows(invocation_dir: Path, plan: Plan) -> List[Dict[str, object]]:
     """One row per variant and setting: medians over the rounds (samples/s, and the CPU a sample
     costs, which other load on a shared machine barely moves), ratios over the base chain, and
     whether each differs from the base for real (significance.against_base: paired by round,
     Holm over the setting's variants)."""
     results = load_job_results(invocation_dir)
-    measured: Dict[Tuple[str, str], Dict[int, Mapping[str, object]]] = {}
+    measured: Dict[Tuple[str, str], Dict[int, Summary]] = {}
     for result, setting in zip(results, _settings(results)):
         rounds = measured.setdefault((setting, result.key.transform), {})
         rounds[len(rounds) if result.round is None else result.round] = result.summary
@@ -395,14 +391,14 @@ def explore_rows(invocation_dir: Path, plan: Plan) -> List[Dict[str, object]]:
                 picked = against_base({r: float(s[signal]) for r, s in base_rounds.items()},
                                       {n: {r: float(s[signal]) for r, s in v.items()} for n, v in others.items()})
                 versus.update({(n, signal): direction for n, (_, direction) in picked.items()})
-        base_rate = _median(list(base_rounds.values()), "samples_per_s")
-        base_cpu = _median(list(base_rounds.values()), "cpu_ms_per_sample")
+        base_rate = Summary.median(list(base_rounds.values()), "samples_per_s")
+        base_cpu = Summary.median(list(base_rounds.values()), "cpu_ms_per_sample")
         for item in plan.checked:
             summaries = list(measured.get((setting, item.variant.name), {}).values())
             if not summaries:
                 continue
-            rates = [float(r["samples_per_s"]) for r in summaries]
-            cpus = [float(r["cpu_ms_per_sample"]) for r in summaries]
+            rates = [r.samples_per_s for r in summaries]
+            cpus = [r.cpu_ms_per_sample for r in summaries]
             name = item.variant.name
             rows.append({"variant": name, "setting": setting or "-", "verdict": item.verdict,
                          "rounds": len(summaries), "samples_per_s": statistics.median(rates),
@@ -412,7 +408,7 @@ def explore_rows(invocation_dir: Path, plan: Plan) -> List[Dict[str, object]]:
                          "cpu_ms_per_sample": statistics.median(cpus), "cpu_ms_min": min(cpus),
                          "cpu_ms_max": max(cpus), "cpu_speedup": base_cpu / statistics.median(cpus),
                          "cpu_vs_base": versus.get((name, "cpu_ms_per_sample"), BASE_VERDICT if name == base else "-"),
-                         **{column: _median(summaries, key) for column, key in EXTRA_FIGURES}})
+                         **{column: Summary.median(summaries, key) for column, key in EXTRA_FIGURES}})
     return rows
 
 

@@ -15,7 +15,7 @@ from pipebench.measure.guard import job_guard
 from pipebench.measure.job_run import JobRun, job_run
 from pipebench.measure.meter import add_notes
 from pipebench.measure.repeats import measure_repeats
-from pipebench.measure.result import JobResult
+from pipebench.record.jobs import JobResult
 from pipebench.measure.host_load import PROCESS_CPU_COLUMN
 from pipebench.measure.thread_profile import profile_wanted, thread_profile_pass
 from pipebench.storage.page_cache import prepare_cache

@@ -9,8 +9,9 @@ older pipebench did not write reads as None, so old result folders still load. C
 """
 
 import math
+import statistics
 from dataclasses import dataclass, make_dataclass
-from typing import Any, Callable, Dict, Mapping, NamedTuple, Optional, Tuple
+from typing import Any, Callable, Dict, Mapping, NamedTuple, Optional, Sequence, Tuple
 
 from pipebench.base.mapping_view import MappingView
 
@@ -117,6 +118,15 @@ class _Row(MappingView):
         """The typed view of a stored row; a missing column (an older file) reads as None."""
         return cls(row, **{c.name: None if row.get(c.name) is None else _READ[c.kind](row[c.name])
                            for c in SUMMARY_TABLE})
+
+    @staticmethod
+    def median(rounds: Sequence[Mapping[str, Any]], *columns: str) -> float:
+        """The median over one job's rounds (their summary rows) of the first of `columns` each round has a
+        cell for, its non-finite figures left out: rounds merged into one figure, as torch.utils.benchmark's
+        `Measurement.merge` merges repeats; nan when no round has one."""
+        values = [next((float(r[c]) for c in columns if r.get(c) is not None), math.nan) for r in rounds]
+        finite = [value for value in values if math.isfinite(value)]
+        return statistics.median(finite) if finite else math.nan
 
     @property
     def extra(self) -> Dict[str, Any]:

@@ -1,21 +1,27 @@
-"""A stored job as the readers see it: a frozen record, its hashable key, and its labels.
+"""A job's result, from the measuring that writes it to the readers that load it, and the naming of jobs.
 
-The results loader (`pipebench.record.results.load_job_results`) returns a `JobRecord` per
-result.json. Its `key` (a `JobKey` of plain fields, as torch.utils.benchmark's TaskSpec) is
-what rounds of one job share. This module alone says how a job is named: its override pairs
-(`override_pairs`), the round it ran in (`ROUND_KEY`), its label less the round (`job_key`),
-and which keys tell jobs apart (`varying_keys`). Report, compare, explore and history use it.
+`JobResult` is result.json as one frozen type: the measuring (`pipebench.measure`) returns one, the task
+function names it with a `JobIdentity` and writes `to_json()`, attach builds one a watched loader, the
+rank merges fold the ranks', and the results loader (`pipebench.record.results.load_job_results`)
+returns one a file (`from_stored`). Its `summary` is the typed `Summary`; its `key` (a `JobKey` of plain
+fields, as torch.utils.benchmark's TaskSpec) is what rounds of one job share; `Summary.median` folds
+their figures. This module alone says how a job is named: its
+identity columns (`identity_columns`), override pairs (`override_pairs`), the round it ran in
+(`ROUND_KEY`), its label less the round (`job_key`), and which keys tell jobs apart (`varying_keys`).
 """
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from functools import cached_property
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
 from pipebench.base.mapping_view import MappingView
+from pipebench.config.specs import JobSpec
 from pipebench.record.figures import Summary
 
-__all__ = ["HYDRA_PREFIX", "JobKey", "JobRecord", "NOT_AXES", "ROUND_COMPONENT", "ROUND_KEY", "canonical",
-           "canonical_text", "job_key", "override_key", "override_pairs", "round_of", "varying_keys"]
+__all__ = ["HYDRA_PREFIX", "NOT_AXES", "ROUND_COMPONENT", "ROUND_KEY", "SINGLE_PROCESS_FIELDS", "JobIdentity",
+           "JobKey", "JobRecord", "JobResult", "canonical", "canonical_text", "identity_columns", "job_key",
+           "override_key", "override_pairs", "round_of", "varying_keys"]
 
 # The override of a job's round (`rounds=N` sweeps it): rounds of one job share everything else.
 ROUND_KEY = "run.round"
@@ -91,50 +97,140 @@ class JobKey:
     consumer: str
 
 
-@dataclass(frozen=True, eq=False)
-class JobRecord(MappingView):
-    """One stored job (result.json, checked by the loader), with its identity and its summary's figures
-    typed. It also reads as the stored mapping, for the sections no reader needs typed (gpu, memory,
-    ranks...)."""
+# The multi-rank columns of a single-process job: one rank, no peer to wait for (the rank merge fills
+# them for distributed.nproc > 1).
+SINGLE_PROCESS_FIELDS = {"ranks": 1, "straggler_ratio": 1.0, "collective_wait_ms_mean": 0.0}
+# result.json's identity fields, ahead of its summary; every other field is a section.
+IDENTITY_FIELDS = ("job", "job_num", "overrides", "config", "choices")
 
-    key: JobKey
+
+def identity_columns(spec: JobSpec) -> Dict[str, Any]:
+    """The summary row's identity columns of the job `spec` describes, in the row's order: what
+    result.json's summary and summary.csv begin with, and what `--baseline` names a job by."""
+    return {"dataset": spec.dataset_name, "transform": spec.transform_name, "workers": spec.workers,
+            "batch_size": spec.loader.batch_size, "consumer": spec.consumer.kind}
+
+
+@dataclass(frozen=True)
+class JobIdentity:
+    """What names a job in its result.json: the label, number, overrides, resolved config and config
+    choices Hydra gave it, and its summary row's identity columns (`identity_columns`)."""
+
     job: str
     job_num: int
-    # The round it ran in: its `run.round=K` override, None when it has none (one round).
-    round: Optional[int]
     overrides: Tuple[str, ...]
-    summary: Summary
     config: Mapping[str, Any]
     choices: Mapping[str, Any]
-    fingerprint: Mapping[str, Any]
-    # The per-transform rows and each measured pass's per-step lists.
-    transforms: Tuple[Mapping[str, Any], ...]
-    passes: Tuple[Mapping[str, Any], ...]
-    stored: Mapping[str, Any]
+    columns: Mapping[str, Any]
+
+
+@dataclass(frozen=True, eq=False)
+class JobResult(MappingView):
+    """One job's result.json: its typed summary row, its other sections in written order (meters,
+    transforms, passes, ..., fingerprint) and, once named, its identity. It also reads as the file's
+    mapping, for the sections no reader needs typed (gpu, memory, ranks...). A summary given as a
+    plain row (the measuring's) is read into a `Summary`."""
+
+    summary: Summary
+    sections: Mapping[str, Any]
+    identity: Optional[JobIdentity] = None
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.summary, Summary):
+            object.__setattr__(self, "summary", Summary.from_row(self.summary))
 
     @classmethod
-    def from_stored(cls, data: Mapping[str, Any]) -> "JobRecord":
-        """The record of a result.json mapping. Only the summary's workers and batch size are required: a
+    def from_stored(cls, data: Mapping[str, Any]) -> "JobResult":
+        """The result of a result.json mapping. Only the summary's workers and batch size are required: a
         file older than `choices` reads as having none, and an in-memory result that carries only what
         its reader needs (no label, number or config) as having empty ones."""
         summary = Summary.from_row(data["summary"])
-        job = str(data.get("job", summary.job or DEFAULT_LABEL))
-        key = JobKey(job_key(job), canonical(summary.dataset), canonical(summary.transform), summary.workers,
-                     summary.batch_size, canonical(summary.consumer))
-        overrides = tuple(str(o) for o in data.get("overrides", ()))
-        return cls(key, job, int(data.get("job_num", 0)), round_of(overrides), overrides, summary,
-                   data.get("config") or {}, data.get("choices") or {}, data.get("fingerprint") or {},
-                   tuple(data.get("transforms") or ()), tuple(data.get("passes") or ()), data)
+        identity = JobIdentity(str(data.get("job", summary.job or DEFAULT_LABEL)), int(data.get("job_num", 0)),
+                               tuple(str(o) for o in data.get("overrides", ())), data.get("config") or {},
+                               data.get("choices") or {}, {})
+        sections = {key: value for key, value in data.items() if key not in IDENTITY_FIELDS and key != "summary"}
+        return cls(summary, sections, identity)
 
     @classmethod
-    def read(cls, data: Mapping[str, Any]) -> "JobRecord":
-        """`data` as a record: itself when it is one, else `from_stored`'s."""
-        return data if isinstance(data, JobRecord) else cls.from_stored(data)
+    def read(cls, data: Mapping[str, Any]) -> "JobResult":
+        """`data` as a result: itself when it is one, else `from_stored`'s."""
+        return data if isinstance(data, JobResult) else cls.from_stored(data)
+
+    def identified(self, identity: JobIdentity) -> "JobResult":
+        """This result, named: its summary row begins with the identity columns and the single-process
+        defaults, which the measured row may override (a rank merge's `ranks`)."""
+        row = {"job": identity.job, **identity.columns, **SINGLE_PROCESS_FIELDS, **self.summary.row}
+        return replace(self, summary=Summary.from_row(row), identity=identity)
+
+    def to_json(self) -> Dict[str, Any]:
+        """result.json's content (its schema version aside, which the writer adds): the identity, the
+        summary row, then the sections. Without an identity, the summary and the sections alone."""
+        named = self.identity
+        head = {} if named is None else {"job": named.job, "job_num": named.job_num, "overrides": list(named.overrides),
+                                         "config": named.config, "choices": named.choices}
+        return {**head, "summary": self.summary.row, **self.sections}
+
+    @cached_property
+    def stored(self) -> Dict[str, Any]:
+        """The file's mapping (`to_json`), built once."""
+        return self.to_json()
+
+    @property
+    def job(self) -> str:
+        """Its label; `default` for an unnamed result whose row names none."""
+        return self.identity.job if self.identity else self.summary.job or DEFAULT_LABEL
+
+    @property
+    def job_num(self) -> int:
+        return self.identity.job_num if self.identity else 0
+
+    @property
+    def overrides(self) -> Tuple[str, ...]:
+        return self.identity.overrides if self.identity else ()
+
+    @property
+    def config(self) -> Mapping[str, Any]:
+        return self.identity.config if self.identity else {}
+
+    @property
+    def choices(self) -> Mapping[str, Any]:
+        return self.identity.choices if self.identity else {}
+
+    @property
+    def round(self) -> Optional[int]:
+        """The round it ran in: its `run.round=K` override, None when it has none (one round)."""
+        return round_of(self.overrides)
+
+    @cached_property
+    def key(self) -> JobKey:
+        """What its rounds share."""
+        summary = self.summary
+        return JobKey(job_key(self.job), canonical(summary.dataset), canonical(summary.transform), summary.workers,
+                      summary.batch_size, canonical(summary.consumer))
 
     @property
     def pairs(self) -> Dict[str, str]:
         """Its override pairs that can tell jobs apart (override_pairs)."""
         return override_pairs(self.overrides)
 
+    @property
+    def fingerprint(self) -> Mapping[str, Any]:
+        """The host and software it was measured on."""
+        return self.sections.get("fingerprint") or {}
+
+    @property
+    def transforms(self) -> Tuple[Mapping[str, Any], ...]:
+        """The per-transform rows."""
+        return tuple(self.sections.get("transforms") or ())
+
+    @property
+    def passes(self) -> Tuple[Mapping[str, Any], ...]:
+        """Each measured pass's per-step lists."""
+        return tuple(self.sections.get("passes") or ())
+
     def _view(self) -> Mapping[str, Any]:
         return self.stored
+
+
+# The readers' earlier name for the same type.
+JobRecord = JobResult

@@ -23,7 +23,7 @@ from pipebench.base.errors import (
 from pipebench.base.tables import markdown_table
 from pipebench.config.specs import job_spec_from_config
 from pipebench.measure.job import measure
-from pipebench.measure.result import JobIdentity, identity_columns
+from pipebench.record.jobs import JobIdentity, identity_columns
 from pipebench.measure.setup import oversubscription_note, quiet_torch_output
 from pipebench.record.results import (
     printed_transform_columns,

@@ -7,7 +7,7 @@ from pipebench.base.errors import ConfigError
 from pipebench.config.compose import job_spec_composer
 from pipebench.config.specs import JobSpec
 from pipebench.measure.job_spawn import JobProcess
-from pipebench.measure.result import identity_columns
+from pipebench.record.jobs import identity_columns
 from pipebench.report.comparison import identity, select_job
 from pipebench.sweep.build_check import check_builds
 

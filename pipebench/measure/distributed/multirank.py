@@ -48,7 +48,7 @@ from pipebench.measure.distributed.ranks import (
 )
 from pipebench.measure.meter import add_notes
 from pipebench.measure.job_run import METER_KINDS
-from pipebench.measure.result import JobResult
+from pipebench.record.jobs import JobResult
 from pipebench.measure.steps import NS_PER_MS, PassResult, StepSample, TimingSink
 from pipebench.measure.summarize import rows_as_dicts, transform_rows
 from pipebench.measure.window import rate_interval, reused_window
