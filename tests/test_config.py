@@ -1,8 +1,6 @@
 """Config composition, sweep expansion and every bad-input case: one line, exit 2, no traceback."""
 
-from dataclasses import MISSING, fields
 from pathlib import Path
-from typing import Any, Dict, List, Mapping, Tuple, get_type_hints
 
 import pytest
 from conftest import assert_config_error_is_one_line, compose_spec, run_cli
@@ -11,7 +9,6 @@ from pipebench.base.errors import ConfigError
 from pipebench.base.extras import install_line
 from pipebench.cli.main import main
 from pipebench.sweep.expand import MAX_LABEL_CHARS, expand_sweep, label
-from pipebench.config import schema, specs
 from pipebench.pipeline.build import build_transforms
 
 REPO = Path(__file__).resolve().parents[1]
@@ -48,73 +45,6 @@ def test_overrides_reach_the_spec():
 
 def test_an_explicit_key_beats_a_group_preset():
     assert compose_spec(["loader=seed", "loader.batch_size=7"]).loader.batch_size == 7
-
-
-# Every setting is declared twice: in the schema Hydra checks a composed config against, and in the
-# frozen spec the job reads. Each schema node beside its spec, by the prefix of its keys:
-SCHEMA_AND_SPEC = {"": (schema.PipebenchConfig, specs.JobSpec), "loader.": (schema.LoaderConfig, specs.LoaderSpec),
-                   "run.": (schema.RunConfig, specs.RunSpec), "consumer.": (schema.ConsumerConfig, specs.ConsumerSpec),
-                   "distributed.": (schema.DistributedConfig, specs.DistributedSpec)}
-SPEC_OF_NODE = dict(SCHEMA_AND_SPEC.values())
-# The schema node whose keys are fields of the JobSpec itself: `transform.per_sample` is `per_sample`.
-FLATTENED = {"transform": schema.TransformChainConfig}
-# Where the two differ on purpose; any other difference fails the test below.
-# Schema keys no spec holds:
-SCHEMA_ONLY = {
-    "results_dir",  # where the sweep writes, the command's to use: compose returns it beside the spec
-}
-# Spec fields no schema key declares (a default of their own is theirs to keep):
-SPEC_ONLY = {
-    "dataset_name", "transform_name",  # Hydra's choices in the dataset and transform groups: row labels
-    "storage",  # dataset.cache and dataset.storage, taken off the dataset node and checked
-}
-# Keys whose spec type is narrower than the schema's: (schema type, spec type).
-RETYPED = {
-    "dataset": (Any, Mapping[str, Any]),  # any node for Hydra; checked to be a mapping with a `_target_`
-    # Each transform list is checked to hold `_target_` mappings, and frozen as a tuple.
-    "transform.per_sample": (List[Any], Tuple[Mapping[str, Any], ...]),
-    "transform.per_batch": (List[Any], Tuple[Mapping[str, Any], ...]),
-    "transform.on_device": (List[Any], Tuple[Mapping[str, Any], ...]),
-}
-
-
-def _declared(node: type) -> Dict[str, Tuple[Any, bool]]:
-    """Key -> (type, has a default) of every field of a schema node or spec; a FLATTENED node's
-    fields are keys of their own (`transform.per_sample`)."""
-    hints = get_type_hints(node)
-    declared = {}
-    for f in fields(node):
-        if f.name in FLATTENED:
-            declared.update({f"{f.name}.{key}": value for key, value in _declared(FLATTENED[f.name]).items()})
-        else:
-            declared[f.name] = (hints[f.name], f.default is not MISSING or f.default_factory is not MISSING)
-    return declared
-
-
-@pytest.mark.parametrize("prefix", list(SCHEMA_AND_SPEC), ids=lambda prefix: prefix or "top")
-def test_schema_and_spec_declare_the_same_settings(prefix):
-    """Each schema key is a spec field of the same name and type (a nested node's type is its
-    spec), and the spec takes no default of its own: the schema's is the one default, and Hydra
-    applies it. Only the commented differences above are allowed."""
-    node, spec = SCHEMA_AND_SPEC[prefix]
-    in_schema, in_spec = _declared(node), _declared(spec)
-    differences = []
-    for key, (hint, _) in in_schema.items():
-        name = key.rsplit(".", 1)[-1]  # a FLATTENED key is a field of the spec itself
-        if prefix + key in SCHEMA_ONLY:
-            continue
-        if name not in in_spec:
-            differences.append(f"{prefix}{key}: in the schema's {node.__name__}, not in {spec.__name__}")
-            continue
-        spec_hint, spec_default = in_spec.pop(name)
-        expected = RETYPED.get(prefix + key, (hint, SPEC_OF_NODE.get(hint, hint)))
-        if (hint, spec_hint) != expected:
-            differences.append(f"{prefix}{key}: {node.__name__} says {hint}, {spec.__name__} says {spec_hint}")
-        if spec_default:
-            differences.append(f"{prefix}{key}: {spec.__name__} declares a default beside the schema's")
-    differences += [f"{prefix}{name}: in {spec.__name__}, not in the schema's {node.__name__}"
-                    for name in in_spec if prefix + name not in SPEC_ONLY]
-    assert not differences, "\n".join(differences)
 
 
 def test_sweep_expansion_matches_hydra_semantics():
@@ -164,6 +94,11 @@ BAD_INPUTS = [
     (["dataset=image_folder"], "dataset.path"),
     (["dataset=image_folder", "dataset.path=/no/such/dir"], "/no/such/dir"),
     (["transform.per_sample=[{_target_:no_such_module.Thing}]"], "transform.per_sample[0]"),
+    # Each catalogue dataset group's keys are typed and checked at compose time, before any build.
+    (["dataset=webdataset", "dataset.urls=x.tar", "dataset.shuffle_buffer=-1"], "dataset.shuffle_buffer must be >= 0"),
+    (["dataset=webdataset", "dataset.urls=x.tar", "dataset.shuffle_buffer=many"], "dataset.shuffle_buffer"),
+    (["dataset=webdataset", "dataset.urls=x.tar", "dataset.shuffle_bufer=8"], "shuffle_bufer"),
+    (["dataset.num_images=0"], "dataset.num_images must be >= 1"),
 ]
 
 

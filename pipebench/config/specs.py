@@ -2,12 +2,12 @@
 
 Configs are resolved to plain Python here, before anything reaches a Dataset or a worker:
 DictConfig access in a hot loop is slow, and plain values pickle cheaply under spawn.
-A spec field named like a schema key (pipebench.config.schema) has its type and no default: the
-schema's is the one default, and Hydra applies it. tests/test_config.py fails where the two differ.
+Each setting is declared once, here: the specs are also the structured configs Hydra checks a
+composed config against (pipebench.config.schema).
 """
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field, fields, is_dataclass
 from typing import Any, Mapping, Optional, Tuple, Union
 
 from omegaconf import DictConfig, OmegaConf
@@ -64,59 +64,170 @@ SYNC_AUTO, SYNC_ASYNC, SYNC_PER_STEP = "auto", "async", "per_step"
 SYNC_MODES = (SYNC_AUTO, SYNC_ASYNC, SYNC_PER_STEP)
 
 
+def _require(ok: bool, message: str) -> None:
+    if not ok:
+        raise ConfigError(message)
+
+
+def bounded(key: str, value: Union[int, float], minimum: float, maximum: float, above: bool = False) -> None:
+    """`key` is a finite number from `minimum` (excluded when `above`) to `maximum` (pipebench.config.limits)."""
+    _require(not (isinstance(value, float) and not math.isfinite(value)), f"{key} must be a finite number, got {value}")
+    low_ok = value > minimum if above else value >= minimum
+    _require(low_ok and value <= maximum,
+             f"{key} must be {'>' if above else '>='} {minimum:g} and <= {maximum:g}, got {value!r}")
+
+
+def _one_of(key: str, value: Any, allowed: Tuple[Optional[str], ...]) -> None:
+    named = ", ".join(a for a in allowed if a is not None) + (" or null" if None in allowed else "")
+    _require(value in allowed, f"{key} must be one of {named}, got {value!r}")
+
+
+# Each spec below is also the structured config Hydra checks its node against
+# (pipebench.config.schema): one declaration, with its one default. OmegaConf.to_object builds the
+# frozen spec from the composed node, and `__post_init__` checks each value, naming its key.
 @dataclass(frozen=True)
 class LoaderSpec:
-    batch_size: int
-    pin_memory: bool
-    prefetch_factor: int
-    persistent_workers: bool
-    multiprocessing_context: Optional[str]
-    shuffle: bool
-    drop_last: bool
-    timeout_s: float
-    sharing_strategy: Optional[str]
-    backend: str
+    """DataLoader settings; `workers` lives at the top level because it is the axis users sweep most."""
+
+    # 32, not the seed's 256: the seed chain costs ~16 ms a sample on a 2-core machine, so a
+    # workers=0 step of 256 takes ~4 s and the card's 3-job sweep would overrun 3 minutes.
+    # Per-sample costs do not depend on batch size; `loader=seed` restores 256.
+    batch_size: int = 32
+    pin_memory: bool = True
+    prefetch_factor: int = 2
+    persistent_workers: bool = False
+    multiprocessing_context: Optional[str] = None
+    shuffle: bool = True
+    drop_last: bool = True
+    # A worker silent this long is reported as hung; generous, as 8 workers share 2 cores.
+    timeout_s: float = 120.0
+    # How workers hand tensors to the main process: file_descriptor (torch's default on
+    # Linux) or file_system. null keeps torch's default.
+    sharing_strategy: Optional[str] = None
+    # What makes the batches: dataloader (worker processes), threads (torchdata.nodes on threads)
+    # or spdl (an SPDL pipeline on threads); `workers` counts processes or threads as it says.
+    backend: str = "dataloader"
+
+    def __post_init__(self) -> None:
+        bounded("loader.batch_size", self.batch_size, 1, MAX_BATCH_SIZE)
+        bounded("loader.prefetch_factor", self.prefetch_factor, 1, MAX_PREFETCH_FACTOR)
+        # 0 would let a hung worker hang the sweep: DataLoader reads it as "wait forever".
+        bounded("loader.timeout_s", self.timeout_s, 0, MAX_TIMEOUT_S, above=True)
+        _one_of("loader.multiprocessing_context", self.multiprocessing_context, (*START_METHODS, None))
+        _one_of("loader.sharing_strategy", self.sharing_strategy, (*SHARING_STRATEGIES, None))
+        _one_of("loader.backend", self.backend, LOADER_BACKENDS)
 
 
 @dataclass(frozen=True)
 class RunSpec:
-    warmup_steps: int
-    steps: int
-    worker_cycles: int
-    min_time_s: float
-    max_time_s: float
-    repeats: int
-    round: int
-    seed: int
-    profile_steps: int
-    on_error: str
-    progress: bool
-    on_job_error: str
-    step_timeout_s: float
-    sync: str
-    target_accel_util_pct: float
-    stop_at_target: bool
-    # None: profile under a thread backend (pipebench.measure.thread_profile.profile_wanted).
-    thread_profile: Optional[bool]
+    """How long to measure: warm-up, then at least `steps` steps and `min_time_s` seconds, `repeats` times."""
+
+    # With workers, warm-up also drains the workers x prefetch_factor batches queued at start-up.
+    warmup_steps: int = 3
+    steps: int = 20
+    # The window is at least this many whole worker cycles (W steps each): a starved loop gets W
+    # batches, then waits a whole cycle, so its rate is periodic in W. Eight whole cycles keep the
+    # batch-means interval honest (its blocks are cycles; fewer read too narrow) and
+    # cost ~20 s at 16 workers, batch 256 on an H100 host.
+    worker_cycles: int = 8
+    min_time_s: float = 5.0
+    # A budget that caps the window when whole cycles take too long; the row says it was capped.
+    max_time_s: float = 120.0
+    repeats: int = 1
+    # Which interleaved round this job belongs to; the CLI sweeps it when `rounds` > 1.
+    round: int = 0
+    seed: int = 0
+    # Extra steps under torch.profiler when workers=0, after the measured ones, so the
+    # profiler's own overhead never lands in the measured numbers.
+    profile_steps: int = 2
+    # fail: stop at the first bad sample, naming it. skip: drop it, count it, go on.
+    on_error: str = "fail"
+    progress: bool = True
+    # continue: a job that fails is listed when the sweep ends and the next job runs; stop: the
+    # sweep stops at the first failed job. Either way finished rows are kept and the sweep exits
+    # non-zero (pipebench's own launcher; a cluster launcher runs every job regardless).
+    on_job_error: str = "continue"
+    # The longest one step's own work in the main process may take: making the batch at
+    # workers=0 (load, transforms, collate), and the consumer step at any worker count. A step
+    # past it is interrupted and the job ends naming the transform and sample it was on. Waiting
+    # for workers is loader.timeout_s's to bound, so this is apart from it. As generous as
+    # loader.timeout_s: the seed chain at batch 256 takes ~4 s a step at workers=0 here.
+    step_timeout_s: float = 120.0
+    # The step loop: auto runs ahead (async) wherever the consumer trains on CUDA, as training
+    # does; per_step synchronises every phase so each is timed on its own (pipebench.measure.repeats).
+    sync: str = "auto"
+    # The accel_util_pct the diagnosis sizes workers and cores for, and `explore --target` stops at:
+    # 90%, the usual "keep the GPU busy" bar (DLIO gates its runs on such a target).
+    target_accel_util_pct: float = 90.0
+    # Stop the sweep at the first job whose accel_util_pct reaches the target (`explore --target`).
+    stop_at_target: bool = False
+    # Each step's thread-scaling profile after the measured repeats (pipebench.measure.thread_profile):
+    # null profiles under a backend whose workers are threads, true under any, false never.
+    thread_profile: Optional[bool] = None
+
+    def __post_init__(self) -> None:
+        bounded("run.warmup_steps", self.warmup_steps, 0, MAX_STEPS)
+        bounded("run.steps", self.steps, 1, MAX_STEPS)
+        bounded("run.worker_cycles", self.worker_cycles, 1, MAX_STEPS)
+        bounded("run.min_time_s", self.min_time_s, 0, MAX_TIMEOUT_S)
+        bounded("run.max_time_s", self.max_time_s, 0, MAX_TIMEOUT_S, above=True)
+        bounded("run.repeats", self.repeats, 1, MAX_REPEATS)
+        bounded("run.round", self.round, 0, MAX_REPEATS)
+        bounded("run.seed", self.seed, 0, MAX_SEED)
+        bounded("run.profile_steps", self.profile_steps, 0, MAX_PROFILE_STEPS)
+        bounded("run.step_timeout_s", self.step_timeout_s, 0, MAX_TIMEOUT_S, above=True)
+        _one_of("run.on_error", self.on_error, ON_ERROR_POLICIES)
+        _one_of("run.on_job_error", self.on_job_error, ON_JOB_ERROR_POLICIES)
+        _one_of("run.sync", self.sync, SYNC_MODES)
+        bounded("run.target_accel_util_pct", self.target_accel_util_pct, 0, 100, above=True)
 
 
 @dataclass(frozen=True)
 class ConsumerSpec:
-    kind: str
-    step_ms: float
-    distribution: str
-    spread_ms: float
-    lr: float
-    momentum: float
-    device: str
+    """What eats the batches: `none` (loader only), `emulated` (sleeps like an accelerator), `toy_cnn`."""
+
+    kind: str = "emulated"
+    # 30 ms: the seed article's GPU compute per step (18% of 1.3 s at batch 256, so ~0.9 ms a
+    # sample) scaled to the default batch of 32. Scale it with loader.batch_size.
+    step_ms: float = 30.0
+    # emulated: fixed, normal (spread_ms = standard deviation) or uniform (± spread_ms).
+    distribution: str = "fixed"
+    spread_ms: float = 0.0
+    # toy_cnn: the seed's SGD settings, and where to run (auto = CUDA when present).
+    lr: float = 0.001
+    momentum: float = 0.9
+    device: str = "auto"
+
+    def __post_init__(self) -> None:
+        _one_of("consumer.kind", self.kind, CONSUMER_KINDS)
+        bounded("consumer.step_ms", self.step_ms, 0, MAX_STEP_MS)
+        bounded("consumer.spread_ms", self.spread_ms, 0, MAX_STEP_MS)
+        _one_of("consumer.distribution", self.distribution, STEP_DISTRIBUTIONS)
+        _one_of("consumer.device", self.device, CONSUMER_DEVICES)
+        _require(math.isfinite(self.lr) and self.lr > 0, f"consumer.lr must be a finite number > 0, got {self.lr}")
+        _require(math.isfinite(self.momentum), f"consumer.momentum must be a finite number, got {self.momentum}")
 
 
 @dataclass(frozen=True)
 class DistributedSpec:
-    nproc: int
-    backend: str
-    collective_timeout_s: float
-    job_timeout_s: float
+    """Multi-rank loading: `nproc` ranks started by torchrun on this node, each with its own
+    DistributedSampler and DataLoader workers, meeting at an all-reduce after every step."""
+
+    # 1: the ordinary single-process job. More: torchrun --standalone --nproc_per_node=nproc.
+    nproc: int = 1
+    # auto: nccl when every rank can have its own GPU, else gloo (the CPU backend).
+    backend: str = "auto"
+    # A rank that waits this long at the all-reduce fails (a peer hung or died): the process
+    # group's timeout. Generous: ranks x workers may far outnumber cores while measuring.
+    collective_timeout_s: float = 300.0
+    # The whole multi-rank run is stopped after this long, whatever the ranks are doing.
+    job_timeout_s: float = 3600.0
+
+    def __post_init__(self) -> None:
+        bounded("distributed.nproc", self.nproc, 1, MAX_RANKS)
+        _one_of("distributed.backend", self.backend, DISTRIBUTED_BACKENDS)
+        bounded("distributed.collective_timeout_s", self.collective_timeout_s, 0, MAX_TIMEOUT_S, above=True)
+        bounded("distributed.job_timeout_s", self.job_timeout_s, 0, MAX_TIMEOUT_S, above=True)
 
 
 @dataclass(frozen=True)
@@ -137,25 +248,66 @@ class StorageSpec:
         return self.latency_ms > 0 or self.mb_per_s is not None or self.shared_mb_per_s is not None
 
 
-@dataclass(frozen=True)
-class JobSpec:
-    """Everything one job needs. `dataset` and the chains stay `_target_` dicts until built."""
+@dataclass(frozen=True, kw_only=True)
+class TransformChains:
+    """Lists of Hydra `_target_` nodes: applied per sample in the Dataset, per batch in the collate,
+    and per batch after the host-to-device copy (`on_device`: in the main process, on the consumer's
+    device, or on the host CPU when the consumer has none). The config's `transform` node; a job's
+    spec holds them as its own fields, each frozen as a tuple."""
 
-    dataset: Mapping[str, Any]
-    per_sample: Tuple[Mapping[str, Any], ...]
-    per_batch: Tuple[Mapping[str, Any], ...]
-    # Steps run on the batch after the host-to-device copy (transform.on_device).
-    on_device: Tuple[Mapping[str, Any], ...]
-    loader: LoaderSpec
-    run: RunSpec
-    consumer: ConsumerSpec
-    workers: int
-    trace: str
-    rounds: int
-    calibrate: bool
+    per_sample: Tuple[Any, ...] = ()
+    per_batch: Tuple[Any, ...] = ()
+    on_device: Tuple[Any, ...] = ()
+
+
+@dataclass(frozen=True, kw_only=True)
+class JobSettings:
+    """The keys a user sets for one job. The composed config (pipebench.config.schema.PipebenchConfig)
+    adds the `transform` node and `results_dir`; the job's spec adds what composing derives."""
+
+    # A `_target_` node, so users can plug their own; a dataset group's config gives it.
+    dataset: Any
+    loader: LoaderSpec = field(default_factory=LoaderSpec)
+    run: RunSpec = field(default_factory=RunSpec)
+    consumer: ConsumerSpec = field(default_factory=ConsumerSpec)
+    workers: int = 0
+    # torch: a torch.profiler trace of a few extra steps at workers=0; viztracer: one
+    # Perfetto trace of the main process and every worker; none: no trace.
+    trace: str = "torch"
+    # Run every job of the sweep this many times, round-robin (all jobs once, then all again),
+    # so drift on a shared machine hits every job alike. Each round is a fresh job process.
+    rounds: int = 1
+    # Time a fixed decode + transform micro-benchmark once per invocation (calibration.json),
+    # so a machine that got slower overall is told apart from a slower pipeline, and run the same
+    # workload now and then inside each job's workers (the CPU reference, about 2% of their CPU),
+    # so a busier host is told apart from a dearer chain. Off by default: it costs a few seconds
+    # per `pipebench run`; suite=nightly turns it on.
+    calibrate: bool = False
+    distributed: DistributedSpec = field(default_factory=DistributedSpec)
+
+    def __post_init__(self) -> None:
+        bounded("workers", self.workers, 0, MAX_WORKERS)
+        bounded("rounds", self.rounds, 1, MAX_REPEATS)
+        _one_of("trace", self.trace, TRACE_KINDS)
+        # The VizTracer timeline starts one recorder a worker process (its worker_init_fn); a thread
+        # pool has no such hook, and one recorder shared by threads would interleave their slices.
+        _require(self.trace != "viztracer" or self.loader.backend == "dataloader" or self.workers == 0,
+                 f"trace=viztracer traces worker processes; loader.backend={self.loader.backend} runs threads "
+                 "(use trace=none, or loader.backend=dataloader)")
+        # The watchdog would stop every step of an emulated consumer asked to sleep this long.
+        consumer, step_timeout_s = self.consumer, self.run.step_timeout_s
+        _require(consumer.kind != "emulated" or consumer.step_ms + consumer.spread_ms < step_timeout_s * 1000,
+                 f"consumer.step_ms + consumer.spread_ms must stay below run.step_timeout_s, got "
+                 f"{consumer.step_ms + consumer.spread_ms:g} ms against {step_timeout_s:g} s")
+
+
+@dataclass(frozen=True, kw_only=True)
+class JobSpec(JobSettings, TransformChains):
+    """Everything one job needs: its settings, each chain a tuple, Hydra's group choices as row
+    labels and the storage. `dataset` and the chains stay `_target_` dicts until built."""
+
     dataset_name: str
     transform_name: str
-    distributed: DistributedSpec
     storage: StorageSpec = StorageSpec()
 
     @property
@@ -163,11 +315,6 @@ class JobSpec:
         """What the job's workers are: THREADS under a thread backend with workers, else PROCESSES
         (workers=0 is the DataLoader's in-process loop under every backend)."""
         return BACKEND_WORKER_KINDS[self.loader.backend] if self.workers > 0 else PROCESSES
-
-
-def _require(ok: bool, message: str) -> None:
-    if not ok:
-        raise ConfigError(message)
 
 
 def _check_target_nodes(nodes: Any, where: str) -> Tuple[Mapping[str, Any], ...]:
@@ -178,67 +325,6 @@ def _check_target_nodes(nodes: Any, where: str) -> Tuple[Mapping[str, Any], ...]
             f"{where}[{i}] must be a mapping with a `_target_` (got {node!r})",
         )
     return tuple(nodes)
-
-
-def _bounded(key: str, value: Union[int, float], minimum: float, maximum: float, above: bool = False) -> None:
-    """`key` is a finite number from `minimum` (excluded when `above`) to `maximum` (pipebench.config.limits)."""
-    _require(not (isinstance(value, float) and not math.isfinite(value)), f"{key} must be a finite number, got {value}")
-    low_ok = value > minimum if above else value >= minimum
-    _require(low_ok and value <= maximum,
-             f"{key} must be {'>' if above else '>='} {minimum:g} and <= {maximum:g}, got {value!r}")
-
-
-def _one_of(key: str, value: Any, allowed: Tuple[Optional[str], ...]) -> None:
-    named = ", ".join(a for a in allowed if a is not None) + (" or null" if None in allowed else "")
-    _require(value in allowed, f"{key} must be one of {named}, got {value!r}")
-
-
-def _validate_loader(loader: LoaderSpec) -> None:
-    _bounded("loader.batch_size", loader.batch_size, 1, MAX_BATCH_SIZE)
-    _bounded("loader.prefetch_factor", loader.prefetch_factor, 1, MAX_PREFETCH_FACTOR)
-    # 0 would let a hung worker hang the sweep: DataLoader reads it as "wait forever".
-    _bounded("loader.timeout_s", loader.timeout_s, 0, MAX_TIMEOUT_S, above=True)
-    _one_of("loader.multiprocessing_context", loader.multiprocessing_context, (*START_METHODS, None))
-    _one_of("loader.sharing_strategy", loader.sharing_strategy, (*SHARING_STRATEGIES, None))
-    _one_of("loader.backend", loader.backend, LOADER_BACKENDS)
-
-
-def _validate_run(run: RunSpec) -> None:
-    _bounded("run.warmup_steps", run.warmup_steps, 0, MAX_STEPS)
-    _bounded("run.steps", run.steps, 1, MAX_STEPS)
-    _bounded("run.worker_cycles", run.worker_cycles, 1, MAX_STEPS)
-    _bounded("run.min_time_s", run.min_time_s, 0, MAX_TIMEOUT_S)
-    _bounded("run.max_time_s", run.max_time_s, 0, MAX_TIMEOUT_S, above=True)
-    _bounded("run.repeats", run.repeats, 1, MAX_REPEATS)
-    _bounded("run.round", run.round, 0, MAX_REPEATS)
-    _bounded("run.seed", run.seed, 0, MAX_SEED)
-    _bounded("run.profile_steps", run.profile_steps, 0, MAX_PROFILE_STEPS)
-    _bounded("run.step_timeout_s", run.step_timeout_s, 0, MAX_TIMEOUT_S, above=True)
-    _one_of("run.on_error", run.on_error, ON_ERROR_POLICIES)
-    _one_of("run.on_job_error", run.on_job_error, ON_JOB_ERROR_POLICIES)
-    _one_of("run.sync", run.sync, SYNC_MODES)
-    _bounded("run.target_accel_util_pct", run.target_accel_util_pct, 0, 100, above=True)
-
-
-def _validate_consumer(consumer: ConsumerSpec, step_timeout_s: float) -> None:
-    _one_of("consumer.kind", consumer.kind, CONSUMER_KINDS)
-    _bounded("consumer.step_ms", consumer.step_ms, 0, MAX_STEP_MS)
-    _bounded("consumer.spread_ms", consumer.spread_ms, 0, MAX_STEP_MS)
-    # The watchdog would stop every step of an emulated consumer asked to sleep this long.
-    _require(consumer.kind != "emulated" or consumer.step_ms + consumer.spread_ms < step_timeout_s * 1000,
-             f"consumer.step_ms + consumer.spread_ms must stay below run.step_timeout_s, got "
-             f"{consumer.step_ms + consumer.spread_ms:g} ms against {step_timeout_s:g} s")
-    _one_of("consumer.distribution", consumer.distribution, STEP_DISTRIBUTIONS)
-    _one_of("consumer.device", consumer.device, CONSUMER_DEVICES)
-    _require(math.isfinite(consumer.lr) and consumer.lr > 0, f"consumer.lr must be a finite number > 0, got {consumer.lr}")
-    _require(math.isfinite(consumer.momentum), f"consumer.momentum must be a finite number, got {consumer.momentum}")
-
-
-def _validate_distributed(distributed: DistributedSpec) -> None:
-    _bounded("distributed.nproc", distributed.nproc, 1, MAX_RANKS)
-    _one_of("distributed.backend", distributed.backend, DISTRIBUTED_BACKENDS)
-    _bounded("distributed.collective_timeout_s", distributed.collective_timeout_s, 0, MAX_TIMEOUT_S, above=True)
-    _bounded("distributed.job_timeout_s", distributed.job_timeout_s, 0, MAX_TIMEOUT_S, above=True)
 
 
 def _storage_spec(dataset: dict) -> StorageSpec:
@@ -261,25 +347,31 @@ def _storage_spec(dataset: dict) -> StorageSpec:
                                     ("shared_mb_per_s", shared, True)):
         number = isinstance(value, (int, float)) and not isinstance(value, bool)
         _require(number or (may_be_none and value is None), f"dataset.storage.{key} must be a number, got {value!r}")
-    _bounded("dataset.storage.latency_ms", latency_ms, 0, MAX_STORAGE_LATENCY_MS)
+    bounded("dataset.storage.latency_ms", latency_ms, 0, MAX_STORAGE_LATENCY_MS)
     for key, value in (("mb_per_s", mb_per_s), ("shared_mb_per_s", shared)):
         if value is not None:
-            _bounded(f"dataset.storage.{key}", value, MIN_STORAGE_MB_PER_S, MAX_STORAGE_MB_PER_S)
+            bounded(f"dataset.storage.{key}", value, MIN_STORAGE_MB_PER_S, MAX_STORAGE_MB_PER_S)
     return StorageSpec(cache=cache, latency_ms=float(latency_ms),
                        mb_per_s=None if mb_per_s is None else float(mb_per_s),
                        shared_mb_per_s=None if shared is None else float(shared))
 
 
 def _to_plain(cfg: DictConfig) -> dict:
-    """Resolve every key but `hydra` (whose job fields exist only once a job is launched)."""
+    """Every key but `hydra` (whose job fields exist only once a job is launched), resolved, each
+    structured node built into its frozen spec, whose checks name the key (a dataset stays a dict,
+    which keeps any key a user added to it)."""
     plain = {}
     for key in cfg:
         if key == "hydra":
             continue
         try:
             node = cfg[key]
-            plain[key] = OmegaConf.to_container(node, resolve=True, throw_on_missing=True) \
-                if OmegaConf.is_config(node) else node
+            group = OmegaConf.get_type(node) if key == "dataset" and OmegaConf.is_config(node) else None
+            if is_dataclass(group):  # a catalogue group's node: checked, then built from its `_target_` dict
+                plain[key] = OmegaConf.to_container(node, resolve=True, throw_on_missing=True)
+                group(**{f.name: plain[key][f.name] for f in fields(group)})
+            else:
+                plain[key] = OmegaConf.to_object(node) if OmegaConf.is_config(node) else node
         except OmegaConfBaseException as exc:
             where = getattr(exc, "full_key", None) or key
             raise ConfigError(f"{where}: {str(exc).splitlines()[0]}") from exc
@@ -292,41 +384,13 @@ def job_spec_from_config(cfg: DictConfig, choices: Mapping[str, Optional[str]]) 
     `choices` are Hydra's runtime group choices (`transform` -> `yuv_mask`), used as row labels.
     """
     plain = _to_plain(cfg)
-    _bounded("workers", plain["workers"], 0, MAX_WORKERS)
-    _bounded("rounds", plain["rounds"], 1, MAX_REPEATS)
-    _one_of("trace", plain["trace"], TRACE_KINDS)
     _require(
         isinstance(plain["dataset"], dict) and "_target_" in plain["dataset"],
         "dataset must be a mapping with a `_target_`",
     )
     storage = _storage_spec(plain["dataset"])
-    loader = LoaderSpec(**plain["loader"])
-    run = RunSpec(**plain["run"])
-    consumer = ConsumerSpec(**plain["consumer"])
-    _validate_loader(loader)
-    # The VizTracer timeline starts one recorder a worker process (its worker_init_fn); a thread
-    # pool has no such hook, and one recorder shared by threads would interleave their slices.
-    _require(plain["trace"] != "viztracer" or loader.backend == "dataloader" or plain["workers"] == 0,
-             f"trace=viztracer traces worker processes; loader.backend={loader.backend} runs threads "
-             "(use trace=none, or loader.backend=dataloader)")
-    _validate_run(run)
-    _validate_consumer(consumer, run.step_timeout_s)
-    distributed = DistributedSpec(**plain["distributed"])
-    _validate_distributed(distributed)
-    return JobSpec(
-        dataset=plain["dataset"],
-        per_sample=_check_target_nodes(plain["transform"]["per_sample"], "transform.per_sample"),
-        per_batch=_check_target_nodes(plain["transform"]["per_batch"], "transform.per_batch"),
-        loader=loader,
-        run=run,
-        consumer=consumer,
-        workers=plain["workers"],
-        trace=plain["trace"],
-        rounds=plain["rounds"],
-        calibrate=plain["calibrate"],
-        dataset_name=str(choices.get("dataset") or "custom"),
-        transform_name=str(choices.get("transform") or "custom"),
-        distributed=distributed,
-        storage=storage,
-        on_device=_check_target_nodes(plain["transform"].get("on_device", []), "transform.on_device"),
-    )
+    chains = {f.name: _check_target_nodes(getattr(plain["transform"], f.name), f"transform.{f.name}")
+              for f in fields(TransformChains)}
+    return JobSpec(**{f.name: plain[f.name] for f in fields(JobSettings)}, **chains, storage=storage,
+                   dataset_name=str(choices.get("dataset") or "custom"),
+                   transform_name=str(choices.get("transform") or "custom"))
