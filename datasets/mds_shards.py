@@ -43,13 +43,14 @@ from PIL import Image
 from torch.utils.data import IterableDataset, get_worker_info
 
 from pipebench.base.errors import DatasetError
+from pipebench.model.shards import split
 from pipebench.storage.file_reads import FileReads
 from pipebench.storage.object_store import is_url, read_failure, url_fs
 from pipebench.storage.rank_info import rank_and_world
 
 from .lazy_image import rgb_from
 from .sharded_plan import ShardedPlan
-from .shard_split import ShardFiles, ShardOffsets, bad_input, check_policy, not_regular, require_library, split
+from .shard_split import ShardFiles, ShardOffsets, bad_input, check_policy, not_regular, require_library
 
 __all__ = ["MDSShards", "ShardEntry", "decode_int", "sample_columns"]
 

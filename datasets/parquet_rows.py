@@ -39,15 +39,15 @@ from torch.utils.data import Dataset, IterableDataset
 
 from pipebench.base.errors import DatasetError
 from pipebench.config.specs import JobSpec
+from pipebench.model.shards import ROW_GROUP_ROWS, ROW_GROUPS_KEPT, random_access_line, split
 from pipebench.storage.dataset_contract import DatasetContract
 from pipebench.storage.file_reads import FileReads
 from pipebench.storage.object_store import is_url, read_failure, unreadable, url_fs
 from pipebench.storage.rank_info import rank_and_world
 
 from .lazy_image import rgb_from
-from .row_group_reads import ROW_GROUP_ROWS, ROW_GROUPS_KEPT, random_access_line
 from .sharded_plan import ShardedPlan
-from .shard_split import ShardFiles, ShardOffsets, bad_input, check_policy, not_regular, require_library, split
+from .shard_split import ShardFiles, ShardOffsets, bad_input, check_policy, not_regular, require_library
 
 __all__ = ["ParquetRows", "ParquetStream", "expand_files", "parquet_dataset", "write_parquet"]
 

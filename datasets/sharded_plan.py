@@ -4,9 +4,8 @@ MDS, a Parquet stream): readers left without a shard (datasets/shard_split.py's 
 from typing import Tuple
 
 from pipebench.config.specs import JobSpec
+from pipebench.model.shards import idle_line
 from pipebench.storage.dataset_contract import DatasetContract
-
-from .shard_split import idle_line
 
 
 class ShardedPlan(DatasetContract):

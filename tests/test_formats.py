@@ -24,8 +24,9 @@ from pipebench.config.specs import StorageSpec
 from pipebench.datasets import shard_split
 from pipebench.datasets.litdata_chunks import LitDataChunks
 from pipebench.datasets.parquet_rows import parquet_dataset
-from pipebench.datasets.shard_split import ShardOffsets, idle_line, idle_readers, split
+from pipebench.datasets.shard_split import ShardOffsets
 from pipebench.datasets.webdataset_shards import WebDatasetShards
+from pipebench.model.shards import idle_line, idle_readers, split
 from pipebench.storage.page_cache import prepare_cache
 from pipebench.measure.storage_io import file_read_figures
 from pipebench.storage.file_reads import IO_FIELDS, FileReads

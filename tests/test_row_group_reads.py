@@ -9,7 +9,7 @@ import pytest
 from PIL import Image
 
 from pipebench.datasets.parquet_rows import parquet_dataset, write_parquet
-from pipebench.datasets.row_group_reads import random_access_line
+from pipebench.model.shards import random_access_line
 from pipebench.storage.file_reads import READ_BYTES
 from pipebench.pipeline.sweep_check import plan_lines
 from pipebench.report.diagnosis import diagnose, render_diagnosis

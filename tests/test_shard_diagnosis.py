@@ -11,9 +11,9 @@ from torchvision.transforms import PILToTensor
 
 from pipebench.cli.dataset import convert
 from pipebench.config.specs import StorageSpec
-from pipebench.datasets.shard_split import reader_loads, uneven_line, uneven_shards
 from pipebench.datasets.webdataset_shards import WebDatasetShards
 from pipebench.measure.first_batch_parts import FirstBatchLog, FirstBatchParts, first_batch_columns
+from pipebench.model.shards import reader_loads, uneven_line, uneven_shards
 from pipebench.storage.file_reads import READ_FILES
 from pipebench.pipeline.timed_chain import TimedCollate
 from pipebench.pipeline.timed_iterable import InstrumentedIterable

@@ -20,8 +20,6 @@ import numpy as np
 from pipebench.base.noise_figures import compare_half_width
 from pipebench.base.tables import format_value, markdown_table
 from pipebench.config.specs import BACKEND_WORKER_KINDS, NO_CONSUMER, PROCESSES, THREADS, USER_STEP
-from pipebench.datasets.row_group_reads import random_access_line
-from pipebench.datasets.shard_split import idle_line, idle_readers, uneven_line
 from pipebench.model.costs import (
     ChainCosts,
     Prediction,
@@ -32,6 +30,7 @@ from pipebench.model.costs import (
     workers_to_feed,
 )
 from pipebench.model.judging import APART, RUN_TO_RUN_RATE_FLOOR, judged
+from pipebench.model.shards import idle_line, idle_readers, random_access_line, uneven_line
 from pipebench.pipeline.stages import DECODE_STAGE, LOAD_STAGE
 from pipebench.record.jobs import NOT_AXES, JobRecord, override_pairs, varying_keys
 from pipebench.report.comparison import measured_rate
@@ -530,7 +529,7 @@ def _advice_idle_shards(results: Sequence[JobRecord]) -> List[str]:
 
 def _advice_random_access(results: Sequence[JobRecord]) -> List[str]:
     """Map-style row-group datasets (Parquet) read under a shuffling sampler, one line a dataset, with the
-    median bytes its jobs read a sample where their read figures have them (datasets/row_group_reads.py)."""
+    median bytes its jobs read a sample where their read figures have them (pipebench/model/shards.py)."""
     jobs: Dict[str, List[JobRecord]] = {}
     for result in results:
         if _shuffled(result):
