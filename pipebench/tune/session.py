@@ -37,13 +37,14 @@ from pipebench.config.limits import MAX_TUNE_BUDGET_S
 from pipebench.config.specs import NO_CONSUMER, THREADS, JobSpec
 from pipebench.measure.job_spawn import JobProcess
 from pipebench.measure.memory import BYTES_PER_MB
+from pipebench.model.costs import needs_for_target, predict, target_line
 from pipebench.pipeline.build import build_dataset
 from pipebench.pipeline.loader_backends import BACKENDS, backend_problem
 from pipebench.record.folder_lock import folder_lock
 from pipebench.record.jobs import JobRecord, override_key
 from pipebench.record.results import load_job_results
 from pipebench.record.resume import new_folder
-from pipebench.report.diagnosis import chain_costs, needs_for_target, predict, target_line
+from pipebench.report.diagnosis import chain_costs
 from pipebench.report.thread_advice import gil_bound_steps
 from pipebench.sweep.expand import expand_sweep, import_from_cwd, refuse_hydra_dirs, search_path
 from pipebench.sweep.launch import Into, run_command
