@@ -214,7 +214,7 @@ def _advice_dominant(base: str, results: Sequence[JobRecord]) -> List[str]:
     cost = f"{format_value(ms)} ms of each sample ({format_value(share)}% of the chain {where})"
     # A job's load row is its dataset's fetch; a watched loader's is the user's whole __getitem__.
     if stage == LOAD_STAGE and where == SERIAL_WHERE and not any(_watched(r) for r in results):
-        io = next((r.summary.get("io_share_of_load_pct") for r in results if r.key.workers == 0), None)
+        io = next((r.summary.io_share_of_load_pct for r in results if r.key.workers == 0), None)
         reads = f"; {format_value(float(io))}% of it in file reads" if io is not None and math.isfinite(io) else ""
         return [f"Dominant cost in {base}: the dataset's read ({name}: fetching and unpacking each sample from its "
                 f"storage), {cost}{reads}. It is the storage's cost, not the chain's: no transform change touches it. "
