@@ -1,6 +1,6 @@
 """How much does the CPU reference's round figure move when nothing changes? Which statistic moves least?
 
-The CPU reference (pipebench/pipeline/cpu_reference.py) is one sample of the calibration
+The CPU reference (pipebench/measure/cpu_reference.py) is one sample of the calibration
 workload, run in each worker between batches; compare divides the chain's CPU ms a sample by
 its round figure. Its own noise goes straight into that quotient. Here DataLoader workers run
 the seed chain and probe the reference every `--every` samples. It prints one run's spread,
@@ -20,7 +20,7 @@ import torch
 from scipy import stats
 from torch.utils.data import DataLoader, Dataset
 
-from pipebench.pipeline.cpu_reference import CpuReference, run_workload, seed_chain, synthetic_jpeg
+from pipebench.measure.cpu_reference import CpuReference, run_workload, seed_chain, synthetic_jpeg
 
 # Distinct photos for the chain, so its samples are not the reference's one photo.
 CHAIN_PHOTOS = 8

@@ -109,7 +109,7 @@ class Extra:
             pass
         return sample
 """
-EXTRA_CHAIN = """from pipebench.pipeline.cpu_reference import run_workload, seed_chain, synthetic_jpeg
+EXTRA_CHAIN = """from pipebench.measure.cpu_reference import run_workload, seed_chain, synthetic_jpeg
 
 SHARE = {share!r}  # {label}
 # A photo of the chain's corpus that neither the dataset's first images nor the CPU reference use.

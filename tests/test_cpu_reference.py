@@ -14,7 +14,7 @@ from stored_results import result_record, write_record
 from pipebench.cli.main import main
 from pipebench.measure.steps import TimingSink
 from pipebench.measure.summarize import MIN_REFERENCE_RUNS, reference_cpu_ms
-from pipebench.pipeline.cpu_reference import REFERENCE_SHARE, REFERENCE_VERSION, CpuReference
+from pipebench.measure.cpu_reference import REFERENCE_SHARE, REFERENCE_VERSION, CpuReference
 from pipebench.storage.file_reads import NO_IO
 from pipebench.pipeline.timed_chain import TimedCollate, TimedItem
 from pipebench.record.results import load_job_results

@@ -1,4 +1,4 @@
-"""The calibration: the fixed decode + transform workload (pipebench.pipeline.cpu_reference), timed once per invocation.
+"""The calibration: the fixed decode + transform workload (pipebench.measure.cpu_reference), timed once per invocation.
 
 It runs in the CLI process before the jobs and lands in `<invocation>/calibration.json`.
 Its score tracks how fast the machine is right now at exactly the kind of work pipebench
@@ -15,7 +15,7 @@ import torch
 
 from pipebench.base.cores import usable_cores
 from pipebench.measure.fingerprint import cpu_model
-from pipebench.pipeline.cpu_reference import (
+from pipebench.measure.cpu_reference import (
     IMAGE_HEIGHT,
     IMAGE_WIDTH,
     JPEG_QUALITY,

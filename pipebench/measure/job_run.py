@@ -16,6 +16,7 @@ from torch.utils.data import IterableDataset
 from pipebench.base.watchdog import Unwatched
 from pipebench.config.specs import THREADS, JobSpec
 from pipebench.measure.coverage import IndexLog, droppable_per_epoch
+from pipebench.measure.cpu_reference import CpuReference
 from pipebench.measure.gpu.session import NO_TRACE_NOTE, GpuSession
 from pipebench.measure.host_load import HostLoadMeter
 from pipebench.measure.job_spawn import forking_job_process
@@ -94,7 +95,7 @@ def job_run(spec: JobSpec, watchdog: Unwatched, rank: Optional[RankPart] = None)
         torch.set_num_threads(1)
     if spec.loader.sharing_strategy is not None:
         torch.multiprocessing.set_sharing_strategy(spec.loader.sharing_strategy)
-    parts = build_job(spec, seed)
+    parts = build_job(spec, seed, CpuReference() if spec.calibrate else None)
     gpu = GpuSession(parts.consumer, untraced_note=rank.untraced_note if rank else NO_TRACE_NOTE)
     if rank is None:
         # A map-style dataset is split by the sampler in this process; a stream by each worker's copy.

@@ -12,7 +12,7 @@ from pipebench.measure.first_batch_parts import first_batch_columns
 from pipebench.measure.steps import NS_PER_MS, PassResult, StepSample, TimingSink
 from pipebench.measure.storage_io import file_read_figures
 from pipebench.measure.window import Window, steady_masks, steady_state
-from pipebench.pipeline.cpu_reference import REFERENCE_VERSION
+from pipebench.measure.cpu_reference import REFERENCE_VERSION
 from pipebench.pipeline.stages import DECODE_STAGE, LOAD_STAGE, PER_SAMPLE_STAGE
 from pipebench.pipeline.timed_chain import StepName
 

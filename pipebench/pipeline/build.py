@@ -4,20 +4,19 @@ code gets built parts and never reads the config's nodes itself."""
 
 import sys
 from dataclasses import dataclass
-from typing import Any, Callable, List, Mapping, Sequence, Tuple
+from typing import Any, Callable, List, Mapping, Optional, Sequence, Tuple
 
 from torch.utils.data import IterableDataset
 
 from pipebench.base.errors import ConfigError
 from pipebench.config.specs import JobSpec
 from pipebench.pipeline.consumers import Consumer, build_consumer
-from pipebench.pipeline.cpu_reference import CpuReference
 from pipebench.pipeline.device_chain import DeviceChain
 from pipebench.storage.file_reads import file_reads_of, honoured
 from pipebench.pipeline.instantiate import instantiate_node
 from pipebench.pipeline.loader_backends import LoaderBackend, build_backend, pin_memory_effective
 from pipebench.pipeline.recipe import open_recipes
-from pipebench.pipeline.timed_chain import InstrumentedDataset, TimedCollate
+from pipebench.pipeline.timed_chain import BatchReference, InstrumentedDataset, TimedCollate
 from pipebench.pipeline.timed_iterable import InstrumentedIterable
 
 
@@ -38,9 +37,10 @@ def build_dataset(spec: JobSpec) -> Any:
     return dataset
 
 
-def build_pipeline(spec: JobSpec) -> Tuple[Any, InstrumentedDataset, TimedCollate]:
+def build_pipeline(spec: JobSpec, reference: Optional[BatchReference] = None
+                   ) -> Tuple[Any, InstrumentedDataset, TimedCollate]:
     """The user's dataset, reading its files as `dataset.cache` / `dataset.storage` say, wrapped
-    so every step of the chain is timed where it runs."""
+    so every step of the chain is timed where it runs; the collate runs `reference` (calibrate=true)."""
     dataset = build_dataset(spec)
     reads = file_reads_of(dataset)
     if reads is not None:
@@ -50,8 +50,7 @@ def build_pipeline(spec: JobSpec) -> Tuple[Any, InstrumentedDataset, TimedCollat
     for note in opened.notes:
         print(f"notice: {note}", file=sys.stderr, flush=True)
     instrumented = wrapper(dataset, build_transforms(opened.nodes, "transform.per_sample"))
-    collate = TimedCollate(build_transforms(spec.per_batch, "transform.per_batch"),
-                           CpuReference() if spec.calibrate else None)
+    collate = TimedCollate(build_transforms(spec.per_batch, "transform.per_batch"), reference)
     return dataset, instrumented, collate
 
 
@@ -74,8 +73,9 @@ class JobParts:
     pinned: bool
 
 
-def build_job(spec: JobSpec, consumer_seed: int) -> JobParts:
-    """Every part of the job `spec` names (a rank seeds its consumer apart)."""
-    dataset, instrumented, collate = build_pipeline(spec)
+def build_job(spec: JobSpec, consumer_seed: int, reference: Optional[BatchReference] = None) -> JobParts:
+    """Every part of the job `spec` names (a rank seeds its consumer apart); `reference`, the CPU
+    reference the collate runs between batches (pipebench.measure.cpu_reference), under calibrate=true."""
+    dataset, instrumented, collate = build_pipeline(spec, reference)
     return JobParts(dataset, instrumented, collate, build_backend(spec, instrumented, collate),
                     build_device_chain(spec), build_consumer(spec.consumer, consumer_seed), pin_memory_effective(spec))

@@ -11,7 +11,7 @@ with neither, the per-sample path does nothing per step beyond the clock reads a
 
 import threading
 import time
-from typing import Any, Callable, Dict, List, NamedTuple, Optional, Sequence, Tuple, Union
+from typing import Any, Callable, Dict, List, NamedTuple, Optional, Protocol, Sequence, Tuple, Union
 
 import numpy as np
 import torch
@@ -20,7 +20,6 @@ from torch.utils.data import Dataset, default_collate, get_worker_info
 
 from pipebench.base.lifeline import die_with_parent, multiprocessing_parent_alive
 from pipebench.base.watchdog import StepOverrun
-from pipebench.pipeline.cpu_reference import CpuReference
 from pipebench.storage.dataset_contract import told
 from pipebench.storage.file_reads import IO_FIELDS, NO_IO, file_reads_of
 from pipebench.pipeline.stages import (
@@ -150,7 +149,7 @@ class TimedBatch(NamedTuple):
     # [n_samples] int64: the worker that made each sample (see the class doc).
     sample_workers: np.ndarray = np.zeros(0, np.int64)
     # Thread CPU ns of the CPU reference run after this batch in the same thread (calibrate=true,
-    # pipebench.pipeline.cpu_reference); 0 where none ran. Not part of batch_cpu_ns.
+    # pipebench.measure.cpu_reference); 0 where none ran. Not part of batch_cpu_ns.
     reference_cpu_ns: int = 0
 
 
@@ -294,15 +293,20 @@ class InstrumentedDataset(Dataset):
         return TimedItem(sample, target, timings, time.thread_time_ns() - cpu_start, int(index), io)
 
 
+class BatchReference(Protocol):
+    def after_batch(self, batch_cpu_ns: int) -> int:
+        """Count a batch's thread CPU ns; run the reference workload when due and answer its ns, else 0."""
+
+
 class TimedCollate:
     """Collates TimedItems, then runs the per-batch chain, timing both; then, when given one, the CPU
-    reference when it is due (pipebench.pipeline.cpu_reference).
+    reference when it is due (pipebench.measure.cpu_reference, handed in by the job as a `BatchReference`).
 
     In a worker it traces into the recorder on the worker's dataset copy (`get_worker_info().dataset
     .trace`); in the main process (workers=0) into its own `trace`, set by `start_main`.
     """
 
-    def __init__(self, transforms: Sequence[Callable], reference: Optional[CpuReference] = None) -> None:
+    def __init__(self, transforms: Sequence[Callable], reference: Optional[BatchReference] = None) -> None:
         self.transforms = list(transforms)
         self.steps = [StepName(COLLATE_STAGE, COLLATE_NAME), *step_names(self.transforms, PER_BATCH_STAGE)]
         self.labels = _step_labels(self.steps)
