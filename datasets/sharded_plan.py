@@ -1,5 +1,5 @@
 """The plan-time warning of a dataset split by whole shards across ranks and workers (WebDataset,
-MDS, a Parquet stream): readers left without a shard (datasets/shard_split.py's `idle_line`)."""
+MDS, a Parquet stream): readers left without a shard (pipebench/model/shards.py's `idle_line`)."""
 
 from typing import Tuple
 

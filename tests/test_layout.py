@@ -4,7 +4,8 @@ Stages rank config → pipeline → record → measure → report → regress �
 sits under measure, which returns it), with `base` under all
 and `cli` on top; `attach` (a user's own loop, watched) measures and writes its results, so it sits
 above record and below report. Every import counts, function-level ones included, and no two modules may import
-each other through any chain (a cycle).
+each other through any chain (a cycle), and no two folders import each other, the symlinked catalogues
+read as the folders they name.
 """
 
 import ast
@@ -31,7 +32,15 @@ TIERS = (("base",), ("model",), ("config",), ("storage",), ("pipeline", "dataset
          ("cli", "api"))
 STAGES = tuple(stage for tier in TIERS for stage in tier)
 STAGE_RANK = {stage: rank for rank, tier in enumerate(TIERS) for stage in tier}
-CATALOGUES = {"datasets": REPO / "datasets", "transforms": REPO / "transforms"}
+
+
+def _catalogues(package: Path) -> Dict[str, Path]:
+    """The stage folders that are symlinks (pipebench/datasets -> ../datasets), resolved to the folders
+    they name, so the checks read the files the package imports."""
+    return {path.name: path.resolve() for path in package.iterdir() if path.is_symlink() and path.name in STAGES}
+
+
+CATALOGUES = _catalogues(PACKAGE)
 
 
 def _modules(package: Path = PACKAGE, catalogues: Dict[str, Path] = CATALOGUES) -> Iterator[Tuple[str, Path]]:
@@ -103,6 +112,18 @@ def test_no_import_cycles():
     assert _cycles(_graph()) == []
 
 
+def _two_way(graph: Dict[str, Set[str]]) -> List[str]:
+    """Each pair of stage folders that import each other, whatever their ranks: a tier of equals (the
+    catalogues beside pipeline) passes the rank check both ways, so only this finds such a pair."""
+    pairs = {(_stage(source), _stage(target)) for source, targets in graph.items() for target in targets}
+    return sorted(f"{a} <-> {b}" for a, b in pairs if a < b and (b, a) in pairs)
+
+
+def test_the_catalogues_are_read_through_their_symlinks_and_no_two_folders_import_each_other():
+    assert CATALOGUES == {"datasets": REPO / "datasets", "transforms": REPO / "transforms"}
+    assert _two_way(_graph()) == []
+
+
 def test_record_imports_nothing_from_measure():
     """record/ holds result files: it writes and reads them without the measuring side."""
     offenders = sorted(f"{source} -> {target}" for source, targets in _graph().items() if _stage(source) == "record"
@@ -131,6 +152,22 @@ def test_the_checker_finds_a_planted_upward_import_and_cycle(tmp_path):
     graph = _graph(package, {"datasets": package / "datasets", "transforms": package / "transforms"})
     assert _upward(graph) == ["pipebench.measure.job -> pipebench.report.tables"]
     assert len(_cycles(graph)) == 1 and "pipebench.record.a" in _cycles(graph)[0]
+
+
+def test_the_checker_finds_a_planted_two_way_pair_through_a_symlinked_catalogue(tmp_path):
+    """pipeline and a symlinked catalogue rank alike, so only the two-way check sees them import each other."""
+    package, catalogue = tmp_path / "pipebench", tmp_path / "datasets"
+    for folder in [package / stage for stage in STAGES if stage != "datasets"] + [catalogue]:
+        folder.mkdir(parents=True)
+        (folder / "__init__.py").write_text("")
+    (package / "datasets").symlink_to(catalogue, target_is_directory=True)
+    (package / "pipeline" / "check.py").write_text("from pipebench.datasets.rows import Rows\n")
+    (package / "pipeline" / "build.py").write_text("x = 1\n")
+    (catalogue / "rows.py").write_text("Rows = 1\n")
+    (catalogue / "reads.py").write_text("def f():\n    from pipebench.pipeline.build import x\n")
+    graph = _graph(package, _catalogues(package))
+    assert _upward(graph) == [] and _cycles(graph) == [], "one rank, no cycle: the older checks pass it"
+    assert _two_way(graph) == ["datasets <-> pipeline"]
 
 
 # Modules that cost a job process or a CLI start a second or more to import, and that a job whose
