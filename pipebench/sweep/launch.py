@@ -150,10 +150,6 @@ def _sweep_not_started(invocation_dir: Path, exc: OSError) -> PipebenchError:
     return PipebenchError(line)
 
 
-def _any_job(invocation_dir: Path) -> bool:
-    return any(path.is_dir() for path in invocation_dir.glob("job-*"))
-
-
 def _run_sweep(sweep: _Sweep, into: Into, ahead: Optional[JobProcess]) -> int:
     """Run the checked sweep in `into`'s folder, whose lock the caller holds, then report (unless it
     is a `stage` of another verb's, which reports)."""
@@ -174,7 +170,7 @@ def _run_sweep(sweep: _Sweep, into: Into, ahead: Optional[JobProcess]) -> int:
         with _hydra_raising():
             _hydra_entry()()
     except OSError as exc:  # a full disk: one line; at the sweep's start, no folder left either
-        if not _any_job(invocation_dir):
+        if not any(path.is_dir() for path in invocation_dir.glob("job-*")):
             raise _sweep_not_started(invocation_dir, exc) from None
         print(f"pipebench: error: {error_line(exc)}", file=sys.stderr)
         status = USAGE_EXIT_STATUS

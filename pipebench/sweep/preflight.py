@@ -1,6 +1,7 @@
 """Every job of a sweep composed and checked before any is measured: the keys the whole invocation
 shares, `--baseline`'s job, and each distinct dataset and chain built once (`build_check`)."""
 
+from operator import attrgetter
 from typing import List, Optional, Sequence, Tuple
 
 from pipebench.base.errors import ConfigError
@@ -17,17 +18,9 @@ __all__ = ["INVOCATION_KEYS", "preflight"]
 INVOCATION_KEYS = ("rounds", "calibrate", "run.on_job_error", "run.stop_at_target", "run.target_accel_util_pct")
 
 
-def _spec_value(spec: JobSpec, key: str) -> object:
-    """The value of a dotted config key (`run.on_job_error`) in a spec."""
-    value: object = spec
-    for part in key.split("."):
-        value = getattr(value, part)
-    return value
-
-
 def _check_invocation_keys(checked: Sequence[Tuple[JobSpec, str]]) -> None:
     for key in INVOCATION_KEYS:
-        values = {_spec_value(spec, key) for spec, _ in checked}
+        values = {attrgetter(key)(spec) for spec, _ in checked}  # a dotted key: run.on_job_error
         if len(values) > 1:
             raise ConfigError(f"{key} applies to the whole invocation and cannot be swept, got {sorted(values)}")
 

@@ -190,12 +190,6 @@ def _bottleneck(spec: JobSpec, current: Point, measured: Sequence[Mapping[str, o
     return bottleneck_note(predicted.starvation_pct, "the model's prediction", step)
 
 
-def _check_objective(objective: Objective, spec: JobSpec) -> None:
-    if objective.target_starvation_pct is not None and spec.consumer.kind == NO_CONSUMER:
-        raise ConfigError("--target-starvation needs a consumer to starve: with consumer=none every step is all "
-                          "wait; pick consumer=emulated (consumer.step_ms=...) or consumer=toy_cnn")
-
-
 def _start(overrides: Sequence[str], config_dir: Optional[str], options: TuneOptions, objective: Objective
            ) -> Tuple[JobSpec, str, List[str], Dimensions]:
     """The user's first job (one, no sweep), its spec and results folder, and the space's dimensions
@@ -211,7 +205,9 @@ def _start(overrides: Sequence[str], config_dir: Optional[str], options: TuneOpt
                               "in a config file and pass transform=NAME, or set tune.variants=false")
     with job_spec_composer() as compose_one:
         spec, results_dir = compose_one(jobs[0])
-    _check_objective(objective, spec)
+    if objective.target_starvation_pct is not None and spec.consumer.kind == NO_CONSUMER:
+        raise ConfigError("--target-starvation needs a consumer to starve: with consumer=none every step is all "
+                          "wait; pick consumer=emulated (consumer.step_ms=...) or consumer=toy_cnn")
     dataset = build_dataset(spec)
     backends = [name for name in BACKENDS if not backend_problem(name, dataset)]
     dims = dimensions(options, spec, [spec.transform_name], usable_cores(), backends)
