@@ -1,12 +1,13 @@
 """The one rule for an interval that says nothing (issue 55): a bound more than MAX_BOUND_FACTOR from
 its rate, whatever the count of blocks, leaves the rate without its interval and a note saying why,
-for jobs, ranks and attach alike (`stats.telling`, called by `measure.window.rate_interval`)."""
+for jobs, ranks and attach alike (`pipebench.model.judging.telling`, called by `measure.window.rate_interval`)."""
 
 import math
 
 import pytest
 
-from pipebench.base.stats import MAX_BOUND_FACTOR, RatioInterval, block_ratio_interval, telling
+from pipebench.base.stats import RatioInterval, block_ratio_interval
+from pipebench.model.judging import MAX_BOUND_FACTOR, telling
 from pipebench.measure.steps import PassResult, StepSample, TimingSink
 from pipebench.measure.summarize import summary_row
 from pipebench.measure.window import split_window

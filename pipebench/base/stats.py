@@ -58,19 +58,6 @@ MAX_EXPONENT = math.log(sys.float_info.max)
 MIN_BLOCKS = 2
 # Why a rate has no interval: fewer blocks than MIN_BLOCKS.
 TOO_FEW_BLOCKS_NOTE = "no interval: fewer than {min_blocks} whole worker cycles measured"
-# An interval with a bound more than this factor from its rate (under a third of it, or over three
-# times it: a span of about an order of magnitude) says nothing a reader can use: it cannot tell this
-# setup from one 3x slower or faster, more than any one change pipebench compares (the README's
-# ImageNet recipe gains 1.83x from its explored chain). Such intervals come from few blocks (the t
-# quantile is 4.3 at 3 blocks, 12.7 at 2) or a block far off the rest; pytorch/examples' eval loader read 76.5-1,036.6
-# around 281.7 samples/s (3.7x either way, issue 55). The rule is on the width, whatever the count of
-# blocks: jobs, ranks and attach alike (`measure.window.rate_interval`).
-MAX_BOUND_FACTOR = 3.0
-# Why such a rate is shown without its interval.
-TOO_WIDE_NOTE = ("no interval: its blocks spread too far ({low:.4g}..{high:.4g} around {value:.4g}, past "
-                 "{factor:g}x of the rate) for it to say anything; measure more steps for one")
-
-
 @dataclass(frozen=True)
 class RatioInterval:
     """Σ numerator / Σ denominator over whole blocks, and its interval. `blocks`: how many.
@@ -129,14 +116,3 @@ def _log_scale_bounds(value: float, log_se: float, q: float) -> Tuple[float, flo
     is infinite."""
     spread = q * log_se
     return value * math.exp(-spread), (value * math.exp(spread) if spread < MAX_EXPONENT else math.inf)
-
-
-def telling(interval: RatioInterval, factor: float = MAX_BOUND_FACTOR) -> RatioInterval:
-    """The interval where it says something; where a bound lies more than `factor` from the rate
-    (MAX_BOUND_FACTOR), the rate alone, with NaN bounds and a note saying why (TOO_WIDE_NOTE)."""
-    value, low, high = interval.value, interval.low, interval.high
-    if interval.note or not (high > value * factor or low < value / factor):  # NaN bounds compare False
-        return interval
-    nan = float("nan")
-    note = TOO_WIDE_NOTE.format(low=low, high=high, value=value, factor=factor)
-    return RatioInterval(value, nan, nan, interval.blocks, note)

@@ -3,6 +3,10 @@
 Every reader that ranks setups reads them alike: the report's ★ and ≈ (pipebench.report.comparison),
 the diagnosis's thread-against-process line, and tune's probe and race (pipebench.tune.objective).
 
+- **An interval that says nothing** (`telling`): a job's, rank's or watched loader's rate interval
+  with a bound more than MAX_BOUND_FACTOR from its rate is dropped where it is measured
+  (pipebench.measure.window.rate_interval), so the readers below see no interval rather than one
+  that cannot tell this setup from one 3x slower or faster.
 - **The spread** (`rate_spread`): one round shows its 95% CI (batch means over whole worker cycles);
   two or three rounds the hull of their CIs and rates, as the IQR of so few rounds is a fraction of
   their spread (two rounds' IQR is half their range, and told two points 0.5% apart apart); from
@@ -12,7 +16,7 @@ the diagnosis's thread-against-process line, and tune's probe and race (pipebenc
   the spreads say: APART where they are disjoint; WITHIN_NOISE where the slower's spread reaches the
   faster's rate; UNTOLD where they overlap but the slower's stops short of that rate (overlapping is
   not enough to be alike: that side is slower by its own noise, yet not shown slower), and where a
-  side has no interval (too few cycles, or one too wide to say anything: pipebench.base.stats.telling).
+  side has no interval (too few cycles, or one too wide to say anything: `telling`).
 
 Readers ask the question they need answered: the report's ≈ marks WITHIN_NOISE only, so a row is never
 called alike without the evidence; tune's race drops a point only when APART, so a point is never lost
@@ -30,6 +34,7 @@ import numpy as np
 
 from pipebench.base.noise_figures import compare_half_width
 from pipebench.base.significance import MIN_SAMPLES, separated
+from pipebench.base.stats import RatioInterval
 
 # The verdict words of compare, tune's verification and its recommendation.
 FASTER, SLOWER, NO_CHANGE, NOISY, INCOMPARABLE = "faster", "slower", "no change", "noisy", "incomparable"
@@ -41,6 +46,18 @@ DEFAULT_THRESHOLD = 0.10
 # inside its window only, and runs minutes apart on a shared 2-core machine differed by 13-33%
 # (half-width, benchmarks/noise_check.py); rounds=N measures the real spread.
 RUN_TO_RUN_RATE_FLOOR = 0.10
+
+# An interval with a bound more than this factor from its rate (under a third of it, or over three
+# times it: a span of about an order of magnitude) says nothing a reader can use: it cannot tell this
+# setup from one 3x slower or faster, more than any one change pipebench compares (the README's
+# ImageNet recipe gains 1.83x from its explored chain). Such intervals come from few blocks (the t
+# quantile is 4.3 at 3 blocks, 12.7 at 2) or a block far off the rest; pytorch/examples' eval loader read 76.5-1,036.6
+# around 281.7 samples/s (3.7x either way, issue 55). The rule is on the width, whatever the count of
+# blocks: jobs, ranks and attach alike (`measure.window.rate_interval`).
+MAX_BOUND_FACTOR = 3.0
+# Why such a rate is shown without its interval.
+TOO_WIDE_NOTE = ("no interval: its blocks spread too far ({low:.4g}..{high:.4g} around {value:.4g}, past "
+                 "{factor:g}x of the rate) for it to say anything; measure more steps for one")
 
 # What a spread is, as the comparison table's header and comparison.csv's spread_kind say it.
 CI_SPREAD, ROUNDS_HULL, ROUNDS_SPREAD = "95% CI", "hull of the rounds' 95% CIs", "IQR over rounds"
@@ -91,3 +108,14 @@ def judged(a: Spread, b: Spread) -> str:
         return APART
     slower, faster = sorted((a, b), key=lambda spread: spread.value)
     return WITHIN_NOISE if reaches(slower.low, slower.high, faster.value) else UNTOLD
+
+
+def telling(interval: RatioInterval, factor: float = MAX_BOUND_FACTOR) -> RatioInterval:
+    """The interval where it says something; where a bound lies more than `factor` from the rate
+    (MAX_BOUND_FACTOR), the rate alone, with NaN bounds and a note saying why (TOO_WIDE_NOTE)."""
+    value, low, high = interval.value, interval.low, interval.high
+    if interval.note or not (high > value * factor or low < value / factor):  # NaN bounds compare False
+        return interval
+    nan = float("nan")
+    note = TOO_WIDE_NOTE.format(low=low, high=high, value=value, factor=factor)
+    return RatioInterval(value, nan, nan, interval.blocks, note)
