@@ -74,12 +74,12 @@ def test_the_collective_wait_is_what_a_rank_spends_after_its_batch_beyond_the_fa
     # waits 6 ms at the all-reduce. Rank 1's second pass is longer: only the common steps count.
     rank0 = {"passes": [_pass([13.0, 13.0], [2.0, 2.0])]}
     rank1 = {"passes": [_pass([13.0, 13.0, 40.0], [8.0, 8.0, 1.0]), _pass([1.0], [0.5])]}
-    fast, slow = collective_estimates([rank0, rank1])
+    fast, slow = collective_estimates([rank0["passes"], rank1["passes"]])
     assert fast == {"busy_ms_mean": 7.0, "collective_ms_mean": 6.0, "collective_ms_p99": 6.0}
     assert slow == {"busy_ms_mean": 13.0, "collective_ms_mean": 0.0, "collective_ms_p99": 0.0}
     # On the GPU's clock, the wait the GPU felt stands for the host's.
     gpu = {"passes": [{**_pass([13.0, 13.0], [9.0, 9.0]), "gpu_idle_data_ms": [2.0, 2.0]}]}
-    assert collective_estimates([gpu, rank1])[0]["collective_ms_mean"] == 6.0
+    assert collective_estimates([gpu["passes"], rank1["passes"]])[0]["collective_ms_mean"] == 6.0
 
 
 def test_an_orphan_in_a_session_of_its_own_is_adopted_and_ended_on_the_way_out():

@@ -3,6 +3,7 @@
 import pytest
 
 from pipebench.measure.distributed.multirank import aggregate
+from pipebench.record.jobs import JobResult
 from pipebench.measure.steps import PassResult, StepSample
 from pipebench.measure.summarize import au_pct
 
@@ -30,5 +31,5 @@ def test_au_pools_the_steps_of_every_repeat():
 def test_a_multirank_row_takes_the_least_ranks_au():
     summaries = [{"samples_per_s": 10.0, "starvation_pct": s, "au_pct": 100 - s, "busy_ms_mean": 1.0,
                   "collective_ms_mean": 0.0} for s in (5.0, 30.0)]
-    row = aggregate([{"summary": s} for s in summaries])
+    row = aggregate([JobResult.from_stored({"summary": s}) for s in summaries])
     assert row["au_pct"] == pytest.approx(70.0)

@@ -19,6 +19,8 @@ from pipebench.measure.distributed.multirank import (
 )
 from pipebench.measure.steps import PassResult, StepSample
 from pipebench.measure.window import split_window, window_record
+from pipebench.record.figures import Summary
+from pipebench.record.jobs import JobResult
 
 # It asserts on measured rates, CPU time or the host's load: under xdist it runs with no other test beside it.
 pytestmark = pytest.mark.alone
@@ -137,9 +139,10 @@ def test_distributed_config_is_checked():
 
 def test_aggregate_straggler_ratio_is_slowest_over_median():
     def rank(busy, collective, rate, starvation):
-        return {"summary": {"busy_ms_mean": busy, "collective_ms_mean": collective, "collective_ms_p99": collective,
-                            "samples_per_s": rate, "samples_per_s_ci_low": rate - 1, "samples_per_s_ci_high": rate + 1,
-                            "starvation_pct": starvation, "steps": 10}}
+        return JobResult.from_stored({"summary": {
+            "busy_ms_mean": busy, "collective_ms_mean": collective, "collective_ms_p99": collective, "samples_per_s": rate,
+            "samples_per_s_ci_low": rate - 1, "samples_per_s_ci_high": rate + 1, "starvation_pct": starvation,
+            "au_pct": 100 - starvation, "steps": 10}})
 
     row = aggregate([rank(10, 5, 100, 20), rank(10, 4, 100, 30), rank(15, 0, 90, 60)])
     assert row["straggler_ratio"] == 1.5 and row["collective_wait_ms_mean"] == 3.0
@@ -154,22 +157,22 @@ def test_meter_cells_merge_by_their_rules():
               "gpu_util_pct": None, "gpu_notes": "not measured: no CUDA"},
              {"host_other_cpu_cores": 1.5, "own_cpu_cores": 1.0, "rss_mb_peak": 200.0, "shm_mb_peak": 9.0,
               "gpu_util_pct": None, "gpu_notes": "not measured: no CUDA"}]
-    merged = merge_meter_columns(ranks)
+    merged = merge_meter_columns([Summary.from_row(r) for r in ranks])
     assert merged["host_other_cpu_cores"] == pytest.approx(0.5)
     assert merged["rss_mb_peak"] == 500.0 and merged["shm_mb_peak"] == 9.0
     assert merged["gpu_util_pct"] is None and merged["gpu_notes"] == "not measured: no CUDA"
-    assert merge_meter_columns([{**ranks[0], "own_cpu_cores": None}])["host_other_cpu_cores"] is None
+    assert merge_meter_columns([Summary.from_row({**ranks[0], "own_cpu_cores": None})])["host_other_cpu_cores"] is None
 
 
 def _rank_record(step_ms, samples, workers=2):
     """A rank's record as multirank reads it: one pass of raw steps, all steady, one epoch, and
     its window's cut in cycles of `workers` steps."""
     cut = split_window([PassResult(1.0, 4, [IDLE_STEP] * len(step_ms), 0.0, 1, {})], workers)
-    return {"passes": [{"first_batch_s": 1.0, "warmup_steps": 4, "wall_s": sum(step_ms) / 1000, "epochs": 1,
+    return JobResult.from_stored({"passes": [{"first_batch_s": 1.0, "warmup_steps": 4, "wall_s": sum(step_ms) / 1000, "epochs": 1,
                         "start_epoch": 1, "stop_reason": "window", "step_ms": list(step_ms),
                         "samples": list(samples), "epoch": [1] * len(step_ms)}],
             "window": window_record(cut),
-            "summary": {"workers": workers, "samples_per_s": 1000.0 * sum(samples) / sum(step_ms)}}
+            "summary": {"workers": workers, "samples_per_s": 1000.0 * sum(samples) / sum(step_ms)}})
 
 
 def test_the_total_rate_interval_is_an_interval_of_the_sum_not_a_sum_of_bounds():

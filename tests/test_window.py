@@ -36,6 +36,7 @@ from pipebench.measure.window import (
 )
 from pipebench.pipeline.consumers import NoConsumer
 from pipebench.pipeline.timed_chain import TimedBatch
+from pipebench.record.jobs import JobResult
 
 MS = 1_000_000
 BATCH = 8
@@ -294,7 +295,8 @@ def test_a_reused_cut_over_shorter_passes_is_the_cut_of_those_passes(short):
 def test_the_rank_merge_reuses_rank_0s_cut(monkeypatch):
     """The rate of all ranks together is read over the window rank 0 cut, not cut again."""
     window = split_window([starved_pass(4, 12, epoch_every=20)], 4)
-    rank = {"passes": pass_records(window), "window": window_record(window), "summary": {"samples_per_s": 320.0}}
+    rank = JobResult.from_stored({"passes": pass_records(window), "window": window_record(window),
+                                  "summary": {"samples_per_s": 320.0}})
     cycles = _counted_cuts(monkeypatch)
     total = total_rate([rank, rank])
     step_ns = np.array([s.step_ns for s in window.steps], dtype=np.float64)

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import IO, List, Optional, Sequence, Tuple, Union
 
 from pipebench.base.errors import INTERRUPTED_EXIT_STATUS, PipebenchError
-from pipebench.record.jobs import JobRecord
+from pipebench.record.jobs import JobResult
 from pipebench.record.results import load_job_results
 from pipebench.regress.compare import (
     DEFAULT_THRESHOLD,
@@ -40,10 +40,11 @@ ERROR_PREFIX = "pipebench: error: "
 INTERRUPT_GRACE_S = 30.0
 
 
-class RunResults(List[JobRecord]):
-    """The finished jobs of one `run`, in job order, and the folder they were written to."""
+class RunResults(List[JobResult]):
+    """The finished jobs of one `run`, in job order, as the one result type, and the folder they were
+    written to."""
 
-    def __init__(self, records: Sequence[JobRecord], folder: Path) -> None:
+    def __init__(self, records: Sequence[JobResult], folder: Path) -> None:
         super().__init__(records)
         self.folder = folder
 

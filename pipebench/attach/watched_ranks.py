@@ -19,7 +19,7 @@ alike (the same model on batches of one size); `distributed.collective_wait` say
 
 import json
 import os
-from dataclasses import asdict
+from dataclasses import asdict, replace
 from pathlib import Path
 from typing import Any, Dict, List, Mapping, Sequence
 
@@ -31,6 +31,8 @@ from pipebench.base.errors import ConfigError
 from pipebench.base.io import write_json_atomic
 from pipebench.measure.distributed.multirank import aggregate, pooled_rows, rank_breakdown, total_rate
 from pipebench.measure.distributed.ranks import load_timings, save_timings
+from pipebench.record.figures import Summary
+from pipebench.record.jobs import JobResult
 from pipebench.record.results import read_result, write_invocation_tables, write_result
 from pipebench.record.stored import NUMBER, OBJECT, WHOLE, check_fields, read_stored, versioned
 
@@ -92,7 +94,7 @@ def save_rank(watches: Sequence[LoaderWatch], exit_status: int) -> Path:
             save_timings(folder / job / TIMINGS_FILE, sink)
         names = {"sample": _step_pairs(watch.timing.names) if watch.timing is not None else [],
                  "batch": _step_pairs(watch.batch_steps)}
-        jobs[result.record["job"]] = {"folder": job, "step_names": names}
+        jobs[result.record.job] = {"folder": job, "step_names": names}
     write_json_atomic(folder / RANK_STATUS, versioned({
         "rank": rank, "world_size": world, "exit_status": exit_status,
         "iterated": int(any(w.iterated for w in watches)), "jobs": jobs}))
@@ -111,13 +113,13 @@ def _own_wait_ms(one_pass: Mapping[str, Any], k: int) -> float:
     return one_pass["gpu_idle_data_ms"][k] if "gpu_idle_data_ms" in one_pass else one_pass["wait_ms"][k]
 
 
-def collective_estimates(records: Sequence[Mapping[str, Any]]) -> List[Dict[str, float]]:
-    """Per rank, in `records` order: busy_ms_mean (its step less its collective wait), and
+def collective_estimates(ranks: Sequence[Sequence[Mapping[str, Any]]]) -> List[Dict[str, float]]:
+    """Per rank, in `ranks` order (each its passes): busy_ms_mean (its step less its collective wait), and
     collective_ms_mean / _p99, over the steps every rank measured (COLLECTIVE_ESTIMATE)."""
-    collective: List[List[float]] = [[] for _ in records]
-    busy: List[List[float]] = [[] for _ in records]
-    for index in range(min(len(r["passes"]) for r in records)):
-        passes = [r["passes"][index] for r in records]
+    collective: List[List[float]] = [[] for _ in ranks]
+    busy: List[List[float]] = [[] for _ in ranks]
+    for index in range(min(len(r) for r in ranks)):
+        passes = [r[index] for r in ranks]
         for k in range(min(len(p["step_ms"]) for p in passes)):
             after = [p["step_ms"][k] - _own_wait_ms(p, k) for p in passes]
             floor = min(after)
@@ -128,8 +130,9 @@ def collective_estimates(records: Sequence[Mapping[str, Any]]) -> List[Dict[str,
              "collective_ms_p99": float(np.percentile(c, 99))} for b, c in zip(busy, collective)]
 
 
-def _rank_records(ranks_dir: Path, statuses: Sequence[Mapping[str, Any]], job: str) -> List[Dict[str, Any]]:
-    """The result.json of one loader on every rank that measured it, shaped as multirank's rank records."""
+def _rank_records(ranks_dir: Path, statuses: Sequence[Mapping[str, Any]], job: str) -> List[JobResult]:
+    """The result.json of one loader on every rank that measured it, with its rank, folder and step names
+    as multirank's rank records have them."""
     records = []
     for status in statuses:
         entry = status["jobs"].get(job)
@@ -137,35 +140,35 @@ def _rank_records(ranks_dir: Path, statuses: Sequence[Mapping[str, Any]], job: s
             continue
         job_dir = ranks_dir / RANK_FOLDER.format(rank=status["rank"]) / entry["folder"]
         stored = read_result(job_dir / "result.json")
-        records.append({**stored, "rank": status["rank"], "job_dir": job_dir, "step_names": entry["step_names"]})
+        records.append(JobResult.from_stored({**stored, "rank": status["rank"], "job_dir": job_dir,
+                                              "step_names": entry["step_names"]}))
     return records
 
 
-def _merged(records: Sequence[Dict[str, Any]], statuses: Sequence[Mapping[str, Any]], num: int) -> Dict[str, Any]:
+def _merged(records: Sequence[JobResult], statuses: Sequence[Mapping[str, Any]], num: int) -> JobResult:
     """One loader's job over its ranks, shaped as a multi-rank job's result.json."""
-    for record, estimate in zip(records, collective_estimates(records)):
-        record["summary"] = {**record["summary"], **estimate}
+    records = [replace(r, summary=Summary.from_row({**r.summary.row, **estimate}))
+               for r, estimate in zip(records, collective_estimates([r.passes for r in records]))]
     # The ranks' passes cut to those every rank has, step for step, for the rate of all ranks together.
-    common = min(len(r["passes"]) for r in records)
+    common = min(len(r.passes) for r in records)
     summary = aggregate(records)
-    summary.update(total_rate([{**r, "passes": r["passes"][:common]} for r in records]))
-    timed = [r for r in records if (r["job_dir"] / TIMINGS_FILE).exists()]
+    summary.update(total_rate([replace(r, sections={**r.sections, "passes": r.passes[:common]}) for r in records]))
+    timed = [r.sections for r in records if (r.sections["job_dir"] / TIMINGS_FILE).exists()]
     transforms = pooled_rows([load_timings(r["job_dir"] / TIMINGS_FILE) for r in timed],
                              timed[0]["step_names"]) if timed else []
     first = records[0]
-    return {
-        **{key: first[key] for key in ("job", "overrides", "config", "choices", "first_batch_s_per_epoch", "fingerprint")},
-        "job_num": num,
-        "summary": summary,
+    return JobResult(summary, {
+        "first_batch_s_per_epoch": first.sections["first_batch_s_per_epoch"],
+        "fingerprint": first.fingerprint,
         "transforms": transforms,
         **rank_breakdown(records),
         "distributed": {"nproc": len(records), "launcher": "torchrun", "collective_wait": COLLECTIVE_ESTIMATE,
                         "world_size": int(statuses[0]["world_size"]),
                         "exit_status": {str(s["rank"]): s["exit_status"] for s in statuses}},
-    }
+    }, replace(first.identity, job_num=num))
 
 
-def merge_ranks(ranks_dir: Path, folder: Path) -> List[Dict[str, Any]]:
+def merge_ranks(ranks_dir: Path, folder: Path) -> List[JobResult]:
     """One job a loader in `folder` from the ranks' folders under `ranks_dir` (loaders matched by
     name, in the order the lowest rank measured them), then summary.csv and transforms.csv.
     Returns the merged records; none when no rank measured a step."""
@@ -175,7 +178,7 @@ def merge_ranks(ranks_dir: Path, folder: Path) -> List[Dict[str, Any]]:
     for num, record in enumerate(merged):
         job_dir = folder / JOB_FOLDER.format(num=num)
         job_dir.mkdir(parents=True, exist_ok=True)
-        write_result(job_dir, record)
+        write_result(job_dir, record.to_json())
     if merged:
         write_invocation_tables(folder)
     return merged

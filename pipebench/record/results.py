@@ -15,7 +15,7 @@ from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 from pipebench.base.csv_cells import csv_text
 from pipebench.base.errors import warn
 from pipebench.base.io import write_json_atomic, write_text_atomic
-from pipebench.record.figures import SUMMARY_COLUMNS, TEXT_SUMMARY_COLUMNS
+from pipebench.record.figures import SUMMARY_COLUMNS, TEXT_SUMMARY_COLUMNS, Summary
 from pipebench.record.jobs import JobRecord
 from pipebench.record.stored import (
     NUMBER,
@@ -109,9 +109,9 @@ def _agree(value: float, expected: float) -> bool:
     return abs(value - expected) <= AGREEMENT * abs(expected)
 
 
-def _pass_rates(result: Mapping[str, Any]) -> List[List[Mapping[str, Any]]]:
+def _pass_rates(result: Mapping[str, Any], rank_count: Optional[int]) -> List[List[Mapping[str, Any]]]:
     """The pass lists whose rates add up to samples_per_s: the job's, or one a rank (multi-rank)."""
-    if int(result["summary"].get("ranks") or 1) == 1:
+    if (rank_count or 1) == 1:
         return [result["passes"]]
     check_fields(result, {"rank_passes": OBJECT})
     ranks = result["rank_passes"]
@@ -143,21 +143,21 @@ def _check_passes(passes: Sequence[Mapping[str, Any]], batch_size: int, where: s
 
 def _check_row(result: Mapping[str, Any]) -> None:
     """The summary's own figures agree with each other and with the raw steps beside them."""
-    summary = result["summary"]
-    rate, low, high = (summary[k] for k in ("samples_per_s", "samples_per_s_ci_low", "samples_per_s_ci_high"))
+    summary = Summary.from_row(result["summary"])
+    rate, low, high = summary.samples_per_s, summary.samples_per_s_ci_low, summary.samples_per_s_ci_high
     if not finite_positive(rate):
         raise Malformed(f"summary.samples_per_s is {rate!r}, not a finite number above 0")
     # Too few blocks for an interval leave both bounds NaN; the raw steps below still check the rate.
     if math.isnan(low) != math.isnan(high) or math.isinf(low) or math.isinf(high):
         raise Malformed(f"summary.samples_per_s's interval {low:g}..{high:g} is not two finite bounds or none")
-    measured = sum(_check_passes(passes, summary["batch_size"], "passes") for passes in _pass_rates(result))
+    measured = sum(_check_passes(passes, summary.batch_size, "passes") for passes in _pass_rates(result, summary.ranks))
     if not _agree(rate, measured):
         raise Malformed(f"summary.samples_per_s {rate:g} disagrees with its passes ({measured:g} samples/s)")
     all_steps = sum(len(one["step_ms"]) for one in result["passes"])
     step_ms = [ms for one in result["passes"]
                for ms, steady in zip(one["step_ms"], one.get("steady", [True] * len(one["step_ms"]))) if steady]
-    if summary["steps"] != all_steps or not _agree(summary["step_ms_mean"], sum(step_ms) / len(step_ms)):
-        raise Malformed(f"summary step stats (steps {summary['steps']}, step_ms_mean {summary['step_ms_mean']:g}) "
+    if summary.steps != all_steps or not _agree(summary.step_ms_mean, sum(step_ms) / len(step_ms)):
+        raise Malformed(f"summary step stats (steps {summary.steps}, step_ms_mean {summary.step_ms_mean:g}) "
                         f"disagree with its passes ({len(step_ms)} steps)")
 
 
@@ -179,12 +179,12 @@ def _interval_flagged(data: Dict[str, object]) -> Dict[str, object]:
     Not damage: the rate agrees with the raw steps (`_check_row`), and pipebench itself wrote such
     intervals before they were made to hold their estimate; the row is kept and flagged.
     """
-    summary = data["summary"]
-    rate, low, high = (summary[k] for k in ("samples_per_s", "samples_per_s_ci_low", "samples_per_s_ci_high"))
+    summary = Summary.from_row(data["summary"])
+    rate, low, high = summary.samples_per_s, summary.samples_per_s_ci_low, summary.samples_per_s_ci_high
     if math.isnan(low) or low * (1 - AGREEMENT) <= rate <= high * (1 + AGREEMENT):
         return data
     note = f"{INTERVAL_EXCLUDES_NOTE} ({low:g}..{high:g})"
-    return {**data, "summary": {**summary, "ci_note": note}}
+    return {**data, "summary": {**summary.row, "ci_note": note}}
 
 
 def read_result(path: Path) -> Dict[str, object]:
@@ -252,7 +252,7 @@ def summary_rows(results: Sequence[JobRecord]) -> List[Dict[str, object]]:
 
 
 def transform_table_rows(results: Sequence[JobRecord]) -> List[Dict[str, object]]:
-    return [{"job": r.summary["job"], **t} for r in results for t in r["transforms"]]
+    return [{"job": r.summary.job, **t} for r in results for t in r.transforms]
 
 
 def write_invocation_tables(invocation_dir: Path) -> List[Dict[str, object]]:

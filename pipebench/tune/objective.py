@@ -19,6 +19,7 @@ from typing import Dict, List, Mapping, Optional, Sequence, Tuple
 from pipebench.base.significance import DOWN, MIN_SAMPLES, NO_CHANGE, against_base
 from pipebench.model import judging
 from pipebench.model.judging import APART, RUN_TO_RUN_RATE_FLOOR, Spread, judged
+from pipebench.record.figures import Summary
 
 __all__ = ["MIB_PER_GIB", "Objective", "cpu_ms", "probe_ties", "pss_mb", "race_rates", "rate_spread", "shown_alike", "starvation",
            "slower_for_real", "told_apart_rounds"]
@@ -65,24 +66,17 @@ def rate_spread(rounds: Sequence[Round]) -> Spread:
     return judging.rate_spread(rates, lows, highs)
 
 
-def _median(rounds: Sequence[Round], *keys: str) -> float:
-    """The median over rounds of the first of `keys` each round has a value for; nan when none has."""
-    values = [v for v in (next((_number(r.get(k)) for k in keys if r.get(k) is not None), math.nan)
-                          for r in rounds) if math.isfinite(v)]
-    return statistics.median(values) if values else float("nan")
-
-
 def cpu_ms(rounds: Sequence[Round]) -> float:
     """CPU ms a sample, the whole process tree's (workers and main loop), else the chain's."""
-    return _median(rounds, "process_cpu_ms_per_sample", "cpu_ms_per_sample")
+    return Summary.median(rounds, "process_cpu_ms_per_sample", "cpu_ms_per_sample")
 
 
 def pss_mb(rounds: Sequence[Round]) -> float:
-    return _median(rounds, "pss_mb_peak")
+    return Summary.median(rounds, "pss_mb_peak")
 
 
 def starvation(rounds: Sequence[Round]) -> float:
-    return _median(rounds, "starvation_pct")
+    return Summary.median(rounds, "starvation_pct")
 
 
 @dataclass(frozen=True)

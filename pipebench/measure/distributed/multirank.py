@@ -19,7 +19,7 @@ import subprocess
 import sys
 import tempfile
 from pathlib import Path
-from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
 import numpy as np
 import torch
@@ -48,6 +48,7 @@ from pipebench.measure.distributed.ranks import (
 )
 from pipebench.measure.meter import add_notes
 from pipebench.measure.job_run import METER_KINDS
+from pipebench.record.figures import Summary
 from pipebench.record.jobs import JobResult
 from pipebench.measure.steps import NS_PER_MS, PassResult, StepSample, TimingSink
 from pipebench.measure.summarize import rows_as_dicts, transform_rows
@@ -111,20 +112,20 @@ METER_MERGE: Dict[str, Callable[[Sequence[Any]], Any]] = {
 }
 
 
-def other_load_of_ranks(summaries: Sequence[Dict[str, Any]]) -> Optional[float]:
+def other_load_of_ranks(summaries: Sequence[Summary]) -> Optional[float]:
     """Other processes' CPU during the window, in cores: the host's busy CPU (each rank's other
     load plus its own, averaged over ranks) less every rank's own."""
-    pairs = [(s.get("host_other_cpu_cores"), s.get(OWN_CPU_CORES)) for s in summaries]
+    pairs = [(s.host_other_cpu_cores, s.get(OWN_CPU_CORES)) for s in summaries]
     if any(other is None or own is None for other, own in pairs):
         return None
     return max(statistics.fmean(other + own for other, own in pairs) - sum(own for _, own in pairs), 0.0)
 
 
-def merge_meter_columns(summaries: Sequence[Dict[str, Any]]) -> Dict[str, Any]:
+def merge_meter_columns(summaries: Sequence[Summary]) -> Dict[str, Any]:
     """The job's meter cells from its ranks' (METER_MERGE, other_load_of_ranks)."""
     merged: Dict[str, Any] = {}
     for column, rule in METER_MERGE.items():
-        values = [s[column] for s in summaries if s.get(column) is not None]
+        values = [getattr(s, column) for s in summaries if getattr(s, column) is not None]
         merged[column] = rule(values) if values else None
     merged["host_other_cpu_cores"] = other_load_of_ranks(summaries)
     return merged
@@ -196,7 +197,7 @@ def _rank_failure(job_dir: Path, status: int) -> str:
     return f"rank {rank} failed (exit code {code}): {what} (full output in {log})"
 
 
-def launch_ranks(spec: JobSpec, backend: str, job_dir: Path) -> List[Dict[str, Any]]:
+def launch_ranks(spec: JobSpec, backend: str, job_dir: Path) -> List[JobResult]:
     """Run the ranks to completion; return their records in rank order. Raises DistributedError."""
     env = dict(os.environ)
     env.setdefault("OMP_NUM_THREADS", "1")  # what torchrun would set, without its warning
@@ -219,7 +220,8 @@ def launch_ranks(spec: JobSpec, backend: str, job_dir: Path) -> List[Dict[str, A
             raise
     if status != 0:
         raise DistributedError(_rank_failure(job_dir, status))
-    return [json.loads((job_dir / RANK_RESULT.format(rank=r)).read_text()) for r in range(spec.distributed.nproc)]
+    return [JobResult.from_stored(json.loads((job_dir / RANK_RESULT.format(rank=r)).read_text()))
+            for r in range(spec.distributed.nproc)]
 
 
 def _stop_group(proc: subprocess.Popen) -> None:
@@ -236,12 +238,13 @@ def _stop_group(proc: subprocess.Popen) -> None:
             continue
 
 
-def coverage_of(records: Sequence[Dict[str, Any]], spec: JobSpec) -> CoverageReport:
+def coverage_of(records: Sequence[JobResult], spec: JobSpec) -> CoverageReport:
     """The exactly-once check over every rank's index log."""
     # A map-style dataset is split by the ranks' samplers; a stream by every copy of it.
-    shards = spec.distributed.nproc * (max(spec.workers, 1) if records[0]["iterable"] else 1)
-    return check_coverage(merge_logs(log_from_json(r["indices"]) for r in records), records[0]["dataset_length"],
-                          complete_epochs([r["epochs_reached"] for r in records]),
+    first = records[0].sections
+    shards = spec.distributed.nproc * (max(spec.workers, 1) if first["iterable"] else 1)
+    return check_coverage(merge_logs(log_from_json(r.sections["indices"]) for r in records), first["dataset_length"],
+                          complete_epochs([r.sections["epochs_reached"] for r in records]),
                           droppable_per_epoch(shards, spec.loader.batch_size, spec.loader.drop_last))
 
 
@@ -256,19 +259,19 @@ def pooled_rows(sinks: Sequence[TimingSink], names: Dict[str, Sequence[Sequence[
                                         [StepName(*n) for n in names["batch"]]))
 
 
-def pooled_transforms(records: Sequence[Dict[str, Any]], job_dir: Path) -> List[Dict[str, Any]]:
+def pooled_transforms(records: Sequence[JobResult], job_dir: Path) -> List[Dict[str, Any]]:
     """The per-transform table over every rank's samples (their saved timings)."""
-    sinks = [load_timings(job_dir / RANK_TIMINGS.format(rank=record["rank"])) for record in records]
-    return pooled_rows(sinks, records[0]["step_names"])
+    sinks = [load_timings(job_dir / RANK_TIMINGS.format(rank=record.sections["rank"])) for record in records]
+    return pooled_rows(sinks, records[0].sections["step_names"])
 
 
-def total_passes(records: Sequence[Dict[str, Any]]) -> List[PassResult]:
+def total_passes(records: Sequence[JobResult]) -> List[PassResult]:
     """The ranks' steps as one loop's: per step, every rank's samples over the ranks' mean step
     time. The ranks step together (every step ends in an all-reduce, every window end is agreed),
     so step k takes about as long on each; rank 0's epochs and window bounds stand for all."""
     passes = []
-    for index, first in enumerate(records[0]["passes"]):
-        ranks = [r["passes"][index] for r in records]
+    for index, first in enumerate(records[0].passes):
+        ranks = [r.passes[index] for r in records]
         count = min(len(p["step_ms"]) for p in ranks)
         steps = [StepSample(gap_ns=0, wait_ns=0, h2d_ns=0,
                             compute_ns=round(statistics.fmean(p["step_ms"][k] for p in ranks) * NS_PER_MS),
@@ -280,7 +283,7 @@ def total_passes(records: Sequence[Dict[str, Any]]) -> List[PassResult]:
     return passes
 
 
-def total_rate(records: Sequence[Dict[str, Any]]) -> Dict[str, Any]:
+def total_rate(records: Sequence[JobResult]) -> Dict[str, Any]:
     """samples/s of all ranks together (the sum of the ranks' rates, as their passes give it) and
     an interval of that total: batch means of the per-step totals over the whole worker cycles
     of rank 0's window (its cut, reused: the totals step with rank 0), centred on the sum (the
@@ -289,34 +292,34 @@ def total_rate(records: Sequence[Dict[str, Any]]) -> Dict[str, Any]:
     rank is a slow step on all of them (the all-reduce waits) and that independent noise partly
     cancels."""
     passes = total_passes(records)
-    window = reused_window(records[0]["window"], passes)
+    window = reused_window(records[0].sections["window"], passes)
     samples = np.array([s.samples for s in window.steps], dtype=np.float64)
     step_ns = np.array([s.step_ns for s in window.steps], dtype=np.float64)
     interval = rate_interval(window, samples, step_ns)
-    total = sum(float(r["summary"]["samples_per_s"]) for r in records)
+    total = sum(r.summary.samples_per_s for r in records)
     return {"samples_per_s": total, "samples_per_s_ci_low": interval.low - interval.value + total,
             "samples_per_s_ci_high": interval.high - interval.value + total, "ci_blocks": interval.blocks,
             "ci_note": interval.note}
 
 
-def aggregate(records: Sequence[Dict[str, Any]]) -> Dict[str, Any]:
+def aggregate(records: Sequence[JobResult]) -> Dict[str, Any]:
     """The job's row from its ranks: total samples/s (its interval is `total_rate`'s), mean and max
     starvation, the least rank's AU, straggler ratio (slowest rank's busy time a step over the median rank's),
     collective wait, the meters' cells by METER_MERGE. The other step columns are rank 0's
     (`steps` too: the ranks step together)."""
-    summaries = [r["summary"] for r in records]
+    summaries = [r.summary for r in records]
     busy = [s["busy_ms_mean"] for s in summaries]
-    starvation = [s["starvation_pct"] for s in summaries]
+    starvation = [s.starvation_pct for s in summaries]
     rank_only = ("busy_ms_mean", "collective_ms_mean", "collective_ms_p99", OWN_CPU_CORES)
     row = {k: v for k, v in summaries[0].items() if k not in rank_only}
     row.update(
         **merge_meter_columns(summaries),
-        samples_per_s=sum(s["samples_per_s"] for s in summaries),
+        samples_per_s=sum(s.samples_per_s for s in summaries),
         samples_per_s_ci_low=None,
         samples_per_s_ci_high=None,
         starvation_pct=statistics.fmean(starvation),
         starvation_pct_max=max(starvation),
-        au_pct=min(s["au_pct"] for s in summaries),
+        au_pct=min(s.au_pct for s in summaries),
         ranks=len(records),
         straggler_ratio=max(busy) / statistics.median(busy),
         collective_wait_ms_mean=statistics.fmean(s["collective_ms_mean"] for s in summaries),
@@ -324,20 +327,22 @@ def aggregate(records: Sequence[Dict[str, Any]]) -> Dict[str, Any]:
     return row
 
 
-def rank_breakdown(records: Sequence[Dict[str, Any]]) -> Dict[str, Any]:
+def rank_breakdown(records: Sequence[JobResult]) -> Dict[str, Any]:
     """What a multi-rank result.json keeps of each rank: its row of RANK_FIELDS, its transforms and
     its raw steps; rank 0's steps and their `window` also stand as the job's, where tools that read
     one process's passes (compare) look: the ranks step together, so its rate is the total over nproc."""
+    ranks = [r.sections for r in records]
     return {
-        "ranks": [{"rank": r["rank"], **{k: r["summary"].get(k) for k in RANK_FIELDS}} for r in records],
-        "rank_transforms": {str(r["rank"]): r["transforms"] for r in records},
-        "passes": records[0]["passes"],
-        "window": records[0]["window"],
-        "rank_passes": {str(r["rank"]): r["passes"] for r in records},
+        "ranks": [{"rank": r["rank"], **{k: record.summary.get(k) for k in RANK_FIELDS}}
+                  for r, record in zip(ranks, records)],
+        "rank_transforms": {str(r["rank"]): r["transforms"] for r in ranks},
+        "passes": ranks[0]["passes"],
+        "window": ranks[0]["window"],
+        "rank_passes": {str(r["rank"]): r["passes"] for r in ranks},
     }
 
 
-def aggregate_line(row: Dict[str, Any]) -> str:
+def aggregate_line(row: Mapping[str, Any]) -> str:
     """The job's multi-rank figures in one line, printed as the job ends."""
     return (f"ranks: {row['ranks']} ranks, {row['samples_per_s']:.1f} samples/s in total, starvation "
             f"{row['starvation_pct']:.1f}% mean / {row['starvation_pct_max']:.1f}% max, straggler ratio "
@@ -373,6 +378,6 @@ def measure_multirank(spec: JobSpec, job_dir: Path) -> JobResult:
         },
         "coverage": coverage.as_dict(),
         # Each rank's meter sections, as a single-process job's result.json has them at its top level.
-        "rank_meters": {str(r["rank"]): r["meters"] for r in records},
-        "fingerprint": records[0]["fingerprint"],
+        "rank_meters": {str(r.sections["rank"]): r.sections["meters"] for r in records},
+        "fingerprint": records[0].fingerprint,
     })
