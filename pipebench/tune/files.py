@@ -29,7 +29,7 @@ from omegaconf import OmegaConf
 from pipebench.base.csv_cells import csv_text
 from pipebench.base.io import write_bytes_atomic, write_text_atomic
 from pipebench.base.tables import markdown_table
-from pipebench.regress.compare import DEFAULT_THRESHOLD
+from pipebench.model.judging import DEFAULT_THRESHOLD
 from pipebench.report.plots import DPI, FIGURE_SIZE
 from pipebench.tune.chain_code import chain_code
 from pipebench.tune.objective import Objective, Round, cpu_ms, pss_mb, rate_spread, starvation
