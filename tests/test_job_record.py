@@ -7,7 +7,7 @@ import pytest
 from stored_results import result_record, write_record
 
 from pipebench.explore.plan import _settings
-from pipebench.record.jobs import JobKey, JobRecord, job_key, varying_keys
+from pipebench.record.jobs import JobKey, JobResult, job_key, varying_keys
 from pipebench.record.results import RESULT_FILE, load_job_results, read_result, write_result
 from pipebench.regress.compare import load_run, short_labels
 from pipebench.report.comparison import group_rows, swept_axes
@@ -33,7 +33,7 @@ def test_the_record_is_typed_frozen_and_round_trips(tmp_path):
     _sweep(tmp_path)
     records = load_job_results(tmp_path)
     first = records[0]
-    assert isinstance(first, JobRecord) and first.job_num == 0 and first.round == 0
+    assert isinstance(first, JobResult) and first.job_num == 0 and first.round == 0
     assert first.key == JobKey("rounds=2,transform=a,workers=0", "random_tensors", "a", 0, 32, "none")
     assert records[4].round == 1 and records[4].key == first.key  # rounds share a key
     assert len({r.key for r in records}) == len(TRANSFORMS) * len(WORKERS)  # hashable
@@ -46,7 +46,7 @@ def test_the_record_is_typed_frozen_and_round_trips(tmp_path):
     again = tmp_path / "again"
     again.mkdir()
     write_result(again, dict(first))
-    reloaded = JobRecord.from_stored(read_result(again / RESULT_FILE))
+    reloaded = JobResult.from_stored(read_result(again / RESULT_FILE))
     assert reloaded.key == first.key and reloaded.summary == first.summary and reloaded["passes"] == first["passes"]
 
 

@@ -8,7 +8,7 @@ import pytest
 from stored_results import result_record, write_record
 
 from pipebench.record.figures import SUMMARY_COLUMNS, SUMMARY_TABLE, Summary
-from pipebench.record.jobs import JobRecord
+from pipebench.record.jobs import JobResult
 from pipebench.record.results import load_job_results
 from pipebench.report.diagnosis import chain_costs, diagnose
 
@@ -66,7 +66,7 @@ def test_an_early_result_folder_loads_typed_and_diagnoses(tmp_path):
 
 
 def test_an_in_memory_result_reads_as_a_record_without_label_number_or_config():
-    record = JobRecord.read({"summary": {"workers": 1, "batch_size": 4, "transform": "t"}, "passes": [{}]})
+    record = JobResult.read({"summary": {"workers": 1, "batch_size": 4, "transform": "t"}, "passes": [{}]})
     assert (record.job, record.job_num, record.config, record.overrides) == ("default", 0, {}, ())
     assert record.key.transform == "t" and record.passes == ({},) and record.transforms == ()
-    assert JobRecord.read(record) is record
+    assert JobResult.read(record) is record

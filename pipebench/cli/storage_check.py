@@ -30,7 +30,7 @@ from pipebench.config.compose import job_spec_composer
 from pipebench.config.specs import JobSpec
 from pipebench.pipeline.build import build_dataset
 from pipebench.record.folder_lock import folder_lock
-from pipebench.record.jobs import JobRecord
+from pipebench.record.jobs import JobResult
 from pipebench.record.results import load_job_results
 from pipebench.record.resume import new_folder
 from pipebench.storage_track.files import NOT_MLPERF, CheckResult, Run, write_check
@@ -114,19 +114,19 @@ def _chain(spec: JobSpec) -> str:
     return spec.transform_name if spec.transform_name != "none" else "custom"
 
 
-def _run_of(record: JobRecord, sample_bytes: Optional[float]) -> Run:
+def _run_of(record: JobResult, sample_bytes: Optional[float]) -> Run:
     """A finished run's figures; samples/s keeps the first batch's wait in the run's time (the rules do),
     and MiB/s is samples/s x the dataset's bytes a sample (a rank merge's row has no file-read columns)."""
     s = record.summary
-    steady_s = float(s["steps"]) * float(s["step_ms_mean"]) / MS_PER_S
-    first = float(s["first_batch_s"])
-    rate = float(s["samples_per_s"]) * steady_s / (steady_s + first) if steady_s > 0 else float(s["samples_per_s"])
-    per_sample = sample_bytes if sample_bytes is not None else s.get("read_bytes_per_sample")
-    mb = rate * float(per_sample) / BYTES_PER_MB if per_sample is not None else math.nan
-    return Run(int(record.config["run"]["seed"]), float(s["au_pct"]), rate, mb, first)
+    steady_s = s.steps * s.step_ms_mean / MS_PER_S
+    first = s.first_batch_s
+    rate = s.samples_per_s * steady_s / (steady_s + first) if steady_s > 0 else s.samples_per_s
+    per_sample = sample_bytes if sample_bytes is not None else s.read_bytes_per_sample
+    mb = rate * per_sample / BYTES_PER_MB if per_sample is not None else math.nan
+    return Run(int(record.config["run"]["seed"]), s.au_pct, rate, mb, first)
 
 
-def _costliest(records: Sequence[JobRecord]) -> Optional[Tuple[str, float]]:
+def _costliest(records: Sequence[JobResult]) -> Optional[Tuple[str, float]]:
     rows = [r for record in records for r in record.transforms if r.get("stage") not in NOT_CHAIN_STAGES]
     if not rows:
         return None
@@ -183,7 +183,7 @@ class Check:
         sized = [f"dataset.length={self.length_for(n)}"] if self.sized else []
         return [*self.base, *sized, f"distributed.nproc={n}", *extra]
 
-    def sweep(self, where: Path, overrides: Sequence[str]) -> Tuple[int, List[JobRecord]]:
+    def sweep(self, where: Path, overrides: Sequence[str]) -> Tuple[int, List[JobResult]]:
         status = run_command(list(overrides), self.config_dir, into=Into(where, stage=True))
         records = load_job_results(where) if where.exists() else []
         if status in (INTERRUPTED_EXIT_STATUS, TERMINATED_EXIT_STATUS):
@@ -199,7 +199,7 @@ class Check:
             _, records = self.sweep(self.folder / SEARCH_DIR / f"n{n}-{number}",
                                     self.overrides(n, f"run.steps={min(self.steps, SEARCH_STEPS)}",
                                                    f"run.seed={number}"))
-            found.append(float(records[0].summary["au_pct"]) if records else None)
+            found.append(records[0].summary.au_pct if records else None)
             self.measured.setdefault(n, []).append(FAILED_AU if found[-1] is None else found[-1])
         return found
 
@@ -263,7 +263,7 @@ def _check(check: Check, chosen: Preset, spec: JobSpec, options: CheckOptions, s
     status = 0
     failure = ""
     search = SearchOutcome(0, (), False)
-    records: List[JobRecord] = []
+    records: List[JobResult] = []
     without = None
     try:
         search = search_accelerators(check.measure, chosen.min_au_pct, predicted or 1, options.max_accelerators)

@@ -52,7 +52,7 @@ from pipebench.pipeline.consumers import on_device_of
 from pipebench.pipeline.loader_backends import BACKENDS, backend_missing, backend_problem
 from pipebench.pipeline.recipe import open_recipes
 from pipebench.record.figures import Summary
-from pipebench.record.jobs import ROUND_KEY, JobRecord, override_key, varying_keys
+from pipebench.record.jobs import ROUND_KEY, JobResult, override_key, varying_keys
 from pipebench.record.results import load_job_results
 from pipebench.record.resume import (
     INVOCATION_FILE,
@@ -355,7 +355,7 @@ def write_plan(plan: Plan) -> str:
     return write_variant_files(plan.invocation_dir, plan.checked, plan.not_applied)
 
 
-def _settings(results: Sequence[JobRecord]) -> List[str]:
+def _settings(results: Sequence[JobResult]) -> List[str]:
     """Each job's setting: the overrides that vary across the sweep, besides the chain and the round."""
     per_job = [{override_key(o): o for o in r.overrides if override_key(o) not in ROW_KEYS_IGNORED} for r in results]
     varying = sorted(varying_keys(per_job))

@@ -16,7 +16,7 @@ from pipebench.base.csv_cells import csv_text
 from pipebench.base.errors import warn
 from pipebench.base.io import write_json_atomic, write_text_atomic
 from pipebench.record.figures import SUMMARY_COLUMNS, TEXT_SUMMARY_COLUMNS, Summary
-from pipebench.record.jobs import JobRecord
+from pipebench.record.jobs import JobResult
 from pipebench.record.stored import (
     NUMBER,
     OBJECT,
@@ -200,7 +200,7 @@ def write_result(job_dir: Path, result: Mapping[str, object]) -> None:
 class ResultScan:
     """An invocation folder's results in job order, and the files that were damaged."""
 
-    results: Tuple[JobRecord, ...]
+    results: Tuple[JobResult, ...]
     damaged: Tuple[DamagedFile, ...]
 
 
@@ -209,13 +209,13 @@ def scan_job_results(invocation_dir: Path) -> ResultScan:
     results, damaged = [], []
     for path in sorted(invocation_dir.glob(JOB_RESULT_GLOB)):
         try:
-            results.append(JobRecord.from_stored(read_result(path)))
+            results.append(JobResult.from_stored(read_result(path)))
         except DamagedFile as exc:
             damaged.append(exc)
     return ResultScan(tuple(sorted(results, key=lambda r: r.job_num)), tuple(damaged))
 
 
-def load_job_results(invocation_dir: Path) -> List[JobRecord]:
+def load_job_results(invocation_dir: Path) -> List[JobResult]:
     """Every finished job's result.json in job order; the first damaged one raises DamagedFile."""
     scan = scan_job_results(invocation_dir)
     if scan.damaged:
@@ -247,11 +247,11 @@ def with_speedup(rows: List[Dict[str, object]], baseline: Optional[str] = None) 
     return [{**r, "speedup": float(r["samples_per_s"]) / base_rate} for r in rows]
 
 
-def summary_rows(results: Sequence[JobRecord]) -> List[Dict[str, object]]:
+def summary_rows(results: Sequence[JobResult]) -> List[Dict[str, object]]:
     return with_speedup([dict(r.summary) for r in results])
 
 
-def transform_table_rows(results: Sequence[JobRecord]) -> List[Dict[str, object]]:
+def transform_table_rows(results: Sequence[JobResult]) -> List[Dict[str, object]]:
     return [{"job": r.summary.job, **t} for r in results for t in r.transforms]
 
 

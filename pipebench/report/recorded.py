@@ -12,6 +12,7 @@ mid-write reads up to its last whole row.
 import csv
 import io
 import json
+from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any, Dict, List, Mapping, Optional, Sequence
 
@@ -50,16 +51,46 @@ def _fmt(value: Any) -> str:
     return "" if number is None else f"{number:.1f}"
 
 
-def captures(folder: Path) -> List[Dict[str, Any]]:
+@dataclass(frozen=True)
+class Capture:
+    """One capture folder: its capture.json read once into fields (a key it lacks reads as None) and its
+    transform rows."""
+
+    path: Path
+    transforms: List[Dict[str, str]]
+    kind: Optional[str] = None
+    loader: Optional[str] = None
+    rank: Optional[int] = None
+    epoch: Optional[int] = None
+    first_step: Optional[int] = None
+    last_step: Optional[int] = None
+    lost_s: Optional[float] = None
+    starvation_pct: Optional[float] = None
+    baseline_starvation_pct: Optional[float] = None
+    samples_per_s: Optional[float] = None
+    baseline_samples_per_s: Optional[float] = None
+    storage_read_mb: Optional[float] = None
+    storage_read_mb_per_s: Optional[float] = None
+    # An epoch start's: whether the workers persist, how many, and how long the start waited.
+    persistent_workers: Optional[bool] = None
+    workers: Optional[int] = None
+    wait_s: Optional[float] = None
+
+    @classmethod
+    def read(cls, path: Path) -> "Capture":
+        record = json.loads((path / "capture.json").read_text())
+        return cls(path, _rows_any(path / "transforms.csv"),
+                   **{f.name: record.get(f.name) for f in fields(cls) if f.name not in ("path", "transforms")})
+
+    @property
+    def steps(self) -> str:
+        return f"{self.first_step}-{self.last_step}"
+
+
+def captures(folder: Path) -> List[Capture]:
     """Each capture folder's record and transform rows, in number order (top folder and ranks' own)."""
-    found = []
-    for path in sorted(folder.glob(CAPTURE_GLOB)) + sorted(folder.glob(f"ranks/*/{CAPTURE_GLOB}")):
-        record_file = path / "capture.json"
-        if not record_file.is_file():
-            continue
-        record = json.loads(record_file.read_text())
-        found.append({"path": path, "record": record, "transforms": _rows_any(path / "transforms.csv")})
-    return found
+    paths = sorted(folder.glob(CAPTURE_GLOB)) + sorted(folder.glob(f"ranks/*/{CAPTURE_GLOB}"))
+    return [Capture.read(path) for path in paths if (path / "capture.json").is_file()]
 
 
 def _rows_any(path: Path) -> List[Dict[str, str]]:
@@ -69,21 +100,20 @@ def _rows_any(path: Path) -> List[Dict[str, str]]:
         return list(csv.DictReader(f))
 
 
-def capture_cause(record: Mapping[str, Any], transforms: Sequence[Mapping[str, str]]) -> str:
+def capture_cause(capture: Capture) -> str:
     """One phrase: what the stall is made of, read from its kind and its rows against the baseline's."""
-    if record.get("kind") == "epoch_start":
-        persistent = record.get("persistent_workers")
-        return (f"an epoch start waited {float(record.get('wait_s') or 0):.1f} s" +
-                ("" if persistent or not record.get("workers") else
+    if capture.kind == "epoch_start":
+        return (f"an epoch start waited {float(capture.wait_s or 0):.1f} s" +
+                ("" if capture.persistent_workers or not capture.workers else
                  ": the workers restart each epoch (persistent_workers=False)"))
     grown = []
-    for row in transforms:
+    for row in capture.transforms:
         now, base = _number(row.get("ms_per_sample")), _number(row.get("baseline_ms_per_sample"))
         if now is not None:
             grown.append((now - (base or 0.0), row.get("transform", "?"), now, base))
     if not grown:
         return ("the rate fell while no step inside the loader was timed slower: the training step, not the data"
-                if record.get("kind") == "rate" else "no per-transform rows: the loader's samples were not timed")
+                if capture.kind == "rate" else "no per-transform rows: the loader's samples were not timed")
     delta, name, now, base = max(grown)
     if delta <= 0:
         return "no step inside the loader grew: the training step or the host, not the data"
@@ -121,20 +151,19 @@ def _timeline(series: Sequence[Mapping[str, str]], events: Sequence[Mapping[str,
     return figure
 
 
-def capture_report(capture: Mapping[str, Any], folder: Path) -> str:
+def capture_report(capture: Capture, folder: Path) -> str:
     """capture-N/report.md: the stall, its cause, its rows against the baseline, the command to run."""
-    record, rows = capture["record"], capture["transforms"]
-    cause = capture_cause(record, rows)
-    lines = [f"# {capture['path'].name}: {record.get('kind')} stall of {record.get('loader')}", "",
-             f"- steps {record.get('first_step')}-{record.get('last_step')}, epoch {record.get('epoch')}, rank "
-             f"{record.get('rank')}; time lost: {float(record.get('lost_s') or 0):.2f} s",
-             f"- starvation {_fmt(record.get('starvation_pct'))} % against the run's baseline "
-             f"{_fmt(record.get('baseline_starvation_pct'))} %; samples/s {_fmt(record.get('samples_per_s'))} "
-             f"against {_fmt(record.get('baseline_samples_per_s'))}",
-             f"- cause: {cause}"]
-    if record.get("storage_read_mb") is not None:
-        lines.append(f"- storage: {_fmt(record['storage_read_mb'])} MB read from storage by the process tree over the "
-                     f"stalled windows ({_fmt(record.get('storage_read_mb_per_s'))} MB/s; reads the page cache served "
+    rows = capture.transforms
+    lines = [f"# {capture.path.name}: {capture.kind} stall of {capture.loader}", "",
+             f"- steps {capture.steps}, epoch {capture.epoch}, rank "
+             f"{capture.rank}; time lost: {float(capture.lost_s or 0):.2f} s",
+             f"- starvation {_fmt(capture.starvation_pct)} % against the run's baseline "
+             f"{_fmt(capture.baseline_starvation_pct)} %; samples/s {_fmt(capture.samples_per_s)} "
+             f"against {_fmt(capture.baseline_samples_per_s)}",
+             f"- cause: {capture_cause(capture)}"]
+    if capture.storage_read_mb is not None:
+        lines.append(f"- storage: {_fmt(capture.storage_read_mb)} MB read from storage by the process tree over the "
+                     f"stalled windows ({_fmt(capture.storage_read_mb_per_s)} MB/s; reads the page cache served "
                      "count nothing)")
     lines.append("")
     if rows:
@@ -142,7 +171,7 @@ def capture_report(capture: Mapping[str, Any], folder: Path) -> str:
                   markdown_table(rows, ("stage", "transform", "ms_per_sample", "ms_per_call_median",
                                         "baseline_ms_per_sample", "share_pct")), ""]
     lines += ["## what to do", ""]
-    if record.get("kind") == "epoch_start" and not record.get("persistent_workers"):
+    if capture.kind == "epoch_start" and not capture.persistent_workers:
         lines.append("- set `persistent_workers=True` on the loader, so its workers outlive the epoch")
     lines += ["- export the loader's pipeline, then let pipebench search it on the same data: the export prints "
               "this loader's `pipebench explore --config-dir ...` command (and `pipebench run`'s; `pipebench tune` "
@@ -171,15 +200,13 @@ def write_recording(folder: Path, out_dir: Path) -> Optional[str]:
                  f"{len(found)} captures.")
     table = []
     for capture in found:
-        record = capture["record"]
-        write_text_atomic(capture["path"] / "report.md", capture_report(capture, folder))
-        table.append({"capture": capture["path"].name, "kind": record.get("kind"),
-                      "loader": str(record.get("loader", "")).split(",")[0], "rank": record.get("rank"),
-                      "steps": f"{record.get('first_step')}-{record.get('last_step')}",
-                      "lost_s": f"{float(record.get('lost_s') or 0):.2f}",
-                      "starvation_pct": _fmt(record.get("starvation_pct")),
-                      "baseline_starvation_pct": _fmt(record.get("baseline_starvation_pct")),
-                      "cause": capture_cause(record, capture["transforms"])})
+        write_text_atomic(capture.path / "report.md", capture_report(capture, folder))
+        table.append({"capture": capture.path.name, "kind": capture.kind,
+                      "loader": str(capture.loader or "").split(",")[0], "rank": capture.rank,
+                      "steps": capture.steps, "lost_s": f"{float(capture.lost_s or 0):.2f}",
+                      "starvation_pct": _fmt(capture.starvation_pct),
+                      "baseline_starvation_pct": _fmt(capture.baseline_starvation_pct),
+                      "cause": capture_cause(capture)})
     if table:
         lines += ["", markdown_table(table, CAPTURE_TABLE_COLUMNS)]
     return "\n".join(lines) + "\n"
