@@ -32,6 +32,7 @@ from omegaconf import DictConfig, OmegaConf, open_dict, read_write
 from pipebench.base.errors import PipebenchError, warn
 from pipebench.base.io import write_json_atomic
 from pipebench.record.folder_lock import LOCK_FILE
+from pipebench.record.jobs import JobResult
 from pipebench.record.results import (
     RESULT_FILE,
     flat_config,
@@ -115,12 +116,12 @@ def stored_job(job_dir: Path, overrides: Sequence[str], config: Mapping[str, obj
     if not path.exists():
         return StoredJob(False)
     try:
-        result = read_result(path)
+        result = JobResult.from_stored(read_result(path))
     except (DamagedFile, NewerFile) as exc:
         return StoredJob(False, str(exc))
-    if tuple(result["overrides"]) != tuple(overrides):
-        return StoredJob(False, f"{path}: stored for other overrides {_brief(result['overrides'])}")
-    difference = _config_difference(result["config"], config)
+    if result.overrides != tuple(overrides):
+        return StoredJob(False, f"{path}: stored for other overrides {_brief(list(result.overrides))}")
+    difference = _config_difference(result.config, config)
     return StoredJob(not difference, f"{path}: {difference}" if difference else "")
 
 
@@ -161,7 +162,7 @@ def count_done(folder: Path, jobs: Sequence[Sequence[str]]) -> int:
 
     Damaged results count as not done (their jobs run again); a newer one raises NewerFile.
     """
-    finished = Counter(tuple(r["overrides"]) for r in scan_job_results(folder).results)
+    finished = Counter(r.overrides for r in scan_job_results(folder).results)
     wanted = Counter(task_overrides(job) for job in jobs)
     return sum(min(n, finished[overrides]) for overrides, n in wanted.items())
 

@@ -5,6 +5,7 @@ from pathlib import Path
 from typing import Optional
 
 from pipebench.base.errors import PipebenchError
+from pipebench.record.jobs import JobResult
 from pipebench.record.results import RESULT_FILE, read_result
 
 
@@ -15,7 +16,7 @@ def reached_target(job_dir: Path, target_pct: float) -> Optional[float]:
     if not path.is_file():
         return None
     try:
-        value = read_result(path)["summary"].get("accel_util_pct")
+        value = JobResult.from_stored(read_result(path)).summary.accel_util_pct
     except PipebenchError:
         return None
-    return float(value) if value is not None and float(value) >= target_pct else None
+    return value if value is not None and value >= target_pct else None
