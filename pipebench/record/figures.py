@@ -100,7 +100,7 @@ TEXT_SUMMARY_COLUMNS = tuple(column.name for column in SUMMARY_TABLE if column.k
 
 def _whole(value: Any) -> Optional[int]:
     # A count not measured may be stored as NaN: it reads as None, as a missing one does.
-    return int(value) if math.isfinite(value) else None
+    return None if isinstance(value, float) and not math.isfinite(value) else int(value)
 
 
 # How a stored cell becomes its field's type; None stays None.
