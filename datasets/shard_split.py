@@ -142,6 +142,10 @@ class ShardFiles:
         """The files on local disk (the page-cache warm-up reads them); a URL's object has no pages here."""
         return [location for location in self.locations if not is_url(location)]
 
+    def store_urls(self) -> List[str]:
+        """The objects in a store: no local page cache holds them."""
+        return [location for location in self.locations if is_url(location)]
+
     def content_digest(self) -> str:
         """A digest of each file's name and size: it changes when a shard is added, removed or rewritten."""
         digest = hashlib.sha256()

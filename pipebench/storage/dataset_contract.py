@@ -15,7 +15,7 @@ from pipebench.config.specs import JobSpec
 __all__ = ["CONTRACT_MEMBERS", "DatasetContract", "told"]
 
 # The members a dataset may keep; `told` takes each one a dataset has as its own.
-CONTRACT_MEMBERS = ("identity", "describe", "notes", "files", "plan_notes", "plan_warnings")
+CONTRACT_MEMBERS = ("identity", "describe", "notes", "files", "store_urls", "plan_notes", "plan_warnings")
 
 
 @runtime_checkable
@@ -34,6 +34,10 @@ class DatasetContract(Protocol):
 
     def files(self) -> List[str]:
         """The local files it reads: what the page-cache warm-up reads and a conversion takes."""
+        return []
+
+    def store_urls(self) -> List[str]:
+        """The object-store URLs it reads, which no local page cache holds (pipebench.storage.object_store)."""
         return []
 
     def plan_notes(self) -> Tuple[str, ...]:

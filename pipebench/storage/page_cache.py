@@ -32,7 +32,6 @@ from pipebench.base.watchdog import StepOverrun, Unwatched
 from pipebench.config.specs import StorageSpec
 from pipebench.storage.dataset_contract import told
 from pipebench.storage.file_reads import BYTES_PER_MB, file_reads_of, honoured
-from pipebench.storage.object_store import is_url
 
 __all__ = ["CachePlan", "prepare_cache"]
 
@@ -144,8 +143,9 @@ def prepare_cache(dataset: object, asked: StorageSpec, available_bytes: Optional
         notices = (f"note: dataset.cache and dataset.storage do nothing here: {type(dataset).__name__} reads no "
                    "files through pipebench",) if ignored else ()
         return CachePlan(None, asked, None, notices)
-    urls = [location for location in getattr(dataset, "locations", ()) if is_url(location)]
-    if urls and len(urls) == len(getattr(dataset, "locations", ())):
+    contract = told(dataset)
+    urls = contract.store_urls()
+    if urls and not contract.files():
         notes = [_remote_line(urls), *([_emulated_note(asked)] if asked.emulated else [])]
         return CachePlan(REMOTE, asked, "; ".join(notes), (f"note: {notes[0]}",))
     used = honoured(asked)
@@ -161,7 +161,7 @@ def prepare_cache(dataset: object, asked: StorageSpec, available_bytes: Optional
         os.sync()
     else:
         free = psutil.virtual_memory().available if available_bytes is None else available_bytes
-        size, skipped = _look_and_warm(told(dataset).files(), free, watchdog or Unwatched())
+        size, skipped = _look_and_warm(contract.files(), free, watchdog or Unwatched())
         if size <= free:
             line = f"page cache serves this run: the dataset's {_mib(size)} fit in {_mib(free)} of free memory"
             notices.append(f"note: {line} (dataset.cache=cold to read from storage)")
