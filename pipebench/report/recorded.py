@@ -82,10 +82,6 @@ class Capture:
         return cls(path, _rows_any(path / "transforms.csv"),
                    **{f.name: record.get(f.name) for f in fields(cls) if f.name not in ("path", "transforms")})
 
-    @property
-    def steps(self) -> str:
-        return f"{self.first_step}-{self.last_step}"
-
 
 def captures(folder: Path) -> List[Capture]:
     """Each capture folder's record and transform rows, in number order (top folder and ranks' own)."""
@@ -155,7 +151,7 @@ def capture_report(capture: Capture, folder: Path) -> str:
     """capture-N/report.md: the stall, its cause, its rows against the baseline, the command to run."""
     rows = capture.transforms
     lines = [f"# {capture.path.name}: {capture.kind} stall of {capture.loader}", "",
-             f"- steps {capture.steps}, epoch {capture.epoch}, rank "
+             f"- steps {capture.first_step}-{capture.last_step}, epoch {capture.epoch}, rank "
              f"{capture.rank}; time lost: {float(capture.lost_s or 0):.2f} s",
              f"- starvation {_fmt(capture.starvation_pct)} % against the run's baseline "
              f"{_fmt(capture.baseline_starvation_pct)} %; samples/s {_fmt(capture.samples_per_s)} "
@@ -203,7 +199,8 @@ def write_recording(folder: Path, out_dir: Path) -> Optional[str]:
         write_text_atomic(capture.path / "report.md", capture_report(capture, folder))
         table.append({"capture": capture.path.name, "kind": capture.kind,
                       "loader": str(capture.loader or "").split(",")[0], "rank": capture.rank,
-                      "steps": capture.steps, "lost_s": f"{float(capture.lost_s or 0):.2f}",
+                      "steps": f"{capture.first_step}-{capture.last_step}",
+                      "lost_s": f"{float(capture.lost_s or 0):.2f}",
                       "starvation_pct": _fmt(capture.starvation_pct),
                       "baseline_starvation_pct": _fmt(capture.baseline_starvation_pct),
                       "cause": capture_cause(capture)})

@@ -68,15 +68,6 @@ RANK_FIELDS = ("samples_per_s", "starvation_pct", "au_pct", "wait_ms_median", "w
                "busy_ms_mean", "collective_ms_mean", "collective_ms_p99", "cpu_ms_per_sample", "steps", "epochs")
 
 
-
-def _total(values: Sequence[Any]) -> Any:
-    return sum(values)
-
-
-def _any(values: Sequence[Any]) -> bool:
-    return any(values)
-
-
 def _notes(values: Sequence[Any]) -> str:
     return "; ".join(dict.fromkeys(values))
 
@@ -87,14 +78,14 @@ def _notes(values: Sequence[Any]) -> str:
 # A rank's None cells are left out; all None gives None.
 METER_MERGE: Dict[str, Callable[[Sequence[Any]], Any]] = {
     # Each rank's tree (the rank and its workers): summed, an upper bound where peaks do not coincide.
-    "rss_mb_peak": _total,
-    "pss_mb_peak": _total,
-    "worker_pss_growth_mb": _total,
+    "rss_mb_peak": sum,
+    "pss_mb_peak": sum,
+    "worker_pss_growth_mb": sum,
     # /dev/shm is the host's: every rank reads the same figure.
     "shm_mb_peak": max,
     # Bytes each rank's tree read from storage, over windows that run at once.
-    "storage_read_mb": _total,
-    "storage_read_mb_per_s": _total,
+    "storage_read_mb": sum,
+    "storage_read_mb_per_s": sum,
     # The hypervisor's steal is the host's.
     "host_steal_pct": max,
     # Each rank's tree's CPU a sample of its own samples: the ranks' mean is the job's (their
@@ -105,9 +96,9 @@ METER_MERGE: Dict[str, Callable[[Sequence[Any]], Any]] = {
     "h2d_gpu_ms_median": max,  # the slowest rank's copy is the one its peers wait for
     "gpu_util_pct": statistics.fmean,
     "reserved_mb_peak": max,  # what the fullest GPU had to hold
-    "alloc_retries": _total,
-    "device_frees": _total,
-    "reserved_oscillating": _any,
+    "alloc_retries": sum,
+    "device_frees": sum,
+    "reserved_oscillating": any,
     "gpu_notes": _notes,
 }
 
