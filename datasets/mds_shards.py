@@ -310,7 +310,7 @@ class MDSShards(ShardFiles, ShardedPlan, IterableDataset):
         return len(self.offsets)
 
     def shard_count(self) -> int:
-        """How many shards the epoch is split into (datasets/shard_split.py's idle_line)."""
+        """How many shards the epoch is split into (pipebench/model/shards.py's idle_line)."""
         return len(self.shards)
 
     def shard_samples(self, shard: int) -> Iterator[Dict[str, bytes]]:
@@ -364,7 +364,7 @@ class MDSShards(ShardFiles, ShardedPlan, IterableDataset):
             "name": NAME,
             "input_dir": self.input_dir,
             "shards": len(self.shards),
-            # Each shard's samples: how unevenly the shards load the readers (shard_split.uneven_line).
+            # Each shard's samples: how unevenly the shards load the readers (pipebench.model.shards.uneven_line).
             "shard_samples": list(self.offsets.counts),
             "num_samples": len(self),
             "image_key": self.image_key,

@@ -9,9 +9,9 @@ Files are read with pyarrow one row group at a time, in two forms:
 - map-style (`streaming=false`): sample i is row i of the files in order; the sampler picks the order,
   and each reader keeps its last ROW_GROUPS_KEPT row groups, so reading in order reads each row group
   once and shuffled reading pays a row group a sample when the set is larger than that (the line that
-  says so: datasets/row_group_reads.py);
+  says so: pipebench/model/shards.py);
 - streaming (`streaming=true`): an IterableDataset whose shards are the row groups, split across ranks
-  and workers as webdataset splits tar shards (datasets/shard_split.py), each read once, in order.
+  and workers as webdataset splits tar shards (pipebench/model/shards.py), each read once, in order.
 
 The chain gets the encoded image, opened lazily (datasets/lazy_image.py), so the decode stays a timed
 step. Files are read through the job's FileReads, so the bytes, the cold cache and the slow-storage
@@ -55,7 +55,7 @@ NAME = "parquet"
 FEATURE = "dataset=parquet"
 # The fields of HF's Image struct: the encoded file, or where to read it when that is null.
 IMAGE_BYTES_FIELD, IMAGE_PATH_FIELD = "bytes", "path"
-# What `convert` names its files (their row groups: ROW_GROUP_ROWS rows, datasets/row_group_reads.py).
+# What `convert` names its files (their row groups: ROW_GROUP_ROWS rows, pipebench/model/shards.py).
 FILE_PATTERN = "part-{:05d}.parquet"
 GLOB_CHARS = "*?["
 
@@ -360,7 +360,7 @@ class ParquetRows(_ParquetBase, Dataset):
         return self._sample(*kept[group], group, row)
 
     def plan_warnings(self, spec: JobSpec) -> Tuple[str, ...]:
-        """Shuffled reads of whole row groups (datasets/row_group_reads.py), from the rows a sample reads."""
+        """Shuffled reads of whole row groups (pipebench/model/shards.py), from the rows a sample reads."""
         line = random_access_line(self.identity(), spec.loader.shuffle)
         return (line,) if line else ()
 
@@ -371,7 +371,7 @@ class ParquetStream(_ParquetBase, ShardedPlan, IterableDataset):
     streaming = True
 
     def shard_count(self) -> int:
-        """How many shards (row groups) the epoch is split into (datasets/shard_split.py's idle_line)."""
+        """How many shards (row groups) the epoch is split into (pipebench/model/shards.py's idle_line)."""
         return len(self.groups)
 
     def __iter__(self) -> Iterator[Tuple[int, Any, int]]:

@@ -210,7 +210,7 @@ class WebDatasetShards(ShardFiles, ShardedPlan, IterableDataset):
         return len(self.offsets)
 
     def shard_count(self) -> int:
-        """How many shards the epoch is split into (pipebench/datasets/shard_split.py's idle_line)."""
+        """How many shards the epoch is split into (pipebench/model/shards.py's idle_line)."""
         return len(self.urls)
 
     def _opened(self, sources: Iterable[Dict[str, Any]]) -> Iterator[Dict[str, Any]]:
@@ -264,7 +264,7 @@ class WebDatasetShards(ShardFiles, ShardedPlan, IterableDataset):
             "name": NAME,
             "urls": self.pattern if isinstance(self.pattern, str) else list(self.pattern),
             "shards": len(self.urls),
-            # Each shard's samples: how unevenly the shards load the readers (shard_split.uneven_line).
+            # Each shard's samples: how unevenly the shards load the readers (pipebench.model.shards.uneven_line).
             "shard_samples": list(self.offsets.counts),
             "num_samples": len(self),
             "image_ext": list(self.image_exts),
