@@ -7,14 +7,12 @@ short line under O_APPEND lands whole on a local file system). `Captures` keeps 
 `capture-N/` folders, the worst stalls by the time they lost.
 """
 
-import csv
-import io
 import os
 import shutil
 from pathlib import Path
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
-from pipebench.base.csv_cells import csv_text, safe_cell
+from pipebench.base.csv_cells import csv_line, csv_text
 from pipebench.base.io import write_json_atomic, write_text_atomic
 
 __all__ = ["CAPTURE_FOLDER", "CAPTURE_JSON", "CAPTURE_TRANSFORMS", "DEFAULT_MAX_CAPTURES", "AppendedCsv", "Captures"]
@@ -25,13 +23,6 @@ CAPTURE_TRANSFORMS = "transforms.csv"
 # A week-long run with a stall an epoch would otherwise fill the disk with folders no one reads:
 # the 10 worst are what a person takes apart.
 DEFAULT_MAX_CAPTURES = 10
-
-
-def csv_line(row: Sequence[Any]) -> str:
-    """One CSV line, every cell made safe for a spreadsheet (base.csv_cells)."""
-    buffer = io.StringIO()
-    csv.writer(buffer, lineterminator="\n").writerow([safe_cell(cell) for cell in row])
-    return buffer.getvalue()
 
 
 class AppendedCsv:

@@ -11,7 +11,7 @@ import re
 from io import StringIO
 from typing import Iterable, Mapping, Sequence
 
-__all__ = ["csv_table", "csv_text", "safe_cell"]
+__all__ = ["csv_line", "csv_table", "csv_text", "safe_cell"]
 
 # OWASP: a cell beginning with one of these starts a formula (=, +, -, @) or can hide one from
 # view ahead of it (tab, carriage return).
@@ -36,6 +36,11 @@ def csv_table(header: Sequence[object], rows: Iterable[Sequence[object]]) -> str
     writer.writerow([safe_cell(cell) for cell in header])  # axis columns are override keys, the user's
     writer.writerows([safe_cell(cell) for cell in row] for row in rows)
     return buffer.getvalue()
+
+
+def csv_line(row: Sequence[object]) -> str:
+    """One line of cells made safe, for a file that is appended to a row at a time."""
+    return csv_table(row, ())
 
 
 def csv_text(rows: Sequence[Mapping[str, object]], columns: Sequence[str]) -> str:
