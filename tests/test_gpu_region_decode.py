@@ -3,6 +3,7 @@
 On the CPU (no CUDA here) the move is generated with device cpu and checked there through
 nvImageCodec's CPU backend; the CUDA test runs the GPU backend where there is one."""
 
+import dataclasses
 import importlib.util
 import io
 import pickle
@@ -203,8 +204,10 @@ def test_a_batch_whose_regions_all_come_back_empty_fails_instead_of_measuring_th
     """The H100 host without nvJPEG: the GPU backend returned nothing for every region it took."""
     samples = [ReadRegionCenterCrop(64)(_opened(_jpeg(s))) for s in range(2)]
     decode = BatchRegionDecode("cpu")
-    decode._codec._ready()
-    decode._codec._decoder = type("Broken", (), {"decode": lambda self, streams, **kw: [None] * len(streams)})()
+    # This thread's decoder, as the codec made it, with a decode that returns nothing for every region.
+    made = decode._codec._ready()
+    broken = type("Broken", (), {"decode": lambda self, streams, **kw: [None] * len(streams)})()
+    decode._codec._threads.decoder = dataclasses.replace(made, decoder=broken)
     with pytest.raises(RegionDecodeFailed, match=r"nvImageCodec on cpu decoded none of the batch's 2 JPEG regions"):
         decode(default_collate(samples))
 
