@@ -14,7 +14,7 @@ import pytest
 
 from pipebench.attach.recorder import SERIES_CSV, RecordSettings, Recorder
 from pipebench.attach.recorder_stalls import STARVATION_RISE, Baseline, StallRule
-from pipebench.attach.recorder_window import KEPT_BATCHES, SKETCH_BIN_LIMIT, WindowFigures
+from pipebench.measure.series_window import KEPT_BATCHES, SKETCH_BIN_LIMIT, WindowFigures
 from pipebench.attach.sinks.sink_set import SinkSet, SinkSpec, open_sinks
 from pipebench.base.errors import ConfigError
 

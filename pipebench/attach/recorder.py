@@ -12,7 +12,7 @@ start with its cost. `close()` writes each loader's partial window (attach calls
 script ends, SIGTERM and Ctrl-C included).
 
 Memory is bounded whatever the run's length: a window is sums and a DDSketch
-(`recorder_window`), the whole run's quantiles the windows' sketches merged, the baseline the last
+(`pipebench.measure.series_window`), the whole run's quantiles the windows' sketches merged, the baseline the last
 20 windows' figures, and a capture's raw timings at most KEPT_BATCHES batches a window.
 """
 
@@ -29,18 +29,18 @@ from torch.utils.data import DataLoader
 
 from pipebench.attach.recorder_files import DEFAULT_MAX_CAPTURES, AppendedCsv, Captures
 from pipebench.attach.recorder_stalls import EPOCH_START, Baseline, StallRule, Verdict
-from pipebench.attach.recorder_window import (
+from pipebench.attach.watch import LoaderWatch, batch_samples, riding_sink
+from pipebench.measure.meter import FIRST_MEASURED, LAST_MEASURED
+from pipebench.measure.series_window import (
     KEPT_BATCHES,
-    TOP_STEPS,
+    SERIES_COLUMNS,
+    SERIES_CSV,
     BatchTimings,
     WindowFigures,
     WindowSums,
     new_sketch,
-    quantiles_ms,
-    top_steps,
+    window_row,
 )
-from pipebench.attach.watch import LoaderWatch, batch_samples, riding_sink
-from pipebench.measure.meter import FIRST_MEASURED, LAST_MEASURED
 from pipebench.measure.steps import NS_PER_S
 from pipebench.measure.storage_io import StorageReadMeter
 from pipebench.measure.summarize import rows_as_dicts, transform_rows
@@ -53,14 +53,7 @@ __all__ = ["DEFAULT_EVERY_S", "EVENTS_CSV", "EVENT_COLUMNS", "SERIES_COLUMNS", "
 # A window every 30 s: 2,880 rows a day a loader (a few hundred KiB), fine enough to see a stall of
 # a minute, long enough that a window holds many worker cycles.
 DEFAULT_EVERY_S = 30.0
-SERIES_CSV = "series.csv"
 EVENTS_CSV = "events.csv"
-SERIES_COLUMNS = (
-    "loader", "rank", "first_step", "last_step", "epoch", "t_end_s", "steps", "samples", "samples_per_s",
-    "starvation_pct", "wait_p50_ms", "wait_p95_ms", "wait_p99_ms", "run_wait_p50_ms", "run_wait_p95_ms",
-    "run_wait_p99_ms", *(f"top_step_{n}{unit}" for n in range(1, TOP_STEPS + 1) for unit in ("", "_ms")),
-    "storage_read_mb_per_s", "stall", "capture",
-)
 EVENT_COLUMNS = ("loader", "rank", "kind", "epoch", "first_step", "last_step", "t_end_s", "lost_s",
                  "starvation_pct", "samples_per_s", "baseline_starvation_pct", "baseline_samples_per_s",
                  "capture")
@@ -248,18 +241,9 @@ class LoaderRecorder:
                                       "storage_read_mb_per_s": storage["storage_read_mb_per_s"]})
 
     def _row(self, figures: WindowFigures, verdict: Optional[Verdict], stall: Optional[_Stall]) -> Dict[str, Any]:
-        run = quantiles_ms(self.run_sketch)
-        row = {"loader": self.name, "rank": self.recorder.rank, "first_step": figures.first_step,
-               "last_step": figures.last_step, "epoch": figures.epoch, "t_end_s": figures.t_end_s,
-               "steps": figures.steps, "samples": figures.samples, "samples_per_s": figures.samples_per_s,
-               "starvation_pct": figures.starvation_pct, "wait_p50_ms": figures.wait_ms[0],
-               "wait_p95_ms": figures.wait_ms[1], "wait_p99_ms": figures.wait_ms[2], "run_wait_p50_ms": run[0],
-               "run_wait_p95_ms": run[1], "run_wait_p99_ms": run[2],
-               "stall": "" if verdict is None else verdict.kind,
-               "capture": "" if stall is None or stall.capture is None else stall.capture}
-        for n, (name, ms) in enumerate(top_steps(self.step_names, figures), start=1):
-            row[f"top_step_{n}"], row[f"top_step_{n}_ms"] = name, ms
-        return row
+        return {**window_row(self.name, self.recorder.rank, figures, self.step_names, self.run_sketch),
+                "stall": "" if verdict is None else verdict.kind,
+                "capture": "" if stall is None or stall.capture is None else stall.capture}
 
     def _stalled(self, verdict: Verdict, figures: WindowFigures, kept: List[BatchTimings],
                  storage_mb: Optional[float]) -> None:

@@ -14,6 +14,7 @@ from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
 from pipebench.base.csv_cells import csv_line, csv_text
 from pipebench.base.io import write_json_atomic, write_text_atomic
+from pipebench.measure.series_window import series_cell
 
 __all__ = ["CAPTURE_FOLDER", "CAPTURE_JSON", "CAPTURE_TRANSFORMS", "DEFAULT_MAX_CAPTURES", "AppendedCsv", "Captures"]
 
@@ -41,20 +42,12 @@ class AppendedCsv:
 
     def append(self, row: Mapping[str, Any]) -> None:
         """One row, its cells in the file's columns (a missing one empty)."""
-        self._write(csv_line([_cell(row.get(column)) for column in self.columns]))
+        self._write(csv_line([series_cell(row.get(column)) for column in self.columns]))
 
     def close(self) -> None:
         if self._fd is not None:
             os.close(self._fd)
             self._fd = None
-
-
-def _cell(value: Any) -> Any:
-    if value is None:
-        return ""
-    if isinstance(value, float):
-        return "" if value != value else round(value, 4)  # NaN: an empty cell
-    return value
 
 
 class Captures:

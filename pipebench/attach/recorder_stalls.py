@@ -26,7 +26,7 @@ from typing import Deque, Optional, Tuple
 import numpy as np
 from scipy.special import stdtrit
 
-from pipebench.attach.recorder_window import WindowFigures
+from pipebench.measure.series_window import WindowFigures
 
 __all__ = ["EPOCH_START", "RATE_DROP", "STARVATION_RISE", "Baseline", "StallRule", "Verdict"]
 

@@ -13,6 +13,7 @@ from pipebench.measure.distributed.multirank import measure_multirank
 from pipebench.measure.fingerprint import job_fingerprint
 from pipebench.measure.guard import job_guard
 from pipebench.measure.job_run import JobRun, job_run
+from pipebench.measure.job_series import job_series, sink_timings, write_job_series
 from pipebench.measure.meter import add_notes
 from pipebench.measure.repeats import measure_repeats
 from pipebench.record.jobs import JobResult
@@ -57,7 +58,8 @@ def _measure_job(run: JobRun, job_dir: Path) -> JobResult:
     repeats = measure_repeats(kit, meters, meters.coverage, sink)
     extra = after_window(run, job_dir)
     artifacts, traced = extra.artifacts, extra.viztrace
-    rows = transform_rows(sink, parts.instrumented.steps, [*parts.collate.steps, *kit.device_chain.steps])
+    batch_steps = [*parts.collate.steps, *kit.device_chain.steps]
+    rows = transform_rows(sink, parts.instrumented.steps, batch_steps)
     cores = usable_cores()
     # Last of the extra passes: it calls the steps alone, on threads of this process.
     kind = parts.loader.worker_kind
@@ -76,6 +78,9 @@ def _measure_job(run: JobRun, job_dir: Path) -> JobResult:
         summary.update(meter.columns())
     summary[PROCESS_CPU_COLUMN] = meters.host_load.cpu_ms_per_sample(repeats.marked_samples)
     add_notes(summary, meters)
+    passes = pass_records(repeats.window)
+    write_job_series(job_dir, job_series(job_dir.name, 0, passes, kit.plan.cycle,
+                                         [s.name for s in [*parts.instrumented.steps, *batch_steps]], sink_timings(sink)))
     return JobResult(summary, {
         **{meter.key: meter.record() for meter in meters},
         "transforms": [{**row, **(threads.columns(row["stage"], row["transform"]) if threads else {})}
@@ -83,7 +88,7 @@ def _measure_job(run: JobRun, job_dir: Path) -> JobResult:
         "thread_profile": threads.record() if threads else None,
         "workers_breakdown": worker_breakdown(sink, list(repeats.passes)),
         "consumer_report": parts.consumer.report(),
-        "passes": pass_records(repeats.window),
+        "passes": passes,
         "window": window_record(repeats.window),
         "skipped": [f._asdict() for f in repeats.skipped[:MAX_LISTED_FAILURES]],
         "artifacts": artifacts,

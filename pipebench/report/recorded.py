@@ -1,4 +1,4 @@
-"""A recorded run read back (`attach --record`): the timeline, the captures' table, each capture's report.md.
+"""A recorded run read back (`attach --record`, or a `pipebench run` folder's jobs): the timeline, the captures' table, each capture's report.md.
 
 The recorder (pipebench.attach.recorder) writes data only: series.csv, events.csv and
 capture-N/ (capture.json, transforms.csv). This module, a stage above it, renders them for
@@ -7,6 +7,10 @@ starvation over steps, a line a loader and rank, epochs and captures marked; a t
 captures with their cause (the step that grew most against the baseline); and `capture-N/report.md`,
 the diagnosis of one stall and the command to run. Files are read as CSV text, so a run killed
 mid-write reads up to its last whole row.
+
+A `pipebench run` job writes the same series.csv in its folder (pipebench.measure.job_series): a run
+folder's jobs are drawn by the same timeline, a line a job (and rank), in `job_series.png`, with each
+job's rate over the first and the second half of its windows beside it.
 """
 
 import csv
@@ -14,7 +18,7 @@ import io
 import json
 from dataclasses import dataclass, fields
 from pathlib import Path
-from typing import Any, Dict, List, Mapping, Optional, Sequence
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
@@ -22,10 +26,21 @@ from matplotlib.figure import Figure
 from pipebench.base.io import write_bytes_atomic, write_text_atomic
 from pipebench.base.tables import markdown_table
 
-__all__ = ["TIMELINE_PNG", "capture_cause", "recording_markdown", "write_recording"]
+__all__ = ["JOB_SERIES_PNG", "TIMELINE_PNG", "capture_cause", "job_series_section", "recording_markdown",
+           "write_recording"]
 
+# The recorder's and each job's file (pipebench.measure.series_window, which imports torch: this module, read by
+# `pipebench report`, does not), and the recorder's events.
 SERIES_CSV, EVENTS_CSV = "series.csv", "events.csv"
 TIMELINE_PNG = "timeline.png"
+# A run folder's jobs' timeline; `job_series-2.png` and on for the second folder of a report and on.
+JOB_SERIES_PNG = "job_series{suffix}.png"
+JOB_SERIES_GLOB = f"job-*/{SERIES_CSV}"
+JOB_SERIES_COLUMNS = ("job", "rank", "windows", "first_half_samples_per_s", "second_half_samples_per_s", "change_pct")
+RECORDED_TITLE = "The recorded run, window by window"
+RECORDED_XLABEL = "step (dotted: an epoch starts; shaded: a captured stall)"
+JOBS_TITLE = "Each job's measured steps, window by window"
+JOBS_XLABEL = "measured step, over the job's repeats (dotted: an epoch, or a repeat, starts)"
 CAPTURE_GLOB = "capture-*"
 DPI = 100
 CAPTURE_TABLE_COLUMNS = ("capture", "kind", "loader", "rank", "steps", "lost_s", "starvation_pct",
@@ -117,7 +132,8 @@ def capture_cause(capture: Capture) -> str:
     return f"{name}: {now:.2f} ms a sample{was}"
 
 
-def _timeline(series: Sequence[Mapping[str, str]], events: Sequence[Mapping[str, str]]) -> Optional[Figure]:
+def _timeline(series: Sequence[Mapping[str, str]], events: Sequence[Mapping[str, str]], title: str,
+              xlabel: str) -> Optional[Figure]:
     lines: Dict[str, List[Mapping[str, str]]] = {}
     for row in series:
         lines.setdefault(f"{row['loader'].split(',')[0]} rank {row['rank']}", []).append(row)
@@ -141,10 +157,22 @@ def _timeline(series: Sequence[Mapping[str, str]], events: Sequence[Mapping[str,
             starved.annotate(f"capture-{event['capture']}", (int(event["first_step"]), 0), fontsize=8)
     rate.set_ylabel("samples/s")
     starved.set_ylabel("starvation %")
-    starved.set_xlabel("step (dotted: an epoch starts; shaded: a captured stall)")
+    starved.set_xlabel(xlabel)
     rate.legend(fontsize=8)
-    rate.set_title("The recorded run, window by window")
+    rate.set_title(title)
     return figure
+
+
+def _draw(series: Sequence[Mapping[str, str]], events: Sequence[Mapping[str, str]], out_dir: Path, name: str,
+          title: str, xlabel: str) -> List[str]:
+    """The timeline of `series` written as `name` in out_dir; the report's lines that show it."""
+    figure = _timeline(series, events, title, xlabel)
+    if figure is None:
+        return []
+    png = io.BytesIO()
+    figure.savefig(png, format="png", dpi=DPI)
+    write_bytes_atomic(out_dir / name, png.getvalue())
+    return [f"![{title}]({name})", ""]
 
 
 def capture_report(capture: Capture, folder: Path) -> str:
@@ -185,13 +213,8 @@ def write_recording(folder: Path, out_dir: Path) -> Optional[str]:
         return None
     events = _rows(folder / EVENTS_CSV)
     found = captures(folder)
-    figure = _timeline(series, events)
-    lines = [f"## Recorded run: `{folder}`", ""]
-    if figure is not None:
-        png = io.BytesIO()
-        figure.savefig(png, format="png", dpi=DPI)
-        write_bytes_atomic(out_dir / TIMELINE_PNG, png.getvalue())
-        lines += [f"![The recorded run]({TIMELINE_PNG})", ""]
+    lines = [f"## Recorded run: `{folder}`", "", *_draw(series, events, out_dir, TIMELINE_PNG, RECORDED_TITLE,
+                                                         RECORDED_XLABEL)]
     lines.append(f"{len(series)} windows, {sum(1 for e in events if e.get('kind') == 'epoch_start')} epoch starts, "
                  f"{len(found)} captures.")
     table = []
@@ -209,7 +232,48 @@ def write_recording(folder: Path, out_dir: Path) -> Optional[str]:
     return "\n".join(lines) + "\n"
 
 
+def _rate(rows: Sequence[Mapping[str, str]]) -> Optional[float]:
+    """samples/s over `rows`' windows together (each window's span is its samples over its rate)."""
+    spans = [(_number(r.get("samples")), _number(r.get("samples_per_s"))) for r in rows]
+    spans = [(samples, samples / rate) for samples, rate in spans if samples and rate]
+    span = sum(s for _, s in spans)
+    return sum(samples for samples, _ in spans) / span if span else None
+
+
+def _halves(job: str, rows: Sequence[Mapping[str, str]]) -> Dict[str, Any]:
+    """One job's and rank's rate over the first and the second half of its windows, and the change."""
+    middle = len(rows) // 2
+    first, second = _rate(rows[:middle]), _rate(rows[middle:])
+    change = 100.0 * (second - first) / first if first and second is not None else None
+    return {"job": job, "rank": rows[0]["rank"], "windows": len(rows), "first_half_samples_per_s":
+            _fmt(first), "second_half_samples_per_s": _fmt(second), "change_pct": _fmt(change)}
+
+
+def job_series_section(folder: Path, out_dir: Path, suffix: str = "") -> Optional[str]:
+    """A run folder's jobs' series.csv (`pipebench run`) drawn as one timeline, a line a job and rank; the
+    report's section (None when no job wrote one)."""
+    # job-2 before job-10: by the name's length, then the name.
+    paths = sorted(folder.glob(JOB_SERIES_GLOB), key=lambda path: (len(path.parent.name), path.parent.name))
+    series = [row for path in paths for row in _rows(path)]
+    if not series:
+        return None
+    lines = [f"## Job series: `{folder}`", "",
+             *_draw(series, [], out_dir, JOB_SERIES_PNG.format(suffix=suffix), JOBS_TITLE, JOBS_XLABEL)]
+    by_line: Dict[Tuple[str, str], List[Mapping[str, str]]] = {}
+    for row in series:
+        by_line.setdefault((row["loader"], row["rank"]), []).append(row)
+    lines += ["samples/s over the first and the second half of each job's windows (series.csv in its folder: a "
+              "row a window of its measured steps):", "",
+              markdown_table([_halves(loader, rows) for (loader, _), rows in by_line.items()], JOB_SERIES_COLUMNS)]
+    return "\n".join(lines) + "\n"
+
+
 def recording_markdown(folders: Sequence[Path], out_dir: Path) -> Optional[str]:
-    """The recorded folders' sections, one a folder that holds series.csv."""
-    parts = [text for text in (write_recording(folder, out_dir) for folder in folders) if text]
+    """The recorded folders' sections: one a folder that holds series.csv (attach's), one a run folder
+    whose jobs wrote theirs."""
+    parts = []
+    for number, folder in enumerate(folders, start=1):
+        parts.append(write_recording(folder, out_dir))
+        parts.append(job_series_section(folder, out_dir, "" if number == 1 else f"-{number}"))
+    parts = [text for text in parts if text]
     return "\n".join(parts) if parts else None

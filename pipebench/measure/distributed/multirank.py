@@ -46,11 +46,12 @@ from pipebench.measure.distributed.ranks import (
     RankTask,
     load_timings,
 )
+from pipebench.measure.job_series import job_series, write_job_series
 from pipebench.measure.meter import add_notes
 from pipebench.measure.job_run import METER_KINDS
 from pipebench.record.figures import Summary
 from pipebench.record.jobs import JobResult
-from pipebench.measure.steps import NS_PER_MS, PassResult, StepSample, TimingSink
+from pipebench.measure.steps import NS_PER_MS, PassResult, StepSample, TimingSink, cycle_steps
 from pipebench.measure.summarize import rows_as_dicts, transform_rows
 from pipebench.measure.window import rate_interval, reused_window
 from pipebench.pipeline.timed_chain import StepName
@@ -256,6 +257,13 @@ def pooled_transforms(records: Sequence[JobResult], job_dir: Path) -> List[Dict[
     return pooled_rows(sinks, records[0].sections["step_names"])
 
 
+def rank_series(job_dir: Path, records: Sequence[JobResult], cycle: int) -> None:
+    """The job's series.csv: each rank's windows, a row a window and rank (`job_series`). A rank's saved
+    timings are one block, not a batch a step, so its rows name no top steps."""
+    write_job_series(job_dir, [row for record in records
+                               for row in job_series(job_dir.name, record.sections["rank"], record.passes, cycle)])
+
+
 def total_passes(records: Sequence[JobResult]) -> List[PassResult]:
     """The ranks' steps as one loop's: per step, every rank's samples over the ranks' mean step
     time. The ranks step together (every step ends in an all-reduce, every window end is agreed),
@@ -357,6 +365,7 @@ def measure_multirank(spec: JobSpec, job_dir: Path) -> JobResult:
     print(aggregate_line(summary), flush=True)
     summary.update(coverage.columns())
     add_notes(summary, METER_KINDS)
+    rank_series(job_dir, records, cycle_steps(spec.workers, spec.worker_kind))
     return JobResult(summary, {
         "transforms": pooled_transforms(records, job_dir),
         **rank_breakdown(records),

@@ -1,10 +1,15 @@
-"""One recorded window of one loader: its steps' sums, its waits' streaming quantiles, its steps' time a sample.
+"""One window of series.csv: its steps' sums, its waits' streaming quantiles, its steps' time a sample; its row.
+
+series.csv is one format for two writers: the flight recorder (`pipebench attach --record`, a row a
+window of a user's loop, appended as the run goes) and every `pipebench run` job (a row a window of
+its measured steps, `pipebench.measure.job_series`). Both fill a `WindowSums` and write its
+`window_row` in `SERIES_COLUMNS`, so `pipebench report` draws either with one function.
 
 A window holds no list of its steps: the data wait and the step are summed, the waits go into a
-DDSketch, and the per-transform timings that ride back from the workers (`watch_chain.Riding`) are
-summed by column. Only a bounded number of batches' raw timings are kept (KEPT_BATCHES), which a
-stall's capture turns into its transform rows. So a window costs the same memory at 10 steps or at
-a million, and a run's whole-run quantiles are the windows' sketches merged.
+DDSketch, and the per-transform timings (riding back from the workers, `watch_chain.Riding`, or a
+job's `TimingSink`) are summed by column. Only a bounded number of batches' raw timings are kept
+(KEPT_BATCHES), which a stall's capture turns into its transform rows. So a window costs the same
+memory at 10 steps or at a million, and a run's whole-run quantiles are the windows' sketches merged.
 
 Why DDSketch (the `ddsketch` package, DataDog's): its quantiles carry a *relative*-error guarantee
 (1% here), which holds in the tail a stall lives in (p99 of a wait that jumps from 2 ms to 5 s);
@@ -14,15 +19,15 @@ so the memory bound is the sketch's own (SKETCH_BIN_LIMIT), not a promise of thi
 """
 
 from dataclasses import dataclass
-from typing import List, Optional, Sequence, Tuple
+from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 from ddsketch import LogCollapsingLowestDenseDDSketch
 
 from pipebench.measure.steps import NS_PER_MS, NS_PER_S
 
-__all__ = ["KEPT_BATCHES", "SKETCH_BIN_LIMIT", "SKETCH_RELATIVE_ACCURACY", "TOP_STEPS", "WindowFigures",
-           "WindowSums", "new_sketch", "quantiles_ms"]
+__all__ = ["KEPT_BATCHES", "SERIES_COLUMNS", "SERIES_CSV", "SKETCH_BIN_LIMIT", "SKETCH_RELATIVE_ACCURACY", "TOP_STEPS",
+           "WindowFigures", "WindowSums", "new_sketch", "quantiles_ms", "series_cell", "top_steps", "window_row"]
 
 # A quantile is within 1% of the true value: finer than the run-to-run noise of a data wait.
 SKETCH_RELATIVE_ACCURACY = 0.01
@@ -34,6 +39,15 @@ SKETCH_BIN_LIMIT = 2048
 QUANTILES = (0.50, 0.95, 0.99)
 # The chain's costliest steps named in each row of series.csv, with their ms a sample.
 TOP_STEPS = 3
+SERIES_CSV = "series.csv"
+# A row a window of one loader (or job) on one rank. The recorder alone fills the last three: what the
+# process tree read from storage, and the stall the window was part of with its capture.
+SERIES_COLUMNS = (
+    "loader", "rank", "first_step", "last_step", "epoch", "t_end_s", "steps", "samples", "samples_per_s",
+    "starvation_pct", "wait_p50_ms", "wait_p95_ms", "wait_p99_ms", "run_wait_p50_ms", "run_wait_p95_ms",
+    "run_wait_p99_ms", *(f"top_step_{n}{unit}" for n in range(1, TOP_STEPS + 1) for unit in ("", "_ms")),
+    "storage_read_mb_per_s", "stall", "capture",
+)
 # Raw timings kept a window for a capture's transform rows: 256 batches of a chain's ~6 columns at
 # batch 256 is ~3 MiB at most, and enough samples for a step's median.
 KEPT_BATCHES = 256
@@ -143,3 +157,27 @@ def top_steps(names: Sequence[str], figures: WindowFigures, count: int = TOP_STE
     if figures.collate_ms:
         costs.append((names[-1] if len(names) > len(figures.column_ms) else "collate", figures.collate_ms))
     return sorted(costs, key=lambda item: -item[1])[:count]
+
+
+def window_row(loader: str, rank: int, figures: WindowFigures, step_names: Sequence[str],
+               run_sketch: LogCollapsingLowestDenseDDSketch) -> Dict[str, Any]:
+    """A closed window's cells of series.csv, but for what the recorder alone writes (storage, stall,
+    capture): `run_sketch` holds every wait up to this window's end, whence the run_wait_* quantiles."""
+    run = quantiles_ms(run_sketch)
+    row = {"loader": loader, "rank": rank, "first_step": figures.first_step, "last_step": figures.last_step,
+           "epoch": figures.epoch, "t_end_s": figures.t_end_s, "steps": figures.steps, "samples": figures.samples,
+           "samples_per_s": figures.samples_per_s, "starvation_pct": figures.starvation_pct,
+           "wait_p50_ms": figures.wait_ms[0], "wait_p95_ms": figures.wait_ms[1], "wait_p99_ms": figures.wait_ms[2],
+           "run_wait_p50_ms": run[0], "run_wait_p95_ms": run[1], "run_wait_p99_ms": run[2]}
+    for n, (name, ms) in enumerate(top_steps(step_names, figures), start=1):
+        row[f"top_step_{n}"], row[f"top_step_{n}_ms"] = name, ms
+    return row
+
+
+def series_cell(value: Any) -> Any:
+    """A series.csv cell: empty for None or NaN (a window with nothing to say), a float to 4 decimals."""
+    if value is None:
+        return ""
+    if isinstance(value, float):
+        return "" if value != value else round(value, 4)
+    return value

@@ -1,0 +1,100 @@
+"""A `pipebench run` job's series.csv: its measured steps cut into windows, a row a window, as attach's recorder writes.
+
+A job already keeps every measured step (result.json's `passes`: each step's samples, wait, step time
+and loader epoch) and every step's per-transform timings (the `TimingSink`, a batch a step in step
+order). This module reads them once the repeats are over, so the measured loop does no more work: it
+cuts them into windows of whole worker cycles (`series_window_steps`) and fills each window as the
+recorder fills one (`series_window.WindowSums`), so a job's file has the recorder's columns
+(`SERIES_COLUMNS`) and `pipebench report` draws both with one function.
+
+Steps are numbered from 1 over the job's repeats in order, and a window never spans an epoch's end:
+each repeat iterates the loader afresh, so its first step starts an epoch too, and `epoch` counts the
+job's epochs from 1 over its repeats. `t_end_s` is the measured seconds up to the window's end (the
+steps' own time: the warm-up and the time between repeats are not in it).
+"""
+
+from pathlib import Path
+from typing import Any, Dict, List, Mapping, Optional, Sequence
+
+import numpy as np
+
+from pipebench.base.csv_cells import csv_text
+from pipebench.base.errors import error_line, warn
+from pipebench.base.io import write_text_atomic
+from pipebench.measure.series_window import SERIES_COLUMNS, SERIES_CSV, WindowSums, new_sketch, series_cell, window_row
+from pipebench.measure.steps import NS_PER_MS, TimingSink
+
+__all__ = ["SERIES_WINDOWS_A_PASS", "job_series", "series_window_steps", "sink_timings", "write_job_series"]
+
+# A pass cut into about 20 windows: points enough to see a rate fall across it, each window still
+# several steps of a default job (a 5 s window of a few hundred steps). A window is rounded up to whole
+# worker cycles (at least one), so a starved loop's steps, which repeat with the cycle, give each
+# window the same phases.
+SERIES_WINDOWS_A_PASS = 20
+
+
+def series_window_steps(pass_steps: int, cycle: int) -> int:
+    """Steps a window of a pass of `pass_steps` steps: whole cycles of `cycle` steps, about
+    SERIES_WINDOWS_A_PASS windows a pass, at least one cycle."""
+    cycle = max(cycle, 1)
+    cycles = -(-pass_steps // (SERIES_WINDOWS_A_PASS * cycle))
+    return max(cycles, 1) * cycle
+
+
+def sink_timings(sink: TimingSink) -> List[np.ndarray]:
+    """Each measured step's per-transform ns as [samples, sample steps + batch steps]: a batch step's
+    time shared among the batch's samples, so a column's sum over a window is its time there."""
+    timings = []
+    for sample_ns, batch_ns in zip(sink.sample_ns, sink.batch_ns):
+        samples = len(sample_ns)
+        shares = np.broadcast_to(np.asarray(batch_ns, dtype=float) / max(samples, 1), (samples, len(batch_ns)))
+        timings.append(np.hstack([np.asarray(sample_ns, dtype=float).reshape(samples, -1), shares]))
+    return timings
+
+
+def job_series(loader: str, rank: int, passes: Sequence[Mapping[str, Any]], cycle: int,
+               step_names: Sequence[str] = (), timings: Optional[Sequence[np.ndarray]] = None) -> List[Dict[str, Any]]:
+    """series.csv's rows of one job (or rank) named `loader`: its passes' per-step lists (result.json's
+    `passes`) in windows of `series_window_steps`, cut at each epoch's end. `timings` (`sink_timings`,
+    a step each over the passes in order, columns `step_names`) give each row its top steps; without
+    them, or where their count is not the steps', the top-step cells stay empty."""
+    total = sum(len(one["step_ms"]) for one in passes)
+    timed = timings is not None and len(timings) == total
+    rows: List[Dict[str, Any]] = []
+    run_sketch = new_sketch()
+    step_number, epoch, t_ms = 0, 0, 0.0
+
+    def close(window: WindowSums) -> None:
+        if window.steps:
+            run_sketch.merge(window.sketch)
+            rows.append(window_row(loader, rank, window.figures(epoch, t_ms / 1000.0), step_names, run_sketch))
+
+    for one in passes:
+        size = series_window_steps(len(one["step_ms"]), cycle)
+        # The GPU's own idle time waiting for data, where the job ran on the GPU's clock (run.sync=async).
+        waits = one.get("gpu_idle_data_ms") or one["wait_ms"]
+        window, last_epoch = WindowSums(step_number + 1, 0), None
+        for samples, wait_ms, step_ms, loader_epoch in zip(one["samples"], waits, one["step_ms"], one["epoch"]):
+            if loader_epoch != last_epoch or window.steps >= size:
+                close(window)
+                window = WindowSums(step_number + 1, 0)
+                if loader_epoch != last_epoch:
+                    epoch, last_epoch = epoch + 1, loader_epoch
+            step_number += 1
+            t_ms += step_ms
+            window.step(step_number, round(wait_ms * NS_PER_MS), round((step_ms - wait_ms) * NS_PER_MS), samples)
+            if timed:
+                window.timings((timings[step_number - 1], None, 0, 0))
+        close(window)
+    return rows
+
+
+def write_job_series(job_dir: Path, rows: Sequence[Mapping[str, Any]]) -> None:
+    """series.csv in the job's folder, written whole (the job is over: nothing is appended after). A
+    file it cannot write is one warning line, never the job's end: result.json, written next, holds
+    every figure the series shows."""
+    cells = [{column: series_cell(row.get(column)) for column in SERIES_COLUMNS} for row in rows]
+    try:
+        write_text_atomic(job_dir / SERIES_CSV, csv_text(cells, SERIES_COLUMNS))
+    except OSError as exc:
+        warn(f"series.csv not written: {error_line(exc)}")
