@@ -109,7 +109,7 @@ def test_a_run_job_writes_its_series_and_the_run_report_draws_it(tmp_path):
     result = run_cli(["run", *FAST_JOB, *NO_CHAIN, "results_dir=out"], cwd=tmp_path)
     assert result.returncode == 0, result.stderr
     folder = tmp_path / results_folder(result.stdout)
-    with open(folder / "job-1" / SERIES_CSV, newline="") as f:
+    with open(folder / "job-0" / SERIES_CSV, newline="") as f:  # Hydra numbers a sweep's jobs from 0
         reader = csv.DictReader(f)
         rows = list(reader)
     assert tuple(reader.fieldnames) == SERIES_COLUMNS and rows
