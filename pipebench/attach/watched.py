@@ -44,8 +44,10 @@ JOB_FOLDER = "job-{num}"
 class WatchResult:
     """One watched loader's figures: rates over the steady steps (interval: batch means over whole cycles;
     NaN bounds where there is none, `record`'s ci_note says why), starvation = Σ wait / Σ (wait + step),
-    the run's first batch, and `record`, its result.json. `name`: what tells it apart from the other
-    loaders of its run (its creation site alone when nothing else is needed)."""
+    `au_pct`, MLPerf Storage's accelerator utilisation over every measured step (`summarize.au_pct`: the
+    run's first batch and the warm-up steps left out), the run's first batch, and `record`, its
+    result.json. `name`: what tells it apart from the other loaders of its run (its creation site alone
+    when nothing else is needed)."""
 
     name: str
     dataset_class: str
@@ -56,6 +58,7 @@ class WatchResult:
     batches_per_s: float
     batches_per_s_ci: tuple
     starvation_pct: float
+    au_pct: float
     first_batch_s: float
     record: JobResult = field(repr=False)
     # With replay: the step's mean with the loader out of the way, and the speed-up a perfect
@@ -101,7 +104,7 @@ def watch_result(watch: LoaderWatch, job_num: int = 0) -> Optional[WatchResult]:
                        samples_per_s_ci=(row.samples_per_s_ci_low, row.samples_per_s_ci_high),
                        batches_per_s=extra["batches_per_s"],
                        batches_per_s_ci=(extra["batches_per_s_ci_low"], extra["batches_per_s_ci_high"]),
-                       starvation_pct=row.starvation_pct, first_batch_s=row.first_batch_s, record=record,
+                       starvation_pct=row.starvation_pct, au_pct=row.au_pct, first_batch_s=row.first_batch_s, record=record,
                        replay_step_ms=extra.get("replay_step_ms"), headroom_x=extra.get("headroom_x"))
 
 
@@ -214,5 +217,5 @@ def summary_line(result: WatchResult) -> Dict[str, Any]:
     return {"loader": result.name, "dataset": result.dataset_class, "workers": result.workers,
             "steps": result.steps_measured, "samples_per_s": f"{result.samples_per_s:.1f}{interval}",
             "batches_per_s": f"{result.batches_per_s:.2f}", "starvation_pct": f"{result.starvation_pct:.1f}",
-            "first_batch_s": f"{result.first_batch_s:.3f}",
+            "au_pct": f"{result.au_pct:.1f}", "first_batch_s": f"{result.first_batch_s:.3f}",
             "headroom_x": "" if result.headroom_x is None else f"{result.headroom_x:.2f}"}

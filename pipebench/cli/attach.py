@@ -40,7 +40,7 @@ UNCAUGHT_EXIT_STATUS = 1
 # Where a run's folder goes when --out does not say: one folder a run, named by its start time.
 DEFAULT_OUT = "results/attach"
 SUMMARY_TABLE_COLUMNS = ("loader", "dataset", "workers", "steps", "samples_per_s", "batches_per_s",
-                         "starvation_pct", "first_batch_s", "headroom_x")
+                         "starvation_pct", "au_pct", "first_batch_s", "headroom_x")
 
 
 def parse_command(words: Sequence[str]) -> Tuple[str, str, List[str]]:

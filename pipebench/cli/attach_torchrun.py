@@ -44,7 +44,7 @@ MODULE_FLAGS = ("-m", "--module")
 # The signals a user sends to stop a run; the rest keep their default (SIGKILL can't be caught:
 # the lifeline takes torchrun down then).
 FORWARDED_SIGNALS = (signal.SIGINT, signal.SIGTERM)
-RANK_TABLE_COLUMNS = ("rank", "samples_per_s", "starvation_pct", "wait_ms_median", "busy_ms_mean",
+RANK_TABLE_COLUMNS = ("rank", "samples_per_s", "starvation_pct", "au_pct", "wait_ms_median", "busy_ms_mean",
                       "collective_ms_mean", "steps")
 
 
@@ -151,7 +151,7 @@ def attach_torchrun(command: TorchrunCommand, window: WatchWindow, folder: Path,
         loader = record["config"]["loader"]
         print(f"loader {loader['site']} ({loader['dataset_class']}), {len(record['ranks'])} ranks:")
         print(markdown_table(record["ranks"], RANK_TABLE_COLUMNS))
-        print(aggregate_line(record["summary"]))
+        print(f"{aggregate_line(record['summary'])}, AU {record.summary.au_pct:.1f}% (the least rank's)")
     print(f"each rank's own results: {ranks_dir}")
     print(f"results: {folder}  (pipebench report {folder})")
     return status
