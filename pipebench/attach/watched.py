@@ -104,8 +104,8 @@ def watch_result(watch: LoaderWatch, job_num: int = 0) -> Optional[WatchResult]:
                        samples_per_s_ci=(row.samples_per_s_ci_low, row.samples_per_s_ci_high),
                        batches_per_s=extra["batches_per_s"],
                        batches_per_s_ci=(extra["batches_per_s_ci_low"], extra["batches_per_s_ci_high"]),
-                       starvation_pct=row.starvation_pct, au_pct=row.au_pct, first_batch_s=row.first_batch_s, record=record,
-                       replay_step_ms=extra.get("replay_step_ms"), headroom_x=extra.get("headroom_x"))
+                       starvation_pct=row.starvation_pct, au_pct=row.au_pct, first_batch_s=row.first_batch_s,
+                       record=record, replay_step_ms=extra.get("replay_step_ms"), headroom_x=extra.get("headroom_x"))
 
 
 def save_results(folder: "str | Path", results: Sequence[WatchResult]) -> Path:
