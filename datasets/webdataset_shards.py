@@ -29,6 +29,7 @@ from __future__ import annotations
 import io
 import re
 import tarfile
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Dict, Iterable, Iterator, List, Optional, Sequence, Tuple, Union
@@ -284,10 +285,15 @@ def _image_ext(path: str) -> str:
 def write_shards(samples: Iterable[Tuple[str, bytes, int]], out: Path, shard_size: int,
                  progress: Callable[[int], None] = lambda done: None) -> List[str]:
     """Write `(source path, encoded image, label)` samples as `key.<ext>` + `key.cls` into shards of
-    `shard_size` samples under `out`, with webdataset's ShardWriter; returns the shards written."""
+    `shard_size` samples under `out`, with webdataset's ShardWriter; returns the shards written.
+
+    Every member's mtime is the write's start in whole seconds: ShardWriter's default, a float
+    `time.time()`, does not fit a ustar header, so tarfile writes a PAX header before each member,
+    which every reader then parses in Python (docs/formats.md, "Side by side")."""
     wds = _wds()
     written: List[str] = []
-    with wds.ShardWriter(str(out / SHARD_PATTERN), maxcount=shard_size, verbose=0, post=written.append) as sink:
+    with wds.ShardWriter(str(out / SHARD_PATTERN), maxcount=shard_size, verbose=0, post=written.append,
+                         mtime=int(time.time())) as sink:
         for number, (path, data, label) in enumerate(samples):
             sink.write({"__key__": f"{number:08d}", _image_ext(path): data, "cls": str(label).encode()})
             progress(number + 1)
