@@ -168,16 +168,16 @@ def test_workers_past_the_cores_knee_are_not_raced_but_one_count_past_it_is():
 
 def test_the_budget_keeps_the_points_the_model_ranks_best_and_says_why_for_the_rest():
     points = grid(_dims(chains=("sleepy",), workers=(1, 2, 4, 8, 16)))
-    kept, cut = fit_budget(points, {"sleepy": SLEEPY}, room=4)
+    kept, cut = fit_budget(points, {"sleepy": SLEEPY}, 40.0, lambda p: 10.0)
     assert [p.workers for p in kept] == [2, 4, 8, 16] and [d.point.workers for d in cut] == [1]
-    assert cut[0].reason == ("one round of the budget fits 4 points, the model's best: the model predicts 100 "
-                             "samples/s, below the last kept, sleepy-w2-dataloader-pf2-b32 (200)")
+    assert cut[0].reason == ("one round of the budget fits 4 points, the model's best, at their workers' cost: the "
+                             "model predicts 100 samples/s, below the last kept, sleepy-w2-dataloader-pf2-b32 (200)")
     assert {d.rule for d in cut} == {PAST_THE_BUDGET}
     # However little is left, the race gets the model's top MIN_RACED_POINTS.
-    kept, cut = fit_budget(points, {"sleepy": SLEEPY}, room=0)
+    kept, cut = fit_budget(points, {"sleepy": SLEEPY}, 0.0, lambda p: 10.0)
     assert [p.workers for p in kept] == [4, 8, 16] and len(kept) == MIN_RACED_POINTS >= 3
     # Points the model cannot rank apart: the cut says so, and keeps fewer workers first.
-    kept, cut = fit_budget(grid(_dims(workers=(2, 4, 8, 16))), {"busy": BUSY}, room=3)
+    kept, cut = fit_budget(grid(_dims(workers=(2, 4, 8, 16))), {"busy": BUSY}, 30.0, lambda p: 10.0)
     assert [p.workers for p in kept] == [2, 4, 8] and cut[0].reason.endswith(
         "the model predicts it level with the last kept, busy-w8-dataloader-pf2-b32 (200 samples/s each), and "
         "keeps the fewer workers first")

@@ -15,7 +15,9 @@ which prints the one line. A job that fails does not end the sweep unless
 `run.on_job_error=stop`: a job killed by a signal gets one line naming the job, the signal and
 its usual cause, and when the sweep ends `SweepIncomplete` lists every job that did not finish.
 pipebench launches a sweep as one batch; under `hydra.sweeper.max_batch_size` a batch with a
-failure ends the sweep.
+failure ends the sweep. With a `deadline` (a time on `time.monotonic`'s clock, which tune's stages
+set), no job starts once it has passed: the one running finishes, and the jobs left out are named in
+one line, as a sweep that was told when to stop, not one that failed.
 """
 
 import logging
@@ -23,8 +25,9 @@ import os
 import pickle
 import signal
 import sys
+import time
 from pathlib import Path
-from typing import List, Optional, Sequence, Tuple
+from typing import Callable, List, Optional, Sequence, Tuple
 
 from hydra.core.config_store import ConfigStore
 from hydra.core.singleton import Singleton
@@ -96,8 +99,12 @@ def failure_reason(status: int, job_dir: Path) -> Tuple[str, bool]:
 
 
 class SubprocessLauncher(Launcher):
-    def __init__(self, python: Optional[str] = None, ahead: Optional[List[int]] = None) -> None:
+    def __init__(self, python: Optional[str] = None, ahead: Optional[List[int]] = None,
+                 deadline: Optional[float] = None, clock: Callable[[], float] = time.monotonic) -> None:
         self.python = python or sys.executable
+        # No job starts once `clock()` has passed it (module doc); None: no deadline.
+        self.deadline = deadline
+        self.clock = clock
         # The job process `pipebench run` started before its own imports (pipebench.measure.job_spawn):
         # the first job to run takes it, and the sweep's later jobs run from it too.
         self.ahead = list(ahead) if ahead else None
@@ -134,6 +141,7 @@ class SubprocessLauncher(Launcher):
         runs: List[JobReturn] = []
         failures: List[JobFailure] = []
         not_run: List[str] = []
+        past_deadline: List[str] = []
         stop_at_first = False
         target_met = False
         for offset, overrides in enumerate(job_overrides):
@@ -152,6 +160,9 @@ class SubprocessLauncher(Launcher):
             job_dir = sweep_dir / str(sweep_config.hydra.sweep.subdir)
             # A resumed sweep (pipebench.record.resume) skips the jobs an interrupted run already finished.
             done = job_already_done(job_dir, list(sweep_config.hydra.overrides.task), sweep_config)
+            if not done and self.deadline is not None and self.clock() >= self.deadline:
+                past_deadline.append(job)  # not a failure: the sweep was told when to stop
+                continue
             print(f"[job {number}] {names}{' (already done, skipped)' if done else ''}", flush=True)
             if not done:  # no write of this job's (Hydra's own in-place ones included) goes through a link
                 drop_links(job_dir)
@@ -175,6 +186,9 @@ class SubprocessLauncher(Launcher):
                     print(f"[job {number}] accel_util_pct {reached:.1f}% reached run.target_accel_util_pct={target:g}: "
                           f"stopping the sweep ({left} job{'s' if left != 1 else ''} not run; run.stop_at_target)",
                           flush=True)
+        if past_deadline:
+            print(f"pipebench: the sweep's deadline passed: {len(past_deadline)} job(s) not started: "
+                  f"{'; '.join(past_deadline)}", flush=True)
         if failures:
             raise SweepIncomplete(tuple(failures), tuple(not_run), total)
         return runs

@@ -45,6 +45,9 @@ class SubprocessLauncherConf:
     # [pid, stdin, status] of the job process `pipebench run` or `explore` started ahead of its first job
     # (pipebench.measure.job_spawn); set by the command itself, never by a user.
     ahead: Optional[List[int]] = None
+    # The time (time.monotonic's clock) past which the launcher starts no job; set by tune's stages
+    # (pipebench.sweep.launch.Into), never by a user.
+    deadline: Optional[float] = None
 
 
 def register_launcher_config(store: ConfigStore) -> None:

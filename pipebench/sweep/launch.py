@@ -67,11 +67,13 @@ HYDRA_RAISES = "HYDRA_FULL_ERROR"
 class Into:
     """A folder another verb has made and locked for its sweep, so it is never resumed: `epilogue`
     prints the verb's own table after the report (explore's); a `stage` (one of tune's or
-    storage-check's parts) writes no report and prints no `results:` line, since its verb reports."""
+    storage-check's parts) writes no report and prints no `results:` line, since its verb reports;
+    past a `deadline` (time.monotonic's clock) the launcher starts no more of its jobs (tune's budget)."""
 
     folder: Path
     epilogue: Optional[Callable[[Path], None]] = None
     stage: bool = False
+    deadline: Optional[float] = None
 
 
 @dataclass(frozen=True)
@@ -162,6 +164,7 @@ def _run_sweep(sweep: _Sweep, into: Into, ahead: Optional[JobProcess]) -> int:
         ahead = None
         _calibrate(invocation_dir)
     handed = [] if ahead is None else [f"hydra.launcher.ahead=[{ahead.pid},{ahead.stdin_fd},{ahead.status_fd}]"]
+    handed += [] if into.deadline is None else [f"hydra.launcher.deadline={into.deadline!r}"]
     sys.argv = ["pipebench", "--multirun", *sweep.swept, CLEAR_SWEEPER_PARAMS,
                 f"hydra.sweep.dir={quote(str(invocation_dir))}", *handed]
     status = 0

@@ -33,7 +33,7 @@ from pipebench.model.judging import DEFAULT_THRESHOLD
 from pipebench.report.plots import DPI, FIGURE_SIZE
 from pipebench.tune.chain_code import chain_code
 from pipebench.tune.objective import Objective, Round, cpu_ms, pss_mb, rate_spread, starvation
-from pipebench.tune.race import RaceOutcome
+from pipebench.tune.race import FAILED, UNRUN, RaceOutcome
 from pipebench.tune.recommend import Recommendation
 from pipebench.tune.space import Dropped, Point
 
@@ -236,10 +236,12 @@ def tune_markdown(folder: Path, tuned: Tuned, rows: Sequence[Mapping[str, object
     if tuned.probe:
         lines += ["## chains (explore's variants at workers=0, the cost model's probe)", ""]
         lines += [f"- {chain}: {verdict}" for chain, verdict in tuned.probe_verdicts.items()] + [""]
-    failed = sum(n not in tuned.race.rounds for n in tuned.race.out)
-    raced = len(tuned.race.rounds) + failed
+    unmeasured = Counter(why for n, (_, why) in tuned.race.out.items() if n not in tuned.race.rounds)
+    raced = len(tuned.race.rounds) + sum(unmeasured.values())
+    never = [f"{unmeasured[FAILED]} never measured: their jobs failed twice"] * bool(unmeasured[FAILED]) + \
+        [f"{unmeasured[UNRUN]} never measured: the budget was spent before their jobs ran"] * bool(unmeasured[UNRUN])
     lines += [f"## the space: {raced + len(tuned.pruned)} points, {len(tuned.pruned)} pruned by the model, "
-              f"{raced} raced" + (f" ({failed} never measured: their jobs failed twice)" if failed else ""), ""]
+              f"{raced} raced" + (f" ({'; '.join(never)})" if never else ""), ""]
     if tuned.pruned:
         lines += [markdown_table(_grouped(tuned.pruned), ["rule", "points", "for example"]).rstrip(), "",
                   f"every pruned point and its reason: {TUNE_CSV}", ""]

@@ -7,7 +7,11 @@ rounds, the paired significance test from MIN_SAMPLES rounds on); the others lea
 more rounds, each `Schedule.growth` times longer than the stage before, until one point is left
 (the winner is resolved), the last stage has run (the survivors were not told apart: whether they
 are shown alike is the recommendation's to say, `pipebench.tune.recommend`), or the next stage would
-not fit the budget (the survivors are named as they stand). A point whose every job in a stage
+not fit the budget (the survivors are named as they stand). Whether a stage fits is priced per
+point (`job_cost`: its workers' start-ups, `pipebench.tune.job_cost`), scaled by what the last stage
+measured against that price. The stage's sweep itself stops launching jobs at the deadline (the
+launcher's `deadline`): a stage cut there is judged on the rounds it has, and a point it never
+reached leaves as UNRUN, not FAILED, and is not run again. A point whose every job in a stage
 failed runs once more in that stage before it leaves (FAILED), and a race that ends with one point
 because the others failed says so rather than "resolved".
 
@@ -32,6 +36,10 @@ LAST_STAGE = "the last stage has run: the points left were not told apart"
 BUDGET = "the budget is spent: the points left are those the race had not yet told apart"
 NOTHING_MEETS = "nothing meets the objective"
 NOTHING_MEASURED = "no point was measured: every job failed"
+NOTHING_RUN = "no point was measured: the budget was spent before the race's first job"
+# A point whose jobs the stage's sweep never started: the tune's deadline had passed (the sweep names
+# the jobs it left out). Not a failure, so never run again.
+UNRUN = "the budget was spent before its jobs ran (the sweep's line above names them)"
 # A point whose every job failed, run again once in the same stage: a job can end without a result for
 # a cause outside the point (a crash from a package edited under a running sweep, a process killed by
 # another's hand), and a point lost that way in stage 1 left the race "resolved" with the true answer
@@ -91,7 +99,7 @@ class RaceOutcome:
     # name -> (stage it left at, why)
     out: Mapping[str, Tuple[int, str]]
     stop: str
-    # Seconds a job of the last stage took (what a later stage of that length would cost a job).
+    # Seconds a job of the last stage took on average (what a later job of that length would cost).
     job_s: float = field(default=0.0)
 
 
@@ -138,32 +146,49 @@ def _all_at_once(entrants: Sequence[str]) -> Propose:
 
 def run_race(entrants: Sequence[str], workers: Mapping[str, int], measure: Measure, objective: Objective,
              schedule: Schedule, deadline: float, clock: Callable[[], float] = time.monotonic,
-             reserve_jobs: int = 0, propose: Optional[Propose] = None) -> RaceOutcome:
+             reserve_jobs: int = 0, propose: Optional[Propose] = None,
+             job_cost: Optional[Mapping[str, float]] = None) -> RaceOutcome:
     """Race `entrants` (module doc) until resolved, the last stage, or `deadline` (on `clock`) less
-    room for `reserve_jobs` jobs of the last stage's length (tune's verification)."""
+    room for `reserve_jobs` jobs of the last stage's length (tune's verification). `job_cost`: each
+    point's stage-1 job seconds as first estimated (`schedule.job_s` for a point it leaves out)."""
     rounds: Dict[str, List[Round]] = {}
     stages: List[StageLog] = []
     out: Dict[str, Tuple[int, str]] = {}
     propose = propose or _all_at_once(entrants)
     job_s = schedule.job_s
+    # What the last stage measured against the estimate (1: none measured yet).
+    scale = 1.0
+    late = False
     verdict: Optional[Verdict] = None
 
+    def estimate(name: str, number: int) -> float:
+        """A job's seconds at stage `number` as estimated before any is measured."""
+        first = (job_cost or {}).get(name, schedule.job_s)
+        return first + schedule.round_s * (schedule.length(number) - 1)
+
     def run_stage(number: int, names: Sequence[str]) -> None:
-        nonlocal job_s, verdict
+        nonlocal job_s, scale, late, verdict
         started = clock()
         first = measure(names, schedule.rounds_per_stage, schedule.length(number))
+        late = clock() >= deadline
         failed = [n for n in names if not first.get(n)]
-        # Once more (FAILED), as a call of its own: its rounds pair with none of the first call's.
-        again = measure(failed, schedule.rounds_per_stage, schedule.length(number)) if failed else {}
+        # Once more (FAILED), as a call of its own: its rounds pair with none of the first call's;
+        # not past the deadline, where the sweep left them out (UNRUN).
+        again = measure(failed, schedule.rounds_per_stage, schedule.length(number)) if failed and not late else {}
+        late = clock() >= deadline
         for call, found in enumerate((first, again)):
             for name in names:
                 rounds.setdefault(name, []).extend({**r, ROUND_ID: (len(stages), call, i)}
                                                    for i, r in enumerate(found.get(name) or ()))
         seconds = clock() - started
-        job_s = seconds / max(1, (len(names) + len(failed)) * schedule.rounds_per_stage)
+        ran = {n: len(first.get(n) or ()) + len(again.get(n) or ()) for n in names}
+        expected = sum(estimate(n, number) * count for n, count in ran.items())
+        if expected > 0:
+            scale = seconds / expected
+            job_s = seconds / sum(ran.values())
         for name in names:
             if not rounds.get(name):
-                out[name] = (number, FAILED)
+                out[name] = (number, UNRUN if late and name in failed else FAILED)
         measured = {n: rounds[n] for n in rounds if n not in out and rounds[n]}
         if not measured:
             verdict = None
@@ -172,33 +197,38 @@ def run_race(entrants: Sequence[str], workers: Mapping[str, int], measure: Measu
         out.update({n: (number, why) for n, why in verdict.out.items()})
         stages.append(StageLog(number, schedule.length(number), tuple(names), verdict, seconds))
 
-    def fits(number: int, count: int) -> bool:
-        grown = job_s + schedule.round_s * (schedule.length(number) - schedule.length(max(1, number - 1)))
-        return clock() + grown * (count * schedule.rounds_per_stage + reserve_jobs) <= deadline
+    def fits(number: int, names: Sequence[str]) -> bool:
+        """Stage `number` of `names` and the reserve, at the estimate scaled by the last stage's measure."""
+        jobs = [estimate(n, number) for n in names]
+        reserve = reserve_jobs * max(jobs, default=schedule.job_s)
+        return not late and clock() + scale * (sum(jobs) * schedule.rounds_per_stage + reserve) <= deadline
 
     stop = LAST_STAGE
     batch = list(propose(rounds, None))
     while batch:  # stage 1, in one batch or several; a later batch races beside the best so far
         reference = [verdict.best] if verdict is not None and verdict.best not in batch else []
-        if stages and not fits(1, len(batch) + len(reference)):
+        if stages and not fits(1, [*reference, *batch]):
             stop = BUDGET
             break
         run_stage(1, [*reference, *batch])
-        if verdict is None:
+        if verdict is None or late:
+            stop = BUDGET if late else stop
             break
         batch = [n for n in propose(rounds, verdict.best) if n not in rounds]
     for number in range(2, schedule.max_stages + 1):
         if verdict is None or len(verdict.kept) <= 1 or stop == BUDGET:
             break
-        if not fits(number, len(verdict.kept)):
+        if not fits(number, verdict.kept):
             stop = BUDGET
             break
         run_stage(number, verdict.kept)
     if verdict is None:
-        return RaceOutcome(tuple(stages), {}, (), out, NOTHING_MEASURED, job_s)
+        return RaceOutcome(tuple(stages), {}, (), out, NOTHING_RUN if late else NOTHING_MEASURED, job_s)
     failures = sum(why == FAILED for _, why in out.values())
     if any(why.startswith(NOTHING_MEETS) for why in verdict.out.values()):
         stop = NOTHING_MEETS
+    elif late:
+        stop = BUDGET
     elif len(verdict.kept) == 1:
         stop = RESOLVED_AMONG_MEASURED.format(failures) if failures else RESOLVED
     return RaceOutcome(tuple(stages), {n: tuple(r) for n, r in rounds.items() if r}, verdict.kept, out, stop, job_s)

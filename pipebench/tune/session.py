@@ -8,11 +8,14 @@ interleaved rounds):
    explore's winners among the chains; a chain whose probe crashed is a warning, first in the output;
 2. the space (`pipebench.tune.space`): the worker ladder up to where the model puts the knee
    (unless tune.workers names it), pruned by the model, each dropped point with its reason, then
-   cut to what one round of the budget fits (never under MIN_RACED_POINTS);
+   cut to what one round of the budget fits, each point at its own job's cost (its workers' start-ups,
+   `pipebench.tune.job_cost`; never under MIN_RACED_POINTS);
 3. `race-N/`: the race (`pipebench.tune.race`), stage by stage;
 4. the recommendation (`pipebench.tune.recommend`), and `verify/`: it against the current
    settings, interleaved, with compare's verdict.
 Then tune.csv, best.yaml, tune.md and tune.png (`pipebench.tune.files`), and `results: <folder>`.
+The race's and the verification's sweeps start no job past the budget's deadline (`Into.deadline`),
+so a tune overruns its budget by at most the job running then.
 The plan is kept in tune.json as it is decided, so the same command resumes an interrupted tune
 (`pipebench.tune.state`), measuring only the trials it had not finished.
 """
@@ -50,6 +53,7 @@ from pipebench.sweep.expand import expand_sweep, import_from_cwd, refuse_hydra_d
 from pipebench.sweep.launch import Into, run_command
 from pipebench.tune.chains import PROBE_FAILED, ChainSet, probed_chains, winning_chains
 from pipebench.tune.files import Tuned, write_tune
+from pipebench.tune.job_cost import job_seconds
 from pipebench.tune.objective import Objective, pss_mb, race_rates, starvation
 from pipebench.tune.optuna_search import optuna_missing, optuna_proposer
 from pipebench.tune.plan import (
@@ -330,12 +334,14 @@ class TuneSession:
         return 0 if chosen is not None else CRASH_EXIT_STATUS
 
     def _measure(self, where: Path, points: Sequence[Point], rounds: int, run_settings: Sequence[str],
-                 ahead: Optional[JobProcess] = None) -> Dict[str, List[JobRecord]]:
-        """Run the points' jobs, `rounds` interleaved rounds, in `where`; each point's finished records."""
+                 ahead: Optional[JobProcess] = None, deadline: Optional[float] = None) -> Dict[str, List[JobRecord]]:
+        """Run the points' jobs, `rounds` interleaved rounds, in `where`, none started past `deadline`;
+        each point's finished records."""
         for point in points:
             store_point(point)
         sweep = [*self.base, *run_settings, f"rounds={rounds}", point_override([p.name for p in points])]
-        status = run_command(sweep, self.request.config_dir, ahead=ahead, into=Into(where, stage=True))
+        status = run_command(sweep, self.request.config_dir, ahead=ahead,
+                             into=Into(where, stage=True, deadline=deadline))
         if status in (INTERRUPTED_EXIT_STATUS, TERMINATED_EXIT_STATUS):
             raise Stopped(status)
         found: Dict[str, List[JobRecord]] = {}
@@ -374,10 +380,11 @@ class TuneSession:
                 notes.append(why)
                 print(f"tune: {why}", flush=True)
         kept, pruned = prune(grid(dataclasses.replace(dims, chains=tuple(probe.kept))), probe.models, self.cuda)
-        room = math.floor((self.deadline - time.monotonic() - self.reserve_jobs * probe.job_s)
-                          / (self.options.rounds * probe.job_s))
         if self.options.search != OPTUNA:
-            kept, cut = fit_budget(kept, probe.models, room)
+            dearest = max((job_seconds(p, probe.job_s) for p in kept), default=probe.job_s)
+            seconds = self.deadline - time.monotonic() - self.reserve_jobs * dearest
+            kept, cut = fit_budget(kept, probe.models, seconds,
+                                   lambda p: self.options.rounds * job_seconds(p, probe.job_s))
             pruned += cut
         entrants = self._entrants(kept)
         if entrants != kept:
@@ -404,14 +411,15 @@ class TuneSession:
             number = next(batches)
             print(f"tune: race {number}: {len(names)} point(s), {rounds} round(s) {length:g}x long", flush=True)
             found = self._measure(self.folder / RACE_DIR.format(number), [points[n] for n in names], rounds,
-                                  round_settings(self.overrides, self.round_spec, length))
+                                  round_settings(self.overrides, self.round_spec, length), deadline=self.deadline)
             return {name: [r.summary for r in records] for name, records in found.items()}
 
         propose = optuna_proposer(kept, self.objective, self.options.optuna_batch, self.options.seed) \
             if self.options.search == OPTUNA else None
         schedule = self.options.schedule(round_s=self.round_spec.run.min_time_s, job_s=job_s)
         return run_race([p.name for p in kept], {p.name: p.workers for p in kept}, measure, self.objective, schedule,
-                        self.deadline, reserve_jobs=self.reserve_jobs, propose=propose)
+                        self.deadline, reserve_jobs=self.reserve_jobs, propose=propose,
+                        job_cost={p.name: job_seconds(p, job_s) for p in kept})
 
     def _verify(self, chosen: Recommendation, points: Mapping[str, Point], outcome: RaceOutcome, probe: Probed,
                 notes: List[str]) -> Tuple[str, str]:
@@ -446,10 +454,13 @@ class TuneSession:
             if rounds < verify_rounds else ""
         print(f"tune: verifying {pick.name} against your settings ({current.name}), {rounds} interleaved rounds a "
               f"side{fewer}", flush=True)
-        records = self._measure(self.folder / VERIFY_DIR, [current, pick], rounds, run_settings)
+        records = self._measure(self.folder / VERIFY_DIR, [current, pick], rounds, run_settings,
+                                deadline=self.deadline)
         by_round = {name: {int(r.round or 0): race_rates([r.summary])[0] for r in records.get(name, [])}
                     for name in (current.name, pick.name)}
         mine = [r.summary for r in records.get(current.name, [])]
         if not by_round[current.name] or not by_round[pick.name]:
+            if time.monotonic() >= self.deadline:
+                return "not verified: the budget was spent before its jobs ran (the sweep's line names them)", mine
             return "not verified: a verification job failed (its line is above)", mine
         return verify_line(pick.name, current.name, by_round[current.name], by_round[pick.name]) + fewer, mine

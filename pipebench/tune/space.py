@@ -16,7 +16,8 @@ A point is one loader setting for one chain: workers, `loader.backend`, `prefetc
   and the rest never run.
 
 `fit_budget` then keeps what one round of the race can measure in the budget, best predicted first,
-and never fewer than MIN_RACED_POINTS. `model_ladder` sets the worker counts themselves where the
+each priced at its own job's cost (its workers' start-ups, `pipebench.tune.job_cost`), and never
+fewer than MIN_RACED_POINTS. `model_ladder` sets the worker counts themselves where the
 user gave none: up to where the model's knee lies for a chain that waits, bounded by memory and
 LADDER_CAP.
 """
@@ -26,7 +27,7 @@ import itertools
 import math
 import statistics
 from dataclasses import dataclass
-from typing import Dict, List, Mapping, Optional, Sequence, Tuple
+from typing import Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
 from pipebench.config.specs import BACKEND_WORKER_KINDS, THREADS
 from pipebench.measure.thread_verdict import HOLDS_GIL as THREAD_HOLDS_GIL
@@ -307,19 +308,21 @@ def prune(points: Sequence[Point], models: Mapping[str, ChainModel], cuda: bool
     return kept, dropped
 
 
-def fit_budget(points: Sequence[Point], models: Mapping[str, ChainModel], room: int
-               ) -> Tuple[List[Point], List[Dropped]]:
-    """The `room` points (never fewer than MIN_RACED_POINTS) the model ranks best (predicted samples/s,
-    then fewer workers), and the rest, each with the reason; all of them where they fit."""
-    room = max(room, MIN_RACED_POINTS)
-    if len(points) <= room:
-        return list(points), []
+def fit_budget(points: Sequence[Point], models: Mapping[str, ChainModel], seconds: float,
+               round_s: Callable[[Point], float]) -> Tuple[List[Point], List[Dropped]]:
+    """The points the model ranks best (predicted samples/s, then fewer workers) whose round of the
+    race, `round_s(point)` seconds each (`pipebench.tune.job_cost`), fits in `seconds` together, never
+    fewer than MIN_RACED_POINTS; and the rest, each with the reason. All of them where they fit."""
 
     def rank(point: Point) -> Tuple[float, int]:
         rate = predicted_rate(point, models.get(point.chain))
         return (-rate if not math.isnan(rate) else 0.0, point.workers)
 
     ranked = sorted(points, key=rank)
+    spent = list(itertools.accumulate(round_s(p) for p in ranked))
+    room = max(MIN_RACED_POINTS, sum(s <= seconds for s in spent))
+    if len(points) <= room:
+        return list(points), []
     kept, cut = ranked[:room], ranked[room:]
     return [p for p in points if p in kept], [Dropped(p, _cut_reason(p, kept[-1], room, models), PAST_THE_BUDGET)
                                               for p in cut]
@@ -333,7 +336,7 @@ def _cut_reason(point: Point, last: Point, room: int, models: Mapping[str, Chain
                   "and keeps the fewer workers first")
     else:
         ranked = f"the model predicts {rate:.0f} samples/s, below the last kept, {last.name} ({floor:.0f})"
-    return f"one round of the budget fits {room} points, the model's best: {ranked}"
+    return f"one round of the budget fits {room} points, the model's best, at their workers' cost: {ranked}"
 
 
 def one_point_note(kept: Sequence[Point]) -> str:
