@@ -200,7 +200,8 @@ def run_race(entrants: Sequence[str], workers: Mapping[str, int], measure: Measu
     def fits(number: int, names: Sequence[str]) -> bool:
         """Stage `number` of `names` and the reserve, at the estimate scaled by the last stage's measure."""
         jobs = [estimate(n, number) for n in names]
-        reserve = reserve_jobs * max(jobs, default=schedule.job_s)
+        # The verification's jobs, at these points' mean: it runs the pick beside the current settings.
+        reserve = reserve_jobs * (sum(jobs) / len(jobs) if jobs else schedule.job_s)
         return not late and clock() + scale * (sum(jobs) * schedule.rounds_per_stage + reserve) <= deadline
 
     stop = LAST_STAGE

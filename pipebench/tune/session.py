@@ -381,8 +381,9 @@ class TuneSession:
                 print(f"tune: {why}", flush=True)
         kept, pruned = prune(grid(dataclasses.replace(dims, chains=tuple(probe.kept))), probe.models, self.cuda)
         if self.options.search != OPTUNA:
-            dearest = max((job_seconds(p, probe.job_s) for p in kept), default=probe.job_s)
-            seconds = self.deadline - time.monotonic() - self.reserve_jobs * dearest
+            # The verification's jobs, at the kept points' mean: it runs the pick beside the current settings.
+            costs = [job_seconds(p, probe.job_s) for p in kept] or [probe.job_s]
+            seconds = self.deadline - time.monotonic() - self.reserve_jobs * sum(costs) / len(costs)
             kept, cut = fit_budget(kept, probe.models, seconds,
                                    lambda p: self.options.rounds * job_seconds(p, probe.job_s))
             pruned += cut
