@@ -293,6 +293,9 @@ def test_wandb_logs_offline_into_the_scripts_run_without_moving_its_step(tmp_pat
         assert run.step == 2
     finally:
         run.finish()
+        # wandb's service process outlives the run; left running, it is a child of this test process that a
+        # later test's memory meter (run in this process) counts as one of its DataLoader workers.
+        wandb.teardown()
     assert list(tmp_path.glob("wandb/offline-run-*/run-*.wandb"))
 
 
