@@ -1,6 +1,5 @@
 """Turn raw step samples and stage timings into the summary row and the per-transform rows."""
 
-from dataclasses import asdict, dataclass
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
@@ -15,23 +14,13 @@ from pipebench.measure.window import Window, steady_masks, steady_state
 from pipebench.measure.cpu_reference import REFERENCE_VERSION
 from pipebench.pipeline.stages import DECODE_STAGE, LOAD_STAGE, PER_SAMPLE_STAGE
 from pipebench.pipeline.timed_chain import StepName
+from pipebench.record.sections import TransformRow, measured_row
 
 BYTES_PER_MB = 1e6
 # The fewest CPU reference runs a window's mean is taken over: the mean of one or two runs
 # moves with one preempted run (a run's own spread here is 10-20%), which is the noise the
 # reference is there to take out. A chain that cheap gets no reference, and compare says so.
 MIN_REFERENCE_RUNS = 3
-
-
-@dataclass(frozen=True)
-class TransformRow:
-    stage: str
-    transform: str
-    calls: int
-    ms_per_call_mean: float
-    ms_per_call_median: float
-    ms_per_sample: float
-    share_pct: float
 
 
 def transform_rows(sink: TimingSink, sample_steps: Sequence[StepName], batch_steps: Sequence[StepName]
@@ -319,4 +308,4 @@ def pass_record(result: PassResult) -> Dict[str, object]:
 
 
 def rows_as_dicts(rows: Sequence[TransformRow]) -> List[Dict[str, object]]:
-    return [asdict(r) for r in rows]
+    return [measured_row(r) for r in rows]

@@ -18,6 +18,7 @@ from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 from pipebench.base.mapping_view import MappingView
 from pipebench.config.specs import JobSpec
 from pipebench.record.figures import Summary
+from pipebench.record.sections import ConsumerReport, Fingerprint, PassRecord, TransformRow, parse, parse_all
 
 __all__ = ["HYDRA_PREFIX", "NOT_AXES", "ROUND_COMPONENT", "ROUND_KEY", "SINGLE_PROCESS_FIELDS", "JobIdentity",
            "JobKey", "JobRecord", "JobResult", "canonical", "canonical_text", "identity_columns", "job_key",
@@ -227,6 +228,26 @@ class JobResult(MappingView):
     def passes(self) -> Tuple[Mapping[str, Any], ...]:
         """Each measured pass's per-step lists."""
         return tuple(self.sections.get("passes") or ())
+
+    @cached_property
+    def transform_rows(self) -> Tuple[TransformRow, ...]:
+        """The per-transform rows, typed."""
+        return parse_all(TransformRow, self.transforms)
+
+    @cached_property
+    def pass_records(self) -> Tuple[PassRecord, ...]:
+        """Each measured pass, typed."""
+        return parse_all(PassRecord, self.passes)
+
+    @cached_property
+    def host(self) -> Fingerprint:
+        """The fingerprint, typed."""
+        return parse(Fingerprint, self.fingerprint)
+
+    @cached_property
+    def consumer_report(self) -> ConsumerReport:
+        """The consumer's own record, typed (an empty kind where the file has none)."""
+        return parse(ConsumerReport, self.sections.get("consumer_report"))
 
     def _view(self) -> Mapping[str, Any]:
         return self.stored

@@ -1,0 +1,147 @@
+"""result.json's sections as frozen types, parsed once where a result is loaded.
+
+A reader asks `result.transform_rows[0].ms_per_sample`, never `result["transforms"][0]["ms_per_sample"]`:
+the names are checked where the type is declared, and a misspelt field is an AttributeError, not a
+silent `.get` default. `parse` builds any of these types from its stored mapping by the type's own
+field names, so no section is read key by key; keys a type does not declare stay in `extra`.
+"""
+
+from dataclasses import MISSING, dataclass, field, fields
+from typing import Any, Dict, Mapping, Optional, Sequence, Tuple, Type, TypeVar
+
+__all__ = ["ConsumerReport", "DatasetFacts", "Fingerprint", "PassRecord", "TransformRow", "measured_row", "parse",
+           "parse_all"]
+
+T = TypeVar("T")
+# The field that keeps a section's keys its type does not declare.
+EXTRA = "extra"
+
+
+def parse(cls: Type[T], data: Optional[Mapping[str, Any]]) -> T:
+    """`cls` from a stored mapping: each declared field from its own key (its default where the file
+    has none: an older writer), the rest in `extra` where the type keeps one."""
+    data = data or {}
+    declared = {f.name: f for f in fields(cls)}  # type: ignore[arg-type]
+    known = {name: tuple(value) if isinstance(value, list) else value
+             for name, value in data.items() if name in declared and name != EXTRA}
+    missing = [name for name, f in declared.items() if name not in known and name != EXTRA
+               and f.default is MISSING and f.default_factory is MISSING]
+    if missing:
+        raise ValueError(f"{cls.__name__} lacks {', '.join(missing)}")
+    if EXTRA in declared:
+        known[EXTRA] = {name: value for name, value in data.items() if name not in declared}
+    return cls(**known)
+
+
+def parse_all(cls: Type[T], rows: Optional[Sequence[Mapping[str, Any]]]) -> Tuple[T, ...]:
+    """`parse` over a stored list of rows."""
+    return tuple(parse(cls, row) for row in rows or ())
+
+
+@dataclass(frozen=True)
+class TransformRow:
+    """One timed step of the chain: a transforms.csv row (docs/results-schema.md). The thread-scaling
+    columns are there where `run.thread_profile` ran and the report joined them."""
+
+    stage: str
+    transform: str
+    calls: int
+    ms_per_call_mean: float
+    ms_per_call_median: float
+    ms_per_sample: float
+    share_pct: float
+    job: str = ""
+    profile_threads: Optional[int] = None
+    thread_speedup: Optional[float] = None
+    thread_speedups: str = ""
+    off_cpu_pct_1t: Optional[float] = None
+    off_cpu_pct_nt: Optional[float] = None
+    thread_verdict: str = ""
+
+
+def measured_row(row: TransformRow) -> Dict[str, Any]:
+    """The row as the measuring writes it to result.json: the fields it measured, those with no
+    default (the job and the thread-scaling columns are joined by the report)."""
+    return {f.name: getattr(row, f.name) for f in fields(row)
+            if f.default is MISSING and f.default_factory is MISSING}
+
+
+@dataclass(frozen=True)
+class PassRecord:
+    """One measured pass: its start-up figures and, a measured step each, the lists the summary is
+    computed from (ms). The GPU lists are there at `run.step_sync=async` only."""
+
+    samples: Tuple[int, ...] = ()
+    step_ms: Tuple[float, ...] = ()
+    wait_ms: Tuple[float, ...] = ()
+    gap_ms: Tuple[float, ...] = ()
+    h2d_ms: Tuple[float, ...] = ()
+    device_ms: Tuple[float, ...] = ()
+    compute_ms: Tuple[float, ...] = ()
+    transfer_ms: Tuple[float, ...] = ()
+    collective_ms: Tuple[float, ...] = ()
+    worker_id: Tuple[int, ...] = ()
+    epoch: Tuple[int, ...] = ()
+    steady: Optional[Tuple[bool, ...]] = None
+    gpu_idle_data_ms: Optional[Tuple[float, ...]] = None
+    gpu_idle_other_ms: Optional[Tuple[float, ...]] = None
+    gpu_busy_ms: Optional[Tuple[float, ...]] = None
+    first_batch_s: float = 0.0
+    warmup_steps: int = 0
+    drained_samples: int = 0
+    wall_s: float = 0.0
+    epochs: int = 0
+    start_epoch: int = 0
+    stop_reason: str = "window"
+    extra: Mapping[str, Any] = field(default_factory=dict)
+
+    @property
+    def steady_mask(self) -> Tuple[bool, ...]:
+        """Which steps the steady rate counts: every step where the file marks none."""
+        return self.steady if self.steady is not None else (True,) * len(self.step_ms)
+
+
+@dataclass(frozen=True)
+class ConsumerReport:
+    """The consumer's own record: its kind and device, and what that kind keeps (drawn and slept
+    step times; the toy CNN's per-phase ms and losses) in `extra`."""
+
+    kind: str = ""
+    device: str = ""
+    extra: Mapping[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class DatasetFacts:
+    """What the fingerprint says of the dataset: its name and shard lines, and its identity's other
+    keys (paths, sizes, skipped entries) in `extra`."""
+
+    name: str = "dataset"
+    shards: Optional[int] = None
+    shard_samples: Optional[Tuple[int, ...]] = None
+    extra: Mapping[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Fingerprint:
+    """The host and software a job was measured on (docs/results-schema.md, `fingerprint`)."""
+
+    usable_cores: int = 1
+    cpu_count: Optional[int] = None
+    cpu_model: str = ""
+    gpu: Optional[str] = None
+    hostname: str = ""
+    start_method: str = ""
+    git_commit: Optional[str] = None
+    git_dirty: Optional[bool] = None
+    dataset: Mapping[str, Any] = field(default_factory=dict)
+    extra: Mapping[str, Any] = field(default_factory=dict)
+
+    @property
+    def dataset_facts(self) -> DatasetFacts:
+        return parse(DatasetFacts, self.dataset)
+
+    @property
+    def versions(self) -> Dict[str, Any]:
+        """The software versions and platform (every key the type does not name)."""
+        return dict(self.extra)
