@@ -75,11 +75,11 @@ def test_explore_table_takes_medians_over_rounds_and_says_what_to_change(tmp_pat
             _job(tmp_path, num, name, rnd, *values[rnd])
             num += 1
     rows = explore_rows(tmp_path, plan)
-    assert [(r["variant"], r["rounds"], r["samples_per_s"], r["cpu_ms_per_sample"]) for r in rows] == [
+    assert [(r.variant, r.rounds, r.samples_per_s, r.cpu_ms_per_sample) for r in rows] == [
         ("c", 4, 99, 6.1), ("c+fast", 4, 149.5, 4.1), ("c+crop_first", 4, 97.5, 3.1), ("c+per_batch", 4, 300, 2.0)]
-    assert [(r["rate_vs_base"], r["cpu_vs_base"]) for r in rows] == [
+    assert [(r.rate_vs_base, r.cpu_vs_base) for r in rows] == [
         ("base", "base"), ("up", "down"), ("noisy", "down"), ("up", "down")]
-    assert rows[1]["speedup"] == pytest.approx(149.5 / 99) and rows[2]["cpu_speedup"] == pytest.approx(6.1 / 3.1)
+    assert rows[1].speedup == pytest.approx(149.5 / 99) and rows[2].cpu_speedup == pytest.approx(6.1 / 3.1)
     lines = conclusions(rows, plan)
     assert lines[0] == ("fastest equivalent chain: c+fast, 1.51x the samples/s of c (median of 4 interleaved "
                         "rounds; faster than the base in a paired test over the rounds, Holm-corrected over the "
@@ -101,7 +101,7 @@ def test_explore_resolves_nothing_on_fewer_rounds_than_the_rule_needs(tmp_path):
             _job(tmp_path, num, name, rnd, rate, 6.0 if name == "c" else 6.0 + rnd / 100)
             num += 1
     rows = explore_rows(tmp_path, plan)
-    assert rows[1]["rate_vs_base"] == "noisy"
+    assert rows[1].rate_vs_base == "noisy"
     assert "(median of 3 interleaved rounds; fewer than 4 rounds a side, so not resolved)" in conclusions(rows, plan)[0]
 
 
@@ -116,7 +116,7 @@ def test_explore_suggests_more_rounds_when_four_cannot_tell(tmp_path):
             _job(tmp_path, num, name, rnd, rate, 6.0)
             num += 1
     rows = explore_rows(tmp_path, plan)
-    assert rows[1]["rate_vs_base"] == "noisy"
+    assert rows[1].rate_vs_base == "noisy"
     assert "(median of 4 interleaved rounds; within the round-to-round noise, so not resolved; rounds=8 can " \
            "resolve it)" in conclusions(rows, plan)[0]
 

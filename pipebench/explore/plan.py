@@ -17,7 +17,7 @@ import statistics
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple, Union
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, Union
 
 import torch
 from hydra.core.config_store import ConfigStore
@@ -42,11 +42,11 @@ from pipebench.explore.equivalence import (
     Equivalence,
     chain_failure,
     check,
-    is_equivalent,
 )
 from pipebench.explore.chain import DEVICE_MOVES, Chain, Exploration, SampleSource, Variant
 from pipebench.explore.variants import LoaderSetting, explore
-from pipebench.explore.waterfall import WATERFALL_COLUMNS, waterfall, winner
+from pipebench.explore.variant_row import BASE_VERDICT, VariantRow
+from pipebench.explore.waterfall import WATERFALL_COLUMNS, allowed, waterfall, winner
 from pipebench.pipeline.build import build_dataset
 from pipebench.pipeline.consumers import on_device_of
 from pipebench.pipeline.loader_backends import BACKENDS, backend_missing, backend_problem
@@ -95,7 +95,6 @@ WATERFALL_MD = "waterfall.md"
 WATERFALL_CSV = "waterfall.csv"
 # The winning chain as a ready-to-use transform config, per setting.
 WINNER_DIR = "winner"
-BASE_VERDICT = "base"
 EQUIVALENCE_COLUMNS = ["variant", "moves", "verdict", "measured", "detail"]
 # What the equivalence table says of a device move's variants on a host without the device.
 NO_DEVICE = "no: no CUDA device here (checked on the CPU; measured only where a GPU exists)"
@@ -362,14 +361,7 @@ def _settings(results: Sequence[JobResult]) -> List[str]:
     return [",".join(job[k] for k in varying if k in job) for job in per_job]
 
 
-# Summary figures shown per variant beside the rates: the epoch-effective rate (what
-# persistent_workers pays through) and the batch that crosses the worker boundary with what
-# delivering a finished one costs (what late_cast pays through).
-EXTRA_FIGURES = (("samples_per_s_epoch", "samples_per_s_epoch"), ("batch_mb", "batch_mb_median"),
-                 ("ready_next_ms", "ready_next_ms_median"))
-
-
-def explore_rows(invocation_dir: Path, plan: Plan) -> List[Dict[str, object]]:
+def explore_rows(invocation_dir: Path, plan: Plan) -> List[VariantRow]:
     """One row per variant and setting: medians over the rounds (samples/s, and the CPU a sample
     costs, which other load on a shared machine barely moves), ratios over the base chain, and
     whether each differs from the base for real (significance.against_base: paired by round,
@@ -400,88 +392,92 @@ def explore_rows(invocation_dir: Path, plan: Plan) -> List[Dict[str, object]]:
             rates = [r.samples_per_s for r in summaries]
             cpus = [r.cpu_ms_per_sample for r in summaries]
             name = item.variant.name
-            rows.append({"variant": name, "setting": setting or "-", "verdict": item.verdict,
-                         "rounds": len(summaries), "samples_per_s": statistics.median(rates),
-                         "samples_per_s_min": min(rates), "samples_per_s_max": max(rates),
-                         "speedup": statistics.median(rates) / base_rate,
-                         "rate_vs_base": versus.get((name, "samples_per_s"), BASE_VERDICT if name == base else "-"),
-                         "cpu_ms_per_sample": statistics.median(cpus), "cpu_ms_min": min(cpus),
-                         "cpu_ms_max": max(cpus), "cpu_speedup": base_cpu / statistics.median(cpus),
-                         "cpu_vs_base": versus.get((name, "cpu_ms_per_sample"), BASE_VERDICT if name == base else "-"),
-                         **{column: Summary.median(summaries, key) for column, key in EXTRA_FIGURES}})
+            unpaired = BASE_VERDICT if name == base else "-"
+            rows.append(VariantRow(
+                variant=name, setting=setting or "-", verdict=item.verdict, rounds=len(summaries),
+                samples_per_s=statistics.median(rates), samples_per_s_min=min(rates), samples_per_s_max=max(rates),
+                speedup=statistics.median(rates) / base_rate,
+                rate_vs_base=versus.get((name, "samples_per_s"), unpaired),
+                cpu_ms_per_sample=statistics.median(cpus), cpu_ms_min=min(cpus), cpu_ms_max=max(cpus),
+                cpu_speedup=base_cpu / statistics.median(cpus),
+                cpu_vs_base=versus.get((name, "cpu_ms_per_sample"), unpaired),
+                samples_per_s_epoch=Summary.median(summaries, "samples_per_s_epoch"),
+                batch_mb=Summary.median(summaries, "batch_mb_median"),
+                ready_next_ms=Summary.median(summaries, "ready_next_ms_median")))
     return rows
 
 
-def _resolved(best: Mapping[str, object], reference: Mapping[str, object], direction: object, word: str) -> str:
+def _resolved(best: VariantRow, reference: VariantRow, direction: str, word: str) -> str:
     """How sure the comparison with the base is, in words (significance's rule)."""
-    if min(int(best["rounds"]), int(reference["rounds"])) < MIN_SAMPLES:
+    if min(best.rounds, reference.rounds) < MIN_SAMPLES:
         return f"fewer than {MIN_SAMPLES} rounds a side, so not resolved"
     if direction == (UP if word == "faster than" else DOWN):
         return f"{word} the base in a paired test over the rounds, Holm-corrected over the variants"
     return f"within the round-to-round noise, so not resolved; rounds={RESOLVING_ROUNDS} can resolve it"
 
 
-def conclusions(rows: Sequence[Mapping[str, object]], plan: Plan) -> List[str]:
+def conclusions(rows: Sequence[VariantRow], plan: Plan) -> List[str]:
     """Per setting, in plain words: the fastest equivalent chain and the one that costs the least CPU
     a sample, whether they differ from the base chain for real, and what to change to get them."""
     changes = {item.variant.name: item.variant.changes for item in plan.checked}
     base = plan.checked[0].variant.name
     lines = []
-    for setting in dict.fromkeys(r["setting"] for r in rows):
-        group = [r for r in rows if r["setting"] == setting]
+    for setting in dict.fromkeys(r.setting for r in rows):
+        group = [r for r in rows if r.setting == setting]
         where = "" if setting == "-" else f" at {setting}"
-        reference = next((r for r in group if r["variant"] == base), None)
+        reference = next((r for r in group if r.variant == base), None)
         if reference is None:
             lines.append(f"{base} was not measured{where}: nothing to compare with")
             continue
-        allowed = [r for r in group if r["verdict"] == BASE_VERDICT or is_equivalent(str(r["verdict"]))]
-        fastest = max(allowed, key=lambda r: r["samples_per_s"])
-        leanest = min(allowed, key=lambda r: r["cpu_ms_per_sample"])
-        rate_cleared = fastest["rate_vs_base"] == UP
+        candidates = allowed(group)
+        fastest = winner(group)
+        leanest = min(candidates, key=lambda r: r.cpu_ms_per_sample)
+        rate_cleared = fastest.rate_vs_base == UP
         if fastest is reference:
             lines.append(f"no equivalent variant ran faster than {base}{where}")
         else:
-            lines.append(f"fastest equivalent chain{where}: {fastest['variant']}, {fastest['speedup']:.2f}x the "
-                         f"samples/s of {base} (median of {fastest['rounds']} interleaved rounds; "
-                         f"{_resolved(fastest, reference, fastest['rate_vs_base'], 'faster than')}); to get it: "
-                         + "; ".join(changes[str(fastest["variant"])]))
+            lines.append(f"fastest equivalent chain{where}: {fastest.variant}, {fastest.speedup:.2f}x the "
+                         f"samples/s of {base} (median of {fastest.rounds} interleaved rounds; "
+                         f"{_resolved(fastest, reference, fastest.rate_vs_base, 'faster than')}); to get it: "
+                         + "; ".join(changes[fastest.variant]))
         if leanest is not reference and (leanest is not fastest or not rate_cleared):
-            lines.append(f"least CPU a sample{where}: {leanest['variant']}, {leanest['cpu_ms_per_sample']:.3g} ms "
-                         f"against {reference['cpu_ms_per_sample']:.3g} ms for {base} ({leanest['cpu_speedup']:.2f}x "
-                         f"less; {_resolved(leanest, reference, leanest['cpu_vs_base'], 'below')}); to get it: "
-                         + "; ".join(changes[str(leanest["variant"])]))
-        lines += [f"{r['variant']} ran faster still ({r['speedup']:.2f}x) but is {r['verdict']}"
-                  for r in group if r not in allowed and r["samples_per_s"] > fastest["samples_per_s"]]
+            lines.append(f"least CPU a sample{where}: {leanest.variant}, {leanest.cpu_ms_per_sample:.3g} ms "
+                         f"against {reference.cpu_ms_per_sample:.3g} ms for {base} ({leanest.cpu_speedup:.2f}x "
+                         f"less; {_resolved(leanest, reference, leanest.cpu_vs_base, 'below')}); to get it: "
+                         + "; ".join(changes[leanest.variant]))
+        lines += [f"{r.variant} ran faster still ({r.speedup:.2f}x) but is {r.verdict}"
+                  for r in group if r not in candidates and r.samples_per_s > fastest.samples_per_s]
     return lines
 
 
-def what_to_do(invocation_dir: Path, rows: Sequence[Mapping[str, object]], plan: Plan) -> str:
+def what_to_do(invocation_dir: Path, rows: Sequence[VariantRow], plan: Plan) -> str:
     """Per setting: the winner, its waterfall from the base chain (waterfall.md / .csv) and the
     winning chain as a transform config (winner/transform/<chain>_winner.yaml); then the moves that
     were not tried for want of a library, with one pip line for them all. Returns the markdown."""
     variants = [item.variant for item in plan.checked]
     base = plan.checked[0].variant.name
     parts, table_rows = [], []
-    for setting in dict.fromkeys(r["setting"] for r in rows):
-        group = [r for r in rows if r["setting"] == setting]
+    for setting in dict.fromkeys(r.setting for r in rows):
+        group = [r for r in rows if r.setting == setting]
         best = winner(group)
-        if best is None or best["variant"] == base:
+        if best is None or best.variant == base:
             continue
         steps = waterfall(group, variants, best)
-        table_rows += [{"setting": setting, **step} for step in steps]
-        chosen = next(v for v in variants if v.name == best["variant"])
+        written = [dataclasses.asdict(step) for step in steps]
+        table_rows += [{"setting": setting, **step} for step in written]
+        chosen = next(v for v in variants if v.name == best.variant)
         name = f"{_folder_safe(base)}_winner" + ("" if setting == "-" else f"_{_folder_safe(str(setting))}")
         path = invocation_dir / WINNER_DIR / TRANSFORM_GROUP / f"{name}.yaml"
         _write_variant_configs(path.parent, [dataclasses.replace(chosen, name=name)])
         loader = "".join(f" loader.{k}={v}" for k, v in chosen.loader)
         where = "" if setting == "-" else f" at {setting}"
-        parts.append(f"what to do{where}, in order (winner {chosen.name}, {best['verdict']}, "
-                     f"{best['speedup']:.2f}x the samples/s and {best['cpu_speedup']:.2f}x less CPU a sample):\n"
-                     + "".join(f"{k}. {step['edit']} ({step['step_gain']:.2f}x on the way; alone "
-                               f"{step['alone_speedup']:.2f}x)\n" for k, step in enumerate(steps[1:], start=1))
+        parts.append(f"what to do{where}, in order (winner {chosen.name}, {best.verdict}, "
+                     f"{best.speedup:.2f}x the samples/s and {best.cpu_speedup:.2f}x less CPU a sample):\n"
+                     + "".join(f"{k}. {step.edit} ({step.step_gain:.2f}x on the way; alone "
+                               f"{step.alone_speedup:.2f}x)\n" for k, step in enumerate(steps[1:], start=1))
                      + f"ready to use: `pipebench run --config-dir {shlex.quote(str(path.parent.parent))} "
                        f"transform={name}{loader}` (or copy {path} into your own config folder's transform/)\n\n"
-                     + markdown_table(steps, WATERFALL_COLUMNS))
+                     + markdown_table(written, WATERFALL_COLUMNS))
     if table_rows:
         write_text_atomic(invocation_dir / WATERFALL_CSV, csv_text(table_rows, list(table_rows[0])))
     markdown = "\n".join(parts) or "no equivalent variant ran faster than the chain: nothing to change\n"
@@ -493,11 +489,12 @@ def what_to_do(invocation_dir: Path, rows: Sequence[Mapping[str, object]], plan:
 
 def write_explore_table(invocation_dir: Path, plan: Plan) -> str:
     """explore.csv and explore.md (the table, its conclusions and what to do); returns the markdown."""
-    rows = explore_rows(invocation_dir, plan)
-    if not rows:
+    measured = explore_rows(invocation_dir, plan)
+    if not measured:
         return "(no variant was measured)\n"
-    markdown = markdown_table(rows, EXPLORE_COLUMNS) + "\n" + "\n".join(conclusions(rows, plan)) + "\n\n" \
-        + what_to_do(invocation_dir, rows, plan)
+    rows = [dataclasses.asdict(row) for row in measured]
+    markdown = markdown_table(rows, EXPLORE_COLUMNS) + "\n" + "\n".join(conclusions(measured, plan)) + "\n\n" \
+        + what_to_do(invocation_dir, measured, plan)
     write_text_atomic(invocation_dir / EXPLORE_CSV, csv_text(rows, list(rows[0])))
     write_text_atomic(invocation_dir / EXPLORE_MD, markdown)
     return markdown

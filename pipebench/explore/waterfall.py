@@ -6,41 +6,61 @@ rung: the rate after each edit, the gain of that edit on the way, and the edit's
 own (its single-move variant against the base chain), all measured in the same sweep.
 """
 
-from typing import Dict, List, Mapping, Optional, Sequence
+from dataclasses import dataclass, fields
+from typing import List, Optional, Sequence
 
 from pipebench.explore.equivalence import is_equivalent
 from pipebench.explore.chain import Variant
+from pipebench.explore.variant_row import BASE_VERDICT, VariantRow
 from pipebench.explore.variants import ladder_of
 
-WATERFALL_COLUMNS = ["rung", "edit", "variant", "verdict", "samples_per_s", "step_gain", "speedup", "alone_speedup",
-                     "cpu_ms_per_sample", "cpu_speedup"]
-BASE_VERDICT = "base"
+
+@dataclass(frozen=True)
+class Rung:
+    """One edit on the way to the winner: a waterfall.csv row."""
+
+    rung: int
+    edit: str
+    variant: str
+    verdict: str
+    samples_per_s: float
+    step_gain: float
+    speedup: float
+    alone_speedup: float
+    cpu_ms_per_sample: float
+    cpu_speedup: float
 
 
-def winner(group: Sequence[Mapping[str, object]]) -> Optional[Mapping[str, object]]:
+WATERFALL_COLUMNS = [f.name for f in fields(Rung)]
+
+
+def allowed(group: Sequence[VariantRow]) -> List[VariantRow]:
+    """The rows of one setting that may win: the base chain's and the equivalent variants'."""
+    return [r for r in group if r.verdict == BASE_VERDICT or is_equivalent(r.verdict)]
+
+
+def winner(group: Sequence[VariantRow]) -> Optional[VariantRow]:
     """The fastest equivalent row of one setting (the base row included), or None when none was measured."""
-    allowed = [r for r in group if r["verdict"] == BASE_VERDICT or is_equivalent(str(r["verdict"]))]
-    return max(allowed, key=lambda r: r["samples_per_s"]) if allowed else None
+    candidates = allowed(group)
+    return max(candidates, key=lambda r: r.samples_per_s) if candidates else None
 
 
-def waterfall(group: Sequence[Mapping[str, object]], variants: Sequence[Variant],
-              best: Mapping[str, object]) -> List[Dict[str, object]]:
+def waterfall(group: Sequence[VariantRow], variants: Sequence[Variant], best: VariantRow) -> List[Rung]:
     """One row a rung from the base chain to `best` (rows of one setting, keyed by variant name)."""
-    rows = {str(r["variant"]): r for r in group}
+    rows = {r.variant: r for r in group}
     by_name = {v.name: v for v in variants}
     singles = {v.moves[0]: rows.get(v.name) for v in variants if len(v.moves) == 1}
-    path = [v for v in ladder_of(by_name[str(best["variant"])], variants) if v.name in rows]
-    out: List[Dict[str, object]] = []
-    previous: Optional[Mapping[str, object]] = None
+    path = [v for v in ladder_of(by_name[best.variant], variants) if v.name in rows]
+    out: List[Rung] = []
+    previous: Optional[VariantRow] = None
     for rung, variant in enumerate(path):
         row = rows[variant.name]
         move = variant.moves[-1] if variant.moves else "-"
         alone = singles.get(move)
-        added = variant.changes[len(by_name[str(previous["variant"])].changes):] if previous is not None else ()
-        out.append({"rung": rung, "edit": "; ".join(added) or "the chain as configured", "variant": variant.name,
-                    "verdict": row["verdict"], "samples_per_s": row["samples_per_s"],
-                    "step_gain": row["samples_per_s"] / previous["samples_per_s"] if previous else 1.0,
-                    "speedup": row["speedup"], "alone_speedup": alone["speedup"] if alone else float("nan"),
-                    "cpu_ms_per_sample": row["cpu_ms_per_sample"], "cpu_speedup": row["cpu_speedup"]})
+        added = variant.changes[len(by_name[previous.variant].changes):] if previous is not None else ()
+        out.append(Rung(rung, "; ".join(added) or "the chain as configured", variant.name, row.verdict,
+                        row.samples_per_s, row.samples_per_s / previous.samples_per_s if previous else 1.0,
+                        row.speedup, alone.speedup if alone else float("nan"), row.cpu_ms_per_sample,
+                        row.cpu_speedup))
         previous = row
     return out
