@@ -4,13 +4,17 @@ Rebuilt after every job from the rows record wrote to summary.csv, so the two ne
 """
 
 import math
+from dataclasses import dataclass
 from pathlib import Path
-from typing import List, Mapping, Sequence
+from typing import Any, List, Mapping, Optional, Sequence, Tuple
 
 from pipebench.base.io import write_text_atomic
 from pipebench.base.tables import markdown_table
 from pipebench.config.specs import USER_STEP
+from pipebench.record.figures import Summary
+from pipebench.record.jobs import JobResult
 from pipebench.record.results import SUMMARY_MD
+from pipebench.record.sections import parse, parse_all
 from pipebench.report.gpu import gpu_markdown
 
 __all__ = ["FIRST_BATCH_COLUMNS", "LOADER_NOTES_TITLE", "PRINTED_COLUMNS", "PRINTED_MULTIRANK_COLUMNS",
@@ -31,7 +35,8 @@ FIRST_BATCH_COLUMNS = ["job", "first_batch_s", "worker_start_s", "first_fetch_s"
 
 def first_batch_markdown(rows: Sequence[Mapping[str, object]]) -> str:
     """The first-batch table of the rows that took it apart (watched loaders); empty when none did."""
-    watched = [r for r in rows if r.get("first_fetch_s") is not None or r.get("first_batch_note")]
+    watched = [row for row, cells in zip(rows, map(Summary.from_row, rows))
+               if cells.first_fetch_s is not None or cells.first_batch_note]
     if not watched:
         return ""
     return "### first batch, taken apart\n\n" + markdown_table(watched, FIRST_BATCH_COLUMNS)
@@ -44,35 +49,52 @@ def loader_notes(rows: Sequence[Mapping[str, object]]) -> List[str]:
     """One markdown item a note of a watched loader's row (`pipebench attach`, `pipebench.watch`): why
     its transform rows miss part of a sample, why it has no interval; none when nothing is left out."""
     lines = []
-    for row in rows:
-        if row.get("consumer") != USER_STEP:
+    for row in map(Summary.from_row, rows):
+        if row.consumer != USER_STEP:
             continue
-        low = row.get("samples_per_s_ci_low")
-        no_interval = row.get("ci_note") if low is None or not math.isfinite(float(low)) else None
-        lines += [f"- `{row['job']}`: {note}" for note in (row.get("transforms_note"), no_interval) if note]
+        low = row.samples_per_s_ci_low
+        no_interval = row.ci_note if low is None or not math.isfinite(low) else None
+        lines += [f"- `{row.job}`: {note}" for note in (row.transforms_note, no_interval) if note]
     return lines
+
+
+@dataclass(frozen=True)
+class SkippedSample:
+    """A sample that raised and run.on_error=skip dropped: an entry of result.json's `skipped`
+    (pipeline.timed_chain's `SampleFailure` as written)."""
+
+    index: int
+    where: str
+    step: str
+    message: str
+
+
+@dataclass(frozen=True)
+class _Skips:
+    """The result.json section `skipped_lines` reads: the first samples run.on_error=skip dropped."""
+
+    skipped: Optional[Tuple[Mapping[str, Any], ...]] = None
 
 
 def skipped_lines(results: Sequence[Mapping[str, object]]) -> List[str]:
     """One line a job whose samples raised and were dropped under run.on_error=skip, naming the first
     (result.json's `skipped`), as dataset.on_bad_sample=skip names what it leaves out; none otherwise."""
     lines = []
-    for result in results:
-        count = (result.get("summary") or {}).get("skipped_samples") or 0
-        first = (result.get("skipped") or [None])[0]
+    for result in map(JobResult.read, results):
+        count = result.summary.skipped_samples or 0
+        first = next(iter(parse_all(SkippedSample, parse(_Skips, result.sections).skipped)), None)
         if not count:
             continue
-        named = (f": sample {first['index']} ({first['where']}) failed in {first['step']}: {first['message']}"
-                 if first else "")
+        named = f": sample {first.index} ({first.where}) failed in {first.step}: {first.message}" if first else ""
         more = f"; and {count - 1} more" if first and count > 1 else ""
-        lines.append(f"job-{result.get('job_num', 0)}: run.on_error=skip dropped {count} sample(s) that raised"
+        lines.append(f"job-{result.job_num}: run.on_error=skip dropped {count} sample(s) that raised"
                      f"{named}{more}; the rates count only the samples that made it")
     return lines
 
 
 def write_summary_markdown(invocation_dir: Path, rows: Sequence[Mapping[str, object]]) -> str:
     """Write summary.md from the invocation's summary rows; return the markdown."""
-    multirank = any(int(r.get("ranks") or 1) > 1 for r in rows)
+    multirank = any((Summary.from_row(r).ranks or 1) > 1 for r in rows)
     markdown = markdown_table(rows, PRINTED_COLUMNS + (PRINTED_MULTIRANK_COLUMNS if multirank else []))
     for extra in (first_batch_markdown(rows), gpu_markdown(rows)):
         if extra:
