@@ -29,7 +29,8 @@ import io
 import json
 import logging
 import posixpath
-from typing import Any, Callable, Dict, Iterable, Iterator, List, Optional, Tuple
+from dataclasses import dataclass
+from typing import Any, Callable, Dict, Iterable, Iterator, List, Mapping, Optional, Tuple
 
 from PIL import Image
 from torch.utils.data import IterableDataset
@@ -38,6 +39,7 @@ from pipebench.base.errors import DatasetError
 from pipebench.storage.dataset_contract import DatasetContract
 from pipebench.storage.object_store import ENDPOINT_SETTINGS, is_url, read_failure, url_fs
 
+from .json_object import from_json
 from .lazy_image import rgb_from
 from .shard_split import ShardFiles, not_regular, require_library
 
@@ -60,6 +62,35 @@ HEADER_BYTES = 4
 REFUSED_SCHEME = "http://"
 
 
+@dataclass(frozen=True)
+class IndexConfig:
+    """index.json's `config`: the items' flattened field formats and tree spec, and how the chunks are
+    stored (compressed or encrypted chunks are not checked against their sizes)."""
+
+    data_format: Any
+    data_spec: Any
+    compression: Any = None
+    compression_level: Any = None
+    encryption: Any = None
+
+
+@dataclass(frozen=True)
+class ChunkEntry:
+    """One chunk as index.json lists it: its file, its item count and its size in bytes."""
+
+    filename: Any = None
+    chunk_size: Any = None
+    chunk_bytes: Any = None
+
+
+@dataclass(frozen=True)
+class LitDataIndex:
+    """index.json as litdata's writer writes it: the `config` and the `chunks` entries, still unchecked."""
+
+    config: Mapping[str, Any]
+    chunks: List[Any]
+
+
 def _litdata() -> Any:
     return require_library("litdata", FEATURE)
 
@@ -69,14 +100,14 @@ def _serializer(data_format: str) -> str:
     return data_format.split(":", 1)[0]
 
 
-def _read_index(fs: Any, root: str, input_dir: str) -> dict:
-    """index.json, read only when it is a regular file of at most INDEX_MAX_BYTES; one line otherwise."""
+def _read_index(fs: Any, root: str, input_dir: str) -> Any:
+    """index.json's object, read only when it is a regular file of at most INDEX_MAX_BYTES; one line otherwise."""
     where = f"{input_dir}/{INDEX_FILE}"
     odd = not_regular(f"{root}/{INDEX_FILE}") if not is_url(input_dir) else ""
     if odd:
         raise DatasetError(f"{NAME}: {where}: {odd}")
     try:
-        size = fs.info(f"{root}/{INDEX_FILE}").get("size", 0)
+        size = fs.size(f"{root}/{INDEX_FILE}") or 0
         if size <= INDEX_MAX_BYTES:
             with fs.open(f"{root}/{INDEX_FILE}", "r") as f:
                 return json.load(f)
@@ -99,12 +130,12 @@ def _denied(where: str, exc: BaseException, input_dir: str) -> DatasetError:
     return DatasetError(f"{NAME}: {where}: access denied ({exc}){settings}")
 
 
-def _field_formats(config: dict, where: str) -> Dict[str, str]:
+def _field_formats(config: IndexConfig, where: str) -> Dict[str, str]:
     """Each item field's data format, from index.json's flattened formats and the items' tree spec."""
     from litdata.utilities._pytree import tree_unflatten, treespec_loads
 
     try:
-        fields = tree_unflatten(config["data_format"], treespec_loads(config["data_spec"]))
+        fields = tree_unflatten(config.data_format, treespec_loads(config.data_spec))
     except Exception as exc:  # litdata's own parse of a damaged spec raises what it raises
         raise DatasetError(f"{NAME}: {where}: not a LitData index (its data_spec: {exc})") from None
     if not isinstance(fields, dict) or not all(isinstance(v, str) for v in fields.values()):
@@ -113,18 +144,18 @@ def _field_formats(config: dict, where: str) -> Dict[str, str]:
     return fields
 
 
-def _check_fields(fields: Dict[str, str], keys: dict, where: str) -> Tuple[str, Optional[str], Optional[str]]:
+def _check_fields(fields: Dict[str, str], image_key: str, label_key: Optional[str], index_key: Optional[str],
+                  where: str) -> Tuple[str, Optional[str], Optional[str]]:
     """The image field's serializer and the label and index fields read (None where the items have no
     such field: labels 0, each item known by its position), each named field checked against `fields`."""
     have = ", ".join(f"{k} ({v})" for k, v in fields.items()) or "none recorded"
-    image = fields.get(keys["image_key"])
+    image = fields.get(image_key)
     if image is None or _serializer(image) not in (*ENCODED_FORMATS, DECODED_FORMAT):
-        raise DatasetError(f"{NAME}: {where}: items have no image field {keys['image_key']!r} (dataset.image_key; "
+        raise DatasetError(f"{NAME}: {where}: items have no image field {image_key!r} (dataset.image_key; "
                            f"one of litdata's {', '.join((*ENCODED_FORMATS, DECODED_FORMAT))} serializers; "
                            f"fields: {have})")
     read = []
-    for role in ("label_key", "index_key"):
-        name = keys[role]
+    for role, name in (("label_key", label_key), ("index_key", index_key)):
         if name is not None and name in fields and fields[name] != INT_FORMAT:
             raise DatasetError(f"{NAME}: {where}: items have no {INT_FORMAT} field {name!r} (dataset.{role}; "
                                f"fields: {have})")
@@ -140,16 +171,17 @@ def _leaves_folder(name: object) -> bool:
     return normal == ".." or normal.startswith("../")
 
 
-def _check_chunks(fs: Any, root: str, config: dict, chunks: List[dict],
+def _check_chunks(fs: Any, root: str, config: IndexConfig, chunks: List[Any],
                   input_dir: str) -> Tuple[List[str], List[int], List[int]]:
     """Each chunk's location, real size and item count, checked against index.json: inside the folder,
     a regular file, as long as index.json says, and long enough for the items it counts."""
-    plain = not (config.get("compression") or config.get("compression_level") or config.get("encryption"))
+    plain = not (config.compression or config.compression_level or config.encryption)
     paths, sizes, counts = [], [], []
-    for chunk in chunks:
-        if not isinstance(chunk, dict):
-            raise DatasetError(f"{NAME}: {input_dir}/{INDEX_FILE}: not a LitData index (a chunk entry {chunk!r})")
-        name = chunk.get("filename")
+    for listed in chunks:
+        if not isinstance(listed, dict):
+            raise DatasetError(f"{NAME}: {input_dir}/{INDEX_FILE}: not a LitData index (a chunk entry {listed!r})")
+        chunk = from_json(ChunkEntry, listed)
+        name = chunk.filename
         if _leaves_folder(name):
             raise DatasetError(f"{NAME}: {input_dir}/{INDEX_FILE}: chunk name {name!r} leaves the folder, so not read")
         path = f"{root}/{name}"
@@ -158,18 +190,18 @@ def _check_chunks(fs: Any, root: str, config: dict, chunks: List[dict],
         if odd:
             raise DatasetError(f"{NAME}: {where}: {odd}")
         try:
-            info = fs.info(path)
+            stored = fs.size(path)
         except FileNotFoundError:
             raise DatasetError(f"{NAME}: {where}: no such chunk (listed in {INDEX_FILE})") from None
         except PermissionError as exc:
             raise _denied(where, exc, input_dir) from None
         except Exception as exc:
             raise read_failure(input_dir, exc, where) from None
-        size, count, listed = int(info["size"]), chunk.get("chunk_size"), chunk.get("chunk_bytes")
+        size, count, listed_bytes = int(stored), chunk.chunk_size, chunk.chunk_bytes
         if isinstance(count, bool) or not isinstance(count, int) or count < 0:
             raise DatasetError(f"{NAME}: {where}: {INDEX_FILE} gives it chunk_size {count!r}, not a count of items")
-        if plain and isinstance(listed, int) and size < listed:
-            raise DatasetError(f"{NAME}: {where}: truncated chunk: {size} bytes of {listed}")
+        if plain and isinstance(listed_bytes, int) and size < listed_bytes:
+            raise DatasetError(f"{NAME}: {where}: truncated chunk: {size} bytes of {listed_bytes}")
         if plain and size < HEADER_BYTES * (count + 2):
             raise DatasetError(f"{NAME}: {where}: {INDEX_FILE} says it holds {count} items, whose count and offsets "
                                f"alone take {HEADER_BYTES * (count + 2)} bytes, but the file has {size}")
@@ -212,24 +244,31 @@ class LitDataChunks(ShardFiles, DatasetContract, IterableDataset):
         if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
             raise DatasetError(f"{NAME}: seed must be an integer >= 0, got {seed!r}")
         self.input_dir = input_dir
-        self.keys = {"image_key": image_key, "label_key": label_key, "index_key": index_key}
-        for role, may_be_none in (("image_key", False), ("label_key", True), ("index_key", True)):
-            value = self.keys[role]
+        self.image_key, self.label_key, self.index_key = image_key, label_key, index_key
+        for role, value, may_be_none in (("image_key", image_key, False), ("label_key", label_key, True),
+                                         ("index_key", index_key, True)):
             if not (isinstance(value, str) and value) and not (may_be_none and value is None):
                 raise DatasetError(f"{NAME}: {role} must be a field name, got {value!r}")
         self.shuffle = shuffle
         self.seed = seed
         fs, root = url_fs(input_dir)
         root = root.rstrip("/")
-        index = _read_index(fs, root, input_dir)
         where = f"{input_dir}/{INDEX_FILE}"
-        if not isinstance(index, dict) or not isinstance(index.get("config"), dict) \
-                or not isinstance(index.get("chunks"), list):
+        stored = _read_index(fs, root, input_dir)
+        try:
+            index = from_json(LitDataIndex, stored)
+        except (KeyError, TypeError):
+            index = None
+        if index is None or not isinstance(index.config, dict) or not isinstance(index.chunks, list):
             raise DatasetError(f"{NAME}: {where}: not a LitData index (no config and chunks)")
         _check_endpoint(fs, input_dir)
-        fields = _field_formats(index["config"], where)
-        self.image_format, self.label_field, self.index_field = _check_fields(fields, self.keys, where)
-        paths, sizes, counts = _check_chunks(fs, root, index["config"], index["chunks"], input_dir)
+        try:
+            config = from_json(IndexConfig, index.config)
+        except KeyError as exc:  # as litdata's own reader would fail on it
+            raise DatasetError(f"{NAME}: {where}: not a LitData index (its data_spec: {exc})") from None
+        fields = _field_formats(config, where)
+        self.image_format, self.label_field, self.index_field = _check_fields(fields, image_key, label_key, index_key, where)
+        paths, sizes, counts = _check_chunks(fs, root, config, index.chunks, input_dir)
         self.locations, self.sizes, self.counts = tuple(paths), tuple(sizes), tuple(counts)
         self._note = ""
         self._stream: Optional[Any] = None
@@ -244,11 +283,11 @@ class LitDataChunks(ShardFiles, DatasetContract, IterableDataset):
         """The plan-time notes: a label field the items lack (every label 0), and images stored as
         pixels, whose decode is then the load's."""
         notes = []
-        if self.keys["label_key"] is not None and self.label_field is None:
-            notes.append(f"{NAME}: {self.input_dir}: items have no field {self.keys['label_key']!r} "
+        if self.label_key is not None and self.label_field is None:
+            notes.append(f"{NAME}: {self.input_dir}: items have no field {self.label_key!r} "
                          "(dataset.label_key), so every label is 0")
         if self.image_format == DECODED_FORMAT:
-            notes.append(f"{NAME}: {self.input_dir}: field {self.keys['image_key']!r} holds litdata's "
+            notes.append(f"{NAME}: {self.input_dir}: field {self.image_key!r} holds litdata's "
                          f"{DECODED_FORMAT} serializer (raw pixels, no encoded file), so litdata's deserializer "
                          "decodes it: the decode is in the dataset's load row and the decode row is empty")
         return tuple(notes)
@@ -264,7 +303,7 @@ class LitDataChunks(ShardFiles, DatasetContract, IterableDataset):
         return self._stream
 
     def __iter__(self) -> Iterator[Tuple[int, Any, int]]:
-        image_key, label_key = self.keys["image_key"], self.label_field
+        image_key, label_key = self.image_key, self.label_field
         for position, item in self._items():
             label = int(item[label_key]) if label_key is not None else 0
             index = int(item[self.index_field]) if self.index_field is not None else position
@@ -287,7 +326,9 @@ class LitDataChunks(ShardFiles, DatasetContract, IterableDataset):
             "input_dir": self.input_dir,
             "chunks": len(self.locations),
             "num_samples": len(self),
-            **self.keys,
+            "image_key": self.image_key,
+            "label_key": self.label_key,
+            "index_key": self.index_key,
             "label_read": self.label_field,
             "index_read": self.index_field or "position",
             "image_format": self.image_format,
@@ -313,4 +354,5 @@ def write_litdata(samples: Iterable[Tuple[str, bytes, int]], out: Any, shard_siz
     writer.done()
     writer.merge()
     with open(out / INDEX_FILE) as f:
-        return [str(out / chunk["filename"]) for chunk in json.load(f)["chunks"]]
+        index = from_json(LitDataIndex, json.load(f))
+    return [str(out / from_json(ChunkEntry, chunk).filename) for chunk in index.chunks]
