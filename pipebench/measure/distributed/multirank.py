@@ -18,6 +18,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
@@ -46,15 +47,16 @@ from pipebench.measure.distributed.ranks import (
     RankTask,
     load_timings,
 )
+from pipebench.measure.distributed.rank_result import RankResult, RankRow, RankSections, StepNames
 from pipebench.measure.job_series import job_series, write_job_series
 from pipebench.measure.meter import add_notes
 from pipebench.measure.job_run import METER_KINDS
 from pipebench.record.figures import Summary
 from pipebench.record.jobs import JobResult
+from pipebench.record.sections import parse
 from pipebench.measure.steps import NS_PER_MS, PassResult, StepSample, TimingSink, cycle_steps
 from pipebench.measure.summarize import rows_as_dicts, transform_rows
 from pipebench.measure.window import rate_interval, reused_window
-from pipebench.pipeline.timed_chain import StepName
 
 # torchrun's and the ranks' own output (tracebacks of a failed rank) go here, not to the console.
 RANKS_LOG = "ranks.log"
@@ -64,9 +66,6 @@ ROOT_CAUSE = re.compile(r"Root Cause \(first observed failure\):.*?rank\s*:\s*(\
 FAILURE = re.compile(r"rank\s*:\s*(\d+)[^\n]*\n\s*exitcode\s*:\s*(-?\d+)")
 # After the job timeout: SIGTERM the whole group, then SIGKILL what is left this long after.
 KILL_GRACE_S = 10
-# Per-rank figures kept in result.json's `ranks` breakdown.
-RANK_FIELDS = ("samples_per_s", "starvation_pct", "au_pct", "wait_ms_median", "wait_ms_p99", "step_ms_median",
-               "busy_ms_mean", "collective_ms_mean", "collective_ms_p99", "cpu_ms_per_sample", "steps", "epochs")
 
 
 def _notes(values: Sequence[Any]) -> str:
@@ -189,8 +188,8 @@ def _rank_failure(job_dir: Path, status: int) -> str:
     return f"rank {rank} failed (exit code {code}): {what} (full output in {log})"
 
 
-def launch_ranks(spec: JobSpec, backend: str, job_dir: Path) -> List[JobResult]:
-    """Run the ranks to completion; return their records in rank order. Raises DistributedError."""
+def launch_ranks(spec: JobSpec, backend: str, job_dir: Path) -> List[RankResult]:
+    """Run the ranks to completion; return their results in rank order. Raises DistributedError."""
     env = dict(os.environ)
     env.setdefault("OMP_NUM_THREADS", "1")  # what torchrun would set, without its warning
     timeout = spec.distributed.job_timeout_s
@@ -212,8 +211,14 @@ def launch_ranks(spec: JobSpec, backend: str, job_dir: Path) -> List[JobResult]:
             raise
     if status != 0:
         raise DistributedError(_rank_failure(job_dir, status))
-    return [JobResult.from_stored(json.loads((job_dir / RANK_RESULT.format(rank=r)).read_text()))
-            for r in range(spec.distributed.nproc)]
+    return [_rank_result(job_dir, rank) for rank in range(spec.distributed.nproc)]
+
+
+def _rank_result(job_dir: Path, rank: int) -> RankResult:
+    """Rank `rank`'s rank-N.json, with its step names and saved timings."""
+    result = JobResult.from_stored(json.loads((job_dir / RANK_RESULT.format(rank=rank)).read_text()))
+    return RankResult(rank, result, parse(StepNames, RankSections.of(result).step_names),
+                      job_dir / RANK_TIMINGS.format(rank=rank))
 
 
 def _stop_group(proc: subprocess.Popen) -> None:
@@ -230,55 +235,55 @@ def _stop_group(proc: subprocess.Popen) -> None:
             continue
 
 
-def coverage_of(records: Sequence[JobResult], spec: JobSpec) -> CoverageReport:
+def coverage_of(ranks: Sequence[RankResult], spec: JobSpec) -> CoverageReport:
     """The exactly-once check over every rank's index log."""
     # A map-style dataset is split by the ranks' samplers; a stream by every copy of it.
-    first = records[0].sections
-    shards = spec.distributed.nproc * (max(spec.workers, 1) if first["iterable"] else 1)
-    return check_coverage(merge_logs(log_from_json(r.sections["indices"]) for r in records), first["dataset_length"],
-                          complete_epochs([r.sections["epochs_reached"] for r in records]),
+    first = ranks[0].sections
+    shards = spec.distributed.nproc * (max(spec.workers, 1) if first.iterable else 1)
+    return check_coverage(merge_logs(log_from_json(r.sections.indices) for r in ranks), first.dataset_length,
+                          complete_epochs([r.sections.epochs_reached for r in ranks]),
                           droppable_per_epoch(shards, spec.loader.batch_size, spec.loader.drop_last))
 
 
-def pooled_rows(sinks: Sequence[TimingSink], names: Dict[str, Sequence[Sequence[str]]]) -> List[Dict[str, Any]]:
-    """The per-transform table over the samples of every sink (one a rank), as if one process had
-    made them all; `names` holds the `sample` and `batch` steps' (stage, name) pairs."""
+def pooled_transforms(ranks: Sequence[RankResult]) -> List[Dict[str, Any]]:
+    """The per-transform table over the samples of every rank that saved its timings, as if one
+    process had made them all (the first such rank's step names); empty where none did."""
+    timed = [rank for rank in ranks if rank.timings is not None]
+    if not timed:
+        return []
     pooled = TimingSink()
-    for sink in sinks:
+    for rank in timed:
+        sink = load_timings(rank.timings)
         pooled.sample_ns.extend(sink.sample_ns)
         pooled.batch_ns.extend(sink.batch_ns)
-    return rows_as_dicts(transform_rows(pooled, [StepName(*n) for n in names["sample"]],
-                                        [StepName(*n) for n in names["batch"]]))
+    names = timed[0].step_names
+    return rows_as_dicts(transform_rows(pooled, names.sample_steps, names.batch_steps))
 
 
-def pooled_transforms(records: Sequence[JobResult], job_dir: Path) -> List[Dict[str, Any]]:
-    """The per-transform table over every rank's samples (their saved timings)."""
-    sinks = [load_timings(job_dir / RANK_TIMINGS.format(rank=record.sections["rank"])) for record in records]
-    return pooled_rows(sinks, records[0].sections["step_names"])
-
-
-def rank_series(job_dir: Path, records: Sequence[JobResult], cycle: int) -> None:
+def rank_series(job_dir: Path, ranks: Sequence[RankResult], cycle: int) -> None:
     """The job's series.csv: each rank's windows, a row a window and rank (`job_series`). A rank's saved
     timings are one block, not a batch a step, so its rows name no top steps."""
-    write_job_series(job_dir, [row for record in records
-                               for row in job_series(job_dir.name, record.sections["rank"], record.passes, cycle)])
+    write_job_series(job_dir, [row for rank in ranks
+                               for row in job_series(job_dir.name, rank.rank, rank.result.passes, cycle)])
 
 
 def total_passes(records: Sequence[JobResult]) -> List[PassResult]:
-    """The ranks' steps as one loop's: per step, every rank's samples over the ranks' mean step
-    time. The ranks step together (every step ends in an all-reduce, every window end is agreed),
-    so step k takes about as long on each; rank 0's epochs and window bounds stand for all."""
+    """The ranks' steps as one loop's, over the passes and steps every rank has: per step, every
+    rank's samples over the ranks' mean step time. The ranks step together (every step ends in an
+    all-reduce, every window end is agreed), so step k takes about as long on each; rank 0's epochs
+    and window bounds stand for all."""
     passes = []
-    for index, first in enumerate(records[0].passes):
-        ranks = [r.passes[index] for r in records]
-        count = min(len(p["step_ms"]) for p in ranks)
+    for index in range(min(len(r.pass_records) for r in records)):
+        ranks = [r.pass_records[index] for r in records]
+        first = ranks[0]
+        count = min(len(p.step_ms) for p in ranks)
         steps = [StepSample(gap_ns=0, wait_ns=0, h2d_ns=0,
-                            compute_ns=round(statistics.fmean(p["step_ms"][k] for p in ranks) * NS_PER_MS),
-                            samples=sum(p["samples"][k] for p in ranks), transfer_ns=0, worker_id=0, ready=False,
-                            epoch=first["epoch"][k])
+                            compute_ns=round(statistics.fmean(p.step_ms[k] for p in ranks) * NS_PER_MS),
+                            samples=sum(p.samples[k] for p in ranks), transfer_ns=0, worker_id=0, ready=False,
+                            epoch=first.epoch[k])
                  for k in range(count)]
-        passes.append(PassResult(first["first_batch_s"], first["warmup_steps"], steps, first["wall_s"],
-                                 first["epochs"], {}, first["start_epoch"], first["stop_reason"]))
+        passes.append(PassResult(first.first_batch_s, first.warmup_steps, steps, first.wall_s, first.epochs, {},
+                                 first.start_epoch, first.stop_reason))
     return passes
 
 
@@ -291,7 +296,7 @@ def total_rate(records: Sequence[JobResult]) -> Dict[str, Any]:
     rank is a slow step on all of them (the all-reduce waits) and that independent noise partly
     cancels."""
     passes = total_passes(records)
-    window = reused_window(records[0].sections["window"], passes)
+    window = reused_window(RankSections.of(records[0]).window, passes)
     samples = np.array([s.samples for s in window.steps], dtype=np.float64)
     step_ns = np.array([s.step_ns for s in window.steps], dtype=np.float64)
     interval = rate_interval(window, samples, step_ns)
@@ -307,7 +312,8 @@ def aggregate(records: Sequence[JobResult]) -> Dict[str, Any]:
     collective wait, the meters' cells by METER_MERGE. The other step columns are rank 0's
     (`steps` too: the ranks step together)."""
     summaries = [r.summary for r in records]
-    busy = [s["busy_ms_mean"] for s in summaries]
+    rows = [RankRow.of(rank, summary) for rank, summary in enumerate(summaries)]
+    busy = [row.busy_ms_mean for row in rows]
     starvation = [s.starvation_pct for s in summaries]
     rank_only = ("busy_ms_mean", "collective_ms_mean", "collective_ms_p99", OWN_CPU_CORES)
     row = {k: v for k, v in summaries[0].items() if k not in rank_only}
@@ -321,31 +327,52 @@ def aggregate(records: Sequence[JobResult]) -> Dict[str, Any]:
         au_pct=min(s.au_pct for s in summaries),
         ranks=len(records),
         straggler_ratio=max(busy) / statistics.median(busy),
-        collective_wait_ms_mean=statistics.fmean(s["collective_ms_mean"] for s in summaries),
+        collective_wait_ms_mean=statistics.fmean(row.collective_ms_mean for row in rows),
     )
     return row
 
 
-def rank_breakdown(records: Sequence[JobResult]) -> Dict[str, Any]:
-    """What a multi-rank result.json keeps of each rank: its row of RANK_FIELDS, its transforms and
-    its raw steps; rank 0's steps and their `window` also stand as the job's, where tools that read
-    one process's passes (compare) look: the ranks step together, so its rate is the total over nproc."""
-    ranks = [r.sections for r in records]
+def rank_breakdown(ranks: Sequence[RankResult]) -> Dict[str, Any]:
+    """What a multi-rank result.json keeps of each rank: its `RankRow`, its transforms and its raw
+    steps; rank 0's steps and their `window` also stand as the job's, where tools that read one
+    process's passes (compare) look: the ranks step together, so its rate is the total over nproc."""
+    first = ranks[0]
     return {
-        "ranks": [{"rank": r["rank"], **{k: record.summary.get(k) for k in RANK_FIELDS}}
-                  for r, record in zip(ranks, records)],
-        "rank_transforms": {str(r["rank"]): r["transforms"] for r in ranks},
-        "passes": ranks[0]["passes"],
-        "window": ranks[0]["window"],
-        "rank_passes": {str(r["rank"]): r["passes"] for r in ranks},
+        "ranks": [asdict(rank.row) for rank in ranks],
+        "rank_transforms": {str(rank.rank): rank.result.transforms for rank in ranks},
+        "passes": first.result.passes,
+        "window": first.sections.window,
+        "rank_passes": {str(rank.rank): rank.result.passes for rank in ranks},
     }
+
+
+def fold_ranks(ranks: Sequence[RankResult]) -> Tuple[Dict[str, Any], Dict[str, Any]]:
+    """What both rank merges (this job's, attach's) make of their ranks: the job's summary row
+    (`aggregate`, with `total_rate`'s total and interval) and its sections: the transform table
+    pooled over the ranks' samples, then each rank's own (`rank_breakdown`)."""
+    results = [rank.result for rank in ranks]
+    return ({**aggregate(results), **total_rate(results)},
+            {"transforms": pooled_transforms(ranks), **rank_breakdown(ranks)})
+
+
+@dataclass(frozen=True)
+class RankTotals:
+    """The multi-rank cells of a job's summary row (`aggregate`'s) that its one line prints."""
+
+    ranks: int
+    samples_per_s: float
+    starvation_pct: float
+    starvation_pct_max: float
+    straggler_ratio: float
+    collective_wait_ms_mean: float
 
 
 def aggregate_line(row: Mapping[str, Any]) -> str:
     """The job's multi-rank figures in one line, printed as the job ends."""
-    return (f"ranks: {row['ranks']} ranks, {row['samples_per_s']:.1f} samples/s in total, starvation "
-            f"{row['starvation_pct']:.1f}% mean / {row['starvation_pct_max']:.1f}% max, straggler ratio "
-            f"{row['straggler_ratio']:.3f}, {row['collective_wait_ms_mean']:.1f} ms a step waiting at the all-reduce")
+    totals = parse(RankTotals, row)
+    return (f"ranks: {totals.ranks} ranks, {totals.samples_per_s:.1f} samples/s in total, starvation "
+            f"{totals.starvation_pct:.1f}% mean / {totals.starvation_pct_max:.1f}% max, straggler ratio "
+            f"{totals.straggler_ratio:.3f}, {totals.collective_wait_ms_mean:.1f} ms a step waiting at the all-reduce")
 
 
 def measure_multirank(spec: JobSpec, job_dir: Path) -> JobResult:
@@ -357,18 +384,16 @@ def measure_multirank(spec: JobSpec, job_dir: Path) -> JobResult:
         print(warning, file=sys.stderr, flush=True)
     print(f"[ranks] {spec.distributed.nproc} ranks ({backend}) via torchrun; output in {job_dir / RANKS_LOG}",
           flush=True)
-    records = launch_ranks(spec, backend, job_dir)
-    coverage = coverage_of(records, spec)
+    ranks = launch_ranks(spec, backend, job_dir)
+    coverage = coverage_of(ranks, spec)
     print(coverage.describe(), flush=True)
-    summary = aggregate(records)
-    summary.update(total_rate(records))
+    summary, sections = fold_ranks(ranks)
     print(aggregate_line(summary), flush=True)
     summary.update(coverage.columns())
     add_notes(summary, METER_KINDS)
-    rank_series(job_dir, records, cycle_steps(spec.workers, spec.worker_kind))
+    rank_series(job_dir, ranks, cycle_steps(spec.workers, spec.worker_kind))
     return JobResult(summary, {
-        "transforms": pooled_transforms(records, job_dir),
-        **rank_breakdown(records),
+        **sections,
         "distributed": {
             "nproc": spec.distributed.nproc,
             "backend": backend,
@@ -378,6 +403,6 @@ def measure_multirank(spec: JobSpec, job_dir: Path) -> JobResult:
         },
         "coverage": coverage.as_dict(),
         # Each rank's meter sections, as a single-process job's result.json has them at its top level.
-        "rank_meters": {str(r.sections["rank"]): r.sections["meters"] for r in records},
-        "fingerprint": records[0].fingerprint,
+        "rank_meters": {str(rank.rank): rank.sections.meters for rank in ranks},
+        "fingerprint": ranks[0].result.fingerprint,
     })
