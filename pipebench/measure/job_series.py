@@ -23,6 +23,7 @@ from pipebench.base.errors import error_line, warn
 from pipebench.base.io import write_text_atomic
 from pipebench.measure.series_window import SERIES_COLUMNS, SERIES_CSV, WindowSums, new_sketch, series_cell, window_row
 from pipebench.measure.steps import NS_PER_MS, TimingSink
+from pipebench.record.sections import PassRecord, parse_all
 
 __all__ = ["SERIES_WINDOWS_A_PASS", "job_series", "series_window_steps", "sink_timings", "write_job_series"]
 
@@ -58,7 +59,8 @@ def job_series(loader: str, rank: int, passes: Sequence[Mapping[str, Any]], cycl
     `passes`) in windows of `series_window_steps`, cut at each epoch's end. `timings` (`sink_timings`,
     a step each over the passes in order, columns `step_names`) give each row its top steps; without
     them, or where their count is not the steps', the top-step cells stay empty."""
-    total = sum(len(one["step_ms"]) for one in passes)
+    records = parse_all(PassRecord, passes)
+    total = sum(len(one.step_ms) for one in records)
     timed = timings is not None and len(timings) == total
     rows: List[Dict[str, Any]] = []
     run_sketch = new_sketch()
@@ -69,12 +71,12 @@ def job_series(loader: str, rank: int, passes: Sequence[Mapping[str, Any]], cycl
             run_sketch.merge(window.sketch)
             rows.append(window_row(loader, rank, window.figures(epoch, t_ms / 1000.0), step_names, run_sketch))
 
-    for one in passes:
-        size = series_window_steps(len(one["step_ms"]), cycle)
+    for one in records:
+        size = series_window_steps(len(one.step_ms), cycle)
         # The GPU's own idle time waiting for data, where the job ran on the GPU's clock (run.sync=async).
-        waits = one.get("gpu_idle_data_ms") or one["wait_ms"]
+        waits = one.gpu_idle_data_ms or one.wait_ms
         window, last_epoch = WindowSums(step_number + 1, 0), None
-        for samples, wait_ms, step_ms, loader_epoch in zip(one["samples"], waits, one["step_ms"], one["epoch"]):
+        for samples, wait_ms, step_ms, loader_epoch in zip(one.samples, waits, one.step_ms, one.epoch):
             if loader_epoch != last_epoch or window.steps >= size:
                 close(window)
                 window = WindowSums(step_number + 1, 0)
