@@ -11,7 +11,7 @@ identity columns (`identity_columns`), override pairs (`override_pairs`), the ro
 """
 
 import re
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from functools import cached_property
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
@@ -21,7 +21,7 @@ from pipebench.record.figures import Summary
 from pipebench.record.sections import ConsumerReport, Fingerprint, PassRecord, TransformRow, parse, parse_all
 
 __all__ = ["HYDRA_PREFIX", "NOT_AXES", "ROUND_COMPONENT", "ROUND_KEY", "SINGLE_PROCESS_FIELDS", "JobIdentity",
-           "JobKey", "JobRecord", "JobResult", "canonical", "canonical_text", "identity_columns", "job_key",
+           "JobKey", "JobRecord", "JobResult", "StoredResult", "canonical", "canonical_text", "identity_columns", "job_key",
            "override_key", "override_pairs", "round_of", "varying_keys"]
 
 # The override of a job's round (`rounds=N` sweeps it): rounds of one job share everything else.
@@ -101,8 +101,6 @@ class JobKey:
 # The multi-rank columns of a single-process job: one rank, no peer to wait for (the rank merge fills
 # them for distributed.nproc > 1).
 SINGLE_PROCESS_FIELDS = {"ranks": 1, "straggler_ratio": 1.0, "collective_wait_ms_mean": 0.0}
-# result.json's identity fields, ahead of its summary; every other field is a section.
-IDENTITY_FIELDS = ("job", "job_num", "overrides", "config", "choices")
 
 
 def identity_columns(spec: JobSpec) -> Dict[str, Any]:
@@ -125,6 +123,31 @@ class JobIdentity:
     columns: Mapping[str, Any]
 
 
+@dataclass(frozen=True)
+class StoredResult:
+    """result.json's mapping read by name once: its identity fields and summary row as stored, and every
+    other key (the sections, in written order) in `extra`. Only the summary is required."""
+
+    summary: Mapping[str, Any]
+    job: Optional[str] = None
+    job_num: int = 0
+    overrides: Tuple[str, ...] = ()
+    config: Optional[Mapping[str, Any]] = None
+    choices: Optional[Mapping[str, Any]] = None
+    extra: Mapping[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class _Sections:
+    """The sections its properties hand out, by name; null or missing ones read as empty."""
+
+    fingerprint: Optional[Mapping[str, Any]] = None
+    transforms: Optional[Tuple[Mapping[str, Any], ...]] = None
+    passes: Optional[Tuple[Mapping[str, Any], ...]] = None
+    rank_passes: Optional[Mapping[str, Any]] = None
+    consumer_report: Optional[Mapping[str, Any]] = None
+
+
 @dataclass(frozen=True, eq=False)
 class JobResult(MappingView):
     """One job's result.json: its typed summary row, its other sections in written order (meters,
@@ -145,12 +168,12 @@ class JobResult(MappingView):
         """The result of a result.json mapping. Only the summary's workers and batch size are required: a
         file older than `choices` reads as having none, and an in-memory result that carries only what
         its reader needs (no label, number or config) as having empty ones."""
-        summary = Summary.from_row(data["summary"])
-        identity = JobIdentity(str(data.get("job", summary.job or DEFAULT_LABEL)), int(data.get("job_num", 0)),
-                               tuple(str(o) for o in data.get("overrides", ())), data.get("config") or {},
-                               data.get("choices") or {}, {})
-        sections = {key: value for key, value in data.items() if key not in IDENTITY_FIELDS and key != "summary"}
-        return cls(summary, sections, identity)
+        stored = parse(StoredResult, data)
+        summary = Summary.from_row(stored.summary)
+        label = (summary.job or DEFAULT_LABEL) if stored.job is None else stored.job
+        identity = JobIdentity(str(label), int(stored.job_num), tuple(str(o) for o in stored.overrides),
+                               stored.config or {}, stored.choices or {}, {})
+        return cls(summary, stored.extra, identity)
 
     @classmethod
     def read(cls, data: Mapping[str, Any]) -> "JobResult":
@@ -214,20 +237,29 @@ class JobResult(MappingView):
         """Its override pairs that can tell jobs apart (override_pairs)."""
         return override_pairs(self.overrides)
 
+    @cached_property
+    def _named(self) -> _Sections:
+        return parse(_Sections, self.sections)
+
     @property
     def fingerprint(self) -> Mapping[str, Any]:
         """The host and software it was measured on."""
-        return self.sections.get("fingerprint") or {}
+        return self._named.fingerprint or {}
 
     @property
     def transforms(self) -> Tuple[Mapping[str, Any], ...]:
         """The per-transform rows."""
-        return tuple(self.sections.get("transforms") or ())
+        return self._named.transforms or ()
 
     @property
     def passes(self) -> Tuple[Mapping[str, Any], ...]:
         """Each measured pass's per-step lists."""
-        return tuple(self.sections.get("passes") or ())
+        return self._named.passes or ()
+
+    @property
+    def rank_passes(self) -> Mapping[str, Any]:
+        """A multi-rank job's passes, a list a rank by its number (text); empty for one process."""
+        return self._named.rank_passes or {}
 
     @cached_property
     def transform_rows(self) -> Tuple[TransformRow, ...]:
@@ -247,7 +279,7 @@ class JobResult(MappingView):
     @cached_property
     def consumer_report(self) -> ConsumerReport:
         """The consumer's own record, typed (an empty kind where the file has none)."""
-        return parse(ConsumerReport, self.sections.get("consumer_report"))
+        return parse(ConsumerReport, self._named.consumer_report)
 
     def _view(self) -> Mapping[str, Any]:
         return self.stored

@@ -10,13 +10,14 @@ skipped in silence, and a row whose figures contradict each other counts as dama
 import math
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
+from typing import Any, Dict, List, Mapping, Sequence, Tuple
 
 from pipebench.base.csv_cells import csv_text
 from pipebench.base.errors import warn
 from pipebench.base.io import write_json_atomic, write_text_atomic
-from pipebench.record.figures import SUMMARY_COLUMNS, TEXT_SUMMARY_COLUMNS, Summary
-from pipebench.record.jobs import JobResult
+from pipebench.record.figures import SUMMARY_COLUMNS, TEXT_SUMMARY_COLUMNS
+from pipebench.record.jobs import JobResult, StoredResult
+from pipebench.record.sections import PassRecord, parse
 from pipebench.record.stored import (
     NUMBER,
     OBJECT,
@@ -94,9 +95,18 @@ def write_calibration(invocation_dir: Path, calibration: Any) -> Path:
     return path
 
 
+@dataclass(frozen=True)
+class CalibrationFigures:
+    """calibration.json's figures (seconds a repetition): the median and every timed repetition."""
+
+    score_s: float
+    samples_s: Tuple[float, ...]
+
+
 def _check_calibration(data: Dict[str, object]) -> None:
     check_fields(data, {"score_s": NUMBER, "samples_s": list_of(NUMBER)})
-    if not all(finite_positive(s) for s in (data["score_s"], *data["samples_s"])):
+    figures = parse(CalibrationFigures, data)
+    if not all(finite_positive(s) for s in (figures.score_s, *figures.samples_s)):
         raise Malformed("score_s and samples_s must be finite seconds above 0")
 
 
@@ -109,12 +119,12 @@ def _agree(value: float, expected: float) -> bool:
     return abs(value - expected) <= AGREEMENT * abs(expected)
 
 
-def _pass_rates(result: Mapping[str, Any], rank_count: Optional[int]) -> List[List[Mapping[str, Any]]]:
+def _pass_rates(result: JobResult) -> List[Sequence[Mapping[str, Any]]]:
     """The pass lists whose rates add up to samples_per_s: the job's, or one a rank (multi-rank)."""
-    if (rank_count or 1) == 1:
-        return [result["passes"]]
-    check_fields(result, {"rank_passes": OBJECT})
-    ranks = result["rank_passes"]
+    if (result.summary.ranks or 1) == 1:
+        return [result.passes]
+    check_fields(result.sections, {"rank_passes": OBJECT})
+    ranks = result.rank_passes
     check_fields(ranks, {rank: list_of(OBJECT) for rank in ranks}, "rank_passes.")
     return list(ranks.values())
 
@@ -123,39 +133,41 @@ def _check_passes(passes: Sequence[Mapping[str, Any]], batch_size: int, where: s
     """Each pass's step lists; returns the rate they give (samples/s)."""
     if not passes:
         raise Malformed(f"{where} holds no pass")
+    records = []
     for i, one in enumerate(passes):
         check_fields(one, PASS_FIELDS, f"{where}.{i}.")
         if len({len(one[key]) for key in PASS_FIELDS}) > 1:
             raise Malformed(f"{where}.{i} has step lists of different lengths")
-        if any(not 0 <= n <= batch_size for n in one["samples"]):
+        record = parse(PassRecord, one)
+        if any(not 0 <= n <= batch_size for n in record.samples):
             raise Malformed(f"{where}.{i}.samples holds a batch outside 0..batch_size ({batch_size})")
-        if not finite_positive(sum(one["step_ms"])):
-            raise Malformed(f"{where}.{i}.step_ms add up to {sum(one['step_ms']):g} ms: no time was measured")
-    counted = [[bool(flag) for flag in one.get("steady", [True] * len(one["samples"]))] for one in passes]
-    if any(len(flags) != len(one["samples"]) for flags, one in zip(counted, passes)):
+        if not finite_positive(sum(record.step_ms)):
+            raise Malformed(f"{where}.{i}.step_ms add up to {sum(record.step_ms):g} ms: no time was measured")
+        records.append(record)
+    counted = [[bool(flag) for flag in one.steady_mask] for one in records]
+    if any(len(flags) != len(one.samples) for flags, one in zip(counted, records)):
         raise Malformed(f"{where} has a steady list of another length than its steps")
-    samples = sum(n for one, flags in zip(passes, counted) for n, steady in zip(one["samples"], flags) if steady)
-    step_ms = sum(ms for one, flags in zip(passes, counted) for ms, steady in zip(one["step_ms"], flags) if steady)
+    samples = sum(n for one, flags in zip(records, counted) for n, steady in zip(one.samples, flags) if steady)
+    step_ms = sum(ms for one, flags in zip(records, counted) for ms, steady in zip(one.step_ms, flags) if steady)
     if not finite_positive(step_ms):
         raise Malformed(f"{where} marks no step as steady")
     return 1000.0 * samples / step_ms
 
 
-def _check_row(result: Mapping[str, Any]) -> None:
+def _check_row(result: JobResult) -> None:
     """The summary's own figures agree with each other and with the raw steps beside them."""
-    summary = Summary.from_row(result["summary"])
+    summary = result.summary
     rate, low, high = summary.samples_per_s, summary.samples_per_s_ci_low, summary.samples_per_s_ci_high
     if not finite_positive(rate):
         raise Malformed(f"summary.samples_per_s is {rate!r}, not a finite number above 0")
     # Too few blocks for an interval leave both bounds NaN; the raw steps below still check the rate.
     if math.isnan(low) != math.isnan(high) or math.isinf(low) or math.isinf(high):
         raise Malformed(f"summary.samples_per_s's interval {low:g}..{high:g} is not two finite bounds or none")
-    measured = sum(_check_passes(passes, summary.batch_size, "passes") for passes in _pass_rates(result, summary.ranks))
+    measured = sum(_check_passes(passes, summary.batch_size, "passes") for passes in _pass_rates(result))
     if not _agree(rate, measured):
         raise Malformed(f"summary.samples_per_s {rate:g} disagrees with its passes ({measured:g} samples/s)")
-    all_steps = sum(len(one["step_ms"]) for one in result["passes"])
-    step_ms = [ms for one in result["passes"]
-               for ms, steady in zip(one["step_ms"], one.get("steady", [True] * len(one["step_ms"]))) if steady]
+    all_steps = sum(len(one.step_ms) for one in result.pass_records)
+    step_ms = [ms for one in result.pass_records for ms, steady in zip(one.step_ms, one.steady_mask) if steady]
     if summary.steps != all_steps or not _agree(summary.step_ms_mean, sum(step_ms) / len(step_ms)):
         raise Malformed(f"summary step stats (steps {summary.steps}, step_ms_mean {summary.step_ms_mean:g}) "
                         f"disagree with its passes ({len(step_ms)} steps)")
@@ -163,14 +175,15 @@ def _check_row(result: Mapping[str, Any]) -> None:
 
 def _check_result(data: Dict[str, object]) -> None:
     check_fields(data, RESULT_FIELDS)
-    summary = data["summary"]
+    summary = parse(StoredResult, data).summary
     check_fields(summary, SUMMARY_FIELDS, "summary.")
     check_fields(summary, NUMERIC_SUMMARY, "summary.", required=False)
-    check_fields(data["fingerprint"], FINGERPRINT_FIELDS, "fingerprint.")
-    for i, row in enumerate(data["transforms"]):
+    result = JobResult.from_stored(data)  # its summary's cells are of their columns' kinds now
+    check_fields(result.fingerprint, FINGERPRINT_FIELDS, "fingerprint.")
+    for i, row in enumerate(result.transforms):
         check_fields(row, TRANSFORM_FIELDS, f"transforms.{i}.")
         check_fields(row, NUMERIC_TRANSFORM, f"transforms.{i}.", required=False)
-    _check_row(data)
+    _check_row(result)
 
 
 def _interval_flagged(data: Dict[str, object]) -> Dict[str, object]:
@@ -179,7 +192,7 @@ def _interval_flagged(data: Dict[str, object]) -> Dict[str, object]:
     Not damage: the rate agrees with the raw steps (`_check_row`), and pipebench itself wrote such
     intervals before they were made to hold their estimate; the row is kept and flagged.
     """
-    summary = Summary.from_row(data["summary"])
+    summary = JobResult.from_stored(data).summary
     rate, low, high = summary.samples_per_s, summary.samples_per_s_ci_low, summary.samples_per_s_ci_high
     if math.isnan(low) or low * (1 - AGREEMENT) <= rate <= high * (1 + AGREEMENT):
         return data
@@ -238,17 +251,12 @@ def flat_config(value: object, prefix: str = "") -> Dict[str, object]:
     return flat
 
 
-def with_speedup(rows: List[Dict[str, object]], baseline: Optional[str] = None) -> List[Dict[str, object]]:
-    """Add samples/s relative to the baseline job (default: the first)."""
-    if not rows:
-        return rows
-    base = next((r for r in rows if r["job"] == baseline), rows[0])
-    base_rate = float(base["samples_per_s"]) or float("nan")
-    return [{**r, "speedup": float(r["samples_per_s"]) / base_rate} for r in rows]
-
-
 def summary_rows(results: Sequence[JobResult]) -> List[Dict[str, object]]:
-    return with_speedup([dict(r.summary) for r in results])
+    """Each job's summary row, with its samples/s relative to the first job's (`speedup`)."""
+    if not results:
+        return []
+    base_rate = float(results[0].summary.samples_per_s) or float("nan")
+    return [{**r.summary.row, "speedup": float(r.summary.samples_per_s) / base_rate} for r in results]
 
 
 def transform_table_rows(results: Sequence[JobResult]) -> List[Dict[str, object]]:
