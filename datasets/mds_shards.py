@@ -48,6 +48,7 @@ from pipebench.storage.file_reads import FileReads
 from pipebench.storage.object_store import is_url, read_failure, url_fs
 from pipebench.storage.rank_info import rank_and_world
 
+from .json_object import from_json
 from .lazy_image import rgb_from
 from .sharded_plan import ShardedPlan
 from .shard_split import ShardFiles, ShardOffsets, bad_input, check_policy, not_regular, require_library
@@ -137,21 +138,51 @@ class ShardEntry:
         return 4 * (self.samples + 2)
 
 
+@dataclass(frozen=True)
+class _ShardFile:
+    """`raw_data` or `zip_data` in a shard's index.json object: a file of the shard and its size."""
+
+    basename: str
+    bytes: int
+
+
+@dataclass(frozen=True)
+class _ListedShard:
+    """A shard's object in index.json, as MDSWriter writes it (`zip_data` null when uncompressed)."""
+
+    raw_data: Any
+    samples: Any
+    column_names: Any
+    column_encodings: Any
+    column_sizes: Any
+    zip_data: Any = None
+    compression: Optional[str] = None
+    format: Any = None
+
+
+@dataclass(frozen=True)
+class _Index:
+    """index.json: its format version and its shards' objects."""
+
+    version: Any = None
+    shards: Any = None
+
+
 def _entry(root: str, shard: Any) -> Tuple[ShardEntry, str]:
     """The shard's entry from its index.json object, and what is wrong with it ('' when nothing is);
     KeyError, TypeError or ValueError where the object is no MDS shard entry."""
-    zipped, raw = shard.get("zip_data"), shard["raw_data"]
-    basename = (zipped or raw)["basename"]
-    compression = shard.get("compression")
-    entry = ShardEntry(f"{root.rstrip('/')}/{basename}", int(shard["samples"]), tuple(shard["column_names"]),
-                       tuple(shard["column_encodings"]), tuple(shard["column_sizes"]),
-                       compression.split(":", 1)[0] if compression else None, int(raw["bytes"]),
-                       int((zipped or raw)["bytes"]))
+    listed = from_json(_ListedShard, shard)
+    raw = from_json(_ShardFile, listed.raw_data)
+    stored = from_json(_ShardFile, listed.zip_data) if listed.zip_data else raw
+    basename, compression = stored.basename, listed.compression
+    entry = ShardEntry(f"{root.rstrip('/')}/{basename}", int(listed.samples), tuple(listed.column_names),
+                       tuple(listed.column_encodings), tuple(listed.column_sizes),
+                       compression.split(":", 1)[0] if compression else None, int(raw.bytes), int(stored.bytes))
     name = PurePosixPath(basename)
     if not basename or name.is_absolute() or ".." in name.parts or "\\" in basename:
         return entry, f"named {basename!r}, outside the folder: not read"
-    if shard.get("format") != NAME:
-        return entry, f"a {shard.get('format')!r} shard; dataset=mds reads MDS shards only"
+    if listed.format != NAME:
+        return entry, f"a {listed.format!r} shard; dataset=mds reads MDS shards only"
     if entry.compression not in COMPRESSIONS:
         return entry, (f"compressed with {compression!r}; dataset=mds reads {ZSTD}, {GZIP} or uncompressed shards "
                        "(MDSWriter's compression=)")
@@ -190,8 +221,9 @@ def _offsets(head: bytes, entry: ShardEntry) -> Tuple[int, ...]:
     return tuple(offsets)
 
 
-def _read_index(input_dir: str) -> Any:
-    """index.json's object, read with a bounded read from a regular file; one line where it is none."""
+def _read_index(input_dir: str) -> List[Any]:
+    """index.json's shards' objects, read with a bounded read from a regular file; one line where it is
+    no index."""
     fs, root = url_fs(input_dir)
     path = f"{root.rstrip('/')}/{INDEX_FILE}"
     odd = not_regular(path)
@@ -202,13 +234,13 @@ def _read_index(input_dir: str) -> Any:
             text = f.read(MAX_INDEX_BYTES + 1)
         if len(text) > MAX_INDEX_BYTES:
             raise ValueError(f"over {MAX_INDEX_BYTES >> 20} MiB")
-        index = json.loads(text)
-        if index.get("version") != INDEX_VERSION or not isinstance(index.get("shards"), list):
+        index = from_json(_Index, json.loads(text))
+        if index.version != INDEX_VERSION or not isinstance(index.shards, list):
             raise ValueError(f"no version {INDEX_VERSION} index of shards")
-        return index
+        return index.shards
     except FileNotFoundError:
         raise DatasetError(f"{NAME}: {input_dir}: no {INDEX_FILE}, so no MDS set (MDSWriter writes one)") from None
-    except (OSError, ValueError, AttributeError) as exc:
+    except (OSError, ValueError, TypeError) as exc:
         raise DatasetError(f"{NAME}: {input_dir}/{INDEX_FILE}: not an MDS index ({exc})") from None
     except Exception as exc:
         raise read_failure(input_dir, exc, f"{input_dir}/{INDEX_FILE}") from None
@@ -283,7 +315,7 @@ class MDSShards(ShardFiles, ShardedPlan, IterableDataset):
         self.label_key = label_key
         self.on_bad_sample = check_policy(NAME, on_bad_sample)
         entries, problems = [], []
-        for position, shard in enumerate(_read_index(input_dir)["shards"]):
+        for position, shard in enumerate(_read_index(input_dir)):
             try:
                 entry, problem = _entry(input_dir, shard)
             except (KeyError, TypeError, ValueError, AttributeError) as exc:
