@@ -19,9 +19,9 @@ alike (the same model on batches of one size); `distributed.collective_wait` say
 
 import json
 import os
-from dataclasses import asdict, replace
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
-from typing import Any, Dict, List, Mapping, Sequence
+from typing import Any, Dict, List, Mapping, Optional, Sequence
 
 import numpy as np
 
@@ -29,12 +29,14 @@ from pipebench.attach.watch import LoaderWatch, WatchWindow
 from pipebench.attach.watched import JOB_FOLDER, save_results, watch_result
 from pipebench.base.errors import ConfigError
 from pipebench.base.io import write_json_atomic
-from pipebench.measure.distributed.multirank import aggregate, pooled_rows, rank_breakdown, total_rate
-from pipebench.measure.distributed.ranks import load_timings, save_timings
-from pipebench.record.figures import Summary
+from pipebench.measure.distributed.multirank import fold_ranks
+from pipebench.measure.distributed.rank_result import RankResult, StepNames
+from pipebench.measure.distributed.ranks import save_timings
 from pipebench.record.jobs import JobResult
 from pipebench.record.results import read_result, write_invocation_tables, write_result
+from pipebench.record.sections import PassRecord, parse, parse_all
 from pipebench.record.stored import NUMBER, OBJECT, WHOLE, check_fields, read_stored, versioned
+from pipebench.storage.rank_info import rank_and_world
 
 __all__ = ["COLLECTIVE_ESTIMATE", "RANKS_DIR_ENV", "RANKS_FOLDER", "WINDOW_ENV", "collective_estimates", "merge_ranks", "rank_folder",
            "rank_environment", "rank_status", "rank_window", "save_rank"]
@@ -52,6 +54,31 @@ TIMINGS_FILE = "timings.npz"
 COLLECTIVE_ESTIMATE = ("estimated: per step, a rank's time after its batch came less the fastest rank's "
                        "(the ranks' own work a step taken as alike)")
 RANK_STATUS_FIELDS = {"rank": WHOLE, "world_size": WHOLE, "exit_status": NUMBER, "iterated": WHOLE, "jobs": OBJECT}
+
+
+@dataclass(frozen=True)
+class RankJob:
+    """A loader a rank measured (an entry of rank.json's `jobs`): its job folder and its timed steps."""
+
+    folder: str
+    step_names: Mapping[str, Any]
+
+
+@dataclass(frozen=True)
+class RankStatus:
+    """A rank's rank.json: its rank of how many, the script's exit status, whether it iterated a
+    DataLoader, and the loaders it measured by job label (in the order it measured them)."""
+
+    rank: int
+    world_size: int
+    exit_status: float
+    iterated: int
+    jobs: Mapping[str, Mapping[str, Any]]
+
+    def job(self, label: str) -> Optional[RankJob]:
+        """The loader `label`, where this rank measured it."""
+        entry = self.jobs.get(label)
+        return None if entry is None else parse(RankJob, entry)
 
 
 def rank_environment(ranks_dir: Path, window: WatchWindow) -> Dict[str, str]:
@@ -73,7 +100,7 @@ def _step_pairs(names: Sequence[Any]) -> List[List[str]]:
 
 def rank_folder() -> Path:
     """This rank's own folder (RANK from torchrun) under RANKS_DIR_ENV, created."""
-    folder = Path(os.environ[RANKS_DIR_ENV]) / RANK_FOLDER.format(rank=int(os.environ.get("RANK", "0")))
+    folder = Path(os.environ[RANKS_DIR_ENV]) / RANK_FOLDER.format(rank=rank_and_world()[0])
     folder.mkdir(parents=True, exist_ok=True)
     return folder
 
@@ -81,7 +108,7 @@ def rank_folder() -> Path:
 def save_rank(watches: Sequence[LoaderWatch], exit_status: int) -> Path:
     """This rank's folder (RANK, WORLD_SIZE from torchrun): its watched results, each job's
     timings and rank.json. Returns the folder."""
-    rank, world = int(os.environ.get("RANK", "0")), int(os.environ.get("WORLD_SIZE", "1"))
+    rank, world = rank_and_world()
     folder = rank_folder()
     measured = [(watch, result) for watch in watches if (result := watch_result(watch)) is not None]
     jobs = {}
@@ -101,71 +128,65 @@ def save_rank(watches: Sequence[LoaderWatch], exit_status: int) -> Path:
     return folder
 
 
-def rank_status(ranks_dir: Path) -> List[Dict[str, Any]]:
+def rank_status(ranks_dir: Path) -> List[RankStatus]:
     """Every rank's rank.json that was written, in rank order."""
-    found = [read_stored(path, lambda data: check_fields(data, RANK_STATUS_FIELDS))
+    found = [parse(RankStatus, read_stored(path, lambda data: check_fields(data, RANK_STATUS_FIELDS)))
              for path in ranks_dir.glob(f"{RANK_FOLDER.format(rank='*')}/{RANK_STATUS}")]
-    return sorted(found, key=lambda status: status["rank"])
+    return sorted(found, key=lambda status: status.rank)
 
 
-def _own_wait_ms(one_pass: Mapping[str, Any], k: int) -> float:
+def _own_wait_ms(one_pass: PassRecord, k: int) -> float:
     """The wait a step began with: on the GPU's clock where the pass has it, else the host's."""
-    return one_pass["gpu_idle_data_ms"][k] if "gpu_idle_data_ms" in one_pass else one_pass["wait_ms"][k]
+    return one_pass.wait_ms[k] if one_pass.gpu_idle_data_ms is None else one_pass.gpu_idle_data_ms[k]
 
 
 def collective_estimates(ranks: Sequence[Sequence[Mapping[str, Any]]]) -> List[Dict[str, float]]:
-    """Per rank, in `ranks` order (each its passes): busy_ms_mean (its step less its collective wait), and
-    collective_ms_mean / _p99, over the steps every rank measured (COLLECTIVE_ESTIMATE)."""
+    """Per rank, in `ranks` order (each its stored passes): busy_ms_mean (its step less its collective
+    wait), and collective_ms_mean / _p99, over the steps every rank measured (COLLECTIVE_ESTIMATE)."""
+    typed = [parse_all(PassRecord, passes) for passes in ranks]
     collective: List[List[float]] = [[] for _ in ranks]
     busy: List[List[float]] = [[] for _ in ranks]
-    for index in range(min(len(r) for r in ranks)):
-        passes = [r[index] for r in ranks]
-        for k in range(min(len(p["step_ms"]) for p in passes)):
-            after = [p["step_ms"][k] - _own_wait_ms(p, k) for p in passes]
+    for index in range(min(len(r) for r in typed)):
+        passes = [r[index] for r in typed]
+        for k in range(min(len(p.step_ms) for p in passes)):
+            after = [p.step_ms[k] - _own_wait_ms(p, k) for p in passes]
             floor = min(after)
             for rank, (one_pass, own) in enumerate(zip(passes, after)):
                 collective[rank].append(own - floor)
-                busy[rank].append(one_pass["step_ms"][k] - (own - floor))
+                busy[rank].append(one_pass.step_ms[k] - (own - floor))
     return [{"busy_ms_mean": float(np.mean(b)), "collective_ms_mean": float(np.mean(c)),
              "collective_ms_p99": float(np.percentile(c, 99))} for b, c in zip(busy, collective)]
 
 
-def _rank_records(ranks_dir: Path, statuses: Sequence[Mapping[str, Any]], job: str) -> List[JobResult]:
-    """The result.json of one loader on every rank that measured it, with its rank, folder and step names
-    as multirank's rank records have them."""
-    records = []
+def _rank_results(ranks_dir: Path, statuses: Sequence[RankStatus], job: str) -> List[RankResult]:
+    """One loader on every rank that measured it: its result.json, step names and saved timings."""
+    ranks = []
     for status in statuses:
-        entry = status["jobs"].get(job)
+        entry = status.job(job)
         if entry is None:
             continue
-        job_dir = ranks_dir / RANK_FOLDER.format(rank=status["rank"]) / entry["folder"]
-        stored = read_result(job_dir / "result.json")
-        records.append(JobResult.from_stored({**stored, "rank": status["rank"], "job_dir": job_dir,
-                                              "step_names": entry["step_names"]}))
-    return records
+        job_dir = ranks_dir / RANK_FOLDER.format(rank=status.rank) / entry.folder
+        timings = job_dir / TIMINGS_FILE
+        ranks.append(RankResult(status.rank, JobResult.from_stored(read_result(job_dir / "result.json")),
+                                parse(StepNames, entry.step_names), timings if timings.exists() else None))
+    return ranks
 
 
-def _merged(records: Sequence[JobResult], statuses: Sequence[Mapping[str, Any]], num: int) -> JobResult:
-    """One loader's job over its ranks, shaped as a multi-rank job's result.json."""
-    records = [replace(r, summary=Summary.from_row({**r.summary.row, **estimate}))
-               for r, estimate in zip(records, collective_estimates([r.passes for r in records]))]
-    # The ranks' passes cut to those every rank has, step for step, for the rate of all ranks together.
-    common = min(len(r.passes) for r in records)
-    summary = aggregate(records)
-    summary.update(total_rate([replace(r, sections={**r.sections, "passes": r.passes[:common]}) for r in records]))
-    timed = [r.sections for r in records if (r.sections["job_dir"] / TIMINGS_FILE).exists()]
-    transforms = pooled_rows([load_timings(r["job_dir"] / TIMINGS_FILE) for r in timed],
-                             timed[0]["step_names"]) if timed else []
-    first = records[0]
+def _merged(ranks: Sequence[RankResult], statuses: Sequence[RankStatus], num: int) -> JobResult:
+    """One loader's job over its ranks, shaped as a multi-rank job's result.json: each rank's summary
+    with its estimated collective wait, folded as a multi-rank job's ranks are (`fold_ranks`)."""
+    estimates = collective_estimates([rank.result.passes for rank in ranks])
+    ranks = [rank.with_cells(estimate) for rank, estimate in zip(ranks, estimates)]
+    summary, sections = fold_ranks(ranks)
+    first = ranks[0]
     return JobResult(summary, {
-        "first_batch_s_per_epoch": first.sections["first_batch_s_per_epoch"],
-        "fingerprint": first.fingerprint,
-        "transforms": transforms,
-        **rank_breakdown(records),
-        "distributed": {"nproc": len(records), "launcher": "torchrun", "collective_wait": COLLECTIVE_ESTIMATE,
-                        "world_size": int(statuses[0]["world_size"]),
-                        "exit_status": {str(s["rank"]): s["exit_status"] for s in statuses}},
-    }, replace(first.identity, job_num=num))
+        "first_batch_s_per_epoch": first.sections.first_batch_s_per_epoch,
+        "fingerprint": first.result.fingerprint,
+        **sections,
+        "distributed": {"nproc": len(ranks), "launcher": "torchrun", "collective_wait": COLLECTIVE_ESTIMATE,
+                        "world_size": int(statuses[0].world_size),
+                        "exit_status": {str(s.rank): s.exit_status for s in statuses}},
+    }, replace(first.result.identity, job_num=num))
 
 
 def merge_ranks(ranks_dir: Path, folder: Path) -> List[JobResult]:
@@ -173,8 +194,8 @@ def merge_ranks(ranks_dir: Path, folder: Path) -> List[JobResult]:
     name, in the order the lowest rank measured them), then summary.csv and transforms.csv.
     Returns the merged records; none when no rank measured a step."""
     statuses = rank_status(ranks_dir)
-    jobs = list(dict.fromkeys(job for status in statuses for job in status["jobs"]))
-    merged = [_merged(_rank_records(ranks_dir, statuses, job), statuses, num) for num, job in enumerate(jobs)]
+    jobs = list(dict.fromkeys(job for status in statuses for job in status.jobs))
+    merged = [_merged(_rank_results(ranks_dir, statuses, job), statuses, num) for num, job in enumerate(jobs)]
     for num, record in enumerate(merged):
         job_dir = folder / JOB_FOLDER.format(num=num)
         job_dir.mkdir(parents=True, exist_ok=True)

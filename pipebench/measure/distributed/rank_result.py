@@ -7,7 +7,7 @@ list is a `RankRow`; the sections a rank's or a merge's file holds that `JobResu
 are read once, by name, into `RankSections`.
 """
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import cached_property
 from pathlib import Path
 from typing import Any, List, Mapping, Optional, Sequence, Tuple
@@ -100,3 +100,8 @@ class RankResult:
     @property
     def row(self) -> RankRow:
         return RankRow.of(self.rank, self.result.summary)
+
+    def with_cells(self, cells: Mapping[str, Any]) -> "RankResult":
+        """This rank with `cells` added to its summary row (attach's estimated wait at the collective)."""
+        summary = Summary.from_row({**self.result.summary.row, **cells})
+        return replace(self, result=replace(self.result, summary=summary))
