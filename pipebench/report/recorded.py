@@ -18,13 +18,14 @@ import io
 import json
 from dataclasses import dataclass, fields
 from pathlib import Path
-from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
+from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
 from pipebench.base.io import write_bytes_atomic, write_text_atomic
 from pipebench.base.tables import markdown_table
+from pipebench.record.sections import parse_all
 
 __all__ = ["JOB_SERIES_PNG", "TIMELINE_PNG", "capture_cause", "job_series_section", "recording_markdown",
            "write_recording"]
@@ -47,11 +48,42 @@ CAPTURE_TABLE_COLUMNS = ("capture", "kind", "loader", "rank", "steps", "lost_s",
                          "baseline_starvation_pct", "cause")
 
 
-def _rows(path: Path) -> List[Dict[str, str]]:
+@dataclass(frozen=True)
+class RecordedRow:
+    """A row of series.csv (a window) or events.csv (a stall's end, an epoch start): the text cells the
+    report reads, empty where the file has no such column, None where a row cut short has no cell."""
+
+    loader: Optional[str] = ""
+    rank: Optional[str] = ""
+    kind: Optional[str] = ""
+    epoch: Optional[str] = ""
+    first_step: Optional[str] = ""
+    last_step: Optional[str] = ""
+    samples: Optional[str] = ""
+    samples_per_s: Optional[str] = ""
+    starvation_pct: Optional[str] = ""
+    capture: Optional[str] = ""
+
+
+@dataclass(frozen=True)
+class CapturedStep:
+    """A capture's transforms.csv row as its cause reads it: the step, its ms a sample and the baseline's."""
+
+    transform: Optional[str] = "?"
+    ms_per_sample: Optional[str] = None
+    baseline_ms_per_sample: Optional[str] = None
+
+
+def _csv(path: Path) -> List[Dict[str, str]]:
     if not path.is_file():
         return []
     with open(path, newline="") as f:
-        return [row for row in csv.DictReader(f) if row.get("last_step")]
+        return list(csv.DictReader(f))
+
+
+def _rows(path: Path) -> List[RecordedRow]:
+    """The file's whole rows: a row a run killed mid-write cut short (no last step) left out."""
+    return [row for row in parse_all(RecordedRow, _csv(path)) if row.last_step]
 
 
 def _number(value: Any) -> Optional[float]:
@@ -94,7 +126,7 @@ class Capture:
     @classmethod
     def read(cls, path: Path) -> "Capture":
         record = json.loads((path / "capture.json").read_text())
-        return cls(path, _rows_any(path / "transforms.csv"),
+        return cls(path, _csv(path / "transforms.csv"),
                    **{f.name: record.get(f.name) for f in fields(cls) if f.name not in ("path", "transforms")})
 
 
@@ -104,13 +136,6 @@ def captures(folder: Path) -> List[Capture]:
     return [Capture.read(path) for path in paths if (path / "capture.json").is_file()]
 
 
-def _rows_any(path: Path) -> List[Dict[str, str]]:
-    if not path.is_file():
-        return []
-    with open(path, newline="") as f:
-        return list(csv.DictReader(f))
-
-
 def capture_cause(capture: Capture) -> str:
     """One phrase: what the stall is made of, read from its kind and its rows against the baseline's."""
     if capture.kind == "epoch_start":
@@ -118,10 +143,10 @@ def capture_cause(capture: Capture) -> str:
                 ("" if capture.persistent_workers or not capture.workers else
                  ": the workers restart each epoch (persistent_workers=False)"))
     grown = []
-    for row in capture.transforms:
-        now, base = _number(row.get("ms_per_sample")), _number(row.get("baseline_ms_per_sample"))
+    for step in parse_all(CapturedStep, capture.transforms):
+        now, base = _number(step.ms_per_sample), _number(step.baseline_ms_per_sample)
         if now is not None:
-            grown.append((now - (base or 0.0), row.get("transform", "?"), now, base))
+            grown.append((now - (base or 0.0), step.transform, now, base))
     if not grown:
         return ("the rate fell while no step inside the loader was timed slower: the training step, not the data"
                 if capture.kind == "rate" else "no per-transform rows: the loader's samples were not timed")
@@ -132,29 +157,29 @@ def capture_cause(capture: Capture) -> str:
     return f"{name}: {now:.2f} ms a sample{was}"
 
 
-def _timeline(series: Sequence[Mapping[str, str]], events: Sequence[Mapping[str, str]], title: str,
+def _timeline(series: Sequence[RecordedRow], events: Sequence[RecordedRow], title: str,
               xlabel: str) -> Optional[Figure]:
-    lines: Dict[str, List[Mapping[str, str]]] = {}
+    lines: Dict[str, List[RecordedRow]] = {}
     for row in series:
-        lines.setdefault(f"{row['loader'].split(',')[0]} rank {row['rank']}", []).append(row)
+        lines.setdefault(f"{row.loader.split(',')[0]} rank {row.rank}", []).append(row)
     if not lines:
         return None
     figure = Figure(figsize=(10, 6), layout="constrained")
     FigureCanvasAgg(figure)
     rate, starved = figure.subplots(2, 1, sharex=True)
     for label, rows in lines.items():
-        steps = [int(r["last_step"]) for r in rows]
-        rate.plot(steps, [_number(r["samples_per_s"]) for r in rows], label=label)
-        starved.plot(steps, [_number(r["starvation_pct"]) for r in rows], label=label)
-        epochs = [int(r["first_step"]) for a, r in zip(rows, rows[1:]) if r["epoch"] != a["epoch"]]
+        steps = [int(r.last_step) for r in rows]
+        rate.plot(steps, [_number(r.samples_per_s) for r in rows], label=label)
+        starved.plot(steps, [_number(r.starvation_pct) for r in rows], label=label)
+        epochs = [int(r.first_step) for a, r in zip(rows, rows[1:]) if r.epoch != a.epoch]
         for step in epochs:
             for axis in (rate, starved):
                 axis.axvline(step, color="grey", linestyle=":", linewidth=0.8)
     for event in events:
-        if event.get("capture"):
+        if event.capture:
             for axis in (rate, starved):
-                axis.axvspan(int(event["first_step"]), int(event["last_step"]) + 1, color="red", alpha=0.15)
-            starved.annotate(f"capture-{event['capture']}", (int(event["first_step"]), 0), fontsize=8)
+                axis.axvspan(int(event.first_step), int(event.last_step) + 1, color="red", alpha=0.15)
+            starved.annotate(f"capture-{event.capture}", (int(event.first_step), 0), fontsize=8)
     rate.set_ylabel("samples/s")
     starved.set_ylabel("starvation %")
     starved.set_xlabel(xlabel)
@@ -163,7 +188,7 @@ def _timeline(series: Sequence[Mapping[str, str]], events: Sequence[Mapping[str,
     return figure
 
 
-def _draw(series: Sequence[Mapping[str, str]], events: Sequence[Mapping[str, str]], out_dir: Path, name: str,
+def _draw(series: Sequence[RecordedRow], events: Sequence[RecordedRow], out_dir: Path, name: str,
           title: str, xlabel: str) -> List[str]:
     """The timeline of `series` written as `name` in out_dir; the report's lines that show it."""
     figure = _timeline(series, events, title, xlabel)
@@ -215,7 +240,7 @@ def write_recording(folder: Path, out_dir: Path) -> Optional[str]:
     found = captures(folder)
     lines = [f"## Recorded run: `{folder}`", "", *_draw(series, events, out_dir, TIMELINE_PNG, RECORDED_TITLE,
                                                          RECORDED_XLABEL)]
-    lines.append(f"{len(series)} windows, {sum(1 for e in events if e.get('kind') == 'epoch_start')} epoch starts, "
+    lines.append(f"{len(series)} windows, {sum(1 for e in events if e.kind == 'epoch_start')} epoch starts, "
                  f"{len(found)} captures.")
     table = []
     for capture in found:
@@ -232,20 +257,20 @@ def write_recording(folder: Path, out_dir: Path) -> Optional[str]:
     return "\n".join(lines) + "\n"
 
 
-def _rate(rows: Sequence[Mapping[str, str]]) -> Optional[float]:
+def _rate(rows: Sequence[RecordedRow]) -> Optional[float]:
     """samples/s over `rows`' windows together (each window's span is its samples over its rate)."""
-    spans = [(_number(r.get("samples")), _number(r.get("samples_per_s"))) for r in rows]
+    spans = [(_number(r.samples), _number(r.samples_per_s)) for r in rows]
     spans = [(samples, samples / rate) for samples, rate in spans if samples and rate]
     span = sum(s for _, s in spans)
     return sum(samples for samples, _ in spans) / span if span else None
 
 
-def _halves(job: str, rows: Sequence[Mapping[str, str]]) -> Dict[str, Any]:
+def _halves(job: str, rows: Sequence[RecordedRow]) -> Dict[str, Any]:
     """One job's and rank's rate over the first and the second half of its windows, and the change."""
     middle = len(rows) // 2
     first, second = _rate(rows[:middle]), _rate(rows[middle:])
     change = 100.0 * (second - first) / first if first and second is not None else None
-    return {"job": job, "rank": rows[0]["rank"], "windows": len(rows), "first_half_samples_per_s":
+    return {"job": job, "rank": rows[0].rank, "windows": len(rows), "first_half_samples_per_s":
             _fmt(first), "second_half_samples_per_s": _fmt(second), "change_pct": _fmt(change)}
 
 
@@ -259,9 +284,9 @@ def job_series_section(folder: Path, out_dir: Path, suffix: str = "") -> Optiona
         return None
     lines = [f"## Job series: `{folder}`", "",
              *_draw(series, [], out_dir, JOB_SERIES_PNG.format(suffix=suffix), JOBS_TITLE, JOBS_XLABEL)]
-    by_line: Dict[Tuple[str, str], List[Mapping[str, str]]] = {}
+    by_line: Dict[Tuple[str, str], List[RecordedRow]] = {}
     for row in series:
-        by_line.setdefault((row["loader"], row["rank"]), []).append(row)
+        by_line.setdefault((row.loader, row.rank), []).append(row)
     lines += ["samples/s over the first and the second half of each job's windows (series.csv in its folder: a "
               "row a window of its measured steps):", "",
               markdown_table([_halves(loader, rows) for (loader, _), rows in by_line.items()], JOB_SERIES_COLUMNS)]
