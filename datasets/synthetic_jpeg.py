@@ -10,7 +10,9 @@ import math
 import os
 import shutil
 import uuid
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
+from typing import Any, Mapping, Tuple
 
 import numpy as np
 from PIL import Image, ImageDraw, ImageFilter
@@ -27,6 +29,7 @@ from pipebench.storage.dataset_contract import DatasetContract
 from pipebench.storage.file_reads import FileReads
 
 from .checks import require_int
+from .json_object import from_json
 from .lazy_image import open_rgb
 
 # Bump whenever the picture generator changes, so caches built by older code are
@@ -54,6 +57,24 @@ _TEXTURE_AMPLITUDE = 10.0  # grey levels
 _GRAIN_SIGMA = 5.0  # grey levels of per-pixel luminance noise, like sensor grain
 
 _MANIFEST = "manifest.json"
+
+
+@dataclass(frozen=True)
+class _CachedFile:
+    """One JPEG of the corpus, as the manifest lists it."""
+
+    name: str
+    size: int
+    sha256: str
+
+
+@dataclass(frozen=True)
+class _Manifest:
+    """manifest.json: the parameters the corpus was drawn with, its files and a digest of their bytes."""
+
+    params: Mapping[str, Any]
+    files: Tuple[_CachedFile, ...]
+    digest: str
 
 
 def _require_int(name: str, value, minimum: int, maximum: int) -> int:
@@ -143,13 +164,13 @@ class SyntheticJpegDataset(Dataset, DatasetContract):
         root = Path(cache_dir).expanduser() if cache_dir is not None else _default_cache_root()
         self.cache_path = root / digest[:16]
         manifest = self._load_or_build(image_params)
-        self._paths = [str(self.cache_path / entry["name"]) for entry in manifest["files"]]
-        self._content_digest = manifest["digest"]
+        self._paths = [str(self.cache_path / entry.name) for entry in manifest.files]
+        self._content_digest = manifest.digest
         rng = np.random.default_rng([seed, _LABEL_STREAM])
         self._labels = rng.integers(0, num_classes, size=length)
         self.reads = FileReads()
 
-    def _load_or_build(self, image_params: dict) -> dict:
+    def _load_or_build(self, image_params: dict) -> _Manifest:
         """Return the cache's manifest, building the cache first if it is missing."""
         if not self.cache_path.exists():
             self._build(image_params)
@@ -180,9 +201,9 @@ class SyntheticJpegDataset(Dataset, DatasetContract):
                 (tmp / name).write_bytes(data)
                 sha = hashlib.sha256(data).hexdigest()
                 whole.update(sha.encode())
-                files.append({"name": name, "size": len(data), "sha256": sha})
-            manifest = {"params": image_params, "files": files, "digest": whole.hexdigest()}
-            (tmp / _MANIFEST).write_text(json.dumps(manifest, indent=1))
+                files.append(_CachedFile(name, len(data), sha))
+            manifest = _Manifest(image_params, tuple(files), whole.hexdigest())
+            (tmp / _MANIFEST).write_text(json.dumps(asdict(manifest), indent=1))
             try:
                 os.rename(tmp, self.cache_path)
             except OSError:
@@ -194,12 +215,13 @@ class SyntheticJpegDataset(Dataset, DatasetContract):
         finally:
             shutil.rmtree(tmp, ignore_errors=True)
 
-    def _read_manifest(self) -> dict:
+    def _read_manifest(self) -> _Manifest:
         """Read the manifest and check every file it lists is present at its size."""
         try:
-            manifest = json.loads((self.cache_path / _MANIFEST).read_text())
-            damaged = len(manifest["files"]) != self.num_images or any(
-                (self.cache_path / e["name"]).stat().st_size != e["size"] for e in manifest["files"]
+            manifest = from_json(_Manifest, json.loads((self.cache_path / _MANIFEST).read_text()))
+            manifest = replace(manifest, files=tuple(from_json(_CachedFile, e) for e in manifest.files))
+            damaged = len(manifest.files) != self.num_images or any(
+                (self.cache_path / e.name).stat().st_size != e.size for e in manifest.files
             )
         except (OSError, ValueError, KeyError, TypeError):
             damaged = True
