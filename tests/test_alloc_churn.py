@@ -81,3 +81,17 @@ def test_tracker_sees_the_cache_released_and_refilled_on_cuda():
     assert len(report.reserved_mb) == 8 and report.reserved_mb_peak >= 64
     assert report.oscillating is True and report.reversals >= OSCILLATION_MIN_REVERSALS
     assert report.device_frees >= 4 and report.device_allocs >= 4 and report.alloc_retries == 0
+
+
+def test_the_counters_grow_by_what_memory_stats_read_between_the_marks(monkeypatch):
+    """Known truth: two retries, three device mallocs and frees between the marks; the tracker reads
+    the counters by name from memory_stats and reports their growth (no CUDA: the reads are faked)."""
+    reads = iter([{"num_alloc_retries": 1, "num_device_alloc": 4, "num_device_free": 0, "allocation.all.current": 9},
+                  {"num_alloc_retries": 3, "num_device_alloc": 7, "num_device_free": 3}])
+    monkeypatch.setattr(torch.cuda, "memory_stats", lambda device: next(reads))
+    tracker = AllocatorTracker(None)
+    tracker.active = True
+    tracker.mark("first_measured")
+    tracker.mark("last_measured")
+    report = tracker.report()
+    assert (report.alloc_retries, report.device_allocs, report.device_frees) == (2, 3, 3)

@@ -23,6 +23,7 @@ from pipebench.measure.meter import FIRST_MEASURED, LAST_MEASURED, Meter, add_no
 from pipebench.measure.job_run import METER_KINDS, job_meters
 from pipebench.measure.storage_io import StorageReadMeter
 from pipebench.pipeline.consumers import build_consumer
+from pipebench.record.figures import Summary
 from pipebench.record.results import SUMMARY_COLUMNS
 
 # The stranger process spins past the meter's one-second window.
@@ -63,9 +64,9 @@ def test_each_meter_follows_the_protocol(name):
     columns = meter.columns()
     assert set(columns) <= set(SUMMARY_COLUMNS), set(columns) - set(SUMMARY_COLUMNS)
     json.dumps(meter.record(), default=str)
-    notes = meter.notes(BUSY_ROW)
+    notes = meter.notes(Summary.from_row(BUSY_ROW))
     assert set(notes) <= NOTE_COLUMNS and all(isinstance(line, str) for line in notes.values())
-    assert type(meter).notes(BUSY_ROW) == notes  # from the row alone: a rank merge has no meter
+    assert type(meter).notes(Summary.from_row(BUSY_ROW)) == notes  # from the row alone: a rank merge has no meter
 
 
 def _job_meters():

@@ -29,6 +29,9 @@ from typing import (
     Tuple,
 )
 
+from pipebench.record.figures import Summary
+from pipebench.record.sections import parse_all
+
 # Indices listed by value in the report; the counts cover all of them.
 MAX_LISTED_INDICES = 10
 
@@ -133,7 +136,7 @@ class IndexLog:
         return self._report.as_dict() if self._report else {}
 
     @staticmethod
-    def notes(summary: Mapping[str, Any]) -> Dict[str, str]:
+    def notes(summary: Summary) -> Dict[str, str]:
         """None: duplicate_samples and missed_samples say it all."""
         return {}
 
@@ -141,11 +144,20 @@ class IndexLog:
         return {key: [int(i) for part in parts for i in part] for key, parts in sorted(self.parts.items())}
 
     def as_json(self) -> List[dict]:
-        return [{"repeat": r, "epoch": e, "indices": indices} for (r, e), indices in self.mapping().items()]
+        return [asdict(EpochIndices(r, e, indices)) for (r, e), indices in self.mapping().items()]
 
 
-def log_from_json(entries: Sequence[Mapping]) -> Dict[Tuple[int, int], List[int]]:
-    return {(e["repeat"], e["epoch"]): e["indices"] for e in entries}
+@dataclass(frozen=True)
+class EpochIndices:
+    """One epoch of one repeat in a rank's `indices` section: the indices it read, in order."""
+
+    repeat: int
+    epoch: int
+    indices: Sequence[int]
+
+
+def log_from_json(entries: Sequence[Mapping[str, Any]]) -> Dict[Tuple[int, int], List[int]]:
+    return {(e.repeat, e.epoch): list(e.indices) for e in parse_all(EpochIndices, entries)}
 
 
 def complete_epochs(epochs_reached: Sequence[Sequence[int]]) -> set:

@@ -11,11 +11,12 @@ the last measured step. A row that ran beside heavy load says so, and points at 
 
 import time
 from dataclasses import dataclass
-from typing import Any, Dict, Mapping, Optional
+from typing import Any, Dict, Optional
 
 import psutil
 
 from pipebench.measure.meter import FIRST_MEASURED, LAST_MEASURED
+from pipebench.record.figures import Summary
 
 __all__ = ["PROCESS_CPU_COLUMN", "HostLoadMeter", "HostReading", "host_load_note", "other_load"]
 
@@ -133,13 +134,13 @@ class HostLoadMeter:
     def record(self) -> Dict[str, Any]:
         columns = self.columns()
         cpus = psutil.cpu_count() or 1
+        figures = Summary.from_row(columns)
         return {**columns, "host_cpus": cpus,
-                "note": host_load_note(columns["host_other_cpu_cores"], columns["host_steal_pct"], cpus)}
+                "note": host_load_note(figures.host_other_cpu_cores, figures.host_steal_pct, cpus)}
 
     @staticmethod
-    def notes(summary: Mapping[str, Any]) -> Dict[str, str]:
+    def notes(summary: Summary) -> Dict[str, str]:
         """`window_note`: other load on the host that may move a rerun beyond the row's interval,
         from the row's own cells (for a merge of ranks, the ranks' merged load)."""
-        line = host_load_note(summary.get("host_other_cpu_cores"), summary.get("host_steal_pct"),
-                              psutil.cpu_count() or 1)
+        line = host_load_note(summary.host_other_cpu_cores, summary.host_steal_pct, psutil.cpu_count() or 1)
         return {"window_note": line} if line else {}

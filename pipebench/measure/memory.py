@@ -26,6 +26,7 @@ from typing import Any, Collection, Dict, List, Mapping, Optional, Tuple
 import psutil
 
 from pipebench.measure.meter import FIRST_MEASURED, LAST_MEASURED
+from pipebench.record.figures import Summary
 
 # multiprocessing's own helper processes: the resource tracker (started by the first spawn or
 # forkserver loader, it lives as long as the main process, so a later loader's figures would count
@@ -311,7 +312,7 @@ class MemorySampler:
         return asdict(self._report) if self._report else {}
 
     @staticmethod
-    def notes(summary: Mapping[str, Any]) -> Dict[str, str]:
+    def notes(summary: Summary) -> Dict[str, str]:
         """None: its cells say what it measured, and an empty cell that it could not."""
         return {}
 

@@ -11,6 +11,8 @@ A meter never fails a job for "not available": it leaves None cells and says why
 
 from typing import Any, Dict, Iterable, Mapping, Optional, Protocol, runtime_checkable
 
+from pipebench.record.figures import Summary
+
 __all__ = ["FIRST_MEASURED", "LAST_MEASURED", "Meter", "add_notes"]
 
 # The step loop's marks: the first and the last measured step of the first repeat.
@@ -41,7 +43,7 @@ class Meter(Protocol):
         """JSON-ready detail for result.json[key]."""
 
     @staticmethod
-    def notes(summary: Mapping[str, Any]) -> Mapping[str, str]:
+    def notes(summary: Summary) -> Mapping[str, str]:
         """Lines this meter adds to the row's note columns (`window_note`, `gpu_notes`), by column.
         Read from the whole summary row alone, never the meter's state, so a row merged from ranks,
         which has no meter, gets its notes by the same rule (`add_notes` over the meters' classes)."""
@@ -50,6 +52,7 @@ class Meter(Protocol):
 def add_notes(summary: Dict[str, Any], meters: Iterable[Any]) -> None:
     """Append each meter's notes (`Meter.notes`: meters or their classes) to `summary`'s note
     columns, after what the columns already say; the one place a job's and a rank merge's rows get them."""
-    for notes in [meter.notes(summary) for meter in meters]:  # each read from the row before any is added
+    row = Summary.from_row(summary)
+    for notes in [meter.notes(row) for meter in meters]:  # each read from the row before any is added
         for column, line in notes.items():
             summary[column] = "; ".join(filter(None, (summary.get(column), line)))

@@ -18,13 +18,15 @@ count with it (non-persistent workers at an epoch end), and the note says so.
 """
 
 import time
-from typing import Any, Dict, Mapping, Optional
+from dataclasses import asdict, dataclass
+from typing import Any, Dict, Optional
 
 import numpy as np
 import psutil
 
 from pipebench.measure.meter import FIRST_MEASURED, LAST_MEASURED
 from pipebench.measure.steps import NS_PER_MS, NS_PER_S, TimingSink
+from pipebench.record.figures import Summary
 from pipebench.storage.file_reads import BYTES_PER_MB, READ_BYTES, READ_FILES, READ_NS, READ_REQUESTS
 
 __all__ = ["StorageReadMeter", "file_read_columns", "file_read_figures"]
@@ -63,7 +65,7 @@ def file_read_columns(sink: TimingSink, samples_per_s: float) -> Dict[str, Optio
     if not sink.sample_io:
         return {key: None for key in FILE_READ_COLUMNS}
     figures = file_read_figures(np.concatenate(sink.sample_io), np.concatenate(sink.sample_ns)[:, 0])
-    per_sample = figures["read_bytes_per_sample"]
+    per_sample = Summary.from_row(figures).read_bytes_per_sample
     rate = per_sample * samples_per_s / BYTES_PER_MB if per_sample is not None and np.isfinite(samples_per_s) else None
     return {**figures, "read_mb_per_s": rate}
 
@@ -79,6 +81,17 @@ def _read_bytes() -> Optional[Dict[int, int]]:
             if proc is me:
                 return None
     return counts
+
+
+@dataclass(frozen=True)
+class StorageDelta:
+    """What storage delivered between the marks: bytes, over seconds, to the processes read at the last
+    mark; those that exited inside the window took their counts with them."""
+
+    bytes: int
+    seconds: float
+    processes: int
+    exited_in_window: int
 
 
 class StorageReadMeter:
@@ -102,31 +115,31 @@ class StorageReadMeter:
     def stop(self) -> None:
         """Nothing to join."""
 
-    def _delta(self) -> Optional[Dict[str, Any]]:
+    def _delta(self) -> Optional[StorageDelta]:
         first, last = self._at.get(FIRST_MEASURED), self._at.get(LAST_MEASURED)
         if first is None or last is None:
             return None
         read = sum(count - first.get(pid, 0) for pid, count in last.items())
         gone = sorted(set(first) - set(last))
         seconds = self._time[LAST_MEASURED] - self._time[FIRST_MEASURED]
-        return {"bytes": read, "seconds": seconds, "processes": len(last), "exited_in_window": len(gone)}
+        return StorageDelta(read, seconds, len(last), len(gone))
 
     def columns(self) -> Dict[str, Optional[float]]:
         delta = self._delta()
         if delta is None:
             return {"storage_read_mb": None, "storage_read_mb_per_s": None}
-        mb = delta["bytes"] / BYTES_PER_MB
-        return {"storage_read_mb": mb, "storage_read_mb_per_s": mb / delta["seconds"] if delta["seconds"] > 0 else None}
+        mb = delta.bytes / BYTES_PER_MB
+        return {"storage_read_mb": mb, "storage_read_mb_per_s": mb / delta.seconds if delta.seconds > 0 else None}
 
     def record(self) -> Dict[str, Any]:
         delta = self._delta()
         if delta is None:
             return {"note": "not measured: no per-process I/O counters here (Linux /proc/<pid>/io)"}
-        note = (f"{delta['exited_in_window']} process(es) exited inside the window and took their counts"
-                if delta["exited_in_window"] else None)
-        return {**delta, "note": note}
+        note = (f"{delta.exited_in_window} process(es) exited inside the window and took their counts"
+                if delta.exited_in_window else None)
+        return {**asdict(delta), "note": note}
 
     @staticmethod
-    def notes(summary: Mapping[str, Any]) -> Dict[str, str]:
+    def notes(summary: Summary) -> Dict[str, str]:
         """None: why a figure is missing is in its record, not the row."""
         return {}

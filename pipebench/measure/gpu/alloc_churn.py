@@ -8,11 +8,13 @@ a dict of ~100 entries). Without CUDA it records nothing and says so.
 """
 
 from dataclasses import asdict, dataclass
-from typing import Any, Dict, List, Mapping, Optional, Sequence
+from typing import Any, Dict, List, Optional, Sequence
 
 import torch
 
 from pipebench.measure.meter import FIRST_MEASURED, LAST_MEASURED
+from pipebench.record.figures import Summary
+from pipebench.record.sections import parse
 
 BYTES_PER_MB = 1 << 20
 # A step-to-step change of reserved memory smaller than this share of the peak is jitter, not a
@@ -22,8 +24,6 @@ OSCILLATION_MIN_SWING_FRACTION = 0.05
 # Direction reversals (up then down, or down then up) of significant swings that make a series
 # "oscillating": one reversal is a spike, two a spike and recovery; three or more is a cycle.
 OSCILLATION_MIN_REVERSALS = 3
-# memory_stats() counters read at the marks; their growth over the measured steps is reported.
-STAT_KEYS = ("num_alloc_retries", "num_device_alloc", "num_device_free")
 
 
 def reversals(series: Sequence[float], min_swing_fraction: float = OSCILLATION_MIN_SWING_FRACTION) -> int:
@@ -59,6 +59,15 @@ class AllocatorReport:
     note: Optional[str]
 
 
+@dataclass(frozen=True)
+class AllocatorCounts:
+    """The memory_stats() counters read at a mark; their growth over the measured steps is reported."""
+
+    num_alloc_retries: int = 0
+    num_device_alloc: int = 0
+    num_device_free: int = 0
+
+
 class AllocatorTracker:
     """A Meter of allocator state over the measured steps of a consumer running on `device`.
 
@@ -74,12 +83,11 @@ class AllocatorTracker:
         self.active = device is not None and device.type == "cuda"
         self.device = device
         self._reserved: List[int] = []
-        self._stats = {}
+        self._stats: Dict[str, AllocatorCounts] = {}
 
     def mark(self, name: str) -> None:
         if self.active:
-            stats = torch.cuda.memory_stats(self.device)
-            self._stats[name] = {key: int(stats.get(key, 0)) for key in STAT_KEYS}
+            self._stats[name] = parse(AllocatorCounts, torch.cuda.memory_stats(self.device))
 
     def start(self) -> None:
         """Nothing: the counters are read at the marks."""
@@ -100,7 +108,7 @@ class AllocatorTracker:
         return asdict(self.report())
 
     @staticmethod
-    def notes(summary: Mapping[str, Any]) -> Dict[str, str]:
+    def notes(summary: Summary) -> Dict[str, str]:
         """None of its own: its note reaches the row in GpuSession's gpu_notes cell."""
         return {}
 
@@ -109,15 +117,15 @@ class AllocatorTracker:
             return AllocatorReport([], None, None, None, None, None, None, "not measured: no CUDA consumer")
         mb = [r / BYTES_PER_MB for r in self._reserved]
         a, b = self._stats.get(first), self._stats.get(last)
-        growth = {key: (b[key] - a[key]) if a and b else None for key in STAT_KEYS}
+        both = a is not None and b is not None
         turns = reversals(mb)
         return AllocatorReport(
             reserved_mb=mb,
             reserved_mb_peak=max(mb) if mb else None,
             reversals=turns,
             oscillating=is_oscillating(mb),
-            alloc_retries=growth["num_alloc_retries"],
-            device_allocs=growth["num_device_alloc"],
-            device_frees=growth["num_device_free"],
+            alloc_retries=b.num_alloc_retries - a.num_alloc_retries if both else None,
+            device_allocs=b.num_device_alloc - a.num_device_alloc if both else None,
+            device_frees=b.num_device_free - a.num_device_free if both else None,
             note=None,
         )

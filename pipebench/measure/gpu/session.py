@@ -15,25 +15,27 @@ When the consumer is not on CUDA, nothing here touches CUDA, every GPU column st
 `gpu_notes` says why. Construction never touches CUDA (DataLoader workers may fork after it).
 """
 
-from dataclasses import asdict
+from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any, Dict, List, Mapping, Optional
+from typing import Any, Dict, List, Optional
 
 import numpy as np
 import torch
 
 from pipebench.base.gpu_timing import DeviceCopy
 from pipebench.measure.gpu.alloc_churn import AllocatorTracker
-from pipebench.measure.gpu.idle import idle_breakdown
+from pipebench.measure.gpu.idle import IDLE_CATEGORIES, IdleBreakdown, idle_breakdown
 from pipebench.measure.gpu.sync_detect import (
     CONSUMER_LABEL,
     NO_CUDA_NOTE,
+    SyncCount,
     count_sync_warnings,
     syncs_from_trace,
 )
 from pipebench.measure.gpu.trace import load_trace, windows
 from pipebench.measure.gpu.util import GpuUtilSampler
 from pipebench.measure.summarize import accel_util_pct
+from pipebench.record.figures import Summary
 
 # Steps in the GPU trace: a short trace, as HTA's guidance asks, yet several gaps per stream.
 # Raised to two whole worker cycles: fewer steps than a cycle can fall inside one burst of
@@ -99,6 +101,19 @@ def _median(values: List[float]) -> Optional[float]:
     return float(np.median(values)) if values else None
 
 
+@dataclass(frozen=True)
+class TracedFigures:
+    """What the GPU trace pass read: its steps' own accel_util_pct, its file, HTA's idle split, and the
+    syncs counted in the trace and live on the held batch."""
+
+    trace_accel_util_pct: Optional[float]
+    trace_steps: int
+    trace: str
+    idle: IdleBreakdown
+    syncs: SyncCount
+    syncs_live: SyncCount
+
+
 class GpuSession:
     """Collects the GPU-side figures of one job (a Meter made of meters); see the module docstring."""
 
@@ -112,7 +127,7 @@ class GpuSession:
         self.copier = DeviceCopy()
         self.util = GpuUtilSampler(enabled=self.on_cuda)
         self.alloc = AllocatorTracker(consumer.device if self.on_cuda else None)
-        self._profiled: Dict[str, Any] = {}
+        self._profiled: Optional[TracedFigures] = None
         self._parts = (self.util, self.alloc)
 
     def start(self) -> None:
@@ -137,14 +152,8 @@ class GpuSession:
         steps = windows(events, STEP_LABEL)
         idle = idle_breakdown(events, (steps[0].start_ns, steps[-1].end_ns) if steps else None)
         data, labels = last_batch
-        self._profiled = {
-            "trace_accel_util_pct": accel_util_pct(traced),
-            "trace_steps": len(traced),
-            "trace": path.name,
-            "idle": idle,
-            "syncs": syncs_from_trace(events),
-            "syncs_live": count_sync_warnings(lambda: self.consumer.step(data, labels), SYNC_PROBE_STEPS),
-        }
+        self._profiled = TracedFigures(accel_util_pct(traced), len(traced), path.name, idle, syncs_from_trace(events),
+                                       count_sync_warnings(lambda: self.consumer.step(data, labels), SYNC_PROBE_STEPS))
 
     def columns(self) -> Dict[str, Any]:
         """The summary cells: figures where measured, None (an empty cell) where not, and why."""
@@ -157,7 +166,9 @@ class GpuSession:
                 notes.append(f"gpu_util_pct {util.note}")
             if not self._profiled:
                 notes.append(self.untraced_note)
-        idle, syncs = self._profiled.get("idle"), self._profiled.get("syncs")
+        traced = self._profiled
+        idle, syncs = (traced.idle, traced.syncs) if traced else (None, None)
+        shares = idle.idle_pct if idle else dict.fromkeys(IDLE_CATEGORIES)
         return {
             "h2d_gpu_ms_median": _median(self.copier.gpu_ms),
             **self.util.columns(),
@@ -165,33 +176,31 @@ class GpuSession:
             "sync_ops": syncs.ops_text() if syncs else None,
             "sync_wait_ms_per_step": syncs.wait_ms / syncs.steps if syncs and syncs.steps else None,
             "gpu_busy_pct": idle.gpu_busy_pct if idle else None,
-            "trace_accel_util_pct": self._profiled.get("trace_accel_util_pct"),
-            "idle_host_wait_pct": idle.idle_pct["host_wait"] if idle else None,
-            "idle_kernel_wait_pct": idle.idle_pct["kernel_wait"] if idle else None,
-            "idle_other_pct": idle.idle_pct["other"] if idle else None,
+            "trace_accel_util_pct": traced.trace_accel_util_pct if traced else None,
+            # idle_host_wait_pct, idle_kernel_wait_pct, idle_other_pct: each idle category's share
+            **{f"idle_{category}_pct": shares[category] for category in IDLE_CATEGORIES},
             **self.alloc.columns(),
             "gpu_notes": "; ".join(notes) or None,
         }
 
     def record(self) -> Dict[str, Any]:
         """result.json's `gpu` section: everything behind the columns, raw series included."""
-        live = self._profiled.get("syncs_live")
-        idle = self._profiled.get("idle")
+        traced = self._profiled
         return {
             "on_cuda": self.on_cuda,
             "h2d_gpu_ms": list(self.copier.gpu_ms),
             "util": self.util.record(),
             "allocator": self.alloc.record(),
-            "trace": self._profiled.get("trace"),
-            "trace_steps": self._profiled.get("trace_steps", 0),
-            "idle": asdict(idle) if idle else None,
-            "syncs_trace": asdict(self._profiled["syncs"]) if self._profiled else None,
-            "syncs_live": {**asdict(live), "per_step": live.per_step} if live else None,
+            "trace": traced.trace if traced else None,
+            "trace_steps": traced.trace_steps if traced else 0,
+            "idle": asdict(traced.idle) if traced else None,
+            "syncs_trace": asdict(traced.syncs) if traced else None,
+            "syncs_live": {**asdict(traced.syncs_live), "per_step": traced.syncs_live.per_step} if traced else None,
             "note": None if self.on_cuda else _not_on_cuda_note(),
         }
 
     @staticmethod
-    def notes(summary: Mapping[str, Any]) -> Dict[str, str]:
+    def notes(summary: Summary) -> Dict[str, str]:
         """`gpu_notes`: the GPU trace's accel_util_pct far from the row's (`trace_window_note`)."""
-        line = trace_window_note(summary.get("accel_util_pct"), summary.get("trace_accel_util_pct"))
+        line = trace_window_note(summary.accel_util_pct, summary.trace_accel_util_pct)
         return {"gpu_notes": line} if line else {}

@@ -9,6 +9,7 @@ torch.profiler (Kineto) writes complete events (`"ph": "X"`, `ts`/`dur` in micro
 - host operators: `cat` "cpu_op" (aten::nonzero, ...) and labels: `cat` "user_annotation"
   (record_function), on the host thread that ran them.
 
+Each stored event is read once, by name, into a `ChromeEvent` (and its `args` into `EventArgs`).
 Times are kept in nanoseconds (integers), as Holistic Trace Analysis converts them. A trace
 file may be gzipped (`.json.gz`, as torch.profiler writes when the export path ends in `.gz`).
 """
@@ -17,7 +18,9 @@ import gzip
 import json
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence, Union
+from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple, Union
+
+from pipebench.record.sections import parse
 
 NS_PER_US = 1000
 # GPU-side categories that occupy a stream; HTA 0.6.1's idle breakdown takes the same set
@@ -30,6 +33,35 @@ ANNOTATION_CATEGORY = "user_annotation"
 
 
 @dataclass(frozen=True)
+class ChromeEvent:
+    """One event as a Chrome trace stores it (`ts` and `dur` in µs), the keys the analyses read."""
+
+    ph: str = ""
+    cat: str = ""
+    name: str = ""
+    ts: Optional[float] = None
+    dur: float = 0
+    pid: Any = None
+    tid: Any = None
+    args: Optional[Mapping[str, Any]] = None
+
+
+@dataclass(frozen=True)
+class ChromeTrace:
+    """A Chrome trace file's object: its events, as stored."""
+
+    traceEvents: Tuple[Mapping[str, Any], ...] = ()
+
+
+@dataclass(frozen=True)
+class EventArgs:
+    """What the analyses read of an event's `args`: its stream, and the id tying a launch to its GPU work."""
+
+    stream: Optional[int] = None
+    correlation: Optional[int] = None
+
+
+@dataclass(frozen=True)
 class TraceEvent:
     """One complete ("X") event, times in ns."""
 
@@ -39,19 +71,12 @@ class TraceEvent:
     dur_ns: int
     pid: Any
     tid: Any
-    args: Mapping[str, Any]
+    stream: Optional[int] = None
+    correlation: Optional[int] = None
 
     @property
     def end_ns(self) -> int:
         return self.start_ns + self.dur_ns
-
-    @property
-    def stream(self) -> Optional[int]:
-        return self.args.get("stream")
-
-    @property
-    def correlation(self) -> Optional[int]:
-        return self.args.get("correlation")
 
     def contains(self, other: "TraceEvent") -> bool:
         return self.start_ns <= other.start_ns and other.end_ns <= self.end_ns
@@ -61,15 +86,18 @@ def _to_ns(value: Any) -> int:
     return int(round(float(value) * NS_PER_US))
 
 
+def _complete(e: ChromeEvent) -> TraceEvent:
+    args = parse(EventArgs, e.args)
+    return TraceEvent(str(e.cat), str(e.name), _to_ns(e.ts), _to_ns(e.dur), e.pid, e.tid, args.stream,
+                      args.correlation)
+
+
 def parse_events(raw: Iterable[Mapping[str, Any]]) -> List[TraceEvent]:
     """The complete events of a Chrome trace, sorted by start; flow, metadata and counters dropped."""
-    events = [
-        TraceEvent(str(e.get("cat", "")), str(e.get("name", "")), _to_ns(e["ts"]), _to_ns(e.get("dur", 0)),
-                   e.get("pid"), e.get("tid"), e.get("args") or {})
-        for e in raw
-        if e.get("ph") == "X" and "ts" in e
-    ]
+    stored = (parse(ChromeEvent, e) for e in raw)
+    events = [_complete(e) for e in stored if e.ph == "X" and e.ts is not None]
     return sorted(events, key=lambda e: (e.start_ns, -e.dur_ns))
+
 
 
 def load_trace(source: Union[str, Path, Mapping[str, Any], Sequence[Mapping[str, Any]]]) -> List[TraceEvent]:
@@ -78,7 +106,7 @@ def load_trace(source: Union[str, Path, Mapping[str, Any], Sequence[Mapping[str,
         path = Path(source)
         text = gzip.decompress(path.read_bytes()).decode() if path.suffix == ".gz" else path.read_text()
         source = json.loads(text)
-    raw = source.get("traceEvents", []) if isinstance(source, Mapping) else source
+    raw = parse(ChromeTrace, source).traceEvents if isinstance(source, Mapping) else source
     return parse_events(raw)
 
 

@@ -13,12 +13,13 @@ starts. Without CUDA, or without NVML, it records nothing and the report says wh
 import os
 import threading
 from dataclasses import dataclass
-from typing import Any, Dict, List, Mapping, Optional, Tuple
+from typing import Any, Dict, List, Optional, Tuple
 
 import torch
 
 from pipebench.base.extras import install_line
 from pipebench.measure.meter import FIRST_MEASURED, LAST_MEASURED
+from pipebench.record.figures import Summary
 
 # 0.1 s: shorter than NVML's own sample period on every GPU, so no period is missed, and
 # ~10 NVML calls a second cost nothing next to a training step.
@@ -188,6 +189,6 @@ class GpuUtilSampler:
         return {"samples_pct": report.samples, "interval_s": report.interval_s, "note": report.note}
 
     @staticmethod
-    def notes(summary: Mapping[str, Any]) -> Dict[str, str]:
+    def notes(summary: Summary) -> Dict[str, str]:
         """None of its own: its note reaches the row in GpuSession's gpu_notes cell."""
         return {}
