@@ -29,7 +29,7 @@ says `no change` the signal reads `no change`, otherwise `noisy`.
 
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
+from typing import Dict, List, Mapping, Optional, Sequence, Tuple
 
 import numpy as np
 
@@ -50,6 +50,7 @@ from pipebench.base.significance import (
 from pipebench.measure.host_load import OTHER_LOAD_NOTE_SHARE
 from pipebench.model.judging import DEFAULT_THRESHOLD, FASTER, INCOMPARABLE, NO_CHANGE, NOISY, SLOWER
 from pipebench.record.jobs import JobRecord, override_pairs, varying_keys
+from pipebench.record.sections import Fingerprint, PassRecord, parse
 from pipebench.record.results import (
     CALIBRATION_FILE,
     JOB_RESULT_GLOB,
@@ -226,12 +227,12 @@ class Comparison:
         return next((v for v in VERDICT_PRECEDENCE if counts[v]), INCOMPARABLE)
 
 
-def _pass_rate(p: Mapping[str, Sequence[float]]) -> float:
-    return 1000.0 * float(sum(p["samples"])) / float(sum(p["step_ms"]))
+def _pass_rate(p: PassRecord) -> float:
+    return 1000.0 * float(sum(p.samples)) / float(sum(p.step_ms))
 
 
-def _pass_starvation(p: Mapping[str, Sequence[float]]) -> float:
-    return 100.0 * float(sum(p["wait_ms"])) / float(sum(p["step_ms"]))
+def _pass_starvation(p: PassRecord) -> float:
+    return 100.0 * float(sum(p.wait_ms)) / float(sum(p.step_ms))
 
 
 def comparable_config(config: Mapping[str, object]) -> Dict[str, object]:
@@ -244,8 +245,7 @@ def _load_calibration(folder: Path) -> Optional[Calibration]:
     path = folder / CALIBRATION_FILE
     if not path.is_file():
         return None
-    data = read_calibration(path)
-    return Calibration(float(data["score_s"]), tuple(float(s) for s in data["samples_s"]))
+    return parse(Calibration, read_calibration(path))
 
 
 def _summary_figure(record: JobRecord, key: str) -> float:
@@ -263,16 +263,16 @@ def _cpu_ms(record: JobRecord) -> float:
     return _positive_figure(record, "cpu_ms_per_sample")
 
 
-def _transform_ms(records: Sequence[Mapping[str, Any]]) -> Dict[str, float]:
+def _transform_ms(records: Sequence[JobRecord]) -> Dict[str, float]:
     per: Dict[str, List[float]] = {}
     for record in records:
-        for row in record["transforms"]:
-            per.setdefault(f"{row['stage']}:{row['transform']}", []).append(float(row["ms_per_sample"]))
+        for row in record.transform_rows:
+            per.setdefault(f"{row.stage}:{row.transform}", []).append(float(row.ms_per_sample))
     return {name: float(np.median(values)) for name, values in per.items()}
 
 
 def _job_runs(label: str, records: Sequence[JobRecord]) -> JobRuns:
-    passes = [p for r in records for p in r["passes"]]
+    passes = [p for r in records for p in r.pass_records]
     return JobRuns(
         label=label,
         samples_per_s=tuple(_pass_rate(p) for p in passes),
@@ -280,8 +280,8 @@ def _job_runs(label: str, records: Sequence[JobRecord]) -> JobRuns:
         config=records[0].config,
         fingerprint=records[0].fingerprint,
         rounds=tuple(r.round or 0 for r in records),  # one round (no run.round override) is round 0
-        round_samples_per_s=tuple(1000.0 * sum(sum(p["samples"]) for p in r["passes"])
-                                  / sum(sum(p["step_ms"]) for p in r["passes"]) for r in records),
+        round_samples_per_s=tuple(1000.0 * sum(sum(p.samples) for p in r.pass_records)
+                                  / sum(sum(p.step_ms) for p in r.pass_records) for r in records),
         cpu_ms_per_sample=tuple(_cpu_ms(r) for r in records),
         transform_ms=_transform_ms(records),
         overrides=records[0].overrides,
@@ -390,7 +390,8 @@ def _host_busier(verdict: str, baseline: JobRuns, current: JobRuns) -> bool:
     HOST_LOAD_GAP_SHARE of the host's CPUs more of other tenants' load than the faster side."""
     if verdict not in (SLOWER, FASTER):
         return False
-    cpus = current.fingerprint.get("cpu_count") or current.fingerprint.get("usable_cores") or 1
+    host = parse(Fingerprint, current.fingerprint)
+    cpus = host.cpu_count or host.usable_cores or 1
     slower, faster = (current, baseline) if verdict == SLOWER else (baseline, current)
     gap = _median_load(slower) - _median_load(faster)
     return bool(np.isfinite(gap)) and gap >= HOST_LOAD_GAP_SHARE * float(cpus)
