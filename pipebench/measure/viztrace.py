@@ -59,15 +59,17 @@ import sys
 import tempfile
 import threading
 import time
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from multiprocessing.util import Finalize
 from pathlib import Path
-from typing import Any, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
 import psutil
 
 from pipebench.base.errors import PipebenchError
 from pipebench.base.io import replacing
+from pipebench.measure.gpu.trace import ChromeEvent, ChromeTrace
+from pipebench.record.sections import parse
 
 TRACE_FILE = "viztrace.json"
 MODES = ("sparse", "full")
@@ -103,6 +105,46 @@ class VizTraceError(PipebenchError):
     """trace=viztracer cannot run here; the message says why in one line."""
 
 
+@dataclass(frozen=True)
+class Marker:
+    """A live worker's marker file: who it is (its process's create time, so finish() signals no
+    stranger that reused the pid) and when it last flushed on request (0: not yet)."""
+
+    pid: int
+    worker_id: Optional[int]
+    role: str
+    create_time: Optional[float]
+    flushed_ns: int
+
+
+@dataclass(frozen=True)
+class Part:
+    """One flush of one process: its slices (name, start ns, end ns, OS thread id), its threads'
+    names by OS thread id, and how many slices it has dropped so far."""
+
+    pid: int
+    role: str
+    worker_id: Optional[int]
+    events: List[Tuple[str, int, int, int]]
+    threads: Mapping[int, str]
+    dropped: int
+
+
+@dataclass(frozen=True)
+class ProcessSlices:
+    """What one process left in the merged trace, over all its parts."""
+
+    role: str
+    worker_id: Optional[int]
+    slices: int = 0
+    dropped: int = 0
+    threads: Mapping[int, str] = field(default_factory=dict)
+
+    def add(self, part: Part) -> "ProcessSlices":
+        return ProcessSlices(self.role, self.worker_id, self.slices + len(part.events),
+                             max(self.dropped, part.dropped), {**self.threads, **part.threads})
+
+
 # --------------------------------------------------------------------------------------------
 # The per-process recorder: process-local runtime state, never pickled. The main process makes its
 # own in start_main(); each worker makes its own in worker_init(). Both hang it on the pipeline
@@ -125,7 +167,7 @@ def _stop_inherited(recorders: Any) -> None:
                 pass
 
 
-def _attach(targets: Sequence[Any], rec: Optional["Recorder"]) -> None:
+def _attach(targets: Sequence[Any], rec: "Optional[Recorder]") -> None:
     for target in targets:
         target.trace = rec
 
@@ -190,9 +232,8 @@ class Recorder:
         self._write_marker(flushed_ns=0)
 
     def _write_marker(self, flushed_ns: int) -> None:
-        info = {"pid": self.pid, "worker_id": self.worker_id, "role": self.role,
-                "create_time": _process_create_time(self.pid), "flushed_ns": flushed_ns}
-        _write_atomic(self.marker, json.dumps(info).encode())
+        info = Marker(self.pid, self.worker_id, self.role, _process_create_time(self.pid), flushed_ns)
+        _write_atomic(self.marker, json.dumps(asdict(info)).encode())
 
     def flush(self, final: bool = False, full_tracer: bool = False) -> None:
         """Write the slices gathered so far as one part (and the VizTracer buffer if asked)."""
@@ -218,8 +259,7 @@ class Recorder:
                 tids = {t.ident: t.native_id for t in live}
                 chunk = [(name, start, end, tids.get(ident, self.pid)) for name, start, end, ident in chunk]
                 threads = {t.native_id: t.name for t in live}
-                part = {"pid": self.pid, "role": self.role, "worker_id": self.worker_id,
-                        "events": chunk, "threads": threads, "dropped": self.dropped}
+                part = Part(self.pid, self.role, self.worker_id, chunk, threads, self.dropped)
                 path = self.work_dir / f"{self.tag}-{self.pid}-{self.seq:06d}{_PART_SUFFIX}"
                 self.seq += 1
                 _write_atomic(path, pickle.dumps(part, protocol=pickle.HIGHEST_PROTOCOL))
@@ -334,7 +374,7 @@ class VizTraceSession:
 
     # -- main process ------------------------------------------------------------------------
 
-    def start_main(self, *targets: Any) -> "Recorder":
+    def start_main(self, *targets: Any) -> Recorder:
         """Start recording in the main process (and, in full mode, start its VizTracer).
 
         The recorder is set as the `trace` attribute of every target (the main process's
@@ -357,7 +397,7 @@ class VizTraceSession:
             rec.tracer.start()
         return rec
 
-    def worker_init(self, worker_id: int, *targets: Any) -> Optional["Recorder"]:
+    def worker_init(self, worker_id: int, *targets: Any) -> Optional[Recorder]:
         """DataLoader `worker_init_fn` body: start this worker's recorder and set it as the `trace`
         attribute of every target (by default the worker's own dataset copy, when called inside a
         DataLoader worker). Returns the recorder, or None when this worker cannot trace. Never
@@ -434,15 +474,15 @@ class VizTraceSession:
             pending = []
             for marker in work.glob(f"*{_MARKER_SUFFIX}"):
                 try:
-                    info = json.loads(marker.read_text())
+                    info = parse(Marker, json.loads(marker.read_text()))
                 except (OSError, ValueError):
                     continue  # removed or replaced while we read it; look again next round
-                pid = info["pid"]
+                pid = info.pid
                 created = _process_create_time(pid)
-                if created is None or (info["create_time"] is not None and abs(created - info["create_time"]) > 0.05):
+                if created is None or (info.create_time is not None and abs(created - info.create_time) > 0.05):
                     states[pid] = "killed: slices after its last periodic flush are lost"
                     continue
-                if info["flushed_ns"] >= asked_ns:
+                if info.flushed_ns >= asked_ns:
                     states[pid] = "alive: flushed on request"
                     continue
                 pending.append(pid)
@@ -464,20 +504,16 @@ class VizTraceSession:
         from viztracer.report_builder import ReportBuilder
 
         work = Path(self.work_dir)
-        processes: Dict[int, Dict[str, Any]] = {}
+        processes: Dict[int, ProcessSlices] = {}
         events: List[Dict[str, Any]] = []
         for path in sorted(work.glob(f"*{_PART_SUFFIX}")):
             try:
                 part = pickle.loads(path.read_bytes())
             except Exception:
                 continue
-            pid = part["pid"]
-            proc = processes.setdefault(pid, {"role": part["role"], "worker_id": part["worker_id"],
-                                              "slices": 0, "dropped": 0, "threads": {}})
-            proc["slices"] += len(part["events"])
-            proc["dropped"] = max(proc["dropped"], part["dropped"])
-            proc["threads"].update(part["threads"])
-            for name, start, end, tid in part["events"]:
+            pid = part.pid
+            processes[pid] = processes.get(pid, ProcessSlices(part.role, part.worker_id)).add(part)
+            for name, start, end, tid in part.events:
                 events.append({"ph": "X", "cat": CATEGORY, "name": name, "pid": pid, "tid": tid,
                                "ts": start / 1000.0, "dur": (end - start) / 1000.0})
         viz_parts = []
@@ -487,33 +523,31 @@ class VizTraceSession:
             except (OSError, ValueError):
                 continue
             # "B" entries are calls still open when the buffer was dumped: no duration, no end.
-            data["traceEvents"] = [e for e in data.get("traceEvents", []) if e.get("ph") != "B"]
+            data["traceEvents"] = [e for e in parse(ChromeTrace, data).traceEvents if parse(ChromeEvent, e).ph != "B"]
             viz_parts.append(data)
         header = self._metadata_events(processes)
-        other = {
-            "pipebench_viztrace": {
-                "mode": self.mode,
-                "main_pid": self.main_pid,
-                "processes": {str(pid): {k: v for k, v in p.items() if k != "threads"}
-                              for pid, p in sorted(processes.items())},
-                "workers_not_closed": {str(pid): state for pid, state in sorted(worker_states.items())},
-            }
+        summary = {
+            "mode": self.mode,
+            "main_pid": self.main_pid,
+            "processes": {str(pid): {"role": p.role, "worker_id": p.worker_id, "slices": p.slices, "dropped": p.dropped}
+                          for pid, p in sorted(processes.items())},
+            "workers_not_closed": {str(pid): state for pid, state in sorted(worker_states.items())},
         }
-        first = {"traceEvents": header + events, "otherData": other, "viztracer_metadata": {}}
+        first = {"traceEvents": header + events, "otherData": {"pipebench_viztrace": summary}, "viztracer_metadata": {}}
         builder = ReportBuilder([first, *viz_parts], verbose=0)
         with replacing(out, ".json") as new:  # ReportBuilder picks the format by the suffix
             builder.save(output_file=str(new), file_info=False)
-        return other["pipebench_viztrace"]
+        return summary
 
-    def _metadata_events(self, processes: Dict[int, Dict[str, Any]]) -> List[Dict[str, Any]]:
+    def _metadata_events(self, processes: Dict[int, ProcessSlices]) -> List[Dict[str, Any]]:
         """Process and thread names, main process first, workers by id."""
         meta = []
         for pid, proc in processes.items():
-            is_main = proc["worker_id"] is None
+            is_main = proc.worker_id is None
             meta.append({"ph": "M", "name": "process_name", "pid": pid, "tid": pid,
-                         "args": {"name": f"pipebench {proc['role']}"}})
+                         "args": {"name": f"pipebench {proc.role}"}})
             meta.append({"ph": "M", "name": "process_sort_index", "pid": pid, "tid": pid,
-                         "args": {"sort_index": 0 if is_main else 1 + proc["worker_id"]}})
-            for tid, name in proc["threads"].items():
+                         "args": {"sort_index": 0 if is_main else 1 + proc.worker_id}})
+            for tid, name in proc.threads.items():
                 meta.append({"ph": "M", "name": "thread_name", "pid": pid, "tid": tid, "args": {"name": name}})
         return meta
