@@ -19,6 +19,7 @@ from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
 from pipebench.base.io import write_bytes_atomic
+from pipebench.record.sections import parse_all
 from pipebench.report.comparison import HOST, ComparisonRow, ComparisonTable, axis_title
 
 THROUGHPUT_PNG = "throughput_vs_workers.png"
@@ -65,11 +66,16 @@ def _workers(row: ComparisonRow) -> int:
     return int(row.names[WORKERS])
 
 
+def _transform(row: ComparisonRow) -> str:
+    """The job's transform: the variant its bars and lines are named by."""
+    return row.results[0].key.transform
+
+
 def _line_label(row: ComparisonRow, table: ComparisonTable) -> str:
     """What tells this row's line apart: every axis but workers, or the variant name."""
     others = [a for a in table.axes if a != WORKERS]
     if not others:
-        return row.names["transform"]
+        return _transform(row)
     return ", ".join(f"{axis_title(a, table.axes)}={row.value(a)}" for a in others)
 
 
@@ -105,7 +111,16 @@ def throughput_figure(table: ComparisonTable) -> Union[Figure, str]:
 
 
 def _variant(row: ComparisonRow, table: ComparisonTable) -> str:
-    return f"{row.names['transform']} ({row.host})" if HOST in table.axes else row.names["transform"]
+    return f"{_transform(row)} ({row.host})" if HOST in table.axes else _transform(row)
+
+
+@dataclass(frozen=True)
+class _StepCost:
+    """What the cost plot reads of a transform row (`TransformRow`'s): its step and its ms a sample."""
+
+    stage: str
+    transform: str
+    ms_per_sample: float
 
 
 def transform_costs(table: ComparisonTable) -> Tuple[Dict[str, Dict[str, float]], Dict[str, int]]:
@@ -120,8 +135,8 @@ def transform_costs(table: ComparisonTable) -> Tuple[Dict[str, Dict[str, float]]
         samples: Dict[str, List[float]] = {}
         for row in (r for r in rows if _workers(r) == fewest):
             for result in row.results:
-                for step in result.get("transforms") or ():
-                    samples.setdefault(f"{step['stage']}/{step['transform']}", []).append(float(step["ms_per_sample"]))
+                for step in parse_all(_StepCost, result.transforms):
+                    samples.setdefault(f"{step.stage}/{step.transform}", []).append(float(step.ms_per_sample))
         if samples:
             costs[variant] = {step: float(np.median(v)) for step, v in samples.items()}
             basis[variant] = fewest
@@ -191,17 +206,16 @@ def epoch_figure(table: ComparisonTable) -> Union[Figure, str]:
     drawn = 0
     for row in table.rows:
         result = row.results[0]
-        passes = result.get("passes") or []
-        record = passes[0] if passes else None
-        if record is None or len(record["samples"]) < 2 * max(_workers(row), 1):
+        record = next(iter(result.pass_records), None)
+        if record is None or len(record.samples) < 2 * max(_workers(row), 1):
             continue  # fewer than two windows: no line to draw
-        ends, rates = window_rates(record["samples"], record["step_ms"], _workers(row))
-        seen = _epochs_seen(result, record["samples"])
+        ends, rates = window_rates(record.samples, record.step_ms, _workers(row))
+        seen = _epochs_seen(result, record.samples)
         colour = palette(drawn % palette.N)
         label = _job_label(row, table) + (f" ({seen:.2g} epochs)" if seen is not None else "")
         axes.plot(ends, rates, marker=".", color=colour, label=_legend(label))
-        epochs = record.get("epoch") or []
-        times = np.cumsum(record["step_ms"]) / 1000.0
+        epochs = record.epoch
+        times = np.cumsum(record.step_ms) / 1000.0
         for step in (i for i in range(1, len(epochs)) if epochs[i] != epochs[i - 1]):
             axes.axvline(times[step - 1], color=colour, linestyle=":", alpha=0.7)
         drawn += 1
