@@ -8,7 +8,7 @@ created=1`), whose KEY=VALUE pairs are the job's overrides, so the report tells 
 """
 
 import math
-from dataclasses import dataclass, field, replace
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any, Dict, Iterator, List, Mapping, Optional, Sequence
 
@@ -33,8 +33,9 @@ from pipebench.measure.summarize import pass_records, rows_as_dicts
 from pipebench.measure.window import window_record
 from pipebench.record.jobs import JobIdentity, JobResult, varying_keys
 from pipebench.record.results import write_invocation_tables, write_result
+from pipebench.record.sections import parse
 
-__all__ = ["Watched", "WatchResult", "save_results", "watch", "watch_result"]
+__all__ = ["Watched", "WatchedLoader", "WatchResult", "save_results", "watch", "watch_result"]
 
 # The job folders' prefix, as the launcher names them (record/results.py reads job-*/result.json).
 JOB_FOLDER = "job-{num}"
@@ -76,6 +77,44 @@ class WatchResult:
         return save_results(folder, [self])
 
 
+@dataclass(frozen=True)
+class WatchedLoader:
+    """What a watched job's config says of its loader (result.json's `config.loader`), in written order."""
+
+    site: str
+    via: Optional[str]
+    iterated_at: Optional[str]
+    created: Optional[int]
+    dataset_class: str
+    num_workers: int
+    batch_size: Optional[int]
+    persistent_workers: bool
+
+    @classmethod
+    def of(cls, record: JobResult) -> "WatchedLoader":
+        """The loader of a watched job's result."""
+        return parse(cls, parse(_LoaderPart, record.config).loader)
+
+
+@dataclass(frozen=True)
+class _LoaderPart:
+    """The part of a watched job's config that `WatchedLoader` reads."""
+
+    loader: Mapping[str, Any]
+
+
+@dataclass(frozen=True)
+class _WatchCells:
+    """A watched loader's summary cells that no summary column names (`Summary.extra`): its batch
+    rate and interval, and with replay its step with the loader out of the way and the headroom."""
+
+    batches_per_s: float
+    batches_per_s_ci_low: float
+    batches_per_s_ci_high: float
+    replay_step_ms: Optional[float] = None
+    headroom_x: Optional[float] = None
+
+
 def watch_result(watch: LoaderWatch, job_num: int = 0) -> Optional[WatchResult]:
     """The frozen result of a watch; None when it measured no step."""
     summary, rows, window = watch.figures()
@@ -83,9 +122,8 @@ def watch_result(watch: LoaderWatch, job_num: int = 0) -> Optional[WatchResult]:
         return None
     identity = watch.identity
     name = identity.label
-    config = {"loader": {"site": watch.site, "via": watch.via, "iterated_at": identity.iterated_at,
-                         "created": identity.order, "dataset_class": watch.dataset_class, "num_workers": watch.workers,
-                         "batch_size": watch.batch_size, "persistent_workers": watch.persistent},
+    config = {"loader": asdict(WatchedLoader(watch.site, watch.via, identity.iterated_at, identity.order,
+                                             watch.dataset_class, watch.workers, watch.batch_size, watch.persistent)),
               "window": {"steps": watch.window.steps, "skip_steps": watch.window.skip_steps,
                          "seconds": watch.window.seconds, "replay": watch.window.replay},
               "recipe": None if watch.recipe is None else {"attr": watch.recipe.attr,
@@ -97,15 +135,15 @@ def watch_result(watch: LoaderWatch, job_num: int = 0) -> Optional[WatchResult]:
                                  "window": window_record(window), "first_batch_s_per_epoch": list(watch.first_batch_s),
                                  "meters": watch.meters.record()}).identified(
         JobIdentity(name, job_num, overrides, config, {}, columns))
-    row, extra = record.summary, record.summary.extra
+    row, cells = record.summary, parse(_WatchCells, record.summary.row)
     site = ",".join(f"{key}={value}" for key, value in identity.pairs().items() if key in (SITE_KEY, VIA_KEY))
     return WatchResult(name=site, dataset_class=watch.dataset_class, workers=watch.workers,
                        steps_measured=row.steps, samples_per_s=row.samples_per_s,
                        samples_per_s_ci=(row.samples_per_s_ci_low, row.samples_per_s_ci_high),
-                       batches_per_s=extra["batches_per_s"],
-                       batches_per_s_ci=(extra["batches_per_s_ci_low"], extra["batches_per_s_ci_high"]),
+                       batches_per_s=cells.batches_per_s,
+                       batches_per_s_ci=(cells.batches_per_s_ci_low, cells.batches_per_s_ci_high),
                        starvation_pct=row.starvation_pct, au_pct=row.au_pct, first_batch_s=row.first_batch_s,
-                       record=record, replay_step_ms=extra.get("replay_step_ms"), headroom_x=extra.get("headroom_x"))
+                       record=record, replay_step_ms=cells.replay_step_ms, headroom_x=cells.headroom_x)
 
 
 def save_results(folder: "str | Path", results: Sequence[WatchResult]) -> Path:

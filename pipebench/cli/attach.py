@@ -200,7 +200,7 @@ def _attach_script(kind: str, target: str, argv: Sequence[str], window: WatchWin
         return status or USAGE_EXIT_STATUS
     save_results(folder, results)
     print(markdown_table([summary_line(r) for r in results], SUMMARY_TABLE_COLUMNS))
-    named = [{**r.record["summary"], "job": r.name} for r in results]  # each loader as the table names it
+    named = [{**r.record.summary.row, "job": r.name} for r in results]  # each loader as the table names it
     print(first_batch_markdown(named))
     for note in loader_notes(named):
         print(note)

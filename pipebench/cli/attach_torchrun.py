@@ -26,12 +26,14 @@ from typing import Iterator, List, NoReturn, Optional, Sequence, Tuple
 from pipebench.attach.recording import Recording, recording_environment, start_files
 from pipebench.attach.sinks.sink_set import open_sinks
 from pipebench.attach.watch import WatchWindow
+from pipebench.attach.watched import WatchedLoader
 from pipebench.attach.watched_ranks import RANKS_FOLDER, merge_ranks, rank_environment, rank_status
 from pipebench.base.descendants import no_descendant_outlives
 from pipebench.base.errors import USAGE_EXIT_STATUS, ConfigError
 from pipebench.base.lifeline import tied_command
 from pipebench.base.tables import markdown_table
 from pipebench.measure.distributed.multirank import aggregate_line
+from pipebench.measure.distributed.rank_result import RankSections
 
 __all__ = ["TorchrunCommand", "attach_torchrun", "parse_torchrun", "torchrun_args"]
 
@@ -138,7 +140,7 @@ def attach_torchrun(command: TorchrunCommand, window: WatchWindow, folder: Path,
         print(f"pipebench attach: no rank of {command.target} wrote its results (torchrun exited {status})",
               file=sys.stderr)
         return status or USAGE_EXIT_STATUS
-    if not any(r["iterated"] for r in ranks):
+    if not any(r.iterated for r in ranks):
         print(f"pipebench attach: no rank of {command.target} iterated a torch.utils.data.DataLoader (torchrun "
               f"exited {status}); a loader of its own class is measured with pipebench.watch(loader)", file=sys.stderr)
         return USAGE_EXIT_STATUS
@@ -148,10 +150,10 @@ def attach_torchrun(command: TorchrunCommand, window: WatchWindow, folder: Path,
               f"(torchrun exited {status}); the ranks' folders are in {ranks_dir}", file=sys.stderr)
         return status or USAGE_EXIT_STATUS
     for record in merged:
-        loader = record["config"]["loader"]
-        print(f"loader {loader['site']} ({loader['dataset_class']}), {len(record['ranks'])} ranks:")
-        print(markdown_table(record["ranks"], RANK_TABLE_COLUMNS))
-        print(f"{aggregate_line(record['summary'])}, AU {record.summary.au_pct:.1f}% (the least rank's)")
+        loader, rows = WatchedLoader.of(record), RankSections.of(record).ranks
+        print(f"loader {loader.site} ({loader.dataset_class}), {len(rows)} ranks:")
+        print(markdown_table(rows, RANK_TABLE_COLUMNS))
+        print(f"{aggregate_line(record.summary.row)}, AU {record.summary.au_pct:.1f}% (the least rank's)")
     print(f"each rank's own results: {ranks_dir}")
     print(f"results: {folder}  (pipebench report {folder})")
     return status

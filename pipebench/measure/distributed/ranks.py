@@ -42,6 +42,8 @@ from pipebench.measure.summarize import (
 )
 from pipebench.measure.window import Window, window_record
 from pipebench.pipeline.timed_chain import TimedBatch
+from pipebench.record.sections import parse
+from pipebench.storage.rank_info import rank_and_world
 
 RANKS_MODULE = "pipebench.measure.distributed.ranks"
 TASK_FILE = "rank_task.pkl"
@@ -110,6 +112,14 @@ def rank_summary(window: Window, sink: TimingSink, rows: list, spec: JobSpec, sk
     return summary
 
 
+@dataclass(frozen=True)
+class SavedTimings:
+    """A rank's saved timings (its .npz's arrays): every sample's steps, and every batch's."""
+
+    sample_ns: np.ndarray
+    batch_ns: np.ndarray
+
+
 def save_timings(path: Path, sink: TimingSink) -> None:
     np.savez(path, sample_ns=np.concatenate(sink.sample_ns), batch_ns=np.stack(sink.batch_ns))
 
@@ -117,7 +127,8 @@ def save_timings(path: Path, sink: TimingSink) -> None:
 def load_timings(path: Path) -> TimingSink:
     """A sink holding a saved rank's timings (one block), enough for `transform_rows`."""
     with np.load(path) as saved:
-        return TimingSink(sample_ns=[saved["sample_ns"]], batch_ns=list(saved["batch_ns"]))
+        timings = parse(SavedTimings, saved)
+    return TimingSink(sample_ns=[timings.sample_ns], batch_ns=list(timings.batch_ns))
 
 
 def measure_rank(run: JobRun, world: int, job_dir: Path) -> Dict[str, Any]:
@@ -160,7 +171,7 @@ def _error_file(job_dir: Path, rank: int) -> Path:
 
 def main(argv: Optional[List[str]] = None) -> int:
     job_dir, task_path = (Path(arg) for arg in (argv or sys.argv[1:])[:2])
-    rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
+    rank, world = rank_and_world()
     # torchrun, tied to the job process (multirank.torchrun_command), is this rank's parent.
     die_with_parent(parent_is(int(os.environ.get(TIED_PID_ENV, os.getppid()))))
     try:
