@@ -144,17 +144,37 @@ class Recorder:
 
 @dataclass
 class _Stall:
-    """A stall while it lasts: its capture (None where K worse ones are kept), its windows."""
+    """A stall while it lasts: its capture (None where K worse ones are kept), its windows summed
+    (no list of them: a stall that never ends, a step slow for good, lasts to the run's end)."""
 
     verdict: Verdict
     capture: Optional[int]
     first_step: int
     epoch: int
-    windows: List[WindowFigures] = field(default_factory=list)
+    last: Optional[WindowFigures] = None
+    windows: int = 0
+    span_s: float = 0.0
+    wait_s: float = 0.0
+    samples: int = 0
     kept: List[BatchTimings] = field(default_factory=list)
     lost_s: float = 0.0
     # What the process tree read from storage over the stalled windows (None: no counters here).
     storage_mb: Optional[float] = 0.0
+
+    def add(self, window: WindowFigures) -> None:
+        self.last = window
+        self.windows += 1
+        self.span_s += window.span_s
+        self.wait_s += window.wait_s
+        self.samples += window.samples
+
+    @property
+    def starvation_pct(self) -> Optional[float]:
+        return 100 * self.wait_s / self.span_s if self.span_s else None
+
+    @property
+    def samples_per_s(self) -> Optional[float]:
+        return self.samples / self.span_s if self.span_s else None
 
 
 class LoaderRecorder:
@@ -253,7 +273,7 @@ class LoaderRecorder:
                 self._stall_ended()
             stall = self.stall = _Stall(verdict, self.recorder.captures.open(verdict.lost_s), figures.first_step,
                                         figures.epoch)
-        stall.windows.append(figures)
+        stall.add(figures)
         stall.lost_s += verdict.lost_s
         stall.storage_mb = None if storage_mb is None or stall.storage_mb is None else stall.storage_mb + storage_mb
         stall.kept.extend(kept[:max(KEPT_BATCHES - len(stall.kept), 0)])
@@ -261,17 +281,16 @@ class LoaderRecorder:
             self._write_capture(stall)
 
     def _write_capture(self, stall: _Stall) -> None:
-        last = stall.windows[-1]
-        span = sum(w.span_s for w in stall.windows)
+        last = stall.last
         record = {"kind": stall.verdict.kind, "loader": self.name, "rank": self.recorder.rank,
                   "first_step": stall.first_step, "last_step": last.last_step, "epoch": stall.epoch,
-                  "t_end_s": last.t_end_s, "windows": len(stall.windows), "lost_s": stall.lost_s,
-                  "starvation_pct": 100 * sum(w.wait_s for w in stall.windows) / span if span else None,
-                  "samples_per_s": sum(w.samples for w in stall.windows) / span if span else None,
+                  "t_end_s": last.t_end_s, "windows": stall.windows, "lost_s": stall.lost_s,
+                  "starvation_pct": stall.starvation_pct, "samples_per_s": stall.samples_per_s,
                   "baseline_starvation_pct": stall.verdict.baseline_starvation_pct,
                   "baseline_samples_per_s": stall.verdict.baseline_samples_per_s,
                   "storage_read_mb": stall.storage_mb,
-                  "storage_read_mb_per_s": None if stall.storage_mb is None or not span else stall.storage_mb / span,
+                  "storage_read_mb_per_s": None if stall.storage_mb is None or not stall.span_s
+                  else stall.storage_mb / stall.span_s,
                   **self.context}
         self.recorder.captures.write(stall.capture, stall.lost_s, record, self._capture_rows(stall.kept),
                                      CAPTURE_COLUMNS)
@@ -289,13 +308,11 @@ class LoaderRecorder:
 
     def _stall_ended(self) -> None:
         stall, self.stall = self.stall, None
-        last = stall.windows[-1]
-        span = sum(w.span_s for w in stall.windows)
+        last = stall.last
         self.recorder.emit("event", {
             "loader": self.name, "rank": self.recorder.rank, "kind": stall.verdict.kind, "epoch": stall.epoch,
             "first_step": stall.first_step, "last_step": last.last_step, "t_end_s": last.t_end_s,
-            "lost_s": stall.lost_s, "starvation_pct": 100 * sum(w.wait_s for w in stall.windows) / span,
-            "samples_per_s": sum(w.samples for w in stall.windows) / span,
+            "lost_s": stall.lost_s, "starvation_pct": stall.starvation_pct, "samples_per_s": stall.samples_per_s,
             "baseline_starvation_pct": stall.verdict.baseline_starvation_pct,
             "baseline_samples_per_s": stall.verdict.baseline_samples_per_s,
             "capture": "" if stall.capture is None or not self.recorder.captures.held(stall.capture)
