@@ -29,6 +29,7 @@ from pipebench.config.limits import (
     MAX_WORKERS,
     MIN_STORAGE_MB_PER_S,
 )
+from pipebench.config.target_node import TargetNode
 
 # The start methods torch.multiprocessing accepts for DataLoader workers.
 START_METHODS = ("fork", "spawn", "forkserver")
@@ -321,7 +322,7 @@ def _check_target_nodes(nodes: Any, where: str) -> Tuple[Mapping[str, Any], ...]
     _require(isinstance(nodes, list), f"{where} must be a list of `_target_` nodes")
     for i, node in enumerate(nodes):
         _require(
-            isinstance(node, dict) and isinstance(node.get("_target_"), str),
+            isinstance(node, dict) and isinstance(TargetNode.of(node).target, str),
             f"{where}[{i}] must be a mapping with a `_target_` (got {node!r})",
         )
     return tuple(nodes)
@@ -340,9 +341,8 @@ def _storage_spec(dataset: dict) -> StorageSpec:
     for key in storage:
         _require(key in STORAGE_EMULATION_KEYS,
                  f"dataset.storage.{key} is not a key; known: {', '.join(STORAGE_EMULATION_KEYS)}")
-    latency_ms = storage.get("latency_ms", 0.0)
-    mb_per_s = storage.get("mb_per_s")  # None: no bandwidth limit
-    shared = storage.get("shared_mb_per_s")  # None: no host-wide bandwidth
+    given = StorageSpec(cache=cache, **storage)  # its keys checked above: each a field
+    latency_ms, mb_per_s, shared = given.latency_ms, given.mb_per_s, given.shared_mb_per_s
     for key, value, may_be_none in (("latency_ms", latency_ms, False), ("mb_per_s", mb_per_s, True),
                                     ("shared_mb_per_s", shared, True)):
         number = isinstance(value, (int, float)) and not isinstance(value, bool)
@@ -384,11 +384,9 @@ def job_spec_from_config(cfg: DictConfig, choices: Mapping[str, Optional[str]]) 
     `choices` are Hydra's runtime group choices (`transform` -> `yuv_mask`), used as row labels.
     """
     plain = _to_plain(cfg)
-    _require(
-        isinstance(plain["dataset"], dict) and "_target_" in plain["dataset"],
-        "dataset must be a mapping with a `_target_`",
-    )
-    storage = _storage_spec(plain["dataset"])
+    dataset = plain["dataset"]
+    _require(isinstance(dataset, dict) and "_target_" in dataset, "dataset must be a mapping with a `_target_`")
+    storage = _storage_spec(dataset)
     chains = {f.name: _check_target_nodes(getattr(plain["transform"], f.name), f"transform.{f.name}")
               for f in fields(TransformChains)}
     return JobSpec(**{f.name: plain[f.name] for f in fields(JobSettings)}, **chains, storage=storage,

@@ -10,6 +10,7 @@ from torch.utils.data import IterableDataset
 
 from pipebench.base.errors import ConfigError
 from pipebench.config.specs import JobSpec
+from pipebench.config.target_node import TargetNode
 from pipebench.pipeline.consumers import Consumer, build_consumer
 from pipebench.pipeline.device_chain import DeviceChain
 from pipebench.storage.file_reads import file_reads_of, honoured
@@ -27,7 +28,7 @@ def build_transforms(nodes: Sequence[Mapping[str, Any]], where: str) -> List[Cal
 def build_dataset(spec: JobSpec) -> Any:
     dataset = instantiate_node(spec.dataset, "dataset")
     if isinstance(dataset, IterableDataset) and not hasattr(dataset, "__len__"):
-        raise ConfigError(f"dataset ({spec.dataset.get('_target_')}): an IterableDataset must define __len__, "
+        raise ConfigError(f"dataset ({TargetNode.of(spec.dataset).target}): an IterableDataset must define __len__, "
                           "the number of samples in an epoch (pipebench checks each is read once)")
     if len(dataset) < spec.loader.batch_size and spec.loader.drop_last:
         raise ConfigError(

@@ -6,6 +6,7 @@ from hydra.errors import InstantiationException
 from hydra.utils import instantiate
 
 from pipebench.base.errors import ConfigError, PipebenchError
+from pipebench.config.target_node import TargetNode
 
 
 def _joined(text: str) -> str:
@@ -23,5 +24,5 @@ def instantiate_node(node: Mapping[str, Any], where: str) -> Any:
         cause = exc.__cause__
         if isinstance(cause, PipebenchError):
             raise cause from exc
-        raise ConfigError(f"{where} ({node.get('_target_')}): {_joined(str(cause if cause is not None else exc))}") \
+        raise ConfigError(f"{where} ({TargetNode.of(node).target}): {_joined(str(cause if cause is not None else exc))}") \
             from exc

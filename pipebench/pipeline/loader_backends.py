@@ -84,18 +84,22 @@ class BackendInfo:
     """One backend: the kind of worker it runs, the module it needs and the extra that installs it."""
 
     name: str
-    worker_kind: str
     module: Optional[str]
     extra: Optional[str]
     # A map-only backend reads samples by index; an IterableDataset cannot feed it.
     map_only: bool
 
+    @property
+    def worker_kind(self) -> str:
+        """Processes or threads, from the one table of them (config.specs.BACKEND_WORKER_KINDS)."""
+        return BACKEND_WORKER_KINDS[self.name]
+
 
 BACKENDS: Dict[str, BackendInfo] = {
     info.name: info for info in (
-        BackendInfo("dataloader", BACKEND_WORKER_KINDS["dataloader"], None, None, map_only=False),
-        BackendInfo("threads", BACKEND_WORKER_KINDS["threads"], "torchdata.nodes", "threads", map_only=True),
-        BackendInfo("spdl", BACKEND_WORKER_KINDS["spdl"], "spdl.pipeline", "spdl", map_only=True),
+        BackendInfo("dataloader", None, None, map_only=False),
+        BackendInfo("threads", "torchdata.nodes", "threads", map_only=True),
+        BackendInfo("spdl", "spdl.pipeline", "spdl", map_only=True),
     )
 }
 

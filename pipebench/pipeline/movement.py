@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from typing import Any, Callable, Dict, FrozenSet, Iterable, Mapping, Optional, Union
 
 from pipebench.base.errors import ConfigError
+from pipebench.config.target_node import TargetNode
 
 PIL = "pil"
 TENSOR = "tensor"
@@ -96,13 +97,13 @@ PIL_ONLY = frozenset([PIL])
 TENSOR_ONLY = frozenset([TENSOR])
 
 
-def _random_crop(node: Mapping[str, Any]) -> Movement:
+def _random_crop(step: TargetNode) -> Movement:
     # Padding fills new pixels before later pointwise steps would have changed them (a fill of 0
     # becomes 128 after RGB->YUV), so a padding RandomCrop is not a pure crop.
-    pads = bool(node.get("padding")) or bool(node.get("pad_if_needed"))
+    pads = bool(step.arguments.get("padding")) or bool(step.arguments.get("pad_if_needed"))
     return Movement(accepts=BOTH, crop=not pads, random=True, batch_form=None if pads else BATCH_RANDOM_CROP,
                     batch_draws_per_sample=True, tensor_form=None if pads else V2 + "RandomCrop",
-                    region_form=_region_form(node))
+                    region_form=_region_form(step))
 
 
 # The catalogue's decoder: torchvision.io.decode_jpeg on the file's bytes (pipebench.transforms.decode).
@@ -125,9 +126,9 @@ AUTO_AUGMENT = ("AutoAugment", "RandAugment", "TrivialAugmentWide", "AugMix")
 REGION_FORMS = "pipebench.transforms.region.Region"
 
 
-def _region_form(node: Mapping[str, Any]) -> str:
+def _region_form(step: TargetNode) -> str:
     """The region-decoding form of a v1 or v2 crop node (RandomCrop -> RegionRandomCrop / ...V2)."""
-    target = str(node["_target_"])
+    target = str(step.target)
     return REGION_FORMS + target.rsplit(".", 1)[1] + ("V2" if target.startswith(V2) else "")
 
 
@@ -135,22 +136,21 @@ def _region_form(node: Mapping[str, Any]) -> str:
 TO_FLOAT = "pipebench.transforms.cast.ToFloat"
 
 
-def _v2(node: Mapping[str, Any]) -> str:
+def _v2(step: TargetNode) -> str:
     """The torchvision.transforms.v2 class of a v1 or v2 node: v2 runs its fast uint8 kernels on tensors."""
-    return V2 + str(node["_target_"]).rsplit(".", 1)[1]
+    return V2 + str(step.target).rsplit(".", 1)[1]
 
 
-def _resize(node: Mapping[str, Any]) -> Movement:
+def _resize(step: TargetNode) -> Movement:
     # Shrinks, but interpolates neighbours: neither a crop nor pointwise. With max_size the output
     # size depends on both sides; the reduced-size decode leaves that case alone.
-    target = str(node["_target_"])
-    return Movement(accepts=BOTH, draft_form=None if node.get("max_size") else DRAFT_FORMS[target],
-                    tensor_form=_v2(node))
+    draft_form = None if step.arguments.get("max_size") else DRAFT_FORMS[str(step.target)]
+    return Movement(accepts=BOTH, draft_form=draft_form, tensor_form=_v2(step))
 
 
-def _geometric(node: Mapping[str, Any], **declared: Any) -> Movement:
+def _geometric(step: TargetNode, **declared: Any) -> Movement:
     """A step that moves or resamples pixels the same way on a PIL image and a tensor."""
-    return Movement(accepts=BOTH, tensor_form=_v2(node), **declared)
+    return Movement(accepts=BOTH, tensor_form=_v2(step), **declared)
 
 
 def _both_namespaces(entries: Mapping[str, Any]) -> Dict[str, Any]:
@@ -160,25 +160,25 @@ def _both_namespaces(entries: Mapping[str, Any]) -> Dict[str, Any]:
 
 # torchvision.transforms (v1) and .v2 classes, keyed by `_target_`. A value is a Movement or a
 # function of the config node (for declarations that depend on arguments).
-TORCHVISION_MOVEMENT: Mapping[str, Union[Movement, Callable[[Mapping[str, Any]], Movement]]] = {
+TORCHVISION_MOVEMENT: Mapping[str, Union[Movement, Callable[[TargetNode], Movement]]] = {
     **_both_namespaces({
         "PILToTensor": Movement(accepts=PIL_ONLY, returns=TENSOR, pointwise=True, decoder_form=DECODE_JPEG),
         # Also scales to [0, 1]: still one pixel in, one pixel out.
         "ToTensor": Movement(accepts=PIL_ONLY, returns=TENSOR, pointwise=True, tensor_form=TO_FLOAT),
         "RandomCrop": _random_crop,
-        "CenterCrop": lambda node: _geometric(node, crop=True, region_form=_region_form(node)),
+        "CenterCrop": lambda step: _geometric(step, crop=True, region_form=_region_form(step)),
         "Resize": _resize,
         # Crops a random region and resizes it: not a crop (it interpolates), random.
-        "RandomResizedCrop": lambda node: _geometric(node, random=True, draft_form=DRAFT_FORMS[str(node["_target_"])],
-                                                     region_form=_region_form(node)),
+        "RandomResizedCrop": lambda step: _geometric(step, random=True, draft_form=DRAFT_FORMS[str(step.target)],
+                                                     region_form=_region_form(step)),
         # Both take a [..., C, H, W] tensor, so each is its own batch form (on a uint8 batch too).
         "ConvertImageDtype": Movement(accepts=TENSOR_ONLY, pointwise=True, casts=True,
                                       batch_form=V1 + "ConvertImageDtype"),
         "Normalize": Movement(accepts=TENSOR_ONLY, pointwise=True, casts=True, batch_form=V1 + "Normalize"),
         "Grayscale": Movement(accepts=BOTH, pointwise=True),
         # Flips move pixels: a crop before a flip picks a mirrored window.
-        "RandomHorizontalFlip": lambda node: _geometric(node, random=True),
-        "RandomVerticalFlip": lambda node: _geometric(node, random=True),
+        "RandomHorizontalFlip": lambda step: _geometric(step, random=True),
+        "RandomVerticalFlip": lambda step: _geometric(step, random=True),
         # Contrast and saturation blend with the image's mean grey: a crop changes it, so not pointwise.
         "ColorJitter": Movement(accepts=BOTH, random=True),
         **{name: Movement(accepts=BOTH, random=True) for name in AUTO_AUGMENT},
@@ -262,10 +262,11 @@ def declared_movement(node: Mapping[str, Any]) -> Optional[Movement]:
     A torchvision step outside the registry that the library says takes tensors (library_tensor_form)
     is declared random (it may draw: the guard then tests its distribution), opaque (not a crop, not
     pointwise: nothing moves past it) and tensor-capable, so the tensor path can carry it."""
-    target = node["_target_"]
+    step = TargetNode.of(node)
+    target = step.target
     entry = TORCHVISION_MOVEMENT.get(target)
     if entry is not None:
-        return _with_library_tensor_form(target, entry if isinstance(entry, Movement) else entry(node))
+        return _with_library_tensor_form(target, entry if isinstance(entry, Movement) else entry(step))
     form = library_tensor_form(str(target))
     if form is not None:
         return Movement(accepts=BOTH, random=True, tensor_form=form)

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
 from pipebench.base.errors import ConfigError
+from pipebench.config.target_node import TargetNode
 from pipebench.pipeline.export_nodes import object_node
 from pipebench.pipeline.instantiate import instantiate_node
 
@@ -72,7 +73,7 @@ def open_recipes(nodes: Sequence[Node], where: str = "transform.per_sample") -> 
     opened: List[Node] = []
     notes: List[str] = []
     for i, node in enumerate(nodes):
-        target = str(node.get("_target_", ""))
+        target = str(TargetNode.of(node).target or "")
         if target == RECIPE_STEP or not _may_be_recipe(target):
             opened.append(node)
             continue
