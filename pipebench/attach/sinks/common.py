@@ -1,11 +1,12 @@
 """What every sink shares: the telemetry extra, and the one line for a library that is missing."""
 
-from typing import Any, Dict
+from dataclasses import asdict, dataclass
+from typing import Dict, Optional
 
 from pipebench.base.errors import ConfigError
 from pipebench.base.extras import MissingExtra, installed, missing_line
 
-__all__ = ["METRIC_PREFIX", "SINK_METRICS", "TELEMETRY_EXTRA", "metric_tag", "metric_values", "need"]
+__all__ = ["METRIC_PREFIX", "SINK_METRICS", "TELEMETRY_EXTRA", "WindowPoint", "metric_tag", "metric_values", "need"]
 
 # Metrics go under this prefix, so in a run the script already has open they sit apart from its own.
 METRIC_PREFIX = "pipebench/"
@@ -22,19 +23,34 @@ def need(module: str, flag: str, library: str) -> None:
         raise ConfigError(missing_line([MissingExtra(flag, library, TELEMETRY_EXTRA)]))
 
 
-def metric_values(row: Dict[str, Any]) -> Dict[str, float]:
-    """The row's figures a sink pushes (empty and NaN cells left out)."""
-    values = {}
-    for key in SINK_METRICS:
-        value = row.get(key)
-        if isinstance(value, (int, float)) and value == value:
-            values[key] = float(value)
-    return values
+@dataclass(frozen=True)
+class WindowPoint:
+    """What the sinks read of a window's row of series.csv (`SinkSet` parses it once): its loader,
+    rank and last step, and its SINK_METRICS (None where the row has none)."""
+
+    loader: str = ""
+    rank: int = 0
+    last_step: int = 0
+    samples_per_s: Optional[float] = None
+    starvation_pct: Optional[float] = None
+    wait_p50_ms: Optional[float] = None
+    wait_p95_ms: Optional[float] = None
+    wait_p99_ms: Optional[float] = None
+
+    @property
+    def site(self) -> str:
+        """The loader's call site (`t.py:3` of `loader=t.py:3,...`)."""
+        return str(self.loader).split(",")[0].split("=")[-1]
 
 
-def metric_tag(row: Dict[str, Any], key: str, loaders: int) -> str:
+def metric_values(point: WindowPoint) -> Dict[str, float]:
+    """The window's figures a sink pushes (empty and NaN cells left out)."""
+    return {key: float(value) for key, value in asdict(point).items()
+            if key in SINK_METRICS and isinstance(value, (int, float)) and value == value}
+
+
+def metric_tag(point: WindowPoint, key: str, loaders: int) -> str:
     """`pipebench/starvation_pct`, with the loader's site and rank where the run has several."""
-    site = str(row.get("loader", "")).split(",")[0].split("=")[-1]
-    where = f"{site}/" if loaders > 1 else ""
-    rank = f"rank{row['rank']}/" if row.get("rank") else ""
+    where = f"{point.site}/" if loaders > 1 else ""
+    rank = f"rank{point.rank}/" if point.rank else ""
     return f"{METRIC_PREFIX}{rank}{where}{key}"

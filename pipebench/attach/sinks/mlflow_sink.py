@@ -1,9 +1,7 @@
 """`--mlflow URI`: each window's figures as MLflow metrics, in the script's active run where it has
 one (`mlflow.active_run()`), else in a run of pipebench's own in that tracking store."""
 
-from typing import Any, Dict
-
-from pipebench.attach.sinks.common import metric_tag, metric_values, need
+from pipebench.attach.sinks.common import WindowPoint, metric_tag, metric_values, need
 from pipebench.base.errors import ConfigError
 
 __all__ = ["MlflowSink", "start"]
@@ -38,11 +36,11 @@ class MlflowSink:
             self.own = self.client.create_run(experiment_id, run_name="pipebench attach").info.run_id
         return self.own
 
-    def window(self, row: Dict[str, Any]) -> None:
-        self.loaders.add(row.get("loader"))
+    def window(self, point: WindowPoint) -> None:
+        self.loaders.add(point.loader)
         run_id = self._run_id()
-        for key, value in metric_values(row).items():
-            self.client.log_metric(run_id, metric_tag(row, key, len(self.loaders)), value, step=int(row["last_step"]))
+        for key, value in metric_values(point).items():
+            self.client.log_metric(run_id, metric_tag(point, key, len(self.loaders)), value, step=int(point.last_step))
 
     def close(self) -> None:
         if self.own is not None:

@@ -5,9 +5,7 @@ histogram of the windows' p50 waits (a histogram of every wait would cost the lo
 the windows' quantiles are what the series holds). Rank K serves on port P + K under torchrun.
 """
 
-from typing import Any, Dict
-
-from pipebench.attach.sinks.common import METRIC_PREFIX, metric_values, need
+from pipebench.attach.sinks.common import METRIC_PREFIX, SINK_METRICS, WindowPoint, metric_values, need
 from pipebench.base.errors import ConfigError
 
 __all__ = ["PrometheusSink", "start"]
@@ -15,6 +13,8 @@ __all__ = ["PrometheusSink", "start"]
 # Prometheus names allow no slash: pipebench/ becomes pipebench_.
 NAME_PREFIX = METRIC_PREFIX.rstrip("/") + "_"
 LABELS = ("loader", "rank")
+# The histogram's figure: the window's median wait.
+HISTOGRAM_METRIC = "wait_p50_ms"
 # Buckets of the windows' median wait, in ms: from a loader that keeps up (< 1 ms) to a stalled one.
 WAIT_BUCKETS_MS = (0.1, 0.5, 1, 2, 5, 10, 25, 50, 100, 250, 500, 1000, 5000, float("inf"))
 
@@ -27,19 +27,17 @@ class PrometheusSink:
 
         self.registry = CollectorRegistry()
         self.gauges = {key: Gauge(NAME_PREFIX + key, f"pipebench's last window: {key}", LABELS,
-                                  registry=self.registry) for key in ("samples_per_s", "starvation_pct",
-                                                                       "wait_p50_ms", "wait_p95_ms", "wait_p99_ms")}
+                                  registry=self.registry) for key in SINK_METRICS}
         self.waits = Histogram(NAME_PREFIX + "window_wait_p50_ms", "the windows' median data wait, ms", LABELS,
                                buckets=WAIT_BUCKETS_MS, registry=self.registry)
         self.server, self.thread = start_http_server(port, registry=self.registry)
 
-    def window(self, row: Dict[str, Any]) -> None:
-        labels = {"loader": str(row.get("loader", "")).split(",")[0].split("=")[-1], "rank": str(row.get("rank", 0))}
-        values = metric_values(row)
-        for key, value in values.items():
+    def window(self, point: WindowPoint) -> None:
+        labels = {"loader": point.site, "rank": str(point.rank)}
+        for key, value in metric_values(point).items():
             self.gauges[key].labels(**labels).set(value)
-        if "wait_p50_ms" in values:
-            self.waits.labels(**labels).observe(values["wait_p50_ms"])
+            if key == HISTOGRAM_METRIC:
+                self.waits.labels(**labels).observe(value)
 
     def close(self) -> None:
         self.server.shutdown()

@@ -11,7 +11,9 @@ is dropped: the run, the series and the other sinks go on (`SinkSet`).
 from dataclasses import dataclass
 from typing import Any, Callable, Dict, List, Optional, Protocol
 
+from pipebench.attach.sinks.common import WindowPoint
 from pipebench.base.errors import ConfigError, warn
+from pipebench.record.sections import parse
 
 __all__ = ["Sink", "SinkSet", "SinkSpec", "open_sinks"]
 
@@ -19,7 +21,7 @@ __all__ = ["Sink", "SinkSet", "SinkSpec", "open_sinks"]
 class Sink(Protocol):
     name: str
 
-    def window(self, row: Dict[str, Any]) -> None: ...
+    def window(self, point: WindowPoint) -> None: ...
 
     def close(self) -> None: ...
 
@@ -48,9 +50,10 @@ class SinkSet:
     def __call__(self, kind: str, row: Dict[str, Any]) -> None:
         if kind != "window":
             return
+        point = parse(WindowPoint, row)
         for sink in list(self.sinks):
             try:
-                sink.window(row)
+                sink.window(point)
             except Exception as exc:  # telemetry never stops the user's training
                 warn(f"the {sink.name} sink failed ({type(exc).__name__}: {exc}); the run and the series go on "
                      "without it")

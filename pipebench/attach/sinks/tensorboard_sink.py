@@ -3,9 +3,7 @@
 
 import os
 from pathlib import Path
-from typing import Any, Dict
-
-from pipebench.attach.sinks.common import metric_tag, metric_values, need
+from pipebench.attach.sinks.common import WindowPoint, metric_tag, metric_values, need
 from pipebench.base.errors import ConfigError
 
 __all__ = ["TensorBoardSink", "start"]
@@ -20,10 +18,10 @@ class TensorBoardSink:
         self.writer = SummaryWriter(log_dir=str(folder))
         self.loaders: set = set()
 
-    def window(self, row: Dict[str, Any]) -> None:
-        self.loaders.add(row.get("loader"))
-        for key, value in metric_values(row).items():
-            self.writer.add_scalar(metric_tag(row, key, len(self.loaders)), value, global_step=int(row["last_step"]))
+    def window(self, point: WindowPoint) -> None:
+        self.loaders.add(point.loader)
+        for key, value in metric_values(point).items():
+            self.writer.add_scalar(metric_tag(point, key, len(self.loaders)), value, global_step=int(point.last_step))
         self.writer.flush()
 
     def close(self) -> None:

@@ -2,9 +2,7 @@
 (`wandb.run`), else in a run of pipebench's own, offline unless WANDB_MODE says otherwise."""
 
 import os
-from typing import Any, Dict
-
-from pipebench.attach.sinks.common import metric_tag, metric_values, need
+from pipebench.attach.sinks.common import WindowPoint, metric_tag, metric_values, need
 from pipebench.base.errors import ConfigError
 
 __all__ = ["WandbSink", "start"]
@@ -25,17 +23,17 @@ class WandbSink:
         if self.wandb.run is not None:
             return self.wandb.run
         if self.own is None:
-            self.own = self.wandb.init(project=self.project, mode=os.environ.get("WANDB_MODE", "offline"),
+            self.own = self.wandb.init(project=self.project, mode=os.getenv("WANDB_MODE", "offline"),
                                        job_type="pipebench")
         return self.own
 
-    def window(self, row: Dict[str, Any]) -> None:
-        self.loaders.add(row.get("loader"))
-        values = {metric_tag(row, key, len(self.loaders)): value for key, value in metric_values(row).items()}
+    def window(self, point: WindowPoint) -> None:
+        self.loaders.add(point.loader)
+        values = {metric_tag(point, key, len(self.loaders)): value for key, value in metric_values(point).items()}
         run = self._run()
         # In the script's own run, commit=False: the point joins the script's current step rather than
         # advancing W&B's step counter under the user's loss curve.
-        run.log({**values, "pipebench/step": int(row["last_step"])}, commit=run is self.own)
+        run.log({**values, "pipebench/step": int(point.last_step)}, commit=run is self.own)
 
     def close(self) -> None:
         if self.own is not None:
