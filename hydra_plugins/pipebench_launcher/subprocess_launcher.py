@@ -53,6 +53,7 @@ from pipebench.base.errors import (
 from pipebench.config.schema import register_launcher_config
 from pipebench.measure.job_process import JobPayload
 from pipebench.measure.job_spawn import JobProcess, discard, run_job, serving, start_job_process, take, warm
+from pipebench.measure.round_gate import gate_from_environ
 from pipebench.record.resume import drop_links, job_already_done
 from pipebench.record.target import reached_target
 
@@ -113,6 +114,9 @@ class SubprocessLauncher(Launcher):
         # its own, so rounds stay independent processes (address layout, hash seed, the imports'
         # heap) and the spread `compare` pools across them is a spread between processes.
         self.jobs_round: Optional[int] = None
+        # An A/B session's pacing (pipebench.measure.round_gate): each round starts when the session
+        # says, so one run of N rounds takes turns with the other side's. None: no waiting.
+        self.gate = gate_from_environ(os.environ)
         self.config: Optional[DictConfig] = None
         self.task_function: Optional[TaskFunction] = None
         self.hydra_context: Optional[HydraContext] = None
@@ -204,6 +208,8 @@ class SubprocessLauncher(Launcher):
         del state["omegaconf_resolvers"]
         payload = pickle.dumps(JobPayload(self.hydra_context, sweep_config, self.task_function, state))
         job_round = int(sweep_config.run.round)
+        if self.gate is not None and job_round != self.jobs_round:
+            self.gate.enter(job_round)  # before the round's job process starts: its imports are the round's
         if self.jobs is not None and (job_round != self.jobs_round or not serving(self.jobs)):
             # The last round's (between jobs it ends at once), or one that ended on its own (killed,
             # or its imports failed): reaped now.

@@ -17,6 +17,7 @@ from pipebench.regress.ab import (
     EXIT_GOOD,
     EXIT_REGRESSION,
     EXIT_SKIP,
+    Plan,
     Side,
     SideFailed,
     run_session,
@@ -102,7 +103,8 @@ def _measure(args, sides: Tuple[Side, Side], overrides, rounds_said: Tuple[int, 
     print(f"A/B session: {base.describe()} vs {head.describe()}, {rounds} rounds alternating{rounds_note} -> {folder}",
           flush=True)
     try:
-        session = run_session(base, head, overrides, rounds, folder, cwd_in_tree, args.threshold, args.config_dir)
+        session = run_session(base, head, Plan(tuple(overrides), rounds, folder, cwd_in_tree, args.config_dir),
+                              args.threshold)
     except SideFailed as exc:
         print(f"pipebench: {exc}; exit {EXIT_SKIP} (cannot measure)", file=sys.stderr)
         return EXIT_SKIP
@@ -120,7 +122,8 @@ def add_parser(verbs: "argparse._SubParsersAction") -> None:
     parser = verbs.add_parser(
         "ab", help="measure two git refs in one session, interleaved, and compare them (bisect-ready exits)",
         description="Check BASE_REF out into a temporary git worktree, run every job of the sweep for both "
-                    "trees round by round (alternating, each job a fresh process, each side's tree on "
+                    "trees round by round (alternating; each side one `pipebench run` paced a round at a "
+                    "time, each round's jobs forked from a job process of its own, each side's tree on "
                     "PYTHONPATH), then compare throughput and CPU time a sample with rounds paired.",
         epilog=AB_EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter,
         usage="pipebench ab [OPTIONS] BASE_REF [HEAD_REF] [OVERRIDES ...]",
