@@ -27,11 +27,12 @@ from pipebench.base.errors import INTERRUPTED_EXIT_STATUS, TERMINATED_EXIT_STATU
 from pipebench.base.io import folder_safe
 from pipebench.cli.common_args import add_config_dir, add_overrides
 from pipebench.config.compose import job_spec_composer
-from pipebench.config.specs import JobSpec
+from pipebench.config.specs import JobSpec, RunSpec
 from pipebench.pipeline.build import build_dataset
 from pipebench.record.folder_lock import folder_lock
 from pipebench.record.jobs import JobResult
 from pipebench.record.results import load_job_results
+from pipebench.record.sections import parse
 from pipebench.record.resume import new_folder
 from pipebench.storage_track.files import NOT_MLPERF, CheckResult, Run, write_check
 from pipebench.storage_track.options import CheckOptions, split_check_overrides, user_value
@@ -123,15 +124,20 @@ def _run_of(record: JobResult, sample_bytes: Optional[float]) -> Run:
     rate = s.samples_per_s * steady_s / (steady_s + first) if steady_s > 0 else s.samples_per_s
     per_sample = sample_bytes if sample_bytes is not None else s.read_bytes_per_sample
     mb = rate * per_sample / BYTES_PER_MB if per_sample is not None else math.nan
-    return Run(int(record.config["run"]["seed"]), s.au_pct, rate, mb, first)
+    return Run(_seed(record), s.au_pct, rate, mb, first)
+
+
+def _seed(record: JobResult) -> int:
+    """The run's `run.seed`, from its stored config."""
+    return int(parse(RunSpec, record.config["run"]).seed)
 
 
 def _costliest(records: Sequence[JobResult]) -> Optional[Tuple[str, float]]:
-    rows = [r for record in records for r in record.transforms if r.get("stage") not in NOT_CHAIN_STAGES]
+    rows = [r for record in records for r in record.transform_rows if r.stage not in NOT_CHAIN_STAGES]
     if not rows:
         return None
-    top = max(rows, key=lambda r: float(r.get("ms_per_sample") or 0.0))
-    return str(top["transform"]), float(top["ms_per_sample"])
+    top = max(rows, key=lambda r: float(r.ms_per_sample or 0.0))
+    return str(top.transform), float(top.ms_per_sample)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -289,8 +295,8 @@ def _check(check: Check, chosen: Preset, spec: JobSpec, options: CheckOptions, s
             search = check.searched_so_far(chosen.min_au_pct)
         if not records and (check.folder / RUNS_DIR).exists():
             records = load_job_results(check.folder / RUNS_DIR)
-    runs = tuple(_run_of(r, check.sample_bytes) for r in sorted(records, key=lambda r: int(r.config["run"]["seed"]))
-                 if int(r.config["run"]["seed"]) > 0)  # seed 0 is the warm-up
+    # Seed 0 is the warm-up.
+    runs = tuple(_run_of(r, check.sample_bytes) for r in sorted(records, key=_seed) if _seed(r) > 0)
     # The chain's cost from the runs, or from the search's rounds where no N met the minimum.
     searched = [r for sub in sorted((check.folder / SEARCH_DIR).glob("n*")) for r in load_job_results(sub)] \
         if chain != "none" and not records and (check.folder / SEARCH_DIR).is_dir() else []
