@@ -57,6 +57,7 @@ from pipebench.record.sections import parse
 from pipebench.measure.steps import NS_PER_MS, PassResult, StepSample, TimingSink, cycle_steps
 from pipebench.measure.summarize import rows_as_dicts, transform_rows
 from pipebench.measure.window import rate_interval, reused_window
+from pipebench.pipeline.timed_chain import StepName
 
 # torchrun's and the ranks' own output (tracebacks of a failed rank) go here, not to the console.
 RANKS_LOG = "ranks.log"
@@ -257,7 +258,8 @@ def pooled_transforms(ranks: Sequence[RankResult]) -> List[Dict[str, Any]]:
         pooled.sample_ns.extend(sink.sample_ns)
         pooled.batch_ns.extend(sink.batch_ns)
     names = timed[0].step_names
-    return rows_as_dicts(transform_rows(pooled, names.sample_steps, names.batch_steps))
+    return rows_as_dicts(transform_rows(pooled, [StepName(*n) for n in names.sample],
+                                        [StepName(*n) for n in names.batch]))
 
 
 def rank_series(job_dir: Path, ranks: Sequence[RankResult], cycle: int) -> None:
@@ -312,8 +314,8 @@ def aggregate(records: Sequence[JobResult]) -> Dict[str, Any]:
     collective wait, the meters' cells by METER_MERGE. The other step columns are rank 0's
     (`steps` too: the ranks step together)."""
     summaries = [r.summary for r in records]
-    rows = [RankRow.of(rank, summary) for rank, summary in enumerate(summaries)]
-    busy = [row.busy_ms_mean for row in rows]
+    own = [RankRow.of(rank, summary) for rank, summary in enumerate(summaries)]
+    busy = [figures.busy_ms_mean for figures in own]
     starvation = [s.starvation_pct for s in summaries]
     rank_only = ("busy_ms_mean", "collective_ms_mean", "collective_ms_p99", OWN_CPU_CORES)
     row = {k: v for k, v in summaries[0].items() if k not in rank_only}
@@ -327,7 +329,7 @@ def aggregate(records: Sequence[JobResult]) -> Dict[str, Any]:
         au_pct=min(s.au_pct for s in summaries),
         ranks=len(records),
         straggler_ratio=max(busy) / statistics.median(busy),
-        collective_wait_ms_mean=statistics.fmean(row.collective_ms_mean for row in rows),
+        collective_wait_ms_mean=statistics.fmean(figures.collective_ms_mean for figures in own),
     )
     return row
 

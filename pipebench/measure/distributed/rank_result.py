@@ -10,9 +10,8 @@ are read once, by name, into `RankSections`.
 from dataclasses import dataclass, field, replace
 from functools import cached_property
 from pathlib import Path
-from typing import Any, List, Mapping, Optional, Sequence, Tuple
+from typing import Any, Mapping, Optional, Sequence, Tuple
 
-from pipebench.pipeline.timed_chain import StepName
 from pipebench.record.figures import Summary
 from pipebench.record.jobs import JobResult
 from pipebench.record.sections import parse
@@ -27,14 +26,6 @@ class StepNames:
 
     sample: Tuple[Sequence[str], ...] = ()
     batch: Tuple[Sequence[str], ...] = ()
-
-    @property
-    def sample_steps(self) -> List[StepName]:
-        return [StepName(*pair) for pair in self.sample]
-
-    @property
-    def batch_steps(self) -> List[StepName]:
-        return [StepName(*pair) for pair in self.batch]
 
 
 @dataclass(frozen=True)
