@@ -23,11 +23,11 @@ sample (datasets#5669, #7508). `random_access_line` says so, from the dataset's 
 `num_samples`, `file_bytes`, `streaming`) and, in the report, the bytes the job read a sample.
 """
 
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from typing import Any, List, Mapping, Optional, Sequence, Tuple, TypeVar
 
-__all__ = ["LONE_TAIL_WORTH_NAMING", "ROW_GROUPS_KEPT", "ROW_GROUP_ROWS", "UnevenShards", "idle_line", "idle_readers",
-           "random_access_line", "reader_loads", "split", "uneven_line", "uneven_shards"]
+__all__ = ["LONE_TAIL_WORTH_NAMING", "ROW_GROUPS_KEPT", "ROW_GROUP_ROWS", "RowGroupFacts", "UnevenShards", "idle_line",
+           "idle_readers", "random_access_line", "reader_loads", "split", "uneven_line", "uneven_shards"]
 
 # A lone tail (one reader still reading while the others wait) worth a line, as a share of the epoch:
 # below a tenth it hides within a run's noise (shared 2-core machines wobble by up to ~15% between runs).
@@ -147,23 +147,41 @@ def _size(count: float) -> str:
     return f"{count / BYTES_PER_MB:.1f} MB" if count >= BYTES_PER_MB else f"{count / BYTES_PER_KB:.0f} KB"
 
 
+@dataclass(frozen=True)
+class RowGroupFacts:
+    """What a dataset's identity says of its row groups (a map-style Parquet set's), read once."""
+
+    name: str = "dataset"
+    row_groups: Optional[int] = None
+    num_samples: Optional[int] = None
+    file_bytes: Optional[int] = None
+    streaming: bool = False
+
+    @classmethod
+    def of(cls, identity: Mapping[str, Any]) -> "RowGroupFacts":
+        """The facts by this type's field names; the identity's other keys left out."""
+        names = {f.name for f in fields(cls)}
+        return cls(**{key: value for key, value in identity.items() if key in names})
+
+
 def random_access_line(identity: Mapping[str, Any], shuffle: bool,
                        read_bytes_per_sample: Optional[float] = None) -> str:
     """One line when a map-style row-group dataset (its identity's `row_groups`) is read under a
     shuffling sampler and its row groups hold more than one row and outnumber those kept ('' otherwise):
     the share of samples that read a whole row group, what that reads (measured bytes a sample against
     a row's average size when given, else the rows and their bytes), why, and what to do."""
-    groups, samples = int(identity.get("row_groups") or 0), int(identity.get("num_samples") or 0)
-    if not shuffle or identity.get("streaming") or groups <= ROW_GROUPS_KEPT or samples <= groups:
+    facts = RowGroupFacts.of(identity)
+    groups, samples = int(facts.row_groups or 0), int(facts.num_samples or 0)
+    if not shuffle or facts.streaming or groups <= ROW_GROUPS_KEPT or samples <= groups:
         return ""
     rows = samples / groups
-    row_bytes = identity["file_bytes"] / samples if identity.get("file_bytes") else None
+    row_bytes = facts.file_bytes / samples if facts.file_bytes else None
     if read_bytes_per_sample and row_bytes:
         reads = (f"measured: {_size(read_bytes_per_sample)} read a sample against {_size(row_bytes)} a row "
                  f"({read_bytes_per_sample / row_bytes:.0f}x)")
     else:
         reads = f"{rows:.0f} rows read for one" + (f" (about {_size(rows * row_bytes)})" if row_bytes else "")
-    return (f"{identity.get('name', 'dataset')}: shuffled random access reads whole row groups: {samples} samples "
+    return (f"{facts.name}: shuffled random access reads whole row groups: {samples} samples "
             f"in {groups} row groups of {rows:.0f} rows on average, and a reader keeps its last {ROW_GROUPS_KEPT}, "
             f"so about {100 * (1 - ROW_GROUPS_KEPT / groups):.0f}% of samples (loader.shuffle=true) land in one not "
             f"kept and read it whole, {reads}; dataset.streaming=true reads each row group once, split across "
