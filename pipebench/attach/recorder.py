@@ -21,7 +21,7 @@ import json
 import time
 import weakref
 from collections import deque
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any, Callable, Deque, Dict, Iterable, Iterator, List, Optional, Protocol, Sequence, Tuple
 
@@ -45,7 +45,9 @@ from pipebench.measure.steps import NS_PER_S
 from pipebench.measure.storage_io import StorageReadMeter
 from pipebench.measure.summarize import rows_as_dicts, transform_rows
 from pipebench.pipeline.timed_chain import StepName
+from pipebench.record.figures import Summary
 from pipebench.record.results import TRANSFORM_COLUMNS
+from pipebench.record.sections import parse
 
 __all__ = ["DEFAULT_EVERY_S", "EVENTS_CSV", "EVENT_COLUMNS", "SERIES_COLUMNS", "SERIES_CSV", "LoaderRecorder",
            "RecordSettings", "Recorder", "recording_loaders"]
@@ -82,8 +84,8 @@ class RecordSettings:
 
     @classmethod
     def from_json(cls, text: str) -> "RecordSettings":
-        data = json.loads(text)
-        return cls(**{**data, "rule": StallRule(**data["rule"])})
+        settings = parse(cls, json.loads(text))
+        return replace(settings, rule=parse(StallRule, settings.rule))
 
 
 class Sink(Protocol):
@@ -110,7 +112,7 @@ class Recorder:
         self.series = AppendedCsv(self.folder / SERIES_CSV, SERIES_COLUMNS)
         self.events = AppendedCsv(self.folder / EVENTS_CSV, EVENT_COLUMNS)
         self.captures = Captures(captures_folder or self.folder, settings.max_captures)
-        self.loaders: List["LoaderRecorder"] = []
+        self.loaders: List[LoaderRecorder] = []
         self._closed = False
 
     def loader(self, name: str, sample_steps: Sequence[StepName] = (), batch_steps: Sequence[StepName] = (),
@@ -246,19 +248,19 @@ class LoaderRecorder:
         if window.steps == 0:
             return
         self.storage.mark(LAST_MEASURED)
-        storage, self.storage = self.storage.columns(), _storage_meter()
+        storage, self.storage = Summary.from_row(self.storage.columns()), _storage_meter()
         figures = window.figures(self.epoch_number, self.recorder.seconds(now_ns))
         self.run_sketch.merge(window.sketch)
         verdict = None if partial else self.baseline.judge(figures)
         if verdict is None and not partial and figures.column_ms is not None:
             self.baseline_columns.append(figures.column_ms)
         if verdict is not None:
-            self._stalled(verdict, figures, window.kept, storage["storage_read_mb"])
+            self._stalled(verdict, figures, window.kept, storage.storage_read_mb)
         elif self.stall is not None:
             self._stall_ended()
         stall = self.stall if verdict is not None else None
         self.recorder.emit("window", {**self._row(figures, verdict, stall),
-                                      "storage_read_mb_per_s": storage["storage_read_mb_per_s"]})
+                                      "storage_read_mb_per_s": storage.storage_read_mb_per_s})
 
     def _row(self, figures: WindowFigures, verdict: Optional[Verdict], stall: Optional[_Stall]) -> Dict[str, Any]:
         return {**window_row(self.name, self.recorder.rank, figures, self.step_names, self.run_sketch),
@@ -299,12 +301,13 @@ class LoaderRecorder:
         """The kept batches' transform rows, as `pipebench run` writes them, with the baseline's ms a sample."""
         if not kept or not self.sample_steps:
             return []
-        rows = rows_as_dicts(transform_rows(riding_sink(kept), self.sample_steps, self.batch_steps))
+        steps = transform_rows(riding_sink(kept), self.sample_steps, self.batch_steps)
         base: Dict[str, float] = {}
         if self.baseline_columns:
             columns = list(zip(*self.baseline_columns))
             base = {step.name: sum(values) / len(values) for step, values in zip(self.sample_steps, columns)}
-        return [{"job": self.name, **row, "baseline_ms_per_sample": base.get(row["transform"])} for row in rows]
+        return [{"job": self.name, **row, "baseline_ms_per_sample": base.get(step.transform)}
+                for step, row in zip(steps, rows_as_dicts(steps))]
 
     def _stall_ended(self) -> None:
         stall, self.stall = self.stall, None

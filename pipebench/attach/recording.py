@@ -6,12 +6,13 @@ import json
 import os
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Dict, Iterator, List, Optional
+from typing import Any, Dict, Iterator, List, Mapping, Optional
 
 from pipebench.attach.recorder import EVENTS_CSV, EVENT_COLUMNS, SERIES_COLUMNS, SERIES_CSV, RecordSettings, Recorder, recording_loaders
 from pipebench.attach.recorder_files import AppendedCsv
 from pipebench.attach.sinks.sink_set import SinkSpec, open_sinks
 from pipebench.attach.watch import LoaderWatch
+from pipebench.record.sections import parse
 
 __all__ = ["RECORD_ENV", "Recording", "recorded", "recording_environment", "recording_from_environment",
            "start_files"]
@@ -26,6 +27,15 @@ class Recording:
 
     settings: RecordSettings = field(default_factory=RecordSettings)
     sinks: SinkSpec = field(default_factory=SinkSpec)
+
+
+@dataclass(frozen=True)
+class _Handed:
+    """RECORD_ENV's content: the results folder, and the recording's settings and sinks as dicts."""
+
+    folder: str
+    settings: Mapping[str, Any]
+    sinks: Mapping[str, Any]
 
 
 def start_files(folder: Path) -> None:
@@ -65,6 +75,6 @@ def recording_from_environment() -> Optional[tuple]:
     text = os.environ.get(RECORD_ENV)
     if not text:
         return None
-    data = json.loads(text)
-    return Path(data["folder"]), Recording(RecordSettings.from_json(json.dumps(data["settings"])),
-                                           SinkSpec(**data["sinks"]))
+    handed = parse(_Handed, json.loads(text))
+    return Path(handed.folder), Recording(RecordSettings.from_json(json.dumps(handed.settings)),
+                                          parse(SinkSpec, handed.sinks))
