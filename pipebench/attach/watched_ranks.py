@@ -121,7 +121,7 @@ def save_rank(watches: Sequence[LoaderWatch], exit_status: int) -> Path:
             save_timings(folder / job / TIMINGS_FILE, sink)
         names = {"sample": _step_pairs(watch.timing.names) if watch.timing is not None else [],
                  "batch": _step_pairs(watch.batch_steps)}
-        jobs[result.record.job] = {"folder": job, "step_names": names}
+        jobs[result.record.job] = asdict(RankJob(job, names))
     write_json_atomic(folder / RANK_STATUS, versioned({
         "rank": rank, "world_size": world, "exit_status": exit_status,
         "iterated": int(any(w.iterated for w in watches)), "jobs": jobs}))
