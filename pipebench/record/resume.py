@@ -22,15 +22,16 @@ import os
 import stat
 import time
 from collections import Counter
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Callable, Iterable, Mapping, Optional, Sequence, Tuple
+from typing import Any, Callable, Iterable, Mapping, Optional, Sequence, Tuple
 
 from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig, OmegaConf, open_dict, read_write
 
 from pipebench.base.errors import PipebenchError, warn
 from pipebench.base.io import write_json_atomic
+from pipebench.base.mapping_view import MappingView
 from pipebench.record.folder_lock import LOCK_FILE
 from pipebench.record.jobs import JobResult
 from pipebench.record.results import (
@@ -39,6 +40,7 @@ from pipebench.record.results import (
     read_result,
     scan_job_results,
 )
+from pipebench.record.sections import parse
 from pipebench.record.stored import (
     NUMBER,
     TEXTS,
@@ -71,6 +73,22 @@ class InvocationChoice:
     done: int
     total: int
     resumed: bool
+
+
+@dataclass(frozen=True, eq=False)
+class Invocation(MappingView):
+    """invocation.json, read by name once: the command a run was given, the keys it swept, each job's
+    overrides and when it was made. It also reads as the file's mapping, for the readers that have
+    not moved to its fields."""
+
+    command: Tuple[str, ...]
+    swept: Tuple[str, ...]
+    jobs: Tuple[Sequence[str], ...]
+    created: float
+    stored: Mapping[str, Any] = field(default_factory=dict, repr=False)
+
+    def _view(self) -> Mapping[str, Any]:
+        return self.stored
 
 
 @dataclass(frozen=True)
@@ -167,12 +185,13 @@ def count_done(folder: Path, jobs: Sequence[Sequence[str]]) -> int:
     return sum(min(n, finished[overrides]) for overrides, n in wanted.items())
 
 
-def read_invocation(path: Path) -> dict:
+def read_invocation(path: Path) -> Invocation:
     """invocation.json, checked (pipebench.record.stored)."""
-    return read_stored(path, lambda data: check_fields(data, INVOCATION_FIELDS))
+    data = read_stored(path, lambda data: check_fields(data, INVOCATION_FIELDS))
+    return replace(parse(Invocation, data), stored=data)
 
 
-def _readable(paths: Iterable[Path]) -> Iterable[Tuple[Path, dict]]:
+def _readable(paths: Iterable[Path]) -> Iterable[Tuple[Path, Invocation]]:
     for path in paths:
         try:
             yield path, read_invocation(path)
@@ -180,15 +199,14 @@ def _readable(paths: Iterable[Path]) -> Iterable[Tuple[Path, dict]]:
             warn(f"{exc}; that folder is not resumed")
 
 
-def latest_unfinished(records: Iterable[Path], matches: Callable[[Mapping[str, object]], bool]
-                      ) -> Optional[InvocationChoice]:
+def latest_unfinished(records: Iterable[Path], matches: Callable[[Invocation], bool]) -> Optional[InvocationChoice]:
     """Of the invocation.json files given, the latest that `matches`, if its jobs are not all done."""
-    found = [(float(record["created"]), path.parent, record)
+    found = [(float(record.created), path.parent, record)
              for path, record in _readable(records) if matches(record)]
     if not found:
         return None
     _, folder, record = max(found, key=lambda item: item[0])
-    jobs = record["jobs"]
+    jobs = record.jobs
     try:
         done = count_done(folder, jobs)
     except NewerFile as exc:
@@ -214,7 +232,7 @@ def choose_invocation(results_dir: Path, new_folder_name: Path, swept: Sequence[
                       fresh: bool) -> InvocationChoice:
     """The latest incomplete invocation of the same sweep, else a new folder, created now (always new with fresh)."""
     latest = None if fresh else latest_unfinished(results_dir.glob(f"*/{INVOCATION_FILE}"),
-                                                  lambda record: record["swept"] == list(swept))
+                                                  lambda record: record.swept == tuple(swept))
     return latest or InvocationChoice(new_folder(new_folder_name), 0, len(jobs), resumed=False)
 
 
