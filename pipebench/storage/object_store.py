@@ -72,13 +72,19 @@ def _attempts() -> int:
         return STORE_ATTEMPTS
 
 
-def _s3_options() -> Dict[str, Any]:
-    """s3fs's storage options: botocore's timeouts and retries, under fsspec's own s3 configuration."""
+def _s3_config(user: Dict[str, Any]) -> Dict[str, Any]:
+    """botocore's Config arguments: pipebench's timeouts and retries, under those of the user's fsspec s3
+    configuration `user`."""
     config: Dict[str, Any] = {"connect_timeout": STORE_CONNECT_TIMEOUT_S, "read_timeout": STORE_READ_TIMEOUT_S}
     if ATTEMPTS_VARIABLE not in os.environ:
         config["retries"] = {"total_max_attempts": STORE_ATTEMPTS, "mode": "standard"}
+    return {**config, **user.get("config_kwargs", {})}
+
+
+def _s3_options() -> Dict[str, Any]:
+    """s3fs's storage options: fsspec's own s3 configuration, with botocore's bounds (`_s3_config`)."""
     user = _fsspec_conf(("s3",))
-    return {**user, "config_kwargs": {**config, **user.get("config_kwargs", {})}}
+    return {**user, "config_kwargs": _s3_config(user)}
 
 
 def _http_options() -> Dict[str, Any]:
@@ -157,7 +163,7 @@ def _no_answer(url: str, exc: BaseException) -> Optional[str]:
         return None
     what = "connect" if "Connect" in name else "read"
     if protocol_of(url) in PROTOCOL_EXTRAS:
-        config = _s3_options()["config_kwargs"]
+        config = _s3_config(_fsspec_conf(("s3",)))
         attempts = config.get("retries", {}).get("total_max_attempts", _attempts())
         change = f"fsspec's s3 config_kwargs or {ATTEMPTS_VARIABLE} change them"
     else:
