@@ -37,6 +37,7 @@ from pipebench.base.cores import usable_cores
 from pipebench.measure.steps import NS_PER_MS, NS_PER_S, PassResult, StepSample, TimingSink, cycle_steps
 from pipebench.measure.summarize import TransformRow, summary_row, transform_rows
 from pipebench.measure.window import Window, rate_interval, split_window
+from pipebench.record.figures import Summary
 from pipebench.storage.file_reads import IO_FIELDS
 
 __all__ = ["DEFAULT_REPLAY", "DEFAULT_SECONDS", "DEFAULT_SKIP_STEPS", "DEFAULT_STEPS", "SITE_KEY", "LoaderIdentity",
@@ -436,7 +437,8 @@ class LoaderWatch:
         batches = rate_interval(window, np.ones_like(step_ns), step_ns)
         # summary_row gives the first batch of every pass; the run's own first batch is the first
         # epoch's, measured or not.
-        row.update(first_batch_s=self.first_batch_s[0], batches_per_s=1000.0 / row["step_ms_mean"],
+        step_ms = Summary.from_row(row).step_ms_mean
+        row.update(first_batch_s=self.first_batch_s[0], batches_per_s=1000.0 / step_ms,
                    batches_per_s_ci_low=batches.low, batches_per_s_ci_high=batches.high, transforms_note=self.rows_note,
                    **self.first_batch_parts(), **self.meters.columns(), **self.meters.loader_columns(self.worker_pids))
         if not rows:
@@ -444,7 +446,7 @@ class LoaderWatch:
         if self.replay_ns:
             replay_ms = float(np.mean(self.replay_ns)) / NS_PER_MS
             row.update(replay_steps=len(self.replay_ns), replay_step_ms=replay_ms,
-                       headroom_x=row["step_ms_mean"] / replay_ms if replay_ms > 0 else float("nan"))
+                       headroom_x=step_ms / replay_ms if replay_ms > 0 else float("nan"))
         return row, rows, window
 
     def transform_rows(self, sink: Optional[TimingSink] = None) -> List[TransformRow]:
