@@ -107,7 +107,7 @@ METER_MERGE: Dict[str, Callable[[Sequence[Any]], Any]] = {
 def other_load_of_ranks(summaries: Sequence[Summary]) -> Optional[float]:
     """Other processes' CPU during the window, in cores: the host's busy CPU (each rank's other
     load plus its own, averaged over ranks) less every rank's own."""
-    pairs = [(s.host_other_cpu_cores, s.get(OWN_CPU_CORES)) for s in summaries]
+    pairs = [(s.host_other_cpu_cores, s.row.get(OWN_CPU_CORES)) for s in summaries]
     if any(other is None or own is None for other, own in pairs):
         return None
     return max(statistics.fmean(other + own for other, own in pairs) - sum(own for _, own in pairs), 0.0)
@@ -318,7 +318,7 @@ def aggregate(records: Sequence[JobResult]) -> Dict[str, Any]:
     busy = [figures.busy_ms_mean for figures in own]
     starvation = [s.starvation_pct for s in summaries]
     rank_only = ("busy_ms_mean", "collective_ms_mean", "collective_ms_p99", OWN_CPU_CORES)
-    row = {k: v for k, v in summaries[0].items() if k not in rank_only}
+    row = {k: v for k, v in summaries[0].row.items() if k not in rank_only}
     row.update(
         **merge_meter_columns(summaries),
         samples_per_s=sum(s.samples_per_s for s in summaries),
