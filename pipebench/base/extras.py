@@ -9,10 +9,10 @@ of a sweep or an exploration in that one line, so a second run does not stop at 
 
 import importlib.util
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, field, fields
 from importlib.metadata import distributions
 from pathlib import Path
-from typing import Any, Dict, Iterable, List, Sequence
+from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence, Type, TypeVar
 from urllib.parse import urlparse
 from urllib.request import url2pathname
 
@@ -21,6 +21,7 @@ __all__ = ["DISTRIBUTION", "MissingExtra", "install_line", "installed", "missing
 DISTRIBUTION = "pipebench"
 # PEP 610: pip writes it into the installed dist-info for a direct URL, never for an index install.
 DIRECT_URL_FILE = "direct_url.json"
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -40,29 +41,66 @@ def installed(module: str) -> bool:
         return False
 
 
-def _direct_url() -> Dict[str, Any]:
-    """The installed distribution's direct_url.json ({} for an index install or none). A source tree's
+@dataclass(frozen=True)
+class DirInfo:
+    """PEP 610's `dir_info`: a local folder, installed editable or not."""
+
+    editable: bool = False
+
+
+@dataclass(frozen=True)
+class VcsInfo:
+    """PEP 610's `vcs_info`: the version control system of a VCS URL."""
+
+    vcs: Optional[str] = None
+
+
+def _declared(cls: Type[T], data: Mapping[str, Any]) -> T:
+    """`cls` from a JSON object by its own field names; the keys it does not declare are left out."""
+    return cls(**{f.name: data[f.name] for f in fields(cls) if f.name in data})  # type: ignore[arg-type]
+
+
+@dataclass(frozen=True)
+class DirectUrl:
+    """PEP 610's direct_url.json: the URL pip installed from, and a folder's or a VCS's info (an
+    archive's URL has neither)."""
+
+    url: str = ""
+    dir_info: Optional[Mapping[str, Any]] = None
+    vcs_info: Mapping[str, Any] = field(default_factory=dict)
+
+    @property
+    def editable(self) -> bool:
+        return self.dir_info is not None and _declared(DirInfo, self.dir_info).editable
+
+    @property
+    def vcs(self) -> Optional[str]:
+        return _declared(VcsInfo, self.vcs_info).vcs
+
+
+def _direct_url() -> DirectUrl:
+    """The installed distribution's direct_url.json (no URL for an index install or none). A source tree's
     pipebench.egg-info (left by a build, found first when the clone is the working directory) has
     none, so the first distribution that has one is pip's record of this install."""
     for dist in distributions(name=DISTRIBUTION):
         text = dist.read_text(DIRECT_URL_FILE)
         if text:
-            return json.loads(text)
-    return {}
+            return _declared(DirectUrl, json.loads(text))
+    return DirectUrl()
 
 
 def install_line(extras: Iterable[str]) -> str:
     """The pip command that adds `extras` (in order, each once) to pipebench as it was installed."""
     wanted = f"[{','.join(dict.fromkeys(extras))}]"
     direct = _direct_url()
-    url = direct.get("url", "")
-    if "dir_info" in direct and url.startswith("file:"):
+    url = direct.url
+    if direct.dir_info is not None and url.startswith("file:"):
         folder = Path(url2pathname(urlparse(url).path))
         where = "." if folder.resolve() == Path.cwd().resolve() else str(folder)
-        editable = "-e " if direct["dir_info"].get("editable") else ""
+        editable = "-e " if direct.editable else ""
         return f'pip install {editable}"{where}{wanted}"'
     if url:
-        vcs = direct.get("vcs_info", {}).get("vcs")
+        vcs = direct.vcs
         return f'pip install "{DISTRIBUTION}{wanted} @ {f"{vcs}+" if vcs else ""}{url}"'
     return f'pip install "{DISTRIBUTION}{wanted}"'
 
