@@ -4,8 +4,9 @@ Each rank (pipebench.cli.attach_rank) writes what it watched to `RANKS_FOLDER/ra
 results folder, named to it by RANKS_DIR_ENV: a watched results folder of its own (one job a
 loader, readable by `pipebench report`), each job's per-sample timings (`timings.npz`, plain
 arrays) and `rank.json` (its rank, the script's exit status, the loaders it measured and their
-step names). `merge_ranks` then writes one job a loader at the top of the results folder, as a
-multi-rank `pipebench run` job has it (pipebench.measure.distributed.multirank): a row a rank,
+step names). `merge_ranks` then writes one job a loader at the top of the results folder, folded
+as a multi-rank `pipebench run` job's ranks are (pipebench.measure.distributed.multirank's
+`fold_ranks`, over each rank's `RankResult`): a row a rank,
 the total rate and its interval, mean and worst starvation, the straggler ratio and the wait at
 the collective, and the transform table pooled over the ranks' samples.
 
