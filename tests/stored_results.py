@@ -5,6 +5,7 @@ import json
 from pathlib import Path
 from typing import Mapping, Optional, Sequence
 
+from pipebench.pipeline.stages import PER_SAMPLE_STAGE
 from pipebench.record.results import RESULT_FILE
 
 # The summary's interval around its rate: wide enough to hold it, as a real interval does.
@@ -40,3 +41,10 @@ def write_record(folder: Path, record: Mapping[str, object]) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(record))
     return path
+
+
+def transform_row(transform: str, ms_per_sample: float, share_pct: float = 100.0,
+                  stage: str = PER_SAMPLE_STAGE) -> dict:
+    """One row of result.json's `transforms` as a job writes it (one call a sample)."""
+    return {"stage": stage, "transform": transform, "calls": 1, "ms_per_call_mean": ms_per_sample,
+            "ms_per_call_median": ms_per_sample, "ms_per_sample": ms_per_sample, "share_pct": share_pct}

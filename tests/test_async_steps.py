@@ -22,6 +22,7 @@ from pipebench.measure.repeats import resolve_sync
 from pipebench.measure.summarize import pass_records, summary_row
 from pipebench.measure.window import split_window
 from pipebench.record.results import _check_row
+from pipebench.record.sections import PassRecord, parse_all
 from pipebench.report.diagnosis import _consumer_ms
 from pipebench.pipeline.consumers import EmulatedConsumer, NoConsumer, StepTimeDistribution, ToyCnnConsumer
 from pipebench.pipeline.timed_chain import TimedBatch
@@ -304,7 +305,7 @@ def test_an_async_result_is_sound_its_steps_are_the_gpus_and_the_diagnosis_reads
     _check_row(record)
     assert record["passes"][0]["step_ms"] == pytest.approx([4.0] + [3.0] * 7)
     assert record["passes"][0]["gpu_busy_ms"] == pytest.approx([1.0] * 8)
-    assert _consumer_ms(record["passes"]) == pytest.approx(1.0)
+    assert _consumer_ms(parse_all(PassRecord, record["passes"])) == pytest.approx(1.0)
 
 
 def test_a_cpu_job_asking_for_async_says_on_one_line_that_the_synchronous_path_ran(tmp_path, capsys):

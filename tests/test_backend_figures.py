@@ -10,6 +10,7 @@ import threading
 import numpy as np
 import pytest
 from conftest import FAST_JOB, compose_spec
+from stored_results import transform_row
 
 from pipebench.config.specs import PROCESSES, THREADS
 from pipebench.measure.job import measure_job
@@ -140,7 +141,7 @@ def _diagnosed(backend, workers, rate):
         "summary": {"transform": "t", "workers": workers, "batch_size": 8, "samples_per_s": rate,
                     "starvation_pct": 10.0, "pipeline_ms_per_sample": 4.0, "cpu_ms_per_sample": 4.0,
                     "transfer_ms_median": 1.0, "ready_next_ms_median": 0.2},
-        "transforms": [{"transform": "BusyWait", "ms_per_sample": 4.0, "share_pct": 100.0}],
+        "transforms": [transform_row("BusyWait", 4.0)],
         "passes": [{"compute_ms": [30.0] * 5, "h2d_ms": [0.0] * 5}],
         "consumer_report": {"kind": "emulated", "device": None},
         "fingerprint": {"usable_cores": 2},

@@ -5,6 +5,7 @@ from dataclasses import replace
 import pytest
 import torch
 from conftest import compose_spec
+from stored_results import transform_row
 from torch.utils.data import DistributedSampler, IterableDataset
 
 from pipebench.base.errors import ConfigError
@@ -152,7 +153,7 @@ def _job(workers, coverage):
             "summary": {"transform": "seed", "workers": workers, "batch_size": 32, "samples_per_s": 100.0,
                         "starvation_pct": 50.0, "pipeline_ms_per_sample": 8.0, "cpu_ms_per_sample": 8.0,
                         "transfer_ms_median": 1.0, "ready_next_ms_median": 0.2},
-            "transforms": [{"transform": "Decode", "ms_per_sample": 8.0, "share_pct": 100.0}],
+            "transforms": [transform_row("Decode", 8.0)],
             "passes": [{"compute_ms": [30.0] * 5, "h2d_ms": [0.0] * 5}],
             "consumer_report": {"kind": "emulated", "device": None}, "fingerprint": {"usable_cores": 2},
             "coverage": coverage}

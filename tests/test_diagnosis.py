@@ -11,6 +11,7 @@ from pipebench.measure.reference import plain_loop
 from pipebench.measure.thread_verdict import HOLDS_GIL, SCALES
 from pipebench.model.costs import ChainCosts, TargetNeeds, needs_for_target, predict, target_line, workers_to_feed
 from pipebench.report.diagnosis import CAP_GAP_WORTH_NAMING, diagnose, render_diagnosis
+from stored_results import transform_row
 
 # It asserts on measured rates, CPU time or the host's load: under xdist it runs with no other test beside it.
 pytestmark = pytest.mark.alone
@@ -90,8 +91,7 @@ def _result(transform, workers, rate, starvation, ms_per_sample, steps=(("BusyWa
         "summary": {"transform": transform, "workers": workers, "batch_size": 8, "samples_per_s": rate,
                     "starvation_pct": starvation, "pipeline_ms_per_sample": ms_per_sample,
                     "cpu_ms_per_sample": ms_per_sample, "transfer_ms_median": 1.0, "ready_next_ms_median": 0.2},
-        "transforms": [{"transform": n, "ms_per_sample": ms, "share_pct": 100 * ms / ms_per_sample}
-                       for n, ms in steps],
+        "transforms": [transform_row(n, ms, 100 * ms / ms_per_sample) for n, ms in steps],
         "passes": [{"compute_ms": [30.0] * 5, "h2d_ms": [0.0] * 5}],
         "consumer_report": {"kind": "emulated", "device": None},
         "fingerprint": {"usable_cores": 2},

@@ -4,6 +4,7 @@ dataset's read named as the storage's cost, and the samples run.on_error=skip dr
 from pipebench.report.diagnosis import diagnose, render_diagnosis
 from pipebench.report.summary import skipped_lines
 from pipebench.report.writer import LoadedRun, ReportInputs, skipped_section
+from stored_results import transform_row
 
 
 def _job(workers, rate, steps=(("Decode", 8.0, "per_sample"),), shards=None, **summary):
@@ -13,8 +14,7 @@ def _job(workers, rate, steps=(("Decode", 8.0, "per_sample"),), shards=None, **s
             "summary": {"transform": "seed", "workers": workers, "batch_size": 8, "samples_per_s": rate,
                         "starvation_pct": 50.0, "pipeline_ms_per_sample": 8.0, "cpu_ms_per_sample": 8.0,
                         "transfer_ms_median": 1.0, "ready_next_ms_median": 0.2, **summary},
-            "transforms": [{"transform": n, "ms_per_sample": ms, "share_pct": 100 * ms / 8.0, "stage": stage}
-                           for n, ms, stage in steps],
+            "transforms": [transform_row(n, ms, 100 * ms / 8.0, stage) for n, ms, stage in steps],
             "passes": [{"compute_ms": [30.0] * 5, "h2d_ms": [0.0] * 5}],
             "consumer_report": {"kind": "emulated", "device": None},
             "fingerprint": {"usable_cores": 16, "dataset": dataset}}

@@ -13,6 +13,7 @@ from pipebench.model.shards import random_access_line
 from pipebench.storage.file_reads import READ_BYTES
 from pipebench.pipeline.sweep_check import plan_lines
 from pipebench.report.diagnosis import diagnose, render_diagnosis
+from stored_results import transform_row
 
 # The finding's set: 2,000 images of ~130 KB in 24 row groups (8 files of 250 rows, row groups of 100).
 IDENTITY = {"name": "parquet", "row_groups": 24, "num_samples": 2000, "file_bytes": 260_000_000, "streaming": False}
@@ -42,8 +43,8 @@ def _result(job, workers, shuffle, read_bytes):
                     "samples_per_s_ci_low": 40.0, "samples_per_s_ci_high": 46.0, "starvation_pct": 0.0,
                     "pipeline_ms_per_sample": 23.0, "cpu_ms_per_sample": 20.0, "transfer_ms_median": 1.0,
                     "ready_next_ms_median": 0.2, "read_bytes_per_sample": read_bytes},
-        "transforms": [{"stage": "load", "transform": "load ParquetRows", "ms_per_sample": 15.4, "share_pct": 70.0},
-                       {"stage": "decode", "transform": "decode", "ms_per_sample": 6.6, "share_pct": 30.0}],
+        "transforms": [transform_row("load ParquetRows", 15.4, 70.0, "load"),
+                       transform_row("decode", 6.6, 30.0, "decode")],
         "passes": [{"samples": [1] * 4, "step_ms": [23.0] * 4, "wait_ms": [22.0] * 4, "compute_ms": [0.0] * 4,
                     "h2d_ms": [0.0] * 4}],
         "consumer_report": {"kind": "none", "device": None},

@@ -21,6 +21,7 @@ from pipebench.record.jobs import JobRecord
 from pipebench.report.comparison import build_table, group_rows
 from pipebench.report.diagnosis import diagnose, render_diagnosis
 from pipebench.report.plots import EPOCH_PNG, EPOCH_TITLE, epoch_figure, window_rates, write_plots
+from stored_results import transform_row
 
 # Ten 32x32 JPEGs in shards of 2: five shards, so at 4 workers worker 0 reads two of them (4 samples)
 # and the others one each (2 samples): worker 0 reads the last half of the epoch alone.
@@ -73,7 +74,7 @@ def _result(job, workers, shard_samples, passes):
                     "samples_per_s_ci_low": 90.0, "samples_per_s_ci_high": 110.0,
                     "starvation_pct": 0.0, "pipeline_ms_per_sample": 1.0, "cpu_ms_per_sample": 1.0,
                     "transfer_ms_median": 1.0, "ready_next_ms_median": 0.2},
-        "transforms": [{"stage": "decode", "transform": "decode", "ms_per_sample": 1.0, "share_pct": 100.0}],
+        "transforms": [transform_row("decode", 1.0, stage="decode")],
         "passes": passes,
         "consumer_report": {"kind": "none", "device": None},
         "fingerprint": {"usable_cores": 2,

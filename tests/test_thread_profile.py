@@ -128,7 +128,8 @@ def _profiled(backend, on_threads, share_pct):
     """A stored job with one GIL-bound step (BusyWait) of `share_pct` of the chain, profiled at 1 and 2 threads."""
     levels = [{"threads": 1, "calls": 8, "samples_per_s": 500.0, "off_cpu_pct": 0.0},
               {"threads": 2, "calls": 8, "samples_per_s": 520.0, "off_cpu_pct": 48.0}]
-    row = {"stage": "per_sample", "transform": "BusyWait", "share_pct": share_pct, "profile_threads": 2,
+    row = {"stage": "per_sample", "transform": "BusyWait", "calls": 8, "ms_per_call_mean": 2.0,
+           "ms_per_call_median": 2.0, "ms_per_sample": 2.0, "share_pct": share_pct, "profile_threads": 2,
            "thread_speedup": 1.04, "thread_speedups": "1:1.00 2:1.04", "off_cpu_pct_1t": 0.0, "off_cpu_pct_nt": 48.0,
            "thread_verdict": HOLDS_GIL}
     profile = {"threads": [1, 2], "backend": backend, "on_threads": on_threads, "workers": 8, "usable_cores": 2,

@@ -33,7 +33,9 @@ from pipebench.model.judging import APART, RUN_TO_RUN_RATE_FLOOR, judged
 from pipebench.model.shards import idle_line, idle_readers, random_access_line, uneven_line
 from pipebench.pipeline.stages import DECODE_STAGE, LOAD_STAGE
 from pipebench.record.jobs import NOT_AXES, JobRecord, override_pairs, varying_keys
+from pipebench.record.sections import PassRecord, TransformRow
 from pipebench.report.comparison import measured_rate
+from pipebench.report.job_sections import RunSettings, loader_settings, run_settings, sections_of
 from pipebench.report.thread_advice import gil_bound_steps, gil_lines
 
 # Overrides that never define a chain: the axis the model predicts along, and repetition.
@@ -67,9 +69,6 @@ CPU_CONSUMERS = {("toy_cnn", "cpu")}
 # A lone tail measured in a window is worth quoting from this many batches: any epoch may end with one
 # batch from one worker, the last to finish its share.
 LONE_TAIL_MIN_STEPS = 2
-# The accel_util_pct the workers and cores are sized for when the results do not say
-# (run.target_accel_util_pct; the schema's default, kept here for results written before it).
-DEFAULT_TARGET_ACCEL_UTIL_PCT = 90.0
 
 
 # What the prediction table shows for a row the model does not cover (threads; see the module doc).
@@ -108,9 +107,9 @@ class Diagnosis:
 
 
 def target_pct_of(results: Sequence[JobRecord]) -> float:
-    """run.target_accel_util_pct of the results (the first job's), else the default."""
-    run = (results[0].config.get("run") or {}) if results else {}
-    return float(run.get("target_accel_util_pct", DEFAULT_TARGET_ACCEL_UTIL_PCT))
+    """run.target_accel_util_pct of the results (the first job's), else the schema's default (results
+    written before the setting)."""
+    return float((run_settings(results[0]) if results else RunSettings()).target_accel_util_pct)
 
 
 def _chain_overrides(result: JobRecord) -> Dict[str, str]:
@@ -133,13 +132,13 @@ def _chain_name(result: JobRecord) -> str:
     return f"transform={transform}" if transform is not None else result.job
 
 
-def _consumer_ms(passes: Sequence[Mapping]) -> float:
+def _consumer_ms(passes: Sequence[PassRecord]) -> float:
     """The consumer's time a step in a job's `passes`, copy included: the GPU's busy time from its own
     timeline (run.sync=async, where the host's step time is only the launch), else the host's."""
-    if passes and all("gpu_busy_ms" in p for p in passes):
-        steps = [b for p in passes for b in p["gpu_busy_ms"]]
+    if passes and all(p.gpu_busy_ms is not None for p in passes):
+        steps = [b for p in passes for b in p.gpu_busy_ms]
     else:
-        steps = [c + h for p in passes for c, h in zip(p["compute_ms"], p["h2d_ms"])]
+        steps = [c + h for p in passes for c, h in zip(p.compute_ms, p.h2d_ms)]
     return float(np.median(steps)) if steps else float("nan")
 
 
@@ -151,11 +150,11 @@ def chain_costs(results: Sequence[Mapping]) -> ChainCosts:
         [r for r in results if r.summary.workers == 0]
     picked = serial or results
     first = picked[0]
-    consumer = first.get("consumer_report") or {}
+    consumer = first.consumer_report
     # consumer=none times only the loop's bookkeeping: there is no consumer to feed or keep busy.
-    consumer_ms = 0.0 if consumer.get("kind") == NO_CONSUMER else float(np.median([_consumer_ms(r.passes)
-                                                                                    for r in picked]))
-    on_cpu = (consumer.get("kind"), consumer.get("device")) in CPU_CONSUMERS
+    consumer_ms = 0.0 if consumer.kind == NO_CONSUMER else float(np.median([_consumer_ms(r.pass_records)
+                                                                              for r in picked]))
+    on_cpu = (consumer.kind, consumer.device) in CPU_CONSUMERS
     return ChainCosts(
         ms_per_sample=float(np.median([r.summary.pipeline_ms_per_sample if serial else r.summary.cpu_ms_per_sample
                                        for r in picked])),
@@ -163,7 +162,7 @@ def chain_costs(results: Sequence[Mapping]) -> ChainCosts:
         consumer_ms=consumer_ms,
         consumer_cpu_ms=consumer_ms if on_cpu else 0.0,
         batch_size=first.key.batch_size,
-        usable_cores=int(first.fingerprint["usable_cores"]),
+        usable_cores=int(first.host.usable_cores),
         source="workers=0" if serial else f"CPU time in workers={first.summary.workers}",
     )
 
@@ -174,7 +173,7 @@ def _ranks(result: JobRecord) -> int:
 
 def worker_kind_of(result: JobRecord) -> str:
     """THREADS for a job whose workers were threads (a thread backend, workers > 0), else PROCESSES."""
-    backend = (result.config.get("loader") or {}).get("backend", "dataloader")
+    backend = loader_settings(result).backend
     return BACKEND_WORKER_KINDS.get(backend, PROCESSES) if result.key.workers > 0 else PROCESSES
 
 
@@ -194,37 +193,36 @@ def _watched(result: JobRecord) -> bool:
 SERIAL_WHERE = "at workers=0"
 
 
-def _dominant(results: Sequence[JobRecord]) -> Optional[Tuple[str, float, float, str, str]]:
+def _dominant(results: Sequence[JobRecord]) -> Optional[Tuple[TransformRow, str]]:
     """The costliest step of a chain's workers=0 job, else of a watched loader's rows at its own worker
-    count: (name, ms a sample, share %, stage, where it was measured)."""
-    serial = [r for r in results if r.key.workers == 0 and r.transforms]
-    timed = serial or [r for r in results if _watched(r) and r.transforms]
+    count, and where it was measured."""
+    serial = [r for r in results if r.key.workers == 0 and r.transform_rows]
+    timed = serial or [r for r in results if _watched(r) and r.transform_rows]
     if not timed:
         return None
-    top = max(timed[0].transforms, key=lambda t: t["ms_per_sample"])
-    where = SERIAL_WHERE if serial else f"inside its {timed[0].key.workers} workers"
-    return top["transform"], top["ms_per_sample"], top["share_pct"], top.get("stage", ""), where
+    top = max(timed[0].transform_rows, key=lambda t: t.ms_per_sample)
+    return top, SERIAL_WHERE if serial else f"inside its {timed[0].key.workers} workers"
 
 
 def _advice_dominant(base: str, results: Sequence[JobRecord]) -> List[str]:
     dominant = _dominant(results)
     if dominant is None:
         return [f"{base}: no workers=0 job, so no per-transform split; add workers=0 to the sweep to get one."]
-    name, ms, share, stage, where = dominant
-    cost = f"{format_value(ms)} ms of each sample ({format_value(share)}% of the chain {where})"
+    top, where = dominant
+    cost = f"{format_value(top.ms_per_sample)} ms of each sample ({format_value(top.share_pct)}% of the chain {where})"
     # A job's load row is its dataset's fetch; a watched loader's is the user's whole __getitem__.
-    if stage == LOAD_STAGE and where == SERIAL_WHERE and not any(_watched(r) for r in results):
+    if top.stage == LOAD_STAGE and where == SERIAL_WHERE and not any(_watched(r) for r in results):
         io = next((r.summary.io_share_of_load_pct for r in results if r.key.workers == 0), None)
         reads = f"; {format_value(float(io))}% of it in file reads" if io is not None and math.isfinite(io) else ""
-        return [f"Dominant cost in {base}: the dataset's read ({name}: fetching and unpacking each sample from its "
-                f"storage), {cost}{reads}. It is the storage's cost, not the chain's: no transform change touches it. "
-                "Faster or warmer storage (dataset.cache), a layout that reads less a sample, or workers reading side "
-                "by side make it cheaper."]
-    if stage == DECODE_STAGE:
+        return [f"Dominant cost in {base}: the dataset's read ({top.transform}: fetching and unpacking each sample "
+                f"from its storage), {cost}{reads}. It is the storage's cost, not the chain's: no transform change "
+                "touches it. Faster or warmer storage (dataset.cache), a layout that reads less a sample, or workers "
+                "reading side by side make it cheaper."]
+    if top.stage == DECODE_STAGE:
         return [f"Dominant cost in {base}: the image decode, {cost}. No transform can make it cheaper: decode less. "
                 "`pipebench explore` tries the decode moves: a reduced-size decode (JPEG DCT scaling) when the crop is "
                 "resized down, and a faster decoder."]
-    return [f"Dominant cost in {base}: {name}, {cost}. Make it cheaper first."]
+    return [f"Dominant cost in {base}: {top.transform}, {cost}. Make it cheaper first."]
 
 
 def _advice_workers(base: str, costs: ChainCosts) -> List[str]:
@@ -264,7 +262,7 @@ def _noise_of_rounds(values: Sequence[float], floor: float) -> float:
 
 def _per_step_figure(name: str, results: Sequence[JobRecord], series) -> Optional[Figure]:
     """The median of a per-step series over every measured step, with its notch half-width."""
-    values = np.array([v for r in results for p in r.passes for v in series(p)], dtype=np.float64)
+    values = np.array([v for r in results for p in r.pass_records for v in series(p)], dtype=np.float64)
     if values.size == 0:
         return None
     median = float(np.median(values))
@@ -275,7 +273,7 @@ def _per_step_figure(name: str, results: Sequence[JobRecord], series) -> Optiona
 
 def _consumer_step_figure(results: Sequence[JobRecord]) -> Optional[Figure]:
     """The consumer's host ms a step (its copy aside), over every measured step."""
-    return _per_step_figure("consumer ms a step", results, lambda p: p.get("compute_ms", []))
+    return _per_step_figure("consumer ms a step", results, lambda p: p.compute_ms)
 
 
 def _cpu_figure(results: Sequence[JobRecord]) -> Figure:
@@ -316,8 +314,8 @@ def axis_figures(axis: str, base: Sequence[JobRecord], other: Sequence[JobRecord
         pairs = [(_consumer_step_figure(base), _consumer_step_figure(other))]
     elif axis == AXIS_PIN_MEMORY:
         pairs = [tuple(_per_step_figure(name, rs, series) for rs in (base, other)) for name, series in (
-            ("H2D ms a step", lambda p: p.get("h2d_ms", [])),
-            ("main-process ms a step", lambda p: [g + h for g, h in zip(p.get("gap_ms", []), p.get("h2d_ms", []))]))]
+            ("H2D ms a step", lambda p: p.h2d_ms),
+            ("main-process ms a step", lambda p: [g + h for g, h in zip(p.gap_ms, p.h2d_ms)]))]
     elif axis == AXIS_LOADER:
         common = sorted({r.key.workers for r in base} & {r.key.workers for r in other})
         pairs = [(_rate_figure(base, common[-1]), _rate_figure(other, common[-1]))] if common else []
@@ -412,7 +410,7 @@ def _advice_shared_interpreter(base: str, groups: Mapping[str, Sequence[JobRecor
     worker processes and the two differ only in loader settings: samples/s counts that cost, but
     only this line names it. On the 16-core H100 host the toy CNN's step took 31.3 ms beside 8 loader
     threads against 17.8 beside 8 worker processes, its GPU busy 10.7% of the time against 24.7%."""
-    if base in threaded or (groups[base][0].get("consumer_report") or {}).get("kind") == NO_CONSUMER:
+    if base in threaded or groups[base][0].consumer_report.kind == NO_CONSUMER:
         return []
     base_step = _consumer_step_figure(groups[base])
     lines = []
@@ -452,18 +450,20 @@ def _advice_coverage(results: Sequence[JobRecord]) -> List[str]:
     loader.drop_last=true dropped, the known loss the check does not count."""
     failed, dropped = [], []
     for label, result in zip(chain_labels(results), results):
-        coverage = result.get("coverage") or {}
+        coverage = sections_of(result).coverage_report
+        if coverage is None:
+            continue
         where = f"{label} at workers={result.key.workers}"
-        if coverage.get("duplicates") or coverage.get("missing"):
-            found = [f"{coverage['duplicates']} duplicate reads (e.g. {list(coverage['duplicate_examples'])})"
-                     if coverage.get("duplicates") else "",
-                     f"{coverage['missing']} missed samples that drop_last does not explain (e.g. "
-                     f"{list(coverage['missing_examples'])})" if coverage.get("missing") else ""]
+        if coverage.duplicates or coverage.missing:
+            found = [f"{coverage.duplicates} duplicate reads (e.g. {list(coverage.duplicate_examples)})"
+                     if coverage.duplicates else "",
+                     f"{coverage.missing} missed samples that drop_last does not explain (e.g. "
+                     f"{list(coverage.missing_examples)})" if coverage.missing else ""]
             failed.append(f"Exactly-once check failed, {where}: {' and '.join(f for f in found if f)} in "
-                          f"{coverage['complete_epochs']} finished epoch(s): readers that share or skip samples (a "
+                          f"{coverage.complete_epochs} finished epoch(s): readers that share or skip samples (a "
                           "missing DistributedSampler, a stream not split with get_worker_info()).")
-        elif coverage.get("dropped_last") and coverage.get("complete_epochs"):
-            dropped.append(f"{where} ({format_value(coverage['dropped_last'] / coverage['complete_epochs'])} "
+        elif coverage.dropped_last and coverage.complete_epochs:
+            dropped.append(f"{where} ({format_value(coverage.dropped_last / coverage.complete_epochs)} "
                            "samples an epoch)")
     if dropped:
         failed.append(f"Exactly once but for the last batch: {', '.join(dropped)} read every sample index once an "
@@ -476,8 +476,8 @@ def _lone_tail(result: JobRecord) -> Optional[str]:
     """What the job's window measured of a lone tail: at its first epoch end, the last batches that came
     from one worker alone, when there are LONE_TAIL_MIN_STEPS of them or more; None otherwise (no epoch
     end in the window, or the workers finished together)."""
-    for record in result.passes:
-        epochs, workers, step_ms = record.get("epoch") or [], record.get("worker_id") or [], record["step_ms"]
+    for record in result.pass_records:
+        epochs, workers, step_ms = record.epoch, record.worker_id, record.step_ms
         for end in (i for i in range(1, len(epochs)) if epochs[i] != epochs[i - 1]):
             start, first = epochs.index(epochs[end - 1]), end - 1
             while first > start and workers[first - 1] == workers[end - 1]:
@@ -492,7 +492,7 @@ def _lone_tail(result: JobRecord) -> Optional[str]:
 def _shard_count(jobs: Sequence[JobRecord]) -> Optional[int]:
     """The shards of the jobs' sharded dataset (its identity's `shards`); None for a dataset that is not
     sharded, or jobs that disagree."""
-    shards = {result.fingerprint.get("dataset", {}).get("shards") for result in jobs}
+    shards = {result.host.dataset_facts.shards for result in jobs}
     return int(shards.pop()) if len(shards) == 1 and None not in shards else None
 
 
@@ -516,12 +516,12 @@ def _advice_idle_shards(results: Sequence[JobRecord]) -> List[str]:
     `shard_samples`); the lone tail as measured where a job's window holds an epoch end."""
     lines: Dict[str, Optional[str]] = {}
     for result in results:
-        dataset = result.fingerprint.get("dataset", {})
-        if "shards" not in dataset:
+        dataset = result.host.dataset_facts
+        if dataset.shards is None:
             continue
-        name, ranks, workers = dataset.get("name", "dataset"), _ranks(result), result.key.workers
-        lines.setdefault(idle_line(name, int(dataset["shards"]), ranks, workers), None)
-        uneven = uneven_line(name, dataset["shard_samples"], ranks, workers) if dataset.get("shard_samples") else ""
+        ranks, workers = _ranks(result), result.key.workers
+        lines.setdefault(idle_line(dataset.name, int(dataset.shards), ranks, workers), None)
+        uneven = uneven_line(dataset.name, dataset.shard_samples, ranks, workers) if dataset.shard_samples else ""
         if uneven and lines.get(uneven) is None:
             lines[uneven] = _lone_tail(result) if workers > 1 else None
     return [f"{line}; {measured}" if measured else line for line, measured in lines.items() if line]
@@ -533,23 +533,22 @@ def _advice_random_access(results: Sequence[JobRecord]) -> List[str]:
     jobs: Dict[str, List[JobRecord]] = {}
     for result in results:
         if _shuffled(result):
-            jobs.setdefault(repr(sorted(result.fingerprint.get("dataset", {}).items())), []).append(result)
+            jobs.setdefault(repr(sorted(result.host.dataset.items())), []).append(result)
     lines = []
     for same in jobs.values():
         read = [r.summary.read_bytes_per_sample for r in same if r.summary.read_bytes_per_sample]
-        lines.append(random_access_line(same[0].fingerprint.get("dataset", {}), True,
+        lines.append(random_access_line(same[0].host.dataset, True,
                                         float(np.median(read)) if read else None))
     return [line for line in lines if line]
 
 
 def _shuffled(result: JobRecord) -> bool:
     """Whether the job's sampler shuffled (loader.shuffle, true unless the config says otherwise)."""
-    return bool((result.config.get("loader") or {}).get("shuffle", True))
+    return bool(loader_settings(result).shuffle)
 
 
 def _persistent(result: JobRecord) -> bool:
-    loader = result.config.get("loader") or {}
-    return bool(loader.get("persistent_workers"))
+    return bool(loader_settings(result).persistent_workers)
 
 
 def _inflated_cpu(off: Sequence[PredictedRow], costs: Mapping[str, ChainCosts]) -> List[str]:
@@ -598,7 +597,7 @@ def _advice_unexplained(rows: Sequence[PredictedRow], results: Sequence[JobRecor
         candidates.append(f"batch delivery from workers (median {format_value(float(transfer))} ms a batch from a "
                           "worker finishing it (its collate done) to the main loop holding it: its wait in the "
                           f"queue and the in-order buffer behind earlier batches, then the IPC; {done})")
-    if any(r.get("pin_memory_effective") for r in results):
+    if any(sections_of(r).pin_memory_effective for r in results):
         candidates.append("pin-memory copies (pin_memory=true)")
     if any(r.predicted.bound == "cores" for r in off):
         candidates.append("cores that are SMT siblings or shared with other tenants (the model counts each "
@@ -656,7 +655,7 @@ def _advice_gil_disagreement(groups: Mapping[str, Sequence[JobRecord]], threaded
             continue
         workers = max(common)
         threads, processes = ([r for r in groups[c] if r.key.workers == workers] for c in (chain, other))
-        if not any(r.get("thread_profile") for r in (*threads, *processes)):
+        if not any(sections_of(r).thread_profile for r in (*threads, *processes)):
             continue
         spread_t, spread_p = measured_rate(threads), measured_rate(processes)
         held = gil_bound_steps([*threads, *processes])
@@ -684,8 +683,8 @@ def whole_chain_timed(result: Mapping) -> bool:
     the dataset's own __getitem__ outside the recipe. The user's step is then the consumer, taken
     as using none of the loader's cores (its CPU time is not known)."""
     record = JobRecord.read(result)
-    return bool(record.transforms) and (not _watched(record) or any(t.get("stage") == LOAD_STAGE
-                                                                      for t in record.transforms))
+    return bool(record.transform_rows) and (not _watched(record) or any(t.stage == LOAD_STAGE
+                                                                          for t in record.transform_rows))
 
 
 def diagnose(results: Sequence[Mapping]) -> Diagnosis:

@@ -10,6 +10,7 @@ from typing import Dict, List, Mapping, Optional, Sequence
 
 from pipebench.base.tables import markdown_table
 from pipebench.config.specs import MASKED_LOSS_KINDS
+from pipebench.record.figures import Summary
 
 SYNC_KIND, FIXED_KIND = MASKED_LOSS_KINDS
 PAIR_COLUMNS = [
@@ -22,33 +23,36 @@ GPU_COLUMNS = [
     "trace_accel_util_pct", "idle_host_wait_pct", "idle_kernel_wait_pct", "idle_other_pct", "syncs_per_step", "reserved_mb_peak",
     "alloc_retries", "reserved_oscillating",
 ]
-PAIR_KEYS = ("dataset", "transform", "workers", "batch_size", "pin_memory")
 
 
 def _ratio(a: Optional[float], b: Optional[float]) -> Optional[float]:
     return a / b if a is not None and b else None
 
 
-def masked_loss_pairs(rows: Sequence[Mapping[str, object]]) -> List[Dict[str, object]]:
+def _pair_key(row: Summary) -> tuple:
+    """What a sync job and its fixed job share: dataset, transform, workers, batch size and pinning."""
+    return row.dataset, row.transform, row.workers, row.batch_size, row.pin_memory
+
+
+def masked_loss_pairs(rows: Sequence[Summary]) -> List[Dict[str, object]]:
     """One row per (sync, fixed) pair of jobs that differ only in the masked-loss variant."""
-    by_kind: Dict[str, Dict[tuple, List[Mapping[str, object]]]] = {SYNC_KIND: defaultdict(list),
-                                                                   FIXED_KIND: defaultdict(list)}
+    by_kind: Dict[str, Dict[tuple, List[Summary]]] = {SYNC_KIND: defaultdict(list), FIXED_KIND: defaultdict(list)}
     for row in rows:
-        if row.get("consumer") in by_kind:
-            by_kind[row["consumer"]][tuple(row.get(k) for k in PAIR_KEYS)].append(row)
+        if row.consumer in by_kind:
+            by_kind[row.consumer][_pair_key(row)].append(row)
     pairs = []
     for key, syncs in by_kind[SYNC_KIND].items():
         for s, f in zip(syncs, by_kind[FIXED_KIND].get(key, [])):
             pairs.append({
-                "sync_job": s["job"],
-                "fixed_job": f["job"],
-                "syncs_per_step_sync": s.get("syncs_per_step"),
-                "syncs_per_step_fixed": f.get("syncs_per_step"),
-                "consumer_ms_sync": s.get("consumer_ms_median"),
-                "consumer_ms_fixed": f.get("consumer_ms_median"),
-                "consumer_ms_ratio": _ratio(s.get("consumer_ms_median"), f.get("consumer_ms_median")),
-                "step_ms_ratio": _ratio(s.get("step_ms_median"), f.get("step_ms_median")),
-                "gpu_notes": s.get("gpu_notes"),
+                "sync_job": s.job,
+                "fixed_job": f.job,
+                "syncs_per_step_sync": s.syncs_per_step,
+                "syncs_per_step_fixed": f.syncs_per_step,
+                "consumer_ms_sync": s.consumer_ms_median,
+                "consumer_ms_fixed": f.consumer_ms_median,
+                "consumer_ms_ratio": _ratio(s.consumer_ms_median, f.consumer_ms_median),
+                "step_ms_ratio": _ratio(s.step_ms_median, f.step_ms_median),
+                "gpu_notes": s.gpu_notes,
             })
     return pairs
 
@@ -56,11 +60,12 @@ def masked_loss_pairs(rows: Sequence[Mapping[str, object]]) -> List[Dict[str, ob
 def gpu_markdown(rows: Sequence[Mapping[str, object]]) -> str:
     """The GPU sections for summary.md: empty when there is nothing GPU-related to show."""
     parts = []
-    pairs = masked_loss_pairs(rows)
+    summaries = [Summary.from_row(row) for row in rows]
+    pairs = masked_loss_pairs(summaries)
     if pairs:
         parts.append("## masked loss: syncs per step and step-time ratio (sync / fixed)\n\n"
                      + markdown_table(pairs, PAIR_COLUMNS))
-    on_gpu = [r for r in rows if r.get("h2d_gpu_ms_median") is not None or r.get("gpu_busy_pct") is not None]
+    on_gpu = [s.row for s in summaries if s.h2d_gpu_ms_median is not None or s.gpu_busy_pct is not None]
     if on_gpu:
         parts.append("## GPU\n\n" + markdown_table(on_gpu, GPU_COLUMNS))
     return "\n".join(parts)

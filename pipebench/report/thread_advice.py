@@ -4,9 +4,12 @@ Reads the transforms.csv cells a thread profile fills (`pipebench.measure.thread
 job's `thread_profile` record; the verdict itself is `pipebench.measure.thread_verdict`'s.
 """
 
-from typing import Any, Dict, List, Mapping, Sequence, Tuple
+from typing import Dict, List, Mapping, Sequence, Tuple
 
 from pipebench.measure.thread_verdict import HOLDS_GIL
+from pipebench.record.jobs import JobRecord
+from pipebench.record.sections import TransformRow
+from pipebench.report.job_sections import StoredThreadProfile, sections_of
 
 __all__ = ["GIL_LINE_MIN_SHARE_PCT", "gil_bound_steps", "gil_lines"]
 
@@ -21,26 +24,19 @@ GIL_LINE_MIN_SHARE_PCT = 5.0
 STILL_RISING = 1.1
 
 
-def _what_to_do(profile: Mapping[str, Any]) -> str:
-    if profile["on_threads"]:
-        return (f"Under loader.backend={profile['backend']} its worker threads queue for it: run it in worker "
+def _what_to_do(profile: StoredThreadProfile) -> str:
+    if profile.on_threads:
+        return (f"Under loader.backend={profile.backend} its worker threads queue for it: run it in worker "
                 "processes (loader.backend=dataloader), or make it release the GIL (whole-array torch or NumPy ops, "
                 "a C extension).")
     return "A thread backend would not help this step: keep worker processes (loader.backend=dataloader)."
 
 
-def _capped(profile: Mapping[str, Any]) -> str:
-    if not profile.get("capped_by_cores"):
+def _capped(profile: StoredThreadProfile) -> str:
+    if not profile.capped_by_cores:
         return ""
-    return (f"; profiled up to {profile['usable_cores']} threads, the host's usable cores, not the job's "
-            f"{profile['workers']} workers")
-
-
-def _speedups(profile: Mapping[str, Any], row: Mapping[str, Any]) -> List[Tuple[int, float]]:
-    """(threads, speed-up) of the row's step, from the profile's levels."""
-    step = next(s for s in profile["steps"] if (s["stage"], s["transform"]) == (row["stage"], row["transform"]))
-    alone = step["levels"][0]["samples_per_s"]
-    return [(level["threads"], level["samples_per_s"] / alone) for level in step["levels"]]
+    return (f"; profiled up to {profile.usable_cores} threads, the host's usable cores, not the job's "
+            f"{profile.workers} workers")
 
 
 def _how_far(speedups: Sequence[Tuple[int, float]]) -> str:
@@ -53,41 +49,41 @@ def _how_far(speedups: Sequence[Tuple[int, float]]) -> str:
     return f"it stops scaling at {best:.1f} threads"
 
 
-def _line(result: Mapping[str, Any], row: Mapping[str, Any]) -> str:
-    profile = result["thread_profile"]
-    speedups = _speedups(profile, row)
+def _line(result: JobRecord, profile: StoredThreadProfile, row: TransformRow) -> str:
+    speedups = profile.step(row.stage, row.transform).speedups()
     threads = speedups[-1][0]
     curve = ", ".join(f"{s:.2f}x at {k}" for k, s in speedups[1:])
-    return (f"{row['transform']} holds the GIL: {_how_far(speedups)} "
-            f"(transform={result['summary']['transform']}, called alone: {curve} threads; off the CPU "
-            f"{row['off_cpu_pct_1t']:.0f}% of its time alone, {row['off_cpu_pct_nt']:.0f}% at "
+    return (f"{row.transform} holds the GIL: {_how_far(speedups)} "
+            f"(transform={result.summary.transform}, called alone: {curve} threads; off the CPU "
+            f"{row.off_cpu_pct_1t:.0f}% of its time alone, {row.off_cpu_pct_nt:.0f}% at "
             f"{threads} threads{_capped(profile)}). {_what_to_do(profile)}")
 
 
-def _names_gil(row: Mapping[str, Any]) -> bool:
+def _names_gil(row: TransformRow) -> bool:
     """A profiled step that holds the GIL and weighs enough of the chain to be named."""
-    return row.get("thread_verdict") == HOLDS_GIL and row["share_pct"] >= GIL_LINE_MIN_SHARE_PCT
+    return row.thread_verdict == HOLDS_GIL and row.share_pct >= GIL_LINE_MIN_SHARE_PCT
 
 
-def gil_bound_steps(results: Sequence[Mapping[str, Any]]) -> List[str]:
+def gil_bound_steps(results: Sequence[Mapping]) -> List[str]:
     """The steps `gil_lines` would name for these jobs, each once, in chain order."""
-    return list(dict.fromkeys(row["transform"] for result in results if result.get("thread_profile")
-                              for row in result["transforms"] if _names_gil(row)))
+    records = [JobRecord.read(r) for r in results]
+    return list(dict.fromkeys(row.transform for result in records if sections_of(result).thread_profile
+                              for row in result.transform_rows if _names_gil(row)))
 
 
-def gil_lines(results: Sequence[Mapping[str, Any]]) -> List[str]:
+def gil_lines(results: Sequence[Mapping]) -> List[str]:
     """One line per GIL-bound step worth naming, once per chain and step: from the profile with the
     most threads, a thread backend's on a tie (its advice is the one to act on)."""
-    picked: Dict[Tuple[str, str, str], Tuple[Tuple[int, bool], Mapping[str, Any], Mapping[str, Any]]] = {}
-    for result in results:
-        profile = result.get("thread_profile")
-        if not profile:
+    picked: Dict[Tuple[str, str, str], Tuple[Tuple[int, bool], JobRecord, StoredThreadProfile, TransformRow]] = {}
+    for result in (JobRecord.read(r) for r in results):
+        profile = sections_of(result).profile
+        if profile is None:
             continue
-        for row in result["transforms"]:
+        for row in result.transform_rows:
             if not _names_gil(row):
                 continue
-            key = (str(result["summary"]["transform"]), row["stage"], row["transform"])
-            rank = (row["profile_threads"], bool(profile["on_threads"]))
+            key = (str(result.summary.transform), row.stage, row.transform)
+            rank = (row.profile_threads, bool(profile.on_threads))
             if key not in picked or rank > picked[key][0]:
-                picked[key] = (rank, result, row)
-    return [_line(result, row) for _, result, row in picked.values()]
+                picked[key] = (rank, result, profile, row)
+    return [_line(result, profile, row) for _, result, profile, row in picked.values()]

@@ -8,10 +8,11 @@ section (e.g. a diagnosis) is one more function appended to that tuple.
 import sys
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Dict, List, Mapping, Optional, Sequence, Tuple
+from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
 from pipebench.base.errors import ConfigError
 from pipebench.base.io import write_text_atomic
+from pipebench.record.jobs import JobResult
 from pipebench.record.results import RESULT_FILE, load_job_results, summary_rows
 from pipebench.report.comparison import (
     HOST,
@@ -38,7 +39,7 @@ class LoadedRun:
     """One results folder and its finished jobs' result.json records, in job order."""
 
     folder: Path
-    results: Tuple[Mapping[str, object], ...]
+    results: Tuple[JobResult, ...]
 
 
 @dataclass(frozen=True)
@@ -74,7 +75,7 @@ def load_runs(dirs: Sequence[str]) -> Tuple[LoadedRun, ...]:
 def sources_section(inputs: ReportInputs) -> str:
     lines = ["# pipebench report", ""]
     for run in inputs.runs:
-        hosts = sorted({str(r.get("fingerprint", {}).get("hostname")) for r in run.results})
+        hosts = sorted({r.host.hostname for r in run.results})
         lines.append(f"- `{run.folder}`: {len(run.results)} finished job runs on {', '.join(hosts)}")
     if HOST in inputs.table.axes:
         lines += ["", "The folders come from different machines (see the `host` column): compare rows across hosts "
@@ -97,8 +98,8 @@ def diagnosis_section(inputs: ReportInputs) -> str:
     """The analytic model beside the measurement, and what to do; one diagnosis per machine, since the
     model's core budget is a machine's, and one per loader of an attached script unless the table
     ranks its loaders (`--compare-loaders`)."""
-    by_host: Dict[str, List[Mapping[str, object]]] = {}
-    loaders: List[Mapping[str, object]] = []
+    by_host: Dict[str, List[JobResult]] = {}
+    loaders: List[JobResult] = []
     untimed = 0
     for run in inputs.runs:
         for result in run.results:
@@ -109,7 +110,7 @@ def diagnosis_section(inputs: ReportInputs) -> str:
             elif watched(result) and not inputs.table.ranked:
                 loaders.append(result)
             else:
-                by_host.setdefault(str(result.get("fingerprint", {}).get("hostname")), []).append(result)
+                by_host.setdefault(result.host.hostname, []).append(result)
     note = (f"\n{untimed} job(s) left out of the model: a loader watched by `pipebench attach` or `pipebench.watch` "
             "whose dataset's own loading could not be timed (no `load` row: an IterableDataset, a dataset with its own "
             "__getitems__), or a job without per-transform timings.\n" if untimed else "")
@@ -119,7 +120,7 @@ def diagnosis_section(inputs: ReportInputs) -> str:
         return render_diagnosis(diagnose(next(iter(by_host.values())))) + note
     parts = [render_diagnosis(diagnose(results)).replace("## diagnosis", f"## diagnosis: host {host}", 1)
              for host, results in sorted(by_host.items())]
-    parts += [render_diagnosis(diagnose([result])).replace("## diagnosis", f"## diagnosis: {result['job']}", 1)
+    parts += [render_diagnosis(diagnose([result])).replace("## diagnosis", f"## diagnosis: {result.job}", 1)
               for result in loaders]
     return "\n".join(parts) + note
 

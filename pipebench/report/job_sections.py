@@ -1,0 +1,119 @@
+"""What the report reads of a job beyond `JobResult`'s typed summary and sections, as frozen types.
+
+The exactly-once check, the thread-scaling profile, whether pinning was in effect, and the loader and
+run settings of the job's resolved config: each built once from its stored mapping by its own field
+names (`pipebench.record.sections.parse`), so the diagnosis reads attributes, never keys. A job that
+lacks one (a watched loader, an older file) reads as None, or as the spec's default for a setting.
+"""
+
+from dataclasses import dataclass
+from typing import Any, List, Mapping, Optional, Tuple
+
+from pipebench.config.specs import LoaderSpec, RunSpec
+from pipebench.measure.coverage import CoverageReport
+from pipebench.record.jobs import JobResult
+from pipebench.record.sections import parse, parse_all
+
+__all__ = ["LoaderSettings", "ProfileLevel", "ProfiledStep", "ReportSections", "RunSettings", "StoredThreadProfile",
+           "loader_settings", "run_settings", "sections_of"]
+
+
+@dataclass(frozen=True)
+class ProfileLevel:
+    """One thread count of a step's profile: the step's rate there, alone on that many threads."""
+
+    threads: int
+    samples_per_s: float
+    calls: int = 0
+    off_cpu_pct: float = 0.0
+
+
+@dataclass(frozen=True)
+class ProfiledStep:
+    """One step's profile: its levels, 1 thread first (none where the step could not be called alone)."""
+
+    stage: str
+    transform: str
+    levels: Tuple[Mapping[str, Any], ...] = ()
+    error: Optional[str] = None
+
+    def speedups(self) -> List[Tuple[int, float]]:
+        """(threads, speed-up over 1 thread) a level."""
+        levels = parse_all(ProfileLevel, self.levels)
+        return [(level.threads, level.samples_per_s / levels[0].samples_per_s) for level in levels]
+
+
+@dataclass(frozen=True)
+class StoredThreadProfile:
+    """A job's `thread_profile` section (pipebench.measure.thread_profile.ThreadProfile.record): the
+    backend and whether its workers are threads, the cores that capped the thread counts, each step's
+    profile."""
+
+    backend: str
+    on_threads: bool
+    workers: int = 0
+    usable_cores: int = 0
+    capped_by_cores: bool = False
+    threads: Tuple[int, ...] = ()
+    note: Optional[str] = None
+    steps: Tuple[Mapping[str, Any], ...] = ()
+
+    def step(self, stage: str, transform: str) -> ProfiledStep:
+        """The profile of the chain's step named so."""
+        return next(step for step in parse_all(ProfiledStep, self.steps) if (step.stage, step.transform) ==
+                    (stage, transform))
+
+
+@dataclass(frozen=True)
+class ReportSections:
+    """The sections of result.json the diagnosis reads that `JobResult` leaves untyped."""
+
+    coverage: Optional[Mapping[str, Any]] = None
+    thread_profile: Optional[Mapping[str, Any]] = None
+    pin_memory_effective: Optional[bool] = None
+
+    @property
+    def coverage_report(self) -> Optional[CoverageReport]:
+        """The exactly-once check; None where it did not run (no section, or an empty one)."""
+        return parse(CoverageReport, self.coverage) if self.coverage else None
+
+    @property
+    def profile(self) -> Optional[StoredThreadProfile]:
+        """The thread-scaling profile; None where the job ran none."""
+        return parse(StoredThreadProfile, self.thread_profile) if self.thread_profile else None
+
+
+def sections_of(result: JobResult) -> ReportSections:
+    return parse(ReportSections, result.sections)
+
+
+@dataclass(frozen=True)
+class LoaderSettings:
+    """The loader settings the diagnosis reads."""
+
+    backend: Optional[str] = LoaderSpec.backend
+    shuffle: Optional[bool] = LoaderSpec.shuffle
+    persistent_workers: Optional[bool] = LoaderSpec.persistent_workers
+
+
+@dataclass(frozen=True)
+class RunSettings:
+    """The run settings the diagnosis reads: the busy-% it sizes workers and cores for."""
+
+    target_accel_util_pct: float = RunSpec.target_accel_util_pct
+
+
+@dataclass(frozen=True)
+class _Groups:
+    """The config's groups the report reads settings from."""
+
+    loader: Optional[Mapping[str, Any]] = None
+    run: Optional[Mapping[str, Any]] = None
+
+
+def loader_settings(result: JobResult) -> LoaderSettings:
+    return parse(LoaderSettings, parse(_Groups, result.config).loader)
+
+
+def run_settings(result: JobResult) -> RunSettings:
+    return parse(RunSettings, parse(_Groups, result.config).run)
