@@ -17,13 +17,12 @@ Memory is bounded whatever the run's length: a window is sums and a DDSketch
 """
 
 import contextlib
-import json
 import time
 import weakref
 from collections import deque
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, Callable, Deque, Dict, Iterable, Iterator, List, Optional, Protocol, Sequence, Tuple
+from typing import Any, Callable, Deque, Dict, Iterable, Iterator, List, Mapping, Optional, Protocol, Sequence, Tuple
 
 from torch.utils.data import DataLoader
 
@@ -79,12 +78,10 @@ class RecordSettings:
             raise ValueError(f"recording needs --every-steps >= 1, --every-s > 0 and --max-captures >= 0, not "
                              f"every_steps={self.every_steps}, every_s={self.every_s}, max_captures={self.max_captures}")
 
-    def to_json(self) -> str:
-        return json.dumps(asdict(self))
-
     @classmethod
-    def from_json(cls, text: str) -> "RecordSettings":
-        settings = parse(cls, json.loads(text))
+    def from_dict(cls, data: Mapping[str, Any]) -> "RecordSettings":
+        """The settings from their `asdict` form, as attach hands them to each rank (RECORD_ENV)."""
+        settings = parse(cls, data)
         return replace(settings, rule=parse(StallRule, settings.rule))
 
 

@@ -66,8 +66,7 @@ def recording_environment(recording: Optional[Recording], folder: Path) -> Dict[
     """The variable a rank reads (none when the run is not recorded)."""
     if recording is None:
         return {}
-    return {RECORD_ENV: json.dumps({"folder": str(folder.resolve()), "settings": json.loads(recording.settings.to_json()),
-                                    "sinks": asdict(recording.sinks)})}
+    return {RECORD_ENV: json.dumps({"folder": str(folder.resolve()), **asdict(recording)})}
 
 
 def recording_from_environment() -> Optional[tuple]:
@@ -76,5 +75,4 @@ def recording_from_environment() -> Optional[tuple]:
     if not text:
         return None
     handed = parse(_Handed, json.loads(text))
-    return Path(handed.folder), Recording(RecordSettings.from_json(json.dumps(handed.settings)),
-                                          parse(SinkSpec, handed.sinks))
+    return Path(handed.folder), Recording(RecordSettings.from_dict(handed.settings), parse(SinkSpec, handed.sinks))
