@@ -18,6 +18,7 @@ from PIL import Image
 from torchvision.transforms.functional import InterpolationMode, pil_modes_mapping
 
 from pipebench.pipeline.timed_chain import undecoded
+from pipebench.transforms.region import params_box
 
 # libjpeg's DCT scaling factors that PIL's draft picks from (it also has 1/1: no reduction).
 DCT_REDUCTIONS = (8, 4, 2)
@@ -99,9 +100,7 @@ class DraftRandomResizedCropV2(v2.RandomResizedCrop):
         img = inputs[0] if len(inputs) == 1 else None
         if not isinstance(img, Image.Image):
             return super().forward(*inputs)
-        params = self.make_params([img])
-        return draft_resized_crop(img, params["top"], params["left"], params["height"], params["width"],
-                                  self.size, self.interpolation)
+        return draft_resized_crop(img, *params_box(self.make_params([img])), self.size, self.interpolation)
 
 
 class DraftResize(v1.Resize):

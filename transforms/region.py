@@ -15,6 +15,7 @@ DecodeJpeg, and the bad-sample policy counts it), and a crop that pads (`padding
 `pad_if_needed` on a small image), which keeps the transform's own behaviour.
 """
 
+import functools
 import math
 from typing import Any, Callable, Optional, Sequence, Tuple
 
@@ -46,19 +47,18 @@ class _Region:
     # The timed chain leaves the lazily opened image undecoded for it (pipebench.pipeline.timed_chain).
     decodes_itself = True
 
+    @functools.cached_property
     def _codec(self) -> RegionCodec:
-        codec = self.__dict__.get("_region_codec")
-        if codec is None:
-            codec = RegionCodec()
-            self.__dict__["_region_codec"] = codec
-        return codec
+        """This process's codec, made at the first region (kept in the instance's own dict, never set
+        through torch.nn.Module's attribute handling)."""
+        return RegionCodec()
 
     def _region(self, img: Any, box: Box) -> Optional[torch.Tensor]:
         """The box (top, left, height, width) of the undecoded JPEG `img`, or None when not taken."""
         if not (isinstance(img, Image.Image) and undecoded(img) and img.format == PIL_JPEG_FORMAT):
             return None
         data = jpeg_bytes(img)
-        return None if data is None else self._codec().decode(data, *box)
+        return None if data is None else self._codec.decode(data, *box)
 
     def _boxed(self, inputs: Sequence[Any], own_forward: Callable[..., Any]) -> Any:
         """A crop's output: the region of the box it draws for its one input (the whole decode
@@ -82,8 +82,8 @@ def _crop(tensor: torch.Tensor, box: Box) -> torch.Tensor:
     return tensor[..., top:top + height, left:left + width]
 
 
-def _params_box(params: dict) -> Box:
-    """A v2 crop's make_params as a (top, left, height, width) box."""
+def params_box(params: dict) -> Box:
+    """A v2 crop's make_params as a (top, left, height, width) box (torchvision hands a dict)."""
     return params["top"], params["left"], params["height"], params["width"]
 
 
@@ -123,7 +123,7 @@ class RegionRandomCropV2(_Region, v2.RandomCrop):
         """The box this crop draws for `img` (its own sampler), or None when it would pad."""
         if _pads(img, self.size, self.padding, self.pad_if_needed):
             return None
-        return _params_box(self.make_params([img]))
+        return params_box(self.make_params([img]))
 
     def forward(self, *inputs):
         return self._boxed(inputs, super().forward)
@@ -207,7 +207,7 @@ class RegionRandomResizedCropV2(_Region, v2.RandomResizedCrop):
 
     def box(self, img: Any) -> Box:
         """The box this crop draws for `img` (its own sampler; always inside the image)."""
-        return _params_box(self.make_params([img]))
+        return params_box(self.make_params([img]))
 
     def __init__(self, *args: Any, pil_resize: bool = True, **kwargs: Any):
         super().__init__(*args, **kwargs)
