@@ -22,6 +22,7 @@ import pipebench
 from pipebench.base.cores import cgroup_cpu_quota, usable_cores
 from pipebench.base.io import folder_safe
 from pipebench.config.specs import JobSpec
+from pipebench.record.sections import Fingerprint, parse
 from pipebench.storage.dataset_contract import told
 
 # The line of torchvision's version.py that holds `torchvision.__version__` (local build tag included).
@@ -85,15 +86,20 @@ def torchvision_version() -> Optional[str]:
     return importlib.metadata.version("torchvision")
 
 
+def _machine_name(model: str, cores: int) -> str:
+    """CPU model and usable cores, the fields compare refuses to mix, as a folder name (e.g. `AMD_EPYC-2c`)."""
+    return folder_safe("_".join(f"{model}-{cores}c".split()))
+
+
 def machine_folder(fingerprint: Mapping[str, Any]) -> str:
-    """A folder name for a machine's stored baselines and history, from a result's fingerprint: CPU
-    model and usable cores, the fields compare refuses to mix (e.g. `AMD_EPYC-2c`)."""
-    return folder_safe("_".join(f"{fingerprint.get('cpu_model')}-{fingerprint.get('usable_cores')}c".split()))
+    """A folder name for a machine's stored baselines and history, from a result's fingerprint."""
+    host = parse(Fingerprint, fingerprint)
+    return _machine_name(host.cpu_model, host.usable_cores)
 
 
 def machine_key() -> str:
     """This machine's `machine_folder`."""
-    return machine_folder({"cpu_model": cpu_model(), "usable_cores": usable_cores()})
+    return _machine_name(cpu_model(), usable_cores())
 
 
 def gpu_name() -> Optional[str]:

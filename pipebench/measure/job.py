@@ -16,6 +16,7 @@ from pipebench.measure.job_run import JobRun, job_run
 from pipebench.measure.job_series import job_series, sink_timings, write_job_series
 from pipebench.measure.meter import add_notes
 from pipebench.measure.repeats import measure_repeats
+from pipebench.record.figures import Summary
 from pipebench.record.jobs import JobResult
 from pipebench.measure.host_load import PROCESS_CPU_COLUMN
 from pipebench.measure.thread_profile import profile_wanted, thread_profile_pass
@@ -73,7 +74,8 @@ def _measure_job(run: JobRun, job_dir: Path) -> JobResult:
                           persistent=persistent, samples_per_epoch=samples_per_epoch,
                           batches_per_epoch=batches_per_epoch, target_steps=kit.plan.window,
                           worker_kind=spec.worker_kind)
-    summary.update(pin_memory=kit.non_blocking, **cache.columns(), **file_read_columns(sink, summary["samples_per_s"]))
+    rate = Summary.from_row(summary).samples_per_s
+    summary.update(pin_memory=kit.non_blocking, **cache.columns(), **file_read_columns(sink, rate))
     for meter in meters:
         summary.update(meter.columns())
     summary[PROCESS_CPU_COLUMN] = meters.host_load.cpu_ms_per_sample(repeats.marked_samples)
@@ -83,8 +85,8 @@ def _measure_job(run: JobRun, job_dir: Path) -> JobResult:
                                          [s.name for s in [*parts.instrumented.steps, *batch_steps]], sink_timings(sink)))
     return JobResult(summary, {
         **{meter.key: meter.record() for meter in meters},
-        "transforms": [{**row, **(threads.columns(row["stage"], row["transform"]) if threads else {})}
-                       for row in rows_as_dicts(rows)],
+        "transforms": [{**measured, **(threads.columns(row.stage, row.transform) if threads else {})}
+                       for row, measured in zip(rows, rows_as_dicts(rows))],
         "thread_profile": threads.record() if threads else None,
         "workers_breakdown": worker_breakdown(sink, list(repeats.passes)),
         "consumer_report": parts.consumer.report(),

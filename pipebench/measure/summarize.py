@@ -1,5 +1,6 @@
 """Turn raw step samples and stage timings into the summary row and the per-transform rows."""
 
+from dataclasses import asdict, dataclass
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
@@ -160,7 +161,7 @@ def _ns(steps: Sequence[StepSample], field: str) -> np.ndarray:
 def accel_util_pct(steps: Sequence[StepSample]) -> float:
     """The consumer's busy share of `steps`: from the GPU's timeline where they carry it, else the host's."""
     if _on_gpu_clock(steps):
-        return gpu_clock_figures(steps)["accel_util_pct"]
+        return gpu_clock_figures(steps).accel_util_pct
     return float(100.0 * _ns(steps, "compute_ns").sum() / _ns(steps, "step_ns").sum())
 
 
@@ -171,18 +172,26 @@ def au_pct(passes: Sequence[PassResult]) -> float:
     return accel_util_pct([s for p in passes for s in p.steps])
 
 
-def gpu_clock_figures(steps: Sequence[StepSample]) -> Dict[str, float]:
+@dataclass(frozen=True)
+class StepShares:
+    """The summary's shares of the steady steps: starvation, the other idle share (on the GPU's clock
+    only) and accel_util_pct, and the consumer's busy time a step."""
+
+    starvation_pct: float
+    starvation_other_pct: Optional[float]
+    accel_util_pct: float
+    consumer_ms_median: float
+
+
+def gpu_clock_figures(steps: Sequence[StepSample]) -> StepShares:
     """run.sync=async: starvation, the other idle share and accel_util_pct as shares of the GPU's
     own window (each step from the previous step's last kernel to its own), and the consumer's
     busy time a step; they add up to 100%."""
     span = _ns(steps, "gpu_span_ns")
     busy = _ns(steps, "gpu_busy_ns")
-    return {
-        "starvation_pct": float(100.0 * _ns(steps, "gpu_idle_data_ns").sum() / span.sum()),
-        "starvation_other_pct": float(100.0 * _ns(steps, "gpu_idle_other_ns").sum() / span.sum()),
-        "accel_util_pct": float(100.0 * busy.sum() / span.sum()),
-        "consumer_ms_median": float(np.median(busy) / NS_PER_MS),
-    }
+    return StepShares(float(100.0 * _ns(steps, "gpu_idle_data_ns").sum() / span.sum()),
+                      float(100.0 * _ns(steps, "gpu_idle_other_ns").sum() / span.sum()),
+                      float(100.0 * busy.sum() / span.sum()), float(np.median(busy) / NS_PER_MS))
 
 
 def epoch_size(spec: JobSpec, dataset: Any, loader: Any) -> Tuple[Optional[int], Optional[int]]:
@@ -218,12 +227,9 @@ def summary_row(window: Window, rows: Sequence[TransformRow], sink: TimingSink, 
     compute_ns = np.array([s.compute_ns for s in steps], dtype=np.float64)
     step = distribution(step_ns / NS_PER_MS)
     wait = distribution(wait_ns / NS_PER_MS)
-    shares = gpu_clock_figures(steps) if on_gpu_clock else {
-        "starvation_pct": float(100.0 * wait_ns.sum() / step_ns.sum()),
-        "starvation_other_pct": None,
-        "accel_util_pct": float(100.0 * compute_ns.sum() / step_ns.sum()),
-        "consumer_ms_median": float(np.median(compute_ns) / NS_PER_MS),
-    }
+    shares = gpu_clock_figures(steps) if on_gpu_clock else StepShares(
+        float(100.0 * wait_ns.sum() / step_ns.sum()), None, float(100.0 * compute_ns.sum() / step_ns.sum()),
+        float(np.median(compute_ns) / NS_PER_MS))
     pipeline_ms = float(sum(r.ms_per_sample for r in rows))
     cpu_ms = cpu_ms_per_sample(sink)
     producers = max(workers, 1)
@@ -246,7 +252,7 @@ def summary_row(window: Window, rows: Sequence[TransformRow], sink: TimingSink, 
         "wait_ms_mean": wait.mean,
         "wait_ms_median": wait.median,
         "wait_ms_p99": wait.p99,
-        **shares,
+        **asdict(shares),
         "au_pct": au_pct(passes),
         "step_sync": SYNC_ASYNC if on_gpu_clock else SYNC_PER_STEP,
         "h2d_ms_median": float(np.median([s.h2d_ns for s in steps]) / NS_PER_MS),

@@ -18,6 +18,7 @@ import numpy as np
 from pipebench.base.stats import RatioInterval, block_ratio_interval
 from pipebench.measure.steps import NS_PER_S, WINDOW_TIME_CAP, PassResult, StepSample
 from pipebench.model.judging import telling
+from pipebench.record.sections import parse
 
 __all__ = ["RESTART_SOURCES", "EpochCost", "SteadyState", "Window", "interval_blocks", "epoch_cost", "epoch_rate",
            "rate_interval", "reused_window", "split_window", "steady_masks", "steady_state", "window_note",
@@ -119,6 +120,17 @@ def window_record(window: Window) -> Dict[str, Any]:
             "boundary_cycles": [list(c) for c in window.boundary_cycles]}
 
 
+@dataclass(frozen=True)
+class WindowCut:
+    """A window's cut as `window_record` stores it: its cycle, each pass's steps, and its steady and
+    epoch-end cycles as (first, end) steps over all the passes."""
+
+    cycle: int
+    pass_steps: Tuple[int, ...]
+    steady_cycles: Tuple[Sequence[int], ...]
+    boundary_cycles: Tuple[Sequence[int], ...]
+
+
 def reused_window(record: Mapping[str, Any], passes: Sequence[PassResult]) -> Window:
     """The cut in `record` (`window_record`) over `passes`, whose steps stand for the cut's own pass
     for pass (the ranks' totals, which step with rank 0): the first of its passes, each as long as
@@ -127,16 +139,17 @@ def reused_window(record: Mapping[str, Any], passes: Sequence[PassResult]) -> Wi
     steady: List[Tuple[int, int]] = []
     boundaries: List[Tuple[int, int]] = []
     own = new = 0
-    for length, result in zip(record["pass_steps"], passes):
+    cut = parse(WindowCut, record)
+    for length, result in zip(cut.pass_steps, passes):
         end = own + len(result.steps)
         if end > own + length:
             raise ValueError(f"a pass of {len(result.steps)} steps over a cut of {length}")
         shift = new - own
-        steady.extend((a + shift, b + shift) for a, b in record["steady_cycles"] if own <= a and b <= end)
-        boundaries.extend((a + shift, min(b, end) + shift) for a, b in record["boundary_cycles"] if own <= a < end)
+        steady.extend((a + shift, b + shift) for a, b in cut.steady_cycles if own <= a and b <= end)
+        boundaries.extend((a + shift, min(b, end) + shift) for a, b in cut.boundary_cycles if own <= a < end)
         own += length
         new += len(result.steps)
-    return Window(tuple(passes), int(record["cycle"]), tuple(steady), tuple(boundaries))
+    return Window(tuple(passes), int(cut.cycle), tuple(steady), tuple(boundaries))
 
 
 def interval_blocks(window: Window, step_ns: np.ndarray, min_block_ns: float, min_blocks: int
