@@ -74,5 +74,5 @@ def run_one_job(cfg: DictConfig) -> None:
         _stop(exc, job_dir)
     print(f"\n## {name}\n")
     print(markdown_table(result.transforms, printed_transform_columns(result.transforms)))
-    if result.summary.get("window_note"):
-        print(f"note: {result.summary['window_note']}")
+    if result.summary.window_note:
+        print(f"note: {result.summary.window_note}")
