@@ -214,12 +214,12 @@ class WebDatasetShards(ShardFiles, ShardedPlan, IterableDataset):
         """How many shards the epoch is split into (pipebench/model/shards.py's idle_line)."""
         return len(self.urls)
 
-    def _opened(self, sources: Iterable[Dict[str, Any]]) -> Iterator[Dict[str, Any]]:
+    def _opened(self, urls: Iterable[str]) -> Iterator[Dict[str, Any]]:
         """webdataset's url_opener, reading through this process's FileReads; each shard is closed when
         the next one is asked for."""
-        for source in sources:
-            with self.reads.open(source["url"]) as stream:
-                yield {**source, "stream": stream}
+        for url in urls:
+            with self.reads.open(url) as stream:
+                yield {"url": url, "stream": stream}
 
     def _indexed(self, samples: Iterable[Dict[str, Any]]) -> Iterator[Tuple[int, bytes, Any, str]]:
         """(index, image bytes, label member, where) for each sample with an image; a key without one was
@@ -238,8 +238,8 @@ class WebDatasetShards(ShardFiles, ShardedPlan, IterableDataset):
 
     def __iter__(self) -> Iterator[Tuple[int, Any, int]]:
         wds = _wds()
-        sources = wds.split_by_worker(wds.split_by_node({"url": url} for url in self.urls))
-        members = wds.tariterators.tar_file_expander(self._opened(sources))
+        urls = wds.split_by_worker(wds.split_by_node(self.urls))
+        members = wds.tariterators.tar_file_expander(self._opened(urls))
         samples: Iterator = self._indexed(wds.tariterators.group_by_keys(members))
         if self.shuffle_buffer > 1:
             samples = wds.shuffle(self.shuffle_buffer, initial=self.shuffle_buffer, seed=self.seed)(samples)
