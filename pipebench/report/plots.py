@@ -11,7 +11,7 @@ import io
 import textwrap
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple, Union
+from typing import Dict, List, Optional, Sequence, Tuple, Union
 
 import numpy as np
 from matplotlib import colormaps
@@ -19,8 +19,10 @@ from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
 from pipebench.base.io import write_bytes_atomic
-from pipebench.record.sections import parse_all
+from pipebench.record.jobs import JobRecord
+from pipebench.record.sections import parse, parse_all
 from pipebench.report.comparison import HOST, ComparisonRow, ComparisonTable, axis_title
+from pipebench.report.job_sections import sections_of
 
 THROUGHPUT_PNG = "throughput_vs_workers.png"
 TRANSFORMS_PNG = "transform_costs.png"
@@ -190,9 +192,16 @@ def _job_label(row: ComparisonRow, table: ComparisonTable) -> str:
     return ", ".join(f"{axis_title(a, table.axes)}={row.value(a)}" for a in table.axes) or row.label
 
 
-def _epochs_seen(result: Mapping[str, Any], samples: Sequence[float]) -> Optional[float]:
+@dataclass(frozen=True)
+class _Checked:
+    """What the epoch plot reads of the exactly-once check (result.json's `coverage`): an epoch's samples."""
+
+    length: Optional[int] = None
+
+
+def _epochs_seen(result: JobRecord, samples: Sequence[float]) -> Optional[float]:
     """The window's samples over an epoch's (the exactly-once check's length); None when not recorded."""
-    length = (result.get("coverage") or {}).get("length")
+    length = parse(_Checked, sections_of(result).coverage).length
     return sum(samples) / length if length else None
 
 
