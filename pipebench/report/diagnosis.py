@@ -19,7 +19,7 @@ import numpy as np
 
 from pipebench.base.noise_figures import compare_half_width
 from pipebench.base.tables import format_value, markdown_table
-from pipebench.config.specs import BACKEND_WORKER_KINDS, NO_CONSUMER, PROCESSES, THREADS, USER_STEP
+from pipebench.config.specs import BACKEND_WORKER_KINDS, NO_CONSUMER, PROCESSES, THREADS
 from pipebench.model.costs import (
     ChainCosts,
     Prediction,
@@ -34,7 +34,7 @@ from pipebench.model.shards import idle_line, idle_readers, random_access_line, 
 from pipebench.pipeline.stages import DECODE_STAGE, LOAD_STAGE
 from pipebench.record.jobs import NOT_AXES, JobRecord, override_pairs, varying_keys
 from pipebench.record.sections import PassRecord, TransformRow
-from pipebench.report.comparison import measured_rate
+from pipebench.report.comparison import measured_rate, watched
 from pipebench.report.job_sections import RunSettings, loader_settings, run_settings, sections_of
 from pipebench.report.thread_advice import gil_bound_steps, gil_lines
 
@@ -184,11 +184,6 @@ def _group(results: Sequence[JobRecord]) -> Dict[str, List[JobRecord]]:
     return groups
 
 
-def _watched(result: JobRecord) -> bool:
-    """A loader watched in the user's own loop (`pipebench attach`): no sweep to add a job to."""
-    return result.summary.consumer == USER_STEP
-
-
 # Where _dominant measured a chain's costliest step when a workers=0 job timed it.
 SERIAL_WHERE = "at workers=0"
 
@@ -197,7 +192,7 @@ def _dominant(results: Sequence[JobRecord]) -> Optional[Tuple[TransformRow, str]
     """The costliest step of a chain's workers=0 job, else of a watched loader's rows at its own worker
     count, and where it was measured."""
     serial = [r for r in results if r.key.workers == 0 and r.transform_rows]
-    timed = serial or [r for r in results if _watched(r) and r.transform_rows]
+    timed = serial or [r for r in results if watched(r) and r.transform_rows]
     if not timed:
         return None
     top = max(timed[0].transform_rows, key=lambda t: t.ms_per_sample)
@@ -211,7 +206,7 @@ def _advice_dominant(base: str, results: Sequence[JobRecord]) -> List[str]:
     top, where = dominant
     cost = f"{format_value(top.ms_per_sample)} ms of each sample ({format_value(top.share_pct)}% of the chain {where})"
     # A job's load row is its dataset's fetch; a watched loader's is the user's whole __getitem__.
-    if top.stage == LOAD_STAGE and where == SERIAL_WHERE and not any(_watched(r) for r in results):
+    if top.stage == LOAD_STAGE and where == SERIAL_WHERE and not any(watched(r) for r in results):
         io = next((r.summary.io_share_of_load_pct for r in results if r.key.workers == 0), None)
         reads = f"; {format_value(float(io))}% of it in file reads" if io is not None and math.isfinite(io) else ""
         return [f"Dominant cost in {base}: the dataset's read ({top.transform}: fetching and unpacking each sample "
@@ -362,7 +357,7 @@ def _advice_variants(base: str, groups: Mapping[str, Sequence[JobRecord]],
     | transform chain, dataset | CPU ms a sample (what the cores' budget is spent on; load moves it least) |
     """
     others = [chain for chain in groups if chain != base]
-    if not others and all(_watched(r) for r in groups[base]):
+    if not others and all(watched(r) for r in groups[base]):
         return ["Variants: `pipebench attach --export-config DIR -- python train.py ...` writes this loader's "
                 "dataset, transform and loader configs; `pipebench explore --config-dir DIR` then measures its "
                 "variants."]
@@ -683,7 +678,7 @@ def whole_chain_timed(result: Mapping) -> bool:
     the dataset's own __getitem__ outside the recipe. The user's step is then the consumer, taken
     as using none of the loader's cores (its CPU time is not known)."""
     record = JobRecord.read(result)
-    return bool(record.transform_rows) and (not _watched(record) or any(t.stage == LOAD_STAGE
+    return bool(record.transform_rows) and (not watched(record) or any(t.stage == LOAD_STAGE
                                                                           for t in record.transform_rows))
 
 

@@ -24,8 +24,6 @@ class ProfileLevel:
 
     threads: int
     samples_per_s: float
-    calls: int = 0
-    off_cpu_pct: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -35,7 +33,6 @@ class ProfiledStep:
     stage: str
     transform: str
     levels: Tuple[Mapping[str, Any], ...] = ()
-    error: Optional[str] = None
 
     def speedups(self) -> List[Tuple[int, float]]:
         """(threads, speed-up over 1 thread) a level."""
@@ -54,8 +51,6 @@ class StoredThreadProfile:
     workers: int = 0
     usable_cores: int = 0
     capped_by_cores: bool = False
-    threads: Tuple[int, ...] = ()
-    note: Optional[str] = None
     steps: Tuple[Mapping[str, Any], ...] = ()
 
     def step(self, stage: str, transform: str) -> ProfiledStep:
