@@ -267,7 +267,8 @@ class LitDataChunks(ShardFiles, DatasetContract, IterableDataset):
         except KeyError as exc:  # as litdata's own reader would fail on it
             raise DatasetError(f"{NAME}: {where}: not a LitData index (its data_spec: {exc})") from None
         fields = _field_formats(config, where)
-        self.image_format, self.label_field, self.index_field = _check_fields(fields, image_key, label_key, index_key, where)
+        read = _check_fields(fields, image_key, label_key, index_key, where)
+        self.image_format, self.label_field, self.index_field = read
         paths, sizes, counts = _check_chunks(fs, root, config, index.chunks, input_dir)
         self.locations, self.sizes, self.counts = tuple(paths), tuple(sizes), tuple(counts)
         self._note = ""
