@@ -26,6 +26,8 @@ import signal
 from dataclasses import dataclass
 from typing import Any, Iterable, List, Mapping, Optional, Sequence
 
+from pipebench.config.target_node import TargetNode
+
 __all__ = ["JOB_PROCESS_MODULE", "WAITS_UNREAPED", "JobProcess", "discard", "forking_job_process", "imported_modules",
            "job_process_command", "kill_group", "read_frame", "read_number", "run_job", "serving", "start_job_process",
            "take", "warm"]
@@ -114,7 +116,7 @@ def warm(process: JobProcess, nodes: Iterable[Mapping[str, Any]]) -> None:
     """Ask the job process to import, itself, the modules of these config nodes' `_target_`s (a
     job's chain steps and dataset) that belong to WARMED_PACKAGES, so every job forked after starts
     with them. One that has ended is left to the next job's hand-over to tell."""
-    targets = [str(node.get("_target_") or "") for node in nodes]
+    targets = [str(TargetNode.of(node).target or "") for node in nodes]
     modules = dict.fromkeys(target.rpartition(".")[0] for target in targets
                             if target.split(".", 1)[0] in WARMED_PACKAGES)
     if not modules:
