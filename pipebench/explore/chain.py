@@ -6,7 +6,9 @@ from dataclasses import dataclass, field
 from typing import Any, Dict, List, Mapping, Optional, Tuple
 
 from pipebench.base.extras import MissingExtra
+from pipebench.config.target_node import TargetNode
 from pipebench.pipeline.recipe import RECIPE_STEP
+from pipebench.record.sections import parse
 
 REDUCED_DECODE = "reduced_decode"
 REGION_DECODE = "region_decode"
@@ -59,11 +61,42 @@ def class_name(target: str) -> str:
     return str(target).rsplit(".", 1)[-1]
 
 
+def target(node: Node) -> str:
+    """The dotted path a node builds (its `_target_`), as text."""
+    return str(TargetNode.of(node).target)
+
+
+@dataclass(frozen=True)
+class StepArguments:
+    """The arguments of a step that the moves read, each None or empty where the node has none (a
+    move builds its replacement from the whole node, so every other argument is kept)."""
+
+    # A resize's or crop's output size: an int or [h, w].
+    size: Any = None
+    # Where a step after the copy runs.
+    device: str = ""
+    # A recipe's own step (RECIPE_STEP): the class it holds.
+    step: str = ""
+    # Normalize's figures, and its switch that rules out the fused form.
+    mean: Any = None
+    std: Any = None
+    inplace: bool = False
+    # ToDtype's: a cast to float in [0, 1] scales, to a dtype named by a `hydra.utils.get_object` node,
+    # whose `path` is the dotted path of the object it names.
+    scale: bool = False
+    dtype: Mapping[str, Any] = field(default_factory=dict)
+    path: str = ""
+
+    @classmethod
+    def of(cls, node: Node) -> "StepArguments":
+        return parse(cls, TargetNode.of(node).arguments)
+
+
 def short_name(node: Node) -> str:
     """A node's class name (class_name of its `_target_`); a recipe's own step by the class it holds."""
-    if node["_target_"] == RECIPE_STEP and node.get("step"):
-        return f"{node['step']} (the recipe's own object)"
-    return class_name(node["_target_"])
+    if target(node) == RECIPE_STEP and StepArguments.of(node).step:
+        return f"{StepArguments.of(node).step} (the recipe's own object)"
+    return class_name(target(node))
 
 
 @dataclass(frozen=True)
@@ -148,7 +181,7 @@ class Exploration:
         return self.variants[0]
 
 
-def with_target(node: Node, target: str) -> Dict[str, Any]:
+def with_target(node: Node, path: str) -> Dict[str, Any]:
     """The node with another class and the same arguments (a move's replacement for a step)."""
-    return {**node, "_target_": target}
+    return {**node, "_target_": path}
 

@@ -3,7 +3,17 @@ after the host-to-device copy, late_cast and to_device (pipebench.explore.varian
 
 from typing import Callable, List, Optional, Tuple
 
-from pipebench.explore.chain import LATE_CAST, TO_DEVICE, Chain, Moved, Node, short_name, with_target
+from pipebench.explore.chain import (
+    LATE_CAST,
+    TO_DEVICE,
+    Chain,
+    Moved,
+    Node,
+    StepArguments,
+    short_name,
+    target,
+    with_target,
+)
 from pipebench.pipeline.movement import Movement, accepted_kinds, declared_movement
 
 # Casts to float in [0, 1] that Normalize may fuse with (how each reads its input), and the fused form.
@@ -54,22 +64,23 @@ def crop_first(chain: Chain) -> Moved:
 
 def _fused_cast(cast: Node, normalize: Node) -> Optional[Tuple[Node, ...]]:
     """The fused form of a cast to float in [0, 1] then Normalize, or None when they are not that pair."""
-    kind = FUSED_CASTS.get(str(cast["_target_"]))
-    if kind is None or normalize["_target_"] not in NORMALIZES or normalize.get("inplace"):
+    kind = FUSED_CASTS.get(target(cast))
+    normalizing, casting = StepArguments.of(normalize), StepArguments.of(cast)
+    if kind is None or target(normalize) not in NORMALIZES or normalizing.inplace:
         return None
-    if kind == "to_dtype" and not (cast.get("scale") and str(cast.get("dtype", {}).get("path", "")) == "torch.float32"):
+    if kind == "to_dtype" and not (casting.scale and str(StepArguments.of(casting.dtype).path) == "torch.float32"):
         return None
-    fused = {"_target_": NORMALIZE_UINT8, "mean": normalize["mean"], "std": normalize["std"]}
+    fused = {"_target_": NORMALIZE_UINT8, "mean": normalizing.mean, "std": normalizing.std}
     return (with_target({}, PIL_TO_TENSOR), fused) if kind == "from_pil" else (fused,)
 
 
 def _fastest(node: Node) -> Tuple[Node, Optional[Movement]]:
     """The node after following its fast forms to the last (a form naming itself, or a loop, stops it)."""
-    seen = {node["_target_"]}
+    seen = {target(node)}
     movement = declared_movement(node)
     while movement is not None and movement.fast_form and movement.fast_form not in seen:
         node = with_target(node, movement.fast_form)
-        seen.add(node["_target_"])
+        seen.add(target(node))
         movement = declared_movement(node)
     return node, movement
 
@@ -83,7 +94,7 @@ def fast(chain: Chain) -> Moved:
         out: List[Node] = []
         for node in nodes:
             replaced, _ = _fastest(node)
-            if replaced["_target_"] != node["_target_"]:
+            if target(replaced) != target(node):
                 changes.append(f"replace {short_name(node)} with {short_name(replaced)}")
             fused = _fused_cast(out[-1], replaced) if out else None
             if fused is not None:

@@ -15,8 +15,10 @@ from pipebench.explore.chain import (
     Moved,
     Node,
     SampleSource,
+    StepArguments,
     class_name,
     short_name,
+    target,
     with_target,
 )
 from pipebench.explore.chain_moves import BATCHABLE, any_step, device_tail, keeps_draws
@@ -48,9 +50,9 @@ MIN_DRAFT_REDUCTION = 2
 
 def _output_size(node: Node, image: Tuple[int, int]) -> Tuple[int, int]:
     """(w, h) a RandomResizedCrop or Resize node makes of a (w, h) image."""
-    size = node.get("size")
+    size = StepArguments.of(node).size
     sizes = [size] if isinstance(size, int) else list(size)
-    if len(sizes) == 2 or "RandomResizedCrop" in str(node["_target_"]):
+    if len(sizes) == 2 or "RandomResizedCrop" in target(node):
         return (sizes[-1], sizes[0])
     short, long = sorted(image)
     scaled = (sizes[0], int(sizes[0] * long / short))
@@ -96,7 +98,7 @@ def decoder(chain: Chain, move: str = DECODER) -> Moved:
 def _decoder_used(decoded: Node) -> str:
     """Which decode_jpeg the catalogue's decoder runs in this process (", with ..."), or "" for another
     declared decoder."""
-    return f", with {decoder_note()}" if decoded["_target_"] == DECODE_JPEG else ""
+    return f", with {decoder_note()}" if target(decoded) == DECODE_JPEG else ""
 
 
 def _batch_decode_change(device: str) -> str:
@@ -136,7 +138,7 @@ def gpu_decoder(chain: Chain, source: Optional[SampleSource] = None, device: str
     if not decoded.changes:
         return decoded
     first, *steps = decoded.chain.per_sample
-    if first["_target_"] != DECODE_JPEG:
+    if target(first) != DECODE_JPEG:
         return Moved(chain, reason=f"{GPU_DECODER}: the declared decoder, {short_name(first)}, has no batched form "
                                    f"on the device (only {class_name(DECODE_JPEG)} has)")
     crops, why = _device_crops(steps)
@@ -171,7 +173,7 @@ def gpu_region_decode(chain: Chain, source: Optional[SampleSource] = None, devic
     if not moved.changes:
         return Moved(chain, reason=f"{GPU_REGION_DECODE}: {moved.reason.partition(': ')[2]}")
     region, *steps = moved.chain.per_sample
-    if str(region["_target_"]).startswith(REGION_RESIZE_CENTER_CROP):
+    if target(region).startswith(REGION_RESIZE_CENTER_CROP):
         return Moved(chain, reason=f"{GPU_REGION_DECODE}: Resize then CenterCrop has no batched region form after the "
                                    "copy (the CPU region_decode covers it)")
     if any(region.get(key) for key in PADDING_ARGUMENTS):
@@ -181,7 +183,7 @@ def gpu_region_decode(chain: Chain, source: Optional[SampleSource] = None, devic
     tail, tail_changes, stop = device_tail(rest, any_step, BATCHABLE)
     if tail.per_sample or tail.per_batch:
         return Moved(chain, reason=f"{GPU_REGION_DECODE}: {stop}, so it cannot run on the device after the decode")
-    form = class_name(region["_target_"])
+    form = class_name(target(region))
     read = {k: v for k, v in with_target(region, READ_REGION_PREFIX + form).items() if k != PIL_RESIZE}
     resized = "RandomResizedCrop" in form
     decode = {"_target_": BATCH_REGION_DECODE, "device": device,
@@ -260,11 +262,11 @@ def tensor_path(chain: Chain, source: Optional[SampleSource] = None) -> Moved:
     rest = ([with_target(conversion, left)] if left else []) + list(chain.per_sample[at + 1:])
     changes = [f"decode the JPEG with {class_name(DECODE_JPEG)} (torchvision.io.decode_jpeg, straight "
                "to a uint8 tensor) instead of PIL"]
-    changes += [f"run {short_name(n)} on the tensor as {m['_target_'].rsplit('.', 2)[-2]}.{short_name(m)}"
+    changes += [f"run {short_name(n)} on the tensor as {target(m).rsplit('.', 2)[-2]}.{short_name(m)}"
                 for n, m in zip(before, moved)]
     if not left:
         changes.append(f"drop {short_name(conversion)} (the decoder gives the tensor)")
-    elif left != conversion["_target_"]:
+    elif left != target(conversion):
         changes.append(f"replace {short_name(conversion)} with {short_name(rest[0])}")
     return Moved(Chain(({"_target_": DECODE_JPEG}, *moved, *rest), chain.per_batch, chain.on_device),
                  tuple(changes))
@@ -338,13 +340,13 @@ def _resize_center_crop(chain: Chain, decoded: Moved, resize: Node, then: Option
         after = f"{short_name(then)} follows it" if then is not None else "nothing follows it"
         return Moved(chain, reason=f"{REGION_DECODE}: Resize comes first and no CenterCrop follows it ({after}), "
                                    "so every decoded pixel is kept")
-    if str(resize["_target_"]).startswith(V2_PREFIX) != str(then["_target_"]).startswith(V2_PREFIX):
+    if target(resize).startswith(V2_PREFIX) != target(then).startswith(V2_PREFIX):
         return Moved(chain, reason=f"{REGION_DECODE}: Resize and CenterCrop come from different torchvision "
                                    "namespaces (v1 and v2)")
-    if resize.get("size") is None:
+    if StepArguments.of(resize).size is None:
         return Moved(chain, reason=f"{REGION_DECODE}: Resize has no size (size=None, max_size only)")
-    suffix = "V2" if str(resize["_target_"]).startswith(V2_PREFIX) else ""
-    region = {**{k: v for k, v in resize.items() if k != "_target_"}, "crop_size": then["size"]}
+    suffix = "V2" if target(resize).startswith(V2_PREFIX) else ""
+    region = {**{k: v for k, v in resize.items() if k != "_target_"}, "crop_size": StepArguments.of(then).size}
     region = {"_target_": REGION_RESIZE_CENTER_CROP + suffix, **region}
     steps = decoded.chain.per_sample
     dropped = () if pil_side else (f"drop {short_name(chain.per_sample[decoder_conversion(chain)])} (the region "
@@ -367,7 +369,7 @@ def pixel_prefixes(move: str, chain: Chain) -> Tuple[int, int]:
         decoded, pil_side = _to_tensor_first(chain, None)
         # Resize then CenterCrop: two of the chain's steps are one region step in the variant.
         first = region_decode(chain).chain.per_sample[:1]
-        merged = int(bool(first) and str(first[0]["_target_"]).startswith(REGION_RESIZE_CENTER_CROP))
+        merged = int(bool(first) and target(first[0]).startswith(REGION_RESIZE_CENTER_CROP))
         if pil_side:
             at = _conversion_at(chain)
             return at, at - merged

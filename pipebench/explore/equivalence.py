@@ -37,8 +37,10 @@ from pipebench.explore.chain import (
     REGION_DECODE,
     TENSOR_PATH,
     Chain,
+    StepArguments,
     Variant,
     class_name,
+    target,
 )
 from pipebench.explore.decode_moves import (
     BATCH_DECODE_JPEG,
@@ -245,9 +247,9 @@ def _decoder_under_test(move: str, base_chain: Chain, variant: Variant) -> Tuple
     is): the decoder move's DecodeJpeg, or the variant's own batched decode (on the device it names)."""
     if move == DECODER:
         node = decoder(base_chain).chain.per_sample[0]
-        which = decoder_note() if node["_target_"] == DECODE_JPEG else class_name(node["_target_"])
+        which = decoder_note() if target(node) == DECODE_JPEG else class_name(target(node))
         return build_transforms([node], "transform.per_sample")[0], which
-    batched = next(n for n in variant.chain.on_device if n["_target_"] == BATCH_DECODE_JPEG)
+    batched = next(n for n in variant.chain.on_device if target(n) == BATCH_DECODE_JPEG)
     read, decode = build_transforms([{"_target_": READ_JPEG_BYTES}, batched], "transform.on_device")
     return _OneImage(read, decode), decoder_note(decode.device)
 
@@ -289,7 +291,7 @@ def _random_pixels_moved(move: str, base_chain: Chain) -> bool:
     if move not in (TENSOR_PATH, REGION_DECODE):
         return False
     steps = base_chain.per_sample[:pixel_prefixes(move, base_chain)[0]]
-    return any(m is not None and m.random and m.tensor_form and class_name(n["_target_"]) not in EXACT_ON_TENSORS
+    return any(m is not None and m.random and m.tensor_form and class_name(target(n)) not in EXACT_ON_TENSORS
                for n, m in ((n, declared_movement(n)) for n in steps))
 
 
@@ -312,7 +314,8 @@ def check(base_chain: Chain, variant: Variant, fetch: Fetch, seed: int,
         return Equivalence(judged.verdict, f"{note}: above the bound with a random step on the tensor, so its "
                            f"distribution decides: {judged.detail}", judged.test, judged.p_value, float(worst))
     if worst > max_pixel_diff:
-        on_gpu = move == GPU_DECODER and any(str(n.get("device", "")).startswith(CUDA) for n in variant.chain.on_device)
+        on_gpu = move == GPU_DECODER and any(str(StepArguments.of(n).device).startswith(CUDA)
+                                                   for n in variant.chain.on_device)
         why = f": {GPU_DECODER_CHROMA}" if on_gpu else ""
         return Equivalence(NOT_EQUIVALENT, f"{note}: above the bound{why}", max_abs_diff=float(worst))
     if worst == 0 and move in DECODER_MOVES:
