@@ -546,8 +546,8 @@ def test_the_same_command_finds_its_unfinished_tune_and_its_plan(tmp_path):
     chains = ChainSet(("busy", "busy+fast"), {"busy+fast": {"per_sample": [], "per_batch": []}},
                       {"busy": "base", "busy+fast": "identical"}, {"busy": (), "busy+fast": ("fast",)})
     update_state(new, chains=chains.record())
-    assert ChainSet.read(read_state(new)["chains"]) == chains
-    assert read_state(new)["command"] == command  # the plan's fields are added, never lost
+    assert ChainSet.read(read_state(new).chains) == chains
+    assert read_state(new).command == tuple(command)  # the plan's fields are added, never lost
 
 
 def test_a_probe_keeps_the_chains_its_one_job_cannot_tell_apart():

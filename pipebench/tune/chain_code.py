@@ -9,6 +9,8 @@ list is one `transforms.Compose([...])` (`v2.Compose` for a chain of v2 steps), 
 
 from typing import Any, Dict, List, Mapping, Sequence, Set, Tuple
 
+from pipebench.explore.chain import StepArguments, target
+
 __all__ = ["chain_code"]
 
 # torchvision's transform modules, and the name each is imported as in torchvision's own documentation.
@@ -32,8 +34,8 @@ def _module_of(target: str) -> Tuple[str, str]:
 def _value(value: Any, imports: Set[str]) -> str:
     """A node's argument as Python source."""
     if isinstance(value, Mapping) and "_target_" in value:
-        if value["_target_"] == GET_OBJECT:
-            path = str(value["path"])
+        if target(value) == GET_OBJECT:
+            path = str(StepArguments.of(value).path)
             imports.add(f"import {path.partition('.')[0]}")
             return path
         return _call(value, imports)
@@ -46,7 +48,7 @@ def _value(value: Any, imports: Set[str]) -> str:
 
 def _call(node: Mapping[str, Any], imports: Set[str]) -> str:
     """One `_target_` node as the call that builds it."""
-    module, name = _module_of(str(node["_target_"]))
+    module, name = _module_of(target(node))
     alias = TORCHVISION_MODULES.get(module)
     if alias is not None:
         imports.add(IMPORTS[alias])

@@ -2,11 +2,12 @@
 variants, then explore's winners at workers=0 among them."""
 
 from dataclasses import dataclass
-from typing import Dict, List, Mapping, Sequence, Tuple
+from typing import Dict, List, Mapping, Optional, Sequence, Tuple
 
 from pipebench.explore.equivalence import is_equivalent
 from pipebench.explore.plan import NoVariants, check_variants, store_variant
 from pipebench.record.jobs import JobRecord
+from pipebench.record.sections import parse
 from pipebench.tune.objective import probe_ties, race_rates
 from pipebench.tune.plan import TuneOptions, store_chain
 from pipebench.tune.recommend import STRICTNESS, strictness
@@ -35,11 +36,21 @@ class ChainSet:
     @classmethod
     def read(cls, recorded: Mapping[str, Mapping[str, object]]) -> "ChainSet":
         """From tune.json, each variant stored again as `transform=<name>` (explore's checks not rerun)."""
-        configs = {name: dict(item["config"]) for name, item in recorded.items() if item.get("config") is not None}
+        chains = {name: parse(_RecordedChain, item) for name, item in recorded.items()}
+        configs = {name: dict(chain.config) for name, chain in chains.items() if chain.config is not None}
         for name, config in configs.items():
             store_chain(name, config)
-        return cls(tuple(recorded), configs, {n: str(item["verdict"]) for n, item in recorded.items()},
-                   {n: tuple(item.get("moves") or ()) for n, item in recorded.items()})
+        return cls(tuple(chains), configs, {n: str(chain.verdict) for n, chain in chains.items()},
+                   {n: tuple(chain.moves or ()) for n, chain in chains.items()})
+
+
+@dataclass(frozen=True)
+class _RecordedChain:
+    """One chain as tune.json keeps it (ChainSet.record)."""
+
+    verdict: str
+    config: Optional[Mapping[str, object]] = None
+    moves: Optional[Tuple[str, ...]] = None
 
 
 def probed_chains(first_job: Sequence[str], options: TuneOptions, base: str) -> ChainSet:

@@ -19,7 +19,7 @@ import shlex
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Dict, List, Mapping, Optional, Sequence
+from typing import Dict, List, Mapping, Optional, Sequence, Union
 
 import numpy as np
 from matplotlib.backends.backend_agg import FigureCanvasAgg
@@ -29,7 +29,7 @@ from omegaconf import OmegaConf
 from pipebench.base.csv_cells import csv_text
 from pipebench.base.io import write_bytes_atomic, write_text_atomic
 from pipebench.base.tables import markdown_table
-from pipebench.model.judging import DEFAULT_THRESHOLD
+from pipebench.model.judging import DEFAULT_THRESHOLD, Spread
 from pipebench.report.plots import DPI, FIGURE_SIZE
 from pipebench.tune.chain_code import chain_code
 from pipebench.tune.objective import Objective, Round, cpu_ms, pss_mb, rate_spread, starvation
@@ -90,8 +90,24 @@ class Tuned:
     pick_warning: str = ""
 
 
-def _figures(rounds: Sequence[Round]) -> Dict[str, object]:
-    spread = rate_spread(rounds)
+@dataclass(frozen=True)
+class Trial:
+    """A point as tune.csv writes it (`row`), with what tune.png and tune.md's table read of it."""
+
+    row: Mapping[str, object]
+    # The race stage it reached, else `probe` or `pruned`.
+    stage: Union[int, str]
+    verdict: str
+    # Its raced rounds' samples/s and interval (None where the race measured none).
+    spread: Optional[Spread] = None
+
+    @property
+    def raced(self) -> bool:
+        """A point of the race, measured or failed at a stage."""
+        return isinstance(self.stage, int) and self.stage > 0
+
+
+def _figures(rounds: Sequence[Round], spread: Spread) -> Dict[str, object]:
     return {"rounds": len(rounds), "samples_per_s": spread.value, "samples_per_s_low": spread.low,
             "samples_per_s_high": spread.high, "spread": spread.kind, "cpu_ms_per_sample": cpu_ms(rounds),
             "pss_mb": pss_mb(rounds), "starvation_pct": starvation(rounds)}
@@ -117,25 +133,30 @@ def _stage_of(name: str, race: RaceOutcome) -> int:
     return max((s.number for s in race.stages if name in s.entrants), default=0)
 
 
-def trial_rows(tuned: Tuned) -> List[Dict[str, object]]:
-    """One row a point: the raced ones in the order first measured, then those whose jobs failed, then
+def trials(tuned: Tuned) -> List[Trial]:
+    """One a point: the raced ones in the order first measured, then those whose jobs failed, then
     the probe's, then the pruned."""
-    rows = []
+    out = []
     failed = [n for n in tuned.race.out if n not in tuned.race.rounds]
     for name in [*tuned.race.rounds, *failed]:
-        figures = _figures(tuned.race.rounds[name]) if name in tuned.race.rounds else {"rounds": 0}
-        stage = _stage_of(name, tuned.race) if name in tuned.race.rounds else tuned.race.out[name][0]
-        rows.append({"point": name, **tuned.points[name].settings(), "stage": stage, **figures,
-                     "predicted_samples_per_s": tuned.predicted.get(name, math.nan),
-                     "verdict": _verdict(name, tuned)})
+        rounds = tuned.race.rounds.get(name)
+        spread = rate_spread(rounds) if rounds is not None else None
+        figures = _figures(rounds, spread) if rounds is not None else {"rounds": 0}
+        stage = _stage_of(name, tuned.race) if rounds is not None else tuned.race.out[name][0]
+        verdict = _verdict(name, tuned)
+        out.append(Trial({"point": name, **tuned.points[name].settings(), "stage": stage, **figures,
+                          "predicted_samples_per_s": tuned.predicted.get(name, math.nan), "verdict": verdict},
+                         stage, verdict, spread))
     for chain, rounds in tuned.probe.items():
-        rows.append({"point": f"{chain} (probe)", "transform": chain, "workers": 0, "stage": "probe",
-                     **_figures(rounds), "verdict": tuned.probe_verdicts.get(chain, "")})
+        verdict = tuned.probe_verdicts.get(chain, "")
+        out.append(Trial({"point": f"{chain} (probe)", "transform": chain, "workers": 0, "stage": "probe",
+                          **_figures(rounds, rate_spread(rounds)), "verdict": verdict}, "probe", verdict))
     for dropped in tuned.pruned:
-        rows.append({"point": dropped.point.name, **dropped.point.settings(), "stage": "pruned", "rounds": 0,
-                     "predicted_samples_per_s": tuned.predicted.get(dropped.point.name, math.nan),
-                     "verdict": f"pruned: {dropped.reason}"})
-    return rows
+        verdict = f"pruned: {dropped.reason}"
+        out.append(Trial({"point": dropped.point.name, **dropped.point.settings(), "stage": "pruned", "rounds": 0,
+                          "predicted_samples_per_s": tuned.predicted.get(dropped.point.name, math.nan),
+                          "verdict": verdict}, "pruned", verdict))
+    return out
 
 
 def unresolved_line(chosen: Recommendation, stop: str) -> str:
@@ -146,16 +167,15 @@ def unresolved_line(chosen: Recommendation, stop: str) -> str:
             "tune.stages measures more rounds")
 
 
-def _plot(rows: Sequence[Mapping[str, object]]) -> Figure:
-    raced = [r for r in rows if isinstance(r["stage"], int) and r["stage"] > 0 and r["rounds"]]
+def _plot(points: Sequence[Trial]) -> Figure:
+    raced = [t for t in points if t.raced and t.spread is not None]
     figure = Figure(figsize=FIGURE_SIZE, layout="constrained")
     FigureCanvasAgg(figure)
     axes = figure.subplots()
-    for i, row in enumerate(raced, 1):
-        value = float(row["samples_per_s"])
-        low, high = (float(row[k]) for k in ("samples_per_s_low", "samples_per_s_high"))
+    for i, trial in enumerate(raced, 1):
+        value, low, high = float(trial.spread.value), float(trial.spread.low), float(trial.spread.high)
         error = [[max(value - low, 0) if math.isfinite(low) else 0], [max(high - value, 0) if math.isfinite(high) else 0]]
-        colour = VERDICT_COLOURS.get(str(row["verdict"]).split(":")[0], OUT_COLOUR)
+        colour = VERDICT_COLOURS.get(trial.verdict.split(":")[0], OUT_COLOUR)
         axes.errorbar([i], [value], yerr=np.array(error), marker="*" if colour != OUT_COLOUR else "o", capsize=3,
                       color=colour, markersize=12 if colour != OUT_COLOUR else 6)
     axes.set_xlabel("trial (in the order the race first measured it)")
@@ -228,7 +248,7 @@ def chain_lines(chain: str, chain_config: Optional[Mapping[str, object]]) -> Lis
             *chain_code(chain_config), "```"]
 
 
-def tune_markdown(folder: Path, tuned: Tuned, rows: Sequence[Mapping[str, object]], config_dir: str) -> str:
+def tune_markdown(folder: Path, tuned: Tuned, points: Sequence[Trial], config_dir: str) -> str:
     lines = [f"# pipebench tune: transform={tuned.chain}", "",
              *(f"**warning: {warning}**" for warning in tuned.warnings), *([""] if tuned.warnings else []),
              f"objective: {tuned.objective.name}; budget {tuned.budget_s:g} s, spent {tuned.spent_s:.0f} s", ""]
@@ -250,8 +270,8 @@ def tune_markdown(folder: Path, tuned: Tuned, rows: Sequence[Mapping[str, object
         lines.append(f"- stage {stage.number}: {len(stage.entrants)} points, rounds {stage.length:g}x stage 1's, "
                      f"{stage.seconds:.0f} s; best {stage.verdict.best}; {len(stage.verdict.kept)} kept")
     lines += [f"- stopped: {tuned.race.stop}", "",
-              markdown_table([r for r in rows if isinstance(r["stage"], int) and r["stage"] > 0],
-                             RACED_COLUMNS).rstrip(), "", f"![the search]({TUNE_PNG})", ""]
+              markdown_table([t.row for t in points if t.raced], RACED_COLUMNS).rstrip(), "",
+              f"![the search]({TUNE_PNG})", ""]
     chosen = tuned.recommendation
     if chosen is not None:
         pick = tuned.points[chosen.pick]
@@ -283,10 +303,10 @@ def tune_markdown(folder: Path, tuned: Tuned, rows: Sequence[Mapping[str, object
 def write_tune(folder: Path, tuned: Tuned, config_dir: str = "") -> str:
     """tune.csv, tune.png, best.yaml (when something was recommended) and tune.md; returns the markdown.
     `config_dir`: the --config-dir the run line needs for a variant chain's config."""
-    rows = trial_rows(tuned)
-    write_text_atomic(folder / TUNE_CSV, csv_text(rows, TUNE_COLUMNS))
+    points = trials(tuned)
+    write_text_atomic(folder / TUNE_CSV, csv_text([t.row for t in points], TUNE_COLUMNS))
     png = io.BytesIO()
-    _plot(rows).savefig(png, format="png", dpi=DPI)
+    _plot(points).savefig(png, format="png", dpi=DPI)
     write_bytes_atomic(folder / TUNE_PNG, png.getvalue())
     if tuned.recommendation is not None:
         write_text_atomic(folder / BEST_YAML, best_config(tuned.points[tuned.recommendation.pick],
@@ -296,6 +316,6 @@ def write_tune(folder: Path, tuned: Tuned, config_dir: str = "") -> str:
         path.parent.mkdir(parents=True, exist_ok=True)
         write_text_atomic(path, f"# pipebench tune: explore's variant {path.stem}\n"
                           + OmegaConf.to_yaml(dict(tuned.chain_config)))
-    markdown = tune_markdown(folder, tuned, rows, config_dir)
+    markdown = tune_markdown(folder, tuned, points, config_dir)
     write_text_atomic(folder / TUNE_MD, markdown)
     return markdown

@@ -20,6 +20,7 @@ from pipebench.base.significance import DOWN, MIN_SAMPLES, NO_CHANGE, against_ba
 from pipebench.model import judging
 from pipebench.model.judging import APART, RUN_TO_RUN_RATE_FLOOR, Spread, judged
 from pipebench.record.figures import Summary
+from pipebench.record.sections import parse
 
 __all__ = ["MIB_PER_GIB", "Objective", "cpu_ms", "probe_ties", "pss_mb", "race_rates", "rate_spread", "shown_alike", "starvation",
            "slower_for_real", "told_apart_rounds"]
@@ -41,6 +42,18 @@ ROUND_ID = "race_round"
 Round = Mapping[str, object]
 
 
+@dataclass(frozen=True)
+class RoundFigures:
+    """What the race reads of a round's summary, each None where the round has none: the steady
+    samples/s and its 95% CI, the epoch-effective rate and the starvation."""
+
+    samples_per_s: Optional[float] = None
+    samples_per_s_epoch: Optional[float] = None
+    samples_per_s_ci_low: Optional[float] = None
+    samples_per_s_ci_high: Optional[float] = None
+    starvation_pct: Optional[float] = None
+
+
 def _number(value: object) -> float:
     """A summary cell as a float; an empty one (None) is nan."""
     return float("nan") if value is None else float(value)
@@ -48,11 +61,12 @@ def _number(value: object) -> float:
 
 def _scaled(summary: Round) -> Tuple[float, float, float]:
     """The round's samples/s and 95% CI as the epoch-effective rate, where it has one."""
-    steady = float(summary["samples_per_s"])
-    epoch = _number(summary.get("samples_per_s_epoch"))
+    figures = parse(RoundFigures, summary)
+    steady = float(figures.samples_per_s)
+    epoch = _number(figures.samples_per_s_epoch)
     scale = epoch / steady if math.isfinite(epoch) and epoch > 0 else 1.0
-    return (steady * scale, _number(summary.get("samples_per_s_ci_low")) * scale,
-            _number(summary.get("samples_per_s_ci_high")) * scale)
+    return (steady * scale, _number(figures.samples_per_s_ci_low) * scale,
+            _number(figures.samples_per_s_ci_high) * scale)
 
 
 def race_rates(rounds: Sequence[Round]) -> List[float]:
@@ -106,7 +120,7 @@ class Objective:
         if self.max_pss_gib is not None and pss_mb(rounds) > self.max_pss_gib * MIB_PER_GIB:
             return self.unmet(rounds)
         target = self.target_starvation_pct
-        values = [_number(r.get("starvation_pct")) for r in rounds]
+        values = [_number(parse(RoundFigures, r).starvation_pct) for r in rounds]
         if target is not None and len(values) >= STARVATION_OUT_ROUNDS and min(values) > target:
             return f"starvation over the {target:g}% target in all {len(values)} rounds (least {min(values):.1f}%)"
         return ""

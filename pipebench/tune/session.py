@@ -94,7 +94,7 @@ from pipebench.tune.space import (
     predicted_rate,
     prune,
 )
-from pipebench.tune.state import finished_trials, points_of, read_state, unfinished_folder, update_state
+from pipebench.tune.state import TuneState, finished_trials, read_state, unfinished_folder, update_state
 
 __all__ = ["DEFAULT_BUDGET_S", "TuneRequest", "TuneSession", "tune_command"]
 
@@ -251,12 +251,12 @@ def tune_command(request: TuneRequest, ahead: Optional[JobProcess] = None) -> in
     key = request.command_key(objective)
     tail = FOLDER_TAIL.format(folder_safe(spec.transform_name))
     folder = None if request.fresh else unfinished_folder(Path(results_dir), f"*-{tail}*", key)
-    state = (read_state(folder) or {}) if folder is not None else {}
+    state = (read_state(folder) or TuneState()) if folder is not None else TuneState()
     if folder is not None:
         print(f"tune: resuming {folder}: {finished_trials(folder)} finished trial(s) kept, the plan as first "
               "made (--fresh starts anew)", flush=True)
     _check_budget(request.budget_s, 1, len(free_of_model), options, first_estimate)  # before explore's checks
-    chains = ChainSet.read(state["chains"]) if isinstance(state.get("chains"), dict) else \
+    chains = ChainSet.read(state.chains) if isinstance(state.chains, dict) else \
         probed_chains(first_job, options, spec.transform_name)
     _check_budget(deadline - time.monotonic(), len(chains.names), len(free_of_model), options, first_estimate)
     if folder is None:
@@ -289,7 +289,7 @@ class TuneSession:
     chains: ChainSet
     cuda: bool
     started: float
-    state: Mapping[str, object]
+    state: TuneState
 
     @property
     def deadline(self) -> float:
@@ -398,8 +398,8 @@ class TuneSession:
 
     def _entrants(self, kept: List[Point]) -> List[Point]:
         """The race's points: those a resumed tune recorded, else `kept`, recorded now."""
-        recorded = points_of(self.state, "entrants")
-        if recorded is not None:
+        recorded = self.state.entrants
+        if isinstance(recorded, tuple):
             return [Point(**fields) for fields in recorded]
         update_state(self.folder, entrants=[dataclasses.asdict(p) for p in kept])
         return kept

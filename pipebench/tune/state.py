@@ -12,22 +12,41 @@ new folder.
 
 import json
 import time
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Dict, List, Mapping, Optional, Sequence
+from typing import Any, Dict, Mapping, Optional, Sequence, Tuple
 
 from pipebench.base.errors import warn
 from pipebench.base.io import write_json_atomic
 from pipebench.record.results import RESULT_FILE
+from pipebench.record.sections import parse
 
-__all__ = ["STATE_FILE", "finished_trials", "points_of", "read_state", "unfinished_folder", "update_state"]
+__all__ = ["STATE_FILE", "TuneState", "finished_trials", "read_state", "unfinished_folder", "update_state"]
 
 STATE_FILE = "tune.json"
 # The file whose presence says a tune ended (files.TUNE_MD, named here so the rule reads in one place).
 ENDED_FILE = "tune.md"
 
 
-def read_state(folder: Path) -> Optional[Dict[str, Any]]:
+@dataclass(frozen=True)
+class TuneState:
+    """The plan as tune.json keeps it, each part None until the tune records it: when it began, its
+    command, its chains (ChainSet.record) and the points the race starts with (each Point's fields)."""
+
+    created: float = 0.0
+    command: Optional[Tuple[str, ...]] = None
+    chains: Optional[Mapping[str, Mapping[str, object]]] = None
+    entrants: Optional[Tuple[Mapping[str, Any], ...]] = None
+
+
+def read_state(folder: Path) -> Optional[TuneState]:
     """The folder's plan; None where it has none, or one that does not read (with a warning)."""
+    stored = _stored(folder)
+    return None if stored is None else parse(TuneState, stored)
+
+
+def _stored(folder: Path) -> Optional[Dict[str, Any]]:
+    """tune.json's mapping, every key kept, for update_state to add to."""
     path = folder / STATE_FILE
     if not path.is_file():
         return None
@@ -39,11 +58,11 @@ def read_state(folder: Path) -> Optional[Dict[str, Any]]:
     return state if isinstance(state, dict) else None
 
 
-def update_state(folder: Path, **fields: Any) -> Dict[str, Any]:
+def update_state(folder: Path, **fields: Any) -> TuneState:
     """The plan with `fields` added, written at once (atomically); returns it."""
-    state = {**(read_state(folder) or {"created": time.time()}), **fields}
+    state = {**(_stored(folder) or {"created": time.time()}), **fields}
     write_json_atomic(folder / STATE_FILE, state)
-    return state
+    return parse(TuneState, state)
 
 
 def unfinished_folder(results_dir: Path, pattern: str, command: Sequence[str]) -> Optional[Path]:
@@ -52,17 +71,11 @@ def unfinished_folder(results_dir: Path, pattern: str, command: Sequence[str]) -
     found = []
     for path in results_dir.glob(f"{pattern}/{STATE_FILE}"):
         state = read_state(path.parent)
-        if state is not None and state.get("command") == list(command) and not (path.parent / ENDED_FILE).exists():
-            found.append((float(state.get("created", 0.0)), path.parent))
+        if state is not None and state.command == tuple(command) and not (path.parent / ENDED_FILE).exists():
+            found.append((float(state.created), path.parent))
     return max(found)[1] if found else None
 
 
 def finished_trials(folder: Path) -> int:
     """Jobs with a result in the tune's stage folders (probe/, race-N/, verify/)."""
     return sum(1 for _ in folder.glob(f"*/job-*/{RESULT_FILE}"))
-
-
-def points_of(state: Mapping[str, Any], key: str) -> Optional[List[Dict[str, Any]]]:
-    """A recorded list of points' fields, where the plan has one."""
-    value = state.get(key)
-    return list(value) if isinstance(value, list) else None
