@@ -111,16 +111,16 @@ def _quartiles(values: Sequence[float]) -> Tuple[float, float, float]:
 
 def session_rows(session, machine: str, date: str) -> List[HistoryRow]:
     """One row a job of an A/B session (pipebench.regress.ab.Session): the head side's figures."""
-    head = load_run(*map(str, session.folders["head"]))
-    base_commit, head_commit = session.sides[0].commit, session.sides[1].commit
+    base, head = session.sides
+    measured = load_run(*map(str, session.folders[head.name]))
     rows = []
     for job in session.comparison.jobs:
-        runs = head.jobs.get(job.full_job)
+        runs = measured.jobs.get(job.full_job)
         if runs is None:
             continue
         rate = _quartiles(runs.round_samples_per_s)
         cpu = _quartiles(runs.cpu_ms_per_sample)
-        rows.append(HistoryRow(date, head_commit, base_commit, machine, job.job, len(runs.rounds), *rate, *cpu,
+        rows.append(HistoryRow(date, head.commit, base.commit, machine, job.job, len(runs.rounds), *rate, *cpu,
                                job.verdict, job.flagged_by))
     return rows
 
@@ -143,9 +143,10 @@ def _parse(record: Dict[str, str]) -> HistoryRow:
             values[column] = float(cell) if cell not in ("", "nan") else float("nan")
         else:
             values[column] = cell
-    if not values["commit"] or not values["job"]:
+    row = HistoryRow(**values)
+    if not row.commit or not row.job:
         raise ValueError("empty commit or job")
-    return HistoryRow(**values)
+    return row
 
 
 def load_history(path: Path) -> History:
