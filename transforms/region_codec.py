@@ -147,11 +147,8 @@ class RegionCodec:
         self.device = device
         self._threads = threading.local()
 
-    def __getstate__(self) -> dict:
-        return {"device": self.device}
-
-    def __setstate__(self, state: dict) -> None:
-        self.__init__(state["device"])
+    def __reduce__(self) -> Tuple[type, Tuple[str]]:
+        return type(self), (self.device,)  # each process makes its own decoders
 
     def _ready(self) -> _ThreadDecoder:
         """This thread's decoder, made here on first use; a forked child makes its own."""
