@@ -218,7 +218,7 @@ def unfinished_exploration(results_dir: Path, base: str, overrides: Sequence[str
     wanted = expand_auto_workers(list(overrides), usable_cores())
     return latest_unfinished(
         results_dir.glob(f"*-explore-{_folder_safe(base)}*/{INVOCATION_FILE}"),
-        lambda record: [c for c in record.get("command", []) if not c.startswith(SEARCH_PATH_KEY)] == wanted)
+        lambda record: [c for c in record.command if not c.startswith(SEARCH_PATH_KEY)] == wanted)
 
 
 def store_variant(variant: Variant) -> None:
