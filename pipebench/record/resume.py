@@ -22,16 +22,15 @@ import os
 import stat
 import time
 from collections import Counter
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Iterable, Mapping, Optional, Sequence, Tuple
+from typing import Callable, Iterable, Mapping, Optional, Sequence, Tuple
 
 from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig, OmegaConf, open_dict, read_write
 
 from pipebench.base.errors import PipebenchError, warn
 from pipebench.base.io import write_json_atomic
-from pipebench.base.mapping_view import MappingView
 from pipebench.record.folder_lock import LOCK_FILE
 from pipebench.record.jobs import JobResult
 from pipebench.record.results import (
@@ -75,20 +74,15 @@ class InvocationChoice:
     resumed: bool
 
 
-@dataclass(frozen=True, eq=False)
-class Invocation(MappingView):
+@dataclass(frozen=True)
+class Invocation:
     """invocation.json, read by name once: the command a run was given, the keys it swept, each job's
-    overrides and when it was made. It also reads as the file's mapping, for the readers that have
-    not moved to its fields."""
+    overrides and when it was made."""
 
     command: Tuple[str, ...]
     swept: Tuple[str, ...]
     jobs: Tuple[Sequence[str], ...]
     created: float
-    stored: Mapping[str, Any] = field(default_factory=dict, repr=False)
-
-    def _view(self) -> Mapping[str, Any]:
-        return self.stored
 
 
 @dataclass(frozen=True)
@@ -187,8 +181,7 @@ def count_done(folder: Path, jobs: Sequence[Sequence[str]]) -> int:
 
 def read_invocation(path: Path) -> Invocation:
     """invocation.json, checked (pipebench.record.stored)."""
-    data = read_stored(path, lambda data: check_fields(data, INVOCATION_FIELDS))
-    return replace(parse(Invocation, data), stored=data)
+    return parse(Invocation, read_stored(path, lambda data: check_fields(data, INVOCATION_FIELDS)))
 
 
 def _readable(paths: Iterable[Path]) -> Iterable[Tuple[Path, Invocation]]:
