@@ -123,8 +123,9 @@ class _Row(MappingView):
     def median(rounds: Sequence[Mapping[str, Any]], *columns: str) -> float:
         """The median over one job's rounds (their summary rows) of the first of `columns` each round has a
         cell for, its non-finite figures left out: rounds merged into one figure, as torch.utils.benchmark's
-        `Measurement.merge` merges repeats; nan when no round has one."""
-        values = [next((float(r[c]) for c in columns if r.get(c) is not None), math.nan) for r in rounds]
+        `Measurement.merge` merges repeats; nan when no round has one. A round is a `Summary` or its row."""
+        typed = [r if isinstance(r, _Row) else Summary.from_row(r) for r in rounds]
+        values = [next((float(getattr(r, c)) for c in columns if getattr(r, c) is not None), math.nan) for r in typed]
         finite = [value for value in values if math.isfinite(value)]
         return statistics.median(finite) if finite else math.nan
 

@@ -21,8 +21,8 @@ from pipebench.record.figures import Summary
 from pipebench.record.sections import ConsumerReport, Fingerprint, PassRecord, TransformRow, parse, parse_all
 
 __all__ = ["HYDRA_PREFIX", "NOT_AXES", "ROUND_COMPONENT", "ROUND_KEY", "SINGLE_PROCESS_FIELDS", "JobIdentity",
-           "JobKey", "JobRecord", "JobResult", "StoredResult", "canonical", "canonical_text", "identity_columns", "job_key",
-           "override_key", "override_pairs", "round_of", "varying_keys"]
+           "JobKey", "JobRecord", "JobResult", "StoredResult", "canonical", "canonical_text", "identity_columns",
+           "job_key", "override_key", "override_pairs", "round_of", "varying_keys"]
 
 # The override of a job's round (`rounds=N` sweeps it): rounds of one job share everything else.
 ROUND_KEY = "run.round"
