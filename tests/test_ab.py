@@ -21,8 +21,8 @@ JOB = [*TINY_DATASET, "consumer=none", "workers=0", "loader.batch_size=8", "run.
        "run.warmup_steps=1", "run.min_time_s=0", "run.repeats=1", "run.profile_steps=0", "trace=none",
        "run.progress=false"]
 ROUNDS = ["--rounds", "4"]
-# Whole A/B sessions take minutes here (one session: 16 `pipebench run` starts, 3.5 min; bisect:
-# about 4 sessions), more than the rest of the suite can afford; PIPEBENCH_AB_SESSIONS=1 runs them.
+# Whole A/B sessions take minutes here (one session: a `pipebench run` a side, paced, 1.2 min under
+# load; bisect: about 4 sessions), more than the rest of the suite can afford; PIPEBENCH_AB_SESSIONS=1 runs them.
 # The rule they exercise is tested on synthetic series in tests/test_regress_signals.py.
 A_B_SESSIONS = pytest.mark.skipif(os.environ.get("PIPEBENCH_AB_SESSIONS") != "1",
                                   reason="whole A/B sessions take minutes: PIPEBENCH_AB_SESSIONS=1 runs them")

@@ -17,7 +17,9 @@ its usual cause, and when the sweep ends `SweepIncomplete` lists every job that 
 pipebench launches a sweep as one batch; under `hydra.sweeper.max_batch_size` a batch with a
 failure ends the sweep. With a `deadline` (a time on `time.monotonic`'s clock, which tune's stages
 set), no job starts once it has passed: the one running finishes, and the jobs left out are named in
-one line, as a sweep that was told when to stop, not one that failed.
+one line, as a sweep that was told when to stop, not one that failed. Under an A/B session's round
+gate (pipebench.measure.round_gate), each round's first job waits until the session says go, so
+two sides' runs take turns a round at a time.
 """
 
 import logging
