@@ -83,7 +83,7 @@ def test_a_side_that_fails_mid_session_is_named_with_its_round_and_the_other_sid
         os.kill(base_pid, 0)
 
 
-def test_a_tree_without_the_gate_runs_every_round_of_both_sides_as_a_command_of_its_own(tmp_path, monkeypatch):
+def test_a_tree_without_the_gate_or_another_launcher_runs_every_round_as_a_command_of_its_own(tmp_path, monkeypatch):
     plan, envs, log = session(tmp_path, monkeypatch, rounds=2)
     sides = (fake_side(tmp_path, "base", gated=False), fake_side(tmp_path, "head"))
     assert not paced(sides, plan, envs)
@@ -92,6 +92,8 @@ def test_a_tree_without_the_gate_runs_every_round_of_both_sides_as_a_command_of_
     assert lines == [["start", "base"], ["base", "0"], ["start", "head"], ["head", "0"],
                      ["start", "head"], ["head", "1"], ["start", "base"], ["base", "1"]]
     assert [p.name for p in folders["base"]] == ["base-0", "base-1"]
+    both_gated = (fake_side(tmp_path, "base"), sides[1])  # a cluster's launcher would never enter the gate
+    assert not paced(both_gated, Plan(("hydra/launcher=submitit_slurm",), 2, plan.folder, Path(".")), envs)
 
 
 def test_the_gate_says_ready_waits_for_go_and_leaves_nothing_for_the_job_processes(monkeypatch):

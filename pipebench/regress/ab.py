@@ -38,6 +38,8 @@ ROUND_OVERRIDES = ("rounds=1",)
 CLI_MAIN = "import sys; from pipebench.cli.main import main; sys.exit(main())"
 # Whether a side's tree has the round gate: a cheap import of it alone.
 GATE_PROBE = "import pipebench.measure.round_gate"
+# An override that swaps pipebench's launcher, which alone enters the gate, for another (a cluster's).
+OTHER_LAUNCHER = "hydra/launcher="
 # Fingerprint fields whose values a side's environment sets: a difference is named on one line.
 VERSION_FIELDS = ("python", "torch", "torchvision", "numpy", "pillow", "libjpeg_turbo")
 # The last line of `pipebench run` names its folder.
@@ -289,7 +291,10 @@ def side_run(folders: Sequence[Path]) -> Run:
 
 
 def paced(sides: Tuple[Side, Side], plan: Plan, envs: Mapping[str, Mapping[str, str]]) -> bool:
-    """Whether the session runs each side as one paced run: both trees have the round gate."""
+    """Whether the session runs each side as one paced run: both trees have the round gate, and the
+    sweep keeps pipebench's launcher, the one that enters it (a cluster's launcher never would)."""
+    if any(override.lstrip("+~").startswith(OTHER_LAUNCHER) for override in plan.overrides):
+        return False
     return all(has_gate(side, plan.cwd(side), envs[side.name]) for side in sides)
 
 
@@ -304,7 +309,7 @@ def run_session(base: Side, head: Side, plan: Plan, threshold: float, progress=p
         folders = _gated_rounds((base, head), plan, envs, progress)
     else:
         progress("each round of each side a `pipebench run` of its own: a tree has no round gate "
-                 "(pipebench/measure/round_gate.py)", flush=True)
+                 "(pipebench/measure/round_gate.py), or the sweep names another launcher", flush=True)
         folders = _rounds_apart((base, head), plan, envs, progress)
     comparison = compare_runs(side_run(folders[base.name]), side_run(folders[head.name]), threshold,
                               allow_mismatch=True, paired=True)
