@@ -248,19 +248,14 @@ def _load_calibration(folder: Path) -> Optional[Calibration]:
     return parse(Calibration, read_calibration(path))
 
 
-def _summary_figure(record: JobRecord, key: str) -> float:
+def _at_least_zero(value: Optional[float]) -> float:
     """A summary figure at or above 0, NaN where the row lacks it."""
-    value = record.summary.get(key)
-    return float(value) if isinstance(value, (int, float)) and value >= 0 else float("nan")
+    return float(value) if value is not None and value >= 0 else float("nan")
 
 
-def _positive_figure(record: JobRecord, key: str) -> float:
-    value = _summary_figure(record, key)
-    return value if value > 0 else float("nan")
-
-
-def _cpu_ms(record: JobRecord) -> float:
-    return _positive_figure(record, "cpu_ms_per_sample")
+def _positive(value: Optional[float]) -> float:
+    figure = _at_least_zero(value)
+    return figure if figure > 0 else float("nan")
 
 
 def _transform_ms(records: Sequence[JobRecord]) -> Dict[str, float]:
@@ -282,17 +277,17 @@ def _job_runs(label: str, records: Sequence[JobRecord]) -> JobRuns:
         rounds=tuple(r.round or 0 for r in records),  # one round (no run.round override) is round 0
         round_samples_per_s=tuple(1000.0 * sum(sum(p.samples) for p in r.pass_records)
                                   / sum(sum(p.step_ms) for p in r.pass_records) for r in records),
-        cpu_ms_per_sample=tuple(_cpu_ms(r) for r in records),
+        cpu_ms_per_sample=tuple(_positive(r.summary.cpu_ms_per_sample) for r in records),
         transform_ms=_transform_ms(records),
         overrides=records[0].overrides,
-        host_other_cores=tuple(_summary_figure(r, "host_other_cpu_cores") for r in records),
-        reference_cpu_ms=tuple(_positive_figure(r, "reference_cpu_ms") for r in records),
+        host_other_cores=tuple(_at_least_zero(r.summary.host_other_cpu_cores) for r in records),
+        reference_cpu_ms=tuple(_positive(r.summary.reference_cpu_ms) for r in records),
         reference_version=tuple(_reference_version(r) for r in records),
     )
 
 
 def _reference_version(record: JobRecord) -> float:
-    version = _summary_figure(record, "reference_version")
+    version = _at_least_zero(record.summary.reference_version)
     return FIRST_REFERENCE_VERSION if np.isnan(version) else version
 
 
