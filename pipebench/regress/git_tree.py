@@ -53,10 +53,6 @@ def dirty_paths(repo: Path) -> List[str]:
     return [line[3:] for line in git(repo, "status", "--porcelain", "--untracked-files=no").splitlines()]
 
 
-def is_dirty(repo: Path) -> bool:
-    return bool(dirty_paths(repo))
-
-
 @contextmanager
 def checked_out(repo: Path, commit: str) -> Iterator[Path]:
     """A detached worktree of `commit` in a temporary folder, removed (and unregistered) on exit."""
