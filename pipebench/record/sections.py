@@ -130,7 +130,7 @@ class Fingerprint:
     cpu_count: Optional[int] = None
     cpu_model: str = ""
     gpu: Optional[str] = None
-    hostname: str = ""
+    hostname: Optional[str] = None  # None where a hand-made file names none; the report prints it as `None`
     start_method: str = ""
     git_commit: Optional[str] = None
     git_dirty: Optional[bool] = None

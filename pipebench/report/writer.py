@@ -75,7 +75,7 @@ def load_runs(dirs: Sequence[str]) -> Tuple[LoadedRun, ...]:
 def sources_section(inputs: ReportInputs) -> str:
     lines = ["# pipebench report", ""]
     for run in inputs.runs:
-        hosts = sorted({r.host.hostname for r in run.results})
+        hosts = sorted({str(r.host.hostname) for r in run.results})
         lines.append(f"- `{run.folder}`: {len(run.results)} finished job runs on {', '.join(hosts)}")
     if HOST in inputs.table.axes:
         lines += ["", "The folders come from different machines (see the `host` column): compare rows across hosts "
@@ -110,7 +110,7 @@ def diagnosis_section(inputs: ReportInputs) -> str:
             elif watched(result) and not inputs.table.ranked:
                 loaders.append(result)
             else:
-                by_host.setdefault(result.host.hostname, []).append(result)
+                by_host.setdefault(str(result.host.hostname), []).append(result)
     note = (f"\n{untimed} job(s) left out of the model: a loader watched by `pipebench attach` or `pipebench.watch` "
             "whose dataset's own loading could not be timed (no `load` row: an IterableDataset, a dataset with its own "
             "__getitems__), or a job without per-transform timings.\n" if untimed else "")
