@@ -431,7 +431,7 @@ def _advice_epochs(results: Sequence[JobRecord]) -> List[str]:
         if summary.workers == 0 or not steady or epoch is None or not math.isfinite(epoch):
             continue
         share = 1.0 - epoch / steady
-        if share > RESTART_SHARE_WORTH_NAMING and not _persistent(result):
+        if share > RESTART_SHARE_WORTH_NAMING and not loader_settings(result).persistent_workers:
             lines.append(f"{label} at workers={summary.workers}: restarting the workers at each epoch end costs "
                          f"{format_value(summary.epoch_restart_s)} s, {100 * share:.0f}% of an epoch "
                          f"({format_value(epoch)} samples/s an epoch against {format_value(steady)} "
@@ -527,7 +527,7 @@ def _advice_random_access(results: Sequence[JobRecord]) -> List[str]:
     median bytes its jobs read a sample where their read figures have them (pipebench/model/shards.py)."""
     jobs: Dict[str, List[JobRecord]] = {}
     for result in results:
-        if _shuffled(result):
+        if loader_settings(result).shuffle:
             jobs.setdefault(repr(sorted(result.host.dataset.items())), []).append(result)
     lines = []
     for same in jobs.values():
@@ -535,15 +535,6 @@ def _advice_random_access(results: Sequence[JobRecord]) -> List[str]:
         lines.append(random_access_line(same[0].host.dataset, True,
                                         float(np.median(read)) if read else None))
     return [line for line in lines if line]
-
-
-def _shuffled(result: JobRecord) -> bool:
-    """Whether the job's sampler shuffled (loader.shuffle, true unless the config says otherwise)."""
-    return bool(loader_settings(result).shuffle)
-
-
-def _persistent(result: JobRecord) -> bool:
-    return bool(loader_settings(result).persistent_workers)
 
 
 def _inflated_cpu(off: Sequence[PredictedRow], costs: Mapping[str, ChainCosts]) -> List[str]:
