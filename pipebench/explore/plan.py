@@ -17,7 +17,7 @@ import statistics
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, Union
+from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple, Union
 
 import torch
 from hydra.core.config_store import ConfigStore
@@ -361,6 +361,17 @@ def _settings(results: Sequence[JobResult]) -> List[str]:
     return [",".join(job[k] for k in varying if k in job) for job in per_job]
 
 
+def _against(base: Mapping[int, Summary], others: Mapping[str, Mapping[int, Summary]],
+             figure: Callable[[Summary], float]) -> Dict[str, str]:
+    """Each variant's direction against the base chain on one figure, paired by round (none without
+    the base's rounds)."""
+    if not base:
+        return {}
+    picked = against_base({r: float(figure(s)) for r, s in base.items()},
+                          {n: {r: float(figure(s)) for r, s in v.items()} for n, v in others.items()})
+    return {n: direction for n, (_, direction) in picked.items()}
+
+
 def explore_rows(invocation_dir: Path, plan: Plan) -> List[VariantRow]:
     """One row per variant and setting: medians over the rounds (samples/s, and the CPU a sample
     costs, which other load on a shared machine barely moves), ratios over the base chain, and
@@ -377,12 +388,8 @@ def explore_rows(invocation_dir: Path, plan: Plan) -> List[VariantRow]:
         base_rounds = measured.get((setting, base), {})
         others = {item.variant.name: measured[(setting, item.variant.name)] for item in plan.checked[1:]
                   if (setting, item.variant.name) in measured}
-        versus = {}
-        if base_rounds:
-            for signal in ("samples_per_s", "cpu_ms_per_sample"):
-                picked = against_base({r: float(s[signal]) for r, s in base_rounds.items()},
-                                      {n: {r: float(s[signal]) for r, s in v.items()} for n, v in others.items()})
-                versus.update({(n, signal): direction for n, (_, direction) in picked.items()})
+        rate_vs = _against(base_rounds, others, lambda s: s.samples_per_s)
+        cpu_vs = _against(base_rounds, others, lambda s: s.cpu_ms_per_sample)
         base_rate = Summary.median(list(base_rounds.values()), "samples_per_s")
         base_cpu = Summary.median(list(base_rounds.values()), "cpu_ms_per_sample")
         for item in plan.checked:
@@ -397,10 +404,10 @@ def explore_rows(invocation_dir: Path, plan: Plan) -> List[VariantRow]:
                 variant=name, setting=setting or "-", verdict=item.verdict, rounds=len(summaries),
                 samples_per_s=statistics.median(rates), samples_per_s_min=min(rates), samples_per_s_max=max(rates),
                 speedup=statistics.median(rates) / base_rate,
-                rate_vs_base=versus.get((name, "samples_per_s"), unpaired),
+                rate_vs_base=rate_vs.get(name, unpaired),
                 cpu_ms_per_sample=statistics.median(cpus), cpu_ms_min=min(cpus), cpu_ms_max=max(cpus),
                 cpu_speedup=base_cpu / statistics.median(cpus),
-                cpu_vs_base=versus.get((name, "cpu_ms_per_sample"), unpaired),
+                cpu_vs_base=cpu_vs.get(name, unpaired),
                 samples_per_s_epoch=Summary.median(summaries, "samples_per_s_epoch"),
                 batch_mb=Summary.median(summaries, "batch_mb_median"),
                 ready_next_ms=Summary.median(summaries, "ready_next_ms_median")))
