@@ -92,19 +92,24 @@ class Tuned:
 
 @dataclass(frozen=True)
 class Trial:
-    """A point as tune.csv writes it (`row`), with what tune.png and tune.md's table read of it."""
+    """A point: what tune.png and tune.md's table read of it, and its other cells of tune.csv."""
 
-    row: Mapping[str, object]
     # The race stage it reached, else `probe` or `pruned`.
     stage: Union[int, str]
     verdict: str
     # Its raced rounds' samples/s and interval (None where the race measured none).
-    spread: Optional[Spread] = None
+    spread: Optional[Spread]
+    cells: Mapping[str, object]
 
     @property
     def raced(self) -> bool:
         """A point of the race, measured or failed at a stage."""
         return isinstance(self.stage, int) and self.stage > 0
+
+    @property
+    def row(self) -> Dict[str, object]:
+        """Its tune.csv row."""
+        return {**self.cells, "stage": self.stage, "verdict": self.verdict}
 
 
 def _figures(rounds: Sequence[Round], spread: Spread) -> Dict[str, object]:
@@ -143,19 +148,16 @@ def trials(tuned: Tuned) -> List[Trial]:
         spread = rate_spread(rounds) if rounds is not None else None
         figures = _figures(rounds, spread) if rounds is not None else {"rounds": 0}
         stage = _stage_of(name, tuned.race) if rounds is not None else tuned.race.out[name][0]
-        verdict = _verdict(name, tuned)
-        out.append(Trial({"point": name, **tuned.points[name].settings(), "stage": stage, **figures,
-                          "predicted_samples_per_s": tuned.predicted.get(name, math.nan), "verdict": verdict},
-                         stage, verdict, spread))
+        out.append(Trial(stage, _verdict(name, tuned), spread, {
+            "point": name, **tuned.points[name].settings(), **figures,
+            "predicted_samples_per_s": tuned.predicted.get(name, math.nan)}))
     for chain, rounds in tuned.probe.items():
-        verdict = tuned.probe_verdicts.get(chain, "")
-        out.append(Trial({"point": f"{chain} (probe)", "transform": chain, "workers": 0, "stage": "probe",
-                          **_figures(rounds, rate_spread(rounds)), "verdict": verdict}, "probe", verdict))
+        out.append(Trial("probe", tuned.probe_verdicts.get(chain, ""), None, {
+            "point": f"{chain} (probe)", "transform": chain, "workers": 0, **_figures(rounds, rate_spread(rounds))}))
     for dropped in tuned.pruned:
-        verdict = f"pruned: {dropped.reason}"
-        out.append(Trial({"point": dropped.point.name, **dropped.point.settings(), "stage": "pruned", "rounds": 0,
-                          "predicted_samples_per_s": tuned.predicted.get(dropped.point.name, math.nan),
-                          "verdict": verdict}, "pruned", verdict))
+        out.append(Trial("pruned", f"pruned: {dropped.reason}", None, {
+            "point": dropped.point.name, **dropped.point.settings(), "rounds": 0,
+            "predicted_samples_per_s": tuned.predicted.get(dropped.point.name, math.nan)}))
     return out
 
 
