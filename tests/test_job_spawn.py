@@ -1,6 +1,7 @@
 """Job processes: the one `pipebench run` starts ahead of its first job, handed over or ended."""
 
 import functools
+import importlib
 import os
 import pickle
 import stat
@@ -12,7 +13,6 @@ import psutil
 import pytest
 from conftest import FAST_JOB, NO_CHAIN, PIPEBENCH_SCRIPT, TINY_DATASET
 
-import pipebench.sweep.launch as launch_module
 from pipebench.base.errors import CRASH_EXIT_STATUS
 from pipebench.measure import job_spawn
 from pipebench.cli.main import job_ahead, main
@@ -27,6 +27,7 @@ from pipebench.measure.job_spawn import (
     take,
     warm,
 )
+from pipebench.sweep.calibrate import TimedCalibration
 
 # A stand-in interpreter: keeps the first $SIZE bytes of its stdin in $OUT, leaves a grandchild
 # sleeping in its process group, and exits 3 without answering, so the hand-over, a job process
@@ -151,7 +152,8 @@ def test_the_first_job_runs_in_the_process_started_ahead_and_an_error_or_a_calib
         tmp_path, monkeypatch, capsys):
     """Spawns are counted where both starters spawn (Hydra's plugin scan re-executes the launcher's
     module, so a name patched there would not hold): two jobs, one job process, the one started
-    ahead. A calibration is timed, so the process started ahead is gone before it begins."""
+    ahead. A calibration timed in this process, which has imported torch, is timed with the process
+    started ahead gone (its imports must not run beside the timing)."""
     spawned = []
     real_spawn = os.posix_spawnp
 
@@ -176,9 +178,12 @@ def test_the_first_job_runs_in_the_process_started_ahead_and_an_error_or_a_calib
     assert len(spawned) == 2 and "trnsform" in capsys.readouterr().err
     assert not _unreaped_child(spawned[-1])  # ended and reaped by the command that started it
 
+    # With torch imported here, the calibration is timed here too (a command without it times it in
+    # a child of the process started ahead: the test below).
+    importlib.import_module("torch")
     beside_calibration = []
-    monkeypatch.setattr(launch_module, "_calibrate",
-                        lambda folder: beside_calibration.append(_unreaped_child(spawned[-1])))
+    monkeypatch.setattr(TimedCalibration, "__call__",
+                        lambda timed: beside_calibration.append(_unreaped_child(spawned[-1])) or 0)
     assert main(["run", *FAST_JOB, *NO_CHAIN, "calibrate=true", f"results_dir={tmp_path / 'calibrated'}"]) == 0
     assert beside_calibration == [False] and len(spawned) == 4  # the one ahead, ended first, then the job's own
 
@@ -194,13 +199,14 @@ print(f"status {status}, torch imported: {'torch' in sys.modules}")
 
 @pytest.mark.slow
 def test_the_command_imports_no_torch_and_its_jobs_are_built_in_a_child_of_the_job_process(tmp_path):
-    """The builds before any job (chains, datasets, backends) run where torch is imported already,
-    and a job that does not build is still one line and exit 2 before anything runs."""
-    built = subprocess.run([sys.executable, "-c", RUN_SAYING_IF_TORCH, "run", *FAST_JOB, *NO_CHAIN,
+    """The builds before any job (chains, datasets, backends) and the calibration run where torch is
+    imported already, and a job that does not build is still one line and exit 2 before anything runs."""
+    built = subprocess.run([sys.executable, "-c", RUN_SAYING_IF_TORCH, "run", *FAST_JOB, *NO_CHAIN, "calibrate=true",
                             f"results_dir={tmp_path / 'built'}"], cwd=tmp_path, capture_output=True, text=True,
                            timeout=240)
     assert built.stdout.strip().endswith("status 0, torch imported: False"), built.stdout + built.stderr
     assert len(list(tmp_path.glob("built/*/job-*/result.json"))) == 1
+    assert len(list(tmp_path.glob("built/*/calibration.json"))) == 1 and "calibration: " in built.stdout
 
     missing = tmp_path / "no-such-folder"
     fast_without_its_dataset = [word for word in FAST_JOB if word not in TINY_DATASET]

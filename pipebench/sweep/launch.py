@@ -36,7 +36,7 @@ from pipebench.base.io import with_name
 from pipebench.config.compose import CONFIG_MODULE, CONFIG_NAME, HYDRA_VERSION_BASE, config_printer
 from pipebench.config.schema import register_schema
 from pipebench.config.sweep_axes import expand_auto_workers
-from pipebench.measure.job_spawn import JobProcess, discard
+from pipebench.measure.job_spawn import JobProcess
 from pipebench.record.folder_lock import folder_lock
 from pipebench.record.resume import (
     HYDRA_SWEEP_FILE,
@@ -46,8 +46,9 @@ from pipebench.record.resume import (
     ready_for_sweep,
     record_invocation,
 )
-from pipebench.record.results import CALIBRATION_FILE, SUMMARY_MD, load_job_results, write_calibration
+from pipebench.record.results import CALIBRATION_FILE, SUMMARY_MD, load_job_results
 from pipebench.report.writer import print_summary, write_report
+from pipebench.sweep.calibrate import calibrate
 from pipebench.sweep.expand import expand_sweep, import_from_cwd, label, quote, refuse_hydra_dirs, search_path, \
     sweep_overrides
 from pipebench.sweep.job_task import run_job_task
@@ -102,16 +103,6 @@ def _final_report(invocation_dir: Path, baseline: Optional[str]) -> None:
     print(f"every column: {invocation_dir / SUMMARY_MD}")
 
 
-def _calibrate(invocation_dir: Path) -> None:
-    # Imported here: the workload's torchvision and scipy cost a sweep without calibrate=true seconds.
-    from pipebench.measure.calibration import run_calibration
-
-    print("calibration: timing the fixed decode + transform workload", flush=True)
-    calibration = run_calibration()
-    path = write_calibration(invocation_dir, calibration)
-    print(f"calibration: {calibration.score_s * 1000:.1f} ms a repetition (median) -> {path}", flush=True)
-
-
 def _hydra_entry():
     register_schema(ConfigStore.instance())
     # Hydra's plugin scan walks hydra_plugins.__path__, which setuptools' editable finder does not
@@ -159,10 +150,7 @@ def _run_sweep(sweep: _Sweep, into: Into, ahead: Optional[JobProcess]) -> int:
     ready_for_sweep(invocation_dir)
     record_invocation(invocation_dir, sweep.swept, sweep.jobs, sweep.command)
     if sweep.calibrate and not (invocation_dir / CALIBRATION_FILE).is_file():
-        # The calibration is timed: no process started ahead may still be importing beside it.
-        discard(ahead)
-        ahead = None
-        _calibrate(invocation_dir)
+        ahead = calibrate(invocation_dir, ahead)  # in a child of `ahead`, which then serves the first job
     handed = [] if ahead is None else [f"hydra.launcher.ahead=[{ahead.pid},{ahead.stdin_fd},{ahead.status_fd}]"]
     handed += [] if into.deadline is None else [f"hydra.launcher.deadline={into.deadline!r}"]
     sys.argv = ["pipebench", "--multirun", *sweep.swept, CLEAR_SWEEPER_PARAMS,
