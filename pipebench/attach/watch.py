@@ -32,7 +32,7 @@ from pipebench.attach.first_batch import DatasetPickle, Startup, dataset_pickle
 from pipebench.attach.watch_chain import Recipe, Riding, collate_step, subset_base
 from pipebench.attach.watch_stages import timed_any
 from pipebench.attach.watch_clock import GpuWatchClock, cuda_watch_clock, on_gpu_clock
-from pipebench.attach.watch_meters import WindowMeters
+from pipebench.attach.watch_meters import WindowMeters, worker_pids
 from pipebench.base.cores import usable_cores
 from pipebench.measure.steps import NS_PER_MS, NS_PER_S, PassResult, StepSample, TimingSink, cycle_steps
 from pipebench.measure.summarize import TransformRow, summary_row, transform_rows
@@ -197,13 +197,14 @@ class LoaderWatch:
         self.batch_steps = collate_step(loader.collate_fn) if dataset is not None else []
         # Batches come back as Riding (batch, timings) while the samples are timed: stripped here.
         self._riding = self.timing is not None
-        self.meters = WindowMeters()
+        # Every worker this loader started, any epoch of the window (its iterator's, and each that
+        # sends a Startup): the processes its memory meter reads beside this one.
+        self.worker_pids: Set[int] = set()
+        self.meters = WindowMeters(self.worker_pids if dataset is not None else None)
         # The first epoch's start (perf_counter_ns) and each process's Startup as its first batch
         # brings it; the dataset's pickle, taken once while the loader is alive (`_settle`).
         self._epoch_start_ns: Optional[int] = None
         self.startups: List[Startup] = []
-        # Every worker this loader started, any epoch: its own share of the meters' whole-tree readings.
-        self.worker_pids: Set[int] = set()
         self.pickle: Optional[DatasetPickle] = None
         self._loader = weakref.ref(loader) if dataset is not None else (lambda: None)
         self._new_clock: Optional[Callable[[], Optional[GpuWatchClock]]] = gpu_clock
@@ -325,6 +326,7 @@ class LoaderWatch:
         if self.done:
             yield from self._after_window(iterator)
             return
+        self.worker_pids.update(worker_pids(iterator))
         # The batch last handed to the user, when it is measured: its wait and samples, and when
         # it was delivered; its step ends at the next call of next().
         pending: Optional[Tuple[int, int, int]] = None

@@ -5,10 +5,12 @@ its first measured step and closes when the window is over (or the script stops 
 `WindowMeters` runs the same meters (`memory.MemorySampler`, `storage_io.StorageReadMeter`)
 between those two moments, with the same FIRST_MEASURED / LAST_MEASURED marks.
 
-What they can and cannot say here: both read this process and all its children, so the figures
-are the script's whole process tree (every loader's workers, anything else the script started),
-not one loader's; a window that was never opened, or closed after the workers were gone, leaves
-the cells empty, and the record says why.
+What they can and cannot say here: the memory meter reads this process and the loader's own
+worker processes (their pids, from the DataLoader's iterator as each epoch starts), not the other
+processes the script started (wandb's service, a subprocess), which the record names; a loader of
+another kind, whose workers are not known, has the whole process tree read. The storage meter reads
+this process and all its children, whatever they are. A window that was never opened, or closed
+after the workers were gone, leaves the cells empty, and the record says why.
 
 A reading walks every process's page tables (smaps_rollup: about 10 ms of CPU a process), so the
 readings run on a thread of their own, one after another, never on the user's loop: a reading
@@ -18,15 +20,17 @@ lands a few ms after the moment it stands for, which a window of many steps does
 import sys
 import threading
 
-from typing import Any, Callable, Collection, Dict, Optional
+from typing import Any, Callable, Collection, Dict, Iterator, Optional, Set
 
 from pipebench.measure.memory import MemorySampler
 from pipebench.measure.meter import FIRST_MEASURED, LAST_MEASURED
 from pipebench.measure.storage_io import StorageReadMeter
 
-__all__ = ["WindowMeters"]
+__all__ = ["WindowMeters", "worker_pids"]
 
 SCOPE_NOTE = "the attach process and all its children: every loader's workers, not this loader's alone"
+WORKERS_SCOPE_NOTE = ("memory: the attach process and this loader's worker processes; storage reads: the attach "
+                      "process and all its children")
 NOT_OPENED_NOTE = "not measured: the window never opened (no measured step)"
 
 
@@ -36,10 +40,14 @@ class WindowMeters:
     The last reading is taken where the workers are still alive: at the window's end, or at an
     epoch's end inside the window (persistent workers live on; the next epoch's end or the window's
     takes a later one). When the script stops before the window is over, its loaders and workers
-    may be gone by `end`, so the reading at the last epoch end stands."""
+    may be gone by `end`, so the reading at the last epoch end stands.
 
-    def __init__(self) -> None:
-        self.meters = (MemorySampler(), StorageReadMeter())
+    `workers`: the loader's worker pids, a set its watch fills as each epoch starts (None: a loader
+    whose workers are not known, the whole tree is read)."""
+
+    def __init__(self, workers: Optional[Set[int]] = None) -> None:
+        self.meters = (MemorySampler(workers=workers), StorageReadMeter())
+        self.scope = SCOPE_NOTE if workers is None else WORKERS_SCOPE_NOTE
         self.prepared = self.begun = self.ended = self.marked = False
         self._last: Optional[threading.Thread] = None
 
@@ -106,7 +114,7 @@ class WindowMeters:
         return cells
 
     def loader_columns(self, pids: Collection[int]) -> Dict[str, Optional[float]]:
-        """One loader's own workers (by pid) out of the whole tree's readings: their summed PSS at
+        """One loader's own workers (by pid) out of the meter's readings: their summed PSS at
         the window's last reading and their growth (`memory.MemorySampler.processes_pss`); empty
         before the window has ended."""
         self._settled()
@@ -118,4 +126,13 @@ class WindowMeters:
         self._settled()
         if not (self.ended and self.begun):
             return {"note": NOT_OPENED_NOTE}
-        return {"scope": SCOPE_NOTE, **{meter.key: meter.record() for meter in self.meters}}
+        records = {meter.key: meter.record() for meter in self.meters}
+        left_out = records[self.meters[0].key].get("left_out")
+        return {"scope": self.scope + (f"; left out of the memory: {', '.join(left_out)}" if left_out else ""),
+                **records}
+
+
+def worker_pids(iterator: Iterator[Any]) -> Set[int]:
+    """The pids of a DataLoader iterator's worker processes, started as the iterator is made (torch's
+    `_MultiProcessingDataLoaderIter._workers`); none for an iterator in the main process."""
+    return {worker.pid for worker in getattr(iterator, "_workers", ()) if worker.pid is not None}

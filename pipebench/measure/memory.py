@@ -2,7 +2,9 @@
 
 Under a thread backend (loader.backend=threads, spdl) the workers are threads of the main
 process: there are no children, and the sums are the main process's own RSS and PSS, which hold
-the workers' memory too.
+the workers' memory too. Where the process runs other things too (a user's script watched by
+`pipebench attach`: wandb's service, a subprocess it started), the sampler is given the workers'
+pids and counts the main process and those alone; the others are named in `left_out`.
 
 A background thread samples, and `mark()` takes an extra sample at once, tagged with a name.
 The step loop marks the first and the last measured step. The PSS growth between the two marks
@@ -34,6 +36,9 @@ from pipebench.record.figures import Summary
 HELPER_MODULES = ("multiprocessing.resource_tracker", "multiprocessing.forkserver")
 # MiB, the unit top, free and ps use for memory.
 BYTES_PER_MB = 1 << 20
+# The processes left out are named, up to this many: enough to say what they are (a script's
+# wandb-core, a subprocess it started), never a growing list in a long run.
+LEFT_OUT_NAMED = 8
 
 # Measured on the project's 2-core machine with torch imported, a main process (580 MB RSS)
 # and 2 DataLoader workers cost 35-45 ms of CPU per sample (smaps_rollup ~10 ms for main,
@@ -83,6 +88,8 @@ class MemoryReport:
     `shm_mb_peak` is the /dev/shm high-water mark minus its value at start(), and
     `shm_mb_peak_abs` is the high-water mark itself. /dev/shm is shared by the whole machine.
     `sampling_cost_ms_mean` is CPU time per sample, measured by the sampler itself.
+    `left_out` names the children that were not counted ("wandb-core (pid 4242)"; the first
+    LEFT_OUT_NAMED): those that are no worker, where the sampler was told the workers' pids.
     """
 
     interval_s: float
@@ -97,6 +104,7 @@ class MemoryReport:
     shm_mb_peak: Optional[float]
     shm_mb_peak_abs: Optional[float]
     processes: Tuple[ProcessMemory, ...]
+    left_out: Tuple[str, ...] = ()
 
 
 # pid -> (rss bytes, pss bytes or None)
@@ -133,6 +141,15 @@ def _processes(pid: int) -> List[psutil.Process]:
         return [main, *(child for child in main.children(recursive=True) if not _helper(child))]
     except (psutil.Error, OSError):
         return [main]
+
+
+def _name(proc: psutil.Process) -> str:
+    """"name (pid N)" of a process, its name "?" where /proc no longer says."""
+    try:
+        name = proc.name()
+    except (psutil.Error, OSError):
+        name = "?"
+    return f"{name} (pid {proc.pid})"
 
 
 def _read(proc: psutil.Process) -> Optional[Tuple[int, Optional[int]]]:
@@ -199,10 +216,14 @@ class MemorySampler:
     sweep's job process, pipebench.measure.job_spawn). Its share of them, its PSS less its USS, is
     counted as the main process's, as a fresh interpreter would own those pages alone: without it a
     job's PSS read 150-240 MB lower than the same job's in a process of its own.
+    `workers`: where given, the only children counted, by pid: a live collection its owner fills
+    as the workers start (a watched loader's, each epoch's), read afresh at each sample. Any other
+    child (a service or subprocess the user's script started) is left out and named in `left_out`.
+    Not given, every child is counted (a job's process runs nothing but its loader).
     """
 
     def __init__(self, interval_s: float = DEFAULT_INTERVAL_S, max_cpu_fraction: float = MAX_CPU_FRACTION,
-                 forked_from: Optional[int] = None):
+                 forked_from: Optional[int] = None, workers: Optional[Collection[int]] = None):
         if interval_s <= 0 or not 0 < max_cpu_fraction <= 1:
             raise ValueError(
                 f"need interval_s > 0 and 0 < max_cpu_fraction <= 1, got {interval_s}, {max_cpu_fraction}"
@@ -211,6 +232,8 @@ class MemorySampler:
         self.max_cpu_fraction = max_cpu_fraction
         self._pid = os.getpid()
         self._forked_from = forked_from
+        self._workers = workers
+        self._left_out: Dict[int, str] = {}
         self._lock = threading.Lock()
         self._stop_event = threading.Event()
         self._thread: Optional[threading.Thread] = None
@@ -288,6 +311,7 @@ class MemorySampler:
                     )
                     for pid, t in tracks
                 ),
+                left_out=tuple(self._left_out.values()),
             )
             return self._report
 
@@ -336,7 +360,7 @@ class MemorySampler:
         """Read every process and /dev/shm, fold the reading into the running peaks, return its CPU cost."""
         cpu_start = time.thread_time()
         reading: _Reading = {}
-        for proc in _processes(self._pid):
+        for proc in self._counted(_processes(self._pid)):
             value = _read(proc)
             if value is not None:
                 reading[proc.pid] = value
@@ -349,6 +373,22 @@ class MemorySampler:
         with self._lock:
             self._record(reading, shm, mark, cost_s)
         return cost_s
+
+    def _counted(self, processes: List[psutil.Process]) -> List[psutil.Process]:
+        """The processes to read: all of them, or the main process and the workers named in
+        `workers`, the others named in `left_out` (the first LEFT_OUT_NAMED)."""
+        if self._workers is None:
+            return processes
+        workers = frozenset(self._workers)  # one copy: the loop's thread adds to it as workers start
+        counted: List[psutil.Process] = []
+        left: List[psutil.Process] = []
+        for proc in processes:
+            (counted if proc.pid == self._pid or proc.pid in workers else left).append(proc)
+        with self._lock:
+            for proc in left:
+                if proc.pid not in self._left_out and len(self._left_out) < LEFT_OUT_NAMED:
+                    self._left_out[proc.pid] = _name(proc)
+        return counted
 
     def _record(self, reading: _Reading, shm: Optional[int], mark: Optional[str], cost_s: float) -> None:
         self._samples += 1
