@@ -192,13 +192,14 @@ def capture_cost(tmp: Path, rounds: int, steps: int, workers: int, every_steps: 
     times = rotating_rounds(tmp, "capture", CAPTURE_SCRIPT, args, ("--every-steps", str(every_steps)), rounds)
     rows = read(tmp / "capture-recorded" / "series.csv")  # the last round's
     captured = [r for r in rows if r["stall"] and r["capture"]]
+    kinds = ", ".join(sorted({r["stall"] for r in captured})) or "none: the slowdown was not caught, FAIL"
     vs_bare, vs_attached = median_ratio(times, "bare"), median_ratio(times, "attached")
-    print(f"\nwith a capture in progress: workers={workers}, {steps} steps, the training step {slowdown:g}x as long from step "
-          f"{slow_from}, windows of {every_steps} steps, {len(captured)} of {len(rows)} windows with a capture "
-          f"({'none: the slowdown was not caught, FAIL' if not captured else ', '.join(sorted({r['stall'] for r in captured}))}"
-          f"), {rounds} rounds: recorded / bare {vs_bare:.4f} (cost {100 * (vs_bare - 1):+.2f}%), recorded / attached "
-          f"{vs_attached:.4f} ({'PASS' if captured and vs_bare <= TARGET_CAPTURE_RATIO else 'FAIL'} <= "
-          f"{TARGET_CAPTURE_RATIO} against bare)")
+    print(f"\nwith a capture in progress: workers={workers}, {steps} steps, the training step {slowdown:g}x as long "
+          f"from step {slow_from}, windows of {every_steps} steps, {len(captured)} of {len(rows)} windows with a "
+          f"capture ({kinds}), {rounds} rounds: recorded / bare {vs_bare:.4f} (cost {100 * (vs_bare - 1):+.2f}%), "
+          f"recorded / attached {vs_attached:.4f} "
+          f"({'PASS' if captured and vs_bare <= TARGET_CAPTURE_RATIO else 'FAIL'} <= {TARGET_CAPTURE_RATIO} "
+          "against bare)")
 
 
 def memory(tmp: Path, steps: int) -> None:
@@ -207,10 +208,11 @@ def memory(tmp: Path, steps: int) -> None:
     folder.mkdir()
     run = simulated_run(folder, steps, readings)
     warm, half, end = (run.at(step) / BYTES_PER_MB for step in readings)
+    verdict = "PASS" if end <= TARGET_MEMORY_MB else "FAIL"
     print(f"\nmemory over {steps:,} simulated steps (windows of {SIM_EVERY_STEPS}, a stall to the end from "
-          f"step {int(steps * LATE_STALL_AT):,}): traced {end:.3f} MiB at the end ({'PASS' if end <= TARGET_MEMORY_MB else 'FAIL'}"
-          f" <= {TARGET_MEMORY_MB:g}), growth {(half - warm) * 1024:+.1f} KiB over the first half and "
-          f"{(end - half) * 1024:+.1f} KiB over the second (after the first quarter)")
+          f"step {int(steps * LATE_STALL_AT):,}): traced {end:.3f} MiB at the end ({verdict} <= {TARGET_MEMORY_MB:g}), "
+          f"growth {(half - warm) * 1024:+.1f} KiB over the first half and {(end - half) * 1024:+.1f} KiB over the "
+          "second (after the first quarter)")
 
 
 def read(path: Path) -> List[Dict[str, str]]:
@@ -256,7 +258,7 @@ def main(argv: Sequence[str] = ()) -> int:
     parser.add_argument("--every-steps", type=int, default=DEFAULT_EVERY_STEPS)
     parser.add_argument("--slow-ms", type=float, default=DEFAULT_SLOW_MS)
     parser.add_argument("--capture-rounds", type=int, default=DEFAULT_ROUNDS,
-                        help="rounds with a capture in progress (0: none); --steps, --workers and --every-steps as above")
+                        help="rounds with a capture in progress (0: none); --steps, --workers, --every-steps as above")
     parser.add_argument("--capture-slowdown", type=float, default=DEFAULT_CAPTURE_SLOWDOWN)
     parser.add_argument("--memory-steps", type=int, default=DEFAULT_MEMORY_STEPS, help="simulated steps (0: none)")
     args = parser.parse_args(list(argv) or None)
