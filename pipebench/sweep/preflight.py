@@ -2,13 +2,13 @@
 shares, `--baseline`'s job, and each distinct dataset and chain built once (`build_check`)."""
 
 from operator import attrgetter
-from typing import List, Optional, Sequence, Tuple
+from typing import Dict, List, Optional, Sequence, Tuple
 
 from pipebench.base.errors import ConfigError
 from pipebench.config.compose import job_spec_composer
 from pipebench.config.specs import JobSpec
 from pipebench.measure.job_spawn import JobProcess
-from pipebench.record.jobs import identity_columns
+from pipebench.record.jobs import ROUND_KEY, identity_columns, override_key
 from pipebench.report.comparison import identity, select_job
 from pipebench.sweep.build_check import check_builds
 
@@ -38,15 +38,24 @@ def _check_baseline(selector: Optional[str], jobs: Sequence[Sequence[str]],
     select_job(selector, named)
 
 
+def _without_round(job: Sequence[str]) -> Tuple[str, ...]:
+    return tuple(override for override in job if override_key(override) != ROUND_KEY)
+
+
 def preflight(jobs: Sequence[Sequence[str]], ahead: Optional[JobProcess] = None,
               baseline: Optional[str] = None) -> List[Tuple[JobSpec, str]]:
     """Compose and check every job, and build each distinct dataset once (in a child of `ahead`
     when it serves: pipebench.sweep.build_check), before measuring anything.
 
-    Returns each job's spec with its results_dir.
+    Returns each job's spec with its results_dir. A job's rounds differ by `run.round` alone, so each
+    job is composed once, its first round standing for the rest (a 40-job nightly side composes 8).
     """
+    composed: Dict[Tuple[str, ...], Tuple[JobSpec, str]] = {}
     with job_spec_composer() as compose_one:
-        checked = [compose_one(job) for job in jobs]
+        for job in jobs:
+            if _without_round(job) not in composed:
+                composed[_without_round(job)] = compose_one(job)
+    checked = [composed[_without_round(job)] for job in jobs]
     # What the configs alone show first: one line at once, not after the builds' seconds.
     _check_invocation_keys(checked)
     _check_baseline(baseline, jobs, checked)
