@@ -72,7 +72,8 @@ def _batches(loader: LoaderRecorder, clock: FakeClock, first_step: int, waits_ns
     slow = usual.copy()
     slow[:, -1] *= 3
     cpu_ns = usual[:, 0]
-    for n, wait in enumerate(waits_ns.tolist()):
+    for n in range(len(waits_ns)):  # no list of the epoch's waits: the readings would count it
+        wait = int(waits_ns[n])
         step = first_step + n
         late = step >= late_step
         if late or (step // every_steps) % SHORT_STALL_EVERY == SHORT_STALL_EVERY - 1:

@@ -12,7 +12,7 @@ from recorder_sim_kit import EVERY_STEPS, LATE_STALL_AT, simulated_run
 STEPS = 100_000
 TARGET_BYTES = 5 << 20
 # What the second half may add when nothing grows with the steps: a few bins of the run's sketch and
-# the allocator's own slack (a few hundred bytes read over 40,000 steps); one WindowFigures kept a
+# the allocator's own slack (136 B read over 37,500 steps); one WindowFigures kept a
 # window (620 B) would be 23 KiB, a list of every wait 1.3 MiB.
 SECOND_HALF_SLACK = 16 << 10
 
