@@ -29,8 +29,8 @@ issue's 5 MiB.
 
     python benchmarks/recorder_check.py                              # all four, each at its default
     python benchmarks/recorder_check.py --rounds 0 --stall-steps 0 --memory-steps 0 --capture-rounds 5
-    python benchmarks/recorder_check.py --rounds 1 --steps 60 --stall-steps 200 --every-steps 10 \
-        --capture-rounds 1 --memory-steps 20000                      # seconds: a check that it runs
+    python benchmarks/recorder_check.py --rounds 1 --steps 100 --stall-steps 200 --every-steps 5 \
+        --capture-rounds 1 --memory-steps 20000                      # a minute or two: a check that it runs
 """
 
 import argparse
