@@ -36,10 +36,10 @@ from PIL import Image
 from torch.utils.data import IterableDataset
 
 from pipebench.base.errors import DatasetError
+from pipebench.base.typed_json import parse
 from pipebench.storage.dataset_contract import DatasetContract
 from pipebench.storage.object_store import ENDPOINT_SETTINGS, is_url, read_failure, url_fs
 
-from .json_object import from_json
 from .lazy_image import rgb_from
 from .shard_split import ShardFiles, not_regular, require_library
 
@@ -180,7 +180,7 @@ def _check_chunks(fs: Any, root: str, config: IndexConfig, chunks: List[Any],
     for listed in chunks:
         if not isinstance(listed, dict):
             raise DatasetError(f"{NAME}: {input_dir}/{INDEX_FILE}: not a LitData index (a chunk entry {listed!r})")
-        chunk = from_json(ChunkEntry, listed)
+        chunk = parse(ChunkEntry, listed)
         name = chunk.filename
         if _leaves_folder(name):
             raise DatasetError(f"{NAME}: {input_dir}/{INDEX_FILE}: chunk name {name!r} leaves the folder, so not read")
@@ -256,14 +256,14 @@ class LitDataChunks(ShardFiles, DatasetContract, IterableDataset):
         where = f"{input_dir}/{INDEX_FILE}"
         stored = _read_index(fs, root, input_dir)
         try:
-            index = from_json(LitDataIndex, stored)
+            index = parse(LitDataIndex, stored)
         except (KeyError, TypeError):
             index = None
-        if index is None or not isinstance(index.config, dict) or not isinstance(index.chunks, list):
+        if index is None or not isinstance(index.config, dict) or not isinstance(index.chunks, tuple):
             raise DatasetError(f"{NAME}: {where}: not a LitData index (no config and chunks)")
         _check_endpoint(fs, input_dir)
         try:
-            config = from_json(IndexConfig, index.config)
+            config = parse(IndexConfig, index.config)
         except KeyError as exc:  # as litdata's own reader would fail on it
             raise DatasetError(f"{NAME}: {where}: not a LitData index (its data_spec: {exc})") from None
         fields = _field_formats(config, where)
@@ -355,5 +355,5 @@ def write_litdata(samples: Iterable[Tuple[str, bytes, int]], out: Any, shard_siz
     writer.done()
     writer.merge()
     with open(out / INDEX_FILE) as f:
-        index = from_json(LitDataIndex, json.load(f))
-    return [str(out / from_json(ChunkEntry, chunk).filename) for chunk in index.chunks]
+        index = parse(LitDataIndex, json.load(f))
+    return [str(out / parse(ChunkEntry, chunk).filename) for chunk in index.chunks]

@@ -43,12 +43,12 @@ from PIL import Image
 from torch.utils.data import IterableDataset, get_worker_info
 
 from pipebench.base.errors import DatasetError
+from pipebench.base.typed_json import parse
 from pipebench.model.shards import split
 from pipebench.storage.file_reads import FileReads
 from pipebench.storage.object_store import is_url, read_failure, url_fs
 from pipebench.storage.rank_info import rank_and_world
 
-from .json_object import from_json
 from .lazy_image import rgb_from
 from .sharded_plan import ShardedPlan
 from .shard_split import ShardFiles, ShardOffsets, bad_input, check_policy, not_regular, require_library
@@ -171,9 +171,9 @@ class _Index:
 def _entry(root: str, shard: Any) -> Tuple[ShardEntry, str]:
     """The shard's entry from its index.json object, and what is wrong with it ('' when nothing is);
     KeyError, TypeError or ValueError where the object is no MDS shard entry."""
-    listed = from_json(_ListedShard, shard)
-    raw = from_json(_ShardFile, listed.raw_data)
-    stored = from_json(_ShardFile, listed.zip_data) if listed.zip_data else raw
+    listed = parse(_ListedShard, shard)
+    raw = parse(_ShardFile, listed.raw_data)
+    stored = parse(_ShardFile, listed.zip_data) if listed.zip_data else raw
     basename, compression = stored.basename, listed.compression
     entry = ShardEntry(f"{root.rstrip('/')}/{basename}", int(listed.samples), tuple(listed.column_names),
                        tuple(listed.column_encodings), tuple(listed.column_sizes),
@@ -234,8 +234,8 @@ def _read_index(input_dir: str) -> List[Any]:
             text = f.read(MAX_INDEX_BYTES + 1)
         if len(text) > MAX_INDEX_BYTES:
             raise ValueError(f"over {MAX_INDEX_BYTES >> 20} MiB")
-        index = from_json(_Index, json.loads(text))
-        if index.version != INDEX_VERSION or not isinstance(index.shards, list):
+        index = parse(_Index, json.loads(text))
+        if index.version != INDEX_VERSION or not isinstance(index.shards, tuple):
             raise ValueError(f"no version {INDEX_VERSION} index of shards")
         return index.shards
     except FileNotFoundError:

@@ -19,6 +19,7 @@ from PIL import Image, ImageDraw, ImageFilter
 from torch.utils.data import Dataset
 
 from pipebench.base.errors import DatasetError
+from pipebench.base.typed_json import parse
 from pipebench.config.limits import (
     MAX_DATASET_LENGTH,
     MAX_DISTINCT_SAMPLES,
@@ -29,7 +30,6 @@ from pipebench.storage.dataset_contract import DatasetContract
 from pipebench.storage.file_reads import FileReads
 
 from .checks import require_int
-from .json_object import from_json
 from .lazy_image import open_rgb
 
 # Bump whenever the picture generator changes, so caches built by older code are
@@ -218,8 +218,8 @@ class SyntheticJpegDataset(Dataset, DatasetContract):
     def _read_manifest(self) -> _Manifest:
         """Read the manifest and check every file it lists is present at its size."""
         try:
-            manifest = from_json(_Manifest, json.loads((self.cache_path / _MANIFEST).read_text()))
-            manifest = replace(manifest, files=tuple(from_json(_CachedFile, e) for e in manifest.files))
+            manifest = parse(_Manifest, json.loads((self.cache_path / _MANIFEST).read_text()))
+            manifest = replace(manifest, files=tuple(parse(_CachedFile, e) for e in manifest.files))
             damaged = len(manifest.files) != self.num_images or any(
                 (self.cache_path / e.name).stat().st_size != e.size for e in manifest.files
             )

@@ -22,7 +22,8 @@ from pipebench.measure.repeats import resolve_sync
 from pipebench.measure.summarize import pass_records, summary_row
 from pipebench.measure.window import split_window
 from pipebench.record.results import _check_row
-from pipebench.record.sections import PassRecord, parse_all
+from pipebench.base.typed_json import parse_all
+from pipebench.record.sections import PassRecord
 from pipebench.report.diagnosis import _consumer_ms
 from pipebench.pipeline.consumers import EmulatedConsumer, NoConsumer, StepTimeDistribution, ToyCnnConsumer
 from pipebench.pipeline.timed_chain import TimedBatch

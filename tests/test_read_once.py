@@ -1,4 +1,4 @@
-"""Stored shapes read once into frozen types: a format's JSON object (datasets/json_object) and a Hydra
+"""Stored shapes read once into frozen types: a format's JSON object (base/typed_json) and a Hydra
 `_target_` node (config/target_node)."""
 
 from dataclasses import dataclass
@@ -7,7 +7,7 @@ from typing import Optional
 import pytest
 
 from pipebench.config.target_node import TargetNode
-from pipebench.datasets.json_object import from_json
+from pipebench.base.typed_json import parse
 
 
 @dataclass(frozen=True)
@@ -17,15 +17,15 @@ class Entry:
 
 
 def test_a_json_object_gives_its_fields_defaults_for_keys_it_lacks_and_drops_the_rest():
-    assert from_json(Entry, {"name": "a.bin", "size": 3, "sha256": "ff"}) == Entry("a.bin", 3)
-    assert from_json(Entry, {"name": "a.bin"}) == Entry("a.bin", None)
+    assert parse(Entry, {"name": "a.bin", "size": 3, "sha256": "ff"}) == Entry("a.bin", 3)
+    assert parse(Entry, {"name": "a.bin"}) == Entry("a.bin", None)
 
 
 def test_a_json_value_that_is_no_object_or_lacks_a_field_is_refused():
-    with pytest.raises(KeyError, match="name"):
-        from_json(Entry, {"size": 3})
+    with pytest.raises(KeyError, match="Entry lacks name"):
+        parse(Entry, {"size": 3})
     with pytest.raises(TypeError, match="list, not an object"):
-        from_json(Entry, ["a.bin", 3])
+        parse(Entry, ["a.bin", 3])
 
 
 def test_a_target_node_splits_into_its_target_and_its_arguments():

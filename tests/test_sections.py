@@ -3,7 +3,8 @@
 import pytest
 
 from pipebench.record.jobs import JobResult
-from pipebench.record.sections import PassRecord, TransformRow, measured_row, parse
+from pipebench.base.typed_json import parse
+from pipebench.record.sections import PassRecord, TransformRow, measured_row
 
 ROW = {"stage": "per_sample", "transform": "Resize", "calls": 8, "ms_per_call_mean": 1.5,
        "ms_per_call_median": 1.25, "ms_per_sample": 1.5, "share_pct": 60.0}

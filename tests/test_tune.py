@@ -24,7 +24,7 @@ from pipebench.tune.chain_code import chain_code
 from pipebench.tune.files import Tuned, best_config, paste_lines, unresolved_line, write_tune
 from pipebench.tune.objective import Objective, probe_ties
 from pipebench.tune.plan import job_overrides, split_tune_overrides, store_point
-from pipebench.tune.race import BUDGET, FAILED, LAST_STAGE, NOTHING_MEETS, RESOLVED, Schedule, judge, run_race
+from pipebench.tune.race import BUDGET, FAILED, LAST_STAGE, NOTHING_MEETS, RESOLVED, Entrants, RaceLimit, Schedule, judge, run_race
 from pipebench.tune.recommend import bottleneck_note, crash_warning, recommend, sibling_warning, verify_line
 from pipebench.tune.state import finished_trials, read_state, unfinished_folder, update_state
 from pipebench.tune.space import (
@@ -225,7 +225,7 @@ class Planted:
 def _race(truth, objective=Objective(), deadline=10_000.0, workers=None, schedule=Schedule(job_s=10.0), **planted):
     measure = Planted(truth, **planted)
     workers = workers or {n: 2 for n in truth}
-    outcome = run_race(list(truth), workers, measure, objective, schedule, deadline, clock=measure.clock)
+    outcome = run_race(Entrants(list(truth), workers), measure, objective, schedule, RaceLimit(deadline, measure.clock))
     return outcome, measure
 
 
@@ -268,8 +268,8 @@ def test_the_verification_reserve_counts_against_the_budget(reserve_jobs, stages
     not beside 8 verification jobs."""
     truth = {"a": {"rate": 1000.0}, "b": {"rate": 1000.0}}
     measure = Planted(truth)
-    outcome = run_race(list(truth), {"a": 2, "b": 2}, measure, Objective(), Schedule(job_s=10.0), 150.0,
-                       clock=measure.clock, reserve_jobs=reserve_jobs)
+    outcome = run_race(Entrants(list(truth), {"a": 2, "b": 2}), measure, Objective(), Schedule(job_s=10.0),
+                       RaceLimit(150.0, measure.clock, reserve_jobs))
     assert (len(outcome.stages), outcome.stop) == (stages, stop)
 
 
@@ -413,8 +413,8 @@ def test_optuna_proposes_each_pruned_point_once_in_batches_and_races_them():
     truth = {p.name: {"rate": 100.0 * (1 + p.workers) + p.prefetch_factor} for p in kept}
     measure = Planted(truth)
     propose = optuna_proposer(kept, Objective(), batch=3, seed=0)
-    outcome = run_race([p.name for p in kept], {p.name: p.workers for p in kept}, measure, Objective(),
-                       Schedule(job_s=10.0), 10_000.0, clock=measure.clock, propose=propose)
+    outcome = run_race(Entrants([p.name for p in kept], {p.name: p.workers for p in kept}), measure, Objective(),
+                       Schedule(job_s=10.0), RaceLimit(10_000.0, measure.clock), propose=propose)
     first = [n for call in measure.calls for n in call]
     assert set(first) == set(truth) and len(measure.calls[0]) == 3
     assert outcome.survivors[0].startswith("sleepy-w4-")

@@ -17,7 +17,7 @@ from pipebench.sweep.launch import Into, run_command
 from pipebench.tune.files import Tuned, tune_markdown
 from pipebench.tune.job_cost import NON_PERSISTENT_STARTS, WORKER_START_S, job_seconds
 from pipebench.tune.objective import Objective
-from pipebench.tune.race import BUDGET, FAILED, UNRUN, Schedule, run_race
+from pipebench.tune.race import BUDGET, FAILED, UNRUN, Entrants, RaceLimit, Schedule, run_race
 from pipebench.tune.space import MIN_RACED_POINTS, ChainModel, Point, fit_budget
 
 JOB_S = 10.0
@@ -125,8 +125,8 @@ class CutAt:
 def test_a_stage_cut_at_the_deadline_is_judged_on_what_it_measured_and_its_unrun_points_are_not_failures():
     rates = {"a": 1000.0, "b": 990.0, "c": 500.0, "d": 400.0, "e": 300.0}
     measure = CutAt(rates, deadline=25.0)
-    outcome = run_race(list(rates), dict.fromkeys(rates, 2), measure, Objective(), Schedule(job_s=JOB_S), 25.0,
-                       clock=measure.clock)
+    outcome = run_race(Entrants(list(rates), dict.fromkeys(rates, 2)), measure, Objective(), Schedule(job_s=JOB_S),
+                       RaceLimit(25.0, measure.clock))
     assert measure.calls == [tuple(rates)]  # no second call for the points the sweep never reached
     assert outcome.stop == BUDGET and len(outcome.stages) == 1
     assert outcome.out["e"] == (1, UNRUN) and outcome.out["d"] == (1, UNRUN)
@@ -143,9 +143,8 @@ def test_the_race_prices_a_stage_by_what_the_last_one_measured_against_the_estim
     rates = {"a": 1000.0, "b": 1000.0, "c": 1000.0}
     for job_s, stages in ((JOB_S, 2), (3 * JOB_S, 1)):
         measure = CutAt(rates, deadline=1e9, job_s=job_s)
-        outcome = run_race(list(rates), dict.fromkeys(rates, 2), measure, Objective(),
-                           Schedule(max_stages=2, job_s=JOB_S), 300.0, clock=measure.clock,
-                           job_cost=dict.fromkeys(rates, JOB_S))
+        outcome = run_race(Entrants(list(rates), dict.fromkeys(rates, 2), dict.fromkeys(rates, JOB_S)), measure,
+                           Objective(), Schedule(max_stages=2, job_s=JOB_S), RaceLimit(300.0, measure.clock))
         assert len(outcome.stages) == stages and outcome.job_s == job_s
 
 

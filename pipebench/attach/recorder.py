@@ -26,6 +26,7 @@ from typing import Any, Callable, Deque, Dict, Iterable, Iterator, List, Mapping
 
 from torch.utils.data import DataLoader
 
+from pipebench.base.typed_json import parse
 from pipebench.attach.recorder_files import DEFAULT_MAX_CAPTURES, AppendedCsv, Captures
 from pipebench.attach.recorder_stalls import EPOCH_START, Baseline, StallRule, Verdict
 from pipebench.attach.watch import LoaderWatch, batch_samples, riding_sink
@@ -46,7 +47,6 @@ from pipebench.measure.summarize import rows_as_dicts, transform_rows
 from pipebench.pipeline.timed_chain import StepName
 from pipebench.record.figures import Summary
 from pipebench.record.results import TRANSFORM_COLUMNS
-from pipebench.record.sections import parse
 
 __all__ = ["DEFAULT_EVERY_S", "EVENTS_CSV", "EVENT_COLUMNS", "SERIES_COLUMNS", "SERIES_CSV", "LoaderRecorder",
            "RecordSettings", "Recorder", "recording_loaders"]

@@ -8,11 +8,11 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Dict, Iterator, List, Mapping, Optional
 
+from pipebench.base.typed_json import parse
 from pipebench.attach.recorder import EVENTS_CSV, EVENT_COLUMNS, SERIES_COLUMNS, SERIES_CSV, RecordSettings, Recorder, recording_loaders
 from pipebench.attach.recorder_files import AppendedCsv
 from pipebench.attach.sinks.sink_set import SinkSpec, open_sinks
 from pipebench.attach.watch import LoaderWatch
-from pipebench.record.sections import parse
 
 __all__ = ["RECORD_ENV", "Recording", "recorded", "recording_environment", "recording_from_environment",
            "start_files"]

@@ -236,7 +236,7 @@ class LoaderWatch:
         if batch.startup is not None:
             if self.epochs == 1:
                 self.startups.append(batch.startup)
-            if batch.startup.started_ns is not None:  # a worker's, not the main process's
+            if batch.startup.started_ns is not None and not self.meters.ended:  # a worker's, in the window
                 self.worker_pids.add(batch.startup.pid)
         if measured and len(batch.sample_ns):
             self._timings.append((batch.sample_ns, batch.sample_cpu_ns, batch.collate_ns, batch.collate_cpu_ns))
@@ -326,7 +326,8 @@ class LoaderWatch:
         if self.done:
             yield from self._after_window(iterator)
             return
-        self.worker_pids.update(worker_pids(iterator))
+        if not self.meters.ended:  # the meters read these pids over the window alone: a week's epochs add none
+            self.worker_pids.update(worker_pids(iterator))
         # The batch last handed to the user, when it is measured: its wait and samples, and when
         # it was delivered; its step ends at the next call of next().
         pending: Optional[Tuple[int, int, int]] = None

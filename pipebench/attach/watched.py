@@ -14,6 +14,7 @@ from typing import Any, Dict, Iterator, List, Mapping, Optional, Sequence
 
 from torch.utils.data import DataLoader
 
+from pipebench.base.typed_json import parse
 from pipebench.attach.export_config import write_exports
 from pipebench.attach.recorder import RecordSettings, Recorder, record_watch
 from pipebench.attach.sinks.sink_set import SinkSpec, open_sinks
@@ -33,7 +34,6 @@ from pipebench.measure.summarize import pass_records, rows_as_dicts
 from pipebench.measure.window import window_record
 from pipebench.record.jobs import JobIdentity, JobResult, varying_keys
 from pipebench.record.results import write_invocation_tables, write_result
-from pipebench.record.sections import parse
 
 __all__ = ["Watched", "WatchedLoader", "WatchResult", "save_results", "watch", "watch_result"]
 

@@ -30,12 +30,13 @@ from pipebench.attach.watch import LoaderWatch, WatchWindow
 from pipebench.attach.watched import JOB_FOLDER, save_results, watch_result
 from pipebench.base.errors import ConfigError
 from pipebench.base.io import write_json_atomic
+from pipebench.base.typed_json import parse, parse_all
 from pipebench.measure.distributed.multirank import fold_ranks
 from pipebench.measure.distributed.rank_result import RankResult, StepNames
 from pipebench.measure.distributed.ranks import save_timings
 from pipebench.record.jobs import JobResult
 from pipebench.record.results import read_result, write_invocation_tables, write_result
-from pipebench.record.sections import PassRecord, parse, parse_all
+from pipebench.record.sections import PassRecord
 from pipebench.record.stored import NUMBER, OBJECT, WHOLE, check_fields, read_stored, versioned
 from pipebench.storage.rank_info import rank_and_world
 

@@ -9,19 +9,20 @@ of a sweep or an exploration in that one line, so a second run does not stop at 
 
 import importlib.util
 import json
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field
 from importlib.metadata import distributions
 from pathlib import Path
-from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence, Type, TypeVar
+from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence
 from urllib.parse import urlparse
 from urllib.request import url2pathname
+
+from pipebench.base.typed_json import parse
 
 __all__ = ["DISTRIBUTION", "MissingExtra", "install_line", "installed", "missing_line"]
 
 DISTRIBUTION = "pipebench"
 # PEP 610: pip writes it into the installed dist-info for a direct URL, never for an index install.
 DIRECT_URL_FILE = "direct_url.json"
-T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -55,11 +56,6 @@ class VcsInfo:
     vcs: Optional[str] = None
 
 
-def _declared(cls: Type[T], data: Mapping[str, Any]) -> T:
-    """`cls` from a JSON object by its own field names; the keys it does not declare are left out."""
-    return cls(**{f.name: data[f.name] for f in fields(cls) if f.name in data})  # type: ignore[arg-type]
-
-
 @dataclass(frozen=True)
 class DirectUrl:
     """PEP 610's direct_url.json: the URL pip installed from, and a folder's or a VCS's info (an
@@ -71,11 +67,11 @@ class DirectUrl:
 
     @property
     def editable(self) -> bool:
-        return self.dir_info is not None and _declared(DirInfo, self.dir_info).editable
+        return self.dir_info is not None and parse(DirInfo, self.dir_info).editable
 
     @property
     def vcs(self) -> Optional[str]:
-        return _declared(VcsInfo, self.vcs_info).vcs
+        return parse(VcsInfo, self.vcs_info).vcs
 
 
 def _direct_url() -> DirectUrl:
@@ -85,7 +81,7 @@ def _direct_url() -> DirectUrl:
     for dist in distributions(name=DISTRIBUTION):
         text = dist.read_text(DIRECT_URL_FILE)
         if text:
-            return _declared(DirectUrl, json.loads(text))
+            return parse(DirectUrl, json.loads(text))
     return DirectUrl()
 
 

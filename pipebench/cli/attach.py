@@ -14,7 +14,7 @@ import sys
 import time
 import traceback
 from pathlib import Path
-from typing import List, Optional, Sequence, Tuple
+from typing import List, NamedTuple, Optional, Sequence
 
 from pipebench.attach.claimed_folder import claimed_folder
 from pipebench.attach.export_config import write_exports
@@ -33,7 +33,7 @@ from pipebench.cli.attach_torchrun import attach_torchrun, parse_torchrun, torch
 from pipebench.report.summary import first_batch_markdown, loader_notes
 from pipebench.report.writer import REPORT_MD, write_report
 
-__all__ = ["add_parser", "attach_main", "main", "run_script"]
+__all__ = ["ScriptCommand", "add_parser", "attach_main", "main", "run_script"]
 
 # The exit status Python gives a script that ends in an uncaught exception.
 UNCAUGHT_EXIT_STATUS = 1
@@ -43,8 +43,16 @@ SUMMARY_TABLE_COLUMNS = ("loader", "dataset", "workers", "steps", "samples_per_s
                          "starvation_pct", "au_pct", "first_batch_s", "headroom_x")
 
 
-def parse_command(words: Sequence[str]) -> Tuple[str, str, List[str]]:
-    """('path' | 'module' | 'code', target, argv) of `[python] script.py ARGS`, `[python] -m module ARGS`
+class ScriptCommand(NamedTuple):
+    """A script as attach runs it: its kind ('path' | 'module' | 'code'), target and arguments."""
+
+    kind: str
+    target: str
+    argv: List[str]
+
+
+def parse_command(words: Sequence[str]) -> ScriptCommand:
+    """The `ScriptCommand` of `[python] script.py ARGS`, `[python] -m module ARGS`
     or `[python] -c code ARGS`. The interpreter's flags are refused here: `attach_main` runs attach
     again under them (pipebench.cli.attach_python)."""
     words = list(words)
@@ -61,12 +69,12 @@ def parse_command(words: Sequence[str]) -> Tuple[str, str, List[str]]:
     if words[0] in TARGET_OPTIONS:
         if len(words) < 2:
             raise ConfigError(f"attach -- python {words[0]} needs " + ("a module name" if words[0] == "-m" else "code"))
-        return ("module" if words[0] == "-m" else "code"), words[1], words[2:]
+        return ScriptCommand("module" if words[0] == "-m" else "code", words[1], words[2:])
     if words[0].startswith("-"):
         raise ConfigError(f"attach runs a script or -m module, not the interpreter option {words[0]}")
     if not Path(words[0]).is_file():
         raise ConfigError(f"no script at {words[0]}")
-    return "path", words[0], words[1:]
+    return ScriptCommand("path", words[0], words[1:])
 
 
 def _script_frames(tb):
@@ -171,17 +179,18 @@ def attach_main(command: Sequence[str], window: WatchWindow, out: Optional[str],
         parsed = parse_torchrun(torchrun)
         with claimed_folder(None if out is None else Path(out), _fresh_name(), force) as folder:
             return attach_torchrun(parsed, window, folder, recording)
-    kind, target, argv = parse_command(command)
+    script = parse_command(command)
     if export_dir is not None and Path(export_dir).exists() and not Path(export_dir).is_dir():
         raise ConfigError(f"--export-config {export_dir}: not a directory")
     with claimed_folder(None if out is None else Path(out), _fresh_name(), force) as folder, hang_shows_itself():
-        return _attach_script(kind, target, argv, window, folder, export_dir, recording)
+        return _attach_script(script, window, folder, export_dir, recording)
 
 
-def _attach_script(kind: str, target: str, argv: Sequence[str], window: WatchWindow, folder: Path,
-                   export_dir: Optional[str], recording: Optional[Recording] = None) -> int:
+def _attach_script(script: ScriptCommand, window: WatchWindow, folder: Path, export_dir: Optional[str],
+                   recording: Optional[Recording] = None) -> int:
     """Run the script with its loaders watched (and recorded, pipebench.attach.recording); write what
     they measured to `folder`, claimed."""
+    kind, target, argv = script
     own: List[str] = []
     with watching_loaders(window, export=export_dir is not None) as watches, \
             recorded(watches, folder, recording), workers_end_quietly():

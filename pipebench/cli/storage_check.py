@@ -25,6 +25,7 @@ import psutil
 
 from pipebench.base.errors import INTERRUPTED_EXIT_STATUS, TERMINATED_EXIT_STATUS, ConfigError
 from pipebench.base.io import folder_safe
+from pipebench.base.typed_json import parse
 from pipebench.cli.common_args import add_config_dir, add_overrides
 from pipebench.config.compose import job_spec_composer
 from pipebench.config.specs import JobSpec, RunSpec
@@ -32,7 +33,6 @@ from pipebench.pipeline.build import build_dataset
 from pipebench.record.folder_lock import folder_lock
 from pipebench.record.jobs import JobResult
 from pipebench.record.results import load_job_results
-from pipebench.record.sections import parse
 from pipebench.record.resume import new_folder
 from pipebench.storage_track.files import NOT_MLPERF, CheckResult, Run, write_check
 from pipebench.storage_track.options import CheckOptions, split_check_overrides, user_value
@@ -175,12 +175,11 @@ def _sizing(chosen: Preset, spec: JobSpec, user: Sequence[str], strict: bool, ra
 class Check:
     """One check's sweeps: the jobs' overrides, how each N is sized, and running a sweep in a folder."""
 
-    def __init__(self, folder: Path, base: List[str], config_dir: Optional[str], length_for: Callable[[int], int],
-                 sized: bool, steps: int, sample_bytes: Optional[float]) -> None:
+    def __init__(self, folder: Path, base: List[str], config_dir: Optional[str], sizing: Sizing, steps: int) -> None:
         self.folder, self.base, self.config_dir = folder, base, config_dir
         # The dataset's length at N accelerators; `sized`: the check sets it (a preset's generated data).
-        self.length_for, self.sized = length_for, sized
-        self.steps, self.sample_bytes = steps, sample_bytes
+        self.length_for, self.sized = sizing.length_for, sizing.sized
+        self.steps, self.sample_bytes = steps, sizing.sample_bytes
         self.rounds = itertools.count(1)
         # Each N's rounds as measured, kept for a search that is interrupted before it returns.
         self.measured: Dict[int, List[float]] = {}
@@ -254,25 +253,42 @@ def storage_check_command(overrides: List[str], config_dir: Optional[str], stric
     label = folder_safe(f"{chosen.workload}-{chosen.accelerator}")
     folder = new_folder(Path(results_dir) / f"{time.strftime('%Y%m%d-%H%M%S')}-storage-check-{label}")
     check = Check(folder, base if steps_given is not None else [*base, f"run.steps={steps}"], config_dir,
-                  sizing.length_for, sizing.sized, steps, sizing.sample_bytes)
+                  sizing, steps)
+    plan = CheckPlan(chosen, spec, options, shortened, sizing.memory, tuple(notes), predicted, shared,
+                     tuple(overrides))
     with folder_lock(folder):
-        return _check(check, chosen, spec, options, shortened, sizing.memory, notes, predicted, shared,
-                      tuple(overrides))
+        return _check(check, plan)
 
 
-def _check(check: Check, chosen: Preset, spec: JobSpec, options: CheckOptions, shortened: Tuple[str, ...],
-           memory: str, notes: List[str], predicted: Optional[int], shared: Optional[float],
-           overrides: Tuple[str, ...]) -> int:
+@dataclasses.dataclass(frozen=True)
+class CheckPlan:
+    """What the verb settled before the first job: the preset as the jobs run it, their spec, the check's
+    options, what shortened the procedure, the memory rule's miss, the notes so far, the N the shared
+    link predicts (and its MiB/s), and the command's overrides."""
+
+    chosen: Preset
+    spec: JobSpec
+    options: CheckOptions
+    shortened: Tuple[str, ...]
+    memory: str
+    notes: Tuple[str, ...]
+    predicted: Optional[int]
+    shared: Optional[float]
+    overrides: Tuple[str, ...]
+
+
+def _check(check: Check, plan: CheckPlan) -> int:
     """The search, the runs and the no-chain run inside the check's locked folder; the files written
     whatever stopped it."""
-    chain = _chain(spec)
+    chosen, options, notes = plan.chosen, plan.options, list(plan.notes)
+    chain = _chain(plan.spec)
     status = 0
     failure = ""
     search = SearchOutcome(0, (), False)
     records: List[JobResult] = []
     without = None
     try:
-        search = search_accelerators(check.measure, chosen.min_au_pct, predicted or 1, options.max_accelerators)
+        search = search_accelerators(check.measure, chosen.min_au_pct, plan.predicted or 1, options.max_accelerators)
         n = search.accelerators
         if n >= 1:
             seeds = ",".join(str(seed) for seed in range(options.runs + 1))
@@ -305,10 +321,10 @@ def _check(check: Check, chosen: Preset, spec: JobSpec, options: CheckOptions, s
     length = check.length_for(n)
     done = Procedure(accelerators=n, min_au_pct=chosen.min_au_pct, au_pct=tuple(r.au_pct for r in runs),
                      samples_per_s=tuple(r.samples_per_s for r in runs), runs_asked=options.runs, failure=failure,
-                     preset=chosen.dataset is not None, chain=chain, shortened=shortened, memory=memory,
+                     preset=chosen.dataset is not None, chain=chain, shortened=plan.shortened, memory=plan.memory,
                      steps_needed=steps_rule(length, chosen.batch_size, n) if n else 0, notes=tuple(notes))
-    result = CheckResult(chosen, chain, done, verdict(done), search, runs, without, costliest, shared, predicted,
-                         overrides)
+    result = CheckResult(chosen, chain, done, verdict(done), search, runs, without, costliest, plan.shared,
+                         plan.predicted, plan.overrides)
     print("\n" + write_check(check.folder, result), end="")
     print(f"results: {check.folder}")
     return status

@@ -6,9 +6,9 @@ from dataclasses import dataclass, field
 from typing import Any, Dict, List, Mapping, Optional, Tuple
 
 from pipebench.base.extras import MissingExtra
+from pipebench.base.typed_json import parse
 from pipebench.config.target_node import TargetNode
 from pipebench.pipeline.recipe import RECIPE_STEP
-from pipebench.record.sections import parse
 
 REDUCED_DECODE = "reduced_decode"
 REGION_DECODE = "region_decode"

@@ -29,8 +29,8 @@ from typing import (
     Tuple,
 )
 
+from pipebench.base.typed_json import parse_all
 from pipebench.record.figures import Summary
-from pipebench.record.sections import parse_all
 
 # Indices listed by value in the report; the counts cover all of them.
 MAX_LISTED_INDICES = 10

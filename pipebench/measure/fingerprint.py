@@ -21,8 +21,9 @@ from PIL import features
 import pipebench
 from pipebench.base.cores import cgroup_cpu_quota, usable_cores
 from pipebench.base.io import folder_safe
+from pipebench.base.typed_json import parse
 from pipebench.config.specs import JobSpec
-from pipebench.record.sections import Fingerprint, parse
+from pipebench.record.sections import Fingerprint
 from pipebench.storage.dataset_contract import told
 
 # The line of torchvision's version.py that holds `torchvision.__version__` (local build tag included).

@@ -21,9 +21,10 @@ import numpy as np
 from pipebench.base.csv_cells import csv_text
 from pipebench.base.errors import error_line, warn
 from pipebench.base.io import write_text_atomic
+from pipebench.base.typed_json import parse_all
 from pipebench.measure.series_window import SERIES_COLUMNS, SERIES_CSV, WindowSums, new_sketch, series_cell, window_row
 from pipebench.measure.steps import NS_PER_MS, TimingSink
-from pipebench.record.sections import PassRecord, parse_all
+from pipebench.record.sections import PassRecord
 
 __all__ = ["SERIES_WINDOWS_A_PASS", "job_series", "series_window_steps", "sink_timings", "write_job_series"]
 

@@ -68,8 +68,8 @@ import psutil
 
 from pipebench.base.errors import PipebenchError
 from pipebench.base.io import replacing
+from pipebench.base.typed_json import parse
 from pipebench.measure.gpu.trace import ChromeEvent, ChromeTrace
-from pipebench.record.sections import parse
 
 TRACE_FILE = "viztrace.json"
 MODES = ("sparse", "full")

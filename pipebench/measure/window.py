@@ -16,9 +16,9 @@ from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 import numpy as np
 
 from pipebench.base.stats import RatioInterval, block_ratio_interval
+from pipebench.base.typed_json import parse
 from pipebench.measure.steps import NS_PER_S, WINDOW_TIME_CAP, PassResult, StepSample
 from pipebench.model.judging import telling
-from pipebench.record.sections import parse
 
 __all__ = ["RESTART_SOURCES", "EpochCost", "SteadyState", "Window", "interval_blocks", "epoch_cost", "epoch_rate",
            "rate_interval", "reused_window", "split_window", "steady_masks", "steady_state", "window_note",

@@ -23,8 +23,10 @@ sample (datasets#5669, #7508). `random_access_line` says so, from the dataset's 
 `num_samples`, `file_bytes`, `streaming`) and, in the report, the bytes the job read a sample.
 """
 
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 from typing import Any, List, Mapping, Optional, Sequence, Tuple, TypeVar
+
+from pipebench.base.typed_json import parse
 
 __all__ = ["LONE_TAIL_WORTH_NAMING", "ROW_GROUPS_KEPT", "ROW_GROUP_ROWS", "RowGroupFacts", "UnevenShards", "idle_line",
            "idle_readers", "random_access_line", "reader_loads", "split", "uneven_line", "uneven_shards"]
@@ -157,11 +159,6 @@ class RowGroupFacts:
     file_bytes: Optional[int] = None
     streaming: bool = False
 
-    @classmethod
-    def of(cls, identity: Mapping[str, Any]) -> "RowGroupFacts":
-        """The facts by this type's field names; the identity's other keys left out."""
-        names = {f.name for f in fields(cls)}
-        return cls(**{key: value for key, value in identity.items() if key in names})
 
 
 def random_access_line(identity: Mapping[str, Any], shuffle: bool,
@@ -170,7 +167,7 @@ def random_access_line(identity: Mapping[str, Any], shuffle: bool,
     shuffling sampler and its row groups hold more than one row and outnumber those kept ('' otherwise):
     the share of samples that read a whole row group, what that reads (measured bytes a sample against
     a row's average size when given, else the rows and their bytes), why, and what to do."""
-    facts = RowGroupFacts.of(identity)
+    facts = parse(RowGroupFacts, identity)
     groups, samples = int(facts.row_groups or 0), int(facts.num_samples or 0)
     if not shuffle or facts.streaming or groups <= ROW_GROUPS_KEPT or samples <= groups:
         return ""

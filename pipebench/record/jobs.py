@@ -16,9 +16,10 @@ from functools import cached_property
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
 from pipebench.base.mapping_view import MappingView
+from pipebench.base.typed_json import parse, parse_all
 from pipebench.config.specs import JobSpec
 from pipebench.record.figures import Summary
-from pipebench.record.sections import ConsumerReport, Fingerprint, PassRecord, TransformRow, parse, parse_all
+from pipebench.record.sections import ConsumerReport, Fingerprint, PassRecord, TransformRow
 
 __all__ = ["HYDRA_PREFIX", "NOT_AXES", "ROUND_COMPONENT", "ROUND_KEY", "SINGLE_PROCESS_FIELDS", "JobIdentity",
            "JobKey", "JobRecord", "JobResult", "StoredResult", "canonical", "canonical_text", "identity_columns",

@@ -15,9 +15,10 @@ from typing import Any, Dict, List, Mapping, Sequence, Tuple
 from pipebench.base.csv_cells import csv_text
 from pipebench.base.errors import warn
 from pipebench.base.io import write_json_atomic, write_text_atomic
+from pipebench.base.typed_json import parse, required_fields
 from pipebench.record.figures import SUMMARY_COLUMNS, TEXT_SUMMARY_COLUMNS
 from pipebench.record.jobs import JobResult, StoredResult
-from pipebench.record.sections import PassRecord, parse
+from pipebench.record.sections import PassRecord, TransformRow
 from pipebench.record.stored import (
     NUMBER,
     OBJECT,
@@ -76,7 +77,8 @@ SUMMARY_FIELDS = {"job": TEXT, "workers": WHOLE, "batch_size": WHOLE, "steps": W
                   # Empty (null) for a watched loader without transform rows (`transforms_note` says why).
                   **{key: optional(NUMBER) for key in ("cpu_ms_per_sample", "pipeline_ms_per_sample")}}
 FINGERPRINT_FIELDS = {"usable_cores": WHOLE}
-TRANSFORM_FIELDS = {"stage": TEXT, "transform": TEXT, "ms_per_sample": NUMBER, "share_pct": NUMBER}
+# Every field a TransformRow requires, so a row the readers cannot type is a damaged file, named on one line.
+TRANSFORM_FIELDS = {name: TEXT if name in ("stage", "transform") else NUMBER for name in required_fields(TransformRow)}
 NUMERIC_TRANSFORM = {column: TEXT if column in PROFILE_TEXT_COLUMNS else NUMBER for column in TRANSFORM_COLUMNS[3:]}
 # A pass's per-step lists that readers use (compare's rates, the diagnosis's consumer time, the checks below).
 PASS_FIELDS = {key: list_of(NUMBER) for key in ("samples", "step_ms", "wait_ms", "compute_ms", "h2d_ms")}

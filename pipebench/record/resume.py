@@ -31,6 +31,7 @@ from omegaconf import DictConfig, OmegaConf, open_dict, read_write
 
 from pipebench.base.errors import PipebenchError, warn
 from pipebench.base.io import write_json_atomic
+from pipebench.base.typed_json import parse
 from pipebench.record.folder_lock import LOCK_FILE
 from pipebench.record.jobs import JobResult
 from pipebench.record.results import (
@@ -39,7 +40,6 @@ from pipebench.record.results import (
     read_result,
     scan_job_results,
 )
-from pipebench.record.sections import parse
 from pipebench.record.stored import (
     NUMBER,
     TEXTS,

@@ -3,40 +3,16 @@
 A reader asks `result.transform_rows[0].ms_per_sample`, never `result["transforms"][0]["ms_per_sample"]`:
 the names are checked where the type is declared, and a misspelt field is an AttributeError, not a
 silent `.get` default. `parse` builds any of these types from its stored mapping by the type's own
-field names, so no section is read key by key; keys a type does not declare stay in `extra`.
+field names (`pipebench.base.typed_json`), so no section is read key by key; keys a type does not
+declare stay in `extra`.
 """
 
-from dataclasses import MISSING, dataclass, field, fields
-from typing import Any, Dict, Mapping, Optional, Sequence, Tuple, Type, TypeVar
+from dataclasses import dataclass, field
+from typing import Any, Dict, Mapping, Optional, Tuple
 
-__all__ = ["ConsumerReport", "DatasetFacts", "Fingerprint", "PassRecord", "TransformRow", "measured_row", "parse",
-           "parse_all"]
+from pipebench.base.typed_json import parse, parse_all, required_fields
 
-T = TypeVar("T")
-# The field that keeps a section's keys its type does not declare.
-EXTRA = "extra"
-
-
-def parse(cls: Type[T], data: Optional[Mapping[str, Any]]) -> T:
-    """`cls` from a stored mapping: each declared field from its own key (its default where the file
-    has none: an older writer), the rest in `extra` where the type keeps one."""
-    data = data or {}
-    declared = {f.name: f for f in fields(cls)}  # type: ignore[arg-type]
-    known = {name: tuple(value) if isinstance(value, list) else value
-             for name, value in data.items() if name in declared and name != EXTRA}
-    missing = [name for name, f in declared.items() if name not in known and name != EXTRA
-               and f.default is MISSING and f.default_factory is MISSING]
-    if missing:
-        raise ValueError(f"{cls.__name__} lacks {', '.join(missing)}")
-    if EXTRA in declared:
-        known[EXTRA] = {name: value for name, value in data.items() if name not in declared}
-    return cls(**known)
-
-
-def parse_all(cls: Type[T], rows: Optional[Sequence[Mapping[str, Any]]]) -> Tuple[T, ...]:
-    """`parse` over a stored list of rows."""
-    return tuple(parse(cls, row) for row in rows or ())
-
+__all__ = ["ConsumerReport", "DatasetFacts", "Fingerprint", "PassRecord", "TransformRow", "measured_row"]
 
 @dataclass(frozen=True)
 class TransformRow:
@@ -62,8 +38,7 @@ class TransformRow:
 def measured_row(row: TransformRow) -> Dict[str, Any]:
     """The row as the measuring writes it to result.json: the fields it measured, those with no
     default (the job and the thread-scaling columns are joined by the report)."""
-    return {f.name: getattr(row, f.name) for f in fields(row)
-            if f.default is MISSING and f.default_factory is MISSING}
+    return {name: getattr(row, name) for name in required_fields(TransformRow)}
 
 
 @dataclass(frozen=True)

@@ -47,10 +47,11 @@ from pipebench.base.significance import (
     holm,
     measure_change,
 )
+from pipebench.base.typed_json import parse
 from pipebench.measure.host_load import OTHER_LOAD_NOTE_SHARE
 from pipebench.model.judging import DEFAULT_THRESHOLD, FASTER, INCOMPARABLE, NO_CHANGE, NOISY, SLOWER
 from pipebench.record.jobs import JobRecord, override_pairs, varying_keys
-from pipebench.record.sections import Fingerprint, PassRecord, parse
+from pipebench.record.sections import Fingerprint, PassRecord
 from pipebench.record.results import (
     CALIBRATION_FILE,
     JOB_RESULT_GLOB,

@@ -9,10 +9,10 @@ lacks one (a watched loader, an older file) reads as None, or as the spec's defa
 from dataclasses import dataclass
 from typing import Any, List, Mapping, Optional, Tuple
 
+from pipebench.base.typed_json import parse, parse_all
 from pipebench.config.specs import LoaderSpec, RunSpec
 from pipebench.measure.coverage import CoverageReport
 from pipebench.record.jobs import JobResult
-from pipebench.record.sections import parse, parse_all
 
 __all__ = ["LoaderSettings", "ProfileLevel", "ProfiledStep", "ReportSections", "RunSettings", "StoredThreadProfile",
            "loader_settings", "run_settings", "sections_of"]

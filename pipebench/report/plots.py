@@ -19,8 +19,8 @@ from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
 from pipebench.base.io import write_bytes_atomic
+from pipebench.base.typed_json import parse, parse_all
 from pipebench.record.jobs import JobRecord
-from pipebench.record.sections import parse, parse_all
 from pipebench.report.comparison import HOST, ComparisonRow, ComparisonTable, axis_title
 from pipebench.report.job_sections import sections_of
 

@@ -16,7 +16,7 @@ job's rate over the first and the second half of its windows beside it.
 import csv
 import io
 import json
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
@@ -25,7 +25,7 @@ from matplotlib.figure import Figure
 
 from pipebench.base.io import write_bytes_atomic, write_text_atomic
 from pipebench.base.tables import markdown_table
-from pipebench.record.sections import parse_all
+from pipebench.base.typed_json import parse, parse_all
 
 __all__ = ["JOB_SERIES_PNG", "TIMELINE_PNG", "capture_cause", "job_series_section", "recording_markdown",
            "write_recording"]
@@ -104,7 +104,7 @@ class Capture:
     transform rows."""
 
     path: Path
-    transforms: List[Dict[str, str]]
+    transforms: Tuple[Dict[str, str], ...]
     kind: Optional[str] = None
     loader: Optional[str] = None
     rank: Optional[int] = None
@@ -126,8 +126,7 @@ class Capture:
     @classmethod
     def read(cls, path: Path) -> "Capture":
         record = json.loads((path / "capture.json").read_text())
-        return cls(path, _csv(path / "transforms.csv"),
-                   **{f.name: record.get(f.name) for f in fields(cls) if f.name not in ("path", "transforms")})
+        return parse(cls, {**record, "path": path, "transforms": _csv(path / "transforms.csv")})
 
 
 def captures(folder: Path) -> List[Capture]:

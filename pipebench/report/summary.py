@@ -10,11 +10,11 @@ from typing import Any, List, Mapping, Optional, Sequence, Tuple
 
 from pipebench.base.io import write_text_atomic
 from pipebench.base.tables import markdown_table
+from pipebench.base.typed_json import parse, parse_all
 from pipebench.config.specs import USER_STEP
 from pipebench.record.figures import Summary
 from pipebench.record.jobs import JobResult
 from pipebench.record.results import SUMMARY_MD
-from pipebench.record.sections import parse, parse_all
 from pipebench.report.gpu import gpu_markdown
 
 __all__ = ["FIRST_BATCH_COLUMNS", "LOADER_NOTES_TITLE", "PRINTED_COLUMNS", "PRINTED_MULTIRANK_COLUMNS",

@@ -145,8 +145,10 @@ def prepare_cache(dataset: object, asked: StorageSpec, available_bytes: Optional
         return CachePlan(None, asked, None, notices)
     contract = told(dataset)
     urls = contract.store_urls()
+    # The emulation's line, alike for the settings asked and those honoured (only cold may turn warm).
+    emulated = [_emulated_note(asked)] if asked.emulated else []
     if urls and not contract.files():
-        notes = [_remote_line(urls), *([_emulated_note(asked)] if asked.emulated else [])]
+        notes = [_remote_line(urls), *emulated]
         return CachePlan(REMOTE, asked, "; ".join(notes), (f"note: {notes[0]}",))
     used = honoured(asked)
     notices, notes = [], []
@@ -175,6 +177,5 @@ def prepare_cache(dataset: object, asked: StorageSpec, available_bytes: Optional
                     + (f" and {len(skipped) - 1} more" if len(skipped) > 1 else ""))
             notices.append(f"note: {line}")
             notes.append(line)
-    if used.emulated:
-        notes.append(_emulated_note(used))
+    notes.extend(emulated)
     return CachePlan(used.cache, used, "; ".join(notes) or None, tuple(notices))

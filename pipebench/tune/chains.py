@@ -4,10 +4,10 @@ variants, then explore's winners at workers=0 among them."""
 from dataclasses import dataclass
 from typing import Dict, List, Mapping, Optional, Sequence, Tuple
 
+from pipebench.base.typed_json import parse
 from pipebench.explore.equivalence import is_equivalent
 from pipebench.explore.plan import NoVariants, check_variants, store_variant
 from pipebench.record.jobs import JobRecord
-from pipebench.record.sections import parse
 from pipebench.tune.objective import probe_ties, race_rates
 from pipebench.tune.plan import TuneOptions, store_chain
 from pipebench.tune.recommend import STRICTNESS, strictness

@@ -17,10 +17,10 @@ from dataclasses import dataclass
 from typing import Dict, List, Mapping, Optional, Sequence, Tuple
 
 from pipebench.base.significance import DOWN, MIN_SAMPLES, NO_CHANGE, against_base
+from pipebench.base.typed_json import parse
 from pipebench.model import judging
 from pipebench.model.judging import APART, RUN_TO_RUN_RATE_FLOOR, Spread, judged
 from pipebench.record.figures import Summary
-from pipebench.record.sections import parse
 
 __all__ = ["MIB_PER_GIB", "Objective", "cpu_ms", "probe_ties", "pss_mb", "race_rates", "rate_spread", "shown_alike", "starvation",
            "slower_for_real", "told_apart_rounds"]

@@ -28,7 +28,8 @@ from typing import Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
 from pipebench.tune.objective import ROUND_ID, Objective, Round, race_rates, slower_for_real
 
-__all__ = ["Measure", "Propose", "RaceOutcome", "Schedule", "StageLog", "Verdict", "judge", "run_race"]
+__all__ = ["Entrants", "Measure", "Propose", "RaceLimit", "RaceOutcome", "Schedule", "StageLog", "Verdict", "judge",
+           "run_race"]
 
 # The stop reasons, as tune.md and the terminal say them.
 RESOLVED = "resolved: one point is left"
@@ -144,17 +145,34 @@ def _all_at_once(entrants: Sequence[str]) -> Propose:
     return lambda rounds, best: pending.pop() if pending else []
 
 
-def run_race(entrants: Sequence[str], workers: Mapping[str, int], measure: Measure, objective: Objective,
-             schedule: Schedule, deadline: float, clock: Callable[[], float] = time.monotonic,
-             reserve_jobs: int = 0, propose: Optional[Propose] = None,
-             job_cost: Optional[Mapping[str, float]] = None) -> RaceOutcome:
-    """Race `entrants` (module doc) until resolved, the last stage, or `deadline` (on `clock`) less
-    room for `reserve_jobs` jobs of the last stage's length (tune's verification). `job_cost`: each
-    point's stage-1 job seconds as first estimated (`schedule.job_s` for a point it leaves out)."""
+@dataclass(frozen=True)
+class Entrants:
+    """The points a race starts with: their names, their workers, and each one's stage-1 job seconds as
+    first estimated (`job_cost`; `Schedule.job_s` for a point it leaves out)."""
+
+    names: Sequence[str]
+    workers: Mapping[str, int]
+    job_cost: Mapping[str, float] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class RaceLimit:
+    """When a race must end: `deadline` on `clock`, less room for `reserve_jobs` jobs of the last
+    stage's length (tune's verification)."""
+
+    deadline: float
+    clock: Callable[[], float] = time.monotonic
+    reserve_jobs: int = 0
+
+
+def run_race(entrants: Entrants, measure: Measure, objective: Objective, schedule: Schedule, limit: RaceLimit,
+             propose: Optional[Propose] = None) -> RaceOutcome:
+    """Race `entrants` (module doc) until resolved, the last stage, or `limit`."""
+    workers, clock, deadline = entrants.workers, limit.clock, limit.deadline
     rounds: Dict[str, List[Round]] = {}
     stages: List[StageLog] = []
     out: Dict[str, Tuple[int, str]] = {}
-    propose = propose or _all_at_once(entrants)
+    propose = propose or _all_at_once(entrants.names)
     job_s = schedule.job_s
     # What the last stage measured against the estimate (1: none measured yet).
     scale = 1.0
@@ -163,7 +181,7 @@ def run_race(entrants: Sequence[str], workers: Mapping[str, int], measure: Measu
 
     def estimate(name: str, number: int) -> float:
         """A job's seconds at stage `number` as estimated before any is measured."""
-        first = (job_cost or {}).get(name, schedule.job_s)
+        first = entrants.job_cost.get(name, schedule.job_s)
         return first + schedule.round_s * (schedule.length(number) - 1)
 
     def run_stage(number: int, names: Sequence[str]) -> None:
@@ -201,7 +219,7 @@ def run_race(entrants: Sequence[str], workers: Mapping[str, int], measure: Measu
         """Stage `number` of `names` and the reserve, at the estimate scaled by the last stage's measure."""
         jobs = [estimate(n, number) for n in names]
         # The verification's jobs, at these points' mean: it runs the pick beside the current settings.
-        reserve = reserve_jobs * (sum(jobs) / len(jobs) if jobs else schedule.job_s)
+        reserve = limit.reserve_jobs * (sum(jobs) / len(jobs) if jobs else schedule.job_s)
         return not late and clock() + scale * (sum(jobs) * schedule.rounds_per_stage + reserve) <= deadline
 
     stop = LAST_STAGE

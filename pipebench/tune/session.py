@@ -69,7 +69,7 @@ from pipebench.tune.plan import (
     split_tune_overrides,
     store_point,
 )
-from pipebench.tune.race import RaceOutcome, run_race
+from pipebench.tune.race import Entrants, RaceLimit, RaceOutcome, run_race
 from pipebench.tune.recommend import (
     STRICTNESS,
     Recommendation,
@@ -418,9 +418,10 @@ class TuneSession:
         propose = optuna_proposer(kept, self.objective, self.options.optuna_batch, self.options.seed) \
             if self.options.search == OPTUNA else None
         schedule = self.options.schedule(round_s=self.round_spec.run.min_time_s, job_s=job_s)
-        return run_race([p.name for p in kept], {p.name: p.workers for p in kept}, measure, self.objective, schedule,
-                        self.deadline, reserve_jobs=self.reserve_jobs, propose=propose,
-                        job_cost={p.name: job_seconds(p, job_s) for p in kept})
+        entrants = Entrants([p.name for p in kept], {p.name: p.workers for p in kept},
+                            {p.name: job_seconds(p, job_s) for p in kept})
+        return run_race(entrants, measure, self.objective, schedule,
+                        RaceLimit(self.deadline, reserve_jobs=self.reserve_jobs), propose=propose)
 
     def _verify(self, chosen: Recommendation, points: Mapping[str, Point], outcome: RaceOutcome, probe: Probed,
                 notes: List[str]) -> Tuple[str, str]:

@@ -29,10 +29,10 @@ import statistics
 from dataclasses import dataclass
 from typing import Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
+from pipebench.base.typed_json import parse, parse_all
 from pipebench.config.specs import BACKEND_WORKER_KINDS, THREADS
 from pipebench.measure.thread_verdict import HOLDS_GIL as THREAD_HOLDS_GIL
 from pipebench.model.costs import ChainCosts, predict
-from pipebench.record.sections import parse, parse_all
 
 __all__ = ["CHANGES_NOTHING", "HOLDS_GIL", "LADDER_CAP", "MIN_RACED_POINTS", "PAST_THE_BUDGET", "PAST_THE_KNEE",
            "ChainModel", "Dimensions", "Dropped", "LadderTop", "Point", "fit_budget", "gil_share", "grid",

@@ -18,8 +18,8 @@ from typing import Any, Dict, Mapping, Optional, Sequence, Tuple
 
 from pipebench.base.errors import warn
 from pipebench.base.io import write_json_atomic
+from pipebench.base.typed_json import parse
 from pipebench.record.results import RESULT_FILE
-from pipebench.record.sections import parse
 
 __all__ = ["STATE_FILE", "TuneState", "finished_trials", "read_state", "unfinished_folder", "update_state"]
 

@@ -13,7 +13,7 @@ from typing import Any, Callable, Dict, List, Optional, Protocol
 
 from pipebench.attach.sinks.common import WindowPoint
 from pipebench.base.errors import ConfigError, warn
-from pipebench.record.sections import parse
+from pipebench.base.typed_json import parse
 
 __all__ = ["Sink", "SinkSet", "SinkSpec", "open_sinks"]
 

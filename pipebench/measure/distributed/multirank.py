@@ -28,6 +28,7 @@ import torch
 from pipebench.base.cores import usable_cores
 from pipebench.base.errors import ConfigError, PipebenchError
 from pipebench.base.lifeline import tied_command
+from pipebench.base.typed_json import parse
 from pipebench.config.specs import JobSpec
 from pipebench.measure.coverage import (
     CoverageReport,
@@ -53,7 +54,6 @@ from pipebench.measure.meter import add_notes
 from pipebench.measure.job_run import METER_KINDS
 from pipebench.record.figures import Summary
 from pipebench.record.jobs import JobResult
-from pipebench.record.sections import parse
 from pipebench.measure.steps import NS_PER_MS, PassResult, StepSample, TimingSink, cycle_steps
 from pipebench.measure.summarize import rows_as_dicts, transform_rows
 from pipebench.measure.window import rate_interval, reused_window

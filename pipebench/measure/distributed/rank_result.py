@@ -12,9 +12,9 @@ from functools import cached_property
 from pathlib import Path
 from typing import Any, Mapping, Optional, Sequence, Tuple
 
+from pipebench.base.typed_json import parse
 from pipebench.record.figures import Summary
 from pipebench.record.jobs import JobResult
-from pipebench.record.sections import parse
 
 __all__ = ["RankResult", "RankRow", "RankSections", "StepNames"]
 

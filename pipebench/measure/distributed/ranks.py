@@ -27,6 +27,7 @@ from pipebench.base.cores import usable_cores
 from pipebench.base.errors import USAGE_EXIT_STATUS, PipebenchError, StuckThreadError, exit_leaving_threads
 from pipebench.base.io import write_json_atomic, write_text_atomic
 from pipebench.base.lifeline import TIED_PID_ENV, die_with_parent, parent_is
+from pipebench.base.typed_json import parse
 from pipebench.config.specs import JobSpec
 from pipebench.measure.fingerprint import job_fingerprint
 from pipebench.measure.host_load import PROCESS_CPU_COLUMN
@@ -42,7 +43,6 @@ from pipebench.measure.summarize import (
 )
 from pipebench.measure.window import Window, window_record
 from pipebench.pipeline.timed_chain import TimedBatch
-from pipebench.record.sections import parse
 from pipebench.storage.rank_info import rank_and_world
 
 RANKS_MODULE = "pipebench.measure.distributed.ranks"

@@ -12,9 +12,9 @@ from typing import Any, Dict, List, Optional, Sequence
 
 import torch
 
+from pipebench.base.typed_json import parse
 from pipebench.measure.meter import FIRST_MEASURED, LAST_MEASURED
 from pipebench.record.figures import Summary
-from pipebench.record.sections import parse
 
 BYTES_PER_MB = 1 << 20
 # A step-to-step change of reserved memory smaller than this share of the peak is jitter, not a

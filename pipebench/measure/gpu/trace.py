@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple, Union
 
-from pipebench.record.sections import parse
+from pipebench.base.typed_json import parse
 
 NS_PER_US = 1000
 # GPU-side categories that occupy a stream; HTA 0.6.1's idle breakdown takes the same set
