@@ -56,9 +56,9 @@ class Round:
 def one_round(spec) -> Round:
     hand = plain_loop(spec, run_ahead=True)
     summary = harness_summary(spec)
-    if summary["step_sync"] != SYNC_ASYNC:
-        raise SystemExit(f"async_loop_check: pipebench ran step_sync={summary['step_sync']}, not async")
-    return Round(hand.samples_per_s, summary["samples_per_s"], summary["accel_util_pct"], summary["gpu_util_pct"])
+    if summary.step_sync != SYNC_ASYNC:
+        raise SystemExit(f"async_loop_check: pipebench ran step_sync={summary.step_sync}, not async")
+    return Round(hand.samples_per_s, summary.samples_per_s, summary.accel_util_pct, summary.gpu_util_pct)
 
 
 def verdict(rounds: List[Round]) -> str:

@@ -71,10 +71,10 @@ def job_figures(overrides: Sequence[str], job_dir: Path) -> Dict[str, float]:
     """One pipebench job's summary, plus the load step's ms a sample and the kernel's bytes from
     storage a sample over the measured window."""
     record = measure_job(compose_job_spec(list(overrides)), job_dir)
-    summary = dict(record["summary"])
-    summary["load_ms_per_sample"] = next(r["ms_per_sample"] for r in record["transforms"] if r["stage"] == "load")
-    io = record["storage_io"]
-    window_samples = summary["samples_per_s"] * io.get("seconds", float("nan"))
+    summary = dict(record.summary.row)
+    summary["load_ms_per_sample"] = next(r.ms_per_sample for r in record.transform_rows if r.stage == "load")
+    io = record.sections["storage_io"]
+    window_samples = record.summary.samples_per_s * io.get("seconds", float("nan"))
     summary["storage_bytes_per_sample"] = io.get("bytes", float("nan")) / window_samples
     return summary
 

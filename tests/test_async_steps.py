@@ -313,8 +313,8 @@ def test_a_cpu_job_asking_for_async_says_on_one_line_that_the_synchronous_path_r
     spec = compose_spec([*TINY_DATASET, *QUICK_RUN, "transform.per_sample=[]", "transform.per_batch=[]", "workers=0",
                          "consumer=toy_cnn", "consumer.device=cpu",
                          "run.sync=async", "run.profile_steps=0"])
-    summary = measure_job(spec, tmp_path)["summary"]
+    summary = measure_job(spec, tmp_path).summary
     notes = [line for line in capsys.readouterr().out.splitlines() if "run.sync" in line]
     assert notes == ["note: run.sync=async: the consumer runs on cpu, not on a CUDA device, so the synchronous "
                      "CPU path ran (step_sync=per_step)"]
-    assert summary["step_sync"] == SYNC_PER_STEP and summary["starvation_other_pct"] is None
+    assert summary.step_sync == SYNC_PER_STEP and summary.starvation_other_pct is None

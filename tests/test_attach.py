@@ -171,9 +171,9 @@ def test_watch_in_process_agrees_with_attach(script, tmp_path, monkeypatch):
     calls, returns = namespace["train"](watched, STEPS + SKIP + 5)
     assert watched.done
     result = watched.result()
-    _assert_truth(result.record["summary"], _hand_figures(calls, returns))
-    assert (result.samples_per_s, result.starvation_pct) == (result.record["summary"]["samples_per_s"],
-                                                              result.record["summary"]["starvation_pct"])
+    _assert_truth(result.record.summary.row, _hand_figures(calls, returns))
+    assert (result.samples_per_s, result.starvation_pct) == (result.record.summary.samples_per_s,
+                                                              result.record.summary.starvation_pct)
     assert result.steps_measured == STEPS
     assert result.samples_per_s_ci[0] <= result.samples_per_s <= result.samples_per_s_ci[1]
     folder = result.save(tmp_path / "watched")

@@ -77,5 +77,5 @@ def test_the_rank_merge_keeps_the_least_ranks_au_and_each_ranks_own(clock, tmp_p
         watched = watched_run(clock, [[FIRST_BATCH_MS] + [WARMUP_MS] * SKIP_STEPS + [wait] * 8], steps=8)
         save_rank([watched.watch], 0)
     [merged] = merge_ranks(ranks_dir, tmp_path)
-    assert [(r["rank"], r["au_pct"]) for r in merged["ranks"]] == [(0, pytest.approx(75.0)), (1, pytest.approx(50.0))]
+    assert [(r["rank"], r["au_pct"]) for r in merged.sections["ranks"]] == [(0, pytest.approx(75.0)), (1, pytest.approx(50.0))]
     assert merged.summary.au_pct == pytest.approx(50.0)

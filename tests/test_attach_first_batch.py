@@ -86,46 +86,46 @@ def test_the_load_row_is_getitem_less_the_recipe_and_the_rows_add_up():
     assert rows["Spin"]["ms_per_call_median"] == pytest.approx(STEP_MS, rel=SPIN_TOLERANCE)
     # The first fetch spun FIRST_FETCH_MS, but it came before the window: no row carries it.
     assert rows["Known"]["ms_per_call_mean"] < LOAD_MS + FIRST_FETCH_MS / rows["Known"]["calls"]
-    summary = result.record["summary"]
-    assert summary["pipeline_ms_per_sample"] == pytest.approx(sum(r["ms_per_sample"] for r in result.transforms))
+    summary = result.record.summary
+    assert summary.pipeline_ms_per_sample == pytest.approx(sum(r["ms_per_sample"] for r in result.transforms))
     # The rows' means carry every time slice a loaded host took from the spinner (CI once read 2.97
     # for 2.5), so the bound above is half a recipe step: a recipe counted in the load row too reads
     # 4.0, one missing 1.0.
-    assert LOAD_MS + STEP_MS <= summary["pipeline_ms_per_sample"] * (1 + SPIN_TOLERANCE)
-    assert summary["pipeline_ms_per_sample"] < LOAD_MS + STEP_MS + STEP_MS / 2
+    assert LOAD_MS + STEP_MS <= summary.pipeline_ms_per_sample * (1 + SPIN_TOLERANCE)
+    assert summary.pipeline_ms_per_sample < LOAD_MS + STEP_MS + STEP_MS / 2
 
 
 @known_cost
 def test_the_first_batch_in_the_main_process_is_its_first_fetch_and_nothing_is_pickled():
-    summary = _run(DataLoader(Known(), batch_size=BATCH)).record["summary"]
-    assert summary["first_fetch_s"] * 1000 == pytest.approx(FIRST_FETCH_MS + LOAD_MS + STEP_MS, rel=SPIN_TOLERANCE)
-    assert summary["worker_start_s"] is None and summary["dataset_pickle_mb"] is None
-    assert summary["first_fetch_s"] < summary["first_batch_s"]
+    summary = _run(DataLoader(Known(), batch_size=BATCH)).record.summary
+    assert summary.first_fetch_s * 1000 == pytest.approx(FIRST_FETCH_MS + LOAD_MS + STEP_MS, rel=SPIN_TOLERANCE)
+    assert summary.worker_start_s is None and summary.dataset_pickle_mb is None
+    assert summary.first_fetch_s < summary.first_batch_s
 
 
 @pytest.mark.slow
 @known_cost
 def test_a_spawned_worker_gets_the_dataset_pickled_and_its_start_and_first_fetch_are_apart():
     loader = DataLoader(Known(), batch_size=BATCH, num_workers=1, multiprocessing_context="spawn")
-    summary = _run(loader, steps=6, skip=1).record["summary"]
-    assert summary["start_method"] == "spawn"
-    assert summary["dataset_pickle_mb"] == pytest.approx(PAYLOAD_MB, rel=0.02)
-    assert summary["dataset_pickle_s"] > 0
-    assert summary["first_fetch_s"] * 1000 == pytest.approx(FIRST_FETCH_MS + LOAD_MS + STEP_MS, rel=SPIN_TOLERANCE)
+    summary = _run(loader, steps=6, skip=1).record.summary
+    assert summary.start_method == "spawn"
+    assert summary.dataset_pickle_mb == pytest.approx(PAYLOAD_MB, rel=0.02)
+    assert summary.dataset_pickle_s > 0
+    assert summary.first_fetch_s * 1000 == pytest.approx(FIRST_FETCH_MS + LOAD_MS + STEP_MS, rel=SPIN_TOLERANCE)
     # A spawned worker imports torch before its first line of work: most of the first batch.
-    assert 0 < summary["worker_start_s"] < summary["first_batch_s"]
-    assert summary["worker_start_s"] + summary["first_fetch_s"] <= summary["first_batch_s"]
-    assert summary["worker_startup_s_max"] >= summary["worker_start_s"]
+    assert 0 < summary.worker_start_s < summary.first_batch_s
+    assert summary.worker_start_s + summary.first_fetch_s <= summary.first_batch_s
+    assert summary.worker_startup_s_max >= summary.worker_start_s
 
 
 def test_a_forked_worker_pickles_nothing_and_the_markdown_shows_the_parts(tmp_path):
     loader = DataLoader(Known(), batch_size=BATCH, num_workers=1, multiprocessing_context="fork")
     assert dataset_pickle(loader).note == FORK_NOTE
     result = _run(loader, steps=6, skip=1)
-    summary = result.record["summary"]
-    assert summary["dataset_pickle_mb"] is None and summary["first_batch_note"] == FORK_NOTE
-    assert 0 < summary["worker_start_s"] < summary["first_batch_s"]
-    markdown = write_summary_markdown(tmp_path, [summary])
+    summary = result.record.summary
+    assert summary.dataset_pickle_mb is None and summary.first_batch_note == FORK_NOTE
+    assert 0 < summary.worker_start_s < summary.first_batch_s
+    markdown = write_summary_markdown(tmp_path, [summary.row])
     assert "first batch" in markdown and "worker_start_s" in markdown and FORK_NOTE in markdown
 
 
@@ -147,7 +147,7 @@ def _keeping_summary(answer) -> None:
     length = (KEEP_STEPS + 2 + 2 * PREFETCH_BATCHES) * BATCH
     loader = DataLoader(Known(keep_mb=KEEP_MB, length=length), batch_size=BATCH, num_workers=2,
                         persistent_workers=True, multiprocessing_context="fork")
-    answer.send(dict(_run(loader, steps=KEEP_STEPS, skip=2).record["summary"]))
+    answer.send(dict(_run(loader, steps=KEEP_STEPS, skip=2).record.summary.row))
 
 
 def test_workers_pss_growth_is_what_they_keep_and_the_epoch_restart_is_measured():
@@ -170,12 +170,12 @@ def test_workers_pss_growth_is_what_they_keep_and_the_epoch_restart_is_measured(
 
     # Three epochs of 12 batches inside one window: the restarts are measured at the epoch ends.
     loader = DataLoader(Known(), batch_size=BATCH, num_workers=2, multiprocessing_context="fork")
-    summary = _run(loader, epochs=3, steps=100, skip=2).record["summary"]
-    assert summary["epoch_boundaries_in_window"] == 2 and summary["epochs"] == 3
-    assert summary["epoch_restart_source"] == "measured"
+    summary = _run(loader, epochs=3, steps=100, skip=2).record.summary
+    assert summary.epoch_boundaries_in_window == 2 and summary.epochs == 3
+    assert summary.epoch_restart_source == "measured"
     # A restart forks the workers again and pays each one's first fetch: more than a steady cycle.
-    assert summary["epoch_restart_s"] * 1000 > FIRST_FETCH_MS
-    assert summary["steps"] == 3 * 12 - 1 - 2  # every batch but the run's first and the warm-up
+    assert summary.epoch_restart_s * 1000 > FIRST_FETCH_MS
+    assert summary.steps == 3 * 12 - 1 - 2  # every batch but the run's first and the warm-up
 
 
 def test_the_start_method_default_is_read_when_the_loader_names_none():
@@ -197,12 +197,12 @@ def test_two_loaders_at_once_each_get_their_own_workers_memory():
         time.sleep(0.002)
     assert len(keeps.watch.worker_pids) == len(lean.watch.worker_pids) == 2
     assert not keeps.watch.worker_pids & lean.watch.worker_pids
-    kept, other = keeps.result().record["summary"], lean.result().record["summary"]
+    kept, other = keeps.result().record.summary, lean.result().record.summary
     # Each loader's memory figures are the main process's and its own workers', not the other's.
     kept_mb = steps * BATCH * KEEP_MB
-    assert kept["worker_pss_growth_mb"] == pytest.approx(kept_mb, rel=PSS_TOLERANCE)
-    assert abs(other["worker_pss_growth_mb"]) < PSS_TOLERANCE * kept_mb
-    assert kept["loader_worker_pss_growth_mb"] == pytest.approx(kept_mb, rel=PSS_TOLERANCE)
-    assert abs(other["loader_worker_pss_growth_mb"]) < PSS_TOLERANCE * kept_mb
-    assert kept["loader_workers_pss_mb"] - other["loader_workers_pss_mb"] > (1 - PSS_TOLERANCE) * kept_mb
-    assert kept["loader_workers_pss_mb"] < kept["pss_mb_peak"]
+    assert kept.worker_pss_growth_mb == pytest.approx(kept_mb, rel=PSS_TOLERANCE)
+    assert abs(other.worker_pss_growth_mb) < PSS_TOLERANCE * kept_mb
+    assert kept.loader_worker_pss_growth_mb == pytest.approx(kept_mb, rel=PSS_TOLERANCE)
+    assert abs(other.loader_worker_pss_growth_mb) < PSS_TOLERANCE * kept_mb
+    assert kept.loader_workers_pss_mb - other.loader_workers_pss_mb > (1 - PSS_TOLERANCE) * kept_mb
+    assert kept.loader_workers_pss_mb < kept.pss_mb_peak

@@ -289,11 +289,11 @@ def test_a_loader_whose_interval_says_nothing_gets_none_and_says_why():
     result = _stepped([0.001, 0.04, 0.001])
     assert result.steps_measured == 3
     assert all(value != value for value in (*result.samples_per_s_ci, *result.batches_per_s_ci))
-    assert "spread too far" in result.record["summary"]["ci_note"]
+    assert "spread too far" in result.record.summary.ci_note
     assert "nan" not in json.dumps(summary_line(result))
     even = _stepped([0.002] * 40)
     low, high = even.samples_per_s_ci
-    assert low <= even.samples_per_s <= high and not even.record["summary"]["ci_note"]
+    assert low <= even.samples_per_s <= high and not even.record.summary.ci_note
 
 
 def _frame(filename, line, back=None, self=None):

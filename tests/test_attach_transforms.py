@@ -93,9 +93,9 @@ def test_rows_of_a_v2_compose_are_its_steps_known_costs_and_the_batches_are_the_
     assert rows["FastSpin"]["ms_per_call_median"] == pytest.approx(FAST_MS, rel=ROW_TOLERANCE)
     assert rows["SlowSpin"]["calls"] == STEPS * BATCH and rows["default_collate"]["calls"] == STEPS
     assert rows["SlowSpin"]["stage"] == "per_sample" and rows["default_collate"]["stage"] == "collate"
-    summary = watched.result().record["summary"]
-    assert summary["pipeline_ms_per_sample"] == pytest.approx(sum(r["ms_per_sample"] for r in rows.values()))
-    assert summary["pipeline_ms_per_sample"] > SLOW_MS + FAST_MS
+    summary = watched.result().record.summary
+    assert summary.pipeline_ms_per_sample == pytest.approx(sum(r["ms_per_sample"] for r in rows.values()))
+    assert summary.pipeline_ms_per_sample > SLOW_MS + FAST_MS
 
 
 @known_cost

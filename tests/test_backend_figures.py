@@ -88,26 +88,26 @@ def test_cpu_and_memory_figures_count_every_worker_of_every_backend(backend, tmp
     # A window of 48 batches: psutil reads process CPU in 10 ms ticks, a few ticks' worth a sample
     # in a window of 5.
     record = measure_job(_spec(backend, extra=["run.steps=48"]), tmp_path)
-    summary = record["summary"]
-    chain_cpu, process_cpu = summary["cpu_ms_per_sample"], summary["process_cpu_ms_per_sample"]
+    summary = record.summary
+    chain_cpu, process_cpu = summary.cpu_ms_per_sample, summary.process_cpu_ms_per_sample
     assert CHAIN_CPU_RANGE[0] * BUSY_MS <= chain_cpu <= CHAIN_CPU_RANGE[1] * BUSY_MS, chain_cpu
     assert PROCESS_CPU_RANGE[0] * BUSY_MS <= process_cpu <= PROCESS_CPU_RANGE[1] * BUSY_MS, process_cpu
-    workers = record["workers_breakdown"]
+    workers = record.sections["workers_breakdown"]
     made = {key: w for key, w in workers.items() if key != COLLATE_THREAD}
     assert set(made) == {str(w) for w in range(WORKERS)}
-    assert sum(w["samples"] for w in made.values()) == summary["steps"] * BATCH
+    assert sum(w["samples"] for w in made.values()) == summary.steps * BATCH
     for worker in made.values():
         assert worker["cpu_ms_per_sample"] == pytest.approx(BUSY_MS, rel=0.3)
-    memory = record["memory"]
+    memory = record.sections["memory"]
     pss = [p["pss_mb_peak"] for p in memory["processes"]]
-    assert summary["pss_mb_peak"] is not None and 0 < summary["pss_mb_peak"] <= summary["rss_mb_peak"]
+    assert summary.pss_mb_peak is not None and 0 < summary.pss_mb_peak <= summary.rss_mb_peak
     if backend == "dataloader":
         assert len(memory["processes"]) == 1 + WORKERS and COLLATE_THREAD not in workers
     else:  # one process: its own RSS and PSS are the sums, and no worker process grows
         assert [p["label"] for p in memory["processes"]] == ["main"]
-        assert summary["pss_mb_peak"] == pytest.approx(pss[0])
-        assert summary["worker_pss_growth_mb"] is None and math.isnan(summary["worker_startup_s_max"])
-        assert workers[COLLATE_THREAD]["batches"] == summary["steps"]
+        assert summary.pss_mb_peak == pytest.approx(pss[0])
+        assert summary.worker_pss_growth_mb is None and math.isnan(summary.worker_startup_s_max)
+        assert workers[COLLATE_THREAD]["batches"] == summary.steps
 
 
 def _steps(ms, count):
@@ -131,7 +131,7 @@ def test_a_thread_pool_cycle_is_one_batch_and_its_restart_one_batch_of_work():
 
 def test_a_persistent_workers_setting_does_not_make_a_thread_pool_persistent(tmp_path):
     record = measure_job(_spec("threads", extra=["loader.persistent_workers=true"]), tmp_path)
-    assert record["summary"]["epoch_restart_source"] != "persistent workers"
+    assert record.summary.epoch_restart_source != "persistent workers"
 
 
 def _diagnosed(backend, workers, rate):

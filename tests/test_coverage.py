@@ -112,12 +112,12 @@ def test_single_process_job_checks_its_workers_too(tmp_path, shard):
     spec = compose_spec([*STREAM, f"dataset.shard={shard}", "workers=2", "consumer=none", "run=quick",
                          "run.progress=false", "trace=none"])
     record = measure_job(spec, tmp_path)
-    coverage = record["coverage"]
+    coverage = record.sections["coverage"]
     assert coverage["complete_epochs"] >= 1
     if shard:
         assert coverage["exactly_once"], coverage
     else:  # each of the 2 workers reads the whole stream: every index twice an epoch
-        assert record["summary"]["duplicate_samples"] >= coverage["length"] * coverage["complete_epochs"]
+        assert record.summary.duplicate_samples >= coverage["length"] * coverage["complete_epochs"]
 
 
 class NoLenStream(IterableDataset):

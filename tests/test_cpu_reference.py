@@ -134,9 +134,9 @@ def test_a_real_job_with_calibrate_true_records_the_reference_beside_its_measure
     assert main(["run", *FAST_JOB, "transform.per_batch=[]", chain, "run.steps=48", "calibrate=true", "workers=0",
                  f"results_dir={tmp_path}"]) == 0
     (record,) = load_job_results(next(tmp_path.iterdir()))
-    assert record.summary["reference_cpu_ms"] > 0
-    assert record.summary["reference_version"] == REFERENCE_VERSION
-    assert record.summary["cpu_ms_per_sample"] >= 4.0  # the chain's own CPU, the reference not in it
+    assert record.summary.reference_cpu_ms > 0
+    assert record.summary.reference_version == REFERENCE_VERSION
+    assert record.summary.cpu_ms_per_sample >= 4.0  # the chain's own CPU, the reference not in it
 
 
 def _side(rng: np.random.Generator, cpu_factor: float, reference_factor: float, rate_factor: float,

@@ -33,7 +33,7 @@ def _spec(tmp_path, workers, per_sample):
 
 
 def _rows(record):
-    return {(r["stage"], r["transform"]): r for r in record["transforms"]}
+    return {(r["stage"], r["transform"]): r for r in record.transforms}
 
 
 @pytest.mark.slow
@@ -81,7 +81,7 @@ def test_no_decode_line_for_samples_that_need_none(tmp_path):
     spec = dataclasses.replace(compose_spec(["dataset=random_tensors", "dataset.shape=[3,32,32]", "dataset.length=512",
                                              *QUICK_RUN, "run.profile_steps=0"]),
                                per_sample=({"_target_": BUSY, "ms": 0.2},))
-    stages = {r["stage"] for r in measure_job(spec, tmp_path)["transforms"]}
+    stages = {r["stage"] for r in measure_job(spec, tmp_path).transforms}
     assert DECODE_STAGE not in stages and "per_sample" in stages
 
 

@@ -159,8 +159,8 @@ def test_model_predicts_a_chain_of_known_cost(tmp_path):
     for workers in (0, 1):
         result = measure_job(_known_cost_spec(workers), tmp_path / f"w{workers}")
         # The identity fields run_job_task adds to every result.json summary.
-        summary = {**result["summary"], "transform": "busy", "workers": workers, "batch_size": 8}
-        results.append({**result, "overrides": [f"workers={workers}"], "summary": summary})
+        summary = {**result.summary.row, "transform": "busy", "workers": workers, "batch_size": 8}
+        results.append({**result.to_json(), "overrides": [f"workers={workers}"], "summary": summary})
     diagnosis = diagnose(results)
     (_, costs), = diagnosis.costs
     assert costs.cpu_ms_per_sample == pytest.approx(1.5, rel=0.15)

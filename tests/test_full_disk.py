@@ -124,7 +124,7 @@ def test_a_disk_that_fills_mid_sweep_is_one_line_keeps_the_first_row_and_resumes
         "no traceback, no Hydra line"
     assert job_lines == [f"pipebench: error: {folder / 'job-1' / RESULT_FILE}: {FULL}{folder / 'job-1'})"], stderr
     assert stderr.strip().splitlines()[-1].startswith("pipebench: the tables were not written: "), stderr
-    assert [r["summary"]["workers"] for r in load_job_results(folder)] == [0], "the first job's row is kept"
+    assert [r.summary.workers for r in load_job_results(folder)] == [0], "the first job's row is kept"
     first = hashlib.sha256((folder / "job-0" / RESULT_FILE).read_bytes()).hexdigest()
 
     (markers / FILLER).unlink()
@@ -132,7 +132,7 @@ def test_a_disk_that_fills_mid_sweep_is_one_line_keeps_the_first_row_and_resumes
     status, orphans, stdout, stderr = _finished(_sweep(project, markers, results))
     assert status == 0 and orphans == 0 and "pipebench: error" not in stderr, stderr
     assert "resuming" in stdout and project / results_folder(stdout) == folder
-    assert [r["summary"]["workers"] for r in load_job_results(folder)] == [0, 1]
+    assert [r.summary.workers for r in load_job_results(folder)] == [0, 1]
     assert hashlib.sha256((folder / "job-0" / RESULT_FILE).read_bytes()).hexdigest() == first
 
 

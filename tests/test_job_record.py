@@ -42,12 +42,12 @@ def test_the_record_is_typed_frozen_and_round_trips(tmp_path):
     # Written back, the record's stored mapping is the same file (the on-disk format is unchanged);
     # written by an older pipebench (no schema_version, as here, and no choices), it loads alike.
     stored = json.loads((tmp_path / "job-0" / RESULT_FILE).read_text())
-    assert "schema_version" not in stored and dict(first) == stored and first.choices == {}
+    assert "schema_version" not in stored and first.to_json() == stored and first.choices == {}
     again = tmp_path / "again"
     again.mkdir()
-    write_result(again, dict(first))
+    write_result(again, first.to_json())
     reloaded = JobResult.from_stored(read_result(again / RESULT_FILE))
-    assert reloaded.key == first.key and reloaded.summary == first.summary and reloaded["passes"] == first["passes"]
+    assert reloaded.key == first.key and reloaded.summary.row == first.summary.row and reloaded.passes == first.passes
 
 
 def test_labels_and_varying_keys_agree_across_report_compare_explore_and_diagnosis(tmp_path):

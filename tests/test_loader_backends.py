@@ -206,11 +206,11 @@ def test_a_measured_job_on_threads_has_its_per_transform_rows(tmp_path):
     spec = compose_spec([*FAST_JOB, "workers=2", "loader.backend=threads"])
     spec = dataclasses.replace(spec, per_sample=({"_target_": SLEEP, "ms": 1.0},))
     record = measure_job(spec, tmp_path)
-    rows = {row["transform"]: row for row in record["transforms"]}
+    rows = {row["transform"]: row for row in record.transforms}
     assert "Sleep" in rows, sorted(rows)
     # Timed in the threads, beside the batch: a 1 ms sleep reads as at least 1 ms a call.
     assert rows["Sleep"]["ms_per_call_median"] >= 1.0
-    assert record["summary"]["samples_per_s"] > 0
+    assert record.summary.samples_per_s > 0
 
 
 def test_an_uninstalled_backend_names_its_extra(monkeypatch):

@@ -44,7 +44,7 @@ def test_real_run_has_a_row_per_round_and_writes_calibration(tiny_rounds_run):
 
 @pytest.mark.slow
 def test_baseline_update_replaces_with_compare_inputs_only(tiny_rounds_run, tmp_path, capsys):
-    machine = machine_folder(load_job_results(tiny_rounds_run)[0]["fingerprint"])
+    machine = machine_folder(load_job_results(tiny_rounds_run)[0].fingerprint)
     target = tmp_path / "baselines" / machine / "nightly"
     target.mkdir(parents=True)
     (target / "stale.txt").write_text("old")

@@ -240,7 +240,7 @@ def test_a_dataset_in_a_bucket_runs_remote_with_the_what_if_and_every_read_figur
                          "run=quick", "run.profile_steps=0", "run.progress=false", "run.warmup_steps=0",
                          "run.min_time_s=0", "loader.batch_size=2", "consumer=none", "trace=none",
                          "transform.per_sample=[{_target_:torchvision.transforms.PILToTensor}]", "transform.per_batch=[]"])
-    summary = measure_job(spec, tmp_path)["summary"]
+    summary = measure_job(spec, tmp_path).summary.row
     assert summary["cache_mode"] == REMOTE and summary["storage_latency_ms"] == 50
     assert summary["read_bytes_per_sample"] > 0 and summary["read_requests_per_sample"] > 0
     assert summary["read_files_per_sample"] > 0, "the window opened a shard"

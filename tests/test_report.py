@@ -167,7 +167,7 @@ def test_rounds_make_one_row_with_median_and_iqr():
     table = build_table(rows)
     assert table.axes == ("transform", "workers"), "the round is not a swept axis"
     first = rows[0]
-    rates = [float(r["summary"]["samples_per_s"]) for r in first.results]
+    rates = [r.summary.samples_per_s for r in first.results]
     assert first.rate.value == pytest.approx(np.median(rates)) and first.rate.kind == ROUNDS_SPREAD
     assert (first.rate.low, first.rate.high) == pytest.approx(tuple(np.percentile(rates, [25, 75])))
     assert _column(comparison_markdown(table), "rounds") == [str(NIGHTLY_ROUNDS)] * NIGHTLY_JOBS
@@ -196,7 +196,7 @@ def test_plots_are_pngs_with_titles_and_units(tmp_path):
 
 
 def test_throughput_plot_skipped_for_one_worker_count(tmp_path):
-    table = build_table(group_rows([(Path("run"), [r for r in _sweep_results() if r["summary"]["workers"] == 0])]))
+    table = build_table(group_rows([(Path("run"), [r for r in _sweep_results() if r.summary.workers == 0])]))
     assert "two worker counts" in throughput_figure(table)
     skipped, written = write_plots(table, tmp_path)[:2]
     assert not skipped.written and written.written and not (tmp_path / THROUGHPUT_PNG).exists()
@@ -268,7 +268,7 @@ LONG_STEP = "per_sample/" + "my_project.augmentations.colour.RandomisedPhotometr
 def test_a_long_legend_label_wraps_and_the_layout_still_applies(tmp_path, monkeypatch):
     from pipebench.report import plots
 
-    results = [JobRecord.from_stored({**r.stored, "transforms": [{"stage": "per_sample", "transform": LONG_STEP[11:],
+    results = [JobRecord.from_stored({**r.to_json(), "transforms": [{"stage": "per_sample", "transform": LONG_STEP[11:],
                                                                  "ms_per_sample": 5.0}]}) for r in _sweep_results()]
     table = build_table(group_rows([(Path("run"), results)]))
     with warnings.catch_warnings():

@@ -398,7 +398,7 @@ def test_resume_refuses_a_held_folder_then_reruns_damaged_and_changed_jobs_and_e
               "stored config differs at transform.per_sample.0.ms (stored 0, now 0.001)", "running the job again")
     _one_line(again.stderr, str(shown / "job-1" / RESULT_FILE), MESSAGE["samples_per_s edited"], "running the job again")
     results = load_job_results(folder)
-    assert [r["config"]["transform"]["per_sample"][0]["ms"] for r in results] == [0.001, 0.001]
+    assert [r.config["transform"]["per_sample"][0]["ms"] for r in results] == [0.001, 0.001]
     assert (folder / "job-1" / REJECTED_FILE).is_file() and len(list(csv.DictReader((folder / SUMMARY_CSV).open()))) == 2
     assert not (tmp_path / MARKER).exists(), "a planted file was executed"
 

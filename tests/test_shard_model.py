@@ -53,8 +53,8 @@ def test_a_4_shard_set_at_8_workers_is_modelled_and_measured_as_4_busy_workers(t
     results = []
     for workers in (0, WORKERS):
         result = measure_job(_spec(urls, workers), tmp_path / f"w{workers}")
-        summary = {**result["summary"], "transform": "sleep", "workers": workers, "batch_size": BATCH}
-        results.append({**result, "overrides": [f"workers={workers}"], "summary": summary})
+        summary = {**result.summary.row, "transform": "sleep", "workers": workers, "batch_size": BATCH}
+        results.append({**result.to_json(), "overrides": [f"workers={workers}"], "summary": summary})
     diagnosis = diagnose(results)
     (_, costs), = diagnosis.costs
     serial, eight = diagnosis.rows

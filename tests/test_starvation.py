@@ -72,23 +72,23 @@ def test_meter_matches_a_plain_loop(case, tmp_path):
     # during the test lands inside the bracket (CI once read the meter 16% above a lone plain run
     # that a passing load had slowed: 413 against 357 samples/s, the truth 500).
     before = plain_loop(spec)
-    summary = measure_job(spec, tmp_path)["summary"]
+    summary = measure_job(spec, tmp_path).summary
     after = plain_loop(spec)
     rates = sorted(p.samples_per_s for p in (before, after))
     starved = sorted(p.starvation_pct for p in (before, after))
     analytic_step_ms = max(y_ms, BATCH * x_ms / workers)
-    print(f"\n{case}: pipebench {summary['samples_per_s']:.0f} samples/s, {summary['starvation_pct']:.1f}% starved; "
+    print(f"\n{case}: pipebench {summary.samples_per_s:.0f} samples/s, {summary.starvation_pct:.1f}% starved; "
           f"plain {rates[0]:.0f}-{rates[1]:.0f}, {starved[0]:.1f}-{starved[1]:.1f}%; "
           f"analytic {BATCH * 1000 / analytic_step_ms:.0f}, {analytic:.0f}%")
-    assert rates[0] * (1 - RATE_TOLERANCE) <= summary["samples_per_s"] <= rates[1] * (1 + RATE_TOLERANCE)
-    assert starved[0] - STARVATION_TOLERANCE_POINTS <= summary["starvation_pct"] <= \
+    assert rates[0] * (1 - RATE_TOLERANCE) <= summary.samples_per_s <= rates[1] * (1 + RATE_TOLERANCE)
+    assert starved[0] - STARVATION_TOLERANCE_POINTS <= summary.starvation_pct <= \
         starved[1] + STARVATION_TOLERANCE_POINTS
     if case == "compute_bound":  # batches wait for the consumer: next() only pays delivery
-        assert summary["ready_steps_pct"] > 50
-        assert summary["ready_next_ms_median"] <= summary["wait_ms_median"] + 1e-9
+        assert summary.ready_steps_pct > 50
+        assert summary.ready_next_ms_median <= summary.wait_ms_median + 1e-9
     if case in ANALYTIC_CHECKED:
-        assert summary["starvation_pct"] == pytest.approx(analytic, abs=STARVATION_TOLERANCE_POINTS)
-    assert summary["accel_util_pct"] + summary["starvation_pct"] <= 100.5
+        assert summary.starvation_pct == pytest.approx(analytic, abs=STARVATION_TOLERANCE_POINTS)
+    assert summary.accel_util_pct + summary.starvation_pct <= 100.5
 
 
 @known_cost
@@ -96,19 +96,19 @@ def test_per_worker_timings_merge_and_explain_the_rate(tmp_path):
     """Two workers' timings ride back with their batches; W / per-sample time explains the rate."""
     spec = _spec(1.0, 2, 0.0)
     record = measure_job(spec, tmp_path)
-    workers = record["workers_breakdown"]
+    workers = record.sections["workers_breakdown"]
     assert set(workers) == {"0", "1"}
-    assert sum(w["samples"] for w in workers.values()) == record["summary"]["steps"] * BATCH
+    assert sum(w["samples"] for w in workers.values()) == record.summary.steps * BATCH
     for worker in workers.values():
         assert worker["cpu_ms_per_sample"] == pytest.approx(1.0, rel=0.3)
         assert 0 < worker["startup_s"] < 30
-    summary = record["summary"]
-    assert record["passes"][0]["warmup_steps"] == max(WARMUP, 2 * spec.loader.prefetch_factor)
-    assert summary["worker_startup_s_max"] == max(w["startup_s"] for w in workers.values())
+    summary = record.summary
+    assert record.pass_records[0].warmup_steps == max(WARMUP, 2 * spec.loader.prefetch_factor)
+    assert summary.worker_startup_s_max == max(w["startup_s"] for w in workers.values())
     # Data-bound with no consumer: the loader runs as fast as two busy workers can produce.
-    assert summary["samples_per_s"] == pytest.approx(summary["worker_capacity_samples_per_s"], rel=0.25)
-    rows = {r["transform"]: r for r in record["transforms"]}
-    assert rows["BusyWait"]["calls"] == summary["steps"] * BATCH
+    assert summary.samples_per_s == pytest.approx(summary.worker_capacity_samples_per_s, rel=0.25)
+    rows = {r["transform"]: r for r in record.transforms}
+    assert rows["BusyWait"]["calls"] == summary.steps * BATCH
 
 
 @pytest.mark.slow

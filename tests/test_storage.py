@@ -156,12 +156,12 @@ def test_without_posix_fadvise_cold_runs_warm_with_one_notice_and_the_row_says_s
     spec = compose_spec(["dataset=image_folder", f"dataset.path={_jpegs(tmp_path / 'imgs', 40)}", "dataset.cache=cold",
                          "run=quick", "run.profile_steps=0", "run.progress=false", "loader.batch_size=4",
                          "transform.per_sample=[{_target_:torchvision.transforms.PILToTensor}]"])
-    summary = measure_job(spec, tmp_path)["summary"]
+    summary = measure_job(spec, tmp_path).summary
     notices = [line for line in capsys.readouterr().out.splitlines() if "posix_fadvise" in line]
     assert len(notices) == 1 and "goes on warm" in notices[0]
-    assert summary["cache_mode"] == "warm"
-    assert "cold asked, ran warm" in summary["storage_note"]
-    assert summary["read_files_per_sample"] == 1.0
+    assert summary.cache_mode == "warm"
+    assert "cold asked, ran warm" in summary.storage_note
+    assert summary.read_files_per_sample == 1.0
 
 
 # The warm-up's bound in these tests: far past a look at a small file or a 1 MiB read here, and

@@ -109,9 +109,10 @@ def test_the_report_names_the_busy_wait_as_gil_bound_and_not_the_sleep(tmp_path)
 def test_asked_for_under_the_dataloader_the_profile_says_a_thread_backend_would_not_help(tmp_path):
     spec = compose_spec([*FAST_JOB, "workers=0", "run.thread_profile=true"])
     record = measure_job(dataclasses.replace(spec, per_sample=(BUSY, SLEEP)), tmp_path)
-    assert record["thread_profile"]["threads"] == [1, 2] and not record["thread_profile"]["on_threads"]
+    profile = record.sections["thread_profile"]
+    assert profile["threads"] == [1, 2] and not profile["on_threads"]
     # The task function adds the summary's identity fields when it writes result.json.
-    lines = gil_lines([{**record, "summary": {**record["summary"], "transform": "custom"}}])
+    lines = gil_lines([{**record.to_json(), "summary": {**record.summary.row, "transform": "custom"}}])
     assert any(line.startswith("BusyWait holds the GIL") and "A thread backend would not help" in line
                for line in lines), lines
     assert not any("Sleep" in line for line in lines), lines
@@ -120,8 +121,8 @@ def test_asked_for_under_the_dataloader_the_profile_says_a_thread_backend_would_
 def test_a_dataloader_job_runs_no_profile_unless_asked(tmp_path):
     spec = compose_spec([*FAST_JOB, "workers=0", "run.thread_profile=null"])  # the default
     record = measure_job(dataclasses.replace(spec, per_sample=(SLEEP,)), tmp_path)
-    assert record["thread_profile"] is None
-    assert all("thread_verdict" not in row for row in record["transforms"])
+    assert record.sections["thread_profile"] is None
+    assert all("thread_verdict" not in row for row in record.transforms)
 
 
 def _profiled(backend, on_threads, share_pct):

@@ -35,7 +35,7 @@ def _spec(per_sample, extra=()):
 
 
 def _rows(record):
-    return {(r["stage"], r["transform"]): r for r in record["transforms"]}
+    return {(r["stage"], r["transform"]): r for r in record.transforms}
 
 
 @pytest.mark.parametrize("cost_ms", [2.0, 6.0])
@@ -49,12 +49,12 @@ def test_known_cost_step_dominates_and_measures_its_cost(tmp_path, cost_ms):
     # The chain's CPU a sample is the busy wait's plus the other steps' own (their wall time bounds
     # their CPU time): at 2 ms a loaded host's cache misses in the small steps read as +17%.
     others_ms = sum(r["ms_per_sample"] for k, r in rows.items() if k != ("per_sample", "BusyWait"))
-    cpu_ms = record["summary"]["cpu_ms_per_sample"]
+    cpu_ms = record.summary.cpu_ms_per_sample
     assert cost_ms * (1 - COST_TOLERANCE) <= cpu_ms <= cost_ms * (1 + COST_TOLERANCE) + others_ms
     assert busy["share_pct"] > 80
     assert max(r["share_pct"] for k, r in rows.items() if k != ("per_sample", "BusyWait")) < 10
     assert ("per_sample", "Scale#2") in rows, "repeated transforms get distinct rows"
-    assert busy["calls"] == record["summary"]["steps"] * spec.loader.batch_size
+    assert busy["calls"] == record.summary.steps * spec.loader.batch_size
 
 
 @known_cost
@@ -69,26 +69,26 @@ def test_two_known_costs_split_in_proportion(tmp_path):
 def test_single_process_throughput_agrees_with_the_per_sample_sum(tmp_path):
     """With workers=0 and no consumer, a step is the chain itself: rate ≈ 1 / per-sample time."""
     spec = _spec([{"_target_": BUSY, "ms": 2.0}], extra=["consumer=none"])
-    summary = measure_job(spec, tmp_path)["summary"]
-    predicted = 1000.0 / summary["pipeline_ms_per_sample"]
-    assert summary["samples_per_s"] == pytest.approx(predicted, rel=0.1)
-    assert summary["samples_per_s_ci_low"] <= summary["samples_per_s"] <= summary["samples_per_s_ci_high"]
+    summary = measure_job(spec, tmp_path).summary
+    predicted = 1000.0 / summary.pipeline_ms_per_sample
+    assert summary.samples_per_s == pytest.approx(predicted, rel=0.1)
+    assert summary.samples_per_s_ci_low <= summary.samples_per_s <= summary.samples_per_s_ci_high
 
 
 @known_cost
 def test_emulated_consumer_sets_starvation(tmp_path):
     """Data wait B·X = 8 x 2 ms against a 16 ms consumer: about half of each step is waiting."""
     spec = _spec([{"_target_": BUSY, "ms": 2.0}], extra=["consumer=emulated", "consumer.step_ms=16"])
-    summary = measure_job(spec, tmp_path)["summary"]
-    assert summary["starvation_pct"] == pytest.approx(50, abs=10)
-    assert summary["accel_util_pct"] == pytest.approx(100 - summary["starvation_pct"], abs=2)
+    summary = measure_job(spec, tmp_path).summary
+    assert summary.starvation_pct == pytest.approx(50, abs=10)
+    assert summary.accel_util_pct == pytest.approx(100 - summary.starvation_pct, abs=2)
 
 
 def test_first_batch_is_kept_out_of_the_steady_state(tmp_path):
     spec = _spec([{"_target_": BUSY, "ms": 0.5}], extra=["run.warmup_steps=0", "run.steps=4", "run.min_time_s=0"])
     record = measure_job(spec, tmp_path)
-    assert len(record["passes"][0]["step_ms"]) == record["summary"]["steps"] == 4
-    assert record["summary"]["first_batch_s"] > 0
+    assert len(record.pass_records[0].step_ms) == record.summary.steps == 4
+    assert record.summary.first_batch_s > 0
 
 
 @known_cost
@@ -100,16 +100,16 @@ def test_on_device_steps_run_after_the_copy_and_are_charged_there(tmp_path):
     record = measure_job(spec, tmp_path)
     rows = _rows(record)
     busy = rows[("on_device", "BusyWait")]
-    assert busy["calls"] == record["summary"]["steps"]
+    assert busy["calls"] == record.summary.steps
     assert batch_ms * (1 - COST_TOLERANCE) <= busy["ms_per_call_median"] <= batch_ms * PREEMPTION_ALLOWANCE
-    summary = record["summary"]
-    assert summary["cpu_ms_per_sample"] >= batch_ms / spec.loader.batch_size * (1 - COST_TOLERANCE)
-    assert summary["on_device_ms_median"] >= batch_ms * (1 - COST_TOLERANCE)
-    assert summary["step_ms_median"] >= summary["on_device_ms_median"]
-    record_passes = record["passes"][0]
-    assert len(record_passes["device_ms"]) == len(record_passes["step_ms"])
+    summary = record.summary
+    assert summary.cpu_ms_per_sample >= batch_ms / spec.loader.batch_size * (1 - COST_TOLERANCE)
+    assert summary.on_device_ms_median >= batch_ms * (1 - COST_TOLERANCE)
+    assert summary.step_ms_median >= summary.on_device_ms_median
+    record_passes = record.pass_records[0]
+    assert len(record_passes.device_ms) == len(record_passes.step_ms)
     # random_tensors gives uint8 [3, 32, 32] samples: 8 of them cross as 24,576 bytes.
-    assert summary["batch_mb_median"] == pytest.approx(spec.loader.batch_size * 3 * 32 * 32 / 1e6)
+    assert summary.batch_mb_median == pytest.approx(spec.loader.batch_size * 3 * 32 * 32 / 1e6)
 
 
 def test_a_step_after_the_copy_that_fails_stops_the_job_with_one_line_naming_it_and_its_samples(tmp_path):

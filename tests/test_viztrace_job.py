@@ -31,14 +31,14 @@ def _spec(*extra):
 def test_viztracer_job_traces_main_and_every_worker(tmp_path):
     record = measure_job(_spec("trace=viztracer", "workers=2"), tmp_path)
     path = tmp_path / TRACE_FILE
-    assert path.is_file() and record["artifacts"] == {"viztrace": TRACE_FILE}
+    assert path.is_file() and record.sections["artifacts"] == {"viztrace": TRACE_FILE}
     assert not (tmp_path / TORCH_TRACE_FILE).exists()
     names = defaultdict(set)
     for e in json.loads(path.read_text())["traceEvents"]:
         if e["ph"] == "X" and e.get("cat") == CATEGORY:
             assert e["dur"] >= 0
             names[e["pid"]].add(e["name"])
-    summary = record["viztrace"]
+    summary = record.sections["viztrace"]
     main_pid = summary["main_pid"]
     workers = set(names) - {main_pid}
     assert len(workers) == 2, f"slices from the main process and 2 workers, got {sorted(names)}"
@@ -48,16 +48,16 @@ def test_viztracer_job_traces_main_and_every_worker(tmp_path):
     assert summary["workers_not_closed"] == {}, "the traced pass's workers exit cleanly"
     assert {int(pid) for pid in summary["processes"]} == {main_pid, *workers}
     # The measured numbers are untouched by tracing: the table still comes from the repeats.
-    assert record["summary"]["steps"] == len(record["passes"][0]["step_ms"])
+    assert record.summary.steps == len(record.pass_records[0].step_ms)
 
 
 def test_no_trace_file_with_trace_none(tmp_path):
     record = measure_job(_spec("trace=none", "workers=0"), tmp_path)
-    assert record["artifacts"] == {} and record["viztrace"] is None
+    assert record.sections["artifacts"] == {} and record.sections["viztrace"] is None
     assert not (tmp_path / TRACE_FILE).exists() and not (tmp_path / TORCH_TRACE_FILE).exists()
 
 
 def test_default_trace_is_torch_profiler_at_workers_0(tmp_path):
     record = measure_job(_spec("workers=0"), tmp_path)
-    assert (tmp_path / TORCH_TRACE_FILE).is_file() and record["artifacts"]["trace"] == TORCH_TRACE_FILE
-    assert not (tmp_path / TRACE_FILE).exists() and record["viztrace"] is None
+    assert (tmp_path / TORCH_TRACE_FILE).is_file() and record.sections["artifacts"]["trace"] == TORCH_TRACE_FILE
+    assert not (tmp_path / TRACE_FILE).exists() and record.sections["viztrace"] is None

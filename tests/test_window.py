@@ -265,8 +265,8 @@ def test_a_job_cuts_its_window_once_from_the_plans_cycle(tmp_path, monkeypatch, 
     cycles = _counted_cuts(monkeypatch)
     record = measure_job(spec, tmp_path)
     assert cycles == [pass_plan(spec).cycle]
-    assert record["window"]["cycle"] == pass_plan(spec).cycle
-    assert record["window"]["pass_steps"] == [len(one["samples"]) for one in record["passes"]]
+    assert record.sections["window"]["cycle"] == pass_plan(spec).cycle
+    assert record.sections["window"]["pass_steps"] == [len(one.samples) for one in record.pass_records]
 
 
 def test_a_watched_loader_cuts_its_window_once(monkeypatch):
@@ -278,7 +278,7 @@ def test_a_watched_loader_cuts_its_window_once(monkeypatch):
     cycles = _counted_cuts(monkeypatch)
     result = watch_result(watch)
     assert cycles == [1]
-    assert result.record["window"]["pass_steps"] == [len(one["samples"]) for one in result.record["passes"]]
+    assert result.record.sections["window"]["pass_steps"] == [len(one.samples) for one in result.record.pass_records]
 
 
 @pytest.mark.parametrize("short", [0, 1, 3, 6])

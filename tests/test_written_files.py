@@ -249,4 +249,4 @@ def test_a_resumed_sweep_writes_no_file_through_a_link(tmp_path):
     assert _digest(victim) == before and victim.stat().st_nlink == 1
     assert all(_own_file(path) for path in planted if path.exists())
     assert (folder / "job-0" / "profile.txt").is_file() and (folder / "job-0" / ".hydra" / "config.yaml").is_file()
-    assert [r["config"]["run"]["seed"] for r in load_job_results(folder)] == [1]
+    assert [r.config["run"]["seed"] for r in load_job_results(folder)] == [1]

@@ -49,7 +49,7 @@ def main(args: argparse.Namespace) -> int:
         return 0
     results = Path(args.results)
     jobs = load_job_results(results) if results.is_dir() else []
-    machine = machine_folder(jobs[0]["fingerprint"]) if jobs else machine_key()
+    machine = machine_folder(jobs[0].fingerprint) if jobs else machine_key()
     done = update_baseline(results, Path(args.baselines_dir) / machine, args.name)
     print(f"{'replaced' if done.replaced else 'created'} baseline {done.target} from {args.results}:")
     print("\n".join(f"  {rel}" for rel in done.files))

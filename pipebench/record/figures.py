@@ -13,7 +13,6 @@ import statistics
 from dataclasses import dataclass, make_dataclass
 from typing import Any, Callable, Dict, Mapping, NamedTuple, Optional, Sequence, Tuple
 
-from pipebench.base.mapping_view import MappingView
 
 __all__ = ["SUMMARY_COLUMNS", "SUMMARY_TABLE", "TEXT_SUMMARY_COLUMNS", "Column", "Summary"]
 
@@ -108,7 +107,7 @@ _READ: Dict[type, Callable[[Any], Any]] = {str: str, bool: bool, int: _whole, fl
 
 
 @dataclass(frozen=True, eq=False)
-class _Row(MappingView):
+class _Row:
     """What every `Summary` has beside its columns' fields: the stored row, in its stored order."""
 
     row: Mapping[str, Any]
@@ -133,9 +132,6 @@ class _Row(MappingView):
     def extra(self) -> Dict[str, Any]:
         """The row's cells no column names, by name."""
         return {key: value for key, value in self.row.items() if key not in _FIELDS}
-
-    def _view(self) -> Mapping[str, Any]:
-        return self.row
 
 
 _FIELDS = frozenset(SUMMARY_COLUMNS)

@@ -15,7 +15,6 @@ from dataclasses import dataclass, field, replace
 from functools import cached_property
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
-from pipebench.base.mapping_view import MappingView
 from pipebench.base.typed_json import parse, parse_all
 from pipebench.config.specs import JobSpec
 from pipebench.record.figures import Summary
@@ -150,11 +149,10 @@ class _Sections:
 
 
 @dataclass(frozen=True, eq=False)
-class JobResult(MappingView):
+class JobResult:
     """One job's result.json: its typed summary row, its other sections in written order (meters,
-    transforms, passes, ..., fingerprint) and, once named, its identity. It also reads as the file's
-    mapping, for the sections no reader needs typed (gpu, memory, ranks...). A summary given as a
-    plain row (the measuring's) is read into a `Summary`."""
+    transforms, passes, ..., fingerprint) and, once named, its identity. A summary given as a plain row
+    (the measuring's) is read into a `Summary`."""
 
     summary: Summary
     sections: Mapping[str, Any]
@@ -194,11 +192,6 @@ class JobResult(MappingView):
         head = {} if named is None else {"job": named.job, "job_num": named.job_num, "overrides": list(named.overrides),
                                          "config": named.config, "choices": named.choices}
         return {**head, "summary": self.summary.row, **self.sections}
-
-    @cached_property
-    def stored(self) -> Dict[str, Any]:
-        """The file's mapping (`to_json`), built once."""
-        return self.to_json()
 
     @property
     def job(self) -> str:
@@ -281,9 +274,6 @@ class JobResult(MappingView):
     def consumer_report(self) -> ConsumerReport:
         """The consumer's own record, typed (an empty kind where the file has none)."""
         return parse(ConsumerReport, self._named.consumer_report)
-
-    def _view(self) -> Mapping[str, Any]:
-        return self.stored
 
 
 # The readers' earlier name for the same type.

@@ -117,7 +117,7 @@ class ComparisonRow:
     def summary_median(self, key: str, default: float) -> float:
         """The median over rounds of a summary figure; `default` for results written without it
         (or with an empty cell: a meter that could not read it)."""
-        values = [float(default if r.summary.get(key) is None else r.summary[key]) for r in self.results]
+        values = [float(default if r.summary.row.get(key) is None else r.summary.row[key]) for r in self.results]
         return float(np.median(values))
 
     def value(self, key: str) -> str:
@@ -190,7 +190,7 @@ def group_rows(runs: Sequence[Tuple[Path, Sequence[JobRecord]]]) -> List[Compari
     hosts = _host_labels(list(fingerprint.values()))
     rows = []
     for (folder, label), results in grouped.items():
-        names = identity(results[0].overrides, results[0].summary)
+        names = identity(results[0].overrides, results[0].summary.row)
         host = hosts[fingerprint[(folder, label)]]
         names.update({HOST: host, RUN: folder.name})
         rows.append(ComparisonRow(label, folder, host, names, measured_rate(results),

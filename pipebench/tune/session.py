@@ -150,8 +150,8 @@ class Probed:
 def _models(probe: Mapping[str, List[JobRecord]]) -> Dict[str, ChainModel]:
     """Each probed chain's model: its costs, the steps holding the GIL and their share of its time,
     and a worker's memory (the probe's summed PSS: one process, so what a worker copying it holds)."""
-    return {chain: ChainModel(chain_costs(records), tuple(gil_bound_steps(records)), gil_share(records),
-                              pss_mb([r.summary for r in records]))
+    return {chain: ChainModel(chain_costs(records), tuple(gil_bound_steps(records)),
+                              gil_share([r.to_json() for r in records]), pss_mb([r.summary for r in records]))
             for chain, records in probe.items() if records}
 
 
@@ -323,7 +323,7 @@ class TuneSession:
         tuned = Tuned(self.spec.transform_name, self.objective, self.request.budget_s,
                       time.monotonic() - self.started, points, pruned,
                       {name: predicted_rate(p, probe.models.get(p.chain)) for name, p in points.items()}, outcome,
-                      chosen, {c: [r.summary for r in records] for c, records in probe.records.items() if records},
+                      chosen, {c: [r.summary.row for r in records] for c, records in probe.records.items() if records},
                       probe.verdicts, verification,
                       self.chains.configs.get(points[chosen.pick].chain) if chosen is not None else None, notes,
                       self.base, probe.warnings, pick_warning)
@@ -413,7 +413,7 @@ class TuneSession:
             print(f"tune: race {number}: {len(names)} point(s), {rounds} round(s) {length:g}x long", flush=True)
             found = self._measure(self.folder / RACE_DIR.format(number), [points[n] for n in names], rounds,
                                   round_settings(self.overrides, self.round_spec, length), deadline=self.deadline)
-            return {name: [r.summary for r in records] for name, records in found.items()}
+            return {name: [r.summary.row for r in records] for name, records in found.items()}
 
         propose = optuna_proposer(kept, self.objective, self.options.optuna_batch, self.options.seed) \
             if self.options.search == OPTUNA else None
@@ -458,9 +458,9 @@ class TuneSession:
               f"side{fewer}", flush=True)
         records = self._measure(self.folder / VERIFY_DIR, [current, pick], rounds, run_settings,
                                 deadline=self.deadline)
-        by_round = {name: {int(r.round or 0): race_rates([r.summary])[0] for r in records.get(name, [])}
+        by_round = {name: {int(r.round or 0): race_rates([r.summary.row])[0] for r in records.get(name, [])}
                     for name in (current.name, pick.name)}
-        mine = [r.summary for r in records.get(current.name, [])]
+        mine = [r.summary.row for r in records.get(current.name, [])]
         if not by_round[current.name] or not by_round[pick.name]:
             if time.monotonic() >= self.deadline:
                 return "not verified: the budget was spent before its jobs ran (the sweep's line names them)", mine
