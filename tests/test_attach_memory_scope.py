@@ -15,7 +15,10 @@ STEPS = 6
 def test_a_process_the_script_starts_is_not_counted_as_a_worker():
     stranger = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
     try:
-        loader = DataLoader(list(range(4 * (STEPS + 4))), batch_size=4, num_workers=1, multiprocessing_context="fork")
+        # Persistent, so the worker outlives the loop: the meters read on a thread of their own, which a
+        # loaded host may run after a non-persistent worker has already exited.
+        loader = DataLoader(list(range(4 * (STEPS + 4))), batch_size=4, num_workers=1, multiprocessing_context="fork",
+                            persistent_workers=True)
         watched = pipebench.watch(loader, steps=STEPS, skip_steps=1)
         for _ in watched:
             pass
