@@ -10,9 +10,10 @@ declare stay in `extra`.
 from dataclasses import dataclass, field
 from typing import Any, Dict, Mapping, Optional, Tuple
 
-from pipebench.base.typed_json import parse, parse_all, required_fields
+from pipebench.base.typed_json import parse, required_fields
 
 __all__ = ["ConsumerReport", "DatasetFacts", "Fingerprint", "PassRecord", "TransformRow", "measured_row"]
+
 
 @dataclass(frozen=True)
 class TransformRow:
