@@ -111,7 +111,6 @@ class WindowSums:
         self.column_ns: Optional[np.ndarray] = None
         self.timed_samples = 0
         self.collate_ns = 0
-        self.timed_batches = 0
         self.kept: List[BatchTimings] = []
 
     def step(self, step_number: int, wait_ns: int, step_ns: int, samples: int) -> None:
@@ -134,7 +133,6 @@ class WindowSums:
         self.column_ns = sums if self.column_ns is None else self.column_ns + sums
         self.timed_samples += len(sample_ns)
         self.collate_ns += collate_ns
-        self.timed_batches += 1
         if len(self.kept) < KEPT_BATCHES:
             self.kept.append(timings)
 
