@@ -193,10 +193,12 @@ def test_tensorboard_and_prometheus_read_back_with_their_own_readers(tmp_path):
     assert samples["pipebench_starvation_pct"].value == pytest.approx(20.0)
     assert samples["pipebench_starvation_pct"].labels == {"loader": "t.py:3", "rank": "0"}
     assert samples["pipebench_window_wait_p50_ms_count"].value == 3
+    assert samples["pipebench_recorder_pct"].value == 0.0  # the fake clock stands still while it works
     events = EventAccumulator(str(tmp_path / "tb"))
     events.Reload()
     points = events.Scalars("pipebench/starvation_pct")
     assert [p.step for p in points] == [11, 21, 31] and points[0].value == pytest.approx(20.0)
+    assert [(p.step, p.value) for p in events.Scalars("pipebench/recorder_pct")] == [(11, 0.0), (21, 0.0), (31, 0.0)]
 
 
 def test_a_sink_whose_library_is_missing_names_the_extra(monkeypatch):
@@ -257,7 +259,7 @@ def test_attach_record_end_to_end_catches_the_slow_step(tmp_path):
     assert float(steps["Slow"]["ms_per_call_median"]) > 10 * float(steps["Slow"]["baseline_ms_per_sample"])
 
 
-ROW = {"loader": "loader=t.py:3", "rank": 0, "starvation_pct": 12.5, "samples_per_s": 100.0}
+ROW = {"loader": "loader=t.py:3", "rank": 0, "starvation_pct": 12.5, "samples_per_s": 100.0, "recorder_pct": 0.25}
 
 
 @pytest.mark.slow  # MLflow creates its sqlite tables: about 3 s
@@ -274,6 +276,8 @@ def test_mlflow_logs_into_the_scripts_active_run_read_back_by_mlflowclient(tmp_p
         sinks.close()
     history = MlflowClient(uri).get_metric_history(active.info.run_id, "pipebench/starvation_pct")
     assert [(m.step, m.value) for m in history] == [(10, 12.5), (20, 40.0)]
+    own = MlflowClient(uri).get_metric_history(active.info.run_id, "pipebench/recorder_pct")
+    assert [(m.step, m.value) for m in own] == [(10, 0.25), (20, 0.25)]
 
 
 @pytest.mark.slow  # wandb starts its service process: about 2 s
@@ -290,6 +294,7 @@ def test_wandb_logs_offline_into_the_scripts_run_without_moving_its_step(tmp_pat
         sinks.close()
         # Read back through the run's own API: the point joined the script's step, which did not move.
         assert run.summary["pipebench/starvation_pct"] == 12.5 and run.summary["pipebench/step"] == 10
+        assert run.summary["pipebench/recorder_pct"] == 0.25
         assert run.step == 2
     finally:
         run.finish()
@@ -315,4 +320,5 @@ def test_the_report_draws_the_timeline_and_names_each_captures_cause(tmp_path):
     section = write_recording(tmp_path, tmp_path)
     assert (tmp_path / TIMELINE_PNG).stat().st_size > 0
     assert "Decode: 9.00 ms a sample (baseline 3.00)" in section
+    assert "The recorder's own time in the loop: 0.00% over the run (time-weighted over 6 windows)" in section
     assert "Decode" in (capture / "report.md").read_text()

@@ -94,6 +94,7 @@ def test_the_file_has_the_recorders_columns_and_the_report_draws_each_job(tmp_pa
         rows = list(reader)
     assert tuple(reader.fieldnames) == SERIES_COLUMNS
     assert rows[0]["loader"] == "job-1" and rows[0]["stall"] == "" and rows[0]["top_step_1"] == ""
+    assert rows[0]["recorder_pct"] == ""  # the recorder's own share: no recorder in a job
     section = recording_markdown([tmp_path], tmp_path)
     assert (tmp_path / JOB_SERIES_PNG.format(suffix="")).stat().st_size > 0
     lines = {line.split("|")[1].strip(): line for line in section.splitlines() if line.startswith("| job-")}

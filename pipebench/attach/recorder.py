@@ -11,6 +11,17 @@ transform rows and the stall's figures); its end is a row of `events.csv`, as is
 start with its cost. `close()` writes each loader's partial window (attach calls it when the
 script ends, SIGTERM and Ctrl-C included).
 
+The recorder's own time in the user's loop is a column of its own (`recorder_pct`, a share of the
+window's span): the step's bookkeeping before each `next()` (a window's close with its row, stall
+rule, capture, fsync and sinks included), the tap inside `next()` and an epoch start's bookkeeping
+after it, read on the recorder's clock at two reads a step beside the two that time the step. A
+window's figure is the recorder's time while that window was open, so the close that writes a
+window's row counts in the next window's figure. It is no data wait: a step's wait is its time in
+`next()` less the tap's, so starvation does not count the recorder's own work, and the span (wait
+and step together) still holds it. The per-transform timing inside the workers and the timings'
+ride back through the worker queue are not in it: they are the benchmark's to measure
+(`benchmarks/recorder_check.py`).
+
 Memory is bounded whatever the run's length: a window is sums and a DDSketch
 (`pipebench.measure.series_window`), the whole run's quantiles the windows' sketches merged, the baseline the last
 20 windows' figures, and a capture's raw timings at most KEPT_BATCHES batches a window.
@@ -195,37 +206,55 @@ class LoaderRecorder:
         self.window = WindowSums(1, recorder.clock())
         self.storage = _storage_meter()
         self.stall: Optional[_Stall] = None
+        # The recorder's own ns in the loop while the open window lasts, and the clock as the tap began
+        # (None: no tap since the last batch came).
+        self.own_ns = 0
+        self._tap_ns: Optional[int] = None
 
     # The loop's side: epochs, steps and the timings that ride in.
 
     def epoch(self, batches: Iterable[Any], batch_size: Optional[int] = None) -> Iterator[Any]:
-        """One epoch of the user's batches, each step timed: the wait in next(), the step after."""
+        """One epoch of the user's batches, each step timed: the wait in next(), the step after; and
+        the recorder's own time in between (`own_ns`): the last step's bookkeeping before next(), the
+        tap inside it, an epoch start's after it. The wait is next()'s time less the tap's; the
+        step's time holds the recorder's, so a step's wait and time still add up to its span."""
         clock = self.recorder.clock
         self.epoch_number += 1
         iterator = iter(batches)
-        pending: Optional[Tuple[int, int, int]] = None  # (wait, samples, delivered) of the last batch
+        # (wait, samples, delivered, the recorder's ns before and in next()) of the last batch
+        pending: Optional[Tuple[int, int, int, int]] = None
         first = True
+        self._tap_ns = None
         while True:
-            before = clock()
+            ready = before = clock()
             if pending is not None:
-                wait_ns, samples, delivered = pending
-                self.step(wait_ns, before - delivered, samples, before)
+                wait_ns, samples, delivered, own_ns = pending
+                self.step(wait_ns, before - delivered + own_ns, samples, before)
                 pending = None
+                ready = clock()
+                self.own_ns += ready - before  # a close's cost counts in the window it opened
             try:
                 batch = next(iterator)
             except StopIteration:
                 return
             delivered = clock()
+            tap_ns = 0 if self._tap_ns is None else delivered - self._tap_ns
+            self._tap_ns = None
+            self.own_ns += tap_ns
             self.step_number += 1
             if first:
                 first = False
-                self.epoch_started(delivered - before, delivered)
+                self.epoch_started(delivered - ready - tap_ns, delivered)
+                self.own_ns += clock() - delivered  # no step's span holds it: it counts all the same
             else:
-                pending = (delivered - before, batch_samples(batch, batch_size), delivered)
+                pending = (delivered - ready - tap_ns, batch_samples(batch, batch_size), delivered,
+                           ready - before + tap_ns)
             yield batch
 
     def timings(self, timings: BatchTimings) -> None:
-        """A batch's per-transform timings (the watch's tap)."""
+        """A batch's per-transform timings (the watch's tap, inside next(): its time runs to the batch's
+        delivery, which `epoch` reads anyway)."""
+        self._tap_ns = self.recorder.clock()
         self.window.timings(timings)
 
     def step(self, wait_ns: int, step_ns: int, samples: int, now_ns: int) -> None:
@@ -244,6 +273,7 @@ class LoaderRecorder:
         window, self.window = self.window, WindowSums(self.step_number + 1, now_ns)
         if window.steps == 0:
             return
+        own_ns, self.own_ns = self.own_ns, 0
         self.storage.mark(LAST_MEASURED)
         storage, self.storage = Summary.from_row(self.storage.columns()), _storage_meter()
         figures = window.figures(self.epoch_number, self.recorder.seconds(now_ns))
@@ -257,7 +287,8 @@ class LoaderRecorder:
             self._stall_ended()
         stall = self.stall if verdict is not None else None
         self.recorder.emit("window", {**self._row(figures, verdict, stall),
-                                      "storage_read_mb_per_s": storage.storage_read_mb_per_s})
+                                      "storage_read_mb_per_s": storage.storage_read_mb_per_s,
+                                      "recorder_pct": 100.0 * own_ns / window.span_ns if window.span_ns else None})
 
     def _row(self, figures: WindowFigures, verdict: Optional[Verdict], stall: Optional[_Stall]) -> Dict[str, Any]:
         return {**window_row(self.name, self.recorder.rank, figures, self.step_names, self.run_sketch),

@@ -40,13 +40,14 @@ QUANTILES = (0.50, 0.95, 0.99)
 # The chain's costliest steps named in each row of series.csv, with their ms a sample.
 TOP_STEPS = 3
 SERIES_CSV = "series.csv"
-# A row a window of one loader (or job) on one rank. The recorder alone fills the last three: what the
-# process tree read from storage, and the stall the window was part of with its capture.
+# A row a window of one loader (or job) on one rank. The recorder alone fills the last four: what the
+# process tree read from storage, the recorder's own share of the loop's time, and the stall the
+# window was part of with its capture.
 SERIES_COLUMNS = (
     "loader", "rank", "first_step", "last_step", "epoch", "t_end_s", "steps", "samples", "samples_per_s",
     "starvation_pct", "wait_p50_ms", "wait_p95_ms", "wait_p99_ms", "run_wait_p50_ms", "run_wait_p95_ms",
     "run_wait_p99_ms", *(f"top_step_{n}{unit}" for n in range(1, TOP_STEPS + 1) for unit in ("", "_ms")),
-    "storage_read_mb_per_s", "stall", "capture",
+    "storage_read_mb_per_s", "recorder_pct", "stall", "capture",
 )
 # Raw timings kept a window for a capture's transform rows: 256 batches of a chain's ~6 columns at
 # batch 256 is ~3 MiB at most, and enough samples for a step's median.
@@ -159,8 +160,8 @@ def top_steps(names: Sequence[str], figures: WindowFigures, count: int = TOP_STE
 
 def window_row(loader: str, rank: int, figures: WindowFigures, step_names: Sequence[str],
                run_sketch: LogCollapsingLowestDenseDDSketch) -> Dict[str, Any]:
-    """A closed window's cells of series.csv, but for what the recorder alone writes (storage, stall,
-    capture): `run_sketch` holds every wait up to this window's end, whence the run_wait_* quantiles."""
+    """A closed window's cells of series.csv, but for what the recorder alone writes (storage, its own
+    share, stall, capture): `run_sketch` holds every wait up to this window's end, whence the run_wait_* quantiles."""
     run = quantiles_ms(run_sketch)
     row = {"loader": loader, "rank": rank, "first_step": figures.first_step, "last_step": figures.last_step,
            "epoch": figures.epoch, "t_end_s": figures.t_end_s, "steps": figures.steps, "samples": figures.samples,

@@ -27,8 +27,8 @@ from pipebench.base.io import write_bytes_atomic, write_text_atomic
 from pipebench.base.tables import markdown_table
 from pipebench.base.typed_json import parse, parse_all
 
-__all__ = ["JOB_SERIES_PNG", "TIMELINE_PNG", "capture_cause", "job_series_section", "recording_markdown",
-           "write_recording"]
+__all__ = ["JOB_SERIES_PNG", "TIMELINE_PNG", "RecordedRow", "RecorderShare", "capture_cause", "job_series_section",
+           "recorder_share", "recording_markdown", "write_recording"]
 
 # The recorder's and each job's file (pipebench.measure.series_window, which imports torch: this module, read by
 # `pipebench report`, does not), and the recorder's events.
@@ -62,6 +62,7 @@ class RecordedRow:
     samples: Optional[str] = ""
     samples_per_s: Optional[str] = ""
     starvation_pct: Optional[str] = ""
+    recorder_pct: Optional[str] = ""
     capture: Optional[str] = ""
 
 
@@ -241,6 +242,11 @@ def write_recording(folder: Path, out_dir: Path) -> Optional[str]:
                                                          RECORDED_XLABEL)]
     lines.append(f"{len(series)} windows, {sum(1 for e in events if e.kind == 'epoch_start')} epoch starts, "
                  f"{len(found)} captures.")
+    own = recorder_share(series)
+    if own is not None:
+        lines.append(f"The recorder's own time in the loop: {own.pct:.2f}% over the run (time-weighted over "
+                     f"{own.windows} windows), at most {own.worst_pct:.2f}% (steps {own.worst.first_step}-"
+                     f"{own.worst.last_step}, {own.worst.loader.split(',')[0]} rank {own.worst.rank}).")
     table = []
     for capture in found:
         write_text_atomic(capture.path / "report.md", capture_report(capture, folder))
@@ -256,12 +262,44 @@ def write_recording(folder: Path, out_dir: Path) -> Optional[str]:
     return "\n".join(lines) + "\n"
 
 
+def _span_s(row: RecordedRow) -> Optional[float]:
+    """The window's span in seconds, its samples over its rate (None where a window has no samples)."""
+    samples, rate = _number(row.samples), _number(row.samples_per_s)
+    return samples / rate if samples and rate else None
+
+
 def _rate(rows: Sequence[RecordedRow]) -> Optional[float]:
-    """samples/s over `rows`' windows together (each window's span is its samples over its rate)."""
-    spans = [(_number(r.samples), _number(r.samples_per_s)) for r in rows]
-    spans = [(samples, samples / rate) for samples, rate in spans if samples and rate]
+    """samples/s over `rows`' windows together."""
+    spans = [(_number(r.samples), _span_s(r)) for r in rows]
+    spans = [(samples, span) for samples, span in spans if span]
     span = sum(s for _, s in spans)
     return sum(samples for samples, _ in spans) / span if span else None
+
+
+@dataclass(frozen=True)
+class RecorderShare:
+    """The recorder's own time in the loop over a set of windows: its share of their spans together
+    (time-weighted), and the window where it was largest."""
+
+    pct: float
+    windows: int
+    worst_pct: float
+    worst: RecordedRow
+
+
+def recorder_share(rows: Sequence[RecordedRow]) -> Optional[RecorderShare]:
+    """`recorder_pct` over `rows`, each window weighted by its span; None where no window holds it
+    (a `pipebench run` job's series, a recording made before the column)."""
+    held = []
+    for row in rows:
+        pct, span = _number(row.recorder_pct), _span_s(row)
+        if pct is not None and span:
+            held.append((row, pct, span))
+    if not held:
+        return None
+    worst, worst_pct, _ = max(held, key=lambda item: item[1])
+    total = sum(span for _, _, span in held)
+    return RecorderShare(sum(pct * span for _, pct, span in held) / total, len(held), worst_pct, worst)
 
 
 def _halves(job: str, rows: Sequence[RecordedRow]) -> Dict[str, Any]:

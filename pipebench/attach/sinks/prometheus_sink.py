@@ -1,8 +1,9 @@
 """`--prometheus-port P`: an HTTP endpoint scraped while the run goes on, with prometheus_client.
 
-Per loader and rank: gauges of the last window's samples/s, starvation and wait quantiles, and a
-histogram of the windows' p50 waits (a histogram of every wait would cost the loop a lock a step;
-the windows' quantiles are what the series holds). Rank K serves on port P + K under torchrun.
+Per loader and rank: gauges of the last window's samples/s, starvation, the recorder's own share
+and wait quantiles, and a histogram of the windows' p50 waits (a histogram of every wait would cost
+the loop a lock a step; the windows' quantiles are what the series holds). Rank K serves on port
+P + K under torchrun.
 """
 
 from pipebench.attach.sinks.common import METRIC_PREFIX, SINK_METRICS, WindowPoint, metric_values, need
