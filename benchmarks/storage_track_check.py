@@ -47,12 +47,27 @@ def _check(args: Sequence[str], results: Path) -> Dict[str, object]:
     return json.loads((Path(lines[-1][len("results: "):]) / "verdict.json").read_text())
 
 
+def add_link_arguments(parser: argparse.ArgumentParser) -> None:
+    """The arithmetic's settings: the link, the step, the batch, the samples, the workers."""
+    parser.add_argument("--mb-per-s", type=float, default=30.0)
+    parser.add_argument("--step-ms", type=float, default=50.0)
+    parser.add_argument("--batch", type=int, default=4)
+    parser.add_argument("--sample-bytes", type=int, default=100_000)
+    parser.add_argument("--length", type=int, default=40_000)
+    parser.add_argument("--workers", type=int, default=2)
+
+
+def link_overrides(opts: argparse.Namespace) -> List[str]:
+    """A job of those settings: generated samples, no chain, one shared link."""
+    return ["dataset=storage_samples", "transform=none", f"dataset.sample_bytes={opts.sample_bytes}",
+            f"dataset.length={opts.length}", f"consumer.step_ms={opts.step_ms}", f"loader.batch_size={opts.batch}",
+            f"dataset.storage.shared_mb_per_s={opts.mb_per_s}", f"workers={opts.workers}"]
+
+
 def arithmetic(opts: argparse.Namespace, results: Path) -> bool:
     m, s, b, size = opts.mb_per_s, opts.step_ms / 1000.0, opts.batch, opts.sample_bytes
     predicted = math.floor(m * BYTES_PER_MB * s / (MIN_AU_PCT / 100 * b * size))
-    verdict = _check(["workload=custom", "dataset=storage_samples", "transform=none", f"dataset.sample_bytes={size}",
-                      f"dataset.length={opts.length}", f"consumer.step_ms={opts.step_ms}", f"loader.batch_size={b}",
-                      f"dataset.storage.shared_mb_per_s={m}", f"workers={opts.workers}", f"run.steps={opts.steps}",
+    verdict = _check(["workload=custom", *link_overrides(opts), f"run.steps={opts.steps}",
                       "trace=none", f"storage_check.runs={opts.runs}",
                       f"storage_check.max_accelerators={opts.max_accelerators}", *opts.extra], results)
     print(f"## (a) the arithmetic: M={m:g} MiB/s, S={s:g} s, B={b}, size={size} B\n")
@@ -98,12 +113,7 @@ def main(argv: List[str]) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--part", choices=("arithmetic", "preprocessing", "all"), default="all")
     parser.add_argument("--tiny", action="store_true", help="a seconds-long look: small N, one run, few steps")
-    parser.add_argument("--mb-per-s", type=float, default=30.0)
-    parser.add_argument("--step-ms", type=float, default=50.0)
-    parser.add_argument("--batch", type=int, default=4)
-    parser.add_argument("--sample-bytes", type=int, default=100_000)
-    parser.add_argument("--length", type=int, default=40_000)
-    parser.add_argument("--workers", type=int, default=2)
+    add_link_arguments(parser)
     parser.add_argument("--resnet-mb-per-s", type=float, default=1000.0)
     parser.add_argument("--steps", type=int, default=100)
     parser.add_argument("--runs", type=int, default=5)

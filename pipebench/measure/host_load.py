@@ -42,7 +42,7 @@ class HostReading:
     wall_s: float
 
 
-def _own_cpu_s() -> float:
+def own_cpu_s() -> float:
     """CPU seconds of this process, its reaped children and its live descendants (the workers)."""
     me = psutil.Process()
     times = me.cpu_times()
@@ -62,7 +62,7 @@ def read_host() -> HostReading:
     steal = getattr(host, "steal", 0.0)
     # /proc/stat's user already includes guest time, so guest fields are not added again.
     busy = sum(host) - idle - steal - getattr(host, "guest", 0.0) - getattr(host, "guest_nice", 0.0)
-    return HostReading(busy, steal, _own_cpu_s(), time.perf_counter())
+    return HostReading(busy, steal, own_cpu_s(), time.perf_counter())
 
 
 def other_load(first: HostReading, last: HostReading) -> Dict[str, float]:
