@@ -22,13 +22,11 @@ from pipebench.storage.dataset_contract import DatasetContract
 
 from .checks import require_int
 
+NAME = "random_tensors"
+
 # Independent seed streams, so that changing num_distinct never reshuffles the labels.
 _POOL_STREAM = 0
 _LABEL_STREAM = 1
-
-
-def _require_int(name: str, value, minimum: int, maximum: int) -> int:
-    return require_int("random_tensors", name, value, minimum, maximum)
 
 
 class RandomTensorDataset(Dataset, DatasetContract):
@@ -51,19 +49,19 @@ class RandomTensorDataset(Dataset, DatasetContract):
         if isinstance(shape, (str, bytes)) or not isinstance(shape, Sequence) or not shape:
             raise DatasetError(f"random_tensors: shape must be a non-empty list of integers >= 1, got {shape!r}")
         for dim in shape:
-            _require_int("every dimension of shape", dim, 1, MAX_SAMPLE_ELEMENTS)
+            require_int(NAME, "every dimension of shape", dim, 1, MAX_SAMPLE_ELEMENTS)
         self.shape = tuple(shape)
         elements = math.prod(self.shape)
         if elements > MAX_SAMPLE_ELEMENTS:
             raise DatasetError(f"random_tensors: shape {list(self.shape)} holds {elements} elements a sample, "
                                f"more than {MAX_SAMPLE_ELEMENTS}")
-        self.length = _require_int("length", length, 1, MAX_DATASET_LENGTH)
-        self.num_distinct = _require_int("num_distinct", num_distinct, 1, MAX_DISTINCT_SAMPLES)
+        self.length = require_int(NAME, "length", length, 1, MAX_DATASET_LENGTH)
+        self.num_distinct = require_int(NAME, "num_distinct", num_distinct, 1, MAX_DISTINCT_SAMPLES)
         if elements * self.num_distinct > MAX_POOL_BYTES:
             raise DatasetError(f"random_tensors: num_distinct={num_distinct} samples of shape {list(self.shape)} "
                                f"take {elements * self.num_distinct} bytes, more than {MAX_POOL_BYTES}")
-        self.num_classes = _require_int("num_classes", num_classes, 1, MAX_DATASET_LENGTH)
-        self.seed = _require_int("seed", seed, 0, MAX_SEED)
+        self.num_classes = require_int(NAME, "num_classes", num_classes, 1, MAX_DATASET_LENGTH)
+        self.seed = require_int(NAME, "seed", seed, 0, MAX_SEED)
         self._labels = np.random.default_rng([seed, _LABEL_STREAM]).integers(0, num_classes, size=length)
         self._pool = None
 

@@ -28,6 +28,8 @@ from .checks import require_int
 from .lazy_image import rgb_from
 from .synthetic_jpeg import draw_picture
 
+NAME = "storage_samples"
+
 # Independent seed streams: the sizes, the labels and the handed pool never shift one another.
 _SIZE_STREAM, _LABEL_STREAM, _POOL_STREAM = 0, 1, 2
 # images=true: an ImageNet-like picture (ImageNet's training images average about 400 x 350), at
@@ -37,10 +39,6 @@ _IMAGE_WIDTH, _IMAGE_HEIGHT, _IMAGE_QUALITY = 500, 375, 90
 _MIN_SAMPLE_BYTES = 1
 
 
-def _require_int(name: str, value, minimum: int, maximum: int) -> int:
-    return require_int("storage_samples", name, value, minimum, maximum)
-
-
 class StorageSampleDataset(Dataset, DatasetContract):
     """`length` samples of a workload's sizes (module doc); `reads` is the emulated storage they
     are read from, which pipebench sets as `dataset.storage` says."""
@@ -48,17 +46,17 @@ class StorageSampleDataset(Dataset, DatasetContract):
     def __init__(self, sample_bytes: int, length: int = 10000, sample_bytes_stdev: int = 0,
                  handed_bytes: Optional[int] = None, images: bool = False, num_distinct: int = 8,
                  num_classes: int = 10, seed: int = 0) -> None:
-        self.sample_bytes = _require_int("sample_bytes", sample_bytes, 1, MAX_POOL_BYTES)
-        self.length = _require_int("length", length, 1, MAX_DATASET_LENGTH)
-        self.sample_bytes_stdev = _require_int("sample_bytes_stdev", sample_bytes_stdev, 0, MAX_POOL_BYTES)
+        self.sample_bytes = require_int(NAME, "sample_bytes", sample_bytes, 1, MAX_POOL_BYTES)
+        self.length = require_int(NAME, "length", length, 1, MAX_DATASET_LENGTH)
+        self.sample_bytes_stdev = require_int(NAME, "sample_bytes_stdev", sample_bytes_stdev, 0, MAX_POOL_BYTES)
         handed = sample_bytes if handed_bytes is None else handed_bytes
-        self.handed_bytes = _require_int("handed_bytes", handed, 1, MAX_POOL_BYTES)
+        self.handed_bytes = require_int(NAME, "handed_bytes", handed, 1, MAX_POOL_BYTES)
         if not isinstance(images, bool):
             raise DatasetError(f"storage_samples: images must be true or false, got {images!r}")
         self.images = images
-        self.num_distinct = _require_int("num_distinct", num_distinct, 1, MAX_DISTINCT_SAMPLES)
-        self.num_classes = _require_int("num_classes", num_classes, 1, MAX_DATASET_LENGTH)
-        self.seed = _require_int("seed", seed, 0, MAX_SEED)
+        self.num_distinct = require_int(NAME, "num_distinct", num_distinct, 1, MAX_DISTINCT_SAMPLES)
+        self.num_classes = require_int(NAME, "num_classes", num_classes, 1, MAX_DATASET_LENGTH)
+        self.seed = require_int(NAME, "seed", seed, 0, MAX_SEED)
         self.reads = FileReads()
         self._pool = None
 

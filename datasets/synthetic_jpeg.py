@@ -32,6 +32,8 @@ from pipebench.storage.file_reads import FileReads
 from .checks import require_int
 from .lazy_image import open_rgb
 
+NAME = "synthetic_jpeg"
+
 # Bump whenever the picture generator changes, so caches built by older code are
 # not reused under the same parameters.
 GENERATOR_VERSION = 1
@@ -75,10 +77,6 @@ class _Manifest:
     params: Mapping[str, Any]
     files: Tuple[_CachedFile, ...]
     digest: str
-
-
-def _require_int(name: str, value, minimum: int, maximum: int) -> int:
-    return require_int("synthetic_jpeg", name, value, minimum, maximum)
 
 
 def _default_cache_root() -> Path:
@@ -144,13 +142,13 @@ class SyntheticJpegDataset(Dataset, DatasetContract):
         seed: int = 0,
         cache_dir: str | os.PathLike | None = None,
     ):
-        self.length = _require_int("length", length, 1, MAX_DATASET_LENGTH)
-        self.num_images = _require_int("num_images", num_images, 1, MAX_DISTINCT_SAMPLES)
-        self.width = _require_int("width", width, 1, MAX_IMAGE_SIDE)
-        self.height = _require_int("height", height, 1, MAX_IMAGE_SIDE)
-        self.quality = _require_int("quality", quality, 1, MAX_QUALITY)
-        self.num_classes = _require_int("num_classes", num_classes, 1, MAX_DATASET_LENGTH)
-        self.seed = _require_int("seed", seed, 0, MAX_SEED)
+        self.length = require_int(NAME, "length", length, 1, MAX_DATASET_LENGTH)
+        self.num_images = require_int(NAME, "num_images", num_images, 1, MAX_DISTINCT_SAMPLES)
+        self.width = require_int(NAME, "width", width, 1, MAX_IMAGE_SIDE)
+        self.height = require_int(NAME, "height", height, 1, MAX_IMAGE_SIDE)
+        self.quality = require_int(NAME, "quality", quality, 1, MAX_QUALITY)
+        self.num_classes = require_int(NAME, "num_classes", num_classes, 1, MAX_DATASET_LENGTH)
+        self.seed = require_int(NAME, "seed", seed, 0, MAX_SEED)
 
         image_params = {
             "generator": GENERATOR_VERSION,
