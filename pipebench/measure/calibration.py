@@ -10,7 +10,7 @@ import statistics
 import sys
 import time
 from dataclasses import asdict, dataclass
-from typing import Any, Callable, List, Mapping, Tuple
+from typing import Any, Callable, List
 
 import torch
 
@@ -25,6 +25,7 @@ from pipebench.measure.cpu_reference import (
     seed_chain,
     synthetic_jpeg,
 )
+from pipebench.record.results import Calibration
 
 
 @dataclass(frozen=True)
@@ -38,15 +39,6 @@ class CalibrationPlan:
     # First calls pay for lazy imports and allocator growth.
     warmup: int = 2
     seed: int = 0
-
-
-@dataclass(frozen=True)
-class Calibration:
-    """Seconds per repetition: the median (`score_s`) and every timed repetition."""
-
-    score_s: float
-    samples_s: Tuple[float, ...]
-    fingerprint: Mapping[str, Any]
 
 
 def _one_repetition(jpeg: bytes, chain: List[Callable[[Any], Any]], samples: int) -> float:

@@ -8,7 +8,7 @@ skipped in silence, and a row whose figures contradict each other counts as dama
 """
 
 import math
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Dict, List, Mapping, Sequence, Tuple
 
@@ -90,31 +90,34 @@ AGREEMENT = 1e-6
 INTERVAL_EXCLUDES_NOTE = "the stored interval excludes samples_per_s (written before intervals held their estimate)"
 
 
-def write_calibration(invocation_dir: Path, calibration: Any) -> Path:
-    """Store a calibration (a dataclass from pipebench.measure.calibration) at the invocation root."""
+@dataclass(frozen=True)
+class Calibration:
+    """calibration.json, as pipebench.measure.calibration times it and compare reads it: seconds a
+    repetition, the median (`score_s`) and every timed repetition, and what it was timed on (its
+    workload, plan and host; empty in a file that names none)."""
+
+    score_s: float
+    samples_s: Tuple[float, ...]
+    fingerprint: Mapping[str, Any] = field(default_factory=dict)
+
+
+def write_calibration(invocation_dir: Path, calibration: Calibration) -> Path:
+    """Store a calibration at the invocation root."""
     path = invocation_dir / CALIBRATION_FILE
     write_json_atomic(path, versioned(asdict(calibration)))
     return path
 
 
-@dataclass(frozen=True)
-class CalibrationFigures:
-    """calibration.json's figures (seconds a repetition): the median and every timed repetition."""
-
-    score_s: float
-    samples_s: Tuple[float, ...]
-
-
 def _check_calibration(data: Dict[str, object]) -> None:
     check_fields(data, {"score_s": NUMBER, "samples_s": list_of(NUMBER)})
-    figures = parse(CalibrationFigures, data)
+    figures = parse(Calibration, data)
     if not all(finite_positive(s) for s in (figures.score_s, *figures.samples_s)):
         raise Malformed("score_s and samples_s must be finite seconds above 0")
 
 
-def read_calibration(path: Path) -> Dict[str, object]:
-    """calibration.json, checked: a positive score and its samples."""
-    return read_stored(path, _check_calibration)
+def read_calibration(path: Path) -> Calibration:
+    """calibration.json, checked and typed: a positive score and its samples."""
+    return parse(Calibration, read_stored(path, _check_calibration))
 
 
 def _agree(value: float, expected: float) -> bool:

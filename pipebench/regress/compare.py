@@ -56,6 +56,7 @@ from pipebench.record.results import (
     CALIBRATION_FILE,
     JOB_RESULT_GLOB,
     SUMMARY_CSV,
+    Calibration,
     flat_config,
     load_job_results,
     read_calibration,
@@ -108,14 +109,6 @@ FIRST_REFERENCE_VERSION = 1.0
 
 class CompareError(PipebenchError):
     """The two runs cannot be compared: not a results folder, mismatched fingerprints, no common jobs."""
-
-
-@dataclass(frozen=True)
-class Calibration:
-    """Median time of the fixed calibration micro-benchmark (lower is faster) and its samples."""
-
-    score_s: float
-    samples_s: Tuple[float, ...]
 
 
 @dataclass(frozen=True)
@@ -246,7 +239,7 @@ def _load_calibration(folder: Path) -> Optional[Calibration]:
     path = folder / CALIBRATION_FILE
     if not path.is_file():
         return None
-    return parse(Calibration, read_calibration(path))
+    return read_calibration(path)
 
 
 def _at_least_zero(value: Optional[float]) -> float:
