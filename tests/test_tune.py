@@ -17,6 +17,7 @@ from pipebench.cli.main import main
 from pipebench.config.compose import job_spec_composer
 from pipebench.model.costs import ChainCosts
 from pipebench.model.judging import UNTOLD, Spread, judged
+from pipebench.record.jobs import JobResult
 from pipebench.attach.export_config import write_exports
 from pipebench.attach.export_pipeline import ExportedPipeline, measured_consumer
 from pipebench.tune.chains import ChainSet
@@ -129,11 +130,16 @@ def test_threads_are_pruned_by_amdahls_bound_on_the_gil_share_not_by_one_gil_ste
 
 
 def test_the_gil_share_is_the_profiled_gil_holding_steps_share_of_the_chain():
-    rows = [{"transform": "Read", "share_pct": 80.0, "thread_verdict": "waits"},
-            {"transform": "Crop", "share_pct": 12.0, "thread_verdict": "holds_gil"},
-            {"transform": "Mask", "share_pct": 8.0, "thread_verdict": "holds_gil"}]
-    assert gil_share([{"thread_profile": {"steps": []}, "transforms": rows}]) == pytest.approx(0.2)
-    assert gil_share([{"thread_profile": None, "transforms": rows}]) == 0.0
+    timing = dict(stage="sample", calls=1, ms_per_call_mean=1.0, ms_per_call_median=1.0, ms_per_sample=1.0)
+    rows = [{"transform": "Read", "share_pct": 80.0, "thread_verdict": "waits", **timing},
+            {"transform": "Crop", "share_pct": 12.0, "thread_verdict": "holds_gil", **timing},
+            {"transform": "Mask", "share_pct": 8.0, "thread_verdict": "holds_gil", **timing}]
+
+    def result(profile):
+        return JobResult.from_stored({"summary": {}, "thread_profile": profile, "transforms": rows})
+
+    assert gil_share([result({"steps": []})]) == pytest.approx(0.2)
+    assert gil_share([result(None)]) == 0.0
 
 
 def test_the_ladder_stops_where_the_model_puts_the_knee_bounded_by_memory_and_the_cap():

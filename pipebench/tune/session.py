@@ -151,7 +151,7 @@ def _models(probe: Mapping[str, List[JobRecord]]) -> Dict[str, ChainModel]:
     """Each probed chain's model: its costs, the steps holding the GIL and their share of its time,
     and a worker's memory (the probe's summed PSS: one process, so what a worker copying it holds)."""
     return {chain: ChainModel(chain_costs(records), tuple(gil_bound_steps(records)),
-                              gil_share([r.to_json() for r in records]), pss_mb([r.summary for r in records]))
+                              gil_share(records), pss_mb([r.summary for r in records]))
             for chain, records in probe.items() if records}
 
 

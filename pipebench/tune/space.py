@@ -29,10 +29,11 @@ import statistics
 from dataclasses import dataclass
 from typing import Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
-from pipebench.base.typed_json import parse, parse_all
 from pipebench.config.specs import BACKEND_WORKER_KINDS, THREADS
 from pipebench.measure.thread_verdict import HOLDS_GIL as THREAD_HOLDS_GIL
 from pipebench.model.costs import ChainCosts, predict
+from pipebench.record.jobs import JobResult
+from pipebench.report.job_sections import sections_of
 
 __all__ = ["CHANGES_NOTHING", "HOLDS_GIL", "LADDER_CAP", "MIN_RACED_POINTS", "PAST_THE_BUDGET", "PAST_THE_KNEE",
            "ChainModel", "Dimensions", "Dropped", "LadderTop", "Point", "fit_budget", "gil_share", "grid",
@@ -146,29 +147,11 @@ class ChainModel:
     worker_mb: float = float("nan")
 
 
-@dataclass(frozen=True)
-class _Profiled:
-    """What gil_share reads of a job's result: its thread profile (empty where none ran) and its steps."""
-
-    thread_profile: Optional[Mapping[str, object]] = None
-    transforms: Optional[Sequence[Mapping[str, object]]] = None
-
-
-@dataclass(frozen=True)
-class _StepShare:
-    """A step's share of the chain's time (%) and what its thread profile says of it."""
-
-    share_pct: Optional[float] = None
-    thread_verdict: str = ""
-
-
-def gil_share(results: Sequence[Mapping[str, object]]) -> float:
+def gil_share(results: Sequence[JobResult]) -> float:
     """The share (0..1) of a chain's time in steps whose thread profile says they hold the GIL: the
     median over the jobs that ran the profile of their `holds_gil` rows' `share_pct`; 0 with none."""
-    profiled = [parse(_Profiled, result) for result in results]
-    shares = [sum(float(row.share_pct or 0.0) for row in parse_all(_StepShare, result.transforms)
-                  if row.thread_verdict == THREAD_HOLDS_GIL) / 100.0
-              for result in profiled if result.thread_profile]
+    shares = [sum(row.share_pct for row in result.transform_rows if row.thread_verdict == THREAD_HOLDS_GIL) / 100.0
+              for result in results if sections_of(result).thread_profile]
     return statistics.median(shares) if shares else 0.0
 
 
