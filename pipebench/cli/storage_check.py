@@ -36,7 +36,7 @@ from pipebench.record.results import load_job_results
 from pipebench.record.resume import new_folder
 from pipebench.storage_track.files import NOT_MLPERF, CheckResult, Run, write_check
 from pipebench.storage_track.options import CheckOptions, split_check_overrides, user_value
-from pipebench.storage_track.presets import CUSTOM, DEFAULT_MIN_AU_PCT, WORKLOADS, Preset, custom_preset, preset
+from pipebench.storage_track.presets import CUSTOM, DEFAULT_MIN_AU_PCT, Preset, custom_preset, preset, workload_listing
 from pipebench.storage_track.rules import (
     MEMORY_FACTOR,
     MIN_STEPS_PER_EPOCH,
@@ -74,7 +74,7 @@ examples:
   pipebench storage-check workload=custom consumer.step_ms=50 loader.batch_size=64 dataset=image_folder ...
   pipebench storage-check workload=unet3d accelerator=a100 storage_check.runs=2 run.steps=50   a quick look
 
-workloads (accelerators): """ + "; ".join(f"{w.name} ({', '.join(w.steps)})" for w in WORKLOADS.values()) + """; custom
+workloads (accelerators): """ + workload_listing() + """
 keys:   storage_check.runs=5, storage_check.max_accelerators=64, storage_check.min_au_pct (workload=custom, 90)
 writes: verdict.json, report.md, and search/, runs/, no-chain/ as `run` writes them
 """ + NOT_MLPERF + "."
@@ -220,8 +220,7 @@ def storage_check_command(overrides: List[str], config_dir: Optional[str], stric
     refuse_hydra_dirs(overrides)
     options, user = split_check_overrides(overrides)
     if options.workload is None:
-        raise ConfigError("storage-check needs workload=...: "
-                          + "; ".join(f"{w.name} ({', '.join(w.steps)})" for w in WORKLOADS.values()) + "; custom")
+        raise ConfigError(f"storage-check needs workload=...: {workload_listing()}")
     if len(expand_sweep([*search_path(config_dir), *user])) != 1:
         raise ConfigError("storage-check runs one setting: a sweep (a comma list) is not its to run")
     with job_spec_composer() as compose_one:

@@ -16,7 +16,7 @@ from typing import Mapping, Optional, Tuple
 
 from pipebench.base.errors import ConfigError
 
-__all__ = ["CUSTOM", "DEFAULT_MIN_AU_PCT", "Preset", "WORKLOADS", "Workload", "custom_preset", "preset"]
+__all__ = ["CUSTOM", "DEFAULT_MIN_AU_PCT", "Preset", "WORKLOADS", "Workload", "custom_preset", "preset", "workload_listing"]
 
 CUSTOM = "custom"
 # workload=custom's minimum AU unless storage_check.min_au_pct says otherwise: ResNet-50's and U-Net's.
@@ -118,7 +118,8 @@ class Preset:
                 "transform=none", f"workers={data.workers}")
 
 
-def _listing() -> str:
+def workload_listing() -> str:
+    """Every workload with its accelerators, and custom: what the errors and the help list."""
     return "; ".join(f"{w.name} ({', '.join(w.steps)})" for w in WORKLOADS.values()) + f"; {CUSTOM}"
 
 
@@ -126,11 +127,11 @@ def preset(workload: Optional[str], accelerator: Optional[str]) -> Preset:
     """The preset of `workload` on `accelerator`; a ConfigError listing what exists for any other."""
     known = WORKLOADS.get(workload or "")
     if known is None:
-        raise ConfigError(f"storage-check: no workload {workload!r}; workloads (accelerators): {_listing()}")
+        raise ConfigError(f"storage-check: no workload {workload!r}; workloads (accelerators): {workload_listing()}")
     step = known.steps.get(accelerator or "")
     if step is None:
         raise ConfigError(f"storage-check: workload={workload} has no preset for accelerator {accelerator!r}; "
-                          f"it has {', '.join(known.steps)} (workloads: {_listing()})")
+                          f"it has {', '.join(known.steps)} (workloads: {workload_listing()})")
     return Preset(known.name, str(accelerator), step.step_s * MS_PER_S, step.batch_size, known.min_au_pct, known)
 
 
