@@ -34,6 +34,7 @@ from pipebench.datasets.parquet_rows import write_parquet
 from pipebench.datasets.shard_split import require_library
 from pipebench.datasets.webdataset_shards import write_shards
 from pipebench.pipeline.instantiate import instantiate_node
+from pipebench.storage.dataset_contract import told
 from pipebench.sweep.expand import import_from_cwd, search_path
 
 __all__ = ["FORMATS", "add_parser", "convert", "encoded_samples", "main"]
@@ -54,8 +55,8 @@ def encoded_samples(dataset: Any) -> Iterator[Tuple[str, bytes, int]]:
     """(file, its bytes, label) for each sample of a map-style dataset whose samples are image files:
     `describe(i)` names one of its `files()`, as synthetic_jpeg and image_folder do. Checked before the
     first sample is asked for."""
-    describe, files = getattr(dataset, "describe", None), getattr(dataset, "files", None)
-    if isinstance(dataset, IterableDataset) or describe is None or files is None or describe(0) not in set(files()):
+    contract = told(dataset)
+    if isinstance(dataset, IterableDataset) or contract.describe(0) not in set(contract.files()):
         raise ConfigError(f"dataset convert reads a dataset of image files; {type(dataset).__name__} is not one "
                           "(use dataset=synthetic_jpeg or dataset=image_folder)")
     return (_encoded(dataset, index) for index in range(len(dataset)))

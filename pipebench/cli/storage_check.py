@@ -34,6 +34,7 @@ from pipebench.record.folder_lock import folder_lock
 from pipebench.record.jobs import JobResult
 from pipebench.record.results import load_job_results
 from pipebench.record.resume import new_folder
+from pipebench.storage.dataset_contract import told
 from pipebench.storage_track.files import NOT_MLPERF, CheckResult, Run, write_check
 from pipebench.storage_track.options import CheckOptions, split_check_overrides, user_value
 from pipebench.storage_track.presets import CUSTOM, DEFAULT_MIN_AU_PCT, Preset, custom_preset, preset, workload_listing
@@ -101,11 +102,8 @@ def _dataset_bytes(dataset: object) -> Optional[int]:
     total = getattr(dataset, "total_bytes", None)
     if callable(total):
         return int(total())
-    files = getattr(dataset, "files", None)
-    if callable(files):
-        paths = list(files())
-        return sum(Path(p).stat().st_size for p in paths) if paths else None
-    return None
+    paths = told(dataset).files()
+    return sum(Path(p).stat().st_size for p in paths) if paths else None
 
 
 def _chain(spec: JobSpec) -> str:
