@@ -18,7 +18,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
-from dataclasses import asdict, dataclass
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
@@ -357,23 +357,11 @@ def fold_ranks(ranks: Sequence[RankResult]) -> Tuple[Dict[str, Any], Dict[str, A
             {"transforms": pooled_transforms(ranks), **rank_breakdown(ranks)})
 
 
-@dataclass(frozen=True)
-class RankTotals:
-    """The multi-rank cells of a job's summary row (`aggregate`'s) that its one line prints."""
-
-    ranks: int
-    samples_per_s: float
-    starvation_pct: float
-    starvation_pct_max: float
-    straggler_ratio: float
-    collective_wait_ms_mean: float
-
-
 def aggregate_line(row: Mapping[str, Any]) -> str:
-    """The job's multi-rank figures in one line, printed as the job ends."""
-    totals = parse(RankTotals, row)
+    """The job's multi-rank figures (`aggregate`'s row) in one line, printed as the job ends."""
+    totals = Summary.from_row(row)
     return (f"ranks: {totals.ranks} ranks, {totals.samples_per_s:.1f} samples/s in total, starvation "
-            f"{totals.starvation_pct:.1f}% mean / {totals.starvation_pct_max:.1f}% max, straggler ratio "
+            f"{totals.starvation_pct:.1f}% mean / {row['starvation_pct_max']:.1f}% max, straggler ratio "
             f"{totals.straggler_ratio:.3f}, {totals.collective_wait_ms_mean:.1f} ms a step waiting at the all-reduce")
 
 
