@@ -201,3 +201,24 @@ def test_a_process_outside_the_job_counts_and_the_jobs_own_work_does_not():
     time.sleep(1.0)
     stranger.mark(LAST_MEASURED)
     assert stranger.columns()["host_other_cpu_cores"] - own.columns()["host_other_cpu_cores"] > 0.4
+
+
+def test_a_following_storage_meter_starts_from_the_last_reading_without_reading_again(monkeypatch):
+    """Windows end to end: the next meter's first reading is the last one's, so a boundary reads the
+    process tree once, and the bytes between two windows land in exactly one of them."""
+    readings = iter([{1: 0}, {1: 3 << 20}, {1: 5 << 20}])
+    calls = []
+
+    def read():
+        calls.append(1)
+        return next(readings)
+
+    monkeypatch.setattr("pipebench.measure.storage_io._read_bytes", read)
+    first = StorageReadMeter()
+    first.mark(FIRST_MEASURED)
+    first.mark(LAST_MEASURED)
+    second = first.following()
+    second.mark(LAST_MEASURED)
+    assert len(calls) == 3
+    assert first.columns()["storage_read_mb"] == 3.0
+    assert second.columns()["storage_read_mb"] == 2.0

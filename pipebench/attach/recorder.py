@@ -275,7 +275,7 @@ class LoaderRecorder:
             return
         own_ns, self.own_ns = self.own_ns, 0
         self.storage.mark(LAST_MEASURED)
-        storage, self.storage = Summary.from_row(self.storage.columns()), _storage_meter()
+        storage, self.storage = Summary.from_row(self.storage.columns()), self.storage.following()
         figures = window.figures(self.epoch_number, self.recorder.seconds(now_ns))
         self.run_sketch.merge(window.sketch)
         verdict = None if partial else self.baseline.judge(figures)
