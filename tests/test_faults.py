@@ -18,7 +18,7 @@ from conftest import QUICK_RUN, TINY_DATASET, compose_spec
 from fault_transforms import ARMED
 
 from hydra_plugins.pipebench_launcher.subprocess_launcher import failure_reason
-from pipebench.base.errors import ConfigError, StepTimeoutError, StuckThreadError, WorkerError
+from pipebench.base.errors import ConfigError, StepTimeoutError, StuckThreadError, WorkerError, stops_unmasked
 from pipebench.base.watchdog import StepOverrun, Watchdog
 from pipebench.cli.main import main
 from pipebench.measure.job import measure_job
@@ -232,3 +232,30 @@ def test_a_job_killed_by_a_signal_is_named_with_its_usual_cause(tmp_path):
     (tmp_path / "error.txt").write_text("dataset: no images\n")
     assert failure_reason(2, tmp_path) == ("dataset: no images", True)
     assert failure_reason(1, tmp_path) == ("exited with status 1; its output above says why", False)
+
+
+def _half_built_node_cleanup(args) -> int:
+    """A verb interrupted inside a library whose clean-up then fails on what the interrupt left half
+    built, as omegaconf's flag reset did in CI: the AttributeError carries the Ctrl-C as its context."""
+    try:
+        raise KeyboardInterrupt
+    finally:
+        raise AttributeError("'NoneType' object has no attribute '_invalidate_flags_cache'")
+
+
+def test_an_error_raised_while_ctrl_c_unwinds_still_ends_in_the_interrupted_line(monkeypatch, capsys):
+    verb = type(sys)("pipebench.cli.report")
+    verb.add_parser = lambda verbs: verbs.add_parser("report")
+    verb.main = _half_built_node_cleanup
+    monkeypatch.setattr("pipebench.cli.main.verbs", lambda names=(): (verb,))
+    assert main(["report"]) == 130
+    assert capsys.readouterr().err.strip() == "pipebench: interrupted"
+
+
+def test_an_error_with_no_stop_behind_it_is_left_as_it_is():
+    with pytest.raises(AttributeError, match="half built"):
+        with stops_unmasked():
+            try:
+                raise ValueError("first")
+            finally:
+                raise AttributeError("half built")

@@ -11,9 +11,10 @@ import os
 import re
 import shutil
 import sys
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import List, Optional, Tuple
+from typing import Iterator, List, Optional, Tuple
 
 from pipebench.base.io import write_text_atomic
 
@@ -118,6 +119,32 @@ class StepTimeoutError(PipebenchError):
 class Terminated(BaseException):
     """SIGTERM reached pipebench. It unwinds like Ctrl-C's KeyboardInterrupt, so no `except
     Exception` stops it and every `finally` (the job's process group kill) runs."""
+
+
+def _stop_behind(exc: BaseException) -> Optional[BaseException]:
+    """The Ctrl-C or SIGTERM in `exc`'s chain of causes and contexts, if one is there."""
+    seen = set()
+    while exc is not None and id(exc) not in seen:
+        if isinstance(exc, (KeyboardInterrupt, Terminated)):
+            return exc
+        seen.add(id(exc))
+        exc = exc.__cause__ or exc.__context__
+    return None
+
+
+@contextmanager
+def stops_unmasked() -> Iterator[None]:
+    """Within the block, an error raised while a Ctrl-C or SIGTERM unwinds is the stop again. A
+    library's own clean-up can fail on the half-built state the signal left (omegaconf resets a flag
+    on a node it had not finished building) and raise an error of its own, the stop only its context:
+    the user pressed Ctrl-C and must read the one line, not that traceback."""
+    try:
+        yield
+    except Exception as exc:
+        stop = _stop_behind(exc)
+        if stop is None:
+            raise
+        raise stop from None
 
 
 @dataclass(frozen=True)

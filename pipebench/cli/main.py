@@ -24,6 +24,7 @@ from pipebench.base.errors import (
     Terminated,
     error_line,
     exit_without_teardown,
+    stops_unmasked,
 )
 from pipebench.measure.job_spawn import WAITS_UNREAPED, JobProcess, discard, start_job_process
 
@@ -92,13 +93,14 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     previous = signal.signal(signal.SIGTERM, _terminate)
     ahead = None
     try:
-        words = list(sys.argv[1:] if argv is None else argv)
-        ahead = job_ahead(words)
-        modules = verbs(asked_verbs(words))
-        args = build_parser(modules).parse_args(words)
-        args.job_ahead = ahead
-        verb = next(v for v in modules if v.__name__.rsplit(".", 1)[-1] == _module_name(args.verb))
-        return verb.main(args)
+        with stops_unmasked():
+            words = list(sys.argv[1:] if argv is None else argv)
+            ahead = job_ahead(words)
+            modules = verbs(asked_verbs(words))
+            args = build_parser(modules).parse_args(words)
+            args.job_ahead = ahead
+            verb = next(v for v in modules if v.__name__.rsplit(".", 1)[-1] == _module_name(args.verb))
+            return verb.main(args)
     except (PipebenchError, OSError) as exc:
         print(f"pipebench: error: {error_line(exc)}", file=sys.stderr)
         return USAGE_EXIT_STATUS

@@ -31,6 +31,7 @@ from pipebench.base.errors import (
     SweepIncomplete,
     Terminated,
     error_line,
+    stops_unmasked,
 )
 from pipebench.base.io import with_name
 from pipebench.config.compose import CONFIG_MODULE, CONFIG_NAME, HYDRA_VERSION_BASE, config_printer
@@ -158,7 +159,7 @@ def _run_sweep(sweep: _Sweep, into: Into, ahead: Optional[JobProcess]) -> int:
     status = 0
     incomplete: List[str] = []
     try:
-        with _hydra_raising():
+        with _hydra_raising(), stops_unmasked():
             _hydra_entry()()
     except OSError as exc:  # a full disk: one line; at the sweep's start, no folder left either
         if not any(path.is_dir() for path in invocation_dir.glob("job-*")):
