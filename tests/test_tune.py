@@ -17,6 +17,7 @@ from pipebench.cli.main import main
 from pipebench.config.compose import job_spec_composer
 from pipebench.model.costs import ChainCosts
 from pipebench.model.judging import UNTOLD, Spread, judged
+from pipebench.record.figures import Summary
 from pipebench.record.jobs import JobResult
 from pipebench.attach.export_config import write_exports
 from pipebench.attach.export_pipeline import ExportedPipeline, measured_consumer
@@ -193,13 +194,13 @@ def test_the_budget_keeps_the_points_the_model_ranks_best_and_says_why_for_the_r
 
 
 def _round(rate: float, rng: np.random.Generator, cv: float, cpu: float = 1.0, pss: float = 500.0,
-           starvation: float = 50.0, ci: float = 0.0) -> Dict[str, float]:
+           starvation: float = 50.0, ci: float = 0.0) -> Summary:
     """One round of `cv` noise; its interval `ci` of its rate either side (2 cv where 0)."""
     value = rate * float(np.exp(rng.normal(0, cv)))
     half = ci or 2 * cv
-    return {"samples_per_s": value, "samples_per_s_ci_low": value * (1 - half),
-            "samples_per_s_ci_high": value * (1 + half), "process_cpu_ms_per_sample": cpu, "pss_mb_peak": pss,
-            "starvation_pct": starvation}
+    return Summary.from_row({"samples_per_s": value, "samples_per_s_ci_low": value * (1 - half),
+                             "samples_per_s_ci_high": value * (1 + half), "process_cpu_ms_per_sample": cpu,
+                             "pss_mb_peak": pss, "starvation_pct": starvation})
 
 
 class Planted:
@@ -252,10 +253,8 @@ def test_two_points_within_noise_are_both_kept_and_the_cheaper_is_recommended():
     assert set(chosen.near) == {"a", "b"} and chosen.pick == "b" and chosen.met
     # The faster of two within noise is the best; the cheaper one is still the pick.
     rng = np.random.default_rng(0)
-    rounds = {"fast": [_round(1010.0, rng, 0.0, cpu=2.0), _round(1010.0, rng, 0.0, cpu=2.0)],
-              "lean": [_round(1000.0, rng, 0.0, cpu=1.5), _round(1000.0, rng, 0.0, cpu=1.5)]}
-    for r in (*rounds["fast"], *rounds["lean"]):
-        r.update(samples_per_s_ci_low=r["samples_per_s"] * 0.95, samples_per_s_ci_high=r["samples_per_s"] * 1.05)
+    rounds = {"fast": [_round(1010.0, rng, 0.0, cpu=2.0, ci=0.05), _round(1010.0, rng, 0.0, cpu=2.0, ci=0.05)],
+              "lean": [_round(1000.0, rng, 0.0, cpu=1.5, ci=0.05), _round(1000.0, rng, 0.0, cpu=1.5, ci=0.05)]}
     chosen = recommend(rounds, ("fast", "lean"), {"fast": 2, "lean": 2}, Objective())
     assert (chosen.best, chosen.near, chosen.pick) == ("fast", ("fast", "lean"), "lean")
 
@@ -404,8 +403,8 @@ def test_a_missed_starvation_target_says_what_the_model_needs():
 def test_judge_keeps_a_point_whose_single_round_has_no_interval():
     """A round too short for an interval (nan bounds) cannot tell anything apart."""
     nan = float("nan")
-    rounds = {"a": [{"samples_per_s": 1000.0, "samples_per_s_ci_low": nan, "samples_per_s_ci_high": nan}],
-              "b": [{"samples_per_s": 500.0, "samples_per_s_ci_low": nan, "samples_per_s_ci_high": nan}]}
+    rounds = {n: [Summary.from_row({"samples_per_s": rate, "samples_per_s_ci_low": nan, "samples_per_s_ci_high": nan})]
+              for n, rate in (("a", 1000.0), ("b", 500.0))}
     assert judge(rounds, {"a": 1, "b": 1}, Objective()).kept == ("a", "b")
     assert judged(Spread(1000.0, nan, nan, "", nan), Spread(500.0, 490.0, 510.0, "", 10)) == UNTOLD
 
@@ -558,8 +557,8 @@ def test_the_same_command_finds_its_unfinished_tune_and_its_plan(tmp_path):
 
 def test_a_probe_keeps_the_chains_its_one_job_cannot_tell_apart():
     def probe(rate, half):
-        return [{"samples_per_s": rate, "samples_per_s_ci_low": rate * (1 - half),
-                 "samples_per_s_ci_high": rate * (1 + half)}]
+        return [Summary.from_row({"samples_per_s": rate, "samples_per_s_ci_low": rate * (1 - half),
+                                  "samples_per_s_ci_high": rate * (1 + half)})]
 
     # 282 against 278: the intervals are narrow, but one job each cannot tell a 1.4% gap.
     probes = {"a+region": probe(282.0, 0.005), "a+region+fast": probe(278.0, 0.005), "a": probe(150.0, 0.005)}

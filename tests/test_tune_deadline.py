@@ -13,6 +13,7 @@ from hydra_plugins.pipebench_launcher import subprocess_launcher
 from hydra_plugins.pipebench_launcher.subprocess_launcher import SubprocessLauncher
 from pipebench.base.errors import SweepIncomplete
 from pipebench.model.costs import ChainCosts
+from pipebench.record.figures import Summary
 from pipebench.sweep.launch import Into, run_command
 from pipebench.tune.files import Tuned, tune_markdown
 from pipebench.tune.job_cost import NON_PERSISTENT_STARTS, WORKER_START_S, job_seconds
@@ -116,9 +117,9 @@ class CutAt:
                     return found
                 self.now += self.job_s
                 rate = self.rates[name]
-                found.setdefault(name, []).append(
+                found.setdefault(name, []).append(Summary.from_row(
                     {"samples_per_s": rate, "samples_per_s_ci_low": rate * 0.9, "samples_per_s_ci_high": rate * 1.1,
-                     "process_cpu_ms_per_sample": 1.0, "pss_mb_peak": 500.0, "starvation_pct": 50.0})
+                     "process_cpu_ms_per_sample": 1.0, "pss_mb_peak": 500.0, "starvation_pct": 50.0}))
         return found
 
 

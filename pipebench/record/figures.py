@@ -14,7 +14,7 @@ from dataclasses import dataclass, make_dataclass
 from typing import Any, Callable, Dict, Mapping, NamedTuple, Optional, Sequence, Tuple
 
 
-__all__ = ["SUMMARY_COLUMNS", "SUMMARY_TABLE", "TEXT_SUMMARY_COLUMNS", "Column", "Summary"]
+__all__ = ["SUMMARY_COLUMNS", "SUMMARY_TABLE", "TEXT_SUMMARY_COLUMNS", "Column", "Summary", "nan_if_none"]
 
 
 class Column(NamedTuple):
@@ -97,6 +97,11 @@ SUMMARY_COLUMNS = [column.name for column in SUMMARY_TABLE]
 TEXT_SUMMARY_COLUMNS = tuple(column.name for column in SUMMARY_TABLE if column.kind in (str, bool))
 
 
+def nan_if_none(value: Optional[float]) -> float:
+    """A figure as a float; an empty cell (None) is nan."""
+    return math.nan if value is None else float(value)
+
+
 def _whole(value: Any) -> Optional[int]:
     # A count not measured may be stored as NaN: it reads as None, as a missing one does.
     return None if isinstance(value, float) and not math.isfinite(value) else int(value)
@@ -119,12 +124,11 @@ class _Row:
                            for c in SUMMARY_TABLE})
 
     @staticmethod
-    def median(rounds: Sequence[Mapping[str, Any]], *columns: str) -> float:
-        """The median over one job's rounds (their summary rows) of the first of `columns` each round has a
-        cell for, its non-finite figures left out: rounds merged into one figure, as torch.utils.benchmark's
-        `Measurement.merge` merges repeats; nan when no round has one. A round is a `Summary` or its row."""
-        typed = [r if isinstance(r, _Row) else Summary.from_row(r) for r in rounds]
-        values = [next((float(getattr(r, c)) for c in columns if getattr(r, c) is not None), math.nan) for r in typed]
+    def median(rounds: Sequence["Summary"], *columns: str) -> float:
+        """The median over one job's rounds of the first of `columns` each round has a cell for, its
+        non-finite figures left out: rounds merged into one figure, as torch.utils.benchmark's
+        `Measurement.merge` merges repeats; nan when no round has one."""
+        values = [next((float(getattr(r, c)) for c in columns if getattr(r, c) is not None), math.nan) for r in rounds]
         finite = [value for value in values if math.isfinite(value)]
         return statistics.median(finite) if finite else math.nan
 

@@ -13,8 +13,9 @@ does not, or MAX_ROUNDS have run and their median decides.
 
 import math
 from dataclasses import dataclass
-from typing import Callable, Dict, List, Mapping, Optional, Sequence, Tuple
+from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
+from pipebench.record.figures import Summary
 from pipebench.tune.objective import Objective
 
 __all__ = ["DECISIVE_POINTS", "FAILED_AU", "MAX_ROUNDS", "Probe", "SearchOutcome", "judge_rounds", "predicted_accelerators",
@@ -55,8 +56,8 @@ def predicted_accelerators(mb_per_s: float, step_s: float, batch_size: int, samp
     return math.floor(mb_per_s * 2**20 * step_s / (min_au_pct / 100.0 * batch_size * sample_bytes))
 
 
-def _rounds(au: Sequence[float]) -> List[Mapping[str, float]]:
-    return [{"starvation_pct": 100.0 - value} for value in au]
+def _rounds(au: Sequence[float]) -> List[Summary]:
+    return [Summary.from_row({"starvation_pct": 100.0 - value}) for value in au]
 
 
 def judge_rounds(au: Sequence[float], min_au_pct: float) -> Optional[bool]:

@@ -81,7 +81,7 @@ def winning_chains(probe: Mapping[str, List[JobRecord]], chains: ChainSet, most:
     """Explore's winners at workers=0: the chains the probe cannot tell apart from its fastest, the
     `most` of them with the strictest equivalence to the user's chain, then the fastest; what became
     of each chain, in words."""
-    summaries = {c: [r.summary.row for r in probe[c]] for c in chains.names if probe.get(c)}
+    summaries = {c: [r.summary for r in probe[c]] for c in chains.names if probe.get(c)}
     verdicts = {c: f"crashed: {PROBE_FAILED}" for c in chains.names if c not in summaries}
     if not summaries:
         return [], verdicts

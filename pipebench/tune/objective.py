@@ -8,7 +8,7 @@ Three objectives, one at a time for the ranking, the memory cap beside either:
   (MLPerf Storage's AU >= 90% is PCT=10), the faster first among equals;
 - `--max-pss-gib G`: points whose median summed PSS passes G never win.
 
-A round is a job's summary mapping (result.json's `summary`): pure arithmetic here, no files.
+A round is a job's typed summary row (`Summary`): pure arithmetic here, no files.
 """
 
 import math
@@ -17,10 +17,9 @@ from dataclasses import dataclass
 from typing import Dict, List, Mapping, Optional, Sequence, Tuple
 
 from pipebench.base.significance import DOWN, MIN_SAMPLES, NO_CHANGE, against_base
-from pipebench.base.typed_json import parse
 from pipebench.model import judging
 from pipebench.model.judging import APART, RUN_TO_RUN_RATE_FLOOR, Spread, judged
-from pipebench.record.figures import Summary
+from pipebench.record.figures import Summary, nan_if_none
 
 __all__ = ["MIB_PER_GIB", "Objective", "cpu_ms", "probe_ties", "pss_mb", "race_rates", "rate_spread", "shown_alike", "starvation",
            "slower_for_real", "told_apart_rounds"]
@@ -39,34 +38,16 @@ RACE_THRESHOLD = 0.05
 # Where the race keeps which of its rounds a round was, so points' rounds run side by side pair up.
 ROUND_ID = "race_round"
 
-Round = Mapping[str, object]
-
-
-@dataclass(frozen=True)
-class RoundFigures:
-    """What the race reads of a round's summary, each None where the round has none: the steady
-    samples/s and its 95% CI, the epoch-effective rate and the starvation."""
-
-    samples_per_s: Optional[float] = None
-    samples_per_s_epoch: Optional[float] = None
-    samples_per_s_ci_low: Optional[float] = None
-    samples_per_s_ci_high: Optional[float] = None
-    starvation_pct: Optional[float] = None
-
-
-def _number(value: object) -> float:
-    """A summary cell as a float; an empty one (None) is nan."""
-    return float("nan") if value is None else float(value)
+Round = Summary
 
 
 def _scaled(summary: Round) -> Tuple[float, float, float]:
     """The round's samples/s and 95% CI as the epoch-effective rate, where it has one."""
-    figures = parse(RoundFigures, summary)
-    steady = float(figures.samples_per_s)
-    epoch = _number(figures.samples_per_s_epoch)
+    steady = float(summary.samples_per_s)
+    epoch = nan_if_none(summary.samples_per_s_epoch)
     scale = epoch / steady if math.isfinite(epoch) and epoch > 0 else 1.0
-    return (steady * scale, _number(figures.samples_per_s_ci_low) * scale,
-            _number(figures.samples_per_s_ci_high) * scale)
+    return (steady * scale, nan_if_none(summary.samples_per_s_ci_low) * scale,
+            nan_if_none(summary.samples_per_s_ci_high) * scale)
 
 
 def race_rates(rounds: Sequence[Round]) -> List[float]:
@@ -120,7 +101,7 @@ class Objective:
         if self.max_pss_gib is not None and pss_mb(rounds) > self.max_pss_gib * MIB_PER_GIB:
             return self.unmet(rounds)
         target = self.target_starvation_pct
-        values = [_number(parse(RoundFigures, r).starvation_pct) for r in rounds]
+        values = [nan_if_none(r.starvation_pct) for r in rounds]
         if target is not None and len(values) >= STARVATION_OUT_ROUNDS and min(values) > target:
             return f"starvation over the {target:g}% target in all {len(values)} rounds (least {min(values):.1f}%)"
         return ""
@@ -153,7 +134,7 @@ def probe_ties(probes: Mapping[str, Sequence[Round]], fastest: str) -> List[str]
 
 def _by_round(rounds: Sequence[Round]) -> Dict[object, float]:
     """Rates keyed by the race's round (ROUND_ID), so rounds run side by side pair up."""
-    return {r.get(ROUND_ID, i): rate for i, (r, rate) in enumerate(zip(rounds, race_rates(rounds)))}
+    return {r.row.get(ROUND_ID, i): rate for i, (r, rate) in enumerate(zip(rounds, race_rates(rounds)))}
 
 
 def slower_for_real(rounds: Mapping[str, Sequence[Round]], best: str, others: Sequence[str]) -> Dict[str, bool]:

@@ -26,6 +26,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
+from pipebench.record.figures import Summary
 from pipebench.tune.objective import ROUND_ID, Objective, Round, race_rates, slower_for_real
 
 __all__ = ["Entrants", "Measure", "Propose", "RaceLimit", "RaceOutcome", "Schedule", "StageLog", "Verdict", "judge",
@@ -196,7 +197,7 @@ def run_race(entrants: Entrants, measure: Measure, objective: Objective, schedul
         late = clock() >= deadline
         for call, found in enumerate((first, again)):
             for name in names:
-                rounds.setdefault(name, []).extend({**r, ROUND_ID: (len(stages), call, i)}
+                rounds.setdefault(name, []).extend(Summary.from_row({**r.row, ROUND_ID: (len(stages), call, i)})
                                                    for i, r in enumerate(found.get(name) or ()))
         seconds = clock() - started
         ran = {n: len(first.get(n) or ()) + len(again.get(n) or ()) for n in names}

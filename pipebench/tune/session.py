@@ -54,7 +54,7 @@ from pipebench.sweep.launch import Into, run_command
 from pipebench.tune.chains import PROBE_FAILED, ChainSet, probed_chains, winning_chains
 from pipebench.tune.files import Tuned, write_tune
 from pipebench.tune.job_cost import job_seconds
-from pipebench.tune.objective import Objective, pss_mb, race_rates, starvation
+from pipebench.tune.objective import Objective, Round, pss_mb, race_rates, starvation
 from pipebench.tune.optuna_search import optuna_missing, optuna_proposer
 from pipebench.tune.plan import (
     OPTUNA,
@@ -177,7 +177,7 @@ def _model_needs(point: Point, models: Mapping[str, ChainModel], target_pct: flo
             + target_line(point.chain, needs_for_target(costs, 100.0 - target_pct)))
 
 
-def _bottleneck(spec: JobSpec, current: Point, measured: Sequence[Mapping[str, object]],
+def _bottleneck(spec: JobSpec, current: Point, measured: Sequence[Round],
                 models: Mapping[str, ChainModel]) -> str:
     """Whether the loader holds the user's own step back at their settings: measured where the
     verification (or the race) ran them, else the model's prediction."""
@@ -323,7 +323,7 @@ class TuneSession:
         tuned = Tuned(self.spec.transform_name, self.objective, self.request.budget_s,
                       time.monotonic() - self.started, points, pruned,
                       {name: predicted_rate(p, probe.models.get(p.chain)) for name, p in points.items()}, outcome,
-                      chosen, {c: [r.summary.row for r in records] for c, records in probe.records.items() if records},
+                      chosen, {c: [r.summary for r in records] for c, records in probe.records.items() if records},
                       probe.verdicts, verification,
                       self.chains.configs.get(points[chosen.pick].chain) if chosen is not None else None, notes,
                       self.base, probe.warnings, pick_warning)
@@ -408,12 +408,12 @@ class TuneSession:
         """The race among `kept`, stage by stage, each stage's batch of rounds a sweep in `race-N/`."""
         batches = itertools.count(1)
 
-        def measure(names: Sequence[str], rounds: int, length: float) -> Dict[str, List[Mapping[str, object]]]:
+        def measure(names: Sequence[str], rounds: int, length: float) -> Dict[str, List[Round]]:
             number = next(batches)
             print(f"tune: race {number}: {len(names)} point(s), {rounds} round(s) {length:g}x long", flush=True)
             found = self._measure(self.folder / RACE_DIR.format(number), [points[n] for n in names], rounds,
                                   round_settings(self.overrides, self.round_spec, length), deadline=self.deadline)
-            return {name: [r.summary.row for r in records] for name, records in found.items()}
+            return {name: [r.summary for r in records] for name, records in found.items()}
 
         propose = optuna_proposer(kept, self.objective, self.options.optuna_batch, self.options.seed) \
             if self.options.search == OPTUNA else None
@@ -438,7 +438,7 @@ class TuneSession:
         return verification, sibling_warning(points[chosen.pick].chain, probe.crashed, self.chains.moves)
 
     def _against_current(self, pick: Point, current: Point, job_s: float, run_settings: Sequence[str]
-                         ) -> Tuple[str, List[Mapping[str, object]]]:
+                         ) -> Tuple[str, List[Round]]:
         """The verification's line, and the current settings' rounds it measured (none where it did not
         run). It runs as many of tune.verify_rounds interleaved rounds a side as the time left holds."""
         if pick == current:
@@ -458,9 +458,9 @@ class TuneSession:
               f"side{fewer}", flush=True)
         records = self._measure(self.folder / VERIFY_DIR, [current, pick], rounds, run_settings,
                                 deadline=self.deadline)
-        by_round = {name: {int(r.round or 0): race_rates([r.summary.row])[0] for r in records.get(name, [])}
+        by_round = {name: {int(r.round or 0): race_rates([r.summary])[0] for r in records.get(name, [])}
                     for name in (current.name, pick.name)}
-        mine = [r.summary.row for r in records.get(current.name, [])]
+        mine = [r.summary for r in records.get(current.name, [])]
         if not by_round[current.name] or not by_round[pick.name]:
             if time.monotonic() >= self.deadline:
                 return "not verified: the budget was spent before its jobs ran (the sweep's line names them)", mine
