@@ -39,6 +39,7 @@ from pipebench.report.writer import (
     load_runs,
     write_report,
 )
+from stored_results import transform_row
 
 REPO = Path(__file__).resolve().parents[1]
 NIGHTLY = REPO / "results" / "baselines" / "AMD_EPYC-2c" / "nightly"
@@ -57,7 +58,7 @@ def _result(num: int, overrides: Sequence[str], rate: float, half_width: float, 
                     "batch_size": 32, "consumer": "emulated", "samples_per_s": rate,
                     "samples_per_s_ci_low": rate - half_width, "samples_per_s_ci_high": rate + half_width,
                     "starvation_pct": starvation},
-        "transforms": [{"stage": "per_sample", "transform": "Work", "ms_per_sample": 1000.0 / rate}],
+        "transforms": [transform_row("Work", 1000.0 / rate)],
         "fingerprint": {"hostname": host, "cpu_model": "cpu", "usable_cores": 2, "gpu": None},
     })
 
@@ -268,8 +269,8 @@ LONG_STEP = "per_sample/" + "my_project.augmentations.colour.RandomisedPhotometr
 def test_a_long_legend_label_wraps_and_the_layout_still_applies(tmp_path, monkeypatch):
     from pipebench.report import plots
 
-    results = [JobRecord.from_stored({**r.to_json(), "transforms": [{"stage": "per_sample", "transform": LONG_STEP[11:],
-                                                                 "ms_per_sample": 5.0}]}) for r in _sweep_results()]
+    results = [JobRecord.from_stored({**r.to_json(), "transforms": [transform_row(LONG_STEP[11:], 5.0)]})
+               for r in _sweep_results()]
     table = build_table(group_rows([(Path("run"), results)]))
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # matplotlib's "constrained_layout not applied" is a UserWarning

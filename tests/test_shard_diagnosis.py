@@ -12,6 +12,7 @@ from torchvision.transforms import PILToTensor
 from pipebench.cli.dataset import convert
 from pipebench.config.specs import StorageSpec
 from pipebench.datasets.webdataset_shards import WebDatasetShards
+from pipebench.measure.coverage import check_coverage
 from pipebench.measure.first_batch_parts import FirstBatchLog, FirstBatchParts, first_batch_columns
 from pipebench.model.shards import reader_loads, uneven_line, uneven_shards
 from pipebench.storage.file_reads import READ_FILES
@@ -141,7 +142,8 @@ def test_the_epoch_plot_draws_a_line_a_job_with_its_epoch_ends(shards, tmp_path)
     step_ms = [50.0] * (IMAGES - 2) + [100.0, 100.0] + [50.0] * (IMAGES - 2) + [100.0, 100.0]
     passes = [{"epoch": epochs, "worker_id": workers, "step_ms": step_ms, "samples": [1] * len(epochs),
                "compute_ms": [0.0] * 20, "h2d_ms": [0.0] * 20}]
-    results = [JobRecord.from_stored({**_result("job-1", WORKERS, [2] * 5, passes), "coverage": {"length": IMAGES}})]
+    checked = check_coverage({1: list(range(IMAGES)), 2: list(range(IMAGES))}, length=IMAGES, complete={1, 2})
+    results = [JobRecord.from_stored({**_result("job-1", WORKERS, [2] * 5, passes), "coverage": checked.as_dict()})]
     table = build_table(group_rows([(Path("run"), results)]))
     figure = epoch_figure(table)
     assert figure.get_suptitle() == EPOCH_TITLE

@@ -19,7 +19,6 @@ from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
 from pipebench.base.io import write_bytes_atomic
-from pipebench.base.typed_json import parse, parse_all
 from pipebench.record.jobs import JobRecord
 from pipebench.report.comparison import HOST, ComparisonRow, ComparisonTable, axis_title
 from pipebench.report.job_sections import sections_of
@@ -116,15 +115,6 @@ def _variant(row: ComparisonRow, table: ComparisonTable) -> str:
     return f"{_transform(row)} ({row.host})" if HOST in table.axes else _transform(row)
 
 
-@dataclass(frozen=True)
-class _StepCost:
-    """What the cost plot reads of a transform row (`TransformRow`'s): its step and its ms a sample."""
-
-    stage: str
-    transform: str
-    ms_per_sample: float
-
-
 def transform_costs(table: ComparisonTable) -> Tuple[Dict[str, Dict[str, float]], Dict[str, int]]:
     """Per variant: ms per sample of each `stage/transform` step (median over the chosen jobs'
     rounds), from its lowest-worker jobs (workers=0 when there are any); and that worker count."""
@@ -137,7 +127,7 @@ def transform_costs(table: ComparisonTable) -> Tuple[Dict[str, Dict[str, float]]
         samples: Dict[str, List[float]] = {}
         for row in (r for r in rows if _workers(r) == fewest):
             for result in row.results:
-                for step in parse_all(_StepCost, result.transforms):
+                for step in result.transform_rows:
                     samples.setdefault(f"{step.stage}/{step.transform}", []).append(float(step.ms_per_sample))
         if samples:
             costs[variant] = {step: float(np.median(v)) for step, v in samples.items()}
@@ -192,17 +182,10 @@ def _job_label(row: ComparisonRow, table: ComparisonTable) -> str:
     return ", ".join(f"{axis_title(a, table.axes)}={row.value(a)}" for a in table.axes) or row.label
 
 
-@dataclass(frozen=True)
-class _Checked:
-    """What the epoch plot reads of the exactly-once check (result.json's `coverage`): an epoch's samples."""
-
-    length: Optional[int] = None
-
-
 def _epochs_seen(result: JobRecord, samples: Sequence[float]) -> Optional[float]:
     """The window's samples over an epoch's (the exactly-once check's length); None when not recorded."""
-    length = parse(_Checked, sections_of(result).coverage).length
-    return sum(samples) / length if length else None
+    coverage = sections_of(result).coverage_report
+    return sum(samples) / coverage.length if coverage and coverage.length else None
 
 
 def epoch_figure(table: ComparisonTable) -> Union[Figure, str]:
