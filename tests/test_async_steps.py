@@ -115,7 +115,7 @@ def test_split_steps_parts_each_gap_into_waiting_for_data_and_the_rest():
         GpuStepSplit(idle_data_ms=0.0, idle_other_ms=0.0, busy_ms=10.0, h2d_ms=0.5),
         GpuStepSplit(idle_data_ms=1.0, idle_other_ms=3.0, busy_ms=1.0, h2d_ms=0.0),
     ]
-    assert sum(s.span_ms for s in split_steps(steps, window_start=-2.0)) == 47.0
+    assert sum(s.idle_data_ms + s.idle_other_ms + s.busy_ms for s in split_steps(steps, window_start=-2.0)) == 47.0
 
 
 def _host_loop(clock: AsyncStepClock, gpu: FakeGpu, steps: int, wait_ms: float, busy_ms: float,

@@ -23,6 +23,7 @@ from typing import Callable, List, Optional, Sequence
 import torch
 
 from pipebench.base.gpu_timeline import EventRing, GpuStepSplit, StepTimes, TimedEvent, split_steps
+from pipebench.base.gpu_timing import cuda_event
 from pipebench.measure.steps import StepSample, with_gpu_split
 
 __all__ = ["STEPS_IN_FLIGHT", "GpuWatchClock", "cuda_watch_clock", "on_gpu_clock"]
@@ -129,16 +130,12 @@ class GpuWatchClock:
             self._joined.append(step.joined)
 
 
-def _cuda_event() -> TimedEvent:
-    return torch.cuda.Event(enable_timing=True)
-
-
 def cuda_watch_clock() -> Optional[GpuWatchClock]:
     """A clock of CUDA events where the loop runs on CUDA (the script has started CUDA by the time
     the window opens), else None: a CPU loop is left on the host's clock, and a process that
     never touched CUDA does not get a CUDA context from the watch."""
     if torch.cuda.is_available() and torch.cuda.is_initialized():
-        return GpuWatchClock(_cuda_event)
+        return GpuWatchClock(cuda_event)
     return None
 
 

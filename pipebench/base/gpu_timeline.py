@@ -109,10 +109,6 @@ class GpuStepSplit:
     busy_ms: float
     h2d_ms: float
 
-    @property
-    def span_ms(self) -> float:
-        return self.idle_data_ms + self.idle_other_ms + self.busy_ms
-
 
 def _overlap(start: float, end: float, other_start: float, other_end: float) -> float:
     return max(0.0, min(end, other_end) - max(start, other_start))

@@ -111,7 +111,8 @@ def moved_to(data: Any, device: Optional[torch.device], non_blocking: bool) -> A
     return data.to(device, non_blocking=non_blocking)
 
 
-def _cuda_event() -> TimedEvent:
+def cuda_event() -> TimedEvent:
+    """A CUDA event that keeps its time, as the step rings and the watch clock record them."""
     return torch.cuda.Event(enable_timing=True)
 
 
@@ -136,7 +137,7 @@ class AsyncStepClock:
     in ms from the origin. `new_event` and `synchronize` default to torch.cuda's; tests pass fakes.
     """
 
-    def __init__(self, capacity: int = MAX_STEPS_IN_FLIGHT, new_event: Callable[[], TimedEvent] = _cuda_event,
+    def __init__(self, capacity: int = MAX_STEPS_IN_FLIGHT, new_event: Callable[[], TimedEvent] = cuda_event,
                  synchronize: Optional[Callable[[], None]] = None) -> None:
         self.ring: EventRing[_StepEvents] = EventRing(capacity)
         self._new_event = new_event

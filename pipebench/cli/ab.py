@@ -71,7 +71,7 @@ def _rounds(given, overrides: list, config_dir) -> Tuple[int, str]:
     return rounds, ""
 
 
-def ab_main(args: argparse.Namespace) -> int:
+def main(args: argparse.Namespace) -> int:
     base_ref, head_ref, overrides = _split_refs(list(args.refs))
     cwd = Path.cwd().resolve()
     repo = repo_root(cwd)
@@ -142,7 +142,3 @@ def add_parser(verbs: "argparse._SubParsersAction") -> None:
                         help="refuse a work tree with uncommitted changes (the nightly and bisect measure commits)")
     parser.add_argument("--history", metavar="FILE",
                         help="append every job's figures and verdict to this per-machine history (implies a clean tree)")
-
-
-def main(args: argparse.Namespace) -> int:
-    return ab_main(args)

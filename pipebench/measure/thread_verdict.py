@@ -56,11 +56,6 @@ class ScalingFigures:
         return self.speedups[-1]
 
     @property
-    def best_speedup(self) -> float:
-        """The most a step gained from threads: where it stops scaling, in threads' worth of rate."""
-        return max(self.speedups)
-
-    @property
     def efficiency(self) -> float:
         """The speed-up at the highest count over that count (1.0: perfect scaling)."""
         return self.top_speedup / self.top_threads
