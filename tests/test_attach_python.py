@@ -5,9 +5,10 @@ import sys
 
 import pytest
 
+from pipebench.base.command import CLI_MODULE
 from pipebench.base.errors import ConfigError
 from pipebench.cli.attach import parse_command, run_script
-from pipebench.cli.attach_python import CLI_MODULE, PythonCommand, python_flags, rerun_argv, split_python
+from pipebench.cli.attach_python import PythonCommand, python_flags, rerun_argv, split_python
 
 
 @pytest.mark.parametrize("words, flags, rest", [

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, List, Optional, Sequence, Tuple, Union
 
+from pipebench.base.command import CLI_MODULE, results_folder
 from pipebench.base.errors import INTERRUPTED_EXIT_STATUS, PipebenchError
 from pipebench.record.jobs import JobResult
 from pipebench.record.results import load_job_results
@@ -30,10 +31,6 @@ from pipebench.regress.compare import (
 
 __all__ = ["JobFailures", "RunResults", "compare", "load", "run"]
 
-# The command's module, run with this interpreter: the console script's own entry.
-CLI_MODULE = "pipebench.cli.main"
-# The line every verb ends with, naming its results folder.
-RESULTS_PREFIX = "results: "
 # The prefix of the CLI's one-line errors, left off the exception's message.
 ERROR_PREFIX = "pipebench: error: "
 # How long an interrupted child may take to keep its finished jobs and exit, before it is killed.
@@ -96,8 +93,7 @@ def _command(args: Sequence[str], quiet: bool) -> _Finished:
     finally:
         for reader in readers:
             reader.join()
-    folder = next((Path(line[len(RESULTS_PREFIX):]) for line in reversed(out_lines)
-                   if line.startswith(RESULTS_PREFIX)), None)
+    folder = results_folder(out_lines)
     errors = tuple(line[len(ERROR_PREFIX):] for line in err_lines if line.startswith(ERROR_PREFIX))
     return _Finished(status, folder, errors)
 

@@ -24,6 +24,7 @@ from pipebench.attach.script_end import (hang_shows_itself, own_loaders, script_
                                          without_handler, workers_end_quietly)
 from pipebench.attach.watch import DEFAULT_REPLAY, DEFAULT_SECONDS, DEFAULT_SKIP_STEPS, DEFAULT_STEPS, WatchWindow, watching_loaders
 from pipebench.attach.watched import results_of, save_results, summary_line
+from pipebench.base.command import results_line
 from pipebench.base.errors import INTERRUPTED_EXIT_STATUS, TERMINATED_EXIT_STATUS, USAGE_EXIT_STATUS, ConfigError, Terminated
 from pipebench.base.tables import markdown_table
 from pipebench.cli.attach_record import add_record_args, recording_of
@@ -215,7 +216,7 @@ def _attach_script(script: ScriptCommand, window: WatchWindow, folder: Path, exp
         print(note)
     write_report([str(folder)], folder)  # report.md, as run writes it: each loader described on its own
     print(f"report: {folder / REPORT_MD}")
-    print(f"results: {folder}  (pipebench report {folder})")
+    print(f"{results_line(folder)}  (pipebench report {folder})")
     return status
 
 

@@ -16,9 +16,10 @@ import types
 from dataclasses import dataclass
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
+from pipebench.base.command import CLI_MODULE
 from pipebench.base.errors import ConfigError
 
-__all__ = ["CLI_MODULE", "CODE_FILE", "PYTHON_NAMES", "TARGET_OPTIONS", "PythonCommand", "path_entry",
+__all__ = ["CODE_FILE", "PYTHON_NAMES", "TARGET_OPTIONS", "PythonCommand", "path_entry",
            "python_flags", "rerun", "rerun_argv", "run_code", "split_python"]
 
 # Interpreter names the command may start with (`pipebench attach -- python train.py`).
@@ -42,8 +43,6 @@ REFUSED = {
 }
 # The file name Python gives `-c` code's frames (and attach looks for its loaders in).
 CODE_FILE = "<string>"
-# The module attach runs again as: the `pipebench` command's own entry.
-CLI_MODULE = "pipebench.cli.main"
 
 
 @dataclass(frozen=True)

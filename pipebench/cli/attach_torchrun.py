@@ -28,6 +28,7 @@ from pipebench.attach.sinks.sink_set import open_sinks
 from pipebench.attach.watch import WatchWindow
 from pipebench.attach.watched import WatchedLoader
 from pipebench.attach.watched_ranks import RANKS_FOLDER, merge_ranks, rank_environment, rank_status
+from pipebench.base.command import results_line
 from pipebench.base.descendants import no_descendant_outlives
 from pipebench.base.errors import USAGE_EXIT_STATUS, ConfigError
 from pipebench.base.lifeline import tied_command
@@ -155,5 +156,5 @@ def attach_torchrun(command: TorchrunCommand, window: WatchWindow, folder: Path,
         print(markdown_table(rows, RANK_TABLE_COLUMNS))
         print(f"{aggregate_line(record.summary.row)}, AU {record.summary.au_pct:.1f}% (the least rank's)")
     print(f"each rank's own results: {ranks_dir}")
-    print(f"results: {folder}  (pipebench report {folder})")
+    print(f"{results_line(folder)}  (pipebench report {folder})")
     return status

@@ -23,6 +23,7 @@ from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
 import psutil
 
+from pipebench.base.command import results_line
 from pipebench.base.errors import INTERRUPTED_EXIT_STATUS, TERMINATED_EXIT_STATUS, ConfigError
 from pipebench.base.io import folder_safe
 from pipebench.base.typed_json import parse
@@ -323,7 +324,7 @@ def _check(check: Check, plan: CheckPlan) -> int:
     result = CheckResult(chosen, chain, done, verdict(done), search, runs, without, costliest, plan.shared,
                          plan.predicted, plan.overrides)
     print("\n" + write_check(check.folder, result), end="")
-    print(f"results: {check.folder}")
+    print(results_line(check.folder))
     return status
 
 

@@ -25,6 +25,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Dict, List, Mapping, Optional, Sequence, Tuple
 
+from pipebench.base.command import results_folder
 from pipebench.base.io import folder_safe
 from pipebench.measure.round_gate import gate_env, read_number, say_round
 from pipebench.record.results import load_job_results
@@ -42,8 +43,6 @@ GATE_PROBE = "import pipebench.measure.round_gate"
 OTHER_LAUNCHER = "hydra/launcher="
 # Fingerprint fields whose values a side's environment sets: a difference is named on one line.
 VERSION_FIELDS = ("python", "torch", "torchvision", "numpy", "pillow", "libjpeg_turbo")
-# The last line of `pipebench run` names its folder.
-RESULTS_PREFIX = "results: "
 SIDES = ("base", "head")
 # Exit statuses for `git bisect run`: good, bad, and "cannot test this commit".
 EXIT_GOOD, EXIT_REGRESSION, EXIT_SKIP = 0, 1, 125
@@ -129,13 +128,6 @@ def has_gate(side: Side, cwd: Path, env: Mapping[str, str]) -> bool:
                           check=False).returncode == 0
 
 
-def results_folder(stdout: str) -> Optional[Path]:
-    """The folder the last `results: ` line of a run's output names."""
-    lines = stdout.strip().splitlines()
-    found = next((line[len(RESULTS_PREFIX):] for line in reversed(lines) if line.startswith(RESULTS_PREFIX)), None)
-    return None if found is None else Path(found)
-
-
 def _tail(stdout: str, stderr: str) -> str:
     return (stderr.strip().splitlines() or stdout.strip().splitlines() or ["no output"])[-1]
 
@@ -144,7 +136,7 @@ def run_side(side: Side, plan: Plan, round_num: int, env: Mapping[str, str]) -> 
     """One round of the sweep for one side, a command of its own; returns the results folder it named."""
     proc = subprocess.run(plan.command(side, *ROUND_OVERRIDES, f"run.round={round_num}"), cwd=plan.cwd(side),
                           env=dict(env), capture_output=True, text=True, check=False)
-    folder = results_folder(proc.stdout)
+    folder = results_folder(proc.stdout.splitlines())
     if proc.returncode != 0 or folder is None:
         raise SideFailed(side.name, round_num, proc.returncode, _tail(proc.stdout, proc.stderr))
     return folder
@@ -188,7 +180,7 @@ class GatedRun:
         if read_number(self.ready_fd) is not None:
             raise self._failed(round_num)
         self.proc.wait()
-        folder = results_folder(self._read(self.stdout))
+        folder = results_folder(self._read(self.stdout).splitlines())
         if self.proc.returncode != 0 or folder is None:
             raise self._failed(round_num)
         return folder

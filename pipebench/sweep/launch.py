@@ -21,6 +21,7 @@ from hydra.core.plugins import Plugins
 from hydra.plugins.launcher import Launcher
 
 from hydra_plugins.pipebench_launcher.subprocess_launcher import SubprocessLauncher
+from pipebench.base.command import results_line
 from pipebench.base.cores import usable_cores
 from pipebench.base.errors import (
     INTERRUPTED_EXIT_STATUS,
@@ -190,7 +191,7 @@ def _run_sweep(sweep: _Sweep, into: Into, ahead: Optional[JobProcess]) -> int:
         print(f"pipebench: {'' if status else 'error: '}the tables were not written: {unwritten}", file=sys.stderr)
         status = status or USAGE_EXIT_STATUS
     if not into.stage:
-        print(f"results: {invocation_dir}")
+        print(results_line(invocation_dir))
     return status
 
 

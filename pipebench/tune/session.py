@@ -32,6 +32,7 @@ from typing import Dict, List, Mapping, Optional, Sequence, Tuple
 import psutil
 import torch
 
+from pipebench.base.command import results_line
 from pipebench.base.cores import usable_cores
 from pipebench.base.errors import CRASH_EXIT_STATUS, INTERRUPTED_EXIT_STATUS, TERMINATED_EXIT_STATUS, ConfigError
 from pipebench.base.io import folder_safe
@@ -269,7 +270,7 @@ def tune_command(request: TuneRequest, ahead: Optional[JobProcess] = None) -> in
             return session.run(ahead)
         except Stopped as stop:
             print("tune: stopped; its finished trials are kept, and the same command resumes it", file=sys.stderr)
-            print(f"results: {folder}")
+            print(results_line(folder))
             return stop.status
 
 
@@ -330,7 +331,7 @@ class TuneSession:
         print("\n" + write_tune(self.folder, tuned, self.request.config_dir or ""), end="")
         if chosen is None:
             print(f"pipebench: error: tune: {outcome.stop}", file=sys.stderr)
-        print(f"results: {self.folder}")
+        print(results_line(self.folder))
         return 0 if chosen is not None else CRASH_EXIT_STATUS
 
     def _measure(self, where: Path, points: Sequence[Point], rounds: int, run_settings: Sequence[str],
