@@ -34,6 +34,7 @@ from pipebench.base.noise_figures import MAX_SIGNIFICANT_FIGURES, format_column,
 from pipebench.base.tables import markdown_table
 from pipebench.config.specs import USER_STEP
 from pipebench.model.judging import WITHIN_NOISE, Spread, judged, rate_spread
+from pipebench.record.figures import nan_if_none
 from pipebench.record.jobs import JobRecord, canonical, canonical_text, override_pairs, varying_keys
 
 # Columns whose override key reads better under another name (the DataLoader calls it a
@@ -84,18 +85,13 @@ def identity(overrides: Sequence[str], fields: Mapping[str, object]) -> Dict[str
     return named
 
 
-def _number(value: Optional[float]) -> float:
-    """A summary cell as a float; an empty one (None) is nan."""
-    return math.nan if value is None else float(value)
-
-
 def measured_rate(results: Sequence[Mapping[str, object]]) -> Spread:
     """The rounds' samples/s and spread, by the one rule (pipebench.model.judging.rate_spread); `results`
     are records, or result.json mappings."""
     summaries = [JobRecord.read(r).summary for r in results]
-    return rate_spread([_number(s.samples_per_s) for s in summaries],
-                       [_number(s.samples_per_s_ci_low) for s in summaries],
-                       [_number(s.samples_per_s_ci_high) for s in summaries])
+    return rate_spread([nan_if_none(s.samples_per_s) for s in summaries],
+                       [nan_if_none(s.samples_per_s_ci_low) for s in summaries],
+                       [nan_if_none(s.samples_per_s_ci_high) for s in summaries])
 
 
 @dataclass(frozen=True)
@@ -194,7 +190,7 @@ def group_rows(runs: Sequence[Tuple[Path, Sequence[JobRecord]]]) -> List[Compari
         host = hosts[fingerprint[(folder, label)]]
         names.update({HOST: host, RUN: folder.name})
         rows.append(ComparisonRow(label, folder, host, names, measured_rate(results),
-                                  float(np.median([_number(r.summary.starvation_pct) for r in results])),
+                                  float(np.median([nan_if_none(r.summary.starvation_pct) for r in results])),
                                   tuple(results)))
     return rows
 
