@@ -40,14 +40,14 @@ from pathlib import PurePosixPath
 from typing import Any, Dict, Iterator, List, Optional, Sequence, Tuple
 
 from PIL import Image
-from torch.utils.data import IterableDataset, get_worker_info
+from torch.utils.data import IterableDataset
 
 from pipebench.base.errors import DatasetError
 from pipebench.base.typed_json import parse
 from pipebench.model.shards import split
 from pipebench.storage.file_reads import FileReads
 from pipebench.storage.object_store import is_url, read_failure, url_fs
-from pipebench.storage.rank_info import rank_and_world
+from pipebench.storage.rank_info import reader_position
 
 from .lazy_image import rgb_from
 from .sharded_plan import ShardedPlan
@@ -376,10 +376,7 @@ class MDSShards(ShardFiles, ShardedPlan, IterableDataset):
         return decode_int(entry.encodings[entry.columns.index(self.label_key)], columns[self.label_key])
 
     def __iter__(self) -> Iterator[Tuple[int, Any, int]]:
-        rank, world = rank_and_world()
-        info = get_worker_info()
-        worker, workers = (info.id, info.num_workers) if info is not None else (0, 1)
-        for shard in split(range(len(self.shards)), rank, world, worker, workers):
+        for shard in split(range(len(self.shards)), *reader_position()):
             entry = self.shards[shard]
             for position, columns in enumerate(self.shard_samples(shard)):
                 yield (self.offsets.index(shard, position), self._image(entry, columns[self.image_key]),

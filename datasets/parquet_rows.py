@@ -43,7 +43,7 @@ from pipebench.model.shards import ROW_GROUP_ROWS, ROW_GROUPS_KEPT, random_acces
 from pipebench.storage.dataset_contract import DatasetContract
 from pipebench.storage.file_reads import FileReads
 from pipebench.storage.object_store import is_url, read_failure, unreadable, url_fs
-from pipebench.storage.rank_info import rank_and_world
+from pipebench.storage.rank_info import reader_position
 
 from .lazy_image import rgb_from
 from .sharded_plan import ShardedPlan
@@ -375,12 +375,7 @@ class ParquetStream(_ParquetBase, ShardedPlan, IterableDataset):
         return len(self.groups)
 
     def __iter__(self) -> Iterator[Tuple[int, Any, int]]:
-        from torch.utils.data import get_worker_info
-
-        rank, world = rank_and_world()
-        info = get_worker_info()
-        worker, workers = (info.id, info.num_workers) if info is not None else (0, 1)
-        for group in split(range(len(self.groups)), rank, world, worker, workers):
+        for group in split(range(len(self.groups)), *reader_position()):
             images, labels = self._row_group(group)
             for row in range(len(images)):
                 yield (self.offsets.index(group, row), *self._sample(images, labels, group, row))

@@ -12,10 +12,10 @@ from __future__ import annotations
 
 from typing import Any, Iterator, Tuple
 
-from torch.utils.data import IterableDataset, get_worker_info
+from torch.utils.data import IterableDataset
 
 from pipebench.storage.dataset_contract import DatasetContract
-from pipebench.storage.rank_info import rank_and_world
+from pipebench.storage.rank_info import reader_position
 
 
 def shard_of(rank: int, world: int, worker: int, workers: int) -> Tuple[int, int]:
@@ -41,10 +41,7 @@ class ShardedStream(IterableDataset, DatasetContract):
     def __iter__(self) -> Iterator[Tuple[int, Any, Any]]:
         start, step = 0, 1
         if self.shard:
-            rank, world = rank_and_world()
-            info = get_worker_info()
-            worker, workers = (info.id, info.num_workers) if info is not None else (0, 1)
-            start, step = shard_of(rank, world, worker, workers)
+            start, step = shard_of(*reader_position())
         for index in range(start, len(self.source), step):
             yield (index, *self.source[index])
 

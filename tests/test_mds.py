@@ -8,7 +8,6 @@ import hashlib
 import json
 import shutil
 from pathlib import Path
-from types import SimpleNamespace
 
 import pytest
 
@@ -61,9 +60,7 @@ def test_the_shards_split_across_ranks_and_workers_and_every_sample_is_read_once
     pooled, loads = [], []
     for rank in range(2):
         for worker in range(2):
-            monkeypatch.setattr(mds_shards, "rank_and_world", lambda rank=rank: (rank, 2))
-            monkeypatch.setattr(mds_shards, "get_worker_info", lambda worker=worker: SimpleNamespace(id=worker,
-                                                                                                     num_workers=2))
+            monkeypatch.setattr(mds_shards, "reader_position", lambda rank=rank, worker=worker: (rank, 2, worker, 2))
             read = [index for index, _, _ in mds]
             pooled += read
             loads.append(len(read))

@@ -1,4 +1,5 @@
-"""Which rank of how many this process belongs to, from inside a rank or any of its DataLoader workers.
+"""Which rank of how many this process belongs to, from inside a rank or any of its DataLoader workers,
+and which of the rank's workers it is.
 
 torchrun puts RANK and WORLD_SIZE in every rank's environment, and DataLoader workers inherit
 it under every start method; torch.distributed itself is initialised only in the rank process.
@@ -8,6 +9,7 @@ import os
 from typing import Tuple
 
 import torch.distributed as dist
+from torch.utils.data import get_worker_info
 
 
 def rank_and_world() -> Tuple[int, int]:
@@ -17,3 +19,10 @@ def rank_and_world() -> Tuple[int, int]:
     if dist.is_available() and dist.is_initialized():
         return dist.get_rank(), dist.get_world_size()
     return 0, 1
+
+
+def reader_position() -> Tuple[int, int, int, int]:
+    """(rank, world size, DataLoader worker, workers): which reader of the job's a stream's copy is; the
+    worker is 0 of 1 in the rank process itself."""
+    info = get_worker_info()
+    return (*rank_and_world(), *((info.id, info.num_workers) if info is not None else (0, 1)))
