@@ -1,10 +1,9 @@
 """The recorder's files: rows appended and flushed as written, and a stall's capture folder.
 
-`AppendedCsv` opens its file with O_APPEND and writes each row with one `os.write`, then fsyncs:
-rows are never rewritten, so a crash (SIGKILL, a dead node) loses at most the window in progress,
-and the ranks of a torchrun job append to one file without interleaving a line (one write of a
-short line under O_APPEND lands whole on a local file system). `Captures` keeps at most K
-`capture-N/` folders, the worst stalls by the time they lost.
+`AppendedCsv` appends each row with `pipebench.base.io.append_lines`: rows are never rewritten, so
+a crash (SIGKILL, a dead node) loses at most the window in progress, and the ranks of a torchrun
+job append to one file. `Captures` keeps at most K `capture-N/` folders, the worst stalls by the
+time they lost.
 """
 
 import os
@@ -13,7 +12,7 @@ from pathlib import Path
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
 from pipebench.base.csv_cells import csv_line, csv_text
-from pipebench.base.io import write_json_atomic, write_text_atomic
+from pipebench.base.io import append_lines, write_json_atomic, write_text_atomic
 from pipebench.measure.series_window import series_cell
 
 __all__ = ["CAPTURE_FOLDER", "CAPTURE_JSON", "CAPTURE_TRANSFORMS", "DEFAULT_MAX_CAPTURES", "AppendedCsv", "Captures"]
@@ -34,15 +33,11 @@ class AppendedCsv:
         self.columns = tuple(columns)
         self._fd: Optional[int] = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
         if os.fstat(self._fd).st_size == 0:
-            self._write(csv_line(self.columns))
-
-    def _write(self, line: str) -> None:
-        os.write(self._fd, line.encode())
-        os.fsync(self._fd)
+            append_lines(self._fd, csv_line(self.columns))
 
     def append(self, row: Mapping[str, Any]) -> None:
         """One row, its cells in the file's columns (a missing one empty)."""
-        self._write(csv_line([series_cell(row.get(column)) for column in self.columns]))
+        append_lines(self._fd, csv_line([series_cell(row.get(column)) for column in self.columns]))
 
     def close(self) -> None:
         if self._fd is not None:

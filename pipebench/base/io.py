@@ -1,4 +1,5 @@
-"""Files that are whole or absent, written without following links: atomic writes, and folder names.
+"""Files that are whole or absent, written without following links: atomic writes, and folder names;
+and files only appended to, whole lines at a time (`append_lines`).
 
 Readers of summary.csv or result.json run while a sweep writes them (report, compare, a second
 run resuming), so every file appears in one rename. Each writer gets a new file of its own in the
@@ -17,7 +18,8 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Iterator, Mapping, Tuple
 
-__all__ = ["folder_safe", "replacing", "with_name", "write_bytes_atomic", "write_json_atomic", "write_text_atomic"]
+__all__ = ["append_lines", "folder_safe", "replacing", "with_name", "write_bytes_atomic", "write_json_atomic",
+           "write_text_atomic"]
 
 # The mode open() asks for; the kernel takes the umask off (tempfile.mkstemp asks for 0600).
 PLAIN_MODE = 0o666
@@ -76,6 +78,14 @@ def write_bytes_atomic(path: Path, data: bytes) -> None:
     fd, tmp = _new_file(path, ".tmp")
     with _renamed_over(path, tmp), os.fdopen(fd, "wb") as out:
         out.write(data)
+
+
+def append_lines(fd: int, text: str) -> None:
+    """Append whole lines to a file open with O_APPEND in ONE os.write, then fsync: a crash leaves at
+    most a torn last line, and processes appending to one file (a torchrun job's ranks) never
+    interleave a line (one write of a short line under O_APPEND lands whole on a local file system)."""
+    os.write(fd, text.encode())
+    os.fsync(fd)
 
 
 def write_text_atomic(path: Path, text: str) -> None:

@@ -2,9 +2,9 @@
 
 Why CSV and not SQLite: a night adds a handful of rows, people read and diff the file, CI keeps it
 as an artifact or commits it beside the machine's baseline, and every tool opens it. Crash safety
-comes from how a row is written: each append is ONE `os.write` of whole lines to a file opened
-with O_APPEND, then fsync. A crash can leave at most a torn last line; the loader keeps every
-whole row and names the rest (line number and why), it never drops a file for one bad line.
+comes from how a row is written (`pipebench.base.io.append_lines`): a crash can leave at most a
+torn last line; the loader keeps every whole row and names the rest (line number and why), it
+never drops a file for one bad line.
 
 Step detection (`find_steps`): binary segmentation on the series, the split that leaves the
 least squared error of the log values, kept only where the two sides differ by the one rule of
@@ -16,22 +16,19 @@ import csv
 import io
 import math
 import os
-from dataclasses import dataclass
+from dataclasses import astuple, dataclass, fields
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Dict, List, Sequence, Tuple
+from typing import List, Sequence, Tuple
 
 import numpy as np
 
 from pipebench.base.csv_cells import csv_table
+from pipebench.base.io import append_lines
 from pipebench.base.significance import DOWN, MIN_SAMPLES, UP, measure_change
+from pipebench.base.stats import distribution
 from pipebench.regress.compare import load_run
 
-HISTORY_COLUMNS = ("date", "commit", "base_commit", "machine", "job", "rounds", "samples_per_s",
-                   "samples_per_s_p25", "samples_per_s_p75", "cpu_ms_per_sample", "cpu_ms_p25", "cpu_ms_p75",
-                   "verdict", "flagged_by")
-NUMERIC_COLUMNS = ("rounds", "samples_per_s", "samples_per_s_p25", "samples_per_s_p75", "cpu_ms_per_sample",
-                   "cpu_ms_p25", "cpu_ms_p75")
 # A step must hold for at least this many nights on each side (the rule's fewest samples): one odd
 # night is not a level.
 MIN_SEGMENT = MIN_SAMPLES
@@ -57,6 +54,10 @@ class HistoryRow:
     cpu_ms_p75: float
     verdict: str
     flagged_by: str
+
+
+# history.csv's columns: a row's fields, in their order.
+HISTORY_COLUMNS = tuple(f.name for f in fields(HistoryRow))
 
 
 @dataclass(frozen=True)
@@ -86,7 +87,7 @@ class Step:
 def append_rows(path: Path, rows: Sequence[HistoryRow]) -> Path:
     """Append rows (and the header to a new file) in one write, then fsync (module docstring)."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    table = csv_table(HISTORY_COLUMNS, ([getattr(r, c) for c in HISTORY_COLUMNS] for r in rows))
+    table = csv_table(HISTORY_COLUMNS, (astuple(r) for r in rows))
     fd = os.open(path, os.O_RDWR | os.O_APPEND | os.O_CREAT, 0o644)
     try:
         size = os.fstat(fd).st_size
@@ -94,19 +95,15 @@ def append_rows(path: Path, rows: Sequence[HistoryRow]) -> Path:
         # A row torn by an earlier crash has no line end: end it, so this write's rows stay whole.
         if size and os.pread(fd, 1, size - 1) != b"\n":
             body = "\n" + body
-        os.write(fd, body.encode())
-        os.fsync(fd)
+        append_lines(fd, body)
     finally:
         os.close(fd)
     return path
 
 
 def _quartiles(values: Sequence[float]) -> Tuple[float, float, float]:
-    finite = [v for v in values if math.isfinite(v)]
-    if not finite:
-        return (float("nan"),) * 3
-    p25, p50, p75 = np.percentile(finite, [25, 50, 75])
-    return float(p50), float(p25), float(p75)
+    finite = distribution([v for v in values if math.isfinite(v)])
+    return finite.median, finite.p25, finite.p75
 
 
 def session_rows(session, machine: str, date: str) -> List[HistoryRow]:
@@ -131,19 +128,10 @@ def append_session(path: Path, session, machine: str = "", date: str = "") -> Pa
     return append_rows(path, session_rows(session, machine or path.parent.name, stamp))
 
 
-def _parse(record: Dict[str, str]) -> HistoryRow:
-    values: Dict[str, object] = {}
-    for column in HISTORY_COLUMNS:
-        cell = record.get(column)
-        if cell is None:
-            raise ValueError(f"no {column}")
-        if column == "rounds":
-            values[column] = int(cell)
-        elif column in NUMERIC_COLUMNS:
-            values[column] = float(cell) if cell not in ("", "nan") else float("nan")
-        else:
-            values[column] = cell
-    row = HistoryRow(**values)
+def _parse(cells: Sequence[str]) -> HistoryRow:
+    """A row of whole cells, each converted by its field's type; an empty figure is NaN."""
+    row = HistoryRow(*(math.nan if f.type is float and not cell else f.type(cell)
+                       for f, cell in zip(fields(HistoryRow), cells)))
     if not row.commit or not row.job:
         raise ValueError("empty commit or job")
     return row
@@ -172,7 +160,7 @@ def load_history(path: Path) -> History:
                            f"{path}: line {reader.line_num}: {len(cells)} cells, {len(HISTORY_COLUMNS)} expected")
             continue
         try:
-            rows.append(_parse(dict(zip(HISTORY_COLUMNS, cells))))
+            rows.append(_parse(cells))
         except ValueError as exc:
             damaged.insert(-1 if damaged and "torn" in damaged[-1] else len(damaged),
                            f"{path}: line {reader.line_num}: {exc}")
