@@ -41,7 +41,7 @@ from pipebench.storage.dataset_contract import DatasetContract
 from pipebench.storage.object_store import ENDPOINT_SETTINGS, is_url, read_failure, url_fs
 
 from .lazy_image import rgb_from
-from .shard_split import ShardFiles, not_regular, require_library
+from .shard_split import ShardFiles, ShardOffsets, not_regular, require_library
 
 __all__ = ["LitDataChunks", "write_litdata"]
 
@@ -270,15 +270,12 @@ class LitDataChunks(ShardFiles, DatasetContract, IterableDataset):
         read = _check_fields(fields, image_key, label_key, index_key, where)
         self.image_format, self.label_field, self.index_field = read
         paths, sizes, counts = _check_chunks(fs, root, config, index.chunks, input_dir)
-        self.locations, self.sizes, self.counts = tuple(paths), tuple(sizes), tuple(counts)
+        self.locations, self.sizes, self.offsets = tuple(paths), tuple(sizes), ShardOffsets(counts)
         self._note = ""
         self._stream: Optional[Any] = None
 
     def __getstate__(self) -> dict:
         return {**self.__dict__, "_stream": None}  # each process opens its own StreamingDataset
-
-    def __len__(self) -> int:
-        return sum(self.counts)
 
     def plan_notes(self) -> Tuple[str, ...]:
         """The plan-time notes: a label field the items lack (every label 0), and images stored as

@@ -338,13 +338,6 @@ class MDSShards(ShardFiles, ShardedPlan, IterableDataset):
         self.skipped = {"shards": len(problems)} if problems else {}
         self.reads = FileReads()
 
-    def __len__(self) -> int:
-        return len(self.offsets)
-
-    def shard_count(self) -> int:
-        """How many shards the epoch is split into (pipebench/model/shards.py's idle_line)."""
-        return len(self.shards)
-
     def shard_samples(self, shard: int) -> Iterator[Dict[str, bytes]]:
         """Each sample of shard `shard` in order, as its columns' stored bytes by name, read through this
         process's FileReads: an uncompressed shard a sample at a time, a compressed one whole."""
@@ -381,10 +374,6 @@ class MDSShards(ShardFiles, ShardedPlan, IterableDataset):
             for position, columns in enumerate(self.shard_samples(shard)):
                 yield (self.offsets.index(shard, position), self._image(entry, columns[self.image_key]),
                        self._label(entry, columns))
-
-    def describe(self, index: int) -> str:
-        """The shard behind sample `index` and its place there."""
-        return self.offsets.where(index, self.locations)
 
     def identity(self) -> dict:
         """The folder, the shard and sample counts (each shard's too), the columns, the compressions and a

@@ -259,9 +259,6 @@ class _ParquetBase(ShardFiles, DatasetContract):
         self.__dict__.update(state)
         self._local = threading.local()
 
-    def __len__(self) -> int:
-        return len(self.offsets)
-
     def _file(self, f: int) -> Any:
         """File `f` opened through FileReads, once per thread (pyarrow seeks it; threads must not share)."""
         opened = getattr(self._local, "files", None)
@@ -369,10 +366,6 @@ class ParquetStream(_ParquetBase, ShardedPlan, IterableDataset):
     """Streaming: yields `(index, image, label)` for this reader's row groups, each read once, in order."""
 
     streaming = True
-
-    def shard_count(self) -> int:
-        """How many shards (row groups) the epoch is split into (pipebench/model/shards.py's idle_line)."""
-        return len(self.groups)
 
     def __iter__(self) -> Iterator[Tuple[int, Any, int]]:
         for group in split(range(len(self.groups)), *reader_position()):

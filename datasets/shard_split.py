@@ -127,12 +127,25 @@ class ShardOffsets:
 
 
 class ShardFiles:
-    """What a job asks of a dataset read from shard files (`locations`, paths or URLs, and their `sizes`):
-    the files the page-cache warm-up reads, the line on what was left out, and a digest for its identity."""
+    """What a job asks of a dataset read from shard files (`locations`, paths or URLs, their `sizes`, and
+    the `offsets` of the shards' samples): its length, where a sample is, the files the page-cache warm-up
+    reads, the line on what was left out, and a digest for its identity."""
 
     locations: Tuple[str, ...]
     sizes: Tuple[int, ...]
+    offsets: ShardOffsets
     _note: str
+
+    def __len__(self) -> int:
+        return len(self.offsets)
+
+    def shard_count(self) -> int:
+        """How many shards the epoch is split into (pipebench/model/shards.py's idle_line)."""
+        return len(self.offsets.counts)
+
+    def describe(self, index: int) -> str:
+        """The shard behind sample `index` and its place there."""
+        return self.offsets.where(index, self.locations)
 
     def notes(self) -> Tuple[str, ...]:
         """The bad input on_bad_sample=skip left out, in one line; each job prints it."""

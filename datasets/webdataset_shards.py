@@ -207,13 +207,6 @@ class WebDatasetShards(ShardFiles, ShardedPlan, IterableDataset):
                                           ("samples", sum(len(s.no_image) for s in scans if not s.problem))) if v}
         self.reads = FileReads()
 
-    def __len__(self) -> int:
-        return len(self.offsets)
-
-    def shard_count(self) -> int:
-        """How many shards the epoch is split into (pipebench/model/shards.py's idle_line)."""
-        return len(self.urls)
-
     def _opened(self, urls: Iterable[str]) -> Iterator[Dict[str, Any]]:
         """webdataset's url_opener, reading through this process's FileReads; each shard is closed when
         the next one is asked for."""
@@ -254,10 +247,6 @@ class WebDatasetShards(ShardFiles, ShardedPlan, IterableDataset):
         except (TypeError, ValueError):
             raise DatasetError(f"{NAME}: {where}: .{self.label_ext} holds {member!r}, not an integer label "
                                "(dataset.label_ext=null reads no labels)") from None
-
-    def describe(self, index: int) -> str:
-        """The shard behind sample `index` and its place there."""
-        return self.offsets.where(index, self.urls)
 
     def identity(self) -> dict:
         """The pattern, the shard and sample counts (each shard's too), and a digest of each shard's name and size."""
