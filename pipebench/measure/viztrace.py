@@ -67,7 +67,7 @@ from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 import psutil
 
 from pipebench.base.errors import PipebenchError
-from pipebench.base.io import replacing
+from pipebench.base.io import replacing, write_bytes_atomic
 from pipebench.base.typed_json import parse
 from pipebench.measure.gpu.trace import ChromeEvent, ChromeTrace
 
@@ -182,13 +182,6 @@ def _process_create_time(pid: int) -> Optional[float]:
         return None
 
 
-def _write_atomic(path: Path, data: bytes) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    with open(tmp, "wb") as f:
-        f.write(data)
-    os.replace(tmp, path)
-
-
 class Recorder:
     """Slices of one process, written to `work_dir` in parts at defined points."""
 
@@ -233,7 +226,7 @@ class Recorder:
 
     def _write_marker(self, flushed_ns: int) -> None:
         info = Marker(self.pid, self.worker_id, self.role, _process_create_time(self.pid), flushed_ns)
-        _write_atomic(self.marker, json.dumps(asdict(info)).encode())
+        write_bytes_atomic(self.marker, json.dumps(asdict(info)).encode())
 
     def flush(self, final: bool = False, full_tracer: bool = False) -> None:
         """Write the slices gathered so far as one part (and the VizTracer buffer if asked)."""
@@ -262,7 +255,7 @@ class Recorder:
                 part = Part(self.pid, self.role, self.worker_id, chunk, threads, self.dropped)
                 path = self.work_dir / f"{self.tag}-{self.pid}-{self.seq:06d}{_PART_SUFFIX}"
                 self.seq += 1
-                _write_atomic(path, pickle.dumps(part, protocol=pickle.HIGHEST_PROTOCOL))
+                write_bytes_atomic(path, pickle.dumps(part, protocol=pickle.HIGHEST_PROTOCOL))
             if self.tracer is not None and (final or full_tracer):
                 self._dump_tracer(restart=not final)
         except Exception:
@@ -278,9 +271,8 @@ class Recorder:
         tracer.stop()
         path = self.work_dir / f"{self.tag}-{self.pid}-{self.seq:06d}{_VIZ_SUFFIX}"
         self.seq += 1
-        tmp = path.with_name(path.name + ".tmp")
-        tracer.dump(str(tmp))  # VizTracer's C writer: well under a microsecond per entry
-        os.replace(tmp, path)
+        with replacing(path) as tmp:
+            tracer.dump(str(tmp))  # VizTracer's C writer: well under a microsecond per entry
         if restart:
             tracer.start()
 
