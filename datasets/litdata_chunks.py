@@ -41,7 +41,7 @@ from pipebench.storage.dataset_contract import DatasetContract
 from pipebench.storage.object_store import ENDPOINT_SETTINGS, is_url, read_failure, url_fs
 
 from .lazy_image import rgb_from
-from .shard_split import ShardFiles, ShardOffsets, not_regular, require_library
+from .shard_split import ShardFiles, ShardOffsets, not_regular, require_library, require_names
 
 __all__ = ["LitDataChunks", "write_litdata"]
 
@@ -237,18 +237,14 @@ class LitDataChunks(ShardFiles, DatasetContract, IterableDataset):
     def __init__(self, input_dir: str, image_key: str = "image", label_key: Optional[str] = "label",
                  index_key: Optional[str] = "index", shuffle: bool = False, seed: int = 0):
         _litdata()
-        if not isinstance(input_dir, str) or not input_dir:
-            raise DatasetError(f"{NAME}: input_dir must be a folder or a URL, got {input_dir!r}")
+        require_names(NAME, "a folder or a URL", input_dir=input_dir)
         if not isinstance(shuffle, bool):
             raise DatasetError(f"{NAME}: shuffle must be true or false, got {shuffle!r}")
         if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
             raise DatasetError(f"{NAME}: seed must be an integer >= 0, got {seed!r}")
         self.input_dir = input_dir
         self.image_key, self.label_key, self.index_key = image_key, label_key, index_key
-        for role, value, may_be_none in (("image_key", image_key, False), ("label_key", label_key, True),
-                                         ("index_key", index_key, True)):
-            if not (isinstance(value, str) and value) and not (may_be_none and value is None):
-                raise DatasetError(f"{NAME}: {role} must be a field name, got {value!r}")
+        require_names(NAME, "a field name", image_key=image_key, label_key=label_key, index_key=index_key)
         self.shuffle = shuffle
         self.seed = seed
         fs, root = url_fs(input_dir)

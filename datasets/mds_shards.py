@@ -51,7 +51,7 @@ from pipebench.storage.rank_info import reader_position
 
 from .lazy_image import rgb_from
 from .sharded_plan import ShardedPlan
-from .shard_split import ShardFiles, ShardOffsets, bad_input, check_policy, not_regular, require_library
+from .shard_split import ShardFiles, ShardOffsets, bad_input, check_policy, not_regular, require_library, require_names
 
 __all__ = ["MDSShards", "ShardEntry", "decode_int", "sample_columns"]
 
@@ -305,11 +305,8 @@ class MDSShards(ShardFiles, ShardedPlan, IterableDataset):
 
     def __init__(self, input_dir: str, image_key: str = "image", label_key: Optional[str] = "label",
                  on_bad_sample: str = "fail"):
-        if not isinstance(input_dir, str) or not input_dir:
-            raise DatasetError(f"{NAME}: input_dir must be a folder or a URL, got {input_dir!r}")
-        for key, value, may_be_none in (("image_key", image_key, False), ("label_key", label_key, True)):
-            if not (isinstance(value, str) and value) and not (may_be_none and value is None):
-                raise DatasetError(f"{NAME}: {key} must be a column name, got {value!r}")
+        require_names(NAME, "a folder or a URL", input_dir=input_dir)
+        require_names(NAME, "a column name", image_key=image_key, label_key=label_key)
         self.input_dir = input_dir
         self.image_key = image_key
         self.label_key = label_key

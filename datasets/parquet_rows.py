@@ -47,7 +47,7 @@ from pipebench.storage.rank_info import reader_position
 
 from .lazy_image import rgb_from
 from .sharded_plan import ShardedPlan
-from .shard_split import ShardFiles, ShardOffsets, bad_input, check_policy, not_regular, require_library
+from .shard_split import ShardFiles, ShardOffsets, bad_input, check_policy, not_regular, require_library, require_names
 
 __all__ = ["ParquetRows", "ParquetStream", "expand_files", "parquet_dataset", "write_parquet"]
 
@@ -226,9 +226,7 @@ class _ParquetBase(ShardFiles, DatasetContract):
 
     def __init__(self, files: Union[str, Sequence[str]], image_column: str = "image",
                  label_column: Optional[str] = "label", on_bad_sample: str = "fail"):
-        for key, value, may_be_none in (("image_column", image_column, False), ("label_column", label_column, True)):
-            if not (isinstance(value, str) and value) and not (may_be_none and value is None):
-                raise DatasetError(f"{NAME}: {key} must be a column name, got {value!r}")
+        require_names(NAME, "a column name", image_column=image_column, label_column=label_column)
         self.pattern = files
         self.image_column = image_column
         self.label_column = label_column

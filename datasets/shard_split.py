@@ -28,7 +28,7 @@ from pipebench.base.extras import MissingExtra, installed, missing_line
 from pipebench.storage.object_store import is_url
 
 __all__ = ["FORMATS_EXTRA", "ON_BAD_SAMPLE", "ShardFiles", "ShardOffsets", "bad_input", "check_policy", "not_regular",
-           "require_library"]
+           "require_library", "require_names"]
 
 # The extra that installs every format's own library (webdataset, pyarrow).
 FORMATS_EXTRA = "formats"
@@ -74,6 +74,14 @@ def require_library(module: str, feature: str) -> ModuleType:
     if not installed(module):
         raise DatasetError(missing_line([MissingExtra(feature, module.split(".")[0], FORMATS_EXTRA)]))
     return importlib.import_module(module)
+
+
+def require_names(dataset: str, noun: str, **keys: object) -> None:
+    """One line naming the key unless each of `keys` is a non-empty string (`noun`: what it names); any
+    key but the first may also be None (a label key of null: no labels read)."""
+    for position, (key, value) in enumerate(keys.items()):
+        if not (isinstance(value, str) and value) and not (position and value is None):
+            raise DatasetError(f"{dataset}: {key} must be {noun}, got {value!r}")
 
 
 def check_policy(dataset: str, value: object) -> str:

@@ -23,6 +23,7 @@ from pipebench.cli.dataset import _run_command, convert
 from pipebench.config.specs import StorageSpec
 from pipebench.datasets import shard_split
 from pipebench.datasets.litdata_chunks import LitDataChunks
+from pipebench.datasets.mds_shards import MDSShards
 from pipebench.datasets.parquet_rows import parquet_dataset
 from pipebench.datasets.shard_split import ShardOffsets
 from pipebench.datasets.webdataset_shards import WebDatasetShards
@@ -201,6 +202,19 @@ def test_a_parquet_file_without_the_named_column_names_file_and_column(written):
         parquet_dataset(files, image_column="pixels")
     with pytest.raises(DatasetError, match="no rows in"):
         parquet_dataset(files, label_column="target", on_bad_sample="skip")
+
+
+@pytest.mark.parametrize("build, line", [
+    (lambda: MDSShards(""), "mds: input_dir must be a folder or a URL, got ''"),
+    (lambda: MDSShards("x", label_key=""), "mds: label_key must be a column name, got ''"),
+    (lambda: parquet_dataset("x", image_column=None), "parquet: image_column must be a column name, got None"),
+    (lambda: LitDataChunks("x", index_key=3), "litdata: index_key must be a field name, got 3"),
+])
+def test_a_setting_that_names_no_folder_column_or_field_is_one_line_naming_it(build, line):
+    """Checked before anything is read: none of these folders or files exist."""
+    with pytest.raises(DatasetError) as raised:
+        build()
+    assert str(raised.value) == line
 
 
 @pytest.mark.parametrize("args, named", [
