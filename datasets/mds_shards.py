@@ -325,9 +325,7 @@ class MDSShards(ShardFiles, ShardedPlan, IterableDataset):
                 entries.append(entry)
         if any(entry.compression == ZSTD for entry in entries):
             require_library("zstandard", FEATURE)
-        self._note = bad_input(NAME, problems, self.on_bad_sample)
-        if not entries:
-            raise DatasetError(f"{NAME}: no samples in {input_dir}" + (f" ({problems[0]})" if problems else ""))
+        self._note = bad_input(NAME, problems, self.on_bad_sample, len(entries), f"no samples in {input_dir}")
         self.shards = tuple(entries)
         self.locations = tuple(entry.location for entry in entries)
         self.sizes = tuple(entry.stored_bytes for entry in entries)

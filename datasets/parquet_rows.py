@@ -234,10 +234,8 @@ class _ParquetBase(ShardFiles, DatasetContract):
         self.reads = FileReads()
         scans = [scan_file(path, image_column, label_column, self.reads) for path in expand_files(files)]
         problems = [f"{s.path}: {s.problem}" for s in scans if s.problem]
-        self._note = bad_input(NAME, problems, self.on_bad_sample)
         kept = [s for s in scans if not s.problem and sum(s.row_groups)]
-        if not kept:
-            raise DatasetError(f"{NAME}: no rows in {files!r}" + (f" ({problems[0]})" if problems else ""))
+        self._note = bad_input(NAME, problems, self.on_bad_sample, len(kept), f"no rows in {files!r}")
         self.paths = self.locations = tuple(s.path for s in kept)
         self.sizes = tuple(s.size for s in kept)
         self.structs = tuple(s.struct for s in kept)

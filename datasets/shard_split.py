@@ -91,12 +91,15 @@ def check_policy(dataset: str, value: object) -> str:
     return str(value)
 
 
-def bad_input(dataset: str, problems: Sequence[str], policy: str) -> str:
+def bad_input(dataset: str, problems: Sequence[str], policy: str, kept: int, nothing: str) -> str:
     """Under on_bad_sample=fail, a DatasetError naming the first problem (file and key); under skip, one
-    line for what is left out, naming the first few ('' for none)."""
+    line for what is left out, naming the first few ('' for none). With no shard or file `kept`, a
+    DatasetError saying `nothing` (`no samples in <folder>`) and naming the first problem."""
     if problems and policy != SKIP:
         more = f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""
         raise DatasetError(f"{dataset}: {problems[0]}{more}; dataset.on_bad_sample=skip leaves it out")
+    if not kept:
+        raise DatasetError(f"{dataset}: {nothing}" + (f" ({problems[0]})" if problems else ""))
     if not problems:
         return ""
     more = f"; and {len(problems) - NAMED_PLACES} more" if len(problems) > NAMED_PLACES else ""

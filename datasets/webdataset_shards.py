@@ -196,10 +196,8 @@ class WebDatasetShards(ShardFiles, ShardedPlan, IterableDataset):
         problems = [f"{s.url}: {s.problem}" for s in scans if s.problem]
         problems += [f"{s.url}: key {key} has no image (no .{' or .'.join(self.image_exts)} member)"
                      for s in scans if not s.problem for key in s.no_image]
-        self._note = bad_input(NAME, problems, self.on_bad_sample)
         kept = [s for s in scans if not s.problem and s.samples]
-        if not kept:
-            raise DatasetError(f"{NAME}: no samples in {urls!r}" + (f" ({problems[0]})" if problems else ""))
+        self._note = bad_input(NAME, problems, self.on_bad_sample, len(kept), f"no samples in {urls!r}")
         self.urls = self.locations = tuple(s.url for s in kept)
         self.sizes = tuple(s.size for s in kept)
         self.offsets = ShardOffsets([s.samples for s in kept])

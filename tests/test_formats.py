@@ -200,8 +200,18 @@ def test_a_parquet_file_without_the_named_column_names_file_and_column(written):
     files = str(written[0] / "pq" / "*.parquet")
     with pytest.raises(DatasetError, match=r"part-00000.parquet: no column 'pixels' \(dataset.image_column"):
         parquet_dataset(files, image_column="pixels")
-    with pytest.raises(DatasetError, match="no rows in"):
+    with pytest.raises(DatasetError) as raised:
         parquet_dataset(files, label_column="target", on_bad_sample="skip")
+    first = written[0] / "pq" / "part-00000.parquet"
+    assert str(raised.value) == (f"parquet: no rows in {files!r} ({first}: no column 'target' (dataset.label_column; "
+                                 "it has image, label))")
+
+
+def test_no_shard_left_under_skip_is_one_line_naming_the_first_left_out(tmp_path):
+    pattern = str(tmp_path / "shard-{000000..000001}.tar")
+    with pytest.raises(DatasetError) as raised:
+        WebDatasetShards(pattern, on_bad_sample="skip")
+    assert str(raised.value) == f"webdataset: no samples in {pattern!r} ({tmp_path}/shard-000000.tar: no such shard)"
 
 
 @pytest.mark.parametrize("build, line", [

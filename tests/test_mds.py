@@ -67,6 +67,15 @@ def test_the_shards_split_across_ranks_and_workers_and_every_sample_is_read_once
     assert sorted(pooled) == list(range(5)) and loads == [2, 1, 2, 0]
 
 
+def test_no_shard_left_under_skip_is_one_line_naming_the_first_left_out(tmp_path):
+    root = _copy(tmp_path)
+    for shard in root.glob("*.mds"):
+        shard.unlink()
+    with pytest.raises(DatasetError) as raised:
+        MDSShards(str(root), on_bad_sample="skip")
+    assert str(raised.value) == f"mds: no samples in {root} ({root}/shard.00000.mds: no such shard (listed in index.json))"
+
+
 def test_a_truncated_shard_is_one_line_or_left_out_and_counted(tmp_path):
     root = _copy(tmp_path)
     shard = root / "shard.00001.mds"
