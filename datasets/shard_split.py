@@ -1,5 +1,6 @@
 """What every sharded format shares: each sample's index in the epoch, the bad-input policy, the
-format libraries, and the check that a file is a regular one before it is read. How shards split
+format libraries, the check of the folder, column and field names a dataset is given, and the check
+that a file is a regular one before it is read. How shards split
 across ranks and workers, and the lines that say what a split costs, are the model's
 (pipebench/model/shards.py), which the report reads as well.
 
