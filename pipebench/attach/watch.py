@@ -41,7 +41,7 @@ from pipebench.record.figures import Summary
 from pipebench.storage.file_reads import IO_FIELDS
 
 __all__ = ["DEFAULT_REPLAY", "DEFAULT_SECONDS", "DEFAULT_SKIP_STEPS", "DEFAULT_STEPS", "SITE_KEY", "LoaderIdentity",
-           "LoaderWatch", "VIA_KEY", "WatchWindow", "batch_samples", "creation_site", "watching_loaders"]
+           "LoaderWatch", "VIA_KEY", "WatchCells", "WatchWindow", "batch_samples", "creation_site", "watching_loaders"]
 
 # The measured window ends on its own, so a long training run goes on unmeasured (and unslowed):
 # 200 steps hold 25+ worker cycles at up to 8 workers, enough blocks for the interval...
@@ -102,6 +102,17 @@ def creation_site() -> CallSite:
     it on its behalf (pipebench.attach.call_site): torch's and pipebench's frames and a DataLoader
     subclass's own methods stepped over."""
     return call_site(sys._getframe(1), DataLoader)
+
+
+@dataclass(frozen=True)
+class WatchCells:
+    """A watched loader's summary cells that no summary column names (`Summary.extra`), typed for its
+    `WatchResult`: batches/s and its interval; with replay, the step without the loader and the headroom."""
+
+    batches_per_s: float
+    batches_per_s_ci: Tuple[float, float]
+    replay_step_ms: Optional[float]
+    headroom_x: Optional[float]
 
 
 @dataclass(frozen=True)
@@ -420,12 +431,12 @@ class LoaderWatch:
         was measured."""
         return self.figures()[0]
 
-    def figures(self) -> Tuple[Dict[str, Any], List[TransformRow], Optional[Window]]:
-        """`summary()` and `transform_rows()` from one stacking of the measured timings, and the
-        window they read, cut once (None when no step was measured)."""
+    def figures(self) -> Tuple[Dict[str, Any], List[TransformRow], Optional[Window], Optional[WatchCells]]:
+        """`summary()` and `transform_rows()` from one stacking of the measured timings, the window
+        they read, cut once, and the row's own cells typed (None for both when no step was measured)."""
         passes = self.passes
         if not passes:
-            return {}, [], None
+            return {}, [], None, None
         # The meters give figures once stopped: asked before the window is over, they stop at
         # their last reading (the last epoch end inside the window), and the rest goes unmetered.
         self.meters.end(fresh=False)
@@ -441,16 +452,17 @@ class LoaderWatch:
         # summary_row gives the first batch of every pass; the run's own first batch is the first
         # epoch's, measured or not.
         step_ms = Summary.from_row(row).step_ms_mean
-        row.update(first_batch_s=self.first_batch_s[0], batches_per_s=1000.0 / step_ms,
+        replay_ms = float(np.mean(self.replay_ns)) / NS_PER_MS if self.replay_ns else None
+        cells = WatchCells(1000.0 / step_ms, (batches.low, batches.high), replay_ms,
+                           None if replay_ms is None else step_ms / replay_ms if replay_ms > 0 else float("nan"))
+        row.update(first_batch_s=self.first_batch_s[0], batches_per_s=cells.batches_per_s,
                    batches_per_s_ci_low=batches.low, batches_per_s_ci_high=batches.high, transforms_note=self.rows_note,
                    **self.first_batch_parts(), **self.meters.columns(), **self.meters.loader_columns(self.worker_pids))
         if not rows:
             row.update(dict.fromkeys(ROW_FIGURES))
         if self.replay_ns:
-            replay_ms = float(np.mean(self.replay_ns)) / NS_PER_MS
-            row.update(replay_steps=len(self.replay_ns), replay_step_ms=replay_ms,
-                       headroom_x=step_ms / replay_ms if replay_ms > 0 else float("nan"))
-        return row, rows, window
+            row.update(replay_steps=len(self.replay_ns), replay_step_ms=replay_ms, headroom_x=cells.headroom_x)
+        return row, rows, window, cells
 
     def transform_rows(self, sink: Optional[TimingSink] = None) -> List[TransformRow]:
         """The sample's rows over the measured steps (load where timed, decode where something was

@@ -103,22 +103,10 @@ class _LoaderPart:
     loader: Mapping[str, Any]
 
 
-@dataclass(frozen=True)
-class _WatchCells:
-    """A watched loader's summary cells that no summary column names (`Summary.extra`): its batch
-    rate and interval, and with replay its step with the loader out of the way and the headroom."""
-
-    batches_per_s: float
-    batches_per_s_ci_low: float
-    batches_per_s_ci_high: float
-    replay_step_ms: Optional[float] = None
-    headroom_x: Optional[float] = None
-
-
 def watch_result(watch: LoaderWatch, job_num: int = 0) -> Optional[WatchResult]:
     """The frozen result of a watch; None when it measured no step."""
-    summary, rows, window = watch.figures()
-    if not summary:
+    summary, rows, window, cells = watch.figures()
+    if cells is None:
         return None
     identity = watch.identity
     name = identity.label
@@ -135,15 +123,13 @@ def watch_result(watch: LoaderWatch, job_num: int = 0) -> Optional[WatchResult]:
                                  "window": window_record(window), "first_batch_s_per_epoch": list(watch.first_batch_s),
                                  "meters": watch.meters.record()}).identified(
         JobIdentity(name, job_num, overrides, config, {}, columns))
-    row, cells = record.summary, parse(_WatchCells, record.summary.row)
+    row = record.summary
     site = ",".join(f"{key}={value}" for key, value in identity.pairs().items() if key in (SITE_KEY, VIA_KEY))
     return WatchResult(name=site, dataset_class=watch.dataset_class, workers=watch.workers,
                        steps_measured=row.steps, samples_per_s=row.samples_per_s,
                        samples_per_s_ci=(row.samples_per_s_ci_low, row.samples_per_s_ci_high),
-                       batches_per_s=cells.batches_per_s,
-                       batches_per_s_ci=(cells.batches_per_s_ci_low, cells.batches_per_s_ci_high),
                        starvation_pct=row.starvation_pct, au_pct=row.au_pct, first_batch_s=row.first_batch_s,
-                       record=record, replay_step_ms=cells.replay_step_ms, headroom_x=cells.headroom_x)
+                       record=record, **asdict(cells))
 
 
 def save_results(folder: "str | Path", results: Sequence[WatchResult]) -> Path:
