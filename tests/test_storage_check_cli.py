@@ -1,11 +1,28 @@
-"""`pipebench storage-check` from the command line: a preset error's one line, and one short check's files."""
+"""`pipebench storage-check`: its own keys taken off the jobs' overrides, a preset error's one line, and one short
+check's files."""
 
 import json
 
 import pytest
 from conftest import results_folder, run_cli
 
+from pipebench.base.errors import ConfigError
+from pipebench.storage_track.options import split_check_overrides
+
 pytestmark = pytest.mark.slow
+
+
+def test_the_check_s_own_keys_leave_the_jobs_overrides_and_a_bad_one_is_one_line_naming_it():
+    options, rest = split_check_overrides(["workload=resnet50", "run.steps=5", "storage_check.runs=2",
+                                           "storage_check.min_au_pct=80"])
+    assert (options.workload, options.accelerator, options.runs, options.min_au_pct) == ("resnet50", None, 2, 80.0)
+    assert rest == ["run.steps=5"]
+    for bad, line in ((["storage_check.runs=0"], "storage_check.runs must be >= 1 and <= 1000, got 0"),
+                      (["storage_check.runs=x"], "storage_check.runs: Value 'x' of type 'str' could not be"),
+                      (["storage_check.workload=x"], "storage_check.workload: no such key")):
+        with pytest.raises(ConfigError) as error:
+            split_check_overrides(bad)
+        assert str(error.value).startswith(line) and "\n" not in str(error.value)
 
 
 def test_an_unknown_accelerator_is_one_line_listing_the_presets(tmp_path):

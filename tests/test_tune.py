@@ -15,6 +15,7 @@ from pipebench.base.errors import ConfigError
 from pipebench.base.extras import installed
 from pipebench.cli.main import main
 from pipebench.config.compose import job_spec_composer
+from pipebench.config.verb_options import split_prefixed
 from pipebench.model.costs import ChainCosts
 from pipebench.model.judging import UNTOLD, Spread, judged
 from pipebench.record.figures import Summary
@@ -25,7 +26,7 @@ from pipebench.tune.chains import ChainSet
 from pipebench.tune.chain_code import chain_code
 from pipebench.tune.files import Tuned, best_config, paste_lines, unresolved_line, write_tune
 from pipebench.tune.objective import Objective, probe_ties
-from pipebench.tune.plan import job_overrides, split_tune_overrides, store_point
+from pipebench.tune.plan import TUNE_PREFIX, TuneOptions, job_overrides, store_point
 from pipebench.tune.race import BUDGET, FAILED, LAST_STAGE, NOTHING_MEETS, RESOLVED, Entrants, RaceLimit, Schedule, judge, run_race
 from pipebench.tune.recommend import bottleneck_note, crash_warning, recommend, sibling_warning, verify_line
 from pipebench.tune.state import finished_trials, read_state, unfinished_folder, update_state
@@ -492,10 +493,12 @@ def test_the_current_settings_read_as_they_run_and_the_jobs_lose_what_each_point
 
 
 def test_tune_options_read_a_comma_list_as_a_list():
-    options, rest = split_tune_overrides(["tune.workers=0,2,4", "workers=3"])
+    options, rest = split_prefixed(["tune.workers=0,2,4", "workers=3"], TUNE_PREFIX, TuneOptions)
     assert options.workers == [0, 2, 4] and rest == ["workers=3"]
     with pytest.raises(ConfigError, match=r"tune\.workers\[0\]: Value 'a'"):
-        split_tune_overrides(["tune.workers=[a]"])
+        split_prefixed(["tune.workers=[a]"], TUNE_PREFIX, TuneOptions)
+    with pytest.raises(ConfigError, match=r"^tune\.workers must be >= 0 and <= 256, got 999$"):
+        split_prefixed(["tune.workers=[999]"], TUNE_PREFIX, TuneOptions)
 
 
 # ---- issue 54: the chain as code, resume, ties, crashes, the user's own step, the budget's limit

@@ -32,12 +32,12 @@ from pipebench.config.compose import job_spec_composer
 from pipebench.config.specs import JobSpec, RunSpec
 from pipebench.pipeline.build import build_dataset
 from pipebench.record.folder_lock import folder_lock
-from pipebench.record.jobs import JobResult
+from pipebench.record.jobs import JobResult, override_pairs
 from pipebench.record.results import load_job_results
 from pipebench.record.resume import new_folder
 from pipebench.storage.dataset_contract import told
 from pipebench.storage_track.files import NOT_MLPERF, CheckResult, Run, write_check
-from pipebench.storage_track.options import CheckOptions, split_check_overrides, user_value
+from pipebench.storage_track.options import CheckOptions, split_check_overrides
 from pipebench.storage_track.presets import CUSTOM, DEFAULT_MIN_AU_PCT, Preset, custom_preset, preset, workload_listing
 from pipebench.storage_track.rules import (
     MEMORY_FACTOR,
@@ -156,7 +156,7 @@ def _sizing(chosen: Preset, spec: JobSpec, user: Sequence[str], strict: bool, ra
     count) unless the user gave dataset.length; any other dataset checked against the rules: too few
     samples for one accelerator is one line, under the memory rule refused under `strict`."""
     data = chosen.dataset
-    if data is not None and user_value(user, "dataset.length") is None:
+    if data is not None and "dataset.length" not in override_pairs(user):
         least = max(data.dataset_length, math.ceil(MEMORY_FACTOR * ram / data.sample_bytes))
         return Sizing(lambda n: max(least, MIN_STEPS_PER_EPOCH * chosen.batch_size * n), True, "", data.sample_bytes)
     dataset = build_dataset(spec)
@@ -237,8 +237,8 @@ def storage_check_command(overrides: List[str], config_dir: Optional[str], stric
     if sizing.memory:
         print(f"storage-check: {sizing.memory}: running with dataset.cache=cold, and the result says so", flush=True)
         base.append("dataset.cache=cold")
-    steps_given = user_value(user, "run.steps")
-    steps = spec.run.steps if steps_given is not None else MIN_STEPS_PER_EPOCH
+    steps_given = "run.steps" in override_pairs(user)
+    steps = spec.run.steps if steps_given else MIN_STEPS_PER_EPOCH
     shortened = tuple(line for line in (
         f"storage_check.runs={options.runs} of {RUNS}" if options.runs < RUNS else "",
         f"run.steps={steps}, under the rules' epoch of {MIN_STEPS_PER_EPOCH} steps" if steps < MIN_STEPS_PER_EPOCH
@@ -250,7 +250,7 @@ def storage_check_command(overrides: List[str], config_dir: Optional[str], stric
                                            chosen.min_au_pct)
     label = folder_safe(f"{chosen.workload}-{chosen.accelerator}")
     folder = new_folder(Path(results_dir) / f"{time.strftime('%Y%m%d-%H%M%S')}-storage-check-{label}")
-    check = Check(folder, base if steps_given is not None else [*base, f"run.steps={steps}"], config_dir,
+    check = Check(folder, base if steps_given else [*base, f"run.steps={steps}"], config_dir,
                   sizing, steps)
     plan = CheckPlan(chosen, spec, options, shortened, sizing.memory, tuple(notes), predicted, shared,
                      tuple(overrides))

@@ -1,8 +1,8 @@
 """What `pipebench tune` will search: its `tune.*` options, the space's dimensions, and each point as a config.
 
-`tune.*` overrides are tune's own: they are parsed with Hydra's override parser and checked against
-the `TuneOptions` structured config (a typo or a bad value is one line naming the key), then left out
-of the jobs, which never see them. Each point reaches its jobs as a Hydra "experiment" config in the
+`tune.*` overrides are tune's own: `pipebench.config.verb_options.split_prefixed` reads them into the
+`TuneOptions` structured config, whose checks are its own (a typo or a bad value is one line naming
+the key), and leaves them out of the jobs, which never see them. Each point reaches its jobs as a Hydra "experiment" config in the
 ConfigStore (`+tune_point=<name>`, package `_global_`: it selects the chain and sets the workers and
 loader keys), so a stage of the race is one sweep over the point names, interleaved round by round
 as `pipebench run` runs any sweep; the job processes get the configs with Hydra's own state.
@@ -10,26 +10,21 @@ as `pipebench run` runs any sweep; the job processes get the configs with Hydra'
 
 import math
 from dataclasses import dataclass, field
-from typing import Any, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Dict, List, Optional, Sequence
 
 from hydra.core.config_store import ConfigStore
-from hydra.core.override_parser.overrides_parser import OverridesParser
-from hydra.errors import HydraException
-from omegaconf import OmegaConf
-from omegaconf.errors import ConfigKeyError, OmegaConfBaseException
 
 from pipebench.base.errors import ConfigError
-from pipebench.config.compose import one_line
-from pipebench.config.limits import MAX_PREFETCH_FACTOR, MAX_WORKERS
-from pipebench.config.specs import JobSpec
+from pipebench.config.limits import MAX_BATCH_SIZE, MAX_PREFETCH_FACTOR, MAX_REPEATS, MAX_WORKERS
+from pipebench.config.specs import JobSpec, bounded
 from pipebench.config.sweep_axes import worker_ladder
 from pipebench.record.jobs import override_key
 from pipebench.tune.race import Schedule
 from pipebench.tune.space import Dimensions, Point
 
-__all__ = ["OPTUNA", "POINT_GROUP", "RACE", "SEARCHED_KEYS", "TuneOptions", "current_point", "dimensions",
-           "job_overrides", "point_override", "round_defaults", "round_settings", "split_tune_overrides",
-           "store_chain", "store_point"]
+__all__ = ["OPTUNA", "POINT_GROUP", "RACE", "SEARCHED_KEYS", "TUNE_PREFIX", "TuneOptions", "current_point",
+           "dimensions", "job_overrides", "point_override", "round_defaults", "round_settings", "store_chain",
+           "store_point"]
 
 TUNE_PREFIX = "tune."
 # The ConfigStore group of the points (`+tune_point=<name>`), and of the chains they select.
@@ -84,58 +79,26 @@ class TuneOptions:
     optuna_batch: int = 4
     seed: int = 0
 
+    def __post_init__(self) -> None:
+        if self.search not in SEARCHES:
+            raise _bad("search", f"must be one of {', '.join(SEARCHES)}, got {self.search!r}")
+        for key in ("workers", "backends", "prefetch_factors", "persistent_workers", "pin_memory", "batch_sizes"):
+            if getattr(self, key) == []:
+                raise _bad(key, "must list at least one value")
+        for key, low, high in (("workers", 0, MAX_WORKERS), ("prefetch_factors", 1, MAX_PREFETCH_FACTOR),
+                               ("batch_sizes", 1, MAX_BATCH_SIZE)):
+            for value in getattr(self, key) or ():
+                bounded(TUNE_PREFIX + key, value, low, high)
+        # Rounds, stages, chains and a batch of points each multiply the search's measurement.
+        for key, low in (("max_chains", 1), ("rounds", 1), ("stages", 1), ("verify_rounds", 0), ("optuna_batch", 1)):
+            bounded(TUNE_PREFIX + key, getattr(self, key), low, MAX_REPEATS)
+
     def schedule(self, round_s: float, job_s: float) -> Schedule:
         return Schedule(self.rounds, self.stages, round_s=round_s, job_s=job_s)
 
 
 def _bad(key: str, why: str) -> ConfigError:
-    return ConfigError(f"tune.{key}: {why}")
-
-
-def _check(options: TuneOptions) -> TuneOptions:
-    if options.search not in SEARCHES:
-        raise _bad("search", f"must be one of {', '.join(SEARCHES)}, got {options.search!r}")
-    for key, values, low, high in (("workers", options.workers, 0, MAX_WORKERS),
-                                   ("prefetch_factors", options.prefetch_factors, 1, MAX_PREFETCH_FACTOR),
-                                   ("batch_sizes", options.batch_sizes, 1, None)):
-        if values is not None and (not values or any(v < low or (high is not None and v > high) for v in values)):
-            raise _bad(key, f"must be a non-empty list of whole numbers from {low}"
-                            + (f" to {high}" if high is not None else "") + f", got {list(values)}")
-    for key in ("persistent_workers", "pin_memory", "backends"):
-        values = getattr(options, key)
-        if values is not None and not values:
-            raise _bad(key, "must list at least one value")
-    for key, value, low in (("max_chains", options.max_chains, 1), ("rounds", options.rounds, 1),
-                            ("stages", options.stages, 1), ("verify_rounds", options.verify_rounds, 0),
-                            ("optuna_batch", options.optuna_batch, 1)):
-        if value < low:
-            raise _bad(key, f"must be at least {low}, got {value}")
-    return options
-
-
-def split_tune_overrides(overrides: Sequence[str]) -> Tuple[TuneOptions, List[str]]:
-    """The `tune.*` overrides as checked options, and the other overrides as given. A comma list
-    (`tune.workers=0,2,4`) is the same list as `[0,2,4]`."""
-    ours = [o for o in overrides if override_key(o).startswith(TUNE_PREFIX)]
-    rest = [o for o in overrides if not override_key(o).startswith(TUNE_PREFIX)]
-    try:
-        parsed = OverridesParser.create().parse_overrides(ours)
-    except HydraException as exc:
-        raise ConfigError(one_line(exc)) from exc
-    dotlist = {}
-    for override in parsed:
-        value: Any = override.value()
-        if override.is_sweep_override():
-            value = list(override.sweep_iterator())
-        dotlist[override.get_key_element()[len(TUNE_PREFIX):]] = value
-    try:
-        merged = OmegaConf.merge(OmegaConf.structured(TuneOptions), OmegaConf.create(dotlist))
-    except ConfigKeyError as exc:
-        raise _bad(str(exc.full_key), f"no such key (tune.* keys: {', '.join(TuneOptions.__dataclass_fields__)})"
-                   ) from exc
-    except OmegaConfBaseException as exc:
-        raise _bad(str(getattr(exc, "full_key", "")), one_line(exc)) from exc
-    return _check(OmegaConf.to_object(merged)), rest
+    return ConfigError(f"{TUNE_PREFIX}{key}: {why}")
 
 
 def current_point(spec: JobSpec) -> Point:

@@ -39,6 +39,7 @@ from pipebench.base.io import folder_safe
 from pipebench.config.compose import job_spec_composer
 from pipebench.config.limits import MAX_TUNE_BUDGET_S
 from pipebench.config.specs import NO_CONSUMER, THREADS, JobSpec
+from pipebench.config.verb_options import split_prefixed
 from pipebench.measure.job_spawn import JobProcess
 from pipebench.measure.memory import BYTES_PER_MB
 from pipebench.model.costs import needs_for_target, predict, target_line
@@ -60,6 +61,7 @@ from pipebench.tune.optuna_search import optuna_missing, optuna_proposer
 from pipebench.tune.plan import (
     OPTUNA,
     POINT_GROUP,
+    TUNE_PREFIX,
     TuneOptions,
     current_point,
     dimensions,
@@ -67,7 +69,6 @@ from pipebench.tune.plan import (
     point_override,
     round_defaults,
     round_settings,
-    split_tune_overrides,
     store_point,
 )
 from pipebench.tune.race import Entrants, RaceLimit, RaceOutcome, run_race
@@ -239,7 +240,7 @@ def tune_command(request: TuneRequest, ahead: Optional[JobProcess] = None) -> in
     deadline = started + request.budget_s
     import_from_cwd()
     refuse_hydra_dirs(request.overrides)
-    options, overrides = split_tune_overrides(list(request.overrides))
+    options, overrides = split_prefixed(request.overrides, TUNE_PREFIX, TuneOptions)
     if options.search == OPTUNA and optuna_missing() is not None:
         raise optuna_missing()
     objective = Objective(request.target_starvation, request.max_pss_gib)
