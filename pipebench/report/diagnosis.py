@@ -19,7 +19,7 @@ import numpy as np
 
 from pipebench.base.noise_figures import compare_half_width
 from pipebench.base.tables import format_value, markdown_table
-from pipebench.config.specs import BACKEND_WORKER_KINDS, NO_CONSUMER, PROCESSES, THREADS
+from pipebench.config.specs import BACKEND_WORKER_KINDS, NO_CONSUMER, PROCESSES, THREADS, RunSpec
 from pipebench.model.costs import (
     ChainCosts,
     Prediction,
@@ -35,7 +35,7 @@ from pipebench.pipeline.stages import DECODE_STAGE, LOAD_STAGE
 from pipebench.record.jobs import NOT_AXES, JobRecord, override_pairs, varying_keys
 from pipebench.record.sections import PassRecord, TransformRow
 from pipebench.report.comparison import measured_rate, watched
-from pipebench.report.job_sections import RunSettings, loader_settings, run_settings, sections_of
+from pipebench.report.job_sections import loader_settings, run_settings, sections_of
 from pipebench.report.thread_advice import gil_bound_steps, gil_lines
 
 # Overrides that never define a chain: the axis the model predicts along, and repetition.
@@ -109,7 +109,7 @@ class Diagnosis:
 def target_pct_of(results: Sequence[JobRecord]) -> float:
     """run.target_accel_util_pct of the results (the first job's), else the schema's default (results
     written before the setting)."""
-    return float((run_settings(results[0]) if results else RunSettings()).target_accel_util_pct)
+    return float((run_settings(results[0]) if results else RunSpec()).target_accel_util_pct)
 
 
 def _chain_overrides(result: JobRecord) -> Dict[str, str]:

@@ -14,7 +14,7 @@ from pipebench.config.specs import LoaderSpec, RunSpec
 from pipebench.measure.coverage import CoverageReport
 from pipebench.record.jobs import JobResult
 
-__all__ = ["LoaderSettings", "ProfileLevel", "ProfiledStep", "ReportSections", "RunSettings", "StoredThreadProfile",
+__all__ = ["LoaderSettings", "ProfileLevel", "ProfiledStep", "ReportSections", "StoredThreadProfile",
            "loader_settings", "run_settings", "sections_of"]
 
 
@@ -84,18 +84,12 @@ def sections_of(result: JobResult) -> ReportSections:
 
 @dataclass(frozen=True)
 class LoaderSettings:
-    """The loader settings the diagnosis reads."""
+    """The loader settings the diagnosis reads. Not `LoaderSpec` itself: a watched loader's `loader` group
+    is attach's own shape (its batch size None under a batch sampler), which the spec's checks refuse."""
 
     backend: Optional[str] = LoaderSpec.backend
     shuffle: Optional[bool] = LoaderSpec.shuffle
     persistent_workers: Optional[bool] = LoaderSpec.persistent_workers
-
-
-@dataclass(frozen=True)
-class RunSettings:
-    """The run settings the diagnosis reads: the busy-% it sizes workers and cores for."""
-
-    target_accel_util_pct: float = RunSpec.target_accel_util_pct
 
 
 @dataclass(frozen=True)
@@ -110,5 +104,6 @@ def loader_settings(result: JobResult) -> LoaderSettings:
     return parse(LoaderSettings, parse(_Groups, result.config).loader)
 
 
-def run_settings(result: JobResult) -> RunSettings:
-    return parse(RunSettings, parse(_Groups, result.config).run)
+def run_settings(result: JobResult) -> RunSpec:
+    """The job's run settings, parsed into the spec itself (a config without the group reads as its defaults)."""
+    return parse(RunSpec, parse(_Groups, result.config).run)
