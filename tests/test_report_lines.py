@@ -1,6 +1,7 @@
 """What the report says in a line, from hand-made results: the target line against a set's shards, the
 dataset's read named as the storage's cost, and the samples run.on_error=skip dropped."""
 
+from pipebench.record.jobs import JobResult
 from pipebench.report.diagnosis import diagnose, render_diagnosis
 from pipebench.report.summary import skipped_lines
 from pipebench.report.writer import LoadedRun, ReportInputs, skipped_section
@@ -46,7 +47,8 @@ def test_a_dominant_read_is_named_as_the_storages_cost_not_the_chains():
 
 def test_samples_dropped_under_on_error_skip_are_one_line_a_job():
     failure = {"index": 17, "where": "/data/x.jpg", "step": "RandomCrop", "message": "image too small"}
-    results = [_job(0, 100.0, skipped_samples=3) | {"skipped": [failure]}, _job(2, 100.0, skipped_samples=0)]
+    results = [JobResult.from_stored(job) for job in (_job(0, 100.0, skipped_samples=3) | {"skipped": [failure]},
+                                                      _job(2, 100.0, skipped_samples=0))]
     assert skipped_lines(results) == ["job-0: run.on_error=skip dropped 3 sample(s) that raised: sample 17 "
                                       "(/data/x.jpg) failed in RandomCrop: image too small; and 2 more; the rates "
                                       "count only the samples that made it"]

@@ -14,6 +14,7 @@ from pipebench.base.cores import usable_cores
 from pipebench.measure.job import measure_job
 from pipebench.measure.thread_profile import thread_counts
 from pipebench.measure.thread_verdict import CPU_BOUND, HOLDS_GIL, SCALES, WAITS, ScalingFigures, thread_verdict
+from pipebench.record.jobs import JobResult
 from pipebench.report.thread_advice import gil_lines
 
 # It asserts on measured rates, CPU time or the host's load: under xdist it runs with no other test beside it.
@@ -112,7 +113,7 @@ def test_asked_for_under_the_dataloader_the_profile_says_a_thread_backend_would_
     profile = record.sections["thread_profile"]
     assert profile["threads"] == [1, 2] and not profile["on_threads"]
     # The task function adds the summary's identity fields when it writes result.json.
-    lines = gil_lines([{**record.to_json(), "summary": {**record.summary.row, "transform": "custom"}}])
+    lines = gil_lines([dataclasses.replace(record, summary={**record.summary.row, "transform": "custom"})])
     assert any(line.startswith("BusyWait holds the GIL") and "A thread backend would not help" in line
                for line in lines), lines
     assert not any("Sleep" in line for line in lines), lines
@@ -139,8 +140,13 @@ def _profiled(backend, on_threads, share_pct):
     return {"summary": {"transform": "custom"}, "transforms": [row], "thread_profile": profile}
 
 
+def _gil_lines(*jobs):
+    """gil_lines of hand-made result.json mappings, read as results."""
+    return gil_lines([JobResult.from_stored(job) for job in jobs])
+
+
 def test_one_line_a_step_from_the_thread_backends_profile_saying_the_cores_capped_it():
-    lines = gil_lines([_profiled("dataloader", False, 40.0), _profiled("threads", True, 40.0)])
+    lines = _gil_lines(_profiled("dataloader", False, 40.0), _profiled("threads", True, 40.0))
     assert len(lines) == 1, lines
     assert lines[0].startswith("BusyWait holds the GIL: it stops scaling at 1.0 threads"), lines
     assert "Under loader.backend=threads" in lines[0]
@@ -160,11 +166,11 @@ def _profiled_at(rates, off_cpu_top):
 
 def test_a_step_still_gaining_at_the_top_count_is_not_said_to_stop_scaling():
     """The PIL decode on the 16-core H100 host: 1.62x at 2, 2.70x at 4, 4.57x at 8 threads."""
-    rising, = gil_lines([_profiled_at((100.0, 162.0, 270.0, 457.0), 32.0)])
+    rising, = _gil_lines(_profiled_at((100.0, 162.0, 270.0, 457.0), 32.0))
     assert "holds the GIL: it reaches only 4.6x at 8 threads (57% of the ideal 8x), still rising" in rising, rising
-    flat, = gil_lines([_profiled_at((100.0, 133.0, 134.0, 82.0), 62.0)])  # ConvertColor there
+    flat, = _gil_lines(_profiled_at((100.0, 133.0, 134.0, 82.0), 62.0))  # ConvertColor there
     assert "holds the GIL: it stops scaling at 1.3 threads" in flat, flat
 
 
 def test_a_gil_bound_step_too_small_to_matter_is_not_named():
-    assert gil_lines([_profiled("threads", True, 4.0)]) == []
+    assert _gil_lines(_profiled("threads", True, 4.0)) == []

@@ -85,10 +85,9 @@ def identity(overrides: Sequence[str], fields: Mapping[str, object]) -> Dict[str
     return named
 
 
-def measured_rate(results: Sequence[Mapping[str, object]]) -> Spread:
-    """The rounds' samples/s and spread, by the one rule (pipebench.model.judging.rate_spread); `results`
-    are records, or result.json mappings."""
-    summaries = [JobRecord.read(r).summary for r in results]
+def measured_rate(results: Sequence[JobRecord]) -> Spread:
+    """The rounds' samples/s and spread, by the one rule (pipebench.model.judging.rate_spread)."""
+    summaries = [r.summary for r in results]
     return rate_spread([nan_if_none(s.samples_per_s) for s in summaries],
                        [nan_if_none(s.samples_per_s_ci_low) for s in summaries],
                        [nan_if_none(s.samples_per_s_ci_high) for s in summaries])

@@ -117,10 +117,9 @@ def _chain_overrides(result: JobRecord) -> Dict[str, str]:
     return override_pairs(result.overrides, ignored=NON_CHAIN_KEYS)
 
 
-def chain_labels(results: Sequence[Mapping]) -> List[str]:
+def chain_labels(results: Sequence[JobRecord]) -> List[str]:
     """Each job's chain: the overrides that differ between the jobs, less the worker count and the
     round (settings every job shares say nothing); `transform=NAME` when nothing differs."""
-    results = [JobRecord.read(r) for r in results]
     overrides = [_chain_overrides(r) for r in results]
     differing = sorted(varying_keys(overrides))
     return [",".join(f"{k}={o[k]}" for k in differing if k in o) or _chain_name(r) for o, r in zip(overrides, results)]
@@ -142,10 +141,9 @@ def _consumer_ms(passes: Sequence[PassRecord]) -> float:
     return float(np.median(steps)) if steps else float("nan")
 
 
-def chain_costs(results: Sequence[Mapping]) -> ChainCosts:
+def chain_costs(results: Sequence[JobRecord]) -> ChainCosts:
     """One chain's costs, from its single-rank workers=0 jobs (median over rounds), else any workers=0
     job's, else its CPU time in workers."""
-    results = [JobRecord.read(r) for r in results]
     serial = [r for r in results if r.summary.workers == 0 and _ranks(r) == 1] or \
         [r for r in results if r.summary.workers == 0]
     picked = serial or results
@@ -663,14 +661,13 @@ def _advice_gil_disagreement(groups: Mapping[str, Sequence[JobRecord]], threaded
     return lines
 
 
-def whole_chain_timed(result: Mapping) -> bool:
+def whole_chain_timed(result: JobRecord) -> bool:
     """Whether a result's transform rows hold a sample's whole cost, as the model needs: a job's
     always do; a watched loader's (`pipebench attach`, `pipebench.watch`) only with its `load` row,
     the dataset's own __getitem__ outside the recipe. The user's step is then the consumer, taken
     as using none of the loader's cores (its CPU time is not known)."""
-    record = JobRecord.read(result)
-    return bool(record.transform_rows) and (not watched(record) or any(t.stage == LOAD_STAGE
-                                                                          for t in record.transform_rows))
+    return bool(result.transform_rows) and (not watched(result) or any(t.stage == LOAD_STAGE
+                                                                          for t in result.transform_rows))
 
 
 def diagnose(results: Sequence[Mapping]) -> Diagnosis:

@@ -76,11 +76,11 @@ class _Skips:
     skipped: Optional[Tuple[Mapping[str, Any], ...]] = None
 
 
-def skipped_lines(results: Sequence[Mapping[str, object]]) -> List[str]:
+def skipped_lines(results: Sequence[JobResult]) -> List[str]:
     """One line a job whose samples raised and were dropped under run.on_error=skip, naming the first
     (result.json's `skipped`), as dataset.on_bad_sample=skip names what it leaves out; none otherwise."""
     lines = []
-    for result in map(JobResult.read, results):
+    for result in results:
         count = result.summary.skipped_samples or 0
         first = next(iter(parse_all(SkippedSample, parse(_Skips, result.sections).skipped)), None)
         if not count:

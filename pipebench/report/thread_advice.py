@@ -4,7 +4,7 @@ Reads the transforms.csv cells a thread profile fills (`pipebench.measure.thread
 job's `thread_profile` record; the verdict itself is `pipebench.measure.thread_verdict`'s.
 """
 
-from typing import Dict, List, Mapping, Sequence, Tuple
+from typing import Dict, List, Sequence, Tuple
 
 from pipebench.measure.thread_verdict import HOLDS_GIL
 from pipebench.record.jobs import JobRecord
@@ -64,18 +64,17 @@ def _names_gil(row: TransformRow) -> bool:
     return row.thread_verdict == HOLDS_GIL and row.share_pct >= GIL_LINE_MIN_SHARE_PCT
 
 
-def gil_bound_steps(results: Sequence[Mapping]) -> List[str]:
+def gil_bound_steps(results: Sequence[JobRecord]) -> List[str]:
     """The steps `gil_lines` would name for these jobs, each once, in chain order."""
-    records = [JobRecord.read(r) for r in results]
-    return list(dict.fromkeys(row.transform for result in records if sections_of(result).thread_profile
+    return list(dict.fromkeys(row.transform for result in results if sections_of(result).thread_profile
                               for row in result.transform_rows if _names_gil(row)))
 
 
-def gil_lines(results: Sequence[Mapping]) -> List[str]:
+def gil_lines(results: Sequence[JobRecord]) -> List[str]:
     """One line per GIL-bound step worth naming, once per chain and step: from the profile with the
     most threads, a thread backend's on a tie (its advice is the one to act on)."""
     picked: Dict[Tuple[str, str, str], Tuple[Tuple[int, bool], JobRecord, StoredThreadProfile, TransformRow]] = {}
-    for result in (JobRecord.read(r) for r in results):
+    for result in results:
         profile = sections_of(result).profile
         if profile is None:
             continue
