@@ -111,7 +111,7 @@ def test_asked_for_under_the_dataloader_the_profile_says_a_thread_backend_would_
     spec = compose_spec([*FAST_JOB, "workers=0", "run.thread_profile=true"])
     record = measure_job(dataclasses.replace(spec, per_sample=(BUSY, SLEEP)), tmp_path)
     profile = record.sections["thread_profile"]
-    assert profile["threads"] == [1, 2] and not profile["on_threads"]
+    assert list(profile["threads"]) == [1, 2] and not profile["on_threads"]
     # The task function adds the summary's identity fields when it writes result.json.
     lines = gil_lines([dataclasses.replace(record, summary={**record.summary.row, "transform": "custom"})])
     assert any(line.startswith("BusyWait holds the GIL") and "A thread backend would not help" in line

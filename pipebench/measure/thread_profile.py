@@ -17,7 +17,7 @@ import math
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from typing import Any, Callable, Dict, List, Sequence, Tuple
 
 import torch
@@ -28,9 +28,9 @@ from pipebench.measure.step_inputs import StepCall, capture_steps
 from pipebench.measure.thread_verdict import ScalingFigures, thread_verdict
 from pipebench.pipeline.loader_backends import THREADS
 from pipebench.pipeline.timed_chain import InstrumentedDataset, TimedCollate
+from pipebench.record.sections import ProfiledStep, ProfileLevel, StoredThreadProfile
 
-__all__ = ["Level", "StepProfile", "ThreadProfile", "profile_step", "profile_wanted",
-           "thread_counts", "thread_profile_pass"]
+__all__ = ["ThreadProfile", "profile_step", "profile_wanted", "step_columns", "thread_counts", "thread_profile_pass"]
 
 # One step's calls at 1 thread take about this long, and the same calls are made at every thread
 # count. A quarter second spans ~50 of the GIL's 5 ms switch intervals and many scheduler slices,
@@ -72,88 +72,39 @@ def thread_counts(workers: int, cores: int) -> Tuple[Tuple[int, ...], bool]:
     return (*counts, top), wanted > cores
 
 
-@dataclass(frozen=True)
-class Level:
-    """One thread count: `calls` calls in `seconds`, their summed wall and thread CPU time."""
-
-    threads: int
-    calls: int
-    seconds: float
-    wall_ns: int
-    cpu_ns: int
-
-    @property
-    def rate(self) -> float:
-        return self.calls / self.seconds
-
-    @property
-    def off_cpu(self) -> float:
-        """The share of the calls' wall time their threads were off the CPU (0..1)."""
-        return min(max(1.0 - self.cpu_ns / self.wall_ns, 0.0), 1.0) if self.wall_ns > 0 else 0.0
+def step_columns(step: ProfiledStep) -> Dict[str, Any]:
+    """A step's transforms.csv cells (record.results.PROFILE_COLUMNS); none when it was not profiled."""
+    if not step.levels:
+        return {}
+    speedups = step.speedups()
+    alone, top = step.levels[0].off_cpu_pct, step.levels[-1].off_cpu_pct
+    figures = ScalingFigures(tuple(k for k, _ in speedups), tuple(s for _, s in speedups), alone / 100.0, top / 100.0)
+    return {
+        "profile_threads": figures.top_threads,
+        "thread_speedup": figures.top_speedup,
+        "thread_speedups": " ".join(f"{k}:{s:.2f}" for k, s in speedups),
+        "off_cpu_pct_1t": alone,
+        "off_cpu_pct_nt": top,
+        "thread_verdict": thread_verdict(figures),
+    }
 
 
 @dataclass(frozen=True)
-class StepProfile:
-    """One step's levels (1 thread first), or why it has none."""
-
-    stage: str
-    transform: str
-    levels: Tuple[Level, ...] = ()
-    error: str = ""
-
-    def figures(self) -> ScalingFigures:
-        alone = self.levels[0].rate
-        return ScalingFigures(tuple(level.threads for level in self.levels),
-                              tuple(level.rate / alone for level in self.levels),
-                              self.levels[0].off_cpu, self.levels[-1].off_cpu)
-
-    def columns(self) -> Dict[str, Any]:
-        """Its transforms.csv cells (record.results.PROFILE_COLUMNS); none when it was not profiled."""
-        if not self.levels:
-            return {}
-        figures = self.figures()
-        return {
-            "profile_threads": figures.top_threads,
-            "thread_speedup": figures.top_speedup,
-            "thread_speedups": " ".join(f"{k}:{s:.2f}" for k, s in zip(figures.threads, figures.speedups)),
-            "off_cpu_pct_1t": 100.0 * figures.off_cpu_alone,
-            "off_cpu_pct_nt": 100.0 * figures.off_cpu_top,
-            "thread_verdict": thread_verdict(figures),
-        }
-
-    def record(self) -> Dict[str, Any]:
-        return {"stage": self.stage, "transform": self.transform, "error": self.error or None,
-                "levels": [{"threads": level.threads, "calls": level.calls, "samples_per_s": level.rate,
-                            "off_cpu_pct": 100.0 * level.off_cpu} for level in self.levels]}
-
-
-@dataclass(frozen=True)
-class ThreadProfile:
-    """The job's profile: the thread counts, whether the cores capped them, each step's profile, and
-    a note on what was left out ('' when nothing was)."""
-
-    threads: Tuple[int, ...]
-    backend: str
-    # Whether the job's workers are threads: the report's advice differs.
-    on_threads: bool
-    workers: int
-    usable_cores: int
-    capped: bool
-    steps: Tuple[StepProfile, ...]
-    note: str = ""
+class ThreadProfile(StoredThreadProfile):
+    """The job's profile as it measured it (the stored section's type), with what the job writes of it."""
 
     def columns(self, stage: str, transform: str) -> Dict[str, Any]:
-        return next((step.columns() for step in self.steps if (step.stage, step.transform) == (stage, transform)), {})
+        step = self.step(stage, transform)
+        return step_columns(step) if step is not None else {}
 
     def record(self) -> Dict[str, Any]:
-        return {"threads": list(self.threads), "backend": self.backend, "on_threads": self.on_threads,
-                "workers": self.workers, "usable_cores": self.usable_cores,
-                "capped_by_cores": self.capped, "note": self.note or None,
-                "steps": [step.record() for step in self.steps]}
+        """result.json's `thread_profile` section."""
+        return asdict(self)
 
 
-def _timed_calls(call: Callable[[Any], Any], inputs: Sequence[Any], threads: int) -> Level:
-    """`inputs` split over `threads` threads that start together; each call timed in its thread."""
+def _timed_calls(call: Callable[[Any], Any], inputs: Sequence[Any], threads: int) -> ProfileLevel:
+    """`inputs` split over `threads` threads that start together; each call timed in its thread, its
+    thread CPU time against its wall time saying how long it ran off the CPU."""
     gate = threading.Barrier(threads + 1)
 
     def work(offset: int) -> Tuple[int, int]:
@@ -172,22 +123,24 @@ def _timed_calls(call: Callable[[Any], Any], inputs: Sequence[Any], threads: int
         start = time.perf_counter_ns()
         done = [future.result() for future in futures]
         seconds = (time.perf_counter_ns() - start) / NS_PER_S
-    return Level(threads, len(inputs), seconds, sum(w for w, _ in done), sum(c for _, c in done))
+    wall, cpu = sum(w for w, _ in done), sum(c for _, c in done)
+    off_cpu = min(max(1.0 - cpu / wall, 0.0), 1.0) if wall > 0 else 0.0
+    return ProfileLevel(threads, len(inputs), len(inputs) / seconds, 100.0 * off_cpu)
 
 
 def _calls_for(step: StepCall, counts: Sequence[int]) -> int:
     """Calls a level: LEVEL_S at one thread by a warm-up's pace, within the bounds, split evenly at every count."""
     warm = _timed_calls(step.call, step.inputs_for(len(step.inputs) or MIN_CALLS_PER_THREAD), 1)
     ceiling = MAX_FRESH_CALLS if step.fresh is not None else MAX_CALLS
-    calls = min(max(math.ceil(LEVEL_S * warm.rate), MIN_CALLS_PER_THREAD * counts[-1]), ceiling)
+    calls = min(max(math.ceil(LEVEL_S * warm.samples_per_s), MIN_CALLS_PER_THREAD * counts[-1]), ceiling)
     even = math.lcm(*counts)
     return max(even, calls // even * even)
 
 
-def profile_step(step: StepCall, counts: Sequence[int], seed: int) -> StepProfile:
+def profile_step(step: StepCall, counts: Sequence[int], seed: int) -> ProfiledStep:
     """One step alone at each thread count, the same calls at each, the best of RUNS runs; a step that
     raises has its line instead."""
-    best: Dict[int, Level] = {}
+    best: Dict[int, ProfileLevel] = {}
     try:
         calls = _calls_for(step, counts)
         for _ in range(RUNS):
@@ -195,11 +148,11 @@ def profile_step(step: StepCall, counts: Sequence[int], seed: int) -> StepProfil
                 inputs = step.inputs_for(calls)
                 seed_everything(seed)
                 level = _timed_calls(step.call, inputs, threads)
-                if threads not in best or level.rate > best[threads].rate:
+                if threads not in best or level.samples_per_s > best[threads].samples_per_s:
                     best[threads] = level
     except Exception as exc:  # a step that is not thread-safe, or fails called again: say so, go on
-        return StepProfile(step.stage, step.name, error=f"{type(exc).__name__}: {exc}")
-    return StepProfile(step.stage, step.name, tuple(best[threads] for threads in counts))
+        return ProfiledStep(step.stage, step.name, error=f"{type(exc).__name__}: {exc}")
+    return ProfiledStep(step.stage, step.name, levels=tuple(best[threads] for threads in counts))
 
 
 def thread_profile_pass(spec: JobSpec, dataset: InstrumentedDataset, collate: TimedCollate, worker_kind: str,
@@ -212,7 +165,7 @@ def thread_profile_pass(spec: JobSpec, dataset: InstrumentedDataset, collate: Ti
         seed_everything(spec.run.seed)
         captured = capture_steps(dataset, collate, spec.loader.batch_size)
         started = time.perf_counter()
-        steps: List[StepProfile] = []
+        steps: List[ProfiledStep] = []
         for step in captured.steps:
             if time.perf_counter() - started > PASS_BUDGET_S:
                 break
@@ -222,4 +175,4 @@ def thread_profile_pass(spec: JobSpec, dataset: InstrumentedDataset, collate: Ti
     left = [step.name for step in captured.steps[len(steps):]]
     notes = [captured.note, f"stopped after {PASS_BUDGET_S:g} s: {', '.join(left)} not profiled" if left else ""]
     return ThreadProfile(counts, spec.loader.backend, worker_kind == THREADS, spec.workers, usable_cores, capped,
-                         tuple(steps), "; ".join(filter(None, notes)))
+                         "; ".join(filter(None, notes)) or None, tuple(steps))

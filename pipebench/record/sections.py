@@ -7,12 +7,13 @@ field names (`pipebench.base.typed_json`), so no section is read key by key; key
 declare stay in `extra`.
 """
 
-from dataclasses import dataclass, field
-from typing import Any, Dict, Mapping, Optional, Tuple
+from dataclasses import dataclass, field, replace
+from typing import Any, Dict, List, Mapping, Optional, Tuple
 
-from pipebench.base.typed_json import parse, required_fields
+from pipebench.base.typed_json import parse, parse_all, required_fields
 
-__all__ = ["ConsumerReport", "DatasetFacts", "Fingerprint", "PassRecord", "TransformRow", "measured_row"]
+__all__ = ["ConsumerReport", "DatasetFacts", "Fingerprint", "PassRecord", "ProfileLevel", "ProfiledStep",
+           "StoredThreadProfile", "TransformRow", "measured_row"]
 
 
 @dataclass(frozen=True)
@@ -40,6 +41,58 @@ def measured_row(row: TransformRow) -> Dict[str, Any]:
     """The row as the measuring writes it to result.json: the fields it measured, those with no
     default (the job and the thread-scaling columns are joined by the report)."""
     return {name: getattr(row, name) for name in required_fields(TransformRow)}
+
+
+@dataclass(frozen=True)
+class ProfileLevel:
+    """One thread count of a step's thread-scaling profile: its calls alone on that many threads, their
+    rate, and the share of their wall time spent off the CPU."""
+
+    threads: int
+    calls: int
+    samples_per_s: float
+    off_cpu_pct: float
+
+
+@dataclass(frozen=True)
+class ProfiledStep:
+    """One step's profile: its levels, 1 thread first, or the error that left it none."""
+
+    stage: str
+    transform: str
+    error: Optional[str] = None
+    levels: Tuple[ProfileLevel, ...] = ()
+
+    def speedups(self) -> List[Tuple[int, float]]:
+        """(threads, speed-up over 1 thread) a level."""
+        return [(level.threads, level.samples_per_s / self.levels[0].samples_per_s) for level in self.levels]
+
+
+@dataclass(frozen=True)
+class StoredThreadProfile:
+    """A job's `thread_profile` section, as pipebench.measure.thread_profile writes it: the thread counts,
+    the backend and whether its workers are threads (the advice differs), whether the usable cores capped
+    the counts, a note on what was left out, each step's profile."""
+
+    threads: Tuple[int, ...]
+    backend: str
+    on_threads: bool
+    workers: int
+    usable_cores: int
+    capped_by_cores: bool
+    note: Optional[str] = None
+    steps: Tuple[ProfiledStep, ...] = ()
+
+    @classmethod
+    def from_stored(cls, data: Mapping[str, Any]) -> "StoredThreadProfile":
+        """The section read once, its steps and their levels typed too."""
+        profile = parse(cls, data)
+        return replace(profile, steps=tuple(replace(step, levels=parse_all(ProfileLevel, step.levels))
+                                            for step in parse_all(ProfiledStep, profile.steps)))
+
+    def step(self, stage: str, transform: str) -> Optional[ProfiledStep]:
+        """The profile of the chain's step named so; None where it has none."""
+        return next((step for step in self.steps if (step.stage, step.transform) == (stage, transform)), None)
 
 
 @dataclass(frozen=True)

@@ -7,56 +7,15 @@ lacks one (a watched loader, an older file) reads as None, or as the spec's defa
 """
 
 from dataclasses import dataclass
-from typing import Any, List, Mapping, Optional, Tuple
+from typing import Any, Mapping, Optional
 
-from pipebench.base.typed_json import parse, parse_all
+from pipebench.base.typed_json import parse
 from pipebench.config.specs import LoaderSpec, RunSpec
 from pipebench.measure.coverage import CoverageReport
 from pipebench.record.jobs import JobResult
+from pipebench.record.sections import StoredThreadProfile
 
-__all__ = ["LoaderSettings", "ProfileLevel", "ProfiledStep", "ReportSections", "StoredThreadProfile",
-           "loader_settings", "run_settings", "sections_of"]
-
-
-@dataclass(frozen=True)
-class ProfileLevel:
-    """One thread count of a step's profile: the step's rate there, alone on that many threads."""
-
-    threads: int
-    samples_per_s: float
-
-
-@dataclass(frozen=True)
-class ProfiledStep:
-    """One step's profile: its levels, 1 thread first (none where the step could not be called alone)."""
-
-    stage: str
-    transform: str
-    levels: Tuple[Mapping[str, Any], ...] = ()
-
-    def speedups(self) -> List[Tuple[int, float]]:
-        """(threads, speed-up over 1 thread) a level."""
-        levels = parse_all(ProfileLevel, self.levels)
-        return [(level.threads, level.samples_per_s / levels[0].samples_per_s) for level in levels]
-
-
-@dataclass(frozen=True)
-class StoredThreadProfile:
-    """A job's `thread_profile` section (pipebench.measure.thread_profile.ThreadProfile.record): the
-    backend and whether its workers are threads, the cores that capped the thread counts, each step's
-    profile."""
-
-    backend: str
-    on_threads: bool
-    workers: int = 0
-    usable_cores: int = 0
-    capped_by_cores: bool = False
-    steps: Tuple[Mapping[str, Any], ...] = ()
-
-    def step(self, stage: str, transform: str) -> ProfiledStep:
-        """The profile of the chain's step named so."""
-        return next(step for step in parse_all(ProfiledStep, self.steps) if (step.stage, step.transform) ==
-                    (stage, transform))
+__all__ = ["LoaderSettings", "ReportSections", "loader_settings", "run_settings", "sections_of"]
 
 
 @dataclass(frozen=True)
@@ -75,7 +34,7 @@ class ReportSections:
     @property
     def profile(self) -> Optional[StoredThreadProfile]:
         """The thread-scaling profile; None where the job ran none."""
-        return parse(StoredThreadProfile, self.thread_profile) if self.thread_profile else None
+        return StoredThreadProfile.from_stored(self.thread_profile) if self.thread_profile else None
 
 
 def sections_of(result: JobResult) -> ReportSections:

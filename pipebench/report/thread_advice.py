@@ -8,8 +8,8 @@ from typing import Dict, List, Sequence, Tuple
 
 from pipebench.measure.thread_verdict import HOLDS_GIL
 from pipebench.record.jobs import JobRecord
-from pipebench.record.sections import TransformRow
-from pipebench.report.job_sections import StoredThreadProfile, sections_of
+from pipebench.record.sections import StoredThreadProfile, TransformRow
+from pipebench.report.job_sections import sections_of
 
 __all__ = ["GIL_LINE_MIN_SHARE_PCT", "gil_bound_steps", "gil_lines"]
 
