@@ -1,13 +1,13 @@
 """What the report reads of a job beyond `JobResult`'s typed summary and sections, as frozen types.
 
-The exactly-once check, the thread-scaling profile, whether pinning was in effect, and the loader and
-run settings of the job's resolved config: each built once from its stored mapping by its own field
-names (`pipebench.record.sections.parse`), so the diagnosis reads attributes, never keys. A job that
-lacks one (a watched loader, an older file) reads as None, or as the spec's default for a setting.
+The exactly-once check, the thread-scaling profile, whether pinning was in effect, the samples dropped
+under run.on_error=skip, and the loader and run settings of the job's resolved config: each built once
+from its stored mapping by its own field names (`pipebench.record.sections.parse`), so the diagnosis
+reads attributes, never keys. A job that lacks one (a watched loader, an older file) reads as None, or as the spec's default for a setting.
 """
 
 from dataclasses import dataclass
-from typing import Any, Mapping, Optional
+from typing import Any, Mapping, Optional, Tuple
 
 from pipebench.base.typed_json import parse
 from pipebench.config.specs import LoaderSpec, RunSpec
@@ -25,6 +25,8 @@ class ReportSections:
     coverage: Optional[Mapping[str, Any]] = None
     thread_profile: Optional[Mapping[str, Any]] = None
     pin_memory_effective: Optional[bool] = None
+    # The first samples run.on_error=skip dropped (pipeline.timed_chain's SampleFailure as written).
+    skipped: Optional[Tuple[Mapping[str, Any], ...]] = None
 
     @property
     def coverage_report(self) -> Optional[CoverageReport]:

@@ -6,16 +6,17 @@ Rebuilt after every job from the rows record wrote to summary.csv, so the two ne
 import math
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, List, Mapping, Optional, Sequence, Tuple
+from typing import List, Mapping, Sequence
 
 from pipebench.base.io import write_text_atomic
 from pipebench.base.tables import markdown_table
-from pipebench.base.typed_json import parse, parse_all
+from pipebench.base.typed_json import parse_all
 from pipebench.config.specs import USER_STEP
 from pipebench.record.figures import Summary
 from pipebench.record.jobs import JobResult
 from pipebench.record.results import SUMMARY_MD
 from pipebench.report.gpu import gpu_markdown
+from pipebench.report.job_sections import sections_of
 
 __all__ = ["FIRST_BATCH_COLUMNS", "LOADER_NOTES_TITLE", "PRINTED_COLUMNS", "PRINTED_MULTIRANK_COLUMNS",
            "first_batch_markdown", "loader_notes", "skipped_lines", "write_summary_markdown"]
@@ -69,20 +70,13 @@ class SkippedSample:
     message: str
 
 
-@dataclass(frozen=True)
-class _Skips:
-    """The result.json section `skipped_lines` reads: the first samples run.on_error=skip dropped."""
-
-    skipped: Optional[Tuple[Mapping[str, Any], ...]] = None
-
-
 def skipped_lines(results: Sequence[JobResult]) -> List[str]:
     """One line a job whose samples raised and were dropped under run.on_error=skip, naming the first
     (result.json's `skipped`), as dataset.on_bad_sample=skip names what it leaves out; none otherwise."""
     lines = []
     for result in results:
         count = result.summary.skipped_samples or 0
-        first = next(iter(parse_all(SkippedSample, parse(_Skips, result.sections).skipped)), None)
+        first = next(iter(parse_all(SkippedSample, sections_of(result).skipped)), None)
         if not count:
             continue
         named = f": sample {first.index} ({first.where}) failed in {first.step}: {first.message}" if first else ""
