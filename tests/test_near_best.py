@@ -8,14 +8,14 @@ from pathlib import Path
 import pytest
 
 from pipebench.model.judging import reaches
-from pipebench.record.jobs import JobRecord
+from pipebench.record.jobs import JobResult
 from pipebench.report.comparison import NEAR_BEST_MARK, build_table, comparison_markdown, group_rows
 
 
 def _job(num: int, rate: float, low: float, high: float, round_: int = 0) -> dict:
     label = f"workers={num}"
     overrides = [label] + ([f"run.round={round_}"] if round_ else [])
-    return JobRecord.from_stored({
+    return JobResult.from_stored({
         "job": ",".join(overrides), "job_num": num * 10 + round_, "overrides": overrides,
         "config": {"workers": num}, "choices": {"transform": "chain", "dataset": "random_tensors"},
         "summary": {"job": label, "dataset": "random_tensors", "transform": "chain", "workers": num, "batch_size": 32,

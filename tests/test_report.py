@@ -21,7 +21,7 @@ from pipebench.base.noise_figures import (
 )
 from pipebench.cli.main import main
 from pipebench.model.judging import ROUNDS_SPREAD
-from pipebench.record.jobs import JobRecord, override_pairs
+from pipebench.record.jobs import JobResult, override_pairs
 from pipebench.report.comparison import BEST_MARK, NEAR_BEST_MARK, build_table, comparison_markdown, group_rows, swept_axes
 from pipebench.report.plots import (
     THROUGHPUT_PNG,
@@ -48,9 +48,9 @@ PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 
 
 def _result(num: int, overrides: Sequence[str], rate: float, half_width: float, starvation: float = 50.0,
-            workers: int = 0, transform: str = "chain", host: str = "box") -> JobRecord:
+            workers: int = 0, transform: str = "chain", host: str = "box") -> JobResult:
     label = ",".join(sorted(overrides))
-    return JobRecord.from_stored({
+    return JobResult.from_stored({
         "job": label, "job_num": num, "overrides": list(overrides),
         "config": {"workers": workers, "loader": {"batch_size": 32, "pin_memory": True}},
         "choices": {"transform": transform, "dataset": "random_tensors"},
@@ -269,7 +269,7 @@ LONG_STEP = "per_sample/" + "my_project.augmentations.colour.RandomisedPhotometr
 def test_a_long_legend_label_wraps_and_the_layout_still_applies(tmp_path, monkeypatch):
     from pipebench.report import plots
 
-    results = [JobRecord.from_stored({**r.to_json(), "transforms": [transform_row(LONG_STEP[11:], 5.0)]})
+    results = [JobResult.from_stored({**r.to_json(), "transforms": [transform_row(LONG_STEP[11:], 5.0)]})
                for r in _sweep_results()]
     table = build_table(group_rows([(Path("run"), results)]))
     with warnings.catch_warnings():

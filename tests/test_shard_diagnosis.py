@@ -18,7 +18,7 @@ from pipebench.model.shards import reader_loads, uneven_line, uneven_shards
 from pipebench.storage.file_reads import READ_FILES
 from pipebench.pipeline.timed_chain import TimedCollate
 from pipebench.pipeline.timed_iterable import InstrumentedIterable
-from pipebench.record.jobs import JobRecord
+from pipebench.record.jobs import JobResult
 from pipebench.report.comparison import build_table, group_rows
 from pipebench.report.diagnosis import diagnose, render_diagnosis
 from pipebench.report.plots import EPOCH_PNG, EPOCH_TITLE, epoch_figure, window_rates, write_plots
@@ -143,7 +143,7 @@ def test_the_epoch_plot_draws_a_line_a_job_with_its_epoch_ends(shards, tmp_path)
     passes = [{"epoch": epochs, "worker_id": workers, "step_ms": step_ms, "samples": [1] * len(epochs),
                "compute_ms": [0.0] * 20, "h2d_ms": [0.0] * 20}]
     checked = check_coverage({1: list(range(IMAGES)), 2: list(range(IMAGES))}, length=IMAGES, complete={1, 2})
-    results = [JobRecord.from_stored({**_result("job-1", WORKERS, [2] * 5, passes), "coverage": checked.as_dict()})]
+    results = [JobResult.from_stored({**_result("job-1", WORKERS, [2] * 5, passes), "coverage": checked.as_dict()})]
     table = build_table(group_rows([(Path("run"), results)]))
     figure = epoch_figure(table)
     assert figure.get_suptitle() == EPOCH_TITLE

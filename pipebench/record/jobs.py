@@ -21,7 +21,7 @@ from pipebench.record.figures import Summary
 from pipebench.record.sections import ConsumerReport, Fingerprint, PassRecord, TransformRow
 
 __all__ = ["HYDRA_PREFIX", "NOT_AXES", "ROUND_COMPONENT", "ROUND_KEY", "SINGLE_PROCESS_FIELDS", "JobIdentity",
-           "JobKey", "JobRecord", "JobResult", "StoredResult", "canonical", "canonical_text", "identity_columns",
+           "JobKey", "JobResult", "StoredResult", "canonical", "canonical_text", "identity_columns",
            "job_key", "override_key", "override_pairs", "round_of", "varying_keys"]
 
 # The override of a job's round (`rounds=N` sweeps it): rounds of one job share everything else.
@@ -274,7 +274,3 @@ class JobResult:
     def consumer_report(self) -> ConsumerReport:
         """The consumer's own record, typed (an empty kind where the file has none)."""
         return parse(ConsumerReport, self._named.consumer_report)
-
-
-# The readers' earlier name for the same type.
-JobRecord = JobResult

@@ -50,7 +50,7 @@ from pipebench.base.significance import (
 from pipebench.base.typed_json import parse
 from pipebench.measure.host_load import OTHER_LOAD_NOTE_SHARE
 from pipebench.model.judging import DEFAULT_THRESHOLD, FASTER, INCOMPARABLE, NO_CHANGE, NOISY, SLOWER
-from pipebench.record.jobs import JobRecord, override_pairs, varying_keys
+from pipebench.record.jobs import JobResult, override_pairs, varying_keys
 from pipebench.record.sections import Fingerprint, PassRecord
 from pipebench.record.results import (
     CALIBRATION_FILE,
@@ -252,7 +252,7 @@ def _positive(value: Optional[float]) -> float:
     return figure if figure > 0 else float("nan")
 
 
-def _transform_ms(records: Sequence[JobRecord]) -> Dict[str, float]:
+def _transform_ms(records: Sequence[JobResult]) -> Dict[str, float]:
     per: Dict[str, List[float]] = {}
     for record in records:
         for row in record.transform_rows:
@@ -260,7 +260,7 @@ def _transform_ms(records: Sequence[JobRecord]) -> Dict[str, float]:
     return {name: float(np.median(values)) for name, values in per.items()}
 
 
-def _job_runs(label: str, records: Sequence[JobRecord]) -> JobRuns:
+def _job_runs(label: str, records: Sequence[JobResult]) -> JobRuns:
     passes = [p for r in records for p in r.pass_records]
     return JobRuns(
         label=label,
@@ -280,7 +280,7 @@ def _job_runs(label: str, records: Sequence[JobRecord]) -> JobRuns:
     )
 
 
-def _reference_version(record: JobRecord) -> float:
+def _reference_version(record: JobResult) -> float:
     version = _at_least_zero(record.summary.reference_version)
     return FIRST_REFERENCE_VERSION if np.isnan(version) else version
 
@@ -305,9 +305,9 @@ def load_run(path: str, *more: str) -> Run:
     return run_of_records(folders[0], records, _load_calibration(folders[0]) if len(folders) == 1 else None)
 
 
-def run_of_records(path: Path, records: Sequence[JobRecord], calibration: Optional[Calibration] = None) -> Run:
+def run_of_records(path: Path, records: Sequence[JobResult], calibration: Optional[Calibration] = None) -> Run:
     """A run of records already loaded (the Python API's results), grouped by job as `load_run` groups them."""
-    grouped: Dict[str, List[JobRecord]] = {}
+    grouped: Dict[str, List[JobResult]] = {}
     for record in records:
         grouped.setdefault(record.key.label, []).append(record)
     jobs = {label: _job_runs(label, group) for label, group in grouped.items()}

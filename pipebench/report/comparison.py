@@ -35,7 +35,7 @@ from pipebench.base.tables import markdown_table
 from pipebench.config.specs import USER_STEP
 from pipebench.model.judging import WITHIN_NOISE, Spread, judged, rate_spread
 from pipebench.record.figures import nan_if_none
-from pipebench.record.jobs import JobRecord, canonical, canonical_text, override_pairs, varying_keys
+from pipebench.record.jobs import JobResult, canonical, canonical_text, override_pairs, varying_keys
 
 # Columns whose override key reads better under another name (the DataLoader calls it a
 # multiprocessing context; users call it the start method).
@@ -85,7 +85,7 @@ def identity(overrides: Sequence[str], fields: Mapping[str, object]) -> Dict[str
     return named
 
 
-def measured_rate(results: Sequence[JobRecord]) -> Spread:
+def measured_rate(results: Sequence[JobResult]) -> Spread:
     """The rounds' samples/s and spread, by the one rule (pipebench.model.judging.rate_spread)."""
     summaries = [r.summary for r in results]
     return rate_spread([nan_if_none(s.samples_per_s) for s in summaries],
@@ -103,7 +103,7 @@ class ComparisonRow:
     names: Mapping[str, str]
     rate: Spread
     starvation_pct: float
-    results: Tuple[JobRecord, ...] = field(repr=False)
+    results: Tuple[JobResult, ...] = field(repr=False)
 
     @property
     def rounds(self) -> int:
@@ -155,12 +155,12 @@ def _host_labels(fingerprints: Sequence[Tuple[object, ...]]) -> Dict[Tuple[objec
     return {f: (str(f[0]) if names.count(str(f[0])) == 1 else f"{f[0]}/{f[2]}c/{f[1]}") for f in distinct}
 
 
-def watched(result: JobRecord) -> bool:
+def watched(result: JobResult) -> bool:
     """Whether a record is a loader watched in the user's own loop (`pipebench attach`, `pipebench.watch`)."""
     return result.key.consumer == USER_STEP
 
 
-def _refuse_pooling(folder: Path, results: Sequence[JobRecord]) -> None:
+def _refuse_pooling(folder: Path, results: Sequence[JobResult]) -> None:
     """A ConfigError where `results`, grouped under one name, are not the rounds of one job: records
     that differ in what identifies a job, or watched loaders (which have no rounds)."""
     if len(results) < 2 or (len({r.key for r in results}) == 1 and not any(watched(r) for r in results)):
@@ -172,10 +172,10 @@ def _refuse_pooling(folder: Path, results: Sequence[JobRecord]) -> None:
     raise ConfigError(f"{folder}: {jobs} share the name {results[0].job} but are {why}")
 
 
-def group_rows(runs: Sequence[Tuple[Path, Sequence[JobRecord]]]) -> List[ComparisonRow]:
+def group_rows(runs: Sequence[Tuple[Path, Sequence[JobResult]]]) -> List[ComparisonRow]:
     """Rows from (folder, result records) pairs: rounds of one job in one folder make one row; the
     records of different loaders never do (`_refuse_pooling`)."""
-    grouped: Dict[Tuple[Path, str], List[JobRecord]] = {}
+    grouped: Dict[Tuple[Path, str], List[JobResult]] = {}
     for folder, results in runs:
         for result in results:
             grouped.setdefault((folder, result.key.label), []).append(result)

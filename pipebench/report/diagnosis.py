@@ -32,7 +32,7 @@ from pipebench.model.costs import (
 from pipebench.model.judging import APART, RUN_TO_RUN_RATE_FLOOR, judged
 from pipebench.model.shards import idle_line, idle_readers, random_access_line, uneven_line
 from pipebench.pipeline.stages import DECODE_STAGE, LOAD_STAGE
-from pipebench.record.jobs import NOT_AXES, JobRecord, override_pairs, varying_keys
+from pipebench.record.jobs import NOT_AXES, JobResult, override_pairs, varying_keys
 from pipebench.record.sections import PassRecord, TransformRow
 from pipebench.report.comparison import measured_rate, watched
 from pipebench.report.job_sections import loader_settings, run_settings, sections_of
@@ -106,18 +106,18 @@ class Diagnosis:
     targets: Tuple[Tuple[str, TargetNeeds], ...] = ()
 
 
-def target_pct_of(results: Sequence[JobRecord]) -> float:
+def target_pct_of(results: Sequence[JobResult]) -> float:
     """run.target_accel_util_pct of the results (the first job's), else the schema's default (results
     written before the setting)."""
     return float((run_settings(results[0]) if results else RunSpec()).target_accel_util_pct)
 
 
-def _chain_overrides(result: JobRecord) -> Dict[str, str]:
+def _chain_overrides(result: JobResult) -> Dict[str, str]:
     """The job's override pairs that define its chain (NON_CHAIN_KEYS left out)."""
     return override_pairs(result.overrides, ignored=NON_CHAIN_KEYS)
 
 
-def chain_labels(results: Sequence[JobRecord]) -> List[str]:
+def chain_labels(results: Sequence[JobResult]) -> List[str]:
     """Each job's chain: the overrides that differ between the jobs, less the worker count and the
     round (settings every job shares say nothing); `transform=NAME` when nothing differs."""
     overrides = [_chain_overrides(r) for r in results]
@@ -125,7 +125,7 @@ def chain_labels(results: Sequence[JobRecord]) -> List[str]:
     return [",".join(f"{k}={o[k]}" for k in differing if k in o) or _chain_name(r) for o, r in zip(overrides, results)]
 
 
-def _chain_name(result: JobRecord) -> str:
+def _chain_name(result: JobResult) -> str:
     """`transform=NAME`; a watched loader, which has no transform config, by its job name (`loader=train.py:57`)."""
     transform = result.summary.transform
     return f"transform={transform}" if transform is not None else result.job
@@ -141,7 +141,7 @@ def _consumer_ms(passes: Sequence[PassRecord]) -> float:
     return float(np.median(steps)) if steps else float("nan")
 
 
-def chain_costs(results: Sequence[JobRecord]) -> ChainCosts:
+def chain_costs(results: Sequence[JobResult]) -> ChainCosts:
     """One chain's costs, from its single-rank workers=0 jobs (median over rounds), else any workers=0
     job's, else its CPU time in workers."""
     serial = [r for r in results if r.summary.workers == 0 and _ranks(r) == 1] or \
@@ -165,18 +165,18 @@ def chain_costs(results: Sequence[JobRecord]) -> ChainCosts:
     )
 
 
-def _ranks(result: JobRecord) -> int:
+def _ranks(result: JobResult) -> int:
     return result.summary.ranks or 1
 
 
-def worker_kind_of(result: JobRecord) -> str:
+def worker_kind_of(result: JobResult) -> str:
     """THREADS for a job whose workers were threads (a thread backend, workers > 0), else PROCESSES."""
     backend = loader_settings(result).backend
     return BACKEND_WORKER_KINDS.get(backend, PROCESSES) if result.key.workers > 0 else PROCESSES
 
 
-def _group(results: Sequence[JobRecord]) -> Dict[str, List[JobRecord]]:
-    groups: Dict[str, List[JobRecord]] = {}
+def _group(results: Sequence[JobResult]) -> Dict[str, List[JobResult]]:
+    groups: Dict[str, List[JobResult]] = {}
     for label, result in zip(chain_labels(results), results):
         groups.setdefault(label, []).append(result)
     return groups
@@ -186,7 +186,7 @@ def _group(results: Sequence[JobRecord]) -> Dict[str, List[JobRecord]]:
 SERIAL_WHERE = "at workers=0"
 
 
-def _dominant(results: Sequence[JobRecord]) -> Optional[Tuple[TransformRow, str]]:
+def _dominant(results: Sequence[JobResult]) -> Optional[Tuple[TransformRow, str]]:
     """The costliest step of a chain's workers=0 job, else of a watched loader's rows at its own worker
     count, and where it was measured."""
     serial = [r for r in results if r.key.workers == 0 and r.transform_rows]
@@ -197,7 +197,7 @@ def _dominant(results: Sequence[JobRecord]) -> Optional[Tuple[TransformRow, str]
     return top, SERIAL_WHERE if serial else f"inside its {timed[0].key.workers} workers"
 
 
-def _advice_dominant(base: str, results: Sequence[JobRecord]) -> List[str]:
+def _advice_dominant(base: str, results: Sequence[JobResult]) -> List[str]:
     dominant = _dominant(results)
     if dominant is None:
         return [f"{base}: no workers=0 job, so no per-transform split; add workers=0 to the sweep to get one."]
@@ -253,7 +253,7 @@ def _noise_of_rounds(values: Sequence[float], floor: float) -> float:
     return max(spread, floor) if math.isfinite(spread) else floor
 
 
-def _per_step_figure(name: str, results: Sequence[JobRecord], series) -> Optional[Figure]:
+def _per_step_figure(name: str, results: Sequence[JobResult], series) -> Optional[Figure]:
     """The median of a per-step series over every measured step, with its notch half-width."""
     values = np.array([v for r in results for p in r.pass_records for v in series(p)], dtype=np.float64)
     if values.size == 0:
@@ -264,18 +264,18 @@ def _per_step_figure(name: str, results: Sequence[JobRecord], series) -> Optiona
     return Figure(name, median, noise if math.isfinite(noise) else 0.0, lower_is_better=True)
 
 
-def _consumer_step_figure(results: Sequence[JobRecord]) -> Optional[Figure]:
+def _consumer_step_figure(results: Sequence[JobResult]) -> Optional[Figure]:
     """The consumer's host ms a step (its copy aside), over every measured step."""
     return _per_step_figure("consumer ms a step", results, lambda p: p.compute_ms)
 
 
-def _cpu_figure(results: Sequence[JobRecord]) -> Figure:
+def _cpu_figure(results: Sequence[JobResult]) -> Figure:
     serial = [r for r in results if r.key.workers == 0] or results
     values = [r.summary.cpu_ms_per_sample for r in serial]
     return Figure("CPU ms a sample", float(np.median(values)), _noise_of_rounds(values, CPU_COST_NOISE_FLOOR), True)
 
 
-def _rate_figure(results: Sequence[JobRecord], workers: int) -> Figure:
+def _rate_figure(results: Sequence[JobResult], workers: int) -> Figure:
     same = [r.summary for r in results if r.key.workers == workers]
     rates = [s.samples_per_s for s in same]
     if len(rates) > 1:
@@ -295,13 +295,13 @@ def swept_axis(keys: Sequence[str]) -> str:
     return AXIS_CHAIN
 
 
-def _axis_between(base: JobRecord, other: JobRecord) -> str:
+def _axis_between(base: JobResult, other: JobResult) -> str:
     """The axis two jobs' chains differ along (`swept_axis` of the override keys they set differently)."""
     base_keys, keys = _chain_overrides(base), _chain_overrides(other)
     return swept_axis([k for k in set(base_keys) | set(keys) if base_keys.get(k) != keys.get(k)])
 
 
-def axis_figures(axis: str, base: Sequence[JobRecord], other: Sequence[JobRecord]) -> List[Tuple[Figure, Figure]]:
+def axis_figures(axis: str, base: Sequence[JobResult], other: Sequence[JobResult]) -> List[Tuple[Figure, Figure]]:
     """(base, other) figures that `axis` moves; see the table in the module doc of `_advice_variants`."""
     if axis == AXIS_CONSUMER:
         pairs = [(_consumer_step_figure(base), _consumer_step_figure(other))]
@@ -344,7 +344,7 @@ def verdict(base: Figure, other: Figure) -> Verdict:
     return Verdict(base.name, base.value, other.value, ratio, math.hypot(base.noise, other.noise))
 
 
-def _advice_variants(base: str, groups: Mapping[str, Sequence[JobRecord]],
+def _advice_variants(base: str, groups: Mapping[str, Sequence[JobResult]],
                      costs: Mapping[str, ChainCosts]) -> List[str]:
     """Each chain against the base, by the figure its swept axis moves, with a claim only above the noise.
 
@@ -386,7 +386,7 @@ def _advice_variants(base: str, groups: Mapping[str, Sequence[JobRecord]],
     return lines
 
 
-def _syncs_text(axis: str, base: Sequence[JobRecord], other: Sequence[JobRecord]) -> str:
+def _syncs_text(axis: str, base: Sequence[JobResult], other: Sequence[JobResult]) -> str:
     """Syncs a step beside a consumer's time, where the GPU probe measured them (exact counts, no noise)."""
     if axis != AXIS_CONSUMER:
         return ""
@@ -397,7 +397,7 @@ def _syncs_text(axis: str, base: Sequence[JobRecord], other: Sequence[JobRecord]
     return f"; syncs a step {format_value(float(counts[1]))} against {format_value(float(counts[0]))}"
 
 
-def _advice_shared_interpreter(base: str, groups: Mapping[str, Sequence[JobRecord]],
+def _advice_shared_interpreter(base: str, groups: Mapping[str, Sequence[JobResult]],
                                threaded: Set[str]) -> List[str]:
     """Thread-backend chains whose training step itself ran slower than the base's, where the base runs
     worker processes and the two differ only in loader settings: samples/s counts that cost, but
@@ -420,7 +420,7 @@ def _advice_shared_interpreter(base: str, groups: Mapping[str, Sequence[JobRecor
     return lines
 
 
-def _advice_epochs(results: Sequence[JobRecord]) -> List[str]:
+def _advice_epochs(results: Sequence[JobResult]) -> List[str]:
     """Jobs whose workers restart at every epoch end for more than RESTART_SHARE_WORTH_NAMING of an epoch."""
     lines = []
     for label, result in zip(chain_labels(results), results):
@@ -437,7 +437,7 @@ def _advice_epochs(results: Sequence[JobRecord]) -> List[str]:
     return lines
 
 
-def _advice_coverage(results: Sequence[JobRecord]) -> List[str]:
+def _advice_coverage(results: Sequence[JobResult]) -> List[str]:
     """The exactly-once check (result.json's `coverage`): a line a job that read a sample twice or missed
     one that drop_last does not explain, and one line for the jobs whose every miss is a last batch
     loader.drop_last=true dropped, the known loss the check does not count."""
@@ -465,7 +465,7 @@ def _advice_coverage(results: Sequence[JobRecord]) -> List[str]:
     return failed
 
 
-def _lone_tail(result: JobRecord) -> Optional[str]:
+def _lone_tail(result: JobResult) -> Optional[str]:
     """What the job's window measured of a lone tail: at its first epoch end, the last batches that came
     from one worker alone, when there are LONE_TAIL_MIN_STEPS of them or more; None otherwise (no epoch
     end in the window, or the workers finished together)."""
@@ -482,19 +482,19 @@ def _lone_tail(result: JobRecord) -> Optional[str]:
     return None
 
 
-def _shard_count(jobs: Sequence[JobRecord]) -> Optional[int]:
+def _shard_count(jobs: Sequence[JobResult]) -> Optional[int]:
     """The shards of the jobs' sharded dataset (its identity's `shards`); None for a dataset that is not
     sharded, or jobs that disagree."""
     shards = {result.host.dataset_facts.shards for result in jobs}
     return int(shards.pop()) if len(shards) == 1 and None not in shards else None
 
 
-def _single_rank_shards(jobs: Sequence[JobRecord]) -> Optional[int]:
+def _single_rank_shards(jobs: Sequence[JobResult]) -> Optional[int]:
     """The shard count that caps one rank's reading workers (`_shard_count`), for single-rank jobs."""
     return _shard_count(jobs) if all(_ranks(j) == 1 for j in jobs) else None
 
 
-def _busy_readers(jobs: Sequence[JobRecord], ranks: int, workers: int) -> Optional[int]:
+def _busy_readers(jobs: Sequence[JobResult], ranks: int, workers: int) -> Optional[int]:
     """The readers of `ranks` x `workers` that get a shard of the jobs' sharded dataset (its identity's
     `shards`); None for a dataset that is not sharded, whose every reader reads."""
     shards = _shard_count(jobs)
@@ -503,7 +503,7 @@ def _busy_readers(jobs: Sequence[JobRecord], ranks: int, workers: int) -> Option
     return ranks * max(workers, 1) - len(idle_readers(shards, ranks, workers))
 
 
-def _advice_idle_shards(results: Sequence[JobRecord]) -> List[str]:
+def _advice_idle_shards(results: Sequence[JobResult]) -> List[str]:
     """Jobs whose sharded dataset (its identity's `shards`) leaves readers idle, with fewer shards than
     ranks x workers, or one reader reading alone at the epoch's end, with uneven shards (its
     `shard_samples`); the lone tail as measured where a job's window holds an epoch end."""
@@ -520,10 +520,10 @@ def _advice_idle_shards(results: Sequence[JobRecord]) -> List[str]:
     return [f"{line}; {measured}" if measured else line for line, measured in lines.items() if line]
 
 
-def _advice_random_access(results: Sequence[JobRecord]) -> List[str]:
+def _advice_random_access(results: Sequence[JobResult]) -> List[str]:
     """Map-style row-group datasets (Parquet) read under a shuffling sampler, one line a dataset, with the
     median bytes its jobs read a sample where their read figures have them (pipebench/model/shards.py)."""
-    jobs: Dict[str, List[JobRecord]] = {}
+    jobs: Dict[str, List[JobResult]] = {}
     for result in results:
         if loader_settings(result).shuffle:
             jobs.setdefault(repr(sorted(result.host.dataset.items())), []).append(result)
@@ -563,7 +563,7 @@ def _advice_threads(rows: Sequence[PredictedRow]) -> List[str]:
             "for worker processes only."]
 
 
-def _advice_unexplained(rows: Sequence[PredictedRow], results: Sequence[JobRecord],
+def _advice_unexplained(rows: Sequence[PredictedRow], results: Sequence[JobResult],
                         costs: Mapping[str, ChainCosts]) -> List[str]:
     off = [r for r in rows if r.predicted is not None and abs(r.gap) > EXPLAINED_WITHIN]
     if not off:
@@ -628,7 +628,7 @@ def _with_cap_gap(advice: Sequence[str], cap: Sequence[str], unexplained: Sequen
     return [line + gap if line is cap[0] else line for line in advice]
 
 
-def _advice_gil_disagreement(groups: Mapping[str, Sequence[JobRecord]], threaded: Set[str]) -> List[str]:
+def _advice_gil_disagreement(groups: Mapping[str, Sequence[JobResult]], threaded: Set[str]) -> List[str]:
     """Where a thread-backend chain and a worker-process one that differ in loader settings only are told
     apart at their largest common worker count (the one rule, pipebench.model.judging) and the winner contradicts
     the thread-scaling profile: threads win although steps hold the GIL, or lose although none does."""
@@ -661,7 +661,7 @@ def _advice_gil_disagreement(groups: Mapping[str, Sequence[JobRecord]], threaded
     return lines
 
 
-def whole_chain_timed(result: JobRecord) -> bool:
+def whole_chain_timed(result: JobResult) -> bool:
     """Whether a result's transform rows hold a sample's whole cost, as the model needs: a job's
     always do; a watched loader's (`pipebench attach`, `pipebench.watch`) only with its `load` row,
     the dataset's own __getitem__ outside the recipe. The user's step is then the consumer, taken
@@ -672,13 +672,13 @@ def whole_chain_timed(result: JobRecord) -> bool:
 
 def diagnose(results: Sequence[Mapping]) -> Diagnosis:
     """Predict every measured (chain, workers) and write the advice; `results` are the loader's
-    `JobRecord`s, or result.json mappings (read as records)."""
-    results = [JobRecord.read(r) for r in results]
+    `JobResult`s, or result.json mappings (read as records)."""
+    results = [JobResult.read(r) for r in results]
     groups = _group(results)
     costs = {chain: chain_costs(jobs) for chain, jobs in groups.items()}
     rows = []
     for chain, jobs in groups.items():
-        def place(job: JobRecord) -> Tuple[int, int, str]:
+        def place(job: JobResult) -> Tuple[int, int, str]:
             return _ranks(job), job.key.workers, worker_kind_of(job)
 
         for ranks, workers, kind in sorted({place(j) for j in jobs}):

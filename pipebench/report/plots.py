@@ -19,7 +19,7 @@ from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
 from pipebench.base.io import write_bytes_atomic
-from pipebench.record.jobs import JobRecord
+from pipebench.record.jobs import JobResult
 from pipebench.report.comparison import HOST, ComparisonRow, ComparisonTable, axis_title
 from pipebench.report.job_sections import sections_of
 
@@ -182,7 +182,7 @@ def _job_label(row: ComparisonRow, table: ComparisonTable) -> str:
     return ", ".join(f"{axis_title(a, table.axes)}={row.value(a)}" for a in table.axes) or row.label
 
 
-def _epochs_seen(result: JobRecord, samples: Sequence[float]) -> Optional[float]:
+def _epochs_seen(result: JobResult, samples: Sequence[float]) -> Optional[float]:
     """The window's samples over an epoch's (the exactly-once check's length); None when not recorded."""
     coverage = sections_of(result).coverage_report
     return sum(samples) / coverage.length if coverage and coverage.length else None

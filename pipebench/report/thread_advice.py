@@ -7,7 +7,7 @@ job's `thread_profile` record; the verdict itself is `pipebench.measure.thread_v
 from typing import Dict, List, Sequence, Tuple
 
 from pipebench.measure.thread_verdict import HOLDS_GIL
-from pipebench.record.jobs import JobRecord
+from pipebench.record.jobs import JobResult
 from pipebench.record.sections import StoredThreadProfile, TransformRow
 from pipebench.report.job_sections import sections_of
 
@@ -49,7 +49,7 @@ def _how_far(speedups: Sequence[Tuple[int, float]]) -> str:
     return f"it stops scaling at {best:.1f} threads"
 
 
-def _line(result: JobRecord, profile: StoredThreadProfile, row: TransformRow) -> str:
+def _line(result: JobResult, profile: StoredThreadProfile, row: TransformRow) -> str:
     speedups = profile.step(row.stage, row.transform).speedups()
     threads = speedups[-1][0]
     curve = ", ".join(f"{s:.2f}x at {k}" for k, s in speedups[1:])
@@ -64,16 +64,16 @@ def _names_gil(row: TransformRow) -> bool:
     return row.thread_verdict == HOLDS_GIL and row.share_pct >= GIL_LINE_MIN_SHARE_PCT
 
 
-def gil_bound_steps(results: Sequence[JobRecord]) -> List[str]:
+def gil_bound_steps(results: Sequence[JobResult]) -> List[str]:
     """The steps `gil_lines` would name for these jobs, each once, in chain order."""
     return list(dict.fromkeys(row.transform for result in results if sections_of(result).thread_profile
                               for row in result.transform_rows if _names_gil(row)))
 
 
-def gil_lines(results: Sequence[JobRecord]) -> List[str]:
+def gil_lines(results: Sequence[JobResult]) -> List[str]:
     """One line per GIL-bound step worth naming, once per chain and step: from the profile with the
     most threads, a thread backend's on a tie (its advice is the one to act on)."""
-    picked: Dict[Tuple[str, str, str], Tuple[Tuple[int, bool], JobRecord, StoredThreadProfile, TransformRow]] = {}
+    picked: Dict[Tuple[str, str, str], Tuple[Tuple[int, bool], JobResult, StoredThreadProfile, TransformRow]] = {}
     for result in results:
         profile = sections_of(result).profile
         if profile is None:

@@ -7,7 +7,7 @@ from typing import Dict, List, Mapping, Optional, Sequence, Tuple
 from pipebench.base.typed_json import parse
 from pipebench.explore.equivalence import is_equivalent
 from pipebench.explore.plan import NoVariants, check_variants, store_variant
-from pipebench.record.jobs import JobRecord
+from pipebench.record.jobs import JobResult
 from pipebench.tune.objective import probe_ties, race_rates
 from pipebench.tune.plan import TuneOptions, store_chain
 from pipebench.tune.recommend import STRICTNESS, strictness
@@ -76,7 +76,7 @@ def probed_chains(first_job: Sequence[str], options: TuneOptions, base: str) -> 
     return ChainSet(tuple(names), configs, verdicts, moves)
 
 
-def winning_chains(probe: Mapping[str, List[JobRecord]], chains: ChainSet, most: int
+def winning_chains(probe: Mapping[str, List[JobResult]], chains: ChainSet, most: int
                    ) -> Tuple[List[str], Dict[str, str]]:
     """Explore's winners at workers=0: the chains the probe cannot tell apart from its fastest, the
     `most` of them with the strictest equivalence to the user's chain, then the fastest; what became

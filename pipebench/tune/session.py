@@ -46,7 +46,7 @@ from pipebench.model.costs import needs_for_target, predict, target_line
 from pipebench.pipeline.build import build_dataset
 from pipebench.pipeline.loader_backends import BACKENDS, backend_problem
 from pipebench.record.folder_lock import folder_lock
-from pipebench.record.jobs import JobRecord, override_key
+from pipebench.record.jobs import JobResult, override_key
 from pipebench.record.results import load_job_results
 from pipebench.record.resume import new_folder
 from pipebench.report.diagnosis import chain_costs
@@ -140,7 +140,7 @@ class Probed:
     """The probe at workers=0: each chain's records, a job's seconds, the chains that race and what
     became of each, those whose probe crashed (and their warnings), and each probed chain's model."""
 
-    records: Mapping[str, List[JobRecord]]
+    records: Mapping[str, List[JobResult]]
     job_s: float
     kept: List[str]
     verdicts: Dict[str, str]
@@ -149,7 +149,7 @@ class Probed:
     models: Dict[str, ChainModel]
 
 
-def _models(probe: Mapping[str, List[JobRecord]]) -> Dict[str, ChainModel]:
+def _models(probe: Mapping[str, List[JobResult]]) -> Dict[str, ChainModel]:
     """Each probed chain's model: its costs, the steps holding the GIL and their share of its time,
     and a worker's memory (the probe's summed PSS: one process, so what a worker copying it holds)."""
     return {chain: ChainModel(chain_costs(records), tuple(gil_bound_steps(records)),
@@ -336,7 +336,7 @@ class TuneSession:
         return 0 if chosen is not None else CRASH_EXIT_STATUS
 
     def _measure(self, where: Path, points: Sequence[Point], rounds: int, run_settings: Sequence[str],
-                 ahead: Optional[JobProcess] = None, deadline: Optional[float] = None) -> Dict[str, List[JobRecord]]:
+                 ahead: Optional[JobProcess] = None, deadline: Optional[float] = None) -> Dict[str, List[JobResult]]:
         """Run the points' jobs, `rounds` interleaved rounds, in `where`, none started past `deadline`;
         each point's finished records."""
         for point in points:
@@ -346,7 +346,7 @@ class TuneSession:
                              into=Into(where, stage=True, deadline=deadline))
         if status in (INTERRUPTED_EXIT_STATUS, TERMINATED_EXIT_STATUS):
             raise Stopped(status)
-        found: Dict[str, List[JobRecord]] = {}
+        found: Dict[str, List[JobResult]] = {}
         for record in load_job_results(where):
             found.setdefault(str(record.choices.get(POINT_GROUP)), []).append(record)
         return found
