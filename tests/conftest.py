@@ -36,9 +36,8 @@ PIPEBENCH_SCRIPT = Path(sys.executable).with_name("pipebench")
 # The lock file every xdist worker of one session shares, beside the workers' own temp folders.
 ALONE_LOCK = "tests-alone.lock"
 # Times a test that measures (`alone`) runs again after an assertion misses: a reading on a quiet
-# host still misses now and then by a wake-up or a reading a few batches late (CI, 2026-11-27: the
-# workers' PSS growth read 65 MiB for 80 once in 1279 tests), while a meter that is wrong misses
-# every time. Only an AssertionError reruns, never a crash; known-cost tests re-measure on their
+# host still misses now and then by a wake-up or a reading a few batches late, while a meter that
+# is wrong misses every time. Only an AssertionError reruns, never a crash; known-cost tests re-measure on their
 # own terms (known_cost_kit) and are left to it.
 MEASURED_RERUNS = 1
 
