@@ -18,10 +18,12 @@ Ctrl-C and SIGTERM while the script runs (`workers_end_quietly`, `ScriptStop`):
 - torch's SIGCHLD handler raises "DataLoader worker (pid N) is killed by signal" wherever the main
   thread is when a worker dies, in the script's unwinding, in gc, in a loader's `__del__` (Python's
   20-line "Exception ignored"). Once the script is terminated its workers' deaths are expected, so
-  the SIGTERM handler disarms that check before it ends the script. A SIGTERM to attach alone is
-  sent on to the workers at once, as one to the group would be: a worker left running while the
-  script unwinds may be handing a batch's shared memory to it, and prints multiprocessing's
-  traceback (ConnectionResetError) when the script's end cuts that handshake.
+  the SIGTERM handler disarms that check before it ends the script. It also kills the workers
+  at once (SIGKILL: a worker's own SIGTERM handler runs only when its main thread next runs Python):
+  a worker left running while the script unwinds may be handing a batch's shared memory to it, and
+  its handle-sharing thread prints multiprocessing's traceback (`resource_sharer._serve`: EOFError,
+  ConnectionResetError) when the script's end cuts that handshake (seen in CI while they were sent
+  SIGTERM).
 - The signal lands between two bytecodes of whatever the main thread runs, torch's own included: in
   a queue's `put` it can leave the queue's lock held (a `with` whose `__enter__` took the lock, then
   raised), and torch's shutdown of that loader (its iterator's `__del__`) then puts into that queue
@@ -220,10 +222,10 @@ class ScriptStop:
             faulthandler.dump_traceback_later(HANG_DUMP_S)
         try:
             abandon_iterators()
-            if signum == signal.SIGTERM:  # torch's check of its workers disarmed, the workers sent SIGTERM
+            if signum == signal.SIGTERM:  # torch's check of its workers disarmed, the workers killed
                 signal.signal(signal.SIGCHLD, _ignore_child)
                 for process in multiprocessing.active_children():
-                    process.terminate()
+                    process.kill()
         finally:
             handled = sys.exc_info()[1]  # the first signal's exception, where the script's `except` runs
             if handled is not None:
