@@ -84,6 +84,8 @@ def arithmetic(opts: argparse.Namespace, results: Path) -> bool:
     agree = abs(found - predicted) <= N_TOLERANCE
     print(f"\nN found {found}, predicted {predicted}: {'within' if agree else 'OUTSIDE'} +-{N_TOLERANCE}; verdict "
           f"{verdict['verdict']}; runs' AU {verdict['au_pct']}, spread {verdict['spread']}\n")
+    if verdict["held_back"]:
+        print(f"what held one more back: {verdict['held_back']['line']}\n")
     return ok and agree
 
 

@@ -46,5 +46,9 @@ def test_a_short_check_writes_its_verdict_and_says_it_was_shortened(tmp_path):
     assert "shortened: storage_check.runs=1 of 5" in verdict["reasons"]
     assert any("under 5x the host's memory" in r for r in verdict["reasons"])
     assert len(verdict["au_pct"]) == (1 if verdict["accelerators"] else 0)
+    # One accelerator is the most it tries: it met there (capped, nothing missed) or says what held it back.
+    held = verdict["held_back"]
+    assert (held is None) == verdict["search_capped"]
+    assert held is None or (held["accelerators"] == 1 and held["line"] in (folder / "report.md").read_text())
     assert "not MLPerf results" in (folder / "report.md").read_text()
     assert (folder / "search").is_dir()

@@ -24,6 +24,7 @@ from typing import Callable, Dict, List, Optional, Sequence, Tuple
 import psutil
 
 from pipebench.base.command import results_line
+from pipebench.base.cores import usable_cores
 from pipebench.base.errors import INTERRUPTED_EXIT_STATUS, TERMINATED_EXIT_STATUS, ConfigError
 from pipebench.base.io import folder_safe
 from pipebench.base.typed_json import parse
@@ -31,12 +32,14 @@ from pipebench.cli.common_args import add_config_dir, add_overrides
 from pipebench.config.compose import job_spec_composer
 from pipebench.config.specs import JobSpec, RunSpec
 from pipebench.pipeline.build import build_dataset
+from pipebench.record.figures import Summary
 from pipebench.record.folder_lock import folder_lock
 from pipebench.record.jobs import JobResult, override_pairs
 from pipebench.record.results import load_job_results
 from pipebench.record.resume import new_folder
 from pipebench.storage.dataset_contract import told
 from pipebench.storage_track.files import NOT_MLPERF, CheckResult, Run, write_check
+from pipebench.storage_track.held_back import HeldBack, Measured, held_back
 from pipebench.storage_track.options import CheckOptions, split_check_overrides
 from pipebench.storage_track.presets import CUSTOM, DEFAULT_MIN_AU_PCT, Preset, custom_preset, preset, workload_listing
 from pipebench.storage_track.rules import (
@@ -150,13 +153,13 @@ class Sizing:
     sample_bytes: Optional[float]
 
 
-def _sizing(chosen: Preset, spec: JobSpec, user: Sequence[str], strict: bool, ram: int) -> Sizing:
+def _sizing(chosen: Preset, spec: JobSpec, length_given: bool, strict: bool, ram: int) -> Sizing:
     """A preset's generated data sized as mlpstorage sizes a workload's for a host (MEMORY_FACTOR x its
     memory, MIN_STEPS_PER_EPOCH steps an epoch on each of the N accelerators, never below DLIO's own
-    count) unless the user gave dataset.length; any other dataset checked against the rules: too few
-    samples for one accelerator is one line, under the memory rule refused under `strict`."""
+    count) unless the user gave dataset.length (`length_given`); any other dataset checked against the
+    rules: too few samples for one accelerator is one line, under the memory rule refused under `strict`."""
     data = chosen.dataset
-    if data is not None and "dataset.length" not in override_pairs(user):
+    if data is not None and not length_given:
         least = max(data.dataset_length, math.ceil(MEMORY_FACTOR * ram / data.sample_bytes))
         return Sizing(lambda n: max(least, MIN_STEPS_PER_EPOCH * chosen.batch_size * n), True, "", data.sample_bytes)
     dataset = build_dataset(spec)
@@ -182,6 +185,8 @@ class Check:
         self.rounds = itertools.count(1)
         # Each N's rounds as measured, kept for a search that is interrupted before it returns.
         self.measured: Dict[int, List[float]] = {}
+        # Each N's finished rounds' summaries: what held the least N that missed back.
+        self.summaries: Dict[int, List[Summary]] = {}
 
     def overrides(self, n: int, *extra: str) -> List[str]:
         sized = [f"dataset.length={self.length_for(n)}"] if self.sized else []
@@ -204,8 +209,18 @@ class Check:
                                     self.overrides(n, f"run.steps={min(self.steps, SEARCH_STEPS)}",
                                                    f"run.seed={number}"))
             found.append(records[0].summary.au_pct if records else None)
+            self.summaries.setdefault(n, []).extend(r.summary for r in records[:1])
             self.measured.setdefault(n, []).append(FAILED_AU if found[-1] is None else found[-1])
         return found
+
+    def what_held_back(self, search: SearchOutcome, step_ms: float, shared: Optional[float]) -> Optional[HeldBack]:
+        """What held back the least N the search found to miss above the N it found (None where none missed)."""
+        missed = [p.accelerators for p in search.probes if not p.meets and p.accelerators > search.accelerators]
+        if not missed:
+            return None
+        n = min(missed)
+        measured = Measured(n, self.summaries.get(n, ()), self.summaries.get(n - 1, ()))
+        return held_back(measured, step_ms, self.sample_bytes, shared, usable_cores())
 
     def searched_so_far(self, min_au_pct: float) -> SearchOutcome:
         """The probes of a search stopped part way, each judged on the rounds it had; no N claimed."""
@@ -233,11 +248,12 @@ def storage_check_command(overrides: List[str], config_dir: Optional[str], stric
         notes.append(f"the preset's step and batch ({chosen.step_ms:g} ms, {chosen.batch_size}) overridden: "
                      f"{spec.consumer.step_ms:g} ms a batch of {spec.loader.batch_size}")
         chosen = dataclasses.replace(chosen, step_ms=spec.consumer.step_ms, batch_size=spec.loader.batch_size)
-    sizing = _sizing(chosen, spec, user, strict, psutil.virtual_memory().total)
+    given = override_pairs(user)
+    sizing = _sizing(chosen, spec, "dataset.length" in given, strict, psutil.virtual_memory().total)
     if sizing.memory:
         print(f"storage-check: {sizing.memory}: running with dataset.cache=cold, and the result says so", flush=True)
         base.append("dataset.cache=cold")
-    steps_given = "run.steps" in override_pairs(user)
+    steps_given = "run.steps" in given
     steps = spec.run.steps if steps_given else MIN_STEPS_PER_EPOCH
     shortened = tuple(line for line in (
         f"storage_check.runs={options.runs} of {RUNS}" if options.runs < RUNS else "",
@@ -322,7 +338,7 @@ def _check(check: Check, plan: CheckPlan) -> int:
                      preset=chosen.dataset is not None, chain=chain, shortened=plan.shortened, memory=plan.memory,
                      steps_needed=steps_rule(length, chosen.batch_size, n) if n else 0, notes=tuple(notes))
     result = CheckResult(chosen, chain, done, verdict(done), search, runs, without, costliest, plan.shared,
-                         plan.predicted, plan.overrides)
+                         plan.predicted, plan.overrides, check.what_held_back(search, chosen.step_ms, plan.shared))
     print("\n" + write_check(check.folder, result), end="")
     print(results_line(check.folder))
     return status

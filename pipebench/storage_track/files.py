@@ -2,12 +2,13 @@
 
 import math
 import statistics
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Dict, List, Mapping, Optional, Sequence, Tuple
 
 from pipebench.base.io import write_json_atomic, write_text_atomic
 from pipebench.base.tables import markdown_table
+from pipebench.storage_track.held_back import HeldBack
 from pipebench.storage_track.presets import Preset
 from pipebench.storage_track.rules import REPLICATION, Procedure, Verdict
 from pipebench.storage_track.search import SearchOutcome
@@ -49,6 +50,8 @@ class CheckResult:
     shared_mb_per_s: Optional[float]
     predicted: Optional[int]
     overrides: Tuple[str, ...]
+    # What held the least N that missed back (None where the search missed none above its N).
+    held_back: Optional[HeldBack] = None
 
 
 def _mean(values: Sequence[float]) -> Optional[float]:
@@ -87,6 +90,8 @@ def verdict_payload(result: CheckResult) -> Dict[str, object]:
             "mb_per_s": result.without_chain.mb_per_s},
         "costliest_step": None if result.costliest_step is None else {
             "step": result.costliest_step[0], "ms_per_sample": result.costliest_step[1]},
+        "held_back": None if result.held_back is None else {**asdict(result.held_back),
+                                                             "line": result.held_back.line()},
         "overrides": list(result.overrides),
     }
 
@@ -123,6 +128,8 @@ def report_text(result: CheckResult) -> str:
     if result.predicted is not None:
         lines += [f"The arithmetic (floor(M x S / (AU x B x size)), {result.shared_mb_per_s:g} MiB/s shared, no "
                   f"chain) predicts {result.predicted} accelerator(s).", ""]
+    if result.held_back is not None:
+        lines += [f"What held one more back: {result.held_back.line()}.", ""]
     search = [{"accelerators": p.accelerators, "au_pct": ", ".join(f"{a:.1f}" for a in p.au_pct),
                "meets": p.meets, "failed_rounds": p.failed} for p in result.search.probes]
     lines += ["## the search", "", markdown_table(search, ["accelerators", "au_pct", "meets", "failed_rounds"]), ""]

@@ -1,0 +1,138 @@
+"""What held the check back at the least N that missed the minimum AU: the storage, the host's CPU, or
+the cost each step pays beside the accelerator's step.
+
+The search says how many accelerators this host and its storage feed; a user who wants one more needs
+to know which of the three to change. Read from the rounds measured at that N and at the N below it:
+- the storage, where the ranks read within one run's noise of the emulated link's bandwidth, or (real
+  storage, whose bandwidth is unknown) one more accelerator added no reads: the bandwidth's plateau;
+- else the host's CPU, where its cores were busy;
+- else the cost every step pays beside the accelerator's own time (the batch's trip from its worker,
+  the all-reduce waiting for the slowest rank). The arithmetic's model has no such cost, so this is
+  where a measured AU falls short of it; being fixed a step, it weighs most on short steps.
+Pure arithmetic over the rounds.
+"""
+
+import math
+import statistics
+from dataclasses import dataclass
+from typing import Callable, Optional, Sequence
+
+from pipebench.model.judging import RUN_TO_RUN_RATE_FLOOR
+from pipebench.record.figures import Summary
+
+__all__ = ["CPU", "CPU_FULL_SHARE", "STEP_COST", "STORAGE", "HeldBack", "Measured", "held_back"]
+
+STORAGE, CPU, STEP_COST = "storage", "cpu", "step cost"
+# A link read within one run's own rate noise of its bandwidth counts as full; so does a read rate that
+# one more accelerator raised by no more than that noise.
+LINK_FULL_SHARE = 1.0 - RUN_TO_RUN_RATE_FLOOR
+PLATEAU_GROWTH = 1.0 + RUN_TO_RUN_RATE_FLOOR
+# A host whose cores are busy 90% of the time has a runnable process waiting at most moments: the
+# workers fall behind and each all-reduce waits for a rank that is not running.
+CPU_FULL_SHARE = 0.9
+BYTES_PER_MB = 1 << 20
+MS_PER_S = 1000.0
+
+
+@dataclass(frozen=True)
+class HeldBack:
+    """The least N that missed, what held it back (STORAGE, CPU or STEP_COST) and the figures that say so,
+    each the mean over the rounds measured at that N."""
+
+    accelerators: int
+    by: str
+    au_pct: float
+    # MiB/s the ranks read, at this N and at the N below (None: not measured), and the shared link's
+    # bandwidth (None: not emulated).
+    read_mb_per_s: Optional[float]
+    read_below_mb_per_s: Optional[float]
+    shared_mb_per_s: Optional[float]
+    # CPU cores busy during the window: the job's own processes and the host's others, of those usable.
+    own_cores: Optional[float]
+    other_cores: Optional[float]
+    usable_cores: int
+    # A step's time beside the accelerator's: all of it, waiting for the batch, and at the all-reduce.
+    lost_ms: float
+    wait_ms: float
+    collective_ms: Optional[float]
+
+    def line(self) -> str:
+        """One sentence for report.md and the console."""
+        n, au = self.accelerators, f"AU {self.au_pct:.1f}%"
+        if self.by == STORAGE:
+            of_link = "" if self.shared_mb_per_s is None else f" of the link's {self.shared_mb_per_s:g}"
+            below = "" if self.read_below_mb_per_s is None else \
+                f", against {self.read_below_mb_per_s:.1f} with one accelerator fewer"
+            return (f"the storage held {n} accelerator(s) back ({au}): the ranks read "
+                    f"{self.read_mb_per_s:.1f}{of_link} MiB/s{below}")
+        busy = f"{_cores(self.own_cores)} of the host's {self.usable_cores} cores busy with the job, " \
+               f"{_cores(self.other_cores)} with other processes"
+        if self.by == CPU:
+            return f"the host's CPU held {n} accelerator(s) back ({au}): {busy}"
+        read = "" if self.read_mb_per_s is None else (
+            f"the ranks read {self.read_mb_per_s:.1f} MiB/s" + (
+                "" if self.shared_mb_per_s is None else f" of the link's {self.shared_mb_per_s:g}") + ", ")
+        collective = "" if self.collective_ms is None else f", {self.collective_ms:.1f} at the all-reduce"
+        return (f"a cost each step pays held {n} accelerator(s) back ({au}), not a full link or CPU: {read}"
+                f"{busy}; each step lost {self.lost_ms:.1f} ms beside the accelerator's "
+                f"({self.wait_ms:.1f} waiting for its batch{collective}), a fixed cost a longer step hides")
+
+
+def _cores(value: Optional[float]) -> str:
+    return "?" if value is None else f"{value:.1f}"
+
+
+def _mean(rounds: Sequence[Summary], read: Callable[[Summary], Optional[float]]) -> Optional[float]:
+    values = [v for v in (read(r) for r in rounds) if v is not None]
+    return statistics.fmean(values) if values else None
+
+
+def _value(rounds: Sequence[Summary], read: Callable[[Summary], Optional[float]]) -> float:
+    """`_mean` of a column every measured round has; nan should none have it."""
+    found = _mean(rounds, read)
+    return math.nan if found is None else found
+
+
+def _own_cores(summary: Summary) -> Optional[float]:
+    """The job's process trees' CPU in cores: its CPU a sample times its samples a second."""
+    per_sample = summary.process_cpu_ms_per_sample
+    return None if per_sample is None else per_sample * summary.samples_per_s / MS_PER_S
+
+
+@dataclass(frozen=True)
+class Measured:
+    """The least N that missed and its rounds, and the rounds at the N below it (none where N is 1 or the
+    N below was not measured)."""
+
+    accelerators: int
+    rounds: Sequence[Summary]
+    below: Sequence[Summary] = ()
+
+
+def held_back(measured: Measured, step_ms: float, sample_bytes: Optional[float], shared_mb_per_s: Optional[float],
+              usable_cores: int) -> Optional[HeldBack]:
+    """What held `measured.accelerators` back (module doc); None without a round. `step_ms` is the
+    accelerator's own step, `sample_bytes` a sample's size on storage where known."""
+    rounds = measured.rounds
+    if not rounds:
+        return None
+
+    def read_of(summaries: Sequence[Summary]) -> Optional[float]:
+        return None if not sample_bytes else _mean(summaries, lambda r: r.samples_per_s * sample_bytes / BYTES_PER_MB)
+
+    read, below = read_of(rounds), read_of(measured.below)
+    own, other = _mean(rounds, _own_cores), _mean(rounds, lambda r: r.host_other_cpu_cores)
+    cpu_full = own is not None and own + (other or 0.0) >= CPU_FULL_SHARE * usable_cores
+    if read is not None and shared_mb_per_s and read >= LINK_FULL_SHARE * shared_mb_per_s:
+        by = STORAGE
+    elif cpu_full:
+        by = CPU
+    elif read is not None and below is not None and read <= PLATEAU_GROWTH * below:
+        by = STORAGE
+    else:
+        by = STEP_COST
+    # One accelerator has no peers: its row's all-reduce wait is no wait.
+    collective = _mean(rounds, lambda r: r.collective_wait_ms_mean) if measured.accelerators > 1 else None
+    return HeldBack(measured.accelerators, by, _value(rounds, lambda r: r.au_pct), read, below, shared_mb_per_s,
+                    own, other, usable_cores, max(_value(rounds, lambda r: r.step_ms_mean) - step_ms, 0.0),
+                    _value(rounds, lambda r: r.wait_ms_mean), collective)
