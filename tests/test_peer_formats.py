@@ -4,7 +4,6 @@ and `litdata.optimize` (bytes, PIL images, JPEG files, litdata's typed Image). E
 sample exactly once; LitData's index is checked against its chunks before any job, and a bucket that
 refuses access, or an endpoint litdata cannot use, is one line naming it."""
 
-import io
 import json
 import logging
 import os

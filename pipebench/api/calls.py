@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import IO, List, Optional, Sequence, Tuple, Union
 
 from pipebench.base.command import CLI_MODULE, results_folder
-from pipebench.base.errors import INTERRUPTED_EXIT_STATUS, PipebenchError
+from pipebench.base.errors import ERROR_PREFIX, INTERRUPTED_EXIT_STATUS, PipebenchError
 from pipebench.record.jobs import JobResult
 from pipebench.record.results import load_job_results
 from pipebench.regress.compare import (
@@ -31,8 +31,6 @@ from pipebench.regress.compare import (
 
 __all__ = ["JobFailures", "RunResults", "compare", "load", "run"]
 
-# The prefix of the CLI's one-line errors, left off the exception's message.
-ERROR_PREFIX = "pipebench: error: "
 # How long an interrupted child may take to keep its finished jobs and exit, before it is killed.
 INTERRUPT_GRACE_S = 30.0
 

@@ -20,6 +20,8 @@ from pipebench.base.io import write_text_atomic
 
 # Exit status for a user mistake (bad config, bad data), as argparse uses.
 USAGE_EXIT_STATUS = 2
+# Every one-line error starts so; the Python API reads the lines back by it.
+ERROR_PREFIX = "pipebench: error: "
 # A job's user error, one line, beside where its result.json would be; the launcher reads it
 # back to list the failed jobs when the sweep ends.
 ERROR_FILE = "error.txt"
@@ -182,9 +184,10 @@ class SweepIncomplete(SystemExit):
 
 
 def report_error(message: str, job_dir: Optional[Path] = None) -> None:
-    """The one line on stderr; in a job, also left in the job folder for the sweep's closing list
-    when it can be (on a full disk it cannot, and the list points to the line instead)."""
-    print(f"pipebench: error: {message}", file=sys.stderr, flush=True)
+    """The one line on stderr (ERROR_PREFIX and `message`); in a job, also left in the job folder for
+    the sweep's closing list when it can be (on a full disk it cannot, and the list points to the line
+    instead)."""
+    print(f"{ERROR_PREFIX}{message}", file=sys.stderr, flush=True)
     if job_dir is not None:
         try:
             write_text_atomic(job_dir / ERROR_FILE, f"{message}\n")

@@ -1,10 +1,9 @@
 """The `compare` verb: two results folders, one verdict per job; exit 0, 1 (a `slower`) or 2."""
 
 import argparse
-import sys
 from typing import Optional
 
-from pipebench.base.errors import PipebenchError, error_line
+from pipebench.base.errors import PipebenchError, error_line, report_error
 from pipebench.regress.compare import (
     DEFAULT_THRESHOLD,
     EXIT_INCOMPARABLE,
@@ -28,7 +27,7 @@ def compare_main(baseline: str, current: str, threshold: float = DEFAULT_THRESHO
         if out_dir is not None:
             write_comparison(comparison, out_dir)
     except (PipebenchError, OSError) as exc:
-        print(f"pipebench: error: {error_line(exc)}", file=sys.stderr)
+        report_error(error_line(exc))
         return EXIT_INCOMPARABLE
     print(render_markdown(comparison), end="")
     return EXIT_REGRESSION if comparison.counts()[SLOWER] else EXIT_OK

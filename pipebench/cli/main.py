@@ -24,6 +24,7 @@ from pipebench.base.errors import (
     Terminated,
     error_line,
     exit_without_teardown,
+    report_error,
     stops_unmasked,
 )
 from pipebench.measure.job_spawn import WAITS_UNREAPED, JobProcess, discard, start_job_process
@@ -102,7 +103,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             verb = next(v for v in modules if v.__name__.rsplit(".", 1)[-1] == _module_name(args.verb))
             return verb.main(args)
     except (PipebenchError, OSError) as exc:
-        print(f"pipebench: error: {error_line(exc)}", file=sys.stderr)
+        report_error(error_line(exc))
         return USAGE_EXIT_STATUS
     except KeyboardInterrupt:
         print("\npipebench: interrupted", file=sys.stderr)

@@ -13,7 +13,7 @@ import time
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Iterator, List, Optional, Sequence
+from typing import Callable, Iterator, List, Optional
 
 import hydra
 from hydra.core.config_store import ConfigStore
@@ -32,6 +32,7 @@ from pipebench.base.errors import (
     SweepIncomplete,
     Terminated,
     error_line,
+    report_error,
     stops_unmasked,
 )
 from pipebench.base.io import with_name
@@ -165,7 +166,7 @@ def _run_sweep(sweep: _Sweep, into: Into, ahead: Optional[JobProcess]) -> int:
     except OSError as exc:  # a full disk: one line; at the sweep's start, no folder left either
         if not any(path.is_dir() for path in invocation_dir.glob("job-*")):
             raise _sweep_not_started(invocation_dir, exc) from None
-        print(f"pipebench: error: {error_line(exc)}", file=sys.stderr)
+        report_error(error_line(exc))
         status = USAGE_EXIT_STATUS
     except SweepIncomplete as exc:  # jobs failed; the finished ones are reported all the same
         status, incomplete = exc.code, exc.lines()

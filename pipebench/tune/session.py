@@ -34,7 +34,13 @@ import torch
 
 from pipebench.base.command import results_line
 from pipebench.base.cores import usable_cores
-from pipebench.base.errors import CRASH_EXIT_STATUS, INTERRUPTED_EXIT_STATUS, TERMINATED_EXIT_STATUS, ConfigError
+from pipebench.base.errors import (
+    CRASH_EXIT_STATUS,
+    INTERRUPTED_EXIT_STATUS,
+    TERMINATED_EXIT_STATUS,
+    ConfigError,
+    report_error,
+)
 from pipebench.base.io import folder_safe
 from pipebench.config.compose import job_spec_composer
 from pipebench.config.limits import MAX_TUNE_BUDGET_S
@@ -331,7 +337,7 @@ class TuneSession:
                       self.base, probe.warnings, pick_warning)
         print("\n" + write_tune(self.folder, tuned, self.request.config_dir or ""), end="")
         if chosen is None:
-            print(f"pipebench: error: tune: {outcome.stop}", file=sys.stderr)
+            report_error(f"tune: {outcome.stop}")
         print(results_line(self.folder))
         return 0 if chosen is not None else CRASH_EXIT_STATUS
 
