@@ -38,7 +38,7 @@ from torch.utils.data import IterableDataset
 from pipebench.base.errors import DatasetError
 from pipebench.base.typed_json import parse
 from pipebench.storage.dataset_contract import DatasetContract
-from pipebench.storage.object_store import ENDPOINT_SETTINGS, is_url, read_failure, url_fs
+from pipebench.storage.object_store import access_denied, is_url, read_failure, url_fs
 
 from .lazy_image import rgb_from
 from .shard_split import ShardFiles, ShardOffsets, not_regular, require_library, require_names
@@ -115,19 +115,13 @@ def _read_index(fs: Any, root: str, input_dir: str) -> Any:
         raise DatasetError(f"{NAME}: {input_dir}: no {INDEX_FILE}, so no optimized LitData set "
                            "(`pipebench dataset convert --to litdata` writes one)") from None
     except PermissionError as exc:
-        raise _denied(where, exc, input_dir) from None
+        raise access_denied(NAME, where, exc, input_dir) from None
     except (OSError, ValueError) as exc:
         raise DatasetError(f"{NAME}: {where}: not a LitData index ({exc})") from None
     except Exception as exc:
         raise read_failure(input_dir, exc, where) from None
     raise DatasetError(f"{NAME}: {where}: {size} bytes, more than the {INDEX_MAX_BYTES} an index is read to, "
                        "so not a LitData index")
-
-
-def _denied(where: str, exc: BaseException, input_dir: str) -> DatasetError:
-    """The line for a file the storage refuses to let us read (a bucket's 403)."""
-    settings = f"; {ENDPOINT_SETTINGS}" if is_url(input_dir) else ""
-    return DatasetError(f"{NAME}: {where}: access denied ({exc}){settings}")
 
 
 def _field_formats(config: IndexConfig, where: str) -> Dict[str, str]:
@@ -194,7 +188,7 @@ def _check_chunks(fs: Any, root: str, config: IndexConfig, chunks: List[Any],
         except FileNotFoundError:
             raise DatasetError(f"{NAME}: {where}: no such chunk (listed in {INDEX_FILE})") from None
         except PermissionError as exc:
-            raise _denied(where, exc, input_dir) from None
+            raise access_denied(NAME, where, exc, input_dir) from None
         except Exception as exc:
             raise read_failure(input_dir, exc, where) from None
         size, count, listed_bytes = int(stored), chunk.chunk_size, chunk.chunk_bytes

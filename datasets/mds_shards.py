@@ -46,7 +46,7 @@ from pipebench.base.errors import DatasetError
 from pipebench.base.typed_json import parse
 from pipebench.model.shards import split
 from pipebench.storage.file_reads import FileReads
-from pipebench.storage.object_store import is_url, read_failure, url_fs
+from pipebench.storage.object_store import access_denied, is_url, read_failure, url_fs
 from pipebench.storage.rank_info import reader_position
 
 from .lazy_image import rgb_from
@@ -240,6 +240,8 @@ def _read_index(input_dir: str) -> List[Any]:
         return index.shards
     except FileNotFoundError:
         raise DatasetError(f"{NAME}: {input_dir}: no {INDEX_FILE}, so no MDS set (MDSWriter writes one)") from None
+    except PermissionError as exc:
+        raise access_denied(NAME, f"{input_dir}/{INDEX_FILE}", exc, input_dir) from None
     except (OSError, ValueError, TypeError) as exc:
         raise DatasetError(f"{NAME}: {input_dir}/{INDEX_FILE}: not an MDS index ({exc})") from None
     except Exception as exc:

@@ -8,6 +8,7 @@ import os
 import re
 import socket
 import time
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -18,6 +19,7 @@ from torchvision.transforms import PILToTensor
 from pipebench.base.errors import DatasetError
 from pipebench.cli.dataset import convert
 from pipebench.config.specs import StorageSpec
+from pipebench.datasets.mds_shards import MDSShards
 from pipebench.datasets.parquet_rows import parquet_dataset
 from pipebench.datasets.webdataset_shards import WebDatasetShards
 from pipebench.measure.steps import TimingSink
@@ -37,6 +39,8 @@ IMAGES, SHARD_SIZE = 12, 4
 TINY_CORPUS = [f"dataset.num_images={IMAGES}", f"dataset.length={IMAGES}", "dataset.width=32", "dataset.height=32",
                "dataset.num_classes=3"]
 PATTERN = "shard-{000000..000002}.tar"
+# MDSWriter's own uncompressed set (tests/test_mds.py reads it from disk): 3 shards.
+MDS_SET = Path(__file__).parent / "fixtures" / "mds" / "plain"
 # A blob larger than FileReads' 1 MiB pieces and smaller than s3fs's 50 MiB read-ahead block: three
 # pieces read, one ranged GET sent.
 BLOB_BYTES = 3 << 20
@@ -72,6 +76,7 @@ def store(tmp_path_factory):
         for folder in ("wds", "pq"):
             fs.put(str(root / folder) + "/", f"{BUCKET}/{folder}/", recursive=True)
         fs.put(str(root / "blob.bin"), f"{BUCKET}/blob.bin")
+        fs.put(str(MDS_SET) + "/", f"{BUCKET}/mds/", recursive=True)
         yield root
         s3fs.S3FileSystem.clear_instance_cache()  # no later test may reuse a client of a stopped server
     server.stop()
@@ -119,6 +124,19 @@ def test_forked_workers_read_the_bucket_and_send_back_what_they_read(store):
     columns = file_read_columns(sink, samples_per_s=10.0)
     assert columns["read_bytes_per_sample"] > 0 and columns["read_ms_per_sample"] > 0
     assert columns["read_requests_per_sample"] * IMAGES == len(dataset.urls), "one GET a shard"
+
+
+def test_an_mds_set_the_bucket_refuses_is_access_denied_with_the_settings_not_a_damaged_index(store, monkeypatch):
+    from moto import settings
+
+    assert MDSShards(_url("mds")).shard_count() == 3, "read while the bucket lets anyone in"
+    monkeypatch.setattr(settings, "INITIAL_NO_AUTH_ACTION_COUNT", 0)  # credentials checked from now: 'testing' is none
+    s3fs.S3FileSystem.clear_instance_cache()
+    with pytest.raises(DatasetError) as caught:
+        MDSShards(_url("mds"))
+    line = str(caught.value)
+    assert line.startswith(f"mds: {_url('mds')}/index.json: access denied (") and "\n" not in line
+    assert "not an MDS index" not in line and "AWS_ACCESS_KEY_ID" in line
 
 
 @pytest.fixture

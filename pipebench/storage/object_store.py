@@ -29,8 +29,8 @@ from typing import Any, Dict, Optional, Tuple
 from pipebench.base.errors import DatasetError
 from pipebench.base.extras import MissingExtra, installed, missing_line
 
-__all__ = ["ENDPOINT_SETTINGS", "PROTOCOL_EXTRAS", "STORE_ATTEMPTS", "STORE_CONNECT_TIMEOUT_S", "STORE_READ_TIMEOUT_S",
-           "is_url", "protocol_of", "read_failure", "store_options", "unreadable", "url_fs"]
+__all__ = ["PROTOCOL_EXTRAS", "STORE_ATTEMPTS", "STORE_CONNECT_TIMEOUT_S", "STORE_READ_TIMEOUT_S",
+           "access_denied", "is_url", "protocol_of", "read_failure", "store_options", "unreadable", "url_fs"]
 
 # The protocols whose fsspec library an extra of pipebench installs: protocol -> (library, extra).
 PROTOCOL_EXTRAS = {"s3": ("s3fs", "s3"), "s3a": ("s3fs", "s3")}
@@ -132,6 +132,13 @@ def url_fs(url: str) -> Tuple[Any, str]:
         raise DatasetError(f"{url}: {exc}") from None
     except ValueError as exc:
         raise DatasetError(f"{url}: not a path or a URL fsspec opens ({exc})") from None
+
+
+def access_denied(reader: str, where: str, exc: BaseException, location: str) -> DatasetError:
+    """The line for a file the storage refuses to let `reader` read (a bucket's 403, a file's mode): named
+    as a denial, not as a damaged file, with where an s3:// URL's endpoint and credentials come from."""
+    settings = f"; {ENDPOINT_SETTINGS}" if is_url(location) else ""
+    return DatasetError(f"{reader}: {where}: access denied ({exc}){settings}")
 
 
 def unreadable(url: str, exc: BaseException) -> DatasetError:
