@@ -2,6 +2,7 @@
 
     python benchmarks/gpu_check.py                    # parts 1-5
     python benchmarks/gpu_check.py --parts overhead   # part 6 alone, in a call of its own
+    python benchmarks/gpu_check.py --parts storage    # part 7 alone, in a call of its own
     python benchmarks/gpu_check.py --quick            # part 2 at run=quick, then part 5 without its
                                                       # 4-job end-to-end test: under 2 minutes
     python benchmarks/gpu_check.py --parts tests,backends   # some parts, in the order named
@@ -23,6 +24,11 @@ soon as it ends, so a run cut short keeps every part it finished:
 5. tests: the GPU test files and the CUDA tests of other files, which no longer skip (tests.txt).
 6. overhead: the harness against a plain loop of each backend at workers=8 (backend_overhead.py,
    no consumer: it needs the many cores, not the GPU), into overhead.txt.
+7. storage: `pipebench storage-check` of the resnet50 preset on h100 with the toy CNN on the GPU in
+   place of the emulated step, beside the same check with the sleep (storage-emulated.txt,
+   storage-toy_cnn.txt, and storage/ with each check's verdict.json and report.md): the accelerators
+   each sustains, their AU, and what held one more back. Shortened to fit one device call (2 runs of
+   50 steps, at most 8 accelerators); the N ranks of the toy CNN share the host's one GPU.
 
 A part `pipebench run`s as a user types it: its transcript is <part>.txt, its tables and plots are
 in <part>/ (the job folders, traces included, stay under results/gpu_check/). timings.json: each
@@ -35,7 +41,9 @@ beyond the 20 measured. Here 6 jobs at batch 64 (steps 4x shorter) measure 10 st
 warm-up and profile 1: about 2.5 minutes; the tests about 2 (their end-to-end test runs 4 tiny jobs).
 On the H100 host (2026-11-26) the tests took 126 s and the backends' 3 jobs 134 s. The overhead
 part runs 4 rounds of 3 loops a backend, each a fresh 8-worker start: about 5 minutes (estimated, not
-yet run): a full run leaves it out, to stay inside one 10-minute device call.
+yet run): a full run leaves it out, to stay inside one 10-minute device call. So does the storage part:
+each check is a search of some 5 rounds and 3 runs of resnet50's 224 ms step, each job with its
+start-up, about 3 to 4 minutes a check (estimated, not yet run on a GPU).
 """
 
 import argparse
@@ -102,6 +110,11 @@ PAGEABLE = Part("pageable", ("transform=yuv_mask_fast", "loader=seed", "consumer
 # Issue 27's overhead target at 8 workers: a window of whole cycles (64 steps) after a warm-up of
 # workers x prefetch, 4 counterbalanced rounds (3 gave ranges of 5% on the H200 host).
 OVERHEAD_ARGS = ("--rounds", "4", "--workers", "8", "--warmup", "16", "--steps", "15")
+# Issue 53's GPU target: the resnet50 preset with the toy CNN in place of the sleep, beside the sleep,
+# shortened (2 runs of 50 steps, at most 8 accelerators) to fit both checks into one device call.
+STORAGE_CHECK = ("storage-check", "workload=resnet50", "accelerator=h100", "storage_check.runs=2", "run.steps=50",
+                 "storage_check.max_accelerators=8", "trace=none")
+STORAGE_CONSUMERS = ("emulated", "toy_cnn")
 # Which recorded job each fixture comes from (all in part 2).
 FIXTURE_JOBS = ("masked_loss_sync", "masked_loss_fixed", "toy_cnn")
 
@@ -152,13 +165,27 @@ def publish(folder: Path, dest: Path) -> None:
             shutil.copy2(path, dest / path.name)
 
 
+def results_of(output: str) -> Path:
+    """The results folder a command's last line names (`results: <folder>`), from the checkout."""
+    folder = Path(output.strip().splitlines()[-1].removeprefix("results: "))
+    return folder if folder.is_absolute() else ROOT / folder
+
+
 def run_part(part: Part, settings: Sequence[str], out: Path) -> Path:
     """`pipebench run` the part, then publish its tables; returns its results folder."""
-    output = pipebench(["run", *part.overrides, *settings, f"results_dir={RESULTS_DIR}"], out / f"{part.name}.txt")
-    folder = Path(output.strip().splitlines()[-1].removeprefix("results: "))
-    folder = folder if folder.is_absolute() else ROOT / folder
+    folder = results_of(pipebench(["run", *part.overrides, *settings, f"results_dir={RESULTS_DIR}"],
+                                  out / f"{part.name}.txt"))
     publish(folder, out / part.name)
     return folder
+
+
+def storage_part(out: Path) -> None:
+    """Part 7: the resnet50 check with each consumer; each check's report.md and verdict.json into storage/."""
+    for consumer in STORAGE_CONSUMERS:
+        folder = results_of(pipebench([*STORAGE_CHECK, f"consumer={consumer}", f"results_dir={RESULTS_DIR}"],
+                                      out / f"storage-{consumer}.txt"))
+        publish(folder, out / "storage" / consumer)
+        shutil.copy2(folder / "verdict.json", out / "storage" / consumer / "verdict.json")
 
 
 def trimmed(trace_path: Path) -> Dict[str, object]:
@@ -213,14 +240,14 @@ def run_tests(out: Path, quick: bool) -> int:
 # Every part, in the order a full run takes them; --parts picks some, in its own order, and can
 # name the overhead part, which a full run leaves out (its own budget, in the module doc).
 FULL_PARTS = ("seed", "gpu", "pageable", "backends", "tests")
-PARTS = (*FULL_PARTS, "overhead")
+PARTS = (*FULL_PARTS, "overhead", "storage")
 
 
 def main(argv: Optional[List[str]] = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quick", action="store_true", help="part 2 at run=quick, and the tests but the 4-job one")
     parser.add_argument("--parts", type=lambda text: text.split(","), default=None,
-                        help=f"comma-separated parts to run, of {','.join(PARTS)} (default: all but overhead; "
+                        help=f"comma-separated parts to run, of {','.join(PARTS)} (default: all but overhead and storage; "
                              "--quick: gpu,tests)")
     parser.add_argument("--update-fixtures", action="store_true",
                         help=f"copy the recorded fixtures into {RECORDED.relative_to(ROOT)} (commit them)")
@@ -259,6 +286,8 @@ def main(argv: Optional[List[str]] = None) -> int:
             measured, _ = tee([sys.executable, str(ROOT / "benchmarks" / "backend_overhead.py"), *OVERHEAD_ARGS],
                               out / "overhead.txt")
             status = status or measured
+        elif name == "storage":
+            storage_part(out)
         else:
             status = run_tests(out, args.quick) or status
         timings.done(name, started)

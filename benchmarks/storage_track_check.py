@@ -106,6 +106,9 @@ def preprocessing(opts: argparse.Namespace, results: Path) -> bool:
     step = found["imagenet"].get("costliest_step")
     if step:
         print(f"\nthe chain's costliest step: {step['step']} ({step['ms_per_sample']:.3g} ms a sample)")
+    for chain, verdict in found.items():
+        if verdict["held_back"]:
+            print(f"\nwhat held one more back, chain {chain}: {verdict['held_back']['line']}")
     fewer = found["imagenet"]["accelerators"] < found["none"]["accelerators"]
     print(f"\nthe chain sustains {'fewer' if fewer else 'NOT fewer'} accelerators than no chain\n")
     return fewer

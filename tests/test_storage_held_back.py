@@ -42,13 +42,14 @@ def test_neither_full_is_the_cost_each_step_pays_with_its_parts():
     assert found.by == STEP_COST and found.lost_ms == pytest.approx(8.0)
     line = found.line()
     assert "each step lost 8.0 ms" in line and "9.0 waiting for its batch, 3.0 at the all-reduce" in line
-    assert f"the ranks read {LINK_READ:.1f} MiB/s of the link's 60" in line
+    assert f"with neither the link full (the ranks read {LINK_READ:.1f} of its 60 MiB/s) nor the CPU full (0.3 of" in line
 
 
 def test_without_an_emulated_link_the_read_is_said_and_not_judged_full():
     found = held_back(Measured(2, _rounds()), 50.0, SAMPLE, None, 16)
-    assert found.by == STEP_COST and f"the ranks read {LINK_READ:.1f} MiB/s, " in found.line()
-    assert held_back(Measured(2, _rounds()), 50.0, None, None, 16).read_mb_per_s is None
+    assert found.by == STEP_COST and f"the reads at a plateau (the ranks read {LINK_READ:.1f} MiB/s)" in found.line()
+    unknown = held_back(Measured(2, _rounds()), 50.0, None, None, 16)
+    assert unknown.read_mb_per_s is None and "the storage shown full (its reads unknown)" in unknown.line()
     assert held_back(Measured(2, []), 50.0, SAMPLE, 30.0, 16) is None
 
 

@@ -69,13 +69,18 @@ class HeldBack:
                f"{_cores(self.other_cores)} with other processes"
         if self.by == CPU:
             return f"the host's CPU held {n} accelerator(s) back ({au}): {busy}"
-        read = "" if self.read_mb_per_s is None else (
-            f"the ranks read {self.read_mb_per_s:.1f} MiB/s" + (
-                "" if self.shared_mb_per_s is None else f" of the link's {self.shared_mb_per_s:g}") + ", ")
         collective = "" if self.collective_ms is None else f", {self.collective_ms:.1f} at the all-reduce"
-        return (f"a cost each step pays held {n} accelerator(s) back ({au}), not a full link or CPU: {read}"
-                f"{busy}; each step lost {self.lost_ms:.1f} ms beside the accelerator's "
-                f"({self.wait_ms:.1f} waiting for its batch{collective}), a fixed cost a longer step hides")
+        return (f"a cost each step pays held {n} accelerator(s) back ({au}): each step lost {self.lost_ms:.1f} ms "
+                f"beside the accelerator's ({self.wait_ms:.1f} waiting for its batch{collective}), with neither "
+                f"{self._storage_short_of_full()} nor the CPU full ({busy})")
+
+    def _storage_short_of_full(self) -> str:
+        if self.read_mb_per_s is None:
+            return "the storage shown full (its reads unknown)"
+        if self.shared_mb_per_s is not None:
+            return f"the link full (the ranks read {self.read_mb_per_s:.1f} of its {self.shared_mb_per_s:g} MiB/s)"
+        below = "" if self.read_below_mb_per_s is None else f", {self.read_below_mb_per_s:.1f} with one accelerator fewer"
+        return f"the reads at a plateau (the ranks read {self.read_mb_per_s:.1f} MiB/s{below})"
 
 
 def _cores(value: Optional[float]) -> str:
