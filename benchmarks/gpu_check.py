@@ -27,8 +27,10 @@ soon as it ends, so a run cut short keeps every part it finished:
 7. storage: `pipebench storage-check` of the resnet50 preset on h100 with the toy CNN on the GPU in
    place of the emulated step, beside the same check with the sleep (storage-emulated.txt,
    storage-toy_cnn.txt, and storage/ with each check's verdict.json and report.md): the accelerators
-   each sustains, their AU, and what held one more back. Shortened to fit one device call (2 runs of
-   50 steps, at most 8 accelerators); the N ranks of the toy CNN share the host's one GPU.
+   each sustains, their AU, and what held one more back. Both read ImageNet's chain cropped to 256
+   (the toy CNN takes a power-of-two side; without a chain the preset hands raw bytes). Shortened to
+   fit one device call (1 run of 50 steps, at most 4 accelerators); the N ranks of the toy CNN share
+   the host's one GPU.
 
 A part `pipebench run`s as a user types it: its transcript is <part>.txt, its tables and plots are
 in <part>/ (the job folders, traces included, stay under results/gpu_check/). timings.json: each
@@ -42,8 +44,8 @@ warm-up and profile 1: about 2.5 minutes; the tests about 2 (their end-to-end te
 On the H100 host (2026-11-26) the tests took 126 s and the backends' 3 jobs 134 s. The overhead
 part runs 4 rounds of 3 loops a backend, each a fresh 8-worker start: about 5 minutes (estimated, not
 yet run): a full run leaves it out, to stay inside one 10-minute device call. So does the storage part:
-each check is a search of some 5 rounds and 3 runs of resnet50's 224 ms step, each job with its
-start-up, about 3 to 4 minutes a check (estimated, not yet run on a GPU).
+each check is a search of some 4 rounds and 2 runs of resnet50's 224 ms step, each job with its
+start-up, about 3 minutes a check (estimated, not yet run on a GPU).
 """
 
 import argparse
@@ -111,9 +113,11 @@ PAGEABLE = Part("pageable", ("transform=yuv_mask_fast", "loader=seed", "consumer
 # workers x prefetch, 4 counterbalanced rounds (3 gave ranges of 5% on the H200 host).
 OVERHEAD_ARGS = ("--rounds", "4", "--workers", "8", "--warmup", "16", "--steps", "15")
 # Issue 53's GPU target: the resnet50 preset with the toy CNN in place of the sleep, beside the sleep,
-# shortened (2 runs of 50 steps, at most 8 accelerators) to fit both checks into one device call.
-STORAGE_CHECK = ("storage-check", "workload=resnet50", "accelerator=h100", "storage_check.runs=2", "run.steps=50",
-                 "storage_check.max_accelerators=8", "trace=none")
+# shortened (1 run of 50 steps, at most 4 accelerators) to fit both checks into one device call. Both
+# through ImageNet's chain cropped to 256: the toy CNN takes a square of a power-of-two side.
+STORAGE_CHECK = ("storage-check", "workload=resnet50", "accelerator=h100", "transform=imagenet",
+                 "transform.per_sample.0.size=256", "storage_check.runs=1", "run.steps=50",
+                 "storage_check.max_accelerators=4", "trace=none")
 STORAGE_CONSUMERS = ("emulated", "toy_cnn")
 # Which recorded job each fixture comes from (all in part 2).
 FIXTURE_JOBS = ("masked_loss_sync", "masked_loss_fixed", "toy_cnn")

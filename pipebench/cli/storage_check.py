@@ -25,16 +25,24 @@ import psutil
 
 from pipebench.base.command import results_line
 from pipebench.base.cores import usable_cores
-from pipebench.base.errors import INTERRUPTED_EXIT_STATUS, TERMINATED_EXIT_STATUS, ConfigError
+from pipebench.base.errors import (
+    INTERRUPTED_EXIT_STATUS,
+    TERMINATED_EXIT_STATUS,
+    USAGE_EXIT_STATUS,
+    ConfigError,
+    PipebenchError,
+    error_line,
+    report_error,
+)
 from pipebench.base.io import folder_safe
 from pipebench.base.typed_json import parse
 from pipebench.cli.common_args import add_config_dir, add_overrides
 from pipebench.config.compose import job_spec_composer
-from pipebench.config.specs import JobSpec, RunSpec
+from pipebench.config.specs import NO_CONSUMER, JobSpec, RunSpec
 from pipebench.pipeline.build import build_dataset
 from pipebench.record.figures import Summary
 from pipebench.record.folder_lock import folder_lock
-from pipebench.record.jobs import JobResult, override_pairs
+from pipebench.record.jobs import JobResult, override_key, override_pairs
 from pipebench.record.results import load_job_results
 from pipebench.record.resume import new_folder
 from pipebench.storage.dataset_contract import told
@@ -69,6 +77,8 @@ SEARCH_DIR, RUNS_DIR, NO_CHAIN_DIR = "search", "runs", "no-chain"
 SEARCH_STEPS = 100
 BYTES_PER_MB = 1 << 20
 MS_PER_S = 1000.0
+# A preset's data without a chain is a sample's raw bytes: only a consumer that reads no pixels takes it.
+RAW_BYTES_CONSUMERS = (NO_CONSUMER, "emulated")
 # The transform rows that are no step of the chain: the dataset's load and the collate.
 NOT_CHAIN_STAGES = ("load", "collate")
 
@@ -192,6 +202,12 @@ class Check:
         sized = [f"dataset.length={self.length_for(n)}"] if self.sized else []
         return [*self.base, *sized, f"distributed.nproc={n}", *extra]
 
+    def chainless(self, n: int) -> List[str]:
+        """The overrides at N without the chain: the user's own `transform.*` keys go with it (they reach
+        into the chain, so they would not compose with transform=none)."""
+        kept = [o for o in self.overrides(n) if override_key(o).split(".")[0] != "transform"]
+        return [*kept, "transform=none", "dataset.images=false", "run.seed=1"]
+
     def sweep(self, where: Path, overrides: Sequence[str]) -> Tuple[int, List[JobResult]]:
         status = run_command(list(overrides), self.config_dir, into=Into(where, stage=True))
         records = load_job_results(where) if where.exists() else []
@@ -229,7 +245,8 @@ class Check:
 
 
 def storage_check_command(overrides: List[str], config_dir: Optional[str], strict: bool = False) -> int:
-    """The check (module doc); 0 when it reached a verdict, an interruption's status when stopped."""
+    """The check (module doc); 0 when it reached a verdict, an interruption's status when stopped, 2 when a
+    sweep could not start part way (its line printed, the files written all the same)."""
     import_from_cwd()
     refuse_hydra_dirs(overrides)
     options, user = split_check_overrides(overrides)
@@ -291,9 +308,29 @@ class CheckPlan:
     overrides: Tuple[str, ...]
 
 
+def _without_chain(check: Check, plan: CheckPlan, n: int) -> Tuple[Optional[Run], str]:
+    """The same N run once without the chain, or the reason it is not (the runs stand either way)."""
+    consumer = plan.spec.consumer.kind
+    if plan.chosen.dataset is None:
+        return None, ("the same N without the chain is not measured: the dataset hands the chain images, which "
+                      "need a chain to become tensors (a workload's preset hands tensors without one)")
+    if consumer not in RAW_BYTES_CONSUMERS:
+        return None, (f"the same N without the chain is not measured: consumer={consumer} needs pixels, and "
+                      "without a chain the preset hands each sample's raw bytes")
+    print(f"storage-check: {n} accelerator(s) without the chain", flush=True)
+    try:
+        code, plain = check.sweep(check.folder / NO_CHAIN_DIR, check.chainless(n))
+    except PipebenchError as exc:
+        return None, f"the same N without the chain did not run: {error_line(exc)}"
+    if not plain:
+        return None, (f"the same N without the chain failed (exit status {code}; its line is above, its files in "
+                      f"{NO_CHAIN_DIR}/)")
+    return _run_of(plain[0], check.sample_bytes), ""
+
+
 def _check(check: Check, plan: CheckPlan) -> int:
     """The search, the runs and the no-chain run inside the check's locked folder; the files written
-    whatever stopped it."""
+    whatever stopped it: an interruption, or a sweep that could not start (its one line, exit 2)."""
     chosen, options, notes = plan.chosen, plan.options, list(plan.notes)
     chain = _chain(plan.spec)
     status = 0
@@ -310,17 +347,14 @@ def _check(check: Check, plan: CheckPlan) -> int:
             code, records = check.sweep(check.folder / RUNS_DIR, check.overrides(n, f"run.seed={seeds}"))
             if code != 0:
                 failure = f"a run failed (exit status {code}; its line is above, its files in {RUNS_DIR}/)"
-            if chain != "none" and chosen.dataset is not None and not failure:
-                print(f"storage-check: {n} accelerator(s) without the chain", flush=True)
-                _, plain = check.sweep(check.folder / NO_CHAIN_DIR,
-                                       check.overrides(n, "transform=none", "dataset.images=false", "run.seed=1"))
-                without = _run_of(plain[0], check.sample_bytes) if plain else None
-            elif chain != "none":
-                notes.append("the same N without the chain is not measured: the dataset hands the chain images, "
-                             "which need a chain to become tensors (a workload's preset hands tensors without one)")
-    except Stopped as stop:
-        status = stop.status
-        failure = "interrupted"
+            if chain != "none" and not failure:
+                without, note = _without_chain(check, plan, n)
+                notes.extend([note] if note else [])
+    except (Stopped, PipebenchError) as stop:
+        if isinstance(stop, Stopped):
+            status, failure = stop.status, "interrupted"
+        else:  # a sweep that could not start: the rounds and runs that finished are kept
+            status, failure = USAGE_EXIT_STATUS, error_line(stop)
         if not search.probes:
             search = check.searched_so_far(chosen.min_au_pct)
         if not records and (check.folder / RUNS_DIR).exists():
@@ -340,6 +374,8 @@ def _check(check: Check, plan: CheckPlan) -> int:
     result = CheckResult(chosen, chain, done, verdict(done), search, runs, without, costliest, plan.shared,
                          plan.predicted, plan.overrides, check.what_held_back(search, chosen.step_ms, plan.shared))
     print("\n" + write_check(check.folder, result), end="")
+    if status == USAGE_EXIT_STATUS:
+        report_error(failure)
     print(results_line(check.folder))
     return status
 
