@@ -4,6 +4,7 @@ start part way through the check, which keeps what finished and ends in its one 
 import json
 from pathlib import Path
 
+import pytest
 from conftest import compose_spec
 
 from pipebench.base.errors import USAGE_EXIT_STATUS, ConfigError
@@ -34,19 +35,22 @@ class _FailsOnSecondN(Check):
         return [95.0] * rounds
 
 
-def test_a_sweep_that_cannot_start_keeps_the_rounds_and_writes_an_invalid_verdict(tmp_path, capsys):
+@pytest.mark.parametrize("consumer, step", [("emulated", "Step 50 ms a batch of 4"),
+                                             ("toy_cnn", "consumer=toy_cnn's own step a batch of 4")])
+def test_a_sweep_that_cannot_start_keeps_the_rounds_and_writes_an_invalid_verdict(tmp_path, capsys, consumer, step):
     check = _sized(tmp_path, ["dataset=storage_samples", "transform=none"], _FailsOnSecondN)
-    spec = compose_spec(["dataset=storage_samples", "transform=none"])
+    spec = compose_spec(["dataset=storage_samples", "transform=none", f"consumer={consumer}"])
     plan = CheckPlan(custom_preset(50.0, 4), spec, CheckOptions(workload="custom"), (), "", (), 2, 30.0, ())
     assert _check(check, plan) == USAGE_EXIT_STATUS
     out, err = capsys.readouterr()
     assert err.strip() == "pipebench: error: Error merging override transform.per_sample.0.size=128: list index out of range"
     assert out.strip().splitlines()[-1] == f"results: {tmp_path}"
     verdict = json.loads((tmp_path / "verdict.json").read_text())
-    assert verdict["verdict"] == "INVALID"
+    assert verdict["verdict"] == "INVALID" and verdict["consumer"] == consumer
     assert verdict["reasons"][0] == ("the procedure stopped: Error merging override transform.per_sample.0.size=128: "
                                      "list index out of range")
     assert verdict["search"] == [{"accelerators": 2, "au_pct": [95.0, 96.0], "meets": True, "failed": 0}]
+    assert f"{step}, minimum AU 90%" in (tmp_path / "report.md").read_text()
 
 
 class _NoSweep(Check):

@@ -38,7 +38,7 @@ from pipebench.base.io import folder_safe
 from pipebench.base.typed_json import parse
 from pipebench.cli.common_args import add_config_dir, add_overrides
 from pipebench.config.compose import job_spec_composer
-from pipebench.config.specs import NO_CONSUMER, JobSpec, RunSpec
+from pipebench.config.specs import EMULATED, NO_CONSUMER, JobSpec, RunSpec
 from pipebench.pipeline.build import build_dataset
 from pipebench.record.figures import Summary
 from pipebench.record.folder_lock import folder_lock
@@ -78,7 +78,7 @@ SEARCH_STEPS = 100
 BYTES_PER_MB = 1 << 20
 MS_PER_S = 1000.0
 # A preset's data without a chain is a sample's raw bytes: only a consumer that reads no pixels takes it.
-RAW_BYTES_CONSUMERS = (NO_CONSUMER, "emulated")
+RAW_BYTES_CONSUMERS = (NO_CONSUMER, EMULATED)
 # The transform rows that are no step of the chain: the dataset's load and the collate.
 NOT_CHAIN_STAGES = ("load", "collate")
 
@@ -229,14 +229,14 @@ class Check:
             self.measured.setdefault(n, []).append(FAILED_AU if found[-1] is None else found[-1])
         return found
 
-    def what_held_back(self, search: SearchOutcome, step_ms: float, shared: Optional[float]) -> Optional[HeldBack]:
+    def what_held_back(self, search: SearchOutcome, shared: Optional[float]) -> Optional[HeldBack]:
         """What held back the least N the search found to miss above the N it found (None where none missed)."""
         missed = [p.accelerators for p in search.probes if not p.meets and p.accelerators > search.accelerators]
         if not missed:
             return None
         n = min(missed)
         measured = Measured(n, self.summaries.get(n, ()), self.summaries.get(n - 1, ()))
-        return held_back(measured, step_ms, self.sample_bytes, shared, usable_cores())
+        return held_back(measured, self.sample_bytes, shared, usable_cores())
 
     def searched_so_far(self, min_au_pct: float) -> SearchOutcome:
         """The probes of a search stopped part way, each judged on the rounds it had; no N claimed."""
@@ -265,6 +265,9 @@ def storage_check_command(overrides: List[str], config_dir: Optional[str], stric
         notes.append(f"the preset's step and batch ({chosen.step_ms:g} ms, {chosen.batch_size}) overridden: "
                      f"{spec.consumer.step_ms:g} ms a batch of {spec.loader.batch_size}")
         chosen = dataclasses.replace(chosen, step_ms=spec.consumer.step_ms, batch_size=spec.loader.batch_size)
+    if spec.consumer.kind != EMULATED:
+        notes.append(f"consumer={spec.consumer.kind} in place of the emulated {chosen.step_ms:g} ms step: the "
+                     "accelerator's step is the consumer's own")
     given = override_pairs(user)
     sizing = _sizing(chosen, spec, "dataset.length" in given, strict, psutil.virtual_memory().total)
     if sizing.memory:
@@ -372,7 +375,8 @@ def _check(check: Check, plan: CheckPlan) -> int:
                      preset=chosen.dataset is not None, chain=chain, shortened=plan.shortened, memory=plan.memory,
                      steps_needed=steps_rule(length, chosen.batch_size, n) if n else 0, notes=tuple(notes))
     result = CheckResult(chosen, chain, done, verdict(done), search, runs, without, costliest, plan.shared,
-                         plan.predicted, plan.overrides, check.what_held_back(search, chosen.step_ms, plan.shared))
+                         plan.predicted, plan.overrides, check.what_held_back(search, plan.shared),
+                         plan.spec.consumer.kind)
     print("\n" + write_check(check.folder, result), end="")
     if status == USAGE_EXIT_STATUS:
         report_error(failure)

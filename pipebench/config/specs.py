@@ -39,7 +39,8 @@ ON_JOB_ERROR_POLICIES = ("continue", "stop")
 MASKED_LOSS_KINDS = ("masked_loss_sync", "masked_loss_fixed")
 # consumer=none: the loader alone, nothing eats the batches (the diagnosis then sizes no consumer).
 NO_CONSUMER = "none"
-CONSUMER_KINDS = (NO_CONSUMER, "emulated", "toy_cnn", *MASKED_LOSS_KINDS)
+EMULATED = "emulated"
+CONSUMER_KINDS = (NO_CONSUMER, EMULATED, "toy_cnn", *MASKED_LOSS_KINDS)
 # What stands in a watched loader's consumer column (pipebench attach / watch): the step is the
 # user's own code, not one of CONSUMER_KINDS. Here, not beside the watch, so readers need no torch.
 USER_STEP = "user_step"

@@ -8,6 +8,7 @@ from typing import Dict, List, Mapping, Optional, Sequence, Tuple
 
 from pipebench.base.io import write_json_atomic, write_text_atomic
 from pipebench.base.tables import markdown_table
+from pipebench.config.specs import EMULATED
 from pipebench.storage_track.held_back import HeldBack
 from pipebench.storage_track.presets import Preset
 from pipebench.storage_track.rules import REPLICATION, Procedure, Verdict
@@ -52,6 +53,8 @@ class CheckResult:
     overrides: Tuple[str, ...]
     # What held the least N that missed back (None where the search missed none above its N).
     held_back: Optional[HeldBack] = None
+    # What stood for the accelerator: the preset's emulated step, or a real consumer's own (the toy CNN).
+    consumer: str = EMULATED
 
 
 def _mean(values: Sequence[float]) -> Optional[float]:
@@ -78,6 +81,7 @@ def verdict_payload(result: CheckResult) -> Dict[str, object]:
         "workload": result.preset.workload,
         "accelerator": result.preset.accelerator,
         "step_ms": result.preset.step_ms,
+        "consumer": result.consumer,
         "batch_size": result.preset.batch_size,
         "chain": result.chain,
         "shared_mb_per_s": result.shared_mb_per_s,
@@ -109,7 +113,8 @@ def report_text(result: CheckResult) -> str:
                         f"{result.preset.accelerator} accelerator(s): {found.verdict}", "", f"_{NOT_MLPERF}._", ""]
     lines += [f"- {reason}" for reason in found.reasons] or ["- every rule met"]
     spread = "n/a" if math.isnan(found.spread) else f"{found.spread:.1%}"
-    lines += ["", f"Step {result.preset.step_ms:g} ms a batch of {result.preset.batch_size}, minimum AU "
+    step = f"Step {result.preset.step_ms:g} ms" if result.consumer == EMULATED else f"consumer={result.consumer}'s own step"
+    lines += ["", f"{step} a batch of {result.preset.batch_size}, minimum AU "
               f"{done.min_au_pct:g}%, chain `{result.chain}`; runs replicate within {REPLICATION:.0%}: "
               f"{'yes' if found.replicated else 'no'} (largest departure from the mean {spread}).", ""]
     rows = [_row(str(i + 1), run, done.min_au_pct) for i, run in enumerate(result.runs)]

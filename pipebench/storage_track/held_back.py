@@ -98,6 +98,13 @@ def _value(rounds: Sequence[Summary], read: Callable[[Summary], Optional[float]]
     return math.nan if found is None else found
 
 
+def _lost_ms(summary: Summary) -> Optional[float]:
+    """A step's time beside the consumer's: the step less its busy share, whatever the consumer (a sleep,
+    a GPU's kernels)."""
+    busy = summary.accel_util_pct
+    return None if busy is None else summary.step_ms_mean * (100.0 - busy) / 100.0
+
+
 def _own_cores(summary: Summary) -> Optional[float]:
     """The job's process trees' CPU in cores: its CPU a sample times its samples a second."""
     per_sample = summary.process_cpu_ms_per_sample
@@ -114,10 +121,10 @@ class Measured:
     below: Sequence[Summary] = ()
 
 
-def held_back(measured: Measured, step_ms: float, sample_bytes: Optional[float], shared_mb_per_s: Optional[float],
+def held_back(measured: Measured, sample_bytes: Optional[float], shared_mb_per_s: Optional[float],
               usable_cores: int) -> Optional[HeldBack]:
-    """What held `measured.accelerators` back (module doc); None without a round. `step_ms` is the
-    accelerator's own step, `sample_bytes` a sample's size on storage where known."""
+    """What held `measured.accelerators` back (module doc); None without a round. `sample_bytes` is a
+    sample's size on storage where known."""
     rounds = measured.rounds
     if not rounds:
         return None
@@ -139,5 +146,5 @@ def held_back(measured: Measured, step_ms: float, sample_bytes: Optional[float],
     # One accelerator has no peers: its row's all-reduce wait is no wait.
     collective = _mean(rounds, lambda r: r.collective_wait_ms_mean) if measured.accelerators > 1 else None
     return HeldBack(measured.accelerators, by, _value(rounds, lambda r: r.au_pct), read, below, shared_mb_per_s,
-                    own, other, usable_cores, max(_value(rounds, lambda r: r.step_ms_mean) - step_ms, 0.0),
+                    own, other, usable_cores, _value(rounds, _lost_ms),
                     _value(rounds, lambda r: r.wait_ms_mean), collective)
