@@ -28,6 +28,7 @@ from torch.utils.data import DataLoader, IterableDataset, RandomSampler, Sequent
 
 from pipebench.attach.built_with import BuiltWith
 from pipebench.attach.watch_chain import RECIPE_ATTRS, open_recipe, recipe_holders, shared_recipe, subset_base
+from pipebench.config.specs import EMULATED
 from pipebench.pipeline.export_nodes import NodeOrWhy, attribute_arguments, importable_why, public_target, value_node
 from pipebench.pipeline.recipe import emptied
 
@@ -214,7 +215,7 @@ def measured_consumer(step_ms: Sequence[float]) -> Dict[str, Any]:
     normal distribution's (from the IQR; `fixed` when the steps did not vary)."""
     low, median, high = (float(v) for v in np.percentile(np.asarray(step_ms, dtype=np.float64), [25, 50, 75]))
     spread = (high - low) / IQR_PER_SIGMA
-    return {"kind": "emulated", "step_ms": round(median, 3),
+    return {"kind": EMULATED, "step_ms": round(median, 3),
             "distribution": "normal" if spread > 0 else "fixed", "spread_ms": round(spread, 3)}
 
 

@@ -31,7 +31,7 @@ from torch import nn
 
 from pipebench.base.errors import ConfigError
 from pipebench.base.gpu_timing import CudaPhaseTimer, HostPhaseTimer, UntimedPhases
-from pipebench.config.specs import NO_CONSUMER, ConsumerSpec
+from pipebench.config.specs import EMULATED, NO_CONSUMER, ConsumerSpec
 from pipebench.pipeline.masked_loss import MASKED_LOSSES
 
 NS_PER_MS = 1_000_000
@@ -157,7 +157,7 @@ class EmulatedConsumer:
     def report(self) -> Dict[str, Any]:
         """The drawn and the actually slept step times; their gap is the sleep's error."""
         return {
-            "kind": "emulated",
+            "kind": EMULATED,
             "distribution": self.distribution.kind,
             "step_ms": self.distribution.step_ms,
             "spread_ms": self.distribution.spread_ms,
@@ -358,7 +358,7 @@ def build_consumer(spec: ConsumerSpec, seed: int) -> Consumer:
     """The consumer `spec` names; `seed` makes its random draws (step times, weights) reproducible."""
     if spec.kind == NO_CONSUMER:
         return NoConsumer()
-    if spec.kind == "emulated":
+    if spec.kind == EMULATED:
         return EmulatedConsumer(StepTimeDistribution(spec.distribution, spec.step_ms, spec.spread_ms), seed)
     if spec.kind == "toy_cnn":
         return ToyCnnConsumer(spec, seed)

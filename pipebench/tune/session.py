@@ -44,7 +44,7 @@ from pipebench.base.errors import (
 from pipebench.base.io import folder_safe
 from pipebench.config.compose import job_spec_composer
 from pipebench.config.limits import MAX_TUNE_BUDGET_S
-from pipebench.config.specs import NO_CONSUMER, THREADS, JobSpec
+from pipebench.config.specs import EMULATED, NO_CONSUMER, THREADS, JobSpec
 from pipebench.config.verb_options import split_prefixed
 from pipebench.measure.job_spawn import JobProcess
 from pipebench.measure.memory import BYTES_PER_MB
@@ -192,7 +192,7 @@ def _bottleneck(spec: JobSpec, current: Point, measured: Sequence[Round],
     if spec.consumer.kind == NO_CONSUMER:
         return ""
     step = f"consumer={spec.consumer.kind}, {spec.consumer.step_ms:g} ms a step" \
-        if spec.consumer.kind == "emulated" else f"consumer={spec.consumer.kind}"
+        if spec.consumer.kind == EMULATED else f"consumer={spec.consumer.kind}"
     if measured:
         return bottleneck_note(starvation(measured), f"measured, {len(measured)} round(s)", step)
     model = models.get(current.chain)
