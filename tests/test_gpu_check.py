@@ -90,3 +90,29 @@ def test_the_overhead_part_runs_the_backend_benchmark_at_8_workers_and_only_when
     ran.clear()
     assert gpu_check.main(["--out", str(tmp_path)]) == 0
     assert ran and not any("backend_overhead.py" in " ".join(map(str, command)) for command, _ in ran)
+
+
+def test_the_storage_part_checks_resnet50_with_the_toy_cnn_beside_the_sleep_only_when_named(tmp_path, monkeypatch):
+    gpu_check = _gpu_check()
+    monkeypatch.setattr(gpu_check.torch.cuda, "is_available", lambda: True)
+    checked = []
+
+    def pipebench(args, transcript):
+        folder = tmp_path / "results" / transcript.stem
+        folder.mkdir(parents=True)
+        (folder / "verdict.json").write_text("{}")
+        (folder / "report.md").write_text("# storage check")
+        checked.append((list(args), transcript.name))
+        return f"...\nresults: {folder}\n"
+
+    monkeypatch.setattr(gpu_check, "pipebench", pipebench)
+    out = tmp_path / "out"
+    assert gpu_check.main(["--parts", "storage", "--out", str(out)]) == 0
+    assert [(args[0], transcript) for args, transcript in checked] == [
+        ("storage-check", "storage-emulated.txt"), ("storage-check", "storage-toy_cnn.txt")]
+    for args, _ in checked:
+        assert {"workload=resnet50", "accelerator=h100", "transform.per_sample.0.size=256"} <= set(args)
+    assert [args[-2] for args, _ in checked] == ["consumer=emulated", "consumer=toy_cnn"]
+    for consumer in ("emulated", "toy_cnn"):
+        assert {p.name for p in (out / "storage" / consumer).iterdir()} == {"verdict.json", "report.md"}
+    assert "storage" not in gpu_check.FULL_PARTS, "a full run leaves it out: it needs a device call of its own"
