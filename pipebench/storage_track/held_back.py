@@ -8,7 +8,8 @@ to know which of the three to change. Read from the rounds measured at that N an
 - else the host's CPU, where its cores were busy;
 - else the cost every step pays beside the accelerator's own time (the batch's trip from its worker,
   the all-reduce waiting for the slowest rank). The arithmetic's model has no such cost, so this is
-  where a measured AU falls short of it; being fixed a step, it weighs most on short steps.
+  where a measured AU falls short of it; it weighs most on short steps, and its all-reduce part grows
+  with the ranks.
 Pure arithmetic over the rounds.
 """
 
