@@ -49,7 +49,7 @@ def memory_rule(dataset_bytes: Optional[int], ram_bytes: int) -> str:
     if dataset_bytes >= need:
         return ""
     return (f"the dataset ({dataset_bytes / 2**30:.3g} GiB) is under {MEMORY_FACTOR}x the host's memory "
-            f"({need / 2**30:.3g} GiB)")
+            f"({MEMORY_FACTOR} x {ram_bytes / 2**30:.3g} = {need / 2**30:.3g} GiB)")
 
 
 def steps_rule(length: int, batch_size: int, accelerators: int) -> int:
