@@ -161,11 +161,11 @@ def pipebench(args: Sequence[str], transcript: Path) -> str:
     return output
 
 
-def publish(folder: Path, dest: Path) -> None:
+def publish(folder: Path, dest: Path, suffixes: Sequence[str] = PUBLISHED_SUFFIXES) -> None:
     """Copy a results folder's tables and plots (not its job folders) into `dest`."""
     dest.mkdir(parents=True, exist_ok=True)
     for path in folder.iterdir():
-        if path.is_file() and path.suffix in PUBLISHED_SUFFIXES:
+        if path.is_file() and path.suffix in suffixes:
             shutil.copy2(path, dest / path.name)
 
 
@@ -188,8 +188,7 @@ def storage_part(out: Path) -> None:
     for consumer in STORAGE_CONSUMERS:
         folder = results_of(pipebench([*STORAGE_CHECK, f"consumer={consumer}", f"results_dir={RESULTS_DIR}"],
                                       out / f"storage-{consumer}.txt"))
-        publish(folder, out / "storage" / consumer)
-        shutil.copy2(folder / "verdict.json", out / "storage" / consumer / "verdict.json")
+        publish(folder, out / "storage" / consumer, (*PUBLISHED_SUFFIXES, ".json"))  # verdict.json too
 
 
 def trimmed(trace_path: Path) -> Dict[str, object]:
@@ -251,7 +250,8 @@ def main(argv: Optional[List[str]] = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quick", action="store_true", help="part 2 at run=quick, and the tests but the 4-job one")
     parser.add_argument("--parts", type=lambda text: text.split(","), default=None,
-                        help=f"comma-separated parts to run, of {','.join(PARTS)} (default: all but overhead and storage; "
+                        help=f"comma-separated parts to run, of {','.join(PARTS)} (default: all but overhead "
+                             "and storage; "
                              "--quick: gpu,tests)")
     parser.add_argument("--update-fixtures", action="store_true",
                         help=f"copy the recorded fixtures into {RECORDED.relative_to(ROOT)} (commit them)")

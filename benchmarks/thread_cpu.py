@@ -65,23 +65,29 @@ def _tree(root: int, parents: Dict[int, int]) -> List[int]:
     return found
 
 
-def _role(pid: int, parents: Dict[int, int]) -> str:
-    command, parent = _cmdline(pid), parents.get(pid, 0)
-    if TORCHRUN in command:
+def _role(pid: int, parents: Dict[int, int], commands: Dict[int, str]) -> str:
+    """The process's role, from its command and its parent's and grandparent's (`commands` is filled as read)."""
+    def command(of: int) -> str:
+        if of not in commands:
+            commands[of] = _cmdline(of)
+        return commands[of]
+
+    parent = parents.get(pid, 0)
+    if TORCHRUN in command(pid):
         return "torchrun"
-    if TORCHRUN in _cmdline(parent):
+    if TORCHRUN in command(parent):
         return "rank"
-    if TORCHRUN in _cmdline(parents.get(parent, 0)):
+    if TORCHRUN in command(parents.get(parent, 0)):
         return "worker"
-    return command[:60] or f"pid {pid}"
+    return command(pid)[:60] or f"pid {pid}"
 
 
 def snapshot(root: int) -> Dict[Key, Tuple[str, bool, float]]:
     """Every thread under `root`: its process's role, whether it is the main thread, its CPU seconds."""
-    parents = _parents()
+    parents, commands = _parents(), {}
     found = {}
     for pid in _tree(root, parents):
-        role = _role(pid, parents)
+        role = _role(pid, parents, commands)
         try:
             tids = os.listdir(f"/proc/{pid}/task")
         except OSError:

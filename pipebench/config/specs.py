@@ -188,7 +188,7 @@ class RunSpec:
 class ConsumerSpec:
     """What eats the batches: `none` (loader only), `emulated` (sleeps like an accelerator), `toy_cnn`."""
 
-    kind: str = "emulated"
+    kind: str = EMULATED
     # 30 ms: the seed article's GPU compute per step (18% of 1.3 s at batch 256, so ~0.9 ms a
     # sample) scaled to the default batch of 32. Scale it with loader.batch_size.
     step_ms: float = 30.0
@@ -298,7 +298,7 @@ class JobSettings:
                  "(use trace=none, or loader.backend=dataloader)")
         # The watchdog would stop every step of an emulated consumer asked to sleep this long.
         consumer, step_timeout_s = self.consumer, self.run.step_timeout_s
-        _require(consumer.kind != "emulated" or consumer.step_ms + consumer.spread_ms < step_timeout_s * 1000,
+        _require(consumer.kind != EMULATED or consumer.step_ms + consumer.spread_ms < step_timeout_s * 1000,
                  f"consumer.step_ms + consumer.spread_ms must stay below run.step_timeout_s, got "
                  f"{consumer.step_ms + consumer.spread_ms:g} ms against {step_timeout_s:g} s")
 

@@ -3,7 +3,8 @@
 The exactly-once check, the thread-scaling profile, whether pinning was in effect, the samples dropped
 under run.on_error=skip, and the loader and run settings of the job's resolved config: each built once
 from its stored mapping by its own field names (`pipebench.record.sections.parse`), so the diagnosis
-reads attributes, never keys. A job that lacks one (a watched loader, an older file) reads as None, or as the spec's default for a setting.
+reads attributes, never keys. A job that lacks one (a watched loader, an older file) reads as None, or
+as the spec's default for a setting.
 """
 
 from dataclasses import dataclass

@@ -14,9 +14,8 @@ Pure arithmetic over the rounds.
 """
 
 import math
-import statistics
 from dataclasses import dataclass
-from typing import Callable, Optional, Sequence
+from typing import Optional, Sequence
 
 from pipebench.model.judging import RUN_TO_RUN_RATE_FLOOR
 from pipebench.record.figures import Summary
@@ -33,12 +32,15 @@ PLATEAU_GROWTH = 1.0 + RUN_TO_RUN_RATE_FLOOR
 CPU_FULL_SHARE = 0.9
 BYTES_PER_MB = 1 << 20
 MS_PER_S = 1000.0
+# The summary cells read at that N, each merged over its rounds.
+MERGED_COLUMNS = ("samples_per_s", "process_cpu_ms_per_sample", "host_other_cpu_cores", "step_ms_mean",
+                  "accel_util_pct", "collective_wait_ms_mean", "au_pct", "wait_ms_mean")
 
 
 @dataclass(frozen=True)
 class HeldBack:
     """The least N that missed, what held it back (STORAGE, CPU or STEP_COST) and the figures that say so,
-    each the mean over the rounds measured at that N."""
+    each the median over the rounds measured at that N."""
 
     accelerators: int
     by: str
@@ -88,28 +90,16 @@ def _cores(value: Optional[float]) -> str:
     return "?" if value is None else f"{value:.1f}"
 
 
-def _mean(rounds: Sequence[Summary], read: Callable[[Summary], Optional[float]]) -> Optional[float]:
-    values = [v for v in (read(r) for r in rounds) if v is not None]
-    return statistics.fmean(values) if values else None
+def _read_mb_per_s(rounds: Sequence[Summary], sample_bytes: Optional[float]) -> Optional[float]:
+    """MiB/s the ranks read: their samples/s (merged over the rounds) times a sample's size on storage."""
+    if not rounds or not sample_bytes:
+        return None
+    return Summary.median(rounds, "samples_per_s") * sample_bytes / BYTES_PER_MB
 
 
-def _value(rounds: Sequence[Summary], read: Callable[[Summary], Optional[float]]) -> float:
-    """`_mean` of a column every measured round has; nan should none have it."""
-    found = _mean(rounds, read)
-    return math.nan if found is None else found
-
-
-def _lost_ms(summary: Summary) -> Optional[float]:
-    """A step's time beside the consumer's: the step less its busy share, whatever the consumer (a sleep,
-    a GPU's kernels)."""
-    busy = summary.accel_util_pct
-    return None if busy is None else summary.step_ms_mean * (100.0 - busy) / 100.0
-
-
-def _own_cores(summary: Summary) -> Optional[float]:
-    """The job's process trees' CPU in cores: its CPU a sample times its samples a second."""
-    per_sample = summary.process_cpu_ms_per_sample
-    return None if per_sample is None else per_sample * summary.samples_per_s / MS_PER_S
+def _known(value: float) -> Optional[float]:
+    """None for a figure no round had (Summary.median's nan), so verdict.json holds null."""
+    return value if math.isfinite(value) else None
 
 
 @dataclass(frozen=True)
@@ -130,11 +120,11 @@ def held_back(measured: Measured, sample_bytes: Optional[float], shared_mb_per_s
     if not rounds:
         return None
 
-    def read_of(summaries: Sequence[Summary]) -> Optional[float]:
-        return None if not sample_bytes else _mean(summaries, lambda r: r.samples_per_s * sample_bytes / BYTES_PER_MB)
-
-    read, below = read_of(rounds), read_of(measured.below)
-    own, other = _mean(rounds, _own_cores), _mean(rounds, lambda r: r.host_other_cpu_cores)
+    read, below = _read_mb_per_s(rounds, sample_bytes), _read_mb_per_s(measured.below, sample_bytes)
+    merged = {column: Summary.median(rounds, column) for column in MERGED_COLUMNS}
+    # The job's process trees' CPU in cores: its CPU a sample times its samples a second.
+    own = _known(merged["process_cpu_ms_per_sample"] * merged["samples_per_s"] / MS_PER_S)
+    other = _known(merged["host_other_cpu_cores"])
     cpu_full = own is not None and own + (other or 0.0) >= CPU_FULL_SHARE * usable_cores
     if read is not None and shared_mb_per_s and read >= LINK_FULL_SHARE * shared_mb_per_s:
         by = STORAGE
@@ -144,8 +134,9 @@ def held_back(measured: Measured, sample_bytes: Optional[float], shared_mb_per_s
         by = STORAGE
     else:
         by = STEP_COST
-    # One accelerator has no peers: its row's all-reduce wait is no wait.
-    collective = _mean(rounds, lambda r: r.collective_wait_ms_mean) if measured.accelerators > 1 else None
-    return HeldBack(measured.accelerators, by, _value(rounds, lambda r: r.au_pct), read, below, shared_mb_per_s,
-                    own, other, usable_cores, _value(rounds, _lost_ms),
-                    _value(rounds, lambda r: r.wait_ms_mean), collective)
+    # A step's time beside the consumer's: the step less its busy share, whatever the consumer (a sleep, a
+    # GPU's kernels). One accelerator has no peers: its row's all-reduce wait is no wait.
+    lost = merged["step_ms_mean"] * (100.0 - merged["accel_util_pct"]) / 100.0
+    collective = _known(merged["collective_wait_ms_mean"]) if measured.accelerators > 1 else None
+    return HeldBack(measured.accelerators, by, merged["au_pct"], read, below, shared_mb_per_s, own, other,
+                    usable_cores, lost, merged["wait_ms_mean"], collective)
