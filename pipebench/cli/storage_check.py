@@ -42,7 +42,7 @@ from pipebench.config.specs import EMULATED, NO_CONSUMER, JobSpec, RunSpec
 from pipebench.pipeline.build import build_dataset
 from pipebench.record.figures import Summary
 from pipebench.record.folder_lock import folder_lock
-from pipebench.record.jobs import JobResult, override_key, override_pairs
+from pipebench.record.jobs import JobResult, edits_chain, override_key, override_pairs
 from pipebench.record.results import load_job_results
 from pipebench.record.resume import new_folder
 from pipebench.storage.dataset_contract import told
@@ -73,6 +73,8 @@ from pipebench.sweep.launch import Into, run_command
 __all__ = ["add_parser", "main", "storage_check_command"]
 
 SEARCH_DIR, RUNS_DIR, NO_CHAIN_DIR = "search", "runs", "no-chain"
+# The config group that picks the chain; the no-chain run sets it to none in place of the user's.
+TRANSFORM_GROUP = "transform"
 # A search round's steps (at most run.steps): each N is judged on a short run, raced where it is close.
 SEARCH_STEPS = 100
 BYTES_PER_MB = 1 << 20
@@ -205,8 +207,8 @@ class Check:
     def chainless(self, n: int) -> List[str]:
         """The overrides at N without the chain: the user's own `transform.*` keys go with it (they reach
         into the chain, so they would not compose with transform=none)."""
-        kept = [o for o in self.overrides(n) if override_key(o).split(".")[0] != "transform"]
-        return [*kept, "transform=none", "dataset.images=false", "run.seed=1"]
+        kept = [o for o in self.overrides(n) if not edits_chain(o) and override_key(o) != TRANSFORM_GROUP]
+        return [*kept, f"{TRANSFORM_GROUP}=none", "dataset.images=false", "run.seed=1"]
 
     def sweep(self, where: Path, overrides: Sequence[str]) -> Tuple[int, List[JobResult]]:
         status = run_command(list(overrides), self.config_dir, into=Into(where, stage=True))

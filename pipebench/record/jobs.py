@@ -22,7 +22,7 @@ from pipebench.record.sections import ConsumerReport, Fingerprint, PassRecord, T
 
 __all__ = ["HYDRA_PREFIX", "NOT_AXES", "ROUND_COMPONENT", "ROUND_KEY", "SINGLE_PROCESS_FIELDS", "JobIdentity",
            "JobKey", "JobResult", "StoredResult", "canonical", "canonical_text", "identity_columns",
-           "job_key", "override_key", "override_pairs", "round_of", "varying_keys"]
+           "edits_chain", "job_key", "override_key", "override_pairs", "round_of", "varying_keys"]
 
 # The override of a job's round (`rounds=N` sweeps it): rounds of one job share everything else.
 ROUND_KEY = "run.round"
@@ -57,6 +57,12 @@ def canonical_text(text: str) -> str:
 def override_key(override: str) -> str:
     """`KEY` of a `KEY=VALUE` override, without Hydra's `+` / `~` prefixes."""
     return override.partition("=")[0].lstrip("+~")
+
+
+def edits_chain(override: str) -> bool:
+    """Whether an override reaches into the chain's config (`transform.per_sample.0.size=...`): it belongs
+    to that chain, and composes with no other (`transform=none`, explore's variants)."""
+    return override_key(override).startswith("transform.")
 
 
 def override_pairs(overrides: Sequence[str], ignored: Sequence[str] = NOT_AXES) -> Dict[str, str]:

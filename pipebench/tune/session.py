@@ -52,7 +52,7 @@ from pipebench.model.costs import needs_for_target, predict, target_line
 from pipebench.pipeline.build import build_dataset
 from pipebench.pipeline.loader_backends import BACKENDS, backend_problem
 from pipebench.record.folder_lock import folder_lock
-from pipebench.record.jobs import JobResult, override_key
+from pipebench.record.jobs import JobResult, edits_chain
 from pipebench.record.results import load_job_results
 from pipebench.record.resume import new_folder
 from pipebench.report.diagnosis import chain_costs
@@ -211,7 +211,7 @@ def _start(overrides: Sequence[str], config_dir: Optional[str], options: TuneOpt
         raise ConfigError(f"tune starts from one setting, got a sweep of {len(jobs)} jobs; the values tune tries are "
                           "tune.* keys, e.g. tune.workers=[0,2,4] (pipebench tune --help)")
     if options.variants:
-        edits = [o for o in overrides if override_key(o).startswith("transform.")]
+        edits = [o for o in overrides if edits_chain(o)]
         if edits:
             raise ConfigError(f"tune cannot apply {edits[0]} to explore's variants (their steps move); put the chain "
                               "in a config file and pass transform=NAME, or set tune.variants=false")
