@@ -52,7 +52,7 @@ from pipebench.pipeline.consumers import on_device_of
 from pipebench.pipeline.loader_backends import BACKENDS, backend_missing, backend_problem
 from pipebench.pipeline.recipe import open_recipes
 from pipebench.record.figures import Summary
-from pipebench.record.jobs import ROUND_KEY, JobResult, override_key, varying_keys
+from pipebench.record.jobs import ROUND_KEY, JobResult, edits_chain, override_key, varying_keys
 from pipebench.record.results import load_job_results
 from pipebench.record.resume import (
     INVOCATION_FILE,
@@ -153,7 +153,7 @@ def check_overrides(overrides: Sequence[str]) -> None:
         key = override.get_key_element().lstrip("+~")
         if key == "transform" and override.is_sweep_override():
             raise ConfigError(f"explore takes one chain, got a sweep: {override.input_line}; explore each on its own")
-        if key.startswith("transform."):
+        if edits_chain(override.input_line):
             raise ConfigError(f"explore cannot apply {override.input_line} to variants (their steps move); "
                               "put the edited chain in a config file and pass transform=NAME")
 
