@@ -7,7 +7,7 @@ import pytest
 
 from pipebench.cli.storage_check import Check, Sizing
 from pipebench.record.figures import Summary
-from pipebench.storage_track.held_back import CPU, STEP_COST, STORAGE, Measured, held_back
+from pipebench.storage_track.held_back import CPU, STEP_COST, STORAGE, WORKERS, Measured, held_back
 from pipebench.storage_track.search import Probe, SearchOutcome
 
 MIB = 1 << 20
@@ -35,6 +35,16 @@ def test_busy_cores_with_the_link_short_of_full_are_the_cpu():
     found = held_back(Measured(5, _rounds(process_cpu_ms_per_sample=6.0)), SAMPLE, 60.0, 2)
     assert found.by == CPU and found.own_cores == pytest.approx(1.92) and found.other_cores == pytest.approx(0.1)
     assert "1.9 of the host's 2 cores busy with the job, 0.1 with other processes" in found.line()
+
+
+def test_a_rank_drawing_what_its_workers_deliver_is_the_workers_with_the_cores_short_of_full():
+    # 5 ranks drew 320 samples/s, 64 each; two workers a rank deliver at most 66.
+    found = held_back(Measured(5, _rounds(worker_capacity_samples_per_s=66.0, workers=2)), SAMPLE, 60.0, 16)
+    assert found.by == WORKERS and found.rank_samples_per_s == pytest.approx(64.0)
+    assert ("each rank drew 64.0 samples/s, and its 2 worker(s) deliver at most 66.0, with 0.3 of the host's 16 "
+            "cores busy") in found.line()
+    # With room left in the workers, the same round is the cost each step pays.
+    assert held_back(Measured(5, _rounds(worker_capacity_samples_per_s=200.0)), SAMPLE, 60.0, 16).by == STEP_COST
 
 
 def test_neither_full_is_the_cost_each_step_pays_with_its_parts():

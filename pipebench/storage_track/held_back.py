@@ -1,11 +1,13 @@
-"""What held the check back at the least N that missed the minimum AU: the storage, the host's CPU, or
-the cost each step pays beside the accelerator's step.
+"""What held the check back at the least N that missed the minimum AU: the storage, the host's CPU, the
+loader's workers, or the cost each step pays beside the accelerator's step.
 
 The search says how many accelerators this host and its storage feed; a user who wants one more needs
-to know which of the three to change. Read from the rounds measured at that N and at the N below it:
+to know which of the four to change. Read from the rounds measured at that N and at the N below it:
 - the storage, where the ranks read within one run's noise of the emulated link's bandwidth, or (real
   storage, whose bandwidth is unknown) one more accelerator added no reads: the bandwidth's plateau;
 - else the host's CPU, where its cores were busy;
+- else the loader's workers, where each rank drew what its workers deliver at most
+  (`worker_capacity_samples_per_s`: the workers busy all the time, the cores not full): more workers;
 - else the cost every step pays beside the accelerator's own time (the batch's trip from its worker,
   the all-reduce waiting for the slowest rank). The arithmetic's model has no such cost, so this is
   where a measured AU falls short of it; it weighs most on short steps, and its all-reduce part grows
@@ -20,9 +22,9 @@ from typing import Optional, Sequence
 from pipebench.model.judging import RUN_TO_RUN_RATE_FLOOR
 from pipebench.record.figures import Summary
 
-__all__ = ["CPU", "CPU_FULL_SHARE", "STEP_COST", "STORAGE", "HeldBack", "Measured", "held_back"]
+__all__ = ["CPU", "CPU_FULL_SHARE", "STEP_COST", "STORAGE", "WORKERS", "HeldBack", "Measured", "held_back"]
 
-STORAGE, CPU, STEP_COST = "storage", "cpu", "step cost"
+STORAGE, CPU, WORKERS, STEP_COST = "storage", "cpu", "workers", "step cost"
 # A link read within one run's own rate noise of its bandwidth counts as full; so does a read rate that
 # one more accelerator raised by no more than that noise.
 LINK_FULL_SHARE = 1.0 - RUN_TO_RUN_RATE_FLOOR
@@ -30,16 +32,20 @@ PLATEAU_GROWTH = 1.0 + RUN_TO_RUN_RATE_FLOOR
 # A host whose cores are busy 90% of the time has a runnable process waiting at most moments: the
 # workers fall behind and each all-reduce waits for a rank that is not running.
 CPU_FULL_SHARE = 0.9
+# A rank drawing within one run's own rate noise of what its workers deliver at most has them busy all
+# the time: the next batch waits for a worker, not for the storage or the cores.
+WORKERS_FULL_SHARE = 1.0 - RUN_TO_RUN_RATE_FLOOR
 BYTES_PER_MB = 1 << 20
 MS_PER_S = 1000.0
 # The summary cells read at that N, each merged over its rounds.
 MERGED_COLUMNS = ("samples_per_s", "process_cpu_ms_per_sample", "host_other_cpu_cores", "step_ms_mean",
-                  "accel_util_pct", "collective_wait_ms_mean", "au_pct", "wait_ms_mean")
+                  "accel_util_pct", "collective_wait_ms_mean", "au_pct", "wait_ms_mean",
+                  "worker_capacity_samples_per_s")
 
 
 @dataclass(frozen=True)
 class HeldBack:
-    """The least N that missed, what held it back (STORAGE, CPU or STEP_COST) and the figures that say so,
+    """The least N that missed, what held it back (STORAGE, CPU, WORKERS or STEP_COST) and the figures that say so,
     each the median over the rounds measured at that N."""
 
     accelerators: int
@@ -54,6 +60,10 @@ class HeldBack:
     own_cores: Optional[float]
     other_cores: Optional[float]
     usable_cores: int
+    # Each rank's samples/s, and what its `workers` workers deliver at most (None: not measured).
+    rank_samples_per_s: float
+    worker_capacity: Optional[float]
+    workers: int
     # A step's time beside the accelerator's: all of it, waiting for the batch, and at the all-reduce.
     lost_ms: float
     wait_ms: float
@@ -72,6 +82,11 @@ class HeldBack:
                f"{_cores(self.other_cores)} with other processes"
         if self.by == CPU:
             return f"the host's CPU held {n} accelerator(s) back ({au}): {busy}"
+        if self.by == WORKERS:
+            loaders = f"its {self.workers} worker(s)" if self.workers else "its main process (workers=0)"
+            return (f"the loader's workers held {n} accelerator(s) back ({au}): each rank drew "
+                    f"{self.rank_samples_per_s:.1f} samples/s, and {loaders} deliver at most {self.worker_capacity:.1f}, "
+                    f"with {busy}: more workers, or a cheaper chain")
         collective = "" if self.collective_ms is None else f", {self.collective_ms:.1f} at the all-reduce"
         return (f"a cost each step pays held {n} accelerator(s) back ({au}): each step lost {self.lost_ms:.1f} ms "
                 f"beside the accelerator's ({self.wait_ms:.1f} waiting for its batch{collective}), with neither "
@@ -126,12 +141,17 @@ def held_back(measured: Measured, sample_bytes: Optional[float], shared_mb_per_s
     own = _known(merged["process_cpu_ms_per_sample"] * merged["samples_per_s"] / MS_PER_S)
     other = _known(merged["host_other_cpu_cores"])
     cpu_full = own is not None and own + (other or 0.0) >= CPU_FULL_SHARE * usable_cores
+    # A rank merge's row holds the ranks' total samples/s and rank 0's capacity (the ranks run alike).
+    rank_rate = merged["samples_per_s"] / measured.accelerators
+    capacity = _known(merged["worker_capacity_samples_per_s"])
     if read is not None and shared_mb_per_s and read >= LINK_FULL_SHARE * shared_mb_per_s:
         by = STORAGE
     elif cpu_full:
         by = CPU
     elif read is not None and below is not None and read <= PLATEAU_GROWTH * below:
         by = STORAGE
+    elif capacity is not None and rank_rate >= WORKERS_FULL_SHARE * capacity:
+        by = WORKERS
     else:
         by = STEP_COST
     # A step's time beside the consumer's: the step less its busy share, whatever the consumer (a sleep, a
@@ -139,4 +159,5 @@ def held_back(measured: Measured, sample_bytes: Optional[float], shared_mb_per_s
     lost = merged["step_ms_mean"] * (100.0 - merged["accel_util_pct"]) / 100.0
     collective = _known(merged["collective_wait_ms_mean"]) if measured.accelerators > 1 else None
     return HeldBack(measured.accelerators, by, merged["au_pct"], read, below, shared_mb_per_s, own, other,
-                    usable_cores, lost, merged["wait_ms_mean"], collective)
+                    usable_cores, rank_rate, capacity, int(rounds[0].workers or 0), lost, merged["wait_ms_mean"],
+                    collective)
