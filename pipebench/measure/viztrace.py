@@ -1,53 +1,26 @@
 """One Perfetto-loadable timeline of the main process and every DataLoader worker (trace=viztracer).
 
-Why this module exists, in three facts measured against VizTracer 1.1.1 (see the report in the
-issue for the evidence):
+Three facts, measured against VizTracer 1.1.1, shape it:
 
-* An inline ``VizTracer(...)`` follows only the process (and the threads) it was started in. A
-  forked DataLoader worker inherits the running profiler hook and a copy of the parent's buffer,
-  so it pays the tracing cost, but nobody ever saves that copy; spawn/forkserver workers are not
-  traced at all. Only the ``viztracer`` CLI follows children, through ``install_all_hooks``
-  (fork hooks, patched ``spawnv_passfds``, a ``Finalize`` per child that saves at exit), and it
-  merges the per-process files with ``ReportBuilder`` once every child has exited.
-* A DataLoader worker that is shut down by its parent gets SIGTERM, and torch's worker SIGTERM
-  handler calls ``_exit(0)`` when the signal comes from the parent: no Python finaliser runs, so a
-  tracer that saves "at exit" loses everything. Persistent workers reach exactly that path at
-  interpreter exit (``_shutdown_workers`` is a no-op once Python is exiting), and a worker whose
-  exit-save takes longer than DataLoader's 5 s join is killed the same way.
-* VizTracer's custom duration events (``log_event``, ``add_raw``) are Python dicts serialised one
-  by one through ``json``: about 8 µs per ``log_event`` and 9 to 16 µs per event to save. One
-  slice per step per sample must cost far less than that to be the default.
+* An inline ``VizTracer(...)`` follows only its own process. A forked worker inherits the hook and
+  a copy of the buffer that nobody saves; spawn/forkserver workers are not traced at all. Only the
+  ``viztracer`` CLI follows children (``install_all_hooks``) and merges their files.
+* torch's worker SIGTERM handler ``_exit(0)``s when the parent shuts a worker down: no finaliser
+  runs, so a tracer that saves "at exit" loses everything. Persistent workers end exactly so, and
+  so does a worker whose exit-save outlasts DataLoader's 5 s join.
+* VizTracer's custom events cost about 8 µs each to log and 9 to 16 µs to save: too dear for one
+  slice per step per sample by default.
 
-So each process keeps its own recorder, created by ``VizTraceSession.start_main()`` in the main
-process and by ``VizTraceSession.worker_init(worker_id)`` (the DataLoader ``worker_init_fn``) in
-each worker. The default ``sparse`` mode records one slice per timed step, taken from the
-``perf_counter_ns`` stamps the timed chain already has (CLOCK_MONOTONIC, which is VizTracer's own
-time base on Linux, so VizTracer's events and ours line up). Every process writes its slices to a
-private folder in parts at defined points: every ``flush_interval_s``, at a clean exit
-(``multiprocessing.util.Finalize``) and on request (SIGUSR2 from ``finish``). ``full`` mode (opt-in)
-also runs a bounded VizTracer (ring buffer, stack-depth cut, no C calls) in every process and dumps
-its buffer at a clean exit and on request. ``finish`` waits a bounded time for the workers, then
-merges every part with VizTracer's ``ReportBuilder`` into ``viztrace.json``. A killed worker loses
-at most its last ``flush_interval_s`` of slices (and, in full mode, its function calls), and no
-step of this ever waits without a deadline.
+So each process keeps its own `Recorder` (``start_main`` in the main process, ``worker_init`` as
+the DataLoader ``worker_init_fn``). ``sparse`` records one slice per timed step from the chain's
+``perf_counter_ns`` stamps (CLOCK_MONOTONIC, VizTracer's own time base on Linux). Each process
+writes its slices in parts every ``flush_interval_s``, at a clean exit and on request (SIGUSR2 from
+``finish``); ``full`` also runs a bounded VizTracer in each process. ``finish`` waits a bounded time
+for the workers, then merges every part with VizTracer's ``ReportBuilder`` into ``viztrace.json``. A
+killed worker loses at most its last ``flush_interval_s``, and nothing waits without a deadline.
 
-There is no module-level state. A process's recorder hangs on the pipeline objects of that
-process, as their ``trace`` attribute (None: not tracing): the main process's InstrumentedDataset,
-TimedCollate and StepLoop get the main recorder from ``start_main``, and each worker's own copy of
-the dataset gets the worker's recorder from ``worker_init`` (the worker's collate finds it there,
-through ``get_worker_info().dataset``). The flush signal's handler and the exit finaliser are bound
-to the worker's recorder. The session is picklable; a recorder never is (the chain objects drop it
-from their pickled state).
-
-Wiring, for the job (all of it in the main process unless said otherwise)::
-
-    session = VizTraceSession(mode="sparse")          # picklable: hand it to the workers
-    loader = DataLoader(dataset, ..., worker_init_fn=WorkerInit(..., session))
-    rec = session.start_main(dataset, collate, loop)  # sets .trace on each; returns the recorder
-    ...                                               # each step: rec.add(name, start_ns, end_ns)
-    path = session.finish(job_dir)                    # after the last traced step
-
-``worker_init_fn=session`` also works: it sets the worker's recorder on the worker's dataset.
+There is no module-level state: a process's recorder hangs on that process's pipeline objects as
+their ``trace`` attribute (None: not tracing). The session is picklable; a recorder never is.
 """
 
 import json
@@ -145,12 +118,6 @@ class ProcessSlices:
                              max(self.dropped, part.dropped), {**self.threads, **part.threads})
 
 
-# --------------------------------------------------------------------------------------------
-# The per-process recorder: process-local runtime state, never pickled. The main process makes its
-# own in start_main(); each worker makes its own in worker_init(). Both hang it on the pipeline
-# objects of that process (their `trace` attribute), never on a module global.
-# --------------------------------------------------------------------------------------------
-
 _get_ident = threading.get_ident
 
 
@@ -220,11 +187,8 @@ class Recorder:
     def marker(self) -> Path:
         return self.work_dir / f"{self.tag}-{self.pid}{_MARKER_SUFFIX}"
 
-    def open_marker(self) -> None:
-        """Announce a live worker to finish(): who it is, to signal it safely, and its last flush."""
-        self._write_marker(flushed_ns=0)
-
     def _write_marker(self, flushed_ns: int) -> None:
+        """Announce a live worker to finish(): who it is, to signal it safely, and its last flush."""
         info = Marker(self.pid, self.worker_id, self.role, _process_create_time(self.pid), flushed_ns)
         write_bytes_atomic(self.marker, json.dumps(asdict(info)).encode())
 
@@ -322,11 +286,6 @@ def _make_tracer(session: "VizTraceSession", role: str):
     )
 
 
-# --------------------------------------------------------------------------------------------
-# The session: plain, picklable settings shared by the main process and the workers.
-# --------------------------------------------------------------------------------------------
-
-
 @dataclass
 class VizTraceSession:
     """One traced job. Picklable (plain fields only), so it can ride to spawn/forkserver workers
@@ -356,24 +315,11 @@ class VizTraceSession:
 
     # A recorder is process-local: the session travels to spawn/forkserver workers without it.
     def __getstate__(self) -> Dict[str, Any]:
-        state = self.__dict__.copy()
-        state["_main"] = None
-        state["_targets"] = []
-        return state
-
-    def __setstate__(self, state: Dict[str, Any]) -> None:
-        self.__dict__.update(state)
-
-    # -- main process ------------------------------------------------------------------------
+        return {**self.__dict__, "_main": None, "_targets": []}
 
     def start_main(self, *targets: Any) -> Recorder:
-        """Start recording in the main process (and, in full mode, start its VizTracer).
-
-        The recorder is set as the `trace` attribute of every target (the main process's
-        InstrumentedDataset and TimedCollate, the StepLoop) and returned; finish() takes it off
-        them again. A DataLoader forked after this inherits the targets with this recorder; the
-        worker init replaces it with the worker's own before the worker loads anything.
-        """
+        """Start recording in the main process (and its VizTracer in full mode): the recorder is every
+        target's `trace` until finish(); a worker forked after this replaces it with its own."""
         if os.getpid() != self.main_pid:
             raise VizTraceError("start_main() must run in the process that made the session")
         if self._main is not None:
@@ -390,11 +336,9 @@ class VizTraceSession:
         return rec
 
     def worker_init(self, worker_id: int, *targets: Any) -> Optional[Recorder]:
-        """DataLoader `worker_init_fn` body: start this worker's recorder and set it as the `trace`
-        attribute of every target (by default the worker's own dataset copy, when called inside a
-        DataLoader worker). Returns the recorder, or None when this worker cannot trace. Never
-        raises: a worker that cannot trace still loads data, and finish() reports it as missing.
-        """
+        """DataLoader `worker_init_fn` body: this worker's recorder as every target's `trace` (by default
+        the worker's dataset copy). None where it cannot trace: it never raises, so the worker still
+        loads data, and finish() reports it as missing."""
         if not targets:
             from torch.utils.data import get_worker_info
 
@@ -415,7 +359,7 @@ class VizTraceSession:
             # Runs in multiprocessing's exit path after the worker loop returns (a clean shutdown);
             # a worker killed by its parent skips it and keeps only its periodic parts.
             Finalize(None, rec.close, exitpriority=100)
-            rec.open_marker()  # finish() only signals workers that have a marker: the handler is in place
+            rec._write_marker(flushed_ns=0)  # finish() signals only workers with a marker
             if rec.tracer is not None:
                 rec.tracer.start()
         except Exception as exc:  # tracing must never break the benchmark
@@ -427,12 +371,9 @@ class VizTraceSession:
     __call__ = worker_init
 
     def finish(self, job_dir: Path, timeout_s: Optional[float] = None) -> Path:
-        """Stop the main recorder, collect the workers' parts (bounded wait), merge, clean up.
-
-        Call it after the last traced step, ideally after the loader's workers were shut down.
-        Workers still alive (persistent workers) are asked to flush and keep running; anything they
-        record afterwards is not in the trace. Returns the path of `job_dir/viztrace.json`.
-        """
+        """Stop the main recorder, collect the workers' parts (bounded wait), merge them into
+        `job_dir/viztrace.json` and return its path. Workers still alive (persistent) are asked to
+        flush and keep running; what they record afterwards is not in the trace."""
         if os.getpid() != self.main_pid:
             raise VizTraceError("finish() must run in the process that made the session")
         if self.summary:
