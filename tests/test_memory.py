@@ -138,11 +138,11 @@ def test_child_exiting_mid_run_keeps_sampling_and_stays_in_report():
             reaped = mem.samples
             _wait_for(lambda: mem.samples >= reaped + 2)  # and after it was reaped
             mem.mark(LAST_MEASURED)
-        report = mem.stop(names={second.pid: "loader_worker_1"})
+        report = mem.stop()
     # Other children of the test process (a resource tracker from earlier tests) may come first.
     assert _by_pid(report, first.pid).label.startswith("worker_")
     gone = _by_pid(report, second.pid)
-    assert gone.label == "loader_worker_1"
+    assert gone.label.startswith("worker_")
     assert gone.rss_mb_peak > 0 and "both_alive" in gone.pss_mb_at
     assert "zombie" not in gone.pss_mb_at and LAST_MEASURED not in gone.pss_mb_at  # gone, not zeros
     assert LAST_MEASURED in _by_pid(report, first.pid).pss_mb_at

@@ -1,21 +1,13 @@
 """Worker memory health: RSS and PSS of the main process and each DataLoader worker, and /dev/shm.
 
-Under a thread backend (loader.backend=threads, spdl) the workers are threads of the main
-process: there are no children, and the sums are the main process's own RSS and PSS, which hold
-the workers' memory too. Where the process runs other things too (a user's script watched by
-`pipebench attach`: wandb's service, a subprocess it started), the sampler is given the workers'
-pids and counts the main process and those alone; the others are named in `left_out`.
+Under a thread backend (threads, spdl) the workers are threads: the sums are the main process's
+own. A background thread samples, and `mark()` samples at once, so the PSS growth between the first
+and last measured step does not depend on the sampling interval.
 
-A background thread samples, and `mark()` takes an extra sample at once, tagged with a name.
-The step loop marks the first and the last measured step. The PSS growth between the two marks
-is therefore exact and does not depend on the sampling interval.
-
-PSS is the number that matters, not RSS. A forked worker's RSS already counts every page it
-shares with the main process, so copy-on-read (a Python-object dataset whose refcounts get
-written, pytorch issue #13246) leaves RSS flat. Each copied page moves from "shared" to
-"private" and raises PSS. The main process's PSS rises too, because it is left as the only
-owner of its original page. PSS comes from /proc/<pid>/smaps_rollup, and reading it walks the
-page tables: it costs about 7-10 ms of CPU per process once torch is imported.
+PSS is the number that matters, not RSS: a forked worker's RSS already counts every page it shares
+with the main process, so copy-on-read (refcounts written, pytorch issue #13246) leaves RSS flat
+while each copied page raises PSS. Reading PSS (/proc/<pid>/smaps_rollup) walks the page tables:
+about 7-10 ms of CPU per process once torch is imported.
 """
 
 import os
@@ -23,7 +15,7 @@ import shutil
 import threading
 import time
 from dataclasses import asdict, dataclass
-from typing import Any, Collection, Dict, List, Mapping, Optional, Tuple
+from typing import Any, Collection, Dict, List, Optional, Tuple
 
 import psutil
 
@@ -75,21 +67,14 @@ class ProcessMemory:
 
 @dataclass(frozen=True)
 class MemoryReport:
-    """The memory health of one run. Fields are None where /proc or /dev/shm could not be read.
+    """The memory health of one run; None where /proc or /dev/shm could not be read.
 
-    `rss_mb_peak` and `pss_mb_peak` are the peak of the SUM over main + children at one sample
-    time, not the largest single process. The simultaneous total is what exhausts a machine:
-    8 workers at 2 GB each matter even if none is the biggest. Summed RSS counts pages shared by
-    forked workers once per process, so it overstates. Summed PSS splits those pages and is the
-    true footprint.
-    `worker_pss_growth_mb` sums, over the children that were sampled at both marks, PSS at
-    LAST_MEASURED minus PSS at FIRST_MEASURED. Non-persistent workers that are respawned between
-    the marks are not counted. It is None when no child was sampled at both marks.
-    `shm_mb_peak` is the /dev/shm high-water mark minus its value at start(), and
-    `shm_mb_peak_abs` is the high-water mark itself. /dev/shm is shared by the whole machine.
-    `sampling_cost_ms_mean` is CPU time per sample, measured by the sampler itself.
-    `left_out` names the children that were not counted ("wandb-core (pid 4242)"; the first
-    LEFT_OUT_NAMED): those that are no worker, where the sampler was told the workers' pids.
+    `rss_mb_peak` and `pss_mb_peak` peak the SUM over main + children at one sample, since the
+    simultaneous total is what exhausts a machine (summed RSS overstates shared pages; PSS does not).
+    `worker_pss_growth_mb`: PSS(LAST_MEASURED) - PSS(FIRST_MEASURED) summed over the children sampled
+    at both marks (a worker respawned between them is not counted). `shm_mb_peak` is the machine-wide
+    /dev/shm high-water mark less its value at start(). `left_out` names the children not counted
+    (the first LEFT_OUT_NAMED), where the sampler was told the workers' pids.
     """
 
     interval_s: float
@@ -207,19 +192,13 @@ def _growth(tracks: List[_Track]) -> Optional[float]:
 class MemorySampler:
     """Sample RSS/PSS of this process and its children, and /dev/shm, on a daemon thread (a Meter).
 
-    Use start()/stop(), or `with MemorySampler() as mem: ...` followed by `mem.stop()` for the
-    report. The with block stops the thread even on an exception. start() and stop() each take
-    a sample, so a run always has its start and end state.
-    `interval_s` is the gap between background samples. It is stretched when one sample would
-    cost more than `max_cpu_fraction` of a core.
-    `forked_from`: the pid of the process this one was forked from and still shares pages with (a
-    sweep's job process, pipebench.measure.job_spawn). Its share of them, its PSS less its USS, is
-    counted as the main process's, as a fresh interpreter would own those pages alone: without it a
-    job's PSS read 150-240 MB lower than the same job's in a process of its own.
-    `workers`: where given, the only children counted, by pid: a live collection its owner fills
-    as the workers start (a watched loader's, each epoch's), read afresh at each sample. Any other
-    child (a service or subprocess the user's script started) is left out and named in `left_out`.
-    Not given, every child is counted (a job's process runs nothing but its loader).
+    start() and stop() each take a sample; a `with` block stops the thread even on an exception.
+    `interval_s` is stretched when one sample would cost more than `max_cpu_fraction` of a core.
+    `forked_from`: the process this one was forked from (a sweep's job process): its share of the
+    pages they share (PSS less USS) counts as ours, as a fresh interpreter would own them alone;
+    without it a job's PSS read 150-240 MB low. `workers`: where given, a live collection of the
+    only children counted (a watched loader's); any other child (a service the user's script
+    started) is named in `left_out`.
     """
 
     def __init__(self, interval_s: float = DEFAULT_INTERVAL_S, max_cpu_fraction: float = MAX_CPU_FRACTION,
@@ -279,11 +258,9 @@ class MemorySampler:
             raise RuntimeError("mark() needs a started, not yet stopped MemorySampler")
         self._sample(name)
 
-    def stop(self, names: Optional[Mapping[int, str]] = None) -> MemoryReport:
-        """Stop the thread and report (kept for columns() and record()). `names` relabels children
-        by pid (e.g. DataLoader worker ids)."""
+    def stop(self) -> MemoryReport:
+        """Stop the thread and report (kept for columns() and record())."""
         self._halt()
-        names = names or {}
         with self._lock:
             tracks = list(self._tracks.items())
             main = [t for pid, t in tracks if pid == self._pid]
@@ -302,7 +279,7 @@ class MemorySampler:
                 shm_mb_peak_abs=_mb(self._shm_peak),
                 processes=tuple(
                     ProcessMemory(
-                        label=names.get(pid, t.label),
+                        label=t.label,
                         pid=pid,
                         samples=t.samples,
                         rss_mb_peak=_mb(t.rss_peak),
