@@ -2,23 +2,17 @@
 
     python -m pipebench.measure.job_process LAUNCHER_PID TASK_MODULE ANSWER_FD < framed JobPayloads
 
-It ties its life to the launcher's first (pipebench.base.lifeline) and imports the task
-function's module and the modules it names in `WARM_MODULES` (torch with them: seconds) before it
-reads a job, so a process started ahead of its first job (pipebench.measure.job_spawn) is ready
-when the job comes, and every later job of the sweep starts without those seconds. An import
-frame names more modules for it to import, the chains' torchvision among them
-(pipebench.measure.job_spawn.warm). Each job's pickle it reads from stdin runs in a child it
-forks, in a session of its own, that unpickles it and runs it through Hydra's own `run_job`, so
-the job folder, logging and callbacks are exactly Hydra's, and this process stays as it was after
-its imports. A callable payload is run the same way, in a job's place: the check of a sweep's
-builds (pipebench.sweep.build_check). It answers on ANSWER_FD with the child's pid, then the child's
-exit status: 0 done, 2 a user error the job has printed and left in its folder
-(pipebench.base.errors.ERROR_FILE), a file it could not write (a full disk) included, 130
-interrupted, a negative signal number killed, anything else a crash.
+It dies with the launcher (pipebench.base.lifeline) and imports the task function's module and its
+`WARM_MODULES` (torch with them: seconds) before it reads a job, so every job of the sweep starts
+without those seconds; an import frame names more (pipebench.measure.job_spawn.warm). Each job's
+pickle runs in a forked child, in a session of its own, through Hydra's own `run_job` (so the job
+folder, logging and callbacks are Hydra's), and this process stays as its imports left it. A
+callable payload runs the same way (pipebench.sweep.build_check). It answers on ANSWER_FD with the
+child's pid, then its exit status: 0 done, 2 a user error the job printed and left in its folder
+(a file it could not write included), 130 interrupted, a negative signal number killed, else a crash.
 
-Hydra's run_job saves the job's .hydra/*.yaml with a plain open(): through a link planted in a
-shared results folder, and on a full disk with no file named. Here they are written as pipebench
-writes every file (pipebench.base.io): a new file renamed over the old name.
+Hydra's run_job saves .hydra/*.yaml with a plain open(), through a link planted in a shared results
+folder and on a full disk with no file named; here they are written atomically (pipebench.base.io).
 """
 
 import importlib

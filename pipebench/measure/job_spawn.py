@@ -1,24 +1,19 @@
 """The job process a sweep's jobs run from, and the one `pipebench run` starts ahead of its first job.
 
-A fresh interpreter costs seconds before it can run a job: Python, Hydra and torch imports (2.8 s
-on the 2-core machine). So a sweep pays them once: its job process (pipebench.measure.job_process)
-imports them, then runs each job in a child it forks, in a session of its own, and answers with the
-child's pid and then its exit status. Each job still starts from the same untouched state, the
-imports and nothing else, as it did in a fresh interpreter: the job process never unpickles a job
-itself, nor runs anything of one; the only modules it imports on request are torchvision's and
-pipebench's own that the chains name (`warm`), which each job would import alike. `pipebench run`
-(and `explore`, `tune`) spends about as long on its own imports and config checks before its
-first job, so it starts the job process first: the two import side by side, and the command
-builds its jobs for the check in a child of that process (pipebench.sweep.build_check), so it never
-imports torch itself.
+A fresh interpreter costs seconds of imports before it can run a job (2.8 s on the 2-core
+machine), so a sweep pays them once: its job process (pipebench.measure.job_process) imports them,
+then forks each job into a session of its own and answers with the child's pid and exit status.
+Each job still starts from the imports and nothing else: the job process never unpickles or runs
+anything of a job, and imports on request only the torchvision and pipebench modules the chains
+name (`warm`). `pipebench run` starts it ahead of its own imports and config checks, so the two
+import side by side, and builds its jobs for the check in a child of it (sweep.build_check).
 
-Processes are plain pids here, not Popen objects: the launcher receives the one started ahead as
-numbers in its config (`hydra.launcher.ahead=[pid,stdin,status]`) and owns it from then on. Which
-side ends it follows from the kernel: a process still this process's unreaped child was never run
-(the launcher reaps its job process before it returns), so only that one is the starter's to end.
-Neither side ever kills a pid it has reaped, or closes a descriptor it has handed on. A job's
-child is left unreaped, its group killed, until the next job or the end is asked for, so its pid
-names its process group for as long as the launcher may still kill that group.
+Processes are plain pids, not Popen objects: the launcher gets the one started ahead as numbers
+(`hydra.launcher.ahead=[pid,stdin,status]`) and owns it from then on. A process still this
+process's unreaped child was never run (the launcher reaps its job process), so only that one is
+the starter's to end. No side kills a pid it has reaped or closes a descriptor it has handed on; a
+job's child stays unreaped, its group killed, so its pid names its group while the launcher may
+still kill it.
 """
 
 import os
@@ -29,8 +24,7 @@ from typing import Any, Iterable, List, Mapping, Optional, Sequence
 from pipebench.config.target_node import TargetNode
 
 __all__ = ["JOB_PROCESS_MODULE", "WAITS_UNREAPED", "JobProcess", "discard", "forking_job_process", "imported_modules",
-           "job_process_command", "kill_group", "read_frame", "read_number", "run_job", "serving", "start_job_process",
-           "take", "warm"]
+           "kill_group", "read_frame", "read_number", "run_job", "serving", "start_job_process", "take", "warm"]
 
 JOB_PROCESS_MODULE = "pipebench.measure.job_process"
 # What subprocess.Popen(restore_signals=True) resets in a child: Python ignores SIGPIPE and
@@ -63,12 +57,6 @@ class JobProcess:
     status_fd: int
 
 
-def job_process_command(python: str, launcher_pid: int, warm: str, status_fd: int) -> List[str]:
-    """The command line of a job process that dies with `launcher_pid`, imports `warm` (the task
-    function's module) while it waits for its first job, and answers on `status_fd`."""
-    return [python, "-m", JOB_PROCESS_MODULE, str(launcher_pid), warm, str(status_fd)]
-
-
 def _inherited_fds(keep: int) -> List[int]:
     """Descriptors above stderr a child would inherit, but `keep`: closed in it, as Popen's close_fds does."""
     try:
@@ -86,15 +74,17 @@ def _inherited_fds(keep: int) -> List[int]:
 
 
 def start_job_process(python: str, launcher_pid: int, warm: str) -> JobProcess:
-    """Start a job process in a session of its own, its stdin a pipe this process writes and an
+    """Start a job process in a session of its own that dies with `launcher_pid` and imports `warm`
+    (the task function's module) while it waits: its stdin a pipe this process writes, and an
     answer pipe this process reads."""
     read_fd, write_fd = os.pipe()
     answer_read, answer_write = os.pipe()
     os.set_inheritable(answer_write, True)
     actions = [(os.POSIX_SPAWN_DUP2, read_fd, 0), *((os.POSIX_SPAWN_CLOSE, fd) for fd in _inherited_fds(answer_write))]
     try:
-        pid = os.posix_spawnp(python, job_process_command(python, launcher_pid, warm, answer_write), os.environ,
-                              file_actions=actions, setsid=True, setsigdef=RESTORED_SIGNALS)
+        command = [python, "-m", JOB_PROCESS_MODULE, str(launcher_pid), warm, str(answer_write)]
+        pid = os.posix_spawnp(python, command, os.environ, file_actions=actions, setsid=True,
+                              setsigdef=RESTORED_SIGNALS)
     except BaseException:
         os.close(write_fd)
         os.close(answer_read)
@@ -212,11 +202,8 @@ def _close(fd: int) -> None:
 
 def _end(process: JobProcess, kill: bool = False) -> int:
     """End the job process, its group killed and it reaped; its exit status as Popen gives it.
-
-    Closing its stdin asks it to end once it has reaped its last job; `kill` ends it at once (an
-    interrupted sweep), the job it was running then dying with it by the kernel's parent-death
-    signal (pipebench.base.lifeline).
-    """
+    Closing its stdin asks it to end after its last job; `kill` ends it at once (an interrupted
+    sweep), its job dying with it by the parent-death signal (pipebench.base.lifeline)."""
     _close(process.stdin_fd)
     status = None
     try:
