@@ -68,6 +68,10 @@ class _Region:
         box = None if img is None else self.box(img)
         if box is None:
             return own_forward(*(self._whole(i) for i in inputs))
+        return self._boxed_pixels(img, box)
+
+    def _boxed_pixels(self, img: Any, box: Box) -> torch.Tensor:
+        """The box of `img`: its region, or the whole decode cropped where the codec does not take it."""
         region = self._region(img, box)
         return region if region is not None else _crop(self._whole(img), box)
 
@@ -138,21 +142,8 @@ def center_box(image: Tuple[int, int], size: Sequence[int]) -> Optional[Box]:
     return int(round((height - crop_h) / 2.0)), int(round((width - crop_w) / 2.0)), crop_h, crop_w
 
 
-class RegionCenterCrop(_Region, v1.CenterCrop):
-    """torchvision.transforms.CenterCrop, decoding only its box of the JPEG."""
-
-    movement = Movement(accepts=PIL_ONLY, returns=TENSOR)
-
-    def box(self, img: Any) -> Optional[Box]:
-        """The centre box of `img`, or None when the crop is larger than the image (it pads)."""
-        return center_box(_size_of(img), self.size)
-
-    def forward(self, img):
-        return self._boxed((img,), super().forward)  # a crop larger than the image pads
-
-
-class RegionCenterCropV2(_Region, v2.CenterCrop):
-    """torchvision.transforms.v2.CenterCrop, decoding only its box of the JPEG."""
+class _RegionCenter(_Region):
+    """CenterCrop's region form (v1 and v2): not random."""
 
     movement = Movement(accepts=PIL_ONLY, returns=TENSOR)
 
@@ -162,6 +153,14 @@ class RegionCenterCropV2(_Region, v2.CenterCrop):
 
     def forward(self, *inputs):
         return self._boxed(inputs, super().forward)
+
+
+class RegionCenterCrop(_RegionCenter, v1.CenterCrop):
+    """torchvision.transforms.CenterCrop, decoding only its box of the JPEG."""
+
+
+class RegionCenterCropV2(_RegionCenter, v2.CenterCrop):
+    """torchvision.transforms.v2.CenterCrop, decoding only its box of the JPEG."""
 
 
 def _resample(interpolation: Any) -> int:
@@ -179,49 +178,43 @@ def resize_region(region: torch.Tensor, size: Sequence[int], interpolation: Any,
     return pil_to_tensor(resized)
 
 
-class RegionRandomResizedCrop(_Region, v1.RandomResizedCrop):
-    """torchvision.transforms.RandomResizedCrop, decoding only its box of the JPEG, then resizing it."""
+class _RegionResized(_Region):
+    """RandomResizedCrop's region form (v1 and v2): its box decoded, then resized as the step it
+    replaced resized it."""
 
     movement = REGION_MOVEMENT
 
     def __init__(self, *args: Any, pil_resize: bool = True, **kwargs: Any):
         super().__init__(*args, **kwargs)
         self.pil_resize = pil_resize
+
+    def _resized(self, img: Any) -> torch.Tensor:
+        region = self._boxed_pixels(img, self.box(img))
+        return resize_region(region, self.size, self.interpolation, self.antialias, self.pil_resize)
+
+
+class RegionRandomResizedCrop(_RegionResized, v1.RandomResizedCrop):
+    """torchvision.transforms.RandomResizedCrop, decoding only its box of the JPEG, then resizing it."""
 
     def box(self, img: Any) -> Box:
         """The box this crop draws for `img` (its own sampler; always inside the image)."""
         return self.get_params(img, self.scale, self.ratio)
 
     def forward(self, img):
-        box = self.box(img)
-        region = self._region(img, box)
-        if region is None:
-            region = _crop(self._whole(img), box)
-        return resize_region(region, self.size, self.interpolation, self.antialias, self.pil_resize)
+        return self._resized(img)
 
 
-class RegionRandomResizedCropV2(_Region, v2.RandomResizedCrop):
+class RegionRandomResizedCropV2(_RegionResized, v2.RandomResizedCrop):
     """torchvision.transforms.v2.RandomResizedCrop, decoding only its box of the JPEG, then resizing it."""
-
-    movement = REGION_MOVEMENT
 
     def box(self, img: Any) -> Box:
         """The box this crop draws for `img` (its own sampler; always inside the image)."""
         return params_box(self.make_params([img]))
 
-    def __init__(self, *args: Any, pil_resize: bool = True, **kwargs: Any):
-        super().__init__(*args, **kwargs)
-        self.pil_resize = pil_resize
-
     def forward(self, *inputs):
-        img = inputs[0] if len(inputs) == 1 else None
-        if img is None:
+        if len(inputs) != 1:
             return super().forward(*(self._whole(i) for i in inputs))
-        box = self.box(img)
-        region = self._region(img, box)
-        if region is None:
-            region = _crop(self._whole(img), box)
-        return resize_region(region, self.size, self.interpolation, self.antialias, self.pil_resize)
+        return self._resized(inputs[0])
 
 
 # How far each PIL resampling filter reads from an output pixel's centre, in source pixels at scale 1
@@ -277,6 +270,12 @@ class _RegionResizeCenterCrop(_Region):
     """Resize(size) then CenterCrop(crop_size) as one region decode: the kept window's source box,
     widened by the filter's support, is decoded and resized on the full resize's pixel grid."""
 
+    movement = Movement(accepts=PIL_ONLY, returns=TENSOR)
+
+    def __init__(self, size: Any, crop_size: Any, **kwargs: Any):
+        super().__init__(size, **kwargs)
+        self.crop_size = _setup_size(crop_size)
+
     def _window(self, img: Any) -> Optional[Tuple[Tuple[int, int], Box]]:
         return resize_crop_window(_size_of(img), self.size, self.crop_size, self.max_size)
 
@@ -301,24 +300,12 @@ class _RegionResizeCenterCrop(_Region):
 class RegionResizeCenterCrop(_RegionResizeCenterCrop, v1.Resize):
     """torchvision.transforms.Resize then CenterCrop(crop_size), decoding only the region they keep."""
 
-    movement = Movement(accepts=PIL_ONLY, returns=TENSOR)
-
-    def __init__(self, size: Any, crop_size: Any, **kwargs: Any):
-        super().__init__(size, **kwargs)
-        self.crop_size = _setup_size(crop_size)
-
     def forward(self, img):
         return self._forward(img, lambda t: v1.CenterCrop(self.crop_size)(v1.Resize.forward(self, t)))
 
 
 class RegionResizeCenterCropV2(_RegionResizeCenterCrop, v2.Resize):
     """torchvision.transforms.v2.Resize then CenterCrop(crop_size), decoding only the region they keep."""
-
-    movement = Movement(accepts=PIL_ONLY, returns=TENSOR)
-
-    def __init__(self, size: Any, crop_size: Any, **kwargs: Any):
-        super().__init__(size, **kwargs)
-        self.crop_size = _setup_size(crop_size)
 
     def forward(self, *inputs):
         img = inputs[0] if len(inputs) == 1 else None
