@@ -102,21 +102,13 @@ MAIN_STEP_SLICE = "main/step"
 class StepLoop:
     """Runs steps against one BatchStream and records them. Batches go to `consumer.device`.
 
-    `trace`: the main process's viztrace recorder (set by `VizTraceSession.start_main`), or None.
-    `copier` makes the host-to-device copy (finished before it returns; GPU-timed on CUDA).
-    `after_measured`, when set, is called after each measured step (e.g. to read allocator
-    state); its cost lands in the next step's gap, as the loop's own.
-    `on_batch(batch, epoch)`, when set, sees every batch (warm-up included; e.g. the index log of
-    the exactly-once check); it is the loop's own bookkeeping too, so its cost lands in the next gap.
-    `after_step(batch, epoch)`: run after the consumer step and timed as the step's collective
-    (a multi-rank run's all-reduce, which waits for the slowest rank), or None.
-    `watchdog` (pipebench.base.watchdog) bounds the step's own work in this process: making the
-    batch when the stream is in-process, then the copy and the consumer step (not `after_step`). A step that runs
-    past it ends in a StepTimeoutError naming the transform and sample, or the consumer.
-    `clock`: run.sync=async (pipebench.measure.repeats). The copy is queued non-blocking and
-    nothing waits inside the step; CUDA events at the step's boundaries are read late, and the
-    host waits only when MAX_STEPS_IN_FLIGHT steps are unread (that wait is timed as the
-    consumer's). None: the synchronised loop, each phase finished before the next.
+    `trace`: the main process's viztrace recorder, or None. `copier` makes the host-to-device copy.
+    `after_measured` (after each measured step) and `on_batch(batch, epoch)` (every batch, warm-up
+    included) are the loop's own bookkeeping: their cost lands in the next step's gap.
+    `after_step(batch, epoch)` is timed as the step's collective (a multi-rank all-reduce).
+    `watchdog` bounds this process's own work in a step (making an in-process batch, the copy, the
+    consumer step; not `after_step`). `clock`: run.sync=async, where nothing waits inside a step and
+    CUDA events at its boundaries are read late; None: each phase finished before the next.
     """
 
     stream: BatchStream
@@ -222,10 +214,8 @@ def drain_backlog(loop: StepLoop, least: int, since_ns: int, most: int,
                   agree: Optional[Callable[[bool], bool]] = None) -> int:
     """Steps that take what the workers made ahead of the loop while it was held since `since_ns`;
     returns their samples. At least `least` steps, then on until a batch finished after `since_ns`
-    comes: a thread backend's queues hold more than workers x prefetch_factor (measured here at one
-    thread: spdl's first 6 window steps and torchdata's first 3 came at once after a drain of 2).
-    At most `most` steps past `least` (a bound, should the batches' clock not be the loop's).
-    `agree` shares each wish to go on with the other ranks, as in the window."""
+    comes (a thread backend's queues hold more than workers x prefetch_factor: spdl's first 6 window
+    steps came at once after a drain of 2), at most `most` more. `agree` as in the window."""
     samples = steps = 0
     while True:
         held_back = steps < least or (steps > 0 and loop.last_done_ns < since_ns and steps < least + most)
@@ -240,19 +230,14 @@ def drain_backlog(loop: StepLoop, least: int, since_ns: int, most: int,
 def measure_pass(loop: StepLoop, plan: PassPlan, sink: TimingSink, label: str,
                  marks: Optional[WindowMarks] = None,
                  agree: Optional[Callable[[bool], bool]] = None) -> PassResult:
-    """First batch, warm-up, then whole worker cycles until the plan's window and `run.min_time_s`
-    are both reached, or `run.max_time_s` has passed.
+    """First batch, warm-up, then whole worker cycles (no phase bias in a starved loop) until the
+    plan's window and `run.min_time_s` are both reached, or `run.max_time_s` has passed.
 
-    A starved loop's steps repeat with the worker cycle, so a window of whole cycles has no
-    phase bias. `marks` are called around the steady state, so a memory sampler can take exact
-    readings there. The holding ones (half a second of page-table walks for 8 workers on the
-    2-core machine) hold the loop while workers with cores to spare go on making batches, up to
-    their backlog: a window that started right after would get those free, and a CPU meter marked
-    then would count their samples without their CPU. So steps that drain that backlog follow them
-    (`drain_backlog`: at least `plan.drain`, on until a batch made after the marks comes), outside
-    the clock and the quick meters' window (`PassResult.drained_samples`); the quick meters mark
-    inside the clock. `agree(want_more)` turns this process's wish to go on into a decision shared
-    with other ranks; its time is no step's (the drain is as long on every rank).
+    `marks` bracket the steady state. The holding ones (half a second of page-table walks at 8
+    workers) hold the loop while the workers build a backlog that a window would get free, and a CPU
+    meter would count without its CPU: so `drain_backlog` steps follow them, outside the clock and
+    the quick meters' marks. `agree(want_more)` shares the wish to go on with the other ranks; its
+    time is no step's.
     """
     start = time.perf_counter_ns()
     loop.step(None)

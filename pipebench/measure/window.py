@@ -1,12 +1,10 @@
 """The measured window as training sees it: whole worker cycles of steady state, and the epoch ends.
 
-W worker processes started together deliver W batches, then the loop waits a whole cycle, so
-any W consecutive steps hold one cycle's time. A thread backend's pool makes each batch with all
-its threads together, so its batches come one at a time and its cycle is one step. The steady state is cut into such blocks. An epoch end
-inside the window restarts non-persistent workers: the cycle that starts at the epoch's first
-batch holds the restart (and the short steps after it borrow from that wait), so that whole
-cycle is kept apart, never mixed into the steady rate, and its excess over a steady cycle is the
-restart cost an epoch pays.
+W worker processes started together deliver W batches, then the loop waits a whole cycle, so any W
+consecutive steps hold one cycle's time (a thread pool's cycle is one step: its threads make each
+batch together). An epoch end restarts non-persistent workers: the cycle from the epoch's first
+batch holds the restart, so it is kept out of the steady rate, and its excess over a steady cycle
+is the restart cost an epoch pays.
 """
 
 from dataclasses import dataclass
@@ -101,7 +99,6 @@ def split_window(passes: Sequence[PassResult], cycle: int) -> Window:
             if steps[position].epoch != previous_epoch:
                 blocks.extend(_blocks(segment_start, position, cycle))
                 boundaries.append((position, min(position + cycle, end)))
-                previous_epoch = steps[position].epoch
                 position = segment_start = min(position + cycle, end)
                 # The boundary cycle may itself hold a further epoch end (epochs shorter than a
                 # cycle); the next segment then starts at the epoch in force after it.
@@ -155,10 +152,9 @@ def reused_window(record: Mapping[str, Any], passes: Sequence[PassResult]) -> Wi
 def interval_blocks(window: Window, step_ns: np.ndarray, min_block_ns: float, min_blocks: int
                      ) -> List[Tuple[int, ...]]:
     """The steady cycles grouped into blocks of k consecutive cycles (step indices each): k the
-    fewest cycles that span `min_block_ns`, lowered until at least `min_blocks` blocks remain.
-    A block never spans an epoch end, so each is a stretch of consecutive time. The blocks hold
-    every steady step (a segment's last block takes its leftover cycles), so the interval's
-    estimate is the steady rate itself: leftover cycles left out could move it outside."""
+    fewest cycles that span `min_block_ns`, lowered until at least `min_blocks` blocks remain. No
+    block spans an epoch end, and a segment's last block takes its leftover cycles, so the
+    interval's estimate is the steady rate itself."""
     segments: List[List[range]] = []
     for a, b in window.blocks:
         if not segments or segments[-1][-1].stop != a:
@@ -209,13 +205,9 @@ class EpochCost:
 
 
 def epoch_cost(window: Window, workers: int, persistent: bool) -> EpochCost:
-    """The restart cost of an epoch: a boundary cycle's time minus a steady cycle's.
-
-    Measured where epoch ends fell inside the window (the median over them); else estimated from
-    each pass's first batch, which is the same fresh start of the workers plus one cycle's work
-    (W batches for W processes; one batch for a thread pool, whose threads make it together).
-    `persistent`: the workers outlive the epoch (never a thread backend's: it starts a fresh pool).
-    """
+    """The restart cost of an epoch: a boundary cycle's time minus a steady cycle's, the median over
+    the window's epoch ends; else from the passes' first batch, the same fresh start of the workers
+    plus one cycle's work. `persistent`: the workers outlive the epoch (never a thread pool's)."""
     if workers == 0:
         return EpochCost(0.0, RESTART_NO_WORKERS)
     steady = window.steady_indices()
