@@ -1,26 +1,13 @@
 """Does a variant compute what the base chain computes? Measured on real samples, never assumed.
 
-First the same-seed check: both chains on the same inputs, each batch under the same seeds;
-equal outputs are `identical`, equal within float tolerance (a reordered float computation)
-`close`. Otherwise, if a step is random (or declares nothing, so might be), a two-sample
-Kolmogorov-Smirnov test on per-sample statistics across many seeds decides between `same
-distribution` and `not equivalent`. A random transform moved into the collate makes one draw
-per batch instead of one per sample: always `not equivalent`, whatever the test says.
-
-A move that changes the decode (decoder: another decoder; gpu_decoder: the batched decoder, on
-the variant's device; tensor_path: another decoder and tensor interpolation; reduced_decode: a
-DCT-scaled decode; region_decode: only the crop's box decoded, by nvImageCodec) may change pixels a
-little by design. Its variant is judged in two parts: first
-the decoded pixels alone, on the same files and seeds (decoder, gpu_decoder: the chain's
-PIL->tensor conversion against the decoder; the other two: the steps the move replaced
-against the originals, as 8-bit images after the resize); the largest difference in grey levels
-must stay within one bound, `pipebench explore --max-pixel-diff` (default DEFAULT_MAX_PIXEL_DIFF,
-what two standard JPEG decoders differ by), else `not equivalent`. Then the rest of the variant is
-checked against the base chain with the same move applied (gpu_decoder: with the decoder move, the
-same decode one image at a time), so a grey level of decode difference is not mistaken for a change
-of distribution downstream. Within the bound and the rest equal: `identical` when every pixel
-agrees, else `close (max |Δ| = k)`. On-device steps run on the CPU here, but for a step that names
-its device (gpu_decoder's decode, on CUDA where there is one); outputs are compared on the CPU.
+Same seed first: equal outputs are `identical`, equal within float tolerance `close`. Otherwise a
+chain that is (or may be) random gets a Kolmogorov-Smirnov test on per-sample statistics across
+many seeds; a random step moved into the collate (one draw a batch) is always `not equivalent`.
+A decode move may change pixels a little by design: its decoded pixels are compared alone, within
+`--max-pixel-diff` grey levels, and the rest of the variant against the base chain with the same
+move applied, so a grey level of decode difference is not mistaken for a change downstream.
+docs/explore.md gives each verdict in full. On-device steps run on the CPU here, but for a step
+that names its device; outputs are compared on the CPU.
 """
 
 from dataclasses import dataclass
@@ -101,17 +88,15 @@ STATISTICS = ("mean", "std")
 # nvJPEG decode (gpu_decoder on CUDA) upsamples 4:2:0 chroma nearest-neighbour where libjpeg-turbo
 # interpolates: on the H100 host 57 levels from PIL on the synthetic JPEGs, 129 at flat-colour edges,
 # 0 on 4:4:4 files; so it is not, and its verdict says why (GPU_DECODER_CHROMA). TorchCodec's CUDA
-# decode, which gpu_decoder runs where TorchCodec is installed, goes through nvJPEG's batched decode too
-# (nvjpegDecodeBatched, its DecodeJpegCuda.cpp): presumably alike, not yet measured on a GPU. A reduced-size
-# decode is a different low-pass filter from the resize's and differs by up to ~54 levels at sharp,
-# grainy edges on the default corpus (measured): beyond this bound by design, so the user who
-# accepts that raises it (--max-pixel-diff 64).
+# decode goes through nvJPEG's batched decode too. A reduced-size decode is a different low-pass
+# filter from the resize's and differs by up to ~54 levels at sharp, grainy edges on the default
+# corpus (measured): beyond this bound by design, so the user who accepts that raises it
+# (--max-pixel-diff 64).
 DEFAULT_MAX_PIXEL_DIFF = 4
 # Why gpu_decoder on a GPU can exceed the bound on 4:2:0 JPEGs (nearly every photo), and the ways out.
 GPU_DECODER_CHROMA = ("nvJPEG's batched decode (TorchCodec's or torchvision's) upsamples 4:2:0 chroma "
-                      "nearest-neighbour where PIL interpolates, "
-                      "so colour edges differ; gpu_region_decode (nvImageCodec, interpolating) keeps PIL's pixels, "
-                      "or --max-pixel-diff accepts the difference")
+                      "nearest-neighbour where PIL interpolates, so colour edges differ; gpu_region_decode "
+                      "(nvImageCodec, interpolating) keeps PIL's pixels, or --max-pixel-diff accepts the difference")
 # Random steps that give the same pixels on a PIL image and on a tensor (they move or crop pixels,
 # or resize, which the pixel bound is for): a decode move that carries them stays judged by the bound.
 EXACT_ON_TENSORS = ("RandomHorizontalFlip", "RandomVerticalFlip", "RandomCrop", "RandomResizedCrop")
@@ -160,6 +145,11 @@ class _Built:
         for step in (*self.per_batch, *self.on_device):
             batch = step(batch)
         return batch.cpu() if isinstance(batch, torch.Tensor) else batch  # a step may name its device
+
+
+def _failure(exc: Exception) -> str:
+    """A failing step's error, for the verdict's detail: its type and first line."""
+    return f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
 
 
 def _may_be_random(chain: Chain) -> bool:
@@ -305,7 +295,7 @@ def check(base_chain: Chain, variant: Variant, fetch: Fetch, seed: int,
     try:
         worst, note, moved = _decoded_difference(move, base_chain, variant, fetch, seed)
     except Exception as exc:  # a decoder may fail on the user's files; the verdict says how
-        return Equivalence(FAILS, f"{move}: {type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}")
+        return Equivalence(FAILS, f"{move}: {_failure(exc)}")
     note += f" (bound {max_pixel_diff}, --max-pixel-diff)"
     if worst > max_pixel_diff and _random_pixels_moved(move, base_chain):
         # A random colour step now runs on the tensor: its draw, not the decode, may make the
@@ -337,7 +327,7 @@ def _check_chain(base_chain: Chain, variant: Variant, fetch: Fetch, seed: int) -
             # Fresh inputs for each chain: a transform that works in place must not feed the other.
             outcomes.append(_compare(base(fetch(BATCH_SIZE), seed + k), built(fetch(BATCH_SIZE), seed + k)))
     except Exception as exc:  # a user's transform may fail in any way; the verdict says how
-        return Equivalence(FAILS, f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}")
+        return Equivalence(FAILS, _failure(exc))
     same_seed = f"{SAME_SEED_BATCHES} seeds x {BATCH_SIZE} samples"
     reasons = [o for o, _ in outcomes if o not in (IDENTICAL, CLOSE)]
     diffs = [d for _, d in outcomes if d is not None]
@@ -364,5 +354,5 @@ def chain_failure(chain: Chain, fetch: Fetch, seed: int) -> str:
     try:
         _Built.of(chain)(fetch(BATCH_SIZE), seed)
     except Exception as exc:  # the user's steps on the user's data: any error is the answer
-        return f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
+        return _failure(exc)
     return ""

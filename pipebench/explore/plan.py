@@ -1,13 +1,8 @@
 """`pipebench explore`: find a chain's variants, check them, and lay out one interleaved sweep.
 
-Before anything is measured: every variant's chain is checked for equivalence with the base
-chain and registered as a `transform/<name>` config in Hydra's ConfigStore, in memory; for the
-reader, each is also written to `<invocation>/variants/transform/<name>.yaml` and recorded in
-`variants.json`, `equivalence.md` and `equivalence.csv`. Nothing in the folder is read back:
-resuming an interrupted exploration regenerates the variants from the base chain and the moves
-(deterministic), so a file planted there is never composed, instantiated or run. The CLI then
-sweeps `transform=<base>,<variant>,...` through the same path as `pipebench run`, and
-`explore_table` joins the measured rows with the variants.
+Each variant is checked for equivalence with the base chain and registered as `transform=<name>` in
+Hydra's ConfigStore, in memory; the files written for the reader are never read back: a resume
+regenerates the variants (deterministic), so a file planted in the folder is never composed or run.
 """
 
 import dataclasses
@@ -81,8 +76,7 @@ EXPLORE_DEFAULTS = (("rounds", str(DEFAULT_ROUNDS)), ("run.steps", "10"), ("run.
                     ("trace", "none"))
 # Written for the reader (a variant to copy into one's own configs), never read back.
 VARIANTS_DIR = "variants"
-# The override run_command puts in front of a sweep for --config-dir (and, before variants went
-# to the ConfigStore, for the folder's own variants/).
+# The override run_command puts in front of a sweep for --config-dir (and an older folder's variants/).
 SEARCH_PATH_KEY = "hydra.searchpath="
 TRANSFORM_GROUP = "transform"
 CONFIG_PROVIDER = "pipebench explore"
@@ -169,13 +163,6 @@ def _write_variant_configs(folder: Path, variants: Sequence[Variant]) -> None:
         write_text_atomic(folder / f"{variant.name}.yaml", header + OmegaConf.to_yaml(variant.chain.as_config()))
 
 
-def register_variant_configs(plan: "Plan") -> None:
-    """Each variant as `transform=<name>`, from the chains just generated, in Hydra's ConfigStore:
-    the sweep composes them in memory, and the job processes get them with Hydra's own state."""
-    for item in plan.checked[1:]:
-        store_variant(item.variant)
-
-
 def _equivalence_rows(checked: Sequence[Checked]) -> List[Dict[str, object]]:
     rows = []
     for item in checked:
@@ -222,8 +209,8 @@ def unfinished_exploration(results_dir: Path, base: str, overrides: Sequence[str
 
 
 def store_variant(variant: Variant) -> None:
-    """`transform=<name>` in Hydra's ConfigStore (explore's sweep and tune's points compose it); a loader move's variant also sets its loader key,
-    so it is a global package (the chain under `transform`, the setting under `loader`)."""
+    """`transform=<name>` in Hydra's ConfigStore (explore's sweep and tune's points compose it); a loader
+    move's variant also sets its loader key, so it is a global package."""
     store = ConfigStore.instance()
     if not variant.loader:
         store.store(group=TRANSFORM_GROUP, name=variant.name, node=variant.chain.as_config(), provider=CONFIG_PROVIDER)
@@ -346,9 +333,10 @@ def plan_exploration(overrides: Sequence[str], first_job: Sequence[str], fresh: 
 
 
 def write_plan(plan: Plan) -> str:
-    """Register the variants for the sweep and write what explore found into its folder (whose lock
-    the caller holds); returns the equivalence table."""
-    register_variant_configs(plan)
+    """Register the variants for the sweep (the job processes get them with Hydra's own state) and
+    write what explore found into its folder, whose lock the caller holds; returns the equivalence table."""
+    for item in plan.checked[1:]:
+        store_variant(item.variant)
     _write_variant_configs(plan.invocation_dir / VARIANTS_DIR / TRANSFORM_GROUP,
                            [item.variant for item in plan.checked[1:]])
     return write_variant_files(plan.invocation_dir, plan.checked, plan.not_applied)

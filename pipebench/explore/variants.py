@@ -1,47 +1,12 @@
 """Generate a chain's variants from what its transforms declare (pipebench.pipeline.movement).
 
-The moves, each legal only where the declarations say so:
-- region_decode: when the first pixel step after the decode is a crop with a region_form
-  (RandomCrop, CenterCrop, RandomResizedCrop), the decode and the crop become that form: it draws
-  the box from the JPEG's header with the crop's own sampler and decodes only the box
-  (nvImageCodec's CPU backend); the PIL steps after it run on the tensor, as for tensor_path;
-- reduced_decode: a first step that resizes down (RandomResizedCrop, Resize) is replaced by its
-  draft_form, which decodes the JPEG at 1/2, 1/4 or 1/8 size where its output allows (needs a
-  JPEG dataset whose images are at least twice the output size); pixels differ a little;
-- tensor_path: decode the JPEG straight to a uint8 tensor (torchvision.io.decode_jpeg) and run
-  the steps before the PIL->tensor conversion on it, as their torchvision.transforms.v2 forms
-  (`tensor_form`); the conversion keeps only what is left to do (ToTensor: the float scaling);
-  pixels differ a little (another decoder, tensor interpolation);
-- decoder: the PIL->tensor conversion is replaced by the decoder it names (`decoder_form`:
-  torchvision.io.decode_jpeg on the file's bytes); crops that ran on the PIL image before it
-  follow it, on the tensor, as the decoder reads the whole file;
-- crop_first: a crop moves ahead of the pointwise steps before it (PIL->tensor conversion
-  included), as long as it accepts what arrives there; a step that is not pointwise, or
-  declares nothing, stops it;
-- fast: every transform with a fast_form is replaced by the last of its fast forms, and a cast
-  to float followed by Normalize (FUSED_CASTS) by one fused multiply-add on the uint8 pixels;
-- per_batch: trailing per-sample transforms with a batch_form move into the collate (a crop
-  stays: it shrinks the sample, so it runs before the batch is made);
-- late_cast: the trailing steps that turn integer pixels into float (`casts`) run after the
-  host-to-device copy (`on_device`), so the batch crosses the worker boundary, the pinning and
-  the copy as uint8;
-- to_device: every trailing batch-able step runs after the copy, on the consumer's device (a
-  random step only if its batch form keeps one draw a sample; a crop stays, as for per_batch);
-- gpu_decoder: the worker only reads the JPEG file's bytes; after the copy the whole batch is
-  decoded in one call on the consumer's device (nvJPEG on CUDA), then cropped there (the crop's
-  batch form), then every later step runs there as its batch form (to_device's rules);
-- gpu_region_decode: region_decode split at the copy: the worker reads the file's bytes and draws
-  the crop's box from the header with the crop's own sampler; after the copy only the batch's
-  boxes are decoded, in one nvImageCodec call on the consumer's device, then the later steps run
-  there as their batch forms.
-The first six stack; the next three are alternative places for the chain's tail. The four
-decode moves (region_decode, tensor_path, decoder, reduced_decode) replace the same decode, so in the stack the
-first of them that applies takes it and the others then find nothing to do. gpu_decoder replaces
-both the decode and the tail, so it stacks only with the moves that touch neither. Variants: each
-move alone, then the stack built up one move at a time (a move that changes nothing is left out),
-then the full stack with each tail, then gpu_decoder and gpu_region_decode on the stack of the others. That is a ladder
-from the base chain to the most-moved one, so explore can show what each edit is worth on its own
-and on the way to the winner. A chain that equals an earlier variant is dropped.
+Each move is legal only where the declarations say so; docs/explore.md says what each does. The
+stacked moves (STACKED) build up one at a time; the tails (TAILS) are alternative homes for the
+chain's tail; gpu_decoder and gpu_region_decode replace both the decode and the tail, so they stack
+only on the moves that touch neither. The four decode moves replace the same decode, so in the stack
+the first that applies takes it. The variants form a ladder from the base chain to the most-moved
+one (`_ladder`), so explore can show what each edit is worth alone and on the way to the winner; a
+chain equal to an earlier variant is dropped.
 """
 
 import functools
