@@ -1,13 +1,9 @@
-"""A transform chain's config as the Python that builds it, for the lines tune prints to paste.
-
-A chain config is lists of Hydra `_target_` nodes (`per_sample`, `per_batch`, `on_device`). Each
-node becomes the call it instantiates to: torchvision's own transforms in torchvision's terms
-(`transforms.RandomCrop(256)`, `v2.ToDtype(torch.float32, scale=True)`), anything else by its
-class imported from its module; `hydra.utils.get_object` nodes become the object they name. Each
-list is one `transforms.Compose([...])` (`v2.Compose` for a chain of v2 steps), with a comment saying where it runs.
+"""A transform chain's config as the Python that builds it, for the lines tune prints to paste:
+each `_target_` node as the call it instantiates to (torchvision's transforms in torchvision's terms,
+`v2.ToDtype(torch.float32, scale=True)`), each list one `Compose([...])` with a comment saying where it runs.
 """
 
-from typing import Any, Dict, List, Mapping, Sequence, Set, Tuple
+from typing import Any, List, Mapping, Sequence, Set
 
 from pipebench.explore.chain import StepArguments, target
 
@@ -19,16 +15,10 @@ IMPORTS = {"v2": "from torchvision.transforms import v2", "transforms": "from to
 # The node Hydra instantiates to the object at `path` (a dtype, a function).
 GET_OBJECT = "hydra.utils.get_object"
 # Where each list of the chain runs, as the comment above its Compose says.
-STAGES = (("per_sample", "per_sample", "each sample, in the Dataset's __getitem__ (the workers)"),
-          ("per_batch", "per_batch", "each batch, after default_collate in the collate_fn"),
-          ("on_device", "on_device", "each batch on the device, after the host-to-device copy"))
+STAGES = (("per_sample", "each sample, in the Dataset's __getitem__ (the workers)"),
+          ("per_batch", "each batch, after default_collate in the collate_fn"),
+          ("on_device", "each batch on the device, after the host-to-device copy"))
 INDENT = "    "
-
-
-def _module_of(target: str) -> Tuple[str, str]:
-    """(module, name) of a dotted `_target_`."""
-    module, _, name = target.rpartition(".")
-    return module, name
 
 
 def _value(value: Any, imports: Set[str]) -> str:
@@ -48,7 +38,7 @@ def _value(value: Any, imports: Set[str]) -> str:
 
 def _call(node: Mapping[str, Any], imports: Set[str]) -> str:
     """One `_target_` node as the call that builds it."""
-    module, name = _module_of(target(node))
+    module, _, name = target(node).rpartition(".")
     alias = TORCHVISION_MODULES.get(module)
     if alias is not None:
         imports.add(IMPORTS[alias])
@@ -66,7 +56,7 @@ def chain_code(config: Mapping[str, Sequence[Mapping[str, Any]]]) -> List[str]:
     `transforms.Compose([...])` a list that has steps."""
     imports: Set[str] = set()
     body: List[str] = []
-    for key, variable, where in STAGES:
+    for key, where in STAGES:
         steps = list(config.get(key) or ())
         if not steps:
             continue
@@ -75,7 +65,6 @@ def chain_code(config: Mapping[str, Sequence[Mapping[str, Any]]]) -> List[str]:
         alias = "v2" if any(c.startswith("v2.") for c in calls) and not any(
             c.startswith("transforms.") for c in calls) else "transforms"
         imports.add(IMPORTS[alias])
-        body += [f"# {where}", f"{variable} = {alias}.Compose([",
+        body += [f"# {where}", f"{key} = {alias}.Compose([",
                  *(f"{INDENT}{call}," for call in calls), "])"]
-    ordered: Dict[str, None] = dict.fromkeys(sorted(imports, key=lambda line: (not line.startswith("import"), line)))
-    return [*ordered, *body]
+    return [*sorted(imports, key=lambda line: (not line.startswith("import"), line)), *body]

@@ -1,16 +1,6 @@
-"""What `pipebench tune` writes into its results folder, and the text it prints.
-
-- `tune.csv`: every point, raced, probed or pruned: its settings, rounds, samples/s with its
-  interval, CPU a sample, summed PSS, starvation, the model's prediction and its verdict;
-- `best.yaml`: the recommended settings as a config (package `_global_`: merge it onto a
-  pipebench config, or copy it into your config folder's `tune/` and add `+tune=best`);
-- `tune.md`: any warning first (a chain whose probe crashed), the space, what the model pruned and
-  why, each stage of the race, the recommendation, the verification and the lines to paste (the
-  loader, and the chain as code where it changed), with `tune.png` (each raced point's samples/s
-  and interval, in the order the race first measured them);
-- `conf/transform/<chain>.yaml`: the recommended chain where it is one of explore's variants, in a
-  config folder of its own that the printed `pipebench run --config-dir` line names (the results
-  folder itself is data, not a config folder).
+"""What `pipebench tune` writes into its results folder (docs/tune.md's Output): tune.csv, best.yaml,
+tune.md with tune.png, and the recommended variant's `conf/transform/<chain>.yaml` in a config folder
+of its own (the results folder itself is data, not a config folder); and the text it prints.
 """
 
 import io

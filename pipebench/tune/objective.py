@@ -1,14 +1,6 @@
-"""What tune looks for, and how one point's measured rounds read against it.
-
-Three objectives, one at a time for the ranking, the memory cap beside either:
-- the highest samples/s at the consumer (the default): the epoch-effective rate
-  (`samples_per_s_epoch`: the steady rate less each epoch's restart, so `persistent_workers` is
-  judged by what it saves), with the steady rate's interval scaled alike;
-- `--target-starvation PCT`: the fewest workers (so cores) whose median starvation stays under PCT
-  (MLPerf Storage's AU >= 90% is PCT=10), the faster first among equals;
-- `--max-pss-gib G`: points whose median summed PSS passes G never win.
-
-A round is a job's typed summary row (`Summary`): pure arithmetic here, no files.
+"""What tune looks for, and how one point's measured rounds (typed summary rows) read against it:
+the highest epoch-effective samples/s (the default, so `persistent_workers` is judged by what it
+saves), or the fewest workers under `--target-starvation PCT`; `--max-pss-gib G` beside either.
 """
 
 import math

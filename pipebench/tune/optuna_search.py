@@ -1,13 +1,7 @@
-"""`tune.search=optuna`: Optuna's TPE sampler picks which points enter the race, a batch at a time.
-
-For a space larger than one round of the budget: instead of every pruned point running stage 1 at
-once, the study asks for `tune.optuna_batch` points, they race one short round beside the best so
-far, and each is told its median rate; the next batch comes from what the sampler has learnt. Each
-setting is one categorical dimension, so TPE learns per setting (workers, backend, ...). A
-combination the model pruned is told PRUNED without running, so the sampler learns to avoid it.
-After stage 1 the survivors race on under the same rule (`pipebench.tune.race.run_race`).
-
-Optuna is optional: `tune.search=optuna` without it is one line naming the install.
+"""`tune.search=optuna`: Optuna's TPE sampler picks which points enter the race, a batch at a time,
+for a space larger than one round of the budget. Each setting is one categorical dimension, so TPE
+learns per setting; a combination the model pruned is told PRUNED without running, so the sampler
+learns to avoid it. Optuna is optional: without it, one line names the install.
 """
 
 import statistics

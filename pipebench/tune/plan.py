@@ -1,11 +1,8 @@
 """What `pipebench tune` will search: its `tune.*` options, the space's dimensions, and each point as a config.
 
-`tune.*` overrides are tune's own: `pipebench.config.verb_options.split_prefixed` reads them into the
-`TuneOptions` structured config, whose checks are its own (a typo or a bad value is one line naming
-the key), and leaves them out of the jobs, which never see them. Each point reaches its jobs as a Hydra "experiment" config in the
-ConfigStore (`+tune_point=<name>`, package `_global_`: it selects the chain and sets the workers and
-loader keys), so a stage of the race is one sweep over the point names, interleaved round by round
-as `pipebench run` runs any sweep; the job processes get the configs with Hydra's own state.
+Each point reaches its jobs as a Hydra "experiment" config in the ConfigStore (`+tune_point=<name>`,
+package `_global_`), so a stage of the race is one sweep over the point names, interleaved round by
+round as `pipebench run` runs any sweep; the job processes get the configs with Hydra's own state.
 """
 
 import math

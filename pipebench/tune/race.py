@@ -1,24 +1,13 @@
 """The race: successive halving by intervals (F-race), as a pure rule over measured rounds.
 
-Every point that survives the pruning runs short interleaved rounds (stage 1). After each stage
-`judge` keeps the best (by the objective) and every point the project's one rule cannot tell
-apart from it (`pipebench.model.judging.judged`, which the report's ≈ reads too: intervals on a few
-rounds, the paired significance test from MIN_SAMPLES rounds on); the others leave, each with its reason. Survivors run
-more rounds, each `Schedule.growth` times longer than the stage before, until one point is left
-(the winner is resolved), the last stage has run (the survivors were not told apart: whether they
-are shown alike is the recommendation's to say, `pipebench.tune.recommend`), or the next stage would
-not fit the budget (the survivors are named as they stand). Whether a stage fits is priced per
-point (`job_cost`: its workers' start-ups, `pipebench.tune.job_cost`), scaled by what the last stage
-measured against that price. The stage's sweep itself stops launching jobs at the deadline (the
-launcher's `deadline`): a stage cut there is judged on the rounds it has, and a point it never
-reached leaves as UNRUN, not FAILED, and is not run again. A point whose every job in a stage
-failed runs once more in that stage before it leaves (FAILED), and a race that ends with one point
-because the others failed says so rather than "resolved".
-
-`run_race` drives it through a `measure(names, rounds, length)` callable, so the same rule runs on
-synthetic rounds of known truth in tests and on real jobs in `pipebench tune`. A `propose` callable
-can feed stage 1 in batches (Optuna's sampler, `pipebench.tune.optuna_search`); by default every
-entrant runs in one.
+After each stage `judge` keeps the best (by the objective) and every point the one rule cannot tell
+apart from it (`pipebench.model.judging.judged`); survivors run longer rounds until one is left, the
+last stage has run, or the next stage would not fit the budget (priced per point, `job_cost`, scaled
+by what the last stage measured against that price). A point whose every job in a stage failed runs
+once more before it leaves (FAILED); one the deadline kept from running leaves as UNRUN. docs/tune.md
+says it in full. `run_race` drives it through a `measure(names, rounds, length)` callable, so the same
+rule runs on synthetic rounds in tests and on real jobs; a `propose` callable can feed stage 1 in
+batches (Optuna's sampler).
 """
 
 import statistics

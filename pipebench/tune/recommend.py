@@ -1,23 +1,12 @@
-"""What tune recommends: the points within noise of the best, and the cheapest of them.
+"""What tune recommends: the points within noise of the best, and the cheapest of them (fewest CPU ms
+a sample, then least summed PSS): a faster point that costs more is no better buy when the
+measurements show the two alike.
 
-The best is the objective's (`pipebench.tune.objective`). Within noise of it: for samples/s, every
-raced point shown as fast as it, to within compare's threshold (`shown_alike`: compare's `no
-change`); for a starvation target, every point meeting the target with as few workers. Of those the
-cheapest wins: the fewest CPU ms a sample (the whole process tree's), then the least summed PSS. A
-faster point that costs more CPU is no better buy when the measurements show the two alike.
-
-Not being told apart is not being shown alike: a point whose rounds are too few or too noisy to
-bound its gap to the best (one short round at workers=0 against one of workers=2 whose interval
-spans 2x) is *unresolved*. It is named, and not recommended for being cheaper: workers=0 is always
-the cheapest in CPU, so the rule "cheapest of those not told apart" would pick it whenever the race
-ran out of rounds, whatever the workers gave.
-
-Where points of different chains are within noise of the best, the stricter equivalence to the
-user's chain wins before the cost (the chain itself, then explore's identical, close, same
-distribution: `STRICTNESS`), and the recommendation says so: a tie in speed is no reason to accept
-pixels that differ.
-
-When nothing meets the objective, the point closest to it is named, with why it falls short.
+Not being told apart is not being shown alike: a point whose rounds cannot bound its gap to the best
+is *unresolved*, named and not picked for being cheaper (workers=0 is always the cheapest in CPU, so
+"the cheapest of those not told apart" would pick it whenever the race ran out of rounds). Among
+chains within noise of the best, the stricter equivalence to the user's chain wins before the cost
+(`STRICTNESS`): a tie in speed is no reason to accept pixels that differ. docs/tune.md has it in full.
 """
 
 import math

@@ -1,23 +1,9 @@
-"""`pipebench tune`'s sequence, in the order it runs, each part in a folder of its own under the
-tune's results folder and each a sweep run as `pipebench run` runs one (a fresh process a job,
-interleaved rounds):
-
-1. `probe/`: each chain (the user's and explore's equivalent variants, `pipebench.tune.chains`) once
-   at workers=0, the thread profile on where a thread backend is in the space: the cost model's
-   inputs (CPU a sample, the share of time in steps that hold the GIL, each worker's memory) and
-   explore's winners among the chains; a chain whose probe crashed is a warning, first in the output;
-2. the space (`pipebench.tune.space`): the worker ladder up to where the model puts the knee
-   (unless tune.workers names it), pruned by the model, each dropped point with its reason, then
-   cut to what one round of the budget fits, each point at its own job's cost (its workers' start-ups,
-   `pipebench.tune.job_cost`; never under MIN_RACED_POINTS);
-3. `race-N/`: the race (`pipebench.tune.race`), stage by stage;
-4. the recommendation (`pipebench.tune.recommend`), and `verify/`: it against the current
-   settings, interleaved, with compare's verdict.
-Then tune.csv, best.yaml, tune.md and tune.png (`pipebench.tune.files`), and `results: <folder>`.
-The race's and the verification's sweeps start no job past the budget's deadline (`Into.deadline`),
-so a tune overruns its budget by at most the job running then.
-The plan is kept in tune.json as it is decided, so the same command resumes an interrupted tune
-(`pipebench.tune.state`), measuring only the trials it had not finished.
+"""`pipebench tune`'s sequence, in the order it runs (docs/tune.md): the probe (`probe/`), the space
+and its pruning, the race (`race-N/`), the recommendation and its verification (`verify/`), then the
+files. Each part is a sweep in a folder of its own, run as `pipebench run` runs one. The race's and
+the verification's sweeps start no job past the budget's deadline (`Into.deadline`), so a tune
+overruns its budget by at most the job running then; tune.json keeps the plan as it is decided, so
+the same command resumes an interrupted tune (`pipebench.tune.state`).
 """
 
 import dataclasses
@@ -180,7 +166,7 @@ def _model_needs(point: Point, models: Mapping[str, ChainModel], target_pct: flo
     model = models.get(point.chain)
     if model is None:
         return f"nothing kept starvation under {target_pct:g}%; the model has no probe of {point.chain} to say why"
-    costs = dataclasses.replace(model.costs, batch_size=point.batch_size)
+    costs = model.at_batch(point.batch_size)
     return (f"nothing kept starvation under {target_pct:g}%; the model: "
             + target_line(point.chain, needs_for_target(costs, 100.0 - target_pct)))
 
@@ -198,7 +184,7 @@ def _bottleneck(spec: JobSpec, current: Point, measured: Sequence[Round],
     model = models.get(current.chain)
     if model is None or current.worker_kind == THREADS:
         return ""
-    predicted = predict(dataclasses.replace(model.costs, batch_size=current.batch_size), current.workers)
+    predicted = predict(model.at_batch(current.batch_size), current.workers)
     return bottleneck_note(predicted.starvation_pct, "the model's prediction", step)
 
 

@@ -1,25 +1,11 @@
 """tune's search space, and the points the cost model drops before anything races, each with its reason.
 
-A point is one loader setting for one chain: workers, `loader.backend`, `prefetch_factor`,
-`persistent_workers`, `pin_memory` and the batch size. `grid` is every combination of the values
-`tune.*` allows; `prune` drops, in this order, with the first reason that applies:
-
-- a setting that changes nothing: `pin_memory` without CUDA; at workers=0 the backend, prefetch and
-  persistence (one in-process loop under every backend); `persistent_workers` under a thread backend;
-- threads the GIL would hold back: Amdahl's bound on the chain's share of time spent in steps that
-  hold the GIL (its workers=0 thread profile, `gil_share`) caps what threads can reach, and a
-  thread point whose cap falls short of what worker processes would reach at the same count is
-  dropped; a chain with a small GIL-holding share keeps its threads;
-- workers past what the cores allow: the napkin cost model (`pipebench.model.costs.predict`)
-  says where added workers stop adding samples/s (the cores' budget, or the consumer's appetite);
-  the worker counts up to that knee and one count past it race, so the measurement checks the model,
-  and the rest never run.
-
-`fit_budget` then keeps what one round of the race can measure in the budget, best predicted first,
-each priced at its own job's cost (its workers' start-ups, `pipebench.tune.job_cost`), and never
-fewer than MIN_RACED_POINTS. `model_ladder` sets the worker counts themselves where the
-user gave none: up to where the model's knee lies for a chain that waits, bounded by memory and
-LADDER_CAP.
+A point is one loader setting for one chain. `grid` is every combination of the values `tune.*`
+allows; `prune` drops, with the first reason that applies (docs/tune.md says each in full): a setting
+that changes nothing, threads the GIL would hold back (Amdahl's bound on the chain's GIL-holding
+share), and workers past the model's knee (one count past it still races, so the measurement checks
+the model). `fit_budget` then keeps what one round of the race can measure in the budget, and
+`model_ladder` sets the worker counts where the user gave none.
 """
 
 import dataclasses
@@ -146,6 +132,10 @@ class ChainModel:
     gil_share: float = 0.0
     worker_mb: float = float("nan")
 
+    def at_batch(self, batch_size: int) -> ChainCosts:
+        """The chain's costs at another batch size: per-sample costs and the consumer's step stay."""
+        return dataclasses.replace(self.costs, batch_size=batch_size)
+
 
 def gil_share(results: Sequence[JobResult]) -> float:
     """The share (0..1) of a chain's time in steps whose thread profile says they hold the GIL: the
@@ -244,7 +234,7 @@ def thread_speedup_bound(share: float, workers: int) -> float:
 def _holds_gil(point: Point, model: Optional[ChainModel]) -> str:
     if point.workers == 0 or point.worker_kind != THREADS or model is None or model.gil_share <= 0:
         return ""
-    costs = _with_batch(model.costs, point.batch_size)
+    costs = model.at_batch(point.batch_size)
     processes = predict(costs, point.workers).samples_per_s
     bound = thread_speedup_bound(model.gil_share, point.workers)
     threads = min(processes, bound * predict(costs, 1).samples_per_s)
@@ -256,16 +246,11 @@ def _holds_gil(point: Point, model: Optional[ChainModel]) -> str:
             f"short of the {processes:.0f} worker processes would give")
 
 
-def _with_batch(costs: ChainCosts, batch_size: int) -> ChainCosts:
-    """The chain's costs at another batch size: per-sample costs stay, the consumer's step stays."""
-    return dataclasses.replace(costs, batch_size=batch_size)
-
-
 def predicted_rate(point: Point, model: Optional[ChainModel]) -> float:
     """The model's samples/s at this point (nan without a model)."""
     if model is None:
         return float("nan")
-    return predict(_with_batch(model.costs, point.batch_size), point.workers).samples_per_s
+    return predict(model.at_batch(point.batch_size), point.workers).samples_per_s
 
 
 def knee_workers(costs: ChainCosts, ladder: Sequence[int]) -> int:
@@ -279,7 +264,7 @@ def knee_workers(costs: ChainCosts, ladder: Sequence[int]) -> int:
 def _past_the_knee(point: Point, model: Optional[ChainModel], ladder: Sequence[int]) -> str:
     if model is None or point.workers == 0:
         return ""
-    costs = _with_batch(model.costs, point.batch_size)
+    costs = model.at_batch(point.batch_size)
     knee = knee_workers(costs, ladder)
     raced = [w for w in sorted(ladder) if w > knee][:1]  # one count past the knee checks the model
     if point.workers <= max([knee, *raced]):

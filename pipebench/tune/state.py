@@ -1,13 +1,6 @@
-"""A tune's plan in its results folder (`tune.json`), so the same command resumes it.
-
-`pipebench tune` writes, as it decides them, the command it runs (its overrides, config folder and
-objective), the chains it probes (with each variant's config, explore's verdict and moves) and the
-points the race starts with. Run again, the same command (the budget may differ) finds the latest
-of its folders with no tune.md (it never ended), reads the plan back instead of deciding it again
-(explore's checks, a budget cut that depends on the time left), and runs each stage's sweep in the
-same folder, where `pipebench run`'s resume skips every job already finished
-(`pipebench.record.resume`): only the trials it had not finished are measured. `--fresh` starts a
-new folder.
+"""A tune's plan in its results folder (`tune.json`), so the same command resumes it (docs/tune.md's
+Resume): the command, the chains and the race's points, written as they are decided, are read back
+instead of decided again (explore's checks, a budget cut that depends on the time left).
 """
 
 import json
