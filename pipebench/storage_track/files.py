@@ -21,7 +21,6 @@ VERDICT_VERSION = 1
 # Said wherever a result is shown: MLPerf is a trademark of MLCommons.
 NOT_MLPERF = ("MLPerf Storage-style check by pipebench: these are not MLPerf results, and are not endorsed by "
               "MLCommons (MLPerf is its trademark)")
-BYTES_PER_MB = 1 << 20
 
 
 @dataclass(frozen=True)

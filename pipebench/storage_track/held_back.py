@@ -1,18 +1,8 @@
-"""What held the check back at the least N that missed the minimum AU: the storage, the host's CPU, the
-loader's workers, or the cost each step pays beside the accelerator's step.
-
-The search says how many accelerators this host and its storage feed; a user who wants one more needs
-to know which of the four to change. Read from the rounds measured at that N and at the N below it:
-- the storage, where the ranks read within one run's noise of the emulated link's bandwidth, or (real
-  storage, whose bandwidth is unknown) one more accelerator added no reads: the bandwidth's plateau;
-- else the host's CPU, where its cores were busy;
-- else the loader's workers, where each rank drew what its workers deliver at most
-  (`worker_capacity_samples_per_s`: the workers busy all the time, the cores not full): more workers;
-- else the cost every step pays beside the accelerator's own time (the batch's trip from its worker,
-  the all-reduce waiting for the slowest rank). The arithmetic's model has no such cost, so this is
-  where a measured AU falls short of it; it weighs most on short steps, and its all-reduce part grows
-  with the ranks.
-Pure arithmetic over the rounds.
+"""What held the check back at the least N that missed the minimum AU, so a user who wants one more
+accelerator knows what to change: the storage (its link full, or its reads at a plateau), else the
+host's CPU, else the loader's workers, else the cost each step pays beside the accelerator's step,
+which the arithmetic's model lacks (docs/storage-check.md says each rule). Pure arithmetic over the
+rounds at that N and at the N below it.
 """
 
 import math

@@ -98,10 +98,6 @@ class Preset:
     min_au_pct: float
     dataset: Optional[Workload]
 
-    @property
-    def sample_bytes(self) -> Optional[int]:
-        return self.dataset.sample_bytes if self.dataset is not None else None
-
     def overrides(self, user: Tuple[str, ...]) -> Tuple[str, ...]:
         """The jobs' overrides before the user's own (theirs win): the emulated accelerator and, for a
         workload, its dataset, chain none and the workload's reader threads. A chain the user names gets

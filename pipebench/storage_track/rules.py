@@ -1,15 +1,9 @@
 """The storage check's rules, as MLPerf Storage states them, and its verdict: pure arithmetic, no files.
 
-- AU: every accelerator's (rank's) AU must meet the workload's minimum in every run.
-- The procedure: 1 warm-up run and RUNS runs, a new seed each; they should replicate within 5%.
-- The dataset: at least 5x the host's memory (else the page cache could serve it), and at least
-  500 steps an epoch.
-
-The verdict is shaped like mlpstorage's: CLOSED (every rule met with the workload's preset and no
-chain, as MLPerf's closed division runs it), OPEN (a valid result that departs from it: the user's
-chain, a custom workload, a shortened procedure, a dataset under the size rule run cold), INVALID
-(no result to stand on: a run failed or was interrupted, a run missed the AU minimum, no N met it).
-Each comes with its reasons. These are MLPerf Storage-style results, not MLPerf results.
+AU met by every accelerator in every run; 1 warm-up and RUNS runs that replicate within REPLICATION;
+a dataset of at least MEMORY_FACTOR x the host's memory and MIN_STEPS_PER_EPOCH steps an epoch. The
+verdict is shaped like mlpstorage's, CLOSED, OPEN or INVALID, each with its reasons
+(docs/storage-check.md). These are MLPerf Storage-style results, not MLPerf results.
 """
 
 import math

@@ -1,14 +1,8 @@
 """The largest number of emulated accelerators at which every one keeps the minimum AU.
 
-A pure search over a measure function: `measure(n, rounds)` runs `rounds` rounds at N = n and gives
-each round's AU (the least rank's; None for a round whose job failed). It starts from a guess (the
-arithmetic's prediction where the storage's bandwidth is known), gallops (1, 2, 4... away from it)
-until it has an N that meets the minimum below one that misses, then bisects between them.
-
-Whether an N meets is read with tune's racing statistics (pipebench.tune.objective: a starvation
-target of 100 - the minimum AU): a round far from the minimum decides alone; near it, rounds are
-added until two agree that it meets, or `surely_unmet` (STARVATION_OUT_ROUNDS all miss) says it
-does not, or MAX_ROUNDS have run and their median decides.
+A pure search over `measure(n, rounds)`, which gives each round's AU at N = n (the least rank's; None
+for a failed job): from a guess, it gallops until an N that meets lies below one that misses, then
+bisects. Whether an N meets is read with tune's racing statistics (`judge_rounds`).
 """
 
 import math
@@ -56,14 +50,10 @@ def predicted_accelerators(mb_per_s: float, step_s: float, batch_size: int, samp
     return math.floor(mb_per_s * 2**20 * step_s / (min_au_pct / 100.0 * batch_size * sample_bytes))
 
 
-def _rounds(au: Sequence[float]) -> List[Summary]:
-    return [Summary.from_row({"starvation_pct": 100.0 - value}) for value in au]
-
-
 def judge_rounds(au: Sequence[float], min_au_pct: float) -> Optional[bool]:
     """Whether rounds of these AUs meet `min_au_pct`: True, False, or None while more rounds are needed."""
     objective = Objective(target_starvation_pct=100.0 - min_au_pct)
-    rounds = _rounds(au)
+    rounds = [Summary.from_row({"starvation_pct": 100.0 - value}) for value in au]
     if len(au) == 1 and abs(au[0] - min_au_pct) >= DECISIVE_POINTS:
         return au[0] >= min_au_pct
     if objective.surely_unmet(rounds):
@@ -107,4 +97,4 @@ def search_accelerators(measure: Measure, min_au_pct: float, start: int, most: i
         else:
             n = (meets + misses) // 2
         step *= 2
-    return SearchOutcome(meets, tuple(probes[k] for k in probes), meets == most)
+    return SearchOutcome(meets, tuple(probes.values()), meets == most)
