@@ -1,30 +1,23 @@
 """The flight recorder: a watched run measured from its first batch to its last, a row a window.
 
 `pipebench attach --record` and `pipebench.watch(loader, record=True)` keep measuring after the
-bounded window (`watch.LoaderWatch`) ends. Per loader, a `LoaderRecorder` times the wait in
-`next()` and the user's step after it, and the per-transform timings that ride back from the
-workers keep coming (the watch's `tap`). Every `every_s` seconds (or `every_steps` steps) the
-window closes: one row goes to `series.csv` at the top of the results folder, flushed and fsynced
-as written (`recorder_files.AppendedCsv`), to the sinks, and to the stall rule
-(`recorder_stalls.Baseline`). A stall opens a capture (`capture-N/`: the stalled windows'
-transform rows and the stall's figures); its end is a row of `events.csv`, as is every epoch
-start with its cost. `close()` writes each loader's partial window (attach calls it when the
-script ends, SIGTERM and Ctrl-C included).
+bounded window (`watch.LoaderWatch`) ends. Per loader, a `LoaderRecorder` times the wait in `next()`
+and the step after it, and the per-transform timings keep riding in (the watch's `tap`). Every
+`every_s` seconds (or `every_steps` steps) the window closes: one row goes to `series.csv`, appended
+and fsynced (`recorder_files.AppendedCsv`), to the sinks, and to the stall rule
+(`recorder_stalls.Baseline`). A stall opens a capture (`capture-N/`); its end is a row of
+`events.csv`, as is every epoch start with its cost. `close()` writes each loader's partial window.
 
 The recorder's own time in the user's loop is a column of its own (`recorder_pct`, a share of the
-window's span): the step's bookkeeping before each `next()` (a window's close with its row, stall
-rule, capture, fsync and sinks included), the tap inside `next()` and an epoch start's bookkeeping
-after it, read on the recorder's clock at two reads a step beside the two that time the step. A
-window's figure is the recorder's time while that window was open, so the close that writes a
-window's row counts in the next window's figure. It is no data wait: a step's wait is its time in
-`next()` less the tap's, so starvation does not count the recorder's own work, and the span (wait
-and step together) still holds it. The per-transform timing inside the workers and the timings'
-ride back through the worker queue are not in it: they are the benchmark's to measure
+window's span): the bookkeeping before each `next()` (a window's close included), the tap inside it
+and an epoch start's after it. It counts in the window open while it ran, so a window's close counts
+in the next window. It is no data wait: a step's wait is its time in `next()` less the tap's. The
+timing inside the workers is not in it: that is the benchmark's to measure
 (`benchmarks/recorder_check.py`).
 
 Memory is bounded whatever the run's length: a window is sums and a DDSketch
-(`pipebench.measure.series_window`), the whole run's quantiles the windows' sketches merged, the baseline the last
-20 windows' figures, and a capture's raw timings at most KEPT_BATCHES batches a window.
+(`pipebench.measure.series_window`), the baseline the last 20 windows' figures, and a capture's raw
+timings at most KEPT_BATCHES batches a window.
 """
 
 import contextlib
@@ -57,7 +50,6 @@ from pipebench.measure.storage_io import StorageReadMeter
 from pipebench.measure.summarize import rows_as_dicts, transform_rows
 from pipebench.pipeline.timed_chain import StepName
 from pipebench.record.figures import Summary
-from pipebench.record.results import TRANSFORM_COLUMNS
 
 __all__ = ["DEFAULT_EVERY_S", "EVENTS_CSV", "EVENT_COLUMNS", "SERIES_COLUMNS", "SERIES_CSV", "LoaderRecorder",
            "RecordSettings", "Recorder", "recording_loaders"]
@@ -69,9 +61,6 @@ EVENTS_CSV = "events.csv"
 EVENT_COLUMNS = ("loader", "rank", "kind", "epoch", "first_step", "last_step", "t_end_s", "lost_s",
                  "starvation_pct", "samples_per_s", "baseline_starvation_pct", "baseline_samples_per_s",
                  "capture")
-# A capture's transforms.csv: the columns `pipebench run` writes, and the step's ms a sample in the
-# baseline windows beside it, so the step that changed reads off one row.
-CAPTURE_COLUMNS = (*TRANSFORM_COLUMNS, "baseline_ms_per_sample")
 
 
 @dataclass(frozen=True)
@@ -204,7 +193,10 @@ class LoaderRecorder:
         self.epoch_number = 0
         self.step_number = 0
         self.window = WindowSums(1, recorder.clock())
-        self.storage = _storage_meter()
+        # What the process tree (the loop, every loader's workers) reads from storage from now on
+        # (Linux's per-process counters: a read the page cache serves adds nothing).
+        self.storage = StorageReadMeter()
+        self.storage.mark(FIRST_MEASURED)
         self.stall: Optional[_Stall] = None
         # The recorder's own ns in the loop while the open window lasts, and the clock as the tap began
         # (None: no tap since the last batch came).
@@ -310,20 +302,22 @@ class LoaderRecorder:
         if stall.capture is not None and self.recorder.captures.held(stall.capture):
             self._write_capture(stall)
 
+    def _stall_row(self, stall: _Stall) -> Dict[str, Any]:
+        """What a stall's event and its capture both say of it."""
+        verdict, last = stall.verdict, stall.last
+        return {"kind": verdict.kind, "loader": self.name, "rank": self.recorder.rank, "epoch": stall.epoch,
+                "first_step": stall.first_step, "last_step": last.last_step, "t_end_s": last.t_end_s,
+                "lost_s": stall.lost_s, "starvation_pct": stall.starvation_pct,
+                "samples_per_s": stall.samples_per_s,
+                "baseline_starvation_pct": verdict.baseline_starvation_pct,
+                "baseline_samples_per_s": verdict.baseline_samples_per_s}
+
     def _write_capture(self, stall: _Stall) -> None:
-        last = stall.last
-        record = {"kind": stall.verdict.kind, "loader": self.name, "rank": self.recorder.rank,
-                  "first_step": stall.first_step, "last_step": last.last_step, "epoch": stall.epoch,
-                  "t_end_s": last.t_end_s, "windows": stall.windows, "lost_s": stall.lost_s,
-                  "starvation_pct": stall.starvation_pct, "samples_per_s": stall.samples_per_s,
-                  "baseline_starvation_pct": stall.verdict.baseline_starvation_pct,
-                  "baseline_samples_per_s": stall.verdict.baseline_samples_per_s,
-                  "storage_read_mb": stall.storage_mb,
-                  "storage_read_mb_per_s": None if stall.storage_mb is None or not stall.span_s
-                  else stall.storage_mb / stall.span_s,
+        mb = stall.storage_mb
+        record = {**self._stall_row(stall), "windows": stall.windows, "storage_read_mb": mb,
+                  "storage_read_mb_per_s": None if mb is None or not stall.span_s else mb / stall.span_s,
                   **self.context}
-        self.recorder.captures.write(stall.capture, stall.lost_s, record, self._capture_rows(stall.kept),
-                                     CAPTURE_COLUMNS)
+        self.recorder.captures.write(stall.capture, stall.lost_s, record, self._capture_rows(stall.kept))
 
     def _capture_rows(self, kept: Sequence[BatchTimings]) -> List[Dict[str, Any]]:
         """The kept batches' transform rows, as `pipebench run` writes them, with the baseline's ms a sample."""
@@ -339,15 +333,8 @@ class LoaderRecorder:
 
     def _stall_ended(self) -> None:
         stall, self.stall = self.stall, None
-        last = stall.last
-        self.recorder.emit("event", {
-            "loader": self.name, "rank": self.recorder.rank, "kind": stall.verdict.kind, "epoch": stall.epoch,
-            "first_step": stall.first_step, "last_step": last.last_step, "t_end_s": last.t_end_s,
-            "lost_s": stall.lost_s, "starvation_pct": stall.starvation_pct, "samples_per_s": stall.samples_per_s,
-            "baseline_starvation_pct": stall.verdict.baseline_starvation_pct,
-            "baseline_samples_per_s": stall.verdict.baseline_samples_per_s,
-            "capture": "" if stall.capture is None or not self.recorder.captures.held(stall.capture)
-            else stall.capture})
+        held = stall.capture is not None and self.recorder.captures.held(stall.capture)
+        self.recorder.emit("event", {**self._stall_row(stall), "capture": stall.capture if held else ""})
 
     def epoch_started(self, wait_ns: int, now_ns: int) -> None:
         """An epoch's first batch came after `wait_ns`: an event with its cost, a capture when it is a stall."""
@@ -357,18 +344,14 @@ class LoaderRecorder:
         cost, stalled = self.baseline.epoch_start(wait_s)
         starvation, rate, _ = self.baseline.medians()
         capture = self.recorder.captures.open(cost) if stalled else None
+        row = {"kind": EPOCH_START, "loader": self.name, "rank": self.recorder.rank,
+               "epoch": self.epoch_number, "first_step": self.step_number, "last_step": self.step_number,
+               "t_end_s": self.recorder.seconds(now_ns), "lost_s": cost,
+               "baseline_starvation_pct": starvation, "baseline_samples_per_s": rate}
         if capture is not None:
-            record = {"kind": EPOCH_START, "loader": self.name, "rank": self.recorder.rank,
-                      "first_step": self.step_number, "last_step": self.step_number, "epoch": self.epoch_number,
-                      "t_end_s": self.recorder.seconds(now_ns), "windows": 0, "lost_s": cost, "wait_s": wait_s,
-                      "baseline_starvation_pct": starvation, "baseline_samples_per_s": rate, **self.context}
-            self.recorder.captures.write(capture, cost, record, self._capture_rows(self.window.kept[-1:]),
-                                         CAPTURE_COLUMNS)
-        self.recorder.emit("event", {
-            "loader": self.name, "rank": self.recorder.rank, "kind": EPOCH_START, "epoch": self.epoch_number,
-            "first_step": self.step_number, "last_step": self.step_number, "t_end_s": self.recorder.seconds(now_ns),
-            "lost_s": cost, "baseline_starvation_pct": starvation, "baseline_samples_per_s": rate,
-            "capture": "" if capture is None else capture})
+            record = {**row, "windows": 0, "wait_s": wait_s, **self.context}
+            self.recorder.captures.write(capture, cost, record, self._capture_rows(self.window.kept[-1:]))
+        self.recorder.emit("event", {**row, "capture": "" if capture is None else capture})
 
     def finish(self) -> None:
         """The run ended: the partial window's row, and the open stall's end."""
@@ -377,25 +360,15 @@ class LoaderRecorder:
             self._stall_ended()
 
 
-def _storage_meter() -> StorageReadMeter:
-    """The bytes the process tree (the loop, every loader's workers) reads from storage, from now on
-    (Linux's per-process counters: a read the page cache serves adds nothing)."""
-    meter = StorageReadMeter()
-    meter.mark(FIRST_MEASURED)
-    return meter
-
-
-def watch_context(watch: LoaderWatch) -> Dict[str, Any]:
-    """What a capture's report needs of the loader: its workers, batch, persistence and dataset."""
-    return {"workers": watch.workers, "batch_size": watch.batch_size, "persistent_workers": watch.persistent,
-            "dataset_class": watch.dataset_class, "site": watch.site}
-
-
 def record_watch(recorder: Recorder, watch: LoaderWatch) -> LoaderRecorder:
-    """A recorder for a watched loader: named by its identity, fed every batch's timings (its tap)."""
+    """A recorder for a watched loader: named by its identity, fed every batch's timings (its tap);
+    its context is what a capture's report needs of the loader."""
     timing = watch.timing
+    context = {"workers": watch.workers, "batch_size": watch.batch_size,
+               "persistent_workers": watch.persistent, "dataset_class": watch.dataset_class,
+               "site": watch.site}
     loader = recorder.loader(watch.identity.label, list(timing.names) if timing is not None else [],
-                             list(watch.batch_steps) if timing is not None else [], watch_context(watch))
+                             list(watch.batch_steps) if timing is not None else [], context)
     watch.tap = loader.timings
     return loader
 

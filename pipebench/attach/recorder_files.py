@@ -9,17 +9,22 @@ time they lost.
 import os
 import shutil
 from pathlib import Path
-from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
+from typing import Any, Dict, List, Mapping, Optional, Sequence
 
 from pipebench.base.csv_cells import csv_line, csv_text
 from pipebench.base.io import append_lines, write_json_atomic, write_text_atomic
 from pipebench.measure.series_window import series_cell
+from pipebench.record.results import TRANSFORM_COLUMNS
 
-__all__ = ["CAPTURE_FOLDER", "CAPTURE_JSON", "CAPTURE_TRANSFORMS", "DEFAULT_MAX_CAPTURES", "AppendedCsv", "Captures"]
+__all__ = ["CAPTURE_COLUMNS", "CAPTURE_FOLDER", "CAPTURE_JSON", "CAPTURE_TRANSFORMS", "DEFAULT_MAX_CAPTURES",
+           "AppendedCsv", "Captures"]
 
 CAPTURE_FOLDER = "capture-{num}"
 CAPTURE_JSON = "capture.json"
 CAPTURE_TRANSFORMS = "transforms.csv"
+# A capture's transforms.csv: the columns `pipebench run` writes, and the step's ms a sample in the
+# baseline windows beside it, so the step that changed reads off one row.
+CAPTURE_COLUMNS = (*TRANSFORM_COLUMNS, "baseline_ms_per_sample")
 # A week-long run with a stall an epoch would otherwise fill the disk with folders no one reads:
 # the 10 worst are what a person takes apart.
 DEFAULT_MAX_CAPTURES = 10
@@ -75,16 +80,12 @@ class Captures:
     def held(self, num: int) -> bool:
         return num in self._kept
 
-    def write(self, num: int, lost_s: float, record: Mapping[str, Any], rows: List[Mapping[str, Any]],
-              columns: Sequence[str]) -> Path:
+    def write(self, num: int, lost_s: float, record: Mapping[str, Any],
+              rows: List[Mapping[str, Any]]) -> None:
         """capture-N/: capture.json (the stall) and transforms.csv (its per-transform rows), written
         whole each time the stall goes on (it is no series: a stall's last state is what counts)."""
         self._kept[num] = lost_s
         path = self.path(num)
         path.mkdir(parents=True, exist_ok=True)
-        write_text_atomic(path / CAPTURE_TRANSFORMS, csv_text(rows, columns))
+        write_text_atomic(path / CAPTURE_TRANSFORMS, csv_text(rows, CAPTURE_COLUMNS))
         write_json_atomic(path / CAPTURE_JSON, dict(record))
-        return path
-
-    def kept(self) -> List[Tuple[int, float]]:
-        return sorted(self._kept.items())

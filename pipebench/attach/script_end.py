@@ -1,44 +1,27 @@
 """What attach looks at once the user's script has ended: loaders of its own, and workers left running.
 
-Loaders of its own (`own_loaders`): a script that iterated no DataLoader may iterate something
-else: a `torchdata.nodes.Loader`, a class of its own with `__iter__` over batches. Watching every
-iteration (`sys.setprofile`) would slow the whole script, so attach looks once, at the end, in
-the namespaces the script leaves: its module's globals and, when it ended in an exception
-(`sys.exit` included), the globals and locals of every frame of its traceback. A name there that
-holds an object whose class is loader-like (its name says Loader or Pipeline, it has `__iter__`,
-it is no torch DataLoader), or holds such a class itself (defined or imported by the script), is
-reported. Not seen: an object that only a function which returned held, whose class the
-script's module neither defines nor imports by name (`import torchdata.nodes as tn` names no class).
+Loaders of its own (`own_loaders`): a script that iterated no DataLoader may iterate something else
+(a `torchdata.nodes.Loader`, a class of its own). Watching every iteration (`sys.setprofile`) would
+slow the whole script, so attach looks once, at the end, in the namespaces the script leaves (its
+module's globals and, when it raised, its traceback's frames) for a loader-like object or class:
+its name says Loader or Pipeline, it has `__iter__`, it is no torch DataLoader.
 
-Workers left running (`stop_workers`): DataLoader workers whose loader the script still held when
-it ended (a persistent loader in a global). Without attach the interpreter's exit would stop
-them; attach goes on to write its results, so it stops them itself: SIGTERM, then SIGKILL.
+Workers left running (`stop_workers`): the interpreter's exit would stop them, but attach goes on to
+write its results, so it stops them itself: SIGTERM, then SIGKILL.
 
 Ctrl-C and SIGTERM while the script runs (`workers_end_quietly`, `ScriptStop`):
 - torch's SIGCHLD handler raises "DataLoader worker (pid N) is killed by signal" wherever the main
-  thread is when a worker dies, in the script's unwinding, in gc, in a loader's `__del__` (Python's
-  20-line "Exception ignored"). Once the script is terminated its workers' deaths are expected, so
-  the SIGTERM handler disarms that check before it ends the script. It also kills the workers
-  at once (SIGKILL: a worker's own SIGTERM handler runs only when its main thread next runs Python):
-  a worker left running while the script unwinds may be handing a batch's shared memory to it, and
-  its handle-sharing thread prints multiprocessing's traceback (`resource_sharer._serve`: EOFError,
-  ConnectionResetError) when the script's end cuts that handshake (seen in CI while they were sent
-  SIGTERM).
-- The signal lands between two bytecodes of whatever the main thread runs, torch's own included: in
-  a queue's `put` it can leave the queue's lock held (a `with` whose `__enter__` took the lock, then
-  raised), and torch's shutdown of that loader (its iterator's `__del__`) then puts into that queue
-  and waits forever; in torch's shutdown itself it raises out of a `__del__`, where Python prints it
-  as "Exception ignored" (issue 55: 2 SIGTERM trials of 7) and swallows it, so the script runs on
-  (a Ctrl-C trial of 35 hung until killed, with nothing written); an at-fork hook (logging's, while
-  a new epoch forks its workers) swallows it the same way. So at the signal every live
-  multiprocessing iterator is abandoned (`abandon_iterators`: its `__del__` does nothing, its queues
-  are never joined) and its workers are ended by multiprocessing (`stop_workers`), not by torch's
-  queue handshake; and a signal's exception that Python swallows is handed on as the signal again
-  (`sys.unraisablehook`, then `_thread.interrupt_main` from a thread), printing nothing, so it ends
-  the script.
-- A second signal first writes every thread's stack to stderr (faulthandler), then acts as the
-  first; and from the first signal on, a watchdog writes them once attach has taken HANG_DUMP_S
-  to end (`hang_shows_itself`): a future hang shows where it is.
+  thread is when a worker dies. Once the script is terminated its workers' deaths are expected, so
+  the SIGTERM handler disarms that check, and kills the workers at once: a worker left running while
+  the script unwinds prints multiprocessing's traceback when the script's end cuts its shared-memory
+  handshake (`resource_sharer._serve`).
+- The signal lands between any two bytecodes, torch's own included: it can leave a queue's lock held
+  (torch's shutdown then waits forever on it), or raise out of a `__del__` or an at-fork hook, where
+  Python swallows it and the script runs on (issue 55). So at the signal every live multiprocessing
+  iterator is abandoned (`abandon_iterators`) and its workers ended by multiprocessing
+  (`stop_workers`); a signal's exception that Python swallows is handed on as the signal again.
+- A second signal first writes every thread's stack to stderr (faulthandler), then acts as the first;
+  and a watchdog writes them once attach has taken HANG_DUMP_S to end (`hang_shows_itself`).
 """
 
 import _thread
@@ -51,6 +34,7 @@ import re
 import signal
 import sys
 import threading
+import traceback
 from contextlib import contextmanager
 from types import FrameType, TracebackType
 from typing import Any, Dict, Iterator, List, Mapping, Optional
@@ -84,16 +68,10 @@ def script_namespaces(script_globals: Optional[Mapping[str, Any]], tb: Optional[
     """The namespaces the script left: its module's globals (when it returned), and the globals and
     locals of the traceback's frames in the script's own file (when it raised)."""
     spaces: List[Mapping[str, Any]] = [script_globals] if script_globals is not None else []
-    for frame in _frames(tb):
+    for frame, _ in traceback.walk_tb(tb):
         if os.path.abspath(frame.f_code.co_filename) == os.path.abspath(script_file):
             spaces.extend((frame.f_globals, frame.f_locals))
     return spaces
-
-
-def _frames(tb: Optional[TracebackType]) -> Iterator[FrameType]:
-    while tb is not None:
-        yield tb.tb_frame
-        tb = tb.tb_next
 
 
 def _loader_like_class(cls: Any) -> bool:
@@ -148,10 +126,6 @@ def stop_workers() -> int:
     return len(left)
 
 
-def _no_shutdown() -> None:
-    """An abandoned iterator's shutdown: its workers are `stop_workers`'."""
-
-
 def abandon_iterators() -> int:
     """Every live multiprocessing DataLoader iterator left to `stop_workers`: its shutdown (`__del__`,
     an epoch's end) made a no-op, so it never puts into a queue whose lock an interrupt may hold, nor
@@ -163,7 +137,7 @@ def abandon_iterators() -> int:
     for iterator in found:
         # Its shutdown made a no-op for this instance (torch's `_shutdown` flag would also stop the
         # iterator from delivering, where the script goes on: its exception swallowed, then raised again).
-        iterator._shutdown_workers = _no_shutdown
+        iterator._shutdown_workers = lambda: None  # its workers are `stop_workers`'
         queues = [*getattr(iterator, "_index_queues", []), getattr(iterator, "_worker_result_queue", None)]
         for queue in queues:
             if queue is not None:
@@ -190,12 +164,10 @@ SIGNAL_OF = {KeyboardInterrupt: signal.SIGINT, Terminated: signal.SIGTERM}
 class ScriptStop:
     """The script's SIGINT and SIGTERM handler while attach runs it (see the module's docstring): the
     first ends the script, as KeyboardInterrupt or Terminated (cli/main.py's), its loaders' iterators
-    abandoned first; each later one writes every thread's stack to stderr, then does the same.
-
-    Where Python swallows the exception (raised inside a `__del__`, an at-fork hook, a weakref
-    callback: "Exception ignored in ..."), `swallowed` hands the signal on again (`_thread.interrupt_main`,
-    HAND_ON_S later from a thread), so it ends the script outside such a place, and nothing is printed. In a process forked from this one (a DataLoader worker before its own loop
-    takes over), it acts as Python's defaults would."""
+    abandoned first; each later one writes every thread's stack to stderr, then does the same. Where
+    Python swallows the exception ("Exception ignored in ..."), `swallowed` hands the signal on again.
+    In a process forked from this one (a worker before its own loop takes over), it acts as Python's
+    defaults would."""
 
     def __init__(self) -> None:
         self.taken = 0
@@ -236,9 +208,7 @@ class ScriptStop:
 
     def swallowed(self, unraisable: Any) -> bool:
         """`sys.unraisablehook`'s part: whether the exception Python is about to print and swallow is
-        one this handler raised; if so, its signal is handed on again (and nothing is printed). In a
-        process forked as the signal came (a new epoch's worker, in an at-fork hook), it is dropped:
-        that worker is stopped with the others (`stop_workers`)."""
+        one this handler raised; if so, its signal is handed on again (and nothing is printed)."""
         signum = SIGNAL_OF.get(type(unraisable.exc_value))
         if signum is None:
             return False

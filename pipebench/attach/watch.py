@@ -1,17 +1,12 @@
 """Watch a user's own DataLoader in the user's own loop: the wait in next() and the step between.
 
-`LoaderWatch` wraps the epochs of one loader. Per batch it times the time blocked in `next()`
-(the data wait) and the time from the batch's delivery to the next call of `next()` (the user's
-step), over a bounded window after some warm-up steps; then it stops measuring and passes
-batches through untouched. Each epoch's first batch stays apart (worker start-up), as the
-harness keeps it apart. `watching_loaders` patches `torch.utils.data.DataLoader` for the length
-of a `with` block so every loader a script iterates is watched. A loader is named by its
-`LoaderIdentity`: where it was created, where it was first iterated, its dataset and its place in
-the order of creation, so two loaders one factory makes at one line (timm's train and eval
-loaders) stay two.
-
-The figures come from the harness's own summary (`summarize.summary_row` over `PassResult`s), so
-a watched loop and a pipebench job are read by one rule: whole worker cycles, the batch-means interval.
+`LoaderWatch` wraps the epochs of one loader. Per batch it times the time blocked in `next()` (the
+data wait) and the time from the batch's delivery to the next call of `next()` (the user's step),
+over a bounded window after some warm-up steps; then batches pass through untouched. Each epoch's
+first batch stays apart (worker start-up), as the harness keeps it apart. `watching_loaders` patches
+`torch.utils.data.DataLoader` for a `with` block so every loader a script iterates is watched, each
+named by its `LoaderIdentity`. The figures come from the harness's own summary
+(`summarize.summary_row`), so a watched loop and a pipebench job are read by one rule.
 """
 
 import contextlib
@@ -99,8 +94,7 @@ def batch_samples(batch: Any, fallback: Optional[int]) -> int:
 
 def creation_site() -> CallSite:
     """Where the user's own code created (or iterates) a DataLoader, and the library's line that did
-    it on its behalf (pipebench.attach.call_site): torch's and pipebench's frames and a DataLoader
-    subclass's own methods stepped over."""
+    it on its behalf (pipebench.attach.call_site)."""
     return call_site(sys._getframe(1), DataLoader)
 
 
@@ -155,13 +149,11 @@ class _EpochLog:
 class LoaderWatch:
     """The measurement of one loader: its epochs go through `epoch`, which times them.
 
-    Not frozen: it collects steps as the user's loop runs. What it gives back (`summary`,
-    `passes`) is built from them when asked, and the caller freezes it. While the window (and the
-    replay) lasts, the loader's samples are timed (`watch_stages.timed_any`); `close` restores
-    it, and the watch closes itself once both are over. The memory and storage meters run over the
-    window (`watch_meters`); the first batch is taken apart (`first_batch`). Where the loop runs on
-    CUDA when the window opens, `gpu_clock()` gives the clock that puts the measured steps on the
-    GPU's own timeline (pipebench.attach.watch_clock; tests pass a fake)."""
+    Not frozen: it collects steps as the user's loop runs; `figures` and `passes` are built from them
+    when asked. While the window (and the replay) lasts, the loader's samples are timed
+    (`watch_stages.timed_any`); `close` restores it, and the watch closes itself once both are over.
+    `gpu_clock()` gives the clock that puts the measured steps on the GPU's own timeline where the
+    loop runs on CUDA when the window opens (pipebench.attach.watch_clock; tests pass a fake)."""
 
     def __init__(self, loader: DataLoader, window: WatchWindow = WatchWindow(),
                  site: Union[str, CallSite, None] = None, gpu_clock: Callable[[], Optional[GpuWatchClock]] = cuda_watch_clock,
@@ -206,8 +198,6 @@ class LoaderWatch:
                           f"no transform rows: a {self.dataset_class} is no torch DataLoader, so its samples "
                           "cannot be looked into; its batches are timed in the main loop")
         self.batch_steps = collate_step(loader.collate_fn) if dataset is not None else []
-        # Batches come back as Riding (batch, timings) while the samples are timed: stripped here.
-        self._riding = self.timing is not None
         # Every worker this loader started, any epoch of the window (its iterator's, and each that
         # sends a Startup): the processes its memory meter reads beside this one.
         self.worker_pids: Set[int] = set()
@@ -257,8 +247,7 @@ class LoaderWatch:
 
     @property
     def sink(self) -> TimingSink:
-        """The measured samples' timings in the harness's form (no worker ids, no file reads: a
-        watched loader's workers are not told apart, and its reads are the storage meter's)."""
+        """The measured samples' timings in the harness's form (`riding_sink`)."""
         return riding_sink(self._timings)
 
     def _after_window(self, iterator: Iterator[Any]) -> Iterator[Any]:
@@ -280,11 +269,8 @@ class LoaderWatch:
                     self.replay_ns.append(time.perf_counter_ns() - delivered)
         if self._replayed and self.tap is None:
             self.close()
-        if self._riding:
-            for batch in iterator:
-                yield self._strip(batch, False)
-        else:
-            yield from iterator
+        for batch in iterator:
+            yield self._strip(batch, False)
 
     @property
     def loader(self) -> Optional[DataLoader]:
@@ -425,15 +411,11 @@ class LoaderWatch:
             "first_batch_note": pickle.note,
         }
 
-    def summary(self) -> Dict[str, Any]:
-        """The harness's summary row of the measured steps (`summarize.summary_row`), plus batches/s
-        and its interval, the first batch's parts and the meters' cells; an empty dict when no step
-        was measured."""
-        return self.figures()[0]
-
     def figures(self) -> Tuple[Dict[str, Any], List[TransformRow], Optional[Window], Optional[WatchCells]]:
-        """`summary()` and `transform_rows()` from one stacking of the measured timings, the window
-        they read, cut once, and the row's own cells typed (None for both when no step was measured)."""
+        """The harness's summary row of the measured steps (`summarize.summary_row`, plus batches/s and
+        its interval, the first batch's parts and the meters' cells) and `transform_rows()`, from one
+        stacking of the timings; the window they read, cut once; the row's own cells typed. ({}, [],
+        None, None) when no step was measured."""
         passes = self.passes
         if not passes:
             return {}, [], None, None

@@ -1,38 +1,23 @@
 """Per-transform time inside the workers of a watched loader, with the user's results unchanged.
 
-`timed_loader` opens the dataset's transform recipe (`dataset.transform`, else `.transforms`: a
-torchvision v1/v2 `Compose`, or any Compose-like with a `transforms` list, or a list of callables)
-and puts a shallow copy in its place whose steps are `TimedStep`s: each calls the user's step as it
-was and records its wall time (and the sample's thread-CPU time) into the recipe's `StepClock`. A lazily opened PIL
-image reaching the first step is decoded first, timed as its own `decode` row (the timed chain's
-rule, `timed_chain.undecoded`). A recipe that cannot be opened is timed whole, as one row whose name
-says why.
+`timed_loader` opens the dataset's recipe (`dataset.transform`, else `.transforms`: a Compose-like
+with a `transforms` list, or a list of callables) and puts a shallow copy in its place whose steps
+are `TimedStep`s, each recording its wall time (and the sample's thread-CPU time) into the recipe's
+`StepClock`. A lazily opened PIL image reaching the first step is decoded first, as its own `decode`
+row (the timed chain's rule, `timed_chain.undecoded`). A recipe that cannot be opened is timed whole,
+as one row whose name says why.
 
-The timings travel as `timed_chain`'s do, with the batch: `RidingCollate` replaces
-`loader.collate_fn`, calls the user's collate (timed as the `collate` row) and returns a `Riding`
-(batch, timings); the watch strips it in the main process, so the user gets the batch their
-collate made. The clock, the steps and the collate are plain picklable objects: under fork and
-spawn alike each worker gets its own copy of the clock with its copy of the dataset (one pickle
-holds both, so they stay one object).
+Each sample's whole `__getitem__` is timed too (`first_batch.TimedItems`): what the recipe's steps
+leave of it is the `load` row, so the rows add up to the sample's time. An ImageFolder's file
+`loader` (the read and decode inside `__getitem__`, before the recipe) is the decode row. A loader
+over `Subset`s is looked into (the dataset they select from); a `ConcatDataset`'s recipes are timed
+where they are one recipe, else their time is the load row's, whose name says so. A
+`target_transform` is a row of its own. `Timing.rows_note` says why rows are missing.
 
-Around the recipe, each sample's whole `__getitem__` is timed too (`first_batch.TimedItems`, the
-dataset's instance `__getitems__`): what the recipe's steps leave of it is the `load` row (the file
-read, the user's own code), so the rows add up to the sample's time. The worker's start and its
-first fetch ride back with its first batch (`Riding.startup`).
-
-A loader over a `Subset` (what `random_split` returns, any depth of them) is looked into: the
-recipe and the load are the dataset the subsets select from, whose `__getitems__` torch's
-`Subset.__getitems__` calls with the selected indices. A `ConcatDataset` is looked into too: its
-datasets' recipes are timed where they are one recipe (the same steps, as when one transform is
-given to each folder); where they differ, no step can be a row of all of them, and their time is
-the load row's, whose name says so. A dataset's `target_transform` (torchvision's datasets apply it
-to the label after the recipe) is a row of its own.
-
-torchvision's ImageFolder (any DatasetFolder) reads and decodes each file inside `__getitem__`,
-with the function it keeps as `loader`, before the recipe sees the image: that call is timed as
-the decode row (its file read included), so the load row keeps the rest of `__getitem__`.
-Where rows are missing, `Timing.rows_note` says why: a sample that cannot be timed (an
-IterableDataset, a dataset that fetches its own batches), a dataset with no recipe attach can open.
+The timings ride with the batch, as `timed_chain`'s do: `RidingCollate` replaces `loader.collate_fn`,
+calls the user's collate (the `collate` row) and returns a `Riding` (batch, timings), which the watch
+strips in the main process. The clock, steps and collate are plain picklable objects, and one pickle
+holds the dataset and its clock, so under fork and spawn alike each worker's copies stay one object.
 """
 
 import contextlib
@@ -293,10 +278,6 @@ class Timing:
     recipe_note: Optional[str] = None
 
     @property
-    def load_timed(self) -> bool:
-        return self.load_note is None
-
-    @property
     def timed(self) -> bool:
         """Whether anything was timed (else nothing was changed)."""
         return bool(self.names)
@@ -306,7 +287,7 @@ class Timing:
         """Why the rows miss part of a sample's time, in one phrase; None when they hold all of it."""
         if not self.timed:
             return f"no transform rows: {self.load_note}, and {self.recipe_note}"
-        if not self.load_timed:
+        if self.load_note is not None:
             return f"no load row: {self.load_note}; the rows hold the recipe, not the sample's whole time"
         if self.recipe is None and self.recipe_note != RECIPES_DIFFER:
             return f"no recipe rows: {self.recipe_note}; the load row holds the sample's whole __getitem__"

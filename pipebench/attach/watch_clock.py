@@ -1,20 +1,16 @@
 """A watched loop's steps on the GPU's own clock, where the user's loop runs on CUDA.
 
-The watch sees two moments of each step of the user's loop: the call of next() (the previous
-step's work is all queued) and the batch's delivery (the step's work is about to be queued). At
-each it records a CUDA event on the current stream and goes on without waiting. An event
-completes when the GPU reaches it: recorded while the GPU still runs queued work, it completes
-when that work ends; recorded on an idle GPU, it carries the host's time. Read late (an
-`EventRing`, as the asynchronous step loop reads its own: pipebench.base.gpu_timeline), the
-events give each step's GPU span from one call of next() to the next, and the GPU's idle time
-from the previous step's last work to the batch's delivery: the part of the host's wait in
-next() that the GPU felt. So an asynchronous step, whose host runs ahead while the GPU works,
-is not charged with waits the GPU did not have.
+At each call of next() (the previous step's work is all queued) and each batch's delivery (the
+step's work is about to be queued) the watch records a CUDA event on the current stream without
+waiting. An event completes when the GPU reaches it: after the queued work, or at the host's time on
+an idle GPU. Read late (an `EventRing`, pipebench.base.gpu_timeline), the events give each step's GPU
+span from one call of next() to the next, and the GPU's idle time from the previous step's last work
+to the batch's delivery: the part of the host's wait that the GPU felt. So an asynchronous step, whose
+host runs ahead while the GPU works, is not charged with waits the GPU did not have.
 
-Where the loop does not run on CUDA (no CUDA, or the script had not started CUDA when the window
-opened) no clock is made and the host's clock stands. Anything with `record()`, `query()`,
-`synchronize()` and `elapsed_time(other)` serves as an event, so the bookkeeping is tested on a
-CPU with fake events (tests/test_attach_gpu_clock.py).
+Where the loop does not run on CUDA when the window opens, no clock is made and the host's clock
+stands. Anything with `record()`, `query()`, `synchronize()` and `elapsed_time(other)` serves as an
+event, so the bookkeeping is tested on a CPU with fake events.
 """
 
 from dataclasses import dataclass
@@ -101,11 +97,6 @@ class GpuWatchClock:
     def cut(self) -> None:
         """Drop the step in progress: the loop left it without calling next() again."""
         self._open = None
-
-    @property
-    def closed(self) -> int:
-        """Steps ended so far (read or in flight)."""
-        return self._closed
 
     def splits(self) -> List[GpuStepSplit]:
         """Every closed step's span on the GPU (waits for those in flight), oldest first. Steps
