@@ -2,11 +2,10 @@
 process it started ahead, or here when it has none.
 
 The builds import torch and what the chains name (torchvision: seconds), which the job process
-has imported already, so the command's own process imports no torch at all: on the 2-core
-machine that was 2 of the 6 CPU seconds a minimal `pipebench run` spent outside its job. The
-child runs the check the way a job runs (pipebench.measure.job_process), answers 0 when every job
-builds, 2 with the one-line error left in a file this side reads, and leaves the job process as
-it was for the first job.
+has imported already, so the command's own process imports no torch at all. The child runs the
+check the way a job runs (pipebench.measure.job_process), answers 0 when every job builds, 2 with
+the one-line error left in a file this side reads, and leaves the job process as it was for the
+first job.
 """
 
 import os
@@ -15,13 +14,13 @@ import sys
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Optional, Sequence, Tuple
+from typing import Callable, Optional, Sequence, Tuple, Type
 
 from pipebench.base.errors import USAGE_EXIT_STATUS, ConfigError, PipebenchError, error_line
 from pipebench.config.specs import JobSpec
 from pipebench.measure.job_spawn import JobProcess, run_job, serving, warm
 
-__all__ = ["BuildCheck", "check_builds"]
+__all__ = ["BuildCheck", "check_builds", "ran_in_child"]
 
 
 @dataclass(frozen=True)
@@ -48,6 +47,25 @@ class BuildCheck:
         return 0
 
 
+def ran_in_child(process: JobProcess, task: Callable[[str], object], failed: Type[PipebenchError],
+                 crashed: str) -> bool:
+    """Run `task(error_file)` in a child of `process`: True when it ended well. Its one line (exit 2)
+    raises as `failed`, a crash as `crashed`; False when the job process itself ended, so the caller
+    runs it in its own process, whose imports name the cause."""
+    handle, error_file = tempfile.mkstemp(prefix="pipebench-child-", suffix=".txt")
+    os.close(handle)
+    try:
+        status = run_job(process, pickle.dumps(task(error_file)))
+        line = Path(error_file).read_text(encoding="utf-8")
+    finally:
+        os.unlink(error_file)
+    if status == USAGE_EXIT_STATUS:
+        raise failed(line)
+    if status != 0 and serving(process):  # its traceback is above; the job process is fine
+        raise PipebenchError(f"{crashed} (exit status {status}); its traceback is above")
+    return status == 0
+
+
 def check_builds(specs: Sequence[JobSpec], ahead: Optional[JobProcess]) -> None:
     """Build every job once (a ConfigError for the first that does not), in a child of `ahead`
     while it serves, else in this process. A process that has imported torch already (a caller of
@@ -57,27 +75,10 @@ def check_builds(specs: Sequence[JobSpec], ahead: Optional[JobProcess]) -> None:
         assert ahead is not None
         # Imported by the job process itself first: the check and every job it forks then have them.
         warm(ahead, [node for spec in specs for node in (*spec.per_sample, *spec.per_batch, spec.dataset)])
-        status, line = _checked_in(ahead, tuple(specs))
-        if status == 0:
+        if ran_in_child(ahead, lambda error_file: BuildCheck(tuple(specs), os.getcwd(), error_file), ConfigError,
+                        "checking the jobs crashed"):
             return
-        if status == USAGE_EXIT_STATUS:
-            raise ConfigError(line)
-        if serving(ahead):  # the check crashed (its traceback is above); the job process is fine
-            raise PipebenchError(f"checking the jobs crashed (exit status {status}); its traceback is above")
-        # The job process itself ended (it could not import its modules): checked here, whose
-        # imports name the cause.
     # Imported here: torch, and torchvision where a chain names it, only when no job process has them.
     from pipebench.pipeline.sweep_check import check_sweep_builds
 
     check_sweep_builds(specs)
-
-
-def _checked_in(process: JobProcess, specs: Tuple[JobSpec, ...]) -> Tuple[int, str]:
-    """The exit status of the check run in a child of `process`, and its error line if any."""
-    handle, error_file = tempfile.mkstemp(prefix="pipebench-check-", suffix=".txt")
-    os.close(handle)
-    try:
-        status = run_job(process, pickle.dumps(BuildCheck(specs, os.getcwd(), error_file)))
-        return status, Path(error_file).read_text(encoding="utf-8")
-    finally:
-        os.unlink(error_file)

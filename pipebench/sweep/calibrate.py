@@ -3,24 +3,20 @@ started ahead, or in the command's own process when it has none.
 
 The workload needs torch, torchvision and the seed chain's modules (scipy with it), which the job
 process has imported by the time the sweep's builds have been checked in a child of it
-(pipebench.sweep.build_check). Timed in the command instead, it cost the command those imports
-(seconds on the 2-core machine) and the job process itself, ended so that its imports could not
-run beside the timing, which the first round's jobs then paid again in a new one. In a child, the
-job process is idle while the child times, and stays as it was for the first job. The workload,
-its one thread and its figures are the same wherever it runs (pipebench.measure.calibration).
+(pipebench.sweep.build_check). In a child, the job process is idle while the child times, and stays
+as it was for the first job. The workload, its one thread and its figures are the same wherever it
+runs (pipebench.measure.calibration).
 """
 
-import os
-import pickle
 import sys
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional
 
 from pipebench.base.errors import USAGE_EXIT_STATUS, PipebenchError, error_line
-from pipebench.measure.job_spawn import JobProcess, discard, run_job, serving
+from pipebench.measure.job_spawn import JobProcess, discard, serving
 from pipebench.record.results import write_calibration
+from pipebench.sweep.build_check import ran_in_child
 
 __all__ = ["TimedCalibration", "calibrate"]
 
@@ -57,20 +53,9 @@ def calibrate(folder: Path, ahead: Optional[JobProcess]) -> Optional[JobProcess]
     first job: `ahead`, or None."""
     if serving(ahead) and "torch" not in sys.modules:
         assert ahead is not None
-        handle, error_file = tempfile.mkstemp(prefix="pipebench-calibration-", suffix=".txt")
-        os.close(handle)
-        try:
-            status = run_job(ahead, pickle.dumps(TimedCalibration(str(folder), error_file)))
-            line = Path(error_file).read_text(encoding="utf-8")
-        finally:
-            os.unlink(error_file)
-        if status == 0:
+        if ran_in_child(ahead, lambda error_file: TimedCalibration(str(folder), error_file), PipebenchError,
+                        "the calibration crashed"):
             return ahead
-        if status == USAGE_EXIT_STATUS:
-            raise PipebenchError(line)
-        if serving(ahead):  # the timing crashed (its traceback is above); the job process is fine
-            raise PipebenchError(f"the calibration crashed (exit status {status}); its traceback is above")
-        # The job process itself ended: timed here, whose imports name any cause.
     discard(ahead)
     TimedCalibration(str(folder))()
     return None
