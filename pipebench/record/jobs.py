@@ -22,7 +22,7 @@ from pipebench.record.sections import ConsumerReport, Fingerprint, PassRecord, T
 
 __all__ = ["HYDRA_PREFIX", "NOT_AXES", "ROUND_COMPONENT", "ROUND_KEY", "SINGLE_PROCESS_FIELDS", "JobIdentity",
            "JobKey", "JobResult", "StoredResult", "canonical", "canonical_text", "identity_columns",
-           "edits_chain", "job_key", "override_key", "override_pairs", "round_of", "varying_keys"]
+           "edits_chain", "job_key", "override_key", "override_pairs", "varying_keys"]
 
 # The override of a job's round (`rounds=N` sweeps it): rounds of one job share everything else.
 ROUND_KEY = "run.round"
@@ -74,15 +74,6 @@ def override_pairs(overrides: Sequence[str], ignored: Sequence[str] = NOT_AXES) 
         if sep and not key.startswith(HYDRA_PREFIX) and key not in ignored:
             pairs[key] = canonical_text(value)
     return pairs
-
-
-def round_of(overrides: Sequence[str]) -> Optional[int]:
-    """The round a job ran in (its `run.round=K` override); None when it has none."""
-    for item in overrides:
-        value = item.partition("=")[2]
-        if override_key(item) == ROUND_KEY and value.isdigit():
-            return int(value)
-    return None
 
 
 def varying_keys(named: Sequence[Mapping[str, str]]) -> List[str]:
@@ -223,7 +214,8 @@ class JobResult:
     @property
     def round(self) -> Optional[int]:
         """The round it ran in: its `run.round=K` override, None when it has none (one round)."""
-        return round_of(self.overrides)
+        value = override_pairs(self.overrides, ()).get(ROUND_KEY, "")
+        return int(value) if value.isdigit() else None
 
     @cached_property
     def key(self) -> JobKey:

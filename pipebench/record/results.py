@@ -265,10 +265,6 @@ def summary_rows(results: Sequence[JobResult]) -> List[Dict[str, object]]:
     return [{**r.summary.row, "speedup": float(r.summary.samples_per_s) / base_rate} for r in results]
 
 
-def transform_table_rows(results: Sequence[JobResult]) -> List[Dict[str, object]]:
-    return [{"job": r.summary.job, **t} for r in results for t in r.transforms]
-
-
 def write_invocation_tables(invocation_dir: Path) -> List[Dict[str, object]]:
     """Rebuild summary.csv and transforms.csv from the job folders; return the summary rows.
 
@@ -280,5 +276,6 @@ def write_invocation_tables(invocation_dir: Path) -> List[Dict[str, object]]:
         warn(f"{damaged}; left out of {SUMMARY_CSV} until its job runs again")
     rows = summary_rows(scan.results)
     write_text_atomic(invocation_dir / SUMMARY_CSV, csv_text(rows, SUMMARY_COLUMNS))
-    write_text_atomic(invocation_dir / TRANSFORMS_CSV, csv_text(transform_table_rows(scan.results), TRANSFORM_COLUMNS))
+    transforms = [{"job": r.summary.job, **t} for r in scan.results for t in r.transforms]
+    write_text_atomic(invocation_dir / TRANSFORMS_CSV, csv_text(transforms, TRANSFORM_COLUMNS))
     return rows

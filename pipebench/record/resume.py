@@ -33,7 +33,7 @@ from pipebench.base.errors import PipebenchError, warn
 from pipebench.base.io import write_json_atomic
 from pipebench.base.typed_json import parse
 from pipebench.record.folder_lock import LOCK_FILE
-from pipebench.record.jobs import JobResult
+from pipebench.record.jobs import HYDRA_PREFIX, JobResult
 from pipebench.record.results import (
     RESULT_FILE,
     flat_config,
@@ -56,8 +56,6 @@ INVOCATION_FILE = "invocation.json"
 HYDRA_SWEEP_FILE = "multirun.yaml"
 # Where a stored result that resume will not keep goes: out of every table, still there to inspect.
 REJECTED_FILE = "result.rejected.json"
-# Hydra keeps `hydra.*` overrides out of a job's task overrides (result.json "overrides").
-HYDRA_PREFIX = "hydra."
 # The longest stored value a message shows.
 SHOWN_CHARS = 80
 INVOCATION_FIELDS = {"command": TEXTS, "swept": TEXTS, "jobs": list_of(TEXTS, "an array of string arrays"),
@@ -94,7 +92,7 @@ class StoredJob:
 
 
 def task_overrides(job: Sequence[str]) -> Tuple[str, ...]:
-    """A job's overrides as its result.json records them."""
+    """A job's overrides as its result.json records them: Hydra keeps `hydra.*` ones out."""
     return tuple(o for o in job if not o.startswith(HYDRA_PREFIX))
 
 
@@ -179,15 +177,11 @@ def count_done(folder: Path, jobs: Sequence[Sequence[str]]) -> int:
     return sum(min(n, finished[overrides]) for overrides, n in wanted.items())
 
 
-def read_invocation(path: Path) -> Invocation:
-    """invocation.json, checked (pipebench.record.stored)."""
-    return parse(Invocation, read_stored(path, lambda data: check_fields(data, INVOCATION_FIELDS)))
-
-
 def _readable(paths: Iterable[Path]) -> Iterable[Tuple[Path, Invocation]]:
+    """Each invocation.json that reads back, checked (pipebench.record.stored)."""
     for path in paths:
         try:
-            yield path, read_invocation(path)
+            yield path, parse(Invocation, read_stored(path, lambda data: check_fields(data, INVOCATION_FIELDS)))
         except (DamagedFile, NewerFile) as exc:
             warn(f"{exc}; that folder is not resumed")
 

@@ -169,8 +169,3 @@ class Fingerprint:
     @property
     def dataset_facts(self) -> DatasetFacts:
         return parse(DatasetFacts, self.dataset)
-
-    @property
-    def versions(self) -> Dict[str, Any]:
-        """The software versions and platform (every key the type does not name)."""
-        return dict(self.extra)
