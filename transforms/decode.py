@@ -21,6 +21,7 @@ import importlib
 import importlib.metadata
 import importlib.util
 import io
+import pathlib
 import warnings
 from typing import Any, Callable, Dict, List, Sequence, Union
 
@@ -180,12 +181,7 @@ def jpeg_bytes(img: Any) -> Union[bytes, None]:
     if isinstance(source, io.BytesIO):
         return source.getvalue()
     path = getattr(img, "filename", None)
-    return read_jpeg_bytes(path) if path else None
-
-
-def read_jpeg_bytes(path: str) -> bytes:
-    with open(path, "rb") as handle:
-        return handle.read()
+    return pathlib.Path(path).read_bytes() if path else None
 
 
 class DecodeJpeg:

@@ -15,10 +15,10 @@ from typing import Sequence, Tuple
 import torchvision.transforms as v1
 import torchvision.transforms.v2 as v2
 from PIL import Image
-from torchvision.transforms.functional import InterpolationMode, pil_modes_mapping
+from torchvision.transforms.functional import _compute_resized_output_size
 
 from pipebench.pipeline.timed_chain import undecoded
-from pipebench.transforms.region import params_box
+from pipebench.transforms.region import params_box, pil_resample
 
 # libjpeg's DCT scaling factors that PIL's draft picks from (it also has 1/1: no reduction).
 DCT_REDUCTIONS = (8, 4, 2)
@@ -37,11 +37,6 @@ def _draft(img: Image.Image, reduction: int) -> Tuple[float, float]:
     return img.size[0] / width, img.size[1] / height
 
 
-def _resample(interpolation) -> int:
-    mode = interpolation if isinstance(interpolation, InterpolationMode) else InterpolationMode(interpolation)
-    return pil_modes_mapping[mode]
-
-
 def draft_resized_crop(img, top: int, left: int, height: int, width: int, size: Sequence[int],
                        interpolation) -> Image.Image:
     """torchvision's resized_crop of a PIL image (crop, then resize to `size` = (h, w)), decoding at
@@ -51,32 +46,22 @@ def draft_resized_crop(img, top: int, left: int, height: int, width: int, size: 
         return v2.functional.resized_crop(img, top, left, height, width, list(size), interpolation)
     sx, sy = _draft(img, reduction_for((width, height), (out_w, out_h)))
     if (sx, sy) == (1.0, 1.0):
-        return img.crop((left, top, left + width, top + height)).resize((out_w, out_h), _resample(interpolation))
+        return img.crop((left, top, left + width, top + height)).resize((out_w, out_h), pil_resample(interpolation))
     box = (left * sx, top * sy, (left + width) * sx, (top + height) * sy)
     # Crop the whole pixels that hold the box, then resize the box's exact part of them, so the
     # filter reads no pixel outside the crop (as crop-then-resize does).
     outer = (math.floor(box[0]), math.floor(box[1]), min(img.size[0], math.ceil(box[2])),
              min(img.size[1], math.ceil(box[3])))
     inner = (box[0] - outer[0], box[1] - outer[1], box[2] - outer[0], box[3] - outer[1])
-    return img.crop(outer).resize((out_w, out_h), _resample(interpolation), box=inner)
-
-
-def _resized_size(image_size: Tuple[int, int], size) -> Tuple[int, int]:
-    """(w, h) Resize makes of a (w, h) image: an int or [int] sets the shorter side, keeping the aspect."""
-    sizes = [size] if isinstance(size, int) else list(size)
-    if len(sizes) == 2:
-        return sizes[1], sizes[0]
-    width, height = image_size
-    short, long = sorted((width, height))
-    new_short, new_long = sizes[0], int(sizes[0] * long / short)
-    return (new_short, new_long) if width <= height else (new_long, new_short)
+    return img.crop(outer).resize((out_w, out_h), pil_resample(interpolation), box=inner)
 
 
 def draft_resize(img, size, interpolation) -> Image.Image:
     """Resize of a PIL image to `size`, decoding at reduced size where the output allows."""
-    out = _resized_size(img.size, size)
+    height, width = _compute_resized_output_size(img.size[::-1], [size] if isinstance(size, int) else list(size))
+    out = (width, height)
     _draft(img, reduction_for(img.size, out))
-    return img.resize(out, _resample(interpolation))
+    return img.resize(out, pil_resample(interpolation))
 
 
 class DraftRandomResizedCrop(v1.RandomResizedCrop):
@@ -87,8 +72,7 @@ class DraftRandomResizedCrop(v1.RandomResizedCrop):
     def forward(self, img):
         if not isinstance(img, Image.Image):
             return super().forward(img)
-        top, left, height, width = self.get_params(img, self.scale, self.ratio)
-        return draft_resized_crop(img, top, left, height, width, self.size, self.interpolation)
+        return draft_resized_crop(img, *self.get_params(img, self.scale, self.ratio), self.size, self.interpolation)
 
 
 class DraftRandomResizedCropV2(v2.RandomResizedCrop):

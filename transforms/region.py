@@ -163,7 +163,8 @@ class RegionCenterCropV2(_RegionCenter, v2.CenterCrop):
     """torchvision.transforms.v2.CenterCrop, decoding only its box of the JPEG."""
 
 
-def _resample(interpolation: Any) -> int:
+def pil_resample(interpolation: Any) -> int:
+    """PIL's resampling filter for a torchvision interpolation (the enum or its name)."""
     return pil_modes_mapping[_mode(interpolation)]
 
 
@@ -174,7 +175,7 @@ def resize_region(region: torch.Tensor, size: Sequence[int], interpolation: Any,
     if not pil_resize:
         return v2.functional.resize(region, list(size), interpolation=interpolation, antialias=antialias)
     image = Image.fromarray(region.permute(1, 2, 0).numpy())
-    resized = image.resize((size[1], size[0]), _resample(interpolation))
+    resized = image.resize((size[1], size[0]), pil_resample(interpolation))
     return pil_to_tensor(resized)
 
 
@@ -263,7 +264,7 @@ def resize_window(region: torch.Tensor, origin: Tuple[int, int], image: Tuple[in
     window = (left * scale_x - origin[1], top * scale_y - origin[0],
               (left + width) * scale_x - origin[1], (top + height) * scale_y - origin[0])
     pil = Image.fromarray(region.permute(1, 2, 0).contiguous().numpy())
-    return pil_to_tensor(pil.resize((width, height), _resample(interpolation), box=window))
+    return pil_to_tensor(pil.resize((width, height), pil_resample(interpolation), box=window))
 
 
 class _RegionResizeCenterCrop(_Region):
