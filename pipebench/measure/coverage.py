@@ -1,18 +1,13 @@
 """Did every sample index arrive exactly once per epoch, across every rank and worker?
 
-Each rank logs the indices of every batch it received (they ride back beside the batch, as the
-timings do) together with the epoch the batch belonged to. Pooling the logs of all ranks, an
-epoch that every rank finished must hold each index of the dataset exactly once: a duplicate
-means two ranks or two workers read the same sample (a missing DistributedSampler, an
-IterableDataset not sharded with `get_worker_info()`), a miss means a sample nobody read. The
-last, unfinished epoch can only be checked for duplicates.
+Each rank logs the indices of every batch it received, by epoch. Pooled, an epoch every rank
+finished must hold each index exactly once: a duplicate means two ranks or workers read the same
+sample (no DistributedSampler, an IterableDataset not sharded by worker), a miss a sample nobody
+read. The last, unfinished epoch is checked for duplicates only.
 
-Under loader.drop_last=true (the default) each reader drops the tail that does not fill its last
-batch, so an epoch misses up to a batch per reader by design. An epoch whose misses that allowance
-covers counts them as `dropped_last`, a known loss the report names; only misses beyond it count as
-`missing`, the failure: on a 300-sample folder at batch 32 every epoch missed 12, and the check read
-false on every dataset. A sample that raised and run.on_error=skip dropped was read: it counts as
-`skipped`, never as a miss.
+Under loader.drop_last=true each reader drops the tail that does not fill its last batch, so an
+epoch whose misses that allowance covers counts them as `dropped_last`, a known loss; only misses
+beyond it are `missing`. A sample that raised and run.on_error=skip dropped counts as `skipped`.
 """
 
 from collections import Counter
@@ -38,13 +33,9 @@ MAX_LISTED_INDICES = 10
 
 @dataclass(frozen=True)
 class CoverageReport:
-    """Totals over the checked epochs. `complete_epochs` were checked for duplicates and misses,
-    `partial_epochs` (begun but unfinished when measuring stopped) for duplicates only.
-
-    `droppable`: how many misses per epoch drop_last may explain (the tail that does not fill
-    a last batch on every rank), so a reader can tell a sampler bug from a known loss. `dropped_last`:
-    the misses of the epochs whose misses that allowance covers; `missing`: every other miss, which
-    no setting explains."""
+    """Totals over the checked epochs: `complete_epochs` for duplicates and misses, `partial_epochs`
+    for duplicates only. `droppable`: the misses an epoch drop_last may explain; `dropped_last`: the
+    misses of the epochs it explains; `missing`: every other miss, which no setting explains."""
 
     length: int
     complete_epochs: int
@@ -130,7 +121,7 @@ class IndexLog:
     def columns(self) -> Dict[str, Optional[int]]:
         if self._report is None:
             return {"duplicate_samples": None, "missed_samples": None, "dropped_last_samples": None}
-        return dict(self._report.columns())
+        return self._report.columns()
 
     def record(self) -> Dict[str, Any]:
         return self._report.as_dict() if self._report else {}

@@ -134,12 +134,9 @@ def cpu_ms_per_sample(sink: TimingSink) -> float:
 
 def reference_cpu_ms(sink: TimingSink) -> float:
     """Mean thread CPU ms of the CPU reference runs beside the measured batches; NaN with fewer than
-    MIN_REFERENCE_RUNS (a chain so cheap that its window holds too little CPU for them).
-
-    The mean, like the chain's own CPU ms a sample (a total over samples): beside a 2-worker
-    loader on this 2-core VM a run's cost fell in two modes (about 5.5 and 7.5 ms), so the median
-    of ten jumped between them (8-8.5% round to round) where the mean, which weighs the modes as
-    the chain's total does, moved 4.6-5.8% (benchmarks/reference_noise.py)."""
+    MIN_REFERENCE_RUNS. The mean, not the median: a run's cost fell in two modes (5.5 and 7.5 ms on
+    the 2-core VM), and the median jumped between them, 8-8.5% round to round, where the mean moved
+    4.6-5.8% (benchmarks/reference_noise.py)."""
     if len(sink.reference_cpu_ns) < MIN_REFERENCE_RUNS:
         return float("nan")
     return float(np.mean(sink.reference_cpu_ns) / NS_PER_MS)
@@ -207,24 +204,18 @@ def summary_row(window: Window, rows: Sequence[TransformRow], sink: TimingSink, 
                 skipped: int, persistent: bool = False, samples_per_epoch: Optional[int] = None,
                 batches_per_epoch: Optional[int] = None, target_steps: int = 0,
                 worker_kind: str = PROCESSES) -> Dict[str, object]:
-    """Steady-state figures over whole worker cycles of every repeat, from the job's one cut of
-    its window (`window.split_window`); the first batch and the cycles that start at an epoch end
-    stay apart, and are reported as the epoch's restart cost and the epoch-effective rate.
-
-    Two capacity figures check the per-transform numbers against the measured rate:
-    `worker_capacity_samples_per_s` = W / wall time per sample inside a worker (what W busy
-    workers produce, time-slicing included; `worker_capacity` for thread pools), and
-    `cpu_capacity_samples_per_s` = min(W, cores) / CPU time per sample (what the machine could
-    produce at best; under threads a bound the GIL may keep the chain far below).
-    `worker_kind`: PROCESSES or THREADS, what the W workers are (the capacity).
+    """Steady-state figures over whole worker cycles of every repeat, from the job's one cut of its
+    window; the first batch and the epoch ends' cycles are reported apart (restart cost, epoch rate).
+    Two capacities check the transform rows against the measured rate: `worker_capacity` (W busy
+    workers, time-slicing included) and min(W, cores) / CPU ms a sample (the machine's best; under
+    threads a bound the GIL may keep far off).
     """
     passes = window.passes
     on_gpu_clock = _on_gpu_clock([s for p in passes for s in p.steps])
     steady = steady_state(window, "gpu_span_ns" if on_gpu_clock else "step_ns", workers, persistent,
                           samples_per_epoch, batches_per_epoch, target_steps)
     steps, step_ns = steady.steps, steady.step_ns
-    wait_ns = np.array([s.wait_ns for s in steps], dtype=np.float64)
-    compute_ns = np.array([s.compute_ns for s in steps], dtype=np.float64)
+    wait_ns, compute_ns = _ns(steps, "wait_ns"), _ns(steps, "compute_ns")
     step = distribution(step_ns / NS_PER_MS)
     wait = distribution(wait_ns / NS_PER_MS)
     shares = gpu_clock_figures(steps) if on_gpu_clock else StepShares(
