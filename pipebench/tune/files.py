@@ -25,7 +25,7 @@ from pipebench.tune.chain_code import chain_code
 from pipebench.tune.objective import Objective, Round, cpu_ms, pss_mb, rate_spread, starvation
 from pipebench.tune.race import FAILED, UNRUN, RaceOutcome
 from pipebench.tune.recommend import Recommendation
-from pipebench.tune.space import Dropped, Point
+from pipebench.tune.space import SETTING_KEYS, Dropped, Point
 
 __all__ = ["BEST_YAML", "TUNE_CSV", "TUNE_MD", "TUNE_PNG", "Tuned", "paste_lines", "unresolved_line", "write_tune"]
 
@@ -37,9 +37,7 @@ BEST_YAML = "best.yaml"
 # is one of explore's variants (a `transform` config).
 CONFIG_DIR = "conf"
 VARIANT_FILE = CONFIG_DIR + "/transform/{}.yaml"
-SETTING_COLUMNS = ["transform", "workers", "loader.backend", "loader.prefetch_factor", "loader.persistent_workers",
-                   "loader.pin_memory", "loader.batch_size"]
-TUNE_COLUMNS = ["point", *SETTING_COLUMNS, "stage", "rounds", "samples_per_s", "samples_per_s_low",
+TUNE_COLUMNS = ["point", *SETTING_KEYS, "stage", "rounds", "samples_per_s", "samples_per_s_low",
                 "samples_per_s_high", "spread", "predicted_samples_per_s", "cpu_ms_per_sample", "pss_mb",
                 "starvation_pct", "verdict"]
 # The columns tune.md's table of raced points shows.
@@ -225,9 +223,7 @@ def best_config(point: Point, chain_config: Optional[Mapping[str, object]]) -> s
 def _grouped(pruned: Sequence[Dropped]) -> List[Dict[str, object]]:
     """The pruned points by the rule that dropped them: how many, and one of them."""
     counts = Counter(d.rule for d in pruned)
-    first: Dict[str, Dropped] = {}
-    for dropped in pruned:
-        first.setdefault(dropped.rule, dropped)
+    first = {d.rule: d for d in reversed(pruned)}
     return [{"rule": key, "points": counts[key], "for example": f"{first[key].point.name}: {first[key].reason}"}
             for key in counts]
 

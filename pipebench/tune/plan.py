@@ -17,9 +17,9 @@ from pipebench.config.specs import JobSpec, bounded
 from pipebench.config.sweep_axes import worker_ladder
 from pipebench.record.jobs import override_key
 from pipebench.tune.race import Schedule
-from pipebench.tune.space import Dimensions, Point
+from pipebench.tune.space import SETTING_KEYS, Dimensions, Point
 
-__all__ = ["OPTUNA", "POINT_GROUP", "RACE", "SEARCHED_KEYS", "TUNE_PREFIX", "TuneOptions", "current_point",
+__all__ = ["OPTUNA", "POINT_GROUP", "RACE", "TUNE_PREFIX", "TuneOptions", "current_point",
            "dimensions", "job_overrides", "point_override", "round_defaults", "round_settings", "store_chain",
            "store_point"]
 
@@ -30,10 +30,6 @@ TRANSFORM_GROUP = "transform"
 PROVIDER = "pipebench tune"
 RACE, OPTUNA = "race", "optuna"
 SEARCHES = (RACE, OPTUNA)
-# The keys a point sets: an override of one of them on the command line would win over the point's
-# config, so tune leaves them out of the jobs (they name the user's current settings, verified against).
-SEARCHED_KEYS = ("transform", "workers", "loader.backend", "loader.prefetch_factor", "loader.persistent_workers",
-                 "loader.pin_memory", "loader.batch_size")
 # A round of stage 1 unless the command line sets the run's length (`run=quick`, `run.min_time_s=...`):
 # as explore's, short jobs (more rounds of short jobs resist drift better than fewer long ones), no
 # profiler trace (its extra steps cost time a job), two worker cycles (a rate's interval needs two).
@@ -124,9 +120,10 @@ def dimensions(options: TuneOptions, spec: JobSpec, chains: Sequence[str], usabl
 
 
 def job_overrides(overrides: Sequence[str]) -> List[str]:
-    """The user's overrides less the keys a point sets (SEARCHED_KEYS) and those `round_settings`
-    gives each round (its length, ROUND_SCALED, and whether it profiles threads)."""
-    return [o for o in overrides if override_key(o) not in (*SEARCHED_KEYS, *ROUND_SCALED, THREAD_PROFILE)]
+    """The user's overrides less the keys a point sets (SETTING_KEYS: on the command line they would win
+    over the point's config; they name the user's current settings, verified against) and those
+    `round_settings` gives each round (its length, ROUND_SCALED, and whether it profiles threads)."""
+    return [o for o in overrides if override_key(o) not in (*SETTING_KEYS, *ROUND_SCALED, THREAD_PROFILE)]
 
 
 def round_defaults(overrides: Sequence[str]) -> List[str]:

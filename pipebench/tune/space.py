@@ -22,14 +22,17 @@ from pipebench.record.jobs import JobResult
 from pipebench.report.job_sections import sections_of
 
 __all__ = ["CHANGES_NOTHING", "HOLDS_GIL", "LADDER_CAP", "MIN_RACED_POINTS", "PAST_THE_BUDGET", "PAST_THE_KNEE",
-           "ChainModel", "Dimensions", "Dropped", "LadderTop", "Point", "fit_budget", "gil_share", "grid",
-           "knee_workers", "ladder_top", "model_ladder", "one_point_note", "predicted_rate", "prune",
-           "thread_speedup_bound"]
+           "SETTING_KEYS", "ChainModel", "Dimensions", "Dropped", "LadderTop", "Point", "fit_budget",
+           "gil_share", "grid", "knee_workers", "ladder_top", "model_ladder", "one_point_note", "predicted_rate",
+           "prune", "thread_speedup_bound"]
 
 # The setting every workers=0 point carries: the in-process loop reads none of the worker settings,
 # so all workers=0 points of a chain are this one. The schema's defaults (pipebench.config.schema).
 SERIAL_BACKEND = "dataloader"
 SERIAL_PREFETCH = 2
+# The config key each of a point's fields sets, in the fields' order.
+SETTING_KEYS = ("transform", "workers", "loader.backend", "loader.prefetch_factor", "loader.persistent_workers",
+                "loader.pin_memory", "loader.batch_size")
 # How a point's name joins its fields: a Hydra config name, so no `,` `=` or `@`.
 NAME_SEPARATOR = "-"
 # The model's predicted rate at the knee is reached within this share by fewer workers; the knee is
@@ -84,10 +87,7 @@ class Point:
 
     def settings(self) -> Dict[str, object]:
         """The point as config keys and values (`loader.backend`: `threads`), the chain first."""
-        return {"transform": self.chain, "workers": self.workers, "loader.backend": self.backend,
-                "loader.prefetch_factor": self.prefetch_factor,
-                "loader.persistent_workers": self.persistent_workers, "loader.pin_memory": self.pin_memory,
-                "loader.batch_size": self.batch_size}
+        return dict(zip(SETTING_KEYS, dataclasses.astuple(self)))
 
     @classmethod
     def probe(cls, chain: str, batch_size: int) -> "Point":
@@ -110,7 +110,7 @@ class Point:
 
 @dataclass(frozen=True)
 class Dimensions:
-    """The values each setting may take (`tune.*`, or what the host and the dataset allow)."""
+    """The values each of a Point's fields may take, in its order (`tune.*`, or what the host and dataset allow)."""
 
     chains: Tuple[str, ...]
     workers: Tuple[int, ...]
@@ -205,10 +205,8 @@ class Dropped:
 
 
 def grid(dims: Dimensions) -> List[Point]:
-    """Every combination of the dimensions, in a stable order (chain, workers, backend, ...)."""
-    return [Point(*values) for values in itertools.product(
-        dims.chains, dims.workers, dims.backends, dims.prefetch_factors, dims.persistent_workers, dims.pin_memory,
-        dims.batch_sizes)]
+    """Every combination of the dimensions (whose fields are Point's, in order), in a stable order."""
+    return [Point(*values) for values in itertools.product(*dataclasses.astuple(dims))]
 
 
 def _changes_nothing(point: Point, cuda: bool) -> str:
