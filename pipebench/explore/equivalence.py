@@ -220,18 +220,6 @@ def pixel_difference(base_chain: Chain, moved: Chain, lengths: Tuple[int, int], 
     return worst
 
 
-@dataclass(frozen=True)
-class _OneImage:
-    """A gpu_decoder variant's batched decoder on one image: its file's bytes, a batch of one,
-    the decoded tensor back on the CPU."""
-
-    read: Callable
-    decode: Callable
-
-    def __call__(self, image: Any) -> torch.Tensor:
-        return self.decode([self.read(image)])[0].cpu()
-
-
 def _decoder_under_test(move: str, base_chain: Chain, variant: Variant) -> Tuple[Callable[[Any], torch.Tensor], str]:
     """(what turns one image into a uint8 tensor in place of the chain's conversion, which decoder that
     is): the decoder move's DecodeJpeg, or the variant's own batched decode (on the device it names)."""
@@ -241,7 +229,10 @@ def _decoder_under_test(move: str, base_chain: Chain, variant: Variant) -> Tuple
         return build_transforms([node], "transform.per_sample")[0], which
     batched = next(n for n in variant.chain.on_device if target(n) == BATCH_DECODE_JPEG)
     read, decode = build_transforms([{"_target_": READ_JPEG_BYTES}, batched], "transform.on_device")
-    return _OneImage(read, decode), decoder_note(decode.device)
+
+    def one_image(image: Any) -> torch.Tensor:  # its file's bytes as a batch of one, back on the CPU
+        return decode([read(image)])[0].cpu()
+    return one_image, decoder_note(decode.device)
 
 
 def decoder_difference(base_chain: Chain, decode: Callable[[Any], torch.Tensor], fetch: Fetch,

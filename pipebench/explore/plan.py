@@ -29,7 +29,6 @@ from pipebench.base.io import folder_safe, write_json_atomic, write_text_atomic
 from pipebench.base.significance import DOWN, MIN_SAMPLES, UP, against_base
 from pipebench.base.tables import markdown_table
 from pipebench.config.compose import job_spec_composer, one_line
-from pipebench.config.limits import MAX_PREFETCH_FACTOR
 from pipebench.config.sweep_axes import expand_auto_workers
 from pipebench.explore.equivalence import (
     DEFAULT_MAX_PIXEL_DIFF,
@@ -276,8 +275,7 @@ def check_variants(first_job: Sequence[str], max_pixel_diff: int = DEFAULT_MAX_P
         dataset = build_dataset(spec)
         others = {name: backend_problem(name, dataset) for name in BACKENDS if name != spec.loader.backend}
         lacking = tuple(m for m in (backend_missing(name, dataset) for name in others) if m is not None)
-        setting = LoaderSetting(spec.workers, dataclasses.asdict(spec.loader), device_here, MAX_PREFETCH_FACTOR,
-                                others, lacking)
+        setting = LoaderSetting(spec.workers, dataclasses.asdict(spec.loader), device_here, others, lacking)
         fetch = _sample_fetcher(dataset)
         first = fetch(1)
         source = SampleSource.of(first[0]) if first else None

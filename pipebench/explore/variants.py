@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, List, Mapping, Optional, Sequence, Tuple
 
 from pipebench.base.extras import MissingExtra, installed
+from pipebench.config.limits import MAX_PREFETCH_FACTOR
 from pipebench.explore.chain import (
     CROP_FIRST,
     DECODER,
@@ -150,7 +151,6 @@ class LoaderSetting:
     workers: int
     values: Mapping[str, Any]
     cuda: bool
-    max_prefetch_factor: int
     other_backends: Mapping[str, str] = field(default_factory=dict)
     missing_backends: Tuple[MissingExtra, ...] = ()
 
@@ -181,24 +181,20 @@ def _loader_change(move: str, setting: LoaderSetting) -> Tuple[Optional[Any], st
     if move == PERSISTENT_WORKERS:
         return (True, "") if not current else (None, "persistent_workers: already on")
     if move == PREFETCH_FACTOR:
-        doubled = min(2 * int(current), setting.max_prefetch_factor)
+        doubled = min(2 * int(current), MAX_PREFETCH_FACTOR)
         return (doubled, "") if doubled != current else (None, "prefetch_factor: already at its largest")
     return (FILE_SYSTEM, "") if current != FILE_SYSTEM else (None, "sharing_strategy: already file_system")
 
 
-def _backend_changes(setting: LoaderSetting) -> Tuple[List[LoaderChange], List[str]]:
-    """One variant per other backend that can run the job; why each other one cannot."""
-    if setting.workers == 0:
-        return [], [f"{BACKEND}: the loader has no workers (workers=0), so every backend is the same in-process loop"]
-    changes = [LoaderChange(f"{BACKEND}_{name}", BACKEND, name) for name, why in setting.other_backends.items()
-               if not why]
-    return changes, [f"{BACKEND}: {why}" for why in setting.other_backends.values() if why]
-
-
 def loader_changes(move: str, setting: LoaderSetting) -> Tuple[List[LoaderChange], List[str]]:
-    """The variants loader move `move` makes here, and why it makes no (other) one."""
+    """The variants loader move `move` makes here (`backend`: one per other backend that can run the
+    job), and why it makes no (other) one."""
+    if move == BACKEND and setting.workers == 0:
+        return [], [f"{BACKEND}: the loader has no workers (workers=0), so every backend is the same in-process loop"]
     if move == BACKEND:
-        return _backend_changes(setting)
+        others = setting.other_backends
+        return ([LoaderChange(f"{BACKEND}_{name}", BACKEND, name) for name, why in others.items() if not why],
+                [f"{BACKEND}: {why}" for why in others.values() if why])
     value, why = _loader_change(move, setting)
     return ([LoaderChange(move, move, value)], []) if value is not None else ([], [why])
 
