@@ -1,17 +1,14 @@
-"""One trend plot per job of a history: samples/s and CPU ms a sample by night, steps marked.
+"""One trend plot per job of a history: samples/s and CPU ms a sample by night, steps marked."""
 
-Built on matplotlib's Agg canvas directly (no pyplot), as report/plots.py does."""
-
-import io
 import math
 from pathlib import Path
 from typing import List, Sequence
 
-from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
-from pipebench.base.io import folder_safe, write_bytes_atomic
+from pipebench.base.io import folder_safe
 from pipebench.regress.history import History, Step
+from pipebench.report.plots import write_png
 
 SIGNALS = (("samples_per_s", "samples/s", "samples_per_s_p25", "samples_per_s_p75"),
            ("cpu_ms_per_sample", "CPU ms a sample", "cpu_ms_p25", "cpu_ms_p75"))
@@ -21,7 +18,6 @@ def plot_job(history: History, job: str, steps: Sequence[Step], out_dir: Path) -
     """trend-<job>.png: both signals with their quartiles over rounds, a line at each step."""
     rows = [r for r in history.rows if r.job == job]
     figure = Figure(figsize=(8, 5))
-    FigureCanvasAgg(figure)
     axes = figure.subplots(2, 1, sharex=True)
     x = list(range(len(rows)))
     for ax, (key, title, low, high) in zip(axes, SIGNALS):
@@ -38,10 +34,8 @@ def plot_job(history: History, job: str, steps: Sequence[Step], out_dir: Path) -
     axes[-1].set_xticks(x, [f"{r.commit[:7]}\n{r.date[:10]}" for r in rows], fontsize=6, rotation=90)
     figure.suptitle(job)
     figure.tight_layout()
-    buffer = io.BytesIO()
-    figure.savefig(buffer, format="png", dpi=100)
     path = out_dir / f"trend-{folder_safe(job)}.png"
-    write_bytes_atomic(path, buffer.getvalue())
+    write_png(figure, path)
     return path
 
 

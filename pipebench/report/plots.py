@@ -2,8 +2,8 @@
 throughput across the measured window (samples/s window by window, epoch ends marked), where a rate that
 falls or swings across an epoch shows: a shard stream's tail read by one worker alone, a store that slows.
 
-Figures are built on matplotlib's Agg canvas directly (no pyplot), so no global backend or figure
-state is touched and nothing needs a display. A plot the data cannot support is skipped with a
+Figures are built without pyplot, so no global backend or figure state is touched and nothing needs
+a display. A plot the data cannot support is skipped with a
 one-line note.
 """
 
@@ -15,7 +15,6 @@ from typing import Dict, List, Optional, Sequence, Tuple, Union
 
 import numpy as np
 from matplotlib import colormaps
-from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
 from pipebench.base.io import write_bytes_atomic
@@ -63,6 +62,13 @@ class PlotOutcome:
     note: str
 
 
+def write_png(figure: Figure, path: Path) -> None:
+    """The figure as a PNG at DPI, written whole."""
+    png = io.BytesIO()
+    figure.savefig(png, format="png", dpi=DPI)
+    write_bytes_atomic(path, png.getvalue())
+
+
 def _workers(row: ComparisonRow) -> int:
     return int(row.names[WORKERS])
 
@@ -89,7 +95,6 @@ def throughput_figure(table: ComparisonTable) -> Union[Figure, str]:
     for row in table.rows:
         lines.setdefault(_line_label(row, table), []).append(row)
     figure = Figure(figsize=FIGURE_SIZE, layout="constrained")
-    FigureCanvasAgg(figure)
     rate_axes, starvation_axes = figure.subplots(2, 1, sharex=True)
     for label, rows in lines.items():
         rows = sorted(rows, key=_workers)
@@ -145,7 +150,6 @@ def transforms_figure(table: ComparisonTable) -> Union[Figure, str]:
                    else len(STAGE_ORDER))
     variants = list(costs)
     figure = Figure(figsize=FIGURE_SIZE, layout="constrained")
-    FigureCanvasAgg(figure)
     axes = figure.subplots()
     palette = colormaps[PALETTE]
     bottom = np.zeros(len(variants))
@@ -192,7 +196,6 @@ def epoch_figure(table: ComparisonTable) -> Union[Figure, str]:
     """samples/s window by window over each job's first measured pass (its first round), epoch ends
     dotted, so a rate that falls or fluctuates across an epoch shows."""
     figure = Figure(figsize=FIGURE_SIZE, layout="constrained")
-    FigureCanvasAgg(figure)
     axes = figure.subplots()
     palette = colormaps[PALETTE]
     drawn = 0
@@ -236,8 +239,6 @@ def write_plots(table: ComparisonTable, out_dir: Path) -> Tuple[PlotOutcome, ...
         if isinstance(figure, str):
             outcomes.append(PlotOutcome(name, title, False, figure))
             continue
-        png = io.BytesIO()
-        figure.savefig(png, format="png", dpi=DPI)
-        write_bytes_atomic(out_dir / name, png.getvalue())
+        write_png(figure, out_dir / name)
         outcomes.append(PlotOutcome(name, title, True, f"written: {out_dir / name}"))
     return tuple(outcomes)

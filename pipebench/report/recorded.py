@@ -14,18 +14,17 @@ job's rate over the first and the second half of its windows beside it.
 """
 
 import csv
-import io
 import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
-from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
-from pipebench.base.io import write_bytes_atomic, write_text_atomic
+from pipebench.base.io import write_text_atomic
 from pipebench.base.tables import markdown_table
 from pipebench.base.typed_json import parse, parse_all
+from pipebench.report.plots import write_png
 
 __all__ = ["JOB_SERIES_PNG", "TIMELINE_PNG", "RecordedRow", "RecorderShare", "capture_cause", "job_series_section",
            "recorder_share", "recording_markdown", "write_recording"]
@@ -43,7 +42,6 @@ RECORDED_XLABEL = "step (dotted: an epoch starts; shaded: a captured stall)"
 JOBS_TITLE = "Each job's measured steps, window by window"
 JOBS_XLABEL = "measured step, over the job's repeats (dotted: an epoch, or a repeat, starts)"
 CAPTURE_GLOB = "capture-*"
-DPI = 100
 CAPTURE_TABLE_COLUMNS = ("capture", "kind", "loader", "rank", "steps", "lost_s", "starvation_pct",
                          "baseline_starvation_pct", "cause")
 
@@ -165,7 +163,6 @@ def _timeline(series: Sequence[RecordedRow], events: Sequence[RecordedRow], titl
     if not lines:
         return None
     figure = Figure(figsize=(10, 6), layout="constrained")
-    FigureCanvasAgg(figure)
     rate, starved = figure.subplots(2, 1, sharex=True)
     for label, rows in lines.items():
         steps = [int(r.last_step) for r in rows]
@@ -194,9 +191,7 @@ def _draw(series: Sequence[RecordedRow], events: Sequence[RecordedRow], out_dir:
     figure = _timeline(series, events, title, xlabel)
     if figure is None:
         return []
-    png = io.BytesIO()
-    figure.savefig(png, format="png", dpi=DPI)
-    write_bytes_atomic(out_dir / name, png.getvalue())
+    write_png(figure, out_dir / name)
     return [f"![{title}]({name})", ""]
 
 
