@@ -23,7 +23,7 @@ import tempfile
 import time
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Dict, List, Mapping, Optional, Sequence, Tuple
+from typing import Dict, Iterator, List, Mapping, Optional, Sequence, Tuple
 
 from pipebench.base.command import results_folder
 from pipebench.base.io import folder_safe
@@ -43,7 +43,6 @@ GATE_PROBE = "import pipebench.measure.round_gate"
 OTHER_LAUNCHER = "hydra/launcher="
 # Fingerprint fields whose values a side's environment sets: a difference is named on one line.
 VERSION_FIELDS = ("python", "torch", "torchvision", "numpy", "pillow", "libjpeg_turbo")
-SIDES = ("base", "head")
 # Exit statuses for `git bisect run`: good, bad, and "cannot test this commit".
 EXIT_GOOD, EXIT_REGRESSION, EXIT_SKIP = 0, 1, 125
 # How long a side's command, told to stop (the session failed or was interrupted), has to end
@@ -216,8 +215,13 @@ class GatedRun:
                 self.proc.wait()
 
 
-def _order(base: Side, head: Side, round_num: int) -> Tuple[Side, Side]:
-    return (base, head) if round_num % 2 == 0 else (head, base)
+def _alternating(sides: Tuple[Side, Side], rounds: int, progress) -> Iterator[Tuple[int, Side]]:
+    """(round, side) in session order, base first in even rounds; each said with its time once done."""
+    for k in range(rounds):
+        for side in sides if k % 2 == 0 else sides[::-1]:
+            t0 = time.monotonic()
+            yield k, side
+            progress(f"[round {k + 1}/{rounds}] {side.describe()}: {time.monotonic() - t0:.0f} s", flush=True)
 
 
 def _gated_rounds(sides: Tuple[Side, Side], plan: Plan, envs: Mapping[str, Mapping[str, str]],
@@ -230,15 +234,13 @@ def _gated_rounds(sides: Tuple[Side, Side], plan: Plan, envs: Mapping[str, Mappi
         for side in sides:
             runs[side.name] = GatedRun(side, plan, envs[side.name])
             runs[side.name].ready_for(0)
-        for k in range(plan.rounds):
-            for side in _order(*sides, k):
-                t0, run = time.monotonic(), runs[side.name]
-                run.go(k)
-                if k + 1 < plan.rounds:
-                    run.ready_for(k + 1)
-                else:
-                    made[side.name] = [run.finish(k)]
-                progress(f"[round {k + 1}/{plan.rounds}] {side.describe()}: {time.monotonic() - t0:.0f} s", flush=True)
+        for k, side in _alternating(sides, plan.rounds, progress):
+            run = runs[side.name]
+            run.go(k)
+            if k + 1 < plan.rounds:
+                run.ready_for(k + 1)
+            else:
+                made[side.name] = [run.finish(k)]
     finally:
         for run in runs.values():
             run.close()
@@ -249,11 +251,8 @@ def _rounds_apart(sides: Tuple[Side, Side], plan: Plan, envs: Mapping[str, Mappi
                   progress) -> Dict[str, List[Path]]:
     """Each round of each side a command of its own, alternating (a tree without the round gate)."""
     made: Dict[str, List[Path]] = {side.name: [] for side in sides}
-    for k in range(plan.rounds):
-        for side in _order(*sides, k):
-            t0 = time.monotonic()
-            made[side.name].append(run_side(side, plan, k, envs[side.name]))
-            progress(f"[round {k + 1}/{plan.rounds}] {side.describe()}: {time.monotonic() - t0:.0f} s", flush=True)
+    for k, side in _alternating(sides, plan.rounds, progress):
+        made[side.name].append(run_side(side, plan, k, envs[side.name]))
     return made
 
 

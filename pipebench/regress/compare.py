@@ -1,33 +1,24 @@
-"""`pipebench compare BASELINE CURRENT`: per-job verdicts on two signals, throughput and CPU time.
+"""`pipebench compare BASELINE CURRENT`: per-job verdicts on two signals, throughput and CPU time
+(docs/compare-and-nightly.md, "Two signals").
 
-Whether a change is real is decided by the one rule of `pipebench.base.significance` (significant
-*and* larger than the threshold), with Holm's correction across the jobs of a comparison, per
-signal, so a night of 8 jobs keeps its chance of any false verdict at ALPHA, not 8 x ALPHA.
+A change is real by the one rule of `pipebench.base.significance` (significant *and* past the
+threshold), Holm-corrected across a comparison's jobs per signal, so a night of 8 jobs keeps its
+chance of any false verdict at ALPHA, not 8 x ALPHA.
 
-Two signals a job (docs/compare-and-nightly.md, "Two signals"):
+- **throughput**: samples/s of each repeat (of each round, paired, in an A/B session);
+- **CPU time**: the thread CPU ms a sample of each round. Other tenants move wall time a lot and CPU
+  time little, but not nothing; where both runs carry the CPU reference in every round
+  (`calibrate=true`, `reference_cpu_ms`), the signal is CPU ms a sample *per reference ms*, which a
+  busier host leaves where it was and a dearer chain moves (pipebench.pipeline.cpu_reference).
 
-- **throughput**, samples/s of each repeat (or of each round, paired, in an A/B session);
-- **CPU time**, the thread CPU ms a sample of each round (`cpu_ms_per_sample`). Other tenants
-  on the machine move wall time a lot and CPU time little, but not nothing: a busy host slows
-  every instruction. Where both runs carry the CPU reference in every round (`calibrate=true`:
-  the fixed workload timed inside the workers beside the chain, `reference_cpu_ms`), the signal
-  is the chain's CPU time a sample *per reference ms*, which a busier host leaves where it was
-  and a dearer chain moves (pipebench.pipeline.cpu_reference).
-
-The job's verdict: a real change of CPU time is a pipeline change (`slower` / `faster`) whatever
-the wall clock says; a real change of throughput alone, CPU time holding, is `wall only`: the
-host got slower or busier, no pipeline regression. Without CPU time on both sides (results
-written before the signal, or fewer than MIN_CPU_ROUNDS rounds a side) throughput decides alone
-and the comparison says why; then a throughput change that goes with other tenants' CPU load on
-the host (the host-load meter's `host_other_cpu_cores`) is `host busier`, not a pipeline change.
-`flagged_by` says which signal called it.
-
-When both runs carry a calibration.json the throughput rule is applied to the raw and to the
-calibration-normalised ratio, and a change is called only where the two agree; where one
-says `no change` the signal reads `no change`, otherwise `noisy`.
+A real change of CPU time is a pipeline change (`slower` / `faster`); of throughput alone, `wall only`:
+the host, not the pipeline. Without CPU time on both sides (older results, or fewer than MIN_CPU_ROUNDS
+rounds a side) throughput decides alone, and a change that goes with more of other tenants' CPU load
+(`host_other_cpu_cores`) is `host busier`. Where both runs carry a calibration.json, throughput is
+judged raw and calibration-normalised and called only where the two agree; where one says `no change`
+the signal reads `no change`, otherwise `noisy`. `flagged_by` says which signal called it.
 """
-
-from dataclasses import dataclass, field, replace
+from dataclasses import astuple, dataclass, field, fields, replace
 from pathlib import Path
 from typing import Dict, List, Mapping, Optional, Sequence, Tuple
 
@@ -161,7 +152,8 @@ class Run:
 
 @dataclass(frozen=True)
 class JobComparison:
-    """One job's baseline-vs-current figures and verdict; NaN where a side is missing."""
+    """One job's baseline-vs-current figures and verdict; NaN where a side is missing. The fields are
+    compare.csv's columns, in their order (CSV_COLUMNS)."""
 
     job: str
     baseline_samples_per_s: float
@@ -221,8 +213,9 @@ class Comparison:
         return next((v for v in VERDICT_PRECEDENCE if counts[v]), INCOMPARABLE)
 
 
-def _pass_rate(p: PassRecord) -> float:
-    return 1000.0 * float(sum(p.samples)) / float(sum(p.step_ms))
+def _rate(passes: Sequence[PassRecord]) -> float:
+    """samples/s over the passes together."""
+    return 1000.0 * float(sum(sum(p.samples) for p in passes)) / float(sum(sum(p.step_ms) for p in passes))
 
 
 def _pass_starvation(p: PassRecord) -> float:
@@ -233,13 +226,6 @@ def comparable_config(config: Mapping[str, object]) -> Dict[str, object]:
     """The resolved config as dotted keys, minus the keys that may differ between runs."""
     return {k: v for k, v in flat_config(config).items()
             if not any(k == ign or k.startswith(ign + ".") for ign in CONFIG_IGNORED)}
-
-
-def _load_calibration(folder: Path) -> Optional[Calibration]:
-    path = folder / CALIBRATION_FILE
-    if not path.is_file():
-        return None
-    return read_calibration(path)
 
 
 def _at_least_zero(value: Optional[float]) -> float:
@@ -264,13 +250,12 @@ def _job_runs(label: str, records: Sequence[JobResult]) -> JobRuns:
     passes = [p for r in records for p in r.pass_records]
     return JobRuns(
         label=label,
-        samples_per_s=tuple(_pass_rate(p) for p in passes),
+        samples_per_s=tuple(_rate([p]) for p in passes),
         starvation_pct=tuple(_pass_starvation(p) for p in passes),
         config=records[0].config,
         fingerprint=records[0].fingerprint,
         rounds=tuple(r.round or 0 for r in records),  # one round (no run.round override) is round 0
-        round_samples_per_s=tuple(1000.0 * sum(sum(p.samples) for p in r.pass_records)
-                                  / sum(sum(p.step_ms) for p in r.pass_records) for r in records),
+        round_samples_per_s=tuple(_rate(r.pass_records) for r in records),
         cpu_ms_per_sample=tuple(_positive(r.summary.cpu_ms_per_sample) for r in records),
         transform_ms=_transform_ms(records),
         overrides=records[0].overrides,
@@ -302,7 +287,9 @@ def load_run(path: str, *more: str) -> Run:
     """
     folders = [_results_folder(p) for p in (path, *more)]
     records = [record for folder in folders for record in load_job_results(folder)]
-    return run_of_records(folders[0], records, _load_calibration(folders[0]) if len(folders) == 1 else None)
+    calibration = folders[0] / CALIBRATION_FILE
+    return run_of_records(folders[0], records,
+                          read_calibration(calibration) if len(folders) == 1 and calibration.is_file() else None)
 
 
 def run_of_records(path: Path, records: Sequence[JobResult], calibration: Optional[Calibration] = None) -> Run:
@@ -440,15 +427,16 @@ def _measure(baseline: JobRuns, current: JobRuns, threshold: float, factor: Opti
     return _Measured(wall, normalised, cpu, cpu_normalised)
 
 
-def _judged(baseline: JobRuns, current: JobRuns, m: _Measured, p_wall: float, p_norm: float, p_cpu: float,
-            p_cpu_norm: float, mismatch: Tuple[str, ...], allow_mismatch: bool) -> JobComparison:
-    wall = _named(m.wall.direction(p_wall), FASTER, SLOWER)
+def _judged(baseline: JobRuns, current: JobRuns, m: _Measured, p: Mapping[str, float], mismatch: Tuple[str, ...],
+            allow_mismatch: bool) -> JobComparison:
+    """The job's verdicts from its changes and their Holm-corrected p-values (`p`, by _Measured's field)."""
+    wall = _named(m.wall.direction(p["wall"]), FASTER, SLOWER)
     if m.normalised is not None:
-        wall = _agreed(wall, _named(m.normalised.direction(p_norm), FASTER, SLOWER))
+        wall = _agreed(wall, _named(m.normalised.direction(p["normalised"]), FASTER, SLOWER))
     # CPU time is a cost: up is slower.
-    cpu = None if m.cpu is None else _named(m.cpu.direction(p_cpu), SLOWER, FASTER)
+    cpu = None if m.cpu is None else _named(m.cpu.direction(p["cpu"]), SLOWER, FASTER)
     if m.cpu_normalised is not None:
-        cpu = _agreed(cpu, _named(m.cpu_normalised.direction(p_cpu_norm), SLOWER, FASTER))
+        cpu = _agreed(cpu, _named(m.cpu_normalised.direction(p["cpu_normalised"]), SLOWER, FASTER))
     verdict_, flagged = job_verdict(wall, cpu)
     if cpu is None and _host_busier(verdict_, baseline, current):
         verdict_, flagged = HOST_BUSIER, SIGNAL_HOST
@@ -460,10 +448,10 @@ def _judged(baseline: JobRuns, current: JobRuns, m: _Measured, p_wall: float, p_
     return JobComparison(
         baseline.label, float(np.median(baseline.samples_per_s)), float(np.median(current.samples_per_s)),
         m.wall.ratio, m.wall.ci_low, m.wall.ci_high, m.normalised.ratio if m.normalised else nan, starvation,
-        p_wall, verdict_, len(baseline.samples_per_s), len(current.samples_per_s), mismatch,
+        p["wall"], verdict_, len(baseline.samples_per_s), len(current.samples_per_s), mismatch,
         wall_verdict=wall, baseline_cpu_ms=cpu_median(baseline), current_cpu_ms=cpu_median(current),
         cpu_ratio=m.cpu.ratio if m.cpu else nan, cpu_ci_low=m.cpu.ci_low if m.cpu else nan,
-        cpu_ci_high=m.cpu.ci_high if m.cpu else nan, cpu_p_value=p_cpu, cpu_verdict=cpu or "",
+        cpu_ci_high=m.cpu.ci_high if m.cpu else nan, cpu_p_value=p["cpu"], cpu_verdict=cpu or "",
         flagged_by=flagged, moved_transform=_moved_transform(baseline, current), full_job=baseline.label,
         baseline_host_other_cores=_median_load(baseline), current_host_other_cores=_median_load(current),
         baseline_reference_ms=_median_reference(baseline), current_reference_ms=_median_reference(current))
@@ -511,11 +499,8 @@ def compare_runs(baseline: Run, current: Run, threshold: float = DEFAULT_THRESHO
                                                            for side in (baseline, current))
     measured = {label: _measure(baseline.jobs[label], current.jobs[label], threshold, factor, factors, paired, use_cpu,
                                 per_reference) for label in both}
-    p_wall = dict(zip(both, holm([measured[k].wall.p_value for k in both])))
-    p_norm = dict(zip(both, holm([measured[k].normalised.p_value if factor else float("nan") for k in both])))
-    p_cpu = dict(zip(both, holm([measured[k].cpu.p_value if use_cpu else float("nan") for k in both])))
-    p_cpu_norm = dict(zip(both, holm([measured[k].cpu_normalised.p_value if measured[k].cpu_normalised
-                                      else float("nan") for k in both])))
+    corrected = {f.name: dict(zip(both, holm([getattr(measured[k], f.name).p_value if getattr(measured[k], f.name)
+                                              else float("nan") for k in both]))) for f in fields(_Measured)}
     labels = short_labels([*baseline.jobs.values(), *(j for k, j in current.jobs.items() if k not in baseline.jobs)])
     results, mismatch = [], []
     for label in sorted(set(baseline.jobs) | set(current.jobs)):
@@ -524,8 +509,8 @@ def compare_runs(baseline: Run, current: Run, threshold: float = DEFAULT_THRESHO
         else:
             job_mismatch = fingerprint_mismatch(baseline.jobs[label], current.jobs[label])
             mismatch += [f for f in job_mismatch if f not in mismatch]
-            job = _judged(baseline.jobs[label], current.jobs[label], measured[label], p_wall[label], p_norm[label],
-                          p_cpu[label], p_cpu_norm[label], job_mismatch, allow_mismatch)
+            p = {name: by_label[label] for name, by_label in corrected.items()}
+            job = _judged(baseline.jobs[label], current.jobs[label], measured[label], p, job_mismatch, allow_mismatch)
         results.append(replace(job, job=labels.get(label, label)))
     missing = "" if use_cpu else _cpu_missing([side.jobs[label] for label in both for side in (baseline, current)])
     return Comparison(baseline.path, current.path, threshold, tuple(results), tuple(mismatch),
@@ -601,15 +586,9 @@ def render_markdown(comparison: Comparison) -> str:
 
 
 def render_csv(comparison: Comparison) -> str:
-    """One row a job, CSV_COLUMNS."""
-    return csv_table(CSV_COLUMNS, ([j.job, j.baseline_samples_per_s, j.current_samples_per_s, j.ratio, j.ci_low,
-                                    j.ci_high, j.normalised_ratio, j.starvation_change_pts, j.p_value, j.verdict,
-                                    j.baseline_repeats, j.current_repeats, ";".join(j.mismatch), j.wall_verdict,
-                                    j.baseline_cpu_ms, j.current_cpu_ms, j.cpu_ratio, j.cpu_ci_low, j.cpu_ci_high,
-                                    j.cpu_p_value, j.cpu_verdict, j.flagged_by, j.moved_transform, j.full_job,
-                                    j.baseline_host_other_cores, j.current_host_other_cores,
-                                    j.baseline_reference_ms, j.current_reference_ms,
-                                    CPU_RATIO_PER_REFERENCE if comparison.cpu_per_reference else CPU_RATIO_RAW]
+    """One row a job, CSV_COLUMNS: JobComparison's fields in their order, then what cpu_ratio is a ratio of."""
+    ratio_of = CPU_RATIO_PER_REFERENCE if comparison.cpu_per_reference else CPU_RATIO_RAW
+    return csv_table(CSV_COLUMNS, ([*(";".join(v) if isinstance(v, tuple) else v for v in astuple(j)), ratio_of]
                                    for j in comparison.jobs))
 
 

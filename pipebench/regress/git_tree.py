@@ -4,7 +4,7 @@ dirty tree. Every failure is a GitError, one line naming the ref or the reposito
 import shutil
 import subprocess
 import tempfile
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from pathlib import Path
 from typing import Iterator, List
 
@@ -62,12 +62,8 @@ def checked_out(repo: Path, commit: str) -> Iterator[Path]:
     try:
         yield tree
     finally:
-        try:
+        with suppress(GitError):
             git(repo, "worktree", "remove", "--force", str(tree))
-        except GitError:
-            pass
         shutil.rmtree(parent, ignore_errors=True)
-        try:
+        with suppress(GitError):
             git(repo, "worktree", "prune")
-        except GitError:
-            pass

@@ -27,13 +27,13 @@ from pipebench.base.csv_cells import csv_table
 from pipebench.base.io import append_lines
 from pipebench.base.significance import DOWN, MIN_SAMPLES, UP, measure_change
 from pipebench.base.stats import distribution
+from pipebench.model.judging import DEFAULT_THRESHOLD
 from pipebench.regress.compare import load_run
 
 # A step must hold for at least this many nights on each side (the rule's fewest samples): one odd
 # night is not a level.
 MIN_SEGMENT = MIN_SAMPLES
-# The smallest level change a step may be (relative), as compare's default threshold.
-STEP_THRESHOLD = 0.10
+STEP_THRESHOLD = DEFAULT_THRESHOLD  # the smallest level change a step may be (relative)
 
 
 @dataclass(frozen=True)
@@ -141,30 +141,25 @@ def load_history(path: Path) -> History:
     """Every whole row of a history file; each line that is not one is named in `damaged`. A last
     line without its line end is a write cut short: named, never parsed."""
     text = path.read_text(encoding="utf-8", errors="replace")
-    damaged = []
+    torn = []
     if text and not text.endswith("\n"):
-        kept, _, torn = text.rpartition("\n")
-        damaged.append(f"{path}: line {kept.count(chr(10)) + 2 if kept else 1}: torn ({len(torn)} characters "
-                       "without a line end: a write cut short)")
+        kept, _, cut = text.rpartition("\n")
+        torn.append(f"{path}: line {kept.count(chr(10)) + 2 if kept else 1}: torn ({len(cut)} characters "
+                    "without a line end: a write cut short)")
         text = kept + "\n" if kept else ""
     reader = csv.reader(io.StringIO(text))
     header = next(reader, None)
     if header is None or tuple(header) != HISTORY_COLUMNS:
-        return History((), (f"{path}: line 1: not a pipebench history header", *damaged))
-    rows = []
-    for cells in reader:
-        if not cells:
-            continue
-        if len(cells) != len(HISTORY_COLUMNS):
-            damaged.insert(-1 if damaged and "torn" in damaged[-1] else len(damaged),
-                           f"{path}: line {reader.line_num}: {len(cells)} cells, {len(HISTORY_COLUMNS)} expected")
-            continue
+        return History((), (f"{path}: line 1: not a pipebench history header", *torn))
+    rows, damaged = [], []
+    for cells in filter(None, reader):
         try:
+            if len(cells) != len(HISTORY_COLUMNS):
+                raise ValueError(f"{len(cells)} cells, {len(HISTORY_COLUMNS)} expected")
             rows.append(_parse(cells))
         except ValueError as exc:
-            damaged.insert(-1 if damaged and "torn" in damaged[-1] else len(damaged),
-                           f"{path}: line {reader.line_num}: {exc}")
-    return History(tuple(rows), tuple(damaged))
+            damaged.append(f"{path}: line {reader.line_num}: {exc}")
+    return History(tuple(rows), (*damaged, *torn))
 
 
 def _best_split(values: np.ndarray) -> int:
