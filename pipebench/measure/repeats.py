@@ -1,22 +1,14 @@
 """One job's step loops and its repeat loop: the same for one process, its workers and each rank.
 
-`LoopKit` holds what every step loop of a job shares: the loader, the consumer, the device
-chain after the copy, the copy's pinning (`non_blocking`), the sync mode (`run.sync`), the
-step watchdog (`run.step_timeout_s`), the GPU session's copier and allocator sample, the pass
-plan (warm-up, window, cycle), and a rank's end-of-step collective. `LoopKit.loop` builds the
-step loop of a measured repeat or of an extra pass (a profile, a trace), so a hook added here
-reaches every loop of every job. `measure_repeats` runs `run.repeats` measured passes around
-the job's meters.
+`LoopKit` holds what every step loop of a job shares, and `LoopKit.loop` builds the step loop of a
+measured repeat or of an extra pass (a profile, a trace), so a hook added here reaches every loop
+of every job. `measure_repeats` runs `run.repeats` measured passes around the job's meters.
 
-Which step loop a job runs (`StepSync`): asynchronous, as training runs, or synchronised at
-every phase. `run.sync=auto` (the default) runs ahead wherever a consumer trains on CUDA: the
-pinned batch is copied non-blocking, nothing waits inside a step, and CUDA events are read late
-with at most MAX_STEPS_IN_FLIGHT steps in flight (pipebench.base.gpu_timing.AsyncStepClock).
-`run.sync=per_step` finishes every phase before the next, so each is timed on its own (the
-copy, the consumer's forward / backward / optimizer). A consumer that cannot run ahead (one on
-the CPU, where every op is synchronous; `emulated`, which sleeps on the host; `none`) runs the
-synchronous path; when async was asked for, or a training consumer ends up on the CPU, one
-line says so. The summary's `step_sync` names the loop a row used.
+`run.sync=auto` runs ahead, as training does, wherever a consumer trains on CUDA: nothing waits
+inside a step and CUDA events are read late (pipebench.base.gpu_timing.AsyncStepClock).
+`run.sync=per_step` finishes every phase before the next, so each is timed on its own. A consumer
+that cannot run ahead (on the CPU, `emulated`, `none`) runs the synchronous path, with one line
+where async was asked for or a training consumer ends up on the CPU.
 """
 
 from dataclasses import dataclass, replace
@@ -52,20 +44,16 @@ class StepSync:
         return AsyncStepClock() if self.mode == SYNC_ASYNC else None
 
 
-def _can_run_ahead(consumer: Any) -> bool:
-    return hasattr(consumer, "run_ahead")
-
-
 def resolve_sync(requested: str, consumer: Any) -> StepSync:
     """The loop for `consumer` under run.sync=`requested`; switches the consumer to run ahead."""
     if requested == SYNC_PER_STEP:
         return StepSync(SYNC_PER_STEP)
     device = getattr(consumer, "device", None)
-    on_cuda = device is not None and device.type == "cuda"
-    if on_cuda and _can_run_ahead(consumer):
+    can_run_ahead = hasattr(consumer, "run_ahead")
+    if device is not None and device.type == "cuda" and can_run_ahead:
         consumer.run_ahead()
         return StepSync(SYNC_ASYNC)
-    if requested == SYNC_AUTO and not _can_run_ahead(consumer):
+    if requested == SYNC_AUTO and not can_run_ahead:
         return StepSync(SYNC_PER_STEP)  # nothing of its own runs on a GPU: nothing to run ahead of
     where = f"on {device}" if device is not None else "on the host"
     return StepSync(SYNC_PER_STEP, f"note: run.sync={requested}: the consumer runs {where}, not on a CUDA "

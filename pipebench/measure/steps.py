@@ -1,9 +1,6 @@
 """What a measured pass is made of, and the plan every pass of a job runs by.
 
-The data: one step (`StepSample`), one repeat (`PassResult`), the per-step timings of the
-measured steps (`TimingSink`). The plan: the warm-up, the backlog to drain, the window's fewest
-steps in whole worker cycles, resolved once from the job's config (`pass_plan`). The step loop
-that fills them is pipebench.measure.runner; the window's cut and the summary read them alone.
+The step loop (pipebench.measure.runner) fills them; the window's cut and the summary read them.
 """
 
 from dataclasses import dataclass, field, replace
@@ -138,27 +135,21 @@ def backlog_steps(spec: JobSpec) -> int:
 
 
 def warmup_steps(spec: JobSpec) -> int:
-    """run.warmup_steps, but never fewer than the batches workers can queue during start-up.
-
-    All workers start together and, while the first batch is awaited, fill up to
-    `backlog_steps` batches. Measuring before that backlog is drained credits
-    start-up work to the steady state: 8 workers on 2 cores read 13% above the CPU's capacity.
-    """
+    """run.warmup_steps, but never fewer than the batches workers queue during start-up: measured
+    before that backlog is drained, 8 workers on 2 cores read 13% above the CPU's capacity."""
     return max(spec.run.warmup_steps, backlog_steps(spec))
 
 
 def cycle_steps(workers: int, worker_kind: str = PROCESSES) -> int:
-    """Steps in one worker cycle: W worker processes started together deliver W batches (each makes
-    a whole batch), then all wait. A thread pool's W threads make every batch together, one after
-    the other, so its batches come one at a time: a cycle of one step."""
+    """Steps in one worker cycle: W worker processes started together deliver W batches, then all
+    wait; a thread pool's threads make each batch together, so its cycle is one step."""
     return max(workers, 1) if worker_kind == PROCESSES else 1
 
 
 def window_steps(spec: JobSpec) -> int:
-    """The fewest measured steps: run.steps, and with workers at least `run.worker_cycles` times
-    W steps, in whole cycles (in one process steps do not come in cycles, and run.steps rules
-    alone). Thread backends get the same count as W processes would, so backends swept side by
-    side are measured over windows of one length."""
+    """The fewest measured steps: run.steps, and with workers at least `run.worker_cycles` times W
+    steps, in whole cycles. Thread backends get the count W processes would, so backends swept
+    side by side are measured over windows of one length."""
     if spec.workers == 0:
         return spec.run.steps
     cycle = cycle_steps(spec.workers, spec.worker_kind)
@@ -168,11 +159,8 @@ def window_steps(spec: JobSpec) -> int:
 
 @dataclass(frozen=True)
 class PassPlan:
-    """The numbers every measured pass of a job runs by, resolved once from its config: the
-    warm-up (`warmup_steps`), the fewest steps that drain what the workers made while the holding
-    meters' first readings held the loop (`backlog_steps`; `drain_backlog` takes the rest), the
-    window's fewest steps (`window_steps`) in whole cycles of `cycle` steps (`cycle_steps`), the
-    window's time bounds, the repeats, the progress bar."""
+    """The numbers every measured pass of a job runs by, resolved once from its config; `drain`:
+    the fewest steps that take what the workers made while the holding meters held the loop."""
 
     warmup: int
     drain: int
