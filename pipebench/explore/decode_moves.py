@@ -86,19 +86,14 @@ def decoder(chain: Chain, move: str = DECODER) -> Moved:
                                    f"{short_name(steps[at])}, and only a crop can follow the decoder")
     conversion = steps[at]
     decoded = with_target(conversion, movements[at].decoder_form)
+    # Which decode_jpeg the catalogue's decoder runs in this process; nothing for another declared decoder.
+    used = f", with {decoder_note()}" if target(decoded) == DECODE_JPEG else ""
     changes = [f"replace {short_name(conversion)} with {short_name(decoded)} (decode the JPEG file straight to a "
-               f"uint8 tensor{_decoder_used(decoded)})"]
+               f"uint8 tensor{used})"]
     if before:
         changes.append(f"move {', '.join(short_name(n) for n, _ in before)} after {short_name(decoded)}")
     new_steps = (decoded, *(n for n, _ in before), *steps[at + 1:])
     return Moved(Chain(new_steps, chain.per_batch, chain.on_device), tuple(changes))
-
-
-
-def _decoder_used(decoded: Node) -> str:
-    """Which decode_jpeg the catalogue's decoder runs in this process (", with ..."), or "" for another
-    declared decoder."""
-    return f", with {decoder_note()}" if target(decoded) == DECODE_JPEG else ""
 
 
 def _batch_decode_change(device: str) -> str:
@@ -131,8 +126,7 @@ def _device_crops(steps: Sequence[Node]) -> Tuple[List[Node], str]:
 def gpu_decoder(chain: Chain, source: Optional[SampleSource] = None, device: str = HOST_DEVICE) -> Moved:
     """Read the JPEG file's bytes in the worker and decode the batch in one call after the copy, on
     `device` (nvJPEG on CUDA); the crop, then every later step, run there as their batch forms."""
-    skipped = _not_jpeg(GPU_DECODER, source)
-    if skipped:
+    if skipped := _not_jpeg(GPU_DECODER, source):
         return Moved(chain, reason=skipped)
     decoded = decoder(chain, GPU_DECODER)
     if not decoded.changes:
@@ -200,8 +194,7 @@ def gpu_region_decode(chain: Chain, source: Optional[SampleSource] = None, devic
 
 def reduced_decode(chain: Chain, source: Optional[SampleSource] = None) -> Moved:
     """Replace a first step that resizes down by its draft_form (decode the JPEG at reduced size)."""
-    skipped = _not_jpeg(REDUCED_DECODE, source)
-    if skipped:
+    if skipped := _not_jpeg(REDUCED_DECODE, source):
         return Moved(chain, reason=skipped)
     if not chain.per_sample:
         return Moved(chain, reason=f"{REDUCED_DECODE}: there are no per-sample transforms")
@@ -241,8 +234,7 @@ def _conversion_at(chain: Chain) -> Optional[int]:
 
 def tensor_path(chain: Chain, source: Optional[SampleSource] = None) -> Moved:
     """Decode to a uint8 tensor first; the PIL steps before the conversion run as their tensor forms."""
-    skipped = _not_jpeg(TENSOR_PATH, source)
-    if skipped:
+    if skipped := _not_jpeg(TENSOR_PATH, source):
         return Moved(chain, reason=skipped)
     at = _conversion_at(chain)
     if at is None:

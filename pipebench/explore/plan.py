@@ -196,11 +196,8 @@ def write_variant_files(invocation_dir: Path, checked: Sequence[Checked], not_ap
 
 
 def unfinished_exploration(results_dir: Path, base: str, overrides: Sequence[str]) -> Optional[InvocationChoice]:
-    """The latest explore folder of this chain whose sweep was `overrides` and whose jobs are not all done.
-
-    Its recorded command is the sweep with any config search path in front (--config-dir's, and in
-    folders from before the ConfigStore, the folder's own variants/), left out of the match.
-    """
+    """The latest explore folder of this chain whose sweep was `overrides` and whose jobs are not all
+    done; the config search path in front of its recorded command (SEARCH_PATH_KEY) is left out of the match."""
     wanted = expand_auto_workers(list(overrides), usable_cores())
     return latest_unfinished(
         results_dir.glob(f"*-explore-{_folder_safe(base)}*/{INVOCATION_FILE}"),
@@ -306,12 +303,9 @@ def check_variants(first_job: Sequence[str], max_pixel_diff: int = DEFAULT_MAX_P
 
 def plan_exploration(overrides: Sequence[str], first_job: Sequence[str], fresh: bool = False,
                      max_pixel_diff: int = DEFAULT_MAX_PIXEL_DIFF) -> Union[Plan, NoVariants]:
-    """Generate and check the variants of the chain `first_job` composes to, and pick their folder:
-    an interrupted exploration of the same chain and settings (unless `fresh`), else a new one,
-    created now. `write_plan` writes into it.
-
-    When no move applies nothing is created, and the answer says why.
-    """
+    """Generate and check the variants of the chain `first_job` composes to, and pick their folder (for
+    `write_plan`): an interrupted exploration of the same chain and settings unless `fresh`, else a new
+    one; NoVariants, creating nothing, when no move applies."""
     check_overrides(overrides)
     found = check_variants(first_job, max_pixel_diff)
     if isinstance(found, NoVariants):

@@ -1,9 +1,6 @@
-"""What to do, in order: the winning chain, the edits that make it, and what each is worth.
-
-The winner is the fastest measured chain with an equivalent verdict (a `not equivalent` chain
-never wins). Its waterfall walks the ladder of variants from the base chain to it, one edit a
-rung: the rate after each edit, the gain of that edit on the way, and the edit's worth on its
-own (its single-move variant against the base chain), all measured in the same sweep.
+"""What to do, in order: the winner (the fastest measured chain with an equivalent verdict) and its
+waterfall, a rung an edit along the ladder from the base chain: the rate after each edit, that edit's
+gain on the way, and its worth alone (its single-move variant against the base), all from one sweep.
 """
 
 from dataclasses import dataclass, fields

@@ -54,9 +54,8 @@ class _RecordedChain:
 
 
 def probed_chains(first_job: Sequence[str], options: TuneOptions, base: str) -> ChainSet:
-    """The user's chain and explore's equivalent variants this host can measure (each variant stored
-    as a transform config; the user's own is its config file already, and storing it again under the
-    same name made Hydra warn that the file is validated against a ConfigStore schema)."""
+    """The user's chain and explore's equivalent variants this host can measure, each variant stored
+    as a transform config (not the user's own: stored again, Hydra warns of a schema over its file)."""
     mine = ChainSet((base,), {}, {base: STRICTNESS[0]}, {base: ()})
     if not options.variants:
         return mine

@@ -1,12 +1,9 @@
-"""What one of the race's jobs is expected to cost, in seconds, before it runs: the budget's cut
-(`pipebench.tune.space.fit_budget`) and the race's stages (`pipebench.tune.race`) are sized with it.
-
-The workers=0 probe's job time alone undercounts a point with many workers: each worker process
-starts, imports the chain and opens its dataset (an object store's client, a shard), and without
-`persistent_workers` DataLoader pays that again every epoch. The object-store run of issue 54
-(a chain sleeping 8 ms a sample, s3:// shards from moto on the 2-core machine) took 8.6 s a job at
-workers=0, and at 12-21 workers 10-20 s a job with persistent workers and 20-74 s without: the
-cut, priced at the probe's 8.6 s, raced 12 points in 568 s against a 300 s budget.
+"""What one of the race's jobs is expected to cost, in seconds, before it runs: the budget's cut and
+the race's stages are sized with it. The workers=0 probe's job time alone undercounts a point with
+many workers: each worker process starts, imports the chain and opens its dataset, and without
+`persistent_workers` DataLoader pays that again every epoch. In issue 54's object-store run (8.6 s
+a job at workers=0, 20-74 s at 12-21 non-persistent workers) the cut, priced at the probe's job,
+raced 12 points in 568 s against a 300 s budget.
 """
 
 from pipebench.config.specs import PROCESSES

@@ -146,12 +146,10 @@ def slower_for_real(rounds: Mapping[str, Sequence[Round]], best: str, others: Se
 
 def shown_alike(rounds: Mapping[str, Sequence[Round]], best: str, others: Sequence[str], margin: float
                 ) -> Dict[str, bool]:
-    """Whether each of `others` is shown within `margin` of `best`, which is more than not being told
-    apart from it: compare's `no change` (the ratio of rates and its interval's half-width both within
-    the margin; `pipebench.base.significance`). With MIN_SAMPLES rounds a side, the paired ratio's
-    interval (`against_base`); with fewer, the widest ratio the two intervals allow (the other's low
-    over the best's high, its high over the best's low). A side with no interval shows nothing: one
-    short round whose interval spans 2x cannot say that a point is as fast as the best."""
+    """Whether each of `others` is shown within `margin` of `best` (more than not told apart): compare's
+    `no change` on the paired ratio's interval with MIN_SAMPLES rounds a side, else on the widest ratio
+    the two intervals allow. A side with no interval shows nothing: one short round whose interval
+    spans 2x cannot say that a point is as fast as the best."""
     tested = {n: _by_round(rounds[n]) for n in others if min(len(rounds[n]), len(rounds[best])) >= MIN_SAMPLES}
     alike = {n: direction == NO_CHANGE for n, (_, direction) in
              (against_base(_by_round(rounds[best]), tested, margin).items() if tested else ())}

@@ -363,9 +363,8 @@ class TuneSession:
         return Probed(records, job_s, kept, verdicts, crashed, warnings, _models(records))
 
     def _space(self, probe: Probed, notes: List[str]) -> Tuple[List[Point], List[Dropped]]:
-        """The points that race and those pruned, each with its reason: the model's ladder, its
-        pruning and what the budget fits, or the entrants a resumed tune recorded. Its lines go to
-        `notes`."""
+        """The points that race (the model's ladder, pruned and cut to the budget, or the entrants a
+        resumed tune recorded) and those pruned, each with its reason; its lines go to `notes`."""
         dims = self.dims
         if self.options.workers is None:
             ladder, why = _ladder(probe.models, probe.kept, usable_cores())
