@@ -1,12 +1,10 @@
 """Where a DataLoader was created or iterated, in the user's own code: the line a loader is named by.
 
-A loader built inside a library (timm's `create_loader`, webdataset's `WebLoader`, Lightning's data
-module) was named by the library's line (`loader.py:467`, `compat.py:520`), the same for every
-script that calls it and nothing the user wrote. The stack is walked outwards from the call, past
-torch's and pipebench's frames and a DataLoader subclass's own methods, to the first frame of the
-user's own code: not in site-packages (or dist-packages), not in the standard library, not frozen.
-The library's line, where a library frame came first, is kept beside it (`CallSite.library`), so
-a factory's loader reads `train.py:120` by way of `loader.py:467`.
+A loader built inside a library (timm's `create_loader`, webdataset's `WebLoader`) would otherwise be
+named by the library's line, the same for every script. The stack is walked outwards past torch's and
+pipebench's frames and a DataLoader subclass's own methods to the first frame of the user's own code
+(not installed, not the standard library, not frozen); the library's line that came first is kept
+beside it (`CallSite.library`), so a factory's loader reads `train.py:120` by way of `loader.py:467`.
 """
 
 import os

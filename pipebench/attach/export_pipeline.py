@@ -1,19 +1,14 @@
 """A watched loader's pipeline as pipebench configs: the dataset, the recipe and the loader as `_target_`
 nodes and settings, with what could not be written named and why.
 
-The dataset: a torchvision `ImageFolder` as torchvision reads it (its default loader, every file) is
-pipebench's own `dataset=image_folder` on the same root (same files, same folder labels; the decode
-then gets its own row). Any other dataset is its own class with the arguments it was built with
-(recorded at construction by `built_with` under attach; else read back from its attributes), the
-argument that carried the recipe given as empty, since pipebench's chain runs the recipe itself. The
-recipe: the steps `watch_chain.open_recipe` finds, each rebuilt from its attributes
-(`export_nodes.value_node`); a step that cannot be is left out and named. The loader: its settings, as
-`loader.*` and `workers`. A loader over a `Subset` (what `random_split` returns) is written as the
-dataset the subsets select from, all of it, with a note: its per-sample costs are the subset's, and
-a list of indices in a config would be as long as the split. The consumer: the script's own step as
-attach measured it (the time between a batch handed over and the next asked for), as an emulated
-consumer of its median and spread (`with_measured_step`), so a run or a tune of the export feeds a
-step as long as the script's.
+The dataset: a torchvision `ImageFolder` read as by default is pipebench's own `dataset=image_folder`
+on the same root; any other is its own class with the arguments it was built with (recorded by
+`built_with`, else read back from its attributes), the argument that carried the recipe emptied,
+since pipebench's chain runs the recipe itself. A `Subset` is written as the dataset it selects
+from, with a note (a list of indices would be as long as the split). The recipe: each step rebuilt
+from its attributes (`export_nodes.value_node`), one that cannot be left out and named. The loader:
+its settings, as `loader.*` and `workers`. The consumer: the script's own step as attach measured
+it, emulated (`with_measured_step`), so a run of the export feeds a step as long as the script's.
 """
 
 import dataclasses
@@ -27,7 +22,8 @@ import torch
 from torch.utils.data import DataLoader, IterableDataset, RandomSampler, SequentialSampler, default_collate
 
 from pipebench.attach.built_with import BuiltWith
-from pipebench.attach.watch_chain import RECIPE_ATTRS, open_recipe, recipe_holders, shared_recipe, subset_base
+from pipebench.attach.watch_chain import (RECIPE_ATTRS, callable_name, open_recipe, recipe_holders,
+                                          shared_recipe, subset_base)
 from pipebench.config.specs import EMULATED
 from pipebench.pipeline.export_nodes import NodeOrWhy, attribute_arguments, importable_why, public_target, value_node
 from pipebench.pipeline.recipe import emptied
@@ -63,19 +59,14 @@ class ExportedPipeline:
     consumer: Optional[Dict[str, Any]] = None
 
 
-def _is_torchvision_image_folder(dataset: Any) -> bool:
-    cls = type(dataset)
-    return cls.__name__ == "ImageFolder" and cls.__module__ == "torchvision.datasets.folder"
-
-
 def _image_folder(dataset: Any, given: Dict[str, Any]) -> Optional[Dict[str, Any]]:
-    """pipebench's image_folder on the same root, when the ImageFolder reads its files as by default."""
-    file_loader = getattr(dataset, "loader", None)
-    if getattr(file_loader, "__name__", None) not in DEFAULT_FILE_LOADERS:
-        return None
-    if getattr(dataset, "target_transform", None) is not None:
-        return None
-    if any(given.get(name, default) != default for name, default in IMAGE_FOLDER_DEFAULTS.items()):
+    """pipebench's image_folder on the same root, for a torchvision ImageFolder that reads its files as
+    by default."""
+    cls = type(dataset)
+    if (cls.__name__ != "ImageFolder" or cls.__module__ != "torchvision.datasets.folder"
+            or getattr(getattr(dataset, "loader", None), "__name__", None) not in DEFAULT_FILE_LOADERS
+            or getattr(dataset, "target_transform", None) is not None
+            or any(given.get(name, default) != default for name, default in IMAGE_FOLDER_DEFAULTS.items())):
         return None
     return {"_target_": IMAGE_FOLDER_TARGET, "path": str(pathlib.Path(dataset.root).resolve()),
             "num_classes": len(dataset.classes), "seed": 0, "cache": "warm"}
@@ -98,12 +89,11 @@ def _dataset_node(dataset: Any, built_with: Optional[BuiltWith], notes: List[str
         notes.append(f"dataset {name}: not exported: {why}")
         return None
     given = built_with.arguments(dataset) if built_with is not None else None
-    if _is_torchvision_image_folder(dataset):
-        mapped = _image_folder(dataset, given or {})
-        if mapped is not None:
-            notes.append(f"dataset {name}: written as pipebench's dataset=image_folder on the same root (the same "
-                         "files and folder labels; its lazy open gives the decode its own row)")
-            return mapped
+    mapped = _image_folder(dataset, given or {})
+    if mapped is not None:
+        notes.append(f"dataset {name}: written as pipebench's dataset=image_folder on the same root (the "
+                     "same files and folder labels; its lazy open gives the decode its own row)")
+        return mapped
     attr, recipe = _recipe_value(dataset)
     if given is None:
         given, why = attribute_arguments(dataset)
@@ -159,8 +149,7 @@ def _recipe_nodes(dataset: Any, notes: List[str]) -> Tuple[Any, ...]:
         if written.ok:
             nodes.append(written.node)
             continue
-        label = getattr(step, "__name__", type(step).__name__)
-        notes.append(f"transform step {k} ({label}): left out: {written.why}")
+        notes.append(f"transform step {k} ({callable_name(step)}): left out: {written.why}")
     return tuple(nodes)
 
 
@@ -187,7 +176,7 @@ def _loader_settings(loader: DataLoader, notes: List[str]) -> Dict[str, Any]:
                      "random order (loader.shuffle=true)")
     collate = loader.collate_fn
     if collate is not default_collate:
-        notes.append(f"loader: its collate_fn {getattr(collate, '__name__', type(collate).__name__)} is not exported: "
+        notes.append(f"loader: its collate_fn {callable_name(collate)} is not exported: "
                      "pipebench collates (sample, target) pairs with default_collate")
     if loader.worker_init_fn is not None:
         notes.append("loader: its worker_init_fn is not exported")

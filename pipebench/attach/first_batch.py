@@ -1,22 +1,14 @@
 """A watched loader's time to first batch, taken apart: worker start, the dataset's pickle, the first fetch.
 
-Three pieces ride into the loader's processes with its dataset (plain picklable objects, so fork
-and spawn alike carry them):
+Plain picklable objects ride into the loader's processes with its dataset: `StampedInit` (the
+loader's `worker_init_fn`) stamps the moment a worker reaches its first line of work
+(`perf_counter_ns`, CLOCK_MONOTONIC on Linux, so the main process can subtract its own stamp) and
+ties the worker's life to attach's (PR_SET_PDEATHSIG); `TimedItems` (the dataset's instance
+`__getitems__`) times each sample's whole `__getitem__`, the first its process's first fetch. The
+clock hands both stamps to its process's first batch (`StepClock.take_startup`).
 
-- `StampedInit` replaces `loader.worker_init_fn`: it stamps the worker's clock with the moment the
-  worker reaches its first line of work (`perf_counter_ns`, CLOCK_MONOTONIC on Linux, so the main
-  process can subtract its own stamp of the iterator's creation), ties the worker's life to its
-  parent's (PR_SET_PDEATHSIG: no worker outlives attach), then calls the user's own function;
-- `TimedItems`, set as the dataset's instance attribute `__getitems__` (torch's fetcher calls it
-  where it exists), times each sample's whole `__getitem__`; the recipe's steps inside it are timed
-  on their own, and the rest is the sample's `load` row. The first sample a process fetches is its
-  first fetch;
-- the clock hands both stamps to the first batch its process makes (`StepClock.take_startup`).
-
-`dataset_pickle` pickles the dataset once in the main process with the pickler the loader's start
-method uses (multiprocessing's `ForkingPickler`), as each spawned or forkserver worker gets it,
-counting the bytes as they stream rather than keeping them; a forked worker inherits the dataset
-and nothing is pickled.
+`dataset_pickle` pickles the dataset once with the pickler a spawn or forkserver worker receives it
+by (`ForkingPickler`), counting the bytes rather than keeping them; a forked worker pickles nothing.
 """
 
 import multiprocessing

@@ -1,20 +1,14 @@
 """The project's memory and storage-read meters over a watched loader's window.
 
-`pipebench run` starts its meters around its own step loop; a watched loader's window opens at
-its first measured step and closes when the window is over (or the script stops first), so
-`WindowMeters` runs the same meters (`memory.MemorySampler`, `storage_io.StorageReadMeter`)
-between those two moments, with the same FIRST_MEASURED / LAST_MEASURED marks.
-
-What they can and cannot say here: the memory meter reads this process and the loader's own
-worker processes (their pids, from the DataLoader's iterator as each epoch starts), not the other
-processes the script started (wandb's service, a subprocess), which the record names; a loader of
-another kind, whose workers are not known, has the whole process tree read. The storage meter reads
-this process and all its children, whatever they are. A window that was never opened, or closed
-after the workers were gone, leaves the cells empty, and the record says why.
+`WindowMeters` runs `pipebench run`'s meters (`memory.MemorySampler`, `storage_io.StorageReadMeter`)
+from the window's first measured step to its end, with the same FIRST_MEASURED / LAST_MEASURED
+marks. The memory meter reads this process and the loader's own workers, not the other processes
+the script started (wandb's service), which the record names; the storage meter reads the whole
+process tree. A window never opened, or closed after the workers were gone, leaves the cells empty.
 
 A reading walks every process's page tables (smaps_rollup: about 10 ms of CPU a process), so the
-readings run on a thread of their own, one after another, never on the user's loop: a reading
-lands a few ms after the moment it stands for, which a window of many steps does not notice.
+readings run on a thread of their own, never on the user's loop: a reading lands a few ms after the
+moment it stands for, which a window of many steps does not notice.
 """
 
 import sys
@@ -37,13 +31,10 @@ NOT_OPENED_NOTE = "not measured: the window never opened (no measured step)"
 class WindowMeters:
     """Memory (RSS/PSS, /dev/shm) and storage reads from `begin` to the last `mark_last` before `end`.
 
-    The last reading is taken where the workers are still alive: at the window's end, or at an
-    epoch's end inside the window (persistent workers live on; the next epoch's end or the window's
-    takes a later one). When the script stops before the window is over, its loaders and workers
-    may be gone by `end`, so the reading at the last epoch end stands.
-
-    `workers`: the loader's worker pids, a set its watch fills as each epoch starts (None: a loader
-    whose workers are not known, the whole tree is read)."""
+    The last reading is taken while the workers are alive, at the window's end or an epoch's end
+    inside it: when the script stops before the window is over, its workers may be gone by `end`, so
+    the reading at the last epoch end stands. `workers`: the loader's worker pids, a set its watch
+    fills as each epoch starts (None: not known, the whole tree is read)."""
 
     def __init__(self, workers: Optional[Set[int]] = None) -> None:
         self.meters = (MemorySampler(workers=workers), StorageReadMeter())

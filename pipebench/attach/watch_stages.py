@@ -1,28 +1,21 @@
-"""Per-step time inside a dataset that applies its own transforms: a WebDataset pipeline's stages and
-Hugging Face's `with_transform`, where `watch_chain` finds no `transform` recipe to open.
+"""Per-step time inside a dataset that applies its own transforms, where `watch_chain` finds no
+`transform` recipe: a WebDataset pipeline's stages and Hugging Face's `with_transform`.
 
-A `wds.WebDataset(...).decode(...).map(fn).to_tuple(...)` is an IterableDataset whose `pipeline` list
-holds its stages: the shard list, then one `FilterFunction` a stage (webdataset.filters: the function
-that runs the stage over the upstream iterator, with the stage's arguments). For the window the
-dataset's `pipeline` is a copy (the user's list and stages are not touched) in which
-- each user function of a `map`, `map_dict` or `map_tuple` stage is a `TimedStep` (a row each); a
-  torchvision `Compose` (or any Compose-like with a list of steps) given as one is opened into its
-  steps, a row each, as a dataset's `transform` recipe is (`watch_chain`);
-- each decode goes to the `decode` row: the fluid `.decode(...)`, a `map` of webdataset's `Decoder`,
-  timed as a step; a `wds.decode(...)` stage given to `DataPipeline` as an `ExclusiveStage` (what an
-  output sample's pull took in it, less what it spent pulling from upstream);
-- a `SampleBoundary` after the last stage before any `batched` / `unbatched` one times each sample's
-  whole pull: what the rows above did not take is the `load` row (the shards' reads, the tar parsing,
-  the pipeline's other stages: shuffle, to_tuple, rename).
-Stages after the pipeline's own batching (its collation) run once a batch, in no row.
+A `wds.WebDataset(...)` is an IterableDataset whose `pipeline` list holds its stages (webdataset's
+`FilterFunction`s). For the window that list is a copy (the user's stages are not touched) in which
+- each user function of a `map`, `map_dict` or `map_tuple` stage is a `TimedStep`, a row each (a
+  Compose-like opened into its steps, as `watch_chain` opens a recipe);
+- each decode goes to the `decode` row: the fluid `.decode(...)` (a `map` of webdataset's `Decoder`)
+  as a step, a `wds.decode(...)` stage as an `ExclusiveStage` (its pulls less its upstream's);
+- a `SampleBoundary` before any `batched` / `unbatched` stage times each sample's whole pull: what the
+  rows above did not take is the `load` row (the shards' reads, the tar parsing, the other stages).
+Stages after the pipeline's own batching run once a batch, in no row.
 
-Hugging Face's `Dataset.with_transform(fn)` keeps `fn` as `dataset._format_kwargs["transform"]` and
-calls it once a fetch, on a batch (a dict of columns, each a list of the batch's values): it is a
-`BatchedStep` for the window, whose time is shared evenly among the batch's samples. HF's Dataset
-fetches its batches itself (`__getitems__`), so there is no load row: the rows hold the transform, not
-the Arrow read and the feature decoding before it.
+Hugging Face's `Dataset.with_transform(fn)` calls `fn` once a fetch on a batch of columns: a
+`BatchedStep` shares its time evenly among the batch's samples. HF's Dataset fetches its batches
+itself (`__getitems__`), so there is no load row.
 
-Both ride with the batch as `watch_chain`'s rows do (`watch_chain.ride`); the stages and steps are
+Both ride with the batch as `watch_chain`'s rows do (`watch_chain.ride`): the stages and steps are
 plain picklable objects holding the one clock, so fork and spawn workers alike carry them.
 """
 

@@ -1,16 +1,14 @@
 """What a watched loader measured (`pipebench.watch`, `pipebench attach`), as a frozen result and a results folder.
 
-The measuring is `pipebench.attach.watch`; this module freezes its figures into `WatchResult`
-and writes them in the project's schema (one job-N/result.json a loader, then summary.csv and
-transforms.csv), so `pipebench report` reads a watched run as it reads a sweep. A loader's job is
-named by its `LoaderIdentity` (`loader=train.py:57,iterated=train.py:80,dataset=ImageFolder[1000],
-created=1`), whose KEY=VALUE pairs are the job's overrides, so the report tells loaders apart by them.
+`WatchResult` freezes `pipebench.attach.watch`'s figures; `save_results` writes them in the project's
+schema (one job-N/result.json a loader, then summary.csv and transforms.csv), so `pipebench report`
+reads a watched run as it reads a sweep, its loaders told apart by their `LoaderIdentity` pairs.
 """
 
 import math
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
-from typing import Any, Dict, Iterator, List, Mapping, Optional, Sequence
+from typing import Any, Collection, Dict, Iterator, List, Mapping, Optional, Sequence
 
 from torch.utils.data import DataLoader
 
@@ -112,8 +110,7 @@ def watch_result(watch: LoaderWatch, job_num: int = 0) -> Optional[WatchResult]:
     name = identity.label
     config = {"loader": asdict(WatchedLoader(watch.site, watch.via, identity.iterated_at, identity.order,
                                              watch.dataset_class, watch.workers, watch.batch_size, watch.persistent)),
-              "window": {"steps": watch.window.steps, "skip_steps": watch.window.skip_steps,
-                         "seconds": watch.window.seconds, "replay": watch.window.replay},
+              "window": asdict(watch.window),
               "recipe": None if watch.recipe is None else {"attr": watch.recipe.attr,
                                                           "not_opened": watch.recipe.not_opened}}
     columns = {"dataset": watch.dataset_class, "transform": None, "workers": watch.workers,
@@ -124,8 +121,7 @@ def watch_result(watch: LoaderWatch, job_num: int = 0) -> Optional[WatchResult]:
                                  "meters": watch.meters.record()}).identified(
         JobIdentity(name, job_num, overrides, config, {}, columns))
     row = record.summary
-    site = ",".join(f"{key}={value}" for key, value in identity.pairs().items() if key in (SITE_KEY, VIA_KEY))
-    return WatchResult(name=site, dataset_class=watch.dataset_class, workers=watch.workers,
+    return WatchResult(name=_name(identity.pairs()), dataset_class=watch.dataset_class, workers=watch.workers,
                        steps_measured=row.steps, samples_per_s=row.samples_per_s,
                        samples_per_s_ci=(row.samples_per_s_ci_low, row.samples_per_s_ci_high),
                        starvation_pct=row.starvation_pct, au_pct=row.au_pct, first_batch_s=row.first_batch_s,
@@ -227,11 +223,14 @@ def results_of(watches: Sequence[LoaderWatch]) -> List[WatchResult]:
     """The results of the watches that measured a step, numbered in order, each named by its creation
     site and the pairs of its identity that differ between them."""
     results = [r for r in (watch_result(w, num) for num, w in enumerate(watches)) if r is not None]
-    pairs = [r.record.pairs for r in results]
-    differ = varying_keys(pairs)
-    names = [",".join(f"{key}={value}" for key, value in named.items() if key in (SITE_KEY, VIA_KEY) or key in differ)
-             for named in pairs]
-    return [replace(r, name=name) for r, name in zip(results, names)]
+    differ = varying_keys([r.record.pairs for r in results])
+    return [replace(r, name=_name(r.record.pairs, differ)) for r in results]
+
+
+def _name(pairs: Mapping[str, str], differ: Collection[str] = ()) -> str:
+    """A loader's name: its creation site (and `via`), and the pairs of its identity in `differ`."""
+    kept = (SITE_KEY, VIA_KEY, *differ)
+    return ",".join(f"{key}={value}" for key, value in pairs.items() if key in kept)
 
 
 def summary_line(result: WatchResult) -> Dict[str, Any]:

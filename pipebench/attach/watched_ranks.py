@@ -1,21 +1,16 @@
 """The ranks of `pipebench attach -- torchrun ...`: each rank's folder, and their merge into one results folder.
 
-Each rank (pipebench.cli.attach_rank) writes what it watched to `RANKS_FOLDER/rank-N/` of the
-results folder, named to it by RANKS_DIR_ENV: a watched results folder of its own (one job a
-loader, readable by `pipebench report`), each job's per-sample timings (`timings.npz`, plain
-arrays) and `rank.json` (its rank, the script's exit status, the loaders it measured and their
-step names). `merge_ranks` then writes one job a loader at the top of the results folder, folded
-as a multi-rank `pipebench run` job's ranks are (pipebench.measure.distributed.multirank's
-`fold_ranks`, over each rank's `RankResult`): a row a rank,
-the total rate and its interval, mean and worst starvation, the straggler ratio and the wait at
-the collective, and the transform table pooled over the ranks' samples.
+Each rank (pipebench.cli.attach_rank) writes to `RANKS_FOLDER/rank-N/` (named by RANKS_DIR_ENV) a
+watched results folder of its own, each job's per-sample timings (`timings.npz`) and `rank.json`.
+`merge_ranks` then writes one job a loader at the top of the results folder, folded as a multi-rank
+`pipebench run` job's ranks are (`multirank.fold_ranks`): a row a rank, the total rate, the
+straggler figures and the transform table pooled over the ranks' samples.
 
-The user's step holds its own collective (an all-reduce, DDP's gradient sync), which the watch
-cannot time apart. It is estimated step by step: the ranks' measured steps are aligned (the k-th
-of each epoch on every rank is one training step, as data-parallel ranks step together), the
-fastest rank's time after its batch came stands for the step's own work, and what a rank's
-exceeds it by is its wait at the collective. The estimate holds where the ranks' work a step is
-alike (the same model on batches of one size); `distributed.collective_wait` says so.
+The user's step holds its own collective (DDP's gradient sync), which the watch cannot time apart.
+It is estimated step by step: the k-th measured step of each epoch is one training step on every
+rank, the fastest rank's time after its batch came stands for the step's own work, and what a rank's
+exceeds it by is its wait at the collective (COLLECTIVE_ESTIMATE: it holds where the ranks' work a
+step is alike).
 """
 
 import json

@@ -1,12 +1,13 @@
 """What every sink shares: the telemetry extra, and the one line for a library that is missing."""
 
 from dataclasses import asdict, dataclass
-from typing import Dict, Optional
+from typing import Dict, Optional, Set
 
 from pipebench.base.errors import ConfigError
 from pipebench.base.extras import MissingExtra, installed, missing_line
 
-__all__ = ["METRIC_PREFIX", "SINK_METRICS", "TELEMETRY_EXTRA", "WindowPoint", "metric_tag", "metric_values", "need"]
+__all__ = ["METRIC_PREFIX", "SINK_METRICS", "TELEMETRY_EXTRA", "WindowPoint", "metric_tags", "metric_values",
+           "need"]
 
 # Metrics go under this prefix, so in a run the script already has open they sit apart from its own.
 METRIC_PREFIX = "pipebench/"
@@ -51,8 +52,10 @@ def metric_values(point: WindowPoint) -> Dict[str, float]:
             if key in SINK_METRICS and isinstance(value, (int, float)) and value == value}
 
 
-def metric_tag(point: WindowPoint, key: str, loaders: int) -> str:
-    """`pipebench/starvation_pct`, with the loader's site and rank where the run has several."""
-    where = f"{point.site}/" if loaders > 1 else ""
+def metric_tags(point: WindowPoint, loaders: Set[str]) -> Dict[str, float]:
+    """The window's figures by tag: `pipebench/starvation_pct`, with the loader's site and rank where
+    the run has several (`loaders`: the loaders seen so far, this one added)."""
+    loaders.add(point.loader)
+    where = f"{point.site}/" if len(loaders) > 1 else ""
     rank = f"rank{point.rank}/" if point.rank else ""
-    return f"{METRIC_PREFIX}{rank}{where}{key}"
+    return {f"{METRIC_PREFIX}{rank}{where}{key}": value for key, value in metric_values(point).items()}

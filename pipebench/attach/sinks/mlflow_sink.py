@@ -1,7 +1,7 @@
 """`--mlflow URI`: each window's figures as MLflow metrics, in the script's active run where it has
 one (`mlflow.active_run()`), else in a run of pipebench's own in that tracking store."""
 
-from pipebench.attach.sinks.common import WindowPoint, metric_tag, metric_values, need
+from pipebench.attach.sinks.common import WindowPoint, metric_tags, need
 from pipebench.base.errors import ConfigError
 
 __all__ = ["MlflowSink", "start"]
@@ -37,10 +37,9 @@ class MlflowSink:
         return self.own
 
     def window(self, point: WindowPoint) -> None:
-        self.loaders.add(point.loader)
         run_id = self._run_id()
-        for key, value in metric_values(point).items():
-            self.client.log_metric(run_id, metric_tag(point, key, len(self.loaders)), value, step=int(point.last_step))
+        for tag, value in metric_tags(point, self.loaders).items():
+            self.client.log_metric(run_id, tag, value, step=int(point.last_step))
 
     def close(self) -> None:
         if self.own is not None:

@@ -3,7 +3,7 @@
 
 import os
 from pathlib import Path
-from pipebench.attach.sinks.common import WindowPoint, metric_tag, metric_values, need
+from pipebench.attach.sinks.common import WindowPoint, metric_tags, need
 from pipebench.base.errors import ConfigError
 
 __all__ = ["TensorBoardSink", "start"]
@@ -19,9 +19,8 @@ class TensorBoardSink:
         self.loaders: set = set()
 
     def window(self, point: WindowPoint) -> None:
-        self.loaders.add(point.loader)
-        for key, value in metric_values(point).items():
-            self.writer.add_scalar(metric_tag(point, key, len(self.loaders)), value, global_step=int(point.last_step))
+        for tag, value in metric_tags(point, self.loaders).items():
+            self.writer.add_scalar(tag, value, global_step=int(point.last_step))
         self.writer.flush()
 
     def close(self) -> None:

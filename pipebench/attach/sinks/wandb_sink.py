@@ -2,7 +2,7 @@
 (`wandb.run`), else in a run of pipebench's own, offline unless WANDB_MODE says otherwise."""
 
 import os
-from pipebench.attach.sinks.common import WindowPoint, metric_tag, metric_values, need
+from pipebench.attach.sinks.common import WindowPoint, metric_tags, need
 from pipebench.base.errors import ConfigError
 
 __all__ = ["WandbSink", "start"]
@@ -28,8 +28,7 @@ class WandbSink:
         return self.own
 
     def window(self, point: WindowPoint) -> None:
-        self.loaders.add(point.loader)
-        values = {metric_tag(point, key, len(self.loaders)): value for key, value in metric_values(point).items()}
+        values = metric_tags(point, self.loaders)
         run = self._run()
         # In the script's own run, commit=False: the point joins the script's current step rather than
         # advancing W&B's step counter under the user's loss curve.
