@@ -18,10 +18,10 @@ import os
 import signal
 import subprocess
 import sys
-from contextlib import contextmanager, suppress
+from contextlib import suppress
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterator, List, NoReturn, Optional, Sequence, Tuple
+from typing import List, NoReturn, Optional, Sequence, Tuple
 
 from pipebench.attach.recording import Recording, recording_environment, start_files
 from pipebench.attach.sinks.sink_set import open_sinks
@@ -101,27 +101,22 @@ def parse_torchrun(words: Sequence[str]) -> TorchrunCommand:
                            args.training_script, tuple(args.training_script_args))
 
 
-@contextmanager
-def forwarding_signals(group: int) -> Iterator[None]:
-    """Within the block, SIGINT and SIGTERM sent to this process go to process group `group`."""
-    def forward(signum: int, frame: object) -> None:
-        with suppress(ProcessLookupError):
-            os.killpg(group, signum)
-
-    saved = {sig: signal.signal(sig, forward) for sig in FORWARDED_SIGNALS}
-    try:
-        yield
-    finally:
-        for sig, handler in saved.items():
-            signal.signal(sig, handler)
-
-
 def run_torchrun(command: TorchrunCommand, env: dict) -> int:
-    """torchrun to its end, signals forwarded, nothing it started left alive; its exit status."""
+    """torchrun to its end, SIGINT and SIGTERM sent to this process forwarded to its session, nothing
+    it started left alive; its exit status."""
     with no_descendant_outlives():
         proc = subprocess.Popen(tied_command(command.rank_command()), env=env, start_new_session=True)
-        with forwarding_signals(proc.pid):
+
+        def forward(signum: int, frame: object) -> None:
+            with suppress(ProcessLookupError):
+                os.killpg(proc.pid, signum)
+
+        saved = {sig: signal.signal(sig, forward) for sig in FORWARDED_SIGNALS}
+        try:
             return proc.wait()
+        finally:
+            for sig, handler in saved.items():
+                signal.signal(sig, handler)
 
 
 def attach_torchrun(command: TorchrunCommand, window: WatchWindow, folder: Path,

@@ -14,7 +14,6 @@ from pipebench.explore.plan import (
     write_plan,
 )
 from pipebench.explore.variants import LOADER_MOVE_HELP
-from pipebench.measure.job_spawn import JobProcess
 from pipebench.record.folder_lock import folder_lock
 from pipebench.record.resume import ready_for_sweep
 from pipebench.sweep.expand import expand_sweep, import_from_cwd, refuse_hydra_dirs, search_path
@@ -23,7 +22,7 @@ from pipebench.sweep.launch import Into, run_command
 # An 8-bit pixel differs from another by at most this.
 MAX_GREY_LEVEL = 255
 
-__all__ = ["add_parser", "explore_command", "main"]
+__all__ = ["add_parser", "main"]
 
 
 def help_lines(title: str, entries: Mapping[str, str]) -> str:
@@ -58,31 +57,6 @@ def target_overrides(target_pct: Optional[float]) -> List[str]:
     return [f"run.target_accel_util_pct={target_pct:g}", "run.stop_at_target=true"]
 
 
-def explore_command(overrides: List[str], config_dir: Optional[str], fresh: bool = False,
-                    target_pct: Optional[float] = None, max_pixel_diff: int = DEFAULT_MAX_PIXEL_DIFF,
-                    ahead: Optional[JobProcess] = None) -> int:
-    """Generate the chain's variants, check their equivalence, then measure them all in one sweep
-    (or up to the first chain that meets `target_pct`). `ahead`: as `run_command`'s."""
-    import_from_cwd()
-    refuse_hydra_dirs(overrides)
-    overrides = [*overrides, *target_overrides(target_pct)]
-    plan = plan_exploration(overrides, expand_sweep([*search_path(config_dir), *overrides])[0], fresh,
-                            max_pixel_diff)
-    if isinstance(plan, NoVariants):
-        print(f"pipebench explore: no variants of transform={plan.base}: {'; '.join(plan.reasons)}")
-        return 0
-    with folder_lock(plan.invocation_dir):
-        ready_for_sweep(plan.invocation_dir)  # before its variants are written there
-        print(f"\n## equivalence with {plan.checked[0].variant.name}\n\n{write_plan(plan)}", end="")
-        measured = [item for item in plan.checked if item.measured]
-        if plan.resumed is not None:
-            print(f"resuming {plan.invocation_dir}: {plan.resumed.done} of {plan.resumed.total} jobs already done",
-                  flush=True)
-        print(f"explore: measuring {len(measured)} chains, interleaved, in one sweep", flush=True)
-        return run_command(list(plan.overrides), config_dir, ahead=ahead, into=Into(
-            plan.invocation_dir, epilogue=lambda folder: print(f"## explore\n\n{write_explore_table(folder, plan)}")))
-
-
 def add_parser(verbs: "argparse._SubParsersAction") -> None:
     parser = verbs.add_parser(
         "explore", help="find a chain's faster variants, check they compute the same thing, measure them all",
@@ -106,8 +80,26 @@ def add_parser(verbs: "argparse._SubParsersAction") -> None:
 
 
 def main(args: argparse.Namespace) -> int:
-    return explore_command(list(args.overrides), args.config_dir, args.fresh, args.target_pct, args.max_pixel_diff,
-                           args.job_ahead)
+    """Generate the chain's variants, check their equivalence, then measure them all in one sweep
+    (or up to the first chain that meets --target)."""
+    import_from_cwd()
+    refuse_hydra_dirs(args.overrides)
+    overrides = [*args.overrides, *target_overrides(args.target_pct)]
+    plan = plan_exploration(overrides, expand_sweep([*search_path(args.config_dir), *overrides])[0], args.fresh,
+                            args.max_pixel_diff)
+    if isinstance(plan, NoVariants):
+        print(f"pipebench explore: no variants of transform={plan.base}: {'; '.join(plan.reasons)}")
+        return 0
+    with folder_lock(plan.invocation_dir):
+        ready_for_sweep(plan.invocation_dir)  # before its variants are written there
+        print(f"\n## equivalence with {plan.checked[0].variant.name}\n\n{write_plan(plan)}", end="")
+        measured = [item for item in plan.checked if item.measured]
+        if plan.resumed is not None:
+            print(f"resuming {plan.invocation_dir}: {plan.resumed.done} of {plan.resumed.total} jobs already done",
+                  flush=True)
+        print(f"explore: measuring {len(measured)} chains, interleaved, in one sweep", flush=True)
+        return run_command(list(plan.overrides), args.config_dir, ahead=args.job_ahead, into=Into(
+            plan.invocation_dir, epilogue=lambda folder: print(f"## explore\n\n{write_explore_table(folder, plan)}")))
 
 
 def _grey_levels(text: str) -> int:

@@ -11,26 +11,6 @@ from pipebench.regress.trend_plot import SIGNALS, plot_history
 __all__ = ["add_parser", "main"]
 
 
-def history_main(path: str, out: str, threshold: float) -> int:
-    """Load (naming every damaged line), find steps on both signals, plot; exit 0, or 2 for no file."""
-    file = Path(path)
-    if not file.is_file():
-        raise ConfigError(f"{path}: no such history file (pipebench ab --history writes one)")
-    history = load_history(file)
-    for line in history.damaged:
-        print(f"pipebench: skipped {line}", file=sys.stderr)
-    print(f"{len(history.rows)} rows, {len(history.jobs())} jobs from {path}")
-    steps = [s for key, *_ in SIGNALS for s in find_steps(history, key, threshold)]
-    for step in steps:
-        print(f"step: {step.job} {step.signal} {step.before:.4g} -> {step.after:.4g} "
-              f"({step.after / step.before - 1:+.1%}), first commit after it: {step.commit} ({step.date})")
-    if not steps:
-        print("no level step in any job")
-    for plot in plot_history(history, steps, Path(out or file.parent)):
-        print(f"plot: {plot}")
-    return 0
-
-
 def add_parser(verbs: "argparse._SubParsersAction") -> None:
     parser = verbs.add_parser("history", help="trend plots and level steps of a per-machine history",
                               description="Read a history CSV (pipebench ab --history), draw one trend plot per "
@@ -42,4 +22,20 @@ def add_parser(verbs: "argparse._SubParsersAction") -> None:
 
 
 def main(args: argparse.Namespace) -> int:
-    return history_main(args.file, args.out, args.threshold)
+    """Load (naming every damaged line), find steps on both signals, plot; exit 0, or 2 for no file."""
+    file = Path(args.file)
+    if not file.is_file():
+        raise ConfigError(f"{args.file}: no such history file (pipebench ab --history writes one)")
+    history = load_history(file)
+    for line in history.damaged:
+        print(f"pipebench: skipped {line}", file=sys.stderr)
+    print(f"{len(history.rows)} rows, {len(history.jobs())} jobs from {args.file}")
+    steps = [s for key, *_ in SIGNALS for s in find_steps(history, key, args.threshold)]
+    for step in steps:
+        print(f"step: {step.job} {step.signal} {step.before:.4g} -> {step.after:.4g} "
+              f"({step.after / step.before - 1:+.1%}), first commit after it: {step.commit} ({step.date})")
+    if not steps:
+        print("no level step in any job")
+    for plot in plot_history(history, steps, Path(args.out or file.parent)):
+        print(f"plot: {plot}")
+    return 0

@@ -2,21 +2,12 @@
 
 import argparse
 from pathlib import Path
-from typing import Optional, Sequence
 
 from pipebench.base.errors import ConfigError
 from pipebench.cli.common_args import add_baseline_job
 from pipebench.report.writer import print_summary, write_report
 
-__all__ = ["add_parser", "main", "report_main"]
-
-
-def report_main(dirs: Sequence[str], out: Optional[str], baseline: Optional[str], compare_loaders: bool = False) -> int:
-    """Several folders need --out; one folder gets its report written into it."""
-    if out is None and len(dirs) > 1:
-        raise ConfigError("merging several folders needs --out OUT for the merged report")
-    print_summary(write_report(dirs, Path(out) if out is not None else Path(dirs[0]), baseline, compare_loaders))
-    return 0
+__all__ = ["add_parser", "main"]
 
 
 def add_parser(verbs: "argparse._SubParsersAction") -> None:
@@ -35,4 +26,9 @@ def add_parser(verbs: "argparse._SubParsersAction") -> None:
 
 
 def main(args: argparse.Namespace) -> int:
-    return report_main(args.dirs, args.out, args.baseline, args.compare_loaders)
+    """Several folders need --out; one folder gets its report written into it."""
+    if args.out is None and len(args.dirs) > 1:
+        raise ConfigError("merging several folders needs --out OUT for the merged report")
+    out = Path(args.dirs[0] if args.out is None else args.out)
+    print_summary(write_report(args.dirs, out, args.baseline, args.compare_loaders))
+    return 0
