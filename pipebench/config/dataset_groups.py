@@ -5,7 +5,7 @@ range when the spec is built; both in one line naming the key, before any datase
 dataset classes keep their own checks for users who build them from Python.
 """
 
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from typing import Any, ClassVar, Dict, List, Optional, Tuple
 
 from pipebench.config.limits import (
@@ -110,9 +110,7 @@ class ShardedStream(FileReading):
 
     _target_: str = "pipebench.datasets.sharded_stream.ShardedStream"
     shard: bool = True
-    source: Any = field(default_factory=lambda: {"_target_": RandomTensors._target_, "shape": [3, 256, 256],
-                                                 "length": 10000, "num_distinct": 64, "num_classes": 10,
-                                                 "seed": 0})
+    source: Any = field(default_factory=lambda: asdict(RandomTensors()))
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -47,18 +47,15 @@ USER_STEP = "user_step"
 STEP_DISTRIBUTIONS = ("fixed", "normal", "uniform")
 CONSUMER_DEVICES = ("auto", "cpu", "cuda")
 SHARING_STRATEGIES = ("file_descriptor", "file_system")
-# loader.backend: what makes the batches (pipebench.pipeline.loader_backends). dataloader: torch's
-# DataLoader and its worker processes; threads: torchdata.nodes on a thread pool; spdl: an SPDL
-# pipeline on a thread pool. Named here, below the pipeline, so a typo is one line at compose time.
-# What `workers=` counts under each backend: worker processes, or threads of the job's own
-# process. Here too, so the meters and the report (which imports no torch) tell the two apart.
+# loader.backend's choices (pipebench.pipeline.loader_backends), named below the pipeline so a typo is
+# one line at compose time, and what `workers=` counts under each, so the meters and the report (which
+# imports no torch) tell worker processes from threads of the job's own process.
 PROCESSES, THREADS = "processes", "threads"
 BACKEND_WORKER_KINDS = {"dataloader": PROCESSES, "threads": THREADS, "spdl": THREADS}
 LOADER_BACKENDS = tuple(BACKEND_WORKER_KINDS)
 TRACE_KINDS = ("none", "torch", "viztracer")
 DISTRIBUTED_BACKENDS = ("auto", "gloo", "nccl")
-# warm: the files are read once before measuring, so the page cache serves the run; cold: each
-# file's pages are dropped before it is read, so every read goes to storage (a set larger than RAM).
+# dataset.cache (pipebench.config.dataset_groups.FileReading says what each does).
 CACHE_MODES = ("warm", "cold")
 STORAGE_EMULATION_KEYS = ("latency_ms", "mb_per_s", "shared_mb_per_s")
 # run.sync: the step loop (pipebench.measure.repeats).
