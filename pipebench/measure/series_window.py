@@ -1,21 +1,14 @@
 """One window of series.csv: its steps' sums, its waits' streaming quantiles, its steps' time a sample; its row.
 
-series.csv is one format for two writers: the flight recorder (`pipebench attach --record`, a row a
-window of a user's loop, appended as the run goes) and every `pipebench run` job (a row a window of
-its measured steps, `pipebench.measure.job_series`). Both fill a `WindowSums` and write its
-`window_row` in `SERIES_COLUMNS`, so `pipebench report` draws either with one function.
+series.csv has two writers, the flight recorder (`pipebench attach --record`) and every `pipebench
+run` job (`pipebench.measure.job_series`): both fill a `WindowSums` and write its `window_row`, so
+`pipebench report` draws either with one function. A window keeps sums, a DDSketch of its waits and
+at most KEPT_BATCHES batches' raw timings (for a stall's capture), so it costs the same memory at
+10 steps or a million.
 
-A window holds no list of its steps: the data wait and the step are summed, the waits go into a
-DDSketch, and the per-transform timings (riding back from the workers, `watch_chain.Riding`, or a
-job's `TimingSink`) are summed by column. Only a bounded number of batches' raw timings are kept
-(KEPT_BATCHES), which a stall's capture turns into its transform rows. So a window costs the same
-memory at 10 steps or at a million, and a run's whole-run quantiles are the windows' sketches merged.
-
-Why DDSketch (the `ddsketch` package, DataDog's): its quantiles carry a *relative*-error guarantee
-(1% here), which holds in the tail a stall lives in (p99 of a wait that jumps from 2 ms to 5 s);
-a rank-error sketch (KLL, t-digest) bounds the rank instead, whose value can be far off in a sparse
-tail. It is pure Python with no dependency beyond `six`, and its collapsing store caps its bins,
-so the memory bound is the sketch's own (SKETCH_BIN_LIMIT), not a promise of this module.
+Why DDSketch: its quantiles carry a *relative*-error guarantee (1% here), which holds in the sparse
+tail a stall lives in (a wait that jumps from 2 ms to 5 s), where a rank-error sketch (KLL,
+t-digest) can be far off; its collapsing store caps its bins (SKETCH_BIN_LIMIT).
 """
 
 from dataclasses import dataclass
@@ -148,14 +141,14 @@ class WindowSums:
                              column_ms, collate_ms)
 
 
-def top_steps(names: Sequence[str], figures: WindowFigures, count: int = TOP_STEPS) -> List[Tuple[str, float]]:
+def top_steps(names: Sequence[str], figures: WindowFigures) -> List[Tuple[str, float]]:
     """The window's costliest steps a sample (the collate's share included), costliest first."""
     if figures.column_ms is None:
         return []
     costs = [(name, ms) for name, ms in zip(names, figures.column_ms) if ms > 0]
     if figures.collate_ms:
         costs.append((names[-1] if len(names) > len(figures.column_ms) else "collate", figures.collate_ms))
-    return sorted(costs, key=lambda item: -item[1])[:count]
+    return sorted(costs, key=lambda item: -item[1])[:TOP_STEPS]
 
 
 def window_row(loader: str, rank: int, figures: WindowFigures, step_names: Sequence[str],

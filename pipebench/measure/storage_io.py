@@ -1,20 +1,13 @@
 """Storage I/O figures of a job: what its file reads cost, and what storage itself delivered.
 
-File reads (`file_read_columns`, `file_read_figures`): a file-backed dataset reads each file
-through pipebench.storage.file_reads, and each sample's load step sends back its read time,
-bytes and files with the batch, from whichever process read them (workers included). From those:
-bytes, files and requests a sample, read time a sample, the read speed a read got, the job's read
-MiB/s, and the share of the load step that was I/O (the rest of it is opening the image lazily). A
-URL's object read through fsspec gets the same figures, its requests being the ranged GETs sent.
+File reads: each sample's load step sends back what it read through pipebench.storage.file_reads
+(time, bytes, files, requests; an fsspec URL's requests are its ranged GETs), from whichever process
+read them, whence the figures a sample and the I/O share of the load step.
 
-Bytes fetched from storage by the job's processes over the measured window (a Meter).
-
-Linux counts, per process, the bytes that reads made the kernel fetch from a block device
-(`read_bytes` in /proc/<pid>/io): a read the page cache served adds nothing. Summed over the
-main process and its DataLoader workers between the first and the last measured step, it says
-whether storage fed the window or the page cache did, which a data set larger than RAM turns
-around. Readings are taken at the marks only; a worker that exits inside the window takes its
-count with it (non-persistent workers at an epoch end), and the note says so.
+Storage (`StorageReadMeter`): the bytes reads made the kernel fetch from a block device
+(/proc/<pid>/io `read_bytes`; the page cache adds nothing), summed over the main process and its
+workers between the marks, say whether storage or the page cache fed the window. A worker that
+exits inside the window takes its count with it, and the note says so.
 """
 
 import time

@@ -27,11 +27,8 @@ OSCILLATION_MIN_REVERSALS = 3
 
 
 def reversals(series: Sequence[float], min_swing_fraction: float = OSCILLATION_MIN_SWING_FRACTION) -> int:
-    """Sign changes between consecutive significant step-to-step changes of `series`.
-
-    A change is significant when |change| >= min_swing_fraction x max(series); smaller ones are
-    dropped before the signs are compared.
-    """
+    """Sign changes between consecutive significant step-to-step changes of `series`: those of at
+    least min_swing_fraction x max(series); smaller ones are dropped before the signs are compared."""
     if len(series) < 3:
         return 0
     floor = min_swing_fraction * max(abs(v) for v in series)
@@ -69,12 +66,9 @@ class AllocatorCounts:
 
 
 class AllocatorTracker:
-    """A Meter of allocator state over the measured steps of a consumer running on `device`.
-
-    `mark(name)` at the first/last measured step reads the counters; `sample()` after each
-    measured step (the step loop's `after_measured`) reads reserved memory. Both do nothing
-    unless `device` is a CUDA device.
-    """
+    """A Meter of allocator state over the measured steps of a consumer running on `device`: the
+    marks read the counters, `sample()` (the step loop's `after_measured`) reserved memory; both do
+    nothing unless `device` is a CUDA device."""
 
     key = "allocator"
     holds_loop = False
@@ -112,11 +106,11 @@ class AllocatorTracker:
         """None of its own: its note reaches the row in GpuSession's gpu_notes cell."""
         return {}
 
-    def report(self, first: str = FIRST_MEASURED, last: str = LAST_MEASURED) -> AllocatorReport:
+    def report(self) -> AllocatorReport:
         if not self.active:
             return AllocatorReport([], None, None, None, None, None, None, "not measured: no CUDA consumer")
         mb = [r / BYTES_PER_MB for r in self._reserved]
-        a, b = self._stats.get(first), self._stats.get(last)
+        a, b = self._stats.get(FIRST_MEASURED), self._stats.get(LAST_MEASURED)
         both = a is not None and b is not None
         turns = reversals(mb)
         return AllocatorReport(

@@ -1,23 +1,18 @@
 """GPU busy % and the idle-time breakdown of a torch.profiler CUDA trace, by HTA's documented rule.
 
-Holistic Trace Analysis ("Idle Time Breakdown", hta.readthedocs.io, features/idle_time_breakdown;
-`_analyze_idle_time_for_stream` in hta/analyzers/breakdown_analysis.py, traceinsight 0.6.1):
-a GPU is idle when no kernel runs on it. Per CUDA stream, GPU events (kernels, memcpys, memsets)
-are sorted by start, and the gap before each one (its start minus the previous one's end) is
-its idle interval, classified as
+Holistic Trace Analysis ("Idle Time Breakdown"; `_analyze_idle_time_for_stream` in
+hta/analyzers/breakdown_analysis.py, traceinsight 0.6.1): per CUDA stream, the gap before each GPU
+event (kernel, memcpy, memset) is idle time, classified as
 
-1. **host wait** when the host call that launched the event (its cudaLaunchKernel /
-   cudaMemcpyAsync, matched by correlation id) started after the previous event ended: the CPU
-   did not enqueue work fast enough;
-2. **kernel wait** when it is not host wait and the gap is below `consecutive_kernel_delay`
-   (default 30 ns): the overhead of launching back-to-back kernels;
-3. **other** otherwise: idle the trace cannot attribute (e.g. cross-stream event waits).
+1. **host wait** when the host call that launched the event (matched by correlation id) started
+   after the previous event ended: the CPU did not enqueue work fast enough;
+2. **kernel wait** otherwise when the gap is below `consecutive_kernel_delay` (30 ns): the
+   overhead of launching back-to-back kernels;
+3. **other** otherwise (e.g. cross-stream event waits).
 
-HTA itself was not used: traceinsight 0.6.1 pulls in jupyterlab, pandas and plotly, far heavier
-than the ~40 lines of the rule. The breakdown is reported as shares of the classified idle time
-(HTA's `idle_time_ratio`), summed over streams. Gaps before a stream's first event and after its
-last are not classified (HTA does the same); `gpu_busy_pct` covers them, because it is the union
-of GPU activity over all streams divided by the whole profiled window.
+HTA itself is not a dependency: traceinsight pulls in jupyterlab, pandas and plotly for ~40 lines
+of rule. Shares are of the classified idle time, summed over streams (HTA's `idle_time_ratio`);
+`gpu_busy_pct`, the union of GPU activity over the whole window, covers the unclassified ends.
 """
 
 from collections import defaultdict
@@ -77,11 +72,8 @@ def _union_ns(intervals: List[Tuple[int, int]]) -> int:
 
 def idle_breakdown(events: Sequence[TraceEvent], window: Optional[Tuple[int, int]] = None,
                    consecutive_kernel_delay_ns: int = CONSECUTIVE_KERNEL_DELAY_NS) -> IdleBreakdown:
-    """Busy % of `window` (ns; default: first to last GPU event) and the idle breakdown inside it.
-
-    Only GPU events that start inside the window are classified, so a trace of a few profiled
-    steps can be cut to exactly those steps.
-    """
+    """Busy % of `window` (ns; default: first to last GPU event) and the idle breakdown of the GPU
+    events that start inside it, so a trace can be cut to exactly its profiled steps."""
     on_gpu = gpu_events(events)
     if window is None:
         window = (min((e.start_ns for e in on_gpu), default=0), max((e.end_ns for e in on_gpu), default=0))

@@ -67,9 +67,8 @@ def _not_on_cuda_note() -> str:
 class LabelledConsumer:
     """A consumer whose steps are labelled CONSUMER_LABEL for the profiler; keeps the last batch."""
 
-    def __init__(self, consumer: Any, untraced_note: str = NO_TRACE_NOTE):
+    def __init__(self, consumer: Any):
         self.consumer = consumer
-        self.untraced_note = untraced_note
         self.device = consumer.device
         self.last_batch: Optional[tuple] = None
 

@@ -117,12 +117,9 @@ def _open_nvml():
 
 class GpuUtilSampler:
     """A Meter: samples NVML utilisation every `interval_s` from the FIRST_MEASURED mark to the
-    LAST_MEASURED mark (or stop()), so warm-up never dilutes it. stop() returns the GpuUtilReport.
-    NVML is opened at start(): its init can take a good part of a second, and the first mark is
-    inside the window's clock (pipebench.measure.runner.measure_pass).
-
-    `enabled=False` (the consumer is not on CUDA) records nothing.
-    """
+    LAST_MEASURED mark (or stop()), so warm-up never dilutes it. NVML is opened at start(), since its
+    init can take a good part of a second and the first mark is inside the window's clock.
+    `enabled=False` (the consumer is not on CUDA) records nothing."""
 
     key = "gpu_util"
     holds_loop = False
