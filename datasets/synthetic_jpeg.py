@@ -161,18 +161,14 @@ class SyntheticJpegDataset(Dataset, DatasetContract):
         digest = hashlib.sha256(json.dumps(image_params, sort_keys=True).encode()).hexdigest()
         root = Path(cache_dir).expanduser() if cache_dir is not None else _default_cache_root()
         self.cache_path = root / digest[:16]
-        manifest = self._load_or_build(image_params)
+        if not self.cache_path.exists():
+            self._build(image_params)
+        manifest = self._read_manifest()
         self._paths = [str(self.cache_path / entry.name) for entry in manifest.files]
         self._content_digest = manifest.digest
         rng = np.random.default_rng([seed, _LABEL_STREAM])
         self._labels = rng.integers(0, num_classes, size=length)
         self.reads = FileReads()
-
-    def _load_or_build(self, image_params: dict) -> _Manifest:
-        """Return the cache's manifest, building the cache first if it is missing."""
-        if not self.cache_path.exists():
-            self._build(image_params)
-        return self._read_manifest()
 
     def _build(self, image_params: dict) -> None:
         """Write the corpus into a temporary folder beside the cache, then rename it into

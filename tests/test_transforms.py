@@ -9,6 +9,7 @@ import torch
 from PIL import Image
 from torchvision.transforms import PILToTensor, RandomCrop
 
+from pipebench.pipeline.movement import target_of
 from pipebench.transforms.color import (
     BatchConvertColor,
     BatchScale,
@@ -202,10 +203,10 @@ def test_colour_transforms_reject_wrong_layout(transform, shape):
         transform(torch.zeros(shape, dtype=torch.uint8))
 
 
-def test_forms_are_linked_by_class_attributes():
-    assert ConvertColor.batch_form is BatchConvertColor
-    assert Scale.batch_form is BatchScale
-    assert RandomMask.fast_form is FastRandomMask
+def test_forms_are_linked_by_their_movement():
+    assert ConvertColor.movement.batch_form == target_of(BatchConvertColor)
+    assert Scale.movement.batch_form == target_of(BatchScale)
+    assert RandomMask.movement.fast_form == target_of(FastRandomMask)
 
 
 # --- synthetic ------------------------------------------------------------------------------

@@ -59,8 +59,7 @@ class BatchConvertColor(_YUVParams):
 class ConvertColor(_YUVParams):
     """RGB to YUV for one [3, H, W] image (uint8 or float); returns float32."""
 
-    batch_form = BatchConvertColor
-    movement = Movement(accepts=TENSOR_ONLY, pointwise=True, batch_form=batch_form, casts=True)
+    movement = Movement(accepts=TENSOR_ONLY, pointwise=True, batch_form=BatchConvertColor, casts=True)
 
     def __call__(self, img: torch.Tensor) -> torch.Tensor:
         _check_shape(self, img, ndim=3, rgb=True)
@@ -87,8 +86,7 @@ class BatchScale(_NoArgs):
 class Scale(_NoArgs):
     """Divide one [C, H, W] image by 255, giving float32 in [0, 1]."""
 
-    batch_form = BatchScale
-    movement = Movement(accepts=TENSOR_ONLY, pointwise=True, batch_form=batch_form, casts=True)
+    movement = Movement(accepts=TENSOR_ONLY, pointwise=True, batch_form=BatchScale, casts=True)
 
     def __call__(self, img: torch.Tensor) -> torch.Tensor:
         _check_shape(self, img, ndim=3, rgb=False)

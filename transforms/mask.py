@@ -105,8 +105,7 @@ class RandomMask(_CrossMask):
     Slow on purpose: it is the baseline the fast form is measured against.
     """
 
-    fast_form = FastRandomMask
-    movement = Movement(accepts=TENSOR_ONLY, random=True, fast_form=fast_form, batch_form=BatchRandomMask,
+    movement = Movement(accepts=TENSOR_ONLY, random=True, fast_form=FastRandomMask, batch_form=BatchRandomMask,
                         batch_draws_per_sample=True)
 
     @staticmethod

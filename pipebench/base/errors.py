@@ -11,7 +11,7 @@ import os
 import re
 import shutil
 import sys
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator, List, Optional, Tuple
@@ -189,10 +189,8 @@ def report_error(message: str, job_dir: Optional[Path] = None) -> None:
     instead)."""
     print(f"{ERROR_PREFIX}{message}", file=sys.stderr, flush=True)
     if job_dir is not None:
-        try:
+        with suppress(OSError):
             write_text_atomic(job_dir / ERROR_FILE, f"{message}\n")
-        except OSError:
-            pass
 
 
 def exit_without_teardown(status: int) -> None:
@@ -214,8 +212,6 @@ def exit_leaving_threads(status: int) -> None:
 def _flushed_exit(status: int) -> None:
     """os._exit(status) once stdout and stderr are flushed, as far as they still can be."""
     for stream in (sys.stdout, sys.stderr):
-        try:
+        with suppress(OSError, ValueError):  # a reader that went away, a stream already closed
             stream.flush()
-        except (OSError, ValueError):  # a reader that went away, a stream already closed
-            pass
     os._exit(status)

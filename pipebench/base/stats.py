@@ -3,7 +3,7 @@
 import math
 import sys
 from dataclasses import dataclass
-from typing import Sequence, Tuple
+from typing import Sequence
 
 import numpy as np
 # scipy.special, not scipy.stats: the same quantile, and a second less to import in every job process.
@@ -70,13 +70,6 @@ class RatioInterval:
     note: str = ""
 
 
-def _ratio_and_se(numer: np.ndarray, denom: np.ndarray) -> Tuple[float, float]:
-    """Ratio of sums and its delta-method standard error (the linearised ratio)."""
-    ratio = float(numer.sum() / denom.sum())
-    residual = (numer - ratio * denom) / denom.mean()
-    return ratio, float(residual.std(ddof=1) / np.sqrt(numer.size))
-
-
 def block_ratio_interval(numer_blocks: np.ndarray, denom_blocks: np.ndarray,
                          confidence: float = 0.95) -> RatioInterval:
     """An interval of Σ numer / Σ denom from per-block sums: the method of batch means, a t
@@ -104,15 +97,11 @@ def block_ratio_interval(numer_blocks: np.ndarray, denom_blocks: np.ndarray,
     value = float(numer.sum() / denom.sum())
     if n < MIN_BLOCKS:
         return RatioInterval(value, nan, nan, n, TOO_FEW_BLOCKS_NOTE.format(min_blocks=MIN_BLOCKS))
-    _, se = _ratio_and_se(numer, denom)
+    # The ratio's delta-method standard error (the linearised ratio).
+    se = float(((numer - value * denom) / denom.mean()).std(ddof=1) / np.sqrt(n))
     if se == 0:  # also where every numerator is 0: the log scale needs a positive ratio
         return RatioInterval(value, value, value, n)
-    q = float(stdtrit(n - 1, 1 - (1 - confidence) / 2))
-    return RatioInterval(value, *_log_scale_bounds(value, se / value, q), n)
-
-
-def _log_scale_bounds(value: float, log_se: float, q: float) -> Tuple[float, float]:
-    """value·e^(∓q·log_se): the interval's bounds on the log scale; a bound past the float range
-    is infinite."""
-    spread = q * log_se
-    return value * math.exp(-spread), (value * math.exp(spread) if spread < MAX_EXPONENT else math.inf)
+    # value·e^(∓q·se/value): the bounds on the log scale; a bound past the float range is infinite.
+    spread = float(stdtrit(n - 1, 1 - (1 - confidence) / 2)) * (se / value)
+    high = value * math.exp(spread) if spread < MAX_EXPONENT else math.inf
+    return RatioInterval(value, value * math.exp(-spread), high, n)

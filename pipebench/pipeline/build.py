@@ -55,11 +55,6 @@ def build_pipeline(spec: JobSpec, reference: Optional[BatchReference] = None
     return dataset, instrumented, collate
 
 
-def build_device_chain(spec: JobSpec) -> DeviceChain:
-    """transform.on_device: the steps the main process runs on each batch after the copy."""
-    return DeviceChain(build_transforms(spec.on_device, "transform.on_device"))
-
-
 @dataclass(frozen=True)
 class JobParts:
     """What one job's config builds: the user's dataset, its timed chains, the loader backend over
@@ -79,4 +74,5 @@ def build_job(spec: JobSpec, consumer_seed: int, reference: Optional[BatchRefere
     reference the collate runs between batches (pipebench.measure.cpu_reference), under calibrate=true."""
     dataset, instrumented, collate = build_pipeline(spec, reference)
     return JobParts(dataset, instrumented, collate, build_backend(spec, instrumented, collate),
-                    build_device_chain(spec), build_consumer(spec.consumer, consumer_seed), pin_memory_effective(spec))
+                    DeviceChain(build_transforms(spec.on_device, "transform.on_device")),
+                    build_consumer(spec.consumer, consumer_seed), pin_memory_effective(spec))

@@ -15,9 +15,9 @@ Every consumer follows one small interface (`Consumer` below):
 - ``report() -> dict`` -- JSON-able figures gathered over the steps, for result.json.
 
 Consumers are built with ``build_consumer(spec, seed)``. Construction never touches CUDA beyond
-asking whether it exists: DataLoader workers may be forked after it, and a forked child cannot use its parent's CUDA context. The CUDA context
-is made on the first step. Every class is importable at module level and picklable until its
-first step, so nothing here breaks under spawn.
+asking whether it exists: DataLoader workers may be forked after it, and a forked child cannot use
+its parent's CUDA context, so the context is made on the first step. Every class is importable at
+module level and picklable until its first step, so nothing here breaks under spawn.
 """
 
 import statistics
@@ -79,11 +79,6 @@ def _summary_ms(values: Sequence[float]) -> Dict[str, Any]:
     }
 
 
-def _accelerator_or_none() -> Optional[torch.device]:
-    """cuda when present, else None. is_available() does not create a CUDA context."""
-    return torch.device("cuda") if torch.cuda.is_available() else None
-
-
 class NoConsumer:
     """Pure loader throughput: the step is the wait for data."""
 
@@ -132,7 +127,8 @@ class EmulatedConsumer:
 
     def __init__(self, distribution: StepTimeDistribution, seed: int) -> None:
         self.distribution = distribution
-        self.device = _accelerator_or_none()
+        # cuda when present, else None; is_available() creates no CUDA context.
+        self.device = torch.device("cuda") if torch.cuda.is_available() else None
         self._rng = np.random.default_rng([seed, EMULATED_STREAM_ID])
         self._slop_s = 0.0
         self._drawn_ms: List[float] = []
@@ -186,11 +182,8 @@ def _conv(in_channels: int, out_channels: int) -> nn.Conv2d:
 
 
 class ToyCNN(nn.Module):
-    """The seed article's CNN (conv_in, log2(size) conv+ReLU+MaxPool blocks, conv_out), with as many blocks as take `input_size` to 1x1.
-
-    conv_in 3->30, then log2(input_size) blocks of conv 30->30 + ReLU + MaxPool2d(2), then
-    conv_out 30->10, flattened to [B, 10]. 256x256 input: 8 blocks, as in the article.
-    """
+    """The seed article's CNN: conv_in 3->30, then log2(input_size) blocks of conv 30->30 + ReLU +
+    MaxPool2d(2) (to 1x1), then conv_out 30->10, flattened to [B, 10]. 256x256 input: 8 blocks."""
 
     def __init__(self, input_size: int = 256) -> None:
         super().__init__()

@@ -80,18 +80,12 @@ class Movement:
             raise ValueError(f"Movement: accepts/returns must be drawn from {KINDS}, got {sorted(accepts)}, "
                              f"{self.returns!r}")
         object.__setattr__(self, "accepts", accepts)
-        object.__setattr__(self, "batch_form", target_of(self.batch_form))
-        object.__setattr__(self, "fast_form", target_of(self.fast_form))
-        object.__setattr__(self, "draft_form", target_of(self.draft_form))
-        object.__setattr__(self, "tensor_form", target_of(self.tensor_form))
-        object.__setattr__(self, "decoder_form", target_of(self.decoder_form))
-        object.__setattr__(self, "region_form", target_of(self.region_form))
-
-    def output_kind(self, given: FrozenSet[str]) -> FrozenSet[str]:
-        """The kinds that may come out, given the kinds that may come in."""
-        return frozenset([self.returns]) if self.returns else given
+        for name in FORM_FIELDS:
+            object.__setattr__(self, name, target_of(getattr(self, name)))
 
 
+# Movement's fields that name another transform, stored as `_target_` strings.
+FORM_FIELDS = ("batch_form", "fast_form", "draft_form", "tensor_form", "decoder_form", "region_form")
 BOTH = frozenset(KINDS)
 PIL_ONLY = frozenset([PIL])
 TENSOR_ONLY = frozenset([TENSOR])
@@ -283,7 +277,7 @@ def accepted_kinds(movements: Iterable[Optional[Movement]]) -> Iterable[Optional
     """For each position of a chain, the kinds that may arrive there (None when unknown).
 
     A declared step can only be reached by kinds it accepts (the chain as given runs), and
-    passes on its output kind; after an undeclared step the kind is unknown until the next
+    passes on its output kind (what it returns, else what it was given); after an undeclared step the kind is unknown until the next
     declared step.
     """
     kinds: Optional[FrozenSet[str]] = None
@@ -291,4 +285,7 @@ def accepted_kinds(movements: Iterable[Optional[Movement]]) -> Iterable[Optional
         if movement is not None:
             kinds = movement.accepts if kinds is None else kinds & movement.accepts
         yield kinds
-        kinds = movement.output_kind(kinds) if (movement is not None and kinds is not None) else None
+        if movement is None or kinds is None:
+            kinds = None
+        elif movement.returns:
+            kinds = frozenset([movement.returns])

@@ -111,7 +111,9 @@ class FileReads:
 
     def _emulate(self, size: int) -> None:
         """The emulated storage's wait for a read of `size` bytes: its own sleep, then the shared link."""
-        wait = self.emulated_wait_s(size)
+        wait = self.storage.latency_ms * SECONDS_PER_MS
+        if self.storage.mb_per_s is not None:
+            wait += size / (self.storage.mb_per_s * BYTES_PER_MB)
         if wait > 0:
             self.sleep(wait)
         if self.link is not None and size:
@@ -127,13 +129,6 @@ class FileReads:
         tally[READ_BYTES] += size
         tally[READ_FILES] += 1
         tally[READ_REQUESTS] += 1
-
-    def emulated_wait_s(self, size: int) -> float:
-        """Seconds the emulated storage adds to a read of `size` bytes."""
-        wait = self.storage.latency_ms * SECONDS_PER_MS
-        if self.storage.mb_per_s is not None:
-            wait += size / (self.storage.mb_per_s * BYTES_PER_MB)
-        return wait
 
     def read(self, path: str) -> bytes:
         """The file's bytes, read as the cache mode and the emulated storage say, and counted."""

@@ -81,12 +81,6 @@ def _s3_config(user: Dict[str, Any]) -> Dict[str, Any]:
     return {**config, **user.get("config_kwargs", {})}
 
 
-def _s3_options() -> Dict[str, Any]:
-    """s3fs's storage options: fsspec's own s3 configuration, with botocore's bounds (`_s3_config`)."""
-    user = _fsspec_conf(("s3",))
-    return {**user, "config_kwargs": _s3_config(user)}
-
-
 def _http_options() -> Dict[str, Any]:
     """fsspec's HTTP filesystem's options: aiohttp's connect and read timeouts, under fsspec's configuration."""
     import aiohttp  # fsspec's HTTP filesystem needs it
@@ -106,8 +100,9 @@ def _fsspec_conf(protocols: Tuple[str, ...]) -> Dict[str, Any]:
 def store_options(url: str) -> Dict[str, Any]:
     """The storage options that bound every read of `url` ({} for a protocol read without a network)."""
     protocol = protocol_of(url)
-    if protocol in PROTOCOL_EXTRAS and installed("s3fs"):
-        return _s3_options()
+    if protocol in PROTOCOL_EXTRAS and installed("s3fs"):  # fsspec's s3 configuration, with botocore's bounds
+        user = _fsspec_conf(("s3",))
+        return {**user, "config_kwargs": _s3_config(user)}
     if protocol in HTTP_PROTOCOLS and installed("aiohttp"):
         return _http_options()
     return {}

@@ -20,7 +20,7 @@ import tempfile
 import threading
 import time
 import uuid
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from dataclasses import replace
 from typing import Callable, Iterator, Optional, Tuple
 
@@ -115,12 +115,9 @@ def opened_link(spec: JobSpec) -> Iterator[JobSpec]:
         yield spec
         return
     path = os.path.join(link_folder(), f"{LINK_PREFIX}{os.getpid()}-{uuid.uuid4().hex}")
-    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o600)
-    os.close(fd)
+    os.close(os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o600))
     try:
         yield replace(spec, storage=replace(storage, link=path))
     finally:
-        try:
+        with suppress(FileNotFoundError):
             os.unlink(path)
-        except FileNotFoundError:
-            pass
