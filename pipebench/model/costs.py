@@ -13,9 +13,8 @@ usable cores:
 - R ranks (distributed.nproc): each rank has its own loader and consumer, so the per-rank
   limits multiply by R, while the cores' budget is shared by all of them.
 
-W/c assumes W worker processes, each running the chain alone; under a thread backend the report
-leaves such rows unpredicted (pipebench.report.diagnosis). Pure arithmetic: the report reads the
-costs from results (`chain_costs`), tune from its probes.
+W/c assumes W worker processes (pipebench.report.diagnosis leaves thread-backend rows unpredicted).
+Pure arithmetic: the report reads the costs from results (`chain_costs`), tune from its probes.
 """
 
 import dataclasses
@@ -74,8 +73,7 @@ def workers_to_feed(costs: ChainCosts) -> Optional[int]:
     if costs.consumer_ms <= 0:
         return None
     needed = math.ceil(costs.ms_per_sample * costs.batch_size / costs.consumer_ms)
-    feeds = predict(costs, needed).bound == "consumer"
-    return needed if feeds else None
+    return needed if predict(costs, needed).bound == "consumer" else None
 
 
 @dataclass(frozen=True)

@@ -1,28 +1,17 @@
-"""What splitting an epoch's shards among readers costs, and the lines that say so: the arithmetic of
-sharded reading that the plan-time checks (each dataset's `plan_warnings`) and the report's what-to-do
-list (pipebench.report.diagnosis) share.
+"""What splitting an epoch's shards among readers costs, and the lines that say so: the arithmetic the
+plan-time checks (each dataset's `plan_warnings`) and the report's what-to-do list share.
 
-A stream-style format decides for itself which samples a process reads: rank `r` of `world` takes
-shards r, r + world, ... of the list, and worker `w` of `W` every W-th of those, as webdataset's
-`split_by_node` and `split_by_worker` do (`split`). With fewer shards than ranks x workers some
-workers get none and read nothing the whole epoch, while the rest carry it: `idle_line` names them,
-at plan time and in the report, which reads the shard count from the dataset's identity.
+A stream-style format splits its shards among ranks and workers as webdataset's `split_by_node` and
+`split_by_worker` do (`split`). With fewer shards than ranks x workers some workers read nothing the
+whole epoch while the rest carry it (`idle_line`). Shards of unequal size, or a count that does not
+split evenly, leave readers unequal loads: reading at about one rate each, the epoch lasts as long as
+the busiest takes, which reads alone once the next busiest is done (`uneven_line`).
 
-Shards of unequal size, or a count that does not split evenly, leave readers with unequal loads even
-when none is idle. Each reader reads its own samples at about one rate, so the epoch lasts as long as
-the busiest takes, and once the next busiest is done the busiest reads alone while the rest wait:
-`uneven_shards` gives the largest shard's share of the epoch, each reader's load (`reader_loads`),
-that lone tail's share of the epoch and how much longer the epoch takes than an even split would;
-`uneven_line` says it when the tail is worth naming, from the per-shard sample counts the dataset's
-identity keeps (`shard_samples`).
-
-pyarrow reads a Parquet file a row group at a time. A map-style reader keeps its last ROW_GROUPS_KEPT
-row groups, so reading in order reads each once; under a shuffling sampler a sample lands in a row group
-its reader does not keep about 1 - kept/groups of the time, and that row group is read whole for the one
-sample (datasets#5669, #7508). `random_access_line` says so, from the dataset's identity (`row_groups`,
-`num_samples`, `file_bytes`, `streaming`) and, in the report, the bytes the job read a sample.
+pyarrow reads a Parquet file a row group at a time, and a map-style reader keeps its last
+ROW_GROUPS_KEPT: under a shuffling sampler a sample lands in a row group not kept about 1 - kept/groups
+of the time, and that row group is read whole for the one sample (datasets#5669, #7508;
+`random_access_line`).
 """
-
 from dataclasses import dataclass
 from typing import Any, List, Mapping, Optional, Sequence, Tuple, TypeVar
 
@@ -46,9 +35,7 @@ def split(shards: Sequence[T], rank: int, world: int, worker: int, workers: int)
 
 def idle_readers(shards: int, world: int, workers: int) -> List[Tuple[int, int]]:
     """(rank, worker) of every reader that gets no shard; `workers=0` reads in each rank's own process."""
-    readers = max(workers, 1)
-    return [(rank, worker) for rank in range(world) for worker in range(readers)
-            if not split(range(shards), rank, world, worker, readers)]
+    return [reader for reader, samples in reader_loads([1] * shards, world, workers) if not samples]
 
 
 def reader_loads(counts: Sequence[int], world: int, workers: int) -> List[Tuple[Tuple[int, int], int]]:
