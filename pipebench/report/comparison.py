@@ -1,26 +1,20 @@
-"""The comparison table: one row per job, a column per swept axis, samples/s with its spread,
-speedup against a baseline job, starvation, and the best row marked. When `loader.backend` is
-swept, the figures a backend is chosen by stand beside them (BACKEND_COLUMNS: CPU a sample of the
-chain and of the whole process tree, peak RSS, summed PSS, time to the first batch).
+"""The comparison table: one row a job, a column a swept axis, samples/s with its spread, speedup against
+a baseline job, starvation, and the best row marked; when `loader.backend` is swept, the figures a
+backend is chosen by stand beside them (BACKEND_COLUMNS).
 
-A job's rounds (`rounds=N`, override `run.round=K`) make one row: the median of their samples/s
-and its spread, by the one rule every ranking reader uses (pipebench.model.judging): one round's 95%
-CI over the measured steps (batch means over whole worker cycles), the hull of two or three rounds'
-CIs, the IQR across four and more. ★ marks the best row and ≈ a row that rule puts within its noise.
-Figures are rounded to what that noise supports (pipebench.base.noise_figures).
+A job's rounds (`rounds=N`) make one row: their median samples/s and its spread, by the one rule every
+ranking reader uses (pipebench.model.judging). ★ marks the best row and ≈ a row that rule puts within
+its noise. Figures are rounded to what that noise supports (pipebench.base.noise_figures).
 
-Loaders watched by `pipebench attach` (their consumer is the user's step) are one row each, never
-pooled: a watched run has no rounds, so two records under one name are two loaders. They are not
-ranked against each other (a train and an eval loader are not competing setups) unless the report
-is asked to (`compare_loaders`, `pipebench report --compare-loaders`): no speedup, best mark or baseline.
+Loaders watched by `pipebench attach` are one row each, never pooled (a watched run has no rounds), and
+are not ranked against each other (a train and an eval loader are not competing setups) unless the
+report is asked to (`compare_loaders`, `pipebench report --compare-loaders`).
 
 Naming a job (for `--baseline`): comma-separated KEY=VALUE pairs that together match exactly one
-row, e.g. `workers=0` or `transform=yuv_mask,workers=0`. Keys are the job's overrides (a job's
-label, minus `run.round`, is such a list), their short names (`batch_size`, `start_method`), the
-fields every job has (dataset, transform, workers, batch_size, consumer), and `host` / `run`
+row, e.g. `workers=0` or `transform=yuv_mask,workers=0`. Keys are the job's overrides, their short
+names (`batch_size`, `start_method`), the fields every job has (IDENTITY_FIELDS), and `host` / `run`
 (the results folder's name) when reports merge several folders.
 """
-
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -311,12 +305,8 @@ def _spread_title(table: ComparisonTable) -> str:
 
 
 def comparison_markdown(table: ComparisonTable) -> str:
-    """The table, then a few lines that say what the spread, speedup and marks mean.
-
-    With nothing swept, the job is named by the fields every job has (dataset, transform,
-    workers, batch size, consumer) rather than its whole override string; a single job, or a table
-    that is not ranked (a script's loaders), has no speedup or best row to show.
-    """
+    """The table, then a few lines that say what the spread, speedup and marks mean. With nothing swept,
+    a job is named by IDENTITY_FIELDS; a single job, or a table not ranked, has no speedup or best row."""
     rates = [r.rate for r in table.rows]
     figures = [significant_figures(r.value, r.half_width) for r in rates]
     rate_cells, decimals = format_column([r.value for r in rates], figures)

@@ -1,14 +1,10 @@
 """Diagnosis: the cost model's prediction (pipebench.model.costs) beside what was measured, and what to change.
 
-W/c assumes W worker processes, each running the chain alone. Under a thread backend
-(loader.backend=threads, spdl) the W workers are threads of one interpreter: a step that holds
-the GIL runs on one of them at a time, so W/c holds only for steps that release it. Those rows
-are marked not predicted (and sized for no target) rather than given a figure that is wrong for
-a chain that holds the GIL; their measured rate and `worker_capacity_samples_per_s` stand.
-
-What the model leaves out (collate and IPC delivery, pin-memory, the main loop's own
-bookkeeping, page cache) is what the gap between prediction and measurement is made of, so
-the report prints both side by side and names the candidates.
+W/c assumes W worker processes. Under a thread backend (loader.backend=threads, spdl) the workers share
+one interpreter, so W/c holds only for steps that release the GIL: those rows are left unpredicted (and
+sized for no target) rather than given a wrong figure. What the model leaves out (collate and IPC
+delivery, pin-memory, the main loop's bookkeeping, page cache) makes the gap between prediction and
+measurement, so the report names the candidates.
 """
 
 import math
@@ -19,7 +15,7 @@ import numpy as np
 
 from pipebench.base.noise_figures import compare_half_width
 from pipebench.base.tables import format_value, markdown_table
-from pipebench.config.specs import BACKEND_WORKER_KINDS, NO_CONSUMER, PROCESSES, THREADS, RunSpec
+from pipebench.config.specs import BACKEND_WORKER_KINDS, NO_CONSUMER, PROCESSES, THREADS
 from pipebench.model.costs import (
     ChainCosts,
     Prediction,
@@ -32,6 +28,7 @@ from pipebench.model.costs import (
 from pipebench.model.judging import APART, RUN_TO_RUN_RATE_FLOOR, judged
 from pipebench.model.shards import idle_line, idle_readers, random_access_line, uneven_line
 from pipebench.pipeline.stages import DECODE_STAGE, LOAD_STAGE
+from pipebench.record.figures import nan_if_none
 from pipebench.record.jobs import NOT_AXES, JobResult, override_pairs, varying_keys
 from pipebench.record.sections import PassRecord, TransformRow
 from pipebench.report.comparison import measured_rate, watched
@@ -86,8 +83,6 @@ class PredictedRow:
     measured_samples_per_s: float
     measured_starvation_pct: float
     measured_cpu_ms_per_sample: float
-    jobs: int
-    worker_kind: str = PROCESSES
 
     @property
     def gap(self) -> float:
@@ -104,12 +99,6 @@ class Diagnosis:
     costs: Tuple[Tuple[str, ChainCosts], ...]
     advice: Tuple[str, ...]
     targets: Tuple[Tuple[str, TargetNeeds], ...] = ()
-
-
-def target_pct_of(results: Sequence[JobResult]) -> float:
-    """run.target_accel_util_pct of the results (the first job's), else the schema's default (results
-    written before the setting)."""
-    return float((run_settings(results[0]) if results else RunSpec()).target_accel_util_pct)
 
 
 def _chain_overrides(result: JobResult) -> Dict[str, str]:
@@ -281,7 +270,7 @@ def _rate_figure(results: Sequence[JobResult], workers: int) -> Figure:
     if len(rates) > 1:
         noise = _noise_of_rounds(rates, 0.0)
     else:
-        low, high = (math.nan if v is None else v for v in (same[0].samples_per_s_ci_low, same[0].samples_per_s_ci_high))
+        low, high = nan_if_none(same[0].samples_per_s_ci_low), nan_if_none(same[0].samples_per_s_ci_high)
         within = (high - low) / 2 / rates[0] if rates[0] and math.isfinite(high - low) else 0.0
         noise = max(within, RUN_TO_RUN_RATE_FLOOR)
     return Figure(f"samples/s at workers={workers}", float(np.median(rates)), noise, lower_is_better=False)
@@ -399,10 +388,9 @@ def _syncs_text(axis: str, base: Sequence[JobResult], other: Sequence[JobResult]
 
 def _advice_shared_interpreter(base: str, groups: Mapping[str, Sequence[JobResult]],
                                threaded: Set[str]) -> List[str]:
-    """Thread-backend chains whose training step itself ran slower than the base's, where the base runs
-    worker processes and the two differ only in loader settings: samples/s counts that cost, but
-    only this line names it. On the 16-core H100 host the toy CNN's step took 31.3 ms beside 8 loader
-    threads against 17.8 beside 8 worker processes, its GPU busy 10.7% of the time against 24.7%."""
+    """Thread-backend chains whose training step itself ran slower than the base's worker-process one, the
+    two differing only in loader settings: samples/s counts that cost, but only this line names it (the
+    toy CNN's step took 31.3 ms beside 8 loader threads against 17.8 beside 8 processes on a 16-core host)."""
     if base in threaded or groups[base][0].consumer_report.kind == NO_CONSUMER:
         return []
     base_step = _consumer_step_figure(groups[base])
@@ -689,9 +677,7 @@ def diagnose(results: Sequence[Mapping]) -> Diagnosis:
                 if kind == PROCESSES else None,
                 measured_samples_per_s=float(np.median([s.samples_per_s for s in same])),
                 measured_starvation_pct=float(np.median([s.starvation_pct for s in same])),
-                measured_cpu_ms_per_sample=float(np.median([s.cpu_ms_per_sample for s in same])),
-                jobs=len(same), worker_kind=kind,
-            ))
+                measured_cpu_ms_per_sample=float(np.median([s.cpu_ms_per_sample for s in same]))))
     threaded = {chain for chain, jobs in groups.items() if any(worker_kind_of(j) == THREADS for j in jobs)}
     base = next(iter(groups))
     cap = _advice_workers(base, costs[base]) if base not in threaded else []
@@ -702,7 +688,8 @@ def diagnose(results: Sequence[Mapping]) -> Diagnosis:
               *_advice_idle_shards(results), *_advice_random_access(results),
               *_advice_threads(rows), *unexplained]
     advice = _with_cap_gap(advice, cap, unexplained, base, rows, costs)
-    target = target_pct_of(results)
+    # The first job's run.target_accel_util_pct (its default where the results predate the setting).
+    target = float(run_settings(results[0]).target_accel_util_pct)
     targets = tuple((chain, needs_for_target(c, target, _single_rank_shards(groups[chain])))
                     for chain, c in costs.items() if c.consumer_ms > 0 and chain not in threaded)
     return Diagnosis(rows=tuple(rows), costs=tuple(costs.items()), advice=tuple(advice), targets=targets)

@@ -1,18 +1,13 @@
-"""A recorded run read back (`attach --record`, or a `pipebench run` folder's jobs): the timeline, the captures' table, each capture's report.md.
+"""A recorded run read back (`attach --record`, or a `pipebench run` folder's jobs): the timeline, the
+captures' table, each capture's report.md.
 
-The recorder (pipebench.attach.recorder) writes data only: series.csv, events.csv and
-capture-N/ (capture.json, transforms.csv). This module, a stage above it, renders them for
-`pipebench report` (and attach's own report at the run's end): `timeline.png`, samples/s and
-starvation over steps, a line a loader and rank, epochs and captures marked; a table of the
-captures with their cause (the step that grew most against the baseline); and `capture-N/report.md`,
-the diagnosis of one stall and the command to run. Files are read as CSV text, so a run killed
-mid-write reads up to its last whole row.
-
-A `pipebench run` job writes the same series.csv in its folder (pipebench.measure.job_series): a run
-folder's jobs are drawn by the same timeline, a line a job (and rank), in `job_series.png`, with each
-job's rate over the first and the second half of its windows beside it.
+The recorder (pipebench.attach.recorder) writes data only (series.csv, events.csv, capture-N/); this
+stage above it renders them for `pipebench report` and attach's own report: `timeline.png`, a line a
+loader and rank, epochs and captures marked; the captures with their cause (the step that grew most
+against the baseline); and `capture-N/report.md`. Files are read as CSV text, so a run killed mid-write
+reads up to its last whole row. A run folder's jobs' series.csv (pipebench.measure.job_series) are drawn
+by the same timeline, `job_series.png`, with each job's rate over the first and second half of its windows.
 """
-
 import csv
 import json
 from dataclasses import dataclass
@@ -328,9 +323,7 @@ def job_series_section(folder: Path, out_dir: Path, suffix: str = "") -> Optiona
 def recording_markdown(folders: Sequence[Path], out_dir: Path) -> Optional[str]:
     """The recorded folders' sections: one a folder that holds series.csv (attach's), one a run folder
     whose jobs wrote theirs."""
-    parts = []
-    for number, folder in enumerate(folders, start=1):
-        parts.append(write_recording(folder, out_dir))
-        parts.append(job_series_section(folder, out_dir, "" if number == 1 else f"-{number}"))
-    parts = [text for text in parts if text]
-    return "\n".join(parts) if parts else None
+    parts = [text for number, folder in enumerate(folders, start=1)
+             for text in (write_recording(folder, out_dir),
+                          job_series_section(folder, out_dir, "" if number == 1 else f"-{number}")) if text]
+    return "\n".join(parts) or None
