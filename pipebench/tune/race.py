@@ -31,10 +31,9 @@ NOTHING_RUN = "no point was measured: the budget was spent before the race's fir
 # A point whose jobs the stage's sweep never started: the tune's deadline had passed (the sweep names
 # the jobs it left out). Not a failure, so never run again.
 UNRUN = "the budget was spent before its jobs ran (the sweep's line above names them)"
-# A point whose every job failed, run again once in the same stage: a job can end without a result for
-# a cause outside the point (a crash from a package edited under a running sweep, a process killed by
-# another's hand), and a point lost that way in stage 1 left the race "resolved" with the true answer
-# never measured. A point whose jobs fail twice is out for it.
+# A point whose every job failed runs again once in the same stage: a job can end without a result for a
+# cause outside the point (a package edited under a running sweep, a process killed by another's hand),
+# which would leave the race "resolved" with the true answer never measured. Failing twice, it is out.
 FAILED = "its jobs failed twice, so it was never measured (their lines are above)"
 RESOLVED_AMONG_MEASURED = "resolved among the points measured: one is left, and {} point(s) whose jobs failed are out"
 
