@@ -20,7 +20,7 @@ GROUP_ORDER = ("dataset", "transform", "loader", "consumer", "run", "suite")
 
 def config_groups_help() -> str:
     """The `groups:` lines of --help, read from the installed config tree, so they list every
-    config pipebench ships (a hand list drifted: it named 4 of 6 transforms)."""
+    config pipebench ships."""
     root = resources.files(CONFIG_MODULE)
     found = {group.name: sorted(entry.name.removesuffix(".yaml") for entry in group.iterdir()
                                 if entry.name.endswith(".yaml"))
@@ -58,18 +58,6 @@ cluster: --config-dir examples/slurm hydra/launcher=pipebench_slurm   (pip insta
 INFO_TOPICS = ("all", "config", "defaults", "defaults-tree", "plugins", "searchpath")
 
 
-def add_hydra_flags(parser: argparse.ArgumentParser) -> None:
-    """The flags a Hydra user types: --cfg, --resolve and --info print without running; -m and
-    --multirun are accepted, since every pipebench run sweeps already."""
-    parser.add_argument("--cfg", "-c", choices=CFG_PARTS,
-                        help="print each job's composed config (job, hydra or all) and run nothing")
-    parser.add_argument("--resolve", action="store_true", help="with --cfg: resolve interpolations first")
-    parser.add_argument("--info", "-i", nargs="?", const="all", choices=INFO_TOPICS,
-                        help="print Hydra's information for each job (default: all) and run nothing")
-    parser.add_argument("--multirun", "-m", action="store_true",
-                        help="accepted for Hydra habit: a comma list sweeps with or without it")
-
-
 def add_parser(verbs: "argparse._SubParsersAction") -> None:
     parser = verbs.add_parser(
         "run", help="run a benchmark job, or a sweep when any override is a comma list",
@@ -80,7 +68,15 @@ def add_parser(verbs: "argparse._SubParsersAction") -> None:
     add_config_dir(parser)
     add_baseline_job(parser, "job, e.g. workers=0", "job")
     add_fresh(parser, "run")
-    add_hydra_flags(parser)
+    # The flags a Hydra user types: --cfg, --resolve and --info print without running; -m and
+    # --multirun are accepted, since every pipebench run sweeps already.
+    parser.add_argument("--cfg", "-c", choices=CFG_PARTS,
+                        help="print each job's composed config (job, hydra or all) and run nothing")
+    parser.add_argument("--resolve", action="store_true", help="with --cfg: resolve interpolations first")
+    parser.add_argument("--info", "-i", nargs="?", const="all", choices=INFO_TOPICS,
+                        help="print Hydra's information for each job (default: all) and run nothing")
+    parser.add_argument("--multirun", "-m", action="store_true",
+                        help="accepted for Hydra habit: a comma list sweeps with or without it")
     add_overrides(parser, "transform=yuv_mask workers=0,4,8")
 
 

@@ -47,7 +47,7 @@ from pipebench.record.results import load_job_results
 from pipebench.record.resume import new_folder
 from pipebench.storage.dataset_contract import told
 from pipebench.storage_track.files import NOT_MLPERF, CheckResult, Run, write_check
-from pipebench.storage_track.held_back import HeldBack, Measured, held_back
+from pipebench.storage_track.held_back import BYTES_PER_MB, MS_PER_S, HeldBack, Measured, held_back
 from pipebench.storage_track.options import CheckOptions, split_check_overrides
 from pipebench.storage_track.presets import CUSTOM, DEFAULT_MIN_AU_PCT, Preset, custom_preset, preset, workload_listing
 from pipebench.storage_track.rules import (
@@ -77,8 +77,6 @@ SEARCH_DIR, RUNS_DIR, NO_CHAIN_DIR = "search", "runs", "no-chain"
 TRANSFORM_GROUP = "transform"
 # A search round's steps (at most run.steps): each N is judged on a short run, raced where it is close.
 SEARCH_STEPS = 100
-BYTES_PER_MB = 1 << 20
-MS_PER_S = 1000.0
 # A preset's data without a chain is a sample's raw bytes: only a consumer that reads no pixels takes it.
 RAW_BYTES_CONSUMERS = (NO_CONSUMER, EMULATED)
 # The transform rows that are no step of the chain: the dataset's load and the collate.

@@ -22,6 +22,7 @@ import os
 import stat
 import time
 from collections import Counter
+from contextlib import suppress
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Iterable, Mapping, Optional, Sequence, Tuple
@@ -276,7 +277,5 @@ def abandon_new_folder(folder: Path) -> None:
     if (folder / INVOCATION_FILE).exists():
         return
     (folder / LOCK_FILE).unlink(missing_ok=True)
-    try:
+    with suppress(OSError):  # not empty: something else is in it
         folder.rmdir()
-    except OSError:  # not empty: something else is in it
-        pass

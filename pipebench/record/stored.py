@@ -73,11 +73,7 @@ class Kind:
     test: Callable[[object], bool]
 
 
-def _number(value: object) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool)
-
-
-NUMBER = Kind("a number", _number)
+NUMBER = Kind("a number", lambda v: isinstance(v, (int, float)) and not isinstance(v, bool))
 WHOLE = Kind("a whole number", lambda v: isinstance(v, int) and not isinstance(v, bool))
 TEXT = Kind("a string", lambda v: isinstance(v, str))
 OBJECT = Kind("an object", lambda v: isinstance(v, dict))
