@@ -1,19 +1,14 @@
 """The reference workload, and the CPU reference: that workload run now and then in the threads that make batches.
 
-The workload is the seed's per-sample chain on a fixed photo. The calibration
-(pipebench.measure.calibration) times it once, in the CLI process, before the jobs.
+The workload is the seed's per-sample chain on a fixed photo; the calibration
+(pipebench.measure.calibration) times it once, before the jobs.
 
-A busy host makes the same chain cost more thread CPU time: time-slicing, shared caches and
-memory bandwidth slow every instruction, so `cpu_ms_per_sample` rises with no change to the code
-(issue 41: 11% under one CPU hog, beside a 10% threshold). A calibration timed before the jobs
-cannot see that, because the jobs' own workers are part of the load. The CPU reference runs the
-workload inside each worker between batches, so it pays the same contention as the chain at the
-same moments. `compare` divides the chain's CPU time a sample by the reference's and compares
-the quotient: the reference's code never changes with the user's chain, so a dearer chain moves
-the quotient and a busier host does not.
-
-The CPU reference runs only under `calibrate=true` (the nightly suite). It costs about
-REFERENCE_SHARE of each worker's CPU time, timed apart from the batch's own.
+A busy host makes the same chain cost more thread CPU time (11% under one CPU hog, beside a 10%
+threshold), which a calibration before the jobs cannot see: the jobs' own workers are part of the
+load. So under `calibrate=true` the CPU reference runs the workload inside each worker between
+batches (about REFERENCE_SHARE of its CPU), paying the same contention at the same moments, and
+`compare` compares the chain's CPU a sample over the reference's: a dearer chain moves the
+quotient, a busier host does not.
 """
 
 import io

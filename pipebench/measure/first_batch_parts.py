@@ -2,21 +2,16 @@
 sample comes out, the first decode.
 
 A sharded set can wait long before its first batch (webdataset#267): every worker opens its first
-shard, a shuffle buffer fills before the first sample leaves it, and the decoder's first call pays its
-set-up. The first batch a repeat delivers carries each sample's timings and reads, like every batch
-(pipebench/pipeline/timed_chain.py), so its parts are read from it, on the worker that made it:
+shard, a shuffle buffer fills, the decoder pays its set-up. The first batch carries each sample's
+timings and reads like every batch, so its parts are read from it:
 
-- `first_batch_open_s`: the time in opens while the batch was made (the shards, the files; for a
-  URL, the store's answer for the object's size), from the reads' count of time in opens alone;
-- `first_batch_fill_s`: the first sample's load step, its opens left out: what the reader read and
-  parsed before its first sample came out, the whole shuffle buffer of a stream that has one
-  (`dataset.shuffle_buffer`), a Parquet row group, one image file;
+- `first_batch_open_s`: the time in opens while the batch was made (shards, files, a URL's size);
+- `first_batch_fill_s`: the first sample's load step, its opens left out: what the reader read
+  before its first sample came out (a whole shuffle buffer, a Parquet row group, one image file);
 - `first_batch_decode_s`: the first sample's decode step, the decoder's set-up included.
 
-The rest of `first_batch_s` is the worker's start (`worker_startup_s_max`), the batch's other samples,
-the collate and the delivery. Each figure is the median over repeats, as `first_batch_s` is; `open`
-is empty for a dataset that reads no files through pipebench, `decode` for a chain that decodes
-nothing there. A rank merge keeps no first batch: its cells are empty.
+Each is the median over repeats, as `first_batch_s` is; empty where nothing was opened or decoded
+through pipebench, and in a rank merge.
 """
 
 from dataclasses import dataclass

@@ -1,12 +1,10 @@
 """CPU that other processes used on this host during the measured window (a Meter).
 
-A single run's interval (batch means over whole cycles) sees only the noise inside its
-own window. On a shared machine most of the run-to-run variation is other tenants' load that
-stays level for seconds: on the 2-core test machine ten fresh runs of one job spread ±13% while
-each run's quarters agreed within a few percent (benchmarks/noise_check.py). No statistic of one
-window can see that, so the job measures the load itself: system-wide busy CPU (/proc/stat via
-psutil) minus this job's own processes, and the hypervisor's steal time, between the first and
-the last measured step. A row that ran beside heavy load says so, and points at rounds=N.
+A run's interval sees only the noise inside its window, while most run-to-run variation on a
+shared machine is other tenants' load, level for seconds (ten runs spread ±13% while each run's
+quarters agreed within a few percent: benchmarks/noise_check.py). So the job measures that load
+between the marks: host busy CPU less its own processes', and the hypervisor's steal. A row that
+ran beside heavy load says so, and points at rounds=N.
 """
 
 import time
@@ -122,10 +120,8 @@ class HostLoadMeter:
         return (last.own_cpu_s - first.own_cpu_s) / (last.wall_s - first.wall_s)
 
     def cpu_ms_per_sample(self, samples: int) -> Optional[float]:
-        """CPU ms a sample of this job's whole process tree between the marks, over the `samples`
-        the window measured: the main process with all its threads (a thread backend's workers,
-        the collate and pin threads, the step loop, the consumer's own CPU) and every worker
-        process. None when the window was not marked or measured nothing."""
+        """CPU ms a sample of this job's whole process tree (every thread and worker process)
+        between the marks, over the `samples` the window measured; None when there were none."""
         first, last = self._at.get(FIRST_MEASURED), self._at.get(LAST_MEASURED)
         if first is None or last is None or samples <= 0:
             return None

@@ -58,7 +58,6 @@ def _measure_job(run: JobRun, job_dir: Path) -> JobResult:
         print(line, flush=True)
     repeats = measure_repeats(kit, meters, meters.coverage, sink)
     extra = after_window(run, job_dir)
-    artifacts, traced = extra.artifacts, extra.viztrace
     batch_steps = [*parts.collate.steps, *kit.device_chain.steps]
     rows = transform_rows(sink, parts.instrumented.steps, batch_steps)
     cores = usable_cores()
@@ -93,8 +92,8 @@ def _measure_job(run: JobRun, job_dir: Path) -> JobResult:
         "passes": passes,
         "window": window_record(repeats.window),
         "skipped": [f._asdict() for f in repeats.skipped[:MAX_LISTED_FAILURES]],
-        "artifacts": artifacts,
-        "viztrace": traced,
+        "artifacts": extra.artifacts,
+        "viztrace": extra.viztrace,
         "pin_memory_effective": kit.non_blocking,
         "fingerprint": job_fingerprint(spec, parts.dataset),
     })

@@ -1,10 +1,7 @@
 """One job's run, set up in one place for the job process and for each rank of a multi-rank job.
 
-Inside the job's guard (pipebench.measure.guard), `job_run` sets the run up: the seed, the
-intra-op threads, the sharing strategy, the pipeline, the timing sink, the GPU session, the loop kit
-(pipebench.measure.repeats) and the meters (`JobMeters`). A rank adds only what `RankPart` holds: its
-seed offset, its end-of-step sync and its GPU note; a job adds what it does around the run (its
-cache, its extra passes, its summary) in pipebench.measure.job.
+A rank adds only what `RankPart` holds; a job adds what it does around the run (its cache, its
+extra passes, its summary) in pipebench.measure.job.
 """
 
 from dataclasses import dataclass

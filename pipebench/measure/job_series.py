@@ -1,16 +1,9 @@
 """A `pipebench run` job's series.csv: its measured steps cut into windows, a row a window, as attach's recorder writes.
 
-A job already keeps every measured step (result.json's `passes`: each step's samples, wait, step time
-and loader epoch) and every step's per-transform timings (the `TimingSink`, a batch a step in step
-order). This module reads them once the repeats are over, so the measured loop does no more work: it
-cuts them into windows of whole worker cycles (`series_window_steps`) and fills each window as the
-recorder fills one (`series_window.WindowSums`), so a job's file has the recorder's columns
-(`SERIES_COLUMNS`) and `pipebench report` draws both with one function.
-
-Steps are numbered from 1 over the job's repeats in order, and a window never spans an epoch's end:
-each repeat iterates the loader afresh, so its first step starts an epoch too, and `epoch` counts the
-job's epochs from 1 over its repeats. `t_end_s` is the measured seconds up to the window's end (the
-steps' own time: the warm-up and the time between repeats are not in it).
+Read from the steps and timings a job keeps anyway, once its repeats are over, so the measured loop
+does no more work. Steps are numbered from 1 over the repeats, a window never spans an epoch's end (a
+repeat's first step starts one too), `epoch` counts the job's epochs from 1, and `t_end_s` is the
+measured steps' own seconds up to the window's end (no warm-up, no time between repeats).
 """
 
 from pathlib import Path

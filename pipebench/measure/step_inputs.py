@@ -81,10 +81,9 @@ def _sample_chain(dataset: InstrumentedDataset, indices: Sequence[int]) -> Tuple
     return steps, items, failure
 
 
-def capture_steps(dataset: InstrumentedDataset, collate: TimedCollate, batch_size: int,
-                  samples: int = CAPTURED_SAMPLES) -> Captured:
-    """Run the chain on the dataset's first `samples` samples and keep each step's inputs."""
-    indices = list(range(min(samples, len(dataset))))
+def capture_steps(dataset: InstrumentedDataset, collate: TimedCollate, batch_size: int) -> Captured:
+    """Run the chain on the dataset's first CAPTURED_SAMPLES samples and keep each step's inputs."""
+    indices = list(range(min(CAPTURED_SAMPLES, len(dataset))))
     inputs, items, failure = _sample_chain(dataset, indices)
     if not items:
         return Captured((), f"no sample ran through the chain ({failure or 'the dataset is empty'})")

@@ -2,15 +2,11 @@
 wall time it ran off the CPU, as SPDL's pipeline profiler (`spdl.pipeline.profile_pipeline`) runs
 each stage alone at several concurrencies.
 
-The chain runs once on the first samples to capture every step's inputs
-(`pipebench.measure.step_inputs`); then each step is called alone by k threads at once, the same
-number of calls at every k, seeded, with one intra-op torch thread (as the thread backends run).
-Per call, thread CPU time (`time.thread_time_ns`) against wall time says how long it ran without
-the CPU: with k within the usable cores, a share that grows with k is time spent queued for a lock
-the threads share, the GIL first of all (`pipebench.measure.thread_verdict`).
-
-A job runs the pass after its measured repeats (so it never touches them) under a thread backend,
-or wherever `run.thread_profile=true` asks.
+Each step is called alone on its captured inputs (`pipebench.measure.step_inputs`) by k threads at
+once, the same calls at every k, with one intra-op torch thread (as the thread backends run). With k
+within the usable cores, an off-CPU share (thread CPU against wall time) that grows with k is time
+queued for a lock the threads share, the GIL first of all (`pipebench.measure.thread_verdict`).
+A job runs the pass after its measured repeats, under a thread backend or `run.thread_profile=true`.
 """
 
 import math

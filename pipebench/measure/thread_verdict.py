@@ -1,13 +1,8 @@
 """What a step's thread-scaling profile says: it scales, it holds the GIL, it waits, or it is CPU-bound.
 
-Pure arithmetic on the figures of `pipebench.measure.thread_profile` (no torch), so the report
-stage reads the verdict names without importing the measuring side.
-
-A step's figures: its speed-up at each thread count k (its rate with k threads calling it at once
-over its rate alone) and the share of each call's wall time it spent off the CPU (1 - thread CPU
-time / wall time). The thread counts never exceed the usable cores, so a thread off the CPU is
-not waiting for a core: it waits on I/O or a sleep (already alone), or on a lock its calls share,
-the GIL first of all (only at k > 1).
+Pure arithmetic (no torch), so the report stage reads the verdict names without the measuring side.
+The thread counts never exceed the usable cores, so a thread off the CPU is not waiting for a core:
+it waits on I/O or a sleep (already alone), or on a lock its calls share, the GIL first of all.
 """
 
 from dataclasses import dataclass
@@ -74,14 +69,9 @@ class ScalingFigures:
 
 
 def thread_verdict(figures: ScalingFigures) -> str:
-    """SCALES, HOLDS_GIL, WAITS or CPU_BOUND; '' when only one thread was profiled (nothing to scale).
-
-    In this order: a step off the CPU most of its time alone WAITS (so a sleep or a read is never
-    called GIL-bound); else one that reaches SCALES_EFFICIENCY SCALES; else one that spent
-    GIL_LOSS_OFF_CPU of what it lost off the CPU HOLDS_GIL (its threads queued for it: it stopped
-    scaling while its CPU share dropped); else it kept the CPU and still did not scale: CPU_BOUND,
-    limited by the cores it shares (other tenants, SMT siblings, memory bandwidth).
-    """
+    """SCALES, HOLDS_GIL, WAITS or CPU_BOUND; '' when only one thread was profiled. WAITS comes
+    first, so a sleep or a read is never called GIL-bound; CPU_BOUND is what is left: a step that
+    kept the CPU and still did not scale (other tenants, SMT siblings, memory bandwidth)."""
     if figures.top_threads < 2:
         return ""
     if figures.off_cpu_alone >= WAITS_OFF_CPU:

@@ -1,12 +1,11 @@
-"""One rank of a multi-rank job: `torchrun ... -m pipebench.measure.distributed.ranks JOB_DIR TASK`, started by pipebench.measure.distributed.multirank.
+"""One rank of a multi-rank job, started by multirank under torchrun (`-m ...ranks JOB_DIR TASK`).
 
-Every rank reads the same pickled RankTask from TASK (in the job process's private temporary
-folder, never the results folder), joins the process group,
-measures its own DistributedSampler loader (its own DataLoader workers) with the job's run, set up
-as a job's is (pipebench.measure.job_run: the guard, the step loop, run.sync, the meters), and ends each step with an all-reduce of a small tensor, standing in for the gradient
-sync of data-parallel training: a slow rank stalls the others there, and the time each rank
-spends in it is its collective wait. It writes `rank-N.json`, or on failure one line in
-`rank-N.error`.
+Every rank reads the same pickled RankTask from TASK (in the job process's private folder, never
+the results folder), joins the process group and measures its own DistributedSampler loader with
+the job's run, set up as a job's is (pipebench.measure.job_run). Each step ends in an all-reduce of
+a small tensor, standing in for data-parallel training's gradient sync: a slow rank stalls the
+others there, and the time each spends in it is its collective wait. It writes `rank-N.json`, or
+on failure one line in `rank-N.error`.
 """
 
 import os
