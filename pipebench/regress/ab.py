@@ -1,27 +1,21 @@
 """An A/B session: two versions of the code under test measured in one session, then compared.
 
-The base ref is checked out into a temporary git worktree. Round by round, each side runs every
-job of the sweep, with its own tree first on PYTHONPATH and as the working directory, so its
-configs, transforms and datasets are the ones measured. The order alternates (base first in even
-rounds, head first in odd ones), so drift and a warm-up edge land on both sides alike. Round K of
-one side pairs with round K of the other in `compare`.
+The base ref is checked out into a temporary git worktree. Each side runs every job of the sweep from
+its own tree (first on PYTHONPATH, and the working directory), so its configs, transforms and datasets
+are the ones measured. Sides alternate (base first in even rounds, head first in odd ones), so drift
+and a warm-up edge land on both alike; round K of one side pairs with round K of the other in `compare`.
 
 Where both trees have the round gate (pipebench.measure.round_gate), each side is one
-`pipebench run ... rounds=N` for the whole session, started one side after the other and then
-paced: a side starts round K only when told to, and the session tells the other side once it
-is ready for the next round (or has ended). A command's fixed costs (imports, every job composed
-and built for the check, the calibration, the report) are then paid once a side, not once a
-round. A tree without the gate (an older commit) runs each round as a command of its own,
-`pipebench run ... rounds=1 run.round=K`, and then so does the other side, so both sides start
-their rounds alike. Every round's jobs run from a job process of the round's own either way
-(hydra_plugins/pipebench_launcher).
+`pipebench run ... rounds=N`, started one side after the other and paced a round at a time, so a
+command's fixed costs (imports, the check's builds, the calibration, the report) are paid once a side,
+not once a round. A tree without the gate (an older commit) runs each round as a command of its own,
+`rounds=1 run.round=K`, and then so does the other side, so both start their rounds alike.
 """
-
 import os
 import subprocess
 import tempfile
 import time
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Dict, Iterator, List, Mapping, Optional, Sequence, Tuple
 
@@ -83,12 +77,11 @@ class Session:
     """What an A/B session measured: each side's result folders (one for the side's whole run, or
     one a round where a tree had no round gate) and the comparison."""
 
-    folder: Path
     folders: Mapping[str, Tuple[Path, ...]]
     comparison: Comparison
     version_note: Optional[str] = None
     seconds: float = 0.0
-    sides: Tuple[Side, ...] = field(default=())
+    sides: Tuple[Side, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -305,5 +298,5 @@ def run_session(base: Side, head: Side, plan: Plan, threshold: float, progress=p
     comparison = compare_runs(side_run(folders[base.name]), side_run(folders[head.name]), threshold,
                               allow_mismatch=True, paired=True)
     note = version_note(versions(folders[base.name][0]), versions(folders[head.name][0]))
-    return Session(plan.folder, {k: tuple(v) for k, v in folders.items()}, comparison, note,
-                   time.monotonic() - start, (base, head))
+    return Session({k: tuple(v) for k, v in folders.items()}, comparison, note, time.monotonic() - start,
+                   (base, head))

@@ -490,8 +490,7 @@ def compare_runs(baseline: Run, current: Run, threshold: float = DEFAULT_THRESHO
     factor = _calibration_factor(baseline.calibration, current.calibration)
     rng = np.random.default_rng(BOOTSTRAP_SEED)
     factors = _bootstrap_factors(rng, baseline.calibration, current.calibration)
-    both = [label for label in sorted(set(baseline.jobs) | set(current.jobs))
-            if label in baseline.jobs and label in current.jobs]
+    both = sorted(set(baseline.jobs) & set(current.jobs))
     use_cpu = bool(both) and all(side.jobs[label].has_cpu for label in both for side in (baseline, current))
     # One version of the reference on both sides: a round figure of another meaning would read as a change.
     versions = {v for label in both for side in (baseline, current) for v in side.jobs[label].reference_version}
