@@ -67,10 +67,9 @@ DEFAULT_ROUNDS = MIN_SAMPLES
 # best one. Measured on the ImageNet recipe here, a 1.48x winner's per-round log ratios had a
 # standard deviation of 0.15: p = 0.016 on 4 rounds (not resolved), about 0.0002 on 8.
 RESOLVING_ROUNDS = 2 * DEFAULT_ROUNDS
-# Defaults explore adds unless the command line sets the key (or its group: `run=quick` keeps
-# its own budget): the rounds above; a shorter job (>= 10 steps and >= 2 s after warm-up), as
-# more rounds of short jobs resist drift better than fewer long ones; and no profiler trace,
-# whose extra steps cost time per job (`pipebench run` profiles one chain).
+# Defaults explore adds unless the command line sets them (`unset_defaults`): the rounds above; a
+# shorter job (>= 10 steps and >= 2 s after warm-up), as more rounds of short jobs resist drift
+# better than fewer long ones; and no profiler trace, whose extra steps cost time per job.
 EXPLORE_DEFAULTS = (("rounds", str(DEFAULT_ROUNDS)), ("run.steps", "10"), ("run.min_time_s", "2"),
                     ("trace", "none"))
 # Written for the reader (a variant to copy into one's own configs), never read back.
@@ -149,6 +148,13 @@ def check_overrides(overrides: Sequence[str]) -> None:
         if edits_chain(override.input_line):
             raise ConfigError(f"explore cannot apply {override.input_line} to variants (their steps move); "
                               "put the edited chain in a config file and pass transform=NAME")
+
+
+def unset_defaults(defaults: Sequence[Tuple[str, str]], overrides: Sequence[str]) -> List[str]:
+    """`key=value` for each default the command line sets neither by its key nor by its group (`run=quick`
+    keeps its own budget); explore's and tune's rounds both follow it."""
+    given = {override_key(o) for o in overrides}
+    return [f"{k}={v}" for k, v in defaults if k not in given and k.partition(".")[0] not in given]
 
 
 def _folder_safe(name: str) -> str:
@@ -311,10 +317,8 @@ def plan_exploration(overrides: Sequence[str], first_job: Sequence[str], fresh: 
     if isinstance(found, NoVariants):
         return found
     checked, results_dir = found.checked, found.results_dir
-    given = {override_key(o) for o in overrides}
     kept = [o for o in overrides if override_key(o) != "transform"]
-    defaults = [f"{key}={value}" for key, value in EXPLORE_DEFAULTS
-                if key not in given and key.partition(".")[0] not in given]
+    defaults = unset_defaults(EXPLORE_DEFAULTS, overrides)
     names = ",".join(item.variant.name for item in checked if item.measured)
     swept = (*kept, *defaults, f"transform={names}")
     base = checked[0].variant.name

@@ -25,14 +25,14 @@ MEMORY_FACTOR = 5
 MIN_STEPS_PER_EPOCH = 500
 
 
-def replicates(rates: Sequence[float], within: float = REPLICATION) -> Tuple[bool, float]:
-    """Whether every run's rate is within `within` of the runs' mean, and the largest departure (a
+def replicates(rates: Sequence[float]) -> Tuple[bool, float]:
+    """Whether every run's rate is within REPLICATION of the runs' mean, and the largest departure (a
     share of the mean); (False, nan) for fewer than two runs, which show no spread."""
     if len(rates) < 2:
         return False, math.nan
     mean = statistics.fmean(rates)
     spread = max(abs(r - mean) for r in rates) / mean if mean > 0 else math.inf
-    return spread <= within, spread
+    return spread <= REPLICATION, spread
 
 
 def memory_rule(dataset_bytes: Optional[int], ram_bytes: int) -> str:

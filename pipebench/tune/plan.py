@@ -15,13 +15,13 @@ from pipebench.base.errors import ConfigError
 from pipebench.config.limits import MAX_BATCH_SIZE, MAX_PREFETCH_FACTOR, MAX_REPEATS, MAX_WORKERS
 from pipebench.config.specs import JobSpec, bounded
 from pipebench.config.sweep_axes import worker_ladder
+from pipebench.explore.plan import unset_defaults
 from pipebench.record.jobs import override_key
 from pipebench.tune.race import Schedule
 from pipebench.tune.space import SETTING_KEYS, Dimensions, Point
 
-__all__ = ["OPTUNA", "POINT_GROUP", "RACE", "TUNE_PREFIX", "TuneOptions", "current_point",
-           "dimensions", "job_overrides", "point_override", "round_defaults", "round_settings", "store_chain",
-           "store_point"]
+__all__ = ["OPTUNA", "POINT_GROUP", "RACE", "ROUND_DEFAULTS", "TUNE_PREFIX", "TuneOptions", "current_point",
+           "dimensions", "job_overrides", "point_override", "round_settings", "store_chain", "store_point"]
 
 TUNE_PREFIX = "tune."
 # The ConfigStore group of the points (`+tune_point=<name>`), and of the chains they select.
@@ -126,18 +126,13 @@ def job_overrides(overrides: Sequence[str]) -> List[str]:
     return [o for o in overrides if override_key(o) not in (*SETTING_KEYS, *ROUND_SCALED, THREAD_PROFILE)]
 
 
-def round_defaults(overrides: Sequence[str]) -> List[str]:
-    """ROUND_DEFAULTS where the command line does not set the key (or its group: `run=quick`)."""
-    given = {override_key(o) for o in overrides}
-    return [f"{k}={v}" for k, v in ROUND_DEFAULTS if k not in given and k.partition(".")[0] not in given]
-
-
 def round_settings(overrides: Sequence[str], round_spec: JobSpec, length: float, thread_profile: bool = False
                    ) -> List[str]:
     """The run overrides of a round `length` times stage 1's, whose run settings `round_spec` holds
-    (composed with `round_defaults`): its window's time and steps scaled; the thread profile only
+    (composed with ROUND_DEFAULTS): its window's time and steps scaled; the thread profile only
     where asked (the probe), as it adds seconds a job under a thread backend."""
-    return [*(o for o in round_defaults(overrides) if override_key(o) not in (THREAD_PROFILE, *ROUND_SCALED)),
+    defaults = unset_defaults(ROUND_DEFAULTS, overrides)
+    return [*(o for o in defaults if override_key(o) not in (THREAD_PROFILE, *ROUND_SCALED)),
             f"{THREAD_PROFILE}={str(thread_profile).lower()}",
             f"run.min_time_s={round_spec.run.min_time_s * length:g}", f"run.steps={math.ceil(round_spec.run.steps * length)}"]
 

@@ -32,6 +32,7 @@ from pipebench.config.compose import job_spec_composer
 from pipebench.config.limits import MAX_TUNE_BUDGET_S
 from pipebench.config.specs import EMULATED, NO_CONSUMER, THREADS, JobSpec
 from pipebench.config.verb_options import split_prefixed
+from pipebench.explore.plan import unset_defaults
 from pipebench.measure.job_spawn import JobProcess
 from pipebench.measure.memory import BYTES_PER_MB
 from pipebench.model.costs import needs_for_target, predict, target_line
@@ -53,13 +54,13 @@ from pipebench.tune.optuna_search import optuna_missing, optuna_proposer
 from pipebench.tune.plan import (
     OPTUNA,
     POINT_GROUP,
+    ROUND_DEFAULTS,
     TUNE_PREFIX,
     TuneOptions,
     current_point,
     dimensions,
     job_overrides,
     point_override,
-    round_defaults,
     round_settings,
     store_point,
 )
@@ -239,7 +240,7 @@ def tune_command(request: TuneRequest, ahead: Optional[JobProcess] = None) -> in
     spec, results_dir, first_job, dims = _start(overrides, request.config_dir, options, objective)
     cuda = torch.cuda.is_available()
     with job_spec_composer() as compose_one:
-        round_spec, _ = compose_one([*first_job, *round_defaults(overrides)])
+        round_spec, _ = compose_one([*first_job, *unset_defaults(ROUND_DEFAULTS, overrides)])
     first_estimate = ESTIMATED_JOB_START_S + round_spec.run.min_time_s
     free_of_model, _ = prune(grid(dims), {}, cuda)
     key = request.command_key(objective)
