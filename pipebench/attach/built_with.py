@@ -73,18 +73,18 @@ def _subclasses(root: type) -> Iterator[type]:
                 yield sub
 
 
-class _Wrapping:
-    """The `__init__`s wrapped so far, to put back."""
+@contextlib.contextmanager
+def recording_datasets() -> Iterator[BuiltWith]:
+    """Within the block, each Dataset built is recorded with its arguments; every class is put back
+    on the way out, whatever happens."""
+    built = BuiltWith()
+    wrapped: List[Tuple[type, Callable]] = []
+    had_hook = "__init_subclass__" in Dataset.__dict__
 
-    def __init__(self, built: BuiltWith) -> None:
-        self.built = built
-        self.wrapped: List[Tuple[type, Callable]] = []
-
-    def wrap(self, cls: type) -> None:
+    def wrap(cls: type) -> None:
         init = cls.__dict__.get("__init__")
         if not inspect.isfunction(init) or getattr(init, _WRAPPED, False):
             return
-        built = self.built
 
         @functools.wraps(init)
         def __init__(self, *args, **kwargs):
@@ -93,31 +93,20 @@ class _Wrapping:
 
         setattr(__init__, _WRAPPED, True)
         cls.__init__ = __init__
-        self.wrapped.append((cls, init))
-
-    def restore(self) -> None:
-        for cls, init in reversed(self.wrapped):
-            cls.__init__ = init
-
-
-@contextlib.contextmanager
-def recording_datasets() -> Iterator[BuiltWith]:
-    """Within the block, each Dataset built is recorded with its arguments; every class is put back
-    on the way out, whatever happens."""
-    wrapping = _Wrapping(BuiltWith())
-    had_hook = "__init_subclass__" in Dataset.__dict__
+        wrapped.append((cls, init))
 
     def __init_subclass__(cls, **kwargs):
         super(Dataset, cls).__init_subclass__(**kwargs)
-        wrapping.wrap(cls)
+        wrap(cls)
 
     try:
         for cls in _subclasses(Dataset):
-            wrapping.wrap(cls)
+            wrap(cls)
         if not had_hook:
             Dataset.__init_subclass__ = classmethod(__init_subclass__)
-        yield wrapping.built
+        yield built
     finally:
         if not had_hook and "__init_subclass__" in Dataset.__dict__:
             del Dataset.__init_subclass__
-        wrapping.restore()
+        for cls, init in reversed(wrapped):
+            cls.__init__ = init

@@ -10,6 +10,7 @@ named by its `LoaderIdentity`. The figures come from the harness's own summary
 """
 
 import contextlib
+import itertools
 import sys
 import time
 import weakref
@@ -483,63 +484,39 @@ def _sized(value: Any) -> Optional[int]:
         return None
 
 
-class _Patched:
-    """The state one `watching_loaders` block keeps: loader -> its watch, and the creation sites."""
-
-    def __init__(self, window: WatchWindow, built_with: Optional[BuiltWith]) -> None:
-        self.window = window
-        self.built_with = built_with
-        # loader -> (its creation site, its place in the order of creation, from 1).
-        self.sites: "weakref.WeakKeyDictionary[DataLoader, Tuple[CallSite, int]]" = weakref.WeakKeyDictionary()
-        self.created = 0
-        self.by_loader: "weakref.WeakKeyDictionary[DataLoader, LoaderWatch]" = weakref.WeakKeyDictionary()
-        self.watches: List[LoaderWatch] = []
-
-    def created_here(self, loader: DataLoader, site: CallSite) -> None:
-        """A DataLoader's __init__ began at `site` (once a loader: a subclass's super().__init__ is the same one)."""
-        if loader not in self.sites:
-            self.created += 1
-            self.sites[loader] = (site, self.created)
-
-    def watch_of(self, loader: DataLoader) -> LoaderWatch:
-        """The loader's watch; made at its first iteration, whose site is part of its name."""
-        watch = self.by_loader.get(loader)
-        if watch is None:
-            site, order = self.sites.get(loader, (CallSite(UNKNOWN_SITE), None))
-            watch = LoaderWatch(loader, self.window, site, export=self.built_with is not None,
-                                built_with=self.built_with, iterated_at=creation_site().user, order=order)
-            self.by_loader[loader] = watch
-            self.watches.append(watch)
-        return watch
-
-
 @contextlib.contextmanager
 def watching_loaders(window: WatchWindow = WatchWindow(), export: bool = False) -> Iterator[List[LoaderWatch]]:
     """Within the block, every DataLoader iterated is watched; yields the list of watches, in the
     order the loaders were first iterated. With `export`, each Dataset built in the block has its
     arguments recorded and each watch its pipeline exported (`LoaderWatch.exported`). The classes
     are restored on the way out, whatever happens."""
-    with contextlib.ExitStack() as stack:
-        built_with = stack.enter_context(recording_datasets()) if export else None
-        yield from _watching(_Patched(window, built_with))
-
-
-def _watching(state: _Patched) -> Iterator[List[LoaderWatch]]:
     original_init, original_iter = DataLoader.__init__, DataLoader.__iter__
+    # loader -> (its creation site, its place in the order of creation, from 1); loader -> its watch.
+    sites: "weakref.WeakKeyDictionary[DataLoader, Tuple[CallSite, int]]" = weakref.WeakKeyDictionary()
+    created = itertools.count(1)
+    by_loader: "weakref.WeakKeyDictionary[DataLoader, LoaderWatch]" = weakref.WeakKeyDictionary()
+    watches: List[LoaderWatch] = []
 
     def __init__(self, *args, **kwargs):
-        state.created_here(self, creation_site())
+        if self not in sites:  # once a loader: a subclass's super().__init__ is the same one
+            sites[self] = (creation_site(), next(created))
         original_init(self, *args, **kwargs)
 
     def __iter__(self):
-        return state.watch_of(self).epoch(lambda: original_iter(self))
+        watch = by_loader.get(self)
+        if watch is None:  # made at its first iteration, whose site is part of its name
+            site, order = sites.get(self, (CallSite(UNKNOWN_SITE), None))
+            watch = by_loader[self] = LoaderWatch(self, window, site, export=export, built_with=built_with,
+                                                  iterated_at=creation_site().user, order=order)
+            watches.append(watch)
+        return watch.epoch(lambda: original_iter(self))
 
-    DataLoader.__init__, DataLoader.__iter__ = __init__, __iter__
-    try:
-        yield state.watches
-    finally:
-        DataLoader.__init__, DataLoader.__iter__ = original_init, original_iter
-        for watch in state.watches:
-            watch.close()
-
-
+    with contextlib.ExitStack() as stack:
+        built_with = stack.enter_context(recording_datasets()) if export else None
+        DataLoader.__init__, DataLoader.__iter__ = __init__, __iter__
+        try:
+            yield watches
+        finally:
+            DataLoader.__init__, DataLoader.__iter__ = original_init, original_iter
+            for watch in watches:
+                watch.close()

@@ -33,7 +33,7 @@ from pipebench.measure.window import window_record
 from pipebench.record.jobs import JobIdentity, JobResult, varying_keys
 from pipebench.record.results import write_invocation_tables, write_result
 
-__all__ = ["Watched", "WatchedLoader", "WatchResult", "save_results", "watch", "watch_result"]
+__all__ = ["Watched", "WatchedLoader", "WatchResult", "save_results", "watch", "watch_result", "write_jobs"]
 
 # The job folders' prefix, as the launcher names them (record/results.py reads job-*/result.json).
 JOB_FOLDER = "job-{num}"
@@ -134,14 +134,20 @@ def save_results(folder: "str | Path", results: Sequence[WatchResult]) -> Path:
     fingerprint may query the GPU)."""
     folder = Path(folder)
     host = fingerprint({"class": ", ".join(sorted({r.dataset_class for r in results}))}, "user")
-    for num, result in enumerate(results):
+    write_jobs(folder, [replace(r.record, identity=replace(r.record.identity, job_num=num),
+                                sections={**r.record.sections, "fingerprint": host})
+                        for num, r in enumerate(results)])
+    return folder
+
+
+def write_jobs(folder: Path, records: Sequence[JobResult]) -> None:
+    """One job folder a record, numbered in order, then the folder's summary.csv and transforms.csv."""
+    for num, record in enumerate(records):
         job_dir = folder / JOB_FOLDER.format(num=num)
         job_dir.mkdir(parents=True, exist_ok=True)
-        record = result.record
-        write_result(job_dir, replace(record, identity=replace(record.identity, job_num=num),
-                                      sections={**record.sections, "fingerprint": host}).to_json())
-    write_invocation_tables(folder)
-    return folder
+        write_result(job_dir, record.to_json())
+    if records:
+        write_invocation_tables(folder)
 
 
 class Watched:

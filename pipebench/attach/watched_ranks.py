@@ -22,7 +22,7 @@ from typing import Any, Dict, List, Mapping, Optional, Sequence
 import numpy as np
 
 from pipebench.attach.watch import LoaderWatch, WatchWindow
-from pipebench.attach.watched import JOB_FOLDER, save_results, watch_result
+from pipebench.attach.watched import JOB_FOLDER, save_results, watch_result, write_jobs
 from pipebench.base.errors import ConfigError
 from pipebench.base.io import write_json_atomic
 from pipebench.base.typed_json import parse, parse_all
@@ -30,7 +30,7 @@ from pipebench.measure.distributed.multirank import fold_ranks
 from pipebench.measure.distributed.rank_result import RankResult, StepNames
 from pipebench.measure.distributed.ranks import save_timings
 from pipebench.record.jobs import JobResult
-from pipebench.record.results import read_result, write_invocation_tables, write_result
+from pipebench.record.results import read_result
 from pipebench.record.sections import PassRecord
 from pipebench.record.stored import NUMBER, OBJECT, WHOLE, check_fields, read_stored, versioned
 from pipebench.storage.rank_info import rank_and_world
@@ -193,10 +193,5 @@ def merge_ranks(ranks_dir: Path, folder: Path) -> List[JobResult]:
     statuses = rank_status(ranks_dir)
     jobs = list(dict.fromkeys(job for status in statuses for job in status.jobs))
     merged = [_merged(_rank_results(ranks_dir, statuses, job), statuses, num) for num, job in enumerate(jobs)]
-    for num, record in enumerate(merged):
-        job_dir = folder / JOB_FOLDER.format(num=num)
-        job_dir.mkdir(parents=True, exist_ok=True)
-        write_result(job_dir, record.to_json())
-    if merged:
-        write_invocation_tables(folder)
+    write_jobs(folder, merged)
     return merged
