@@ -21,17 +21,10 @@ IMAGE_EXTENSIONS = frozenset(
 
 
 def open_rgb(path: str | os.PathLike, reads: Optional[FileReads] = None) -> Image.Image:
-    """Return the image at `path` in mode RGB.
-
-    With `reads`, the whole file is read through it first (timed, counted, cold or emulated as
-    the job asks), so the load step holds all of the file's I/O and the decode none of it.
-
-    An RGB file is returned undecoded (`PIL.Image.open` only reads the header): in the seed's
-    own loop the decode cost lands on the first pixel access, so reordering RandomCrop before
-    PILToTensor moved it under RandomCrop; pipebench times it as `decode`. Any other mode
-    (L, CMYK, P, RGBA, ...) is decoded and converted here, since the transforms expect
-    three channels; reading `mode` does not decode.
-    """
+    """The image at `path` in mode RGB, undecoded when it is RGB already (the chain times the
+    decode); any other mode (L, CMYK, P, RGBA...) is decoded and converted here, since the
+    transforms expect three channels. With `reads`, the whole file is read through it first, so
+    the load step holds all of the file's I/O and the decode none of it."""
     return rgb_from(io.BytesIO(reads.read(str(path))) if reads is not None else path)
 
 

@@ -12,7 +12,7 @@ the adoption does nothing, and only the descendants still in the tree are ended.
 import ctypes
 import signal
 import sys
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from typing import Iterator, List, Set
 
 import psutil
@@ -51,10 +51,8 @@ def end_descendants(keep: Set[int], grace_s: float = END_GRACE_S) -> int:
     left = found
     for sig in (signal.SIGTERM, signal.SIGKILL):
         for proc in left:
-            try:
+            with suppress(psutil.NoSuchProcess):
                 proc.send_signal(sig)
-            except psutil.NoSuchProcess:
-                continue
         _, left = psutil.wait_procs(left, timeout=grace_s)
         if not left:
             break

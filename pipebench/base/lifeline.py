@@ -32,14 +32,6 @@ DEATH_SIGNAL = signal.SIGKILL
 TIED_PID_ENV = "PIPEBENCH_TIED_PID"
 
 
-def _set_death_signal() -> None:
-    if not sys.platform.startswith("linux"):
-        return
-    libc = ctypes.CDLL(None, use_errno=True)
-    if libc.prctl(PR_SET_PDEATHSIG, int(DEATH_SIGNAL), 0, 0, 0) != 0:
-        raise OSError(ctypes.get_errno(), "prctl(PR_SET_PDEATHSIG) failed")
-
-
 def parent_is(pid: int) -> Callable[[], bool]:
     """A liveness check for `die_with_parent`: this process's parent is still `pid`."""
     return lambda: os.getppid() == pid
@@ -54,7 +46,10 @@ def multiprocessing_parent_alive() -> bool:
 
 def die_with_parent(parent_alive: Callable[[], bool]) -> None:
     """Be killed when the parent dies; die now if `parent_alive()` says it already has."""
-    _set_death_signal()
+    if sys.platform.startswith("linux"):
+        libc = ctypes.CDLL(None, use_errno=True)
+        if libc.prctl(PR_SET_PDEATHSIG, int(DEATH_SIGNAL), 0, 0, 0) != 0:
+            raise OSError(ctypes.get_errno(), "prctl(PR_SET_PDEATHSIG) failed")
     if not parent_alive():
         os.kill(os.getpid(), DEATH_SIGNAL)
 

@@ -78,15 +78,12 @@ def block_ratio_interval(numer_blocks: np.ndarray, denom_blocks: np.ndarray,
     Steps of a loader are not independent: W workers started together deliver W batches, then
     the loop waits a whole cycle. Summed over whole cycles (the blocks), the series is close to
     independent, so the blocks' spread follows run-to-run variation where the steps' reads 10x too
-    narrow or too wide. On the log scale (standard error se / ratio) both bounds of a rate are
-    positive and the interval always holds its estimate.
+    narrow or too wide. On the log scale both bounds of a rate are positive.
 
-    Why not a bootstrap: the studentized block bootstrap this replaced read 3.6-4.7x the
-    run-to-run spread on real short runs (issue 41), because one slow block (a hiccup of the
-    host) among 8-30 makes resamples without it nearly constant, so its t quantiles run to the
-    tens. Simulated with such blocks (tests/test_rate_interval.py), its median half-width was
-    3.6-4.6 standard deviations of the rate across runs; this interval's 2.1-2.7, with the same
-    coverage (93-96%) on periodic series of known rate from 4 blocks up.
+    Not a bootstrap: one slow block (a hiccup of the host) among 8-30 makes the resamples without
+    it nearly constant, so a studentized block bootstrap read 3.6-4.7x the run-to-run spread (issue
+    41); this interval's median half-width is 2.1-2.7 standard deviations of the rate, at 93-96%
+    coverage from 4 blocks up (tests/test_rate_interval.py).
     """
     numer = np.asarray(numer_blocks, dtype=np.float64)
     denom = np.asarray(denom_blocks, dtype=np.float64)

@@ -198,13 +198,21 @@ def _step_labels(steps: Sequence[StepName]) -> List[str]:
     return [f"{step.stage}/{step.name}" for step in steps]
 
 
-class InstrumentedDataset(Dataset):
-    """Wraps a dataset: loads sample i, runs the per-sample chain, returns timings with the sample.
+class _Traced:
+    """A chain that may trace: `trace` is this process's viztrace recorder, or None (not tracing),
+    never pickled (a recorder belongs to one process; the worker init sets a worker's own).
+    `profiling` turns on torch.profiler labels (workers=0 profiled steps)."""
 
-    `trace` is this process's viztrace recorder, or None (not tracing): the main process's object
-    gets it from `VizTraceSession.start_main`, a worker's copy from the worker init. It is never
-    pickled. `profiling` turns on torch.profiler labels (workers=0 profiled steps).
-    """
+    profiling = False
+    trace: Optional[Any] = None
+
+    def __getstate__(self) -> dict:
+        return {**self.__dict__, "trace": None}
+
+
+class InstrumentedDataset(_Traced, Dataset):
+    """Wraps a dataset: loads sample i, runs the per-sample chain, returns timings with the sample.
+    The main process's `trace` comes from `VizTraceSession.start_main`, a worker's from its init."""
 
     def __init__(self, base: Dataset, transforms: Sequence[Callable]) -> None:
         self.base = base
@@ -214,15 +222,8 @@ class InstrumentedDataset(Dataset):
         # Left to the first transform when it decodes by itself; else forced after the load.
         self.force_decode = not (self.transforms and getattr(self.transforms[0], DECODES_ITSELF_ATTR, False))
         self.labels = _step_labels(self.steps)
-        self.profiling = False
-        self.trace: Optional[Any] = None
         # The base's file reader (pickled with it, so a worker's copy counts that worker's reads).
         self.reads = file_reads_of(base)
-
-    def __getstate__(self) -> dict:
-        state = self.__dict__.copy()
-        state["trace"] = None  # a recorder belongs to one process; the worker init sets its own
-        return state
 
     def __len__(self) -> int:
         return len(self.base)
@@ -239,16 +240,12 @@ class InstrumentedDataset(Dataset):
         return index, sample, target
 
     def timed_item(self, index: int, load: Callable[[int], Tuple[int, Any, Any]]):
-        """`load(index)` -> (index, sample, target), then every transform, each timed by the clock.
-
-        The one per-sample path, for map-style datasets and streams (InstrumentedIterable) alike.
-        While a profiler records (`profiling`) each step runs inside its `record_function` label;
-        while a recorder is set (`trace`) each step adds one slice, outside the timed span. Both are
-        read once a sample; when off they cost one test of a local a step, no context manager.
+        """`load(index)` -> (index, sample, target), then every transform, each timed by the clock:
+        the one per-sample path, for map-style datasets and streams (InstrumentedIterable) alike.
+        Profiler labels and trace slices stay outside the timed spans, and cost nothing when off.
 
         Returns the timed item, or a SampleFailure naming the step (a bad sample must not kill
-        the worker: the policy in the main process decides). `index` names the sample until
-        `load` says which one it was. StreamEnd passes through: a stream has run out.
+        the worker: the policy in the main process decides). StreamEnd passes through.
         """
         timings = np.zeros(len(self.steps), dtype=np.int64)
         names, rec, labelled = self.labels, self.trace, self.profiling
@@ -298,7 +295,7 @@ class BatchReference(Protocol):
         """Count a batch's thread CPU ns; run the reference workload when due and answer its ns, else 0."""
 
 
-class TimedCollate:
+class TimedCollate(_Traced):
     """Collates TimedItems, then runs the per-batch chain, timing both; then, when given one, the CPU
     reference when it is due (pipebench.measure.cpu_reference, handed in by the job as a `BatchReference`).
 
@@ -310,14 +307,7 @@ class TimedCollate:
         self.transforms = list(transforms)
         self.steps = [StepName(COLLATE_STAGE, COLLATE_NAME), *step_names(self.transforms, PER_BATCH_STAGE)]
         self.labels = _step_labels(self.steps)
-        self.profiling = False
-        self.trace: Optional[Any] = None
         self.reference = reference
-
-    def __getstate__(self) -> dict:
-        state = self.__dict__.copy()
-        state["trace"] = None
-        return state
 
     def __call__(self, items: List[Any]) -> TimedBatch:
         cpu_start = time.thread_time_ns()
