@@ -1,11 +1,8 @@
 """The meter protocol: what every instrument around the measured window offers the job.
 
-A meter is built before the loader's workers start, started before the first repeat, marked
-at the first and last measured step of the first repeat (one whose readings hold the loop, before
-the steps that drain the workers' backlog: `holds_loop`), and stopped once the repeats end
-(also when they fail). Then the job reads its summary cells and its result.json section, and
-once the row is whole, each meter's notes on it (`add_notes`). Adding a meter means one class with
-these six methods and one field of pipebench.measure.job_run.JobMeters.
+A meter is built before the loader's workers start, started before the first repeat, marked at the
+first and last measured step of the first repeat, and stopped once the repeats end (also when they
+fail). Adding a meter means one class with these methods and one field of job_run.JobMeters.
 A meter never fails a job for "not available": it leaves None cells and says why.
 """
 

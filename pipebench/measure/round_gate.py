@@ -1,14 +1,10 @@
 """The round gate: one `pipebench run` of many rounds that starts each round only when told to.
 
-An A/B session (pipebench.regress.ab) measures two trees round by round, alternating. Started as
-one command a round, each side paid a command's fixed costs (imports, every job composed and
-built for the check, the calibration, the report) once a round; started once with `rounds=N`,
-each side pays them once. The two commands then take turns: the launcher
-(hydra_plugins/pipebench_launcher) asks its gate before the first job of each round, writing the
-round's number and waiting for the session to write it back, so only one side measures at a time
-and the rounds alternate as the session says. The session hands the two pipes' descriptors over
-in GATE_ENV; a run without it never waits. The gate is this module and job_spawn's line reader
-alone, torch-free and cheap to import, so a session can ask a side's tree whether it has one
+An A/B session (pipebench.regress.ab) measures two trees round by round, alternating. Started once
+with `rounds=N`, each side pays a command's fixed costs (imports, the build check, the calibration,
+the report) once, not once a round. The launcher asks its gate before the first job of each round,
+so only one side measures at a time. The session hands the pipes over in GATE_ENV; a run without it
+never waits. The module is torch-free, so a session can ask a side's tree whether it has one
 (`python -c "import pipebench.measure.round_gate"`).
 """
 

@@ -16,18 +16,15 @@ from pipebench.config.specs import JobSpec
 
 __all__ = ["oversubscription_note", "quiet_torch_output", "seed_everything"]
 
-# kineto (torch.profiler's C++ side) writes a log line to stderr when its severity reaches this
-# level. Its severities run up to USDT = 5 in torch 2.14 (the `profiler_start` / `profiler_stop`
-# markers), ERROR = 4 (`gpuGetDeviceCount failed` without a GPU); torch lowers the level to
-# ERROR only when KINETO_LOG_LEVEL is unset. 100 is above every severity kineto has.
+# kineto (torch.profiler's C++ side) logs to stderr from this severity on; its severities run up to
+# USDT = 5 in torch 2.14 (ERROR = 4: `gpuGetDeviceCount failed` without a GPU), so 100 is above all.
 KINETO_QUIET_LEVEL = "100"
 KINETO_LOG_LEVEL_ENV = "KINETO_LOG_LEVEL"
 # torch's DataLoader warns with this, at construction and again at each new iterator, when its
 # workers outnumber the CPUs it may use; the job prints `oversubscription_note` once instead.
 WORKER_COUNT_WARNING = r"This DataLoader will create \d+ worker processes in total"
-# torch 2.11 warned with this in every job on the H100 host (2026-11-26), at its first profile; torch
-# 2.14 without CUDA, here, does not. It is about profiles that run a schedule of several cycles:
-# each of pipebench's profiles is one cycle, so it never applies.
+# torch warns with this at a job's first profile (seen on the H100 host); it is about profile
+# schedules of several cycles, and each of pipebench's profiles is one cycle.
 PROFILER_CYCLE_WARNING = "Warning: Profiler clears events at the end of each cycle"
 
 
@@ -38,11 +35,8 @@ def seed_everything(seed: int) -> None:
 
 
 def quiet_torch_output() -> None:
-    """Silence kineto's C++ log lines and torch's worker-count and profiler-cycle warnings in this process.
-
-    kineto reads KINETO_LOG_LEVEL when the first profiler starts, so this must run before one
-    does; a level the user set is kept (e.g. KINETO_LOG_LEVEL=0 to debug the profiler).
-    """
+    """Silence kineto's C++ log lines and torch's worker-count and profiler-cycle warnings in this
+    process. Run it before the first profiler starts; a KINETO_LOG_LEVEL the user set is kept."""
     os.environ.setdefault(KINETO_LOG_LEVEL_ENV, KINETO_QUIET_LEVEL)
     warnings.filterwarnings("ignore", message=WORKER_COUNT_WARNING, category=UserWarning)
     warnings.filterwarnings("ignore", message=PROFILER_CYCLE_WARNING, category=UserWarning)

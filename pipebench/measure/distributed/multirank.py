@@ -1,12 +1,10 @@
 """A multi-rank job (`distributed.nproc` > 1): start the ranks with torchrun, then merge what they measured.
 
 The job process pickles the JobSpec into a private temporary folder (never the results folder,
-which is data: nothing there is unpickled) and runs
-`python -m torch.distributed.run --standalone --nproc_per_node N -m pipebench.measure.distributed.ranks JOB_DIR TASK`
-(torchrun's c10d rendezvous on localhost picks a free port; nothing leaves the machine). If a
-rank fails, torchrun stops the others; if they hang, `distributed.job_timeout_s` stops the whole
-group. Either way the job ends with one line naming the rank, rather than hanging, and the sweep
-goes on (run.on_job_error) with every row measured before it kept.
+which is data: nothing there is unpickled) and runs the ranks under `torchrun --standalone` (a
+rendezvous on localhost). If a rank fails, torchrun stops the others; if they hang,
+`distributed.job_timeout_s` stops the whole group. Either way the job ends with one line naming the
+rank, and the sweep goes on (run.on_job_error).
 """
 
 import json
@@ -262,18 +260,10 @@ def pooled_transforms(ranks: Sequence[RankResult]) -> List[Dict[str, Any]]:
                                         [StepName(*n) for n in names.batch]))
 
 
-def rank_series(job_dir: Path, ranks: Sequence[RankResult], cycle: int) -> None:
-    """The job's series.csv: each rank's windows, a row a window and rank (`job_series`). A rank's saved
-    timings are one block, not a batch a step, so its rows name no top steps."""
-    write_job_series(job_dir, [row for rank in ranks
-                               for row in job_series(job_dir.name, rank.rank, rank.result.passes, cycle)])
-
-
 def total_passes(records: Sequence[JobResult]) -> List[PassResult]:
     """The ranks' steps as one loop's, over the passes and steps every rank has: per step, every
-    rank's samples over the ranks' mean step time. The ranks step together (every step ends in an
-    all-reduce, every window end is agreed), so step k takes about as long on each; rank 0's epochs
-    and window bounds stand for all."""
+    rank's samples over the ranks' mean step time. The ranks step together (an all-reduce a step),
+    so rank 0's epochs and window bounds stand for all."""
     passes = []
     for index in range(min(len(r.pass_records) for r in records)):
         ranks = [r.pass_records[index] for r in records]
@@ -290,13 +280,10 @@ def total_passes(records: Sequence[JobResult]) -> List[PassResult]:
 
 
 def total_rate(records: Sequence[JobResult]) -> Dict[str, Any]:
-    """samples/s of all ranks together (the sum of the ranks' rates, as their passes give it) and
-    an interval of that total: batch means of the per-step totals over the whole worker cycles
-    of rank 0's window (its cut, reused: the totals step with rank 0), centred on the sum (the
-    per-step totals' own ratio differs from it only as far as the ranks' step times differ). A
-    sum of the ranks' own bounds is no interval of the sum: it ignores that a slow step on one
-    rank is a slow step on all of them (the all-reduce waits) and that independent noise partly
-    cancels."""
+    """samples/s of all ranks together (the sum of their rates) and its interval: batch means of the
+    per-step totals over rank 0's cut of its window, centred on the sum. A sum of the ranks' own
+    bounds is no interval of the sum: a slow step on one rank is slow on all (the all-reduce
+    waits), and independent noise partly cancels."""
     passes = total_passes(records)
     window = reused_window(RankSections.of(records[0]).window, passes)
     samples = np.array([s.samples for s in window.steps], dtype=np.float64)
@@ -381,7 +368,10 @@ def measure_multirank(spec: JobSpec, job_dir: Path) -> JobResult:
     print(aggregate_line(summary), flush=True)
     summary.update(coverage.columns())
     add_notes(summary, METER_KINDS)
-    rank_series(job_dir, ranks, cycle_steps(spec.workers, spec.worker_kind))
+    # A row a window and rank; a rank's saved timings are one block, so its rows name no top steps.
+    cycle = cycle_steps(spec.workers, spec.worker_kind)
+    write_job_series(job_dir, [row for rank in ranks
+                               for row in job_series(job_dir.name, rank.rank, rank.result.passes, cycle)])
     return JobResult(summary, {
         **sections,
         "distributed": {
