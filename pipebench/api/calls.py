@@ -12,7 +12,6 @@ import signal
 import subprocess
 import sys
 import threading
-from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, List, Optional, Sequence, Tuple, Union
 
@@ -52,13 +51,6 @@ class JobFailures(PipebenchError):
         self.results = results
 
 
-@dataclass(frozen=True)
-class _Finished:
-    status: int
-    folder: Optional[Path]
-    errors: Tuple[str, ...]
-
-
 def _echo(stream: IO[str], out: Optional[IO[str]], keep: List[str]) -> None:
     for line in stream:
         keep.append(line.rstrip("\n"))
@@ -67,9 +59,10 @@ def _echo(stream: IO[str], out: Optional[IO[str]], keep: List[str]) -> None:
             out.flush()
 
 
-def _command(args: Sequence[str], quiet: bool) -> _Finished:
-    """Run `pipebench ARGS` in a child process and wait; Ctrl-C in the caller stops the child as the
-    terminal's Ctrl-C would (its finished jobs are kept) and is raised again here."""
+def _command(args: Sequence[str], quiet: bool) -> Tuple[int, Optional[Path], List[str]]:
+    """Run `pipebench ARGS` in a child process and wait: its exit status, the results folder it named
+    and its error lines. Ctrl-C in the caller stops the child as the terminal's Ctrl-C would (its
+    finished jobs are kept) and is raised again here."""
     child = subprocess.Popen([sys.executable, "-m", CLI_MODULE, *args], stdout=subprocess.PIPE,
                              stderr=subprocess.PIPE, text=True, bufsize=1)
     out_lines: List[str] = []
@@ -91,9 +84,8 @@ def _command(args: Sequence[str], quiet: bool) -> _Finished:
     finally:
         for reader in readers:
             reader.join()
-    folder = results_folder(out_lines)
-    errors = tuple(line[len(ERROR_PREFIX):] for line in err_lines if line.startswith(ERROR_PREFIX))
-    return _Finished(status, folder, errors)
+    errors = [line[len(ERROR_PREFIX):] for line in err_lines if line.startswith(ERROR_PREFIX)]
+    return status, results_folder(out_lines), errors
 
 
 def run(overrides: Sequence[str], *, config_dir: Optional[Union[str, Path]] = None, fresh: bool = False,
@@ -106,16 +98,16 @@ def run(overrides: Sequence[str], *, config_dir: Optional[Union[str, Path]] = No
     """
     args = ["run", *([f"--config-dir={os.fspath(config_dir)}"] if config_dir is not None else []),
             *(["--fresh"] if fresh else []), *overrides]
-    finished = _command(args, quiet)
-    if finished.status == INTERRUPTED_EXIT_STATUS:
-        raise KeyboardInterrupt(f"pipebench run was interrupted; finished jobs are kept in {finished.folder}")
-    if finished.folder is None:
-        raise PipebenchError(finished.errors[-1] if finished.errors
-                             else f"pipebench run exited with status {finished.status} and named no results folder")
-    results = RunResults(load_job_results(finished.folder), finished.folder)
-    if finished.status:
-        failed = "; ".join(finished.errors) or f"pipebench run exited with status {finished.status}"
-        raise JobFailures(f"{failed} ({len(results)} finished jobs kept in {finished.folder})", results)
+    status, folder, errors = _command(args, quiet)
+    if status == INTERRUPTED_EXIT_STATUS:
+        raise KeyboardInterrupt(f"pipebench run was interrupted; finished jobs are kept in {folder}")
+    if folder is None:
+        raise PipebenchError(errors[-1] if errors
+                             else f"pipebench run exited with status {status} and named no results folder")
+    results = RunResults(load_job_results(folder), folder)
+    if status:
+        failed = "; ".join(errors) or f"pipebench run exited with status {status}"
+        raise JobFailures(f"{failed} ({len(results)} finished jobs kept in {folder})", results)
     return results
 
 

@@ -1,11 +1,10 @@
 """Write exported pipelines (`attach.export_pipeline`) as a config dir `pipebench run --config-dir` reads.
 
-Per loader, named after its creation site (`train.py:57` -> `train_57`): `dataset/<name>.yaml`,
-`transform/<name>.yaml`, `loader/<name>.yaml` and, where attach measured the script's own step,
-`consumer/<name>.yaml` (an emulated consumer of that step's median and spread, so `run` and `tune`
-feed a step as long as the script's, not the default 30 ms), and the `pipebench run` /
-`pipebench explore` commands that use them. `EXPORT_NOTES.md` lists what each export left out or changed, and why.
-`workers` is pipebench's top-level setting, which a loader config cannot set, so it goes on the command.
+Per loader, named after its creation site (`train.py:57` -> `train_57`): `dataset/`, `transform/`,
+`loader/` and, where attach measured the script's own step, `consumer/` configs (so `run` and `tune`
+feed a step as long as the script's, not the default 30 ms), and the `pipebench run` / `explore`
+commands that use them; `EXPORT_NOTES.md` lists what each export left out or changed, and why.
+`workers` is a top-level setting, which a loader config cannot set, so it goes on the command.
 """
 
 import re

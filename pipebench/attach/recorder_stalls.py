@@ -1,21 +1,16 @@
 """Is a recorded window a stall? The run's own baseline, and a window judged against it.
 
-A window is judged against the windows before it that were not stalls (the last
-BASELINE_WINDOWS of them, so memory stays bounded and a run whose pace changes for good, a new
-phase of training, becomes the new baseline once it is no longer a stall). It is a stall when
-
-- its starvation lies above the baseline windows' one-sided prediction bound (a new window drawn
-  from the baseline's distribution lies below it with probability 1 - STALL_ALPHA: the t quantile
-  of n-1 degrees of freedom, as `base.stats` takes its intervals) **and** it rose by at least
-  `min_rise_pct` points over the baseline's median (a minimum effect, as `base.significance` asks
-  one of every change: a significant 2-point rise on a very steady run is real but no stall), or
+A window is judged against the last BASELINE_WINDOWS windows that were not stalls (so a run whose
+pace changes for good becomes the new baseline). It is a stall when
+- its starvation lies above the baseline's one-sided prediction bound (the t quantile of n-1 degrees
+  of freedom, as `base.stats` takes its intervals) **and** rose by at least `min_rise_pct` points
+  over the baseline's median (a minimum effect, as `base.significance` asks of every change), or
 - its samples/s lies below the baseline's prediction bound on the log scale (rates are positive and
-  multiplicative, as significance tests them) **and** fell by at least `min_drop` of the median.
+  multiplicative) **and** fell by at least `min_drop` of the median.
 
-An epoch's first batch is no step of any window (the harness keeps it apart too): its wait is an
-epoch-start event of its own, whose cost is that wait less a baseline step's wait, and which counts
-as a stall (`EPOCH_START`) when the cost is at least `epoch_min_s` and at least
-`epoch_min_steps` baseline steps.
+An epoch's first batch is no step of any window: its wait less a baseline step's wait is the cost of
+an epoch-start event, a stall (`EPOCH_START`) when at least `epoch_min_s` and `epoch_min_steps`
+baseline steps.
 """
 
 import math

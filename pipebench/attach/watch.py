@@ -385,17 +385,13 @@ class LoaderWatch:
         epochs = [list(log.steps) for log in logs]
         if self.gpu_clock is not None:
             epochs = on_gpu_clock(epochs, self.gpu_clock.splits())
+        # Per worker of the first epoch (in the order their first batches came): s from iter() to its start.
+        starts = {n: (s.started_ns - self._epoch_start_ns) / NS_PER_S
+                  for n, s in enumerate(u for u in self.startups if u.started_ns is not None)}
         return [PassResult(first_batch_s=log.first_batch_s, warmup_steps=log.skipped, steps=steps,
                            wall_s=sum(s.step_ns for s in steps) / NS_PER_S, epochs=len({s.epoch for s in steps}),
-                           worker_startup_s=self._worker_starts() if log is self._logs[0] else {},
-                           start_epoch=log.number)
+                           worker_startup_s=starts if log is self._logs[0] else {}, start_epoch=log.number)
                 for log, steps in zip(logs, epochs)]
-
-    def _worker_starts(self) -> Dict[int, float]:
-        """Per worker of the first epoch (in the order their first batches came): seconds from the
-        loader's iter() to the worker's first line of work."""
-        return {n: (s.started_ns - self._epoch_start_ns) / NS_PER_S
-                for n, s in enumerate(u for u in self.startups if u.started_ns is not None)}
 
     def first_batch_parts(self) -> Dict[str, Any]:
         """The run's first batch taken apart: the worker that made it started (s after iter()), its

@@ -99,10 +99,8 @@ class WindowMeters:
     def columns(self) -> Dict[str, Optional[float]]:
         """The meters' summary cells; empty before the window has ended."""
         self._settled()
-        cells: Dict[str, Optional[float]] = {}
-        for meter in self.meters:
-            cells.update({key: (value if self.ended and self.begun else None) for key, value in meter.columns().items()})
-        return cells
+        over = self.ended and self.begun
+        return {key: value if over else None for meter in self.meters for key, value in meter.columns().items()}
 
     def loader_columns(self, pids: Collection[int]) -> Dict[str, Optional[float]]:
         """One loader's own workers (by pid) out of the meter's readings: their summed PSS at

@@ -279,15 +279,12 @@ def timed_any(loader: DataLoader) -> Iterator[Timing]:
     with_transform function (see the module doc). What was changed is restored on the way out."""
     dataset = subset_base(loader.dataset)
     stages, transform = _wds_pipeline(dataset), _format_transform(dataset)
-    if stages is None and transform is None:
-        with timed_loader(loader) as timing:
-            yield timing
-        return
     with contextlib.ExitStack() as restore:
+        changed = False
         if stages is not None:
             timed_stages, clock, recipe, names = _timed_pipeline(dataset, stages)
             changed, load_note = install(restore, dataset, PIPELINE_ATTR, timed_stages), None
-        else:
+        elif transform is not None:
             clock = StepClock(FIRST_STEP_COLUMN + 1)
             recipe = Recipe(FORMAT_ATTR, (transform,))
             names = (StepName(LOAD_STAGE, type(dataset).__name__), StepName(DECODE_STAGE, DECODE_NAME),
@@ -295,9 +292,9 @@ def timed_any(loader: DataLoader) -> Iterator[Timing]:
             timed = BatchedStep(transform, clock, FIRST_STEP_COLUMN)
             changed = install(restore, dataset, FORMAT_ATTR, {**getattr(dataset, FORMAT_ATTR), FORMAT_TRANSFORM: timed})
             load_note = HF_NO_LOAD.format(name=type(dataset).__name__)
-        if not changed:  # the dataset refused its timed copy: timed as any other dataset
-            with timed_loader(loader) as timing:
-                yield timing
+        if changed:
+            ride(restore, loader, clock)
+            yield Timing(recipe, names, load_note)
             return
-        ride(restore, loader, clock)
-        yield Timing(recipe, names, load_note)
+    with timed_loader(loader) as timing:  # none found, or the dataset refused its timed copy
+        yield timing

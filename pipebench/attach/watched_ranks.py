@@ -132,11 +132,6 @@ def rank_status(ranks_dir: Path) -> List[RankStatus]:
     return sorted(found, key=lambda status: status.rank)
 
 
-def _own_wait_ms(one_pass: PassRecord, k: int) -> float:
-    """The wait a step began with: on the GPU's clock where the pass has it, else the host's."""
-    return one_pass.wait_ms[k] if one_pass.gpu_idle_data_ms is None else one_pass.gpu_idle_data_ms[k]
-
-
 def collective_estimates(ranks: Sequence[Sequence[Mapping[str, Any]]]) -> List[Dict[str, float]]:
     """Per rank, in `ranks` order (each its stored passes): busy_ms_mean (its step less its collective
     wait), and collective_ms_mean / _p99, over the steps every rank measured (COLLECTIVE_ESTIMATE)."""
@@ -146,7 +141,9 @@ def collective_estimates(ranks: Sequence[Sequence[Mapping[str, Any]]]) -> List[D
     for index in range(min(len(r) for r in typed)):
         passes = [r[index] for r in typed]
         for k in range(min(len(p.step_ms) for p in passes)):
-            after = [p.step_ms[k] - _own_wait_ms(p, k) for p in passes]
+            # The step less the wait it began with: on the GPU's clock where the pass has it.
+            after = [p.step_ms[k] - (p.wait_ms if p.gpu_idle_data_ms is None else p.gpu_idle_data_ms)[k]
+                     for p in passes]
             floor = min(after)
             for rank, (one_pass, own) in enumerate(zip(passes, after)):
                 collective[rank].append(own - floor)

@@ -1,11 +1,9 @@
 """The recorder's sinks: each window's row pushed to the dashboards a user already watches.
 
-Each sink is its ecosystem's own library, optional (`pip install pipebench[telemetry]` brings them
-all): TensorBoard event files (`tensorboard`), an MLflow run (`mlflow`), a W&B run (`wandb`),
-a Prometheus endpoint (`prometheus`). `open_sinks` starts the ones asked for before the script
-runs, and a sink that cannot start (its library missing, a port taken, a folder that cannot be
-written) is a `ConfigError`: one line, exit 2. Once running, a sink that fails is one warning and
-is dropped: the run, the series and the other sinks go on (`SinkSet`).
+Each sink is its ecosystem's own library, optional (`pip install pipebench[telemetry]`): TensorBoard,
+MLflow, W&B, Prometheus. `open_sinks` starts the ones asked for before the script runs: one that
+cannot start (its library missing, a port taken) is a `ConfigError`, one line and exit 2. Once
+running, a sink that fails is one warning and is dropped: the run and the other sinks go on.
 """
 
 from dataclasses import dataclass
