@@ -48,12 +48,10 @@ DEFAULT_THRESHOLD = 0.10
 RUN_TO_RUN_RATE_FLOOR = 0.10
 
 # An interval with a bound more than this factor from its rate (under a third of it, or over three
-# times it: a span of about an order of magnitude) says nothing a reader can use: it cannot tell this
-# setup from one 3x slower or faster, more than any one change pipebench compares (the README's
-# ImageNet recipe gains 1.83x from its explored chain). Such intervals come from few blocks (the t
-# quantile is 4.3 at 3 blocks, 12.7 at 2) or a block far off the rest; pytorch/examples' eval loader read 76.5-1,036.6
-# around 281.7 samples/s (3.7x either way, issue 55). The rule is on the width, whatever the count of
-# blocks: jobs, ranks and attach alike (`measure.window.rate_interval`).
+# times it) cannot tell this setup from one 3x slower or faster, more than any one change pipebench
+# compares (the README's ImageNet recipe gains 1.83x). Such intervals come from few blocks (the t quantile
+# is 4.3 at 3 blocks, 12.7 at 2) or a block far off the rest (pytorch/examples' eval loader: 76.5-1,036.6
+# around 281.7 samples/s, issue 55). The rule is on the width, whatever the count of blocks.
 MAX_BOUND_FACTOR = 3.0
 # Why such a rate is shown without its interval.
 TOO_WIDE_NOTE = ("no interval: its blocks spread too far ({low:.4g}..{high:.4g} around {value:.4g}, past "

@@ -205,18 +205,13 @@ def swept_axes(rows: Sequence[ComparisonRow]) -> Tuple[str, ...]:
 
 def _split_pairs(selector: str) -> List[Tuple[str, str]]:
     """KEY=VALUE pairs split on the commas outside brackets (values may be lists)."""
-    parts, depth, current = [], 0, ""
-    for char in selector:
-        if char in "[(":
-            depth += 1
-        elif char in "])":
-            depth -= 1
+    parts, depth, start = [], 0, 0
+    for i, char in enumerate(selector):
+        depth += (char in "[(") - (char in "])")
         if char == "," and depth == 0:
-            parts.append(current)
-            current = ""
-        else:
-            current += char
-    parts.append(current)
+            parts.append(selector[start:i])
+            start = i + 1
+    parts.append(selector[start:])
     pairs = []
     for part in parts:
         key, sep, value = part.strip().partition("=")

@@ -41,9 +41,8 @@ PALETTE = "tab20"
 # Where each stage runs in a step, so stacks read bottom-up in pipeline order (sorted() is stable:
 # within a stage, steps keep the order the chains list them).
 STAGE_ORDER = ("load", "decode", "per_sample", "collate", "per_batch")
-# Characters a legend line holds before it wraps. A legend beside the axes as wide as a job's whole
-# label (every axis's value: 120 characters and more) left the axes no width, and matplotlib warned
-# "constrained_layout not applied because axes sizes collapsed to zero" and drew the figure unlaid.
+# Characters a legend line holds before it wraps: a legend as wide as a job's whole label (120 characters
+# and more) left the axes no width, and matplotlib's constrained layout gave up ("axes sizes collapsed").
 LEGEND_LINE_CHARS = 40
 
 
@@ -78,12 +77,14 @@ def _transform(row: ComparisonRow) -> str:
     return row.results[0].key.transform
 
 
+def _axes_label(row: ComparisonRow, table: ComparisonTable, axes: Sequence[str]) -> str:
+    """The row's values of `axes`, as `title=value` pairs."""
+    return ", ".join(f"{axis_title(a, table.axes)}={row.value(a)}" for a in axes)
+
+
 def _line_label(row: ComparisonRow, table: ComparisonTable) -> str:
     """What tells this row's line apart: every axis but workers, or the variant name."""
-    others = [a for a in table.axes if a != WORKERS]
-    if not others:
-        return _transform(row)
-    return ", ".join(f"{axis_title(a, table.axes)}={row.value(a)}" for a in others)
+    return _axes_label(row, table, [a for a in table.axes if a != WORKERS]) or _transform(row)
 
 
 def throughput_figure(table: ComparisonTable) -> Union[Figure, str]:
@@ -181,11 +182,6 @@ def window_rates(samples: Sequence[float], step_ms: Sequence[float], workers: in
     return ends_s[np.array(edges) - 1], np.array(rates)
 
 
-def _job_label(row: ComparisonRow, table: ComparisonTable) -> str:
-    """Every axis's value, workers included: one line a job."""
-    return ", ".join(f"{axis_title(a, table.axes)}={row.value(a)}" for a in table.axes) or row.label
-
-
 def _epochs_seen(result: JobResult, samples: Sequence[float]) -> Optional[float]:
     """The window's samples over an epoch's (the exactly-once check's length); None when not recorded."""
     coverage = sections_of(result).coverage_report
@@ -207,7 +203,8 @@ def epoch_figure(table: ComparisonTable) -> Union[Figure, str]:
         ends, rates = window_rates(record.samples, record.step_ms, _workers(row))
         seen = _epochs_seen(result, record.samples)
         colour = palette(drawn % palette.N)
-        label = _job_label(row, table) + (f" ({seen:.2g} epochs)" if seen is not None else "")
+        named = _axes_label(row, table, table.axes) or row.label
+        label = named + (f" ({seen:.2g} epochs)" if seen is not None else "")
         axes.plot(ends, rates, marker=".", color=colour, label=_legend(label))
         epochs = record.epoch
         times = np.cumsum(record.step_ms) / 1000.0

@@ -18,9 +18,8 @@ __all__ = ["GIL_LINE_MIN_SHARE_PCT", "gil_bound_steps", "gil_lines"]
 # microseconds often reads as GIL-bound and matters to no one).
 GIL_LINE_MIN_SHARE_PCT = 5.0
 # A top speed-up at least this much above the one at the count before (itself 2 threads or more):
-# the step was still gaining when the profile stopped, so "it stops scaling at" would misread it.
-# On the 16-core H100 host the PIL decode read 1.62x at 2, 2.70x at 4 and 4.57x at 8 threads, held
-# back (32% off the CPU at 8) by the Python around the decoder, not stopped by it.
+# the step was still gaining when the profile stopped, so "it stops scaling at" would misread it (the
+# PIL decode read 2.70x at 4 and 4.57x at 8 threads, held back by the Python around the decoder).
 STILL_RISING = 1.1
 
 
