@@ -75,16 +75,6 @@ PROBE_SIZE = (32, 24)
 JpegData = Union[bytes, bytearray, torch.Tensor]
 
 
-def _as_tensor(data: JpegData) -> torch.Tensor:
-    if isinstance(data, torch.Tensor):
-        return data
-    return torch.frombuffer(bytearray(data), dtype=torch.uint8)
-
-
-def _as_bytes(data: JpegData) -> bytes:
-    return data.numpy().tobytes() if isinstance(data, torch.Tensor) else bytes(data)
-
-
 def _probe_jpeg() -> bytes:
     buffer = io.BytesIO()
     Image.effect_noise(PROBE_SIZE, 60).convert("RGB").save(buffer, "JPEG", quality=90)
@@ -135,7 +125,7 @@ def _has_exif(data: bytes) -> bool:
 
 def exif_orientation(data: JpegData) -> int:
     """The JPEG's EXIF orientation (UPRIGHT without an EXIF block), read by PIL."""
-    raw = _as_bytes(data)
+    raw = data.numpy().tobytes() if isinstance(data, torch.Tensor) else bytes(data)
     if not _has_exif(raw):
         return UPRIGHT
     return int(Image.open(io.BytesIO(raw)).getexif().get(ORIENTATION_TAG, UPRIGHT))
@@ -156,7 +146,9 @@ def torchvision_rgb(data: Sequence[JpegData], device: str = CPU) -> List[torch.T
         # It warns on every call that it is deprecated in favour of TorchCodec: here it runs only
         # because TorchCodec cannot, which decoder_note says once, so the warning would be noise.
         warnings.filterwarnings("ignore", message=DEPRECATION_TEXT, category=DeprecationWarning)
-        return list(decode_jpeg([_as_tensor(d) for d in data], mode=ImageReadMode.RGB, device=device))
+        tensors = [d if isinstance(d, torch.Tensor) else torch.frombuffer(bytearray(d), dtype=torch.uint8)
+                   for d in data]
+        return list(decode_jpeg(tensors, mode=ImageReadMode.RGB, device=device))
 
 
 def decode_rgb(data: Union[JpegData, Sequence[JpegData]], device: str = CPU) -> Any:

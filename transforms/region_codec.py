@@ -74,13 +74,6 @@ os.register_at_fork(before=_OUTPUT_CLOSED.acquire, after_in_parent=_OUTPUT_CLOSE
 
 
 @contextlib.contextmanager
-def _native_output_closed() -> Iterator[None]:
-    """fds 1 and 2 point at /dev/null inside, one thread at a time (see _fds_to_null)."""
-    with _OUTPUT_CLOSED, _fds_to_null():
-        yield
-
-
-@contextlib.contextmanager
 def _fds_to_null() -> Iterator[None]:
     """fds 1 and 2 point at /dev/null inside; C stdio buffers are flushed before they come back.
     The caller holds _OUTPUT_CLOSED."""
@@ -158,7 +151,7 @@ class RegionCodec:
             if self.device == CPU:  # the library printed its notices when it loaded
                 decoder = _new_decoder(module, CPU)
             else:
-                with _native_output_closed():
+                with _OUTPUT_CLOSED, _fds_to_null():  # one thread at a time
                     decoder = _new_decoder(module, self.device)
             # decode_jpeg ignores EXIF orientation, so the region must too, or the boxes would differ.
             params = module.DecodeParams(apply_exif_orientation=False, color_spec=module.ColorSpec.SRGB)

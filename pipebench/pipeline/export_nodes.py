@@ -94,13 +94,6 @@ def importable_why(owner: Any) -> str:
     return "" if found is owner else f"{module}.{name} imports as another object"
 
 
-def _function_node(function: Any) -> NodeOrWhy:
-    why = importable_why(function)
-    if why:
-        return NodeOrWhy(why=why)
-    return NodeOrWhy({"_target_": GET_OBJECT, "path": f"{function.__module__}.{function.__qualname__}"})
-
-
 def attribute_arguments(obj: Any) -> Tuple[Optional[Dict[str, Any]], str]:
     """(the object's constructor arguments as its attributes of the same name hold them, "") or
     (None, why not): a required one not kept so, or a signature that cannot be read."""
@@ -159,11 +152,12 @@ def _same_object(rebuilt: Any, obj: Any) -> bool:
 
 def object_node(obj: Any, value: Callable[[Any], NodeOrWhy] = plain_node) -> NodeOrWhy:
     """A node of the object's class and its arguments (each through `value`), checked by rebuilding it."""
-    if inspect.isfunction(obj) or inspect.isbuiltin(obj):
-        return _function_node(obj)
-    why = importable_why(type(obj))
+    function = inspect.isfunction(obj) or inspect.isbuiltin(obj)
+    why = importable_why(obj if function else type(obj))
     if why:
         return NodeOrWhy(why=why)
+    if function:
+        return NodeOrWhy({"_target_": GET_OBJECT, "path": f"{obj.__module__}.{obj.__qualname__}"})
     arguments, why = read_arguments(obj, value)
     if arguments is None:
         return NodeOrWhy(why=why)

@@ -170,10 +170,6 @@ def check_backend(spec: JobSpec, dataset: Any) -> None:
     check_backends([(spec.loader.backend, dataset)])
 
 
-def _epoch_batches(samples: int, batch_size: int, drop_last: bool) -> int:
-    return samples // batch_size if drop_last else math.ceil(samples / batch_size)
-
-
 class DataLoaderBackend:
     """torch's DataLoader, as `build_loader` makes it: worker processes with their start method."""
 
@@ -212,7 +208,8 @@ class _ThreadPoolBackend:
         self.timeout_s = spec.loader.timeout_s
 
     def __len__(self) -> int:
-        return _epoch_batches(len(self.sampler), self.batch_size, self.drop_last)
+        samples = len(self.sampler)
+        return samples // self.batch_size if self.drop_last else math.ceil(samples / self.batch_size)
 
     def close(self) -> None:
         """Each epoch's threads end when its iterator ends or is dropped."""
@@ -314,13 +311,11 @@ def _handed_off(source: Iterable[TimedBatch], depth: int, timeout_s: float, back
         stop()
 
 
-class _PinBatch:
+def _pin_batch(batch: TimedBatch) -> TimedBatch:
     """The sink-side pin of an spdl pipeline (pin_memory on the whole TimedBatch, as DataLoader does)."""
+    from torch.utils.data._utils.pin_memory import pin_memory
 
-    def __call__(self, batch: TimedBatch) -> TimedBatch:
-        from torch.utils.data._utils.pin_memory import pin_memory
-
-        return pin_memory(batch)
+    return pin_memory(batch)
 
 
 class SpdlBackend(_ThreadPoolBackend):
@@ -342,17 +337,13 @@ class SpdlBackend(_ThreadPoolBackend):
                    .aggregate(self.batch_size, drop_last=self.drop_last)
                    .pipe(self.collate))
         if self.pin:
-            builder = builder.pipe(_PinBatch())
+            builder = builder.pipe(_pin_batch)
         # The collate gets a thread of its own beside the per-sample ones.
         # Plain queues and no task hooks: SPDL's default ones time every task and log a stats
         # table at each epoch's end, work and lines the job's own timing already covers.
         pipeline = builder.add_sink(self.prefetch).build(num_threads=self.num_workers + 1, queue_class=AsyncQueue,
-                                                         task_hook_factory=_no_task_hooks)
+                                                         task_hook_factory=lambda stage: [])
         return _spdl_epoch(pipeline, pool, self.timeout_s)
-
-
-def _no_task_hooks(stage: Any) -> List[Any]:
-    return []
 
 
 def _spdl_epoch(pipeline: Any, pool: ThreadPoolExecutor, timeout_s: float) -> Iterator[TimedBatch]:
