@@ -34,7 +34,7 @@ from pipebench.cli.attach_torchrun import attach_torchrun, parse_torchrun, torch
 from pipebench.report.summary import first_batch_markdown, loader_notes
 from pipebench.report.writer import REPORT_MD, write_report
 
-__all__ = ["ScriptCommand", "add_parser", "attach_main", "main", "run_script"]
+__all__ = ["ScriptCommand", "add_parser", "main", "run_script"]
 
 # The exit status Python gives a script that ends in an uncaught exception.
 UNCAUGHT_EXIT_STATUS = 1
@@ -54,7 +54,7 @@ class ScriptCommand(NamedTuple):
 
 def parse_command(words: Sequence[str]) -> ScriptCommand:
     """The `ScriptCommand` of `[python] script.py ARGS`, `[python] -m module ARGS`
-    or `[python] -c code ARGS`. The interpreter's flags are refused here: `attach_main` runs attach
+    or `[python] -c code ARGS`. The interpreter's flags are refused here: `main` runs attach
     again under them (pipebench.cli.attach_python)."""
     words = list(words)
     if words[:1] == ["--"]:
@@ -164,31 +164,8 @@ def _not_measured(target: str, status: int, own: Sequence[str]) -> int:
     return USAGE_EXIT_STATUS
 
 
-def attach_main(command: Sequence[str], window: WatchWindow, out: Optional[str], export_dir: Optional[str] = None,
-                force: bool = False, recording: Optional[Recording] = None) -> int:
-    """Run the command with its loaders watched and write what they measured to `out` (a new folder
-    under DEFAULT_OUT when None), claimed before the script starts (claimed_folder: `force` replaces
-    an earlier run there)."""
-    flagged = python_flags(command)
-    if flagged is not None:  # the interpreter's flags act at its start: attach runs again under them
-        rerun(rerun_argv(sys.argv[1:], command, *flagged))
-    torchrun = torchrun_args(command)
-    if torchrun is not None:  # every rank watched (pipebench.cli.attach_torchrun)
-        if export_dir is not None:
-            raise ConfigError("--export-config reads one process's loaders: export from the script run by "
-                              "python (one rank), then sweep distributed.nproc= under pipebench run")
-        parsed = parse_torchrun(torchrun)
-        with claimed_folder(None if out is None else Path(out), _fresh_name(), force) as folder:
-            return attach_torchrun(parsed, window, folder, recording)
-    script = parse_command(command)
-    if export_dir is not None and Path(export_dir).exists() and not Path(export_dir).is_dir():
-        raise ConfigError(f"--export-config {export_dir}: not a directory")
-    with claimed_folder(None if out is None else Path(out), _fresh_name(), force) as folder, hang_shows_itself():
-        return _attach_script(script, window, folder, export_dir, recording)
-
-
 def _attach_script(script: ScriptCommand, window: WatchWindow, folder: Path, export_dir: Optional[str],
-                   recording: Optional[Recording] = None) -> int:
+                   recording: Optional[Recording]) -> int:
     """Run the script with its loaders watched (and recorded, pipebench.attach.recording); write what
     they measured to `folder`, claimed."""
     kind, target, argv = script
@@ -251,8 +228,28 @@ def add_parser(verbs: "argparse._SubParsersAction") -> None:
 
 
 def main(args: argparse.Namespace) -> int:
+    """Run the command with its loaders watched and write what they measured to --out (a new folder
+    under DEFAULT_OUT when none), claimed before the script starts (claimed_folder: --force replaces
+    an earlier run there)."""
     try:
         window = WatchWindow(args.steps, args.skip_steps, args.seconds, args.replay)
     except ValueError as exc:
         raise ConfigError(str(exc)) from None
-    return attach_main(args.command, window, args.out, args.export_config, args.force, recording_of(args))
+    command, out, export_dir, recording = args.command, args.out, args.export_config, recording_of(args)
+    flagged = python_flags(command)
+    if flagged is not None:  # the interpreter's flags act at its start: attach runs again under them
+        rerun(rerun_argv(sys.argv[1:], command, *flagged))
+    torchrun = torchrun_args(command)
+    if torchrun is not None:  # every rank watched (pipebench.cli.attach_torchrun)
+        if export_dir is not None:
+            raise ConfigError("--export-config reads one process's loaders: export from the script run by "
+                              "python (one rank), then sweep distributed.nproc= under pipebench run")
+        parsed = parse_torchrun(torchrun)
+        with claimed_folder(None if out is None else Path(out), _fresh_name(), args.force) as folder:
+            return attach_torchrun(parsed, window, folder, recording)
+    script = parse_command(command)
+    if export_dir is not None and Path(export_dir).exists() and not Path(export_dir).is_dir():
+        raise ConfigError(f"--export-config {export_dir}: not a directory")
+    with claimed_folder(None if out is None else Path(out), _fresh_name(), args.force) as folder, \
+            hang_shows_itself():
+        return _attach_script(script, window, folder, export_dir, recording)

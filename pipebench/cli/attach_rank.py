@@ -1,15 +1,13 @@
 """One rank of `pipebench attach -- torchrun ...`: `python -m pipebench.cli.attach_rank [-m] TARGET ARGS`.
 
-torchrun starts this module in place of the user's script (pipebench.cli.attach_torchrun
-rewrites the command). It does what attach does in-process: the script runs by runpy with its
-own argv while torch's DataLoader is watched, over the window attach passed in WINDOW_ENV; then
-it writes what this rank measured, with the script's exit status, to the rank's own folder under
-RANKS_DIR_ENV (pipebench.attach.watched_ranks), and exits with that status.
+torchrun starts it in place of the user's script (pipebench.cli.attach_torchrun). It does what attach
+does in-process, over the window in WINDOW_ENV, then writes what this rank measured and the script's
+exit status to the rank's own folder under RANKS_DIR_ENV (pipebench.attach.watched_ranks), and exits
+with that status.
 
-SIGTERM (torchrun's way of stopping the ranks when one fails or when it is stopped) ends the
-script as `sys.exit(143)` would, so its `finally` blocks run and what was measured is written;
-SIGINT (torchrun hands on a Ctrl-C) raises KeyboardInterrupt as Python's own handler does. A
-script that sets its own handlers keeps them. The rank dies with torchrun (PR_SET_PDEATHSIG).
+SIGTERM (torchrun stopping the ranks) ends the script as `sys.exit(143)` would, so its `finally`
+blocks run and what was measured is written; SIGINT raises KeyboardInterrupt as Python's own handler
+does. A script that sets its own handlers keeps them. The rank dies with torchrun (PR_SET_PDEATHSIG).
 """
 
 import os

@@ -1,17 +1,14 @@
 """`pipebench attach -- torchrun [OPTIONS] train.py ARGS`: every rank's script watched, the ranks' results merged.
 
-`torchrun ...` and `python -m torch.distributed.run ...` are rewritten so each rank runs the
-script under pipebench's watch:
+`torchrun ...` and `python -m torch.distributed.run ...` are rewritten, torchrun's own options kept, so
+each rank runs the script under pipebench's watch (pipebench.cli.attach_rank):
 
     python -m torch.distributed.run OPTIONS -m pipebench.cli.attach_rank [-m] TARGET ARGS
 
-(torchrun's own options kept as given; the rank module does what attach does in-process and
-writes to its own folder, pipebench.attach.watched_ranks). torchrun runs as a child in a session
-of its own, tied to this process (pipebench.base.lifeline); SIGINT and SIGTERM sent to attach go
-to that session, and torchrun hands them to the ranks as it does from a terminal. Its exit
-status is attach's. torchrun starts each rank in a session of its own, so on the way out every
-process it started that is still alive is ended (pipebench.base.descendants). Then the ranks'
-folders are merged into one results folder: a row a rank, and the straggler figures.
+torchrun runs in a session of its own, tied to this process (pipebench.base.lifeline); the SIGINT and
+SIGTERM sent to attach go to it, and it hands them to the ranks as from a terminal. Its exit status is
+attach's, and what it started that is still alive is ended on the way out (pipebench.base.descendants).
+The ranks' folders are then merged into one results folder: a row a rank, and the straggler figures.
 """
 
 import os

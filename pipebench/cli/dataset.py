@@ -1,16 +1,11 @@
-"""The `dataset` verb: `dataset convert` writes a dataset's images in a shard format, with that format's
-own writer, so the same images can be measured side by side as an image folder, tar shards, Parquet and LitData.
+"""The `dataset` verb: `dataset convert` writes a dataset's images in a shard format with that format's
+own writer, so the same images can be measured as an image folder, tar shards, Parquet and LitData.
 
-`pipebench dataset convert --to webdataset --out DIR [dataset=image_folder dataset.path=...]` reads the
-dataset the overrides compose (the built-in synthetic corpus by default), file by file: each image's
-encoded bytes as they are on disk, never decoded again, and its label. It ends with the `pipebench run`
-command that reads what it wrote.
-
-The files are written into a hidden folder beside `--out` and the folder renamed to `--out` when the
-writer has finished, so a convert that fails (a full disk, Ctrl-C) leaves no half-written shard and no
-LitData chunks without their index: the folder is whole or absent. A full disk is one line naming the
-file being written and the space its folder had, as `run` says it. The format's library is checked
-before anything is created.
+It reads the dataset the overrides compose (the synthetic corpus by default) file by file: each image's
+encoded bytes as they are on disk, never decoded again, and its label; it ends with the `pipebench run`
+command that reads what it wrote. The files go into a hidden folder beside `--out`, renamed to it once
+the writer has finished, so a convert that fails (a full disk, Ctrl-C) leaves no half-written shard:
+the folder is whole or absent. A full disk is one line naming the file, as `run` says it.
 """
 
 import argparse

@@ -85,8 +85,8 @@ def main(args: argparse.Namespace) -> int:
     import_from_cwd()
     refuse_hydra_dirs(args.overrides)
     overrides = [*args.overrides, *target_overrides(args.target_pct)]
-    plan = plan_exploration(overrides, expand_sweep([*search_path(args.config_dir), *overrides])[0], args.fresh,
-                            args.max_pixel_diff)
+    plan = plan_exploration(overrides, expand_sweep([*search_path(args.config_dir), *overrides])[0],
+                            args.fresh, args.max_pixel_diff)
     if isinstance(plan, NoVariants):
         print(f"pipebench explore: no variants of transform={plan.base}: {'; '.join(plan.reasons)}")
         return 0

@@ -189,7 +189,6 @@ class Check:
 
     def __init__(self, folder: Path, base: List[str], config_dir: Optional[str], sizing: Sizing, steps: int) -> None:
         self.folder, self.base, self.config_dir = folder, base, config_dir
-        # The dataset's length at N accelerators; `sized`: the check sets it (a preset's generated data).
         self.length_for, self.sized = sizing.length_for, sizing.sized
         self.steps, self.sample_bytes = steps, sizing.sample_bytes
         self.rounds = itertools.count(1)
@@ -296,9 +295,8 @@ def storage_check_command(overrides: List[str], config_dir: Optional[str], stric
 
 @dataclasses.dataclass(frozen=True)
 class CheckPlan:
-    """What the verb settled before the first job: the preset as the jobs run it, their spec, the check's
-    options, what shortened the procedure, the memory rule's miss, the notes so far, the N the shared
-    link predicts (and its MiB/s), and the command's overrides."""
+    """What the verb settled before the first job: the preset as the jobs run it, and the N the shared
+    link (`shared`, MiB/s) predicts."""
 
     chosen: Preset
     spec: JobSpec

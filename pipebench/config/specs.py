@@ -2,8 +2,9 @@
 
 Configs are resolved to plain Python here, before anything reaches a Dataset or a worker:
 DictConfig access in a hot loop is slow, and plain values pickle cheaply under spawn.
-Each setting is declared once, here: the specs are also the structured configs Hydra checks a
-composed config against (pipebench.config.schema).
+Each setting is declared once, here, with its one default: the specs are also the structured configs
+Hydra checks a composed config against (pipebench.config.schema), each built from its node by
+OmegaConf.to_object and checked by its `__post_init__`, which names the key.
 """
 
 import math
@@ -81,9 +82,6 @@ def _one_of(key: str, value: Any, allowed: Tuple[Optional[str], ...]) -> None:
     _require(value in allowed, f"{key} must be one of {named}, got {value!r}")
 
 
-# Each spec below is also the structured config Hydra checks its node against
-# (pipebench.config.schema): one declaration, with its one default. OmegaConf.to_object builds the
-# frozen spec from the composed node, and `__post_init__` checks each value, naming its key.
 @dataclass(frozen=True)
 class LoaderSpec:
     """DataLoader settings; `workers` lives at the top level because it is the axis users sweep most."""
@@ -327,11 +325,8 @@ def _check_target_nodes(nodes: Any, where: str) -> Tuple[Mapping[str, Any], ...]
 
 
 def _storage_spec(dataset: dict) -> StorageSpec:
-    """Take `cache` and `storage` off the dataset node and check them (errors name `dataset.*`).
-
-    pipebench applies them to the built dataset (pipebench.measure.storage_cache), so no dataset
-    class has to accept them as arguments.
-    """
+    """Take `cache` and `storage` off the dataset node and check them (errors name `dataset.*`): pipebench
+    applies them to the built dataset, so no dataset class has to accept them as arguments."""
     cache = dataset.pop("cache", "warm")
     storage = dataset.pop("storage", None) or {}
     _one_of("dataset.cache", cache, CACHE_MODES)
@@ -377,10 +372,8 @@ def _to_plain(cfg: DictConfig) -> dict:
 
 
 def job_spec_from_config(cfg: DictConfig, choices: Mapping[str, Optional[str]]) -> JobSpec:
-    """Resolve and check a composed config. Raises ConfigError naming the offending key.
-
-    `choices` are Hydra's runtime group choices (`transform` -> `yuv_mask`), used as row labels.
-    """
+    """Resolve and check a composed config (a ConfigError names the offending key); `choices`, Hydra's
+    runtime group choices (`transform` -> `yuv_mask`), label the rows."""
     plain = _to_plain(cfg)
     dataset = plain["dataset"]
     _require(isinstance(dataset, dict) and "_target_" in dataset, "dataset must be a mapping with a `_target_`")

@@ -14,10 +14,8 @@ AUTO_WORKERS_CORE_FACTOR = 2
 
 
 def worker_ladder(cores: int) -> List[int]:
-    """0 (the single-process profile), powers of two, the core count and twice it, sorted.
-
-    1 core -> 0,1,2; 2 -> 0,1,2,4; 6 -> 0,1,2,4,6,8,12; 16 -> 0,1,2,4,8,16,32.
-    """
+    """0 (the single-process profile), powers of two, the core count and twice it, sorted:
+    1 core -> 0,1,2; 2 -> 0,1,2,4; 6 -> 0,1,2,4,6,8,12; 16 -> 0,1,2,4,8,16,32."""
     top = AUTO_WORKERS_CORE_FACTOR * max(1, cores)
     powers = {1 << k for k in range(top.bit_length()) if 1 << k <= top}
     return sorted({0, max(1, cores), top, *powers})

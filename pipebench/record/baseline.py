@@ -51,11 +51,8 @@ def _files_to_copy(results: Path) -> Tuple[str, ...]:
 
 
 def update_baseline(results: Path, baselines_dir: Path, name: str) -> BaselineUpdate:
-    """Replace `baselines_dir/name` with the compare inputs of the results folder `results`.
-
-    The new baseline is assembled beside the old one and swapped in, so a failure midway
-    leaves the old baseline whole.
-    """
+    """Replace `baselines_dir/name` with the compare inputs of the results folder `results`, assembled
+    beside the old baseline and swapped in, so a failure midway leaves the old one whole."""
     if not name or Path(name).name != name or name.startswith("."):
         raise ConfigError(f"--name must be a plain folder name, got {name!r}")
     files = _files_to_copy(results)

@@ -27,9 +27,7 @@ class Column(NamedTuple):
 
 
 T, B, I, F = str, bool, int, float
-# Every summary column in summary.csv's order (identity first, then the figures a reader compares,
-# then the detail), by the section of docs/results-schema.md that gives its meaning; its rows there
-# carry the same names and units, in this order (tests/test_docs.py).
+# summary.csv's order: identity first, then the figures a reader compares, then the detail.
 _SECTIONS: Dict[str, Tuple[Tuple[str, type, str], ...]] = {
     "Identity": (
         ("job", T, "text"), ("dataset", T, "text"), ("transform", T, "text"), ("workers", I, "count"),

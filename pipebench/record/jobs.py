@@ -1,13 +1,10 @@
 """A job's result, from the measuring that writes it to the readers that load it, and the naming of jobs.
 
-`JobResult` is result.json as one frozen type: the measuring (`pipebench.measure`) returns one, the task
-function names it with a `JobIdentity` and writes `to_json()`, attach builds one a watched loader, the
-rank merges fold the ranks', and the results loader (`pipebench.record.results.load_job_results`)
-returns one a file (`from_stored`). Its `summary` is the typed `Summary`; its `key` (a `JobKey` of plain
-fields, as torch.utils.benchmark's TaskSpec) is what rounds of one job share; `Summary.median` folds
-their figures. This module alone says how a job is named: its
-identity columns (`identity_columns`), override pairs (`override_pairs`), the round it ran in
-(`ROUND_KEY`), its label less the round (`job_key`), and which keys tell jobs apart (`varying_keys`).
+`JobResult` is result.json as one frozen type: the measuring returns one, the task function names it
+with a `JobIdentity` and writes `to_json()`, attach and the rank merges build theirs, and the results
+loader returns one a file (`from_stored`). Its `key` (a `JobKey` of plain fields, as
+torch.utils.benchmark's TaskSpec) is what rounds of one job share. This module alone says how a job is
+named: `identity_columns`, `override_pairs`, `ROUND_KEY`, `job_key` and `varying_keys`.
 """
 
 import re

@@ -193,11 +193,8 @@ def _check_result(data: Dict[str, object]) -> None:
 
 
 def _interval_flagged(data: Dict[str, object]) -> Dict[str, object]:
-    """`data`, its summary's `ci_note` saying so where the interval leaves out the rate.
-
-    Not damage: the rate agrees with the raw steps (`_check_row`), and pipebench itself wrote such
-    intervals before they were made to hold their estimate; the row is kept and flagged.
-    """
+    """`data`, its summary's `ci_note` saying so where the interval leaves out the rate. Not damage: the
+    rate agrees with the raw steps (`_check_row`), and pipebench itself wrote such intervals once."""
     summary = JobResult.from_stored(data).summary
     rate, low, high = summary.samples_per_s, summary.samples_per_s_ci_low, summary.samples_per_s_ci_high
     if math.isnan(low) or low * (1 - AGREEMENT) <= rate <= high * (1 + AGREEMENT):
@@ -266,11 +263,8 @@ def summary_rows(results: Sequence[JobResult]) -> List[Dict[str, object]]:
 
 
 def write_invocation_tables(invocation_dir: Path) -> List[Dict[str, object]]:
-    """Rebuild summary.csv and transforms.csv from the job folders; return the summary rows.
-
-    Runs after every job, while a resumed sweep may still hold a damaged result it has yet to
-    run again: that file is left out of the tables, with a line saying so.
-    """
+    """Rebuild summary.csv and transforms.csv from the job folders; the summary rows. A damaged result a
+    resumed sweep has yet to run again is left out of the tables, with a line saying so."""
     scan = scan_job_results(invocation_dir)
     for damaged in scan.damaged:
         warn(f"{damaged}; left out of {SUMMARY_CSV} until its job runs again")

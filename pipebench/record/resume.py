@@ -1,19 +1,14 @@
 """Resume an interrupted sweep: invocation.json records what a `pipebench run` swept.
 
-Re-running the identical command (same overrides, same results_dir) finds the latest invocation
-folder that recorded the same sweep; if it is incomplete, the run reuses it and the launcher
-skips every job whose folder already holds a sound result.json of the same overrides and the
-same resolved config. A finished invocation, or `--fresh`, starts a new folder.
+Re-running the identical command (same overrides, same results_dir) reuses the latest unfinished
+folder that recorded the same sweep, and the launcher skips each job whose folder holds a sound
+result.json of the same overrides and resolved config. A stored job it cannot trust (damaged, other
+overrides, a transform's YAML edited between the runs) runs again, with one line saying why. A
+finished invocation, or `--fresh`, starts a new folder.
 
-Resume reads JSON only, through pipebench.record.stored. A stored job it cannot trust (damaged,
-a row whose figures contradict each other, other overrides, another resolved config: a
-transform's YAML edited between the runs) runs again, with one line saying why.
-
-A resumed folder may be shared (a team's results on a network file system, CI artifacts), so
-nothing is written through a link there: a folder in it that is a symbolic link is refused
-before anything runs (`ready_for_sweep`), every file pipebench writes replaces what had its name
-(pipebench.base.io), and a job that runs again first drops the links in its folder
-(`drop_links`), for the files Hydra writes in place there.
+A resumed folder may be shared (a network file system, CI artifacts), so nothing is written through
+a link there: a linked folder in it is refused before anything runs (`ready_for_sweep`), and a job
+that runs again first drops the links in its folder (`drop_links`), for the files Hydra writes in place.
 """
 
 import copy
@@ -108,10 +103,8 @@ def _brief(value: object) -> str:
 
 
 def _config_difference(stored: Mapping[str, object], wanted: Mapping[str, object]) -> str:
-    """'' when equal, else the first differing dotted key with both values (and how many more differ).
-
-    Values are compared as JSON text, so a NaN equals a NaN.
-    """
+    """'' when equal, else the first differing dotted key with both values (and how many more differ);
+    compared as JSON text, so a NaN equals a NaN."""
     old, new = flat_config(stored), flat_config(wanted)
     keys = [k for k in sorted(set(old) | set(new))
             if k not in old or k not in new or json.dumps(old[k]) != json.dumps(new[k])]
@@ -155,12 +148,9 @@ def task_config(sweep_config: DictConfig, job_dir: Path) -> dict:
 
 
 def job_already_done(job_dir: Path, overrides: Sequence[str], sweep_config: DictConfig) -> bool:
-    """The launcher's question before each job. `sweep_config` is the job's composed config (with its
-    `hydra` node), as the launcher is about to run it.
-
-    A stored result it cannot keep is moved aside to result.rejected.json, so no table mixes it in
-    even if the job fails this time, and gets one line.
-    """
+    """The launcher's question before each job, whose composed config (with its `hydra` node) is
+    `sweep_config`. A stored result it cannot keep is moved aside to result.rejected.json, with one
+    line, so no table mixes it in even if the job fails this time."""
     stored = stored_job(job_dir, overrides, task_config(sweep_config, job_dir))
     if stored.reason:
         os.replace(job_dir / RESULT_FILE, job_dir / REJECTED_FILE)
@@ -169,10 +159,8 @@ def job_already_done(job_dir: Path, overrides: Sequence[str], sweep_config: Dict
 
 
 def count_done(folder: Path, jobs: Sequence[Sequence[str]]) -> int:
-    """Jobs with a sound result in folder; a sweep may list the same job twice (workers=0,0).
-
-    Damaged results count as not done (their jobs run again); a newer one raises NewerFile.
-    """
+    """Jobs with a sound result in folder; a sweep may list the same job twice (workers=0,0). A damaged
+    result counts as not done (its job runs again); a newer one raises NewerFile."""
     finished = Counter(r.overrides for r in scan_job_results(folder).results)
     wanted = Counter(task_overrides(job) for job in jobs)
     return sum(min(n, finished[overrides]) for overrides, n in wanted.items())
@@ -182,7 +170,8 @@ def _readable(paths: Iterable[Path]) -> Iterable[Tuple[Path, Invocation]]:
     """Each invocation.json that reads back, checked (pipebench.record.stored)."""
     for path in paths:
         try:
-            yield path, parse(Invocation, read_stored(path, lambda data: check_fields(data, INVOCATION_FIELDS)))
+            stored = read_stored(path, lambda data: check_fields(data, INVOCATION_FIELDS))
+            yield path, parse(Invocation, stored)
         except (DamagedFile, NewerFile) as exc:
             warn(f"{exc}; that folder is not resumed")
 

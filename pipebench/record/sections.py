@@ -1,10 +1,9 @@
 """result.json's sections as frozen types, parsed once where a result is loaded.
 
 A reader asks `result.transform_rows[0].ms_per_sample`, never `result["transforms"][0]["ms_per_sample"]`:
-the names are checked where the type is declared, and a misspelt field is an AttributeError, not a
-silent `.get` default. `parse` builds any of these types from its stored mapping by the type's own
-field names (`pipebench.base.typed_json`), so no section is read key by key; keys a type does not
-declare stay in `extra`.
+a misspelt field is an AttributeError, not a silent `.get` default. `parse` (`pipebench.base.typed_json`)
+builds each type from its stored mapping by the type's own field names; keys a type does not declare
+stay in `extra`.
 """
 
 from dataclasses import dataclass, field, replace
@@ -70,9 +69,8 @@ class ProfiledStep:
 
 @dataclass(frozen=True)
 class StoredThreadProfile:
-    """A job's `thread_profile` section, as pipebench.measure.thread_profile writes it: the thread counts,
-    the backend and whether its workers are threads (the advice differs), whether the usable cores capped
-    the counts, a note on what was left out, each step's profile."""
+    """A job's `thread_profile` section, as pipebench.measure.thread_profile writes it; whether its
+    workers are threads (`on_threads`) changes the advice."""
 
     threads: Tuple[int, ...]
     backend: str

@@ -1,12 +1,10 @@
 """Stored files are data: every JSON file pipebench reads back goes through `read_stored`.
 
-result.json, invocation.json, calibration.json and variants.json carry `schema_version`
-(`versioned` adds it). `read_stored` parses a file as JSON and nothing else (no pickle, no
-YAML, no config search path, no symbolic link followed), checks it is an object of a version this
-pipebench knows, and runs the caller's shape check. A file that is not what pipebench wrote (cut short, not UTF-8,
-not an object, a key missing, a string where a number belongs, figures that contradict each
-other) raises `DamagedFile`; a file from a newer pipebench raises `NewerFile`. Both are one
-line that names the file and what is wrong.
+result.json, invocation.json, calibration.json and variants.json carry `schema_version` (`versioned`
+adds it). `read_stored` parses JSON and nothing else (no pickle, no YAML, no symbolic link followed),
+checks the version and runs the caller's shape check. A file that is not what pipebench wrote (cut
+short, not UTF-8, not an object, a key missing or of the wrong kind, figures that contradict each
+other) raises `DamagedFile`, one from a newer pipebench `NewerFile`: one line naming the file and why.
 """
 
 import json

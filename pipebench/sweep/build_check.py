@@ -25,9 +25,8 @@ __all__ = ["BuildCheck", "check_builds", "ran_in_child"]
 
 @dataclass(frozen=True)
 class BuildCheck:
-    """Every job of a sweep built once, run in a forked child of a job process: the specs, the
-    command's working directory (user modules named by `_target_` resolve from it) and the file
-    the one-line error goes to."""
+    """Every job of a sweep built once, in a forked child of a job process; user modules named by
+    `_target_` resolve from the command's `cwd`."""
 
     specs: Tuple[JobSpec, ...]
     cwd: str
@@ -75,8 +74,8 @@ def check_builds(specs: Sequence[JobSpec], ahead: Optional[JobProcess]) -> None:
         assert ahead is not None
         # Imported by the job process itself first: the check and every job it forks then have them.
         warm(ahead, [node for spec in specs for node in (*spec.per_sample, *spec.per_batch, spec.dataset)])
-        if ran_in_child(ahead, lambda error_file: BuildCheck(tuple(specs), os.getcwd(), error_file), ConfigError,
-                        "checking the jobs crashed"):
+        if ran_in_child(ahead, lambda error_file: BuildCheck(tuple(specs), os.getcwd(), error_file),
+                        ConfigError, "checking the jobs crashed"):
             return
     # Imported here: torch, and torchvision where a chain names it, only when no job process has them.
     from pipebench.pipeline.sweep_check import check_sweep_builds

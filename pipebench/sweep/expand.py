@@ -77,12 +77,9 @@ def expand_sweep(overrides: Sequence[str]) -> List[List[str]]:
 
 
 def sweep_overrides(overrides: Sequence[str]) -> List[str]:
-    """The whole sweep as overrides: the rounds sweep, then the config's sweeper params, then the user's.
-
-    The order mirrors BasicSweeper (its params before the command line; a later override of
-    the same key replaces the values in place), so `expand_sweep` of the result is exactly
-    the list of jobs that will run, suite=nightly included.
-    """
+    """The whole sweep as overrides: the rounds sweep, the config's sweeper params, then the user's. The
+    order mirrors BasicSweeper (params before the command line; a later override of a key replaces its
+    values in place), so `expand_sweep` of the result is exactly the jobs that will run."""
     settings = sweep_settings(expand_sweep(overrides)[0])
     rounds = [ROUND_SWEEP.format(rounds=settings.rounds)] if settings.rounds > 1 else []
     return [*rounds, *settings.params, *overrides]

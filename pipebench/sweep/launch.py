@@ -230,10 +230,8 @@ def run_command(overrides: List[str], config_dir: Optional[str], baseline: Optio
 
 def show_command(overrides: List[str], config_dir: Optional[str], cfg: Optional[str], resolve: bool,
                  info: Optional[str]) -> int:
-    """`--cfg` / `--info`: each job of the sweep printed, and none of them run; no dataset is built.
-
-    `--cfg` composes each job (a typo is one line, as in `run`); `--info` is Hydra's own output.
-    """
+    """`--cfg` / `--info`: each job of the sweep printed, none run, no dataset built. `--cfg` composes
+    each job (a typo is one line, as in `run`); `--info` is Hydra's own output."""
     if resolve and not cfg:
         raise ConfigError("--resolve goes with --cfg job|hydra|all")
     import_from_cwd()

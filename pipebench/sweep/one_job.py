@@ -1,8 +1,7 @@
-"""One job, one folder, one result.json, and the sweep's tables refreshed: what the Hydra task
-function (pipebench.sweep.job_task) runs, in a job process's child or on a cluster node.
-
-It lives apart from the verbs so a job process imports only what a job needs, and apart from the
-task function so the command that plans the sweep imports none of it (torch: seconds).
+"""One job, one folder, one result.json, and the sweep's tables refreshed: what the Hydra task function
+(pipebench.sweep.job_task) runs, in a job process's child or on a cluster node. Apart from the verbs, so
+a job process imports only what a job needs, and from the task function, so the command that plans the
+sweep imports none of it (torch: seconds).
 """
 
 from pathlib import Path

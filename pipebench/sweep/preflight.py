@@ -44,12 +44,9 @@ def _without_round(job: Sequence[str]) -> Tuple[str, ...]:
 
 def preflight(jobs: Sequence[Sequence[str]], ahead: Optional[JobProcess] = None,
               baseline: Optional[str] = None) -> List[Tuple[JobSpec, str]]:
-    """Compose and check every job, and build each distinct dataset once (in a child of `ahead`
-    when it serves: pipebench.sweep.build_check), before measuring anything.
-
-    Returns each job's spec with its results_dir. A job's rounds differ by `run.round` alone, so each
-    job is composed once, its first round standing for the rest (a 40-job nightly side composes 8).
-    """
+    """Compose and check every job, and build each distinct dataset once (in a child of `ahead` when it
+    serves), before measuring anything; each job's spec with its results_dir. A job's rounds differ by
+    `run.round` alone, so each job is composed once (a 40-job nightly side composes 8)."""
     composed: Dict[Tuple[str, ...], Tuple[JobSpec, str]] = {}
     with job_spec_composer() as compose_one:
         for job in jobs:
