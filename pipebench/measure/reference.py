@@ -1,10 +1,8 @@
 """A plain, hand-written training loop: the yardstick pipebench's own measurement is checked against.
 
-It reads the same dataset through the same chain with the same DataLoader settings (batch,
-sampler seed, workers, prefetch, pinning, persistent workers, start method) and feeds the same
-kind of consumer, but with its own DataLoader, its own collate and its own two clocks (the wait
-in next() and the wall time of the steps): no timed chain, no per-step records, no meter. What a
-user would write by hand. `harness_loop` is pipebench's own job measurement of the same window.
+The same dataset, chain, DataLoader settings and kind of consumer, but its own DataLoader, collate
+and two clocks (the wait in next(), the steps' wall time): no timed chain, no records, no meter.
+`harness_loop` is pipebench's own job measurement of the same window.
 """
 
 import dataclasses
@@ -88,12 +86,9 @@ class PlainSleep:
 
 
 class PlainTraining:
-    """The toy CNN trained by hand (CrossEntropyLoss, SGD), built on the first batch.
-
-    On CUDA each step ends in torch.cuda.synchronize(): a loop that times its steps must wait
-    for the kernels it launched, or it times the launches. `run_ahead`: no wait at all, no
-    `.item()`, as training runs (the loop times its window, synchronised at both ends, instead).
-    """
+    """The toy CNN trained by hand (CrossEntropyLoss, SGD), built on the first batch. On CUDA each
+    step ends in torch.cuda.synchronize(), or the loop would time the launches; `run_ahead`: no wait
+    at all, as training runs (the loop synchronises its window's ends instead)."""
 
     def __init__(self, lr: float, momentum: float, device: torch.device, non_blocking: bool,
                  run_ahead: bool = False) -> None:
@@ -152,20 +147,13 @@ def plain_loader(spec: JobSpec) -> DataLoader:
 def plain_loop(spec: JobSpec, run_ahead: bool = False, loader: Optional[Iterable[Tuple[Any, Any]]] = None
                ) -> LoopMeasurement:
     """Time a plain loop over the harness's own window: after its warm-up (first batch, then
-    `warmup_steps(spec)`), `window_steps(spec)` steps, so the two are compared on the same steady
-    state. With W worker processes that is whole cycles of W steps: W workers started together
-    deliver their batches in bursts of about W, so a window of a cycle and a part that starts at a
-    burst counts most of two bursts in one cycle's time (15 steps at 8 workers: up to 15/8 of the
-    rate); whole cycles read the rate right from any phase. An epoch's end starts the next one,
-    inside the timed steps, as a `for` loop over epochs would.
+    `warmup_steps(spec)`), `window_steps(spec)` steps, whole worker cycles, so the two are compared
+    on the same steady state (a cycle and a part can count most of two bursts of W batches in one
+    cycle's time). An epoch's end starts the next one inside the timed steps.
 
-    `loader`: what makes the batches, each `iter()` one epoch of (data, labels); by default
-    `plain_loader(spec)`, a DataLoader (benchmarks/backend_overhead.py passes its hand-written
-    torchdata.nodes and SPDL loops).
-
-    `run_ahead` (toy_cnn on CUDA): a hand-written asynchronous training loop. Its steps wait for
-    nothing; the GPU is synchronised once before the timed steps and once after them, so the
-    window holds exactly their work, as pipebench's run.sync=async window does."""
+    `loader`: each `iter()` one epoch of (data, labels); by default `plain_loader(spec)`.
+    `run_ahead` (toy_cnn on CUDA): an asynchronous training loop, the GPU synchronised only before
+    and after the timed steps, as pipebench's run.sync=async window is."""
     loader = plain_loader(spec) if loader is None else loader
     consume = _plain_consumer(spec, non_blocking=pin_memory_effective(spec), run_ahead=run_ahead)
     settle = torch.cuda.synchronize if run_ahead and torch.cuda.is_available() else (lambda: None)

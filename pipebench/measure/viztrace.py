@@ -168,9 +168,7 @@ class Recorder:
         self._requested = False
         self.interval_ns = int(session.flush_interval_s * 1e9)
         self.next_flush_ns = time.perf_counter_ns() + self.interval_ns
-        self.tracer = None
-        if session.mode == "full":
-            self.tracer = _make_tracer(session, role)
+        self.tracer = _make_tracer(session, role) if session.mode == "full" else None
 
     def __reduce__(self):
         raise TypeError("a viztrace recorder belongs to one process and is never pickled; "

@@ -1,10 +1,6 @@
 """A rank's result as the rank merges fold it, and the multi-rank shapes of result.json, typed.
 
-Both merges, a `pipebench run` job's (pipebench.measure.distributed.multirank) and attach's
-(pipebench.attach.watched_ranks), fold `RankResult`s: a rank's `JobResult` with its number, the
-names of its timed steps and its saved timings. Each rank's row of the merged result.json's `ranks`
-list is a `RankRow`; the sections a rank's or a merge's file holds that `JobResult` does not type
-are read once, by name, into `RankSections`.
+Both merges, a job's (multirank) and attach's (pipebench.attach.watched_ranks), fold `RankResult`s.
 """
 
 from dataclasses import dataclass, field, replace

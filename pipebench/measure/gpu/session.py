@@ -1,18 +1,12 @@
 """GPU-side truth for one job: what the GPU did while the loader fed it.
 
-Over the measured steps (cheap readings only, so the steps stay honest):
-- the host-to-device copy, GPU-timed by CUDA events (`DeviceCopy`), beside the host time;
-- NVML utilisation from a background thread (`GpuUtilSampler`), beside `accel_util_pct`;
-- reserved memory after each step and allocator counters at the first/last step (`AllocatorTracker`).
+Over the measured steps, cheap readings only: the copy's GPU time (`DeviceCopy`), NVML utilisation
+(`GpuUtilSampler`) and the caching allocator (`AllocatorTracker`). After them, on extra steps
+(pipebench.measure.after_window): a short CPU+CUDA trace read for GPU busy %, HTA's idle split and
+the consumer's syncs, and a live sync count on one held batch.
 
-After them, on extra steps (pipebench.measure.after_window; none when run.profile_steps=0):
-- a short torch.profiler CPU+CUDA trace (`gpu_trace.json`) -> GPU busy %, HTA's idle breakdown
-  (`gpu_idle`) and the syncs in the consumer step, named by op (`sync_detect`);
-- the same consumer step on one held batch under torch.cuda.set_sync_debug_mode("warn"), a
-  second, independent sync count located by source line.
-
-When the consumer is not on CUDA, nothing here touches CUDA, every GPU column stays empty and
-`gpu_notes` says why. Construction never touches CUDA (DataLoader workers may fork after it).
+Off CUDA nothing here touches CUDA, and `gpu_notes` says why the GPU columns are empty.
+Construction never touches CUDA (DataLoader workers may fork after it).
 """
 
 from dataclasses import asdict, dataclass
@@ -53,11 +47,6 @@ GPU_TRACE_FILE = "gpu_trace.json"
 STEP_LABEL = "pipebench/step"
 # Why the trace's columns are empty when no GPU trace pass ran.
 NO_TRACE_NOTE = "no GPU trace (run.profile_steps=0): sync and idle columns not measured"
-
-
-def _on_cuda(consumer: Any) -> bool:
-    device = getattr(consumer, "device", None)
-    return device is not None and device.type == "cuda"
 
 
 def _not_on_cuda_note() -> str:
@@ -122,7 +111,8 @@ class GpuSession:
     def __init__(self, consumer: Any, untraced_note: str = NO_TRACE_NOTE):
         self.consumer = consumer
         self.untraced_note = untraced_note
-        self.on_cuda = _on_cuda(consumer)
+        device = getattr(consumer, "device", None)
+        self.on_cuda = device is not None and device.type == "cuda"
         self.copier = DeviceCopy()
         self.util = GpuUtilSampler(enabled=self.on_cuda)
         self.alloc = AllocatorTracker(consumer.device if self.on_cuda else None)

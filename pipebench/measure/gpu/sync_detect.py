@@ -2,15 +2,12 @@
 
 Two independent counts, both taken on extra steps after the measured ones (never inside them):
 
-- **From a profiler trace** (`syncs_from_trace`, testable on recorded traces): a sync is a host
-  call in `SYNC_CALLS` (cudaStreamSynchronize, cudaDeviceSynchronize, ...) made inside a consumer
-  window (the `CONSUMER_LABEL` record_function) *under an operator* (a `cpu_op`, e.g.
-  aten::nonzero). It is named by the outermost and innermost operators around it
-  ("aten::index > aten::nonzero"). Syncs under no operator are the harness's own, deliberate
-  ones (CUDA-event timing, torch.cuda.synchronize) and are not counted.
-- **Live** (`count_sync_warnings`): torch.cuda.set_sync_debug_mode("warn") makes every
-  synchronising CUDA call warn; each warning is counted and located by the Python line that
-  called it. CUDA only.
+- **From a profiler trace** (`syncs_from_trace`): a host call in `SYNC_CALLS` inside a consumer
+  step (`CONSUMER_LABEL`) *under an operator*, named by the outermost and innermost operators
+  around it ("aten::index > aten::nonzero"). Syncs under no operator are the harness's own,
+  deliberate ones (CUDA-event timing) and are not counted.
+- **Live** (`count_sync_warnings`): under torch.cuda.set_sync_debug_mode("warn") every
+  synchronising CUDA call warns; each is counted and located by the Python line that made it.
 """
 
 import linecache
@@ -92,10 +89,8 @@ def _call_site(record: warnings.WarningMessage) -> str:
 
 
 def count_sync_warnings(step: Callable[[], None], steps: int) -> SyncCount:
-    """Run `step` `steps` times under set_sync_debug_mode("warn"); count and locate the warnings.
-
-    CUDA only (the debug mode watches CUDA calls). Waiting time is not known here: `wait_ms` is None.
-    """
+    """Run `step` `steps` times under set_sync_debug_mode("warn") (CUDA only); count and locate the
+    warnings. Waiting time is not known here: `wait_ms` is None."""
     previous = torch.cuda.get_sync_debug_mode()
     found: Counter = Counter()
     # Setting the mode warns that it is a prototype: recorded here, that warning never reaches

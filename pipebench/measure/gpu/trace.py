@@ -1,24 +1,17 @@
 """Read a torch.profiler Chrome trace into the few event kinds the GPU analyses need.
 
-torch.profiler (Kineto) writes complete events (`"ph": "X"`, `ts`/`dur` in microseconds):
-
-- GPU activity: `cat` "kernel", "gpu_memcpy" or "gpu_memset", with `args.stream`, `args.device`
-  and `args.correlation` (pid is the device, tid the stream);
-- the host calls that launched them: `cat` "cuda_runtime" (cudaLaunchKernel, cudaMemcpyAsync,
-  cudaStreamSynchronize, ...) or "cuda_driver" (cuLaunchKernel), with the same `args.correlation`;
-- host operators: `cat` "cpu_op" (aten::nonzero, ...) and labels: `cat` "user_annotation"
-  (record_function), on the host thread that ran them.
-
-Each stored event is read once, by name, into a `ChromeEvent` (and its `args` into `EventArgs`).
-Times are kept in nanoseconds (integers), as Holistic Trace Analysis converts them. A trace
-file may be gzipped (`.json.gz`, as torch.profiler writes when the export path ends in `.gz`).
+torch.profiler (Kineto) writes complete events (`"ph": "X"`, `ts`/`dur` in µs): GPU activity
+(kernels, memcpys, memsets, with `args.stream` and `args.correlation`), the host calls that
+launched them (runtime or driver, the same `args.correlation`), host operators (`cpu_op`) and
+record_function labels (`user_annotation`). Times are kept in integer ns, as Holistic Trace
+Analysis converts them.
 """
 
 import gzip
 import json
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple, Union
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple, Union
 
 from pipebench.base.typed_json import parse
 
@@ -92,22 +85,17 @@ def _complete(e: ChromeEvent) -> TraceEvent:
                       args.correlation)
 
 
-def parse_events(raw: Iterable[Mapping[str, Any]]) -> List[TraceEvent]:
-    """The complete events of a Chrome trace, sorted by start; flow, metadata and counters dropped."""
-    stored = (parse(ChromeEvent, e) for e in raw)
-    events = [_complete(e) for e in stored if e.ph == "X" and e.ts is not None]
-    return sorted(events, key=lambda e: (e.start_ns, -e.dur_ns))
-
-
-
 def load_trace(source: Union[str, Path, Mapping[str, Any], Sequence[Mapping[str, Any]]]) -> List[TraceEvent]:
-    """A trace file (.json or .json.gz), a loaded trace object ({"traceEvents": [...]}) or a bare event list."""
+    """The complete events, sorted by start, of a trace file (.json or .json.gz), a loaded trace
+    object ({"traceEvents": [...]}) or a bare event list; flow, metadata and counters dropped."""
     if isinstance(source, (str, Path)):
         path = Path(source)
         text = gzip.decompress(path.read_bytes()).decode() if path.suffix == ".gz" else path.read_text()
         source = json.loads(text)
     raw = parse(ChromeTrace, source).traceEvents if isinstance(source, Mapping) else source
-    return parse_events(raw)
+    stored = (parse(ChromeEvent, e) for e in raw)
+    events = [_complete(e) for e in stored if e.ph == "X" and e.ts is not None]
+    return sorted(events, key=lambda e: (e.start_ns, -e.dur_ns))
 
 
 def gpu_events(events: Sequence[TraceEvent]) -> List[TraceEvent]:
