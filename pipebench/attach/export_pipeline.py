@@ -72,15 +72,6 @@ def _image_folder(dataset: Any, given: Dict[str, Any]) -> Optional[Dict[str, Any
             "num_classes": len(dataset.classes), "seed": 0, "cache": "warm"}
 
 
-def _recipe_value(dataset: Any) -> Tuple[Optional[str], Any]:
-    """(the attribute the recipe is under, its value), or (None, None)."""
-    for attr in RECIPE_ATTRS:
-        value = getattr(dataset, attr, None)
-        if value is not None:
-            return attr, value
-    return None, None
-
-
 def _dataset_node(dataset: Any, built_with: Optional[BuiltWith], notes: List[str]) -> Optional[Dict[str, Any]]:
     """The dataset's node, or None with a note saying why not."""
     name = type(dataset).__name__
@@ -94,7 +85,8 @@ def _dataset_node(dataset: Any, built_with: Optional[BuiltWith], notes: List[str
         notes.append(f"dataset {name}: written as pipebench's dataset=image_folder on the same root (the "
                      "same files and folder labels; its lazy open gives the decode its own row)")
         return mapped
-    attr, recipe = _recipe_value(dataset)
+    attr = next((name for name in RECIPE_ATTRS if getattr(dataset, name, None) is not None), None)
+    recipe = None if attr is None else getattr(dataset, attr)
     if given is None:
         given, why = attribute_arguments(dataset)
         if given is None:

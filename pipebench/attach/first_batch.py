@@ -19,8 +19,8 @@ from typing import Any, Callable, List, Optional, Sequence
 
 from pipebench.base.lifeline import die_with_parent, multiprocessing_parent_alive
 
-__all__ = ["FORK_NOTE", "NO_WORKERS_NOTE", "DatasetPickle", "StampedInit", "TimedItems", "Startup", "dataset_pickle",
-           "start_method"]
+__all__ = ["FORK_NOTE", "NO_WORKERS_NOTE", "DatasetPickle", "StampedInit", "TimedItems", "Startup",
+           "dataset_pickle"]
 
 BYTES_PER_MB = 1 << 20
 NO_WORKERS_NOTE = "no workers: the dataset is used in the main process"
@@ -72,12 +72,6 @@ class TimedItems:
         return out
 
 
-def start_method(loader: Any) -> str:
-    """The start method the loader's workers get: its own multiprocessing_context's, else the default."""
-    context = getattr(loader, "multiprocessing_context", None)
-    return context.get_start_method() if context is not None else multiprocessing.get_start_method()
-
-
 @dataclass(frozen=True)
 class DatasetPickle:
     """The dataset as a worker receives it: MiB and seconds to pickle it once (None where it is not
@@ -93,7 +87,8 @@ def dataset_pickle(loader: Any) -> DatasetPickle:
     """Pickle `loader.dataset` once, as a spawn/forkserver worker receives it; see the module doc."""
     if not getattr(loader, "num_workers", 0):
         return DatasetPickle(None, None, None, NO_WORKERS_NOTE)
-    method = start_method(loader)
+    context = getattr(loader, "multiprocessing_context", None)  # the loader's own, else the default
+    method = context.get_start_method() if context is not None else multiprocessing.get_start_method()
     if method == "fork":
         return DatasetPickle(method, None, None, FORK_NOTE)
     sink = _ByteCount()

@@ -34,7 +34,6 @@ class AppendedCsv:
     """A CSV file rows are only appended to, each flushed to the disk as it is written."""
 
     def __init__(self, path: Path, columns: Sequence[str]) -> None:
-        self.path = path
         self.columns = tuple(columns)
         self._fd: Optional[int] = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
         if os.fstat(self._fd).st_size == 0:

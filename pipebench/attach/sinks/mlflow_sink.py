@@ -16,7 +16,6 @@ class MlflowSink:
 
         self.client = MlflowClient(tracking_uri=uri)
         self.own = None
-        self.uri = uri
         self.loaders: set = set()
         active = mlflow.active_run()
         self.fixed_run = active.info.run_id if active is not None else None
