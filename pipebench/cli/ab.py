@@ -7,6 +7,7 @@ measured), where `run`'s mean "jobs failed". Without HEAD_REF the head is the wo
 
 import argparse
 import sys
+from contextlib import nullcontext
 from pathlib import Path
 from typing import Tuple
 
@@ -85,14 +86,11 @@ def main(args: argparse.Namespace) -> int:
     rounds, rounds_note = _rounds(args.rounds, overrides, args.config_dir)
     overrides = [o for o in overrides if not o.startswith("rounds=")]
     cwd_in_tree = cwd.relative_to(repo.resolve())
-    with checked_out(repo, base_commit) as base_tree:
+    with checked_out(repo, base_commit) as base_tree, \
+            (nullcontext(repo) if head_ref is None else checked_out(repo, head_commit)) as head_tree:
         base = Side("base", base_tree, base_commit, args.base_python or sys.executable)
-        if head_ref is None:
-            return _measure(args, (base, Side("head", repo, head_commit, sys.executable, bool(dirty))),
-                            overrides, (rounds, rounds_note), cwd_in_tree, cwd)
-        with checked_out(repo, head_commit) as head_tree:
-            return _measure(args, (base, Side("head", head_tree, head_commit, sys.executable)),
-                            overrides, (rounds, rounds_note), cwd_in_tree, cwd)
+        head = Side("head", head_tree, head_commit, sys.executable, bool(dirty))
+        return _measure(args, (base, head), overrides, (rounds, rounds_note), cwd_in_tree, cwd)
 
 
 def _measure(args, sides: Tuple[Side, Side], overrides, rounds_said: Tuple[int, str], cwd_in_tree: Path,
