@@ -165,13 +165,9 @@ def load_history(path: Path) -> History:
 def _best_split(values: np.ndarray) -> int:
     """The split index (first of the new level) with the least summed squared error, or -1."""
     logs = np.log(values)
-    best, best_cost = -1, math.inf
-    for i in range(MIN_SEGMENT, len(values) - MIN_SEGMENT + 1):
-        left, right = logs[:i], logs[i:]
-        cost = float(((left - left.mean()) ** 2).sum() + ((right - right.mean()) ** 2).sum())
-        if cost < best_cost:
-            best, best_cost = i, cost
-    return best
+    cost = {i: i * logs[:i].var() + (len(logs) - i) * logs[i:].var()
+            for i in range(MIN_SEGMENT, len(values) - MIN_SEGMENT + 1)}
+    return min(cost, key=cost.get, default=-1)
 
 
 def _segment_steps(values: np.ndarray, offset: int, threshold: float) -> List[int]:

@@ -1,12 +1,10 @@
 """What the report reads of a job beyond `JobResult`'s typed summary and sections, as frozen types.
 
-The exactly-once check, the thread-scaling profile, whether pinning was in effect, the samples dropped
-under run.on_error=skip, and the loader and run settings of the job's resolved config: each built once
-from its stored mapping by its own field names (`pipebench.record.sections.parse`), so the diagnosis
-reads attributes, never keys. A job that lacks one (a watched loader, an older file) reads as None, or
-as the spec's default for a setting.
+The exactly-once check, the thread-scaling profile, pinning in effect, the samples run.on_error=skip
+dropped, and the loader and run settings: each parsed once by its own field names, so the diagnosis
+reads attributes, never keys. One a job lacks (a watched loader, an older file) reads as None, or as
+the spec's default for a setting.
 """
-
 from dataclasses import dataclass
 from typing import Any, Mapping, Optional, Tuple
 

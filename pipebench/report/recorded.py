@@ -260,8 +260,7 @@ def _span_s(row: RecordedRow) -> Optional[float]:
 
 def _rate(rows: Sequence[RecordedRow]) -> Optional[float]:
     """samples/s over `rows`' windows together."""
-    spans = [(_number(r.samples), _span_s(r)) for r in rows]
-    spans = [(samples, span) for samples, span in spans if span]
+    spans = [(_number(r.samples), span) for r in rows if (span := _span_s(r))]
     span = sum(s for _, s in spans)
     return sum(samples for samples, _ in spans) / span if span else None
 
