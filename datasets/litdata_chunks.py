@@ -205,17 +205,12 @@ def _check_chunks(fs: Any, root: str, config: IndexConfig, chunks: List[Any],
     return paths, sizes, counts
 
 
-def _s3_endpoint(fs: Any) -> Optional[str]:
-    """The endpoint s3fs's client resolved through botocore's chain, the one litdata's boto3 client gets."""
-    client = getattr(fs, "s3", None)
-    return getattr(getattr(client, "meta", None), "endpoint_url", None)
-
-
 def _check_endpoint(fs: Any, input_dir: str) -> None:
     """One line, before any job, when litdata's downloader would refuse the bucket's endpoint."""
     if not is_url(input_dir):
         return
-    endpoint = _s3_endpoint(fs)
+    # The endpoint s3fs's client resolved through botocore's chain, the one litdata's boto3 client gets.
+    endpoint = getattr(getattr(getattr(fs, "s3", None), "meta", None), "endpoint_url", None)
     from litdata.constants import _OBSTORE_AVAILABLE
 
     if endpoint and endpoint.lower().startswith(REFUSED_SCHEME) and bool(_OBSTORE_AVAILABLE):

@@ -14,7 +14,7 @@ from typing import Any, Iterator, Tuple
 
 from torch.utils.data import IterableDataset
 
-from pipebench.storage.dataset_contract import DatasetContract
+from pipebench.storage.dataset_contract import DatasetContract, told
 from pipebench.storage.rank_info import reader_position
 
 
@@ -51,20 +51,15 @@ class ShardedStream(IterableDataset, DatasetContract):
         return getattr(self.source, "reads", None)
 
     def files(self) -> list:
-        """The source's files; none when it reads no files."""
-        files = getattr(self.source, "files", None)
-        return files() if files is not None else []
+        """The source's files (its dataset contract's, `told`)."""
+        return told(self.source).files()
 
     def notes(self) -> tuple:
-        """The source's notes on how it was built; none when it has none."""
-        notes = getattr(self.source, "notes", None)
-        return notes() if notes is not None else ()
+        """The source's notes on how it was built."""
+        return told(self.source).notes()
 
     def describe(self, index: int) -> str:
-        describe = getattr(self.source, "describe", None)
-        return describe(index) if describe is not None and index >= 0 else f"sample {index}"
+        return told(self.source).describe(index) if index >= 0 else f"sample {index}"
 
     def identity(self) -> dict:
-        identity = getattr(self.source, "identity", None)
-        source = identity() if identity is not None else {"class": type(self.source).__name__}
-        return {"name": "sharded_stream", "shard": self.shard, "source": source}
+        return {"name": "sharded_stream", "shard": self.shard, "source": told(self.source).identity()}
