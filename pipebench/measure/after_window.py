@@ -1,9 +1,6 @@
 """The extra passes after a job's measured repeats, each on a fresh loop of its own, so none
-touches the measured figures: the torch.profiler trace of a single-process job (trace=torch),
-the GPU trace and sync probe where the consumer runs on CUDA, the VizTracer timeline of every
-process (trace=viztracer). Each runs `run.profile_steps` (the GPU trace: whole worker cycles)
-through one stepping function, `run_steps`. The thread profile stays in
-pipebench.measure.thread_profile: it calls the steps on threads, not through a loop.
+touches the measured figures: the torch.profiler trace (trace=torch, workers=0), the GPU trace and
+sync probe on CUDA, the VizTracer timeline (trace=viztracer), each stepped by `run_steps`.
 """
 
 import errno
@@ -59,10 +56,9 @@ def run_steps(loop: StepLoop, steps: int, label: Optional[str] = None,
 
 
 def _export(profiler: torch.profiler.profile, path: Path) -> Path:
-    """The profiler's Chrome trace at `path`, whole, or a PipebenchError line naming it and the space
-    its folder had, with nothing left behind. The exporter (kineto) writes `NAME.tmp` and renames it to
-    the name it is given; a write that fails (a full disk) it only logs, leaving that temporary and an
-    empty file: renamed over, that was a 0-byte trace.json beside a 454 KB temporary."""
+    """The profiler's Chrome trace at `path`, whole, or a PipebenchError line naming it, with nothing
+    left behind. kineto writes `NAME.tmp` and renames it, and a failed write (a full disk) it only
+    logs, leaving that temporary and an empty file, so both are checked."""
     with replacing(path, ".json") as new:  # the exporter writes by name: a new file, renamed over
         leftover = Path(f"{new}{KINETO_TEMP_SUFFIX}")
         try:

@@ -222,13 +222,9 @@ def _end(process: JobProcess, kill: bool = False) -> int:
 
 
 def run_job(process: JobProcess, payload: bytes) -> int:
-    """Hand the job over and wait for its exit status (minus the signal that killed it).
-
-    A job process that ends instead of answering (it could not import its task's module, or it was
-    killed) is reaped, and its own status is the job's; `serving` then says it is gone. However
-    this raises, the job's group is killed and the job process ended, so nothing the job started
-    outlives it; the job's pid is still unreaped then, so the group it names is still the job's.
-    """
+    """Hand the job over and wait for its exit status (minus the signal that killed it). A job
+    process that ends instead of answering is reaped, and its own status is the job's. However this
+    raises, the job's group (its pid still unreaped) is killed and the job process ended."""
     job = None
     try:
         try:

@@ -51,6 +51,8 @@ JOIN_TIMEOUT_S = 5.0
 SHM_PATH = "/dev/shm"
 
 MAIN_LABEL = "main"
+# The summary cells this meter owns, each a field of MemoryReport.
+SUMMARY_CELLS = ("rss_mb_peak", "pss_mb_peak", "worker_pss_growth_mb", "shm_mb_peak")
 
 
 @dataclass(frozen=True)
@@ -301,13 +303,7 @@ class MemorySampler:
         return (_mb(sum(last)) if last else None), _growth(tracks)
 
     def columns(self) -> Dict[str, Optional[float]]:
-        report = self._report
-        return {
-            "rss_mb_peak": report.rss_mb_peak if report else None,
-            "pss_mb_peak": report.pss_mb_peak if report else None,
-            "worker_pss_growth_mb": report.worker_pss_growth_mb if report else None,
-            "shm_mb_peak": report.shm_mb_peak if report else None,
-        }
+        return {column: getattr(self._report, column, None) for column in SUMMARY_CELLS}
 
     def record(self) -> Dict[str, Any]:
         return asdict(self._report) if self._report else {}

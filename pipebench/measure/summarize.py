@@ -68,11 +68,9 @@ def _sample_workers(sink: TimingSink) -> List[np.ndarray]:
 
 
 def worker_breakdown(sink: TimingSink, passes: Sequence[PassResult]) -> Dict[str, Dict[str, float]]:
-    """Per worker (a DataLoader worker process, a thread backend's pool thread 0..W-1, or -1: the
-    main process at workers=0): the samples it made and the batches it collated, its wall and CPU
-    time a sample, its start-up, and what its file reads cost (pipebench.measure.storage_io; None
-    where it read no files). A thread backend's batches are collated by no worker: their entry
-    is COLLATE_THREAD, its time a sample over the samples of the batches it collated."""
+    """Per worker (a process, a pool thread, or -1: the main process at workers=0): the samples it
+    made, the batches it collated, its wall and CPU time a sample, its start-up and its file reads.
+    A thread backend's collate thread is no worker: its batches go under COLLATE_THREAD."""
     out: Dict[str, Dict[str, float]] = {}
     made_by = _sample_workers(sink)
     with_io = len(sink.sample_io) == len(sink.sample_ns)  # a rank's saved sink keeps no reads
@@ -109,10 +107,8 @@ def worker_breakdown(sink: TimingSink, passes: Sequence[PassResult]) -> Dict[str
 
 
 def worker_capacity(rows: Sequence[TransformRow], workers: int, worker_kind: str) -> float:
-    """Samples/s W busy workers deliver, time-slicing included (and under threads, the waits for
-    the GIL, which their wall times hold): W / the chain's wall ms a sample for processes, each of
-    which runs the whole chain; for a thread pool, W / its per-sample steps' ms, but never past
-    what the one thread that collates (and runs the per-batch steps) gets through."""
+    """Samples/s W busy workers deliver, time-slicing (and under threads the GIL) included: W / the
+    chain's wall ms a sample; for a thread pool never past what its one collate thread gets through."""
     producers = max(workers, 1)
     if worker_kind == PROCESSES:
         pipeline_ms = float(sum(r.ms_per_sample for r in rows))

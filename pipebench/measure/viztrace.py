@@ -49,19 +49,16 @@ MODES = ("sparse", "full")
 # Slice category in the trace, so Perfetto can filter pipebench's step slices from VizTracer's.
 CATEGORY = "pipebench"
 
-# A worker writes what it has at least this often, so a worker killed by its parent (torch's
-# SIGTERM handler _exit()s without running finalisers) loses at most this much of its timeline.
-# One flush of a second of slices costs well under a millisecond.
+# A worker writes what it has at least this often, so a worker killed by its parent loses at most
+# this much of its timeline; one flush of a second of slices costs well under a millisecond.
 DEFAULT_FLUSH_INTERVAL_S = 1.0
-# How long finish() waits for live workers to answer a flush request and for exiting workers to
-# write their last part. Twice DataLoader's own 5 s join, which is what a healthy exit takes.
+# How long finish() waits for the workers' last parts: twice DataLoader's own 5 s join.
 DEFAULT_FINISH_TIMEOUT_S = 10.0
 # Slices kept per process; beyond it they are counted as dropped, not stored. About 130 bytes of
 # JSON each, so the merged trace stays loadable in the Perfetto UI.
 DEFAULT_MAX_EVENTS = 250_000
-# full mode: VizTracer's ring buffer per process (it keeps the newest entries when it wraps), a
-# stack-depth cut that keeps the worker loop, the dataset and the transforms but drops deep library
-# internals, and no C functions (they multiply the event count and the per-call cost).
+# full mode: VizTracer's ring buffer per process (the newest entries kept), and a stack-depth cut
+# that keeps the worker loop, the dataset and the transforms but drops deep library internals.
 DEFAULT_TRACER_ENTRIES = 300_000
 DEFAULT_MAX_STACK_DEPTH = 30
 # The signal finish() sends a live worker to make it write what it has (persistent workers).
@@ -275,7 +272,7 @@ def _make_tracer(session: "VizTraceSession", role: str):
         tracer_entries=session.tracer_entries,
         verbose=0,
         max_stack_depth=session.max_stack_depth,
-        ignore_c_function=True,
+        ignore_c_function=True,  # C calls would multiply the event count and the per-call cost
         ignore_frozen=True,
         log_func_args=False,
         log_func_retval=False,

@@ -129,10 +129,9 @@ class WindowCut:
 
 
 def reused_window(record: Mapping[str, Any], passes: Sequence[PassResult]) -> Window:
-    """The cut in `record` (`window_record`) over `passes`, whose steps stand for the cut's own pass
-    for pass (the ranks' totals, which step with rank 0): the first of its passes, each as long as
-    its own or cut short (steps not every rank measured). A cycle past a pass's end is left out and
-    an epoch end's cycle cut short there, as a cut of the shorter passes would have them."""
+    """The cut in `record` (`window_record`) over `passes` that stand for its own pass for pass (the
+    ranks' totals), each as long or cut short; a cycle past a pass's end is left out and an epoch
+    end's cycle cut short there."""
     steady: List[Tuple[int, int]] = []
     boundaries: List[Tuple[int, int]] = []
     own = new = 0
@@ -255,8 +254,7 @@ def window_note(window: Window, batches_per_epoch: Optional[int], target_steps: 
 @dataclass(frozen=True)
 class SteadyState:
     """What the window gives a job's summary: its steady steps (every step where no whole cycle
-    is steady) with their step times, the steady rate and its interval, the epoch's restart cost
-    and the rate an epoch delivers with it, and the window's note."""
+    is steady) and their times, the steady and epoch rates, the interval, the restart cost, the note."""
 
     window: Window
     steps: Tuple[StepSample, ...]
