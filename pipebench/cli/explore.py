@@ -49,7 +49,6 @@ target: --target 90   stop at the first chain (base first) whose job keeps the c
 """
 
 
-
 def target_overrides(target_pct: Optional[float]) -> List[str]:
     """`--target PCT`: the diagnosis's target, and the sweep stops at the first job that meets it."""
     if target_pct is None:
