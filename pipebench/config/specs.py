@@ -232,7 +232,7 @@ class StorageSpec:
     """How a file-backed dataset's files are read: the cache mode, and an emulated storage
     (`latency_ms` + bytes / `mb_per_s` slept on every file read; 0 and None: no emulation), and
     `shared_mb_per_s`, one bandwidth every worker and rank of the host draws from
-    (pipebench.pipeline.shared_link), through the link file at `link` (set where the job starts)."""
+    (pipebench.storage.shared_link), through the link file at `link` (set where the job starts)."""
 
     cache: str = "warm"
     latency_ms: float = 0.0
