@@ -135,14 +135,10 @@ def _recipe_nodes(dataset: Any, notes: List[str]) -> Tuple[Any, ...]:
         notes.append(f"transform: {type(dataset).__name__} has no recipe under {' or '.join(RECIPE_ATTRS)}: "
                      "the transform config is empty")
         return ()
-    nodes = []
-    for k, step in enumerate(recipe.steps):
-        written = value_node(step)
-        if written.ok:
-            nodes.append(written.node)
-            continue
-        notes.append(f"transform step {k} ({callable_name(step)}): left out: {written.why}")
-    return tuple(nodes)
+    written = [value_node(step) for step in recipe.steps]
+    notes += [f"transform step {k} ({callable_name(step)}): left out: {node.why}"
+              for k, (step, node) in enumerate(zip(recipe.steps, written)) if not node.ok]
+    return tuple(node.node for node in written if node.ok)
 
 
 def _loader_settings(loader: DataLoader, notes: List[str]) -> Dict[str, Any]:

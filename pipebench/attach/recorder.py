@@ -324,10 +324,8 @@ class LoaderRecorder:
         if not kept or not self.sample_steps:
             return []
         steps = transform_rows(riding_sink(kept), self.sample_steps, self.batch_steps)
-        base: Dict[str, float] = {}
-        if self.baseline_columns:
-            columns = list(zip(*self.baseline_columns))
-            base = {step.name: sum(values) / len(values) for step, values in zip(self.sample_steps, columns)}
+        baseline = zip(self.sample_steps, zip(*self.baseline_columns))
+        base = {step.name: sum(ms) / len(ms) for step, ms in baseline}
         return [{"job": self.name, **row, "baseline_ms_per_sample": base.get(step.transform)}
                 for step, row in zip(steps, rows_as_dicts(steps))]
 

@@ -162,7 +162,6 @@ class LoaderWatch:
                  order: Optional[int] = None) -> None:
         self.window = window
         called = CallSite(site) if isinstance(site, str) else site or creation_site()
-        # Where the user's code created the loader, and the library's line that did it for it (or None).
         self.site, self.via = called.user, called.library
         # A loader of another kind (any iterable of batches) is timed in the main loop only: named by
         # its own class, with no dataset, workers or recipe to look into.
@@ -194,7 +193,6 @@ class LoaderWatch:
         timing = self._restore.enter_context(timed_any(loader)) if dataset is not None else None
         self.timing = timing if timing is not None and timing.timed else None
         self.recipe: Optional[Recipe] = None if self.timing is None else self.timing.recipe
-        # Why the rows miss part of a sample, or all of it (None: they hold all of it).
         self.rows_note = (timing.rows_note if timing is not None else
                           f"no transform rows: a {self.dataset_class} is no torch DataLoader, so its samples "
                           "cannot be looked into; its batches are timed in the main loop")

@@ -135,8 +135,5 @@ def on_gpu_clock(epochs: Sequence[List[StepSample]], splits: Sequence[GpuStepSpl
     total = sum(len(steps) for steps in epochs)
     if total != len(splits):
         raise RuntimeError(f"the GPU timeline has {len(splits)} steps, the watched window {total}")
-    out, index = [], 0
-    for steps in epochs:
-        out.append([with_gpu_split(step, split) for step, split in zip(steps, splits[index:index + len(steps)])])
-        index += len(steps)
-    return out
+    split = iter(splits)
+    return [[with_gpu_split(step, next(split)) for step in steps] for steps in epochs]
