@@ -32,16 +32,12 @@ BYTES_PER_MB = 1 << 20
 # wandb-core, a subprocess it started), never a growing list in a long run.
 LEFT_OUT_NAMED = 8
 
-# Measured on the project's 2-core machine with torch imported, a main process (580 MB RSS)
-# and 2 DataLoader workers cost 35-45 ms of CPU per sample (smaps_rollup ~10 ms for main,
-# ~7 ms per worker, plus ~3 ms to list the children). 5 s keeps that under 1% of one core.
-# Peaks are still caught at start, at the marks and at stop, and the growth comes from the
-# marks, so a coarse interval loses little.
+# A main process and 2 workers cost 35-45 ms of CPU a sample on the 2-core machine; 5 s keeps that
+# under 1% of a core, and the marks, start and stop still take the readings that matter.
 DEFAULT_INTERVAL_S = 5.0
 
-# The most of one core the background thread may use. The cost grows with the number of workers
-# and their page counts, so after each sample the gap is stretched to cost / MAX_CPU_FRACTION
-# whenever that is longer than the interval.
+# The most of one core the background thread may use: the gap is stretched to cost / this where
+# the workers' number and pages make a sample dearer.
 MAX_CPU_FRACTION = 0.01
 
 # How long stop() waits for a sample in progress. A sample takes tens of ms. The thread is a

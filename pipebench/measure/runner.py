@@ -43,11 +43,8 @@ def batch_bytes(data: Any) -> int:
 
 
 class BatchStream:
-    """Batches from the loader across epoch ends, with the bad-sample policy applied.
-
-    `in_process`: the batches are made in this process (workers=0), where a step's watchdog
-    covers making them.
-    """
+    """Batches from the loader across epoch ends, with the bad-sample policy applied. `in_process`:
+    made in this process (workers=0), where a step's watchdog covers making them."""
 
     def __init__(self, loader: LoaderBackend, on_error: str) -> None:
         self.loader = loader

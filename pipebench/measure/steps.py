@@ -78,11 +78,9 @@ WINDOW_COMPLETE, WINDOW_TIME_CAP = "window", "time cap"
 
 @dataclass(frozen=True)
 class PassResult:
-    """One repeat: a fresh iteration of the loader. worker_startup_s: worker id -> seconds from
-    the iterator's creation to that worker's start (empty at workers=0 and for reused workers).
-    `start_epoch`: the epoch of the last batch before the window, so an epoch end between
-    warm-up and the first measured step is seen too. `stop_reason`: why the window ended
-    (WINDOW_* above)."""
+    """One repeat: a fresh iteration of the loader. worker_startup_s: worker id -> seconds from the
+    iterator's creation to its start. `start_epoch`: the epoch of the last batch before the window,
+    so an epoch end just before it is seen too. `stop_reason`: WINDOW_* above."""
 
     first_batch_s: float
     warmup_steps: int

@@ -33,9 +33,8 @@ __all__ = ["ThreadProfile", "profile_step", "profile_wanted", "step_columns", "t
 # so a rate is not one slice's luck; 8 steps x 5 thread counts x 2 runs on a 16-core host cost ~20 s.
 LEVEL_S = 0.25
 # Each thread count runs this many times, interleaved (1, 2, 4, 1, 2, 4), and keeps its fastest run,
-# as timeit keeps its best: a burst from another tenant, or a first run's page faults, slows one
-# run, rarely both (with one run each, a collate once read 10x faster on 2 threads than on 1 on the
-# 2-core machine: its 1-thread run had been slowed so).
+# as timeit keeps its best: another tenant's burst or a first run's page faults slows one run, rarely
+# both (with one run, a collate once read 10x faster on 2 threads than on 1).
 RUNS = 2
 # Each thread makes at least this many calls, so the last call's tail (one thread still busy while
 # the others are done) weighs a quarter of a thread's time or less.

@@ -391,9 +391,8 @@ class VizTraceSession:
         return out
 
     def _settle_workers(self, deadline: float) -> Dict[int, str]:
-        """Wait, never past `deadline`, until every worker has written its last part: it exited
-        cleanly (marker gone), answered a flush request (alive), or is dead (killed: its periodic
-        parts remain). Returns pid -> state for the workers that did not exit cleanly."""
+        """Wait, never past `deadline`, until every worker exited cleanly (marker gone), answered a
+        flush request or died; pid -> state for those that did not exit cleanly."""
         work = Path(self.work_dir)
         asked_ns = time.perf_counter_ns()
         signalled: Dict[int, bool] = {}

@@ -296,10 +296,9 @@ def total_rate(records: Sequence[JobResult]) -> Dict[str, Any]:
 
 
 def aggregate(records: Sequence[JobResult]) -> Dict[str, Any]:
-    """The job's row from its ranks: total samples/s (its interval is `total_rate`'s), mean and max
-    starvation, the least rank's AU, straggler ratio (slowest rank's busy time a step over the median rank's),
-    collective wait, the meters' cells by METER_MERGE. The other step columns are rank 0's
-    (`steps` too: the ranks step together)."""
+    """The job's row from its ranks: total samples/s, mean and max starvation, the least rank's AU,
+    the straggler ratio (slowest rank's busy time a step over the median rank's), the collective
+    wait, the meters' cells by METER_MERGE; the other step columns are rank 0's."""
     summaries = [r.summary for r in records]
     own = [RankRow.of(rank, summary) for rank, summary in enumerate(summaries)]
     busy = [figures.busy_ms_mean for figures in own]
@@ -322,9 +321,8 @@ def aggregate(records: Sequence[JobResult]) -> Dict[str, Any]:
 
 
 def rank_breakdown(ranks: Sequence[RankResult]) -> Dict[str, Any]:
-    """What a multi-rank result.json keeps of each rank: its `RankRow`, its transforms and its raw
-    steps; rank 0's steps and their `window` also stand as the job's, where tools that read one
-    process's passes (compare) look: the ranks step together, so its rate is the total over nproc."""
+    """What a multi-rank result.json keeps of each rank: its `RankRow`, transforms and raw steps;
+    rank 0's steps and `window` also stand as the job's, for tools that read one process's passes."""
     first = ranks[0]
     return {
         "ranks": [asdict(rank.row) for rank in ranks],
@@ -336,9 +334,8 @@ def rank_breakdown(ranks: Sequence[RankResult]) -> Dict[str, Any]:
 
 
 def fold_ranks(ranks: Sequence[RankResult]) -> Tuple[Dict[str, Any], Dict[str, Any]]:
-    """What both rank merges (this job's, attach's) make of their ranks: the job's summary row
-    (`aggregate`, with `total_rate`'s total and interval) and its sections: the transform table
-    pooled over the ranks' samples, then each rank's own (`rank_breakdown`)."""
+    """What both rank merges (this job's, attach's) make of their ranks: the job's summary row and
+    its sections, the transform table pooled over the ranks' samples, then each rank's own."""
     results = [rank.result for rank in ranks]
     return ({**aggregate(results), **total_rate(results)},
             {"transforms": pooled_transforms(ranks), **rank_breakdown(ranks)})

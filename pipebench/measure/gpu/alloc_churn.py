@@ -1,10 +1,8 @@
 """CUDA caching-allocator churn: reserved memory per measured step, cudaFree/retry counts, oscillation.
 
-Varying tensor shapes defeat the caching allocator: it cannot reuse its cached blocks, frees
-them (cudaFree, a device-wide sync) and maps new ones, so reserved memory goes up and down.
-`AllocatorTracker` reads torch.cuda.memory_reserved() after every measured step (a cheap
-counter read) and torch.cuda.memory_stats() only at the first and last measured step (it builds
-a dict of ~100 entries). Without CUDA it records nothing and says so.
+Varying tensor shapes defeat the caching allocator: it frees its cached blocks (cudaFree, a
+device-wide sync) and maps new ones, so reserved memory goes up and down. memory_reserved() is a
+cheap read after every step; memory_stats() builds ~100 entries, so it is read at the marks only.
 """
 
 from dataclasses import asdict, dataclass

@@ -1,13 +1,9 @@
 """GPU utilisation as the driver reports it (NVML), sampled on a thread over the measured steps.
 
-NVML's "GPU utilisation" is the share of the last sample period (1/6 s to 1 s by GPU) in
-which at least one kernel ran: the number nvidia-smi prints, and an independent check on
-pipebench's own `accel_util_pct` (consumer time / step time, measured on the host).
-
-It reads NVML through `pynvml` (the `nvidia-ml-py` package: `pip install "pipebench[gpu]"`)
-directly. torch.cuda.utilization() reads the same counter but first resolves the current CUDA
-device, which creates a CUDA context, and DataLoader workers may still fork after the sampler
-starts. Without CUDA, or without NVML, it records nothing and the report says why.
+NVML's "GPU utilisation" is the share of the last sample period (1/6 s to 1 s by GPU) in which a
+kernel ran: what nvidia-smi prints, an independent check on the host-measured `accel_util_pct`.
+It reads `pynvml` directly: torch.cuda.utilization() reads the same counter but creates a CUDA
+context first, and DataLoader workers may still fork after the sampler starts.
 """
 
 import os
