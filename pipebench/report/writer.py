@@ -142,9 +142,8 @@ def skipped_section(inputs: ReportInputs) -> Optional[str]:
 
 
 def recording_section(inputs: ReportInputs) -> Optional[str]:
-    """A recorded run (`attach --record`): its timeline and captures (writes timeline.png and each
-    capture's report.md beside the report, as write_plots writes the plots); a run folder's jobs'
-    series.csv: their timeline (job_series.png)."""
+    """A recorded run's timeline and captures (`attach --record`), and a run folder's jobs' series.csv as
+    one timeline; their PNGs and each capture's report.md are written beside the report."""
     return recording_markdown([run.folder for run in inputs.runs], inputs.out_dir)
 
 
