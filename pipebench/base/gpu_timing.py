@@ -1,12 +1,8 @@
 """Timers that are right on a GPU: CUDA events for device work, host clocks only where work is synchronous.
 
 CUDA calls return before their kernels run, so a host clock around them measures the launch,
-not the work. `CudaPhaseTimer` records a CUDA event at each phase boundary and reads the
-elapsed GPU time between them; `HostPhaseTimer` is the CPU twin (every CPU op is synchronous).
-`DeviceCopy` is the synchronised step loop's host-to-device copy: finished before it returns (so
-the host time charged to it is the copy's) and, on CUDA, also timed by events on the GPU.
-`AsyncStepClock` is the asynchronous loop's: events at a step's boundaries, recorded without
-waiting and read late (pipebench.base.gpu_timeline).
+not the work: the GPU's own time is read from CUDA events, by the synchronised step loop
+(`CudaPhaseTimer`, `DeviceCopy`) and, read late, by the asynchronous one (`AsyncStepClock`).
 """
 
 import time
