@@ -408,9 +408,9 @@ class LoaderWatch:
 
     def figures(self) -> Tuple[Dict[str, Any], List[TransformRow], Optional[Window], Optional[WatchCells]]:
         """The harness's summary row of the measured steps (`summarize.summary_row`, plus batches/s and
-        its interval, the first batch's parts and the meters' cells) and `transform_rows()`, from one
-        stacking of the timings; the window they read, cut once; the row's own cells typed. ({}, [],
-        None, None) when no step was measured."""
+        its interval, the first batch's parts and the meters' cells) and the transform rows (none where
+        nothing was timed), from one stacking of the timings; the window they read, cut once; the row's
+        own cells typed. ({}, [], None, None) when no step was measured."""
         passes = self.passes
         if not passes:
             return {}, [], None, None
@@ -418,7 +418,7 @@ class LoaderWatch:
         # their last reading (the last epoch end inside the window), and the rest goes unmetered.
         self.meters.end(fresh=False)
         sink = self.sink
-        rows = self.transform_rows(sink)
+        rows = [] if self.timing is None else transform_rows(sink, list(self.timing.names), self.batch_steps)
         # A DataLoader's worker processes: the cycle a pipebench job of these workers plans.
         window = split_window(passes, cycle_steps(self.workers))
         row = summary_row(window, rows, sink, self.workers, usable_cores(), 0, persistent=self.persistent,
@@ -440,13 +440,6 @@ class LoaderWatch:
         if self.replay_ns:
             row.update(replay_steps=len(self.replay_ns), replay_step_ms=replay_ms, headroom_x=cells.headroom_x)
         return row, rows, window, cells
-
-    def transform_rows(self, sink: Optional[TimingSink] = None) -> List[TransformRow]:
-        """The sample's rows over the measured steps (load where timed, decode where something was
-        decoded, the recipe's steps, the target_transform) and the collate; none where nothing was timed."""
-        if self.timing is None:
-            return []
-        return transform_rows(self.sink if sink is None else sink, list(self.timing.names), self.batch_steps)
 
     def measured_batch_size(self) -> int:
         """The largest batch measured, or the loader's batch_size where that is larger."""
