@@ -21,10 +21,8 @@ from pipebench.record.sections import PassRecord
 
 __all__ = ["SERIES_WINDOWS_A_PASS", "job_series", "series_window_steps", "sink_timings", "write_job_series"]
 
-# A pass cut into about 20 windows: points enough to see a rate fall across it, each window still
-# several steps of a default job (a 5 s window of a few hundred steps). A window is rounded up to whole
-# worker cycles (at least one), so a starved loop's steps, which repeat with the cycle, give each
-# window the same phases.
+# A pass cut into about 20 windows: points enough to see a rate fall, each still several steps of a
+# default job. Whole worker cycles a window, so a starved loop's windows hold the same phases.
 SERIES_WINDOWS_A_PASS = 20
 
 

@@ -41,9 +41,8 @@ FRAME_HEADER_BYTES = 8
 # itself to import before the jobs that use them, and gets no answer (`warm`).
 IMPORT_FRAME = b"\0import\n"
 # The only packages whose modules a job process imports on request: their import runs no user code
-# (a user's module is imported in each job's child, where a failing import is that job's error),
-# and torchvision's costs every job whose chain names it 1.6 s on the 2-core machine (torch._dynamo
-# with it), the check of the sweep's builds (pipebench.sweep.build_check) once more.
+# (a user's module is imported in each job's child), and torchvision's costs every job that names
+# it 1.6 s on the 2-core machine (torch._dynamo with it).
 WARMED_PACKAGES = ("torchvision", "pipebench")
 
 

@@ -15,20 +15,17 @@ HOLDS_GIL = "holds_gil"
 WAITS = "waits"
 CPU_BOUND = "cpu_bound"
 VERDICTS = (SCALES, HOLDS_GIL, WAITS, CPU_BOUND)
-# A step that makes at least this share of k threads' ideal k-fold rate scales. 0.75: steps that
-# release the GIL reached 0.95-1.0 at 2 threads on the 2-core machine (Sleep 0.99, the JPEG decode
-# 0.98, RandomResizedCrop 0.96), a pure-Python one 0.5 (BusyWait: 1.0x); 0.75 splits them with room
-# for the machine's noise.
+# A step that makes at least this share of k threads' ideal k-fold rate scales: steps that release
+# the GIL reached 0.95-1.0 at 2 threads on the 2-core machine (Sleep, the JPEG decode,
+# RandomResizedCrop), a pure-Python one 0.5 (BusyWait); 0.75 splits them with room for noise.
 SCALES_EFFICIENCY = 0.75
 # Off the CPU for at least half of its wall time alone: the step mostly waits (I/O, a sleep, a
 # device), so its speed-up on threads is about its waits, not the GIL.
 WAITS_OFF_CPU = 0.5
-# A step that fell short of scaling lost wall time a call; when at least this share of that loss was
-# spent off the CPU (`ScalingFigures.loss_off_cpu`), its threads queued for a lock they share, the
-# GIL for Python code. Measured at 2 threads on the 2-core machine: steps with Python around their
-# work lost 0.4-1.0 of it off the CPU (BusyWait 1.0, PILToTensor 0.76, ToTensor 0.6, Normalize
-# 0.42), steps slowed by the memory system (a collate of 25 MB batches) 0.03, a decode slowed by
-# another tenant 0.2.
+# When at least this share of what a step lost to threads was off the CPU (`loss_off_cpu`), its
+# threads queued for a lock they share, the GIL for Python code. At 2 threads on the 2-core machine
+# steps with Python around their work lost 0.4-1.0 off the CPU (BusyWait, PILToTensor, ToTensor,
+# Normalize), a collate slowed by memory 0.03, a decode slowed by another tenant 0.2.
 GIL_LOSS_OFF_CPU = 0.3
 
 

@@ -23,13 +23,10 @@ __all__ = ["RESTART_SOURCES", "EpochCost", "SteadyState", "Window", "interval_bl
            "window_record"]
 
 CONFIDENCE_LEVEL = 0.95
-# An interval block spans whole worker cycles and at least this long: the load of a shared
-# machine drifts on sub-second to second scales, so step times a cycle apart are not
-# independent. Measured on the 2-core machine (benchmarks/noise_check.py, 10 fresh runs):
-# blocks of one cycle gave single-run half-widths 0.28-0.42x the run-to-run spread, blocks of
-# >= 0.5 s 0.43-0.59x, of >= 1 s 1.3-2.8x (with 4 blocks in a 5 s window). Under heavier load
-# from other tenants the run-to-run spread grew 2-3x and no within-run block size kept up:
-# only rounds (separate, interleaved processes) measure that part.
+# An interval block spans whole worker cycles and at least this long: a shared machine's load
+# drifts on sub-second to second scales. On the 2-core machine (benchmarks/noise_check.py) blocks of
+# one cycle gave half-widths 0.28-0.42x the run-to-run spread, of >= 0.5 s 0.43-0.59x, of >= 1 s
+# 1.3-2.8x. Under heavier load no block size kept up: only rounds measure that part.
 BLOCK_MIN_S = 1.0
 # ... but never so long that fewer blocks than this remain: the blocks' spread needs several.
 MIN_TIME_BLOCKS = 8
