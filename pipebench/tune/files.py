@@ -3,7 +3,6 @@ tune.md with tune.png, and the recommended variant's `conf/transform/<chain>.yam
 of its own (the results folder itself is data, not a config folder); and the text it prints.
 """
 
-import io
 import math
 import shlex
 from collections import Counter
@@ -12,15 +11,14 @@ from pathlib import Path
 from typing import Dict, List, Mapping, Optional, Sequence, Union
 
 import numpy as np
-from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 from omegaconf import OmegaConf
 
 from pipebench.base.csv_cells import csv_text
-from pipebench.base.io import write_bytes_atomic, write_text_atomic
+from pipebench.base.io import write_text_atomic
 from pipebench.base.tables import markdown_table
 from pipebench.model.judging import DEFAULT_THRESHOLD, Spread
-from pipebench.report.plots import DPI, FIGURE_SIZE
+from pipebench.report.plots import FIGURE_SIZE, write_png
 from pipebench.tune.chain_code import chain_code
 from pipebench.tune.objective import Objective, Round, cpu_ms, pss_mb, rate_spread, starvation
 from pipebench.tune.race import FAILED, UNRUN, RaceOutcome
@@ -160,7 +158,6 @@ def unresolved_line(chosen: Recommendation, stop: str) -> str:
 def _plot(points: Sequence[Trial]) -> Figure:
     raced = [t for t in points if t.raced and t.spread is not None]
     figure = Figure(figsize=FIGURE_SIZE, layout="constrained")
-    FigureCanvasAgg(figure)
     axes = figure.subplots()
     for i, trial in enumerate(raced, 1):
         value, low, high = float(trial.spread.value), float(trial.spread.low), float(trial.spread.high)
@@ -293,9 +290,7 @@ def write_tune(folder: Path, tuned: Tuned, config_dir: str = "") -> str:
     `config_dir`: the --config-dir the run line needs for a variant chain's config."""
     points = trials(tuned)
     write_text_atomic(folder / TUNE_CSV, csv_text([t.row for t in points], TUNE_COLUMNS))
-    png = io.BytesIO()
-    _plot(points).savefig(png, format="png", dpi=DPI)
-    write_bytes_atomic(folder / TUNE_PNG, png.getvalue())
+    write_png(_plot(points), folder / TUNE_PNG)
     if tuned.recommendation is not None:
         write_text_atomic(folder / BEST_YAML, best_config(tuned.points[tuned.recommendation.pick],
                                                           tuned.chain_config))
