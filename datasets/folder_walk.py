@@ -66,10 +66,6 @@ def _count(n: int, noun: str, plural: str = "") -> str:
     return f"{n} {noun}" if n == 1 else f"{n} {plural or noun + 's'}"
 
 
-def _is_image_name(name: str) -> bool:
-    return os.path.splitext(name)[1].lower() in IMAGE_EXTENSIONS
-
-
 def walk_images(root: Path) -> FolderWalk:
     """Walk `root` breadth first, real folders before links (see the module doc)."""
     seen: Set[Tuple[int, int]] = set()
@@ -101,7 +97,7 @@ def walk_images(root: Path) -> FolderWalk:
             try:
                 if entry.is_dir():  # follows a link
                     (linked if entry.is_symlink() else real).append(path)
-                elif _is_image_name(entry.name):
+                elif os.path.splitext(entry.name)[1].lower() in IMAGE_EXTENSIONS:
                     # A regular file, or a link to one; anything else is no image.
                     (images if entry.is_file() else not_regular).append(path)
             except OSError as exc:  # a link whose target this user may not look at

@@ -84,10 +84,9 @@ class ImageFolderDataset(Dataset, DatasetContract):
         return [str(self.root / rel) for rel in self._relative]
 
     def identity(self) -> dict:
-        """The folder, its labelling, and a digest of sorted relative paths and file
-        sizes: cheap for big folders, and it changes when files are added, removed,
-        renamed or rewritten at another size. `skipped` counts what the walk left out, when it left
-        anything out."""
+        """The folder, its labelling, what the walk skipped, and a digest of the sorted relative paths
+        and sizes: cheap for big folders, and it changes when a file is added, removed, renamed or
+        rewritten at another size."""
         digest = hashlib.sha256()
         for rel in self._relative:
             try:

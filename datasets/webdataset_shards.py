@@ -37,7 +37,7 @@ from typing import Any, Callable, Dict, Iterable, Iterator, List, Optional, Sequ
 from torch.utils.data import IterableDataset
 
 from pipebench.base.errors import DatasetError
-from pipebench.storage.file_reads import FileReads
+from pipebench.storage.file_reads import BYTES_PER_MB, FileReads
 from pipebench.storage.object_store import is_url, read_failure, url_fs
 
 from .checks import require_int
@@ -63,7 +63,6 @@ TAR_BLOCK = tarfile.BLOCKSIZE
 # OOM-killed. The setting may go up to 64 GiB (MAX_MEMBER_MB), past what a host holds per worker.
 DEFAULT_MAX_MEMBER_MB = 1024
 MAX_MEMBER_MB = 65_536
-BYTES_PER_MB = 1 << 20
 
 
 def _wds() -> Any:

@@ -27,10 +27,6 @@ PR_GET_CHILD_SUBREAPER = 37
 END_GRACE_S = 5.0
 
 
-def _libc() -> "ctypes.CDLL | None":
-    return ctypes.CDLL(None, use_errno=True) if sys.platform.startswith("linux") else None
-
-
 def _subreaper(libc: "ctypes.CDLL", on: int) -> int:
     """Set the subreaper mark; the mark it had before."""
     before = ctypes.c_int(0)
@@ -63,7 +59,7 @@ def end_descendants(keep: Set[int], grace_s: float = END_GRACE_S) -> int:
 def no_descendant_outlives() -> Iterator[None]:
     """Within the block this process adopts its orphaned descendants; on the way out, whatever
     happens, every descendant started inside the block and still alive is ended."""
-    libc = _libc()
+    libc = ctypes.CDLL(None, use_errno=True) if sys.platform.startswith("linux") else None
     keep = {p.pid for p in _descendants()}
     before = _subreaper(libc, 1) if libc is not None else None
     try:

@@ -30,11 +30,10 @@ import torch
 from torch import nn
 
 from pipebench.base.errors import ConfigError
-from pipebench.base.gpu_timing import CudaPhaseTimer, HostPhaseTimer, UntimedPhases
+from pipebench.base.gpu_timing import NS_PER_MS, CudaPhaseTimer, HostPhaseTimer, UntimedPhases
 from pipebench.config.specs import EMULATED, NO_CONSUMER, ConsumerSpec
 from pipebench.pipeline.masked_loss import MASKED_LOSSES
 
-NS_PER_MS = 1_000_000
 NS_PER_S = 1_000_000_000
 # Mixed into the run seed so the emulated step times are their own random stream: a change to
 # how the dataset or transforms draw from `seed` never shifts the consumer's draws, and back.

@@ -38,12 +38,11 @@ import numpy as np
 
 from pipebench.config.specs import StorageSpec
 from pipebench.storage.object_store import is_url, url_fs
-from pipebench.storage.shared_link import SharedLink
+from pipebench.storage.shared_link import BYTES_PER_MB, SharedLink
 
 __all__ = ["CountedFile", "FileReads", "IO_FIELDS", "NO_IO", "OPEN_NS", "READ_BYTES", "READ_FILES", "READ_NS",
            "READ_REQUESTS", "fadvise_available", "file_reads_of", "honoured"]
 
-BYTES_PER_MB = 1 << 20
 SECONDS_PER_MS = 1e-3
 # A file read in pieces (`FileReads.open`) is read this much at a time: a cold read drops the pages of
 # each piece before reading it, so a small piece would drop what the kernel read ahead for the next.
