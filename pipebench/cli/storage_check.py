@@ -17,7 +17,6 @@ import argparse
 import dataclasses
 import itertools
 import math
-import time
 from pathlib import Path
 from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
@@ -44,7 +43,7 @@ from pipebench.record.figures import Summary
 from pipebench.record.folder_lock import folder_lock
 from pipebench.record.jobs import JobResult, edits_chain, override_key, override_pairs
 from pipebench.record.results import load_job_results
-from pipebench.record.resume import new_folder
+from pipebench.record.resume import dated, new_folder
 from pipebench.storage.dataset_contract import told
 from pipebench.storage_track.files import NOT_MLPERF, CheckResult, Run, write_check
 from pipebench.storage_track.held_back import BYTES_PER_MB, MS_PER_S, HeldBack, Measured, held_back
@@ -284,7 +283,7 @@ def storage_check_command(overrides: List[str], config_dir: Optional[str], stric
         predicted = predicted_accelerators(shared, chosen.step_ms / MS_PER_S, chosen.batch_size, sizing.sample_bytes,
                                            chosen.min_au_pct)
     label = folder_safe(f"{chosen.workload}-{chosen.accelerator}")
-    folder = new_folder(Path(results_dir) / f"{time.strftime('%Y%m%d-%H%M%S')}-storage-check-{label}")
+    folder = new_folder(dated(results_dir, f"storage-check-{label}"))
     check = Check(folder, base if steps_given else [*base, f"run.steps={steps}"], config_dir,
                   sizing, steps)
     plan = CheckPlan(chosen, spec, options, shortened, sizing.memory, tuple(notes), predicted, shared,

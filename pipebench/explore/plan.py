@@ -9,7 +9,6 @@ import dataclasses
 import itertools
 import shlex
 import statistics
-import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple, Union
@@ -51,6 +50,7 @@ from pipebench.record.results import load_job_results
 from pipebench.record.resume import (
     INVOCATION_FILE,
     InvocationChoice,
+    dated,
     latest_unfinished,
     new_folder,
 )
@@ -324,7 +324,7 @@ def plan_exploration(overrides: Sequence[str], first_job: Sequence[str], fresh: 
     base = checked[0].variant.name
     resumed = None if fresh else unfinished_exploration(Path(results_dir), base, swept)
     invocation_dir = resumed.folder if resumed is not None else new_folder(
-        Path(results_dir) / f"{time.strftime('%Y%m%d-%H%M%S')}-explore-{_folder_safe(base)}")
+        dated(results_dir, f"explore-{_folder_safe(base)}"))
     return Plan(invocation_dir, swept, checked, found.not_applied, resumed, found.missing)
 
 

@@ -191,6 +191,11 @@ def latest_unfinished(records: Iterable[Path], matches: Callable[[Invocation], b
     return InvocationChoice(folder, done, len(jobs), resumed=True) if done < len(jobs) else None
 
 
+def dated(results_dir: Path, tail: str) -> Path:
+    """results_dir/<local start time>-tail: a results folder's runs sort by when they started."""
+    return Path(results_dir) / f"{time.strftime('%Y%m%d-%H%M%S')}-{tail}"
+
+
 def new_folder(folder: Path) -> Path:
     """Create folder, or folder-2, folder-3, ... when that name is taken (two runs started within the
     same second): creation is exclusive, so two runs never share one."""

@@ -23,6 +23,7 @@ from pipebench.base.command import results_folder
 from pipebench.base.io import folder_safe
 from pipebench.measure.round_gate import gate_env, read_number, say_round
 from pipebench.record.results import load_job_results
+from pipebench.record.resume import dated
 from pipebench.regress.compare import Comparison, Run, compare_runs, load_run
 
 # The overrides each side's command gets where it runs one round: that round alone, numbered
@@ -263,8 +264,7 @@ def version_note(base: Mapping[str, object], head: Mapping[str, object]) -> Opti
 
 
 def session_folder(results_dir: Path, base: Side, head: Side) -> Path:
-    stamp = time.strftime("%Y%m%d-%H%M%S")
-    return results_dir / "ab" / folder_safe(f"{stamp}-{base.commit[:10]}-vs-{head.commit[:10]}")
+    return dated(results_dir / "ab", folder_safe(f"{base.commit[:10]}-vs-{head.commit[:10]}"))
 
 
 def side_run(folders: Sequence[Path]) -> Run:

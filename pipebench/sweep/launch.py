@@ -9,7 +9,6 @@ jobs through `show_command` and run none.
 import logging
 import os
 import sys
-import time
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -46,6 +45,7 @@ from pipebench.record.resume import (
     INVOCATION_FILE,
     abandon_new_folder,
     choose_invocation,
+    dated,
     ready_for_sweep,
     record_invocation,
 )
@@ -214,9 +214,7 @@ def run_command(overrides: List[str], config_dir: Optional[str], baseline: Optio
     sweep = _Sweep(swept, jobs, overrides, first_spec.calibrate, baseline)
     if into is not None:
         return _run_sweep(sweep, into, ahead)
-    choice = choose_invocation(Path(results_dir),
-                               Path(results_dir) / f"{time.strftime('%Y%m%d-%H%M%S')}-{label(overrides)}",
-                               swept, jobs, fresh)
+    choice = choose_invocation(Path(results_dir), dated(results_dir, label(overrides)), swept, jobs, fresh)
     try:
         with folder_lock(choice.folder):
             if choice.resumed:

@@ -41,7 +41,7 @@ from pipebench.pipeline.loader_backends import BACKENDS, backend_problem
 from pipebench.record.folder_lock import folder_lock
 from pipebench.record.jobs import JobResult, edits_chain
 from pipebench.record.results import load_job_results
-from pipebench.record.resume import new_folder
+from pipebench.record.resume import dated, new_folder
 from pipebench.report.diagnosis import chain_costs
 from pipebench.report.thread_advice import gil_bound_steps
 from pipebench.sweep.expand import expand_sweep, import_from_cwd, refuse_hydra_dirs, search_path
@@ -255,7 +255,7 @@ def tune_command(request: TuneRequest, ahead: Optional[JobProcess] = None) -> in
         probed_chains(first_job, options, spec.transform_name)
     _check_budget(deadline - time.monotonic(), len(chains.names), len(free_of_model), options, first_estimate)
     if folder is None:
-        folder = new_folder(Path(results_dir) / f"{time.strftime('%Y%m%d-%H%M%S')}-{tail}")
+        folder = new_folder(dated(results_dir, tail))
     with folder_lock(folder):
         state = update_state(folder, command=key, chains=chains.record())
         session = TuneSession(folder, request, options, objective, spec, round_spec, overrides, dims, chains, cuda,
