@@ -352,26 +352,30 @@ def install(stack: contextlib.ExitStack, dataset: Any, attr: str, value: Any) ->
     return True
 
 
-def _install_each(changes: Sequence[Tuple[Any, str, Callable[[], Any]]]) -> Optional[contextlib.ExitStack]:
-    """Set each (dataset, attribute) to what its function makes: the stack that puts them back, or
-    None (every one already put back) where one is refused."""
+def _install_each(restore: contextlib.ExitStack,
+                  changes: Sequence[Tuple[Any, str, Callable[[], Any]]]) -> bool:
+    """Set each (dataset, attribute) to what its function makes until `restore` closes; False (every
+    one already put back) where one is refused."""
     with contextlib.ExitStack() as stack:
         for dataset, attr, make in changes:
             try:
                 value = make()
             except (AttributeError, TypeError, ValueError):  # a Compose that refuses a list of steps
-                return None
+                return False
             if not install(stack, dataset, attr, value):
-                return None
-        return stack.pop_all()
+                return False
+        restore.enter_context(stack.pop_all())
+        return True
 
 
-def _install_items(dataset: Any, clock: StepClock) -> Optional[str]:
-    """Set the timed __getitems__ on the dataset instance; why not, where it refuses."""
+def _install_items(restore: contextlib.ExitStack, dataset: Any, clock: StepClock) -> Optional[str]:
+    """Set the timed __getitems__ on the dataset instance until `restore` closes; why not, where it
+    refuses."""
     try:
         setattr(dataset, GETITEMS_ATTR, TimedItems(dataset, clock))
     except (AttributeError, TypeError, ValueError) as exc:  # __slots__, a __setattr__ of its own
         return f"the dataset refuses an attribute: {exc}"
+    restore.callback(_remove_items, dataset)
     return None
 
 
@@ -393,26 +397,18 @@ def timed_loader(loader: DataLoader) -> Iterator[Timing]:
             return StepClock(FIRST_STEP_COLUMN + steps + (target is not None))
 
         clock = clock_of(len(recipe.steps) if recipe is not None else 0)
-        installed = None if recipe is None else _install_each(
-            [(holder, r.attr, functools.partial(_timed_copy, holder, r, clock)) for holder, r in found])
-        if installed is not None:
-            restore.enter_context(installed)
-        elif recipe is not None:  # refused: the clock loses the recipe's columns
+        copies = [(holder, r.attr, functools.partial(_timed_copy, holder, r, clock)) for holder, r in found]
+        if recipe is not None and not _install_each(restore, copies):  # refused: the clock loses its columns
             recipe, clock, recipe_note = None, clock_of(0), RECIPE_REFUSED
-        load_note = _load_refusal(loader, dataset) or _install_items(dataset, clock)
-        if load_note is None:
-            restore.callback(_remove_items, dataset)
+        load_note = _load_refusal(loader, dataset) or _install_items(restore, dataset, clock)
         if recipe is None and load_note is not None:
             yield Timing(None, (), load_note, recipe_note)
             return
         # The file loader runs inside a sample's timed __getitem__, whose row it then splits.
         decode_name = _timed_file_loaders(restore, holders, clock) if load_note is None else None
-        if target is not None:
-            timed_targets = _timed_attribute(holders, TARGET_ATTR, clock, clock.columns - 1)
-            if timed_targets is None:
-                target = None  # refused: its column stays empty
-            else:
-                restore.enter_context(timed_targets)
+        if target is not None and not _timed_attribute(restore, holders, TARGET_ATTR, clock,
+                                                       column=clock.columns - 1):
+            target = None  # refused: its column stays empty
         load_name = type(dataset).__name__ + (f" ({RECIPES_DIFFER})" if found and not shared else "")
         decode = StepName(DECODE_STAGE, decode_name or DECODE_NAME)
         names = (StepName(LOAD_STAGE, load_name), decode, *(recipe.names[1:] if recipe is not None else []),
@@ -431,11 +427,12 @@ def ride(restore: contextlib.ExitStack, loader: DataLoader, clock: StepClock) ->
         loader.worker_init_fn = StampedInit(loader.worker_init_fn, clock)
 
 
-def _timed_attribute(holders: Sequence[Any], attr: str, clock: StepClock,
-                     column: int) -> Optional[contextlib.ExitStack]:
+def _timed_attribute(restore: contextlib.ExitStack, holders: Sequence[Any], attr: str, clock: StepClock,
+                     column: int) -> bool:
     """Each holder's callable `attr` replaced by a TimedStep into `column` (`_install_each`)."""
-    return _install_each([(holder, attr, functools.partial(TimedStep, getattr(holder, attr), clock, column,
-                                                           False, False)) for holder in holders])
+    timed = [(holder, attr, functools.partial(TimedStep, getattr(holder, attr), clock, column, False, False))
+             for holder in holders]
+    return _install_each(restore, timed)
 
 
 def _timed_file_loaders(restore: contextlib.ExitStack, holders: Sequence[Any], clock: StepClock) -> Optional[str]:
@@ -445,10 +442,8 @@ def _timed_file_loaders(restore: contextlib.ExitStack, holders: Sequence[Any], c
     loaders = [getattr(holder, FILE_LOADER_ATTR, None) for holder in holders]
     if not all(callable(one) and not isinstance(one, DataLoader) for one in loaders):
         return None
-    timed = _timed_attribute(holders, FILE_LOADER_ATTR, clock, DECODE_COLUMN)
-    if timed is None:
+    if not _timed_attribute(restore, holders, FILE_LOADER_ATTR, clock, DECODE_COLUMN):
         return None
-    restore.enter_context(timed)
     names = ", ".join(sorted({callable_name(one) for one in loaders}))
     return f"{names} ({type(holders[0]).__name__}.{FILE_LOADER_ATTR}: the file's read and decode)"
 
