@@ -1,9 +1,7 @@
 """The calibration: the fixed decode + transform workload (pipebench.measure.cpu_reference), timed once per invocation.
 
-It runs before the jobs, in a child of the job process started ahead (pipebench.sweep.calibrate),
-and lands in `<invocation>/calibration.json`.
-Its score tracks how fast the machine is right now at exactly the kind of work pipebench
-measures, so `compare` can tell "the machine got 10% slower" from "the pipeline got slower".
+Its score, timed before the jobs (pipebench.sweep.calibrate), tracks how fast the machine is now at
+the kind of work pipebench measures, so `compare` can tell a slower machine from a slower pipeline.
 """
 
 import statistics

@@ -78,12 +78,9 @@ class CoverageReport:
 
 
 class IndexLog:
-    """A StepLoop `on_batch` hook: the sample indices of every batch a process received, by
-    (repeat, epoch). Appending a small array costs about a microsecond a step.
-
-    As a Meter it checks its own log: give it the dataset's `length` and the misses drop_last
-    may explain (`droppable`). Ranks build it without a length; their logs are pooled instead
-    (`merge_logs`)."""
+    """A StepLoop `on_batch` hook: the sample indices of every batch a process received, by (repeat,
+    epoch), about a microsecond a step. As a Meter it checks its own log given the dataset's
+    `length`; ranks build it without one, and their logs are pooled instead (`merge_logs`)."""
 
     key = "coverage"
     holds_loop = False
@@ -176,12 +173,9 @@ def merge_logs(logs: Iterable[Mapping[Hashable, Sequence[int]]]) -> Dict[Hashabl
 
 def check_coverage(epochs: Mapping[Hashable, Sequence[int]], length: int, complete: Iterable[Hashable],
                    droppable: int = 0, failed: Optional[Mapping[Hashable, Sequence[int]]] = None) -> CoverageReport:
-    """Check pooled indices per epoch against `range(length)`.
-
-    `complete`: the epochs every rank finished (checked for misses too); any other epoch in
-    `epochs` is partial. Indices outside the dataset count as duplicates: they are reads that
-    an exactly-once epoch cannot hold.
-    """
+    """Check pooled indices per epoch against `range(length)`; only the `complete` epochs (every
+    rank finished them) for misses. Indices outside the dataset count as duplicates: reads an
+    exactly-once epoch cannot hold."""
     complete = set(complete)
     failed = failed or {}
     duplicates = missing = dropped = skipped = seen = 0

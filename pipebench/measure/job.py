@@ -39,11 +39,8 @@ MAX_LISTED_FAILURES = 20
 
 
 def measure_job(spec: JobSpec, job_dir: Path) -> JobResult:
-    """Run every repeat of one job and return its result record (without identity fields).
-
-    A worker that dies or goes silent, whenever it does, ends the job with one WorkerError line;
-    a step whose own work runs past run.step_timeout_s, with one StepTimeoutError line.
-    """
+    """Run every repeat of one job inside its guard (pipebench.measure.guard) and return its result
+    record (without identity fields)."""
     with job_guard(spec, on_stuck=lambda line: report_error(line, job_dir)) as watchdog:
         run = job_run(spec, watchdog)
         return _measure_job(run, job_dir)

@@ -1,9 +1,8 @@
 """Each step of a job's chain with the inputs it saw: the chain run once on the dataset's first
 samples, every step's input kept, so a step can be called again alone (the thread profile).
 
-Steps carry the names the transforms.csv rows use (the timed chain's `StepName`s): the load (an
-index in), the decode of a lazily opened image, the per-sample steps, the collate (a batch of
-`loader.batch_size` of the captured samples) and the per-batch steps.
+Steps carry the names the transforms.csv rows use, from the load (an index in) to the collate (a
+batch of the captured samples) and the per-batch steps.
 """
 
 from dataclasses import dataclass

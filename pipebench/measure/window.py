@@ -41,12 +41,9 @@ RESTART_SOURCES = (RESTART_MEASURED, RESTART_FIRST_BATCH, RESTART_PERSISTENT, RE
 
 @dataclass(frozen=True)
 class Window:
-    """Every pass's measured steps, cut once into worker cycles of `cycle` steps; [start, end)
-    ranges into `steps`, the passes' steps concatenated.
-
-    `steady_cycles`: whole cycles of steady state. `boundary_cycles`: the cycle that starts at each
-    epoch end (shorter when the window ended inside it). `crossed`: the epoch ends left no steady
-    cycle, so `blocks`, the cycles the steady rate counts, are every whole cycle, restarts included."""
+    """Every pass's measured steps, cut once into worker cycles of `cycle` steps as [start, end)
+    ranges into `steps`: steady cycles, and the cycle that starts at each epoch end. `crossed`: the
+    epoch ends left no steady cycle, so `blocks`, the cycles the steady rate counts, are all of them."""
 
     passes: Tuple[PassResult, ...]
     cycle: int
