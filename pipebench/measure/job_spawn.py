@@ -23,8 +23,9 @@ from typing import Any, Iterable, List, Mapping, Optional, Sequence
 
 from pipebench.config.target_node import TargetNode
 
-__all__ = ["JOB_PROCESS_MODULE", "WAITS_UNREAPED", "JobProcess", "discard", "forking_job_process", "imported_modules",
-           "kill_group", "read_frame", "read_number", "run_job", "serving", "start_job_process", "take", "warm"]
+__all__ = ["JOB_PROCESS_MODULE", "WAITS_UNREAPED", "JobProcess", "discard", "forking_job_process",
+           "imported_modules", "kill_group", "read_frame", "read_number", "run_job", "serving", "start_job_process",
+           "take", "warm"]
 
 JOB_PROCESS_MODULE = "pipebench.measure.job_process"
 # What subprocess.Popen(restore_signals=True) resets in a child: Python ignores SIGPIPE and
