@@ -5,7 +5,8 @@ import sys
 from pathlib import Path
 
 from pipebench.base.errors import ConfigError
-from pipebench.regress.history import STEP_THRESHOLD, find_steps, load_history
+from pipebench.model.judging import DEFAULT_THRESHOLD
+from pipebench.regress.history import find_steps, load_history
 from pipebench.regress.trend_plot import SIGNALS, plot_history
 
 __all__ = ["add_parser", "main"]
@@ -17,8 +18,8 @@ def add_parser(verbs: "argparse._SubParsersAction") -> None:
                                           "job and name the first commit after each level step.")
     parser.add_argument("file", metavar="HISTORY_CSV")
     parser.add_argument("--out", help="folder for the plots (default: beside the history)")
-    parser.add_argument("--threshold", type=float, default=STEP_THRESHOLD,
-                        help=f"smallest relative level change that counts (default: {STEP_THRESHOLD})")
+    parser.add_argument("--threshold", type=float, default=DEFAULT_THRESHOLD,
+                        help=f"smallest relative level change that counts (default: {DEFAULT_THRESHOLD})")
 
 
 def main(args: argparse.Namespace) -> int:

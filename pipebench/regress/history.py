@@ -33,7 +33,6 @@ from pipebench.regress.compare import load_run
 # A step must hold for at least this many nights on each side (the rule's fewest samples): one odd
 # night is not a level.
 MIN_SEGMENT = MIN_SAMPLES
-STEP_THRESHOLD = DEFAULT_THRESHOLD  # the smallest level change a step may be (relative)
 
 
 @dataclass(frozen=True)
@@ -181,8 +180,10 @@ def _segment_steps(values: np.ndarray, offset: int, threshold: float) -> List[in
             *_segment_steps(values[split:], offset + split, threshold)]
 
 
-def find_steps(history: History, signal: str = "cpu_ms_per_sample", threshold: float = STEP_THRESHOLD) -> List[Step]:
-    """Per job, each level change of `signal` (a HistoryRow figure) and the first commit after it."""
+def find_steps(history: History, signal: str = "cpu_ms_per_sample",
+               threshold: float = DEFAULT_THRESHOLD) -> List[Step]:
+    """Per job, each level change of `signal` (a HistoryRow figure) of at least `threshold` (relative),
+    and the first commit after it."""
     steps = []
     for job in history.jobs():
         series = [r for r in history.rows if r.job == job and math.isfinite(getattr(r, signal))]
