@@ -82,11 +82,9 @@ def _loader_like_class(cls: Any) -> bool:
 def _where(cls: type) -> str:
     """`file:line` of the class's `class` statement: found from its methods' file (a script run by
     runpy is no importable module, so inspect cannot look it up), else the class's module."""
-    for value in vars(cls).values():
-        code = getattr(getattr(value, "__func__", value), "__code__", None)
-        if code is not None:
-            break
-    else:
+    codes = (getattr(getattr(value, "__func__", value), "__code__", None) for value in vars(cls).values())
+    code = next((code for code in codes if code is not None), None)
+    if code is None:
         return cls.__module__
     statement = re.compile(rf"\s*class\s+{re.escape(cls.__name__)}\b")
     line = next((n for n, text in enumerate(linecache.getlines(code.co_filename), 1) if statement.match(text)), None)
