@@ -21,6 +21,7 @@ from pipebench.measure.steps import TimingSink, pass_plan
 from pipebench.measure.repeats import resolve_sync
 from pipebench.measure.summarize import pass_records, summary_row
 from pipebench.measure.window import split_window
+from pipebench.record.jobs import JobResult
 from pipebench.record.results import _check_row
 from pipebench.base.typed_json import parse_all
 from pipebench.record.sections import PassRecord
@@ -303,7 +304,7 @@ def test_an_async_result_is_sound_its_steps_are_the_gpus_and_the_diagnosis_reads
     window = split_window(passes, 1)
     summary = {**summary_row(window, [], TimingSink(), 0, 1, 0), "batch_size": 4}
     record = {"summary": summary, "passes": pass_records(window)}
-    _check_row(record)
+    _check_row(JobResult.from_stored(record))
     assert record["passes"][0]["step_ms"] == pytest.approx([4.0] + [3.0] * 7)
     assert record["passes"][0]["gpu_busy_ms"] == pytest.approx([1.0] * 8)
     assert _consumer_ms(parse_all(PassRecord, record["passes"])) == pytest.approx(1.0)

@@ -159,9 +159,8 @@ def _check_passes(passes: Sequence[Mapping[str, Any]], batch_size: int, where: s
     return 1000.0 * samples / step_ms
 
 
-def _check_row(stored: Mapping[str, Any]) -> None:
+def _check_row(result: JobResult) -> None:
     """The summary's own figures agree with each other and with the raw steps beside them."""
-    result = JobResult.read(stored)
     summary = result.summary
     rate, low, high = summary.samples_per_s, summary.samples_per_s_ci_low, summary.samples_per_s_ci_high
     if not finite_positive(rate):
