@@ -15,11 +15,11 @@ so that set's decode is in the dataset's load row, which the plan-time note says
 
 litdata reads its chunks itself, not through pipebench's FileReads: the read columns stay empty, and
 `dataset.cache` / `dataset.storage` do nothing here (the job says so). Building the dataset reads the
-folder's index.json (a regular file, at most INDEX_MAX_BYTES: a FIFO or a device is never opened) and checks it against the chunks before
-any job, each in one line naming the file: a chunk name that leaves the folder, a chunk missing, not a
-regular file, shorter than index.json says or too short to hold the items it counts, and items without
-the named fields. litdata cannot read a set with a chunk left out, so there is no
-`on_bad_sample=skip` for chunks. From a bucket, access refused is named as such, and an `http://`
+folder's index.json (a regular file, at most shard_split's MAX_INDEX_BYTES: a FIFO or a device is never
+opened) and checks it against the chunks before any job, each in one line naming the file: a chunk name
+that leaves the folder, a chunk missing, not a regular file, shorter than index.json says or too short
+to hold the items it counts, and items without the named fields. litdata cannot read a set with a chunk
+left out, so there is no `on_bad_sample=skip` for chunks. From a bucket, access refused is named as such, and an `http://`
 endpoint, which litdata's downloader refuses, is one line naming it.
 """
 
@@ -41,15 +41,13 @@ from pipebench.storage.dataset_contract import DatasetContract
 from pipebench.storage.object_store import access_denied, is_url, read_failure, url_fs
 
 from .lazy_image import rgb_from
-from .shard_split import ShardFiles, ShardOffsets, not_regular, require_library, require_names
+from .shard_split import (INDEX_FILE, ShardFiles, ShardOffsets, not_regular, read_index, require_library,
+                          require_names)
 
 __all__ = ["LitDataChunks", "write_litdata"]
 
 NAME = "litdata"
 FEATURE = "dataset=litdata"
-INDEX_FILE = "index.json"
-# The largest index.json read: a set of a million chunks lists them in about 100 MB.
-INDEX_MAX_BYTES = 256 << 20
 # The serializers litdata writes an image with whose bytes are the encoded file (`image:<ext>` is
 # keyed `image`); the chain gets them undecoded.
 ENCODED_FORMATS = ("bytes", "jpeg", "image")
@@ -98,30 +96,6 @@ def _litdata() -> Any:
 def _serializer(data_format: str) -> str:
     """The serializer's key of a field's data format (`image:jpg` is written by `image`)."""
     return data_format.split(":", 1)[0]
-
-
-def _read_index(fs: Any, root: str, input_dir: str) -> Any:
-    """index.json's object, read only when it is a regular file of at most INDEX_MAX_BYTES; one line otherwise."""
-    where = f"{input_dir}/{INDEX_FILE}"
-    odd = not_regular(f"{root}/{INDEX_FILE}") if not is_url(input_dir) else ""
-    if odd:
-        raise DatasetError(f"{NAME}: {where}: {odd}")
-    try:
-        size = fs.size(f"{root}/{INDEX_FILE}") or 0
-        if size <= INDEX_MAX_BYTES:
-            with fs.open(f"{root}/{INDEX_FILE}", "r") as f:
-                return json.load(f)
-    except FileNotFoundError:
-        raise DatasetError(f"{NAME}: {input_dir}: no {INDEX_FILE}, so no optimized LitData set "
-                           "(`pipebench dataset convert --to litdata` writes one)") from None
-    except PermissionError as exc:
-        raise access_denied(NAME, where, exc, input_dir) from None
-    except (OSError, ValueError) as exc:
-        raise DatasetError(f"{NAME}: {where}: not a LitData index ({exc})") from None
-    except Exception as exc:
-        raise read_failure(input_dir, exc, where) from None
-    raise DatasetError(f"{NAME}: {where}: {size} bytes, more than the {INDEX_MAX_BYTES} an index is read to, "
-                       "so not a LitData index")
 
 
 def _field_formats(config: IndexConfig, where: str) -> Dict[str, str]:
@@ -239,7 +213,9 @@ class LitDataChunks(ShardFiles, DatasetContract, IterableDataset):
         fs, root = url_fs(input_dir)
         root = root.rstrip("/")
         where = f"{input_dir}/{INDEX_FILE}"
-        stored = _read_index(fs, root, input_dir)
+        stored = read_index(NAME, input_dir, "a LitData index",
+                            "no optimized LitData set (`pipebench dataset convert --to litdata` writes one)",
+                            lambda stored: stored)
         try:
             index = parse(LitDataIndex, stored)
         except (KeyError, TypeError):

@@ -25,14 +25,13 @@ cold cache and the slow-storage what-if apply.
 Building the dataset reads `index.json` and each uncompressed shard's offsets table, not its samples:
 a shard missing, of another size than the index says, with an offsets table that does not match it,
 named outside the folder, with an unknown compression, or no regular file, is one line naming it, or,
-under `on_bad_sample=skip`, left out and counted. Every read is bounded: the index by MAX_INDEX_BYTES,
-a compressed shard by the size the index gives for it as written.
+under `on_bad_sample=skip`, left out and counted. Every read is bounded: the index by shard_split's
+MAX_INDEX_BYTES, a compressed shard by the size the index gives for it as written.
 """
 
 from __future__ import annotations
 
 import io
-import json
 import struct
 import zlib
 from dataclasses import dataclass
@@ -46,23 +45,20 @@ from pipebench.base.errors import DatasetError
 from pipebench.base.typed_json import parse
 from pipebench.model.shards import split
 from pipebench.storage.file_reads import FileReads
-from pipebench.storage.object_store import access_denied, is_url, read_failure, url_fs
+from pipebench.storage.object_store import is_url, read_failure, url_fs
 from pipebench.storage.rank_info import reader_position
 
 from .lazy_image import rgb_from
 from .sharded_plan import ShardedPlan
-from .shard_split import ShardFiles, ShardOffsets, bad_input, check_policy, not_regular, require_library, require_names
+from .shard_split import (INDEX_FILE, ShardFiles, ShardOffsets, bad_input, check_policy, not_regular,
+                          read_index, require_library, require_names)
 
 __all__ = ["MDSShards", "ShardEntry", "decode_int", "sample_columns"]
 
 NAME = "mds"
 FEATURE = "dataset=mds"
-INDEX_FILE = "index.json"
 # The index format MDSWriter writes (streaming 0.4 to 0.13): its readers refuse any other version.
 INDEX_VERSION = 2
-# An index larger than this is no MDS index: 256 MiB holds about half a million shards' entries, while a
-# FIFO or a device named index.json would otherwise be read for ever.
-MAX_INDEX_BYTES = 256 << 20
 # Compressions read (MDSWriter's names): none, zstd (the zstandard package, in the formats extra) and gz
 # (stdlib zlib, gzip's framing). MDSWriter also writes br, bz2 and snappy: no golden shard tests them.
 ZSTD, GZIP = "zstd", "gz"
@@ -221,31 +217,12 @@ def _offsets(head: bytes, entry: ShardEntry) -> Tuple[int, ...]:
     return tuple(offsets)
 
 
-def _read_index(input_dir: str) -> List[Any]:
-    """index.json's shards' objects, read with a bounded read from a regular file; one line where it is
-    no index."""
-    fs, root = url_fs(input_dir)
-    path = f"{root.rstrip('/')}/{INDEX_FILE}"
-    odd = not_regular(path)
-    if odd:
-        raise DatasetError(f"{NAME}: {input_dir}/{INDEX_FILE}: {odd}")
-    try:
-        with fs.open(path, "rb") as f:
-            text = f.read(MAX_INDEX_BYTES + 1)
-        if len(text) > MAX_INDEX_BYTES:
-            raise ValueError(f"over {MAX_INDEX_BYTES >> 20} MiB")
-        index = parse(_Index, json.loads(text))
-        if index.version != INDEX_VERSION or not isinstance(index.shards, tuple):
-            raise ValueError(f"no version {INDEX_VERSION} index of shards")
-        return index.shards
-    except FileNotFoundError:
-        raise DatasetError(f"{NAME}: {input_dir}: no {INDEX_FILE}, so no MDS set (MDSWriter writes one)") from None
-    except PermissionError as exc:
-        raise access_denied(NAME, f"{input_dir}/{INDEX_FILE}", exc, input_dir) from None
-    except (OSError, ValueError, TypeError) as exc:
-        raise DatasetError(f"{NAME}: {input_dir}/{INDEX_FILE}: not an MDS index ({exc})") from None
-    except Exception as exc:
-        raise read_failure(input_dir, exc, f"{input_dir}/{INDEX_FILE}") from None
+def _index_shards(stored: Any) -> List[Any]:
+    """The shards' objects of a version INDEX_VERSION index; ValueError for any other."""
+    index = parse(_Index, stored)
+    if index.version != INDEX_VERSION or not isinstance(index.shards, tuple):
+        raise ValueError(f"no version {INDEX_VERSION} index of shards")
+    return index.shards
 
 
 def _check_file(entry: ShardEntry) -> str:
@@ -314,7 +291,8 @@ class MDSShards(ShardFiles, ShardedPlan, IterableDataset):
         self.label_key = label_key
         self.on_bad_sample = check_policy(NAME, on_bad_sample)
         entries, problems = [], []
-        for position, shard in enumerate(_read_index(input_dir)):
+        shards = read_index(NAME, input_dir, "an MDS index", "no MDS set (MDSWriter writes one)", _index_shards)
+        for position, shard in enumerate(shards):
             try:
                 entry, problem = _entry(input_dir, shard)
             except (KeyError, TypeError, ValueError, AttributeError) as exc:

@@ -17,19 +17,20 @@ from __future__ import annotations
 
 import hashlib
 import importlib
+import json
 import os
 import stat
 from bisect import bisect_right
 from itertools import accumulate
 from types import ModuleType
-from typing import List, Sequence, Tuple
+from typing import Any, Callable, List, Sequence, Tuple
 
 from pipebench.base.errors import DatasetError
 from pipebench.base.extras import MissingExtra, installed, missing_line
-from pipebench.storage.object_store import is_url
+from pipebench.storage.object_store import access_denied, is_url, read_failure, url_fs
 
 __all__ = ["FORMATS_EXTRA", "ON_BAD_SAMPLE", "ShardFiles", "ShardOffsets", "bad_input", "check_policy", "not_regular",
-           "require_library", "require_names"]
+           "read_index", "require_library", "require_names"]
 
 # The extra that installs every format's own library (webdataset, pyarrow).
 FORMATS_EXTRA = "formats"
@@ -45,6 +46,10 @@ NOT_REGULAR_KINDS = ((stat.S_ISFIFO, "a FIFO"), (stat.S_ISCHR, "a character devi
                      (stat.S_ISSOCK, "a socket"), (stat.S_ISDIR, "a folder"))
 # A local file named as a URL.
 FILE_SCHEME = "file://"
+INDEX_FILE = "index.json"
+# An index larger than this is no index: 256 MiB holds about half a million MDS shards' entries (a
+# million LitData chunks' names), while a FIFO or a device named index.json would be read for ever.
+MAX_INDEX_BYTES = 256 << 20
 
 
 
@@ -67,6 +72,31 @@ def not_regular(location: str) -> str:
     kind = next((name for test, name in NOT_REGULAR_KINDS if test(mode)), "no regular file")
     link = f" (a link to {os.readlink(path)})" if os.path.islink(path) else ""
     return f"not a regular file but {kind}{link}: not read (reading one may never end)"
+
+
+def read_index(reader: str, input_dir: str, kind: str, missing: str, check: Callable[[Any], Any]) -> Any:
+    """`input_dir`'s index.json as `check` returns its JSON, read with a bounded read from a regular file;
+    one line naming it where there is none (`missing`: the set it would make), the storage refuses it, or
+    it is not `kind` (too large, or `check` raising ValueError or TypeError)."""
+    fs, root = url_fs(input_dir)
+    path, where = f"{root.rstrip('/')}/{INDEX_FILE}", f"{input_dir}/{INDEX_FILE}"
+    odd = not_regular(path)
+    if odd:
+        raise DatasetError(f"{reader}: {where}: {odd}")
+    try:
+        with fs.open(path, "rb") as f:
+            text = f.read(MAX_INDEX_BYTES + 1)
+        if len(text) > MAX_INDEX_BYTES:
+            raise ValueError(f"over {MAX_INDEX_BYTES >> 20} MiB")
+        return check(json.loads(text))
+    except FileNotFoundError:
+        raise DatasetError(f"{reader}: {input_dir}: no {INDEX_FILE}, so {missing}") from None
+    except PermissionError as exc:
+        raise access_denied(reader, where, exc, input_dir) from None
+    except (OSError, ValueError, TypeError) as exc:
+        raise DatasetError(f"{reader}: {where}: not {kind} ({exc})") from None
+    except Exception as exc:
+        raise read_failure(input_dir, exc, where) from None
 
 
 def require_library(module: str, feature: str) -> ModuleType:
