@@ -1,6 +1,6 @@
-"""The meter protocol: every meter of a job has the six methods, owns summary columns that exist,
-notes into note columns that exist, and survives the job's calling order (start, marks, stop
-twice) without CUDA."""
+"""The meter protocol: every meter of a job subclasses Meter (so has the six methods, its own or the
+protocol's no-op defaults), owns summary columns that exist, notes into note columns that exist, and
+survives the job's calling order (start, marks, stop twice) without CUDA."""
 
 import json
 import subprocess
@@ -55,7 +55,7 @@ METERS = {
 @pytest.mark.parametrize("name", METERS)
 def test_each_meter_follows_the_protocol(name):
     meter = METERS[name]()
-    assert isinstance(meter, Meter) and meter.key == name
+    assert Meter in type(meter).__mro__ and isinstance(meter, Meter) and meter.key == name
     meter.start()
     meter.mark(FIRST_MEASURED)
     meter.mark(LAST_MEASURED)

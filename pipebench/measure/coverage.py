@@ -25,7 +25,7 @@ from typing import (
 )
 
 from pipebench.base.typed_json import parse_all
-from pipebench.record.figures import Summary
+from pipebench.measure.meter import Meter
 
 # Indices listed by value in the report; the counts cover all of them.
 MAX_LISTED_INDICES = 10
@@ -77,13 +77,13 @@ class CoverageReport:
         return f"coverage: {'; '.join(parts)} ({checked}{dropped})"
 
 
-class IndexLog:
+class IndexLog(Meter):
     """A StepLoop `on_batch` hook: the sample indices of every batch a process received, by (repeat,
     epoch), about a microsecond a step. As a Meter it checks its own log given the dataset's
-    `length`; ranks build it without one, and their logs are pooled instead (`merge_logs`)."""
+    `length`; ranks build it without one, and their logs are pooled instead (`merge_logs`). It
+    ignores the marks: every batch counts, warm-up included, since every read is a read."""
 
     key = "coverage"
-    holds_loop = False
 
     def __init__(self, length: Optional[int] = None, droppable: int = 0) -> None:
         self.repeat = 0
@@ -103,12 +103,6 @@ class IndexLog:
         for failure in getattr(batch, "failures", ()):
             self.failed.setdefault((self.repeat, epoch), []).append(int(failure.index))
 
-    def start(self) -> None:
-        """Nothing: the log fills as batches arrive."""
-
-    def mark(self, name: str) -> None:
-        """Nothing: every batch counts, warm-up included, since every read is a read."""
-
     def stop(self) -> None:
         if self.length is not None:
             reached = [self.reached.get(r, 0) for r in range(max(self.reached, default=-1) + 1)]
@@ -122,11 +116,6 @@ class IndexLog:
 
     def record(self) -> Dict[str, Any]:
         return self._report.as_dict() if self._report else {}
-
-    @staticmethod
-    def notes(summary: Summary) -> Dict[str, str]:
-        """None: duplicate_samples and missed_samples say it all."""
-        return {}
 
     def mapping(self) -> Dict[Tuple[int, int], List[int]]:
         return {key: [int(i) for part in parts for i in part] for key, parts in sorted(self.parts.items())}

@@ -13,7 +13,7 @@ from typing import Any, Dict, Optional
 
 import psutil
 
-from pipebench.measure.meter import FIRST_MEASURED, LAST_MEASURED
+from pipebench.measure.meter import FIRST_MEASURED, LAST_MEASURED, Meter
 from pipebench.record.figures import Summary
 
 __all__ = ["PROCESS_CPU_COLUMN", "HostLoadMeter", "HostReading", "host_load_note", "other_load"]
@@ -87,24 +87,17 @@ def host_load_note(other_cores: Optional[float], steal_pct: Optional[float], cpu
             "which sees only the noise inside the window; rounds=N measures the run-to-run part")
 
 
-class HostLoadMeter:
+class HostLoadMeter(Meter):
     """`host_other_cpu_cores` and `host_steal_pct` over the measured steps; see the module doc."""
 
     key = "host_load"
-    holds_loop = False
 
     def __init__(self) -> None:
         self._at: Dict[str, HostReading] = {}
 
-    def start(self) -> None:
-        """Nothing: the counters are read at the marks."""
-
     def mark(self, name: str) -> None:
         if name in (FIRST_MEASURED, LAST_MEASURED):
             self._at[name] = read_host()
-
-    def stop(self) -> None:
-        """Nothing to join."""
 
     def columns(self) -> Dict[str, Optional[float]]:
         first, last = self._at.get(FIRST_MEASURED), self._at.get(LAST_MEASURED)

@@ -19,8 +19,7 @@ from typing import Any, Collection, Dict, List, Optional, Tuple
 
 import psutil
 
-from pipebench.measure.meter import FIRST_MEASURED, LAST_MEASURED
-from pipebench.record.figures import Summary
+from pipebench.measure.meter import FIRST_MEASURED, LAST_MEASURED, Meter
 
 # multiprocessing's own helper processes: the resource tracker (started by the first spawn or
 # forkserver loader, it lives as long as the main process, so a later loader's figures would count
@@ -187,7 +186,7 @@ def _growth(tracks: List[_Track]) -> Optional[float]:
     return _mb(sum(deltas)) if deltas else None
 
 
-class MemorySampler:
+class MemorySampler(Meter):
     """Sample RSS/PSS of this process and its children, and /dev/shm, on a daemon thread (a Meter).
 
     start() and stop() each take a sample; a `with` block stops the thread even on an exception.
@@ -303,11 +302,6 @@ class MemorySampler:
 
     def record(self) -> Dict[str, Any]:
         return asdict(self._report) if self._report else {}
-
-    @staticmethod
-    def notes(summary: Summary) -> Dict[str, str]:
-        """None: its cells say what it measured, and an empty cell that it could not."""
-        return {}
 
     def _halt(self) -> None:
         """Stop the thread and take the final sample, once."""

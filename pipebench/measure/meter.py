@@ -2,7 +2,8 @@
 
 A meter is built before the loader's workers start, started before the first repeat, marked at the
 first and last measured step of the first repeat, and stopped once the repeats end (also when they
-fail). Adding a meter means one class with these methods and one field of job_run.JobMeters.
+fail). Adding a meter means one class subclassing Meter (whose methods, but `columns` and `record`,
+do nothing by default) and one field of job_run.JobMeters.
 A meter never fails a job for "not available": it leaves None cells and says why.
 """
 
@@ -22,7 +23,7 @@ class Meter(Protocol):
     # Whether its readings take long enough to hold the step loop while workers run on (the memory
     # meter walks every process's page tables): such meters are marked first, and the loop drains
     # what the workers made meanwhile before the others' marks and the clock start.
-    holds_loop: bool
+    holds_loop: bool = False
 
     def start(self) -> None:
         """Before the first repeat. Creates no CUDA context: workers may fork later."""
@@ -44,6 +45,7 @@ class Meter(Protocol):
         """Lines this meter adds to the row's note columns (`window_note`, `gpu_notes`), by column.
         Read from the whole summary row alone, never the meter's state, so a row merged from ranks,
         which has no meter, gets its notes by the same rule (`add_notes` over the meters' classes)."""
+        return {}
 
 
 def add_notes(summary: Dict[str, Any], meters: Iterable[Any]) -> None:

@@ -17,7 +17,7 @@ from typing import Any, Dict, Optional
 import numpy as np
 import psutil
 
-from pipebench.measure.meter import FIRST_MEASURED, LAST_MEASURED
+from pipebench.measure.meter import FIRST_MEASURED, LAST_MEASURED, Meter
 from pipebench.measure.steps import NS_PER_MS, NS_PER_S, TimingSink
 from pipebench.record.figures import Summary
 from pipebench.storage.file_reads import BYTES_PER_MB, READ_BYTES, READ_FILES, READ_NS, READ_REQUESTS
@@ -87,26 +87,19 @@ class StorageDelta:
     exited_in_window: int
 
 
-class StorageReadMeter:
+class StorageReadMeter(Meter):
     """`storage_read_mb` and `storage_read_mb_per_s` over the measured steps; see the module doc."""
 
     key = "storage_io"
-    holds_loop = False
 
     def __init__(self) -> None:
         self._at: Dict[str, Optional[Dict[int, int]]] = {}
         self._time: Dict[str, float] = {}
 
-    def start(self) -> None:
-        """Nothing: the counters are read at the marks."""
-
     def mark(self, name: str) -> None:
         if name in (FIRST_MEASURED, LAST_MEASURED):
             self._at[name] = _read_bytes()
             self._time[name] = time.perf_counter()
-
-    def stop(self) -> None:
-        """Nothing to join."""
 
     def following(self) -> "StorageReadMeter":
         """A meter from this one's last mark on, whose first reading is that mark's: windows end to
@@ -140,8 +133,3 @@ class StorageReadMeter:
         note = (f"{delta.exited_in_window} process(es) exited inside the window and took their counts"
                 if delta.exited_in_window else None)
         return {**asdict(delta), "note": note}
-
-    @staticmethod
-    def notes(summary: Summary) -> Dict[str, str]:
-        """None: why a figure is missing is in its record, not the row."""
-        return {}

@@ -11,8 +11,7 @@ from typing import Any, Dict, List, Optional, Sequence
 import torch
 
 from pipebench.base.typed_json import parse
-from pipebench.measure.meter import FIRST_MEASURED, LAST_MEASURED
-from pipebench.record.figures import Summary
+from pipebench.measure.meter import FIRST_MEASURED, LAST_MEASURED, Meter
 
 BYTES_PER_MB = 1 << 20
 # A step-to-step change of reserved memory smaller than this share of the peak is jitter, not a
@@ -63,13 +62,12 @@ class AllocatorCounts:
     num_device_free: int = 0
 
 
-class AllocatorTracker:
+class AllocatorTracker(Meter):
     """A Meter of allocator state over the measured steps of a consumer running on `device`: the
     marks read the counters, `sample()` (the step loop's `after_measured`) reserved memory; both do
     nothing unless `device` is a CUDA device."""
 
     key = "allocator"
-    holds_loop = False
 
     def __init__(self, device: Optional[torch.device]):
         self.active = device is not None and device.type == "cuda"
@@ -80,12 +78,6 @@ class AllocatorTracker:
     def mark(self, name: str) -> None:
         if self.active:
             self._stats[name] = parse(AllocatorCounts, torch.cuda.memory_stats(self.device))
-
-    def start(self) -> None:
-        """Nothing: the counters are read at the marks."""
-
-    def stop(self) -> None:
-        """Nothing to join: every reading is taken in the step loop's own thread."""
 
     def sample(self) -> None:
         if self.active:
@@ -98,11 +90,6 @@ class AllocatorTracker:
 
     def record(self) -> Dict[str, Any]:
         return asdict(self.report())
-
-    @staticmethod
-    def notes(summary: Summary) -> Dict[str, str]:
-        """None of its own: its note reaches the row in GpuSession's gpu_notes cell."""
-        return {}
 
     def report(self) -> AllocatorReport:
         if not self.active:

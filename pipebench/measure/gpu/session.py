@@ -28,6 +28,7 @@ from pipebench.measure.gpu.sync_detect import (
 )
 from pipebench.measure.gpu.trace import load_trace, windows
 from pipebench.measure.gpu.util import GpuUtilSampler
+from pipebench.measure.meter import Meter
 from pipebench.measure.summarize import accel_util_pct
 from pipebench.record.figures import Summary
 
@@ -102,11 +103,10 @@ class TracedFigures:
     syncs_live: SyncCount
 
 
-class GpuSession:
+class GpuSession(Meter):
     """Collects the GPU-side figures of one job (a Meter made of meters); see the module docstring."""
 
     key = "gpu"
-    holds_loop = False
 
     def __init__(self, consumer: Any, untraced_note: str = NO_TRACE_NOTE):
         self.consumer = consumer

@@ -14,8 +14,7 @@ from typing import Any, Dict, List, Optional, Tuple
 import torch
 
 from pipebench.base.extras import install_line
-from pipebench.measure.meter import FIRST_MEASURED, LAST_MEASURED
-from pipebench.record.figures import Summary
+from pipebench.measure.meter import FIRST_MEASURED, LAST_MEASURED, Meter
 
 # 0.1 s: shorter than NVML's own sample period on every GPU, so no period is missed, and
 # ~10 NVML calls a second cost nothing next to a training step.
@@ -111,14 +110,13 @@ def _open_nvml():
     return pynvml, handle
 
 
-class GpuUtilSampler:
+class GpuUtilSampler(Meter):
     """A Meter: samples NVML utilisation every `interval_s` from the FIRST_MEASURED mark to the
     LAST_MEASURED mark (or stop()), so warm-up never dilutes it. NVML is opened at start(), since its
     init can take a good part of a second and the first mark is inside the window's clock.
     `enabled=False` (the consumer is not on CUDA) records nothing."""
 
     key = "gpu_util"
-    holds_loop = False
 
     def __init__(self, interval_s: float = DEFAULT_INTERVAL_S, enabled: bool = True):
         self.interval_s = interval_s
@@ -180,8 +178,3 @@ class GpuUtilSampler:
     def record(self) -> Dict[str, Any]:
         report = self.stop()
         return {"samples_pct": report.samples, "interval_s": report.interval_s, "note": report.note}
-
-    @staticmethod
-    def notes(summary: Summary) -> Dict[str, str]:
-        """None of its own: its note reaches the row in GpuSession's gpu_notes cell."""
-        return {}
