@@ -37,7 +37,7 @@ from pipebench.record.figures import Summary
 from pipebench.storage.file_reads import IO_FIELDS
 
 __all__ = ["DEFAULT_REPLAY", "DEFAULT_SECONDS", "DEFAULT_SKIP_STEPS", "DEFAULT_STEPS", "SITE_KEY", "LoaderIdentity",
-           "LoaderWatch", "VIA_KEY", "WatchCells", "WatchWindow", "batch_samples", "creation_site", "watching_loaders"]
+           "LoaderWatch", "VIA_KEY", "WatchCells", "WatchWindow", "batch_samples", "watching_loaders"]
 
 # The measured window ends on its own, so a long training run goes on unmeasured (and unslowed):
 # 200 steps hold 25+ worker cycles at up to 8 workers, enough blocks for the interval...
@@ -91,12 +91,6 @@ def batch_samples(batch: Any, fallback: Optional[int]) -> int:
             return len(batch)
         return batch_samples(first, fallback)
     return fallback or 0
-
-
-def creation_site() -> CallSite:
-    """Where the user's own code created (or iterates) a DataLoader, and the library's line that did
-    it on its behalf (pipebench.attach.call_site)."""
-    return call_site(sys._getframe(1), DataLoader)
 
 
 @dataclass(frozen=True)
@@ -161,7 +155,7 @@ class LoaderWatch:
                  export: bool = False, built_with: Optional[BuiltWith] = None, iterated_at: Optional[str] = None,
                  order: Optional[int] = None) -> None:
         self.window = window
-        called = CallSite(site) if isinstance(site, str) else site or creation_site()
+        called = CallSite(site) if isinstance(site, str) else site or call_site(sys._getframe(), DataLoader)
         self.site, self.via = called.user, called.library
         # A loader of another kind (any iterable of batches) is timed in the main loop only: named by
         # its own class, with no dataset, workers or recipe to look into.
@@ -486,7 +480,7 @@ def watching_loaders(window: WatchWindow = WatchWindow(), export: bool = False) 
 
     def __init__(self, *args, **kwargs):
         if self not in sites:  # once a loader: a subclass's super().__init__ is the same one
-            sites[self] = (creation_site(), next(created))
+            sites[self] = (call_site(sys._getframe(), DataLoader), next(created))
         original_init(self, *args, **kwargs)
 
     def __iter__(self):
@@ -494,7 +488,8 @@ def watching_loaders(window: WatchWindow = WatchWindow(), export: bool = False) 
         if watch is None:  # made at its first iteration, whose site is part of its name
             site, order = sites.get(self, (CallSite(UNKNOWN_SITE), None))
             watch = by_loader[self] = LoaderWatch(self, window, site, export=export, built_with=built_with,
-                                                  iterated_at=creation_site().user, order=order)
+                                                  iterated_at=call_site(sys._getframe(), DataLoader).user,
+                                                  order=order)
             watches.append(watch)
         return watch.epoch(lambda: original_iter(self))
 

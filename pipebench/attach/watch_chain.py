@@ -381,10 +381,9 @@ def _install_items(restore: contextlib.ExitStack, dataset: Any, clock: StepClock
 
 @contextlib.contextmanager
 def timed_loader(loader: DataLoader) -> Iterator[Timing]:
-    """Within the block the loader's samples are timed (their load, their recipe's steps where one
-    is found, their target_transform, an ImageFolder's file loader), its collate carries the
-    timings and its worker_init_fn stamps each worker's start; yields the `Timing` (with no rows
-    when nothing could be timed: nothing is changed then). What was changed is restored on the way out."""
+    """Within the block the loader's samples are timed (load, recipe steps, target_transform, an
+    ImageFolder's file loader), its collate carries the timings and its workers stamp their start, all
+    restored on the way out; yields the `Timing` (no rows, and nothing changed, where nothing can be)."""
     dataset = subset_base(loader.dataset)
     holders = recipe_holders(dataset)
     found, shared = shared_recipe(holders)
