@@ -42,25 +42,24 @@ def cpu_model() -> str:
     return platform.processor() or platform.machine()
 
 
-def git_commit() -> Optional[str]:
+def _git(*args: str) -> Optional[subprocess.CompletedProcess]:
+    """`git ARGS` in the working directory; None when git is missing or does not answer in time."""
     try:
-        out = subprocess.run(
-            ["git", "rev-parse", "HEAD"], capture_output=True, text=True, timeout=GIT_TIMEOUT_S, check=False
-        )
+        return subprocess.run(["git", *args], capture_output=True, text=True, timeout=GIT_TIMEOUT_S, check=False)
     except (OSError, subprocess.TimeoutExpired):
         return None
-    return out.stdout.strip() or None
+
+
+def git_commit() -> Optional[str]:
+    out = _git("rev-parse", "HEAD")
+    return (out.stdout.strip() or None) if out else None
 
 
 def git_dirty() -> Optional[bool]:
     """Whether the code under test (the working directory's repository) has uncommitted changes
     to tracked files; None outside a repository."""
-    try:
-        out = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], capture_output=True,
-                             text=True, timeout=GIT_TIMEOUT_S, check=False)
-    except (OSError, subprocess.TimeoutExpired):
-        return None
-    return bool(out.stdout.strip()) if out.returncode == 0 else None
+    out = _git("status", "--porcelain", "--untracked-files=no")
+    return bool(out.stdout.strip()) if out and out.returncode == 0 else None
 
 
 def libjpeg_turbo_version() -> Optional[str]:
