@@ -87,10 +87,6 @@ class Baseline:
         self.rule = rule
         self.windows: Deque[Tuple[float, float, float]] = deque(maxlen=size)
 
-    @property
-    def ready(self) -> bool:
-        return len(self.windows) >= MIN_BASELINE_WINDOWS
-
     def medians(self) -> Tuple[float, float, float]:
         """The baseline's median starvation %, samples/s and seconds a step (NaN before any window)."""
         if not self.windows:
@@ -100,7 +96,8 @@ class Baseline:
 
     def judge(self, window: WindowFigures) -> Optional[Verdict]:
         """The window's verdict (None: no stall); a window that is no stall joins the baseline."""
-        verdict = self._verdict(window) if self.ready and window.steps and window.span_s > 0 else None
+        ready = len(self.windows) >= MIN_BASELINE_WINDOWS
+        verdict = self._verdict(window) if ready and window.steps and window.span_s > 0 else None
         if verdict is None and window.steps and window.span_s > 0 and window.samples > 0:
             self.windows.append((window.starvation_pct, window.samples_per_s, window.span_s / window.steps))
         return verdict
