@@ -21,7 +21,7 @@ from pipebench.measure.steps import TimingSink
 from pipebench.storage.page_cache import prepare_cache
 from pipebench.measure.storage_io import file_read_columns, file_read_figures
 from pipebench.storage.file_reads import BYTES_PER_MB, IO_FIELDS, FileReads
-from pipebench.pipeline.timed_chain import InstrumentedDataset, TimedCollate
+from pipebench.pipeline.timed_chain import InstrumentedDataset, SampleFailure, TimedCollate, TimedItem
 
 # It asserts on measured rates, CPU time or the host's load: under xdist it runs with no other test beside it.
 pytestmark = pytest.mark.alone
@@ -120,6 +120,22 @@ def test_workers_send_back_the_bytes_each_sample_read(tmp_path):
     assert columns["read_files_per_sample"] == 1.0
     assert columns["read_mb_per_s"] == pytest.approx(mean_size * 100.0 / BYTES_PER_MB)
     assert 0 < columns["io_share_of_load_pct"] <= 100
+
+
+class _FailingBatchStep:
+    def __call__(self, data):
+        raise ValueError("no batch")
+
+
+def test_a_batch_with_no_sample_left_keeps_the_per_sample_widths():
+    """A batch whose samples all failed, or whose per-batch step failed, carries empty per-sample
+    arrays as wide as the per-sample chain and IO_FIELDS, so they stack with the batches beside it."""
+    failed = SampleFailure(0, "sample 0", "ImageFolderDataset", "OSError: gone")
+    good = TimedItem(np.zeros(3), 0, np.zeros(4, np.int64), 0, 1, np.zeros(len(IO_FIELDS), np.int64))
+    collate = TimedCollate([_FailingBatchStep()], sample_steps=4)
+    for batch in (collate([failed]), collate([failed, good])):
+        assert batch.data is None and batch.failures[0] == failed
+        assert batch.sample_ns.shape == (0, 4) and batch.sample_io.shape == (0, len(IO_FIELDS))
 
 
 def test_read_figures_are_the_sums_they_say():

@@ -51,7 +51,8 @@ def build_pipeline(spec: JobSpec, reference: Optional[BatchReference] = None
     for note in opened.notes:
         print(f"notice: {note}", file=sys.stderr, flush=True)
     instrumented = wrapper(dataset, build_transforms(opened.nodes, "transform.per_sample"))
-    collate = TimedCollate(build_transforms(spec.per_batch, "transform.per_batch"), reference)
+    per_batch = build_transforms(spec.per_batch, "transform.per_batch")
+    collate = TimedCollate(per_batch, reference, len(instrumented.steps))
     return dataset, instrumented, collate
 
 

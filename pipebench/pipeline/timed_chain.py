@@ -290,6 +290,11 @@ class InstrumentedDataset(_Traced, Dataset):
         return TimedItem(sample, target, timings, time.thread_time_ns() - cpu_start, int(index), io)
 
 
+def _stacked(rows: List[np.ndarray], width: int) -> np.ndarray:
+    """`rows` as one [len(rows), width] int64 array; a batch with no sample left keeps the width."""
+    return np.stack(rows) if rows else np.zeros((0, width), np.int64)
+
+
 class BatchReference(Protocol):
     def after_batch(self, batch_cpu_ns: int) -> int:
         """Count a batch's thread CPU ns; run the reference workload when due and answer its ns, else 0."""
@@ -303,11 +308,14 @@ class TimedCollate(_Traced):
     .trace`); in the main process (workers=0) into its own `trace`, set by `start_main`.
     """
 
-    def __init__(self, transforms: Sequence[Callable], reference: Optional[BatchReference] = None) -> None:
+    def __init__(self, transforms: Sequence[Callable], reference: Optional[BatchReference] = None,
+                 sample_steps: int = 0) -> None:
         self.transforms = list(transforms)
         self.steps = [StepName(COLLATE_STAGE, COLLATE_NAME), *step_names(self.transforms, PER_BATCH_STAGE)]
         self.labels = _step_labels(self.steps)
         self.reference = reference
+        # The per-sample chain's step count: the width of a batch's sample_ns when no sample is left.
+        self.sample_steps = sample_steps
 
     def __call__(self, items: List[Any]) -> TimedBatch:
         cpu_start = time.thread_time_ns()
@@ -323,24 +331,22 @@ class TimedCollate(_Traced):
         else:
             worker_id, started_ns, rec = MAIN_PROCESS_WORKER, 0, self.trace
 
-        def batch(data: Any, labels: Any, sample_ns: np.ndarray, sample_cpu_ns: np.ndarray,
-                  failed: Tuple[SampleFailure, ...], indices: np.ndarray, sample_io: np.ndarray,
-                  sample_workers: np.ndarray) -> TimedBatch:
+        def batch(data: Any, labels: Any, samples: Tuple[np.ndarray, ...],
+                  failed: Tuple[SampleFailure, ...]) -> TimedBatch:
+            sample_ns, sample_cpu_ns, indices, sample_io, sample_workers = samples
             cpu_ns = time.thread_time_ns() - cpu_start
             reference = self.reference
             reference_ns = 0 if reference is None else reference.after_batch(cpu_ns + int(sample_cpu_ns.sum()))
             return TimedBatch(data, labels, sample_ns, batch_ns, sample_cpu_ns, cpu_ns, failed, worker_id, started_ns,
                               time.perf_counter_ns(), indices, sample_io, sample_workers, reference_ns)
 
+        workers = [worker_id if item.worker == MAIN_PROCESS_WORKER else item.worker for item in good]
+        samples = (_stacked([item.timings for item in good], self.sample_steps),
+                   np.array([item.cpu_ns for item in good], dtype=np.int64),
+                   np.array([item.index for item in good], dtype=np.int64),
+                   _stacked([item.io for item in good], len(IO_FIELDS)), np.array(workers, dtype=np.int64))
         if not good:
-            return batch(None, None, np.zeros((0, len(self.steps)), np.int64), np.zeros(0, np.int64), failures,
-                         np.zeros(0, np.int64), np.zeros((0, len(IO_FIELDS)), np.int64), np.zeros(0, np.int64))
-        sample_ns = np.stack([item.timings for item in good])
-        sample_cpu_ns = np.array([item.cpu_ns for item in good], dtype=np.int64)
-        indices = np.array([item.index for item in good], dtype=np.int64)
-        sample_io = np.stack([item.io for item in good])
-        sample_workers = np.array([worker_id if item.worker == MAIN_PROCESS_WORKER else item.worker for item in good],
-                                  dtype=np.int64)
+            return batch(None, None, samples, failures)
         names = self.labels
         collate, transforms = default_collate, self.transforms
         if self.profiling:
@@ -365,9 +371,8 @@ class TimedCollate(_Traced):
         except Exception as exc:  # the whole batch is bad; the policy in the main process decides
             lost = SampleFailure(BATCH_FAILURE_INDEX, f"a batch of {len(good)} samples", self.steps[step].name,
                                  first_line(exc))
-            return batch(None, None, sample_ns[:0], sample_cpu_ns[:0], failures + (lost,) * len(good), indices[:0],
-                         sample_io[:0], sample_workers[:0])
-        return batch(data, labels, sample_ns, sample_cpu_ns, failures, indices, sample_io, sample_workers)
+            return batch(None, None, tuple(array[:0] for array in samples), failures + (lost,) * len(good))
+        return batch(data, labels, samples, failures)
 
 
 class WorkerInit:
