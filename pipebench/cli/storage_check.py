@@ -25,8 +25,6 @@ import psutil
 from pipebench.base.command import results_line
 from pipebench.base.cores import usable_cores
 from pipebench.base.errors import (
-    INTERRUPTED_EXIT_STATUS,
-    TERMINATED_EXIT_STATUS,
     USAGE_EXIT_STATUS,
     ConfigError,
     PipebenchError,
@@ -67,7 +65,7 @@ from pipebench.storage_track.search import (
     search_accelerators,
 )
 from pipebench.sweep.expand import expand_sweep, import_from_cwd, refuse_hydra_dirs, search_path
-from pipebench.sweep.launch import Into, run_command
+from pipebench.sweep.launch import Into, Stopped, run_command
 
 __all__ = ["add_parser", "main", "storage_check_command"]
 
@@ -92,12 +90,6 @@ workloads (accelerators): """ + workload_listing() + """
 keys:   storage_check.runs=5, storage_check.max_accelerators=64, storage_check.min_au_pct (workload=custom, 90)
 writes: verdict.json, report.md, and search/, runs/, no-chain/ as `run` writes them
 """ + NOT_MLPERF + "."
-
-
-class Stopped(Exception):
-    def __init__(self, status: int) -> None:
-        super().__init__(status)
-        self.status = status
 
 
 def _preset(options: CheckOptions, spec: JobSpec) -> Preset:
@@ -208,10 +200,7 @@ class Check:
 
     def sweep(self, where: Path, overrides: Sequence[str]) -> Tuple[int, List[JobResult]]:
         status = run_command(list(overrides), self.config_dir, into=Into(where, stage=True))
-        records = load_job_results(where) if where.exists() else []
-        if status in (INTERRUPTED_EXIT_STATUS, TERMINATED_EXIT_STATUS):
-            raise Stopped(status)
-        return status, records
+        return status, load_job_results(where) if where.exists() else []
 
     def measure(self, n: int, rounds: int) -> List[Optional[float]]:
         """The search's measure: `rounds` rounds at N = n, each a job; a failed one is None."""

@@ -57,7 +57,7 @@ from pipebench.sweep.expand import expand_sweep, import_from_cwd, label, quote, 
 from pipebench.sweep.job_task import run_job_task
 from pipebench.sweep.preflight import preflight
 
-__all__ = ["Into", "run_command", "show_command"]
+__all__ = ["Into", "Stopped", "run_command", "show_command"]
 
 # The CLI folds the config's sweeper params (suite=nightly) into the command line after the
 # rounds sweep; Hydra must not prepend them a second time.
@@ -71,13 +71,22 @@ HYDRA_RAISES = "HYDRA_FULL_ERROR"
 class Into:
     """A folder another verb has made and locked for its sweep, so it is never resumed: `epilogue`
     prints the verb's own table after the report (explore's); a `stage` (one of tune's or
-    storage-check's parts) writes no report and prints no `results:` line, since its verb reports;
-    past a `deadline` (time.monotonic's clock) the launcher starts no more of its jobs (tune's budget)."""
+    storage-check's parts) writes no report and prints no `results:` line, since its verb reports,
+    and raises `Stopped` where it was interrupted; past a `deadline` (time.monotonic's clock) the
+    launcher starts no more of its jobs (tune's budget)."""
 
     folder: Path
     epilogue: Optional[Callable[[Path], None]] = None
     stage: bool = False
     deadline: Optional[float] = None
+
+
+class Stopped(Exception):
+    """A stage was interrupted (Ctrl-C, SIGTERM): its verb stops with the stage's status."""
+
+    def __init__(self, status: int) -> None:
+        super().__init__(status)
+        self.status = status
 
 
 @dataclass(frozen=True)
@@ -193,6 +202,8 @@ def _run_sweep(sweep: _Sweep, into: Into, ahead: Optional[JobProcess]) -> int:
         status = status or USAGE_EXIT_STATUS
     if not into.stage:
         print(results_line(invocation_dir))
+    elif status in (INTERRUPTED_EXIT_STATUS, TERMINATED_EXIT_STATUS):
+        raise Stopped(status)
     return status
 
 

@@ -22,8 +22,6 @@ from pipebench.base.command import results_line
 from pipebench.base.cores import usable_cores
 from pipebench.base.errors import (
     CRASH_EXIT_STATUS,
-    INTERRUPTED_EXIT_STATUS,
-    TERMINATED_EXIT_STATUS,
     ConfigError,
     report_error,
 )
@@ -45,7 +43,7 @@ from pipebench.record.resume import dated, new_folder
 from pipebench.report.diagnosis import chain_costs
 from pipebench.report.thread_advice import gil_bound_steps
 from pipebench.sweep.expand import expand_sweep, import_from_cwd, refuse_hydra_dirs, search_path
-from pipebench.sweep.launch import Into, run_command
+from pipebench.sweep.launch import Into, Stopped, run_command
 from pipebench.tune.chains import PROBE_FAILED, ChainSet, probed_chains, winning_chains
 from pipebench.tune.files import Tuned, write_tune
 from pipebench.tune.job_cost import job_seconds
@@ -101,14 +99,6 @@ DEFAULT_BUDGET_S = 300.0
 PROBE_DIR, RACE_DIR, VERIFY_DIR = "probe", "race-{}", "verify"
 # The folder name after `<time>-`: what a resumed tune looks for.
 FOLDER_TAIL = "tune-{}"
-
-
-class Stopped(Exception):
-    """A stage was interrupted (Ctrl-C, SIGTERM): tune stops with the stage's status."""
-
-    def __init__(self, status: int) -> None:
-        super().__init__(status)
-        self.status = status
 
 
 @dataclass(frozen=True)
@@ -335,10 +325,8 @@ class TuneSession:
         for point in points:
             store_point(point)
         sweep = [*self.base, *run_settings, f"rounds={rounds}", point_override([p.name for p in points])]
-        status = run_command(sweep, self.request.config_dir, ahead=ahead,
-                             into=Into(where, stage=True, deadline=deadline))
-        if status in (INTERRUPTED_EXIT_STATUS, TERMINATED_EXIT_STATUS):
-            raise Stopped(status)
+        run_command(sweep, self.request.config_dir, ahead=ahead,
+                    into=Into(where, stage=True, deadline=deadline))
         found: Dict[str, List[JobResult]] = {}
         for record in load_job_results(where):
             found.setdefault(str(record.choices.get(POINT_GROUP)), []).append(record)
