@@ -11,7 +11,7 @@ from torch.utils.data import DistributedSampler, IterableDataset
 from pipebench.base.errors import ConfigError
 from pipebench.datasets.random_tensors import RandomTensorDataset
 from pipebench.datasets.sharded_stream import ShardedStream, shard_of
-from pipebench.measure.coverage import check_coverage, merge_logs
+from pipebench.measure.coverage import check_coverage, droppable_per_epoch, merge_logs
 from pipebench.measure.job import measure_job
 from pipebench.measure.runner import BatchStream
 from pipebench.pipeline.build import build_dataset, build_pipeline
@@ -145,6 +145,12 @@ def test_misses_drop_last_explains_are_a_known_loss_and_only_the_rest_fail():
     assert check_coverage({1: read}, length=300, complete={1}).missing == 12, "drop_last=false explains none"
     raised = check_coverage({1: [i for i in read if i != 7]}, length=300, complete={1}, droppable=32, failed={1: [7]})
     assert (raised.missing, raised.dropped_last, raised.skipped) == (0, 12, 1), "on_error=skip's sample was read"
+
+
+def test_drop_last_may_drop_a_batch_per_ranks_sampler_and_per_workers_copy_of_a_stream():
+    spec = compose_spec(["workers=3", "loader.batch_size=8", "loader.drop_last=true", "distributed.nproc=2"])
+    assert (droppable_per_epoch(spec, iterable=False), droppable_per_epoch(spec, iterable=True)) == (16, 48)
+    assert droppable_per_epoch(replace(spec, loader=replace(spec.loader, drop_last=False)), iterable=True) == 0
 
 
 def _job(workers, coverage):

@@ -25,6 +25,7 @@ from typing import (
 )
 
 from pipebench.base.typed_json import parse_all
+from pipebench.config.specs import JobSpec
 from pipebench.measure.meter import Meter
 
 # Indices listed by value in the report; the counts cover all of them.
@@ -144,10 +145,12 @@ def complete_epochs(epochs_reached: Sequence[Sequence[int]]) -> set:
     return {(r, e) for r in range(repeats) for e in range(1, min(reached[r] for reached in epochs_reached))}
 
 
-def droppable_per_epoch(shards: int, batch_size: int, drop_last: bool) -> int:
-    """An upper bound on the samples drop_last may leave unread an epoch: under a batch per shard
-    (a rank's sampler share, or each copy of a stream), DistributedSampler's tail included."""
-    return shards * batch_size if drop_last else 0
+def droppable_per_epoch(spec: JobSpec, iterable: bool) -> int:
+    """An upper bound on the samples drop_last may leave unread an epoch: under a batch per shard,
+    DistributedSampler's tail included. A map-style dataset is split by each rank's sampler; a stream
+    (`iterable`) by every worker's copy of it on every rank."""
+    shards = spec.distributed.nproc * (max(spec.workers, 1) if iterable else 1)
+    return shards * spec.loader.batch_size if spec.loader.drop_last else 0
 
 
 def merge_logs(logs: Iterable[Mapping[Hashable, Sequence[int]]]) -> Dict[Hashable, List[int]]:

@@ -95,10 +95,8 @@ def job_run(spec: JobSpec, watchdog: Unwatched, rank: Optional[RankPart] = None)
     parts = build_job(spec, seed, CpuReference() if spec.calibrate else None)
     gpu = GpuSession(parts.consumer, untraced_note=rank.untraced_note if rank else NO_TRACE_NOTE)
     if rank is None:
-        # A map-style dataset is split by the sampler in this process; a stream by each worker's copy.
-        shards = max(spec.workers, 1) if isinstance(parts.dataset, IterableDataset) else 1
-        coverage = IndexLog(len(parts.dataset), droppable_per_epoch(shards, spec.loader.batch_size,
-                                                                    spec.loader.drop_last))
+        iterable = isinstance(parts.dataset, IterableDataset)
+        coverage = IndexLog(len(parts.dataset), droppable_per_epoch(spec, iterable))
     else:
         coverage = IndexLog()  # the ranks' logs are pooled by the job (multirank.coverage_of)
     kit = build_loop_kit(spec, parts, gpu, watchdog, after_step=rank.sync if rank else None)

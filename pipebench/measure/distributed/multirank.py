@@ -236,12 +236,10 @@ def _stop_group(proc: subprocess.Popen) -> None:
 
 def coverage_of(ranks: Sequence[RankResult], spec: JobSpec) -> CoverageReport:
     """The exactly-once check over every rank's index log."""
-    # A map-style dataset is split by the ranks' samplers; a stream by every copy of it.
     first = ranks[0].sections
-    shards = spec.distributed.nproc * (max(spec.workers, 1) if first.iterable else 1)
     return check_coverage(merge_logs(log_from_json(r.sections.indices) for r in ranks), first.dataset_length,
                           complete_epochs([r.sections.epochs_reached for r in ranks]),
-                          droppable_per_epoch(shards, spec.loader.batch_size, spec.loader.drop_last))
+                          droppable_per_epoch(spec, first.iterable))
 
 
 def pooled_transforms(ranks: Sequence[RankResult]) -> List[Dict[str, Any]]:
