@@ -41,7 +41,7 @@ from pipebench.base.errors import DatasetError
 from pipebench.config.specs import JobSpec
 from pipebench.model.shards import ROW_GROUP_ROWS, ROW_GROUPS_KEPT, random_access_line, split
 from pipebench.storage.dataset_contract import DatasetContract
-from pipebench.storage.file_reads import FileReads
+from pipebench.storage.file_reads import FileReads, PerThread
 from pipebench.storage.object_store import is_url, read_failure, unreadable, url_fs
 from pipebench.storage.rank_info import reader_position
 
@@ -218,7 +218,7 @@ def _url_exists(url: str) -> bool:
         raise unreadable(url, exc) from None
 
 
-class _ParquetBase(ShardFiles, DatasetContract):
+class _ParquetBase(PerThread, ShardFiles, DatasetContract):
     """The files scanned and checked, the row-group reads shared by both forms, and what a job asks of
     a dataset (`files`, `identity`, `notes`, `describe`)."""
 
@@ -244,22 +244,12 @@ class _ParquetBase(ShardFiles, DatasetContract):
         self.groups = tuple((f, g) for f, s in enumerate(kept) for g in range(len(s.row_groups)))
         self.offsets = ShardOffsets([rows for s in kept for rows in s.row_groups])
         self.skipped = {"files": len(problems)} if problems else {}
-        self._local = threading.local()
-
-    def __getstate__(self) -> dict:
-        state = self.__dict__.copy()
-        del state["_local"]  # open files and kept row groups belong to one thread of one process
-        return state
-
-    def __setstate__(self, state: dict) -> None:
-        self.__dict__.update(state)
+        # Open files and kept row groups belong to one thread of one process (PerThread).
         self._local = threading.local()
 
     def _file(self, f: int) -> Any:
         """File `f` opened through FileReads, once per thread (pyarrow seeks it; threads must not share)."""
-        opened = getattr(self._local, "files", None)
-        if opened is None:
-            opened = self._local.files = {}
+        opened = self.mine("files", dict)
         if f not in opened:
             # pre_buffer off: pyarrow's pre-buffering reads in its own IO threads, where FileReads counts
             # nothing for the sample and the slow-storage what-if sleeps outside the sample's load step.
@@ -341,9 +331,7 @@ class ParquetRows(_ParquetBase, Dataset):
 
     def __getitem__(self, index: int) -> Tuple[Any, int]:
         group, row = self.offsets.locate(range(len(self))[index])
-        kept = getattr(self._local, "kept", None)
-        if kept is None:
-            kept = self._local.kept = OrderedDict()
+        kept = self.mine("kept", OrderedDict)
         if group in kept:
             kept.move_to_end(group)
         else:

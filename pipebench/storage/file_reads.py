@@ -32,7 +32,7 @@ import os
 import threading
 import time
 from dataclasses import replace
-from typing import BinaryIO, Callable, List, Optional, Tuple
+from typing import Any, BinaryIO, Callable, List, Optional, Tuple
 
 import numpy as np
 
@@ -40,8 +40,8 @@ from pipebench.config.specs import StorageSpec
 from pipebench.storage.object_store import is_url, url_fs
 from pipebench.storage.shared_link import BYTES_PER_MB, SharedLink
 
-__all__ = ["CountedFile", "FileReads", "IO_FIELDS", "NO_IO", "OPEN_NS", "READ_BYTES", "READ_FILES", "READ_NS",
-           "READ_REQUESTS", "fadvise_available", "file_reads_of", "honoured"]
+__all__ = ["CountedFile", "FileReads", "IO_FIELDS", "NO_IO", "OPEN_NS", "PerThread", "READ_BYTES",
+           "READ_FILES", "READ_NS", "READ_REQUESTS", "fadvise_available", "file_reads_of", "honoured"]
 
 SECONDS_PER_MS = 1e-3
 # A file read in pieces (`FileReads.open`) is read this much at a time: a cold read drops the pages of
@@ -66,7 +66,27 @@ def honoured(storage: StorageSpec) -> StorageSpec:
     return storage
 
 
-class FileReads:
+class PerThread:
+    """State kept per thread in `_local` (a threading.local): it does not pickle, so a copy in another
+    process (a DataLoader worker's) starts with none."""
+
+    def __getstate__(self) -> dict:
+        return {name: value for name, value in self.__dict__.items() if name != "_local"}
+
+    def __setstate__(self, state: dict) -> None:
+        self.__dict__.update(state)
+        self._local = threading.local()
+
+    def mine(self, name: str, make: Callable[[], Any]) -> Any:
+        """This thread's `name`, made by `make()` the first time the thread asks for it."""
+        value = getattr(self._local, name, None)
+        if value is None:
+            value = make()
+            setattr(self._local, name, value)
+        return value
+
+
+class FileReads(PerThread):
     """Reads whole files as `storage` asks and counts what it read (IO_FIELDS).
 
     `sleep` is injectable so a test can check the emulated wait without waiting; it must pickle
@@ -81,21 +101,9 @@ class FileReads:
         # read at once, and each sample's `since` must see only its own thread's reads.
         self._local = threading.local()
 
-    def __getstate__(self) -> dict:
-        state = self.__dict__.copy()
-        del state["_local"]  # a thread-local does not pickle; a worker's copy counts from zero
-        return state
-
-    def __setstate__(self, state: dict) -> None:
-        self.__dict__.update(state)
-        self._local = threading.local()
-
     def _tally(self) -> List[int]:
-        """This thread's counts, in IO_FIELDS order."""
-        tally = getattr(self._local, "tally", None)
-        if tally is None:
-            tally = self._local.tally = [0] * len(IO_FIELDS)
-        return tally
+        """This thread's counts, in IO_FIELDS order (a worker's copy counts from zero)."""
+        return self.mine("tally", lambda: [0] * len(IO_FIELDS))
 
     def _link(self, storage: StorageSpec) -> Optional[SharedLink]:
         """The host's shared link `storage` names, or None where it asks for none."""
