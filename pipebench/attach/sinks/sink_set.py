@@ -66,19 +66,17 @@ class SinkSet:
         self.sinks = []
 
 
-def _starters() -> Dict[str, Callable[[Any, int], Sink]]:
+def open_sinks(spec: SinkSpec, rank: int = 0) -> SinkSet:
+    """Start each sink asked for; ConfigError (the started ones closed) where one cannot start."""
     # Each sink's module imports its library only when it is asked for.
     from pipebench.attach.sinks import mlflow_sink, prometheus_sink, tensorboard_sink, wandb_sink
 
-    return {"tensorboard": tensorboard_sink.start, "mlflow": mlflow_sink.start, "wandb": wandb_sink.start,
-            "prometheus_port": prometheus_sink.start}
-
-
-def open_sinks(spec: SinkSpec, rank: int = 0) -> SinkSet:
-    """Start each sink asked for; ConfigError (the started ones closed) where one cannot start."""
+    starters: Dict[str, Callable[[Any, int], Sink]] = {
+        "tensorboard": tensorboard_sink.start, "mlflow": mlflow_sink.start, "wandb": wandb_sink.start,
+        "prometheus_port": prometheus_sink.start}
     started: List[Sink] = []
     try:
-        for field_name, start in _starters().items():
+        for field_name, start in starters.items():
             value = getattr(spec, field_name)
             if value is not None:
                 started.append(start(value, rank))
