@@ -164,13 +164,10 @@ def measure_rank(run: JobRun, world: int, job_dir: Path) -> Dict[str, Any]:
     }
 
 
-def _error_file(job_dir: Path, rank: int) -> Path:
-    return job_dir / RANK_ERROR.format(rank=rank)
-
-
 def main(argv: Optional[List[str]] = None) -> int:
     job_dir, task_path = (Path(arg) for arg in (argv or sys.argv[1:])[:2])
     rank, world = rank_and_world()
+    error_file = job_dir / RANK_ERROR.format(rank=rank)
     # torchrun, tied to the job process (multirank.torchrun_command), is this rank's parent.
     die_with_parent(parent_is(int(os.environ.get(TIED_PID_ENV, os.getppid()))))
     try:
@@ -181,21 +178,20 @@ def main(argv: Optional[List[str]] = None) -> int:
             _pin_gpu(int(os.environ["LOCAL_RANK"]))
             device = torch.device("cuda")
         dist.init_process_group(task.backend, timeout=timedelta(seconds=spec.distributed.collective_timeout_s))
-        # A step stuck in native code: the watchdog leaves its line where the job looks, then ends the rank.
-        error_file = _error_file(job_dir, rank)
         part = RankPart(rank, CollectiveSync(device), UNTRACED_NOTE)
+        # A step stuck in native code: the watchdog leaves its line where the job looks, then ends the rank.
         with job_guard(spec, on_stuck=lambda line: write_text_atomic(error_file, f"{line}\n")) as watchdog:
             run = job_run(spec, watchdog, part)
             record = measure_rank(run, world, job_dir)
         write_json_atomic(job_dir / RANK_RESULT.format(rank=rank), record)
     except PipebenchError as exc:
-        write_text_atomic(_error_file(job_dir, rank), f"{exc}\n")
+        write_text_atomic(error_file, f"{exc}\n")
         if isinstance(exc, StuckThreadError):
             exit_leaving_threads(USAGE_EXIT_STATUS)  # its peers see the rank gone
         return USAGE_EXIT_STATUS
     except Exception as exc:  # a crash: one line for the job's error, the traceback for the log
         text = str(exc).strip().splitlines()
-        write_text_atomic(_error_file(job_dir, rank), f"{type(exc).__name__}: {text[0] if text else ''}\n")
+        write_text_atomic(error_file, f"{type(exc).__name__}: {text[0] if text else ''}\n")
         traceback.print_exc()
         return CRASH_EXIT_STATUS
     finally:
