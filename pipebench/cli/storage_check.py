@@ -37,6 +37,7 @@ from pipebench.cli.common_args import add_config_dir, add_overrides
 from pipebench.config.compose import job_spec_composer
 from pipebench.config.specs import EMULATED, NO_CONSUMER, JobSpec, RunSpec
 from pipebench.pipeline.build import build_dataset
+from pipebench.explore.plan import TRANSFORM_GROUP
 from pipebench.record.figures import Summary
 from pipebench.record.folder_lock import folder_lock
 from pipebench.record.jobs import JobResult, edits_chain, override_key, override_pairs
@@ -70,8 +71,6 @@ from pipebench.sweep.launch import Into, Stopped, run_command
 __all__ = ["add_parser", "main", "storage_check_command"]
 
 SEARCH_DIR, RUNS_DIR, NO_CHAIN_DIR = "search", "runs", "no-chain"
-# The config group that picks the chain; the no-chain run sets it to none in place of the user's.
-TRANSFORM_GROUP = "transform"
 # A search round's steps (at most run.steps): each N is judged on a short run, raced where it is close.
 SEARCH_STEPS = 100
 # A preset's data without a chain is a sample's raw bytes: only a consumer that reads no pixels takes it.

@@ -11,6 +11,7 @@ from typing import Optional, Sequence
 
 from pipebench.model.judging import RUN_TO_RUN_RATE_FLOOR
 from pipebench.record.figures import Summary
+from pipebench.storage_track.presets import MS_PER_S
 
 __all__ = ["CPU", "CPU_FULL_SHARE", "STEP_COST", "STORAGE", "WORKERS", "HeldBack", "Measured", "held_back"]
 
@@ -26,7 +27,6 @@ CPU_FULL_SHARE = 0.9
 # the time: the next batch waits for a worker, not for the storage or the cores.
 WORKERS_FULL_SHARE = 1.0 - RUN_TO_RUN_RATE_FLOOR
 BYTES_PER_MB = 1 << 20
-MS_PER_S = 1000.0
 # The summary cells read at that N, each merged over its rounds.
 MERGED_COLUMNS = ("samples_per_s", "process_cpu_ms_per_sample", "host_other_cpu_cores", "step_ms_mean",
                   "accel_util_pct", "collective_wait_ms_mean", "au_pct", "wait_ms_mean",

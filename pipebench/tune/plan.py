@@ -15,7 +15,7 @@ from pipebench.base.errors import ConfigError
 from pipebench.config.limits import MAX_BATCH_SIZE, MAX_PREFETCH_FACTOR, MAX_REPEATS, MAX_WORKERS
 from pipebench.config.specs import JobSpec, bounded
 from pipebench.config.sweep_axes import worker_ladder
-from pipebench.explore.plan import unset_defaults
+from pipebench.explore.plan import TRANSFORM_GROUP, unset_defaults
 from pipebench.record.jobs import override_key
 from pipebench.tune.race import Schedule
 from pipebench.tune.space import SETTING_KEYS, Dimensions, Point
@@ -24,9 +24,8 @@ __all__ = ["OPTUNA", "POINT_GROUP", "RACE", "ROUND_DEFAULTS", "TUNE_PREFIX", "Tu
            "dimensions", "job_overrides", "point_override", "round_settings", "store_chain", "store_point"]
 
 TUNE_PREFIX = "tune."
-# The ConfigStore group of the points (`+tune_point=<name>`), and of the chains they select.
+# The ConfigStore group of the points (`+tune_point=<name>`); their chains are in TRANSFORM_GROUP.
 POINT_GROUP = "tune_point"
-TRANSFORM_GROUP = "transform"
 PROVIDER = "pipebench tune"
 RACE, OPTUNA = "race", "optuna"
 SEARCHES = (RACE, OPTUNA)

@@ -13,12 +13,11 @@ from pipebench.base.errors import warn
 from pipebench.base.io import write_json_atomic
 from pipebench.base.typed_json import parse
 from pipebench.record.results import RESULT_FILE
+from pipebench.tune.files import TUNE_MD
 
 __all__ = ["STATE_FILE", "TuneState", "finished_trials", "read_state", "unfinished_folder", "update_state"]
 
 STATE_FILE = "tune.json"
-# The file whose presence says a tune ended (files.TUNE_MD, named here so the rule reads in one place).
-ENDED_FILE = "tune.md"
 
 
 @dataclass(frozen=True)
@@ -60,11 +59,11 @@ def update_state(folder: Path, **fields: Any) -> TuneState:
 
 def unfinished_folder(results_dir: Path, pattern: str, command: Sequence[str]) -> Optional[Path]:
     """The latest folder under `results_dir` matching `pattern` whose plan records `command` and that
-    has no ENDED_FILE; None when there is none."""
+    has no TUNE_MD (a tune that ended wrote it); None when there is none."""
     found = []
     for path in results_dir.glob(f"{pattern}/{STATE_FILE}"):
         state = read_state(path.parent)
-        if state is not None and state.command == tuple(command) and not (path.parent / ENDED_FILE).exists():
+        if state is not None and state.command == tuple(command) and not (path.parent / TUNE_MD).exists():
             found.append((float(state.created), path.parent))
     return max(found)[1] if found else None
 
