@@ -18,7 +18,7 @@ from pipebench.base.typed_json import parse
 from pipebench.measure.steps import NS_PER_S, WINDOW_TIME_CAP, PassResult, StepSample
 from pipebench.model.judging import telling
 
-__all__ = ["RESTART_SOURCES", "EpochCost", "SteadyState", "Window", "interval_blocks", "epoch_cost", "epoch_rate",
+__all__ = ["EpochCost", "SteadyState", "Window", "interval_blocks", "epoch_cost", "epoch_rate",
            "rate_interval", "reused_window", "split_window", "steady_masks", "steady_state", "window_note",
            "window_record"]
 
@@ -36,7 +36,6 @@ MIN_TIME_BLOCKS = 8
 # restart (persistent workers keep running, workers=0 has none).
 RESTART_MEASURED, RESTART_FIRST_BATCH, RESTART_PERSISTENT, RESTART_NO_WORKERS = (
     "measured", "first batch", "persistent workers", "no workers")
-RESTART_SOURCES = (RESTART_MEASURED, RESTART_FIRST_BATCH, RESTART_PERSISTENT, RESTART_NO_WORKERS)
 
 
 @dataclass(frozen=True)
