@@ -14,6 +14,7 @@ from pipebench.base.errors import DatasetError
 from pipebench.storage.dataset_contract import DatasetContract
 from pipebench.storage.file_reads import FileReads
 
+from .checks import require_int
 from .folder_walk import walk_images
 from .lazy_image import IMAGE_EXTENSIONS, open_rgb
 
@@ -30,10 +31,8 @@ class ImageFolderDataset(Dataset, DatasetContract):
     """
 
     def __init__(self, path: str | os.PathLike, num_classes: int = 10, seed: int = 0):
-        if isinstance(num_classes, bool) or not isinstance(num_classes, int) or num_classes < 1:
-            raise DatasetError(f"image_folder: num_classes must be an integer >= 1, got {num_classes!r}")
-        if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
-            raise DatasetError(f"image_folder: seed must be an integer >= 0, got {seed!r}")
+        require_int("image_folder", "num_classes", num_classes, 1)
+        require_int("image_folder", "seed", seed, 0)
         root = Path(path).expanduser()
         if not root.exists():
             raise DatasetError(f"image_folder: {root} does not exist")

@@ -40,6 +40,7 @@ from pipebench.base.typed_json import parse
 from pipebench.storage.dataset_contract import DatasetContract
 from pipebench.storage.object_store import access_denied, is_url, read_failure, url_fs
 
+from .checks import require_int
 from .lazy_image import rgb_from
 from .shard_split import (INDEX_FILE, ShardFiles, ShardOffsets, not_regular, read_index, require_library,
                           require_names)
@@ -203,8 +204,7 @@ class LitDataChunks(ShardFiles, DatasetContract, IterableDataset):
         require_names(NAME, "a folder or a URL", input_dir=input_dir)
         if not isinstance(shuffle, bool):
             raise DatasetError(f"{NAME}: shuffle must be true or false, got {shuffle!r}")
-        if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
-            raise DatasetError(f"{NAME}: seed must be an integer >= 0, got {seed!r}")
+        require_int(NAME, "seed", seed, 0)
         self.input_dir = input_dir
         self.image_key, self.label_key, self.index_key = image_key, label_key, index_key
         require_names(NAME, "a field name", image_key=image_key, label_key=label_key, index_key=index_key)

@@ -47,7 +47,8 @@ from pipebench.storage.rank_info import reader_position
 
 from .lazy_image import rgb_from
 from .sharded_plan import ShardedPlan
-from .shard_split import ShardFiles, ShardOffsets, bad_input, check_policy, not_regular, require_library, require_names
+from .shard_split import (ShardFiles, ShardOffsets, bad_input, check_policy, name_list, not_regular,
+                          require_library, require_names)
 
 __all__ = ["ParquetRows", "ParquetStream", "expand_files", "parquet_dataset", "write_parquet"]
 
@@ -77,11 +78,8 @@ def _glob(pattern: str) -> List[str]:
 
 def expand_files(files: Union[str, Sequence[str]]) -> List[str]:
     """Every file `files` names: each glob expanded (sorted), each plain path kept, in the order given."""
-    items = [files] if isinstance(files, str) else list(files)
-    if not items or not all(isinstance(item, str) and item for item in items):
-        raise DatasetError(f"{NAME}: files must be a path or a glob, or a list of them, got {files!r}")
     found: List[str] = []
-    for item in items:
+    for item in name_list(NAME, "a path or a glob", "files", files):
         if any(char in item for char in GLOB_CHARS):
             matched = _glob(item)
             if not matched:

@@ -23,14 +23,14 @@ import stat
 from bisect import bisect_right
 from itertools import accumulate
 from types import ModuleType
-from typing import Any, Callable, List, Sequence, Tuple
+from typing import Any, Callable, List, Sequence, Tuple, Union
 
 from pipebench.base.errors import DatasetError
 from pipebench.base.extras import MissingExtra, installed, missing_line
 from pipebench.storage.object_store import access_denied, is_url, read_failure, url_fs
 
-__all__ = ["FORMATS_EXTRA", "ON_BAD_SAMPLE", "ShardFiles", "ShardOffsets", "bad_input", "check_policy", "not_regular",
-           "read_index", "require_library", "require_names"]
+__all__ = ["FORMATS_EXTRA", "ON_BAD_SAMPLE", "ShardFiles", "ShardOffsets", "bad_input", "check_policy",
+           "name_list", "not_regular", "read_index", "require_library", "require_names"]
 
 # The extra that installs every format's own library (webdataset, pyarrow).
 FORMATS_EXTRA = "formats"
@@ -113,6 +113,15 @@ def require_names(dataset: str, noun: str, **keys: object) -> None:
     for position, (key, value) in enumerate(keys.items()):
         if not (isinstance(value, str) and value) and not (position and value is None):
             raise DatasetError(f"{dataset}: {key} must be {noun}, got {value!r}")
+
+
+def name_list(dataset: str, noun: str, key: str, value: Union[str, Sequence[str]]) -> List[str]:
+    """`value` as a list: one non-empty string, or a non-empty list of them (`noun`: what each names);
+    else one line naming the key."""
+    items = [value] if isinstance(value, str) else list(value)
+    if not items or not all(isinstance(item, str) and item for item in items):
+        raise DatasetError(f"{dataset}: {key} must be {noun}, or a list of them, got {value!r}")
+    return items
 
 
 def check_policy(dataset: str, value: object) -> str:

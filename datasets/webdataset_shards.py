@@ -43,7 +43,8 @@ from pipebench.storage.object_store import is_url, read_failure, url_fs
 from .checks import require_int
 from .lazy_image import rgb_from
 from .sharded_plan import ShardedPlan
-from .shard_split import ShardFiles, ShardOffsets, bad_input, check_policy, not_regular, require_library
+from .shard_split import (ShardFiles, ShardOffsets, bad_input, check_policy, name_list, not_regular,
+                          require_library)
 
 __all__ = ["WebDatasetShards", "expand_urls", "scan_shard", "write_shards"]
 
@@ -72,9 +73,7 @@ def _wds() -> Any:
 def expand_urls(urls: Union[str, Sequence[str]]) -> List[str]:
     """Every shard `urls` names: brace patterns expanded by webdataset, a list expanded item by item."""
     expand = _wds().shardlists.expand_urls
-    items = [urls] if isinstance(urls, str) else list(urls)
-    if not items or not all(isinstance(item, str) and item for item in items):
-        raise DatasetError(f"{NAME}: urls must be a path, URL or brace pattern, or a list of them, got {urls!r}")
+    items = name_list(NAME, "a path, URL or brace pattern", "urls", urls)
     return [url for item in items for url in expand(item)]
 
 
@@ -168,10 +167,7 @@ def scan_shard(url: str, image_exts: Sequence[str], max_member_bytes: int = DEFA
 
 
 def _extensions(value: Union[str, Sequence[str]], key: str) -> Tuple[str, ...]:
-    items = [value] if isinstance(value, str) else list(value)
-    if not items or not all(isinstance(item, str) and item for item in items):
-        raise DatasetError(f"{NAME}: {key} must be an extension such as jpg, or a list of them, got {value!r}")
-    return tuple(item.lower().lstrip(".") for item in items)
+    return tuple(item.lower().lstrip(".") for item in name_list(NAME, "an extension such as jpg", key, value))
 
 
 class WebDatasetShards(ShardFiles, ShardedPlan, IterableDataset):
@@ -184,11 +180,8 @@ class WebDatasetShards(ShardFiles, ShardedPlan, IterableDataset):
         self.pattern = urls
         self.image_exts = _extensions(image_ext, "image_ext")
         self.label_ext = None if label_ext is None else _extensions(label_ext, "label_ext")[0]
-        for key, value in (("shuffle_buffer", shuffle_buffer), ("seed", seed)):
-            if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-                raise DatasetError(f"{NAME}: {key} must be an integer >= 0, got {value!r}")
-        self.shuffle_buffer = shuffle_buffer
-        self.seed = seed
+        self.shuffle_buffer = require_int(NAME, "shuffle_buffer", shuffle_buffer, 0)
+        self.seed = require_int(NAME, "seed", seed, 0)
         self.on_bad_sample = check_policy(NAME, on_bad_sample)
         self.max_member_mb = require_int(NAME, "max_member_mb", max_member_mb, 1, MAX_MEMBER_MB)
         scans = [scan_shard(url, self.image_exts, self.max_member_mb * BYTES_PER_MB) for url in expand_urls(urls)]
