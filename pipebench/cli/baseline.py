@@ -11,7 +11,7 @@ from pipebench.record.baseline import (
     DEFAULT_BASELINE_NAME,
     update_baseline,
 )
-from pipebench.record.results import load_job_results
+from pipebench.record.results import SUMMARY_CSV, load_job_results
 
 __all__ = ["add_parser", "main"]
 
@@ -42,7 +42,7 @@ def add_parser(verbs: "argparse._SubParsersAction") -> None:
 def main(args: argparse.Namespace) -> int:
     if args.action == "which":
         target = Path(args.baselines_dir) / machine_key() / args.name
-        if not (target / "summary.csv").is_file():
+        if not (target / SUMMARY_CSV).is_file():
             print(f"no baseline for this machine ({machine_key()}) in {target}", file=sys.stderr)
             return EXIT_NO_BASELINE
         print(target)
