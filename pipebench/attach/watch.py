@@ -37,7 +37,7 @@ from pipebench.record.figures import Summary
 from pipebench.storage.file_reads import IO_FIELDS
 
 __all__ = ["DEFAULT_REPLAY", "DEFAULT_SECONDS", "DEFAULT_SKIP_STEPS", "DEFAULT_STEPS", "SITE_KEY", "LoaderIdentity",
-           "LoaderWatch", "VIA_KEY", "WatchCells", "WatchWindow", "batch_samples", "watching_loaders"]
+           "LoaderWatch", "VIA_KEY", "WatchWindow", "batch_samples", "watching_loaders"]
 
 # The measured window ends on its own, so a long training run goes on unmeasured (and unslowed):
 # 200 steps hold 25+ worker cycles at up to 8 workers, enough blocks for the interval...
@@ -91,17 +91,6 @@ def batch_samples(batch: Any, fallback: Optional[int]) -> int:
             return len(batch)
         return batch_samples(first, fallback)
     return fallback or 0
-
-
-@dataclass(frozen=True)
-class WatchCells:
-    """A watched loader's summary cells that no summary column names (`Summary.extra`), typed for its
-    `WatchResult`: batches/s and its interval; with replay, the step without the loader and the headroom."""
-
-    batches_per_s: float
-    batches_per_s_ci: Tuple[float, float]
-    replay_step_ms: Optional[float]
-    headroom_x: Optional[float]
 
 
 @dataclass(frozen=True)
@@ -400,14 +389,14 @@ class LoaderWatch:
             "first_batch_note": pickle.note,
         }
 
-    def figures(self) -> Tuple[Dict[str, Any], List[TransformRow], Optional[Window], Optional[WatchCells]]:
+    def figures(self) -> Tuple[Dict[str, Any], List[TransformRow], Optional[Window]]:
         """The harness's summary row of the measured steps (`summarize.summary_row`, plus batches/s and
         its interval, the first batch's parts and the meters' cells) and the transform rows (none where
-        nothing was timed), from one stacking of the timings; the window they read, cut once; the row's
-        own cells typed. ({}, [], None, None) when no step was measured."""
+        nothing was timed), from one stacking of the timings; the window they read, cut once. ({}, [],
+        None) when no step was measured."""
         passes = self.passes
         if not passes:
-            return {}, [], None, None
+            return {}, [], None
         # The meters give figures once stopped: asked before the window is over, they stop at
         # their last reading (the last epoch end inside the window), and the rest goes unmetered.
         self.meters.end(fresh=False)
@@ -423,17 +412,16 @@ class LoaderWatch:
         # summary_row gives the first batch of every pass; the run's own first batch is the first
         # epoch's, measured or not.
         step_ms = Summary.from_row(row).step_ms_mean
-        replay_ms = float(np.mean(self.replay_ns)) / NS_PER_MS if self.replay_ns else None
-        cells = WatchCells(1000.0 / step_ms, (batches.low, batches.high), replay_ms,
-                           None if replay_ms is None else step_ms / replay_ms if replay_ms > 0 else float("nan"))
-        row.update(first_batch_s=self.first_batch_s[0], batches_per_s=cells.batches_per_s,
+        row.update(first_batch_s=self.first_batch_s[0], batches_per_s=1000.0 / step_ms,
                    batches_per_s_ci_low=batches.low, batches_per_s_ci_high=batches.high, transforms_note=self.rows_note,
                    **self.first_batch_parts(), **self.meters.columns(), **self.meters.loader_columns(self.worker_pids))
         if not rows:
             row.update(dict.fromkeys(ROW_FIGURES))
         if self.replay_ns:
-            row.update(replay_steps=len(self.replay_ns), replay_step_ms=replay_ms, headroom_x=cells.headroom_x)
-        return row, rows, window, cells
+            replay_ms = float(np.mean(self.replay_ns)) / NS_PER_MS
+            row.update(replay_steps=len(self.replay_ns), replay_step_ms=replay_ms,
+                       headroom_x=step_ms / replay_ms if replay_ms > 0 else float("nan"))
+        return row, rows, window
 
     def measured_batch_size(self) -> int:
         """The largest batch measured, or the loader's batch_size where that is larger."""

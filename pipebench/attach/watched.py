@@ -103,8 +103,8 @@ class _LoaderPart:
 
 def watch_result(watch: LoaderWatch, job_num: int = 0) -> Optional[WatchResult]:
     """The frozen result of a watch; None when it measured no step."""
-    summary, rows, window, cells = watch.figures()
-    if cells is None:
+    summary, rows, window = watch.figures()
+    if window is None:
         return None
     identity = watch.identity
     name = identity.label
@@ -120,12 +120,15 @@ def watch_result(watch: LoaderWatch, job_num: int = 0) -> Optional[WatchResult]:
                                  "window": window_record(window), "first_batch_s_per_epoch": list(watch.first_batch_s),
                                  "meters": watch.meters.record()}).identified(
         JobIdentity(name, job_num, overrides, config, {}, columns))
-    row = record.summary
+    row, extra = record.summary, record.summary.extra
     return WatchResult(name=_name(identity.pairs()), dataset_class=watch.dataset_class, workers=watch.workers,
                        steps_measured=row.steps, samples_per_s=row.samples_per_s,
                        samples_per_s_ci=(row.samples_per_s_ci_low, row.samples_per_s_ci_high),
+                       batches_per_s=extra["batches_per_s"],
+                       batches_per_s_ci=(extra["batches_per_s_ci_low"], extra["batches_per_s_ci_high"]),
                        starvation_pct=row.starvation_pct, au_pct=row.au_pct, first_batch_s=row.first_batch_s,
-                       record=record, **asdict(cells))
+                       record=record, replay_step_ms=extra.get("replay_step_ms"),
+                       headroom_x=extra.get("headroom_x"))
 
 
 def save_results(folder: "str | Path", results: Sequence[WatchResult]) -> Path:
