@@ -128,10 +128,11 @@ def test_the_round_figure_is_the_mean_of_the_probes_and_empty_with_too_few():
 
 @pytest.mark.slow
 def test_a_real_job_with_calibrate_true_records_the_reference_beside_its_measured_batches(tmp_path):
-    # 4 ms of CPU a sample, 8 a batch: a probe (~5 ms) is due about every 8 batches, so the 48
-    # measured steps hold about 6, past MIN_REFERENCE_RUNS.
+    # 4 ms of CPU a sample, 8 a batch: a probe (~5 ms) is due about every 8 batches, so the 96
+    # measured steps hold about 12, past MIN_REFERENCE_RUNS even where a loaded host makes each
+    # probe cost twice its CPU and comes due half as often (48 steps once read nan so).
     chain = "transform.per_sample=[{_target_: pipebench.transforms.synthetic.BusyWait, ms: 4.0}]"
-    assert main(["run", *FAST_JOB, "transform.per_batch=[]", chain, "run.steps=48", "calibrate=true", "workers=0",
+    assert main(["run", *FAST_JOB, "transform.per_batch=[]", chain, "run.steps=96", "calibrate=true", "workers=0",
                  f"results_dir={tmp_path}"]) == 0
     (record,) = load_job_results(next(tmp_path.iterdir()))
     assert record.summary.reference_cpu_ms > 0
