@@ -67,10 +67,10 @@ def _command(args: Sequence[str], quiet: bool) -> Tuple[int, Optional[Path], Lis
                              stderr=subprocess.PIPE, text=True, bufsize=1)
     out_lines: List[str] = []
     err_lines: List[str] = []
-    readers = [threading.Thread(target=_echo, args=(child.stdout, None if quiet else sys.stdout, out_lines)),
-               threading.Thread(target=_echo, args=(child.stderr, None if quiet else sys.stderr, err_lines))]
+    streams = ((child.stdout, sys.stdout, out_lines), (child.stderr, sys.stderr, err_lines))
+    readers = [threading.Thread(target=_echo, args=(stream, None if quiet else out, keep), daemon=True)
+               for stream, out, keep in streams]
     for reader in readers:
-        reader.daemon = True
         reader.start()
     try:
         status = child.wait()

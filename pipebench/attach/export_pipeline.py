@@ -25,6 +25,7 @@ from pipebench.attach.built_with import BuiltWith
 from pipebench.attach.watch_chain import (RECIPE_ATTRS, callable_name, open_recipe, recipe_holders,
                                           shared_recipe, subset_base)
 from pipebench.config.specs import EMULATED
+from pipebench.measure.steps import NS_PER_MS
 from pipebench.pipeline.export_nodes import NodeOrWhy, attribute_arguments, importable_why, public_target, value_node
 from pipebench.pipeline.recipe import emptied
 
@@ -42,7 +43,6 @@ IMAGE_FOLDER_DEFAULTS = {"target_transform": None, "is_valid_file": None, "allow
 # A normal distribution's standard deviation from its interquartile range (IQR = 1.349 sigma): the
 # emulated consumer's `normal` spread from a robust reading of the script's step times.
 IQR_PER_SIGMA = 1.349
-NS_PER_MS = 1e6
 
 
 @dataclass(frozen=True)

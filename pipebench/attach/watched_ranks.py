@@ -91,10 +91,6 @@ def rank_window() -> WatchWindow:
     return WatchWindow(**json.loads(os.environ[WINDOW_ENV]))
 
 
-def _step_pairs(names: Sequence[Any]) -> List[List[str]]:
-    return [[name.stage, name.name] for name in names]
-
-
 def rank_folder() -> Path:
     """This rank's own folder (RANK from torchrun) under RANKS_DIR_ENV, created."""
     folder = Path(os.environ[RANKS_DIR_ENV]) / RANK_FOLDER.format(rank=rank_and_world()[0])
@@ -102,9 +98,9 @@ def rank_folder() -> Path:
     return folder
 
 
-def save_rank(watches: Sequence[LoaderWatch], exit_status: int) -> Path:
+def save_rank(watches: Sequence[LoaderWatch], exit_status: int) -> None:
     """This rank's folder (RANK, WORLD_SIZE from torchrun): its watched results, each job's
-    timings and rank.json. Returns the folder."""
+    timings and rank.json."""
     rank, world = rank_and_world()
     folder = rank_folder()
     measured = [(watch, result) for watch in watches if (result := watch_result(watch)) is not None]
@@ -116,13 +112,13 @@ def save_rank(watches: Sequence[LoaderWatch], exit_status: int) -> Path:
         sink = watch.sink
         if sink.sample_ns:
             save_timings(folder / job / TIMINGS_FILE, sink)
-        names = {"sample": _step_pairs(watch.timing.names) if watch.timing is not None else [],
-                 "batch": _step_pairs(watch.batch_steps)}
+        # StepName tuples, written as [stage, name] pairs.
+        names = {"sample": list(watch.timing.names) if watch.timing is not None else [],
+                 "batch": list(watch.batch_steps)}
         jobs[result.record.job] = asdict(RankJob(job, names))
     write_json_atomic(folder / RANK_STATUS, versioned({
         "rank": rank, "world_size": world, "exit_status": exit_status,
         "iterated": int(any(w.iterated for w in watches)), "jobs": jobs}))
-    return folder
 
 
 def rank_status(ranks_dir: Path) -> List[RankStatus]:
