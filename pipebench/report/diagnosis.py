@@ -30,7 +30,7 @@ from pipebench.model.shards import idle_line, idle_readers, random_access_line, 
 from pipebench.pipeline.stages import DECODE_STAGE, LOAD_STAGE
 from pipebench.record.figures import nan_if_none
 from pipebench.record.jobs import NOT_AXES, JobResult, override_pairs, varying_keys
-from pipebench.record.sections import PassRecord, TransformRow
+from pipebench.record.sections import PassRecord
 from pipebench.report.comparison import measured_rate, watched
 from pipebench.report.job_sections import loader_settings, run_settings, sections_of
 from pipebench.report.thread_advice import gil_bound_steps, gil_lines
@@ -111,13 +111,10 @@ def chain_labels(results: Sequence[JobResult]) -> List[str]:
     round (settings every job shares say nothing); `transform=NAME` when nothing differs."""
     overrides = [_chain_overrides(r) for r in results]
     differing = sorted(varying_keys(overrides))
-    return [",".join(f"{k}={o[k]}" for k in differing if k in o) or _chain_name(r) for o, r in zip(overrides, results)]
-
-
-def _chain_name(result: JobResult) -> str:
-    """`transform=NAME`; a watched loader, which has no transform config, by its job name (`loader=train.py:57`)."""
-    transform = result.summary.transform
-    return f"transform={transform}" if transform is not None else result.job
+    # A watched loader has no transform config: it goes by its job name (`loader=train.py:57`).
+    return [",".join(f"{k}={o[k]}" for k in differing if k in o)
+            or (r.job if r.summary.transform is None else f"transform={r.summary.transform}")
+            for o, r in zip(overrides, results)]
 
 
 def _consumer_ms(passes: Sequence[PassRecord]) -> float:
@@ -164,33 +161,19 @@ def worker_kind_of(result: JobResult) -> str:
     return BACKEND_WORKER_KINDS.get(backend, PROCESSES) if result.key.workers > 0 else PROCESSES
 
 
-def _group(results: Sequence[JobResult]) -> Dict[str, List[JobResult]]:
-    groups: Dict[str, List[JobResult]] = {}
-    for label, result in zip(chain_labels(results), results):
-        groups.setdefault(label, []).append(result)
-    return groups
-
-
 # Where _dominant measured a chain's costliest step when a workers=0 job timed it.
 SERIAL_WHERE = "at workers=0"
 
 
-def _dominant(results: Sequence[JobResult]) -> Optional[Tuple[TransformRow, str]]:
+def _advice_dominant(base: str, results: Sequence[JobResult]) -> List[str]:
     """The costliest step of a chain's workers=0 job, else of a watched loader's rows at its own worker
     count, and where it was measured."""
     serial = [r for r in results if r.key.workers == 0 and r.transform_rows]
     timed = serial or [r for r in results if watched(r) and r.transform_rows]
     if not timed:
-        return None
-    top = max(timed[0].transform_rows, key=lambda t: t.ms_per_sample)
-    return top, SERIAL_WHERE if serial else f"inside its {timed[0].key.workers} workers"
-
-
-def _advice_dominant(base: str, results: Sequence[JobResult]) -> List[str]:
-    dominant = _dominant(results)
-    if dominant is None:
         return [f"{base}: no workers=0 job, so no per-transform split; add workers=0 to the sweep to get one."]
-    top, where = dominant
+    top = max(timed[0].transform_rows, key=lambda t: t.ms_per_sample)
+    where = SERIAL_WHERE if serial else f"inside its {timed[0].key.workers} workers"
     cost = f"{format_value(top.ms_per_sample)} ms of each sample ({format_value(top.share_pct)}% of the chain {where})"
     # A job's load row is its dataset's fetch; a watched loader's is the user's whole __getitem__.
     if top.stage == LOAD_STAGE and where == SERIAL_WHERE and not any(watched(r) for r in results):
@@ -377,12 +360,9 @@ def _advice_variants(base: str, groups: Mapping[str, Sequence[JobResult]],
 
 def _syncs_text(axis: str, base: Sequence[JobResult], other: Sequence[JobResult]) -> str:
     """Syncs a step beside a consumer's time, where the GPU probe measured them (exact counts, no noise)."""
-    if axis != AXIS_CONSUMER:
+    if axis != AXIS_CONSUMER or any(r.summary.syncs_per_step is None for r in (*base, *other)):
         return ""
-    counts = [np.median([r.summary.syncs_per_step for r in rs]) if all(
-        r.summary.syncs_per_step is not None for r in rs) else None for rs in (base, other)]
-    if None in counts:
-        return ""
+    counts = [np.median([r.summary.syncs_per_step for r in rs]) for rs in (base, other)]
     return f"; syncs a step {format_value(float(counts[1]))} against {format_value(float(counts[0]))}"
 
 
@@ -662,7 +642,9 @@ def diagnose(results: Sequence[Mapping]) -> Diagnosis:
     """Predict every measured (chain, workers) and write the advice; `results` are the loader's
     `JobResult`s, or result.json mappings (read as records)."""
     results = [JobResult.read(r) for r in results]
-    groups = _group(results)
+    groups: Dict[str, List[JobResult]] = {}
+    for label, result in zip(chain_labels(results), results):
+        groups.setdefault(label, []).append(result)
     costs = {chain: chain_costs(jobs) for chain, jobs in groups.items()}
     rows = []
     for chain, jobs in groups.items():
@@ -710,8 +692,7 @@ def prediction_table_rows(diagnosis: Diagnosis) -> List[Dict[str, object]]:
                                   # Percentages to one decimal: the machine's run-to-run noise is several percent.
                                   "measured_starvation_pct": round(r.measured_starvation_pct, 1)}
         if r.predicted is None:
-            row.update(predicted_samples_per_s=NOT_PREDICTED, gap_pct=NOT_PREDICTED,
-                       predicted_starvation_pct=NOT_PREDICTED, bound=THREADS_BOUND)
+            row.update(dict.fromkeys(PREDICTED_COLUMNS, NOT_PREDICTED), bound=THREADS_BOUND)
         else:
             row.update(predicted_samples_per_s=r.predicted.samples_per_s, gap_pct=round(100.0 * r.gap, 1),
                        predicted_starvation_pct=round(r.predicted.starvation_pct, 1), bound=r.predicted.bound)
