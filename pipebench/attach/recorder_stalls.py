@@ -83,9 +83,9 @@ def _upper_bound(values: np.ndarray, alpha: float) -> float:
 class Baseline:
     """The last BASELINE_WINDOWS windows that were not stalls: their starvation, rate and step."""
 
-    def __init__(self, rule: StallRule, size: int = BASELINE_WINDOWS) -> None:
+    def __init__(self, rule: StallRule) -> None:
         self.rule = rule
-        self.windows: Deque[Tuple[float, float, float]] = deque(maxlen=size)
+        self.windows: Deque[Tuple[float, float, float]] = deque(maxlen=BASELINE_WINDOWS)
 
     def medians(self) -> Tuple[float, float, float]:
         """The baseline's median starvation %, samples/s and seconds a step (NaN before any window)."""

@@ -31,7 +31,7 @@ class PrometheusSink:
                                   registry=self.registry) for key in SINK_METRICS}
         self.waits = Histogram(NAME_PREFIX + "window_wait_p50_ms", "the windows' median data wait, ms", LABELS,
                                buckets=WAIT_BUCKETS_MS, registry=self.registry)
-        self.server, self.thread = start_http_server(port, registry=self.registry)
+        self.server, _ = start_http_server(port, registry=self.registry)
 
     def window(self, point: WindowPoint) -> None:
         labels = {"loader": point.site, "rank": str(point.rank)}
