@@ -6,7 +6,7 @@ dataset classes keep their own checks for users who build them from Python.
 """
 
 from dataclasses import asdict, dataclass, field
-from typing import Any, ClassVar, Dict, List, Optional, Tuple
+from typing import Any, ClassVar, List, Optional
 
 from pipebench.config.limits import (
     MAX_DATASET_LENGTH,
@@ -16,7 +16,7 @@ from pipebench.config.limits import (
     MAX_SAMPLE_ELEMENTS,
     MAX_SEED,
 )
-from pipebench.config.specs import bounded
+from pipebench.config.specs import Checked, bounded
 
 # Where each group's config sits in the ConfigStore: `/dataset_schema/<group>@_here_` in its YAML.
 SCHEMA_GROUP = "dataset_schema"
@@ -26,18 +26,11 @@ SEEDS = (0, MAX_SEED)
 
 
 @dataclass(frozen=True, kw_only=True)
-class DatasetGroup:
-    """A catalogue dataset's `_target_` node. `RANGES` names each integer key's bounds
-    (pipebench.config.limits)."""
+class DatasetGroup(Checked):
+    """A catalogue dataset's `_target_` node; `RANGES` bounds its integer keys (pipebench.config.limits)."""
 
     _target_: str
-    RANGES: ClassVar[Dict[str, Tuple[int, int]]] = {}
-
-    def __post_init__(self) -> None:
-        for key, (minimum, maximum) in self.RANGES.items():
-            value = getattr(self, key)
-            if value is not None:
-                bounded(f"dataset.{key}", value, minimum, maximum)
+    PREFIX: ClassVar = "dataset."
 
 
 @dataclass(frozen=True, kw_only=True)

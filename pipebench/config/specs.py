@@ -9,7 +9,7 @@ OmegaConf.to_object and checked by its `__post_init__`, which names the key.
 
 import math
 from dataclasses import dataclass, field, fields, is_dataclass
-from typing import Any, Mapping, Optional, Tuple, Union
+from typing import Any, ClassVar, Mapping, Optional, Tuple, Union
 
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
@@ -83,7 +83,24 @@ def _one_of(key: str, value: Any, allowed: Tuple[Optional[str], ...]) -> None:
 
 
 @dataclass(frozen=True)
-class LoaderSpec:
+class Checked:
+    """A spec whose `__post_init__` checks each key of RANGES (`bounded`'s minimum, maximum and
+    optional `above`; a None value is not checked) and of CHOICES; an error names `PREFIX` + key."""
+
+    PREFIX: ClassVar[str] = ""
+    RANGES: ClassVar[Mapping[str, tuple]] = {}
+    CHOICES: ClassVar[Mapping[str, tuple]] = {}
+
+    def __post_init__(self) -> None:
+        for key, bounds in self.RANGES.items():
+            if getattr(self, key) is not None:
+                bounded(self.PREFIX + key, getattr(self, key), *bounds)
+        for key, allowed in self.CHOICES.items():
+            _one_of(self.PREFIX + key, getattr(self, key), allowed)
+
+
+@dataclass(frozen=True)
+class LoaderSpec(Checked):
     """DataLoader settings; `workers` lives at the top level because it is the axis users sweep most."""
 
     # 32, not the seed's 256: the seed chain costs ~16 ms a sample on a 2-core machine, so a
@@ -105,18 +122,16 @@ class LoaderSpec:
     # or spdl (an SPDL pipeline on threads); `workers` counts processes or threads as it says.
     backend: str = "dataloader"
 
-    def __post_init__(self) -> None:
-        bounded("loader.batch_size", self.batch_size, 1, MAX_BATCH_SIZE)
-        bounded("loader.prefetch_factor", self.prefetch_factor, 1, MAX_PREFETCH_FACTOR)
-        # 0 would let a hung worker hang the sweep: DataLoader reads it as "wait forever".
-        bounded("loader.timeout_s", self.timeout_s, 0, MAX_TIMEOUT_S, above=True)
-        _one_of("loader.multiprocessing_context", self.multiprocessing_context, (*START_METHODS, None))
-        _one_of("loader.sharing_strategy", self.sharing_strategy, (*SHARING_STRATEGIES, None))
-        _one_of("loader.backend", self.backend, LOADER_BACKENDS)
+    PREFIX: ClassVar = "loader."
+    # timeout_s 0 would let a hung worker hang the sweep: DataLoader reads it as "wait forever".
+    RANGES: ClassVar = {"batch_size": (1, MAX_BATCH_SIZE), "prefetch_factor": (1, MAX_PREFETCH_FACTOR),
+                        "timeout_s": (0, MAX_TIMEOUT_S, True)}
+    CHOICES: ClassVar = {"multiprocessing_context": (*START_METHODS, None),
+                         "sharing_strategy": (*SHARING_STRATEGIES, None), "backend": LOADER_BACKENDS}
 
 
 @dataclass(frozen=True)
-class RunSpec:
+class RunSpec(Checked):
     """How long to measure: warm-up, then at least `steps` steps and `min_time_s` seconds, `repeats` times."""
 
     # With workers, warm-up also drains the workers x prefetch_factor batches queued at start-up.
@@ -162,25 +177,17 @@ class RunSpec:
     # null profiles under a backend whose workers are threads, true under any, false never.
     thread_profile: Optional[bool] = None
 
-    def __post_init__(self) -> None:
-        bounded("run.warmup_steps", self.warmup_steps, 0, MAX_STEPS)
-        bounded("run.steps", self.steps, 1, MAX_STEPS)
-        bounded("run.worker_cycles", self.worker_cycles, 1, MAX_STEPS)
-        bounded("run.min_time_s", self.min_time_s, 0, MAX_TIMEOUT_S)
-        bounded("run.max_time_s", self.max_time_s, 0, MAX_TIMEOUT_S, above=True)
-        bounded("run.repeats", self.repeats, 1, MAX_REPEATS)
-        bounded("run.round", self.round, 0, MAX_REPEATS)
-        bounded("run.seed", self.seed, 0, MAX_SEED)
-        bounded("run.profile_steps", self.profile_steps, 0, MAX_PROFILE_STEPS)
-        bounded("run.step_timeout_s", self.step_timeout_s, 0, MAX_TIMEOUT_S, above=True)
-        _one_of("run.on_error", self.on_error, ON_ERROR_POLICIES)
-        _one_of("run.on_job_error", self.on_job_error, ON_JOB_ERROR_POLICIES)
-        _one_of("run.sync", self.sync, SYNC_MODES)
-        bounded("run.target_accel_util_pct", self.target_accel_util_pct, 0, 100, above=True)
+    PREFIX: ClassVar = "run."
+    RANGES: ClassVar = {"warmup_steps": (0, MAX_STEPS), "steps": (1, MAX_STEPS), "worker_cycles": (1, MAX_STEPS),
+                        "min_time_s": (0, MAX_TIMEOUT_S), "max_time_s": (0, MAX_TIMEOUT_S, True),
+                        "repeats": (1, MAX_REPEATS), "round": (0, MAX_REPEATS), "seed": (0, MAX_SEED),
+                        "profile_steps": (0, MAX_PROFILE_STEPS), "step_timeout_s": (0, MAX_TIMEOUT_S, True),
+                        "target_accel_util_pct": (0, 100, True)}
+    CHOICES: ClassVar = {"on_error": ON_ERROR_POLICIES, "on_job_error": ON_JOB_ERROR_POLICIES, "sync": SYNC_MODES}
 
 
 @dataclass(frozen=True)
-class ConsumerSpec:
+class ConsumerSpec(Checked):
     """What eats the batches: `none` (loader only), `emulated` (sleeps like an accelerator), `toy_cnn`."""
 
     kind: str = EMULATED
@@ -195,18 +202,18 @@ class ConsumerSpec:
     momentum: float = 0.9
     device: str = "auto"
 
+    PREFIX: ClassVar = "consumer."
+    RANGES: ClassVar = {"step_ms": (0, MAX_STEP_MS), "spread_ms": (0, MAX_STEP_MS)}
+    CHOICES: ClassVar = {"kind": CONSUMER_KINDS, "distribution": STEP_DISTRIBUTIONS, "device": CONSUMER_DEVICES}
+
     def __post_init__(self) -> None:
-        _one_of("consumer.kind", self.kind, CONSUMER_KINDS)
-        bounded("consumer.step_ms", self.step_ms, 0, MAX_STEP_MS)
-        bounded("consumer.spread_ms", self.spread_ms, 0, MAX_STEP_MS)
-        _one_of("consumer.distribution", self.distribution, STEP_DISTRIBUTIONS)
-        _one_of("consumer.device", self.device, CONSUMER_DEVICES)
+        super().__post_init__()
         _require(math.isfinite(self.lr) and self.lr > 0, f"consumer.lr must be a finite number > 0, got {self.lr}")
         _require(math.isfinite(self.momentum), f"consumer.momentum must be a finite number, got {self.momentum}")
 
 
 @dataclass(frozen=True)
-class DistributedSpec:
+class DistributedSpec(Checked):
     """Multi-rank loading: `nproc` ranks started by torchrun on this node, each with its own
     DistributedSampler and DataLoader workers, meeting at an all-reduce after every step."""
 
@@ -220,11 +227,10 @@ class DistributedSpec:
     # The whole multi-rank run is stopped after this long, whatever the ranks are doing.
     job_timeout_s: float = 3600.0
 
-    def __post_init__(self) -> None:
-        bounded("distributed.nproc", self.nproc, 1, MAX_RANKS)
-        _one_of("distributed.backend", self.backend, DISTRIBUTED_BACKENDS)
-        bounded("distributed.collective_timeout_s", self.collective_timeout_s, 0, MAX_TIMEOUT_S, above=True)
-        bounded("distributed.job_timeout_s", self.job_timeout_s, 0, MAX_TIMEOUT_S, above=True)
+    PREFIX: ClassVar = "distributed."
+    RANGES: ClassVar = {"nproc": (1, MAX_RANKS), "collective_timeout_s": (0, MAX_TIMEOUT_S, True),
+                        "job_timeout_s": (0, MAX_TIMEOUT_S, True)}
+    CHOICES: ClassVar = {"backend": DISTRIBUTED_BACKENDS}
 
 
 @dataclass(frozen=True)
@@ -258,7 +264,7 @@ class TransformChains:
 
 
 @dataclass(frozen=True, kw_only=True)
-class JobSettings:
+class JobSettings(Checked):
     """The keys a user sets for one job. The composed config (pipebench.config.schema.PipebenchConfig)
     adds the `transform` node and `results_dir`; the job's spec adds what composing derives."""
 
@@ -282,10 +288,11 @@ class JobSettings:
     calibrate: bool = False
     distributed: DistributedSpec = field(default_factory=DistributedSpec)
 
+    RANGES: ClassVar = {"workers": (0, MAX_WORKERS), "rounds": (1, MAX_REPEATS)}
+    CHOICES: ClassVar = {"trace": TRACE_KINDS}
+
     def __post_init__(self) -> None:
-        bounded("workers", self.workers, 0, MAX_WORKERS)
-        bounded("rounds", self.rounds, 1, MAX_REPEATS)
-        _one_of("trace", self.trace, TRACE_KINDS)
+        super().__post_init__()
         # The VizTracer timeline starts one recorder a worker process (its worker_init_fn); a thread
         # pool has no such hook, and one recorder shared by threads would interleave their slices.
         _require(self.trace != "viztracer" or self.loader.backend == "dataloader" or self.workers == 0,
@@ -335,18 +342,18 @@ def _storage_spec(dataset: dict) -> StorageSpec:
         _require(key in STORAGE_EMULATION_KEYS,
                  f"dataset.storage.{key} is not a key; known: {', '.join(STORAGE_EMULATION_KEYS)}")
     given = StorageSpec(cache=cache, **storage)  # its keys checked above: each a field
-    latency_ms, mb_per_s, shared = given.latency_ms, given.mb_per_s, given.shared_mb_per_s
-    for key, value, may_be_none in (("latency_ms", latency_ms, False), ("mb_per_s", mb_per_s, True),
-                                    ("shared_mb_per_s", shared, True)):
+    numbers = {}
+    for key, minimum, maximum in (("latency_ms", 0, MAX_STORAGE_LATENCY_MS),
+                                  ("mb_per_s", MIN_STORAGE_MB_PER_S, MAX_STORAGE_MB_PER_S),
+                                  ("shared_mb_per_s", MIN_STORAGE_MB_PER_S, MAX_STORAGE_MB_PER_S)):
+        value = getattr(given, key)
         number = isinstance(value, (int, float)) and not isinstance(value, bool)
-        _require(number or (may_be_none and value is None), f"dataset.storage.{key} must be a number, got {value!r}")
-    bounded("dataset.storage.latency_ms", latency_ms, 0, MAX_STORAGE_LATENCY_MS)
-    for key, value in (("mb_per_s", mb_per_s), ("shared_mb_per_s", shared)):
+        _require(number or (key != "latency_ms" and value is None),
+                 f"dataset.storage.{key} must be a number, got {value!r}")
         if value is not None:
-            bounded(f"dataset.storage.{key}", value, MIN_STORAGE_MB_PER_S, MAX_STORAGE_MB_PER_S)
-    return StorageSpec(cache=cache, latency_ms=float(latency_ms),
-                       mb_per_s=None if mb_per_s is None else float(mb_per_s),
-                       shared_mb_per_s=None if shared is None else float(shared))
+            bounded(f"dataset.storage.{key}", value, minimum, maximum)
+        numbers[key] = None if value is None else float(value)
+    return StorageSpec(cache=cache, **numbers)
 
 
 def _to_plain(cfg: DictConfig) -> dict:
