@@ -225,12 +225,6 @@ def _names_match(names: Mapping[str, str], key: str, value: str) -> bool:
     return any(v == value and key in (k, k.split(".")[-1], AXIS_NAMES.get(k)) for k, v in names.items())
 
 
-def _distinct_labels(named: Sequence[Mapping[str, str]]) -> List[str]:
-    """Each job as the KEY=VALUE pairs that tell it apart from the others."""
-    keys = varying_keys(named)
-    return [",".join(f"{k}={names.get(k, '')}" for k in keys) or "default" for names in named]
-
-
 def select_job(selector: Optional[str], named: Sequence[Mapping[str, str]]) -> int:
     """Index of the one job the selector names (0 when there is no selector); ConfigError otherwise."""
     if selector is None:
@@ -238,8 +232,10 @@ def select_job(selector: Optional[str], named: Sequence[Mapping[str, str]]) -> i
     pairs = _split_pairs(selector)
     hits = [i for i, names in enumerate(named) if all(_names_match(names, k, v) for k, v in pairs)]
     if len(hits) != 1:
+        keys = varying_keys(named)  # each job as the KEY=VALUE pairs that tell it apart
         raise ConfigError(f"--baseline {selector!r} matches {len(hits)} jobs, not 1; jobs: "
-                          + "; ".join(_distinct_labels(named)))
+                          + "; ".join(",".join(f"{k}={names.get(k, '')}" for k in keys) or "default"
+                                      for names in named))
     return hits[0]
 
 
@@ -294,18 +290,14 @@ def _speedup_cells(table: ComparisonTable) -> List[str]:
     return format_column(speedups, figures)[0]
 
 
-def _spread_title(table: ComparisonTable) -> str:
-    kinds = {r.rate.kind for r in table.rows}
-    return f"spread ({kinds.pop()})" if len(kinds) == 1 else "spread"
-
-
 def comparison_markdown(table: ComparisonTable) -> str:
     """The table, then a few lines that say what the spread, speedup and marks mean. With nothing swept,
     a job is named by IDENTITY_FIELDS; a single job, or a table not ranked, has no speedup or best row."""
     rates = [r.rate for r in table.rows]
     figures = [significant_figures(r.value, r.half_width) for r in rates]
     rate_cells, decimals = format_column([r.value for r in rates], figures)
-    spread_title = _spread_title(table)
+    kinds = {r.kind for r in rates}
+    spread_title = f"spread ({kinds.pop()})" if len(kinds) == 1 else "spread"
     titles = {key: axis_title(key, table.axes) for key in table.axes} or {name: name for name in IDENTITY_FIELDS}
     compared = table.ranked and len(table.rows) > 1
     show_rounds = any(r.rounds > 1 for r in table.rows)
@@ -314,14 +306,14 @@ def comparison_markdown(table: ComparisonTable) -> str:
     speedups = _speedup_cells(table)
     cells = []
     for i, row in enumerate(table.rows):
-        cell = {title: row.value(key) for key, title in titles.items()}
-        cell.update({
+        cell = {
+            **{title: row.value(key) for key, title in titles.items()},
             "samples/s": rate_cells[i],
             spread_title: _spread_cell(row.rate, decimals),
             "speedup": speedups[i],
             "starvation %": f"{row.starvation_pct:.{STARVATION_DECIMALS}f}",
             "best": BEST_MARK if i == table.best else (NEAR_BEST_MARK if table.near_best(i) else ""),
-        })
+        }
         if show_rounds:
             cell["rounds"] = str(row.rounds)
         if show_ranks:
@@ -373,19 +365,14 @@ def _figure_cell(value: float, decimals: int) -> str:
     return f"{value:.{decimals}f}" if math.isfinite(value) else ""
 
 
-def _ranking(table: ComparisonTable, i: int) -> Tuple[Optional[float], Optional[bool], Optional[bool], Optional[bool]]:
-    """Row i's speedup, best, near_best and baseline cells; empty where the table is not ranked."""
-    if not table.ranked:
-        return None, None, None, None
-    return table.speedup(i), i == table.best, table.near_best(i), i == table.baseline
-
-
 def comparison_csv(table: ComparisonTable) -> str:
     """Every row at full precision, axis columns under their full override keys."""
     axes = [a for a in table.axes if a not in (HOST, RUN)]
     rows = []
     for i, row in enumerate(table.rows):
-        speedup, best, near_best, baseline = _ranking(table, i)
+        # The speedup, best, near_best and baseline cells; empty where the table is not ranked.
+        speedup, best, near_best, baseline = ((table.speedup(i), i == table.best, table.near_best(i),
+                                               i == table.baseline) if table.ranked else (None,) * 4)
         rows.append([row.host, row.folder.name, *(row.value(a) for a in axes), row.label, row.rounds,
                      row.rate.value, row.rate.low, row.rate.high, row.rate.kind,
                      significant_figures(row.rate.value, row.rate.half_width), speedup, row.starvation_pct,

@@ -150,13 +150,15 @@ def capture_cause(capture: Capture) -> str:
     return f"{name}: {now:.2f} ms a sample{was}"
 
 
-def _timeline(series: Sequence[RecordedRow], events: Sequence[RecordedRow], title: str,
-              xlabel: str) -> Optional[Figure]:
+def _draw(series: Sequence[RecordedRow], events: Sequence[RecordedRow], out_dir: Path, name: str,
+          title: str, xlabel: str) -> List[str]:
+    """The timeline of `series`, a line a loader and rank, written as `name` in out_dir; the report's
+    lines that show it."""
     lines: Dict[str, List[RecordedRow]] = {}
     for row in series:
         lines.setdefault(f"{row.loader.split(',')[0]} rank {row.rank}", []).append(row)
     if not lines:
-        return None
+        return []
     figure = Figure(figsize=(10, 6), layout="constrained")
     rate, starved = figure.subplots(2, 1, sharex=True)
     for label, rows in lines.items():
@@ -177,15 +179,6 @@ def _timeline(series: Sequence[RecordedRow], events: Sequence[RecordedRow], titl
     starved.set_xlabel(xlabel)
     rate.legend(fontsize=8)
     rate.set_title(title)
-    return figure
-
-
-def _draw(series: Sequence[RecordedRow], events: Sequence[RecordedRow], out_dir: Path, name: str,
-          title: str, xlabel: str) -> List[str]:
-    """The timeline of `series` written as `name` in out_dir; the report's lines that show it."""
-    figure = _timeline(series, events, title, xlabel)
-    if figure is None:
-        return []
     write_png(figure, out_dir / name)
     return [f"![{title}]({name})", ""]
 
@@ -228,10 +221,10 @@ def write_recording(folder: Path, out_dir: Path) -> Optional[str]:
         return None
     events = _rows(folder / EVENTS_CSV)
     found = captures(folder)
-    lines = [f"## Recorded run: `{folder}`", "", *_draw(series, events, out_dir, TIMELINE_PNG, RECORDED_TITLE,
-                                                         RECORDED_XLABEL)]
-    lines.append(f"{len(series)} windows, {sum(1 for e in events if e.kind == 'epoch_start')} epoch starts, "
-                 f"{len(found)} captures.")
+    lines = [f"## Recorded run: `{folder}`", "",
+             *_draw(series, events, out_dir, TIMELINE_PNG, RECORDED_TITLE, RECORDED_XLABEL),
+             f"{len(series)} windows, {sum(1 for e in events if e.kind == 'epoch_start')} epoch starts, "
+             f"{len(found)} captures."]
     own = recorder_share(series)
     if own is not None:
         lines.append(f"The recorder's own time in the loop: {own.pct:.2f}% over the run (time-weighted over "
@@ -279,11 +272,8 @@ class RecorderShare:
 def recorder_share(rows: Sequence[RecordedRow]) -> Optional[RecorderShare]:
     """`recorder_pct` over `rows`, each window weighted by its span; None where no window holds it
     (a `pipebench run` job's series, a recording made before the column)."""
-    held = []
-    for row in rows:
-        pct, span = _number(row.recorder_pct), _span_s(row)
-        if pct is not None and span:
-            held.append((row, pct, span))
+    held = [(row, pct, span) for row in rows
+            if (pct := _number(row.recorder_pct)) is not None and (span := _span_s(row))]
     if not held:
         return None
     worst, worst_pct, _ = max(held, key=lambda item: item[1])
