@@ -291,12 +291,14 @@ def region_decode(chain: Chain, source: Optional[SampleSource] = None, unavailab
         why = decoded.reason.partition(": ")[2] or "the chain does not decode a JPEG first"
         return Moved(chain, reason=f"{REGION_DECODE}: {why}")
     steps = decoded.chain.per_sample
+    dropped = () if pil_side else (f"drop {short_name(chain.per_sample[decoder_conversion(chain)])} (the region "
+                                   "decode gives the uint8 tensor)",)
     # The crop as the chain wrote it (tensor_path made a PIL-side crop its v2 form): its own sampler draws.
     crop = chain.per_sample[0] if pil_side else steps[1] if len(steps) > 1 else None
     movement = declared_movement(crop) if crop is not None else None
     if crop is not None and short_name(crop) == RESIZE:
         then = chain.per_sample[1] if pil_side else steps[2] if len(steps) > 2 else None
-        return _resize_center_crop(chain, decoded, crop, then, pil_side)
+        return _resize_center_crop(chain, decoded, crop, then, dropped)
     if movement is None or not movement.region_form:
         first = f"{short_name(crop)} comes first" if crop is not None else "nothing comes"
         return Moved(chain, reason=f"{REGION_DECODE}: no crop with a region form (RandomCrop, CenterCrop, "
@@ -309,8 +311,6 @@ def region_decode(chain: Chain, source: Optional[SampleSource] = None, unavailab
         # from PIL's resize, as tensor_path's do, so the guard's bound judges it.
         region = {**region, "pil_resize": False}
     name = short_name(crop)
-    dropped = () if pil_side else (f"drop {short_name(chain.per_sample[decoder_conversion(chain)])} (the region "
-                                   "decode gives the uint8 tensor)",)
     changes = (f"decode only {name}'s box of the JPEG ({short_name(region)}: the box drawn from the header size by "
                f"{name}'s own sampler, the region decoded by nvImageCodec's CPU backend)", *dropped,
                *(c for c in decoded.changes[1:] if not c.startswith(f"run {name} ")))
@@ -324,10 +324,12 @@ REGION_RESIZE_CENTER_CROP = "pipebench.transforms.region.RegionResizeCenterCrop"
 V2_PREFIX = "torchvision.transforms.v2."
 
 
-def _resize_center_crop(chain: Chain, decoded: Moved, resize: Node, then: Optional[Node], pil_side: bool) -> Moved:
+def _resize_center_crop(chain: Chain, decoded: Moved, resize: Node, then: Optional[Node],
+                        dropped: Tuple[str, ...]) -> Moved:
     """region_decode of a chain whose first pixel steps are Resize then CenterCrop: one region form that
     decodes the source box the centre crop keeps (widened by the resize filter's support) and resizes it
-    on the full resize's pixel grid (PIL's resample with the full scale), then crops the window."""
+    on the full resize's pixel grid (PIL's resample with the full scale), then crops the window; `dropped`
+    is region_decode's change that drops the conversion, if any."""
     if then is None or short_name(then) != CENTER_CROP:
         after = f"{short_name(then)} follows it" if then is not None else "nothing follows it"
         return Moved(chain, reason=f"{REGION_DECODE}: Resize comes first and no CenterCrop follows it ({after}), "
@@ -341,8 +343,6 @@ def _resize_center_crop(chain: Chain, decoded: Moved, resize: Node, then: Option
     region = {**{k: v for k, v in resize.items() if k != "_target_"}, "crop_size": StepArguments.of(then).size}
     region = {"_target_": REGION_RESIZE_CENTER_CROP + suffix, **region}
     steps = decoded.chain.per_sample
-    dropped = () if pil_side else (f"drop {short_name(chain.per_sample[decoder_conversion(chain)])} (the region "
-                                   "decode gives the uint8 tensor)",)
     moved_names = (f"run {RESIZE} ", f"run {CENTER_CROP} ", f"move {RESIZE}")
     changes = (f"decode only the source box {RESIZE} then {CENTER_CROP} keep ({short_name(region)}: the box from the "
                "header size, widened by the resize filter's support, decoded by nvImageCodec's CPU backend, resized "

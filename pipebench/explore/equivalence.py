@@ -10,7 +10,7 @@ docs/explore.md gives each verdict in full. On-device steps run on the CPU here,
 that names its device; outputs are compared on the CPU.
 """
 
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from typing import Any, Callable, List, Optional, Sequence, Tuple
 
 import numpy as np
@@ -129,9 +129,8 @@ class _Built:
 
     @classmethod
     def of(cls, chain: Chain) -> "_Built":
-        return cls(tuple(build_transforms(chain.per_sample, "transform.per_sample")),
-                   tuple(build_transforms(chain.per_batch, "transform.per_batch")),
-                   tuple(build_transforms(chain.on_device, "transform.on_device")))
+        return cls(*(tuple(build_transforms(getattr(chain, f.name), f"transform.{f.name}"))
+                     for f in fields(Chain)))
 
     def __call__(self, inputs: Sequence[Any], seed: int) -> torch.Tensor:
         """One batch, as the loader makes it: per-sample steps, default_collate, per-batch steps."""

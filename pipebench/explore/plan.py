@@ -382,16 +382,15 @@ def explore_rows(invocation_dir: Path, plan: Plan) -> List[VariantRow]:
                 continue
             rates = [r.samples_per_s for r in summaries]
             cpus = [r.cpu_ms_per_sample for r in summaries]
+            rate, cpu = statistics.median(rates), statistics.median(cpus)
             name = item.variant.name
             unpaired = BASE_VERDICT if name == base else "-"
             rows.append(VariantRow(
                 variant=name, setting=setting or "-", verdict=item.verdict, rounds=len(summaries),
-                samples_per_s=statistics.median(rates), samples_per_s_min=min(rates), samples_per_s_max=max(rates),
-                speedup=statistics.median(rates) / base_rate,
-                rate_vs_base=rate_vs.get(name, unpaired),
-                cpu_ms_per_sample=statistics.median(cpus), cpu_ms_min=min(cpus), cpu_ms_max=max(cpus),
-                cpu_speedup=base_cpu / statistics.median(cpus),
-                cpu_vs_base=cpu_vs.get(name, unpaired),
+                samples_per_s=rate, samples_per_s_min=min(rates), samples_per_s_max=max(rates),
+                speedup=rate / base_rate, rate_vs_base=rate_vs.get(name, unpaired),
+                cpu_ms_per_sample=cpu, cpu_ms_min=min(cpus), cpu_ms_max=max(cpus),
+                cpu_speedup=base_cpu / cpu, cpu_vs_base=cpu_vs.get(name, unpaired),
                 samples_per_s_epoch=Summary.median(summaries, "samples_per_s_epoch"),
                 batch_mb=Summary.median(summaries, "batch_mb_median"),
                 ready_next_ms=Summary.median(summaries, "ready_next_ms_median")))

@@ -259,14 +259,8 @@ def show_command(overrides: List[str], config_dir: Optional[str], cfg: Optional[
         except SystemExit as exc:  # Hydra's own exit after it printed why
             if exc.code:
                 return exc.code if isinstance(exc.code, int) else 1
-        finally:
-            _drop_log_handlers()
+        finally:  # Hydra's --info adds logging handlers each call: kept, the next job prints once a handler
+            for logger in (logging.getLogger(), logging.getLogger("hydra")):
+                for handler in logger.handlers[:]:
+                    logger.removeHandler(handler)
     return 0
-
-
-def _drop_log_handlers() -> None:
-    """Hydra's --info prints through logging handlers it adds on each call: without dropping them,
-    the next job's information would print once a handler."""
-    for logger in (logging.getLogger(), logging.getLogger("hydra")):
-        for handler in logger.handlers[:]:
-            logger.removeHandler(handler)
