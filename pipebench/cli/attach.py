@@ -142,11 +142,6 @@ def _failed(exc: BaseException, target: str) -> int:
     return INTERRUPTED_EXIT_STATUS if isinstance(exc, KeyboardInterrupt) else UNCAUGHT_EXIT_STATUS
 
 
-def _fresh_name() -> Path:
-    """A new folder's name when --out does not say (claimed_folder adds -2, -3, ... when it is taken)."""
-    return Path(DEFAULT_OUT) / time.strftime("%Y-%m-%d_%H-%M-%S")
-
-
 def _not_measured(target: str, status: int, own: Sequence[str]) -> int:
     """attach's status when the script iterated no DataLoader, and its one line: a script that failed
     (Python has shown why) gets its own status back; one that ran to its end, the way to measure it."""
@@ -245,11 +240,14 @@ def main(args: argparse.Namespace) -> int:
             raise ConfigError("--export-config reads one process's loaders: export from the script run by "
                               "python (one rank), then sweep distributed.nproc= under pipebench run")
         parsed = parse_torchrun(torchrun)
-        with claimed_folder(None if out is None else Path(out), _fresh_name(), args.force) as folder:
+    else:
+        script = parse_command(command)
+        if export_dir is not None and Path(export_dir).exists() and not Path(export_dir).is_dir():
+            raise ConfigError(f"--export-config {export_dir}: not a directory")
+    # A new folder's name when --out does not say (claimed_folder adds -2, -3, ... when it is taken).
+    fresh = Path(DEFAULT_OUT) / time.strftime("%Y-%m-%d_%H-%M-%S")
+    with claimed_folder(None if out is None else Path(out), fresh, args.force) as folder:
+        if torchrun is not None:
             return attach_torchrun(parsed, window, folder, recording)
-    script = parse_command(command)
-    if export_dir is not None and Path(export_dir).exists() and not Path(export_dir).is_dir():
-        raise ConfigError(f"--export-config {export_dir}: not a directory")
-    with claimed_folder(None if out is None else Path(out), _fresh_name(), args.force) as folder, \
-            hang_shows_itself():
-        return _attach_script(script, window, folder, export_dir, recording)
+        with hang_shows_itself():
+            return _attach_script(script, window, folder, export_dir, recording)
