@@ -218,10 +218,6 @@ def _rate(passes: Sequence[PassRecord]) -> float:
     return 1000.0 * float(sum(sum(p.samples) for p in passes)) / float(sum(sum(p.step_ms) for p in passes))
 
 
-def _pass_starvation(p: PassRecord) -> float:
-    return 100.0 * float(sum(p.wait_ms)) / float(sum(p.step_ms))
-
-
 def comparable_config(config: Mapping[str, object]) -> Dict[str, object]:
     """The resolved config as dotted keys, minus the keys that may differ between runs."""
     return {k: v for k, v in flat_config(config).items()
@@ -251,7 +247,7 @@ def _job_runs(label: str, records: Sequence[JobResult]) -> JobRuns:
     return JobRuns(
         label=label,
         samples_per_s=tuple(_rate([p]) for p in passes),
-        starvation_pct=tuple(_pass_starvation(p) for p in passes),
+        starvation_pct=tuple(100.0 * sum(p.wait_ms) / sum(p.step_ms) for p in passes),
         config=records[0].config,
         fingerprint=records[0].fingerprint,
         rounds=tuple(r.round or 0 for r in records),  # one round (no run.round override) is round 0
@@ -320,9 +316,10 @@ def _calibration_factor(baseline: Optional[Calibration], current: Optional[Calib
     return current.score_s / baseline.score_s
 
 
-def _bootstrap_factors(rng: np.random.Generator, baseline: Optional[Calibration],
-                       current: Optional[Calibration]) -> np.ndarray:
+def _bootstrap_factors(baseline: Optional[Calibration], current: Optional[Calibration]) -> np.ndarray:
     """Resampled calibration factors, so the interval carries the calibration's own noise."""
+    rng = np.random.default_rng(BOOTSTRAP_SEED)
+
     def medians(cal: Calibration) -> np.ndarray:
         if len(cal.samples_s) < 2:
             return np.full(N_BOOTSTRAP, cal.score_s)
@@ -488,8 +485,7 @@ def compare_runs(baseline: Run, current: Run, threshold: float = DEFAULT_THRESHO
     signal. `paired`: the rounds were measured side by side (an A/B session), so round k of one
     side pairs with round k of the other. The interval and p shown are the raw throughput's."""
     factor = _calibration_factor(baseline.calibration, current.calibration)
-    rng = np.random.default_rng(BOOTSTRAP_SEED)
-    factors = _bootstrap_factors(rng, baseline.calibration, current.calibration)
+    factors = _bootstrap_factors(baseline.calibration, current.calibration)
     both = sorted(set(baseline.jobs) & set(current.jobs))
     use_cpu = bool(both) and all(side.jobs[label].has_cpu for label in both for side in (baseline, current))
     # One version of the reference on both sides: a round figure of another meaning would read as a change.

@@ -109,16 +109,10 @@ def session_rows(session, machine: str, date: str) -> List[HistoryRow]:
     """One row a job of an A/B session (pipebench.regress.ab.Session): the head side's figures."""
     base, head = session.sides
     measured = load_run(*map(str, session.folders[head.name]))
-    rows = []
-    for job in session.comparison.jobs:
-        runs = measured.jobs.get(job.full_job)
-        if runs is None:
-            continue
-        rate = _quartiles(runs.round_samples_per_s)
-        cpu = _quartiles(runs.cpu_ms_per_sample)
-        rows.append(HistoryRow(date, head.commit, base.commit, machine, job.job, len(runs.rounds), *rate, *cpu,
-                               job.verdict, job.flagged_by))
-    return rows
+    return [HistoryRow(date, head.commit, base.commit, machine, job.job, len(runs.rounds),
+                       *_quartiles(runs.round_samples_per_s), *_quartiles(runs.cpu_ms_per_sample),
+                       job.verdict, job.flagged_by)
+            for job in session.comparison.jobs if (runs := measured.jobs.get(job.full_job)) is not None]
 
 
 def append_session(path: Path, session, machine: str = "", date: str = "") -> Path:
