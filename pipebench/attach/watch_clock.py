@@ -54,11 +54,8 @@ class _Open:
 
 
 class GpuWatchClock:
-    """Events at a watched loop's step boundaries, read late. `boundary(measured)` at each call of
-    next() closes the step in progress and opens one when the coming step is measured;
-    `delivered()` when its batch came; `cut()` where the loop left a step unfinished (a new
-    epoch); `splits()` waits for the steps still in flight and gives each closed step's GPU split,
-    oldest first. Not frozen: it follows the user's loop."""
+    """Events at a watched loop's step boundaries (each call of next() and each delivery), read late.
+    Not frozen: it follows the user's loop."""
 
     def __init__(self, new_event: Callable[[], TimedEvent], capacity: int = STEPS_IN_FLIGHT) -> None:
         self.ring: EventRing[_Step] = EventRing(capacity)
@@ -77,7 +74,8 @@ class GpuWatchClock:
         return event
 
     def boundary(self, measured: bool) -> None:
-        """next() is being called: the step in progress (if its batch came) ends here."""
+        """next() is being called: the step in progress (if its batch came) ends here, and one opens
+        where the coming step is measured."""
         if self._open is None and not measured:
             return
         event = self._record()
