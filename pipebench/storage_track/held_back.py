@@ -9,6 +9,7 @@ import math
 from dataclasses import dataclass
 from typing import Optional, Sequence
 
+from pipebench.measure.memory import BYTES_PER_MB
 from pipebench.model.judging import RUN_TO_RUN_RATE_FLOOR
 from pipebench.record.figures import Summary
 from pipebench.storage_track.presets import MS_PER_S
@@ -26,7 +27,6 @@ CPU_FULL_SHARE = 0.9
 # A rank drawing within one run's own rate noise of what its workers deliver at most has them busy all
 # the time: the next batch waits for a worker, not for the storage or the cores.
 WORKERS_FULL_SHARE = 1.0 - RUN_TO_RUN_RATE_FLOOR
-BYTES_PER_MB = 1 << 20
 # The summary cells read at that N, each merged over its rounds.
 MERGED_COLUMNS = ("samples_per_s", "process_cpu_ms_per_sample", "host_other_cpu_cores", "step_ms_mean",
                   "accel_util_pct", "collective_wait_ms_mean", "au_pct", "wait_ms_mean",

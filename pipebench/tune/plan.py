@@ -144,13 +144,8 @@ def point_override(names: Sequence[str]) -> str:
 def store_point(point: Point) -> None:
     """The point as a global config in Hydra's ConfigStore: it selects its chain (a config under
     `transform/`, explore's variants included once stored) and sets the workers and loader keys."""
-    node: Dict[str, Any] = {
-        "defaults": [{"override /transform": point.chain}, "_self_"],
-        "workers": point.workers,
-        "loader": {"backend": point.backend, "prefetch_factor": point.prefetch_factor,
-                   "persistent_workers": point.persistent_workers, "pin_memory": point.pin_memory,
-                   "batch_size": point.batch_size},
-    }
+    loader = {key.partition(".")[2]: value for key, value in point.settings().items() if key.startswith("loader.")}
+    node = {"defaults": [{"override /transform": point.chain}, "_self_"], "workers": point.workers, "loader": loader}
     ConfigStore.instance().store(group=POINT_GROUP, name=point.name, node=node, package="_global_",
                                  provider=PROVIDER)
 
