@@ -77,21 +77,15 @@ FILE_SYSTEM = "file_system"
 PROCESS_SETTINGS = (PERSISTENT_WORKERS, SHARING_STRATEGY)
 
 
-MOVE_FUNCTIONS: Mapping[str, Callable[[Chain], Moved]] = {
-    REDUCED_DECODE: reduced_decode, REGION_DECODE: region_decode, TENSOR_PATH: tensor_path, DECODER: decoder,
-    CROP_FIRST: crop_first, FAST: fast,
-    PER_BATCH: per_batch, LATE_CAST: late_cast, TO_DEVICE: to_device, GPU_DECODER: gpu_decoder,
-    GPU_REGION_DECODE: gpu_region_decode}
-
-
 def move_functions(source: Optional[SampleSource], device: str = HOST_DEVICE, region_problem: str = "",
                    device_region_problem: str = "") -> Mapping[str, Callable[[Chain], Moved]]:
-    """MOVE_FUNCTIONS, with the decode moves told what the dataset gives, gpu_decoder where the
+    """Each move's function, with the decode moves told what the dataset gives, gpu_decoder where the
     on_device steps run (the consumer's device, or the host CPU), region_decode why nvImageCodec
     cannot run here ("" when it can), and gpu_region_decode why it cannot run on `device`."""
-    return {**MOVE_FUNCTIONS, REDUCED_DECODE: functools.partial(reduced_decode, source=source),
+    return {REDUCED_DECODE: functools.partial(reduced_decode, source=source),
             REGION_DECODE: functools.partial(region_decode, source=source, unavailable=region_problem),
-            TENSOR_PATH: functools.partial(tensor_path, source=source),
+            TENSOR_PATH: functools.partial(tensor_path, source=source), DECODER: decoder, CROP_FIRST: crop_first,
+            FAST: fast, PER_BATCH: per_batch, LATE_CAST: late_cast, TO_DEVICE: to_device,
             GPU_DECODER: functools.partial(gpu_decoder, source=source, device=device),
             GPU_REGION_DECODE: functools.partial(gpu_region_decode, source=source, device=device,
                                                  unavailable=region_problem or device_region_problem)}
@@ -124,7 +118,7 @@ def _ladder(chain: Chain, functions: Mapping[str, Callable[[Chain], Moved]]) -> 
     if stack[:1] == [REGION_DECODE]:
         without = _stack(chain, functions, tuple(m for m in STACKED if m != REGION_DECODE))
         built += [tuple(without)] if len(without) > 1 else []
-    tails = [(*stack, tail) for tail in TAILS] if len(stack) > 0 else []
+    tails = [(*stack, tail) for tail in TAILS] if stack else []
     under_gpu = _stack(chain, functions, STACKED_UNDER_GPU_DECODER)
     on_gpu = [(*under_gpu, move) for move in (GPU_DECODER, GPU_REGION_DECODE)] if under_gpu else []
     return [*singles, *built, *tails, *on_gpu]
