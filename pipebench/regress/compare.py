@@ -564,8 +564,8 @@ def render_markdown(comparison: Comparison) -> str:
         lines += [f"> **WARNING: fingerprint mismatch, {state}:** {', '.join(comparison.mismatch)}", ""]
     if not comparison.normalised and not comparison.paired:
         lines += ["Normalised ratios unavailable: calibration.json missing from a run.", ""]
-    lines += [_signals_line(comparison), ""]
-    lines += [f"baseline: `{comparison.baseline}`  ", f"current: `{comparison.current}`", "",
+    lines += [_signals_line(comparison), "",
+              f"baseline: `{comparison.baseline}`  ", f"current: `{comparison.current}`", "",
               "| job | baseline samples/s | current samples/s | ratio (95% CI) | normalised | "
               "starvation Δ (pts) | p | CPU ms a sample | CPU ratio (95% CI) | verdict | flagged by | moved most |",
               "|---|---:|---:|---:|---:|---:|---:|---:|---:|---|---|---|"]

@@ -182,7 +182,7 @@ def find_steps(history: History, signal: str = "cpu_ms_per_sample",
     for job in history.jobs():
         series = [r for r in history.rows if r.job == job and math.isfinite(getattr(r, signal))]
         values = np.array([getattr(r, signal) for r in series])
-        for i in _segment_steps(values, 0, threshold) if len(values) >= 2 * MIN_SEGMENT else []:
+        for i in _segment_steps(values, 0, threshold):
             steps.append(Step(job, signal, i, series[i].commit, series[i].date, float(np.median(values[:i])),
                               float(np.median(values[i:]))))
     return steps

@@ -173,12 +173,11 @@ def group_rows(runs: Sequence[Tuple[Path, Sequence[JobResult]]]) -> List[Compari
     for folder, results in runs:
         for result in results:
             grouped.setdefault((folder, result.key.label), []).append(result)
-    for (folder, _), results in grouped.items():
-        _refuse_pooling(folder, results)
     fingerprint = {key: tuple(rs[0].fingerprint.get(f) for f in HOST_FIELDS) for key, rs in grouped.items()}
     hosts = _host_labels(list(fingerprint.values()))
     rows = []
     for (folder, label), results in grouped.items():
+        _refuse_pooling(folder, results)
         names = identity(results[0].overrides, results[0].summary.row)
         host = hosts[fingerprint[(folder, label)]]
         names.update({HOST: host, RUN: folder.name})

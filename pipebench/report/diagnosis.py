@@ -138,13 +138,12 @@ def chain_costs(results: Sequence[JobResult]) -> ChainCosts:
     # consumer=none times only the loop's bookkeeping: there is no consumer to feed or keep busy.
     consumer_ms = 0.0 if consumer.kind == NO_CONSUMER else float(np.median([_consumer_ms(r.pass_records)
                                                                               for r in picked]))
-    on_cpu = (consumer.kind, consumer.device) in CPU_CONSUMERS
     return ChainCosts(
         ms_per_sample=float(np.median([r.summary.pipeline_ms_per_sample if serial else r.summary.cpu_ms_per_sample
                                        for r in picked])),
         cpu_ms_per_sample=float(np.median([r.summary.cpu_ms_per_sample for r in picked])),
         consumer_ms=consumer_ms,
-        consumer_cpu_ms=consumer_ms if on_cpu else 0.0,
+        consumer_cpu_ms=consumer_ms if (consumer.kind, consumer.device) in CPU_CONSUMERS else 0.0,
         batch_size=first.key.batch_size,
         usable_cores=int(first.host.usable_cores),
         source="workers=0" if serial else f"CPU time in workers={first.summary.workers}",
