@@ -171,7 +171,7 @@ def _loader_settings(loader: DataLoader, notes: List[str]) -> Dict[str, Any]:
     return settings
 
 
-def export_pipeline(loader: DataLoader, built_with: Optional[BuiltWith] = None) -> ExportedPipeline:
+def export_pipeline(loader: DataLoader, built_with: Optional[BuiltWith]) -> ExportedPipeline:
     """The loader's dataset, recipe and settings as configs; call it before the recipe is timed."""
     notes: List[str] = []
     base = subset_base(loader.dataset)

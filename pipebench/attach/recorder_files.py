@@ -52,7 +52,7 @@ class AppendedCsv:
 class Captures:
     """At most `limit` capture folders under `folder`, the worst (most time lost) kept."""
 
-    def __init__(self, folder: Path, limit: int = DEFAULT_MAX_CAPTURES) -> None:
+    def __init__(self, folder: Path, limit: int) -> None:
         self.folder = folder
         self.limit = limit
         self._kept: Dict[int, float] = {}

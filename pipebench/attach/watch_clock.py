@@ -57,8 +57,8 @@ class GpuWatchClock:
     """Events at a watched loop's step boundaries (each call of next() and each delivery), read late.
     Not frozen: it follows the user's loop."""
 
-    def __init__(self, new_event: Callable[[], TimedEvent], capacity: int = STEPS_IN_FLIGHT) -> None:
-        self.ring: EventRing[_Step] = EventRing(capacity)
+    def __init__(self, new_event: Callable[[], TimedEvent]) -> None:
+        self.ring: EventRing[_Step] = EventRing(STEPS_IN_FLIGHT)
         self._new_event = new_event
         self._origin: Optional[TimedEvent] = None
         self._open: Optional[_Open] = None

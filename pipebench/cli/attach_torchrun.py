@@ -117,7 +117,7 @@ def run_torchrun(command: TorchrunCommand, env: dict) -> int:
 
 
 def attach_torchrun(command: TorchrunCommand, window: WatchWindow, folder: Path,
-                    recording: Optional[Recording] = None) -> int:
+                    recording: Optional[Recording]) -> int:
     """Run torchrun's `command` with every rank watched (and recorded: each rank appends to the
     folder's series.csv); merge the ranks into `folder`, which the caller has claimed, empty
     (pipebench.attach.claimed_folder)."""
