@@ -647,11 +647,10 @@ def diagnose(results: Sequence[Mapping]) -> Diagnosis:
     costs = {chain: chain_costs(jobs) for chain, jobs in groups.items()}
     rows = []
     for chain, jobs in groups.items():
-        def place(job: JobResult) -> Tuple[int, int, str]:
-            return _ranks(job), job.key.workers, worker_kind_of(job)
-
-        for ranks, workers, kind in sorted({place(j) for j in jobs}):
-            same = [j.summary for j in jobs if place(j) == (ranks, workers, kind)]
+        places: Dict[Tuple[int, int, str], list] = {}
+        for job in jobs:
+            places.setdefault((_ranks(job), job.key.workers, worker_kind_of(job)), []).append(job.summary)
+        for (ranks, workers, kind), same in sorted(places.items()):
             rows.append(PredictedRow(
                 chain=chain, ranks=ranks, workers=workers,
                 predicted=predict(costs[chain], workers, ranks, _busy_readers(jobs, ranks, workers))
