@@ -2,10 +2,10 @@
 taken off the overrides the jobs get; each checked, a bad one as one line naming the key."""
 
 from dataclasses import asdict, dataclass
-from typing import List, Optional, Sequence, Tuple
+from typing import ClassVar, List, Optional, Sequence, Tuple
 
 from pipebench.config.limits import MAX_RANKS, MAX_REPEATS
-from pipebench.config.specs import bounded
+from pipebench.config.specs import Checked
 from pipebench.config.verb_options import split_prefixed
 from pipebench.storage_track.rules import RUNS
 
@@ -19,7 +19,7 @@ DEFAULT_MAX_ACCELERATORS = 64
 
 
 @dataclass(frozen=True)
-class CheckKeys:
+class CheckKeys(Checked):
     """`storage_check.*`, range-checked."""
 
     # The runs after the warm-up (MLPerf Storage's 5); fewer shortens the procedure, and the verdict says so.
@@ -28,11 +28,8 @@ class CheckKeys:
     # workload=custom's minimum AU (a preset has its own).
     min_au_pct: Optional[float] = None
 
-    def __post_init__(self) -> None:
-        bounded(PREFIX + "runs", self.runs, 1, MAX_REPEATS)
-        bounded(PREFIX + "max_accelerators", self.max_accelerators, 1, MAX_RANKS)
-        if self.min_au_pct is not None:
-            bounded(PREFIX + "min_au_pct", self.min_au_pct, 0, 100)
+    PREFIX: ClassVar = PREFIX
+    RANGES: ClassVar = {"runs": (1, MAX_REPEATS), "max_accelerators": (1, MAX_RANKS), "min_au_pct": (0, 100)}
 
 
 @dataclass(frozen=True)
