@@ -292,13 +292,13 @@ def write_tune(folder: Path, tuned: Tuned, config_dir: str = "") -> str:
     write_text_atomic(folder / TUNE_CSV, csv_text([t.row for t in points], TUNE_COLUMNS))
     write_png(_plot(points), folder / TUNE_PNG)
     if tuned.recommendation is not None:
-        write_text_atomic(folder / BEST_YAML, best_config(tuned.points[tuned.recommendation.pick],
-                                                          tuned.chain_config))
-    if tuned.recommendation is not None and tuned.chain_config is not None:
-        path = folder / VARIANT_FILE.format(tuned.points[tuned.recommendation.pick].chain)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        write_text_atomic(path, f"# pipebench tune: explore's variant {path.stem}\n"
-                          + OmegaConf.to_yaml(dict(tuned.chain_config)))
+        pick = tuned.points[tuned.recommendation.pick]
+        write_text_atomic(folder / BEST_YAML, best_config(pick, tuned.chain_config))
+        if tuned.chain_config is not None:
+            path = folder / VARIANT_FILE.format(pick.chain)
+            path.parent.mkdir(parents=True, exist_ok=True)
+            write_text_atomic(path, f"# pipebench tune: explore's variant {path.stem}\n"
+                              + OmegaConf.to_yaml(dict(tuned.chain_config)))
     markdown = tune_markdown(folder, tuned, points, config_dir)
     write_text_atomic(folder / TUNE_MD, markdown)
     return markdown
