@@ -22,7 +22,6 @@ plain picklable objects holding the one clock, so fork and spawn workers alike c
 import contextlib
 import copy
 import time
-from collections import Counter
 from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence, Tuple
 
 from torch.utils.data import DataLoader, IterableDataset
@@ -41,7 +40,7 @@ from pipebench.attach.watch_chain import (
     timed_loader,
 )
 from pipebench.pipeline.stages import DECODE_STAGE, LOAD_STAGE, PER_SAMPLE_STAGE
-from pipebench.pipeline.timed_chain import DECODE_NAME, StepName
+from pipebench.pipeline.timed_chain import DECODE_NAME, StepName, numbered
 
 __all__ = ["BatchedStep", "ExclusiveStage", "SampleBoundary", "timed_any"]
 
@@ -215,16 +214,6 @@ def _timed_function(fn: Callable, clock: StepClock, first_column: int) -> Callab
     return twin
 
 
-def _unique(names: Sequence[str]) -> List[str]:
-    """Names made distinct with `#2`, `#3`, as the timed chain names repeated steps."""
-    seen: Counter = Counter()
-    out = []
-    for name in names:
-        seen[name] += 1
-        out.append(name if seen[name] == 1 else f"{name}#{seen[name]}")
-    return out
-
-
 def _wds_pipeline(dataset: Any) -> Optional[List[Any]]:
     """The stages of a WebDataset pipeline (an IterableDataset whose `pipeline` holds webdataset stages)."""
     stages = getattr(dataset, PIPELINE_ATTR, None) if isinstance(dataset, IterableDataset) else None
@@ -259,7 +248,7 @@ def _timed_pipeline(dataset: Any, stages: List[Any]) -> Tuple[List[Any], StepClo
                    ExclusiveStage(stage, clock, DECODE_COLUMN) if kinds[k] == DECODE and k < end else stage
                    for k, stage in enumerate(stages)]
     stages_copy.insert(end, SampleBoundary(clock))
-    names = _unique([f"{callable_name(step)} ({where})" for where, step in steps])
+    names = numbered([f"{callable_name(step)} ({where})" for where, step in steps])
     rows = (StepName(LOAD_STAGE, LOAD_NAME.format(name=type(dataset).__name__)), StepName(DECODE_STAGE, WDS_DECODE_NAME),
             *(StepName(PER_SAMPLE_STAGE, name) for name in names))
     return stages_copy, clock, Recipe(PIPELINE_ATTR, tuple(step for _, step in steps)), rows

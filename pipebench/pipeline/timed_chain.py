@@ -11,6 +11,7 @@ with neither, the per-sample path does nothing per step beyond the clock reads a
 
 import threading
 import time
+from collections import Counter
 from typing import Any, Callable, Dict, List, NamedTuple, Optional, Protocol, Sequence, Tuple, Union
 
 import numpy as np
@@ -51,15 +52,19 @@ class StepName(NamedTuple):
     name: str
 
 
+def numbered(names: Sequence[str]) -> List[str]:
+    """Names made distinct: repeats get `#2`, `#3` so every row of the table is distinct."""
+    seen: Counter = Counter()
+    out = []
+    for name in names:
+        seen[name] += 1
+        out.append(name if seen[name] == 1 else f"{name}#{seen[name]}")
+    return out
+
+
 def step_names(steps: Sequence[Callable], stage: str) -> List[StepName]:
-    """Name steps by class; repeats get `#2`, `#3` so every row of the table is distinct."""
-    seen: dict = {}
-    names = []
-    for step in steps:
-        base = type(step).__name__
-        seen[base] = seen.get(base, 0) + 1
-        names.append(StepName(stage, base if seen[base] == 1 else f"{base}#{seen[base]}"))
-    return names
+    """Name steps by class, `numbered`."""
+    return [StepName(stage, name) for name in numbered([type(step).__name__ for step in steps])]
 
 
 class SampleFailure(NamedTuple):
