@@ -577,10 +577,8 @@ def _with_cap_gap(advice: Sequence[str], cap: Sequence[str], unexplained: Sequen
     the CPU measured inside workers (_inflated_cpu), else none, and the model's candidates
     (`unexplained`'s first line)."""
     capped = [r for r in rows if r.chain == base and r.predicted is not None and r.predicted.bound == "cores"]
-    if not cap or not capped:
-        return list(advice)
-    best = max(capped, key=lambda r: r.measured_samples_per_s)
-    if -best.gap <= CAP_GAP_WORTH_NAMING:
+    best = max(capped, key=lambda r: r.measured_samples_per_s, default=None)
+    if not cap or best is None or -best.gap <= CAP_GAP_WORTH_NAMING:
         return list(advice)
     number = {line: i for i, line in enumerate(advice, 1)}
     evidence = [number[line] for line in _inflated_cpu([r for r in capped if abs(r.gap) > EXPLAINED_WITHIN], costs)
