@@ -85,8 +85,7 @@ def verdict_payload(result: CheckResult) -> Dict[str, object]:
         "chain": result.chain,
         "shared_mb_per_s": result.shared_mb_per_s,
         "predicted_accelerators": result.predicted,
-        "search": [{"accelerators": p.accelerators, "au_pct": list(p.au_pct), "meets": p.meets, "failed": p.failed}
-                   for p in result.search.probes],
+        "search": [asdict(p) for p in result.search.probes],
         "search_capped": result.search.capped,
         "without_chain": None if result.without_chain is None else {
             "samples_per_s": result.without_chain.samples_per_s, "au_pct": result.without_chain.au_pct,
