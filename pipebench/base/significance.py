@@ -128,10 +128,9 @@ def against_base(base: Mapping[int, float], others: Mapping[str, Mapping[int, fl
     changes = {}
     for name, values in others.items():
         paired = sorted(values) == sorted(base) and len(base) > 1
-        rounds = sorted(base) if paired else None
-        b = [base[r] for r in rounds] if paired else list(base.values())
-        h = [values[r] for r in rounds] if paired else list(values.values())
-        changes[name] = measure_change(b, h, threshold, paired)
+        order = sorted if paired else list  # paired: both sides round by round
+        changes[name] = measure_change([base[r] for r in order(base)], [values[r] for r in order(values)],
+                                       threshold, paired)
     adjusted = holm([c.p_value for c in changes.values()])
     return {name: (change, change.direction(p)) for (name, change), p in zip(changes.items(), adjusted)}
 

@@ -36,20 +36,11 @@ def distribution(values: Sequence[float]) -> Distribution:
     """Summarise values; an empty sample gives NaNs so it can never pass for a measurement."""
     data = np.asarray(values, dtype=np.float64)
     if data.size == 0:
-        nan = float("nan")
-        return Distribution(0, nan, nan, nan, nan, nan, nan, nan, nan)
+        return Distribution(0, *[float("nan")] * 8)
     p25, median, p75, p99 = np.percentile(data, [LOWER_QUARTILE, 50, UPPER_QUARTILE, TAIL_PERCENTILE])
-    return Distribution(
-        n=int(data.size),
-        mean=float(data.mean()),
-        var=float(data.var(ddof=1)) if data.size > 1 else 0.0,
-        median=float(median),
-        p25=float(p25),
-        p75=float(p75),
-        p99=float(p99),
-        min=float(data.min()),
-        max=float(data.max()),
-    )
+    var = float(data.var(ddof=1)) if data.size > 1 else 0.0
+    return Distribution(int(data.size), float(data.mean()), var,
+                        *map(float, (median, p25, p75, p99, data.min(), data.max())))
 
 
 # The largest x whose e^x is a float: a log-scale bound beyond it is infinite.
