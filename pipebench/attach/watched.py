@@ -91,14 +91,7 @@ class WatchedLoader:
     @classmethod
     def of(cls, record: JobResult) -> "WatchedLoader":
         """The loader of a watched job's result."""
-        return parse(cls, parse(_LoaderPart, record.config).loader)
-
-
-@dataclass(frozen=True)
-class _LoaderPart:
-    """The part of a watched job's config that `WatchedLoader` reads."""
-
-    loader: Mapping[str, Any]
+        return parse(cls, record.config["loader"])
 
 
 def watch_result(watch: LoaderWatch, job_num: int = 0) -> Optional[WatchResult]:

@@ -6,8 +6,8 @@ cannot start (its library missing, a port taken) is a `ConfigError`, one line an
 running, a sink that fails is one warning and is dropped: the run and the other sinks go on.
 """
 
-from dataclasses import dataclass
-from typing import Any, Callable, Dict, List, Optional, Protocol
+from dataclasses import asdict, astuple, dataclass
+from typing import Any, Dict, List, Optional, Protocol
 
 from pipebench.attach.sinks.common import WindowPoint
 from pipebench.base.errors import ConfigError, warn
@@ -36,7 +36,7 @@ class SinkSpec:
 
     @property
     def any(self) -> bool:
-        return any(value is not None for value in (self.tensorboard, self.mlflow, self.wandb, self.prometheus_port))
+        return any(value is not None for value in astuple(self))
 
 
 class SinkSet:
@@ -71,15 +71,13 @@ def open_sinks(spec: SinkSpec, rank: int = 0) -> SinkSet:
     # Each sink's module imports its library only when it is asked for.
     from pipebench.attach.sinks import mlflow_sink, prometheus_sink, tensorboard_sink, wandb_sink
 
-    starters: Dict[str, Callable[[Any, int], Sink]] = {
-        "tensorboard": tensorboard_sink.start, "mlflow": mlflow_sink.start, "wandb": wandb_sink.start,
-        "prometheus_port": prometheus_sink.start}
+    modules = {"tensorboard": tensorboard_sink, "mlflow": mlflow_sink, "wandb": wandb_sink,
+               "prometheus_port": prometheus_sink}
     started: List[Sink] = []
     try:
-        for field_name, start in starters.items():
-            value = getattr(spec, field_name)
+        for field_name, value in asdict(spec).items():
             if value is not None:
-                started.append(start(value, rank))
+                started.append(modules[field_name].start(value, rank))
     except ConfigError:
         SinkSet(started).close()
         raise
