@@ -49,7 +49,7 @@ def _commands(folder: Path, name: str, exported: ExportedPipeline) -> Tuple[str,
 
 
 def _write_one(folder: Path, site: str, name: str, exported: ExportedPipeline) -> List[str]:
-    """One loader's three configs; its lines of the notes file."""
+    """One loader's configs; its lines of the notes file, up to its commands."""
     source = f"exported by pipebench attach from the loader created at {site}"
     if exported.dataset is not None:
         _write_yaml(folder / "dataset" / f"{name}.yaml", source, exported.dataset)
@@ -62,9 +62,8 @@ def _write_one(folder: Path, site: str, name: str, exported: ExportedPipeline) -
         _write_yaml(folder / "consumer" / f"{name}.yaml",
                     f"{source}: the script's own step as attach measured it (median, and a normal spread from "
                     "its IQR), emulated", exported.consumer)
-    run, explore = _commands(folder, name, exported)
     notes = [f"- {note}" for note in exported.notes] or ["- everything was exported"]
-    return [f"## {name} (the loader created at {site})", "", *notes, "", "```", run, explore, "```", ""]
+    return [f"## {name} (the loader created at {site})", "", *notes, ""]
 
 
 def write_exports(folder: "str | Path", exports: Sequence[Tuple[str, ExportedPipeline]]) -> List[str]:
@@ -77,8 +76,8 @@ def write_exports(folder: "str | Path", exports: Sequence[Tuple[str, ExportedPip
     for site, exported in exports:
         name = config_name(site, names)
         names.append(name)
-        notes += _write_one(folder, site, name, exported)
         run, explore = _commands(folder, name, exported)
+        notes += [*_write_one(folder, site, name, exported), "```", run, explore, "```", ""]
         printed += [f"exported {site} to {folder} as {name}:"]
         printed += [f"  not exported: {note}" if "not exported" in note or "left out" in note else f"  note: {note}"
                     for note in exported.notes]

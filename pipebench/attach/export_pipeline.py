@@ -11,9 +11,8 @@ its settings, as `loader.*` and `workers`. The consumer: the script's own step a
 it, emulated (`with_measured_step`), so a run of the export feeds a step as long as the script's.
 """
 
-import dataclasses
 import pathlib
-from dataclasses import dataclass, field
+from dataclasses import dataclass, replace
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
@@ -54,7 +53,7 @@ class ExportedPipeline:
     per_sample: Tuple[Any, ...]
     loader: Dict[str, Any]
     workers: int
-    notes: Tuple[str, ...] = field(default=())
+    notes: Tuple[str, ...] = ()
     # The script's own step as an emulated consumer (`consumer.*`), where attach measured one.
     consumer: Optional[Dict[str, Any]] = None
 
@@ -202,4 +201,4 @@ def with_measured_step(exported: ExportedPipeline, passes: Sequence[Any]) -> Exp
     step_ms = [s.compute_ns / NS_PER_MS for p in passes for s in p.steps]
     if not step_ms:
         return exported
-    return dataclasses.replace(exported, consumer=measured_consumer(step_ms))
+    return replace(exported, consumer=measured_consumer(step_ms))

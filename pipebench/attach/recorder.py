@@ -361,12 +361,12 @@ class LoaderRecorder:
 def record_watch(recorder: Recorder, watch: LoaderWatch) -> LoaderRecorder:
     """A recorder for a watched loader: named by its identity, fed every batch's timings (its tap);
     its context is what a capture's report needs of the loader."""
-    timing = watch.timing
     context = {"workers": watch.workers, "batch_size": watch.batch_size,
                "persistent_workers": watch.persistent, "dataset_class": watch.dataset_class,
                "site": watch.site}
-    loader = recorder.loader(watch.identity.label, list(timing.names) if timing is not None else [],
-                             list(watch.batch_steps) if timing is not None else [], context)
+    timed = watch.timing is not None
+    loader = recorder.loader(watch.identity.label, watch.timing.names if timed else (),
+                             watch.batch_steps if timed else (), context)
     watch.tap = loader.timings
     return loader
 

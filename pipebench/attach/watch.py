@@ -221,10 +221,11 @@ class LoaderWatch:
                 self.startups.append(batch.startup)
             if batch.startup.started_ns is not None and not self.meters.ended:  # a worker's, in the window
                 self.worker_pids.add(batch.startup.pid)
+        timings = (batch.sample_ns, batch.sample_cpu_ns, batch.collate_ns, batch.collate_cpu_ns)
         if measured and len(batch.sample_ns):
-            self._timings.append((batch.sample_ns, batch.sample_cpu_ns, batch.collate_ns, batch.collate_cpu_ns))
+            self._timings.append(timings)
         if self.tap is not None:
-            self.tap((batch.sample_ns, batch.sample_cpu_ns, batch.collate_ns, batch.collate_cpu_ns))
+            self.tap(timings)
         return batch.batch
 
     @property
