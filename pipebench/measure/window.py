@@ -9,6 +9,7 @@ is the restart cost an epoch pays.
 
 from dataclasses import dataclass
 from functools import cached_property
+from itertools import accumulate, islice
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
 import numpy as np
@@ -61,12 +62,8 @@ class Window:
     def blocks(self) -> Tuple[Tuple[int, int], ...]:
         if not self.crossed:
             return self.steady_cycles
-        every: List[Tuple[int, int]] = []
-        offset = 0
-        for result in self.passes:
-            every.extend(_blocks(offset, offset + len(result.steps), self.cycle))
-            offset += len(result.steps)
-        return tuple(every)
+        ends = list(accumulate(len(result.steps) for result in self.passes))
+        return tuple(b for start, end in zip([0, *ends], ends) for b in _blocks(start, end, self.cycle))
 
     def steady_indices(self) -> np.ndarray:
         return np.array([i for start, end in self.blocks for i in range(start, end)], dtype=np.int64)
@@ -181,11 +178,8 @@ def steady_masks(window: Window) -> List[List[bool]]:
     """Per pass, which measured steps the steady rate counts (every step when none is steady),
     so result.json's raw steps give back `samples_per_s` to whoever checks it."""
     steady = set(window.steady_indices().tolist()) or set(range(len(window.steps)))
-    masks, offset = [], 0
-    for result in window.passes:
-        masks.append([offset + i in steady for i in range(len(result.steps))])
-        offset += len(result.steps)
-    return masks
+    flags = iter([i in steady for i in range(len(window.steps))])
+    return [list(islice(flags, len(result.steps))) for result in window.passes]
 
 
 @dataclass(frozen=True)
