@@ -125,14 +125,13 @@ def imported_modules(payload: bytes) -> Optional[List[str]]:
 
 
 def _read_exactly(fd: int, size: int) -> Optional[bytes]:
-    chunks, left = [], size
-    while left:
-        chunk = os.read(fd, left)
+    data = bytearray()
+    while len(data) < size:
+        chunk = os.read(fd, size - len(data))
         if not chunk:
             return None
-        chunks.append(chunk)
-        left -= len(chunk)
-    return b"".join(chunks)
+        data += chunk
+    return bytes(data)
 
 
 def read_frame(fd: int) -> Optional[bytes]:

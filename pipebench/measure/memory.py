@@ -171,9 +171,7 @@ def _mb(value: Optional[int]) -> Optional[float]:
 
 
 def _max(current: Optional[int], value: Optional[int]) -> Optional[int]:
-    if value is None:
-        return current
-    return value if current is None else max(current, value)
+    return max((v for v in (current, value) if v is not None), default=None)
 
 
 def _growth(tracks: List[_Track]) -> Optional[float]:

@@ -235,10 +235,6 @@ class Recorder:
         if restart:
             tracer.start()
 
-    def on_flush_signal(self, signum: int, frame: Any) -> None:
-        """The FLUSH_SIGNAL handler of a worker, bound to that worker's recorder."""
-        self.answer_request()
-
     def answer_request(self) -> None:
         """A flush asked for by finish(): write everything, then say so in the marker. If the
         request lands inside a flush, that flush answers it when it is done."""
@@ -350,7 +346,7 @@ class VizTraceSession:
         try:
             rec = Recorder(self, f"worker {worker_id}", worker_id)
             if FLUSH_SIGNAL is not None and threading.current_thread() is threading.main_thread():
-                signal.signal(FLUSH_SIGNAL, rec.on_flush_signal)
+                signal.signal(FLUSH_SIGNAL, lambda signum, frame: rec.answer_request())
             # Runs in multiprocessing's exit path after the worker loop returns (a clean shutdown);
             # a worker killed by its parent skips it and keeps only its periodic parts.
             Finalize(None, rec.close, exitpriority=100)

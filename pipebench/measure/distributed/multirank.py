@@ -225,13 +225,12 @@ def _stop_group(proc: subprocess.Popen) -> None:
     for sig in (signal.SIGTERM, signal.SIGKILL):
         try:
             os.killpg(proc.pid, sig)
-        except ProcessLookupError:
-            return
-        try:
             proc.wait(timeout=KILL_GRACE_S)
             return
+        except ProcessLookupError:
+            return
         except subprocess.TimeoutExpired:
-            continue
+            pass
 
 
 def coverage_of(ranks: Sequence[RankResult], spec: JobSpec) -> CoverageReport:
