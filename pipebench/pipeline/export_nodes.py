@@ -20,8 +20,8 @@ import torch
 
 from pipebench.pipeline.instantiate import instantiate_node
 
-__all__ = ["GET_OBJECT", "NodeOrWhy", "attribute_arguments", "importable_why", "object_node", "plain_node", "plain_value", "public_target",
-           "read_arguments", "same_repr", "value_node"]
+__all__ = ["GET_OBJECT", "NodeOrWhy", "attribute_arguments", "importable_why", "object_node", "plain_node",
+           "plain_value", "public_target", "value_node"]
 
 # torchvision's public namespaces: a step is written under the one that exports its class.
 PUBLIC_NAMESPACES = ("torchvision.transforms.v2", "torchvision.transforms")
@@ -30,6 +30,7 @@ GET_OBJECT = "hydra.utils.get_object"
 # How deep `value_node` follows objects held by objects (a Compose inside a RandomApply): a bound,
 # not a limit real recipes reach, so a cyclic object ends with a reason rather than a RecursionError.
 MAX_DEPTH = 8
+_LIST_AS_TUPLE = str.maketrans("[]", "()")
 
 
 @dataclass(frozen=True)
@@ -112,38 +113,17 @@ def attribute_arguments(obj: Any) -> Tuple[Optional[Dict[str, Any]], str]:
     return arguments, ""
 
 
-def read_arguments(obj: Any, value: Callable[[Any], NodeOrWhy]) -> Tuple[Optional[Dict[str, Any]], str]:
-    """(the object's constructor arguments read back from its attributes, each through `value`, "")
-    or (None, why not)."""
-    raw, why = attribute_arguments(obj)
-    if raw is None:
-        return None, why
-    arguments = {}
-    for name, held in raw.items():
-        written = value(held)
-        if not written.ok:
-            return None, f"its argument `{name}`: {written.why}"
-        arguments[name] = written.node
-    return arguments, ""
-
-
 def plain_node(value: Any) -> NodeOrWhy:
     """`plain_value` as a NodeOrWhy: objects are refused."""
     ok, node = plain_value(value)
     return NodeOrWhy(node) if ok else NodeOrWhy(why=f"a {type(value).__name__}, not a plain value")
 
 
-def same_repr(rebuilt: Any, obj: Any) -> bool:
-    """Equal reprs, a list read back where the object holds a tuple (size=[224, 224]) counting as equal."""
-    def norm(item: Any) -> str:
-        return repr(item).replace("[", "(").replace("]", ")")
-    return norm(rebuilt) == norm(obj)
-
-
 def _same_object(rebuilt: Any, obj: Any) -> bool:
-    """The same repr where the class has its own; else the same attributes."""
+    """The same repr where the class has its own (a list read back where the object holds a tuple,
+    size=[224, 224], counting as equal); else the same attributes."""
     if type(obj).__repr__ is not object.__repr__:
-        return same_repr(rebuilt, obj)
+        return repr(rebuilt).translate(_LIST_AS_TUPLE) == repr(obj).translate(_LIST_AS_TUPLE)
     try:
         return type(rebuilt) is type(obj) and bool(vars(rebuilt) == vars(obj))
     except Exception:  # attributes that do not compare (arrays): not shown to be the same
@@ -158,9 +138,15 @@ def object_node(obj: Any, value: Callable[[Any], NodeOrWhy] = plain_node) -> Nod
         return NodeOrWhy(why=why)
     if function:
         return NodeOrWhy({"_target_": GET_OBJECT, "path": f"{obj.__module__}.{obj.__qualname__}"})
-    arguments, why = read_arguments(obj, value)
-    if arguments is None:
+    raw, why = attribute_arguments(obj)
+    if raw is None:
         return NodeOrWhy(why=why)
+    arguments = {}
+    for name, held in raw.items():
+        written = value(held)
+        if not written.ok:
+            return NodeOrWhy(why=f"its argument `{name}`: {written.why}")
+        arguments[name] = written.node
     for candidate in _argument_candidates(obj, arguments):
         node = {"_target_": public_target(type(obj)), **candidate}
         try:
