@@ -22,6 +22,7 @@ from typing import Any, Callable, Dict, Iterable, Iterator, List, Optional, Prot
 
 import torch
 from torch.utils.data import DataLoader, DistributedSampler, IterableDataset, RandomSampler, SequentialSampler
+from torch.utils.data._utils.pin_memory import pin_memory
 
 from pipebench.base.errors import ConfigError, StuckThreadError
 from pipebench.base.extras import MissingExtra, installed, missing_line
@@ -246,21 +247,17 @@ def stuck_thread(backend: str, timeout_s: float) -> StuckThreadError:
                             "exits without it)")
 
 
-def _stop_node_threads(node: Any) -> None:
-    """Join a torchdata node's threads now. torchdata stops them only in `__del__`, and a daemon
-    thread still running a transform when the job process exits aborts it (SIGABRT, seen here).
-    A thread stuck in a transform is waited for only torchdata's join timeout."""
-    it = getattr(node, "_it", None)
-    while it is not None:  # ParallelMapper -> its impl -> the iterator that owns the threads
-        shutdown = getattr(it, "_shutdown", None)
-        if shutdown is not None:
-            shutdown()
-        it = getattr(it, "_it", None)
-
-
 def _stop_graph(built: List[Any]) -> None:
+    """Join the threads of a torchdata graph's nodes now. torchdata stops them only in `__del__`, and a
+    daemon thread still running a transform when the job process exits aborts it (SIGABRT, seen here).
+    A thread stuck in a transform is waited for only torchdata's join timeout."""
     for node in reversed(built):  # the root first, so nothing upstream is pulled again
-        _stop_node_threads(node)
+        it = getattr(node, "_it", None)
+        while it is not None:  # ParallelMapper -> its impl -> the iterator that owns the threads
+            shutdown = getattr(it, "_shutdown", None)
+            if shutdown is not None:
+                shutdown()
+            it = getattr(it, "_it", None)
 
 
 # How often the puller looks whether the epoch was dropped while its queue is full.
@@ -311,13 +308,6 @@ def _handed_off(source: Iterable[TimedBatch], depth: int, timeout_s: float, back
         stop()
 
 
-def _pin_batch(batch: TimedBatch) -> TimedBatch:
-    """The sink-side pin of an spdl pipeline (pin_memory on the whole TimedBatch, as DataLoader does)."""
-    from torch.utils.data._utils.pin_memory import pin_memory
-
-    return pin_memory(batch)
-
-
 class SpdlBackend(_ThreadPoolBackend):
     """An SPDL pipeline: the sampler as source -> __getitem__ on `workers` threads (input order) ->
     aggregate a batch -> the timed collate -> prefetch. A fresh pipeline an epoch."""
@@ -336,8 +326,8 @@ class SpdlBackend(_ThreadPoolBackend):
                          output_order="input")
                    .aggregate(self.batch_size, drop_last=self.drop_last)
                    .pipe(self.collate))
-        if self.pin:
-            builder = builder.pipe(_pin_batch)
+        if self.pin:  # the whole TimedBatch, as DataLoader pins it
+            builder = builder.pipe(pin_memory)
         # The collate gets a thread of its own beside the per-sample ones.
         # Plain queues and no task hooks: SPDL's default ones time every task and log a stats
         # table at each epoch's end, work and lines the job's own timing already covers.
