@@ -32,10 +32,9 @@ def check_sweep_builds(specs: Sequence[JobSpec]) -> None:
     # dataset, before any job runs.
     check_backends(backends)
     warnings, notes = plan_lines(specs, [dataset for _, dataset in backends])
-    for line in warnings:
-        print(f"warning: {line}", file=sys.stderr, flush=True)
-    for line in notes:
-        print(f"note: {line}", file=sys.stderr, flush=True)
+    for kind, lines in (("warning", warnings), ("note", notes)):
+        for line in lines:
+            print(f"{kind}: {line}", file=sys.stderr, flush=True)
 
 
 def plan_lines(specs: Sequence[JobSpec], datasets: Sequence[Any]) -> Tuple[List[str], List[str]]:
