@@ -41,7 +41,7 @@ from pipebench.storage.object_store import is_url, url_fs
 from pipebench.storage.shared_link import BYTES_PER_MB, SharedLink
 
 __all__ = ["CountedFile", "FileReads", "IO_FIELDS", "NO_IO", "OPEN_NS", "PerThread", "READ_BYTES",
-           "READ_FILES", "READ_NS", "READ_REQUESTS", "fadvise_available", "file_reads_of", "honoured"]
+           "READ_FILES", "READ_NS", "READ_REQUESTS", "file_reads_of", "honoured"]
 
 SECONDS_PER_MS = 1e-3
 # A file read in pieces (`FileReads.open`) is read this much at a time: a cold read drops the pages of
@@ -54,14 +54,10 @@ READ_NS, READ_BYTES, READ_FILES, READ_REQUESTS, OPEN_NS = range(len(IO_FIELDS))
 NO_IO = np.zeros(len(IO_FIELDS), dtype=np.int64)
 
 
-def fadvise_available() -> bool:
-    """Whether this platform can drop a file's pages (Linux and most Unixes; not macOS or Windows)."""
-    return hasattr(os, "posix_fadvise") and hasattr(os, "POSIX_FADV_DONTNEED")
-
-
 def honoured(storage: StorageSpec) -> StorageSpec:
-    """The settings this platform can honour: cold runs warm where pages cannot be dropped."""
-    if storage.cache == "cold" and not fadvise_available():
+    """The settings this platform can honour: cold runs warm where pages cannot be dropped (posix_fadvise:
+    Linux and most Unixes, not macOS or Windows)."""
+    if storage.cache == "cold" and not (hasattr(os, "posix_fadvise") and hasattr(os, "POSIX_FADV_DONTNEED")):
         return replace(storage, cache="warm")
     return storage
 

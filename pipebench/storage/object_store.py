@@ -81,15 +81,6 @@ def _s3_config(user: Dict[str, Any]) -> Dict[str, Any]:
     return {**config, **user.get("config_kwargs", {})}
 
 
-def _http_options() -> Dict[str, Any]:
-    """fsspec's HTTP filesystem's options: aiohttp's connect and read timeouts, under fsspec's configuration."""
-    import aiohttp  # fsspec's HTTP filesystem needs it
-
-    user = _fsspec_conf(HTTP_PROTOCOLS)
-    timeout = aiohttp.ClientTimeout(sock_connect=STORE_CONNECT_TIMEOUT_S, sock_read=STORE_READ_TIMEOUT_S)
-    return {**user, "client_kwargs": {"timeout": timeout, **user.get("client_kwargs", {})}}
-
-
 def _fsspec_conf(protocols: Tuple[str, ...]) -> Dict[str, Any]:
     """fsspec's configuration for the first of `protocols` that has one."""
     import fsspec.config
@@ -103,8 +94,12 @@ def store_options(url: str) -> Dict[str, Any]:
     if protocol in PROTOCOL_EXTRAS and installed("s3fs"):  # fsspec's s3 configuration, with botocore's bounds
         user = _fsspec_conf(("s3",))
         return {**user, "config_kwargs": _s3_config(user)}
-    if protocol in HTTP_PROTOCOLS and installed("aiohttp"):
-        return _http_options()
+    if protocol in HTTP_PROTOCOLS and installed("aiohttp"):  # aiohttp's timeouts, under fsspec's http config
+        import aiohttp  # fsspec's HTTP filesystem needs it
+
+        user = _fsspec_conf(HTTP_PROTOCOLS)
+        timeout = aiohttp.ClientTimeout(sock_connect=STORE_CONNECT_TIMEOUT_S, sock_read=STORE_READ_TIMEOUT_S)
+        return {**user, "client_kwargs": {"timeout": timeout, **user.get("client_kwargs", {})}}
     return {}
 
 
@@ -114,13 +109,13 @@ def url_fs(url: str) -> Tuple[Any, str]:
     installs it)."""
     import fsspec  # torch's own dependency
 
+    protocol = protocol_of(url)
     try:
         fs, path = fsspec.core.url_to_fs(url, **store_options(url))
-        if protocol_of(url) in PROTOCOL_EXTRAS:
+        if protocol in PROTOCOL_EXTRAS:
             fs.retries = 1  # s3fs's own loop around botocore's would multiply the attempts
         return fs, path
     except ImportError as exc:
-        protocol = protocol_of(url)
         if protocol in PROTOCOL_EXTRAS:
             library, extra = PROTOCOL_EXTRAS[protocol]
             raise DatasetError(f"{url}: {missing_line([MissingExtra(f'an {protocol}:// URL', library, extra)])}") from None

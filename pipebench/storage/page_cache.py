@@ -61,23 +61,6 @@ class CachePlan:
         }
 
 
-def _regular_files(paths: Iterable[str], watchdog: Unwatched) -> Tuple[List[str], int, List[str]]:
-    """The regular files among `paths` (links followed), their bytes, and the other paths."""
-    regular, size, others = [], 0, []
-    for path in paths:
-        watchdog.arm(f"page-cache warm-up: looking at {path}")
-        try:
-            info = os.stat(path)
-        finally:
-            watchdog.disarm()
-        if stat.S_ISREG(info.st_mode):
-            regular.append(path)
-            size += info.st_size
-        else:
-            others.append(path)
-    return regular, size, others
-
-
 def _warm_file(path: str, watchdog: Unwatched, read: Callable[[int, int], bytes] = os.read) -> bool:
     """Read one file once, so the page cache holds it (the bytes are dropped), each chunk a watched
     step. False, with nothing read, when it is no longer a regular file: opened non-blocking, a FIFO
@@ -103,8 +86,19 @@ def _look_and_warm(paths: Iterable[str], free: int, watchdog: Unwatched) -> Tupl
     """The regular files' bytes and the paths that are no regular file (not read); the regular files
     are read once when their bytes fit in `free`. A watched step that overruns is a StepTimeoutError
     naming the file."""
+    regular, size, skipped = [], 0, []
     try:
-        regular, size, skipped = _regular_files(paths, watchdog)
+        for path in paths:
+            watchdog.arm(f"page-cache warm-up: looking at {path}")
+            try:
+                info = os.stat(path)  # links followed
+            finally:
+                watchdog.disarm()
+            if stat.S_ISREG(info.st_mode):
+                regular.append(path)
+                size += info.st_size
+            else:
+                skipped.append(path)
         if size <= free:
             skipped += [path for path in regular if not _warm_file(path, watchdog)]
     except StepOverrun as exc:
