@@ -31,11 +31,6 @@ class _CrossMask:
             raise ValueError(f"{type(self).__name__}: ratio must be in [0, 1], got {ratio}")
         self.ratio = ratio
 
-    @staticmethod
-    def dilate(mask: torch.Tensor) -> torch.Tensor:
-        """The cross dilation of a bool [H, W] tensor; each form implements it its own way."""
-        raise NotImplementedError
-
     def __call__(self, img: torch.Tensor) -> torch.Tensor:
         """Return a copy of the [C, H, W] image with the dilated mask zeroed in all channels."""
         if img.ndim != 3:

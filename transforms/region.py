@@ -73,17 +73,15 @@ class _Region:
     def _boxed_pixels(self, img: Any, box: Box) -> torch.Tensor:
         """The box of `img`: its region, or the whole decode cropped where the codec does not take it."""
         region = self._region(img, box)
-        return region if region is not None else _crop(self._whole(img), box)
+        if region is not None:
+            return region
+        top, left, height, width = box
+        return self._whole(img)[..., top:top + height, left:left + width]
 
     @staticmethod
     def _whole(img: Any) -> Any:
         """The full decode the move replaced: DecodeJpeg (a tensor passes through)."""
         return img if isinstance(img, torch.Tensor) else DecodeJpeg()(img)
-
-
-def _crop(tensor: torch.Tensor, box: Box) -> torch.Tensor:
-    top, left, height, width = box
-    return tensor[..., top:top + height, left:left + width]
 
 
 def params_box(params: dict) -> Box:

@@ -167,9 +167,7 @@ class RegionCodec:
             foreign = whole.precision != EIGHT_BITS or whole.color_spec.name in FOREIGN_COLOR
         except RuntimeError:  # not a stream it can parse: the full decode says what is wrong
             return None
-        if foreign:
-            return None
-        if top < 0 or left < 0 or height <= 0 or width <= 0 or top + height > whole.height \
+        if foreign or top < 0 or left < 0 or height <= 0 or width <= 0 or top + height > whole.height \
                 or left + width > whole.width:
             return None
         return whole.get_sub_code_stream(region=module.Region(top, left, top + height, left + width))
@@ -208,11 +206,8 @@ class RegionCodec:
                                      f"JPEG regions: its backend does not work in this process "
                                      f"({install_command(self.device)} if one is missing)")
         images = iter(decoded)
-        out: List[Optional[torch.Tensor]] = []
-        for stream in streams:
-            image = next(images) if stream is not None else None
-            out.append(None if image is None else as_tensor(image))
-        return out
+        found = [next(images) if stream is not None else None for stream in streams]
+        return [None if image is None else as_tensor(image) for image in found]
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}(device={self.device!r})"
