@@ -123,13 +123,11 @@ def _check_fields(fields: Dict[str, str], image_key: str, label_key: Optional[st
         raise DatasetError(f"{NAME}: {where}: items have no image field {image_key!r} (dataset.image_key; "
                            f"one of litdata's {', '.join((*ENCODED_FORMATS, DECODED_FORMAT))} serializers; "
                            f"fields: {have})")
-    read = []
     for role, name in (("label_key", label_key), ("index_key", index_key)):
         if name is not None and name in fields and fields[name] != INT_FORMAT:
             raise DatasetError(f"{NAME}: {where}: items have no {INT_FORMAT} field {name!r} (dataset.{role}; "
                                f"fields: {have})")
-        read.append(name if name in fields else None)
-    return _serializer(image), read[0], read[1]
+    return _serializer(image), *(name if name in fields else None for name in (label_key, index_key))
 
 
 def _leaves_folder(name: object) -> bool:
@@ -227,9 +225,8 @@ class LitDataChunks(ShardFiles, DatasetContract, IterableDataset):
             config = parse(IndexConfig, index.config)
         except KeyError as exc:  # as litdata's own reader would fail on it
             raise DatasetError(f"{NAME}: {where}: not a LitData index (its data_spec: {exc})") from None
-        fields = _field_formats(config, where)
-        read = _check_fields(fields, image_key, label_key, index_key, where)
-        self.image_format, self.label_field, self.index_field = read
+        self.image_format, self.label_field, self.index_field = _check_fields(
+            _field_formats(config, where), image_key, label_key, index_key, where)
         paths, sizes, counts = _check_chunks(fs, root, config, index.chunks, input_dir)
         self.locations, self.sizes, self.offsets = tuple(paths), tuple(sizes), ShardOffsets(counts)
         self._note = ""

@@ -107,14 +107,13 @@ def _image_kind(column_type: Any) -> Optional[bool]:
     """True for HF's {bytes, path} struct, False for plain binary, None for anything else."""
     import pyarrow as pa
 
+    def binary(kind: Any) -> bool:
+        return pa.types.is_binary(kind) or pa.types.is_large_binary(kind)
+
     if pa.types.is_struct(column_type):
         index = column_type.get_field_index(IMAGE_BYTES_FIELD)
-        binary = index >= 0 and (pa.types.is_binary(column_type.field(index).type)
-                                 or pa.types.is_large_binary(column_type.field(index).type))
-        return True if binary else None
-    if pa.types.is_binary(column_type) or pa.types.is_large_binary(column_type):
-        return False
-    return None
+        return True if index >= 0 and binary(column_type.field(index).type) else None
+    return False if binary(column_type) else None
 
 
 def scan_file(path: str, image_column: str, label_column: Optional[str], reads: FileReads) -> FileScan:

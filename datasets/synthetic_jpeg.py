@@ -242,15 +242,6 @@ class SyntheticJpegDataset(Dataset, DatasetContract):
 
     def identity(self) -> dict:
         """Parameters plus a digest of the JPEG bytes (computed at build time)."""
-        return {
-            "name": "synthetic_jpeg",
-            "length": self.length,
-            "num_images": self.num_images,
-            "width": self.width,
-            "height": self.height,
-            "quality": self.quality,
-            "num_classes": self.num_classes,
-            "seed": self.seed,
-            "generator": GENERATOR_VERSION,
-            "content_digest": self._content_digest,
-        }
+        params = ("length", "num_images", "width", "height", "quality", "num_classes", "seed")
+        return {"name": NAME, **{key: getattr(self, key) for key in params}, "generator": GENERATOR_VERSION,
+                "content_digest": self._content_digest}
