@@ -97,11 +97,10 @@ class AllocatorTracker(Meter):
         mb = [r / BYTES_PER_MB for r in self._reserved]
         a, b = self._stats.get(FIRST_MEASURED), self._stats.get(LAST_MEASURED)
         both = a is not None and b is not None
-        turns = reversals(mb)
         return AllocatorReport(
             reserved_mb=mb,
             reserved_mb_peak=max(mb) if mb else None,
-            reversals=turns,
+            reversals=reversals(mb),
             oscillating=is_oscillating(mb),
             alloc_retries=b.num_alloc_retries - a.num_alloc_retries if both else None,
             device_allocs=b.num_device_alloc - a.num_device_alloc if both else None,

@@ -59,14 +59,10 @@ def classify_gaps(events: Sequence[TraceEvent], launches: Dict[int, TraceEvent],
 
 
 def _union_ns(intervals: List[Tuple[int, int]]) -> int:
-    total, end = 0, None
+    total, end = 0, float("-inf")
     for lo, hi in sorted(intervals):
-        if end is None or lo > end:
-            total += hi - lo
-            end = hi
-        elif hi > end:
-            total += hi - end
-            end = hi
+        total += max(hi - max(lo, end), 0)
+        end = max(end, hi)
     return total
 
 

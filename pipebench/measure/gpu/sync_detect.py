@@ -92,7 +92,6 @@ def count_sync_warnings(step: Callable[[], None], steps: int) -> SyncCount:
     """Run `step` `steps` times under set_sync_debug_mode("warn") (CUDA only); count and locate the
     warnings. Waiting time is not known here: `wait_ms` is None."""
     previous = torch.cuda.get_sync_debug_mode()
-    found: Counter = Counter()
     # Setting the mode warns that it is a prototype: recorded here, that warning never reaches
     # the console, and it is not a sync.
     with warnings.catch_warnings(record=True) as records:
@@ -103,7 +102,5 @@ def count_sync_warnings(step: Callable[[], None], steps: int) -> SyncCount:
                 step()
         finally:
             torch.cuda.set_sync_debug_mode(previous)
-    for record in records:
-        if SYNC_WARNING_TEXT in str(record.message):
-            found[_call_site(record)] += 1
+    found = Counter(_call_site(record) for record in records if SYNC_WARNING_TEXT in str(record.message))
     return SyncCount(steps, sum(found.values()), None, dict(found))
