@@ -199,9 +199,7 @@ class ScriptStop:
             handled = sys.exc_info()[1]  # the first signal's exception, where the script's `except` runs
             if handled is not None:
                 without_handler(handled.__traceback__)
-            if signum == signal.SIGTERM:
-                raise Terminated()
-            raise KeyboardInterrupt
+            raise Terminated() if signum == signal.SIGTERM else KeyboardInterrupt
 
     def swallowed(self, unraisable: Any) -> bool:
         """`sys.unraisablehook`'s part: whether the exception Python is about to print and swallow is

@@ -134,8 +134,7 @@ def collective_estimates(ranks: Sequence[Sequence[Mapping[str, Any]]]) -> List[D
     typed = [parse_all(PassRecord, passes) for passes in ranks]
     collective: List[List[float]] = [[] for _ in ranks]
     busy: List[List[float]] = [[] for _ in ranks]
-    for index in range(min(len(r) for r in typed)):
-        passes = [r[index] for r in typed]
+    for passes in zip(*typed):  # the n-th pass of every rank
         for k in range(min(len(p.step_ms) for p in passes)):
             # The step less the wait it began with: on the GPU's clock where the pass has it.
             after = [p.step_ms[k] - (p.wait_ms if p.gpu_idle_data_ms is None else p.gpu_idle_data_ms)[k]
@@ -153,12 +152,11 @@ def _rank_results(ranks_dir: Path, statuses: Sequence[RankStatus], job: str) -> 
     ranks = []
     for status in statuses:
         entry = status.job(job)
-        if entry is None:
-            continue
-        job_dir = ranks_dir / RANK_FOLDER.format(rank=status.rank) / entry.folder
-        timings = job_dir / TIMINGS_FILE
-        ranks.append(RankResult(status.rank, JobResult.from_stored(read_result(job_dir / "result.json")),
-                                parse(StepNames, entry.step_names), timings if timings.exists() else None))
+        if entry is not None:
+            job_dir = ranks_dir / RANK_FOLDER.format(rank=status.rank) / entry.folder
+            timings = job_dir / TIMINGS_FILE
+            ranks.append(RankResult(status.rank, JobResult.from_stored(read_result(job_dir / "result.json")),
+                                    parse(StepNames, entry.step_names), timings if timings.exists() else None))
     return ranks
 
 
