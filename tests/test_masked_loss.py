@@ -10,7 +10,7 @@ from torch.nn import functional as F
 from cuda_marks import NEEDS_CUDA
 from pipebench.config.specs import CONSUMER_KINDS, ConsumerSpec
 from pipebench.measure.gpu.sync_detect import count_sync_warnings
-from pipebench.pipeline.consumers import MaskedLossConsumer, build_consumer
+from pipebench.pipeline.consumers import ToyCnnConsumer, build_consumer
 from pipebench.pipeline.masked_loss import (
     IGNORE_INDEX,
     KEEP_CLASSES,
@@ -95,7 +95,7 @@ def test_both_consumers_train_the_toy_cnn_from_the_same_first_loss():
     reports = {}
     for kind in ("masked_loss_sync", "masked_loss_fixed"):
         consumer = build_consumer(spec(kind), seed=0)
-        assert isinstance(consumer, MaskedLossConsumer)
+        assert isinstance(consumer, ToyCnnConsumer)
         for _ in range(30):
             consumer.step(data, labels)
         reports[kind] = consumer.report()

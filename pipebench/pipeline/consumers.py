@@ -215,23 +215,23 @@ def _resolve_device(requested: str) -> torch.device:
 
 
 class ToyCnnConsumer:
-    """Trains the seed's CNN for real: CrossEntropyLoss and SGD(lr, momentum).
+    """Trains the seed's CNN for real: CrossEntropyLoss (or, for a `kind` of masked_loss.MASKED_LOSSES,
+    the seed's masked, class-balanced loss, with or without host-device syncs) and SGD(lr, momentum).
 
     The model is built on the first batch, when the input size is known, and only then is CUDA
     touched. Weights are drawn from `seed` without disturbing the global torch RNG. Batches may
     come as uint8 (scaled by 1/255) or float; they are converted to float32 on the device.
     """
 
-    kind = "toy_cnn"
-
     def __init__(self, spec: ConsumerSpec, seed: int) -> None:
+        self.kind = spec.kind
         self.device = _resolve_device(spec.device)
         self.lr = spec.lr
         self.momentum = spec.momentum
         self.seed = seed
         self._model: Optional[ToyCNN] = None
         self._optimizer: Optional[torch.optim.Optimizer] = None
-        self._loss_fn = nn.CrossEntropyLoss()
+        self._loss_fn = MASKED_LOSSES.get(spec.kind) or nn.CrossEntropyLoss()
         self._timer: Any = None
         self._first_step_ms: Optional[float] = None
         self._phase_ms: Dict[str, List[float]] = {phase: [] for phase in TOY_CNN_PHASES}
@@ -330,32 +330,14 @@ class ToyCnnConsumer:
         }
 
 
-class MaskedLossConsumer(ToyCnnConsumer):
-    """The toy CNN trained with the seed's masked, class-balanced loss (pipebench.pipeline.masked_loss).
-
-    `kind` masked_loss_sync computes it with nonzero / unique / boolean-mask indexing (host-device
-    syncs on CUDA); masked_loss_fixed with torch.where / sort-based counts / ignore_index (none).
-    """
-
-    def __init__(self, spec: ConsumerSpec, seed: int) -> None:
-        super().__init__(spec, seed)
-        self.kind = spec.kind
-        self._masked_loss = MASKED_LOSSES[spec.kind]
-
-    def loss(self, logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
-        return self._masked_loss(logits, labels)
-
-
 def build_consumer(spec: ConsumerSpec, seed: int) -> Consumer:
     """The consumer `spec` names; `seed` makes its random draws (step times, weights) reproducible."""
     if spec.kind == NO_CONSUMER:
         return NoConsumer()
     if spec.kind == EMULATED:
         return EmulatedConsumer(StepTimeDistribution(spec.distribution, spec.step_ms, spec.spread_ms), seed)
-    if spec.kind == "toy_cnn":
+    if spec.kind == "toy_cnn" or spec.kind in MASKED_LOSSES:
         return ToyCnnConsumer(spec, seed)
-    if spec.kind in MASKED_LOSSES:
-        return MaskedLossConsumer(spec, seed)
     raise ConfigError(f"consumer.kind must be none, emulated, toy_cnn or one of {', '.join(MASKED_LOSSES)}, "
                       f"got {spec.kind!r}")
 
