@@ -241,26 +241,23 @@ def library_tensor_form(target: str) -> Optional[str]:
     return V2 + name
 
 
-def _with_library_tensor_form(target: str, declared: Movement) -> Movement:
-    """A torchvision step that declares no tensor form gets the library's, unless it converts kinds
-    (PILToTensor's tensor form is deliberately none: the decode already gives the tensor)."""
-    if declared.tensor_form or declared.returns or PIL not in declared.accepts:
-        return declared
-    form = library_tensor_form(target)
-    return dataclasses.replace(declared, tensor_form=form) if form else declared
-
-
 def declared_movement(node: Mapping[str, Any]) -> Optional[Movement]:
     """The Movement a `_target_` node declares (registry first, then the class attribute), or None.
 
-    A torchvision step outside the registry that the library says takes tensors (library_tensor_form)
-    is declared random (it may draw: the guard then tests its distribution), opaque (not a crop, not
-    pointwise: nothing moves past it) and tensor-capable, so the tensor path can carry it."""
+    A registry entry that declares no tensor form gets the library's (library_tensor_form), unless it
+    converts kinds (PILToTensor's tensor form is deliberately none: the decode already gives the tensor).
+    A torchvision step outside the registry that the library says takes tensors is declared random (it
+    may draw: the guard then tests its distribution), opaque (not a crop, not pointwise: nothing moves
+    past it) and tensor-capable, so the tensor path can carry it."""
     step = TargetNode.of(node)
     target = step.target
     entry = TORCHVISION_MOVEMENT.get(target)
     if entry is not None:
-        return _with_library_tensor_form(target, entry if isinstance(entry, Movement) else entry(step))
+        declared = entry if isinstance(entry, Movement) else entry(step)
+        if declared.tensor_form or declared.returns or PIL not in declared.accepts:
+            return declared
+        form = library_tensor_form(target)
+        return dataclasses.replace(declared, tensor_form=form) if form else declared
     form = library_tensor_form(str(target))
     if form is not None:
         return Movement(accepts=BOTH, random=True, tensor_form=form)
