@@ -90,9 +90,8 @@ class FileReads(PerThread):
     """
 
     def __init__(self, storage: StorageSpec = StorageSpec(), sleep: Callable[[float], None] = time.sleep) -> None:
-        self.storage = storage
         self.sleep = sleep
-        self.link = self._link(storage)
+        self.use(storage)
         # Counted per thread: under a thread backend (loader.backend=threads, spdl) several threads
         # read at once, and each sample's `since` must see only its own thread's reads.
         self._local = threading.local()
@@ -101,16 +100,12 @@ class FileReads(PerThread):
         """This thread's counts, in IO_FIELDS order (a worker's copy counts from zero)."""
         return self.mine("tally", lambda: [0] * len(IO_FIELDS))
 
-    def _link(self, storage: StorageSpec) -> Optional[SharedLink]:
-        """The host's shared link `storage` names, or None where it asks for none."""
-        if storage.shared_mb_per_s is None:
-            return None
-        return SharedLink(storage.link, storage.shared_mb_per_s, sleep=self.sleep)
-
     def use(self, storage: StorageSpec) -> None:
-        """Read as `storage` says from now on (the job sets the mode it can honour)."""
+        """Read as `storage` says from now on (the job sets the mode it can honour), across the host's
+        shared link where it names one."""
         self.storage = storage
-        self.link = self._link(storage)
+        self.link = (None if storage.shared_mb_per_s is None
+                     else SharedLink(storage.link, storage.shared_mb_per_s, sleep=self.sleep))
 
     def _emulate(self, size: int) -> None:
         """The emulated storage's wait for a read of `size` bytes: its own sleep, then the shared link."""
