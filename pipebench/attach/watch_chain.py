@@ -392,13 +392,11 @@ def timed_loader(loader: DataLoader) -> Iterator[Timing]:
     target = _shared_target(holders)
     with contextlib.ExitStack() as restore:
         # Columns: the load, the decode, the recipe's steps, then the target_transform.
-        def clock_of(steps: int) -> StepClock:
-            return StepClock(FIRST_STEP_COLUMN + steps + (target is not None))
-
-        clock = clock_of(len(recipe.steps) if recipe is not None else 0)
+        columns = FIRST_STEP_COLUMN + (target is not None)
+        clock = StepClock(columns + (len(recipe.steps) if recipe is not None else 0))
         copies = [(holder, r.attr, functools.partial(_timed_copy, holder, r, clock)) for holder, r in found]
         if recipe is not None and not _install_each(restore, copies):  # refused: the clock loses its columns
-            recipe, clock, recipe_note = None, clock_of(0), RECIPE_REFUSED
+            recipe, clock, recipe_note = None, StepClock(columns), RECIPE_REFUSED
         load_note = _load_refusal(loader, dataset) or _install_items(restore, dataset, clock)
         if recipe is None and load_note is not None:
             yield Timing(None, (), load_note, recipe_note)
