@@ -10,6 +10,7 @@ import platform
 import re
 import subprocess
 import sys
+from contextlib import suppress
 from pathlib import Path
 from typing import Any, Dict, Mapping, Optional
 
@@ -33,12 +34,10 @@ GIT_TIMEOUT_S = 5
 
 
 def cpu_model() -> str:
-    try:
+    with suppress(OSError):
         for line in Path("/proc/cpuinfo").read_text().splitlines():
             if line.startswith("model name"):
                 return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
     return platform.processor() or platform.machine()
 
 

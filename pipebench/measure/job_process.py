@@ -20,6 +20,7 @@ import os
 import pickle
 import sys
 import traceback
+from contextlib import suppress
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Optional, Sequence
@@ -126,10 +127,8 @@ def _import_all(modules: Sequence[str]) -> None:
     """Import what the jobs to come will (pipebench.measure.job_spawn.warm); a module that fails
     is left for the job that names it to report."""
     for name in modules:
-        try:
+        with suppress(Exception):
             importlib.import_module(name)
-        except Exception:
-            continue
 
 
 def serve(answer_fd: int) -> int:

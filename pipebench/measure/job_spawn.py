@@ -18,6 +18,7 @@ still kill it.
 
 import os
 import signal
+from contextlib import suppress
 from dataclasses import dataclass
 from typing import Any, Iterable, List, Mapping, Optional, Sequence
 
@@ -65,11 +66,9 @@ def _inherited_fds(keep: int) -> List[int]:
         return []
     kept = []
     for fd in fds:
-        try:
+        with suppress(OSError):  # the listing's own descriptor, closed by now
             if fd > 2 and fd != keep and os.get_inheritable(fd):
                 kept.append(fd)
-        except OSError:  # the listing's own descriptor, closed by now
-            continue
     return kept
 
 
@@ -111,10 +110,8 @@ def warm(process: JobProcess, nodes: Iterable[Mapping[str, Any]]) -> None:
                             if target.split(".", 1)[0] in WARMED_PACKAGES)
     if not modules:
         return
-    try:
+    with suppress(BrokenPipeError):
         _write_frame(process.stdin_fd, IMPORT_FRAME + "\n".join(modules).encode())
-    except BrokenPipeError:
-        pass
 
 
 def imported_modules(payload: bytes) -> Optional[List[str]]:
@@ -186,17 +183,13 @@ def take(ahead: Optional[Sequence[int]]) -> Optional[JobProcess]:
 
 
 def kill_group(pgid: int) -> None:
-    try:
+    with suppress(ProcessLookupError):
         os.killpg(pgid, signal.SIGKILL)
-    except ProcessLookupError:
-        pass
 
 
 def _close(fd: int) -> None:
-    try:
+    with suppress(OSError):  # closed already, by an earlier end of the same process
         os.close(fd)
-    except OSError:  # closed already, by an earlier end of the same process
-        pass
 
 
 def _end(process: JobProcess, kill: bool = False) -> int:

@@ -32,6 +32,7 @@ import sys
 import tempfile
 import threading
 import time
+from contextlib import suppress
 from dataclasses import asdict, dataclass, field
 from multiprocessing.util import Finalize
 from pathlib import Path
@@ -125,10 +126,8 @@ def _stop_inherited(recorders: Any) -> None:
     pid = os.getpid()
     for rec in recorders:
         if isinstance(rec, Recorder) and rec.pid != pid and rec.tracer is not None:
-            try:
+            with suppress(Exception):  # never let tracing break a worker
                 rec.tracer.stop()
-            except Exception:  # never let tracing break a worker
-                pass
 
 
 def _attach(targets: Sequence[Any], rec: "Optional[Recorder]") -> None:
@@ -244,10 +243,8 @@ class Recorder:
             self._requested = True
             return
         self.flush(full_tracer=True)
-        try:
+        with suppress(OSError):
             self._write_marker(flushed_ns=time.perf_counter_ns())
-        except OSError:
-            pass
 
     def close(self) -> None:
         """Last flush of this process; removes the marker so finish() stops waiting for it."""
@@ -255,10 +252,8 @@ class Recorder:
             return
         self.flush(final=True)
         self.closed = True
-        try:
+        with suppress(OSError):
             self.marker.unlink()
-        except OSError:
-            pass
 
 
 def _make_tracer(session: "VizTraceSession", role: str):
@@ -410,10 +405,8 @@ class VizTraceSession:
                     continue
                 pending.append(pid)
                 if not signalled.get(pid) and FLUSH_SIGNAL is not None:
-                    try:
+                    with suppress(OSError):
                         os.kill(pid, FLUSH_SIGNAL)
-                    except OSError:
-                        pass
                     signalled[pid] = True
             if not pending:
                 return states

@@ -8,6 +8,7 @@ context first, and DataLoader workers may still fork after the sampler starts.
 
 import os
 import threading
+from contextlib import suppress
 from dataclasses import dataclass
 from typing import Any, Dict, List, Optional, Tuple
 
@@ -48,10 +49,8 @@ def _mig_devices(nvml: Any, gpu: Any) -> List[Any]:
         return []
     found = []
     for index in range(count):
-        try:
+        with suppress(nvml.NVMLError):  # an empty slot
             found.append(nvml.nvmlDeviceGetMigDeviceHandleByIndex(gpu, index))
-        except nvml.NVMLError:  # an empty slot
-            continue
     return found
 
 
