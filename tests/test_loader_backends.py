@@ -22,7 +22,7 @@ from pipebench.measure.runner import BatchStream
 from pipebench.pipeline import loader_backends
 from pipebench.pipeline.build import build_pipeline
 from pipebench.storage.file_reads import IO_FIELDS, FileReads
-from pipebench.pipeline.loader_backends import PROCESSES, THREADS, build_backend, check_backend
+from pipebench.pipeline.loader_backends import PROCESSES, THREADS, build_backend, check_backends
 
 # It asserts on measured rates, CPU time or the host's load: under xdist it runs with no other test beside it.
 pytestmark = pytest.mark.alone
@@ -216,7 +216,7 @@ def test_a_measured_job_on_threads_has_its_per_transform_rows(tmp_path):
 def test_an_uninstalled_backend_names_its_extra(monkeypatch):
     monkeypatch.setattr(loader_backends, "installed", lambda module: False)
     with pytest.raises(ConfigError, match=re.escape(f"loader.backend=spdl needs spdl: {install_line(['spdl'])}")):
-        check_backend(_spec("spdl", 2, []), object())
+        check_backends([("spdl", object())])
 
 
 def test_an_iterable_dataset_under_a_map_only_backend_is_refused_at_plan_time():

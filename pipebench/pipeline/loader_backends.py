@@ -17,6 +17,7 @@ import math
 import queue
 import threading
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import suppress
 from dataclasses import dataclass
 from typing import Any, Callable, Dict, Iterable, Iterator, List, Optional, Protocol, Sequence, Tuple, runtime_checkable
 
@@ -32,7 +33,7 @@ from pipebench.pipeline.timed_chain import InstrumentedDataset, NumberedGetitem,
 
 __all__ = ["BACKENDS", "PROCESSES", "THREADS", "BackendInfo", "DataLoaderBackend", "LoaderBackend",
            "SpdlBackend", "ThreadsBackend", "backend_missing", "backend_problem", "build_backend", "build_loader",
-           "build_sampler", "check_backend", "check_backends", "pin_memory_effective", "stuck_thread"]
+           "build_sampler", "check_backends", "pin_memory_effective", "stuck_thread"]
 
 
 def pin_memory_effective(spec: JobSpec) -> bool:
@@ -59,10 +60,9 @@ def build_loader(spec: JobSpec, dataset: InstrumentedDataset, collate: TimedColl
 
     `trace_session` (a viztrace.VizTraceSession) makes every worker start its own recorder.
     """
-    sampler = build_sampler(spec, dataset)
     kwargs = dict(
         batch_size=spec.loader.batch_size,
-        sampler=sampler,
+        sampler=build_sampler(spec, dataset),
         drop_last=spec.loader.drop_last,
         collate_fn=collate,
         num_workers=spec.workers,
@@ -164,11 +164,6 @@ def check_backends(jobs: Sequence[Tuple[str, Any]]) -> None:
         problem = backend_problem(name, dataset)
         if problem:
             raise ConfigError(problem)
-
-
-def check_backend(spec: JobSpec, dataset: Any) -> None:
-    """Plan-time check of one job: its backend's library is installed and can read this dataset."""
-    check_backends([(spec.loader.backend, dataset)])
 
 
 class DataLoaderBackend:
@@ -276,11 +271,9 @@ def _handed_off(source: Iterable[TimedBatch], depth: int, timeout_s: float, back
 
     def put(item: Any, error: Optional[BaseException] = None) -> None:
         while not dropped.is_set():
-            try:
+            with suppress(queue.Full):
                 handoff.put((item, error), timeout=HANDOFF_POLL_S)
                 return
-            except queue.Full:
-                continue
 
     def pull() -> None:
         try:
@@ -352,7 +345,7 @@ def _spdl_epoch(pipeline: Any, pool: ThreadPoolExecutor, timeout_s: float) -> It
 def build_backend(spec: JobSpec, dataset: InstrumentedDataset, collate: TimedCollate,
                   trace_session: Optional[Any] = None) -> LoaderBackend:
     """The backend `loader.backend` names (the DataLoader's in-process loop at workers=0)."""
-    check_backend(spec, dataset)
+    check_backends([(spec.loader.backend, dataset)])
     if spec.loader.backend == "dataloader" or spec.workers == 0:
         return DataLoaderBackend(build_loader(spec, dataset, collate, trace_session))
     if spec.loader.backend == "threads":
