@@ -11,6 +11,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from recorder_sim_kit import FakeClock
 
 from pipebench.attach.recorder import SERIES_CSV, RecordSettings, Recorder
 from pipebench.attach.recorder_stalls import STARVATION_RISE, Baseline, StallRule
@@ -19,14 +20,6 @@ from pipebench.attach.sinks.sink_set import SinkSet, SinkSpec, open_sinks
 from pipebench.base.errors import ConfigError
 
 MS = 1_000_000
-
-
-class FakeClock:
-    def __init__(self) -> None:
-        self.now = 0
-
-    def __call__(self) -> int:
-        return self.now
 
 
 def run_epoch(loader, clock, waits_ms, step_ms, samples=8):

@@ -6,6 +6,7 @@ import csv
 
 import numpy as np
 import pytest
+from recorder_sim_kit import FakeClock
 
 from pipebench.attach.recorder import SERIES_CSV, RecordSettings, Recorder
 from pipebench.base.typed_json import parse_all
@@ -16,14 +17,6 @@ MS = 1_000_000
 # series.csv's cells are rounded to 4 decimals (series_window.series_cell).
 CELL = 1e-4
 WAIT_MS, STEP_MS, EVERY = 1, 9, 10
-
-
-class FakeClock:
-    def __init__(self) -> None:
-        self.now = 0
-
-    def __call__(self) -> int:
-        return self.now
 
 
 class CostlySink:

@@ -100,7 +100,6 @@ def watch_result(watch: LoaderWatch, job_num: int = 0) -> Optional[WatchResult]:
     if window is None:
         return None
     identity = watch.identity
-    name = identity.label
     config = {"loader": asdict(WatchedLoader(watch.site, watch.via, identity.iterated_at, identity.order,
                                              watch.dataset_class, watch.workers, watch.batch_size, watch.persistent)),
               "window": asdict(watch.window),
@@ -112,7 +111,7 @@ def watch_result(watch: LoaderWatch, job_num: int = 0) -> Optional[WatchResult]:
     record = JobResult(summary, {"transforms": rows_as_dicts(rows), "passes": pass_records(window),
                                  "window": window_record(window), "first_batch_s_per_epoch": list(watch.first_batch_s),
                                  "meters": watch.meters.record()}).identified(
-        JobIdentity(name, job_num, overrides, config, {}, columns))
+        JobIdentity(identity.label, job_num, overrides, config, {}, columns))
     row, extra = record.summary, record.summary.extra
     return WatchResult(name=_name(identity.pairs()), dataset_class=watch.dataset_class, workers=watch.workers,
                        steps_measured=row.steps, samples_per_s=row.samples_per_s,
