@@ -131,8 +131,7 @@ class WindowSums:
             self.kept.append(timings)
 
     def figures(self, epoch: int, t_end_s: float) -> WindowFigures:
-        column_ms = None
-        collate_ms = None
+        column_ms = collate_ms = None
         if self.column_ns is not None and self.timed_samples:
             column_ms = tuple(float(v) / self.timed_samples / NS_PER_MS for v in self.column_ns)
             collate_ms = self.collate_ns / self.timed_samples / NS_PER_MS

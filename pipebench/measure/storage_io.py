@@ -115,9 +115,8 @@ class StorageReadMeter(Meter):
         if first is None or last is None:
             return None
         read = sum(count - first.get(pid, 0) for pid, count in last.items())
-        gone = sorted(set(first) - set(last))
         seconds = self._time[LAST_MEASURED] - self._time[FIRST_MEASURED]
-        return StorageDelta(read, seconds, len(last), len(gone))
+        return StorageDelta(read, seconds, len(last), len(first.keys() - last.keys()))
 
     def columns(self) -> Dict[str, Optional[float]]:
         delta = self._delta()
