@@ -31,6 +31,8 @@ import re
 import tarfile
 import time
 from dataclasses import dataclass
+from itertools import groupby
+from operator import itemgetter
 from pathlib import Path
 from typing import Any, Callable, Dict, Iterable, Iterator, List, Optional, Sequence, Tuple, Union
 
@@ -79,8 +81,9 @@ def expand_urls(urls: Union[str, Sequence[str]]) -> List[str]:
 
 @dataclass(frozen=True)
 class ShardScan:
-    """One shard's headers read: its size, how many samples have an image, the keys that have none,
-    and what is wrong with the shard as a whole ('' when nothing is)."""
+    """One shard's headers read: its size, how many samples have an image, the keys that have none
+    (neither counted in a shard with a problem), and what is wrong with the shard as a whole ('' when
+    nothing is)."""
 
     url: str
     size: int
@@ -120,50 +123,36 @@ def scan_shard(url: str, image_exts: Sequence[str], max_member_bytes: int = DEFA
         if is_url(url) or not isinstance(exc, OSError):
             raise read_failure(url, exc) from None
         return ShardScan(url, 0, 0, (), f"cannot open it: {exc}")
-    samples, no_image = 0, []
-    key, suffixes, last = None, set(), "its first member"
-
-    def close_sample() -> None:
-        nonlocal samples
-        if key is None:
-            return
-        if suffixes.intersection(image_exts):
-            samples += 1
-        else:
-            no_image.append(key)
-
+    members, last = [], "its first member"  # (key, extension) of each member of a sample, in order
     try:
         with fs.open(path, "rb") as raw, tarfile.open(fileobj=raw, mode="r:") as tar:
             for member in tar:
                 if member.offset_data + member.size > size:
-                    return ShardScan(url, size, samples, (), f"truncated tar: member {member.name} ends at byte "
+                    return ShardScan(url, size, 0, (), f"truncated tar: member {member.name} ends at byte "
                                      f"{member.offset_data + member.size}, past the file's {size}")
                 if member.size > max_member_bytes:
-                    return ShardScan(url, size, samples, (), f"member {member.name} holds {member.size} bytes, "
+                    return ShardScan(url, size, 0, (), f"member {member.name} holds {member.size} bytes, "
                                      f"over the {max_member_bytes / BYTES_PER_MB:g} MiB dataset.max_member_mb "
                                      "allows (webdataset reads a member whole into memory)")
                 last = f"member {member.name}"
                 if not member.isreg() or SKIP_META.match(member.name):
                     continue
                 prefix, suffix = key_of(member.name)
-                if prefix is None:
-                    continue
-                if prefix != key:
-                    close_sample()
-                    key, suffixes = prefix, set()
-                suffixes.add(suffix.lower())
+                if prefix is not None:
+                    members.append((prefix, suffix.lower()))
             end = _end_problem(raw, tar.offset, size, last)
         if end:
-            return ShardScan(url, size, samples, (), end)
+            return ShardScan(url, size, 0, (), end)
     except tarfile.TarError as exc:
         what = f"truncated tar: it ends after {last}" if "end of" in str(exc) else f"not a readable tar at {last}"
-        return ShardScan(url, size, samples, (), f"{what} ({exc})")
+        return ShardScan(url, size, 0, (), f"{what} ({exc})")
     except Exception as exc:
         if is_url(url) or not isinstance(exc, OSError):
             raise read_failure(url, exc) from None
-        return ShardScan(url, size, samples, (), f"cannot read it: {exc}")
-    close_sample()
-    return ShardScan(url, size, samples, tuple(no_image), "")
+        return ShardScan(url, size, 0, (), f"cannot read it: {exc}")
+    samples = [(key, {ext for _, ext in group}) for key, group in groupby(members, key=itemgetter(0))]
+    no_image = tuple(key for key, exts in samples if not exts.intersection(image_exts))
+    return ShardScan(url, size, len(samples) - len(no_image), no_image, "")
 
 
 def _extensions(value: Union[str, Sequence[str]], key: str) -> Tuple[str, ...]:
