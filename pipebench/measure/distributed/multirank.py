@@ -247,11 +247,9 @@ def pooled_transforms(ranks: Sequence[RankResult]) -> List[Dict[str, Any]]:
     timed = [rank for rank in ranks if rank.timings is not None]
     if not timed:
         return []
-    pooled = TimingSink()
-    for rank in timed:
-        sink = load_timings(rank.timings)
-        pooled.sample_ns.extend(sink.sample_ns)
-        pooled.batch_ns.extend(sink.batch_ns)
+    sinks = [load_timings(rank.timings) for rank in timed]
+    pooled = TimingSink(sample_ns=[ns for sink in sinks for ns in sink.sample_ns],
+                        batch_ns=[ns for sink in sinks for ns in sink.batch_ns])
     names = timed[0].step_names
     return rows_as_dicts(transform_rows(pooled, [StepName(*n) for n in names.sample],
                                         [StepName(*n) for n in names.batch]))
