@@ -73,15 +73,11 @@ def trim_significant(value: float, figures: int) -> float:
     return round(value / scale) * scale
 
 
-def column_decimals(values: Sequence[float], figures: Sequence[int]) -> int:
-    """The fewest decimals any value of the column earned: Compare's one template per column."""
-    earned = [max(f - _leading_digits(v), 0) for v, f in zip(values, figures) if math.isfinite(v) and v != 0]
-    return min(earned, default=0)
-
-
 def format_column(values: Sequence[float], figures: Sequence[int]) -> Tuple[List[str], int]:
-    """Each value trimmed to its own figures, all printed with the column's decimals; and those decimals."""
-    decimals = column_decimals(values, figures)
+    """Each value trimmed to its own figures, all printed with the column's decimals (the fewest any value
+    earned: Compare's one template per column); and those decimals."""
+    decimals = min((max(f - _leading_digits(v), 0) for v, f in zip(values, figures) if math.isfinite(v) and v != 0),
+                   default=0)
     cells = [f"{trim_significant(v, f):.{decimals}f}" if math.isfinite(v) else "nan"
              for v, f in zip(values, figures)]
     return cells, decimals
