@@ -74,16 +74,14 @@ def open_recipes(nodes: Sequence[Node], where: str = "transform.per_sample") -> 
     notes: List[str] = []
     for i, node in enumerate(nodes):
         target = str(TargetNode.of(node).target or "")
-        if target == RECIPE_STEP or not _may_be_recipe(target):
-            opened.append(node)
-            continue
-        built = instantiate_node(node, f"{where}[{i}]")
-        if not hasattr(built, STEPS_ATTR):
-            opened.append(node)
-            continue
-        why = _why_not_opened(built)
+        built = None
+        if target != RECIPE_STEP and _may_be_recipe(target):
+            built = instantiate_node(node, f"{where}[{i}]")
+        recipe = hasattr(built, STEPS_ATTR)
+        why = _why_not_opened(built) if recipe else ""
         if why:
             notes.append(f"{where}[{i}] ({target}): {why}")
+        if why or not recipe:
             opened.append(node)
             continue
         for k, step in enumerate(getattr(built, STEPS_ATTR)):
