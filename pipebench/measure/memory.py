@@ -258,8 +258,6 @@ class MemorySampler(Meter):
         self._halt()
         with self._lock:
             tracks = list(self._tracks.items())
-            main = [t for pid, t in tracks if pid == self._pid]
-            children = [t for pid, t in tracks if pid != self._pid]
             self._report = MemoryReport(
                 interval_s=self.interval_s,
                 duration_s=self._duration_s,
@@ -267,8 +265,8 @@ class MemorySampler(Meter):
                 sampling_cost_ms_mean=self._cost_s_total / self._samples * 1e3 if self._samples else None,
                 rss_mb_peak=_mb(self._rss_sum_peak),
                 pss_mb_peak=_mb(self._pss_sum_peak),
-                main_pss_growth_mb=_growth(main),
-                worker_pss_growth_mb=_growth(children),
+                main_pss_growth_mb=_growth([t for pid, t in tracks if pid == self._pid]),
+                worker_pss_growth_mb=_growth([t for pid, t in tracks if pid != self._pid]),
                 shm_mb_start=_mb(self._shm_start),
                 shm_mb_peak=_mb(None if self._shm_peak is None else self._shm_peak - self._shm_start),
                 shm_mb_peak_abs=_mb(self._shm_peak),
