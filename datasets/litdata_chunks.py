@@ -94,11 +94,6 @@ def _litdata() -> Any:
     return require_library("litdata", FEATURE)
 
 
-def _serializer(data_format: str) -> str:
-    """The serializer's key of a field's data format (`image:jpg` is written by `image`)."""
-    return data_format.split(":", 1)[0]
-
-
 def _field_formats(config: IndexConfig, where: str) -> Dict[str, str]:
     """Each item field's data format, from index.json's flattened formats and the items' tree spec."""
     from litdata.utilities._pytree import tree_unflatten, treespec_loads
@@ -119,7 +114,8 @@ def _check_fields(fields: Dict[str, str], image_key: str, label_key: Optional[st
     such field: labels 0, each item known by its position), each named field checked against `fields`."""
     have = ", ".join(f"{k} ({v})" for k, v in fields.items()) or "none recorded"
     image = fields.get(image_key)
-    if image is None or _serializer(image) not in (*ENCODED_FORMATS, DECODED_FORMAT):
+    serializer = image and image.split(":", 1)[0]  # `image:jpg` is written by the `image` serializer
+    if serializer not in (*ENCODED_FORMATS, DECODED_FORMAT):
         raise DatasetError(f"{NAME}: {where}: items have no image field {image_key!r} (dataset.image_key; "
                            f"one of litdata's {', '.join((*ENCODED_FORMATS, DECODED_FORMAT))} serializers; "
                            f"fields: {have})")
@@ -127,7 +123,7 @@ def _check_fields(fields: Dict[str, str], image_key: str, label_key: Optional[st
         if name is not None and name in fields and fields[name] != INT_FORMAT:
             raise DatasetError(f"{NAME}: {where}: items have no {INT_FORMAT} field {name!r} (dataset.{role}; "
                                f"fields: {have})")
-    return _serializer(image), *(name if name in fields else None for name in (label_key, index_key))
+    return serializer, *(name if name in fields else None for name in (label_key, index_key))
 
 
 def _leaves_folder(name: object) -> bool:
