@@ -136,7 +136,8 @@ def abandon_iterators() -> int:
         # Its shutdown made a no-op for this instance (torch's `_shutdown` flag would also stop the
         # iterator from delivering, where the script goes on: its exception swallowed, then raised again).
         iterator._shutdown_workers = lambda: None  # its workers are `stop_workers`'
-        for queue in [*getattr(iterator, "_index_queues", []), getattr(iterator, "_worker_result_queue", None)]:
+        queues = [*getattr(iterator, "_index_queues", []), getattr(iterator, "_worker_result_queue", None)]
+        for queue in queues:
             if queue is not None:
                 queue.cancel_join_thread()
         if getattr(iterator, "_worker_pids_set", False):

@@ -152,11 +152,12 @@ def _rank_results(ranks_dir: Path, statuses: Sequence[RankStatus], job: str) -> 
     ranks = []
     for status in statuses:
         entry = status.job(job)
-        if entry is not None:
-            job_dir = ranks_dir / RANK_FOLDER.format(rank=status.rank) / entry.folder
-            timings = job_dir / TIMINGS_FILE
-            ranks.append(RankResult(status.rank, JobResult.from_stored(read_result(job_dir / "result.json")),
-                                    parse(StepNames, entry.step_names), timings if timings.exists() else None))
+        if entry is None:
+            continue
+        job_dir = ranks_dir / RANK_FOLDER.format(rank=status.rank) / entry.folder
+        timings = job_dir / TIMINGS_FILE
+        ranks.append(RankResult(status.rank, JobResult.from_stored(read_result(job_dir / "result.json")),
+                                parse(StepNames, entry.step_names), timings if timings.exists() else None))
     return ranks
 
 
