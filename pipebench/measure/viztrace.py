@@ -374,11 +374,9 @@ class VizTraceSession:
             if rec.tracer is not None:
                 rec.tracer.stop()
         deadline = time.monotonic() + (self.finish_timeout_s if timeout_s is None else timeout_s)
-        workers = self._settle_workers(deadline)
         out = Path(job_dir) / TRACE_FILE
-        merged = self._merge(out, workers)
+        self.summary = self._merge(out, self._settle_workers(deadline))
         shutil.rmtree(self.work_dir, ignore_errors=True)
-        self.summary = merged
         return out
 
     def _settle_workers(self, deadline: float) -> Dict[int, str]:
