@@ -165,10 +165,6 @@ TORCHVISION_MOVEMENT: Mapping[str, Union[Movement, Callable[[TargetNode], Moveme
         # Crops a random region and resizes it: not a crop (it interpolates), random.
         "RandomResizedCrop": lambda step: _geometric(step, random=True, draft_form=DRAFT_FORMS[str(step.target)],
                                                      region_form=_region_form(step)),
-        # Both take a [..., C, H, W] tensor, so each is its own batch form (on a uint8 batch too).
-        "ConvertImageDtype": Movement(accepts=TENSOR_ONLY, pointwise=True, casts=True,
-                                      batch_form=V1 + "ConvertImageDtype"),
-        "Normalize": Movement(accepts=TENSOR_ONLY, pointwise=True, casts=True, batch_form=V1 + "Normalize"),
         "Grayscale": Movement(accepts=BOTH, pointwise=True),
         # Flips move pixels: a crop before a flip picks a mirrored window.
         "RandomHorizontalFlip": lambda step: _geometric(step, random=True),
@@ -178,14 +174,14 @@ TORCHVISION_MOVEMENT: Mapping[str, Union[Movement, Callable[[TargetNode], Moveme
         **{name: Movement(accepts=BOTH, random=True) for name in AUTO_AUGMENT},
     }),
     # v2 only: ToImage wraps a PIL image or a tensor as a uint8 tv_tensors.Image (which v2 transforms
-    # treat like the plain uint8 tensor the decoder returns); ToDtype converts (and with scale=True
-    # rescales) a [..., C, H, W] tensor, so it is its own batch form.
+    # treat like the plain uint8 tensor the decoder returns).
     V2 + "ToImage": Movement(accepts=BOTH, returns=TENSOR, pointwise=True, tensor_form=V2 + "ToImage",
                              decoder_form=DECODE_JPEG),
+    # Each takes a [..., C, H, W] tensor, so it is its own batch form (on a uint8 batch too); v2's ToDtype
+    # converts, and with scale=True rescales.
+    **{target: Movement(accepts=TENSOR_ONLY, pointwise=True, casts=True, batch_form=target)
+       for name in ("ConvertImageDtype", "Normalize") for target in (V1 + name, V2 + name)},
     V2 + "ToDtype": Movement(accepts=TENSOR_ONLY, pointwise=True, casts=True, batch_form=V2 + "ToDtype"),
-    V2 + "ConvertImageDtype": Movement(accepts=TENSOR_ONLY, pointwise=True, casts=True,
-                                       batch_form=V2 + "ConvertImageDtype"),
-    V2 + "Normalize": Movement(accepts=TENSOR_ONLY, pointwise=True, casts=True, batch_form=V2 + "Normalize"),
 }
 
 
