@@ -48,7 +48,9 @@ MAX_EXPONENT = math.log(sys.float_info.max)
 # Below two whole blocks there is no spread to estimate at all.
 MIN_BLOCKS = 2
 # Why a rate has no interval: fewer blocks than MIN_BLOCKS.
-TOO_FEW_BLOCKS_NOTE = "no interval: fewer than {min_blocks} whole worker cycles measured"
+TOO_FEW_BLOCKS_NOTE = f"no interval: fewer than {MIN_BLOCKS} whole worker cycles measured"
+
+
 @dataclass(frozen=True)
 class RatioInterval:
     """Σ numerator / Σ denominator over whole blocks, and its interval. `blocks`: how many.
@@ -81,10 +83,10 @@ def block_ratio_interval(numer_blocks: np.ndarray, denom_blocks: np.ndarray,
     n = numer.size
     nan = float("nan")
     if n == 0:
-        return RatioInterval(nan, nan, nan, 0, TOO_FEW_BLOCKS_NOTE.format(min_blocks=MIN_BLOCKS))
+        return RatioInterval(nan, nan, nan, 0, TOO_FEW_BLOCKS_NOTE)
     value = float(numer.sum() / denom.sum())
     if n < MIN_BLOCKS:
-        return RatioInterval(value, nan, nan, n, TOO_FEW_BLOCKS_NOTE.format(min_blocks=MIN_BLOCKS))
+        return RatioInterval(value, nan, nan, n, TOO_FEW_BLOCKS_NOTE)
     # The ratio's delta-method standard error (the linearised ratio).
     se = float(((numer - value * denom) / denom.mean()).std(ddof=1) / np.sqrt(n))
     if se == 0:  # also where every numerator is 0: the log scale needs a positive ratio
