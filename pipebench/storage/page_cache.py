@@ -133,9 +133,8 @@ def prepare_cache(dataset: object, asked: StorageSpec, available_bytes: Optional
     """
     reads = file_reads_of(dataset)
     if reads is None:
-        ignored = asked != StorageSpec()
         notices = (f"note: dataset.cache and dataset.storage do nothing here: {type(dataset).__name__} reads no "
-                   "files through pipebench",) if ignored else ()
+                   "files through pipebench",) if asked != StorageSpec() else ()
         return CachePlan(None, asked, None, notices)
     contract = told(dataset)
     urls = contract.store_urls()
