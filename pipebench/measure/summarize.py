@@ -67,6 +67,13 @@ def _sample_workers(sink: TimingSink) -> List[np.ndarray]:
     return [np.full(ns.shape[0], w, np.int64) for ns, w in zip(sink.sample_ns, sink.worker_ids)]
 
 
+def _worker_figures(batches: int, samples: int, wall_ns: float, cpu_ns: float, startup_s: float
+                    ) -> Dict[str, float]:
+    """One workers_breakdown entry: its batches and samples, its wall and CPU ms a sample, its start-up."""
+    return {"batches": batches, "samples": samples, "ms_per_sample": wall_ns / NS_PER_MS / samples,
+            "cpu_ms_per_sample": cpu_ns / NS_PER_MS / samples, "startup_s": startup_s}
+
+
 def worker_breakdown(sink: TimingSink, passes: Sequence[PassResult]) -> Dict[str, Dict[str, float]]:
     """Per worker (a process, a pool thread, or -1: the main process at workers=0): the samples it
     made, the batches it collated, its wall and CPU time a sample, its start-up and its file reads.
@@ -83,26 +90,16 @@ def worker_breakdown(sink: TimingSink, passes: Sequence[PassResult]) -> Dict[str
         wall_ns += sum(float(sink.batch_ns[i].sum()) for i in collated)
         cpu_ns += sum(float(sink.batch_cpu_ns[i]) for i in collated)
         startups = [p.worker_startup_s[worker] for p in passes if worker in p.worker_startup_s]
-        out[str(worker)] = {
-            "batches": len(collated),
-            "samples": n_samples,
-            "ms_per_sample": wall_ns / NS_PER_MS / n_samples,
-            "cpu_ms_per_sample": cpu_ns / NS_PER_MS / n_samples,
-            "startup_s": max(startups) if startups else float("nan"),
-        }
+        out[str(worker)] = _worker_figures(len(collated), n_samples, wall_ns, cpu_ns,
+                                           max(startups) if startups else float("nan"))
         if with_io:
             out[str(worker)].update(file_read_figures(np.concatenate([io[m] for io, m in zip(sink.sample_io, masks)]),
                                                       np.concatenate([ns[m, 0] for ns, m in zip(sink.sample_ns, masks)])))
     apart = [i for i, w in enumerate(sink.worker_ids) if str(w) not in out]
     if apart:
-        n_samples = sum(sink.sample_ns[i].shape[0] for i in apart)
-        out[COLLATE_THREAD] = {
-            "batches": len(apart),
-            "samples": n_samples,
-            "ms_per_sample": sum(float(sink.batch_ns[i].sum()) for i in apart) / NS_PER_MS / n_samples,
-            "cpu_ms_per_sample": sum(float(sink.batch_cpu_ns[i]) for i in apart) / NS_PER_MS / n_samples,
-            "startup_s": float("nan"),
-        }
+        out[COLLATE_THREAD] = _worker_figures(len(apart), sum(sink.sample_ns[i].shape[0] for i in apart),
+                                              sum(float(sink.batch_ns[i].sum()) for i in apart),
+                                              sum(float(sink.batch_cpu_ns[i]) for i in apart), float("nan"))
     return out
 
 
