@@ -153,7 +153,7 @@ class ShardOffsets:
 
     def __init__(self, counts: Sequence[int]) -> None:
         self.counts = tuple(counts)
-        self.starts = (0, *accumulate(self.counts))[:-1] if self.counts else ()
+        self.starts = tuple(accumulate(self.counts, initial=0))[:-1]
 
     def __len__(self) -> int:
         return sum(self.counts)

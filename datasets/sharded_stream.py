@@ -39,9 +39,7 @@ class ShardedStream(IterableDataset, DatasetContract):
         return len(self.source)
 
     def __iter__(self) -> Iterator[Tuple[int, Any, Any]]:
-        start, step = 0, 1
-        if self.shard:
-            start, step = shard_of(*reader_position())
+        start, step = shard_of(*reader_position()) if self.shard else (0, 1)
         for index in range(start, len(self.source), step):
             yield (index, *self.source[index])
 
