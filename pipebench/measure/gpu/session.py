@@ -86,10 +86,6 @@ def trace_window_note(job_accel_pct: Optional[float], trace_accel_pct: Optional[
             f"{job_accel_pct:.0f}%: gpu_busy_pct and the idle split describe other steps than the window")
 
 
-def _median(values: List[float]) -> Optional[float]:
-    return float(np.median(values)) if values else None
-
-
 @dataclass(frozen=True)
 class TracedFigures:
     """What the GPU trace pass read: its steps' own accel_util_pct, its file, HTA's idle split, and the
@@ -159,7 +155,7 @@ class GpuSession(Meter):
         idle, syncs = (traced.idle, traced.syncs) if traced else (None, None)
         shares = idle.idle_pct if idle else dict.fromkeys(IDLE_CATEGORIES)
         return {
-            "h2d_gpu_ms_median": _median(self.copier.gpu_ms),
+            "h2d_gpu_ms_median": float(np.median(self.copier.gpu_ms)) if self.copier.gpu_ms else None,
             **self.util.columns(),
             "syncs_per_step": syncs.per_step if syncs else None,
             "sync_ops": syncs.ops_text() if syncs else None,
