@@ -29,6 +29,7 @@ from pipebench.measure.steps import warmup_steps, window_steps
 from pipebench.pipeline.build import build_dataset, build_transforms
 from pipebench.pipeline.loader_backends import pin_memory_effective
 from pipebench.pipeline.consumers import ToyCNN
+from pipebench.record.figures import Summary
 
 
 class PlainDataset(Dataset):
@@ -196,8 +197,14 @@ def window_spec(spec: JobSpec, steps: int, warmup: int) -> JobSpec:
     return dataclasses.replace(spec, run=run)
 
 
-def harness_loop(spec: JobSpec) -> LoopMeasurement:
-    """pipebench's own job measurement (`measure_job`, in this process) of `spec`, as a LoopMeasurement."""
+def harness_summary(spec: JobSpec) -> Summary:
+    """pipebench's own job measurement (`measure_job`, in this process) of `spec`: its summary row
+    (benchmarks/async_loop_check.py reads its sync mode and utilisations too)."""
     with tempfile.TemporaryDirectory() as job_dir:
-        summary = measure_job(spec, Path(job_dir)).summary
+        return measure_job(spec, Path(job_dir)).summary
+
+
+def harness_loop(spec: JobSpec) -> LoopMeasurement:
+    """pipebench's own job measurement of `spec`, as a LoopMeasurement."""
+    summary = harness_summary(spec)
     return LoopMeasurement(summary.samples_per_s, summary.starvation_pct)
