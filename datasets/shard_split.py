@@ -52,7 +52,6 @@ INDEX_FILE = "index.json"
 MAX_INDEX_BYTES = 256 << 20
 
 
-
 def not_regular(location: str) -> str:
     """Why the local file at `location` is not read, for a line naming it: '' for a regular file or a
     link to one, for a URL (an object store has no FIFOs) and for a path that does not exist (the

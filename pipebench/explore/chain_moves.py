@@ -61,7 +61,6 @@ def crop_first(chain: Chain) -> Moved:
                  "" if changes else "crop_first: " + "; ".join(reasons))
 
 
-
 def _fused_cast(cast: Node, normalize: Node) -> Optional[Tuple[Node, ...]]:
     """The fused form of a cast to float in [0, 1] then Normalize, or None when they are not that pair."""
     kind = FUSED_CASTS.get(target(cast))
@@ -131,7 +130,6 @@ def per_batch(chain: Chain) -> Moved:
                     for n, b in zip(chain.per_sample[len(steps):], moved))
     return Moved(Chain(tuple(steps), (*moved, *chain.per_batch), chain.on_device), changes,
                  draws_per_batch=tuple(random_moved))
-
 
 
 def keeps_draws(movement: Movement) -> bool:

@@ -151,7 +151,6 @@ def gpu_decoder(chain: Chain, source: Optional[SampleSource] = None, device: str
     return Moved(Chain(({"_target_": READ_JPEG_BYTES},), (), on_device), changes)
 
 
-
 # A crop's arguments that pad: its output then reaches outside the file's pixels, which the CPU move
 # meets by the full decode's fallback but a box decoded after the copy cannot.
 PADDING_ARGUMENTS = ("padding", "pad_if_needed")

@@ -65,6 +65,7 @@ def is_equivalent(verdict: str) -> bool:
     """True for the verdicts a winner may have (`close (max |Δ| = k)` included)."""
     return verdict in EQUIVALENT_VERDICTS or verdict.startswith(f"{CLOSE} (")
 
+
 # Same-seed check: this many batches, each under its own seed, of BATCH_SIZE samples (enough
 # to exercise the collate and per-batch steps; a mismatch shows on the first pixel it touches).
 SAME_SEED_BATCHES = 3

@@ -226,6 +226,7 @@ class MemorySampler(Meter):
 
     key = "memory"
     holds_loop = True  # half a second of page-table walks at 8 workers on the 2-core machine
+
     def __enter__(self) -> "MemorySampler":
         self.start()
         return self

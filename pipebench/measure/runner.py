@@ -33,6 +33,7 @@ from pipebench.pipeline.device_chain import DeviceChain
 from pipebench.pipeline.loader_backends import LoaderBackend
 from pipebench.pipeline.timed_chain import SampleFailure, TimedBatch
 
+
 def batch_bytes(data: Any) -> int:
     """The bytes a collated batch holds: a tensor's, or a list's items' (the GPU decoder's JPEG bytes)."""
     if isinstance(data, torch.Tensor):

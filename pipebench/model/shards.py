@@ -147,7 +147,6 @@ class RowGroupFacts:
     streaming: bool = False
 
 
-
 def random_access_line(identity: Mapping[str, Any], shuffle: bool,
                        read_bytes_per_sample: Optional[float] = None) -> str:
     """One line when a map-style row-group dataset (its identity's `row_groups`) is read under a
