@@ -19,8 +19,8 @@ folder's index.json (a regular file, at most shard_split's MAX_INDEX_BYTES: a FI
 opened) and checks it against the chunks before any job, each in one line naming the file: a chunk name
 that leaves the folder, a chunk missing, not a regular file, shorter than index.json says or too short
 to hold the items it counts, and items without the named fields. litdata cannot read a set with a chunk
-left out, so there is no `on_bad_sample=skip` for chunks. From a bucket, access refused is named as such, and an `http://`
-endpoint, which litdata's downloader refuses, is one line naming it.
+left out, so there is no `on_bad_sample=skip` for chunks. From a bucket, access refused is named as
+such, and an `http://` endpoint, which litdata's downloader refuses, is one line naming it.
 """
 
 from __future__ import annotations

@@ -270,8 +270,8 @@ def accepted_kinds(movements: Iterable[Optional[Movement]]) -> Iterable[Optional
     """For each position of a chain, the kinds that may arrive there (None when unknown).
 
     A declared step can only be reached by kinds it accepts (the chain as given runs), and
-    passes on its output kind (what it returns, else what it was given); after an undeclared step the kind is unknown until the next
-    declared step.
+    passes on its output kind (what it returns, else what it was given); after an undeclared step the
+    kind is unknown until the next declared step.
     """
     kinds: Optional[FrozenSet[str]] = None
     for movement in movements:
