@@ -30,7 +30,6 @@ import glob
 import io
 import os
 import posixpath
-import threading
 from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Any, Callable, Iterable, Iterator, List, Optional, Sequence, Tuple, Union
@@ -224,6 +223,7 @@ class _ParquetBase(PerThread, ShardFiles, DatasetContract):
     def __init__(self, files: Union[str, Sequence[str]], image_column: str = "image",
                  label_column: Optional[str] = "label", on_bad_sample: str = "fail"):
         require_names(NAME, "a column name", image_column=image_column, label_column=label_column)
+        super().__init__()  # open files and kept row groups belong to one thread of one process
         self.pattern = files
         self.image_column = image_column
         self.label_column = label_column
@@ -241,8 +241,6 @@ class _ParquetBase(PerThread, ShardFiles, DatasetContract):
         self.groups = tuple((f, g) for f, s in enumerate(kept) for g in range(len(s.row_groups)))
         self.offsets = ShardOffsets([rows for s in kept for rows in s.row_groups])
         self.skipped = {"files": len(problems)} if problems else {}
-        # Open files and kept row groups belong to one thread of one process (PerThread).
-        self._local = threading.local()
 
     def _file(self, f: int) -> Any:
         """File `f` opened through FileReads, once per thread (pyarrow seeks it; threads must not share)."""

@@ -79,11 +79,13 @@ def read_index(reader: str, input_dir: str, kind: str, missing: str, check: Call
     it is not `kind` (too large, or `check` raising ValueError or TypeError)."""
     fs, root = url_fs(input_dir)
     path, where = f"{root.rstrip('/')}/{INDEX_FILE}", f"{input_dir}/{INDEX_FILE}"
-    odd = not_regular(path)
+    odd = not_regular(where)  # as given, so a URL is not looked for on the local disk
     if odd:
         raise DatasetError(f"{reader}: {where}: {odd}")
     try:
         with fs.open(path, "rb") as f:
+            if (getattr(f, "size", None) or 0) > MAX_INDEX_BYTES:  # an object store's size: refused unread
+                raise ValueError(f"over {MAX_INDEX_BYTES >> 20} MiB")
             text = f.read(MAX_INDEX_BYTES + 1)
         if len(text) > MAX_INDEX_BYTES:
             raise ValueError(f"over {MAX_INDEX_BYTES >> 20} MiB")

@@ -66,6 +66,9 @@ class PerThread:
     """State kept per thread in `_local` (a threading.local): it does not pickle, so a copy in another
     process (a DataLoader worker's) starts with none."""
 
+    def __init__(self) -> None:
+        self._local = threading.local()
+
     def __getstate__(self) -> dict:
         return {name: value for name, value in self.__dict__.items() if name != "_local"}
 
@@ -82,6 +85,10 @@ class PerThread:
         return value
 
 
+def _new_tally() -> List[int]:
+    return [0] * len(IO_FIELDS)
+
+
 class FileReads(PerThread):
     """Reads whole files as `storage` asks and counts what it read (IO_FIELDS).
 
@@ -90,15 +97,16 @@ class FileReads(PerThread):
     """
 
     def __init__(self, storage: StorageSpec = StorageSpec(), sleep: Callable[[float], None] = time.sleep) -> None:
-        self.sleep = sleep
-        self.use(storage)
         # Counted per thread: under a thread backend (loader.backend=threads, spdl) several threads
         # read at once, and each sample's `since` must see only its own thread's reads.
-        self._local = threading.local()
+        super().__init__()
+        self.sleep = sleep
+        self.use(storage)
 
     def _tally(self) -> List[int]:
-        """This thread's counts, in IO_FIELDS order (a worker's copy counts from zero)."""
-        return self.mine("tally", lambda: [0] * len(IO_FIELDS))
+        """This thread's counts, in IO_FIELDS order (a worker's copy counts from zero). Inside the timed
+        reads: once made, a thread's tally is one attribute read."""
+        return getattr(self._local, "tally", None) or self.mine("tally", _new_tally)
 
     def use(self, storage: StorageSpec) -> None:
         """Read as `storage` says from now on (the job sets the mode it can honour), across the host's
@@ -107,9 +115,10 @@ class FileReads(PerThread):
         self.link = (None if storage.shared_mb_per_s is None
                      else SharedLink(storage.link, storage.shared_mb_per_s, sleep=self.sleep))
 
-    def _emulate(self, size: int) -> None:
-        """The emulated storage's wait for a read of `size` bytes: its own sleep, then the shared link."""
-        wait = self.storage.latency_ms * SECONDS_PER_MS
+    def _emulate(self, size: int, latency: bool = True) -> None:
+        """The emulated storage's wait for a read of `size` bytes: its own sleep (without the latency for
+        a file's further pieces), then the shared link."""
+        wait = self.storage.latency_ms * SECONDS_PER_MS if latency else 0.0
         if self.storage.mb_per_s is not None:
             wait += size / (self.storage.mb_per_s * BYTES_PER_MB)
         if wait > 0:
@@ -228,10 +237,7 @@ class CountedFile(io.RawIOBase):
         data = self.raw.read(len(buffer))
         size = len(data)
         buffer[:size] = data
-        if self.reads.storage.mb_per_s is not None and size:
-            self.reads.sleep(size / (self.reads.storage.mb_per_s * BYTES_PER_MB))
-        if self.reads.link is not None and size:
-            self.reads.link.transfer(size)
+        self.reads._emulate(size, latency=False)
         tally = self.reads._tally()
         tally[READ_NS] += time.perf_counter_ns() - start
         tally[READ_BYTES] += size
