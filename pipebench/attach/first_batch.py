@@ -3,7 +3,7 @@
 Plain picklable objects ride into the loader's processes with its dataset: `StampedInit` (the
 loader's `worker_init_fn`) stamps the moment a worker reaches its first line of work
 (`perf_counter_ns`, CLOCK_MONOTONIC on Linux, so the main process can subtract its own stamp) and
-ties the worker's life to attach's (PR_SET_PDEATHSIG); `TimedItems` (the dataset's instance
+ties the worker's life to its parent's, the loader's process (PR_SET_PDEATHSIG); `TimedItems` (the dataset's instance
 `__getitems__`) times each sample's whole `__getitem__`, the first its process's first fetch. The
 clock hands both stamps to its process's first batch (`StepClock.take_startup`).
 

@@ -1,7 +1,7 @@
 """Is a recorded window a stall? The run's own baseline, and a window judged against it.
 
 A window is judged against the last BASELINE_WINDOWS windows that were not stalls (so a run whose
-pace changes for good becomes the new baseline). It is a stall when
+pace changes for good becomes the new baseline once its windows are no longer stalls). It is a stall when
 - its starvation lies above the baseline's one-sided prediction bound (the t quantile of n-1 degrees
   of freedom, as `base.stats` takes its intervals) **and** rose by at least `min_rise_pct` points
   over the baseline's median (a minimum effect, as `base.significance` asks of every change), or

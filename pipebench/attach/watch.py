@@ -221,11 +221,13 @@ class LoaderWatch:
                 self.startups.append(batch.startup)
             if batch.startup.started_ns is not None and not self.meters.ended:  # a worker's, in the window
                 self.worker_pids.add(batch.startup.pid)
-        timings = (batch.sample_ns, batch.sample_cpu_ns, batch.collate_ns, batch.collate_cpu_ns)
-        if measured and len(batch.sample_ns):
-            self._timings.append(timings)
-        if self.tap is not None:
-            self.tap(timings)
+        kept = measured and len(batch.sample_ns)
+        if kept or self.tap is not None:
+            timings = (batch.sample_ns, batch.sample_cpu_ns, batch.collate_ns, batch.collate_cpu_ns)
+            if kept:
+                self._timings.append(timings)
+            if self.tap is not None:
+                self.tap(timings)
         return batch.batch
 
     @property
@@ -252,6 +254,9 @@ class LoaderWatch:
                     self.replay_ns.append(time.perf_counter_ns() - delivered)
         if self._replayed and self.tap is None:
             self.close()
+        if self.timing is None:  # nothing rides on the batches: the rest of the run passes untouched
+            yield from iterator
+            return
         for batch in iterator:
             yield self._strip(batch, False)
 

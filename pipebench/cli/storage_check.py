@@ -35,9 +35,9 @@ from pipebench.base.io import folder_safe
 from pipebench.base.typed_json import parse
 from pipebench.cli.common_args import add_config_dir, add_overrides
 from pipebench.config.compose import job_spec_composer
-from pipebench.config.specs import EMULATED, NO_CONSUMER, JobSpec, RunSpec
+from pipebench.config.specs import EMULATED, NO_CONSUMER, TRANSFORM_GROUP, JobSpec, RunSpec
+from pipebench.measure.memory import BYTES_PER_MB
 from pipebench.pipeline.build import build_dataset
-from pipebench.explore.plan import TRANSFORM_GROUP
 from pipebench.record.figures import Summary
 from pipebench.record.folder_lock import folder_lock
 from pipebench.record.jobs import JobResult, edits_chain, override_key, override_pairs
@@ -45,9 +45,10 @@ from pipebench.record.results import load_job_results
 from pipebench.record.resume import dated, new_folder
 from pipebench.storage.dataset_contract import told
 from pipebench.storage_track.files import NOT_MLPERF, CheckResult, Run, write_check
-from pipebench.storage_track.held_back import BYTES_PER_MB, MS_PER_S, HeldBack, Measured, held_back
+from pipebench.storage_track.held_back import HeldBack, Measured, held_back
 from pipebench.storage_track.options import CheckOptions, split_check_overrides
-from pipebench.storage_track.presets import CUSTOM, DEFAULT_MIN_AU_PCT, Preset, custom_preset, preset, workload_listing
+from pipebench.storage_track.presets import (CUSTOM, DEFAULT_MIN_AU_PCT, MS_PER_S, Preset, custom_preset, preset,
+                                             workload_listing)
 from pipebench.storage_track.rules import (
     MEMORY_FACTOR,
     MIN_STEPS_PER_EPOCH,

@@ -46,6 +46,9 @@ CONSUMER_KINDS = (NO_CONSUMER, EMULATED, "toy_cnn", *MASKED_LOSS_KINDS)
 # user's own code, not one of CONSUMER_KINDS. Here, not beside the watch, so readers need no torch.
 USER_STEP = "user_step"
 STEP_DISTRIBUTIONS = ("fixed", "normal", "uniform")
+# The config group a chain is chosen from (`transform=NAME`), which explore, tune and storage-check
+# store into or override; here so that naming it imports none of them.
+TRANSFORM_GROUP = "transform"
 CONSUMER_DEVICES = ("auto", "cpu", "cuda")
 SHARING_STRATEGIES = ("file_descriptor", "file_system")
 # loader.backend's choices (pipebench.pipeline.loader_backends), named below the pipeline so a typo is

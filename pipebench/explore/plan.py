@@ -28,6 +28,7 @@ from pipebench.base.io import folder_safe, write_json_atomic, write_text_atomic
 from pipebench.base.significance import DOWN, MIN_SAMPLES, UP, against_base
 from pipebench.base.tables import markdown_table
 from pipebench.config.compose import job_spec_composer, one_line
+from pipebench.config.specs import TRANSFORM_GROUP
 from pipebench.config.sweep_axes import expand_auto_workers
 from pipebench.explore.equivalence import (
     DEFAULT_MAX_PIXEL_DIFF,
@@ -76,7 +77,6 @@ EXPLORE_DEFAULTS = (("rounds", str(DEFAULT_ROUNDS)), ("run.steps", "10"), ("run.
 VARIANTS_DIR = "variants"
 # The override run_command puts in front of a sweep for --config-dir (and an older folder's variants/).
 SEARCH_PATH_KEY = "hydra.searchpath="
-TRANSFORM_GROUP = "transform"
 CONFIG_PROVIDER = "pipebench explore"
 VARIANTS_JSON = "variants.json"
 EQUIVALENCE_MD = "equivalence.md"

@@ -160,13 +160,13 @@ def worker_kind_of(result: JobResult) -> str:
     return BACKEND_WORKER_KINDS.get(backend, PROCESSES) if result.key.workers > 0 else PROCESSES
 
 
-# Where _dominant measured a chain's costliest step when a workers=0 job timed it.
+# Where _advice_dominant says a chain's costliest step was measured when a workers=0 job timed it.
 SERIAL_WHERE = "at workers=0"
 
 
 def _advice_dominant(base: str, results: Sequence[JobResult]) -> List[str]:
-    """The costliest step of a chain's workers=0 job, else of a watched loader's rows at its own worker
-    count, and where it was measured."""
+    """The advice line naming a chain's costliest step, from its workers=0 job, else from a watched
+    loader's rows at its own worker count, and where it was measured."""
     serial = [r for r in results if r.key.workers == 0 and r.transform_rows]
     timed = serial or [r for r in results if watched(r) and r.transform_rows]
     if not timed:

@@ -24,11 +24,11 @@ from pipebench.tune.objective import Objective, Round, cpu_ms, pss_mb, rate_spre
 from pipebench.tune.race import FAILED, UNRUN, RaceOutcome
 from pipebench.tune.recommend import Recommendation
 from pipebench.tune.space import SETTING_KEYS, Dropped, Point
+from pipebench.tune.state import TUNE_MD
 
 __all__ = ["BEST_YAML", "TUNE_CSV", "TUNE_MD", "TUNE_PNG", "Tuned", "paste_lines", "unresolved_line", "write_tune"]
 
 TUNE_CSV = "tune.csv"
-TUNE_MD = "tune.md"
 TUNE_PNG = "tune.png"
 BEST_YAML = "best.yaml"
 # The config folder tune writes for the run line, and in it the recommended chain's config where it

@@ -13,9 +13,9 @@ from hydra.core.config_store import ConfigStore
 
 from pipebench.base.errors import ConfigError
 from pipebench.config.limits import MAX_BATCH_SIZE, MAX_PREFETCH_FACTOR, MAX_REPEATS, MAX_WORKERS
-from pipebench.config.specs import JobSpec, bounded
+from pipebench.config.specs import TRANSFORM_GROUP, JobSpec, bounded
 from pipebench.config.sweep_axes import worker_ladder
-from pipebench.explore.plan import TRANSFORM_GROUP, unset_defaults
+from pipebench.explore.plan import unset_defaults
 from pipebench.record.jobs import override_key
 from pipebench.tune.race import Schedule
 from pipebench.tune.space import SETTING_KEYS, Dimensions, Point

@@ -13,11 +13,13 @@ from pipebench.base.errors import warn
 from pipebench.base.io import write_json_atomic
 from pipebench.base.typed_json import parse
 from pipebench.record.results import RESULT_FILE
-from pipebench.tune.files import TUNE_MD
 
-__all__ = ["STATE_FILE", "TuneState", "finished_trials", "read_state", "unfinished_folder", "update_state"]
+__all__ = ["STATE_FILE", "TUNE_MD", "TuneState", "finished_trials", "read_state", "unfinished_folder", "update_state"]
 
 STATE_FILE = "tune.json"
+# tune.md, written last (tune.files): its presence says a tune ended. Here, not in files, so reading
+# tune.json imports no matplotlib.
+TUNE_MD = "tune.md"
 
 
 @dataclass(frozen=True)
