@@ -124,11 +124,15 @@ def url_fs(url: str) -> Tuple[Any, str]:
         raise DatasetError(f"{url}: not a path or a URL fsspec opens ({exc})") from None
 
 
+def _endpoint_hint(location: str) -> str:
+    """Where the endpoint and credentials come from, for an s3:// URL's line ('' for any other)."""
+    return f"; {ENDPOINT_SETTINGS}" if protocol_of(location) in PROTOCOL_EXTRAS else ""
+
+
 def access_denied(reader: str, where: str, exc: BaseException, location: str) -> DatasetError:
     """The line for a file the storage refuses to let `reader` read (a bucket's 403, a file's mode): named
     as a denial, not as a damaged file, with where an s3:// URL's endpoint and credentials come from."""
-    settings = f"; {ENDPOINT_SETTINGS}" if is_url(location) else ""
-    return DatasetError(f"{reader}: {where}: access denied ({exc}){settings}")
+    return DatasetError(f"{reader}: {where}: access denied ({exc}){_endpoint_hint(location)}")
 
 
 def unreadable(url: str, exc: BaseException) -> DatasetError:
@@ -138,7 +142,7 @@ def unreadable(url: str, exc: BaseException) -> DatasetError:
         return exc
     text = str(exc).strip().splitlines()
     why = f"{type(exc).__name__}: {text[0]}" if text else type(exc).__name__
-    where = f"; {ENDPOINT_SETTINGS}" if protocol_of(url) in PROTOCOL_EXTRAS else ""
+    where = _endpoint_hint(url)
     waited = _no_answer(url, exc)
     if waited is not None:
         return DatasetError(f"{url}: the store gave no answer: {waited} ({why}){where}")
