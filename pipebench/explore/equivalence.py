@@ -42,6 +42,7 @@ from pipebench.explore.variants import move_functions
 from pipebench.measure.setup import seed_everything
 from pipebench.pipeline.build import build_transforms
 from pipebench.pipeline.movement import declared_movement
+from pipebench.pipeline.timed_chain import first_line
 from pipebench.transforms.decode import decoder_note
 
 IDENTICAL = "identical"
@@ -145,11 +146,6 @@ class _Built:
         for step in (*self.per_batch, *self.on_device):
             batch = step(batch)
         return batch.cpu() if isinstance(batch, torch.Tensor) else batch  # a step may name its device
-
-
-def _failure(exc: Exception) -> str:
-    """A failing step's error, for the verdict's detail: its type and first line."""
-    return f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
 
 
 def _may_be_random(chain: Chain) -> bool:
@@ -286,7 +282,7 @@ def check(base_chain: Chain, variant: Variant, fetch: Fetch, seed: int,
     try:
         worst, note, moved = _decoded_difference(move, base_chain, variant, fetch, seed)
     except Exception as exc:  # a decoder may fail on the user's files; the verdict says how
-        return Equivalence(FAILS, f"{move}: {_failure(exc)}")
+        return Equivalence(FAILS, f"{move}: {first_line(exc)}")
     note += f" (bound {max_pixel_diff}, --max-pixel-diff)"
     if worst > max_pixel_diff and _random_pixels_moved(move, base_chain):
         # A random colour step now runs on the tensor: its draw, not the decode, may make the
@@ -318,7 +314,7 @@ def _check_chain(base_chain: Chain, variant: Variant, fetch: Fetch, seed: int) -
             # Fresh inputs for each chain: a transform that works in place must not feed the other.
             outcomes.append(_compare(base(fetch(BATCH_SIZE), seed + k), built(fetch(BATCH_SIZE), seed + k)))
     except Exception as exc:  # a user's transform may fail in any way; the verdict says how
-        return Equivalence(FAILS, _failure(exc))
+        return Equivalence(FAILS, first_line(exc))
     same_seed = f"{SAME_SEED_BATCHES} seeds x {BATCH_SIZE} samples"
     reasons = [o for o, _ in outcomes if o not in (IDENTICAL, CLOSE)]
     diffs = [d for _, d in outcomes if d is not None]
@@ -345,5 +341,5 @@ def chain_failure(chain: Chain, fetch: Fetch, seed: int) -> str:
     try:
         _Built.of(chain)(fetch(BATCH_SIZE), seed)
     except Exception as exc:  # the user's steps on the user's data: any error is the answer
-        return _failure(exc)
+        return first_line(exc)
     return ""
