@@ -24,6 +24,11 @@ MODEL_TOLERANCE = 0.2
 # with steal) is wait the model leaves out: a plain loop run beside the job pays it too, and the
 # job's starvation may exceed the plain loop's by this much, not by a wrong clock's tens of points.
 PLAIN_STARVATION_POINTS = 5.0
+# A sample's CPU beyond its 1.5 ms spin: the random tensor's load and the timing around each step.
+# It read 0.10-0.34 ms on the 2-core machine (a quiet CI host read 1.75 ms a sample twice in a row,
+# past the 15% band around 1.5 this had); a meter that dropped the spin or counted it twice is off
+# by a whole 1.5 ms.
+SAMPLE_OVERHEAD_MS = 0.4
 
 
 def _costs(c, s, batch=8, cores=2, consumer_cpu_ms=0.0, cpu=None):
@@ -163,7 +168,7 @@ def test_model_predicts_a_chain_of_known_cost(tmp_path):
         results.append({**result.to_json(), "overrides": [f"workers={workers}"], "summary": summary})
     diagnosis = diagnose(results)
     (_, costs), = diagnosis.costs
-    assert costs.cpu_ms_per_sample == pytest.approx(1.5, rel=0.15)
+    assert 1.5 <= costs.cpu_ms_per_sample <= 1.5 + SAMPLE_OVERHEAD_MS  # the spin is CPU time: 1.5 at least
     for row in diagnosis.rows:
         print(f"workers={row.workers}: predicted {row.predicted.samples_per_s:.0f}/s "
               f"{row.predicted.starvation_pct:.0f}%, measured {row.measured_samples_per_s:.0f}/s "
