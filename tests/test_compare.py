@@ -10,11 +10,12 @@ from typing import Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 import pytest
-from conftest import PIPEBENCH_SCRIPT, TINY_DATASET, results_folder, run_cli
+from conftest import PIPEBENCH_SCRIPT, TINY_DATASET, results_folder
 from known_cost_kit import known_cost
 from stored_results import result_record, write_record
 
 from pipebench.cli.compare import compare_main
+from pipebench.cli.main import main
 from pipebench.record.jobs import job_key
 from pipebench.record.results import CALIBRATION_FILE
 from pipebench.regress.compare import (
@@ -232,30 +233,45 @@ def _chain_config_dir(root: Path, ms: float) -> Path:
     return root
 
 
+# The real runs' command: one round of a 1 ms-a-sample chain, as short as a verdict allows.
+REAL_RUN = [*TINY_DATASET, "transform=cmp_chain", "consumer=none", "workers=0", "loader.batch_size=16",
+            "run.repeats=5", "run.steps=8", "run.min_time_s=0", "run.warmup_steps=1", "run.profile_steps=0",
+            "run.progress=false", "trace=none"]
+
+
+def _real_run(root: Path, ms: float, capsys) -> Path:
+    """`pipebench run REAL_RUN` of a BusyWait of `ms` in this process (its job in a job process, as from
+    the console script, whose start-up no meter reads): its results folder."""
+    conf = _chain_config_dir(root / "conf", ms)
+    assert main(["run", "--config-dir", str(conf), *REAL_RUN, f"results_dir={root / 'results'}"]) == 0, \
+        capsys.readouterr().err
+    return results_folder(capsys.readouterr().out)
+
+
+@pytest.fixture(scope="module")
+def quiet_one_ms_runs() -> List[Path]:
+    """The folders of this module's quiet real runs of the 1.0 ms chain, the latest last: the busy-host
+    test compares against the one the slower-transform test measured in its own attempt, the same
+    command, rather than pay for its own (5 s of a test that runs alone)."""
+    return []
+
+
 @pytest.mark.slow
 @known_cost
-def test_real_runs_flag_a_25pct_slower_transform(tmp_path, capsys):
+def test_real_runs_flag_a_25pct_slower_transform(tmp_path, capsys, quiet_one_ms_runs):
     """Two real runs with the same overrides; only the config dir's BusyWait cost differs (1.0 vs 1.25 ms).
 
     The job's config then differs, as it must: compare refuses it naming exactly that key (torch, CPU,
     cores and dataset agree between two real runs), and with --allow-mismatch calls it `slower`.
     """
-    assert PIPEBENCH_SCRIPT.exists()
-    overrides = [*TINY_DATASET, "transform=cmp_chain", "consumer=none", "workers=0", "loader.batch_size=16",
-                 "run.repeats=5", "run.steps=8", "run.min_time_s=0", "run.warmup_steps=1", "run.profile_steps=0",
-                 "run.progress=false", "trace=none"]
-    folders = []
-    for name, ms in (("base", 1.0), ("cur", 1.25)):
-        conf = _chain_config_dir(tmp_path / f"conf_{name}", ms)
-        proc = run_cli(["run", "--config-dir", str(conf), *overrides, f"results_dir={tmp_path / name}"], tmp_path)
-        assert proc.returncode == 0, proc.stderr
-        folders.append(str(results_folder(proc.stdout)))
-    assert compare_main(*folders, DEFAULT_THRESHOLD, False, None) == EXIT_INCOMPARABLE
+    base, cur = (str(_real_run(tmp_path / name, ms, capsys)) for name, ms in (("base", 1.0), ("cur", 1.25)))
+    assert compare_main(base, cur, DEFAULT_THRESHOLD, False, None) == EXIT_INCOMPARABLE
     err = capsys.readouterr().err
     assert "config.transform.per_sample.0.ms" in err and "torch" not in err and "dataset" not in err
-    assert compare_main(*folders, DEFAULT_THRESHOLD, True, None) == EXIT_REGRESSION
+    assert compare_main(base, cur, DEFAULT_THRESHOLD, True, None) == EXIT_REGRESSION
     out = capsys.readouterr().out
     assert "| slower |" in out and "compared anyway" in out
+    quiet_one_ms_runs.append(Path(base))
 
 
 def test_one_round_a_side_says_rounds_not_an_old_file_and_host_load_explains_a_slowdown(tmp_path, capsys):
@@ -285,10 +301,11 @@ def test_results_without_cpu_time_still_say_they_predate_the_signal(tmp_path, ca
     assert "results written before the CPU-time signal" in capsys.readouterr().out
 
 
-def _run_spun_from_the_first_job(args: Sequence[str], cwd: Path) -> Tuple[int, str, str]:
-    """`pipebench ARGS` with CPU spinners on twice the cores from its first job's start to its end:
-    its exit status, stdout and stderr. Spun from the command's start, its imports and checks,
-    which no meter reads, took three times as long: 10 s more of a test that runs alone."""
+def _run_spun_through_the_first_job(args: Sequence[str], cwd: Path) -> Tuple[int, str, str]:
+    """`pipebench ARGS` with CPU spinners on twice the cores from its first job's start until its table
+    prints (the job measured and written): its exit status, stdout and stderr. Spun from the command's
+    start, its imports and checks, which no meter reads, took three times as long: 10 s more of a test
+    that runs alone; spun on to its end, its report and plots took 2 s more."""
     spinners: List[subprocess.Popen] = []
     err_path = cwd / "spun.stderr"
     try:
@@ -303,28 +320,30 @@ def _run_spun_from_the_first_job(args: Sequence[str], cwd: Path) -> Tuple[int, s
                     # shares the CPU as one, so spinners in the test's session would barely touch the job's.
                     spinners = [subprocess.Popen([sys.executable, "-c", "while True: pass"], start_new_session=True)
                                 for _ in range(2 * (os.cpu_count() or 1))]
+                elif line.startswith("## ") and spinners:
+                    _stop(spinners)
     finally:
-        for spinner in spinners:
-            spinner.kill()
-            spinner.wait()
+        _stop(spinners)
     assert spinners, "the run printed no [job 1/1] line"
     return proc.returncode, "".join(lines), err_path.read_text()
 
 
+def _stop(spinners: Sequence[subprocess.Popen]) -> None:
+    for spinner in spinners:
+        spinner.kill()
+        spinner.wait()
+
+
 @pytest.mark.slow
-def test_a_spinning_process_beside_one_real_run_is_the_host_not_a_regression(tmp_path, capsys):
+def test_a_spinning_process_beside_one_real_run_is_the_host_not_a_regression(tmp_path, capsys, quiet_one_ms_runs):
     """Two real one-round runs of one chain; CPU spinners beside the second take most of the cores.
     Throughput alone would call it `slower`; the host-load meter saw the spinners, so `host busier`."""
-    overrides = [*TINY_DATASET, "transform=cmp_chain", "consumer=none", "workers=0", "loader.batch_size=16",
-                 "run.repeats=5", "run.steps=8", "run.min_time_s=0", "run.warmup_steps=1", "run.profile_steps=0",
-                 "run.progress=false", "trace=none"]
+    base = quiet_one_ms_runs[-1] if quiet_one_ms_runs else _real_run(tmp_path / "base", 1.0, capsys)
     conf = _chain_config_dir(tmp_path / "conf", 1.0)
-    base = run_cli(["run", "--config-dir", str(conf), *overrides, f"results_dir={tmp_path / 'base'}"], tmp_path)
-    assert base.returncode == 0, base.stderr
-    status, out, err = _run_spun_from_the_first_job(
-        ["run", "--config-dir", str(conf), *overrides, f"results_dir={tmp_path / 'cur'}"], tmp_path)
+    status, out, err = _run_spun_through_the_first_job(
+        ["run", "--config-dir", str(conf), *REAL_RUN, f"results_dir={tmp_path / 'cur'}"], tmp_path)
     assert status == 0, err
-    folders = [str(results_folder(base.stdout)), str(results_folder(out))]
+    folders = [str(base), str(results_folder(out))]
     job = compare_runs(load_run(folders[0]), load_run(folders[1])).jobs[0]
     assert job.wall_verdict == SLOWER and job.verdict == HOST_BUSIER, job
     assert job.current_host_other_cores - job.baseline_host_other_cores >= 0.5 * (os.cpu_count() or 1)
