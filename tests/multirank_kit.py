@@ -7,7 +7,8 @@ from pathlib import Path
 from typing import Dict, List
 
 TWO_RANKS = ["distributed.nproc=2", "results_dir=out"]
-# 64 samples / 2 ranks / 8 a batch = 4 steps a rank per epoch: a quick run spans several epochs.
+# 64 samples / 2 ranks / 8 a batch = 4 steps a rank per epoch: a quick run (a warm-up step and at
+# least 5 more) spans a whole epoch and more.
 SMALL = ["dataset=random_tensors", "dataset.shape=[3,32,32]", "dataset.length=64"]
 # The straggler's extra CPU a sample on rank 1; x 8 samples = 32 ms a step against ~35 ms.
 STRAGGLE_MS = 4.0

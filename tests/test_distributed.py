@@ -29,11 +29,17 @@ pytestmark = pytest.mark.alone
 IDLE_STEP = StepSample(gap_ns=0, wait_ns=0, h2d_ns=0, compute_ns=0, samples=0, transfer_ns=0, worker_id=0, ready=False)
 
 
+# Eight steps a window, with no time floor: as many as the straggler's window held under run=quick's
+# 0.5 s floor (~67 ms a step), where the balanced job's ran to 15 (~34 ms a step). A job's cost is then
+# torchrun's and its ranks' start-up (~5 s), not its window (~0.3 s).
+STRAGGLER_STEPS = ["run.steps=8", "run.min_time_s=0"]
+
+
 @pytest.mark.slow
 def test_two_ranks_balanced_straggler_and_a_rank_that_dies(rank_project):
     # One sweep (one CLI start-up): two good jobs, then one whose rank 1 dies at its first sample.
     proc = run_cli(["run", "--config-dir", "conf", "transform=balanced,straggler,dieonrank1", "workers=0", *SMALL,
-                    *QUICK_RUN, *NO_PROFILE, *TWO_RANKS], cwd=rank_project)
+                    *QUICK_RUN, *STRAGGLER_STEPS, *NO_PROFILE, *TWO_RANKS], cwd=rank_project)
     assert proc.returncode == 2
     errors = [line for line in proc.stderr.splitlines() if line.startswith("pipebench: error:")]
     assert len(errors) == 1, proc.stderr
