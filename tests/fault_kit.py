@@ -316,7 +316,7 @@ def image_folder(*odd: Callable[[Path], None]) -> Callable[[Path], Tuple[str, ..
         for change in odd:
             change(inputs)
         return ("dataset=image_folder", f"dataset.path={inputs}",
-                "transform.per_sample=[{_target_: torchvision.transforms.PILToTensor}]")
+                f"transform.per_sample=[{{_target_: {fault_transforms.__name__}.ToArray}}]")
 
     return build
 

@@ -6,13 +6,16 @@ in `marker_dir` (a test disarms it before resuming the sweep it interrupted). Wh
 writes a marker file named after its pid: a test waits for that event (this process is inside the
 transform now) instead of sleeping for a guessed time, and knows whom to kill.
 
-The kit copies this file into a user project, where `_target_: fault_transforms.Fault` finds it.
+`ToArray`, which behaves, is the image-folder cases' chain. The kit copies this file into a user
+project, where `_target_: fault_transforms.Fault` finds it.
 """
 
 import errno
 import os
 import time
 from pathlib import Path
+
+import numpy as np
 
 # While this file exists in marker_dir, Fault acts.
 ARMED = "armed"
@@ -52,6 +55,14 @@ class Fault:
         while self.action == "spin":
             pass
         return sample
+
+
+class ToArray:
+    """An image's pixels as an array, which the loader's collate stacks into a tensor: a one-step chain
+    with no torchvision to import (seconds in the job process) for the image-folder cases."""
+
+    def __call__(self, image):
+        return np.asarray(image)
 
 
 def fill(path: Path) -> None:
