@@ -12,6 +12,7 @@ import subprocess
 import sys
 import threading
 import time
+from pathlib import Path
 
 import pytest
 from conftest import QUICK_RUN, TINY_DATASET, compose_spec
@@ -67,11 +68,35 @@ def test_dead_worker_is_a_worker_error(tmp_path):
     assert "\n" not in str(caught.value) and "dmesg" in str(caught.value)
 
 
+# How often a held worker looks for its release.
+HOLD_POLL_S = 0.01
+
+
+class HoldInWorker:
+    """Hangs its worker process until the file `held` is removed, then ends it with status 0. A
+    worker left alive (a 20 s sleep, or idle once let go) kept the loader's shutdown, when it was
+    collected in a later test, waiting 5 s for it (torch's MP_STATUS_CHECK_INTERVAL); one that ended
+    quietly is no worker failure to torch."""
+
+    def __init__(self, held: str) -> None:
+        self.held = Path(held)
+
+    def __call__(self, sample):
+        while self.held.exists():
+            time.sleep(HOLD_POLL_S)
+        os._exit(0)
+
+
 def test_hung_worker_times_out(tmp_path):
-    spec = _spec([{"_target_": "pipebench.transforms.synthetic.Sleep", "ms": 20_000}], ["loader.timeout_s=1"])
+    held = tmp_path / "held"
+    held.touch()
+    spec = _spec([{"_target_": f"{__name__}.HoldInWorker", "held": str(held)}], ["loader.timeout_s=1"])
     start = time.monotonic()
-    with pytest.raises(WorkerError, match="timed out") as caught:
-        measure_job(spec, tmp_path)
+    try:
+        with pytest.raises(WorkerError, match="timed out") as caught:
+            measure_job(spec, tmp_path)
+    finally:
+        held.unlink()
     assert time.monotonic() - start < 15, "a hung worker must not hang the benchmark"
     assert "loader.timeout_s=1" in str(caught.value)
 
