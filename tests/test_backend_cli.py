@@ -1,19 +1,26 @@
-"""`loader.backend` through the real CLI: a bad or uninstalled backend is one line before any job, and a
-sweep over the three backends is one table with every figure side by side. Each asserts on lines and
-tables, not on a rate, so it runs beside other tests (test_loader_backends.py and
+"""`loader.backend` through the CLI: a bad or uninstalled backend is one line before any job (`main()` in
+this process: the command's status and its one line, with no job process to wait for), and a sweep over
+the three backends, through the real command, is one table with every figure side by side. Each asserts
+on lines and tables, not on a rate, so it runs beside other tests (test_loader_backends.py and
 test_backend_figures.py measure, alone)."""
 
 import csv
-import os
+import sys
 
 import pytest
-from conftest import FAST_JOB, results_folder, run_cli
+# Imported, so main() builds the jobs in this process (pipebench.sweep.build_check), where the test
+# blocks torchdata and spdl, not in a child of the job process it starts.
+import torch  # noqa: F401
+from conftest import FAST_JOB, NO_CHAIN, results_folder, run_cli
 
 from pipebench.base.extras import install_line
+from pipebench.cli.main import main
 from pipebench.report.comparison import BACKEND_COLUMNS
 
 # Every backend, in the order the sweep names them and the table must list them.
 SWEPT = ["dataloader", "threads", "spdl"]
+# The libraries of the thread backends, made to look uninstalled for the missing-backend case.
+UNINSTALLED = ("torchdata", "spdl")
 
 
 @pytest.mark.slow
@@ -23,17 +30,21 @@ SWEPT = ["dataloader", "threads", "spdl"]
     ("loader.backend=dataloader,threads,spdl", "loader.backend=threads needs torchdata; loader.backend=spdl needs "
                                                "spdl: ", ("threads", "spdl")),
 ])
-def test_a_bad_or_missing_backend_is_one_line_exit_2_before_any_job(override, line, extras, tmp_path, monkeypatch):
-    # Modules named torchdata and spdl that are no packages: torchdata.nodes and spdl.pipeline cannot
-    # be found, as if uninstalled.
-    (tmp_path / "torchdata.py").write_text("")
-    (tmp_path / "spdl.py").write_text("")
-    monkeypatch.setenv("PYTHONPATH", f"{tmp_path}:{os.environ.get('PYTHONPATH', '')}")
+def test_a_bad_or_missing_backend_is_one_line_exit_2_before_any_job(override, line, extras, tmp_path, monkeypatch,
+                                                                    capsys):
+    # torchdata and spdl blocked in this process (None in sys.modules, and none of their modules
+    # imported): torchdata.nodes and spdl.pipeline cannot be found, as if uninstalled.
+    for name in [name for name in sys.modules if name.split(".")[0] in UNINSTALLED]:
+        monkeypatch.delitem(sys.modules, name)
+    for name in UNINSTALLED:
+        monkeypatch.setitem(sys.modules, name, None)
     monkeypatch.chdir(tmp_path)  # the install line's form depends on the working directory, as the command's
     line += install_line(extras) if extras else ""
-    done = run_cli(["run", *FAST_JOB, "workers=2", override, f"results_dir={tmp_path / 'results'}"], tmp_path)
-    assert done.returncode == 2, done.stderr
-    assert line in done.stderr and len(done.stderr.strip().splitlines()) == 1, done.stderr
+    # No chain: its builds (torchvision's import, seconds) come before the backends' check.
+    status = main(["run", *FAST_JOB, *NO_CHAIN, "workers=2", override, f"results_dir={tmp_path / 'results'}"])
+    err = capsys.readouterr().err
+    assert status == 2, err
+    assert line in err and len(err.strip().splitlines()) == 1, err
     assert not (tmp_path / "results").exists() or not any((tmp_path / "results").rglob("result.json"))
 
 
