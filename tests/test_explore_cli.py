@@ -1,9 +1,13 @@
-"""`pipebench explore` end to end through the real CLI: the variants it measures, the rows and files it
-writes. Each asserts on files, rows and lines, not on a rate, so it runs beside other tests
-(test_explore.py measures, alone)."""
+"""`pipebench explore` end to end: the variants it measures, the rows and files it writes. Each asserts
+on files, rows and lines, not on a rate, so it runs beside other tests (test_explore.py measures,
+alone). The interleaved case runs the real console script; the others call `main()` in this process,
+as they read what a run wrote and said, not how the command's own process behaves: explore's
+command imports torch and torchvision (about 4 s on the 2-core VM), once a pytest process that way
+instead of once a run. Its job processes start either way."""
 
 import csv
 import json
+import sys
 
 import pytest
 from conftest import FAST_JOB, NO_PROFILE, QUICK_RUN, TINY_DATASET, results_folder, run_cli
@@ -22,6 +26,15 @@ OTHER_LOADER_MOVES_HELD = ["loader.persistent_workers=true", "loader.sharing_str
 def _csv(path):
     with path.open() as handle:
         return list(csv.DictReader(handle))
+
+
+def _explore(project, args, capfd, monkeypatch):
+    """`pipebench explore ARGS` in this process, from `project`: its exit status and what it printed,
+    its job processes' lines too (capfd reads the file descriptors they inherit)."""
+    monkeypatch.chdir(project)
+    monkeypatch.setattr(sys, "path", list(sys.path))  # the command puts its working directory on it
+    status = main(["explore", *args])
+    return status, *capfd.readouterr()
 
 
 @pytest.mark.slow
@@ -67,15 +80,18 @@ def test_explore_measures_every_variant_interleaved(chain_project):
 
 
 @pytest.mark.slow
-def test_explore_with_a_target_stops_at_the_first_chain_that_meets_it(chain_project):
-    """A trivial chain into a 40 ms emulated step keeps the consumer well over 50% busy at workers=0,
+def test_explore_with_a_target_stops_at_the_first_chain_that_meets_it(chain_project, capfd, monkeypatch):
+    """A trivial chain into a 40 ms emulated step keeps the consumer well over 50% busy at workers=0
+    (about 1 ms of loading a step against the 40 ms sleep, from the first step: no warm-up needed),
     so the base chain's first job meets the target and the three jobs after it never run."""
-    proc = run_cli(["explore", "--config-dir", "conf", "--target", "50", "transform=scaled", *TINY_DATASET,
-                    *QUICK_RUN, *NO_PROFILE, "rounds=2", "consumer.step_ms=40", "results_dir=out"], cwd=chain_project)
-    assert proc.returncode == 0, proc.stderr
-    assert "reached run.target_accel_util_pct=50: stopping the sweep (3 jobs not run; run.stop_at_target)" in proc.stdout
-    assert "[job 2/4]" not in proc.stdout
-    folder = chain_project / results_folder(proc.stdout)
+    status, out, err = _explore(chain_project, [
+        "--config-dir", "conf", "--target", "50", "transform=scaled", *TINY_DATASET, *QUICK_RUN, *NO_PROFILE,
+        "run.warmup_steps=0", "run.min_time_s=0", "rounds=2", "consumer.step_ms=40", "results_dir=out"],
+        capfd, monkeypatch)
+    assert status == 0, err
+    assert "reached run.target_accel_util_pct=50: stopping the sweep (3 jobs not run; run.stop_at_target)" in out
+    assert "[job 1/4]" in out and "[job 2/4]" not in out
+    folder = chain_project / results_folder(out)
     results = [json.loads(p.read_text()) for p in folder.glob("job-*/result.json")]
     assert [r["summary"]["transform"] for r in results] == ["scaled"]
     assert results[0]["config"]["run"]["target_accel_util_pct"] == 50.0
@@ -83,27 +99,29 @@ def test_explore_with_a_target_stops_at_the_first_chain_that_meets_it(chain_proj
 
 
 @pytest.mark.slow
-def test_explore_measures_an_iterable_dataset_and_refuses_a_chain_that_fails_on_it(chain_project, capsys,
+def test_explore_measures_an_iterable_dataset_and_refuses_a_chain_that_fails_on_it(chain_project, capfd,
                                                                                      monkeypatch):
-    proc = run_cli(["explore", "--config-dir", "conf", "transform=scaled", *STREAM, *QUICK_RUN, "consumer=none",
-                    *NO_PROFILE, "run.warmup_steps=0", "run.min_time_s=0", "rounds=1", "results_dir=out"],
-                   cwd=chain_project)
-    assert proc.returncode == 0, proc.stderr
-    rows = _csv(chain_project / results_folder(proc.stdout) / "summary.csv")
+    status, out, err = _explore(chain_project, [
+        "--config-dir", "conf", "transform=scaled", *STREAM, *QUICK_RUN, "consumer=none", *NO_PROFILE,
+        "run.warmup_steps=0", "run.min_time_s=0", "rounds=1", "results_dir=out"], capfd, monkeypatch)
+    assert status == 0, err
+    rows = _csv(chain_project / results_folder(out) / "summary.csv")
     assert sorted(row["transform"] for row in rows) == ["scaled", "scaled+crop_first"]
-    monkeypatch.chdir(chain_project)
-    assert main(["explore", "--config-dir", "conf", "transform=decoded", *STREAM, "workers=0", "results_dir=out2"]) == 2
-    err = capsys.readouterr().err.strip()
+    status, _, err = _explore(chain_project, ["--config-dir", "conf", "transform=decoded", *STREAM, "workers=0",
+                                              "results_dir=out2"], capfd, monkeypatch)
+    err = err.strip()
+    assert status == 2
     assert "\n" not in err and "transform=decoded fails on the dataset's first samples (TypeError" in err, err
     assert not (chain_project / "out2").exists()
 
 
 @pytest.mark.slow
-def test_explore_measures_the_backend_variants(chain_project):
-    proc = run_cli(["explore", "--config-dir", "conf", "transform=cropped", *FAST_JOB, "workers=1",
-                    *OTHER_LOADER_MOVES_HELD, "rounds=1", "results_dir=out"], cwd=chain_project)
-    assert proc.returncode == 0, proc.stderr
-    folder = chain_project / results_folder(proc.stdout)
+def test_explore_measures_the_backend_variants(chain_project, capfd, monkeypatch):
+    status, out, err = _explore(chain_project, ["--config-dir", "conf", "transform=cropped", *FAST_JOB, "workers=1",
+                                                *OTHER_LOADER_MOVES_HELD, "rounds=1", "results_dir=out"],
+                                capfd, monkeypatch)
+    assert status == 0, err
+    folder = chain_project / results_folder(out)
     expected = ["cropped", "cropped+backend_threads", "cropped+backend_spdl"]
     summary = _csv(folder / "summary.csv")
     assert [row["transform"] for row in summary] == expected

@@ -366,27 +366,35 @@ def test_a_read_only_results_folder_is_one_line_and_exit_2(tmp_path, capsys):
 TINY_CHAIN = "per_sample:\n  - _target_: pipebench.transforms.synthetic.BusyWait\n    ms: {ms}\nper_batch: []\n"
 
 
+def _set_up_in_process(command, cwd: Path, capfd, monkeypatch) -> str:
+    """`pipebench COMMAND` through main() in this process, from `cwd`, for a run that only sets up the
+    folder a test then hurts (a CLI start costs seconds); what it printed, its job processes' lines too."""
+    monkeypatch.chdir(cwd)
+    monkeypatch.setattr(sys, "path", list(sys.path))  # the command puts its working directory on it
+    status = main(command)
+    out, err = capfd.readouterr()
+    assert status == 0, err
+    return out
+
+
 @pytest.mark.slow
 def test_resume_refuses_a_held_folder_then_reruns_damaged_and_changed_jobs_and_executes_nothing(
-        tmp_path, capsys, monkeypatch):
+        tmp_path, capfd, monkeypatch):
     (tmp_path / "conf" / "transform").mkdir(parents=True)
     chain = tmp_path / "conf" / "transform" / "tiny.yaml"
     chain.write_text(TINY_CHAIN.format(ms=0))
     command = ["run", "--config-dir", "conf", "transform=tiny", "run.seed=1,2", *FAST_JOB, "results_dir=out"]
-    first = run_cli(command, cwd=tmp_path)
-    assert first.returncode == 0, first.stderr
-    shown = results_folder(first.stdout)  # as the CLI names it: relative to its working directory
+    shown = results_folder(_set_up_in_process(command, tmp_path, capfd, monkeypatch))  # relative to the cwd
     folder = tmp_path / shown
     assert json.loads((folder / INVOCATION_FILE).read_text())[SCHEMA_VERSION_KEY] == RESULTS_SCHEMA_VERSION
     planted = folder / "job-1" / RESULT_FILE
     _damage("samples_per_s edited", planted)
     _plant_payloads(folder, tmp_path)
 
-    # In-process (a CLI start costs ~8 s): refused before any job process starts.
-    monkeypatch.chdir(tmp_path)
+    # In-process too: refused before any job process starts.
     with folder_lock(folder):
         assert main(command) == 2
-    held = capsys.readouterr()
+    held = capfd.readouterr()
     assert _one_line(held.err, f"{shown} is in use by another pipebench run").startswith("pipebench: error: ")
     assert "[job " not in held.out and json.loads(planted.read_text())["summary"]["samples_per_s"] > 1e4
 
@@ -410,13 +418,14 @@ EXPLORE_CHAIN = ("per_sample:\n  - _target_: pipebench.transforms.color.Scale\n"
 
 
 @pytest.mark.slow
-def test_resumed_explore_composes_nothing_from_its_folder(tmp_path):
+def test_resumed_explore_composes_nothing_from_its_folder(tmp_path, capfd, monkeypatch):
+    """The first exploration sets the folder up in this process; the resumed one is the real command,
+    a fresh process whose Hydra has registered nothing yet."""
     (tmp_path / "conf" / "transform").mkdir(parents=True)
     (tmp_path / "conf" / "transform" / "scaled.yaml").write_text(EXPLORE_CHAIN)
     command = ["explore", "--config-dir", "conf", "transform=scaled", "rounds=1", *FAST_JOB, "results_dir=out"]
-    first = run_cli(command, cwd=tmp_path)
-    assert first.returncode == 0, first.stderr
-    folder = tmp_path / results_folder(first.stdout)
+    shown = results_folder(_set_up_in_process(command, tmp_path, capfd, monkeypatch))
+    folder = tmp_path / shown
     assert json.loads((folder / "variants.json").read_text())[SCHEMA_VERSION_KEY] == RESULTS_SCHEMA_VERSION
     (folder / "job-1" / RESULT_FILE).unlink()  # interrupted before the variant's job finished
     _plant_payloads(folder, tmp_path)
@@ -428,7 +437,7 @@ def test_resumed_explore_composes_nothing_from_its_folder(tmp_path):
 
     again = run_cli(command, cwd=tmp_path)
     assert again.returncode == 0, again.stderr
-    assert f"resuming {results_folder(first.stdout)}: 1 of 2 jobs already done" in again.stdout
+    assert f"resuming {shown}: 1 of 2 jobs already done" in again.stdout
     assert not (tmp_path / MARKER).exists(), "a planted file was executed"
     assert victim.read_text() == "untouched" and not variant.is_symlink()
     rerun = read_result(folder / "job-1" / RESULT_FILE)
