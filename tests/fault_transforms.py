@@ -6,8 +6,8 @@ in `marker_dir` (a test disarms it before resuming the sweep it interrupted). Wh
 writes a marker file named after its pid: a test waits for that event (this process is inside the
 transform now) instead of sleeping for a guessed time, and knows whom to kill.
 
-`ToArray`, which behaves, is the image-folder cases' chain. The kit copies this file into a user
-project, where `_target_: fault_transforms.Fault` finds it.
+`ToArray`, which behaves, is the chain of runs that need only an image's pixels. The kit copies
+this file into a user project, where `_target_: fault_transforms.Fault` finds it.
 """
 
 import errno
@@ -59,7 +59,8 @@ class Fault:
 
 class ToArray:
     """An image's pixels as an array, which the loader's collate stacks into a tensor: a one-step chain
-    with no torchvision to import (seconds in the job process) for the image-folder cases."""
+    with no torchvision to import (seconds in the job process), for the image-folder cases and
+    test_peer_formats' LitData run."""
 
     def __call__(self, image):
         return np.asarray(image)

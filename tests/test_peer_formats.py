@@ -9,6 +9,7 @@ import logging
 import os
 import shutil
 
+import fault_transforms
 import numpy as np
 import pytest
 from conftest import NO_PROFILE, results_folder, run_cli
@@ -259,11 +260,14 @@ def test_litdata_in_a_bucket_names_the_http_endpoint_and_a_403_as_access_denied(
 @pytest.mark.slow
 def test_a_run_over_litdata_pixels_says_where_the_decode_is_and_reads_every_position_once(optimized, tmp_path):
     """One whole `pipebench run` at workers=2, drop_last=false, over the optimize set's `pil` field: the
-    plan-time note once, and the job's exactly-once check over items known by their position."""
+    plan-time note once, and the job's exactly-once check over items known by their position. The chain
+    makes the image an array with fault_transforms.ToArray, in the run's folder: torchvision's
+    PILToTensor cost the job process seconds of imports."""
+    shutil.copy(fault_transforms.__file__, tmp_path)
     done = run_cli(["run", "dataset=litdata", f"dataset.input_dir={optimized}", "dataset.image_key=pil", "workers=2",
                     "run=quick", "consumer=none", "loader.batch_size=4", "loader.drop_last=false", "run.progress=false",
                     "run.warmup_steps=0", "run.min_time_s=0", "transform.per_batch=[]",
-                    "transform.per_sample=[{_target_:torchvision.transforms.PILToTensor}]",
+                    f"transform.per_sample=[{{_target_:{fault_transforms.__name__}.ToArray}}]",
                     *NO_PROFILE, f"results_dir={tmp_path}"], cwd=tmp_path)
     assert done.returncode == 0, done.stderr
     notes = [line for line in done.stderr.splitlines() if "holds litdata's pil serializer" in line]
