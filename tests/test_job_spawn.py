@@ -151,9 +151,9 @@ def _unreaped_child(pid: int) -> bool:
 def test_the_first_job_runs_in_the_process_started_ahead_and_an_error_or_a_calibration_ends_it(
         tmp_path, monkeypatch, capsys):
     """Spawns are counted where both starters spawn (Hydra's plugin scan re-executes the launcher's
-    module, so a name patched there would not hold): two jobs, one job process, the one started
-    ahead. A calibration timed in this process, which has imported torch, is timed with the process
-    started ahead gone (its imports must not run beside the timing)."""
+    module, so a name patched there would not hold): two rounds of two jobs, a job process a round,
+    the first the one started ahead. A calibration timed in this process, which has imported torch,
+    is timed with the process started ahead gone (its imports must not run beside the timing)."""
     spawned = []
     real_spawn = os.posix_spawnp
 
@@ -164,14 +164,14 @@ def test_the_first_job_runs_in_the_process_started_ahead_and_an_error_or_a_calib
         return pid
 
     monkeypatch.setattr(os, "posix_spawnp", counting)
-    assert main(["run", *FAST_JOB, *NO_CHAIN, "workers=0,1", f"results_dir={tmp_path}"]) == 0, capsys.readouterr().err
-    assert len(spawned) == 1 and len(list(tmp_path.glob("*/job-*/result.json"))) == 2
-    assert not _unreaped_child(spawned[-1])  # the sweep's job process ended with it
-
     # Interleaved rounds: a job process a round (the one started ahead runs the first), so the
-    # rounds compare pools are apart as processes.
-    assert main(["run", *FAST_JOB, *NO_CHAIN, "workers=0,1", "rounds=2", f"results_dir={tmp_path / 'rounds'}"]) == 0
-    assert len(spawned) == 3 and len(list((tmp_path / "rounds").glob("*/job-*/result.json"))) == 4
+    # rounds compare pools are apart as processes. A plain sweep is one round: two spawns for four
+    # jobs say both jobs of a round ran in one job process, and that the first round's was the one
+    # started ahead (a third spawn otherwise).
+    rounds = ["run", *FAST_JOB, *NO_CHAIN, "workers=0,1", "rounds=2", f"results_dir={tmp_path / 'rounds'}"]
+    assert main(rounds) == 0, capsys.readouterr().err
+    assert len(spawned) == 2 and len(list((tmp_path / "rounds").glob("*/job-*/result.json"))) == 4
+    assert not _unreaped_child(spawned[-1])  # the sweep's last job process ended with it
     del spawned[1:]
 
     assert main(["run", *FAST_JOB, *NO_CHAIN, "trnsform=x", f"results_dir={tmp_path / 'typo'}"]) == 2
