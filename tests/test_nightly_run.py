@@ -6,7 +6,7 @@ import csv
 import json
 
 import pytest
-from conftest import QUICK_RUN, TINY_DATASET, results_folder, run_cli
+from conftest import FAST_JOB, NO_CHAIN, results_folder, run_cli
 
 from pipebench.cli.main import main
 from pipebench.measure import calibration
@@ -17,14 +17,15 @@ from pipebench.record.results import CALIBRATION_FILE, load_job_results
 
 @pytest.fixture(scope="module")
 def tiny_rounds_run(tmp_path_factory):
-    """A real 2-round run of one job with calibration (2 job processes), on random tensors, no transforms.
+    """A real 2-round run of one job with calibration (2 job processes), on random tensors, no transforms,
+    each round as short as a job can be (FAST_JOB: no consumer, warm-up, profile or minimum time): the
+    tests read its rows and files, not its figures. The calibration is most of its time.
 
     The round-robin order of a bigger sweep is test_nightly.py's test_rounds_sweep_round_robin: the CLI
     runs exactly that list.
     """
     cwd = tmp_path_factory.mktemp("rounds")
-    proc = run_cli(["run", "rounds=2", "calibrate=true", "trace=none", "transform.per_sample=[]",
-                    *TINY_DATASET, *QUICK_RUN, "results_dir=out"], cwd=cwd)
+    proc = run_cli(["run", "rounds=2", "calibrate=true", *FAST_JOB, *NO_CHAIN, "results_dir=out"], cwd=cwd)
     assert proc.returncode == 0, proc.stderr
     return cwd / results_folder(proc.stdout)
 

@@ -1,12 +1,16 @@
 """`pipebench tune` end to end through the real CLI: the files it writes and its last line, and the
-same command resuming it. It asserts on files and lines, not rates, so it runs beside other tests
-(test_tune.py measures, alone). Tiny settings: a 2-point space, one stage, one verification round."""
+same command resuming it (in this process, through `main`: the resume's lines and files are main's,
+and a second console script would pay the interpreter and the verb's imports again, ~4 s). It asserts
+on files and lines, not rates, so it runs beside other tests (test_tune.py measures, alone). Tiny
+settings: a 2-point space, one stage, one verification round."""
 
 import csv
 
 import pytest
 from conftest import FAST_JOB, NO_CHAIN, results_folder, run_cli
 from omegaconf import OmegaConf
+
+from pipebench.cli.main import main
 
 
 TINY_TUNE = ["tune", "--budget-s", "600", *FAST_JOB, *NO_CHAIN, "tune.variants=false", "tune.workers=[0,1]",
@@ -15,7 +19,7 @@ TINY_TUNE = ["tune", "--budget-s", "600", *FAST_JOB, *NO_CHAIN, "tune.variants=f
 
 
 @pytest.mark.slow
-def test_tune_end_to_end_writes_its_files_and_ends_with_the_results_line_and_resumes(tmp_path):
+def test_tune_end_to_end_writes_its_files_and_ends_with_the_results_line_and_resumes(tmp_path, monkeypatch, capsys):
     proc = run_cli(TINY_TUNE, cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr
     folder = tmp_path / results_folder(proc.stdout)
@@ -41,9 +45,11 @@ def test_tune_end_to_end_writes_its_files_and_ends_with_the_results_line_and_res
     lost = folder / "race-1" / "job-0" / "result.json"
     lost.unlink()
     kept = {path: path.read_bytes() for path in folder.glob("*/job-*/result.json")}
-    proc = run_cli(TINY_TUNE, cwd=tmp_path)
-    assert proc.returncode == 0, proc.stderr
-    assert tmp_path / results_folder(proc.stdout) == folder
-    assert f"tune: resuming {results_folder(proc.stdout)}: {len(kept)} finished trial(s) kept" in proc.stdout
+    monkeypatch.chdir(tmp_path)  # results_dir=out, as the first command had it
+    status = main(TINY_TUNE)
+    out, err = capsys.readouterr()
+    assert status == 0, err
+    assert tmp_path / results_folder(out) == folder
+    assert f"tune: resuming {results_folder(out)}: {len(kept)} finished trial(s) kept" in out
     assert lost.is_file() and (folder / "tune.md").is_file()
     assert all(path.read_bytes() == text for path, text in kept.items())
