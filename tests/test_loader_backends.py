@@ -3,6 +3,7 @@ one seed with their per-transform timings, a chain that releases the GIL scales 
 one that holds it does not, and a backend that cannot run is one line before any job does."""
 
 import dataclasses
+import functools
 import pickle
 import re
 import threading
@@ -42,6 +43,9 @@ BUSY_SCALING_MAX = 1.3
 # (10 + 2.4) / 10 = 1.24 even with the whole load overlapped; at 2 ms the bound was 2.2, and CI once
 # read 1.49 on a loaded host.
 BUSY_MS = 10.0
+# Samples an epoch of the BusyWait chain: two batches. The rates it compares read 1.0 apart (0.97-1.03
+# here) against a bound of 1.3, so a shorter epoch than the Sleep chain's does; 32 took 1 s more.
+BUSY_LENGTH = 16
 # Each rate is the best of this many epochs, run interleaved, as timeit keeps its best: a burst
 # from another tenant slows one epoch, rarely both (spdl's sleep chain read 1.36-1.82 from one
 # epoch each on the 2-core machine, 1.70-1.79 from the best of two).
@@ -51,9 +55,15 @@ THREAD_JOIN_S = 10.0
 
 
 def _spec(backend, workers, chain, length=64):
-    spec = compose_spec([*TINY_DATASET[:2], f"dataset.length={length}", f"workers={workers}",
+    return dataclasses.replace(_composed(backend, workers, length), per_sample=tuple(chain))
+
+
+@functools.lru_cache(maxsize=None)
+def _composed(backend, workers, length):
+    """The job spec, composed once for each backend, workers and length: a compose is 0.13 s of
+    Hydra, and the tests here build the same few specs 40 times (a JobSpec is frozen)."""
+    return compose_spec([*TINY_DATASET[:2], f"dataset.length={length}", f"workers={workers}",
                          f"loader.batch_size={BATCH}", f"loader.backend={backend}", "loader.pin_memory=false"])
-    return dataclasses.replace(spec, per_sample=tuple(chain))
 
 
 def _epoch(spec):
@@ -198,7 +208,7 @@ def _best_rates(backend, chain, length):
 def test_a_chain_that_releases_the_gil_scales_with_threads_and_one_that_holds_it_does_not(backend):
     one, two = _best_rates(backend, [{"_target_": SLEEP, "ms": 8.0}], length=96)
     assert two / one >= SLEEP_SCALING_MIN, f"Sleep: {one:.0f} -> {two:.0f} samples/s"
-    one, two = _best_rates(backend, [{"_target_": BUSY, "ms": BUSY_MS}], length=32)
+    one, two = _best_rates(backend, [{"_target_": BUSY, "ms": BUSY_MS}], length=BUSY_LENGTH)
     assert two / one <= BUSY_SCALING_MAX, f"BusyWait: {one:.0f} -> {two:.0f} samples/s"
 
 
