@@ -9,6 +9,7 @@ read as the folders they name.
 """
 
 import ast
+import json
 import subprocess
 import sys
 from pathlib import Path
@@ -175,29 +176,38 @@ def test_the_checker_finds_a_planted_two_way_pair_through_a_symlinked_catalogue(
 HEAVY_OPTIONAL_MODULES = ("torchvision", "scipy.stats")
 
 
+# One interpreter for both probes below (torch's import, seconds, paid once): the job process's
+# modules are imported, the heavy optional ones then imported are noted, the fingerprint's
+# torchvision version is read and whether that imported torchvision noted, and last torchvision is
+# imported for the version it says.
+JOB_PROCESS_PROBE = (
+    "import json, sys, pipebench.sweep.one_job, pipebench.measure.job_process, pipebench.cli.run\n"
+    f"heavy = [m for m in {HEAVY_OPTIONAL_MODULES!r} if m in sys.modules]\n"
+    "from pipebench.measure.fingerprint import torchvision_version\n"
+    "unimported = torchvision_version()\n"
+    "imported = 'torchvision' in sys.modules\n"
+    "import torchvision\n"
+    "print(json.dumps({'heavy': heavy, 'unimported': unimported, 'imported': imported,\n"
+    "                  'version': torchvision.__version__}))\n"
+)
+
+
+@pytest.fixture(scope="module")
+def job_process_probe() -> Dict[str, object]:
+    out = subprocess.run([sys.executable, "-c", JOB_PROCESS_PROBE], capture_output=True, text=True, check=True)
+    return json.loads(out.stdout)
+
+
 @pytest.mark.slow
-def test_a_job_process_imports_neither_torchvision_nor_scipy_stats_until_a_chain_asks():
+def test_a_job_process_imports_neither_torchvision_nor_scipy_stats_until_a_chain_asks(job_process_probe):
     """A tiny job's cost is mostly its process start; this keeps it from paying for what it never uses."""
-    probe = (
-        "import sys, pipebench.sweep.one_job, pipebench.measure.job_process, pipebench.cli.run\n"
-        f"print(','.join(m for m in {HEAVY_OPTIONAL_MODULES!r} if m in sys.modules))\n"
-    )
-    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True)
-    assert out.stdout.strip() == ""
+    assert job_process_probe["heavy"] == []
 
 
 @pytest.mark.slow
-def test_the_fingerprint_reads_torchvisions_version_without_importing_it():
-    probe = (
-        "import sys\n"
-        "from pipebench.measure.fingerprint import torchvision_version\n"
-        "unimported = torchvision_version()\n"
-        "assert 'torchvision' not in sys.modules\n"
-        "import torchvision\n"
-        "print(unimported == torchvision.__version__, unimported)\n"
-    )
-    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True)
-    assert out.stdout.startswith("True "), out.stdout
+def test_the_fingerprint_reads_torchvisions_version_without_importing_it(job_process_probe):
+    assert not job_process_probe["imported"]
+    assert job_process_probe["unimported"] == job_process_probe["version"], job_process_probe
 
 
 def test_a_verb_that_reads_results_starts_without_torch_or_hydra():
