@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 import cloudpickle
-from conftest import NO_PROFILE, QUICK_RUN, TINY_DATASET, compose_spec, results_folder, run_cli
+from conftest import FAST_JOB, TINY_DATASET, compose_spec, results_folder, run_cli
 from hydra import compose, initialize_config_module
 from hydra.core.config_store import ConfigStore
 
@@ -43,8 +43,8 @@ def test_what_submitit_carries_round_trips_through_pickling():
 
 @pytest.mark.slow
 def test_one_job_through_submitit_local(tmp_path):
-    proc = run_cli(["run", "hydra/launcher=submitit_local", "workers=0", *TINY_DATASET, *TENSOR_CHAIN, *QUICK_RUN,
-                    *NO_PROFILE, "results_dir=out"], cwd=tmp_path)
+    proc = run_cli(["run", "hydra/launcher=submitit_local", "workers=0", *FAST_JOB, *TENSOR_CHAIN,
+                    "results_dir=out"], cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr
     folder = tmp_path / results_folder(proc.stdout)
     assert (folder / ".submitit").is_dir(), "the job went through submitit"

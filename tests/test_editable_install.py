@@ -11,7 +11,7 @@ import venv
 from pathlib import Path
 
 import pytest
-from conftest import NO_CHAIN, QUICK_RUN, TINY_DATASET, results_folder
+from conftest import FAST_JOB, NO_CHAIN, results_folder
 
 REPO = Path(__file__).resolve().parents[1]
 # What the running environment's own pipebench install left in site-packages; the fresh venv
@@ -60,7 +60,7 @@ def test_editable_install_runs_a_job_from_another_directory(tmp_path):
     assert composed.stdout.strip() == "2", composed.stderr[-2000:]
     elsewhere = tmp_path / "elsewhere"
     elsewhere.mkdir()
-    run = subprocess.run([str(env_dir / "bin" / "pipebench"), "run", "workers=0", *TINY_DATASET, *NO_CHAIN, *QUICK_RUN,
+    run = subprocess.run([str(env_dir / "bin" / "pipebench"), "run", "workers=0", *FAST_JOB, *NO_CHAIN,
                           "results_dir=out"], capture_output=True, text=True, cwd=elsewhere, timeout=300)
     assert run.returncode == 0, run.stderr[-2000:]
     assert (elsewhere / results_folder(run.stdout) / "summary.csv").is_file()

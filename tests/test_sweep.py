@@ -5,12 +5,19 @@ import json
 from pathlib import Path
 
 import pytest
-from conftest import NO_PROFILE, QUICK_RUN, TINY_DATASET, results_folder, run_cli
+from conftest import FAST_JOB, NO_PROFILE, QUICK_RUN, TINY_DATASET, results_folder, run_cli
 from PIL import Image
 
 SUMMARY_REQUIRED = ["job", "dataset", "transform", "workers", "batch_size", "samples_per_s", "step_ms_mean",
                     "step_ms_var", "step_ms_median", "first_batch_s"]
 TRANSFORMS_REQUIRED = ["job", "stage", "transform", "calls", "ms_per_call_mean", "ms_per_call_median", "share_pct"]
+# The shortest jobs with the profiler pass kept: the user chain's test reads job-0's trace and profile.
+PROFILED_FAST_JOB = [word for word in FAST_JOB if word not in NO_PROFILE]
+# The shortest jobs on a dataset of the test's own (an image folder).
+FAST_JOB_OWN_DATASET = [word for word in FAST_JOB if word not in TINY_DATASET]
+# Steps of the bad-images test's skip job: 24 samples are more than the folder's 14 good images, so
+# its first epoch, and both bad images in it, are read whatever the order.
+SKIP_JOB_STEPS = 3
 
 
 def _csv(path: Path):
@@ -20,7 +27,7 @@ def _csv(path: Path):
 
 @pytest.mark.slow
 def test_user_chain_sweep_writes_one_row_per_job(user_project):
-    proc = run_cli(["run", "--config-dir", "my_conf", "transform=tiny", "workers=0,1", *TINY_DATASET, *QUICK_RUN,
+    proc = run_cli(["run", "--config-dir", "my_conf", "transform=tiny", "workers=0,1", *PROFILED_FAST_JOB,
                     "results_dir=out"], cwd=user_project)
     assert proc.returncode == 0, proc.stderr
     folder = user_project / results_folder(proc.stdout)
@@ -84,7 +91,7 @@ def test_skip_counts_bad_images_and_a_failing_job_keeps_earlier_rows(tmp_path):
     whole = (images / "ok00.jpg").read_bytes()
     (images / "truncated.jpg").write_bytes(whole[: len(whole) // 3])
     proc = run_cli(["run", "dataset=image_folder", f"dataset.path={images}", "transform=yuv_mask_fast",
-                    "run.on_error=skip,fail", "consumer=none", *QUICK_RUN, *NO_PROFILE, "run.steps=8",
+                    "run.on_error=skip,fail", *FAST_JOB_OWN_DATASET, f"run.steps={SKIP_JOB_STEPS}",
                     "results_dir=out"], cwd=tmp_path)
     assert proc.returncode == 2
     assert "Traceback" not in proc.stderr
