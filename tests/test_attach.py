@@ -14,8 +14,6 @@ clock over the very steps attach measured.
 import gc
 import json
 import re
-import subprocess
-import sys
 import textwrap
 import weakref
 
@@ -38,7 +36,10 @@ pytestmark = pytest.mark.alone
 FETCH_MS = 6.0
 STEP_MS = 24.0
 BATCH = 4
-STEPS = 40
+# The window: 20 steps of 48 ms. The readings sit as far from their truths at 20 as at 40 (starvation
+# 1.4-1.5 points over the nominal 50% of a 3-point band, the medians 0.1-0.3% of 5%, the rate 0.01%
+# of 2%): what sets them is the loader's own work a step, not how many steps are read.
+STEPS = 20
 SKIP = 3
 TRUE_WAIT_MS = BATCH * FETCH_MS
 TRUE_STARVATION_PCT = 100.0 * TRUE_WAIT_MS / (TRUE_WAIT_MS + STEP_MS)
@@ -50,8 +51,6 @@ STARVATION_POINTS = 3.0
 HAND_CLOCK_TOLERANCE = 0.02
 # A busy-wait row: the spin ends on its deadline, the wrapper's clock reads add microseconds.
 ROW_TOLERANCE = 0.1
-# A script of three steps starts torch and exits in a few seconds; one that hangs at exit never does.
-EXIT_TIMEOUT_S = 60
 # The diagnosis explains a measurement within 15% (report/diagnosis.py EXPLAINED_WITHIN).
 MODEL_GAP = 0.15
 
@@ -181,46 +180,7 @@ def test_watch_in_process_agrees_with_attach(script, tmp_path, monkeypatch):
     assert main(["report", str(folder)]) == 0
 
 
-def test_a_failing_script_keeps_its_traceback_status_and_measurement(tmp_path, capsys):
-    script = tmp_path / "fails.py"
-    script.write_text(textwrap.dedent("""
-        import torch
-        from torch.utils.data import DataLoader
-        for n, batch in enumerate(DataLoader(torch.arange(400.0), batch_size=4)):
-            if n == 20:
-                raise RuntimeError("the user's own bug")
-    """))
-    out = tmp_path / "out"
-    assert main(["attach", "--skip-steps", "2", "--out", str(out), "--", str(script)]) == 1
-    err = capsys.readouterr().err
-    assert err.startswith("Traceback (most recent call last):") and "RuntimeError: the user's own bug" in err
-    assert "runpy" not in err and "attach.py" not in err
-    assert read_result(out / "job-0" / "result.json")["summary"]["steps"] == 17  # 20 - first batch - 2 skipped
-
-
-@pytest.mark.parametrize("exit_status, status, said", [
-    (0, 2, "iterated no torch.utils.data.DataLoader (it exited 0)"),
-    (5, 5, "failed (it exited 5) before it iterated a torch.utils.data.DataLoader"),  # a failure keeps its status
-])
-def test_a_script_that_iterates_no_loader_gets_one_line(tmp_path, capsys, exit_status, status, said):
-    script = tmp_path / "idle.py"
-    script.write_text(f"import sys\nprint('hello')\nsys.exit({exit_status})\n")
-    out = tmp_path / "out"
-    assert main(["attach", "--out", str(out), "--", "python", str(script)]) == status
-    captured = capsys.readouterr()
-    assert captured.out == "hello\n"
-    assert len(captured.err.strip().splitlines()) == 1 and said in captured.err
-    assert not out.exists()
-
-
-def test_the_patch_is_removed_after_attach_even_when_the_script_fails(tmp_path):
-    init, iterate = torch.utils.data.DataLoader.__init__, torch.utils.data.DataLoader.__iter__
-    script = tmp_path / "boom.py"
-    script.write_text("raise SystemExit('bad')\n")
-    assert main(["attach", "--out", str(tmp_path / "out"), "--", str(script)]) == 1
-    assert torch.utils.data.DataLoader.__init__ is init and torch.utils.data.DataLoader.__iter__ is iterate
-
-
+@pytest.mark.beside
 def test_batch_samples_reads_the_batch_and_falls_back_to_batch_size():
     assert batch_samples((torch.zeros(5, 3), torch.zeros(5)), 8) == 5
     assert batch_samples({"image": torch.zeros(6, 3)}, 8) == 6
@@ -229,6 +189,7 @@ def test_batch_samples_reads_the_batch_and_falls_back_to_batch_size():
     assert batch_samples(torch.zeros(4), None) == 4
 
 
+@pytest.mark.beside
 def test_import_pipebench_stays_cheap():
     """`pipebench.watch` is imported on first use: the package itself imports no torch."""
     import subprocess
@@ -239,6 +200,7 @@ def test_import_pipebench_stays_cheap():
                           check=True).stdout.strip() == "False"
 
 
+@pytest.mark.beside
 def test_watch_keeps_none_of_the_users_batches():
     seen = []
     watched = pipebench.watch(torch.utils.data.DataLoader(torch.utils.data.TensorDataset(torch.arange(64.0)),
@@ -249,18 +211,3 @@ def test_watch_keeps_none_of_the_users_batches():
     gc.collect()
     assert watched.done and watched.result().steps_measured == 8
     assert [ref for ref in seen if ref() is not None] == []
-
-
-@pytest.mark.slow
-def test_a_script_that_exits_with_a_watched_epoch_open_exits(tmp_path):
-    script = tmp_path / "open_epoch.py"
-    script.write_text(textwrap.dedent("""
-        import torch, pipebench
-        from torch.utils.data import DataLoader
-        watched = pipebench.watch(DataLoader(torch.arange(100.0), batch_size=2), steps=5, skip_steps=0)
-        batches = iter(watched)  # a global: its epoch is closed at interpreter exit, inside the window
-        for _ in range(3):
-            next(batches)
-    """))
-    done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=EXIT_TIMEOUT_S)
-    assert done.returncode == 0, done.stderr
