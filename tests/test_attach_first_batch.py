@@ -3,20 +3,19 @@
 Known truths: the dataset's first __getitem__ spins FIRST_FETCH_MS (then LOAD_MS a sample, around a
 recipe step that spins STEP_MS); a payload of PAYLOAD_MB rides in the dataset, so its pickle is that
 big; a worker keeps KEEP_MB of its own memory a sample, so the workers' PSS grows by that a sample.
+The dataset and the fresh interpreter's child live in `first_batch_kit.py`, which spawned processes
+import without torchvision.
 """
 
 import gc
-import mmap
 import multiprocessing
 import time
 
-import numpy as np
 import pytest
-import torch
+from first_batch_kit import (BATCH, FIRST_FETCH_MS, KEEP_MB, KEEP_STEPS, LOAD_MS, PAYLOAD_MB, STEP_MS, Known,
+                             keeping_summary, run)
 from known_cost_kit import known_cost
-from spin_kit import Spin, spin
-from torch.utils.data import DataLoader, Dataset
-from torchvision.transforms import v2
+from torch.utils.data import DataLoader
 
 import pipebench
 from pipebench.attach.first_batch import FORK_NOTE, dataset_pickle
@@ -25,73 +24,17 @@ from pipebench.report.summary import write_summary_markdown
 # It asserts on measured rates, CPU time or the host's load: under xdist it runs with no other test beside it.
 pytestmark = pytest.mark.alone
 
-FIRST_FETCH_MS = 60.0
-LOAD_MS = 1.0
-STEP_MS = 1.5
-PAYLOAD_MB = 4
-BATCH = 4
 # Spins end on their deadline; the clock reads around them add microseconds, a descheduled spinner
 # a time slice on a loaded 2-core machine.
 SPIN_TOLERANCE = 0.15
 # The prefetch runs as far ahead at both readings, so what moves the growth is a batch in flight at
 # either and the allocator's own pages: 80.5 MiB for 80 measured (twice); a batch is 5% of it.
 PSS_TOLERANCE = 0.15
-# A loader's workers prefetch up to workers x prefetch_factor (2 x 2) batches ahead of its steps.
-PREFETCH_BATCHES = 4
-# Each watch takes its readings off the loop's thread, after the meters' start, so on a loaded host
-# a reading can come batches after its mark: CI once read a whole-tree growth of 50.7 MiB for 80
-# kept at 4 MiB a batch (7 batches off; not reproduced here beside two spinning processes). The
-# two-loader test keeps the same 80 MiB in quarter-size samples over 4x the steps: a reading that
-# many batches off moves its growth by 7 MiB, inside its slack. Both memory tests keep it so.
-KEEP_STEPS, KEEP_MB = 80, 0.25
-
-
-def _own_pages(mb: float) -> mmap.mmap:
-    """MB of memory that only this process holds: an anonymous map of its own, written through. A
-    malloc'd buffer can land in free pages of the heap a forked worker inherited, still shared with its
-    parent and its siblings: each such page adds about 0.8 of a page to the worker's PSS and spreads the
-    rest over the others, which is PSS counting right, but not the known truth. In a 1.2 GiB xdist
-    worker the keeping loader read 65-68 MiB for 80 and the lean one +10 (a full run, reruns off)."""
-    pages = mmap.mmap(-1, int(mb * (1 << 20)))
-    pages.write(b"\x01" * len(pages))
-    return pages
-
-
-class Known(Dataset):
-    """The first fetch of each process spins FIRST_FETCH_MS; every sample LOAD_MS outside its recipe."""
-
-    def __init__(self, keep_mb: float = 0, length: int = 48) -> None:
-        self.length = length
-        self.transform = v2.Compose([Spin(STEP_MS)])
-        self.payload = np.ones(PAYLOAD_MB << 20, np.uint8)
-        self.keep_mb = keep_mb
-        self.kept = []
-        self.fetched = False
-
-    def __len__(self) -> int:
-        return self.length
-
-    def __getitem__(self, i):
-        if not self.fetched:
-            self.fetched = True
-            spin(FIRST_FETCH_MS)
-        spin(LOAD_MS)
-        if self.keep_mb:
-            self.kept.append(_own_pages(self.keep_mb))
-        return self.transform(torch.zeros(3)), i
-
-
-def _run(loader, epochs=1, steps=100, skip=2):
-    watched = pipebench.watch(loader, steps=steps, skip_steps=skip)
-    for _ in range(epochs):
-        for _ in watched:
-            time.sleep(0.002)
-    return watched.result()
 
 
 @known_cost
 def test_the_load_row_is_getitem_less_the_recipe_and_the_rows_add_up():
-    result = _run(DataLoader(Known(), batch_size=BATCH))
+    result = run(DataLoader(Known(), batch_size=BATCH))
     rows = {r["transform"]: r for r in result.transforms}
     assert [r["stage"] for r in result.transforms] == ["load", "per_sample", "collate"]
     assert rows["Known"]["ms_per_call_median"] == pytest.approx(LOAD_MS, rel=SPIN_TOLERANCE)
@@ -109,7 +52,7 @@ def test_the_load_row_is_getitem_less_the_recipe_and_the_rows_add_up():
 
 @known_cost
 def test_the_first_batch_in_the_main_process_is_its_first_fetch_and_nothing_is_pickled():
-    summary = _run(DataLoader(Known(), batch_size=BATCH)).record.summary
+    summary = run(DataLoader(Known(), batch_size=BATCH)).record.summary
     assert summary.first_fetch_s * 1000 == pytest.approx(FIRST_FETCH_MS + LOAD_MS + STEP_MS, rel=SPIN_TOLERANCE)
     assert summary.worker_start_s is None and summary.dataset_pickle_mb is None
     assert summary.first_fetch_s < summary.first_batch_s
@@ -119,7 +62,7 @@ def test_the_first_batch_in_the_main_process_is_its_first_fetch_and_nothing_is_p
 @known_cost
 def test_a_spawned_worker_gets_the_dataset_pickled_and_its_start_and_first_fetch_are_apart():
     loader = DataLoader(Known(), batch_size=BATCH, num_workers=1, multiprocessing_context="spawn")
-    summary = _run(loader, steps=6, skip=1).record.summary
+    summary = run(loader, steps=6, skip=1).record.summary
     assert summary.start_method == "spawn"
     assert summary.dataset_pickle_mb == pytest.approx(PAYLOAD_MB, rel=0.02)
     assert summary.dataset_pickle_s > 0
@@ -133,7 +76,7 @@ def test_a_spawned_worker_gets_the_dataset_pickled_and_its_start_and_first_fetch
 def test_a_forked_worker_pickles_nothing_and_the_markdown_shows_the_parts(tmp_path):
     loader = DataLoader(Known(), batch_size=BATCH, num_workers=1, multiprocessing_context="fork")
     assert dataset_pickle(loader).note == FORK_NOTE
-    result = _run(loader, steps=6, skip=1)
+    result = run(loader, steps=6, skip=1)
     summary = result.record.summary
     assert summary.dataset_pickle_mb is None and summary.first_batch_note == FORK_NOTE
     assert 0 < summary.worker_start_s < summary.first_batch_s
@@ -153,15 +96,6 @@ def frozen_heap():
     gc.unfreeze()
 
 
-def _keeping_summary(answer) -> None:
-    """Watch a loader whose workers keep KEEP_MB a sample; send its summary back on `answer`."""
-    # The epoch outlasts the window and its prefetch, so the prefetch runs as far ahead at both readings.
-    length = (KEEP_STEPS + 2 + 2 * PREFETCH_BATCHES) * BATCH
-    loader = DataLoader(Known(keep_mb=KEEP_MB, length=length), batch_size=BATCH, num_workers=2,
-                        persistent_workers=True, multiprocessing_context="fork")
-    answer.send(dict(_run(loader, steps=KEEP_STEPS, skip=2).record.summary.row))
-
-
 def test_workers_pss_growth_is_what_they_keep_and_the_epoch_restart_is_measured():
     # A reading off its mark by a few batches moves the growth by that many batches' keep: the same
     # 80 MiB as 20 steps of 1 MiB samples read 65 in CI (3.6 batches off), so it is kept in
@@ -170,7 +104,7 @@ def test_workers_pss_growth_is_what_they_keep_and_the_epoch_restart_is_measured(
     # thousand tests' objects, shared with them) their growth read 63 MiB for 80 twice in a full run.
     context = multiprocessing.get_context("spawn")
     receive, answer = context.Pipe(duplex=False)
-    fresh = context.Process(target=_keeping_summary, args=(answer,))
+    fresh = context.Process(target=keeping_summary, args=(answer,))
     fresh.start()
     answer.close()  # the child's is then the only write end: a child that dies is EOFError, not a hang
     summary = receive.recv()
@@ -182,7 +116,7 @@ def test_workers_pss_growth_is_what_they_keep_and_the_epoch_restart_is_measured(
 
     # Three epochs of 12 batches inside one window: the restarts are measured at the epoch ends.
     loader = DataLoader(Known(), batch_size=BATCH, num_workers=2, multiprocessing_context="fork")
-    summary = _run(loader, epochs=3, steps=100, skip=2).record.summary
+    summary = run(loader, epochs=3, steps=100, skip=2).record.summary
     assert summary.epoch_boundaries_in_window == 2 and summary.epochs == 3
     assert summary.epoch_restart_source == "measured"
     # A restart forks the workers again and pays each one's first fetch: more than a steady cycle.
