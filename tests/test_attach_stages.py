@@ -39,6 +39,11 @@ SAMPLES, SHARD_SIZE = 48, 24
 ROW_TOLERANCE = 0.25
 
 
+# An epoch is SAMPLES / 4 = 12 batches, the window's skipped batch and 10 steps fit in the first; the
+# second runs after the window closes, the pipeline put back as the user built it.
+WDS_EPOCHS = 2
+
+
 def _shards(root):
     with wds.ShardWriter(str(root / "shard-%06d.tar"), maxcount=SHARD_SIZE, verbose=0) as sink:
         for i in range(SAMPLES):
@@ -69,11 +74,11 @@ WDS_SCRIPT = textwrap.dedent("""
                .map_dict(jpg=Nap({slow})).to_tuple("jpg", "cls").map_tuple(to_tensor, Nap({fast})))
     stages = list(dataset.pipeline)
     loader = DataLoader(dataset, batch_size=4, num_workers=int(sys.argv[2]))
-    for epoch in range(3):
+    for epoch in range({epochs}):
         for images, labels in loader:
             assert images.shape == (4, 3)
     assert dataset.pipeline == stages, "the user's pipeline is theirs again"
-""").format(slow=SLOW_MS, fast=FAST_MS)
+""").format(slow=SLOW_MS, fast=FAST_MS, epochs=WDS_EPOCHS)
 
 
 @pytest.mark.parametrize("workers", [0, 2])
@@ -108,6 +113,10 @@ def test_a_timed_pipeline_pickles_with_its_clock_for_spawned_workers(tmp_path):
     assert not any(type(stage).__name__ == "SampleBoundary" for stage in dataset.pipeline)
 
 
+# The HF script runs in this process to its end, spinning SLOW_MS a sample, so it runs one epoch: the
+# skipped batch, the window's steps and a few after it (the window closes inside the epoch; two epochs
+# of 32 batches spun 3.1 s for a window of 13).
+HF_BATCH, HF_STEPS, HF_AFTER = 8, 12, 3
 HF_SCRIPT = textwrap.dedent("""
     import torch
     from spin_kit import spin
@@ -119,7 +128,7 @@ HF_SCRIPT = textwrap.dedent("""
         def __init__(self, transform):
             self._format_type, self._format_kwargs = "custom", {{"transform": transform}}
         def __len__(self):
-            return 256
+            return {samples}
         def __getitems__(self, keys):
             batch = self._format_kwargs["transform"]({{"x": [float(k) for k in keys], "label": list(keys)}})
             return [{{name: column[row] for name, column in batch.items()}} for row in range(len(keys))]
@@ -130,10 +139,9 @@ HF_SCRIPT = textwrap.dedent("""
         spin({ms} * len(batch["x"]))
         return {{"x": [torch.full((3,), x) for x in batch["x"]], "label": batch["label"]}}
 
-    for epoch in range(2):
-        for batch in DataLoader(ArrowRows(preprocess), batch_size=8):
-            assert batch["x"].shape == (8, 3)
-""").format(ms=SLOW_MS)
+    for batch in DataLoader(ArrowRows(preprocess), batch_size={batch}):
+        assert batch["x"].shape == ({batch}, 3)
+""").format(ms=SLOW_MS, samples=HF_BATCH * (1 + HF_STEPS + HF_AFTER), batch=HF_BATCH)
 
 
 @pytest.mark.slow
@@ -141,10 +149,11 @@ HF_SCRIPT = textwrap.dedent("""
 def test_a_hugging_face_with_transform_function_is_a_row_of_its_time_a_sample(tmp_path):
     script, out = tmp_path / "train.py", tmp_path / "out"
     script.write_text(HF_SCRIPT)
-    assert main(["attach", "--steps", "12", "--skip-steps", "1", "--out", str(out), "--", "python", str(script)]) == 0
+    assert main(["attach", "--steps", str(HF_STEPS), "--skip-steps", "1", "--out", str(out), "--", "python",
+                 str(script)]) == 0
     job = read_result(out / "job-0" / "result.json")
     (row,) = [row for row in job["transforms"] if row["stage"] == PER_SAMPLE_STAGE]
     assert row["transform"] == "preprocess (with_transform)"
     assert row["ms_per_sample"] == pytest.approx(SLOW_MS, rel=ROW_TOLERANCE)
-    assert row["calls"] == 12 * 8, "a row a sample, each with its share of the batch's call"
+    assert row["calls"] == HF_STEPS * HF_BATCH, "a row a sample, each with its share of the batch's call"
     assert job["summary"]["transforms_note"].startswith("no load row: ArrowRows fetches its batches itself")
