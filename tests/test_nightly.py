@@ -12,9 +12,6 @@ from pipebench.config.compose import job_spec_composer
 from pipebench.measure import calibration
 from pipebench.transforms.synthetic import BusyWait
 
-# It asserts on measured rates, CPU time or the host's load: under xdist it runs with no other test beside it.
-pytestmark = pytest.mark.alone
-
 # Small enough for a unit test, big enough for a median: ~0.3 s of decode + chain.
 TEST_PLAN = calibration.CalibrationPlan(repetitions=7, samples_per_repetition=4, warmup=1)
 NIGHTLY_TRANSFORMS = ["yuv_mask", "yuv_mask_fast", "yuv_mask_crop_first", "yuv_mask_batched"]
@@ -59,6 +56,9 @@ def test_sweeping_an_invocation_key_is_one_line_error(capsys, monkeypatch):
     assert "calibrate applies to the whole invocation" in capsys.readouterr().err
 
 
+# It reads the calibration's timings, which another test's CPU use would move: under xdist it runs alone. The
+# module's other tests read expansions, specs and error lines, and share the cores.
+@pytest.mark.alone
 def test_calibration_is_sane_and_tracks_a_slowdown(monkeypatch):
     base = calibration.run_calibration(TEST_PLAN)
     assert len(base.samples_s) == TEST_PLAN.repetitions
