@@ -22,9 +22,6 @@ from pipebench.pipeline.loader_backends import build_backend
 from pipebench.pipeline.timed_chain import ThreadNumbers
 from pipebench.report.diagnosis import THREADS_BOUND, diagnose, render_diagnosis
 
-# It asserts on measured rates, CPU time or the host's load: under xdist it runs with no other test beside it.
-pytestmark = pytest.mark.alone
-
 BUSY = "pipebench.transforms.synthetic.BusyWait"
 BACKENDS = ("dataloader", "threads", "spdl")
 WORKERS = 2
@@ -83,6 +80,9 @@ def test_each_sample_names_the_worker_that_made_it(backend):
             assert batch.worker_id == -1
 
 
+# It reads CPU time, which another test's load would move: under xdist it runs alone. The module's other
+# tests read worker numbers, sample counts, window arithmetic and the diagnosis, and share the cores.
+@pytest.mark.alone
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_cpu_and_memory_figures_count_every_worker_of_every_backend(backend, tmp_path):
     # A window of 48 batches: psutil reads process CPU in 10 ms ticks, a few ticks' worth a sample
