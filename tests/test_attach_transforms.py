@@ -21,7 +21,8 @@ from pipebench.attach.watch_chain import open_recipe
 from pipebench.cli.main import main
 from pipebench.record.results import read_result
 
-# It asserts on measured rates, CPU time or the host's load: under xdist it runs with no other test beside it.
+# It asserts on measured rates, CPU time or the host's load: under xdist it runs with no other test beside it. The tests
+# marked `beside` read the rows' names and pixels and the recipe's reason, no rate: they share the cores.
 pytestmark = pytest.mark.alone
 
 SLOW_MS = 2.0
@@ -207,6 +208,7 @@ class LazyJpegs(Dataset):
         return image, i
 
 
+@pytest.mark.beside
 def test_a_lazy_image_is_decoded_on_its_own_row_with_the_same_pixels():
     recipe = [v2.CenterCrop(64), v2.PILToTensor()]
     bare = next(iter(DataLoader(LazyJpegs(recipe), batch_size=4)))[0]
@@ -219,6 +221,7 @@ def test_a_lazy_image_is_decoded_on_its_own_row_with_the_same_pixels():
     assert rows["decode"]["stage"] == "decode" and rows["decode"]["ms_per_call_median"] > 0
 
 
+@pytest.mark.beside
 def test_a_recipe_that_cannot_be_opened_is_one_row_named_with_the_reason():
     class Opaque:
         def __call__(self, x):

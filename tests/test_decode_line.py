@@ -14,7 +14,8 @@ from pipebench.measure.job import measure_job
 from pipebench.pipeline.stages import DECODE_STAGE
 from pipebench.pipeline.timed_chain import InstrumentedDataset, undecoded
 
-# It asserts on measured rates, CPU time or the host's load: under xdist it runs with no other test beside it.
+# It asserts on measured rates, CPU time or the host's load: under xdist it runs with no other test beside it. The tests
+# marked `beside` read the undecoded image, the rows' stages and the failing step, no rate: they share the cores.
 pytestmark = pytest.mark.alone
 
 BUSY = "pipebench.transforms.synthetic.BusyWait"
@@ -61,6 +62,7 @@ def test_decode_line_matches_the_decode_measured_apart(tmp_path):
     assert timings[2] / 1e6 < DECODE_MS * (1 - COST_TOLERANCE), "the crop must not pay for the decode"
 
 
+@pytest.mark.beside
 def test_a_transform_that_decodes_by_itself_gets_the_undecoded_image(tmp_path):
     seen = []
 
@@ -77,6 +79,7 @@ def test_a_transform_that_decodes_by_itself_gets_the_undecoded_image(tmp_path):
     assert seen == [True] and timings[1] == 0
 
 
+@pytest.mark.beside
 def test_no_decode_line_for_samples_that_need_none(tmp_path):
     spec = dataclasses.replace(compose_spec(["dataset=random_tensors", "dataset.shape=[3,32,32]", "dataset.length=512",
                                              *QUICK_RUN, "run.profile_steps=0"]),
@@ -85,6 +88,7 @@ def test_no_decode_line_for_samples_that_need_none(tmp_path):
     assert DECODE_STAGE not in stages and "per_sample" in stages
 
 
+@pytest.mark.beside
 def test_a_corrupt_image_is_blamed_on_decode(tmp_path):
     whole = tmp_path / "ok.jpg"
     Image.effect_noise((256, 256), 60).convert("RGB").save(whole, quality=95)
