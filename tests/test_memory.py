@@ -20,6 +20,10 @@ from pipebench.measure.memory import MemorySampler
 from pipebench.measure.meter import FIRST_MEASURED, LAST_MEASURED
 
 # It asserts on measured rates, CPU time or the host's load: under xdist it runs with no other test beside it.
+# A PSS reading moves when another process maps or unmaps the libraries this one shares (torch's), so
+# the growth tests run alone too. The tests marked `beside` read pids, labels, marks, a /dev/shm high
+# water that others can only raise, a prompt stop, or readings faked through monkeypatch: they share
+# the cores.
 pytestmark = pytest.mark.alone
 
 FORK = multiprocessing.get_context("fork")
@@ -111,6 +115,7 @@ def test_allocations_in_children_are_worker_growth_not_main_growth():
     assert report.pss_mb_peak >= 2 * ALLOC_MB
 
 
+@pytest.mark.beside
 def test_multiprocessing_helpers_are_not_workers():
     # A spawn lock starts the resource tracker, a child that lives as long as this process: a later
     # loader's report would count it as a worker.
@@ -124,6 +129,7 @@ def test_multiprocessing_helpers_are_not_workers():
     assert sorted(p.pid for p in report.processes) == sorted([os.getpid(), worker.pid])
 
 
+@pytest.mark.beside
 def test_child_exiting_mid_run_keeps_sampling_and_stays_in_report():
     with _child() as (first, _):
         with MemorySampler(**FAST) as mem:
@@ -149,6 +155,7 @@ def test_child_exiting_mid_run_keeps_sampling_and_stays_in_report():
 
 
 @pytest.mark.skipif(not os.access("/dev/shm", os.W_OK), reason="no writable /dev/shm")
+@pytest.mark.beside
 def test_shm_high_water_sees_a_file_written_during_the_run():
     with MemorySampler(interval_s=MARKS_ONLY_INTERVAL_S) as mem:
         with tempfile.NamedTemporaryFile(dir="/dev/shm", prefix="pipebench-test-") as f:
@@ -163,6 +170,7 @@ def test_shm_high_water_sees_a_file_written_during_the_run():
     assert report.shm_mb_peak_abs >= report.shm_mb_start + SHM_FILE_MB - 1
 
 
+@pytest.mark.beside
 def test_report_is_json_and_the_thread_stops_promptly():
     with MemorySampler(interval_s=MARKS_ONLY_INTERVAL_S) as mem:
         assert any(t.name == SAMPLER_THREAD for t in threading.enumerate())
@@ -175,6 +183,7 @@ def test_report_is_json_and_the_thread_stops_promptly():
         mem.mark(LAST_MEASURED)
 
 
+@pytest.mark.beside
 def test_the_thread_stops_when_the_benchmark_raises():
     with pytest.raises(ZeroDivisionError):
         with MemorySampler(**FAST):
@@ -199,6 +208,7 @@ def test_sampling_stays_within_its_cpu_budget():
     assert background < report.duration_s / 0.001 / 10
 
 
+@pytest.mark.beside
 def test_pss_denied_keeps_rss_and_reports_pss_as_none(monkeypatch):
     def denied(self):
         raise psutil.AccessDenied(self.pid)
@@ -213,6 +223,7 @@ def test_pss_denied_keeps_rss_and_reports_pss_as_none(monkeypatch):
     assert _by_pid(report, os.getpid()).pss_mb_at == {FIRST_MEASURED: None, LAST_MEASURED: None}
 
 
+@pytest.mark.beside
 def test_a_job_forked_from_the_job_process_counts_that_process_share_of_their_pages(monkeypatch):
     """The job process's PSS less its USS is the half of each page it shares with the job that a
     fresh interpreter would own alone: it lands on the main process, the marks and the peak."""
@@ -231,6 +242,7 @@ def test_a_job_forked_from_the_job_process_counts_that_process_share_of_their_pa
         assert report.main_pss_growth_mb == 0
 
 
+@pytest.mark.beside
 def test_unreadable_proc_and_shm_degrade_to_none(monkeypatch):
     def denied(*args, **kwargs):
         raise psutil.AccessDenied()
