@@ -18,6 +18,7 @@ from pipebench.transforms.color import BatchScale, Scale
 from pipebench.transforms.synthetic import BusyWait
 
 # It asserts on measured rates, CPU time or the host's load: under xdist it runs with no other test beside it.
+# The tests marked `beside` read step counts, an error's line and profiler labels: they share the cores.
 pytestmark = pytest.mark.alone
 
 BUSY = "pipebench.transforms.synthetic.BusyWait"
@@ -84,6 +85,7 @@ def test_emulated_consumer_sets_starvation(tmp_path):
     assert summary.accel_util_pct == pytest.approx(100 - summary.starvation_pct, abs=2)
 
 
+@pytest.mark.beside
 def test_first_batch_is_kept_out_of_the_steady_state(tmp_path):
     spec = _spec([{"_target_": BUSY, "ms": 0.5}], extra=["run.warmup_steps=0", "run.steps=4", "run.min_time_s=0"])
     record = measure_job(spec, tmp_path)
@@ -112,6 +114,7 @@ def test_on_device_steps_run_after_the_copy_and_are_charged_there(tmp_path):
     assert summary.batch_mb_median == pytest.approx(spec.loader.batch_size * 3 * 32 * 32 / 1e6)
 
 
+@pytest.mark.beside
 def test_a_step_after_the_copy_that_fails_stops_the_job_with_one_line_naming_it_and_its_samples(tmp_path):
     """The GPU decode's step given what it cannot decode (here tensors, not JPEG bytes): one line, no
     traceback, as a corrupt JPEG decoded after the copy would give."""
@@ -126,6 +129,7 @@ def test_a_step_after_the_copy_that_fails_stops_the_job_with_one_line_naming_it_
     assert line.endswith("so run.on_error=skip cannot drop one sample there)")
 
 
+@pytest.mark.beside
 @pytest.mark.parametrize("stream", [False, True], ids=["map_style", "stream"])
 def test_profiled_steps_get_one_label_per_step(stream):
     """Under torch.profiler (the profiled steps at workers=0) every step of the chain runs inside
