@@ -46,7 +46,7 @@ KNOWN_COST = {
     "serial": (6.0, 0, 80.0),  # each step loads 8 samples (48 ms), then the consumer's 80: 128 ms, 48 waiting
     "data_bound": (16.0, 1, 40.0),  # one worker makes a batch every 128 ms; the 40 ms step hides in it: 88 waiting
 }
-KNOWN_COST_STEPS = 12
+KNOWN_COST_STEPS = 8
 # The truth leaves out each batch's collate and, with a worker, its trip to the main process:
 # measured on this 2-core machine, ~1.5 ms a batch in one process and ~3.5 ms with a worker. At
 # 128 ms a step that is under 3%; the full suite's own load stretched it to 6.2% once (58.6
