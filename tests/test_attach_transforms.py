@@ -239,7 +239,7 @@ REPLAY_SCRIPT = textwrap.dedent("""
     from torch.utils.data import DataLoader, Dataset
     from torchvision.transforms import v2
 
-    FETCH_MS, STEP_MS = float(sys.argv[1]), float(sys.argv[2])
+    FETCH_MS, STEP_MS, LAST = float(sys.argv[1]), float(sys.argv[2]), int(sys.argv[3])
 
     class Spin:
         def __call__(self, x):
@@ -257,13 +257,17 @@ REPLAY_SCRIPT = textwrap.dedent("""
 
     for n, (x, y) in enumerate(DataLoader(Busy(), batch_size=4)):
         time.sleep(STEP_MS / 1000)
-        if n == 80:
+        if n == LAST:
             break
 """)
 REPLAY_FETCH_MS = 2.0  # a sample: 8 ms of wait a batch of 4
 REPLAY_STEP_MS = 8.0
 # The step's sleep overshoots by a fraction of a millisecond; headroom is a ratio of two such.
 HEADROOM_TOLERANCE = 0.1
+# The window's steps after the first batch and 3 skipped, then the replay's batches, each kept as it
+# passes and fed again: the script ends a few batches after them (a batch is 16 ms).
+REPLAY_WINDOW_STEPS, REPLAY_STEPS = 20, 10
+REPLAY_LAST_BATCH = 1 + 3 + REPLAY_WINDOW_STEPS + 2 * REPLAY_STEPS + 6
 
 
 @pytest.mark.slow
@@ -272,12 +276,13 @@ def test_attach_replay_gives_the_headroom_of_a_perfect_loader(tmp_path):
     script = tmp_path / "train.py"
     script.write_text(REPLAY_SCRIPT)
     out = tmp_path / "out"
-    assert main(["attach", "--steps", "40", "--skip-steps", "3", "--replay", "10", "--out", str(out), "--",
-                 "python", str(script), str(REPLAY_FETCH_MS), str(REPLAY_STEP_MS)]) == 0
+    assert main(["attach", "--steps", str(REPLAY_WINDOW_STEPS), "--skip-steps", "3", "--replay", str(REPLAY_STEPS),
+                 "--out", str(out), "--", "python", str(script), str(REPLAY_FETCH_MS), str(REPLAY_STEP_MS),
+                 str(REPLAY_LAST_BATCH)]) == 0
     result = read_result(out / "job-0" / "result.json")
     summary = result["summary"]
     truth = (4 * REPLAY_FETCH_MS + REPLAY_STEP_MS) / REPLAY_STEP_MS
-    assert summary["replay_steps"] == 10
+    assert summary["replay_steps"] == REPLAY_STEPS
     assert summary["headroom_x"] == pytest.approx(truth, rel=HEADROOM_TOLERANCE)
     assert summary["replay_step_ms"] == pytest.approx(REPLAY_STEP_MS, rel=HEADROOM_TOLERANCE)
     assert [t["transform"] for t in result["transforms"]] == ["Busy", "Spin", "default_collate"]
