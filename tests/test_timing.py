@@ -30,6 +30,12 @@ COST_TOLERANCE = 0.15
 PREEMPTION_ALLOWANCE = 1.5
 
 
+# The per-call medians and the CPU a sample are read over the quick run's 5 steps of 8 samples: a
+# busy-wait's CPU time is exact, so no minimum time stretches the window for them. The rate and
+# starvation tests keep run=quick's 0.5 s.
+MEDIANS_ONLY = ["run.min_time_s=0"]
+
+
 def _spec(per_sample, extra=()):
     spec = compose_spec([*TINY_DATASET, *QUICK_RUN, "run.profile_steps=0", *extra])
     return dataclasses.replace(spec, per_sample=tuple(per_sample))
@@ -42,7 +48,7 @@ def _rows(record):
 @pytest.mark.parametrize("cost_ms", [2.0, 6.0])
 @known_cost
 def test_known_cost_step_dominates_and_measures_its_cost(tmp_path, cost_ms):
-    spec = _spec([{"_target_": SCALE}, {"_target_": BUSY, "ms": cost_ms}, {"_target_": SCALE}])
+    spec = _spec([{"_target_": SCALE}, {"_target_": BUSY, "ms": cost_ms}, {"_target_": SCALE}], extra=MEDIANS_ONLY)
     record = measure_job(spec, tmp_path)
     rows = _rows(record)
     busy = rows[("per_sample", "BusyWait")]
@@ -60,7 +66,7 @@ def test_known_cost_step_dominates_and_measures_its_cost(tmp_path, cost_ms):
 
 @known_cost
 def test_two_known_costs_split_in_proportion(tmp_path):
-    spec = _spec([{"_target_": BUSY, "ms": 1.0}, {"_target_": BUSY, "ms": 3.0}])
+    spec = _spec([{"_target_": BUSY, "ms": 1.0}, {"_target_": BUSY, "ms": 3.0}], extra=MEDIANS_ONLY)
     rows = _rows(measure_job(spec, tmp_path))
     ratio = rows[("per_sample", "BusyWait#2")]["ms_per_call_median"] / rows[("per_sample", "BusyWait")]["ms_per_call_median"]
     assert ratio == pytest.approx(3.0, rel=COST_TOLERANCE)
@@ -98,7 +104,7 @@ def test_on_device_steps_run_after_the_copy_and_are_charged_there(tmp_path):
     """A known-cost step in transform.on_device is timed in its own stage, counts in the CPU a
     sample and in the step, and the batch that crosses is what the collate made (uint8 here)."""
     batch_ms = 8.0
-    spec = dataclasses.replace(_spec([]), on_device=({"_target_": BUSY, "ms": batch_ms},))
+    spec = dataclasses.replace(_spec([], extra=MEDIANS_ONLY), on_device=({"_target_": BUSY, "ms": batch_ms},))
     record = measure_job(spec, tmp_path)
     rows = _rows(record)
     busy = rows[("on_device", "BusyWait")]
