@@ -22,6 +22,8 @@ from pipebench.attach.first_batch import FORK_NOTE, dataset_pickle
 from pipebench.report.summary import write_summary_markdown
 
 # It asserts on measured rates, CPU time or the host's load: under xdist it runs with no other test beside it.
+# The tests marked `beside` read the fork note, the markdown, the start method and that a worker's start
+# comes inside the first batch, no rate: they share the cores.
 pytestmark = pytest.mark.alone
 
 # Spins end on their deadline; the clock reads around them add microseconds, a descheduled spinner
@@ -73,6 +75,7 @@ def test_a_spawned_worker_gets_the_dataset_pickled_and_its_start_and_first_fetch
     assert summary.worker_startup_s_max >= summary.worker_start_s
 
 
+@pytest.mark.beside
 def test_a_forked_worker_pickles_nothing_and_the_markdown_shows_the_parts(tmp_path):
     loader = DataLoader(Known(), batch_size=BATCH, num_workers=1, multiprocessing_context="fork")
     assert dataset_pickle(loader).note == FORK_NOTE
@@ -124,6 +127,7 @@ def test_workers_pss_growth_is_what_they_keep_and_the_epoch_restart_is_measured(
     assert summary.steps == 3 * 12 - 1 - 2  # every batch but the run's first and the warm-up
 
 
+@pytest.mark.beside
 def test_the_start_method_default_is_read_when_the_loader_names_none():
     loader = DataLoader(Known(), batch_size=BATCH, num_workers=1)
     assert dataset_pickle(loader).start_method == multiprocessing.get_start_method()
