@@ -156,6 +156,18 @@ def torchrun_project(tmp_path: Path) -> Path:
     return write_rank_script(tmp_path)
 
 
+def main_in(cwd: Path, args: Sequence[str], capfd, monkeypatch) -> Tuple[int, str, str]:
+    """`pipebench ARGS` through main() in this process, from `cwd`: its exit status, stdout and stderr, its
+    job processes' lines too (capfd reads the descriptors they inherit). For a test that reads what a run
+    writes: the xdist process has torch imported already, where a console script pays it again."""
+    from pipebench.cli.main import main
+
+    monkeypatch.chdir(cwd)
+    monkeypatch.setattr(sys, "path", list(sys.path))  # the command puts its working directory on it
+    status = main(list(args))
+    return (status, *capfd.readouterr())
+
+
 def assert_config_error_is_one_line(args: Sequence[str], named: str, capsys, results_dir: Path) -> None:
     """`pipebench run ARGS` exits 2 with one `pipebench: error:` line naming `named`, and writes nothing."""
     from pipebench.cli.main import main

@@ -7,14 +7,12 @@ instead of once a run. Its job processes start either way."""
 
 import csv
 import json
-import sys
 
 import pytest
-from conftest import FAST_JOB, NO_PROFILE, QUICK_RUN, TINY_DATASET, results_folder, run_cli
+from conftest import FAST_JOB, NO_PROFILE, QUICK_RUN, TINY_DATASET, main_in, results_folder, run_cli
 from explore_kit import STREAM
 
 from pipebench.base.significance import NOISY
-from pipebench.cli.main import main
 from pipebench.config.limits import MAX_PREFETCH_FACTOR
 
 # The loader moves other than the backend held where they are, so the backend's variants are the
@@ -26,15 +24,6 @@ OTHER_LOADER_MOVES_HELD = ["loader.persistent_workers=true", "loader.sharing_str
 def _csv(path):
     with path.open() as handle:
         return list(csv.DictReader(handle))
-
-
-def _explore(project, args, capfd, monkeypatch):
-    """`pipebench explore ARGS` in this process, from `project`: its exit status and what it printed,
-    its job processes' lines too (capfd reads the file descriptors they inherit)."""
-    monkeypatch.chdir(project)
-    monkeypatch.setattr(sys, "path", list(sys.path))  # the command puts its working directory on it
-    status = main(["explore", *args])
-    return status, *capfd.readouterr()
 
 
 @pytest.mark.slow
@@ -84,8 +73,8 @@ def test_explore_with_a_target_stops_at_the_first_chain_that_meets_it(chain_proj
     """A trivial chain into a 40 ms emulated step keeps the consumer well over 50% busy at workers=0
     (about 1 ms of loading a step against the 40 ms sleep, from the first step: no warm-up needed),
     so the base chain's first job meets the target and the three jobs after it never run."""
-    status, out, err = _explore(chain_project, [
-        "--config-dir", "conf", "--target", "50", "transform=scaled", *TINY_DATASET, *QUICK_RUN, *NO_PROFILE,
+    status, out, err = main_in(chain_project, [
+        "explore", "--config-dir", "conf", "--target", "50", "transform=scaled", *TINY_DATASET, *QUICK_RUN, *NO_PROFILE,
         "run.warmup_steps=0", "run.min_time_s=0", "rounds=2", "consumer.step_ms=40", "results_dir=out"],
         capfd, monkeypatch)
     assert status == 0, err
@@ -101,14 +90,14 @@ def test_explore_with_a_target_stops_at_the_first_chain_that_meets_it(chain_proj
 @pytest.mark.slow
 def test_explore_measures_an_iterable_dataset_and_refuses_a_chain_that_fails_on_it(chain_project, capfd,
                                                                                      monkeypatch):
-    status, out, err = _explore(chain_project, [
-        "--config-dir", "conf", "transform=scaled", *STREAM, *QUICK_RUN, "consumer=none", *NO_PROFILE,
+    status, out, err = main_in(chain_project, [
+        "explore", "--config-dir", "conf", "transform=scaled", *STREAM, *QUICK_RUN, "consumer=none", *NO_PROFILE,
         "run.warmup_steps=0", "run.min_time_s=0", "rounds=1", "results_dir=out"], capfd, monkeypatch)
     assert status == 0, err
     rows = _csv(chain_project / results_folder(out) / "summary.csv")
     assert sorted(row["transform"] for row in rows) == ["scaled", "scaled+crop_first"]
-    status, _, err = _explore(chain_project, ["--config-dir", "conf", "transform=decoded", *STREAM, "workers=0",
-                                              "results_dir=out2"], capfd, monkeypatch)
+    status, _, err = main_in(chain_project, ["explore", "--config-dir", "conf", "transform=decoded", *STREAM,
+                                             "workers=0", "results_dir=out2"], capfd, monkeypatch)
     err = err.strip()
     assert status == 2
     assert "\n" not in err and "transform=decoded fails on the dataset's first samples (TypeError" in err, err
@@ -117,9 +106,9 @@ def test_explore_measures_an_iterable_dataset_and_refuses_a_chain_that_fails_on_
 
 @pytest.mark.slow
 def test_explore_measures_the_backend_variants(chain_project, capfd, monkeypatch):
-    status, out, err = _explore(chain_project, ["--config-dir", "conf", "transform=cropped", *FAST_JOB, "workers=1",
-                                                *OTHER_LOADER_MOVES_HELD, "rounds=1", "results_dir=out"],
-                                capfd, monkeypatch)
+    status, out, err = main_in(chain_project, ["explore", "--config-dir", "conf", "transform=cropped", *FAST_JOB,
+                                               "workers=1", *OTHER_LOADER_MOVES_HELD, "rounds=1", "results_dir=out"],
+                               capfd, monkeypatch)
     assert status == 0, err
     folder = chain_project / results_folder(out)
     expected = ["cropped", "cropped+backend_threads", "cropped+backend_spdl"]

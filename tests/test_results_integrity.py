@@ -17,7 +17,7 @@ from dataclasses import make_dataclass
 from pathlib import Path
 
 import pytest
-from conftest import FAST_JOB, results_folder, run_cli
+from conftest import FAST_JOB, main_in, results_folder, run_cli
 from hydra import compose, initialize_config_module
 from hydra.core.config_store import ConfigStore
 from hydra.core.hydra_config import HydraConfig
@@ -366,17 +366,6 @@ def test_a_read_only_results_folder_is_one_line_and_exit_2(tmp_path, capsys):
 TINY_CHAIN = "per_sample:\n  - _target_: pipebench.transforms.synthetic.BusyWait\n    ms: {ms}\nper_batch: []\n"
 
 
-def _set_up_in_process(command, cwd: Path, capfd, monkeypatch) -> str:
-    """`pipebench COMMAND` through main() in this process, from `cwd`, for a run that only sets up the
-    folder a test then hurts (a CLI start costs seconds); what it printed, its job processes' lines too."""
-    monkeypatch.chdir(cwd)
-    monkeypatch.setattr(sys, "path", list(sys.path))  # the command puts its working directory on it
-    status = main(command)
-    out, err = capfd.readouterr()
-    assert status == 0, err
-    return out
-
-
 @pytest.mark.slow
 def test_resume_refuses_a_held_folder_then_reruns_damaged_and_changed_jobs_and_executes_nothing(
         tmp_path, capfd, monkeypatch):
@@ -384,7 +373,9 @@ def test_resume_refuses_a_held_folder_then_reruns_damaged_and_changed_jobs_and_e
     chain = tmp_path / "conf" / "transform" / "tiny.yaml"
     chain.write_text(TINY_CHAIN.format(ms=0))
     command = ["run", "--config-dir", "conf", "transform=tiny", "run.seed=1,2", *FAST_JOB, "results_dir=out"]
-    shown = results_folder(_set_up_in_process(command, tmp_path, capfd, monkeypatch))  # relative to the cwd
+    status, out, err = main_in(tmp_path, command, capfd, monkeypatch)  # sets up the folder the test hurts
+    assert status == 0, err
+    shown = results_folder(out)  # relative to the cwd
     folder = tmp_path / shown
     assert json.loads((folder / INVOCATION_FILE).read_text())[SCHEMA_VERSION_KEY] == RESULTS_SCHEMA_VERSION
     planted = folder / "job-1" / RESULT_FILE
@@ -424,7 +415,9 @@ def test_resumed_explore_composes_nothing_from_its_folder(tmp_path, capfd, monke
     (tmp_path / "conf" / "transform").mkdir(parents=True)
     (tmp_path / "conf" / "transform" / "scaled.yaml").write_text(EXPLORE_CHAIN)
     command = ["explore", "--config-dir", "conf", "transform=scaled", "rounds=1", *FAST_JOB, "results_dir=out"]
-    shown = results_folder(_set_up_in_process(command, tmp_path, capfd, monkeypatch))
+    status, out, err = main_in(tmp_path, command, capfd, monkeypatch)  # sets up the folder the test hurts
+    assert status == 0, err
+    shown = results_folder(out)
     folder = tmp_path / shown
     assert json.loads((folder / "variants.json").read_text())[SCHEMA_VERSION_KEY] == RESULTS_SCHEMA_VERSION
     (folder / "job-1" / RESULT_FILE).unlink()  # interrupted before the variant's job finished
