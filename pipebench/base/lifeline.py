@@ -4,9 +4,9 @@ Linux's PR_SET_PDEATHSIG makes the kernel send a signal to a process the moment 
 started it ends, SIGKILL of the parent included, which no handler in the parent can catch. A
 process that sets it checks right after that its parent is still there (it may have died in
 between). Every process of a sweep sets it: the job process (parent: the `pipebench` process),
-DataLoader workers (parent: the job process, or its forkserver), torchrun (through `tied_command`,
-as torchrun is not ours to edit) and the torchrun ranks. Elsewhere than Linux it does nothing,
-and the launcher's process-group kill is what remains.
+DataLoader workers (parent: the job process, or its forkserver), torchrun (a fork of the job, or
+under attach through `tied_command`, as torchrun is not ours to edit) and the torchrun ranks.
+Elsewhere than Linux it does nothing, and the launcher's process-group kill is what remains.
 
     python -m pipebench.base.lifeline PARENT_PID COMMAND [ARG...]
 

@@ -25,7 +25,6 @@ import torch
 
 from pipebench.base.cores import usable_cores
 from pipebench.base.errors import ConfigError, PipebenchError
-from pipebench.base.lifeline import tied_command
 from pipebench.base.typed_json import parse
 from pipebench.config.specs import JobSpec
 from pipebench.measure.coverage import (
@@ -46,6 +45,7 @@ from pipebench.measure.distributed.ranks import (
     RankTask,
     load_timings,
 )
+from pipebench.measure.distributed.torchrun_fork import ForkedTorchrun, fork_torchrun
 from pipebench.measure.distributed.rank_result import RankResult, RankRow, RankSections, StepNames
 from pipebench.measure.job_series import job_series, write_job_series
 from pipebench.measure.meter import add_notes
@@ -149,11 +149,10 @@ def oversubscription_warning(spec: JobSpec, cores: int) -> str:
             f"{busy} on {cores} usable cores; they will time-slice, so per-rank rates fall and ranks straggle")
 
 
-def torchrun_command(nproc: int, job_dir: Path, task: Path) -> List[str]:
-    """torchrun tied to this process (pipebench.base.lifeline): it starts in a session of its own, so
-    only the parent-death signal takes it and its ranks down if this job process is killed outright."""
-    return tied_command([sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={nproc}",
-                         "--max_restarts=0", "-m", RANKS_MODULE, str(job_dir), str(task)])
+def torchrun_args(nproc: int, job_dir: Path, task: Path) -> List[str]:
+    """torchrun's arguments: the ranks on this node, a rendezvous on localhost, no restart."""
+    return ["--standalone", f"--nproc_per_node={nproc}", "--max_restarts=0", "-m", RANKS_MODULE, str(job_dir),
+            str(task)]
 
 
 def root_cause(log_text: str) -> Optional[Tuple[int, int]]:
@@ -197,8 +196,7 @@ def launch_ranks(spec: JobSpec, backend: str, job_dir: Path) -> List[RankResult]
     with tempfile.TemporaryDirectory(prefix="pipebench-ranks-") as private, (job_dir / RANKS_LOG).open("xb") as log:
         task = Path(private) / TASK_FILE
         task.write_bytes(pickle.dumps(RankTask(spec, backend)))
-        proc = subprocess.Popen(torchrun_command(spec.distributed.nproc, job_dir, task), stdout=log,
-                                stderr=subprocess.STDOUT, env=env, start_new_session=True)
+        proc = fork_torchrun(torchrun_args(spec.distributed.nproc, job_dir, task), log.fileno(), env)
         try:
             status = proc.wait(timeout=timeout)
         except subprocess.TimeoutExpired:
@@ -220,7 +218,7 @@ def _rank_result(job_dir: Path, rank: int) -> RankResult:
                       job_dir / RANK_TIMINGS.format(rank=rank))
 
 
-def _stop_group(proc: subprocess.Popen) -> None:
+def _stop_group(proc: ForkedTorchrun) -> None:
     """SIGTERM torchrun's session (torchrun, ranks, their workers), SIGKILL after a grace period."""
     for sig in (signal.SIGTERM, signal.SIGKILL):
         try:

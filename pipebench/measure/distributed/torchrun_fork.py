@@ -1,0 +1,96 @@
+"""torchrun's launcher run in a fork of the job, not in a fresh interpreter.
+
+`python -m torch.distributed.run` spends 1.6-3 s importing torch before it starts any rank (the
+2-core VM), on every multi-rank job and every storage-check round. The job that launches the ranks
+has imported torch already, so a fork of it runs torchrun's own `main` at once. The fork is what
+the interpreter was: in a session of its own, tied to the job (pipebench.base.lifeline), with its
+output and its ranks' in the log, and the signal handlers a fresh interpreter starts with. The
+ranks are still fresh interpreters, as torchrun starts them.
+"""
+
+import os
+import signal
+import subprocess
+import sys
+import time
+import traceback
+from typing import Mapping, Optional, Sequence
+
+from pipebench.base.lifeline import TIED_PID_ENV, die_with_parent, parent_is
+
+__all__ = ["ForkedTorchrun", "fork_torchrun"]
+
+# The handlers a fresh Python process starts with, which torchrun's agent expects: Ctrl-C raises
+# KeyboardInterrupt, SIGTERM ends the process, and the job's own handlers are not the agent's.
+FRESH_HANDLERS = ((signal.SIGINT, signal.default_int_handler), (signal.SIGTERM, signal.SIG_DFL))
+# stdout and stderr: torchrun's and its ranks' output goes to the log on both.
+STDOUT_FDS = (1, 2)
+# How long wait() sleeps between looks at most, as subprocess.Popen.wait(timeout) does (it polls too).
+POLL_CAP_S = 0.05
+# An exception out of torchrun's main ends it as an uncaught one ends `python -m`: status 1.
+UNCAUGHT_STATUS = 1
+
+
+class ForkedTorchrun:
+    """The forked launcher, waited for as a Popen is: `wait(timeout)` returns its exit status
+    (minus the signal that killed it) or raises subprocess.TimeoutExpired."""
+
+    def __init__(self, pid: int) -> None:
+        self.pid = pid
+        self.returncode: Optional[int] = None
+
+    def _reap(self, flags: int) -> Optional[int]:
+        if self.returncode is None:
+            pid, status = os.waitpid(self.pid, flags)
+            if pid:
+                self.returncode = os.waitstatus_to_exitcode(status)
+        return self.returncode
+
+    def wait(self, timeout: Optional[float] = None) -> int:
+        if timeout is None:
+            return self._reap(0)  # type: ignore[return-value]
+        deadline = time.monotonic() + timeout
+        delay = 0.0005
+        while self._reap(os.WNOHANG) is None:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise subprocess.TimeoutExpired("torchrun", timeout)
+            delay = min(delay * 2, left, POLL_CAP_S)
+            time.sleep(delay)
+        return self.returncode  # type: ignore[return-value]
+
+
+def fork_torchrun(args: Sequence[str], log_fd: int, env: Mapping[str, str]) -> ForkedTorchrun:
+    """Start `torchrun ARGS` in a fork of this process, writing to `log_fd` with environment `env`."""
+    from torch.distributed.run import main as torchrun  # imported before the fork: the child starts at once
+
+    parent = os.getpid()
+    for stream in (sys.stdout, sys.stderr):  # nothing of this process's printed twice
+        stream.flush()
+    pid = os.fork()
+    if pid:
+        return ForkedTorchrun(pid)
+    status = UNCAUGHT_STATUS
+    try:
+        os.setsid()
+        die_with_parent(parent_is(parent))
+        for signum, handler in FRESH_HANDLERS:
+            signal.signal(signum, handler)
+        os.environ.clear()
+        os.environ.update(env)
+        os.environ[TIED_PID_ENV] = str(os.getpid())  # the ranks' parent, for their own tie
+        for fd in STDOUT_FDS:
+            os.dup2(log_fd, fd)
+        # Streams on those descriptors, whatever the job's were (a caller's capture, under pytest).
+        sys.stdout, sys.stderr = (open(fd, "w", buffering=1, closefd=False) for fd in STDOUT_FDS)
+        torchrun(list(args))
+        status = 0
+    except SystemExit as exc:  # torchrun's argument errors
+        status = exc.code if isinstance(exc.code, int) else UNCAUGHT_STATUS
+    except BaseException:  # a rank that failed: torchrun's summary, as `python -m` prints it
+        traceback.print_exc()
+    finally:
+        # No exit handlers: they are the job's (its temporary folders), copied by the fork.
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(status)
