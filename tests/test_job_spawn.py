@@ -139,6 +139,15 @@ def test_run_and_explore_start_ahead_only_when_they_will_launch_jobs_with_their_
         assert job_ahead(words) is None, words
 
 
+def test_every_verb_that_runs_jobs_starts_its_first_job_process_ahead():
+    for words in (["run", "workers=0"], ["explore", "workers=0"], ["tune"], ["storage-check", "workload=resnet50"]):
+        ahead = job_ahead(words)
+        try:
+            assert ahead is not None and _unreaped_child(ahead.pid), words
+        finally:
+            discard(ahead)
+
+
 def _unreaped_child(pid: int) -> bool:
     try:
         os.waitid(os.P_PID, pid, os.WEXITED | os.WNOHANG | os.WNOWAIT)

@@ -38,7 +38,7 @@ VERB_NAMES = ("attach", "dataset", "run", "explore", "tune", "storage_check", "r
 # process's imports (2.8 s on the 2-core machine) run beside the command's own, its config checks
 # and explore's equivalence checks, none of them timed (pipebench.measure.job_spawn); the task
 # function it will be handed lives in JOB_TASK_MODULE.
-AHEAD_VERBS = ("run", "explore", "tune")
+AHEAD_VERBS = ("run", "explore", "tune", "storage_check")
 JOB_TASK_MODULE = "pipebench.sweep.job_task"
 # Flags after which the verb runs no job, and overrides that send jobs to another launcher or
 # interpreter: no process is started ahead for those.
@@ -76,8 +76,8 @@ def build_parser(modules: Sequence[ModuleType]) -> argparse.ArgumentParser:
 
 
 def job_ahead(words: Sequence[str]) -> Optional[JobProcess]:
-    """The first job's process, started now when the command line is a `run` or an `explore`
-    that will launch jobs with pipebench's own launcher; None otherwise."""
+    """The first job's process, started now when the command line is one of AHEAD_VERBS that will
+    launch jobs with pipebench's own launcher; None otherwise."""
     asked = asked_verbs(words)
     if len(asked) != 1 or asked[0] not in AHEAD_VERBS or not WAITS_UNREAPED:
         return None

@@ -36,8 +36,8 @@ from pipebench.base.typed_json import parse
 from pipebench.cli.common_args import add_config_dir, add_overrides
 from pipebench.config.compose import job_spec_composer
 from pipebench.config.specs import EMULATED, NO_CONSUMER, TRANSFORM_GROUP, JobSpec, RunSpec
+from pipebench.measure.job_spawn import JobProcess
 from pipebench.measure.memory import BYTES_PER_MB
-from pipebench.pipeline.build import build_dataset
 from pipebench.record.figures import Summary
 from pipebench.record.folder_lock import folder_lock
 from pipebench.record.jobs import JobResult, edits_chain, override_key, override_pairs
@@ -163,6 +163,9 @@ def _sizing(chosen: Preset, spec: JobSpec, length_given: bool, strict: bool, ram
     if data is not None and not length_given:
         least = max(data.dataset_length, math.ceil(MEMORY_FACTOR * ram / data.sample_bytes))
         return Sizing(lambda n: max(least, MIN_STEPS_PER_EPOCH * chosen.batch_size * n), True, "", data.sample_bytes)
+    # Imported here: it imports torch, which a preset's check leaves to its job processes.
+    from pipebench.pipeline.build import build_dataset
+
     dataset = build_dataset(spec)
     length, size = len(dataset), _dataset_bytes(dataset)
     need = steps_rule(length, spec.loader.batch_size, 1)
@@ -178,8 +181,11 @@ def _sizing(chosen: Preset, spec: JobSpec, length_given: bool, strict: bool, ram
 class Check:
     """One check's sweeps: the jobs' overrides, how each N is sized, and running a sweep in a folder."""
 
-    def __init__(self, folder: Path, base: List[str], config_dir: Optional[str], sizing: Sizing, steps: int) -> None:
+    def __init__(self, folder: Path, base: List[str], config_dir: Optional[str], sizing: Sizing, steps: int,
+                 ahead: Optional[JobProcess] = None) -> None:
         self.folder, self.base, self.config_dir = folder, base, config_dir
+        # The job process started with the command, for the first sweep's first job; each later sweep starts its own.
+        self.ahead = ahead
         self.length_for, self.sized = sizing.length_for, sizing.sized
         self.steps, self.sample_bytes = steps, sizing.sample_bytes
         self.rounds = itertools.count(1)
@@ -199,7 +205,8 @@ class Check:
         return [*kept, f"{TRANSFORM_GROUP}=none", "dataset.images=false", "run.seed=1"]
 
     def sweep(self, where: Path, overrides: Sequence[str]) -> Tuple[int, List[JobResult]]:
-        status = run_command(list(overrides), self.config_dir, into=Into(where, stage=True))
+        ahead, self.ahead = self.ahead, None
+        status = run_command(list(overrides), self.config_dir, ahead=ahead, into=Into(where, stage=True))
         return status, load_job_results(where) if where.exists() else []
 
     def measure(self, n: int, rounds: int) -> List[Optional[float]]:
@@ -231,9 +238,11 @@ class Check:
                                       for n, au in self.measured.items()), False)
 
 
-def storage_check_command(overrides: List[str], config_dir: Optional[str], strict: bool = False) -> int:
+def storage_check_command(overrides: List[str], config_dir: Optional[str], strict: bool = False,
+                          ahead: Optional[JobProcess] = None) -> int:
     """The check (module doc); 0 when it reached a verdict, an interruption's status when stopped, 2 when a
-    sweep could not start part way (its line printed, the files written all the same)."""
+    sweep could not start part way (its line printed, the files written all the same). `ahead` is a job
+    process started with the command, for the first job (its caller ends it if none runs)."""
     import_from_cwd()
     refuse_hydra_dirs(overrides)
     options, user = split_check_overrides(overrides)
@@ -274,7 +283,7 @@ def storage_check_command(overrides: List[str], config_dir: Optional[str], stric
     label = folder_safe(f"{chosen.workload}-{chosen.accelerator}")
     folder = new_folder(dated(results_dir, f"storage-check-{label}"))
     check = Check(folder, base if steps_given else [*base, f"run.steps={steps}"], config_dir,
-                  sizing, steps)
+                  sizing, steps, ahead)
     plan = CheckPlan(chosen, spec, options, shortened, sizing.memory, tuple(notes), predicted, shared,
                      tuple(overrides))
     with folder_lock(folder):
@@ -388,4 +397,4 @@ def add_parser(verbs: "argparse._SubParsersAction") -> None:
 
 
 def main(args: argparse.Namespace) -> int:
-    return storage_check_command(list(args.overrides), args.config_dir, args.rules == "strict")
+    return storage_check_command(list(args.overrides), args.config_dir, args.rules == "strict", args.job_ahead)
