@@ -35,7 +35,7 @@ def test_a_bad_argument_is_torchruns_usage_error_and_status_2(tmp_path):
 
 
 def test_the_launcher_leads_its_own_group_and_times_out_as_popen_does(tmp_path):
-    launcher, log = _launch(tmp_path, [*ONE_RANK, "--no-python", "sleep", "30"])
+    launcher, _ = _launch(tmp_path, [*ONE_RANK, "--no-python", "sleep", "30"])
     with pytest.raises(subprocess.TimeoutExpired):
         launcher.wait(timeout=0.5)
     assert os.getpgid(launcher.pid) == launcher.pid != os.getpgid(0)
@@ -43,4 +43,3 @@ def test_the_launcher_leads_its_own_group_and_times_out_as_popen_does(tmp_path):
     status = launcher.wait(timeout=30)
     assert status != 0
     assert launcher.wait() == status  # reaped once, answered again
-    assert "SignalException" in log.read_text()
