@@ -1,6 +1,7 @@
 """Multi-rank jobs through the real CLI and torchrun: per-rank rows, aggregates, exactly-once, failures."""
 
 import csv
+import os
 
 import numpy as np
 import pytest
@@ -13,6 +14,7 @@ from pipebench.measure.distributed.multirank import (
     exit_codes,
     merge_meter_columns,
     oversubscription_warning,
+    rank_failure,
     resolve_backend,
     root_cause,
     total_rate,
@@ -118,6 +120,41 @@ def test_root_cause_is_torchruns_first_failure():
     assert root_cause(TORCHRUN_FAILURE) == (1, 3)
     assert root_cause("no summary here") is None
     assert exit_codes(TORCHRUN_FAILURE) == {0: -15, 1: 3}
+
+
+# torchrun's summary when rank 1 died at os._exit(3) and rank 0, which lost it at the all-reduce,
+# exited with its error at once: both seen in one poll, rank 0 named first.
+PEER_SEEN_FIRST = """\
+Failures:
+[1]:
+  rank      : 1 (local_rank: 1)
+  exitcode  : 3 (pid: 21760)
+------------------------------------------------------------
+Root Cause (first observed failure):
+[0]:
+  rank      : 0 (local_rank: 0)
+  exitcode  : 1 (pid: 21759)
+"""
+
+
+@pytest.mark.beside
+@pytest.mark.parametrize("summary, errors, blamed", [
+    (PEER_SEEN_FIRST, {0: "RuntimeError: Connection closed by peer"},
+     "rank 1 failed (exit code 3): it exited without a Python error"),
+    # The peer torchrun stopped (SIGTERM) wrote nothing, and is no cause.
+    (TORCHRUN_FAILURE.replace("exitcode  : 3", "exitcode  : 1"), {1: "ValueError: bad sample"},
+     "rank 1 failed (exit code 1): ValueError: bad sample"),
+    # Every failed rank wrote its error: the first written is the cause.
+    (PEER_SEEN_FIRST, {1: "ValueError: bad sample", 0: "RuntimeError: Connection closed by peer"},
+     "rank 1 failed (exit code 3): ValueError: bad sample"),
+])
+def test_the_rank_blamed_is_the_one_that_failed_not_a_peer_that_lost_it(tmp_path, summary, errors, blamed):
+    (tmp_path / "ranks.log").write_text(summary)
+    for when, (rank, line) in enumerate(errors.items()):
+        error = tmp_path / f"rank-{rank}.error"
+        error.write_text(line + "\n")
+        os.utime(error, ns=(when * 10**9, when * 10**9))
+    assert rank_failure(tmp_path, 1).startswith(blamed)
 
 
 def test_oversubscription_warning_counts_ranks_times_workers():

@@ -166,18 +166,24 @@ def exit_codes(log_text: str) -> Dict[int, int]:
     return {int(rank): int(code) for rank, code in FAILURE.findall(log_text)}
 
 
-def _rank_failure(job_dir: Path, status: int) -> str:
+def rank_failure(job_dir: Path, status: int) -> str:
     """One line: the rank that failed first and its own error line; peers that lost it only
-    report broken connections. That is the rank whose error file was written first, unless
-    torchrun's root cause wrote none (killed, os._exit) while its peers did."""
+    report broken connections, each in an error file. That is a rank torchrun lists as failed
+    that wrote none (killed, crashed, os._exit), not stopped by torchrun's SIGTERM; else the rank
+    whose error file was written first. torchrun observes exits by polling, and its root cause is
+    the first it saw: a peer that lost the connection and exited at once can be seen first."""
     log = job_dir / RANKS_LOG
     text = log.read_text(errors="replace")
     cause = root_cause(text)
+    failed = exit_codes(text)
+    abrupt = [rank for rank, code in failed.items()
+              if code != -signal.SIGTERM and not (job_dir / RANK_ERROR.format(rank=rank)).exists()]
     errors = sorted(job_dir.glob(RANK_ERROR.format(rank="*")), key=lambda p: p.stat().st_mtime_ns)
-    if errors and (cause is None or (job_dir / RANK_ERROR.format(rank=cause[0])).exists()):
-        # torchrun observes exits by polling: a peer that lost the connection can be seen first.
+    if abrupt and (cause is None or cause[0] not in abrupt):
+        cause = (abrupt[0], failed[abrupt[0]])
+    elif errors and not abrupt:
         first = int(errors[0].stem.split("-")[1])
-        cause = (first, exit_codes(text).get(first, status))
+        cause = (first, failed.get(first, status))
     if cause is None:
         return f"torchrun exited with status {status} before any rank started (see {log})"
     rank, code = cause
@@ -207,7 +213,7 @@ def launch_ranks(spec: JobSpec, backend: str, job_dir: Path) -> List[RankResult]
             _stop_group(proc)
             raise
     if status != 0:
-        raise DistributedError(_rank_failure(job_dir, status))
+        raise DistributedError(rank_failure(job_dir, status))
     return [_rank_result(job_dir, rank) for rank in range(spec.distributed.nproc)]
 
 
