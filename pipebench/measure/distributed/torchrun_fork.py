@@ -32,8 +32,8 @@ UNCAUGHT_STATUS = 1
 
 
 class ForkedTorchrun:
-    """The forked launcher, waited for as a Popen is: `wait(timeout)` returns its exit status
-    (minus the signal that killed it) or raises subprocess.TimeoutExpired."""
+    """The forked launcher, waited for as a Popen is: `wait(timeout)` returns its exit status, or
+    minus the signal that killed it, or raises subprocess.TimeoutExpired."""
 
     def __init__(self, pid: int) -> None:
         self.pid = pid
@@ -48,16 +48,18 @@ class ForkedTorchrun:
 
     def wait(self, timeout: Optional[float] = None) -> int:
         if timeout is None:
-            return self._reap(0)  # type: ignore[return-value]
+            status = self._reap(0)
+            assert status is not None  # a blocking reap returns once the launcher has ended
+            return status
         deadline = time.monotonic() + timeout
         delay = 0.0005
-        while self._reap(os.WNOHANG) is None:
+        while (status := self._reap(os.WNOHANG)) is None:
             left = deadline - time.monotonic()
             if left <= 0:
                 raise subprocess.TimeoutExpired("torchrun", timeout)
             delay = min(delay * 2, left, POLL_CAP_S)
             time.sleep(delay)
-        return self.returncode  # type: ignore[return-value]
+        return status
 
 
 def fork_torchrun(args: Sequence[str], log_fd: int, env: Mapping[str, str]) -> ForkedTorchrun:
@@ -85,8 +87,8 @@ def fork_torchrun(args: Sequence[str], log_fd: int, env: Mapping[str, str]) -> F
         sys.stdout, sys.stderr = (open(fd, "w", buffering=1, closefd=False) for fd in STDOUT_FDS)
         torchrun(list(args))
         status = 0
-    except SystemExit as exc:  # torchrun's argument errors
-        status = exc.code if isinstance(exc.code, int) else UNCAUGHT_STATUS
+    except SystemExit as exc:  # torchrun's argument errors: the status `python -m` would exit with
+        status = 0 if exc.code is None else exc.code if isinstance(exc.code, int) else UNCAUGHT_STATUS
     except BaseException:  # a rank that failed: torchrun's summary, as `python -m` prints it
         traceback.print_exc()
     finally:
