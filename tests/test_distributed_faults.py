@@ -5,6 +5,7 @@ failure path and a sweep's kept rows are in test_distributed.py. Each asserts on
 timeouts, not on a rate, so it runs beside other tests (test_distributed.py measures, alone)."""
 
 import os
+import tempfile
 import time
 from pathlib import Path
 from typing import Tuple
@@ -49,7 +50,11 @@ def test_unsharded_iterable_is_caught(rank_project, monkeypatch, capsys):
     spec, job_dir = _two_rank_job(rank_project, monkeypatch, "dataset=sharded_stream", "dataset.shard=false",
                                   "dataset.source.shape=[3,32,32]", "dataset.source.length=64", "transform=balanced",
                                   "workers=2")
+    temporary = rank_project / "tmp"
+    temporary.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(temporary))
     unsharded = measure_multirank(spec, job_dir).to_json()
+    assert not list(temporary.iterdir())  # torchrun's files went with the job's private folder
     out, err = capsys.readouterr()
     coverage = unsharded["coverage"]
     # Every copy (2 ranks x 2 workers) reads the whole stream: each index read 4 times an epoch.

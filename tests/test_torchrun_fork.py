@@ -15,8 +15,8 @@ ONE_RANK = ["--standalone", "--nproc_per_node=1", "--max_restarts=0"]
 
 def _launch(tmp_path, args):
     log = tmp_path / "ranks.log"
-    with log.open("xb") as out:
-        launcher = fork_torchrun(args, out.fileno(), dict(os.environ))
+    with log.open("xb") as out:  # torchrun's own files in the test's folder, as a job's go in its private one
+        launcher = fork_torchrun([f"--log-dir={tmp_path}", *args], out.fileno(), dict(os.environ))
     return launcher, log
 
 

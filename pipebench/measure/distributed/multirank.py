@@ -150,9 +150,11 @@ def oversubscription_warning(spec: JobSpec, cores: int) -> str:
 
 
 def torchrun_args(nproc: int, job_dir: Path, task: Path) -> List[str]:
-    """torchrun's arguments: the ranks on this node, a rendezvous on localhost, no restart."""
-    return ["--standalone", f"--nproc_per_node={nproc}", "--max_restarts=0", "-m", RANKS_MODULE, str(job_dir),
-            str(task)]
+    """torchrun's arguments: the ranks on this node, a rendezvous on localhost, no restart, and its
+    own files in the task's private folder, removed with it (by default torchrun leaves a
+    torchelastic_* folder in the temporary directory every job)."""
+    return ["--standalone", f"--nproc_per_node={nproc}", "--max_restarts=0", f"--log-dir={task.parent}", "-m",
+            RANKS_MODULE, str(job_dir), str(task)]
 
 
 def root_cause(log_text: str) -> Optional[Tuple[int, int]]:
