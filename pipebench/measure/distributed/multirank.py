@@ -153,7 +153,7 @@ def torchrun_args(nproc: int, job_dir: Path, task: Path) -> List[str]:
     """torchrun's arguments: the ranks on this node, a rendezvous on localhost, no restart, and its
     own files in the task's private folder, removed with it (by default torchrun leaves a
     torchelastic_* folder in the temporary directory every job)."""
-    return ["--standalone", f"--nproc_per_node={nproc}", "--max_restarts=0", f"--log-dir={task.parent}", "-m",
+    return ["--standalone", f"--nproc_per_node={nproc}", "--max_restarts=0", f"--log_dir={task.parent}", "-m",
             RANKS_MODULE, str(job_dir), str(task)]
 
 
