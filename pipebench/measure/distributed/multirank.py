@@ -45,8 +45,8 @@ from pipebench.measure.distributed.ranks import (
     RankTask,
     load_timings,
 )
-from pipebench.measure.distributed.torchrun_fork import ForkedTorchrun, fork_torchrun
 from pipebench.measure.distributed.rank_result import RankResult, RankRow, RankSections, StepNames
+from pipebench.measure.distributed.torchrun_fork import ForkedTorchrun, fork_torchrun
 from pipebench.measure.job_series import job_series, write_job_series
 from pipebench.measure.meter import add_notes
 from pipebench.measure.job_run import METER_KINDS
