@@ -3,7 +3,6 @@ attach_ranks_kit's two-rank training script; its faults are in test_attach_ranks
 
 import os
 import subprocess
-import sys
 import uuid
 from pathlib import Path
 
@@ -55,10 +54,10 @@ def test_the_command_is_rewritten_with_torchruns_options_kept(tmp_path, monkeypa
     assert words == torchrun_args(["python3", "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
                                    "train.py", "--lr", "1", "-m", "x"])
     command = parse_torchrun(words)
-    assert command.rank_command() == [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node",
-                                      "2", "-m", RANK_MODULE, "train.py", "--lr", "1", "-m", "x"]
+    assert command.rank_args() == ["--standalone", "--nproc-per-node", "2", "-m", RANK_MODULE, "train.py", "--lr", "1",
+                                   "-m", "x"]
     module = parse_torchrun(["--nproc-per-node=2", "-m", "mypkg.train", "--epochs", "1"])
-    assert module.rank_command()[-6:] == ["-m", RANK_MODULE, "-m", "mypkg.train", "--epochs", "1"]
+    assert module.rank_args()[-6:] == ["-m", RANK_MODULE, "-m", "mypkg.train", "--epochs", "1"]
     for bad, says in ((["--no-python", "train.py"], "--no-python"), (["missing.py"], "no script at missing.py"),
                       (["--nproc-per-node"], "torchrun")):
         with pytest.raises(ConfigError, match=says):

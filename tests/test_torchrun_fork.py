@@ -16,7 +16,7 @@ ONE_RANK = ["--standalone", "--nproc_per_node=1", "--max_restarts=0"]
 def _launch(tmp_path, args):
     log = tmp_path / "ranks.log"
     with log.open("xb") as out:  # torchrun's own files in the test's folder, as a job's go in its private one
-        launcher = fork_torchrun([f"--log_dir={tmp_path}", *args], out.fileno(), dict(os.environ))
+        launcher = fork_torchrun([f"--log_dir={tmp_path}", *args], dict(os.environ), out.fileno())
     return launcher, log
 
 

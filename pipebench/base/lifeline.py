@@ -4,13 +4,9 @@ Linux's PR_SET_PDEATHSIG makes the kernel send a signal to a process the moment 
 started it ends, SIGKILL of the parent included, which no handler in the parent can catch. A
 process that sets it checks right after that its parent is still there (it may have died in
 between). Every process of a sweep sets it: the job process (parent: the `pipebench` process),
-DataLoader workers (parent: the job process, or its forkserver), torchrun (a fork of the job, or
-under attach through `tied_command`, as torchrun is not ours to edit) and the torchrun ranks.
-Elsewhere than Linux it does nothing, and the launcher's process-group kill is what remains.
-
-    python -m pipebench.base.lifeline PARENT_PID COMMAND [ARG...]
-
-execs COMMAND tied to PARENT_PID; the tie survives exec, so COMMAND needs no change.
+DataLoader workers (parent: the job process, or its forkserver), torchrun (a fork of the job, or of
+`pipebench attach`) and the torchrun ranks. Elsewhere than Linux it does nothing, and the
+launcher's process-group kill is what remains.
 """
 
 import ctypes
@@ -18,17 +14,17 @@ import multiprocessing
 import os
 import signal
 import sys
-from typing import Callable, List, Optional, Sequence
+from typing import Callable
 
-__all__ = ["TIED_PID_ENV", "die_with_parent", "multiprocessing_parent_alive", "parent_is", "tied_command"]
+__all__ = ["TIED_PID_ENV", "die_with_parent", "multiprocessing_parent_alive", "parent_is"]
 
 # <linux/prctl.h>: set the signal sent to this process when its parent ends.
 PR_SET_PDEATHSIG = 1
 # SIGKILL: a process whose parent died has no one to report to, and nothing it holds must outlive
 # the sweep (DataLoader workers, torchrun ranks); a catchable signal could be ignored or hang.
 DEATH_SIGNAL = signal.SIGKILL
-# The pid a tied command runs as (exec keeps it), for that command's own children to check their
-# parent against: torchrun passes its environment to the ranks it starts.
+# The pid of torchrun's fork (pipebench.measure.distributed.torchrun_fork), for the ranks it starts
+# to check their parent against as they tie themselves: torchrun passes its environment to them.
 TIED_PID_ENV = "PIPEBENCH_TIED_PID"
 
 
@@ -52,19 +48,3 @@ def die_with_parent(parent_alive: Callable[[], bool]) -> None:
             raise OSError(ctypes.get_errno(), "prctl(PR_SET_PDEATHSIG) failed")
     if not parent_alive():
         os.kill(os.getpid(), DEATH_SIGNAL)
-
-
-def tied_command(argv: Sequence[str], python: Optional[str] = None) -> List[str]:
-    """`argv` run through this module: it dies when the calling process dies."""
-    return [python or sys.executable, "-m", __name__, str(os.getpid()), *argv]
-
-
-def main(argv: Optional[Sequence[str]] = None) -> None:
-    parent, *command = sys.argv[1:] if argv is None else argv
-    die_with_parent(parent_is(int(parent)))
-    os.environ[TIED_PID_ENV] = str(os.getpid())
-    os.execvp(command[0], command)
-
-
-if __name__ == "__main__":
-    main()

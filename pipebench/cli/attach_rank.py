@@ -43,7 +43,7 @@ class _Stop:
 
 
 def main(argv: Optional[List[str]] = None) -> int:
-    # torchrun, tied to attach (pipebench.base.lifeline), is this rank's parent.
+    # torchrun, a fork of attach tied to it (pipebench.measure.distributed.torchrun_fork), is this rank's parent.
     die_with_parent(parent_is(int(os.environ.get(TIED_PID_ENV, os.getppid()))))
     try:
         window = rank_window()

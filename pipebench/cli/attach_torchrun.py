@@ -3,9 +3,10 @@
 `torchrun ...` and `python -m torch.distributed.run ...` are rewritten, torchrun's own options kept, so
 each rank runs the script under pipebench's watch (pipebench.cli.attach_rank):
 
-    python -m torch.distributed.run OPTIONS -m pipebench.cli.attach_rank [-m] TARGET ARGS
+    torchrun OPTIONS -m pipebench.cli.attach_rank [-m] TARGET ARGS
 
-torchrun runs in a session of its own, tied to this process (pipebench.base.lifeline); the SIGINT and
+torchrun runs in a fork of this process, in a session of its own and tied to it
+(pipebench.measure.distributed.torchrun_fork), its output on the terminal; the SIGINT and
 SIGTERM sent to attach go to it, and it hands them to the ranks as from a terminal. Its exit status is
 attach's, and what it started that is still alive is ended on the way out (pipebench.base.descendants).
 The ranks' folders are then merged into one results folder: a row a rank, and the straggler figures.
@@ -13,7 +14,6 @@ The ranks' folders are then merged into one results folder: a row a rank, and th
 
 import os
 import signal
-import subprocess
 import sys
 from contextlib import suppress
 from dataclasses import dataclass
@@ -28,10 +28,10 @@ from pipebench.attach.watched_ranks import RANKS_FOLDER, merge_ranks, rank_envir
 from pipebench.base.command import results_line
 from pipebench.base.descendants import no_descendant_outlives
 from pipebench.base.errors import USAGE_EXIT_STATUS, ConfigError
-from pipebench.base.lifeline import tied_command
 from pipebench.base.tables import markdown_table
 from pipebench.measure.distributed.multirank import aggregate_line
 from pipebench.measure.distributed.rank_result import RankSections
+from pipebench.measure.distributed.torchrun_fork import fork_torchrun
 
 __all__ = ["TorchrunCommand", "attach_torchrun", "parse_torchrun", "torchrun_args"]
 
@@ -58,10 +58,9 @@ class TorchrunCommand:
     target: str
     args: Tuple[str, ...]
 
-    def rank_command(self) -> List[str]:
-        """The same launch, each rank running the target under pipebench's watch."""
-        return [sys.executable, "-m", TORCHRUN_MODULE, *self.options, "-m", RANK_MODULE,
-                *(("-m",) if self.module else ()), self.target, *self.args]
+    def rank_args(self) -> List[str]:
+        """torchrun's arguments for the same launch, each rank running the target under pipebench's watch."""
+        return [*self.options, "-m", RANK_MODULE, *(("-m",) if self.module else ()), self.target, *self.args]
 
 
 def torchrun_args(command: Sequence[str]) -> Optional[List[str]]:
@@ -102,7 +101,7 @@ def run_torchrun(command: TorchrunCommand, env: dict) -> int:
     """torchrun to its end, SIGINT and SIGTERM sent to this process forwarded to its session, nothing
     it started left alive; its exit status."""
     with no_descendant_outlives():
-        proc = subprocess.Popen(tied_command(command.rank_command()), env=env, start_new_session=True)
+        proc = fork_torchrun(command.rank_args(), env)
 
         def forward(signum: int, frame: object) -> None:
             with suppress(ProcessLookupError):

@@ -204,7 +204,7 @@ def launch_ranks(spec: JobSpec, backend: str, job_dir: Path) -> List[RankResult]
     with tempfile.TemporaryDirectory(prefix="pipebench-ranks-") as private, (job_dir / RANKS_LOG).open("xb") as log:
         task = Path(private) / TASK_FILE
         task.write_bytes(pickle.dumps(RankTask(spec, backend)))
-        proc = fork_torchrun(torchrun_args(spec.distributed.nproc, job_dir, task), log.fileno(), env)
+        proc = fork_torchrun(torchrun_args(spec.distributed.nproc, job_dir, task), env, log.fileno())
         try:
             status = proc.wait(timeout=timeout)
         except subprocess.TimeoutExpired:

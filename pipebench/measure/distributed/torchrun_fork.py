@@ -1,11 +1,12 @@
-"""torchrun's launcher run in a fork of the job, not in a fresh interpreter.
+"""torchrun's launcher run in a fork of the process that launches it, not in a fresh interpreter.
 
 `python -m torch.distributed.run` spends 1.6-3 s importing torch before it starts any rank (the
 2-core VM), on every multi-rank job and every storage-check round. The job that launches the ranks
-has imported torch already, so a fork of it runs torchrun's own `main` at once. The fork is what
-the interpreter was: in a session of its own, tied to the job (pipebench.base.lifeline), with its
-output and its ranks' in the log, and the signal handlers a fresh interpreter starts with. The
-ranks are still fresh interpreters, as torchrun starts them.
+has imported torch already, and so has `pipebench attach -- torchrun`, so a fork runs torchrun's
+own `main` at once. The fork is what the interpreter was: in a session of its own, tied to its
+parent (pipebench.base.lifeline), with the output it is given (the job's ranks.log, attach's
+terminal), and the signal handlers a fresh interpreter starts with. The ranks are still fresh
+interpreters, as torchrun starts them.
 """
 
 import os
@@ -23,7 +24,7 @@ __all__ = ["ForkedTorchrun", "fork_torchrun"]
 # The handlers a fresh Python process starts with, which torchrun's agent expects: Ctrl-C raises
 # KeyboardInterrupt, SIGTERM ends the process, and the job's own handlers are not the agent's.
 FRESH_HANDLERS = ((signal.SIGINT, signal.default_int_handler), (signal.SIGTERM, signal.SIG_DFL))
-# stdout and stderr: torchrun's and its ranks' output goes to the log on both.
+# stdout and stderr: torchrun's and its ranks' output goes to both.
 STDOUT_FDS = (1, 2)
 # How long wait() sleeps between looks at most, as subprocess.Popen.wait(timeout) does (it polls too).
 POLL_CAP_S = 0.05
@@ -62,8 +63,9 @@ class ForkedTorchrun:
         return status
 
 
-def fork_torchrun(args: Sequence[str], log_fd: int, env: Mapping[str, str]) -> ForkedTorchrun:
-    """Start `torchrun ARGS` in a fork of this process, writing to `log_fd` with environment `env`."""
+def fork_torchrun(args: Sequence[str], env: Mapping[str, str], output_fd: Optional[int] = None) -> ForkedTorchrun:
+    """Start `torchrun ARGS` in a fork of this process with environment `env`, writing to `output_fd`
+    (this process's stdout and stderr when None)."""
     from torch.distributed.run import main as torchrun  # imported before the fork: the child starts at once
 
     parent = os.getpid()
@@ -81,9 +83,10 @@ def fork_torchrun(args: Sequence[str], log_fd: int, env: Mapping[str, str]) -> F
         os.environ.clear()
         os.environ.update(env)
         os.environ[TIED_PID_ENV] = str(os.getpid())  # the ranks' parent, for their own tie
-        for fd in STDOUT_FDS:
-            os.dup2(log_fd, fd)
-        # Streams on those descriptors, whatever the job's were (a caller's capture, under pytest).
+        for fd in STDOUT_FDS if output_fd is not None else ():
+            os.dup2(output_fd, fd)
+        # Streams on those descriptors, as a fresh interpreter has, whatever this process's were (a
+        # caller's capture, under pytest, holds what is written to it in memory the fork drops).
         sys.stdout, sys.stderr = (open(fd, "w", buffering=1, closefd=False) for fd in STDOUT_FDS)
         torchrun(list(args))
         status = 0
