@@ -252,7 +252,10 @@ def test_attach_record_end_to_end_catches_the_slow_step(tmp_path):
     with open(out / f"capture-{planted[0]['capture']}" / "transforms.csv") as f:
         steps = {r["transform"]: r for r in csv.DictReader(f)}
     assert max(steps, key=lambda name: float(steps[name]["ms_per_sample"])) == "Slow"
-    assert float(steps["Slow"]["ms_per_call_median"]) > 10 * float(steps["Slow"]["baseline_ms_per_sample"])
+    # The mean, not the median: on a loaded host a stall the load began earlier can run on into the
+    # planted one, and their one capture then holds more of the fast calls before it than slow ones
+    # (CI, 2026-12-08: a median of 0.0005 ms). The slow calls (4 ms against ~0.001) still hold the mean.
+    assert float(steps["Slow"]["ms_per_sample"]) > 10 * float(steps["Slow"]["baseline_ms_per_sample"])
 
 
 ROW = {"loader": "loader=t.py:3", "rank": 0, "starvation_pct": 12.5, "samples_per_s": 100.0, "recorder_pct": 0.25}

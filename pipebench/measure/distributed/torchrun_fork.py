@@ -95,7 +95,7 @@ def fork_torchrun(args: Sequence[str], env: Mapping[str, str], output_fd: Option
     except BaseException:  # a rank that failed: torchrun's summary, as `python -m` prints it
         traceback.print_exc()
     finally:
-        # No exit handlers: they are the job's (its temporary folders), copied by the fork.
+        # No exit handlers: they are the parent's (the job's temporary folders), copied by the fork.
         sys.stdout.flush()
         sys.stderr.flush()
         os._exit(status)
