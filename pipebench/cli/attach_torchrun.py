@@ -109,7 +109,7 @@ def run_torchrun(command: TorchrunCommand, env: dict) -> int:
 
         saved = {sig: signal.signal(sig, forward) for sig in FORWARDED_SIGNALS}
         try:
-            return proc.wait()
+            return int(proc.wait())
         finally:
             for sig, handler in saved.items():
                 signal.signal(sig, handler)

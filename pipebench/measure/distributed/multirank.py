@@ -13,7 +13,6 @@ import pickle
 import re
 import signal
 import statistics
-import subprocess
 import sys
 import tempfile
 from dataclasses import asdict
@@ -21,6 +20,7 @@ from pathlib import Path
 from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
 import numpy as np
+import psutil
 import torch
 
 from pipebench.base.cores import usable_cores
@@ -46,7 +46,7 @@ from pipebench.measure.distributed.ranks import (
     load_timings,
 )
 from pipebench.measure.distributed.rank_result import RankResult, RankRow, RankSections, StepNames
-from pipebench.measure.distributed.torchrun_fork import ForkedTorchrun, fork_torchrun
+from pipebench.measure.distributed.torchrun_fork import fork_torchrun
 from pipebench.measure.job_series import job_series, write_job_series
 from pipebench.measure.meter import add_notes
 from pipebench.measure.job_run import METER_KINDS
@@ -206,8 +206,8 @@ def launch_ranks(spec: JobSpec, backend: str, job_dir: Path) -> List[RankResult]
         task.write_bytes(pickle.dumps(RankTask(spec, backend)))
         proc = fork_torchrun(torchrun_args(spec.distributed.nproc, job_dir, task), env, log.fileno())
         try:
-            status = proc.wait(timeout=timeout)
-        except subprocess.TimeoutExpired:
+            status = int(proc.wait(timeout=timeout))
+        except psutil.TimeoutExpired:
             _stop_group(proc)
             raise DistributedError(f"the {spec.distributed.nproc} ranks did not finish within "
                                    f"distributed.job_timeout_s={timeout:g}; stopped them") from None
@@ -226,7 +226,7 @@ def _rank_result(job_dir: Path, rank: int) -> RankResult:
                       job_dir / RANK_TIMINGS.format(rank=rank))
 
 
-def _stop_group(proc: ForkedTorchrun) -> None:
+def _stop_group(proc: psutil.Process) -> None:
     """SIGTERM torchrun's session (torchrun, ranks, their workers), SIGKILL after a grace period."""
     for sig in (signal.SIGTERM, signal.SIGKILL):
         try:
@@ -235,7 +235,7 @@ def _stop_group(proc: ForkedTorchrun) -> None:
             return
         except ProcessLookupError:
             return
-        except subprocess.TimeoutExpired:
+        except psutil.TimeoutExpired:
             pass
 
 

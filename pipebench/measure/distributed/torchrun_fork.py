@@ -11,61 +11,30 @@ interpreters, as torchrun starts them.
 
 import os
 import signal
-import subprocess
 import sys
-import time
 import traceback
 from typing import Mapping, Optional, Sequence
 
+import psutil
+
 from pipebench.base.lifeline import TIED_PID_ENV, die_with_parent, parent_is
 
-__all__ = ["ForkedTorchrun", "fork_torchrun"]
+__all__ = ["fork_torchrun"]
 
 # The handlers a fresh Python process starts with, which torchrun's agent expects: Ctrl-C raises
 # KeyboardInterrupt, SIGTERM ends the process, and the job's own handlers are not the agent's.
 FRESH_HANDLERS = ((signal.SIGINT, signal.default_int_handler), (signal.SIGTERM, signal.SIG_DFL))
 # stdout and stderr: torchrun's and its ranks' output goes to both.
 STDOUT_FDS = (1, 2)
-# How long wait() sleeps between looks at most, as subprocess.Popen.wait(timeout) does (it polls too).
-POLL_CAP_S = 0.05
 # An exception out of torchrun's main ends it as an uncaught one ends `python -m`: status 1.
 UNCAUGHT_STATUS = 1
 
 
-class ForkedTorchrun:
-    """The forked launcher, waited for as a Popen is: `wait(timeout)` returns its exit status, or
-    minus the signal that killed it, or raises subprocess.TimeoutExpired."""
-
-    def __init__(self, pid: int) -> None:
-        self.pid = pid
-        self.returncode: Optional[int] = None
-
-    def _reap(self, flags: int) -> Optional[int]:
-        if self.returncode is None:
-            pid, status = os.waitpid(self.pid, flags)
-            if pid:
-                self.returncode = os.waitstatus_to_exitcode(status)
-        return self.returncode
-
-    def wait(self, timeout: Optional[float] = None) -> int:
-        if timeout is None:
-            status = self._reap(0)
-            assert status is not None  # a blocking reap returns once the launcher has ended
-            return status
-        deadline = time.monotonic() + timeout
-        delay = 0.0005
-        while (status := self._reap(os.WNOHANG)) is None:
-            left = deadline - time.monotonic()
-            if left <= 0:
-                raise subprocess.TimeoutExpired("torchrun", timeout)
-            delay = min(delay * 2, left, POLL_CAP_S)
-            time.sleep(delay)
-        return status
-
-
-def fork_torchrun(args: Sequence[str], env: Mapping[str, str], output_fd: Optional[int] = None) -> ForkedTorchrun:
+def fork_torchrun(args: Sequence[str], env: Mapping[str, str], output_fd: Optional[int] = None) -> psutil.Process:
     """Start `torchrun ARGS` in a fork of this process with environment `env`, writing to `output_fd`
-    (this process's stdout and stderr when None)."""
+    (this process's stdout and stderr when None). The fork is waited for as psutil waits for a child:
+    `wait(timeout)` gives its exit status, or minus the signal that ended it, or raises
+    psutil.TimeoutExpired."""
     from torch.distributed.run import main as torchrun  # imported before the fork: the child starts at once
 
     parent = os.getpid()
@@ -73,7 +42,7 @@ def fork_torchrun(args: Sequence[str], env: Mapping[str, str], output_fd: Option
         stream.flush()
     pid = os.fork()
     if pid:
-        return ForkedTorchrun(pid)
+        return psutil.Process(pid)
     status = UNCAUGHT_STATUS
     try:
         os.setsid()
